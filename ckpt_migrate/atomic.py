@@ -1,0 +1,91 @@
+"""Crash-safe output files: write beside the target, fsync, then move into place.
+
+A crash at any moment leaves at most a ``<name>.<8 hex>.tmp`` file (never a file at the target
+name), and an existing target is never truncated or replaced unless the caller asks for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import CkptIOError, UsageError
+
+TMP_SUFFIX = ".tmp"
+
+
+def temp_name(target: Path) -> Path:
+    return target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
+        fsync_path(path)
+
+
+def publish(tmp: Path, target: Path, *, replace: bool = False) -> None:
+    """Move ``tmp`` to ``target``; without ``replace``, fail if ``target`` appeared meanwhile."""
+    if replace:
+        os.replace(tmp, target)
+    else:
+        try:
+            os.link(tmp, target)  # atomic and refuses to clobber
+        except FileExistsError:
+            raise UsageError(target, "already exists; refusing to overwrite it") from None
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+                raise
+            if target.exists():
+                raise UsageError(target, "already exists; refusing to overwrite it") from None
+            os.rename(tmp, target)
+        else:
+            os.unlink(tmp)
+    fsync_dir(target.parent)
+
+
+@contextlib.contextmanager
+def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; publish it only if the block succeeds.
+
+    The block writes (and may verify) the temporary file; it is fsynced and moved into place on a
+    normal exit and removed on any exception.
+    """
+    target = Path(target)
+    if target.exists() and not replace:
+        raise UsageError(target, "already exists; refusing to overwrite it", "choose another output")
+    if not target.parent.is_dir():
+        raise UsageError(target, "its directory does not exist", "create it first")
+    tmp = temp_name(target)
+    try:
+        yield tmp
+        fsync_path(tmp)
+        publish(tmp, target, replace=replace)
+    except OSError as exc:
+        _cleanup(tmp)
+        raise io_error(target, exc) from None
+    except BaseException:
+        _cleanup(tmp)
+        raise
+
+
+def io_error(target: Path, exc: OSError) -> CkptIOError:
+    if exc.errno == errno.ENOSPC or "No space" in str(exc):
+        return CkptIOError(target, "no space left on the device", "free disk space and retry")
+    return CkptIOError(target, f"write failed ({exc.strerror or exc})")
+
+
+def _cleanup(tmp: Path) -> None:
+    with contextlib.suppress(OSError):
+        tmp.unlink()

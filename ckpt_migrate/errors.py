@@ -1,0 +1,76 @@
+"""Errors that end a command with a one-line message and a distinct exit code.
+
+Every message names the file, the problem and, where there is one, the fix. The CLI prints
+``str(error)`` and exits with ``error.exit_code``; a traceback is shown only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Exit codes, documented in the README.
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+EXIT_NEWER_THAN_TOOL = 3
+EXIT_VERIFY_FAILED = 4
+EXIT_IO = 5
+EXIT_UPGRADE_NEEDED = 10
+
+
+class CkptError(Exception):
+    """Base class: a problem the user can act on."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, path: str | Path | None, problem: str, fix: str | None = None):
+        self.path = None if path is None else str(path)
+        self.problem = problem
+        self.fix = fix
+        super().__init__(self._line())
+
+    def _line(self) -> str:
+        head = f"{self.path}: {self.problem}" if self.path else self.problem
+        text = f"{head}; {self.fix}" if self.fix else head
+        return " ".join(text.split())  # always one line
+
+
+class NotACheckpointError(CkptError):
+    """The file is missing, not HDF5, or HDF5 without the checkpoint layout."""
+
+
+class CorruptCheckpointError(CkptError):
+    """The file claims to be a checkpoint but its contents are inconsistent."""
+
+
+class UnsafeContentError(CkptError):
+    """The file asks for something a safe reader must not do (run code, import modules)."""
+
+
+class NewerThanToolError(CkptError):
+    exit_code = EXIT_NEWER_THAN_TOOL
+
+
+class KeyCollisionError(CkptError):
+    """Two leaves would get the same stored name."""
+
+
+class MissingLeavesError(CkptError):
+    """The spec names leaves that have no data in the file."""
+
+
+class UnsupportedContentError(CkptError):
+    """A value the chosen format cannot express."""
+
+
+class UsageError(CkptError):
+    """Bad arguments."""
+
+
+class VerificationError(CkptError):
+    exit_code = EXIT_VERIFY_FAILED
+
+
+class CkptIOError(CkptError):
+    """Disk full, permission denied, or another operating-system failure."""
+
+    exit_code = EXIT_IO

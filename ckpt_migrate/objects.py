@@ -1,0 +1,60 @@
+"""Pickled objects inside checkpoints: kept opaque, decoded only when the caller opts in.
+
+``"data"`` decoding accepts only pickles made of plain data (bytes, str, numbers, containers):
+any opcode that names a global is refused, so nothing can be imported or called.
+``"trusted"`` runs the real unpickler and must only be used on files you trust.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from dataclasses import dataclass
+from typing import Any, Literal
+
+ObjectMode = Literal["opaque", "data", "trusted"]
+
+
+@dataclass(frozen=True)
+class OpaqueObject:
+    """A pickled value that was not unpickled; saving it again writes the same bytes."""
+
+    payload: bytes
+    type_hint: str = ""
+
+    def __repr__(self) -> str:
+        return f"OpaqueObject({len(self.payload)} pickled bytes)"
+
+
+class _DataOnly(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refers to {module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("uses persistent ids")
+
+
+def decode_data_pickle(payload: bytes) -> Any:
+    """Unpickle ``payload`` if it holds plain data only; raise ``pickle.UnpicklingError`` if not."""
+    try:
+        return _DataOnly(io.BytesIO(payload)).load()
+    except pickle.UnpicklingError:
+        raise
+    except Exception as exc:
+        raise pickle.UnpicklingError(str(exc)) from None
+
+
+def decode(payload: bytes, mode: ObjectMode, type_hint: str = "") -> Any:
+    if mode == "opaque":
+        return OpaqueObject(payload, type_hint)
+    if mode == "data":
+        try:
+            return decode_data_pickle(payload)
+        except pickle.UnpicklingError:
+            return OpaqueObject(payload, type_hint)
+    try:  # trusted: payloads were written by dill; plain pickle reads most of them
+        import dill  # type: ignore[import-not-found]
+
+        return dill.loads(payload)
+    except ImportError:
+        return pickle.loads(payload)  # noqa: S301 - the caller said the file is trusted
