@@ -1,4 +1,4 @@
-"""``load``/``save`` shaped like ``torch.load``/``torch.save`` and ``cstorch.load``/``cstorch.save``.
+"""``load``/``save`` shaped like ``torch.load``/``torch.save`` (and cstorch's load/save).
 
 ``load`` returns the nested state dict with lazy tensors that read their data on first use.
 ``save`` writes the format of a release (newest by default). ``to_torch``/``from_torch``
@@ -181,8 +181,9 @@ def from_python(state: Any, *, pickle_objects: bool = False) -> Node:
             for k, v in obj.items():
                 if type(k) not in (str, int):
                     raise UnsupportedContentError(
-                        None, f"key {k!r} at {where or '<root>'} is a {type(k).__name__}; "
-                        "checkpoint keys must be str or int"
+                        None,
+                        f"key {k!r} at {where or '<root>'} is a {type(k).__name__}; "
+                        "checkpoint keys must be str or int",
                     )
                 items.append((k, build(v, f"{where}.{k}" if where else str(k))))
             return DictNode(items, ordered=t is collections.OrderedDict)
@@ -195,8 +196,10 @@ def from_python(state: Any, *, pickle_objects: bool = False) -> Node:
             )
         if isinstance(obj, dict):
             raise UnsupportedContentError(
-                None, f"{where or '<root>'} is a {t.__name__}; only dict and OrderedDict are "
-                "containers in a checkpoint", "convert it with dict(...)"
+                None,
+                f"{where or '<root>'} is a {t.__name__}; only dict and OrderedDict are "
+                "containers in a checkpoint",
+                "convert it with dict(...)",
             )
         return leaf(obj, where)
 
@@ -213,7 +216,7 @@ def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
     if isinstance(obj, bytes):
         return OpaqueLeaf(pickle.dumps(obj, protocol=4), "pickle")
     if isinstance(obj, (np.ndarray, np.generic)):
-        array = np.ascontiguousarray(obj)
+        array = np.asarray(obj, order="C")
         from . import dtypes
 
         try:
@@ -235,7 +238,9 @@ def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
     if isinstance(obj, ExternalReference):
         return ExternalLeaf(obj.kind, obj.info)
     if pickle_objects:
-        return OpaqueLeaf(pickle.dumps(obj, protocol=4), f"{type(obj).__module__}.{type(obj).__qualname__}")
+        return OpaqueLeaf(
+            pickle.dumps(obj, protocol=4), f"{type(obj).__module__}.{type(obj).__qualname__}"
+        )
     raise UnsupportedContentError(
         None,
         f"{where or '<root>'} is a {type(obj).__module__}.{type(obj).__qualname__}, which is "
@@ -326,6 +331,7 @@ def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> 
         ) from None
     except Exception as exc:
         raise NotACheckpointError(
-            src_path, f"not a torch.save file ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+            src_path,
+            f"not a torch.save file ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})",
         ) from None
     return save(state, dst, release)

@@ -64,7 +64,9 @@ def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path
     """
     target = Path(target)
     if target.exists() and not replace:
-        raise UsageError(target, "already exists; refusing to overwrite it", "choose another output")
+        raise UsageError(
+            target, "already exists; refusing to overwrite it", "choose another output"
+        )
     if not target.parent.is_dir():
         raise UsageError(target, "its directory does not exist", "create it first")
     tmp = temp_name(target)

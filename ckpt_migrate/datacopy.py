@@ -50,7 +50,11 @@ def _as_storage(array: np.ndarray, storage: np.dtype) -> np.ndarray:
     array = np.asarray(array)
     if array.dtype == storage or (storage.kind == "b" and array.dtype.kind == "b"):
         return array
-    if array.dtype.itemsize == storage.itemsize and array.dtype.kind in "iu" and storage.kind in "iu":
+    if (
+        array.dtype.itemsize == storage.itemsize
+        and array.dtype.kind in "iu"
+        and storage.kind in "iu"
+    ):
         return array.view(storage)  # same bits (e.g. bf16 patterns held as uint16)
     if array.dtype.newbyteorder("<") == storage.newbyteorder("<"):
         return array.astype(storage)

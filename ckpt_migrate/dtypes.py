@@ -1,6 +1,7 @@
 """Tensor dtypes: torch name, the numpy dtype stored on disk, and the RtFx code of format 0.5.
 
-bfloat16 has no numpy dtype; every format stores its raw 16-bit pattern as int16 (FORMAT.md §3.3, §4.5).
+bfloat16 has no numpy dtype; every format stores its raw 16-bit pattern as int16
+(FORMAT.md §3.3, §4.5).
 """
 
 from __future__ import annotations

@@ -78,7 +78,9 @@ def attr_python(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8")
     if isinstance(value, np.ndarray):
-        return [attr_python(v) for v in value.tolist()] if value.dtype.kind == "O" else value.tolist()
+        return (
+            [attr_python(v) for v in value.tolist()] if value.dtype.kind == "O" else value.tolist()
+        )
     if isinstance(value, np.generic):
         return value.item()
     return value
@@ -118,7 +120,9 @@ class H5Handle:
             data = ds[()]
         except OSError as exc:
             raise CorruptCheckpointError(
-                self.path, f"cannot read dataset {name!r} ({_short(exc)})", "the file may be damaged"
+                self.path,
+                f"cannot read dataset {name!r} ({_short(exc)})",
+                "the file may be damaged",
             ) from None
         arr = np.asarray(data)
         if arr.dtype.byteorder == ">":
@@ -142,7 +146,8 @@ def filters_of(ds: h5py.Dataset) -> tuple:
     """The filter pipeline as comparable data: ((id, flags, cd_values), ...)."""
     plist = ds.id.get_create_plist()
     return tuple(
-        (f[0], f[1], tuple(f[2])) for f in (plist.get_filter(i) for i in range(plist.get_nfilters()))
+        (f[0], f[1], tuple(f[2]))
+        for f in (plist.get_filter(i) for i in range(plist.get_nfilters()))
     )
 
 

@@ -44,6 +44,18 @@ def decode_data_pickle(payload: bytes) -> Any:
         raise pickle.UnpicklingError(str(exc)) from None
 
 
+def scalar_payload(payload: bytes) -> tuple[bool, Any]:
+    """(True, value) when ``payload`` pickles just a None/bool/int/float/str (e.g. an int beyond
+    64 bits that a legacy writer had to pickle); such a payload is read as that value."""
+    try:
+        value = decode_data_pickle(payload)
+    except pickle.UnpicklingError:
+        return False, None
+    return (
+        (True, value) if value is None or type(value) in (bool, int, float, str) else (False, None)
+    )
+
+
 def decode(payload: bytes, mode: ObjectMode, type_hint: str = "") -> Any:
     if mode == "opaque":
         return OpaqueObject(payload, type_hint)
@@ -57,4 +69,4 @@ def decode(payload: bytes, mode: ObjectMode, type_hint: str = "") -> Any:
 
         return dill.loads(payload)
     except ImportError:
-        return pickle.loads(payload)  # noqa: S301 - the caller said the file is trusted
+        return pickle.loads(payload)

@@ -17,6 +17,7 @@ import numpy as np
 from . import dtypes
 from .errors import CorruptCheckpointError, UnsupportedContentError
 from .h5io import H5Handle, attr_bool, attr_python, attr_text, object_key
+from .objects import scalar_payload
 from .spec_pickle import decode_spec_info
 from .tree import (
     ExternalLeaf,
@@ -134,20 +135,27 @@ def _decode_tagged(
         try:
             payload = bytes.fromhex(attr_text(attrs["object_value"]))
         except (KeyError, ValueError):
-            raise CorruptCheckpointError(handle.path, f"object {name!r} has no hex payload") from None
-        return OpaqueLeaf(payload, "dill")
+            raise CorruptCheckpointError(
+                handle.path, f"object {name!r} has no hex payload"
+            ) from None
+        is_scalar, value = scalar_payload(payload)
+        return ValueLeaf(value) if is_scalar else OpaqueLeaf(payload, "dill")
     if tag in ("DeferredFullTensor", "FullTensorH5Type"):
         return _full(ds, handle, name)
     if tag == "DeferredH5Tensor" and attr_bool(attrs.get("link_to_self", False)):
         target = attr_text(attrs["key"])
         f = ds.file
         if target not in f or not isinstance(f[target], h5py.Dataset):
-            raise CorruptCheckpointError(handle.path, f"{name!r} links to missing dataset {target!r}")
+            raise CorruptCheckpointError(
+                handle.path, f"{name!r} links to missing dataset {target!r}"
+            )
         return _tensor(f[target], target, handle, name, numpy=False)
     if tag in _EXTERNAL_TAGS:
         return ExternalLeaf(tag, {k: attr_python(v) for k, v in attrs.items()})
     raise UnsupportedContentError(
-        handle.path, f"dataset {stored!r} has unknown type tag {tag!r}", "is it from a newer release?"
+        handle.path,
+        f"dataset {stored!r} has unknown type tag {tag!r}",
+        "is it from a newer release?",
     )
 
 
@@ -157,7 +165,9 @@ def _full(ds: h5py.Dataset, handle: H5Handle, name: str) -> FullTensorLeaf:
         shape = tuple(int(d) for d in np.asarray(attrs["shape"]).reshape(-1))
         fill: Any = np.asarray(attrs["fill_value"]).reshape(()).item()
     except KeyError:
-        raise CorruptCheckpointError(handle.path, f"full tensor {name!r} lacks shape/fill_value") from None
+        raise CorruptCheckpointError(
+            handle.path, f"full tensor {name!r} lacks shape/fill_value"
+        ) from None
     dt = dtypes.from_storage(ds.dtype, attr_bool(attrs.get("is_bfloat16", False)))
     if dt.name == "bool":
         fill = bool(fill)
@@ -167,7 +177,7 @@ def _full(ds: h5py.Dataset, handle: H5Handle, name: str) -> FullTensorLeaf:
 
 
 def _decode_flagged(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str) -> Leaf:
-    """Untagged 0.1/0.2 datasets, checked in the order of ``_load_tensor_from_checkpoint`` (§3.4)."""
+    """Untagged 0.1/0.2 datasets, in the order ``_load_tensor_from_checkpoint`` checks (§3.4)."""
     attrs = ds.attrs
     if "filepath" in attrs:
         return ExternalLeaf("DeferredFileTensor", {k: attr_python(v) for k, v in attrs.items()})
@@ -184,5 +194,3 @@ def _decode_flagged(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str) 
 
 def legacy_name(leaf_name: str) -> str:
     return quote(leaf_name, safe="")
-
-

@@ -15,7 +15,6 @@ from . import dtypes, treespec_json
 from .errors import CorruptCheckpointError, KeyCollisionError, UnsupportedContentError
 from .h5io import H5Handle, attr_bool, attr_text
 from .tree import (
-    DataSource,
     ExternalLeaf,
     FullTensorLeaf,
     H5Data,
@@ -160,7 +159,9 @@ def _decode_object(
     if kind == "ScalarSerializer":
         value = m.get("scalar_value")
         if type(value) not in (bool, int, float):
-            raise CorruptCheckpointError(path, f"leaf {name!r}: scalar_value {value!r} is not a number")
+            raise CorruptCheckpointError(
+                path, f"leaf {name!r}: scalar_value {value!r} is not a number"
+            )
         return ValueLeaf(value)
     if kind == "StringSerializer":
         value = m.get("string_value")
@@ -187,7 +188,9 @@ def _decode_object(
 def _dataset(f: h5py.File, name: str, path: Path, used: set[str]) -> h5py.Dataset:
     obj = f.get(name)
     if not isinstance(obj, h5py.Dataset):
-        raise CorruptCheckpointError(path, f"leaf {name!r} has no dataset", "the file is incomplete")
+        raise CorruptCheckpointError(
+            path, f"leaf {name!r} has no dataset", "the file is incomplete"
+        )
     used.add(name)
     return obj
 
@@ -208,15 +211,19 @@ def _shape(m: dict[str, Any], path: Path, name: str) -> tuple[int, ...]:
         raise CorruptCheckpointError(path, f"tensor {name!r} metadata has no shapes") from None
 
 
-def _check_storage(ds: h5py.Dataset, dtype: str, shape: tuple[int, ...], path: Path, name: str):
+def _check_storage(
+    ds: h5py.Dataset, dtype: str, shape: tuple[int, ...], path: Path, name: str
+) -> None:
     want = dtypes.by_name(dtype).storage
-    if ds.shape != shape or ds.dtype.newbyteorder("<") != want.newbyteorder("<"):
-        if not (want.kind == "b" and ds.dtype.kind == "b"):
-            raise CorruptCheckpointError(
-                path,
-                f"tensor {name!r}: dataset is {ds.dtype}{list(ds.shape or ())}, "
-                f"metadata says {dtype}{list(shape)}",
-            )
+    same_dtype = ds.dtype.newbyteorder("<") == want.newbyteorder("<") or (
+        want.kind == "b" and ds.dtype.kind == "b"
+    )
+    if ds.shape != shape or not same_dtype:
+        raise CorruptCheckpointError(
+            path,
+            f"tensor {name!r}: dataset is {ds.dtype}{list(ds.shape or ())}, "
+            f"metadata says {dtype}{list(shape)}",
+        )
 
 
 def _full_tensor(m: dict[str, Any], path: Path, name: str) -> FullTensorLeaf:
@@ -231,7 +238,9 @@ def _full_tensor(m: dict[str, Any], path: Path, name: str) -> FullTensorLeaf:
 def _resolve_links(root: Node, links: dict[str, str], first: dict[str, Leaf], path: Path) -> Node:
     for name, target in links.items():
         if target not in first or target in links:
-            raise CorruptCheckpointError(path, f"leaf {name!r} links to {target!r}, not a stored leaf")
+            raise CorruptCheckpointError(
+                path, f"leaf {name!r} links to {target!r}, not a stored leaf"
+            )
     return map_leaves(root, lambda ref: first[links[ref.name]] if ref.name in links else ref.leaf)
 
 
@@ -239,5 +248,3 @@ def _dataset_names(f: h5py.File) -> list[str]:
     names: list[str] = []
     f.visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
     return names
-
-

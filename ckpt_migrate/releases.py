@@ -1,7 +1,8 @@
 """The known releases, their on-disk format, and how a file tells which one wrote it.
 
-Facts from FORMAT.md §1.1–1.3: formats 0.1–0.3 were written by 1.7–1.9 without ``__cstorch_version__``;
-2.0 wrote 0.4 without it; 2.1–2.4 wrote 0.4 with it; 2.5–2.10 write 0.5 (JSON treespec, ``__TYPE__`` tags).
+Facts from FORMAT.md §1.1–1.3: formats 0.1–0.3 were written by 1.7–1.9 without
+``__cstorch_version__``; 2.0 wrote 0.4 without it; 2.1–2.4 wrote 0.4 with it; 2.5–2.10 write 0.5
+(JSON treespec, ``__TYPE__`` tags).
 """
 
 from __future__ import annotations
@@ -42,10 +43,7 @@ RELEASES: tuple[Release, ...] = (
     Release("1.8", 0.2, None, "dill-treespec", _FLAGS, "plain"),
     Release("1.9", 0.3, None, "dill-treespec", _H5_NUMPY, "plain"),
     Release("2.0", 0.4, None, "dill-treespec", _H5, "plain"),
-    *(
-        Release(f"2.{m}", 0.4, f"2.{m}.0", "dill-treespec", _H5, "dataclass")
-        for m in range(1, 5)
-    ),
+    *(Release(f"2.{m}", 0.4, f"2.{m}.0", "dill-treespec", _H5, "dataclass") for m in range(1, 5)),
     *(Release(f"2.{m}", 0.5, f"2.{m}.0", "json-treespec", _TYPE, "none") for m in range(5, 11)),
 )
 BY_NAME = {r.name: r for r in RELEASES}
@@ -94,14 +92,16 @@ class Detected:
 
 
 def detect(path: str | Path, version_attr: float | None, cstorch_attr: str | None) -> Detected:
-    """FORMAT.md §1.3: ``__version__`` (default 0.1), then ``__cstorch_version__``, then the fallback map."""
+    """FORMAT.md §1.3: ``__version__`` (default 0.1), then ``__cstorch_version__``, then the
+    fallback map."""
     fmt = 0.1 if version_attr is None else float(version_attr)
     known = next((f for f in KNOWN_FORMATS if format_matches(f, fmt)), None)
     if known is None:
         if fmt > KNOWN_FORMATS[-1]:
             raise NewerThanToolError(
                 path,
-                f"checkpoint format {fmt} is newer than this tool knows (newest {KNOWN_FORMATS[-1]}, "
+                f"checkpoint format {fmt} is newer than this tool knows "
+                f"(newest {KNOWN_FORMATS[-1]}, "
                 f"release {LATEST.name})",
                 "upgrade ckpt-migrate",
             )

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import numpy as np
 
-Key = Union[str, int]
+Key = str | int
 
 
 # --------------------------------------------------------------------------- containers
@@ -67,7 +67,7 @@ class NamedTupleNode:
     items: list[Node] = field(default_factory=list)
 
 
-Container = Union[DictNode, SeqNode, NamedTupleNode]
+Container = DictNode | SeqNode | NamedTupleNode
 
 
 # --------------------------------------------------------------------------- tensor data
@@ -140,7 +140,7 @@ class FullTensorLeaf:
 class ValueLeaf:
     """A Python None, bool, int (any size), float (incl. nan, inf, -0.0) or str."""
 
-    value: None | bool | int | float | str
+    value: bool | int | float | str | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,7 +153,7 @@ class OpaqueLeaf:
 
 @dataclass(frozen=True, eq=False)
 class MissingLeaf:
-    """The spec names this leaf but the file has no data for it (1.x tied weights, crashed saves)."""
+    """The spec names this leaf but the file has no data (1.x tied weights, crashed saves)."""
 
     name: str
 
@@ -169,8 +169,8 @@ class ExternalLeaf:
     info: dict[str, Any]
 
 
-Leaf = Union[TensorLeaf, FullTensorLeaf, ValueLeaf, OpaqueLeaf, MissingLeaf, ExternalLeaf]
-Node = Union[DictNode, SeqNode, NamedTupleNode, Leaf]
+Leaf = TensorLeaf | FullTensorLeaf | ValueLeaf | OpaqueLeaf | MissingLeaf | ExternalLeaf
+Node = DictNode | SeqNode | NamedTupleNode | Leaf
 LEAF_TYPES = (TensorLeaf, FullTensorLeaf, ValueLeaf, OpaqueLeaf, MissingLeaf, ExternalLeaf)
 CONTAINER_TYPES = (DictNode, SeqNode, NamedTupleNode)
 
@@ -233,7 +233,7 @@ def first_positions(root: Node) -> dict[int, LeafRef]:
 
 
 def name_collisions(root: Node) -> dict[str, list[tuple[Key, ...]]]:
-    """Leaf names that more than one position would get (``"a.b"`` vs ``a -> b``, ``1`` vs ``"1"``)."""
+    """Names more than one position would get (``"a.b"`` vs ``a -> b``, ``1`` vs ``"1"``)."""
     by_name: dict[str, list[tuple[Key, ...]]] = {}
     for ref in iter_leaves(root):
         by_name.setdefault(ref.name, []).append(ref.path)
@@ -307,8 +307,10 @@ def structure_equal(a: Node, b: Node) -> bool:
         )
     if isinstance(a, SeqNode):
         assert isinstance(b, SeqNode)
-        return a.kind == b.kind and len(a.items) == len(b.items) and all(
-            structure_equal(x, y) for x, y in zip(a.items, b.items)
+        return (
+            a.kind == b.kind
+            and len(a.items) == len(b.items)
+            and all(structure_equal(x, y) for x, y in zip(a.items, b.items))
         )
     if isinstance(a, NamedTupleNode):
         assert isinstance(b, NamedTupleNode)

@@ -57,8 +57,11 @@ def _node(obj: Any, path: str | Path | None) -> Node:
             raise CorruptCheckpointError(path, f"__spec__ {kind} context does not match children")
         for k in keys:
             if type(k) not in (str, int):
-                raise UnsupportedContentError(path, f"__spec__ has a dict key {k!r} of type "
-                                              f"{type(k).__name__}; only str and int are supported")
+                raise UnsupportedContentError(
+                    path,
+                    f"__spec__ has a dict key {k!r} of type "
+                    f"{type(k).__name__}; only str and int are supported",
+                )
         return DictNode(list(zip(keys, items)), ordered=kind == "collections.OrderedDict")
     if kind in _SEQ_TYPES:
         return SeqNode(_SEQ_TYPES[kind], items)  # type: ignore[arg-type]
@@ -93,7 +96,9 @@ def to_json_node(node: Node) -> dict[str, Any]:
         context = json.dumps(node.keys())
         kids = [v for _, v in node.items]
     elif isinstance(node, SeqNode):
-        kind = {"list": "builtins.list", "tuple": "builtins.tuple", "set": "builtins.set"}[node.kind]
+        kind = {"list": "builtins.list", "tuple": "builtins.tuple", "set": "builtins.set"}[
+            node.kind
+        ]
         context, kids = "null", node.items
     else:
         raise UnsupportedContentError(

@@ -84,8 +84,10 @@ def _write_leaf(f: h5py.File, stored: str, name: str, leaf: Leaf, fmt: float) ->
             ds.attrs["string_value" if fmt >= 0.3 else "string_val"] = value
             if fmt < 0.3:
                 ds.attrs["is_string"] = np.bool_(True)
-        elif isinstance(value, int) and not isinstance(value, bool) and not (
-            _INT64[0] <= value <= _INT64[1]
+        elif (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and not (_INT64[0] <= value <= _INT64[1])
         ):
             if fmt < 0.3:
                 raise UnsupportedContentError(

@@ -30,7 +30,6 @@ from .tree import (
     NamedTupleNode,
     Node,
     OpaqueLeaf,
-    SeqNode,
     TensorLeaf,
     ValueLeaf,
     contains,
@@ -84,10 +83,18 @@ def prepare(
             missing.append(ref.name)
         if release.format < 0.3 and isinstance(leaf, OpaqueLeaf):
             raise UnsupportedContentError(
-                path, f"leaf {ref.name!r} is a pickled object, which format {release.format} cannot hold"
+                path,
+                f"leaf {ref.name!r} is a pickled object, which format {release.format} cannot hold",
             )
         if not release.legacy and _has_dataset(leaf):
             _check_h5_name(ref.name, stored, path)
+        if release.legacy and ref.name == "" and not isinstance(leaf, MissingLeaf):
+            raise UnsupportedContentError(
+                path,
+                f"an empty leaf name at {format_path(ref.path)} cannot be a dataset name in format "
+                f"{release.format}",
+                "write release 2.5 or newer, or rename the key",
+            )
     if missing and not allow_missing:
         raise MissingLeavesError(
             path,
@@ -109,12 +116,16 @@ def _check_h5_name(name: str, stored: dict[str, str], path) -> None:
     parts = name.split("/")
     if not name or any(p in ("", ".") for p in parts):
         raise UnsupportedContentError(
-            path, f"leaf name {name!r} cannot be an HDF5 dataset name in format 0.5", "rename the key"
+            path,
+            f"leaf name {name!r} cannot be an HDF5 dataset name in format 0.5",
+            "rename the key",
         )
     for i in range(1, len(parts)):
         prefix = "/".join(parts[:i])
         if stored.get(prefix) == "dataset":
-            raise KeyCollisionError(path, f"leaf {name!r} needs group {prefix!r}, which is a tensor")
+            raise KeyCollisionError(
+                path, f"leaf {name!r} needs group {prefix!r}, which is a tensor"
+            )
         stored[prefix] = "group"
     if stored.get(name) == "group":
         raise KeyCollisionError(path, f"tensor {name!r} clashes with a group of the same name")
@@ -132,8 +143,10 @@ def write_checkpoint(
     on_leaf: Callable[[str, Leaf], None] | None = None,
 ) -> WriteReport:
     """Write ``root`` to ``path`` in the format of ``release`` (default: the newest)."""
-    rel = release if isinstance(release, Release) else (
-        releases.LATEST if release is None else releases.get(release)
+    rel = (
+        release
+        if isinstance(release, Release)
+        else (releases.LATEST if release is None else releases.get(release))
     )
     target = Path(path)
     to_write, notes = prepare(root, rel, allow_missing=allow_missing, path=target)
@@ -171,4 +184,6 @@ def _comparable(node: Node) -> Node:
     """Missing leaves written as None in 0.5 read back as None values; compare them as such."""
     from .tree import map_leaves
 
-    return map_leaves(node, lambda r: ValueLeaf(None) if isinstance(r.leaf, MissingLeaf) else r.leaf)
+    return map_leaves(
+        node, lambda r: ValueLeaf(None) if isinstance(r.leaf, MissingLeaf) else r.leaf
+    )

@@ -1,0 +1,198 @@
+#!/usr/bin/env python
+"""Write the small deterministic checkpoints in ``fixtures/``, one per release we test against.
+
+    python scripts/make_fixtures.py [--out fixtures] [--force]
+
+Each ``release-<R>.mdl`` holds every leaf kind that release's format can express (FORMAT.md §3,
+§4): tensors of every dtype incl. bf16 with NaN payloads and -0.0, 0-d and empty tensors, a tie,
+numpy arrays, Python scalars (nan, inf, -0.0, ints beyond 64 bits), strings, None, a constant
+("full") tensor, a pickled object, OrderedDict/list/tuple/namedtuple/set containers, int keys,
+empty containers and keys with dots, slashes and spaces. The 1.9 file also misses one name of a
+tied pair and carries a dataset its spec does not name, as real 1.x files do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ckpt_migrate import releases  # noqa: E402
+from ckpt_migrate.tree import (  # noqa: E402
+    DictNode,
+    FullTensorLeaf,
+    MemoryData,
+    MissingLeaf,
+    Node,
+    OpaqueLeaf,
+    SeqNode,
+    TensorLeaf,
+    ValueLeaf,
+    get_path,
+    set_path,
+)
+from ckpt_migrate.writer import write_checkpoint  # noqa: E402
+
+FIXTURE_RELEASES = ("1.7", "1.8", "1.9", "2.0", "2.3", "2.10")
+Step = collections.namedtuple("Step", ["count", "scale"])
+
+
+def _tensor(array: np.ndarray, dtype: str | None = None) -> TensorLeaf:
+    from ckpt_migrate import dtypes
+
+    dt = dtype or dtypes.from_storage(array.dtype).name
+    return TensorLeaf(dt, tuple(array.shape), MemoryData(np.asarray(array, order="C")))
+
+
+def _bf16(bits: list[int], shape: tuple[int, ...]) -> TensorLeaf:
+    return _tensor(np.array(bits, dtype="<u2").view("<i2").reshape(shape), "bfloat16")
+
+
+def build_tree(release: str) -> Node:
+    """The fixture's tree. Deterministic: seeded data, fixed order."""
+    rel = releases.get(release)
+    rng = np.random.default_rng(20261121)
+    f32 = lambda *s: rng.standard_normal(s).astype("<f4")  # noqa: E731
+    embed = _tensor(f32(6, 4))
+    w = _tensor(f32(4, 3))
+    model = DictNode(
+        [
+            ("embedding_layer.word_embeddings.weight", embed),
+            ("lm_head.weight", embed),  # a tie: one tensor under two names
+            ("fc.weight", w),
+            ("fc.bias", _bf16([0x3FC0, 0xC000, 0x7FC1], (3,))),  # 1.5, -2.0, NaN with payload
+            ("norm.scale", _bf16([0x8000, 0x7F80, 0xFF80, 0x0001], (2, 2))),  # -0, inf, -inf, tiny
+            ("half", _tensor(np.array([1.0, -0.0, np.inf, 65504.0], dtype="<f2"))),
+            ("double", _tensor(np.array([[np.pi, -0.0], [np.nan, 1e-300]], dtype="<f8"))),
+            ("ids", _tensor(np.arange(-3, 3, dtype="<i8"))),
+            ("i32", _tensor(np.array([2**31 - 1, -(2**31)], dtype="<i4"))),
+            ("i16", _tensor(np.array([-7, 7], dtype="<i2"))),
+            ("mask", _tensor(np.array([[True, False], [False, True]]))),
+            ("bytes_u8", _tensor(np.arange(250, 256, dtype="u1"))),
+            ("scale", _tensor(np.array(0.5, dtype="<f4"))),  # 0-d
+            ("empty", _tensor(np.zeros((0, 3), dtype="<f4"))),
+        ],
+        ordered=True,
+    )
+    state = DictNode(
+        [
+            (
+                0,
+                DictNode(
+                    [("exp_avg", _tensor(f32(6, 4))), ("step", _tensor(np.array(10.0, "<f4")))]
+                ),
+            ),
+            (
+                1,
+                DictNode(
+                    [("exp_avg", _tensor(f32(4, 3))), ("step", _tensor(np.array(10.0, "<f4")))]
+                ),
+            ),
+        ]
+    )
+    group = DictNode(
+        [
+            ("lr", ValueLeaf(0.1)),
+            ("betas", SeqNode("tuple", [ValueLeaf(0.9), ValueLeaf(0.999)])),
+            ("eps", ValueLeaf(1e-8)),
+            ("amsgrad", ValueLeaf(False)),
+            ("params", SeqNode("list", [ValueLeaf(0), ValueLeaf(1)])),
+        ]
+    )
+    optimizer = DictNode([("state", state), ("param_groups", SeqNode("list", [group]))])
+    scheduler = DictNode(
+        [
+            ("last_epoch", ValueLeaf(10)),
+            ("_last_lr", SeqNode("list", [ValueLeaf(0.1)])),
+            ("milestones", SeqNode("list", [ValueLeaf(5)])),
+        ]
+    )
+    misc = DictNode(
+        [
+            ("none", ValueLeaf(None)),
+            ("text", ValueLeaf("text with . and /")),
+            ("unicode", ValueLeaf("значение ✓ 日本")),
+            ("nan", ValueLeaf(float("nan"))),
+            ("inf", ValueLeaf(float("-inf"))),
+            ("neg_zero", ValueLeaf(-0.0)),
+            ("flag", ValueLeaf(True)),
+            ("big", ValueLeaf(-(2**62))),
+            ("zeros", FullTensorLeaf("float32", (2, 3), 0.0)),
+            ("empty_dict", DictNode([])),
+            ("empty_list", SeqNode("list", [])),
+            ("empty_tuple", SeqNode("tuple", [])),
+            ("key with space", ValueLeaf(1)),
+            ("key/with/slash", _tensor(np.array([1.0, 2.0], dtype="<f4"))),
+            ("key.with.dots", ValueLeaf("dots")),
+            (7, DictNode([(3, ValueLeaf("int keys"))])),
+        ]
+    )
+    items: list[tuple[str | int, Node]] = [
+        ("model", model),
+        ("optimizer", optimizer),
+        ("lr_scheduler", scheduler),
+        ("global_step", ValueLeaf(10)),
+        ("misc", misc),
+    ]
+    if rel.format >= 0.3:  # ObjectH5Type and int beyond int64 need the tagged formats
+        misc.items.append(("object", OpaqueLeaf(pickle.dumps({"opaque": [1, 2]}, protocol=4))))
+        misc.items.append(("huge", ValueLeaf(2**70)))
+        misc.items.append(
+            (
+                "array",
+                TensorLeaf(
+                    "int32", (2, 2), MemoryData(np.arange(4, dtype="<i4").reshape(2, 2)), numpy=True
+                ),
+            )
+        )
+    if rel.legacy:  # format 0.5 cannot name namedtuple classes
+        from ckpt_migrate.tree import NamedTupleNode
+
+        misc.items.append(
+            ("step", NamedTupleNode("Step", Step._fields, [ValueLeaf(3), ValueLeaf(0.5)]))
+        )
+    else:  # sets are containers only for the 2.10 writer
+        misc.items.append(("set", SeqNode("set", [ValueLeaf(1), ValueLeaf(2), ValueLeaf(3)])))
+    root = DictNode(items)
+    if release == "1.9":
+        # A 1.x appliance save skipped one name of a tied pair (MODELZOO_HISTORY §1.1).
+        set_path(root, ("model", "lm_head.weight"), MissingLeaf("model.lm_head.weight"))
+    assert get_path(root, ("global_step",)) is not None
+    return root
+
+
+def write_fixture(release: str, out_dir: Path, force: bool = False) -> Path:
+    path = out_dir / f"release-{release}.mdl"
+    if path.exists():
+        if not force:
+            return path
+        path.unlink()
+    write_checkpoint(build_tree(release), path, release, allow_missing=True)
+    if release == "1.9":
+        import h5py
+
+        with h5py.File(path, "a") as f:  # a graph-tensor argument: not named by the spec
+            f["__model.x.arg_0"] = np.arange(3, dtype="<f4")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "fixtures")
+    parser.add_argument("--force", action="store_true", help="rewrite existing fixtures")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for release in FIXTURE_RELEASES:
+        print(write_fixture(release, args.out, args.force))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

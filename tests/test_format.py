@@ -1,0 +1,340 @@
+"""The format core on real files: digests of real-library files, round trips, errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from digest import digest, load_expected
+from treedigest import describe
+
+import ckpt_migrate as cm
+from ckpt_migrate import releases
+from ckpt_migrate.errors import (
+    CorruptCheckpointError,
+    KeyCollisionError,
+    MissingLeavesError,
+    NewerThanToolError,
+    NotACheckpointError,
+    UnsupportedContentError,
+)
+from ckpt_migrate.reader import read_checkpoint
+from ckpt_migrate.tree import (
+    DictNode,
+    MemoryData,
+    NamedTupleNode,
+    OpaqueLeaf,
+    TensorLeaf,
+    ValueLeaf,
+    iter_leaves,
+)
+from ckpt_migrate.writer import write_checkpoint
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+REAL = FIXTURES / "real-cstorch-2.10"
+REAL_CASES = sorted(p.stem for p in REAL.glob("*.mdl") if "collision" not in p.stem)
+RELEASE_FIXTURES = sorted(FIXTURES.glob("release-*.mdl"))
+ALL_FIXTURES = [REAL / f"{c}.mdl" for c in REAL_CASES] + RELEASE_FIXTURES
+
+
+@pytest.mark.parametrize("case", REAL_CASES)
+def test_real_library_files_give_their_expected_digest(case):
+    state = cm.load(REAL / f"{case}.mdl", objects_mode="data")
+    assert digest(state) == load_expected(case)
+
+
+@pytest.mark.parametrize("case", ["key_collision", "key_collision_int_str"])
+def test_colliding_keys_are_refused_not_misread(case):
+    with pytest.raises(KeyCollisionError, match=r"collide|shared by several keys"):
+        read_checkpoint(REAL / f"{case}.mdl")
+
+
+def test_every_release_has_a_fixture():
+    names = {p.stem.removeprefix("release-") for p in RELEASE_FIXTURES}
+    assert names == {"1.7", "1.8", "1.9", "2.0", "2.3", "2.10"}
+
+
+@pytest.mark.parametrize("path", RELEASE_FIXTURES, ids=lambda p: p.stem)
+def test_release_detected_from_file(path):
+    with read_checkpoint(path) as ckpt:
+        assert ckpt.release is not None
+        assert ckpt.release.name == path.stem.removeprefix("release-")
+        assert releases.format_matches(ckpt.format, ckpt.release.format)
+
+
+@pytest.mark.filterwarnings("ignore:.*written as")
+@pytest.mark.parametrize("path", ALL_FIXTURES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("target", ["2.0", "2.3", "2.10"])
+def test_round_trip_through_writers_keeps_the_tree(path, target, tmp_path):
+    rel = releases.get(target)
+    with read_checkpoint(path) as ckpt:
+        src = ckpt.root
+        out = tmp_path / "out.mdl"
+        if rel.legacy and any(r.name == "" for r in iter_leaves(src)):
+            with pytest.raises(UnsupportedContentError, match="empty leaf name"):
+                write_checkpoint(src, out, target, allow_missing=True)
+            assert list(tmp_path.iterdir()) == []
+            return
+        write_checkpoint(src, out, target, allow_missing=True)
+        legacy_numpy = ckpt.format <= 0.3
+        opts = dict(
+            missing_as_none=not rel.legacy,
+            namedtuple_as_tuple=not rel.legacy,
+            numpy_as_tensor=legacy_numpy,
+        )
+        with read_checkpoint(out) as back:
+            assert describe(back.root, **opts) == describe(src, **opts)
+            assert back.release is rel
+
+
+def test_round_trip_is_exact_for_bf16_nan_payloads_and_non_finite(tmp_path):
+    with read_checkpoint(FIXTURES / "release-2.0.mdl") as ckpt:
+        bias = next(r.leaf for r in iter_leaves(ckpt.root) if r.name == "model.fc.bias")
+        bits = bias.data.read().view("<u2").tolist()
+        assert bits == [0x3FC0, 0xC000, 0x7FC1]
+        values = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+        assert str(values["misc.neg_zero"].value) == "-0.0"
+        assert values["misc.inf"].value == float("-inf")
+        assert values["misc.nan"].value != values["misc.nan"].value
+
+
+def test_missing_leaves_are_marked_listed_and_refused_by_load(tmp_path):
+    path = FIXTURES / "release-1.9.mdl"
+    with read_checkpoint(path) as ckpt:
+        assert ckpt.missing == ["model.lm_head.weight"]
+        assert ckpt.unreferenced == ["__model.x.arg_0"]
+    with pytest.raises(MissingLeavesError, match=r"model\.lm_head\.weight"):
+        cm.load(path)
+    state = cm.load(path, allow_missing=True)
+    assert state["model"]["lm_head.weight"] is None
+    with pytest.raises(MissingLeavesError, match="lm_head"), read_checkpoint(path) as ckpt:
+        write_checkpoint(ckpt.root, tmp_path / "x.mdl", "2.10")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ties_are_one_leaf_object():
+    with read_checkpoint(REAL / "tied.mdl") as ckpt:
+        by_name = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+        assert by_name["model.embed.weight"] is by_name["model.lm_head.weight"]
+        assert by_name["copies.0"] is by_name["model.embed.weight"]
+        assert by_name["not_tied"] is not by_name["model.embed.weight"]
+    with read_checkpoint(FIXTURES / "release-2.0.mdl") as ckpt:  # hard links in 0.4
+        by_name = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+        assert (
+            by_name["model.lm_head.weight"]
+            is by_name["model.embedding_layer.word_embeddings.weight"]
+        )
+
+
+def test_load_reads_no_tensor_data_until_used(monkeypatch):
+    from ckpt_migrate import h5io
+
+    reads: list[str] = []
+    real = h5io.H5Handle.read_dataset
+    monkeypatch.setattr(
+        h5io.H5Handle, "read_dataset", lambda self, n: reads.append(n) or real(self, n)
+    )
+    state = cm.load(REAL / "basic.mdl")
+    assert reads == []
+    assert float(state["model"]["w"].sum()) == pytest.approx(float(state["model"]["w"].sum()))
+    assert reads == ["model.w"]
+
+
+def test_save_load_python_state_keeps_ties_bf16_and_int_keys(tmp_path):
+    import torch
+
+    w = torch.randn(3, 4)
+    sd = {
+        "model": {
+            "w": w,
+            "w_alias": w,
+            "b": torch.tensor([1.5, float("nan")], dtype=torch.bfloat16),
+        },
+        "optimizer": {"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"params": [0]}]},
+        "x": float("-inf"),
+        "big": 2**80,
+        "z": -0.0,
+    }
+    for release in ("2.0", "2.10"):
+        out = tmp_path / f"{release}.mdl"
+        cm.save(sd, out, release)
+        back = cm.load(out)
+        assert back["model"]["w"] is back["model"]["w_alias"]
+        assert torch.equal(back["model"]["w"], w)
+        assert (
+            back["model"]["b"].view(torch.int16).tolist()
+            == sd["model"]["b"].view(torch.int16).tolist()
+        )
+        assert list(back["optimizer"]["state"]) == [0]
+        assert back["big"] == 2**80 and str(back["z"]) == "-0.0"
+
+
+def test_to_torch_and_back_keeps_ties_and_bits(tmp_path):
+    import torch
+
+    pt = tmp_path / "plain.pt"
+    cm.to_torch(REAL / "tied.mdl", pt)
+    plain = torch.load(pt, weights_only=True)
+    assert plain["model"]["embed.weight"] is plain["model"]["lm_head.weight"]
+    assert plain["copies"][1] is plain["model"]["x"]
+    back = tmp_path / "back.mdl"
+    cm.from_torch(pt, back)
+    assert digest(cm.load(back)) == load_expected("tied")
+    d2 = tmp_path / "dtypes.pt"
+    cm.to_torch(REAL / "dtypes.mdl", d2)
+    cm.from_torch(d2, tmp_path / "dtypes.mdl")
+    assert digest(cm.load(tmp_path / "dtypes.mdl")) == load_expected("dtypes")
+
+
+def test_save_refuses_colliding_keys_before_writing(tmp_path):
+    out = tmp_path / "c.mdl"
+    with pytest.raises(KeyCollisionError, match=r"'a\.b'"):
+        cm.save({"a.b": 1, "a": {"b": 2}}, out)
+    with pytest.raises(KeyCollisionError, match=r"'m\.1'"):
+        cm.save({"m": {1: "one", "1": "string one"}}, out)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_refuses_unknown_objects_and_existing_files(tmp_path):
+    with pytest.raises(UnsupportedContentError, match="pickle_objects"):
+        cm.save({"x": object()}, tmp_path / "a.mdl")
+    cm.save({"x": 1}, tmp_path / "b.mdl")
+    with pytest.raises(Exception, match="already exists"):
+        cm.save({"x": 2}, tmp_path / "b.mdl")
+    assert cm.load(tmp_path / "b.mdl") == {"x": 1}
+
+
+def test_failed_write_leaves_nothing_behind(tmp_path):
+    class Boom(MemoryData):
+        def read(self):
+            raise OSError(28, "No space left on device")
+
+    tree = DictNode([("a", TensorLeaf("float32", (2,), Boom(np.zeros(2, "<f4"))))])
+    with pytest.raises(Exception, match="no space left"):
+        write_checkpoint(tree, tmp_path / "x.mdl")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_opaque_objects_stay_opaque_and_are_carried_over(tmp_path):
+    payload = b"\x80\x04\x95\x08\x00\x00\x00\x00\x00\x00\x00]\x94(K\x01K\x02e."
+    tree = DictNode([("obj", OpaqueLeaf(payload))])
+    for release in ("2.0", "2.10"):
+        out = tmp_path / f"{release}.mdl"
+        write_checkpoint(tree, out, release)
+        with read_checkpoint(out) as ckpt:
+            (ref,) = list(iter_leaves(ckpt.root))
+            assert isinstance(ref.leaf, OpaqueLeaf) and ref.leaf.payload == payload
+        assert repr(cm.load(out)["obj"]).startswith("OpaqueObject(")
+        assert cm.load(out, objects_mode="data")["obj"] == [1, 2]
+
+
+def test_namedtuples_survive_legacy_and_become_tuples_in_05(tmp_path):
+    tree = DictNode([("nt", NamedTupleNode("Pair", ("a", "b"), [ValueLeaf(1), ValueLeaf(2)]))])
+    write_checkpoint(tree, tmp_path / "l.mdl", "2.0")
+    loaded = cm.load(tmp_path / "l.mdl")["nt"]
+    assert type(loaded).__name__ == "Pair" and loaded.a == 1 and loaded.b == 2
+    with pytest.warns(UserWarning, match="namedtuples written as tuples"):
+        write_checkpoint(tree, tmp_path / "n.mdl", "2.10")
+    assert cm.load(tmp_path / "n.mdl")["nt"] == (1, 2)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _h5(path: Path, **attrs) -> Path:
+    with h5py.File(path, "w") as f:
+        for k, v in attrs.items():
+            f.attrs[k] = v
+        f["data"] = np.arange(3)
+    return path
+
+
+def test_not_hdf5_truncated_and_foreign_hdf5_are_one_line_errors(tmp_path):
+    text = tmp_path / "notes.mdl"
+    text.write_text("hello")
+    with pytest.raises(NotACheckpointError, match="not an HDF5 file"):
+        read_checkpoint(text)
+    truncated = tmp_path / "trunc.mdl"
+    data = (REAL / "basic.mdl").read_bytes()
+    truncated.write_bytes(data[: len(data) // 3])
+    with pytest.raises((CorruptCheckpointError, NotACheckpointError)) as info:
+        read_checkpoint(truncated)
+    assert "\n" not in str(info.value) and str(truncated) in str(info.value)
+    foreign = _h5(tmp_path / "foreign.h5")
+    with pytest.raises(CorruptCheckpointError, match="not a Cerebras checkpoint"):
+        read_checkpoint(foreign)
+    with pytest.raises(NotACheckpointError, match="no such file"):
+        read_checkpoint(tmp_path / "absent.mdl")
+
+
+def test_newer_format_is_refused(tmp_path):
+    path = tmp_path / "new.mdl"
+    shutil.copy(REAL / "basic.mdl", path)
+    with h5py.File(path, "a") as f:
+        f.attrs["__version__"] = 0.6
+    with pytest.raises(NewerThanToolError, match="newer than this tool"):
+        read_checkpoint(path)
+
+
+def test_partial_05_file_is_refused(tmp_path):
+    path = tmp_path / "partial.mdl"
+    shutil.copy(REAL / "basic.mdl", path)
+    with h5py.File(path, "a") as f:
+        del f.attrs["__SUCCESS__"]
+    with pytest.raises(CorruptCheckpointError, match="partially written"):
+        read_checkpoint(path)
+
+
+def test_malicious_legacy_spec_is_refused_and_nothing_runs(tmp_path):
+    sentinel = tmp_path / "pwned"
+    payload = (
+        b"\x80\x04cposix\nsystem\n"
+        + b"X"
+        + len(f"touch {sentinel}").to_bytes(4, "little")
+        + f"touch {sentinel}".encode()
+        + b"\x85R."
+    )
+    path = _h5(tmp_path / "evil.mdl", __spec__=payload.hex(), __version__=0.4)
+    from ckpt_migrate.errors import UnsafeContentError
+
+    with pytest.raises(UnsafeContentError, match="system"):
+        read_checkpoint(path)
+    assert not sentinel.exists()
+
+
+def test_release_table_orders_versions_with_packaging():
+    names = [r.name for r in releases.RELEASES]
+    assert names[0] == "1.7" and names[-1] == "2.10"
+    assert releases.get("2.10").version > releases.get("2.9").version
+    assert releases.get("cs-2.1").format == 0.4 and releases.get("2.5").format == 0.5
+    assert releases.get("latest") is releases.LATEST
+    assert [r.format for r in releases.RELEASES[:4]] == [0.1, 0.2, 0.3, 0.4]
+
+
+def test_fixtures_are_what_make_fixtures_writes(tmp_path):
+    sys.path.insert(0, str(FIXTURES.parent / "scripts"))
+    try:
+        import make_fixtures
+    finally:
+        sys.path.pop(0)
+    for release in make_fixtures.FIXTURE_RELEASES:
+        fresh = make_fixtures.write_fixture(release, tmp_path)
+        with read_checkpoint(fresh) as a, read_checkpoint(FIXTURES / fresh.name) as b:
+            assert describe(a.root) == describe(b.root), release
+            assert a.unreferenced == b.unreferenced
+
+
+def test_inspect_json_lists_missing_and_dtypes():
+    from ckpt_migrate import commands
+
+    data = commands.inspect(FIXTURES / "release-1.9.mdl")
+    assert data["release"] == "1.9" and data["format"] == 0.3
+    assert data["missing"] == ["model.lm_head.weight"]
+    assert data["bytes_by_dtype"]["bfloat16"]["tensors"] == 2
+    assert any("MISSING" in line for line in data["outline"])
+    json.dumps(data)
