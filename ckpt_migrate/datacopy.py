@@ -7,12 +7,16 @@ else is streamed in slabs of at most ``COPY_BLOCK_BYTES``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import h5py
 import numpy as np
 
 from . import dtypes
 from .h5io import COPY_BLOCK_BYTES, LZ4_FILTER_ID, filters_of, iter_slabs, lz4_options
 from .tree import H5Data, TensorLeaf
+
+PlaceTensor = Callable[[h5py.File, str, TensorLeaf], h5py.Dataset]
 
 
 def write_tensor(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:

@@ -45,13 +45,20 @@ from __future__ import annotations
 import _compat_pickle
 import copyreg
 import io
+import keyword
 import pickle
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from .errors import CorruptCheckpointError, UnsafeContentError, UnsupportedContentError
+from .errors import (
+    CkptError,
+    CorruptCheckpointError,
+    UnsafeContentError,
+    UnsupportedContentError,
+)
 from .tree import (
     LEAF_TYPES,
     DictNode,
@@ -322,9 +329,12 @@ _RECORD_CLASSES = (_TREESPEC, _LEAFSPEC)
 class _SpecUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
     """``pickle._Unpickler`` with every opcode that can run or import something gated."""
 
-    dispatch: ClassVar[dict[int, Callable[..., None]]] = dict(
-        pickle._Unpickler.dispatch  # type: ignore[attr-defined]
-    )
+    # Only the stock handlers: a library that patched the shared table must not reach in here.
+    dispatch: ClassVar[dict[int, Callable[..., None]]] = {
+        code: handler
+        for code, handler in pickle._Unpickler.dispatch.items()  # type: ignore[attr-defined]
+        if getattr(handler, "__module__", None) == "pickle"
+    }
 
     def find_class(self, module: str, name: str) -> Any:
         if self.proto < 3:  # Python 2 names; a plain table look-up, never an import
@@ -535,18 +545,13 @@ def decode_spec_info(data: bytes, path: PathLike = None) -> SpecInfo:
         raise _corrupt(path, str(exc)) from None
     except RecursionError:
         raise _corrupt(path, "nested too deeply") from None
-    except (EOFError, pickle.UnpicklingError) as exc:
-        reason = "truncated" if isinstance(exc, EOFError) or "truncated" in str(exc) else str(exc)
-        raise _corrupt(path, reason or type(exc).__name__) from None
-    except (
-        ValueError,
-        TypeError,
-        AttributeError,
-        KeyError,
-        IndexError,
-        OverflowError,
-        MemoryError,
-    ) as exc:  # the stock opcode handlers' reactions to garbage
+    except pickle.UnpicklingError as exc:
+        raise _corrupt(path, "truncated" if "truncated" in str(exc) else str(exc)) from None
+    except CkptError:
+        raise
+    except (EOFError, struct.error):
+        raise _corrupt(path, "truncated") from None
+    except Exception as exc:  # the stock opcode handlers' reactions to garbage (nothing else runs)
         raise _corrupt(path, f"{type(exc).__name__}: {exc}") from None
     return SpecInfo(
         root=root,
@@ -634,8 +639,32 @@ _OUT_GLOBALS[_TreeSpecOut] = ("torch.utils._pytree", "TreeSpec")
 _OUT_GLOBALS[_LeafSpecOut] = ("torch.utils._pytree", "LeafSpec")
 
 
+def _save_by_name(pickler: _SpecPickler, obj: Any) -> None:
+    pickler.save_global(obj)
+
+
+_STOCK = pickle._Pickler  # type: ignore[attr-defined]
+
+
 class _SpecPickler(pickle._Pickler):  # type: ignore[name-defined,misc]
-    """dill's base pickler with globals written by name from ``_OUT_GLOBALS``, never imported."""
+    """dill's base pickler with globals written by name from ``_OUT_GLOBALS``, never imported.
+
+    It has its own dispatch table of stock methods: importing dill copies dill's reducers into
+    the table shared by every ``pickle._Pickler`` (``dill.extend``), which would change the bytes.
+    """
+
+    dispatch: ClassVar[dict[type, Callable[..., None]]] = {
+        type(None): _STOCK.save_none,
+        bool: _STOCK.save_bool,
+        int: _STOCK.save_long,
+        float: _STOCK.save_float,
+        str: _STOCK.save_str,
+        tuple: _STOCK.save_tuple,
+        list: _STOCK.save_list,
+        dict: _STOCK.save_dict,
+        type: _save_by_name,  # our stand-in classes
+        type(copyreg._reconstructor): _save_by_name,  # type: ignore[attr-defined]
+    }
 
     def __init__(self, file: io.BytesIO, protocol: int, strings: dict[str, str]):
         super().__init__(file, protocol)
@@ -737,8 +766,10 @@ class _Builder:
                     f"namedtuple {node.name} at {format_path(at)} has {len(fields)} fields "
                     f"but {len(node.items)} items"
                 )
-            if not node.name.isidentifier() or not all(f.isidentifier() for f in fields):
-                raise _unencodable(f"namedtuple {node.name!r} has names that are not identifiers")
+            if not _namedtuple_names_ok(node.name, fields):
+                raise _unencodable(
+                    f"namedtuple {node.name!r} has names collections.namedtuple refuses: {fields}"
+                )
             typ, ctx = _G_NAMEDTUPLE, self.namedtuple_class(node.name, fields)
             pairs = list(enumerate(node.items))
         else:
@@ -751,6 +782,15 @@ class _Builder:
             nodes += n
             leaves += lv
         return self.spec(_TreeSpecOut, typ, ctx, kids, (nodes, leaves)), nodes, leaves
+
+
+def _namedtuple_names_ok(name: str, fields: tuple[str, ...]) -> bool:
+    """Whether dill's ``_create_namedtuple`` could rebuild the class on load: the rules of
+    ``collections.namedtuple`` without ``rename``."""
+    names = (name, *fields)
+    if not all(isinstance(n, str) and n.isidentifier() and not keyword.iskeyword(n) for n in names):
+        return False
+    return len(set(fields)) == len(fields) and not any(f.startswith("_") for f in fields)
 
 
 def _unencodable(problem: str) -> UnsupportedContentError:

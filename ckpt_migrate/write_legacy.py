@@ -15,7 +15,7 @@ from urllib.parse import quote
 import h5py
 import numpy as np
 
-from .datacopy import write_tensor
+from .datacopy import PlaceTensor, write_tensor
 from .errors import UnsupportedContentError
 from .releases import Release
 from .spec_pickle import encode_spec
@@ -30,6 +30,7 @@ def write(
     release: Release,
     extra_attrs: dict[str, str],
     on_leaf: Callable[[str, Leaf], None] | None = None,
+    place: PlaceTensor = write_tensor,
 ) -> None:
     fmt = release.format
     f.attrs["__spec__"] = encode_spec(root, release.spec_torch).hex()
@@ -46,7 +47,7 @@ def write(
         if id(ref.leaf) in first:
             f[stored] = f[first[id(ref.leaf)]]  # hard link: no data copied
             continue
-        if _write_leaf(f, stored, ref.name, ref.leaf, fmt):
+        if _write_leaf(f, stored, ref.name, ref.leaf, fmt, place):
             first[id(ref.leaf)] = stored
         if on_leaf is not None:
             on_leaf(ref.name, ref.leaf)
@@ -61,10 +62,12 @@ def _empty(f: h5py.File, stored: str) -> h5py.Dataset:
     return f.create_dataset(stored, data=h5py.Empty("f"))
 
 
-def _write_leaf(f: h5py.File, stored: str, name: str, leaf: Leaf, fmt: float) -> bool:
+def _write_leaf(
+    f: h5py.File, stored: str, name: str, leaf: Leaf, fmt: float, place: PlaceTensor
+) -> bool:
     """Write one leaf; False for a missing leaf (the spec names it, the file has no data)."""
     if isinstance(leaf, TensorLeaf):
-        ds = write_tensor(f, stored, leaf)
+        ds = place(f, stored, leaf)
         if leaf.numpy and fmt >= 0.3:
             _tag(ds, "NumpyArrayH5Type", fmt)
         else:

@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 
 from . import dtypes, treespec_json
-from .datacopy import write_tensor
+from .datacopy import PlaceTensor, write_tensor
 from .releases import Release
 from .tree import (
     FullTensorLeaf,
@@ -83,6 +83,7 @@ def write(
     release: Release,
     extra_attrs: dict[str, str],
     on_leaf: Callable[[str, Leaf], None] | None = None,
+    place: PlaceTensor = write_tensor,
 ) -> None:
     f.attrs["__spec__"] = treespec_json.root_spec_text(root)
     f.attrs["__version__"] = np.float64(FORMAT_VERSION)
@@ -101,7 +102,7 @@ def write(
             }
         else:
             first_name[id(leaf)] = name
-            md = _write_value(f, name, leaf)
+            md = _write_value(f, name, leaf, place)
             if on_leaf is not None:
                 on_leaf(name, leaf)
         metadata[f"{name}.__metadata__"] = _leaf_json(name, md)
@@ -113,10 +114,10 @@ def write(
     f.attrs["__SUCCESS__"] = np.bool_(True)
 
 
-def _write_value(f: h5py.File, name: str, leaf: Leaf) -> dict[str, Any]:
+def _write_value(f: h5py.File, name: str, leaf: Leaf, place: PlaceTensor) -> dict[str, Any]:
     if isinstance(leaf, TensorLeaf):
         md = tensor_metadata(leaf)
-        _dataset_attrs(write_tensor(f, name, leaf), md)
+        _dataset_attrs(place(f, name, leaf), md)
         return md
     if isinstance(leaf, (ValueLeaf, MissingLeaf)):
         value = None if isinstance(leaf, MissingLeaf) else leaf.value

@@ -16,11 +16,11 @@ import h5py
 
 from . import releases, treespec_json, write_legacy, write_v05
 from .atomic import atomic_output
+from .datacopy import PlaceTensor, write_tensor
 from .errors import (
     KeyCollisionError,
     MissingLeavesError,
     UnsupportedContentError,
-    VerificationError,
 )
 from .releases import Release
 from .tree import (
@@ -31,13 +31,12 @@ from .tree import (
     Node,
     OpaqueLeaf,
     TensorLeaf,
-    ValueLeaf,
     contains,
     format_path,
     iter_leaves,
     name_collisions,
-    structure_equal,
 )
+from .verify import check_written
 
 
 @dataclass
@@ -132,6 +131,25 @@ def _check_h5_name(name: str, stored: dict[str, str], path) -> None:
     stored[name] = "dataset"
 
 
+def write_tree(
+    f: h5py.File,
+    root: Node,
+    release: Release,
+    extra_attrs: dict[str, str] | None = None,
+    on_leaf: Callable[[str, Leaf], None] | None = None,
+    place: PlaceTensor = write_tensor,
+) -> None:
+    """Write an already prepared tree into the open file ``f`` (no checks, no atomicity)."""
+    module = write_legacy if release.legacy else write_v05
+    module.write(f, root, release, extra_attrs or {}, on_leaf, place)
+
+
+def resolve_release(release: str | Release | None) -> Release:
+    if isinstance(release, Release):
+        return release
+    return releases.LATEST if release is None else releases.get(release)
+
+
 def write_checkpoint(
     root: Node,
     path: str | Path,
@@ -143,11 +161,7 @@ def write_checkpoint(
     on_leaf: Callable[[str, Leaf], None] | None = None,
 ) -> WriteReport:
     """Write ``root`` to ``path`` in the format of ``release`` (default: the newest)."""
-    rel = (
-        release
-        if isinstance(release, Release)
-        else (releases.LATEST if release is None else releases.get(release))
-    )
+    rel = resolve_release(release)
     target = Path(path)
     to_write, notes = prepare(root, rel, allow_missing=allow_missing, path=target)
     for note in notes:
@@ -164,26 +178,8 @@ def write_checkpoint(
         if on_leaf is not None:
             on_leaf(name, leaf)
 
-    module = write_legacy if rel.legacy else write_v05
     with atomic_output(target, replace=replace) as tmp:
         with h5py.File(tmp, "w", locking=False) as f:
-            module.write(f, to_write, rel, extra_attrs or {}, count)
-        _check_structure(tmp, to_write, target)
+            write_tree(f, to_write, rel, extra_attrs, count)
+        check_written(tmp, to_write, rel)
     return report
-
-
-def _check_structure(tmp: Path, expected: Node, target: Path) -> None:
-    from .reader import read_checkpoint
-
-    with read_checkpoint(tmp) as back:
-        if not structure_equal(_comparable(back.root), _comparable(expected)):
-            raise VerificationError(target, "the written file does not have the expected structure")
-
-
-def _comparable(node: Node) -> Node:
-    """Missing leaves written as None in 0.5 read back as None values; compare them as such."""
-    from .tree import map_leaves
-
-    return map_leaves(
-        node, lambda r: ValueLeaf(None) if isinstance(r.leaf, MissingLeaf) else r.leaf
-    )
