@@ -6,6 +6,7 @@ a traceback only with ``--debug``. torch is never imported here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from . import __version__, commands
-from .errors import CkptError
+from .errors import EXIT_UPGRADE_NEEDED, EXIT_VERIFY_FAILED, CkptError, UsageError
 
 app = typer.Typer(
     name="ckpt-migrate",
@@ -118,6 +119,217 @@ def from_torch_cmd(
             f"wrote {out['output']} (release {out['release']}, format {out['format']}, "
             f"{out['tensors']} tensors, {out['tensor_bytes']:,} bytes)"
         )
+
+
+ToOpt = Annotated[
+    str, typer.Option("--to", help="Target release, e.g. 2.0 or latest.", show_default=True)
+]
+FromOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--from", help="Treat the file as this release (for files whose metadata is wrong)."
+    ),
+]
+
+
+@app.command("history")
+def history_cmd(as_json: JsonOpt = False) -> None:
+    """The known releases and the migration graph between them."""
+    data = commands.history()
+    if as_json:
+        _emit_json(data)
+        return
+    for rel in data["releases"]:
+        typer.echo(f"{rel['name']:>5}  format {rel['format']}  {rel['spec']}; {rel['type_tags']}")
+    typer.echo("")
+    for hop in data["hops"]:
+        fmt = f"  [format {hop['format'][0]} → {hop['format'][1]}]" if hop["format"] else ""
+        typer.echo(f"{hop['from']} → {hop['to']}{fmt}  ({hop['module']})")
+        for line in hop["changes"]:
+            typer.echo(f"    - {line}")
+        for name in hop["inputs"]:
+            typer.echo(f"    input: --{name.replace('_', '-')}")
+    typer.echo(f"newest: {data['newest']}")
+
+
+def _print_plan(plan: dict) -> None:
+    if plan["current"]:
+        typer.echo(f"{plan['source']}: already at {plan['to']}; nothing to do")
+        return
+    typer.echo(f"{plan['source']}: {plan['from']} → {plan['to']} in {len(plan['hops'])} hop(s)")
+    for hop in plan["hops"]:
+        fmt = f" [format {hop['format'][0]} → {hop['format'][1]}]" if hop["format"] else ""
+        typer.echo(f"  {hop['from']} → {hop['to']}{fmt}")
+        for line in hop["changes"]:
+            typer.echo(f"      - {line}")
+        for inp in hop["inputs"]:
+            state = "given" if inp["given"] else ("REQUIRED" if inp["required"] else "optional")
+            typer.echo(f"      input --{inp['name'].replace('_', '-')} ({state}): {inp['help']}")
+    free = plan["free_available"]
+    typer.echo(
+        f"  reads {plan['bytes_to_read']:,} bytes, writes {plan['bytes_to_write']:,} bytes; "
+        f"needs {plan['free_needed']:,} bytes free in {plan['output_dir']}"
+        + (f" ({free:,} available)" if free is not None else "")
+    )
+
+
+@app.command("plan")
+def plan_cmd(
+    path: Annotated[Path, typer.Argument(help="Checkpoint file.")],
+    to: ToOpt = "latest",
+    from_release: FromOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the hops an upgrade would apply, the inputs they need and the disk they cost."""
+    data = commands.plan(path, to, from_release)
+    _emit_json(data) if as_json else _print_plan(data)
+
+
+@app.command("upgrade")
+def upgrade_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="Checkpoint files to upgrade.")],
+    to: ToOpt = "latest",
+    from_release: FromOpt = None,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("--output-dir", help="Write upgraded files here, under the same names."),
+    ] = None,
+    inplace: Annotated[
+        bool, typer.Option("--inplace", help="Replace each file, keeping <name>.pre-<release>.bak.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan only; write nothing.")] = False,
+    manifest: Annotated[
+        Path | None,
+        typer.Option("--manifest", help="Write per-tensor sha256 hashes (implies --verify full)."),
+    ] = None,
+    verify: Annotated[
+        str,
+        typer.Option("--verify", help="index: by stored-chunk identity; full: hash every tensor."),
+    ] = "index",
+    allow_missing: Annotated[
+        bool, typer.Option("--allow-missing", help="Write leaves the file lacks as None.")
+    ] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Turn step warnings into errors.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per file.")] = False,
+) -> None:
+    """Upgrade checkpoints to a newer release in one pass, verified, never overwriting."""
+    from .engine import UpgradeOptions
+
+    if verify not in ("index", "full"):
+        raise UsageError(None, f"--verify must be index or full, not {verify!r}")
+    if manifest is not None and len(paths) > 1:
+        raise UsageError(None, "--manifest takes one checkpoint at a time")
+    opts = UpgradeOptions(
+        target=to,
+        source_release=from_release,
+        output_dir=output_dir,
+        inplace=inplace,
+        dry_run=dry_run,
+        manifest=manifest,
+        verify=verify,  # type: ignore[arg-type]
+        strict=strict,
+        allow_missing=allow_missing,
+    )
+    worst = 0
+    with _progress(enabled=not as_json) as progress:
+        for path in paths:
+            (res,) = commands.upgrade([path], opts, progress)
+            worst = max(worst, res.exit_code)
+            if as_json:
+                typer.echo(json.dumps(res.to_json(), default=str))
+            else:
+                _print_result(res)
+    if worst:
+        raise typer.Exit(worst)
+
+
+def _print_result(res: Any) -> None:
+    if res.status == "failed":
+        typer.echo(f"error: {res.error}", err=True)
+        return
+    if res.status == "current":
+        typer.echo(f"{res.source}: already at {res.to_release}; left alone")
+        return
+    if res.status == "planned":
+        _print_plan(res.plan)
+        return
+    for line in res.warnings:
+        typer.echo(f"warning: {line}", err=True)
+    for line in res.changes:
+        typer.echo(f"  {line}")
+    extra = f", backup {res.backup}" if res.backup else ""
+    typer.echo(
+        f"{res.source}: {res.from_release} → {res.to_release} written to {res.output} "
+        f"({res.strategy}, verified: {res.verified}, {res.seconds:.2f}s{extra})"
+    )
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool) -> Any:
+    """A rich progress bar when stderr is a terminal; otherwise nothing."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        yield update
+
+
+@app.command("check")
+def check_cmd(
+    path: Annotated[Path, typer.Argument(help="Checkpoint file.")],
+    to: ToOpt = "latest",
+    from_release: FromOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """For CI: exit 0 when at the target release, 10 when an upgrade is needed, 3 when newer."""
+    data = commands.check(path, to, from_release)
+    if as_json:
+        _emit_json(data)
+    elif data["current"]:
+        typer.echo(f"{path}: at {data['target']}")
+    else:
+        typer.echo(f"{path}: {data['release']} needs upgrading to {data['target']}")
+    if not data["current"]:
+        raise typer.Exit(EXIT_UPGRADE_NEEDED)
+
+
+@app.command("verify")
+def verify_cmd(
+    a: Annotated[Path, typer.Argument(help="First checkpoint.")],
+    b: Annotated[Path, typer.Argument(help="Second checkpoint.")],
+    allclose: Annotated[
+        bool, typer.Option("--allclose", help="Compare tensor values with a tolerance.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare two checkpoints leaf by leaf (tensors by sha256, or --allclose)."""
+    data = commands.verify(a, b, allclose=allclose)
+    if as_json:
+        _emit_json(data)
+    else:
+        for d in data["differences"]:
+            typer.echo(f"{d['name']}: {d['what']}")
+        verdict = "identical" if data["identical"] else f"{len(data['differences'])} difference(s)"
+        typer.echo(f"{data['tensors_compared']} tensors compared: {verdict}")
+    if not data["identical"]:
+        raise typer.Exit(EXIT_VERIFY_FAILED)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,3 +39,67 @@ def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> 
         "tensor_bytes": rep.tensor_bytes,
         "notes": rep.notes,
     }
+
+
+def history() -> dict[str, Any]:
+    from . import graph, releases
+
+    g = graph.load()
+    return {
+        "releases": [
+            {"name": r.name, "format": r.format, "spec": r.spec_encoding, "type_tags": r.type_tags}
+            for r in releases.RELEASES
+        ],
+        "newest": g.newest,
+        "hops": [
+            {
+                "from": h.source,
+                "to": h.target,
+                "module": h.module,
+                "summary": h.summary,
+                "format": list(h.format) if h.format else None,
+                "changes": h.describe(),
+                "inputs": [i.name for i in h.inputs],
+            }
+            for h in g.hops
+        ],
+    }
+
+
+def plan(
+    path: str | Path,
+    target: str = "latest",
+    source_release: str | None = None,
+    output_dir: Path | None = None,
+    inputs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    from .planner import make_plan
+
+    with read_checkpoint(path, release=source_release) as ckpt:
+        return make_plan(ckpt, target, output_dir=output_dir, inputs=inputs).to_json()
+
+
+def upgrade(paths: list[Path], opts: Any, progress: Any = None) -> list[Any]:
+    from .engine import upgrade as run
+
+    return [run(p, opts, progress) for p in paths]
+
+
+def check(path: str | Path, target: str = "latest", source_release: str | None = None) -> dict:
+    from .engine import check as run
+
+    return run(path, target, source_release)
+
+
+def verify(a: str | Path, b: str | Path, *, allclose: bool = False) -> dict[str, Any]:
+    from .verify import compare_trees
+
+    with read_checkpoint(a) as left, read_checkpoint(b) as right:
+        diffs, compared = compare_trees(left.root, right.root, allclose=allclose)
+    return {
+        "left": str(a),
+        "right": str(b),
+        "tensors_compared": compared,
+        "identical": not diffs,
+        "differences": [{"name": d.name, "what": d.what} for d in diffs],
+    }

@@ -82,16 +82,19 @@ def signature(root: Node, *, numpy_as_tensor: bool = False) -> Any:
 
 def tensor_sha256(leaf: TensorLeaf) -> str:
     """sha256 of the tensor's raw little-endian bytes, read in bounded slabs."""
-    h = hashlib.sha256()
-    storage = dtypes.by_name(leaf.dtype).storage
     src = leaf.data
     if isinstance(src, H5Data):
-        ds = src.handle.dataset(src.name)
-        for sl in iter_slabs(tuple(leaf.shape), storage.itemsize):
-            block = np.ascontiguousarray(ds[sl] if sl else ds[()])
-            h.update(_le_bytes(block, storage))
-    else:
-        h.update(_le_bytes(np.ascontiguousarray(src.read()), storage))
+        return dataset_sha256(src.handle.dataset(src.name), leaf.dtype)
+    storage = dtypes.by_name(leaf.dtype).storage
+    return hashlib.sha256(_le_bytes(np.ascontiguousarray(src.read()), storage)).hexdigest()
+
+
+def dataset_sha256(ds: h5py.Dataset, dtype: str) -> str:
+    """``tensor_sha256`` of a dataset holding a tensor of torch dtype ``dtype``."""
+    h = hashlib.sha256()
+    storage = dtypes.by_name(dtype).storage
+    for sl in iter_slabs(tuple(ds.shape), storage.itemsize):
+        h.update(_le_bytes(np.ascontiguousarray(ds[sl] if sl else ds[()]), storage))
     return h.hexdigest()
 
 

@@ -1,0 +1,480 @@
+"""Upgrade one checkpoint: apply every hop to the lazy tree, then write the result once.
+
+How the result is written (``copy-patch``): the source file is copied byte for byte beside the
+target (``copy_file_range``, as ``cp`` does), then edited in place: tensor datasets the result
+still uses are renamed, never read; everything else (attributes, scalars, the spec) is rewritten
+by the target release's writer. If the hops drop most of the data, the result is instead
+written fresh (``rewrite``), copying LZ4 chunks as stored bytes. Either way the temporary file is
+verified, fsynced and only then moved into place; the source is never modified.
+
+Verification (``index``, the default): the re-read tree must equal the planned one, and every
+reused tensor must index the same stored chunks as the source, so its bytes are the source's
+bytes by construction; new tensors are hashed. ``full`` (implied by a manifest) hashes every
+tensor of the output and of the source and compares them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import h5py
+
+from . import __version__
+from .atomic import fsync_dir, fsync_path, io_error, publish, temp_name
+from .checkpoint import Checkpoint
+from .datacopy import write_tensor
+from .errors import CkptError, CkptIOError, UsageError, VerificationError
+from .migration import StepContext
+from .planner import Plan, make_plan
+from .reader import PROVENANCE_ATTR, read_checkpoint
+from .releases import Release
+from .tree import H5Data, Leaf, Node, TensorLeaf, iter_leaves
+from .verify import check_written, dataset_sha256, same_stored_chunks, tensor_sha256
+from .writer import prepare, write_tree
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+STAGING = "__ckpt_migrate_staging__"
+COPY_BLOCK = 64 << 20
+
+
+@dataclass
+class UpgradeOptions:
+    target: str = "latest"
+    source_release: str | None = None  # --from: override the release the file claims
+    output_dir: Path | None = None
+    inplace: bool = False
+    dry_run: bool = False
+    manifest: Path | None = None
+    verify: Literal["index", "full"] = "index"
+    inputs: dict[str, Any] = field(default_factory=dict)
+    strict: bool = False
+    allow_missing: bool = False
+
+
+@dataclass
+class UpgradeResult:
+    source: Path
+    status: str  # "upgraded" | "current" | "planned" | "failed"
+    from_release: str | None = None
+    to_release: str | None = None
+    output: Path | None = None
+    backup: Path | None = None
+    hops: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    strategy: str | None = None
+    verified: str | None = None
+    tensors: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+    exit_code: int = 0
+    plan: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if v is not None}
+        for key in ("source", "output", "backup"):
+            if key in out:
+                out[key] = str(out[key])
+        return out
+
+
+def apply_hops(ckpt: Checkpoint, plan: Plan, opts: UpgradeOptions) -> StepContext:
+    """Run every operation of every hop on the tree (no tensor data is read unless transformed)."""
+    ctx = StepContext(ckpt.root, ckpt.path, dict(opts.inputs), opts.strict)
+    for hop in plan.hops:
+        ctx.hop = hop
+        for operation in hop.operations:
+            operation(ctx)
+    ctx.hop = None
+    return ctx
+
+
+@contextlib.contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Refuse a second upgrade of the same file while this one runs (an advisory flock)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(
+                path, "another ckpt-migrate process is upgrading this file", "wait for it to finish"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def upgrade(
+    path: str | Path, opts: UpgradeOptions, progress: Progress | None = None
+) -> UpgradeResult:
+    """Upgrade one file; errors the user can act on become a failed result, not an exception."""
+    src = Path(path)
+    result = UpgradeResult(src, "failed")
+    start = time.monotonic()
+    try:
+        _upgrade(src, opts, result, progress)
+    except CkptError as exc:
+        result.status, result.error, result.exit_code = "failed", str(exc), exc.exit_code
+    except OSError as exc:
+        err = io_error(src, exc)
+        result.status, result.error, result.exit_code = "failed", str(err), err.exit_code
+    result.seconds = round(time.monotonic() - start, 3)
+    return result
+
+
+def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: Progress | None):
+    if opts.inplace and opts.output_dir is not None:
+        raise UsageError(None, "--inplace and --output-dir exclude each other")
+    if not opts.inplace and opts.output_dir is None and not opts.dry_run:
+        raise UsageError(
+            None, "say where the upgraded file goes", "pass --output-dir DIR or --inplace"
+        )
+    with read_checkpoint(src, release=opts.source_release) as ckpt:
+        plan = make_plan(ckpt, opts.target, output_dir=opts.output_dir, inputs=opts.inputs)
+        result.from_release, result.to_release = plan.source_release.name, plan.target_release.name
+        result.hops = [f"{h.source}→{h.target}" for h in plan.hops]
+        if plan.current:
+            result.status = "current"
+            return
+        if opts.dry_run:
+            result.status, result.plan = "planned", plan.to_json()
+            return
+        target = src if opts.inplace else _output_path(src, opts.output_dir)
+        if plan.free_bytes is not None and plan.free_bytes < plan.free_needed:
+            raise CkptIOError(
+                target.parent,
+                f"needs {plan.free_needed:,} bytes free, {plan.free_bytes:,} available",
+                "free disk space or choose another --output-dir",
+            )
+        backup = _backup_path(src, plan.source_release) if opts.inplace else None
+        with exclusive(src):
+            ctx = apply_hops(ckpt, plan, opts)
+            result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings
+            out_root, notes = prepare(
+                ctx.root, plan.target_release, allow_missing=opts.allow_missing, path=src
+            )
+            result.warnings.extend(notes)
+            provenance = _provenance(ckpt, plan, src)
+            tmp = temp_name(target)
+            try:
+                written = _write(ckpt, out_root, plan, tmp, provenance, progress)
+                result.strategy = written.strategy
+                result.tensors = written.tensors
+                result.verified = _verify(ckpt, out_root, plan.target_release, tmp, written, opts)
+                if opts.manifest is not None:
+                    _write_manifest(opts.manifest, src, target, plan, written, provenance)
+                fsync_path(tmp)
+                result.bytes_written = tmp.stat().st_size
+                if opts.inplace:
+                    assert backup is not None
+                    _link_backup(src, backup)
+                    publish(tmp, src, replace=True)
+                    result.backup = backup
+                else:
+                    publish(tmp, target)
+                result.output = target
+            except OSError as exc:
+                raise io_error(target, exc) from None
+            finally:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+        result.status = "upgraded"
+
+
+def _output_path(src: Path, output_dir: Path | None) -> Path:
+    assert output_dir is not None
+    if not output_dir.is_dir():
+        raise UsageError(output_dir, "output directory does not exist", "create it first")
+    target = output_dir / src.name
+    if target.exists():
+        if target.resolve() == src.resolve():
+            raise UsageError(src, "--output-dir is the file's own directory", "use --inplace")
+        raise UsageError(target, "already exists; refusing to overwrite it", "remove it first")
+    return target
+
+
+def _backup_path(src: Path, release: Release) -> Path:
+    backup = src.with_name(f"{src.name}.pre-{release.name}.bak")
+    if backup.exists() and not _same_file(backup, src):
+        raise UsageError(backup, "backup already exists", "move it away, then retry")
+    return backup
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _link_backup(src: Path, backup: Path) -> None:
+    """The backup is a hard link to the original: no copy, and nothing is removed."""
+    if _same_file(backup, src):  # left by an interrupted run: it *is* the original
+        return
+    try:
+        os.link(src, backup)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+            raise
+        tmp = temp_name(backup)
+        _copy_bytes(src, tmp, None)
+        fsync_path(tmp)
+        publish(tmp, backup)
+    fsync_dir(backup.parent)
+
+
+def _provenance(ckpt: Checkpoint, plan: Plan, src: Path) -> dict[str, Any]:
+    return {
+        "tool": "ckpt-migrate",
+        "version": __version__,
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source_name": src.name,
+        "source_release": plan.source_release.name,
+        "target_release": plan.target_release.name,
+        "hops": [f"{h.source}→{h.target}" for h in plan.hops],
+        "source_sha256": None,  # filled in while copying
+    }
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass
+class Written:
+    strategy: str
+    placed: dict[int, tuple[str, bool]]  # id(leaf) -> (dataset path in output, reused)
+    tensors: int = 0
+    source_sha256: str | None = None
+    hashes: dict[str, str] = field(default_factory=dict)  # leaf name -> sha256 (full verify)
+
+
+def _write(
+    ckpt: Checkpoint,
+    root: Node,
+    plan: Plan,
+    tmp: Path,
+    provenance: dict[str, Any],
+    progress: Progress | None,
+) -> Written:
+    handle = ckpt.handle
+    reused: dict[int, str] = {}
+    reused_bytes = 0
+    for ref in iter_leaves(root):
+        leaf = ref.leaf
+        if (
+            isinstance(leaf, TensorLeaf)
+            and isinstance(leaf.data, H5Data)
+            and leaf.data.handle is handle
+            and id(leaf) not in reused
+            and leaf.data.name not in reused.values()
+        ):
+            reused[id(leaf)] = leaf.data.name
+            reused_bytes += handle.dataset(leaf.data.name).id.get_storage_size()
+    copy_patch = reused_bytes >= 0.5 * plan.file_bytes
+    entries = [*ckpt.provenance, provenance]
+    placed: dict[int, tuple[str, bool]] = {}
+    if copy_patch:
+        digest = _copy_bytes(ckpt.path, tmp, progress)
+        provenance["source_sha256"] = digest
+        extra = {PROVENANCE_ATTR: json.dumps(entries)}
+        _patch(tmp, root, plan.target_release, reused, placed, extra, progress)
+        written = Written("copy-patch", placed, source_sha256=digest)
+    else:
+        provenance["source_sha256"] = _sha256_file(ckpt.path)
+        extra = {PROVENANCE_ATTR: json.dumps(entries)}
+
+        def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
+            placed[id(leaf)] = (name, False)
+            return write_tensor(f, name, leaf)
+
+        with h5py.File(tmp, "w", locking=False) as f:
+            write_tree(f, root, plan.target_release, extra, _leaf_progress(root, progress), place)
+        written = Written("rewrite", placed, source_sha256=provenance["source_sha256"])
+    written.tensors = len(placed)
+    return written
+
+
+def _leaf_progress(root: Node, progress: Progress | None) -> Callable[[str, Leaf], None] | None:
+    if progress is None:
+        return None
+    total = sum(1 for _ in iter_leaves(root))
+    done = [0]
+
+    def tick(name: str, leaf: Leaf) -> None:
+        done[0] += 1
+        progress("write", done[0], total)
+
+    return tick
+
+
+def _patch(
+    tmp: Path,
+    root: Node,
+    release: Release,
+    reused: dict[int, str],
+    placed: dict[int, tuple[str, bool]],
+    extra: dict[str, str],
+    progress: Progress | None,
+) -> None:
+    with h5py.File(tmp, "r+", locking=False) as f:
+        staging = f.create_group(STAGING)
+        staged: dict[int, str] = {}
+        for i, (leaf_id, name) in enumerate(reused.items()):
+            f.move(name, f"{STAGING}/{i}")
+            staged[leaf_id] = f"{STAGING}/{i}"
+        for key in list(f.keys()):
+            if key != STAGING:
+                del f[key]
+        for key in list(f.attrs.keys()):
+            del f.attrs[key]
+
+        def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
+            from_stage = staged.pop(id(leaf), None)
+            if from_stage is None:
+                placed[id(leaf)] = (name, False)
+                return write_tensor(f, name, leaf)
+            parent = name.rpartition("/")[0]
+            if parent:
+                f.require_group(parent)
+            f.move(from_stage, name)
+            ds = f[name]
+            for key in list(ds.attrs.keys()):
+                del ds.attrs[key]
+            placed[id(leaf)] = (name, True)
+            return ds
+
+        write_tree(f, root, release, extra, _leaf_progress(root, progress), place)
+        if len(staging):
+            raise VerificationError(tmp, f"{len(staging)} staged dataset(s) were not placed")
+        del f[STAGING]
+
+
+def _copy_bytes(src: Path, dst: Path, progress: Progress | None) -> str:
+    """Copy ``src`` to a new ``dst`` in the kernel (like cp), hashing ``src`` on another core."""
+    total = src.stat().st_size
+    digest: dict[str, str] = {}
+    hasher = threading.Thread(target=lambda: digest.update(sha=_sha256_file(src)), daemon=True)
+    hasher.start()
+    fd_in = os.open(src, os.O_RDONLY)
+    try:
+        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            done = 0
+            use_kernel = hasattr(os, "copy_file_range")
+            while done < total:
+                n = 0
+                if use_kernel:
+                    try:
+                        n = os.copy_file_range(fd_in, fd_out, min(COPY_BLOCK, total - done))
+                    except OSError as exc:
+                        if exc.errno not in (
+                            errno.EXDEV,
+                            errno.ENOSYS,
+                            errno.EOPNOTSUPP,
+                            errno.EINVAL,
+                        ):
+                            raise
+                        use_kernel = False
+                        continue
+                else:
+                    block = os.pread(fd_in, min(COPY_BLOCK, total - done), done)
+                    n = os.write(fd_out, block) if block else 0
+                if n == 0:
+                    raise OSError(errno.EIO, f"{src} shrank while being copied")
+                done += n
+                if progress is not None:
+                    progress("copy", done, total)
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
+    hasher.join()
+    return digest["sha"]
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(COPY_BLOCK // 8):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- verifying
+
+
+def _verify(
+    ckpt: Checkpoint,
+    root: Node,
+    release: Release,
+    tmp: Path,
+    written: Written,
+    opts: UpgradeOptions,
+) -> str:
+    check_written(tmp, root, release)
+    full = opts.verify == "full" or opts.manifest is not None
+    with h5py.File(tmp, "r", locking=False) as out:
+        for ref in iter_leaves(root):
+            leaf = ref.leaf
+            if not isinstance(leaf, TensorLeaf) or id(leaf) not in written.placed:
+                continue
+            name, reused = written.placed.pop(id(leaf))
+            ds_out = out[name]
+            if reused and not full:
+                assert isinstance(leaf.data, H5Data)
+                if not same_stored_chunks(leaf.data.handle.dataset(leaf.data.name), ds_out):
+                    raise VerificationError(
+                        tmp, f"tensor {ref.name!r} does not hold its source data"
+                    )
+                continue
+            got = dataset_sha256(ds_out, leaf.dtype)
+            if tensor_sha256(leaf) != got:
+                raise VerificationError(tmp, f"tensor {ref.name!r} differs from its source")
+            written.hashes[ref.name] = got
+    return "full" if full else "index"
+
+
+def _write_manifest(
+    path: Path, src: Path, target: Path, plan: Plan, written: Written, provenance: dict[str, Any]
+) -> None:
+    from .atomic import atomic_output
+
+    doc = {
+        "source": str(src),
+        "output": str(target),
+        "source_sha256": provenance["source_sha256"],
+        "from": plan.source_release.name,
+        "to": plan.target_release.name,
+        "hops": provenance["hops"],
+        "tool": f"ckpt-migrate {__version__}",
+        "tensors": written.hashes,
+    }
+    with atomic_output(path, replace=True) as tmp:
+        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
+
+
+def check(path: str | Path, target: str = "latest", source_release: str | None = None) -> dict:
+    """For CI: is ``path`` at ``target``? (exit 0 current, 10 upgrade needed, 3 newer than tool)."""
+    with read_checkpoint(path, release=source_release) as ckpt:
+        plan = make_plan(ckpt, target)
+        return {
+            "path": str(path),
+            "release": plan.source_release.name,
+            "target": plan.target_release.name,
+            "current": plan.current,
+            "hops": [f"{h.source}→{h.target}" for h in plan.hops],
+        }

@@ -1,0 +1,22 @@
+"""2.7 → 2.8: no container change (format 0.5); only the release advances.
+
+Container. 2.8 writes the same 0.5 layout as 2.7 (``__cstorch_version__`` becomes ``"2.8.0"``,
+set by the writer from the target release); the storage code of 2.6 and 2.10 is identical except
+for cosmetic changes.
+
+Sources: FORMAT.md §0 (CS26/AP26 vs CS/AP 2.10), §1.1, §4.
+
+Content changes handled elsewhere (MODELZOO_HISTORY.md §0, §3.9): model keys and config: none
+(``CS27_CS28`` fallback class exists at HEAD, not registered).
+Steps for release-specific content are appended to ``OPERATIONS`` below.
+"""
+
+from __future__ import annotations
+
+SOURCE = "2.7"
+TARGET = "2.8"
+CHANGES = ()
+
+# Model-key and config steps go here.
+OPERATIONS = ()
+INPUTS = ()
