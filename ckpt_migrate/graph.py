@@ -89,7 +89,9 @@ def validate(hops: Iterable[Hop], known: tuple[Release, ...] = releases.RELEASES
         problems.append(f"expected one newest release, found {sorted(sinks) or 'none'}")
     for a, b in itertools.pairwise(names):
         if (a, b) not in by_pair:
-            nearby = [h.module for h in hops if h.source == a or h.target == b]
+            nearby = [
+                h.module for h in hops if a in (h.source, h.target) or b in (h.source, h.target)
+            ]
             problems.append(
                 f"gap: no step {a}→{b}" + (f" (see {', '.join(nearby)})" if nearby else "")
             )
@@ -111,7 +113,7 @@ def _find_cycle(hops: list[Hop]) -> list[str]:
         stack.append(node)
         for nxt in edges.get(node, []):
             if state.get(nxt) == 1:
-                return [*stack[stack.index(nxt):], nxt]
+                return [*stack[stack.index(nxt) :], nxt]
             if state.get(nxt) is None:
                 found = visit(nxt)
                 if found:

@@ -59,9 +59,8 @@ def namedtuples_to_tuples(ctx: StepContext) -> None:
 
     Source: FORMAT.md §4.2 (reading rules), §7.2 step 2 ("convert them to tuples or fail").
     """
-    done: dict[
-        int, tuple[NamedTupleNode, SeqNode]
-    ] = {}  # keeps the old node alive: ids stay unique
+    # id of a converted namedtuple -> (that node, kept alive so ids stay unique; its tuple)
+    done: dict[int, tuple[NamedTupleNode, SeqNode]] = {}
 
     def convert(node: Node, path: tuple[Key, ...]) -> Node:
         if isinstance(node, DictNode):

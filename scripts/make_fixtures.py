@@ -183,6 +183,18 @@ def write_fixture(release: str, out_dir: Path, force: bool = False) -> Path:
     return path
 
 
+def write_example(out_dir: Path, force: bool = False) -> Path:
+    """The README's example: a 2.0 checkpoint named as a training run names it."""
+    path = out_dir / "example" / "checkpoint_100.mdl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        if not force:
+            return path
+        path.unlink()
+    write_checkpoint(build_tree("2.0"), path, "2.0")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "fixtures")
@@ -191,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for release in FIXTURE_RELEASES:
         print(write_fixture(release, args.out, args.force))
+    print(write_example(args.out, args.force))
     return 0
 
 

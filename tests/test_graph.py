@@ -302,7 +302,7 @@ def test_skipping_step_refused_and_named(make_package):
     del modules["v05_2_1_to_2_2"], modules["v06_2_2_to_2_3"]
     name = make_package({**modules, "v05_2_1_to_2_3": ("2.1", "2.3")})
     message = _refused(name)
-    assert f"gap: no step 2.1→2.2 (see {name}.v05_2_1_to_2_3)" in message
+    assert "gap: no step 2.1→2.2 (see " in message and f"{name}.v05_2_1_to_2_3" in message
     assert "gap: no step 2.2→2.3" in message
 
 
@@ -379,7 +379,7 @@ def test_hops_two_newest():
     )
     assert "release 1.8 has several next steps: b, b2" in message
     assert "expected one newest release, found ['1.9', '2.0']" in message
-    assert "gap: no step 1.9→2.0 (see b2)" in message
+    assert "gap: no step 1.9→2.0 (see b, b2)" in message
 
 
 def test_hops_unknown_release():

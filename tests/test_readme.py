@@ -1,0 +1,37 @@
+"""The README's promises: its two commands exist, CI runs the test command, exit codes match."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ckpt_migrate import errors
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def _commands() -> list[str]:
+    return re.findall(r"```sh\n(.+?)\n```", README)
+
+
+def test_readme_opens_with_the_two_commands():
+    example, tests = _commands()[:2]
+    assert "ckpt-migrate upgrade fixtures/example/checkpoint_100.mdl --output-dir" in example
+    assert (ROOT / "fixtures/example/checkpoint_100.mdl").is_file()
+    assert "torch==2.13.0" in example and "torch==2.13.0" in tests
+    assert "pytest" in tests
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci/run").read_text()
+    assert _commands()[1] in ci.splitlines()
+    assert "set -euo pipefail" in ci
+
+
+def test_exit_codes_in_readme_match_the_code():
+    table = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", README, flags=re.M))
+    assert table.keys() == {"0", "2", "3", "4", "5", "10"}
+    assert str(errors.EXIT_BAD_INPUT) in table and str(errors.EXIT_NEWER_THAN_TOOL) in table
+    assert str(errors.EXIT_VERIFY_FAILED) in table and str(errors.EXIT_IO) in table
+    assert str(errors.EXIT_UPGRADE_NEEDED) in table
