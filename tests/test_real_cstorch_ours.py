@@ -1,0 +1,106 @@
+"""Files ckpt-migrate writes, loaded by the real cerebras.pytorch 2.10 (optional).
+
+Skipped unless CKPT_MIGRATE_CSTORCH_PYTHON names an interpreter with cerebras.pytorch. Every
+file our writers or ``upgrade`` produce must load in the real library with exactly the contents
+our own reader gives. One documented difference: the real legacy (0.3/0.4) reader loads the two
+names of a hard-linked tie as separate objects (FORMAT.md §5.5), so ``tied_to`` marks are
+compared only for 0.5 files.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from digest import diff_digests, digest
+from real_cstorch import real_digest, requires_real_cstorch
+
+import ckpt_migrate as cm
+from ckpt_migrate import releases
+from ckpt_migrate.reader import read_checkpoint
+from ckpt_migrate.writer import write_checkpoint
+
+pytestmark = requires_real_cstorch()
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+REAL = FIXTURES / "real-cstorch-2.10"
+SOURCES = [REAL / f"{c}.mdl" for c in ("basic", "nested", "dtypes", "scalars_misc", "tied")] + [
+    FIXTURES / f"release-{r}.mdl" for r in ("1.7", "1.8", "1.9", "2.0", "2.3", "2.10")
+]
+
+
+def _untie(node):
+    if isinstance(node, dict):
+        return {k: _untie(v) for k, v in node.items() if k != "tied_to"}
+    if isinstance(node, list):
+        return [_untie(v) for v in node]
+    return node
+
+
+def _ours(path: Path) -> dict:
+    return digest(cm.load(path, allow_missing=True, objects_mode="data"))
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> dict[Path, str]:
+    """Every source written at 0.3 (1.9), 0.4 (2.0, 2.3) and 0.5 (2.10), plus upgrade outputs."""
+    out = tmp_path_factory.mktemp("ours")
+    files: dict[Path, str] = {}
+    for src in SOURCES:
+        with read_checkpoint(src) as ckpt:
+            for release in ("1.9", "2.0", "2.3", "2.10"):
+                if src.stem == "scalars_misc" and release != "2.10":
+                    continue  # an empty key cannot be a dataset name before 0.5
+                dst = out / f"{src.stem}-as-{release}.mdl"
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    write_checkpoint(ckpt.root, dst, release, allow_missing=True)
+                files[dst] = release
+    for src in sorted(FIXTURES.glob("release-*.mdl")):
+        with read_checkpoint(src) as ckpt:
+            version = ckpt.release.version
+        for release in ("2.0", "2.10"):
+            if releases.get(release).version <= version:
+                continue
+            d = out / f"up-{release}-{src.stem}"
+            d.mkdir()
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "ckpt_migrate",
+                    "upgrade",
+                    str(src),
+                    "--to",
+                    release,
+                    "--output-dir",
+                    str(d),
+                    "--allow-missing",
+                ],
+                check=True,
+                capture_output=True,
+            )
+            if (d / src.name).exists():
+                files[d / src.name] = release
+    return files
+
+
+def test_real_library_loads_everything_we_write_with_the_same_contents(written):
+    results = real_digest(list(written))
+    failures = []
+    for path, release in written.items():
+        result = results[path]
+        if not result["ok"]:
+            failures.append(f"{path.name}: real load failed: {result['error']}")
+            continue
+        ours = _ours(path)
+        theirs = result["digest"]
+        if releases.get(release).legacy:
+            ours, theirs = _untie(ours), _untie(theirs)
+        if ours != theirs:
+            failures.append(f"{path.name}: " + "; ".join(diff_digests(ours, theirs)[:5]))
+    assert not failures, "\n".join(failures)
+    assert len(written) >= 40
