@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,9 +75,12 @@ def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path
         yield tmp
         fsync_path(tmp)
         publish(tmp, target, replace=replace)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:
         _cleanup(tmp)
-        raise io_error(target, exc) from None
+        os_exc = as_os_error(exc)
+        if os_exc is None:
+            raise
+        raise io_error(target, os_exc) from None
     except BaseException:
         _cleanup(tmp)
         raise
@@ -86,6 +90,22 @@ def io_error(target: Path, exc: OSError) -> CkptIOError:
     if exc.errno == errno.ENOSPC or "No space" in str(exc):
         return CkptIOError(target, "no space left on the device", "free disk space and retry")
     return CkptIOError(target, f"write failed ({exc.strerror or exc})")
+
+
+def as_os_error(exc: BaseException) -> OSError | None:
+    """``exc`` itself if it is an OSError, else the OSError behind an HDF5 RuntimeError
+    ("file write failed: ..., errno = 28, ...").
+
+    h5py raises RuntimeError, not OSError, when HDF5 cannot flush its metadata cache while
+    closing a file (e.g. the disk filled up); without this a full disk is an internal error.
+    """
+    if isinstance(exc, OSError):
+        return exc
+    m = re.search(r"\berrno = (\d+)", str(exc))
+    if m is None:  # closing after a failed write: the write's OSError is the context
+        return exc.__context__ if isinstance(exc.__context__, OSError) else None
+    code = int(m.group(1))
+    return OSError(code, os.strerror(code))
 
 
 def _cleanup(tmp: Path) -> None:

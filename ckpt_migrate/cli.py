@@ -337,7 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     try:
-        app(args=args, standalone_mode=False)
+        # Without standalone mode typer returns (not raises) the code of a typer.Exit.
+        code = app(args=args, standalone_mode=False)
+        if isinstance(code, int) and code:
+            return code
     except CkptError as exc:
         if debug:
             raise

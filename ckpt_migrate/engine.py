@@ -32,7 +32,7 @@ from typing import Any, Literal
 import h5py
 
 from . import __version__
-from .atomic import fsync_dir, fsync_path, io_error, publish, temp_name
+from .atomic import as_os_error, fsync_dir, fsync_path, io_error, publish, temp_name
 from .checkpoint import Checkpoint
 from .datacopy import write_tensor
 from .errors import CkptError, CkptIOError, UsageError, VerificationError
@@ -143,7 +143,8 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
         raise UsageError(
             None, "say where the upgraded file goes", "pass --output-dir DIR or --inplace"
         )
-    with read_checkpoint(src, release=opts.source_release) as ckpt:
+    lock = contextlib.nullcontext() if opts.dry_run else exclusive(src)
+    with lock, read_checkpoint(src, release=opts.source_release) as ckpt:
         plan = make_plan(ckpt, opts.target, output_dir=opts.output_dir, inputs=opts.inputs)
         result.from_release, result.to_release = plan.source_release.name, plan.target_release.name
         result.hops = [f"{h.source}→{h.target}" for h in plan.hops]
@@ -161,37 +162,39 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
                 "free disk space or choose another --output-dir",
             )
         backup = _backup_path(src, plan.source_release) if opts.inplace else None
-        with exclusive(src):
-            ctx = apply_hops(ckpt, plan, opts)
-            result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings
-            out_root, notes = prepare(
-                ctx.root, plan.target_release, allow_missing=opts.allow_missing, path=src
-            )
-            result.warnings.extend(notes)
-            provenance = _provenance(ckpt, plan, src)
-            tmp = temp_name(target)
-            try:
-                written = _write(ckpt, out_root, plan, tmp, provenance, progress)
-                result.strategy = written.strategy
-                result.tensors = written.tensors
-                result.verified = _verify(ckpt, out_root, plan.target_release, tmp, written, opts)
-                if opts.manifest is not None:
-                    _write_manifest(opts.manifest, src, target, plan, written, provenance)
-                fsync_path(tmp)
-                result.bytes_written = tmp.stat().st_size
-                if opts.inplace:
-                    assert backup is not None
-                    _link_backup(src, backup)
-                    publish(tmp, src, replace=True)
-                    result.backup = backup
-                else:
-                    publish(tmp, target)
-                result.output = target
-            except OSError as exc:
-                raise io_error(target, exc) from None
-            finally:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
+        ctx = apply_hops(ckpt, plan, opts)
+        result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings
+        out_root, notes = prepare(
+            ctx.root, plan.target_release, allow_missing=opts.allow_missing, path=src
+        )
+        result.warnings.extend(notes)
+        provenance = _provenance(ckpt, plan, src)
+        tmp = temp_name(target)
+        try:
+            written = _write(ckpt, out_root, plan, tmp, provenance, progress)
+            result.strategy = written.strategy
+            result.tensors = written.tensors
+            result.verified = _verify(ckpt, out_root, plan.target_release, tmp, written, opts)
+            fsync_path(tmp)
+            result.bytes_written = tmp.stat().st_size
+            if opts.inplace:
+                assert backup is not None
+                _link_backup(src, backup)
+                publish(tmp, src, replace=True)
+                result.backup = backup
+            else:
+                publish(tmp, target)
+            result.output = target
+            if opts.manifest is not None:  # only for an output that exists
+                _write_manifest(opts.manifest, src, target, plan, written, provenance)
+        except (OSError, RuntimeError) as exc:
+            os_exc = as_os_error(exc)
+            if os_exc is None:
+                raise
+            raise io_error(target, os_exc) from None
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         result.status = "upgraded"
 
 

@@ -1,0 +1,698 @@
+"""`ckpt-migrate upgrade` on real files: bit-identical results, safe against kills and full disks.
+
+Every test works on real HDF5 files in ``tmp_path``; the CLI runs in real processes. The kill
+tests upgrade a ~150 MB checkpoint and SIGKILL the process at moments spread over its run; the
+full-disk tests mount a small tmpfs (root only; skipped otherwise).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import ckpt_migrate as cm
+from ckpt_migrate import commands
+from ckpt_migrate.cli import main as cli_main
+from ckpt_migrate.engine import UpgradeOptions, upgrade
+from ckpt_migrate.reader import PROVENANCE_ATTR, read_checkpoint
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+PAGE = 4096
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def run(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", *map(str, args)], capture_output=True, text=True
+    )
+
+
+def results(proc: subprocess.CompletedProcess) -> list[dict]:
+    """The JSON objects `upgrade --json` printed, one per line."""
+    lines = proc.stdout.strip().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def only_result(proc: subprocess.CompletedProcess) -> dict:
+    (res,) = results(proc)
+    return res
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    assert proc.returncode == code, f"exit {proc.returncode}, stderr: {proc.stderr}"
+    return lines[0]
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    buf = bytearray(8 << 20)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def fixture(release: str, dst_dir: Path, name: str | None = None) -> Path:
+    """A private copy of a release fixture (tests may modify it)."""
+    dst_dir.mkdir(parents=True, exist_ok=True)
+    dst = dst_dir / (name or f"release-{release}.mdl")
+    shutil.copyfile(FIXTURES / f"release-{release}.mdl", dst)
+    return dst
+
+
+def release_of(path: Path) -> str:
+    with read_checkpoint(path) as ckpt:
+        assert ckpt.release is not None
+        return ckpt.release.name
+
+
+def assert_identical(a: Path, b: Path, allowed: frozenset[str] = frozenset()) -> None:
+    data = commands.verify(a, b)
+    diffs = {d["name"]: d["what"] for d in data["differences"]}
+    assert set(diffs) <= allowed, diffs
+    assert data["tensors_compared"] > 0
+
+
+def newer_than_tool(dst_dir: Path) -> Path:
+    path = fixture("2.10", dst_dir, "newer.mdl")
+    with h5py.File(path, "r+", locking=False) as f:
+        f.attrs["__cstorch_version__"] = "2.11.0"
+    return path
+
+
+def hop_names(plan: dict) -> list[str]:
+    return [f"{h['from']}→{h['to']}" for h in plan["hops"]]
+
+
+def listing(directory: Path) -> set[str]:
+    return {p.name for p in directory.iterdir()}
+
+
+# --------------------------------------------------------------------------- 1. bit-identical
+
+
+SOURCES = {"2.0": ["1.7", "1.8", "1.9"], "2.10": ["1.7", "1.8", "1.9", "2.0", "2.3"]}
+UPGRADES = [(src, tgt) for tgt, sources in SOURCES.items() for src in sources]
+
+
+@pytest.fixture(scope="module")
+def upgraded(tmp_path_factory):
+    """target -> (output dir, {source release: `upgrade --json` result}); one CLI run a target."""
+    done = {}
+    for target, sources in SOURCES.items():
+        out = tmp_path_factory.mktemp(f"to-{target}")
+        paths = [FIXTURES / f"release-{r}.mdl" for r in sources]
+        proc = run(
+            "upgrade", *paths, "--to", target, "--output-dir", out, "--json", "--allow-missing"
+        )
+        assert proc.returncode == 0, proc.stderr
+        got = results(proc)
+        assert [r["source"] for r in got] == [str(p) for p in paths]  # one object per file
+        done[target] = (out, dict(zip(sources, got)))
+    return done
+
+
+@pytest.mark.parametrize(("source", "target"), UPGRADES, ids=lambda v: v)
+def test_upgrade_keeps_every_tensor_and_applies_the_planned_hops(source, target, upgraded, capsys):
+    src = FIXTURES / f"release-{source}.mdl"
+    assert cli_main(["plan", str(src), "--to", target, "--json"]) == 0
+    planned = hop_names(json.loads(capsys.readouterr().out))
+
+    out, by_source = upgraded[target]
+    res = by_source[source]
+    assert res["status"] == "upgraded" and res["exit_code"] == 0
+    assert (res["from_release"], res["to_release"]) == (source, target)
+    assert res["hops"] == planned and planned[0].startswith(f"{source}→")
+    assert planned[-1].endswith(f"→{target}")
+
+    result = out / src.name
+    assert res["output"] == str(result)
+    assert release_of(result) == target
+    # release-1.9 lacks one (tied) leaf: written as None in 0.5, still missing in 0.4.
+    assert_identical(
+        src, result, frozenset({"model.lm_head.weight"}) if source == "1.9" else frozenset()
+    )
+
+
+def test_nothing_but_the_upgraded_files_is_written(upgraded):
+    for target, (out, _) in upgraded.items():
+        assert listing(out) == {f"release-{r}.mdl" for r in SOURCES[target]}
+
+
+# --------------------------------------------------------------------------- 2. SIGKILL
+
+
+BIG_TENSORS = 36  # x 4 MiB of float32: a ~150 MB checkpoint
+
+
+@pytest.fixture(scope="module")
+def big_checkpoint(tmp_path_factory):
+    """A 2.0 checkpoint of ~150 MB whose upgrade to 2.10 takes a measurable time."""
+    import torch
+
+    base = tmp_path_factory.mktemp("big")
+    gen = torch.Generator().manual_seed(0)
+    state = {
+        "model": {
+            f"layer{i}.weight": torch.randn(1024, 1024, generator=gen) for i in range(BIG_TENSORS)
+        },
+        "global_step": 7,
+    }
+    path = base / "pristine" / "big.mdl"
+    path.parent.mkdir()
+    cm.save(state, path, "2.0")
+    del state
+    yield path, sha256_file(path)
+    shutil.rmtree(base, ignore_errors=True)  # do not keep GBs in pytest's retained tmp dirs
+
+
+def start_and_kill(args: list[str | Path], delay: float) -> int:
+    """Start `ckpt-migrate ARGS`, SIGKILL it after ``delay`` s; the exit status (-9 if killed)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    if delay:
+        time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)  # a no-op if it has already exited
+    return proc.wait()
+
+
+def measure(args: list[str | Path], watch: Path) -> tuple[float, float]:
+    """Run `ckpt-migrate ARGS` to the end: (seconds until a *.tmp appears in watch, total)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    writing = None
+    while proc.poll() is None:
+        if writing is None and any(p.suffix == ".tmp" for p in watch.iterdir()):
+            writing = time.monotonic() - start
+        time.sleep(0.002)
+    total = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr.read()
+    assert writing is not None, "the upgrade wrote no temporary file"
+    return writing, total
+
+
+def kill_delays(writing: float, total: float) -> list[float]:
+    """Right after start, once while reading, then 7 moments spread over the writing (which
+    starts at ``writing`` s: copying, patching, verifying, fsyncing, publishing)."""
+    return [0.0, writing / 2, *np.linspace(writing, 0.97 * total, 7)]
+
+
+def assert_only_temporaries(directory: Path, keep: set[str], stem: str) -> list[Path]:
+    """Everything in ``directory`` but ``keep`` is a ``<stem>.*.tmp`` leftover; returns them."""
+    extra = [p for p in directory.iterdir() if p.name not in keep]
+    for p in extra:
+        assert p.name.startswith(f"{stem}.") and p.name.endswith(".tmp"), p.name
+    return extra
+
+
+def test_kill_at_any_moment_leaves_the_source_and_no_partial_output(big_checkpoint, tmp_path):
+    pristine, digest = big_checkpoint
+    src = pristine  # --output-dir never writes beside the source
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    writing, total = measure(["upgrade", src, "--output-dir", scratch], scratch)
+    shutil.rmtree(scratch)
+
+    out = tmp_path / "out"
+    out.mkdir()
+    target = out / src.name
+    seen = []
+    leftovers: list[Path] = []
+    for delay in kill_delays(writing, total):
+        for p in leftovers:  # keep only the last run's leftovers for the final rerun
+            p.unlink()
+        status = start_and_kill(["upgrade", src, "--output-dir", out], delay)
+        assert sha256_file(src) == digest, f"source changed (kill after {delay:.2f}s)"
+        leftovers = assert_only_temporaries(out, {target.name}, src.name)
+        if target.exists():  # published before the kill: must be complete and identical
+            assert release_of(target) == "2.10"
+            assert_identical(src, target)
+            target.unlink()
+            seen.append("done")
+        else:
+            seen.append("partial" if leftovers else ("killed" if status < 0 else "?"))
+        assert assert_only_temporaries(src.parent, {src.name}, src.name) == []
+    assert "partial" in seen, f"no kill hit the writing: {seen}, {writing=:.2f} {total=:.2f}"
+
+    proc = run("upgrade", src, "--output-dir", out, "--json")  # a rerun after a kill
+    assert proc.returncode == 0, proc.stderr
+    assert only_result(proc)["status"] == "upgraded"
+    assert release_of(target) == "2.10"
+    assert_identical(src, target)
+    assert sha256_file(src) == digest
+    shutil.rmtree(out)  # passed: do not keep 150 MB files in pytest's retained tmp dirs
+
+
+def test_kill_at_any_moment_of_an_inplace_upgrade(big_checkpoint, tmp_path):
+    pristine, digest = big_checkpoint
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    shutil.copyfile(pristine, scratch / pristine.name)
+    writing, total = measure(["upgrade", scratch / pristine.name, "--inplace"], scratch)
+    shutil.rmtree(scratch)
+
+    work = tmp_path / "work"
+    work.mkdir()
+    src = work / pristine.name
+    backup = work / f"{src.name}.pre-2.0.bak"
+    shutil.copyfile(pristine, src)
+    seen = []
+    leftovers: list[Path] = []
+    for delay in kill_delays(writing, total):
+        for p in leftovers:
+            p.unlink()
+        status = start_and_kill(["upgrade", src, "--inplace"], delay)
+        leftovers = assert_only_temporaries(work, {src.name, backup.name}, src.name)
+        if sha256_file(src) == digest:  # not yet replaced; a backup is the same file if present
+            assert not backup.exists() or os.path.samefile(backup, src)
+            seen.append("partial" if leftovers else ("killed" if status < 0 else "?"))
+        else:  # replaced before the kill: a complete upgraded file, the original in the backup
+            assert sha256_file(backup) == digest
+            assert release_of(src) == "2.10"
+            assert_identical(backup, src)
+            seen.append("done")
+            backup.unlink()
+            shutil.copyfile(pristine, src)
+    assert "partial" in seen, f"no kill hit the writing: {seen}, {writing=:.2f} {total=:.2f}"
+
+    proc = run("upgrade", src, "--inplace", "--json")  # a rerun after a kill
+    assert proc.returncode == 0, proc.stderr
+    res = only_result(proc)
+    assert res["status"] == "upgraded" and res["backup"] == str(backup)
+    assert sha256_file(backup) == digest
+    assert release_of(src) == "2.10"
+    assert_identical(backup, src)
+    shutil.rmtree(work)
+
+
+# --------------------------------------------------------------------------- 3. full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path, request):
+    """``small_disk(nbytes)``: a fresh tmpfs of that size, unmounted when the test ends."""
+
+    def mount(nbytes: int) -> Path:
+        where = tmp_path / f"disk{len(list(tmp_path.glob('disk*')))}"
+        where.mkdir()
+        try:
+            proc = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={nbytes}", "tmpfs", str(where)],
+                capture_output=True,
+                text=True,
+            )
+        except FileNotFoundError:
+            pytest.skip("no mount command: cannot make a small disk to fill up")
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs to fill up (needs root): {proc.stderr.strip()}")
+
+        def unmount() -> None:
+            if subprocess.run(["umount", str(where)], capture_output=True).returncode:
+                subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+        request.addfinalizer(unmount)
+        return where
+
+    return mount
+
+
+def pages(nbytes: int) -> int:
+    return -(-nbytes // PAGE)
+
+
+def test_disk_smaller_than_the_file_is_refused_before_writing(small_disk, tmp_path):
+    src = fixture("2.0", tmp_path / "src")
+    before = sha256_file(src)
+    disk = small_disk(pages(src.stat().st_size) // 2 * PAGE)
+    proc = run("upgrade", src, "--output-dir", disk, "--json")
+    res = only_result(proc)
+    assert res["status"] == "failed" and res["exit_code"] == 5
+    assert "bytes free" in res["error"]
+    assert listing(disk) == set()
+    assert sha256_file(src) == before
+    assert proc.returncode == 5, proc.stderr
+
+
+def big_tensor_checkpoint(path: Path) -> Path:
+    """~1 MB of tensors, so the upgrade copies the file and patches it (copy-patch)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(1)
+    cm.save(
+        {"model": {f"w{i}": torch.randn(256, 256, generator=gen) for i in range(4)}}, path, "2.0"
+    )
+    return path
+
+
+@pytest.mark.parametrize("strategy", ["copy-patch", "rewrite"])
+def test_disk_filling_up_during_the_write_fails_cleanly(strategy, small_disk, tmp_path):
+    if strategy == "copy-patch":
+        src = big_tensor_checkpoint(tmp_path / "src.mdl")
+    else:  # the small fixtures are rewritten: the result is larger than the source
+        src = fixture("2.0", tmp_path)
+    before = sha256_file(src)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    done = upgrade(src, UpgradeOptions(target="2.10", output_dir=probe))
+    assert done.status == "upgraded" and done.strategy == strategy
+    need, size = pages(done.bytes_written), pages(src.stat().st_size)
+    assert need - size >= 2, "the upgrade does not grow the file; cannot test a disk filling up"
+
+    # Free space above the source's size (the pre-check passes) but below what the write needs.
+    free = (size + (need - size) // 2) * PAGE
+    disk = small_disk((need + 8) * PAGE)
+    with open(disk / "filler", "wb") as fh:
+        fh.write(bytes(shutil.disk_usage(disk).free - free))
+    assert src.stat().st_size <= shutil.disk_usage(disk).free < done.bytes_written
+
+    proc = run("upgrade", src, "--output-dir", disk, "--json")
+    res = only_result(proc)
+    assert res["status"] == "failed" and res["exit_code"] == 5, res
+    assert "no space left" in res["error"]
+    assert listing(disk) == {"filler"}  # no output, no *.tmp
+    assert sha256_file(src) == before
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    assert proc.returncode == 5, proc.stderr
+
+
+# --------------------------------------------------------------------------- 4. locking
+
+
+def test_a_second_upgrade_of_the_same_file_is_refused(tmp_path):
+    src = fixture("2.0", tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as a running upgrade holds it
+        proc = run("upgrade", src, "--output-dir", out)
+        assert_one_line_error(proc, 2, "another ckpt-migrate process", str(src))
+        assert listing(out) == set()
+    finally:
+        os.close(fd)
+    assert run("upgrade", src, "--output-dir", out).returncode == 0
+
+
+# --------------------------------------------------------------------------- 5. --inplace
+
+
+def test_inplace_keeps_the_original_as_backup(tmp_path):
+    src = fixture("2.0", tmp_path, "ckpt.mdl")
+    original = src.read_bytes()
+    proc = run("upgrade", src, "--inplace", "--json")
+    assert proc.returncode == 0, proc.stderr
+    res = only_result(proc)
+    backup = tmp_path / "ckpt.mdl.pre-2.0.bak"
+    assert res["status"] == "upgraded" and res["backup"] == str(backup)
+    assert res["output"] == str(src)
+    assert listing(tmp_path) == {"ckpt.mdl", backup.name}
+    assert backup.read_bytes() == original
+    assert release_of(src) == "2.10"
+    assert_identical(backup, src)
+
+
+def test_inplace_refuses_a_different_file_at_the_backup_name(tmp_path):
+    src = fixture("2.0", tmp_path, "ckpt.mdl")
+    original = src.read_bytes()
+    backup = tmp_path / "ckpt.mdl.pre-2.0.bak"
+    backup.write_bytes(b"someone else's file")
+    proc = run("upgrade", src, "--inplace")
+    assert_one_line_error(proc, 2, str(backup), "backup already exists")
+    assert src.read_bytes() == original
+    assert backup.read_bytes() == b"someone else's file"
+    assert listing(tmp_path) == {"ckpt.mdl", backup.name}
+
+
+def test_inplace_accepts_the_backup_link_left_by_an_interrupted_run(tmp_path):
+    src = fixture("2.0", tmp_path, "ckpt.mdl")
+    original = src.read_bytes()
+    backup = tmp_path / "ckpt.mdl.pre-2.0.bak"
+    os.link(src, backup)  # what a run killed between linking and replacing leaves
+    proc = run("upgrade", src, "--inplace", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert only_result(proc)["status"] == "upgraded"
+    assert backup.read_bytes() == original
+    assert not os.path.samefile(src, backup)
+    assert release_of(src) == "2.10"
+
+
+def test_inplace_and_output_dir_exclude_each_other(tmp_path):
+    src = fixture("2.0", tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run("upgrade", src, "--inplace", "--output-dir", out)
+    assert_one_line_error(proc, 2, "--inplace", "--output-dir")
+    assert listing(out) == set() and listing(src.parent) == {src.name}
+
+
+# --------------------------------------------------------------------------- 6. what is written
+
+
+def test_a_file_at_the_target_is_reported_current_and_left_alone(tmp_path):
+    src = fixture("2.10", tmp_path / "src")
+    stat, data = src.stat(), src.read_bytes()
+    out = tmp_path / "out"
+    out.mkdir()
+    for where in (["--output-dir", out], ["--inplace"]):
+        proc = run("upgrade", src, "--to", "2.10", *where, "--json")
+        assert proc.returncode == 0, proc.stderr
+        res = only_result(proc)
+        assert res["status"] == "current" and res["hops"] == []
+    assert listing(out) == set() and listing(src.parent) == {src.name}
+    assert src.stat().st_mtime_ns == stat.st_mtime_ns and src.read_bytes() == data
+
+
+def test_an_existing_output_is_never_overwritten(tmp_path):
+    src = FIXTURES / "release-2.0.mdl"
+    existing = tmp_path / src.name
+    existing.write_bytes(b"precious")
+    proc = run("upgrade", src, "--output-dir", tmp_path, "--json")
+    res = only_result(proc)
+    assert res["status"] == "failed" and res["exit_code"] == 2
+    assert "already exists" in res["error"]
+    assert existing.read_bytes() == b"precious" and listing(tmp_path) == {src.name}
+    assert proc.returncode == 2, proc.stderr
+
+
+def test_dry_run_writes_nothing_and_prints_the_plan(tmp_path):
+    src = fixture("1.8", tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run("upgrade", src, "--output-dir", out, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "1.8 → 2.10 in 12 hop(s)" in proc.stdout
+    assert "  1.8 → 1.9" in proc.stdout and "  2.9 → 2.10" in proc.stdout
+    proc = run("upgrade", src, "--dry-run", "--json")  # no --output-dir needed to plan
+    assert proc.returncode == 0, proc.stderr
+    res = only_result(proc)
+    assert res["status"] == "planned" and hop_names(res["plan"]) == res["hops"]
+    assert listing(out) == set() and listing(src.parent) == {src.name}
+
+
+def test_several_files_print_one_json_object_each_and_exit_with_the_worst(tmp_path):
+    srcs = tmp_path / "src"
+    ok = fixture("1.8", srcs)
+    current = fixture("2.10", srcs)
+    exists = fixture("2.3", srcs)
+    newer = newer_than_tool(srcs)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / exists.name).write_bytes(b"precious")
+    proc = run("upgrade", ok, current, exists, newer, "--output-dir", out, "--json")
+    got = [(r["source"], r["status"], r["exit_code"]) for r in results(proc)]
+    assert got == [
+        (str(ok), "upgraded", 0),
+        (str(current), "current", 0),
+        (str(exists), "failed", 2),
+        (str(newer), "failed", 3),
+    ]
+    assert listing(out) == {ok.name, exists.name}
+    assert proc.returncode == 3, proc.stderr
+
+
+# --------------------------------------------------------------------------- 7. check, verify
+
+
+def test_check_exit_codes(tmp_path):
+    newer = newer_than_tool(tmp_path)
+    assert run("check", FIXTURES / "release-2.10.mdl").returncode == 0
+    assert run("check", FIXTURES / "release-2.0.mdl", "--to", "2.0").returncode == 0
+    proc = run("check", FIXTURES / "release-2.0.mdl", "--to", "2.3")
+    assert "2.0 needs upgrading to 2.3" in proc.stdout
+    assert proc.returncode == 10
+    assert_one_line_error(run("check", newer), 3, str(newer), "2.11.0", "newer than this tool")
+
+
+def changed_copy(dst: Path, change) -> Path:
+    """A copy of the 2.10 fixture with one element of model.fc.weight changed by ``change``."""
+    shutil.copyfile(FIXTURES / "release-2.10.mdl", dst)
+    with h5py.File(dst, "r+", locking=False) as f:
+        ds = f["model.fc.weight"]
+        data = ds[()]
+        assert data.dtype == np.float32 and data[0, 0] != 0
+        data[0, 0] = change(data[0, 0])
+        ds[...] = data
+    return dst
+
+
+def test_verify_exit_codes(tmp_path):
+    a = FIXTURES / "release-2.10.mdl"
+    same = tmp_path / "same.mdl"
+    shutil.copyfile(a, same)
+    proc = run("verify", a, same)
+    assert proc.returncode == 0, proc.stderr
+    assert "identical" in proc.stdout
+    flipped = changed_copy(tmp_path / "flipped.mdl", lambda x: -x)
+    proc = run("verify", a, flipped)
+    assert "model.fc.weight: tensor data differs" in proc.stdout
+    assert "1 difference(s)" in proc.stdout
+    assert proc.returncode == 4
+
+
+def test_verify_allclose_accepts_a_tiny_float_difference(tmp_path):
+    a = FIXTURES / "release-2.10.mdl"
+    ulp = changed_copy(tmp_path / "ulp.mdl", lambda x: np.nextafter(x, np.float32(np.inf)))
+    proc = run("verify", a, ulp, "--allclose")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run("verify", a, ulp)
+    assert "model.fc.weight: tensor data differs" in proc.stdout
+    assert proc.returncode == 4
+
+
+# --------------------------------------------------------------------------- 8. manifest
+
+
+def flatten(obj, prefix: str = "") -> dict:
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return {prefix: obj}
+    out = {}
+    for k, v in items:
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def test_manifest_holds_the_sha256_of_each_tensors_raw_bytes(tmp_path):
+    import torch
+
+    src = FIXTURES / "release-2.0.mdl"
+    manifest = tmp_path / "manifest.json"
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run("upgrade", src, "--output-dir", out, "--manifest", manifest, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert only_result(proc)["verified"] == "full"
+    doc = json.loads(manifest.read_text())
+    assert doc["source_sha256"] == sha256_file(src) and (doc["from"], doc["to"]) == ("2.0", "2.10")
+
+    state = flatten(cm.load(out / src.name))
+    arrays = {k: v for k, v in state.items() if isinstance(v, (torch.Tensor, np.ndarray))}
+    assert set(doc["tensors"]) <= set(arrays) and len(doc["tensors"]) >= 15
+    checked = ["model.fc.weight", "model.fc.bias", "model.norm.scale", "model.ids", "misc.array"]
+    for name in checked:
+        t = arrays[name]
+        if isinstance(t, torch.Tensor):
+            t = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+            t = t.contiguous().numpy()
+        raw = np.ascontiguousarray(t).astype(t.dtype.newbyteorder("<")).tobytes()
+        assert hashlib.sha256(raw).hexdigest() == doc["tensors"][name], name
+    assert arrays["model.fc.bias"].dtype == torch.bfloat16
+
+
+# --------------------------------------------------------------------------- 9. provenance
+
+
+def provenance(path: Path) -> list[dict]:
+    with h5py.File(path, "r", locking=False) as f:
+        return json.loads(f.attrs[PROVENANCE_ATTR])
+
+
+def test_provenance_records_every_upgrade(tmp_path):
+    src = FIXTURES / "release-1.7.mdl"
+    mid, final = tmp_path / "mid", tmp_path / "final"
+    mid.mkdir()
+    final.mkdir()
+    first = only_result(run("upgrade", src, "--to", "2.0", "--output-dir", mid, "--json"))
+    assert first["status"] == "upgraded"
+    (entry,) = provenance(mid / src.name)
+    assert entry["source_release"] == "1.7" and entry["target_release"] == "2.0"
+    assert entry["hops"] == first["hops"] == ["1.7→1.8", "1.8→1.9", "1.9→2.0"]
+    assert entry["source_sha256"] == sha256_file(src)
+
+    second = only_result(run("upgrade", mid / src.name, "--output-dir", final, "--json"))
+    assert second["status"] == "upgraded"
+    entries = provenance(final / src.name)
+    assert len(entries) == 2 and entries[0] == entry
+    assert entries[1]["source_release"] == "2.0" and entries[1]["target_release"] == "2.10"
+    assert entries[1]["hops"] == second["hops"]
+    assert entries[1]["source_sha256"] == sha256_file(mid / src.name)
+
+
+# --------------------------------------------------------------------------- 10. --from, --to
+
+
+def test_from_overrides_the_release_the_file_claims(tmp_path):
+    src = FIXTURES / "release-2.3.mdl"
+    proc = run("plan", src, "--from", "2.1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["from"] == "2.1" and hop_names(plan)[0] == "2.1→2.2"
+    proc = run("upgrade", src, "--from", "2.1", "--output-dir", tmp_path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    res = only_result(proc)
+    assert res["from_release"] == "2.1" and res["hops"] == hop_names(plan)
+    assert provenance(tmp_path / src.name)[-1]["source_release"] == "2.1"
+
+
+@pytest.mark.parametrize("command", ["plan", "upgrade"])
+def test_from_a_release_of_another_format_is_refused(command, tmp_path):
+    src = FIXTURES / "release-2.3.mdl"
+    extra = ["--output-dir", tmp_path] if command == "upgrade" else []
+    proc = run(command, src, "--from", "2.5", *extra)
+    assert_one_line_error(proc, 2, str(src), "--from 2.5", "format 0.4")
+    assert listing(tmp_path) == set()
+
+
+@pytest.mark.parametrize(
+    ("to", "words"),
+    [
+        ("9.9", ["unknown release '9.9'", "1.7, 1.8", "2.10"]),
+        ("2.0", ["cannot downgrade from 2.3 to 2.0", "2.3, 2.4", "2.10"]),
+    ],
+)
+def test_unknown_or_older_target_is_refused(to, words, tmp_path):
+    src = FIXTURES / "release-2.3.mdl"
+    proc = run("upgrade", src, "--to", to, "--output-dir", tmp_path)
+    assert_one_line_error(proc, 2, *words)
+    assert listing(tmp_path) == set()
