@@ -35,7 +35,7 @@ from . import __version__
 from .atomic import as_os_error, fsync_dir, fsync_path, io_error, publish, temp_name
 from .checkpoint import Checkpoint
 from .datacopy import write_tensor
-from .errors import CkptError, CkptIOError, UsageError, VerificationError
+from .errors import CkptError, CkptIOError, NotACheckpointError, UsageError, VerificationError
 from .migration import StepContext
 from .planner import Plan, make_plan
 from .reader import PROVENANCE_ATTR, read_checkpoint
@@ -105,7 +105,10 @@ def apply_hops(ckpt: Checkpoint, plan: Plan, opts: UpgradeOptions) -> StepContex
 @contextlib.contextmanager
 def exclusive(path: Path) -> Iterator[None]:
     """Refuse a second upgrade of the same file while this one runs (an advisory flock)."""
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise NotACheckpointError(path, "no such file", "check the path") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -119,3 +119,8 @@ def test_to_torch_from_torch_commands(tmp_path):
 def test_usage_error_exit_code():
     assert run("inspect").returncode == 2
     assert run("from-torch", "a", "b", "--release", "9.9").returncode == 2
+
+
+def test_upgrade_of_a_missing_file_is_bad_input(tmp_path):
+    proc = run("upgrade", str(tmp_path / "nope.mdl"), "--output-dir", str(tmp_path))
+    assert_one_line_error(proc, 2, "no such file")
