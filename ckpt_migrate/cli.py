@@ -210,8 +210,26 @@ def upgrade_cmd(
         bool, typer.Option("--allow-missing", help="Write leaves the file lacks as None.")
     ] = False,
     strict: Annotated[
-        bool, typer.Option("--strict", help="Turn step warnings into errors.")
+        bool, typer.Option("--strict", help="Refuse to upgrade a 1.9 file without its dataloader.")
     ] = False,
+    data_iter_dir: Annotated[
+        Path | None,
+        typer.Option("--data-iter-dir", help="1.9 dataloader side files (for 1.9 → 2.0)."),
+    ] = None,
+    dataloader_type: Annotated[
+        str | None,
+        typer.Option("--dataloader-type", help="map or iterable (with --data-iter-dir)."),
+    ] = None,
+    shuffle_seed: Annotated[
+        int | None, typer.Option("--shuffle-seed", help="Seed of a map-style 1.9 dataloader.")
+    ] = None,
+    allow_step_mismatch: Annotated[
+        bool,
+        typer.Option("--allow-step-mismatch", help="Accept side files of another step."),
+    ] = False,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="The run's params.yaml (tie flags, seed).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per file.")] = False,
 ) -> None:
     """Upgrade checkpoints to a newer release in one pass, verified, never overwriting."""
@@ -231,6 +249,13 @@ def upgrade_cmd(
         verify=verify,  # type: ignore[arg-type]
         strict=strict,
         allow_missing=allow_missing,
+        inputs=commands.step_inputs(
+            data_iter_dir=data_iter_dir,
+            dataloader_type=dataloader_type,
+            shuffle_seed=shuffle_seed,
+            allow_step_mismatch=allow_step_mismatch,
+            config=config,
+        ),
     )
     worst = 0
     with _progress(enabled=not as_json) as progress:

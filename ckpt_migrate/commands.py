@@ -103,3 +103,48 @@ def verify(a: str | Path, b: str | Path, *, allclose: bool = False) -> dict[str,
         "identical": not diffs,
         "differences": [{"name": d.name, "what": d.what} for d in diffs],
     }
+
+
+def step_inputs(
+    *,
+    data_iter_dir: Path | None = None,
+    dataloader_type: str | None = None,
+    shuffle_seed: int | None = None,
+    allow_step_mismatch: bool = False,
+    config: Path | None = None,
+) -> dict[str, Any]:
+    """The extra inputs hops may use, as the engine takes them (only those given)."""
+    from .errors import UsageError
+
+    inputs: dict[str, Any] = {}
+    if data_iter_dir is not None:
+        inputs["data_iter_dir"] = data_iter_dir
+    if dataloader_type is not None:
+        if dataloader_type not in ("map", "iterable"):
+            raise UsageError(
+                None, f"--dataloader-type must be map or iterable, not {dataloader_type!r}"
+            )
+        inputs["dataloader_type"] = dataloader_type
+    if shuffle_seed is not None:
+        inputs["shuffle_seed"] = shuffle_seed
+    if allow_step_mismatch:
+        inputs["allow_step_mismatch"] = True
+    if config is not None:
+        inputs["config"] = load_config(config)
+    return inputs
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    import yaml
+
+    from .errors import UsageError
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(path, f"cannot read the config ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(path, f"not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise UsageError(path, "config is not a YAML mapping")
+    return data

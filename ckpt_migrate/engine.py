@@ -54,6 +54,7 @@ class UpgradeOptions:
     target: str = "latest"
     source_release: str | None = None  # --from: override the release the file claims
     output_dir: Path | None = None
+    output: Path | None = None  # an explicit output file (the script front ends)
     inplace: bool = False
     dry_run: bool = False
     manifest: Path | None = None
@@ -93,7 +94,8 @@ class UpgradeResult:
 
 def apply_hops(ckpt: Checkpoint, plan: Plan, opts: UpgradeOptions) -> StepContext:
     """Run every operation of every hop on the tree (no tensor data is read unless transformed)."""
-    ctx = StepContext(ckpt.root, ckpt.path, dict(opts.inputs), opts.strict)
+    inputs = {"allow_missing": opts.allow_missing, **opts.inputs}
+    ctx = StepContext(ckpt.root, ckpt.path, inputs, opts.strict)
     for hop in plan.hops:
         ctx.hop = hop
         for operation in hop.operations:
@@ -140,15 +142,16 @@ def upgrade(
 
 
 def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: Progress | None):
-    if opts.inplace and opts.output_dir is not None:
+    if opts.inplace and (opts.output_dir is not None or opts.output is not None):
         raise UsageError(None, "--inplace and --output-dir exclude each other")
-    if not opts.inplace and opts.output_dir is None and not opts.dry_run:
+    if not opts.inplace and opts.output_dir is None and opts.output is None and not opts.dry_run:
         raise UsageError(
             None, "say where the upgraded file goes", "pass --output-dir DIR or --inplace"
         )
     lock = contextlib.nullcontext() if opts.dry_run else exclusive(src)
     with lock, read_checkpoint(src, release=opts.source_release) as ckpt:
-        plan = make_plan(ckpt, opts.target, output_dir=opts.output_dir, inputs=opts.inputs)
+        out_dir = opts.output.parent if opts.output is not None else opts.output_dir
+        plan = make_plan(ckpt, opts.target, output_dir=out_dir, inputs=opts.inputs)
         result.from_release, result.to_release = plan.source_release.name, plan.target_release.name
         result.hops = [f"{h.source}→{h.target}" for h in plan.hops]
         if plan.current:
@@ -157,7 +160,12 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
         if opts.dry_run:
             result.status, result.plan = "planned", plan.to_json()
             return
-        target = src if opts.inplace else _output_path(src, opts.output_dir)
+        if opts.inplace:
+            target = src
+        elif opts.output is not None:
+            target = _output_file(src, opts.output)
+        else:
+            target = _output_path(src, opts.output_dir)
         if plan.free_bytes is not None and plan.free_bytes < plan.free_needed:
             raise CkptIOError(
                 target.parent,
@@ -205,11 +213,16 @@ def _output_path(src: Path, output_dir: Path | None) -> Path:
     assert output_dir is not None
     if not output_dir.is_dir():
         raise UsageError(output_dir, "output directory does not exist", "create it first")
-    target = output_dir / src.name
+    return _output_file(src, output_dir / src.name)
+
+
+def _output_file(src: Path, target: Path) -> Path:
     if target.exists():
-        if target.resolve() == src.resolve():
-            raise UsageError(src, "--output-dir is the file's own directory", "use --inplace")
+        if _same_file(target, src):
+            raise UsageError(src, "the output would be the source itself", "use --inplace")
         raise UsageError(target, "already exists; refusing to overwrite it", "remove it first")
+    if not target.parent.is_dir():
+        raise UsageError(target, "its directory does not exist", "create it first")
     return target
 
 

@@ -477,7 +477,8 @@ class _Converter:
                 self.had_tensor_scalar_dict = True
             keys = self._keys(ctx, len(kids), at)
             items = [(k, self.convert(c, (*at, k))) for k, c in zip(keys, kids, strict=True)]
-            return DictNode(items, ordered=typ is _ORDERED_DICT)
+            origin = "TensorScalarDict" if typ is _TENSOR_SCALAR_DICT else None
+            return DictNode(items, ordered=typ is _ORDERED_DICT, origin=origin)
         for kind in ("list", "tuple", "set"):
             if typ is _BUILTIN_TYPES[kind]:
                 # The context of these is None; nothing reads it, so it is not checked.
@@ -609,6 +610,9 @@ _OUT_GLOBALS: dict[Any, tuple[str, str]] = {
 _G_LOAD_TYPE = _global_class("dill._dill", "_load_type")
 _G_CREATE_NAMEDTUPLE = _global_class("dill._dill", "_create_namedtuple")
 _G_ORDERED_DICT = _global_class("collections", "OrderedDict")
+_G_TENSOR_SCALAR_DICT = _global_class(
+    "cerebras_pytorch.utils.tensor_scalar_dict", "TensorScalarDict"
+)
 _G_NAMEDTUPLE = _global_class("collections", "namedtuple")
 
 
@@ -751,7 +755,10 @@ class _Builder:
                     raise _unencodable(f"the dict at {format_path(at)} has a key {key!r}")
             if len(set(keys)) != len(keys):
                 raise _unencodable(f"the dict at {format_path(at)} repeats a key")
-            typ = _G_ORDERED_DICT if node.ordered else self.load_type("dict")
+            if node.origin == "TensorScalarDict":  # only fixtures of 1.7 files write this
+                typ = _G_TENSOR_SCALAR_DICT
+            else:
+                typ = _G_ORDERED_DICT if node.ordered else self.load_type("dict")
             ctx = [self.s(k) if isinstance(k, str) else k for k in keys]
             pairs = list(node.items)
         elif isinstance(node, SeqNode):

@@ -27,6 +27,9 @@ Key = str | int
 class DictNode:
     items: list[tuple[Key, Node]] = field(default_factory=list)
     ordered: bool = False  # collections.OrderedDict rather than dict
+    # A legacy spec class read as a dict: "TensorScalarDict" (1.7-era cerebras_pytorch), which
+    # releases 2.0+ cannot unpickle. Only legacy specs record it; the 1.9→2.0 spec fix clears it.
+    origin: str | None = None
 
     def keys(self) -> list[Key]:
         return [k for k, _ in self.items]
@@ -283,7 +286,9 @@ def map_leaves(root: Node, fn: Callable[[LeafRef], Leaf]) -> Node:
                 done[id(node)] = fn(LeafRef(name, path, node))  # type: ignore[arg-type]
             return done[id(node)]
         if isinstance(node, DictNode):
-            return DictNode([(k, walk(v, (*path, k))) for k, v in node.items], node.ordered)
+            return DictNode(
+                [(k, walk(v, (*path, k))) for k, v in node.items], node.ordered, node.origin
+            )
         if isinstance(node, SeqNode):
             return SeqNode(node.kind, [walk(v, (*path, i)) for i, v in enumerate(node.items)])
         assert isinstance(node, NamedTupleNode)
@@ -291,6 +296,17 @@ def map_leaves(root: Node, fn: Callable[[LeafRef], Leaf]) -> Node:
         return NamedTupleNode(node.name, node.fields, items)
 
     return walk(root, ())
+
+
+def plain_dicts(node: Node) -> Node:
+    """A copy of the containers with every legacy ``origin`` (TensorScalarDict) dropped."""
+    if isinstance(node, DictNode):
+        return DictNode([(k, plain_dicts(v)) for k, v in node.items], node.ordered)
+    if isinstance(node, SeqNode):
+        return SeqNode(node.kind, [plain_dicts(v) for v in node.items])
+    if isinstance(node, NamedTupleNode):
+        return NamedTupleNode(node.name, node.fields, [plain_dicts(v) for v in node.items])
+    return node
 
 
 def structure_equal(a: Node, b: Node) -> bool:

@@ -19,7 +19,16 @@ from .datacopy import PlaceTensor, write_tensor
 from .errors import UnsupportedContentError
 from .releases import Release
 from .spec_pickle import encode_spec
-from .tree import FullTensorLeaf, Leaf, Node, OpaqueLeaf, TensorLeaf, ValueLeaf, iter_leaves
+from .tree import (
+    FullTensorLeaf,
+    Leaf,
+    Node,
+    OpaqueLeaf,
+    TensorLeaf,
+    ValueLeaf,
+    iter_leaves,
+    plain_dicts,
+)
 
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -33,7 +42,9 @@ def write(
     place: PlaceTensor = write_tensor,
 ) -> None:
     fmt = release.format
-    f.attrs["__spec__"] = encode_spec(root, release.spec_torch).hex()
+    # 2.0+ cannot unpickle the 1.x TensorScalarDict class: only 1.7/1.8 files may name it.
+    spec_root = root if fmt < 0.3 else plain_dicts(root)
+    f.attrs["__spec__"] = encode_spec(spec_root, release.spec_torch).hex()
     if release.name != "1.7":  # 1.7 files may lack __version__; absent means 0.1 (§1.3)
         f.attrs["__version__"] = np.float64(fmt)
     if release.cstorch_version:

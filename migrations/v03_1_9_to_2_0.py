@@ -12,8 +12,8 @@ CkptVersion.from_file``: 0.4→"2.0", "checkpoints from 2.0 and earlier carry no
 version"; OLD-PTH5 ``__version__ = 0.4``), §1.4, §3.3 (OLD-PTH5 ``TorchTensorH5Type.save``),
 §7.1 items 4–5.
 
-Content changes handled elsewhere — the 1.9 → 2.0 release steps, appended to ``OPERATIONS``
-below (FORMAT.md §7.1; MODELZOO_HISTORY.md §0, §1, §2, §3.5, §3.6):
+The 1.9 → 2.0 release steps are the ``OPERATIONS`` below (FORMAT.md §7.1; MODELZOO_HISTORY.md
+§0, §1, §2); model-key and config changes are handled elsewhere:
 
 * spec fix: 1.x specs name ``cerebras_pytorch.utils.tensor_scalar_dict.TensorScalarDict``, which
   2.0 no longer has; it becomes a plain ``dict`` (``c1ef453:modelzoo/compat/
@@ -35,7 +35,27 @@ below (FORMAT.md §7.1; MODELZOO_HISTORY.md §0, §1, §2, §3.5, §3.6):
 
 from __future__ import annotations
 
-from ckpt_migrate.migration import InputSpec
+from typing import Any
+
+import numpy as np
+
+from ckpt_migrate import families
+from ckpt_migrate.dataloader_state import build_state, read_side_files
+from ckpt_migrate.errors import MissingLeavesError, UsageError
+from ckpt_migrate.migration import InputSpec, StepContext
+from ckpt_migrate.tree import (
+    DictNode,
+    Leaf,
+    MemoryData,
+    MissingLeaf,
+    Node,
+    SeqNode,
+    TensorLeaf,
+    ValueLeaf,
+    format_path,
+    iter_leaves,
+    set_path,
+)
 
 SOURCE = "1.9"
 TARGET = "2.0"
@@ -46,14 +66,213 @@ CHANGES = (
     "root attribute __version__ = 0.4 (still no __cstorch_version__)",
 )
 
-# Container: nothing to edit in the tree. Spec fix, tied weights, scheduler, dataloader and
-# model-key steps go here.
-OPERATIONS = ()
+
+def fix_spec(ctx: StepContext) -> None:
+    """Turn every 1.x TensorScalarDict node of the spec into a plain dict.
+
+    1.7 (and possibly 1.8) pickled ``cerebras_pytorch.utils.tensor_scalar_dict.TensorScalarDict``
+    nodes into the spec; 2.0 cannot import that class.
+    Source: ``c1ef453:modelzoo/compat/fix_checkpoint_spec.py:fix_checkpoint`` (inner
+    ``fix_spec``), MODELZOO_HISTORY.md §1.2.
+    """
+
+    def walk(node: Node, path: tuple) -> None:
+        if isinstance(node, DictNode):
+            if node.origin == "TensorScalarDict":
+                node.origin = None
+                ctx.changed(f"{format_path(path)}: TensorScalarDict spec node is now a dict")
+            for key, child in node.items:
+                walk(child, (*path, key))
+        elif isinstance(node, SeqNode) or hasattr(node, "fields"):
+            for i, child in enumerate(node.items):  # type: ignore[union-attr]
+                walk(child, (*path, i))
+
+    walk(ctx.root, ())
+
+
+def restore_tied_weights(ctx: StepContext) -> None:
+    """Restore leaves a 1.x save skipped because they were one name of a tied pair.
+
+    1.7–1.9 appliance saves passed ``duplicate_params_map`` and left one name of each tied pair
+    without a dataset. The leaf becomes a tie to its partner (no data copied); a missing leaf no
+    rule explains is an error, or None with ``--allow-missing``.
+    Source: 2.0's ``fix_duplicate_weights`` (``c1ef453:modelzoo/compat/fix_checkpoint_spec.py``);
+    the pairs of every family from the 2.1+ converters (MODELZOO_HISTORY.md §1.5).
+    """
+    model_config = _model_config(ctx)
+    present = {ref.name: ref for ref in iter_leaves(ctx.root)}
+    unexplained: list[str] = []
+    for ref in list(present.values()):
+        if not isinstance(ref.leaf, MissingLeaf):
+            continue
+        for partner, rule in families.partners(ref.name, model_config):
+            other = present.get(partner)
+            if other is not None and not isinstance(other.leaf, MissingLeaf):
+                set_path(ctx.root, ref.path, other.leaf)
+                ctx.changed(f"{ref.name}: restored as a tie to {partner} ({rule.families[0]} rule)")
+                break
+        else:
+            unexplained.append(ref.name)
+    if unexplained and not ctx.inputs.get("allow_missing"):
+        raise MissingLeavesError(
+            ctx.source_path,
+            f"{len(unexplained)} leaf/leaves named by the spec have no data and no tie rule "
+            f"explains them: {', '.join(unexplained[:5])}",
+            "pass --allow-missing to write them as None",
+        )
+    for name in unexplained:
+        set_path(ctx.root, present[name].path, ValueLeaf(None))
+        ctx.warn(f"{name}: missing from the file; written as None")
+
+
+def recompute_last_epoch(ctx: StepContext) -> None:
+    """Rewrite the LR scheduler ``last_epoch`` values from ``global_step``.
+
+    1.x saved ``last_epoch`` values that did not follow the step count; 2.0's ``fix_last_epoch``
+    set them to ``global_step``, and a SequentialLR's sub-scheduler ``i`` to
+    ``max(global_step - milestones[i-1], 0)``. Schedulers are recognized by their state
+    (``last_epoch`` with ``base_lrs``, SequentialLR by ``_schedulers`` and ``_milestones``), not by
+    key substrings, so MultiStepLR's ``milestones`` are left alone. Values keep their type.
+    Source: ``c1ef453:modelzoo/compat/fix_checkpoint_spec.py:fix_last_epoch``;
+    ``e2a52f1:.../run_cstorch_flow.py`` did the same at load for ≤0.3 files (FORMAT.md §7.1).
+    """
+    if not isinstance(ctx.root, DictNode):
+        return
+    step_leaf = ctx.root.get("global_step")
+    step = _int_value(step_leaf) if step_leaf is not None else None
+    if step is None:
+        if _schedulers(ctx.root):
+            ctx.warn("no integer global_step: LR scheduler last_epoch left as it is")
+        return
+    for path, sched in _schedulers(ctx.root):
+        _set_last_epoch(ctx, sched, path, step)
+        subs, milestones = sched.get("_schedulers"), sched.get("_milestones")
+        if isinstance(subs, SeqNode) and isinstance(milestones, SeqNode):
+            bounds = [0, *(_int_value(m) or 0 for m in milestones.items)]
+            for i, sub in enumerate(subs.items):
+                if isinstance(sub, DictNode) and i < len(bounds):
+                    _set_last_epoch(ctx, sub, (*path, "_schedulers", i), max(step - bounds[i], 0))
+
+
+def convert_dataloader_state(ctx: StepContext) -> None:
+    """Build the 2.0 ``dataloader`` state from the 1.9 side files.
+
+    1.9 kept dataloader progress in ``data_iter_checkpoint_state_file_global`` and
+    ``data_iter_state_file_worker_<id>_step_<step>.txt``; 2.0 reads ``checkpoint["dataloader"]``.
+    Only exact file names count, every worker 0..N-1 needs one file, the data step must equal
+    ``global_step`` (unless ``--allow-step-mismatch``), and a map-style seed is never guessed.
+    Source: ``c1ef453:modelzoo/compat/data_iter_state_conversion.py``, MODELZOO_HISTORY.md §2.
+    """
+    directory = ctx.inputs.get("data_iter_dir")
+    if not isinstance(ctx.root, DictNode):
+        return
+    if directory is None:
+        if ctx.root.get("dataloader") is not None:
+            return
+        message = (
+            "no --data-iter-dir given: the upgraded checkpoint has no dataloader state, "
+            "so training will restart from the first sample"
+        )
+        if ctx.strict:
+            raise UsageError(ctx.source_path, message, "pass --data-iter-dir and --dataloader-type")
+        ctx.warn(message)
+        return
+    kind = ctx.inputs.get("dataloader_type")
+    if kind not in ("map", "iterable"):
+        raise UsageError(None, "--data-iter-dir needs --dataloader-type map or iterable")
+    if ctx.root.get("dataloader") is not None:
+        raise UsageError(ctx.source_path, "already has a dataloader state", "omit --data-iter-dir")
+    side = read_side_files(directory)
+    for name in side.ignored:
+        ctx.warn(f"{side.directory}/{name}: not a dataloader side file; ignored")
+    step = _int_value(ctx.root.get("global_step"))
+    if step is not None and step != side.data_step:
+        message = f"dataloader files are for step {side.data_step}, the checkpoint is at {step}"
+        if not ctx.inputs.get("allow_step_mismatch"):
+            raise UsageError(side.directory, message, "pass --allow-step-mismatch to use them")
+        ctx.warn(message)
+    seed = _seed(ctx) if kind == "map" else None
+    ctx.root.set("dataloader", build_state(side, kind, seed))
+    ctx.changed(
+        f"dataloader: {kind}-style state from {len(side.samples)} worker file(s) of step "
+        f"{side.data_step}, {side.total} samples streamed"
+        + (f", seed {seed}" if seed is not None else "")
+    )
+
+
+OPERATIONS = (fix_spec, restore_tied_weights, recompute_last_epoch, convert_dataloader_state)
 INPUTS = (
     InputSpec(
         "data_iter_dir",
         "directory with the 1.9 dataloader side files (data_iter_checkpoint_state_file_global, "
         "data_iter_state_file_worker_<id>_step_<step>.txt)",
     ),
-    InputSpec("dataloader_type", "map or iterable"),
+    InputSpec("dataloader_type", "map or iterable (with --data-iter-dir)"),
+    InputSpec("shuffle_seed", "map-style seed (else the config's train_input.shuffle_seed)"),
+    InputSpec("config", "the run's params.yaml: tie flags, shuffle seed"),
 )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _model_config(ctx: StepContext) -> dict[str, Any] | None:
+    config = ctx.inputs.get("config")
+    if isinstance(config, dict) and isinstance(config.get("model"), dict):
+        return config["model"]
+    return None
+
+
+def _seed(ctx: StepContext) -> int | None:
+    if ctx.inputs.get("shuffle_seed") is not None:
+        return int(ctx.inputs["shuffle_seed"])
+    config = ctx.inputs.get("config")
+    train = config.get("train_input") if isinstance(config, dict) else None
+    if isinstance(train, dict):
+        if train.get("shuffle_seed") is not None:
+            return int(train["shuffle_seed"])
+        if not train.get("shuffle", True):
+            return 0  # the seed is not checked when shuffling is off
+    return None
+
+
+def _int_value(leaf: Node | None) -> int | None:
+    if isinstance(leaf, ValueLeaf) and type(leaf.value) is int:
+        return leaf.value
+    if isinstance(leaf, TensorLeaf) and leaf.shape == () and leaf.dtype.startswith(("int", "uint")):
+        return int(leaf.data.read().reshape(()).item())
+    return None
+
+
+def _is_scheduler(node: Node) -> bool:
+    return (
+        isinstance(node, DictNode)
+        and node.get("last_epoch") is not None
+        and (node.get("base_lrs") is not None or node.get("_schedulers") is not None)
+    )
+
+
+def _schedulers(root: DictNode) -> list[tuple[tuple, DictNode]]:
+    """Scheduler states at the top level, or in a top-level list of schedulers."""
+    found: list[tuple[tuple, DictNode]] = []
+    for key, value in root.items:
+        if _is_scheduler(value):
+            found.append(((key,), value))  # type: ignore[arg-type]
+        elif isinstance(value, SeqNode):
+            found.extend(((key, i), v) for i, v in enumerate(value.items) if _is_scheduler(v))
+    return found
+
+
+def _set_last_epoch(ctx: StepContext, sched: DictNode, path: tuple, value: int) -> None:
+    old = sched.get("last_epoch")
+    before = _int_value(old)
+    if before is None or before == value:
+        return
+    new: Leaf
+    if isinstance(old, TensorLeaf):
+        storage = np.array(value, dtype=old.data.read().dtype)
+        new = TensorLeaf(old.dtype, (), MemoryData(storage))
+    else:
+        new = ValueLeaf(value)
+    sched.set("last_epoch", new)
+    ctx.changed(f"{'.'.join(map(str, path))}.last_epoch: {before} → {value}")

@@ -107,13 +107,38 @@ def build_tree(release: str) -> Node:
         ]
     )
     optimizer = DictNode([("state", state), ("param_groups", SeqNode("list", [group]))])
-    scheduler = DictNode(
+    scheduler = DictNode(  # MultiStepLR: its "milestones" are not SequentialLR's
         [
-            ("last_epoch", ValueLeaf(10)),
-            ("_last_lr", SeqNode("list", [ValueLeaf(0.1)])),
-            ("milestones", SeqNode("list", [ValueLeaf(5)])),
+            ("milestones", DictNode([(5, ValueLeaf(1))])),
+            ("gamma", ValueLeaf(0.5)),
+            ("base_lrs", SeqNode("list", [ValueLeaf(0.1)])),
+            ("last_epoch", ValueLeaf(4 if release == "1.7" else 10)),  # 1.7: stale
+            ("_last_lr", SeqNode("list", [ValueLeaf(0.05)])),
         ]
     )
+    if release == "1.9":  # SequentialLR: warm-up then decay; sub-scheduler values stale
+        warmup = DictNode(
+            [
+                ("base_lrs", SeqNode("list", [ValueLeaf(0.1)])),
+                ("last_epoch", ValueLeaf(3)),
+                ("start_factor", ValueLeaf(0.1)),
+            ]
+        )
+        decay = DictNode(
+            [
+                ("base_lrs", SeqNode("list", [ValueLeaf(0.1)])),
+                ("last_epoch", _tensor(np.array(2, dtype="<i8"))),  # CS-X runs saved 0-d tensors
+                ("T_max", ValueLeaf(100)),
+            ]
+        )
+        scheduler = DictNode(
+            [
+                ("_schedulers", SeqNode("list", [warmup, decay])),
+                ("_milestones", SeqNode("list", [ValueLeaf(5)])),
+                ("last_epoch", ValueLeaf(7)),
+                ("_last_lr", SeqNode("list", [ValueLeaf(0.05)])),
+            ]
+        )
     misc = DictNode(
         [
             ("none", ValueLeaf(None)),
@@ -161,6 +186,8 @@ def build_tree(release: str) -> Node:
     else:  # sets are containers only for the 2.10 writer
         misc.items.append(("set", SeqNode("set", [ValueLeaf(1), ValueLeaf(2), ValueLeaf(3)])))
     root = DictNode(items)
+    if release == "1.7":  # 1.7 pickled this 1.x class into the spec (MODELZOO_HISTORY §1.2)
+        scheduler.origin = "TensorScalarDict"
     if release == "1.9":
         # A 1.x appliance save skipped one name of a tied pair (MODELZOO_HISTORY §1.1).
         set_path(root, ("model", "lm_head.weight"), MissingLeaf("model.lm_head.weight"))
@@ -195,6 +222,36 @@ def write_example(out_dir: Path, force: bool = False) -> Path:
     return path
 
 
+SIDE_FILE_VARIANTS = {
+    # name: (data step in the global file, {worker id: samples}, extra files)
+    "good": (10, {0: 640, 1: 640, 2: 600}, {}),
+    "missing_worker": (10, {0: 640, 2: 600}, {}),
+    "duplicate_worker": (
+        10,
+        {0: 640, 1: 640, 2: 600},
+        {"data_iter_state_file_worker_01_step_10.txt": "640"},
+    ),
+    "stray_notes": (10, {0: 640, 1: 640, 2: 600}, {"notes.txt": "resumed by hand"}),
+    "wrong_step": (12, {0: 700, 1: 700, 2: 680}, {}),
+}
+
+
+def write_side_files(out_dir: Path) -> Path:
+    """1.9 dataloader side files for release-1.9.mdl (global_step 10) and broken variants."""
+    base = out_dir / "release-1.9-data-iter"
+    for name, (step, workers, extra) in SIDE_FILE_VARIANTS.items():
+        d = base / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "data_iter_checkpoint_state_file_global").write_text(f"{step}\n")
+        for wid, samples in workers.items():
+            (d / f"data_iter_state_file_worker_{wid}_step_{step}.txt").write_text(f"{samples}\n")
+            # files of an earlier checkpoint accumulate beside them and must be ignored
+            (d / f"data_iter_state_file_worker_{wid}_step_5.txt").write_text(f"{samples // 2}\n")
+        for fname, text in extra.items():
+            (d / fname).write_text(text + "\n")
+    return base
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "fixtures")
@@ -204,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     for release in FIXTURE_RELEASES:
         print(write_fixture(release, args.out, args.force))
     print(write_example(args.out, args.force))
+    print(write_side_files(args.out))
     return 0
 
 

@@ -140,16 +140,22 @@ def test_describe():
     assert any("LinkedObject" in line for line in lines)
 
 
-def test_only_container_operations_so_far():
+def test_operations_of_each_hop():
     ops = {(h.source, h.target): [op.__name__ for op in h.operations] for h in graph.load().hops}
     assert ops.pop(("2.4", "2.5")) == ["namedtuples_to_tuples"]
+    assert ops.pop(("1.9", "2.0")) == [
+        "fix_spec",
+        "restore_tied_weights",
+        "recompute_last_epoch",
+        "convert_dataloader_state",
+    ]
     assert all(v == [] for v in ops.values())
 
 
 def test_dataloader_inputs_declared_on_1_9_to_2_0():
     hops = {(h.source, h.target): h for h in graph.load().hops}
     inputs = {i.name: i for i in hops["1.9", "2.0"].inputs}
-    assert set(inputs) == {"data_iter_dir", "dataloader_type"}
+    assert set(inputs) == {"data_iter_dir", "dataloader_type", "shuffle_seed", "config"}
     assert not any(i.required for i in inputs.values())
     assert "data_iter_checkpoint_state_file_global" in inputs["data_iter_dir"].help
     assert all(not h.inputs for pair, h in hops.items() if pair != ("1.9", "2.0"))
