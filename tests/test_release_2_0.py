@@ -1,0 +1,350 @@
+"""The 1.x → 2.0 release steps and the two script front ends, on the shipped fixtures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import pytest
+
+from ckpt_migrate import commands, families
+from ckpt_migrate.reader import read_checkpoint
+from ckpt_migrate.tree import TensorLeaf, ValueLeaf, get_path, iter_leaves
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+SIDE = FIXTURES / "release-1.9-data-iter"
+EMBED = "model.embedding_layer.word_embeddings.weight"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", *args], capture_output=True, text=True
+    )
+
+
+def script(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def upgrade(src: Path, out: Path, *args: str) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    proc = cli("upgrade", str(src), "--output-dir", str(out), "--json", *args)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return json.loads(proc.stdout)
+
+
+def leaves(path: Path) -> dict:
+    with read_checkpoint(path) as ckpt:
+        return {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+
+
+def value(leaf) -> int:
+    if isinstance(leaf, TensorLeaf):
+        return int(leaf.data.read())
+    return leaf.value
+
+
+def one_line_error(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode != 0
+    lines = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("warning:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("target", ["2.0", "2.10"])
+def test_1_9_upgrade_restores_tie_scheduler_and_map_dataloader(tmp_path, target):
+    src = FIXTURES / "release-1.9.mdl"
+    res = upgrade(
+        src,
+        tmp_path,
+        "--to",
+        target,
+        "--data-iter-dir",
+        str(SIDE / "good"),
+        "--dataloader-type",
+        "map",
+        "--shuffle-seed",
+        "1234",
+    )
+    out = tmp_path / src.name
+    got = leaves(out)
+    assert got["model.lm_head.weight"] is got[EMBED]  # one stored tensor under both names
+    assert value(got["lr_scheduler.last_epoch"]) == 10
+    assert value(got["lr_scheduler._schedulers.0.last_epoch"]) == 10
+    decay = got["lr_scheduler._schedulers.1.last_epoch"]  # max(10 - 5, 0), still an int64 tensor
+    assert isinstance(decay, TensorLeaf) and decay.dtype == "int64" and value(decay) == 5
+    assert value(got["dataloader.samples_streamed"]) == 640 + 640 + 600
+    assert value(got["dataloader.seed"]) == 1234
+    changed = {c.split("] ", 1)[1].split(":")[0] for c in res["changes"]}
+    assert {"model.lm_head.weight", "lr_scheduler.last_epoch", "dataloader"} <= changed
+    allowed = {
+        "model.lm_head.weight",
+        "lr_scheduler.last_epoch",
+        "lr_scheduler._schedulers.0.last_epoch",
+        "lr_scheduler._schedulers.1.last_epoch",
+        "dataloader.samples_streamed",
+        "dataloader.seed",
+    }
+    diffs = commands.verify(src, out)["differences"]
+    assert {d["name"] for d in diffs} <= allowed, diffs
+
+
+def test_1_9_iterable_dataloader_sorted_by_shard(tmp_path):
+    res = upgrade(
+        FIXTURES / "release-1.9.mdl",
+        tmp_path,
+        "--data-iter-dir",
+        str(SIDE / "stray_notes"),
+        "--dataloader-type",
+        "iterable",
+    )
+    assert any("notes.txt" in w and "ignored" in w for w in res["warnings"])
+    with read_checkpoint(tmp_path / "release-1.9.mdl") as ckpt:
+        states = get_path(ckpt.root, ("dataloader", "all_worker_states"))
+        got = [
+            (get_path(s, ("shard_index",)).value, get_path(s, ("samples_streamed",)).value)
+            for s in states.items
+        ]
+    assert got == [(0, 640), (1, 640), (2, 600)]
+
+
+def test_1_7_spec_fix_and_scheduler(tmp_path):
+    src = FIXTURES / "release-1.7.mdl"
+    with read_checkpoint(src) as ckpt:
+        assert ckpt.had_tensor_scalar_dict
+        assert get_path(ckpt.root, ("lr_scheduler",)).origin == "TensorScalarDict"
+    res = upgrade(src, tmp_path, "--to", "2.0")
+    assert any("TensorScalarDict" in c for c in res["changes"])
+    out = tmp_path / src.name
+    with h5py.File(out, "r") as f:
+        assert b"TensorScalarDict" not in bytes.fromhex(f.attrs["__spec__"])
+    with read_checkpoint(out) as ckpt:
+        assert not ckpt.had_tensor_scalar_dict
+        sched = get_path(ckpt.root, ("lr_scheduler",))
+        assert get_path(sched, ("last_epoch",)).value == 10
+        assert get_path(sched, ("milestones", 5)).value == 1  # MultiStepLR's are not touched
+
+
+@pytest.mark.parametrize(
+    ("variant", "words"),
+    [
+        ("missing_worker", ["worker(s) 1", "step 10"]),
+        ("duplicate_worker", ["worker 1 has 2 files", "worker_01_step_10"]),
+        ("wrong_step", ["step 12", "at 10", "--allow-step-mismatch"]),
+    ],
+)
+def test_broken_side_files_are_one_line_errors(tmp_path, variant, words):
+    proc = cli(
+        "upgrade",
+        str(FIXTURES / "release-1.9.mdl"),
+        "--output-dir",
+        str(tmp_path),
+        "--data-iter-dir",
+        str(SIDE / variant),
+        "--dataloader-type",
+        "iterable",
+    )
+    one_line_error(proc, variant, *words)
+    assert list(tmp_path.iterdir()) == []
+    proc = script(
+        "data_iter_state_conversion.py",
+        "-c",
+        str(FIXTURES / "release-1.9.mdl"),
+        "-w",
+        str(SIDE / variant),
+        "-o",
+        str(tmp_path / "x.mdl"),
+    )
+    one_line_error(proc, variant)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_step_mismatch_can_be_allowed(tmp_path):
+    res = upgrade(
+        FIXTURES / "release-1.9.mdl",
+        tmp_path,
+        "--data-iter-dir",
+        str(SIDE / "wrong_step"),
+        "--dataloader-type",
+        "iterable",
+        "--allow-step-mismatch",
+    )
+    assert any("step 12" in w for w in res["warnings"])
+
+
+def test_map_seed_is_never_guessed(tmp_path):
+    src = str(FIXTURES / "release-1.9.mdl")
+    base = [
+        "upgrade",
+        src,
+        "--output-dir",
+        str(tmp_path),
+        "--data-iter-dir",
+        str(SIDE / "good"),
+        "--dataloader-type",
+        "map",
+    ]
+    one_line_error(cli(*base), "shuffle seed")
+    cfg = tmp_path / "params.yaml"
+    cfg.write_text("train_input:\n  shuffle: true\n  shuffle_seed: 77\n")
+    out = tmp_path / "a"
+    out.mkdir()
+    base[3] = str(out)
+    assert cli(*base, "--config", str(cfg)).returncode == 0
+    assert value(leaves(out / "release-1.9.mdl")["dataloader.seed"]) == 77
+    cfg.write_text("train_input:\n  shuffle: true\n")
+    out_b = tmp_path / "b"
+    out_b.mkdir()
+    base[3] = str(out_b)
+    one_line_error(cli(*base, "--config", str(cfg)), "shuffle seed")
+
+
+def test_without_side_files_it_warns_and_strict_refuses(tmp_path):
+    src = str(FIXTURES / "release-1.9.mdl")
+    proc = cli("upgrade", src, "--output-dir", str(tmp_path), "--strict")
+    one_line_error(proc, "restart from the first sample")
+    assert list(tmp_path.iterdir()) == []
+    res = upgrade(Path(src), tmp_path)
+    assert any("restart from the first sample" in w for w in res["warnings"])
+
+
+def test_config_can_turn_the_tie_off(tmp_path):
+    cfg = tmp_path / "params.yaml"
+    cfg.write_text("model:\n  share_embedding_weights: false\n")
+    out = tmp_path / "o"
+    out.mkdir()
+    src = str(FIXTURES / "release-1.9.mdl")
+    proc = cli("upgrade", src, "--output-dir", str(out), "--config", str(cfg))
+    one_line_error(proc, "model.lm_head.weight", "--allow-missing")
+    res = upgrade(Path(src), out, "--config", str(cfg), "--allow-missing", "--to", "2.0")
+    assert any("model.lm_head.weight" in w and "None" in w for w in res["warnings"])
+    got = leaves(out / "release-1.9.mdl")
+    assert isinstance(got["model.lm_head.weight"], ValueLeaf)
+    assert got["model.lm_head.weight"].value is None
+
+
+def test_tie_rules_match_whole_segments_only():
+    assert families.partners("model.lm_head.weight")[0][0] == EMBED
+    assert families.partners("model.my_lm_head.weight") == []
+    assert families.partners("model.transformer_decoder.norm.bias")[0][0] == "model.ln_f.bias"
+    bert = families.partners("model.bert_mlm_head.classifier.ffn.0.linear_layer.weight")
+    assert bert[0][0] == "model.bert_encoder.embedding_layer.word_embeddings.weight"
+    t5 = dict(families.partners("model.encoder_embeddings.word_embeddings.weight"))
+    assert "model.decoder_embeddings.word_embeddings.weight" in t5
+    off = {"share_encoder_decoder_embedding": False}
+    assert families.partners("model.encoder_embeddings.word_embeddings.weight", off) == []
+
+
+def test_scripts_show_the_documented_flags():
+    fix = script("fix_checkpoint_spec.py", "--help").stdout
+    for flag in ("--fixed_checkpoint_path", "--fix_inplace", "checkpoint_path", "--yes"):
+        assert flag in fix
+    conv = script("data_iter_state_conversion.py", "--help").stdout
+    for flag in (
+        "--old_checkpoint",
+        "-c",
+        "--worker_data_iter_files_dir",
+        "-w",
+        "--output_file",
+        "-o",
+        "--dataloader_type",
+        "{map,iterable}",
+        "--shuffle_seed",
+        "-s",
+    ):
+        assert flag in conv
+
+
+def _same(a: Path, b: Path) -> None:
+    assert commands.verify(a, b)["identical"]
+    with read_checkpoint(a) as x, read_checkpoint(b) as y:
+        from ckpt_migrate.verify import signature
+
+        assert signature(x.root) == signature(y.root)
+        assert (x.release.name, y.release.name) == ("2.0", "2.0")
+
+
+def test_fix_checkpoint_spec_equals_upgrade_and_never_truncates(tmp_path):
+    src = tmp_path / "checkpoint_100.mdl"
+    src.write_bytes((FIXTURES / "release-1.7.mdl").read_bytes())
+    proc = script("fix_checkpoint_spec.py", str(src))
+    assert proc.returncode == 0, proc.stderr
+    fixed = tmp_path / "checkpoint_100_fixed.mdl"
+    upgrade(src, tmp_path / "up", "--to", "2.0")
+    _same(fixed, tmp_path / "up" / src.name)
+    before = fixed.read_bytes()
+    one_line_error(script("fix_checkpoint_spec.py", str(src)), "already exists")
+    assert fixed.read_bytes() == before
+    other = tmp_path / "other.mdl"
+    proc = script("fix_checkpoint_spec.py", str(src), "--fixed_checkpoint_path", str(other))
+    assert proc.returncode == 0 and other.is_file()
+
+
+def test_fix_inplace_keeps_a_backup_and_asks_only_on_a_terminal(tmp_path):
+    src = tmp_path / "checkpoint_10.mdl"
+    original = (FIXTURES / "release-1.9.mdl").read_bytes()
+    src.write_bytes(original)
+    proc = script("fix_checkpoint_spec.py", str(src), "--fix_inplace")  # stdin is not a tty
+    assert proc.returncode == 0, proc.stderr
+    assert "Are you sure" not in proc.stdout
+    backup = tmp_path / "checkpoint_10.mdl.pre-1.9.bak"
+    assert backup.read_bytes() == original
+    got = leaves(src)
+    assert got["model.lm_head.weight"] is got[EMBED]
+    proc = script("fix_checkpoint_spec.py", str(src), "--fix_inplace", "--yes")
+    assert proc.returncode == 0 and "nothing to fix" in proc.stdout
+
+
+def test_data_iter_state_conversion_equals_upgrade(tmp_path):
+    src = FIXTURES / "release-1.9.mdl"
+    out = tmp_path / "converted.mdl"
+    proc = script(
+        "data_iter_state_conversion.py",
+        "-c",
+        str(src),
+        "-w",
+        str(SIDE / "good"),
+        "-o",
+        str(out),
+        "-d",
+        "map",
+        "-s",
+        "5",
+    )
+    assert proc.returncode == 0, proc.stderr
+    upgrade(
+        src,
+        tmp_path / "up",
+        "--to",
+        "2.0",
+        "--data-iter-dir",
+        str(SIDE / "good"),
+        "--dataloader-type",
+        "map",
+        "--shuffle-seed",
+        "5",
+    )
+    _same(out, tmp_path / "up" / src.name)
+    assert value(leaves(out)["dataloader.seed"]) == 5
+    one_line_error(
+        script(
+            "data_iter_state_conversion.py",
+            "-c",
+            str(src),
+            "-w",
+            str(SIDE / "good"),
+            "-o",
+            str(out),
+        ),
+        "already exists",
+    )
