@@ -67,19 +67,13 @@ def written(tmp_path_factory) -> dict[Path, str]:
                 continue
             d = out / f"up-{release}-{src.stem}"
             d.mkdir()
+            side = []
+            if src.stem == "release-1.9":  # with its dataloader side files
+                good = FIXTURES / "release-1.9-data-iter" / "good"
+                side = ["--data-iter-dir", str(good), "--dataloader-type", "iterable"]
+            args = ["upgrade", str(src), "--to", release, "--output-dir", str(d), *side]
             subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "ckpt_migrate",
-                    "upgrade",
-                    str(src),
-                    "--to",
-                    release,
-                    "--output-dir",
-                    str(d),
-                    "--allow-missing",
-                ],
+                [sys.executable, "-m", "ckpt_migrate", *args],
                 check=True,
                 capture_output=True,
             )
