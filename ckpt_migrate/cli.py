@@ -143,13 +143,19 @@ def history_cmd(as_json: JsonOpt = False) -> None:
         typer.echo(f"{rel['name']:>5}  format {rel['format']}  {rel['spec']}; {rel['type_tags']}")
     typer.echo("")
     for hop in data["hops"]:
-        fmt = f"  [format {hop['format'][0]} → {hop['format'][1]}]" if hop["format"] else ""
-        typer.echo(f"{hop['from']} → {hop['to']}{fmt}  ({hop['module']})")
-        for line in hop["changes"]:
-            typer.echo(f"    - {line}")
-        for name in hop["inputs"]:
-            typer.echo(f"    input: --{name.replace('_', '-')}")
+        _print_hop(hop, "", show_state=False)
     typer.echo(f"newest: {data['newest']}")
+
+
+def _print_hop(hop: dict, indent: str, *, show_state: bool) -> None:
+    fmt = f" [format {hop['format'][0]} → {hop['format'][1]}]" if hop["format"] else ""
+    typer.echo(f"{indent}{hop['from']} → {hop['to']}{fmt}  ({hop['module'].rsplit('.', 1)[-1]})")
+    for line in hop["changes"]:
+        typer.echo(f"{indent}    - {line}")
+    for inp in hop["inputs"]:
+        state = "given" if inp["given"] else ("REQUIRED" if inp["required"] else "optional")
+        label = f" ({state})" if show_state else ""
+        typer.echo(f"{indent}    input --{inp['name'].replace('_', '-')}{label}: {inp['help']}")
 
 
 def _print_plan(plan: dict) -> None:
@@ -158,13 +164,7 @@ def _print_plan(plan: dict) -> None:
         return
     typer.echo(f"{plan['source']}: {plan['from']} → {plan['to']} in {len(plan['hops'])} hop(s)")
     for hop in plan["hops"]:
-        fmt = f" [format {hop['format'][0]} → {hop['format'][1]}]" if hop["format"] else ""
-        typer.echo(f"  {hop['from']} → {hop['to']}{fmt}")
-        for line in hop["changes"]:
-            typer.echo(f"      - {line}")
-        for inp in hop["inputs"]:
-            state = "given" if inp["given"] else ("REQUIRED" if inp["required"] else "optional")
-            typer.echo(f"      input --{inp['name'].replace('_', '-')} ({state}): {inp['help']}")
+        _print_hop(hop, "  ", show_state=True)
     free = plan["free_available"]
     typer.echo(
         f"  reads {plan['bytes_to_read']:,} bytes, writes {plan['bytes_to_write']:,} bytes; "

@@ -51,18 +51,7 @@ def history() -> dict[str, Any]:
             for r in releases.RELEASES
         ],
         "newest": g.newest,
-        "hops": [
-            {
-                "from": h.source,
-                "to": h.target,
-                "module": h.module,
-                "summary": h.summary,
-                "format": list(h.format) if h.format else None,
-                "changes": h.describe(),
-                "inputs": [i.name for i in h.inputs],
-            }
-            for h in g.hops
-        ],
+        "hops": [h.to_json() for h in g.hops],
     }
 
 

@@ -58,6 +58,21 @@ class Hop:
         lines.extend(self.changes)
         return lines or ["no change: only the release advances"]
 
+    def to_json(self, given: Any = ()) -> dict[str, Any]:
+        """The hop as data; ``given`` names the inputs the user supplied."""
+        return {
+            "from": self.source,
+            "to": self.target,
+            "module": self.module,
+            "summary": self.summary,
+            "format": list(self.format) if self.format else None,
+            "changes": self.describe(),
+            "inputs": [
+                {"name": i.name, "help": i.help, "required": i.required, "given": i.name in given}
+                for i in self.inputs
+            ],
+        }
+
     @classmethod
     def from_module(cls, module: ModuleType) -> Hop:
         return cls(

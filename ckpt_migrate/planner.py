@@ -49,26 +49,7 @@ class Plan:
             "from": self.source_release.name,
             "to": self.target_release.name,
             "current": self.current,
-            "hops": [
-                {
-                    "from": h.source,
-                    "to": h.target,
-                    "module": h.module,
-                    "summary": h.summary,
-                    "format": list(h.format) if h.format else None,
-                    "changes": h.describe(),
-                    "inputs": [
-                        {
-                            "name": i.name,
-                            "help": i.help,
-                            "required": i.required,
-                            "given": i.name in self.inputs_given,
-                        }
-                        for i in h.inputs
-                    ],
-                }
-                for h in self.hops
-            ],
+            "hops": [h.to_json(self.inputs_given) for h in self.hops],
             "bytes_to_read": self.bytes_to_read,
             "bytes_to_write": self.bytes_to_write,
             "tensor_bytes": self.tensor_bytes,
