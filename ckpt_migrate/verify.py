@@ -46,8 +46,8 @@ def _value(v: Any) -> Any:
     return (type(v).__name__, v)
 
 
-def signature(root: Node, *, numpy_as_tensor: bool = False) -> Any:
-    """Everything about a tree except tensor bytes, as comparable data."""
+def signature(root: Node, *, numpy_as_tensor: bool = False, hash_tensors: bool = False) -> Any:
+    """Everything about a tree as comparable data; tensor bytes only with ``hash_tensors``."""
     firsts = first_positions(root)
 
     def walk(n: Node, path: tuple) -> Any:
@@ -65,7 +65,8 @@ def signature(root: Node, *, numpy_as_tensor: bool = False) -> Any:
         if first.path != path:
             return ("tied", first.name)
         if isinstance(n, TensorLeaf):
-            return ("tensor", n.dtype, n.shape, n.numpy and not numpy_as_tensor)
+            data = tensor_sha256(n) if hash_tensors else None
+            return ("tensor", n.dtype, n.shape, n.numpy and not numpy_as_tensor, data)
         if isinstance(n, ValueLeaf):
             return ("value", _value(n.value))
         if isinstance(n, MissingLeaf):

@@ -11,10 +11,9 @@ import h5py
 import numpy as np
 import pytest
 from digest import digest, load_expected
-from treedigest import describe
 
 import ckpt_migrate as cm
-from ckpt_migrate import releases
+from ckpt_migrate import releases, verify
 from ckpt_migrate.errors import (
     CorruptCheckpointError,
     KeyCollisionError,
@@ -33,9 +32,21 @@ from ckpt_migrate.tree import (
     ValueLeaf,
     iter_leaves,
 )
+from ckpt_migrate.treespec_json import as_tuples
 from ckpt_migrate.writer import write_checkpoint
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def describe(root, *, missing_as_none=False, numpy_as_tensor=False, namedtuple_as_tuple=False):
+    """Everything about a tree, tensor bytes included, as the written format can hold it."""
+    if missing_as_none:
+        root = verify.missing_as_none(root)
+    if namedtuple_as_tuple:
+        root = as_tuples(root)
+    return verify.signature(root, numpy_as_tensor=numpy_as_tensor, hash_tensors=True)
+
+
 REAL = FIXTURES / "real-cstorch-2.10"
 REAL_CASES = sorted(p.stem for p in REAL.glob("*.mdl") if "collision" not in p.stem)
 RELEASE_FIXTURES = sorted(FIXTURES.glob("release-*.mdl"))
