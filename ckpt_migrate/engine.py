@@ -19,7 +19,6 @@ import contextlib
 import datetime as _dt
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import threading
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import h5py
+import xxhash
 
 from . import __version__
 from .atomic import as_os_error, fsync_dir, fsync_path, io_error, publish, temp_name
@@ -41,7 +41,7 @@ from .planner import Plan, make_plan
 from .reader import PROVENANCE_ATTR, read_checkpoint
 from .releases import Release
 from .tree import H5Data, Leaf, Node, TensorLeaf, iter_leaves
-from .verify import check_written, dataset_sha256, same_stored_chunks, tensor_sha256
+from .verify import check_written, dataset_sha256, same_stored_object, tensor_sha256
 from .writer import prepare, write_tree
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -265,7 +265,7 @@ def _provenance(ckpt: Checkpoint, plan: Plan, src: Path) -> dict[str, Any]:
         "source_release": plan.source_release.name,
         "target_release": plan.target_release.name,
         "hops": [f"{h.source}→{h.target}" for h in plan.hops],
-        "source_sha256": None,  # filled in while copying
+        "source_xxh3_128": None,  # filled in while copying
     }
 
 
@@ -277,7 +277,7 @@ class Written:
     strategy: str
     placed: dict[int, tuple[str, bool]]  # id(leaf) -> (dataset path in output, reused)
     tensors: int = 0
-    source_sha256: str | None = None
+    source_xxh3_128: str | None = None
     hashes: dict[str, str] = field(default_factory=dict)  # leaf name -> sha256 (full verify)
 
 
@@ -308,12 +308,12 @@ def _write(
     placed: dict[int, tuple[str, bool]] = {}
     if copy_patch:
         digest = _copy_bytes(ckpt.path, tmp, progress)
-        provenance["source_sha256"] = digest
+        provenance["source_xxh3_128"] = digest
         extra = {PROVENANCE_ATTR: json.dumps(entries)}
         _patch(tmp, root, plan.target_release, reused, placed, extra, progress)
-        written = Written("copy-patch", placed, source_sha256=digest)
+        written = Written("copy-patch", placed, source_xxh3_128=digest)
     else:
-        provenance["source_sha256"] = _sha256_file(ckpt.path)
+        provenance["source_xxh3_128"] = file_digest(ckpt.path)
         extra = {PROVENANCE_ATTR: json.dumps(entries)}
 
         def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
@@ -322,7 +322,7 @@ def _write(
 
         with h5py.File(tmp, "w", locking=False) as f:
             write_tree(f, root, plan.target_release, extra, _leaf_progress(root, progress), place)
-        written = Written("rewrite", placed, source_sha256=provenance["source_sha256"])
+        written = Written("rewrite", placed, source_xxh3_128=provenance["source_xxh3_128"])
     written.tensors = len(placed)
     return written
 
@@ -349,27 +349,31 @@ def _patch(
     extra: dict[str, str],
     progress: Progress | None,
 ) -> None:
+    final = _final_names(root, release, reused)
     with h5py.File(tmp, "r+", locking=False) as f:
-        staging = f.create_group(STAGING)
-        staged: dict[int, str] = {}
-        for i, (leaf_id, name) in enumerate(reused.items()):
-            f.move(name, f"{STAGING}/{i}")
-            staged[leaf_id] = f"{STAGING}/{i}"
-        for key in list(f.keys()):
-            if key != STAGING:
-                del f[key]
+        # Datasets already at their final name stay put; the others wait in a staging group,
+        # so that renames can never clash with a name that is still in use.
+        in_place = {i for i, name in reused.items() if final[i] == name}
+        f.create_group(STAGING)
+        at: dict[int, str] = {i: reused[i] for i in in_place}
+        for n, (leaf_id, name) in enumerate(reused.items()):
+            if leaf_id not in in_place:
+                f.move(name, f"{STAGING}/{n}")
+                at[leaf_id] = f"{STAGING}/{n}"
+        _delete_all_but(f, {reused[i] for i in in_place} | {STAGING})
         for key in list(f.attrs.keys()):
             del f.attrs[key]
 
         def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
-            from_stage = staged.pop(id(leaf), None)
-            if from_stage is None:
+            current = at.pop(id(leaf), None)
+            if current is None:
                 placed[id(leaf)] = (name, False)
                 return write_tensor(f, name, leaf)
-            parent = name.rpartition("/")[0]
-            if parent:
-                f.require_group(parent)
-            f.move(from_stage, name)
+            if current != name:
+                parent = name.rpartition("/")[0]
+                if parent:
+                    f.require_group(parent)
+                f.move(current, name)
             ds = f[name]
             for key in list(ds.attrs.keys()):
                 del ds.attrs[key]
@@ -377,16 +381,48 @@ def _patch(
             return ds
 
         write_tree(f, root, release, extra, _leaf_progress(root, progress), place)
-        if len(staging):
-            raise VerificationError(tmp, f"{len(staging)} staged dataset(s) were not placed")
+        if at:
+            raise VerificationError(tmp, f"{len(at)} reused dataset(s) were not placed")
         del f[STAGING]
+
+
+def _final_names(root: Node, release: Release, reused: dict[int, str]) -> dict[int, str]:
+    """Where each reused tensor's dataset will live: its first leaf name, as stored."""
+    from urllib.parse import quote
+
+    names: dict[int, str] = {}
+    for ref in iter_leaves(root):
+        if id(ref.leaf) in reused and id(ref.leaf) not in names:
+            names[id(ref.leaf)] = quote(ref.name, safe="") if release.legacy else ref.name
+    return names
+
+
+def _delete_all_but(f: h5py.File, keep: set[str]) -> None:
+    """Unlink every dataset name not in ``keep`` (every link, so a hard-linked tie's second
+    name goes too), then every group left empty."""
+    datasets: list[str] = []
+    groups: list[str] = []
+
+    def visit(name: str, link: object) -> None:
+        if name == STAGING or name.startswith(STAGING + "/"):
+            return
+        obj = f.get(name)
+        (groups if isinstance(obj, h5py.Group) else datasets).append(name)
+
+    f.visititems_links(visit)
+    for name in datasets:
+        if name not in keep:
+            del f[name]
+    for name in sorted(groups, key=lambda g: g.count("/"), reverse=True):
+        if len(f[name]) == 0:
+            del f[name]
 
 
 def _copy_bytes(src: Path, dst: Path, progress: Progress | None) -> str:
     """Copy ``src`` to a new ``dst`` in the kernel (like cp), hashing ``src`` on another core."""
     total = src.stat().st_size
     digest: dict[str, str] = {}
-    hasher = threading.Thread(target=lambda: digest.update(sha=_sha256_file(src)), daemon=True)
+    hasher = threading.Thread(target=lambda: digest.update(sha=file_digest(src)), daemon=True)
     hasher.start()
     fd_in = os.open(src, os.O_RDONLY)
     try:
@@ -425,8 +461,10 @@ def _copy_bytes(src: Path, dst: Path, progress: Progress | None) -> str:
     return digest["sha"]
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
+def file_digest(path: Path) -> str:
+    """xxh3-128 of a whole file: it identifies the source in provenance records at memory
+    speed (sha256 would run at about half the speed of a page-cache copy and dominate)."""
+    h = xxhash.xxh3_128()
     with open(path, "rb") as fh:
         while block := fh.read(COPY_BLOCK // 8):
             h.update(block)
@@ -455,7 +493,7 @@ def _verify(
             ds_out = out[name]
             if reused and not full:
                 assert isinstance(leaf.data, H5Data)
-                if not same_stored_chunks(leaf.data.handle.dataset(leaf.data.name), ds_out):
+                if not same_stored_object(leaf.data.handle.dataset(leaf.data.name), ds_out):
                     raise VerificationError(
                         tmp, f"tensor {ref.name!r} does not hold its source data"
                     )
@@ -475,7 +513,7 @@ def _write_manifest(
     doc = {
         "source": str(src),
         "output": str(target),
-        "source_sha256": provenance["source_sha256"],
+        "source_xxh3_128": provenance["source_xxh3_128"],
         "from": plan.source_release.name,
         "to": plan.target_release.name,
         "hops": provenance["hops"],

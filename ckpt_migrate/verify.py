@@ -2,8 +2,8 @@
 
 Three levels, cheapest first:
 * ``signature``: structure, keys, leaf kinds, values, dtypes, shapes and ties (no tensor data);
-* ``same_stored_chunks``: two datasets index the same stored chunk bytes (metadata only; proves
-  bit-identity for data copied as file bytes);
+* ``same_stored_object``: a dataset is the same stored object as in the file it was copied from
+  (metadata only; proves bit-identity for data copied as file bytes);
 * ``tensor_sha256``: the hash of a tensor's raw little-endian bytes (bf16 as its 16-bit pattern),
   the same hash cstorch-digest-v1 uses, computed in slabs so memory stays bounded.
 """
@@ -107,31 +107,31 @@ def _le_bytes(block: np.ndarray, storage: np.dtype) -> bytes | memoryview:
     return memoryview(np.ascontiguousarray(block)).cast("B")
 
 
-def chunk_index(ds: h5py.Dataset) -> list[tuple]:
-    sid = ds.id
-    out = []
-    for i in range(sid.get_num_chunks()):
-        info = sid.get_chunk_info(i)
-        out.append((tuple(info.chunk_offset), info.filter_mask, info.byte_offset, info.size))
-    return out
+def same_stored_object(a: h5py.Dataset, b: h5py.Dataset) -> bool:
+    """``b`` is the very dataset ``a`` was, in a byte-for-byte copy of ``a``'s file.
 
-
-def same_stored_chunks(a: h5py.Dataset, b: h5py.Dataset) -> bool:
-    """Same dtype, shape, filters and the same stored chunks at the same file offsets.
-
-    For a file copied byte for byte and then edited, this proves the data is bit-identical
-    without reading it.
+    Same object header address, layout, filters, storage size and first/last chunk: the data
+    is the source's bytes by construction, and nothing needs to be read to know it.
     """
-    if a.dtype != b.dtype or a.shape != b.shape or a.chunks != b.chunks:
+    if (a.dtype, a.shape, a.chunks) != (b.dtype, b.shape, b.chunks):
         return False
     if filters_of(a) != filters_of(b):
         return False
+    if h5py.h5o.get_info(a.id).addr != h5py.h5o.get_info(b.id).addr:
+        return False
+    if a.id.get_storage_size() != b.id.get_storage_size():
+        return False
     if a.chunks is None:
-        return (
-            a.id.get_offset() == b.id.get_offset()
-            and a.id.get_storage_size() == b.id.get_storage_size()
-        )
-    return chunk_index(a) == chunk_index(b)
+        return a.id.get_offset() == b.id.get_offset()
+    n = a.id.get_num_chunks()
+    if n != b.id.get_num_chunks():
+        return False
+    return all(_chunk(a, i) == _chunk(b, i) for i in {0, n - 1} if n)
+
+
+def _chunk(ds: h5py.Dataset, i: int) -> tuple:
+    info = ds.id.get_chunk_info(i)
+    return (tuple(info.chunk_offset), info.filter_mask, info.byte_offset, info.size)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from ckpt_migrate import commands
 from ckpt_migrate.cli import main as cli_main
 from ckpt_migrate.engine import UpgradeOptions, upgrade
 from ckpt_migrate.reader import PROVENANCE_ATTR, read_checkpoint
+from ckpt_migrate.tree import iter_leaves
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 PAGE = 4096
@@ -60,6 +61,16 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: 
         assert w in lines[0], lines[0]
     assert proc.returncode == code, f"exit {proc.returncode}, stderr: {proc.stderr}"
     return lines[0]
+
+
+def xxh3_file(path: Path) -> str:
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as fh:
+        while block := fh.read(8 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def sha256_file(path: Path) -> str:
@@ -624,7 +635,7 @@ def test_manifest_holds_the_sha256_of_each_tensors_raw_bytes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert only_result(proc)["verified"] == "full"
     doc = json.loads(manifest.read_text())
-    assert doc["source_sha256"] == sha256_file(src) and (doc["from"], doc["to"]) == ("2.0", "2.10")
+    assert doc["source_xxh3_128"] == xxh3_file(src) and (doc["from"], doc["to"]) == ("2.0", "2.10")
 
     state = flatten(cm.load(out / src.name))
     arrays = {k: v for k, v in state.items() if isinstance(v, (torch.Tensor, np.ndarray))}
@@ -658,7 +669,7 @@ def test_provenance_records_every_upgrade(tmp_path):
     (entry,) = provenance(mid / src.name)
     assert entry["source_release"] == "1.7" and entry["target_release"] == "2.0"
     assert entry["hops"] == first["hops"] == ["1.7→1.8", "1.8→1.9", "1.9→2.0"]
-    assert entry["source_sha256"] == sha256_file(src)
+    assert entry["source_xxh3_128"] == xxh3_file(src)
 
     second = only_result(run("upgrade", mid / src.name, "--output-dir", final, "--json"))
     assert second["status"] == "upgraded"
@@ -666,7 +677,7 @@ def test_provenance_records_every_upgrade(tmp_path):
     assert len(entries) == 2 and entries[0] == entry
     assert entries[1]["source_release"] == "2.0" and entries[1]["target_release"] == "2.10"
     assert entries[1]["hops"] == second["hops"]
-    assert entries[1]["source_sha256"] == sha256_file(mid / src.name)
+    assert entries[1]["source_xxh3_128"] == xxh3_file(mid / src.name)
 
 
 # --------------------------------------------------------------------------- 10. --from, --to
@@ -706,3 +717,23 @@ def test_unknown_or_older_target_is_refused(to, words, tmp_path):
     proc = run("upgrade", src, "--to", to, "--output-dir", tmp_path)
     assert_one_line_error(proc, 2, *words)
     assert listing(tmp_path) == set()
+
+
+def test_copy_patch_leaves_no_stray_datasets(tmp_path):
+    """Every name of a hard-linked legacy tie is unlinked; the output holds only its leaves."""
+    import torch
+
+    w = torch.randn(256, 256)
+    state = {"model": {"a.weight": w, "b.weight": w}, "global_step": 3}
+    state["model"].update({f"l{i}": torch.randn(128, 128) for i in range(8)})
+    src = tmp_path / "c.mdl"
+    cm.save(state, src, "2.0")
+    out = tmp_path / "o"
+    out.mkdir()
+    proc = run("upgrade", src, "--output-dir", out, "--json")
+    assert json.loads(proc.stdout)["strategy"] == "copy-patch", proc.stdout + proc.stderr
+    with read_checkpoint(out / src.name) as ckpt:
+        assert ckpt.unreferenced == []
+        leaves = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+        assert leaves["model.a.weight"] is leaves["model.b.weight"]
+    assert_identical(src, out / src.name)
