@@ -10,11 +10,12 @@ Generates a synthetic GPT-style release-1.9 checkpoint (format 0.3) of a chosen 
 * a naive chain: one whole-file load and rewrite per hop (1.9 → 2.0 → … → 2.10), as users
   upgrade today with one tool run per hop, the whole state dict in memory.
 
-Every command runs in its own process; its peak RSS is the ``ru_maxrss`` that ``os.wait4``
-returns for it. Before each timed run, earlier outputs are removed and everything is synced, then
-the page cache is put in a defined state: ``cold`` (the source's pages evicted) or ``warm`` (the
-source read into the cache). The fixed start-up cost (``ckpt-migrate --help`` and an upgrade of a
-tiny fixture) is measured separately. See benchmarks/README.md.
+Every command runs in its own process; its peak RSS is its ``ru_maxrss``, taken under GNU
+``/usr/bin/time`` (see ``run_measured``). Before each timed run, earlier outputs are removed and
+everything is synced, then the page cache is put in a defined state: ``cold`` (the source's
+pages evicted) or ``warm`` (the source read into the cache). The fixed start-up cost
+(``ckpt-migrate --help`` and an upgrade of a tiny fixture) is measured separately. See
+benchmarks/README.md.
 
     python benchmarks/bench_upgrade.py --size 3GB --repeat 3
 """
@@ -330,8 +331,8 @@ def naive_worker(src: Path, outdir: Path) -> None:
 def phases_worker(src: Path, outdir: Path, verify: str) -> None:
     """Run ``engine.upgrade`` in this process with timers around its phases; prints JSON.
 
-    Wall-clock intervals: the sha256 of the source runs on its own thread, overlapping the copy;
-    ``copy: waiting for sha256`` is how long the copy waited for it at the join.
+    Wall-clock intervals: the hash of the source runs on its own thread, overlapping the copy;
+    ``copy: waiting for the hash thread`` is how long the copy waited for it at the join.
     """
     t_import = time.perf_counter()
     import threading
@@ -361,31 +362,36 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
         real_join(self, timeout)
         marks["join"] = marks.get("join", 0.0) + time.perf_counter() - t0
 
+    # Engine internals by name; names the engine does not have (it changes) are skipped.
     patches = {
-        "read_checkpoint": "open + plan (read_checkpoint)",
-        "make_plan": "open + plan (make_plan)",
+        "read_checkpoint": "open source (read_checkpoint)",
+        "make_plan": "plan (make_plan)",
         "apply_hops": "apply hops",
         "prepare": "prepare tree",
-        "_copy_bytes": "copy (total, incl. wait for sha256)",
-        "_sha256_file": "sha256 of source (thread)",
-        "_patch": "HDF5 patch",
+        "_copy_bytes": "copy (total, incl. wait for the hash)",
+        "_sha256_file": "hash of source: sha256 (thread)",
+        "file_digest": "hash of source: file_digest (thread)",
+        "_patch": "HDF5 patch (total)",
+        "_delete_all_but": "HDF5 patch: delete old names",
         "_verify": "verify (total)",
         "check_written": "verify: re-read structure",
-        "same_stored_chunks": "verify: chunk index compare",
+        "same_stored_chunks": "verify: same_stored_chunks",
+        "same_stored_object": "verify: same_stored_object",
         "dataset_sha256": "verify: hash output tensors",
         "tensor_sha256": "verify: hash source tensors",
         "fsync_path": "fsync output",
         "publish": "publish (link + dir fsync)",
     }
     for name, label in patches.items():
-        setattr(engine, name, timed(label, getattr(engine, name)))
+        if callable(getattr(engine, name, None)):
+            setattr(engine, name, timed(label, getattr(engine, name)))
     os.copy_file_range = timed("copy: copy_file_range calls", os.copy_file_range)  # type: ignore[attr-defined]
     threading.Thread.join = join  # type: ignore[method-assign]
     t0 = time.perf_counter()
     result = engine.upgrade(src, engine.UpgradeOptions(output_dir=outdir, verify=verify))
     total = time.perf_counter() - t0
     threading.Thread.join = real_join  # type: ignore[method-assign]
-    times["copy: waiting for sha256"] = marks.get("join", 0.0)
+    times["copy: waiting for the hash thread"] = marks.get("join", 0.0)
     out = {
         "status": result.status,
         "strategy": result.strategy,
@@ -439,6 +445,19 @@ def run_measured(argv: list[str], workdir: Path) -> Measured:
         out.seek(0)
         err.seek(0)
         return Measured(seconds, maxrss_kib / 1024, cpu, proc.returncode, out.read(), err.read())
+
+
+def code_fingerprint() -> str:
+    """A short hash of the installed package's source: which engine a number was measured with."""
+    import hashlib
+
+    import ckpt_migrate
+
+    h = hashlib.sha256()
+    roots = [Path(ckpt_migrate.__file__).parent, REPO / "migrations"]
+    for path in sorted(f for root in roots if root.is_dir() for f in root.rglob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:12]
 
 
 def busy_cpu_seconds() -> float | None:
@@ -694,6 +713,14 @@ def print_report(report: dict[str, Any], file: Any = None) -> None:
         f"source: release {src.get('release', SOURCE_RELEASE)}, {human(src['file_bytes'])} "
         f"({src['file_bytes']:,} bytes){tensors}{shape}; target release {meta['target']}"
     )
+    if meta["rss_method"] != "GNU time":
+        print(f"note: no /usr/bin/time, peak RSS from {meta['rss_method']}")
+    codes = meta["code"]
+    if len(codes) > 1:
+        print(f"WARNING: the package's code changed during the run ({', '.join(codes)}):")
+        print("  the runs below mix engine versions; see the per-run 'code' in --json")
+    else:
+        print(f"package code fingerprint: {codes[0] if codes else '?'}")
     for cache, block in report["results"].items():
         how = report["cache_methods"][cache]
         print(f"\npage cache {cache}: {how}; {meta['repeat']} interleaved runs, medians")
@@ -848,6 +875,7 @@ def main(argv: list[str] | None = None) -> int:
                     clear_dir(out)
                     resident = settle(src, cache, args.cold_method)
                     loads.append(os.getloadavg()[0])
+                    code = code_fingerprint()
                     busy = busy_cpu_seconds()
                     m = run_measured(cmd.argv, work)
                     after = busy_cpu_seconds()
@@ -859,6 +887,7 @@ def main(argv: list[str] | None = None) -> int:
                         "maxrss_mib": m.maxrss_mib,
                         "cpu_seconds": m.cpu_seconds,
                         "source_resident_bytes": resident,
+                        "code": code,
                         "other_cpu_seconds": None if others is None else round(max(others, 0), 2),
                         **info,
                     }
@@ -878,9 +907,11 @@ def main(argv: list[str] | None = None) -> int:
                 settle(src, "cold", args.cold_method)
                 m = run_measured([*me, "--phases-worker", str(src), str(out), verify], work)
                 if m.returncode != 0:
-                    raise SystemExit(f"phases failed:\n{m.stderr[-2000:]}")
+                    log(f"phase timing failed (--verify {verify}):\n{m.stderr[-2000:]}")
+                    continue
                 phases[verify] = json.loads(m.stdout.strip().splitlines()[-1])
                 phases[verify]["process_seconds"] = round(m.seconds, 3)
+                phases[verify]["code"] = code_fingerprint()
             clear_dir(out)
 
         cold_how = (
@@ -898,7 +929,9 @@ def main(argv: list[str] | None = None) -> int:
                 "repeat": args.repeat,
                 "naive_repeat": None if args.skip_naive else naive_repeat,
                 "target": latest,
+                "rss_method": "GNU time" if TIME else "wait4: at least this process's own RSS",
                 "loadavg_1min_before_runs": [round(x, 2) for x in loads],
+                "code": sorted({r["code"] for c in cmds for runs in c.runs.values() for r in runs}),
             },
             "source": source,
             "cache_methods": {
