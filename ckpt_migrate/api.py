@@ -203,7 +203,11 @@ def from_python(state: Any, *, pickle_objects: bool = False) -> Node:
             )
         return leaf(obj, where)
 
-    return build(state, "")
+    try:
+        return build(state, "")
+    finally:  # build is a self-referencing closure: do not let the cycle keep tensors alive
+        keep_alive.clear()
+        memo.clear()
 
 
 def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:

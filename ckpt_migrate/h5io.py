@@ -44,7 +44,8 @@ def open_read(path: str | Path) -> h5py.File:
             p, f"{hint}, so not a Cerebras H5 checkpoint", "torch.save files: use from-torch"
         )
     try:
-        return h5py.File(p, "r", locking=False)
+        # No chunk cache: tensors are read whole, and the upgrade path reads no data at all.
+        return h5py.File(p, "r", locking=False, rdcc_nbytes=0)
     except OSError as exc:
         raise CorruptCheckpointError(
             p, f"HDF5 file cannot be opened ({_short(exc)})", "the file is probably truncated"

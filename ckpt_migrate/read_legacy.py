@@ -60,19 +60,17 @@ def read(f: h5py.File, handle: H5Handle, fmt: float) -> tuple[Node, list[str], l
         raise CorruptCheckpointError(path, "legacy __spec__ is not hex text") from None
     info = decode_spec_info(data, path=path)
 
-    by_stored: dict[str, h5py.Dataset] = {}
-    for key in f:
-        obj = f[key]
-        if isinstance(obj, h5py.Dataset):
-            by_stored[key] = obj
+    # Names only: every open h5py.Dataset costs memory HDF5 does not give back, so each dataset
+    # is opened while its leaf is decoded and closed right after.
+    stored_names = {key for key in f if f.get(key, getclass=True) is h5py.Dataset}
     used: set[str] = set()
     shared: dict[tuple, Leaf] = {}  # hard links to one HDF5 object become one leaf object
 
     def decode(ref: LeafRef) -> Leaf:
         stored = quote(ref.name, safe="")
-        ds = by_stored.get(stored)
-        if ds is None:
+        if stored not in stored_names:
             return MissingLeaf(ref.name)
+        ds = f[stored]
         used.add(stored)
         ident = object_key(ds)
         if ident not in shared:
@@ -80,7 +78,7 @@ def read(f: h5py.File, handle: H5Handle, fmt: float) -> tuple[Node, list[str], l
         return shared[ident]
 
     root = map_leaves(info.root, decode)
-    unreferenced = sorted(set(by_stored) - used)
+    unreferenced = sorted(stored_names - used)
     return root, unreferenced, [], info.had_tensor_scalar_dict
 
 

@@ -110,7 +110,7 @@ def _le_bytes(block: np.ndarray, storage: np.dtype) -> bytes | memoryview:
 def same_stored_object(a: h5py.Dataset, b: h5py.Dataset) -> bool:
     """``b`` is the very dataset ``a`` was, in a byte-for-byte copy of ``a``'s file.
 
-    Same object header address, layout, filters, storage size and first/last chunk: the data
+    Same object header address, layout, filters, storage size and first chunk: the data
     is the source's bytes by construction, and nothing needs to be read to know it.
     """
     if (a.dtype, a.shape, a.chunks) != (b.dtype, b.shape, b.chunks):
@@ -126,7 +126,8 @@ def same_stored_object(a: h5py.Dataset, b: h5py.Dataset) -> bool:
     n = a.id.get_num_chunks()
     if n != b.id.get_num_chunks():
         return False
-    return all(_chunk(a, i) == _chunk(b, i) for i in {0, n - 1} if n)
+    # get_chunk_info(i) slows down with i; the first chunk plus the checks above suffice.
+    return n == 0 or _chunk(a, 0) == _chunk(b, 0)
 
 
 def _chunk(ds: h5py.Dataset, i: int) -> tuple:
