@@ -270,7 +270,16 @@ def upgrade_cmd(
         raise typer.Exit(worst)
 
 
+def print_messages(res: Any) -> None:
+    """An upgrade's warnings (stderr) and reported changes (stdout); shared with the scripts."""
+    for line in res.warnings:
+        typer.echo(f"warning: {line}", err=True)
+    for line in res.changes:
+        typer.echo(f"  {line}")
+
+
 def _print_result(res: Any) -> None:
+    print_messages(res)
     if res.status == "failed":
         typer.echo(f"error: {res.error}", err=True)
         return
@@ -280,10 +289,6 @@ def _print_result(res: Any) -> None:
     if res.status == "planned":
         _print_plan(res.plan)
         return
-    for line in res.warnings:
-        typer.echo(f"warning: {line}", err=True)
-    for line in res.changes:
-        typer.echo(f"  {line}")
     extra = f", backup {res.backup}" if res.backup else ""
     typer.echo(
         f"{res.source}: {res.from_release} → {res.to_release} written to {res.output} "

@@ -290,7 +290,8 @@ def _write(
     progress: Progress | None,
 ) -> Written:
     handle = ckpt.handle
-    reused: dict[int, str] = {}
+    reused: dict[int, str] = {}  # id(leaf) -> its dataset in the source (each used once)
+    taken: set[str] = set()
     reused_bytes = 0
     for ref in iter_leaves(root):
         leaf = ref.leaf
@@ -299,9 +300,10 @@ def _write(
             and isinstance(leaf.data, H5Data)
             and leaf.data.handle is handle
             and id(leaf) not in reused
-            and leaf.data.name not in reused.values()
+            and leaf.data.name not in taken
         ):
             reused[id(leaf)] = leaf.data.name
+            taken.add(leaf.data.name)
             reused_bytes += handle.dataset(leaf.data.name).id.get_storage_size()
     copy_patch = reused_bytes >= 0.5 * plan.file_bytes
     entries = [*ckpt.provenance, provenance]

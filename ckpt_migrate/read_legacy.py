@@ -7,7 +7,6 @@ The structure comes from the hex ``__spec__`` pickle, decoded by the restricted 
 
 from __future__ import annotations
 
-from pathlib import Path  # noqa: F401
 from typing import Any
 from urllib.parse import quote
 
@@ -188,7 +187,3 @@ def _decode_flagged(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str) 
     if attr_bool(attrs.get("is_scalar", False)):
         return _scalar(ds, handle, name)
     return _tensor(ds, stored, handle, name, numpy=False)
-
-
-def legacy_name(leaf_name: str) -> str:
-    return quote(leaf_name, safe="")

@@ -15,6 +15,7 @@ from . import dtypes, treespec_json
 from .errors import CorruptCheckpointError, KeyCollisionError, UnsupportedContentError
 from .h5io import H5Handle, attr_bool, attr_text
 from .tree import (
+    DictNode,
     ExternalLeaf,
     FullTensorLeaf,
     H5Data,
@@ -120,7 +121,7 @@ def _decode_leaf(
         return _decode_object(f, handle, name, m, used)
 
     # Nested serialization: NestedObject(object, metadata) records (§4.3).
-    top = per_leaf.items[0][1] if hasattr(per_leaf, "items") and per_leaf.items else None
+    top = per_leaf.items[0][1] if isinstance(per_leaf, DictNode) and per_leaf.items else None
     if isinstance(top, NamedTupleNode) and len(top.items) == 2:
         outer = meta(f"{name}.1")
         kind = outer.get("__TYPE__", "")

@@ -223,10 +223,6 @@ def iter_leaves(root: Node) -> Iterator[LeafRef]:
     yield from walk(root, ())
 
 
-def leaf_count(root: Node) -> int:
-    return sum(1 for _ in iter_leaves(root))
-
-
 def first_positions(root: Node) -> dict[int, LeafRef]:
     """For each distinct leaf object, its first position: the target of every later tie."""
     seen: dict[int, LeafRef] = {}

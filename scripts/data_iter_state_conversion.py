@@ -20,6 +20,7 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ckpt_migrate.cli import print_messages
 from ckpt_migrate.engine import UpgradeOptions, upgrade
 
 
@@ -65,10 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
     result = upgrade(args.old_checkpoint, opts)
-    for line in result.warnings:
-        print(f"warning: {line}", file=sys.stderr)
-    for line in result.changes:
-        print(line)
+    print_messages(result)
     if result.status == "failed":
         print(f"error: {result.error}", file=sys.stderr)
     elif result.status == "current":

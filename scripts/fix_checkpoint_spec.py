@@ -20,6 +20,7 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ckpt_migrate.cli import print_messages
 from ckpt_migrate.engine import UpgradeOptions, upgrade
 from ckpt_migrate.errors import EXIT_BAD_INPUT
 
@@ -62,10 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.fix_inplace:
         opts.output = output
     result = upgrade(src, opts)
-    for line in result.warnings:
-        print(f"warning: {line}", file=sys.stderr)
-    for line in result.changes:
-        print(line)
+    print_messages(result)
     if result.status == "failed":
         print(f"error: {result.error}", file=sys.stderr)
     elif result.status == "current":
