@@ -9,6 +9,9 @@ data is only read when an operation transforms it) and reports every change thro
 Container-format changes (type tags, version attributes, the 0.4 → 0.5 re-encoding) need no
 tree edit: the writer of the target release encodes them. A hop declares them in ``FORMAT`` so a
 plan can show them.
+
+A hop's changes to the run's ``params.yaml`` are ``CONFIG_OPERATIONS``, functions of a
+:class:`ckpt_migrate.config_upgrade.ConfigContext`, run by ``upgrade --config``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class Hop:
     inputs: tuple[InputSpec, ...] = ()
     format: tuple[float, float] | None = None  # (from, to) when the on-disk format changes
     changes: tuple[str, ...] = ()  # what the target release's writer changes on disk
+    # params.yaml steps, op(ctx: config_upgrade.ConfigContext) -> None (``upgrade --config``)
+    config_operations: tuple[Callable[..., None], ...] = ()
 
     @property
     def summary(self) -> str:
@@ -56,7 +61,12 @@ class Hop:
         """One line per thing this hop changes, for plans and ``history``."""
         lines = [_first_line(op.__doc__) or op.__name__ for op in self.operations]
         lines.extend(self.changes)
+        lines.extend(f"config: {line}" for line in self.describe_config())
         return lines or ["no change: only the release advances"]
+
+    def describe_config(self) -> list[str]:
+        """One line per config step (``upgrade --config``)."""
+        return [_first_line(op.__doc__) or op.__name__ for op in self.config_operations]
 
     def to_json(self, given: Any = ()) -> dict[str, Any]:
         """The hop as data; ``given`` names the inputs the user supplied."""
@@ -67,6 +77,7 @@ class Hop:
             "summary": self.summary,
             "format": list(self.format) if self.format else None,
             "changes": self.describe(),
+            "config_changes": self.describe_config(),
             "inputs": [
                 {"name": i.name, "help": i.help, "required": i.required, "given": i.name in given}
                 for i in self.inputs
@@ -84,6 +95,7 @@ class Hop:
             inputs=tuple(getattr(module, "INPUTS", ())),
             format=getattr(module, "FORMAT", None),
             changes=tuple(getattr(module, "CHANGES", ())),
+            config_operations=tuple(getattr(module, "CONFIG_OPERATIONS", ())),
         )
 
 

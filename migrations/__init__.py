@@ -24,6 +24,11 @@ A hop module declares, at module level:
 ``INPUTS``
     :class:`ckpt_migrate.migration.InputSpec` entries for extra inputs a hop can use (the 1.9
     dataloader side files), usually ``()``.
+``CONFIG_OPERATIONS``
+    A tuple of functions ``op(ctx: ckpt_migrate.config_upgrade.ConfigContext) -> None`` that
+    upgrade a run's ``params.yaml`` by this hop (``upgrade --config``): each edits the ruamel
+    round-trip document in ``ctx.data`` and reports every change through ``ctx`` (changed,
+    moved, added, removed, unknown, note). Documented like ``OPERATIONS``.
 
 The module docstring's first line is the hop's one-line summary (``"1.9 → 2.0: format 0.3 → 0.4;
 …"``); its body records what that release changed in the checkpoint container, the sources, and

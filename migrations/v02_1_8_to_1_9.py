@@ -29,6 +29,8 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
+from ckpt_migrate.config_upgrade import ConfigContext
+
 SOURCE = "1.8"
 TARGET = "1.9"
 FORMAT = (0.2, 0.3)
@@ -43,3 +45,50 @@ CHANGES = (
 # Container: nothing to edit in the tree. Model-key and config steps go here.
 OPERATIONS = ()
 INPUTS = ()
+
+
+# ---------------------------------------------------------------------------- config steps
+
+
+def batch_size_per_system_to_global(ctx: ConfigContext) -> None:
+    """``batch_size`` becomes the global batch: multiplied by ``--num-csx N``, else reported.
+
+    1.9.1 release note: ``batch_size`` is now the global batch, split evenly across
+    ``num_csx`` systems (it was per CS-X), and must be divisible by ``num_csx``
+    (``97bdaf4:RELEASE-NOTES.md``). No Model Zoo tool rescales it: ``BaseConfigConverter_
+    CS18_CS19`` copies every key (MODELZOO_HISTORY.md §3.6, §5). How many systems the 1.8 run
+    used is in neither the checkpoint nor (reliably) the config, so it is never guessed.
+    """
+    for name in ("train_input", "eval_input"):
+        section = ctx.section(name)
+        if section is None or "batch_size" not in section:
+            continue
+        key, old = f"{name}.batch_size", section["batch_size"]
+        if isinstance(old, bool) or not isinstance(old, int):
+            ctx.unknown(key, old, "not an integer; 1.9 reads batch_size as the global batch")
+            continue
+        if ctx.num_csx is None:
+            runconfig = ctx.section("runconfig") or {}
+            hint = (
+                f" (runconfig.num_csx is {runconfig['num_csx']})" if "num_csx" in runconfig else ""
+            )
+            ctx.note(
+                key,
+                f"left at {old}: 1.8 read it per CS-X system, 1.9 as the global batch over "
+                f"all systems; pass --num-csx N, the systems the 1.8 run used{hint}, to "
+                "multiply it",
+            )
+        elif ctx.num_csx == 1:
+            ctx.note(key, f"left at {old}: one system (--num-csx 1), per-system = global")
+        else:
+            section["batch_size"] = old * ctx.num_csx
+            ctx.changed(
+                key,
+                old,
+                old * ctx.num_csx,
+                f"1.9 reads batch_size as the global batch: {old} per system × "
+                f"{ctx.num_csx} systems (--num-csx)",
+            )
+
+
+CONFIG_OPERATIONS = (batch_size_per_system_to_global,)

@@ -40,12 +40,14 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import families
+from ckpt_migrate.config_upgrade import ConfigContext
 from ckpt_migrate.dataloader_state import build_state, read_side_files
 from ckpt_migrate.errors import MissingLeavesError, UsageError
 from ckpt_migrate.migration import InputSpec, StepContext
 from ckpt_migrate.tree import (
     DictNode,
     Leaf,
+    LeafRef,
     MemoryData,
     MissingLeaf,
     Node,
@@ -56,6 +58,7 @@ from ckpt_migrate.tree import (
     iter_leaves,
     set_path,
 )
+from ckpt_migrate.yaml_edit import put, rename, take
 
 SOURCE = "1.9"
 TARGET = "2.0"
@@ -95,24 +98,32 @@ def restore_tied_weights(ctx: StepContext) -> None:
 
     1.7–1.9 appliance saves passed ``duplicate_params_map`` and left one name of each tied pair
     without a dataset. The leaf becomes a tie to its partner (no data copied); a missing leaf no
-    rule explains is an error, or None with ``--allow-missing``.
+    rule explains is an error, or None with ``--allow-missing``. Ties chain: T5's ``lm_head``
+    is restored from the decoder embeddings once those are restored from the encoder's.
     Source: 2.0's ``fix_duplicate_weights`` (``c1ef453:modelzoo/compat/fix_checkpoint_spec.py``);
     the pairs of every family from the 2.1+ converters (MODELZOO_HISTORY.md §1.5).
     """
     model_config = _model_config(ctx)
     present = {ref.name: ref for ref in iter_leaves(ctx.root)}
-    unexplained: list[str] = []
-    for ref in list(present.values()):
-        if not isinstance(ref.leaf, MissingLeaf):
-            continue
-        for partner, rule in families.partners(ref.name, model_config):
-            other = present.get(partner)
-            if other is not None and not isinstance(other.leaf, MissingLeaf):
-                set_path(ctx.root, ref.path, other.leaf)
-                ctx.changed(f"{ref.name}: restored as a tie to {partner} ({rule.families[0]} rule)")
-                break
-        else:
-            unexplained.append(ref.name)
+    pending = [ref for ref in present.values() if isinstance(ref.leaf, MissingLeaf)]
+    progress = True
+    while pending and progress:
+        progress, still = False, []
+        for ref in pending:
+            for partner, rule in families.partners(ref.name, model_config):
+                other = present.get(partner)
+                if other is not None and not isinstance(other.leaf, MissingLeaf):
+                    set_path(ctx.root, ref.path, other.leaf)
+                    present[ref.name] = LeafRef(ref.name, ref.path, other.leaf)
+                    ctx.changed(
+                        f"{ref.name}: restored as a tie to {partner} ({rule.families[0]} rule)"
+                    )
+                    progress = True
+                    break
+            else:
+                still.append(ref)
+        pending = still
+    unexplained = [ref.name for ref in pending]
     if unexplained and not ctx.inputs.get("allow_missing"):
         raise MissingLeavesError(
             ctx.source_path,
@@ -276,3 +287,209 @@ def _set_last_epoch(ctx: StepContext, sched: DictNode, path: tuple, value: int) 
         new = ValueLeaf(value)
     sched.set("last_epoch", new)
     ctx.changed(f"{'.'.join(map(str, path))}.last_epoch: {before} → {value}")
+
+
+# ---------------------------------------------------------------------------- config steps
+
+# family -> (1.9 flag, norm_type when the flag is true, norm_type added when the flag is absent)
+NORM_FLAGS: dict[str, tuple[str, str, str | None]] = {
+    "gpt2": ("use_rms_norm", "rmsnorm", "layernorm"),
+    "llama": ("use_rms_norm", "rmsnorm", "layernorm"),
+    "bloom": ("use_rms_norm", "rmsnorm", "layernorm"),
+    "gptj": ("use_biasless_norm", "biasless-layernorm", None),
+    "gpt-neox": ("use_biasless_norm", "biasless-layernorm", None),
+    "codegen": ("use_biasless_norm", "biasless-layernorm", None),
+    "t5": ("use_t5_layer_norm", "rmsnorm", None),
+}
+
+
+def norm_flags_to_norm_type(ctx: ConfigContext) -> None:
+    """``use_rms_norm`` / ``use_biasless_norm`` / ``use_t5_layer_norm`` → ``norm_type``.
+
+    2.0 replaced the boolean flags by ``norm_type``: GPT-2, Llama and Bloom's ``use_rms_norm``
+    (``rmsnorm``/``layernorm``; absent = false, so ``layernorm`` is written), GPT-J, NeoX and
+    CodeGen's ``use_biasless_norm`` (``biasless-layernorm``/``layernorm``) and T5's
+    ``use_t5_layer_norm`` (``rmsnorm``/``layernorm``). Source: MODELZOO_HISTORY.md §3.6;
+    ``helper.py`` ``convert_use_rms_layer_norm_helper``/``convert_use_biasless_layer_norm_
+    helper``, ``ConfigConverter_GPT2Model_CS18_CS20`` (its ``pre_convert_defaults`` are the
+    only default), ``ConfigConverter_GPTJModel_CS18_CS20``, ``ConfigConverter_T5_CS18_CS20``.
+    Where Model Zoo sets no default (GPT-J/NeoX/CodeGen, T5) none is invented: the 2.0 model
+    default applies, the same as 1.9's (``layernorm``; T5 ``rmsnorm`` from
+    ``use_t5_layer_norm`` defaulting to true), and the report says so. The flags are unique to
+    their families, so with an unknown family a flag present still decides its rule.
+    """
+    flags = {flag for flag, _, _ in NORM_FLAGS.values()}
+    for path, model in ctx.model_sections():
+        present = [f for f in flags if f in model]
+        rule = NORM_FLAGS.get(ctx.family or "")
+        if rule is None and len(present) == 1:
+            rule = next(r for r in NORM_FLAGS.values() if r[0] == present[0])
+        for flag in present:
+            if rule is None or flag != rule[0]:
+                ctx.unknown(
+                    f"{path}.{flag}",
+                    model[flag],
+                    f"not a {ctx.family or 'known family'} flag: kept, 2.0 uses norm_type",
+                )
+        if rule is None:
+            continue
+        flag, when_true, default = rule
+        if flag in model:
+            old = model[flag]
+            if not isinstance(old, bool):
+                ctx.unknown(f"{path}.{flag}", old, "expected true or false; not converted")
+                continue
+            new = when_true if old else "layernorm"
+            if "norm_type" in model:
+                if model["norm_type"] == new:
+                    take(model, flag)
+                    ctx.removed(f"{path}.{flag}", old, f"norm_type already says {new!r} (2.0)")
+                else:
+                    ctx.unknown(
+                        f"{path}.{flag}",
+                        old,
+                        f"conflicts with norm_type {model['norm_type']!r}: both kept, decide",
+                    )
+                continue
+            rename(model, flag, "norm_type", new)
+            ctx.moved(f"{path}.{flag}", f"{path}.norm_type", old, "2.0 norm_type", new=new)
+        elif "norm_type" not in model and default is not None:
+            put(model, "norm_type", default)
+            ctx.added(
+                f"{path}.norm_type",
+                default,
+                f"no {flag} (1.9 default false); Model Zoo's 2.0 converter writes {default!r}",
+            )
+        elif "norm_type" not in model:
+            ctx.note(
+                f"{path}.norm_type",
+                f"not added: no {flag} in the 1.9 config and Model Zoo's converter sets no "
+                "default; 2.0's default norm_type is the same norm as 1.9's default",
+            )
+
+
+def remove_deprecated_runconfig_params(ctx: ConfigContext) -> None:
+    """Remove runconfig keys 2.0 dropped; ``is_pretrained_checkpoint`` → ``load_checkpoint_states``.
+
+    Removed: ``experimental_api, multireplica, num_replicas, save_losses, service_dir,
+    use_appliance_data, num_act_servers, num_wgt_servers`` (2.0 chooses the server counts
+    itself). ``keep_checkpoint_max`` (unused) → ``max_checkpoints``. ``is_pretrained_checkpoint:
+    true`` → ``load_checkpoint_states: "model,dataloader"``: 2.0.2 deprecated the flag
+    (``c1ef453:RELEASE-NOTES.md``). Model Zoo writes a *list* there, but 2.0's runner splits a
+    comma-separated string (``c1ef453:.../run_cstorch_flow.py`` ``load_checkpoint``) and the
+    documented type stays a comma-separated string, so the string is written: it loads in 2.0
+    and later. Source: ``f1fd1e0:.../base_converter.py``
+    ``_remove_deprecated_runconfig_params_2_1`` (run when the source is 1.9 or 2.0, so this step
+    is in both hops), MODELZOO_HISTORY.md §3.6 (with the [I] note on list vs string).
+    """
+    run = ctx.section("runconfig")
+    if run is None:
+        return
+    for key in (
+        "experimental_api",
+        "multireplica",
+        "num_replicas",
+        "save_losses",
+        "service_dir",
+        "use_appliance_data",
+        "num_act_servers",
+        "num_wgt_servers",
+    ):
+        if key in run:
+            old, _ = take(run, key)
+            why = "2.0 chooses the server counts itself" if "servers" in key else "2.0 dropped it"
+            ctx.removed(f"runconfig.{key}", old, why)
+    if "is_pretrained_checkpoint" in run:
+        old = run["is_pretrained_checkpoint"]
+        if old is True and "load_checkpoint_states" not in run:
+            rename(run, "is_pretrained_checkpoint", "load_checkpoint_states", "model,dataloader")
+            ctx.moved(
+                "runconfig.is_pretrained_checkpoint",
+                "runconfig.load_checkpoint_states",
+                old,
+                "deprecated in 2.0.2; a comma-separated string, as 2.0's runner splits it",
+                new="model,dataloader",
+            )
+        else:
+            take(run, "is_pretrained_checkpoint")
+            why = (
+                "deprecated in 2.0.2; load_checkpoint_states already set"
+                if old is True
+                else "deprecated in 2.0.2; false meant: load every state"
+            )
+            ctx.removed("runconfig.is_pretrained_checkpoint", old, why)
+    if "keep_checkpoint_max" in run:
+        old = run["keep_checkpoint_max"]
+        if "max_checkpoints" in run:
+            take(run, "keep_checkpoint_max")
+            ctx.removed(
+                "runconfig.keep_checkpoint_max",
+                old,
+                f"never used; max_checkpoints ({run['max_checkpoints']}) is the setting",
+            )
+        elif old is None:
+            take(run, "keep_checkpoint_max")
+            ctx.removed("runconfig.keep_checkpoint_max", old, "never used")
+        else:
+            rename(run, "keep_checkpoint_max", "max_checkpoints")
+            ctx.moved(
+                "runconfig.keep_checkpoint_max",
+                "runconfig.max_checkpoints",
+                old,
+                "keep_checkpoint_max was never used; max_checkpoints is the intended setting",
+            )
+
+
+def drop_csconfig(ctx: ConfigContext) -> None:
+    """Remove the ``csconfig`` section, unused since 1.9.
+
+    Source: ``f1fd1e0:.../base_converter.py`` ``BaseConfigConverter_CS_CS.post_config_convert``
+    ("csconfig is an old section ... not been used since 1.9", deleted when the source is 1.9
+    or 2.0), MODELZOO_HISTORY.md §3.6.
+    """
+    if ctx.legacy and "csconfig" in ctx.data:
+        old, _ = take(ctx.data, "csconfig")
+        ctx.removed("csconfig", old, "unused since 1.9")
+
+
+def drop_cerebras_section(ctx: ConfigContext) -> None:
+    """Remove the top-level ``cerebras`` section (1.9's ``save_iter_state_path``).
+
+    1.9 pointed ``cerebras.save_iter_state_path`` at the dataloader side files; 2.0 keeps that
+    state in the checkpoint (``upgrade --data-iter-dir`` converts the files). Model Zoo's
+    CS→CS config converters delete the section (``f1fd1e0:.../base_converter.py``
+    ``post_config_convert``; MODELZOO_HISTORY.md §2, §3.6).
+    """
+    if ctx.legacy and "cerebras" in ctx.data:
+        old, _ = take(ctx.data, "cerebras")
+        ctx.removed(
+            "cerebras", old, "2.0 keeps the dataloader state in the checkpoint, not side files"
+        )
+
+
+def keep_mixed_precision_as_set(ctx: ConfigContext) -> None:
+    """Leave ``mixed_precision`` as the config sets it (Model Zoo 2.0–2.3 injected ``true``).
+
+    Model Zoo's CS↔CS converters from 2.0 to 2.3 added ``mixed_precision: True`` to the model
+    when absent (``c1ef453:.../base_converter.py`` ``BaseConfigConverter_CS_CS.__init__``,
+    removed in 2.4.0 ``608d5a3``), which silently changes a run whose model default was false
+    (MODELZOO_HISTORY.md §3.6 [I]). ckpt-migrate does not inject it; a config without the key
+    is reported so the user can set it.
+    """
+    for path, model in ctx.model_sections():
+        if "mixed_precision" not in model:
+            ctx.note(
+                f"{path}.mixed_precision",
+                "not set and not added (Model Zoo's 2.0–2.3 converters inject true, which can "
+                "change the run): the release's default applies; set it if the run used "
+                "mixed precision",
+            )
+
+
+CONFIG_OPERATIONS = (
+    norm_flags_to_norm_type,
+    remove_deprecated_runconfig_params,
+    drop_csconfig,
+    drop_cerebras_section,
+    keep_mixed_precision_as_set,
+)

@@ -21,10 +21,160 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
+from ckpt_migrate import trainer_layout
+from ckpt_migrate.ckpt_metadata import record_release_in_metadata
+from ckpt_migrate.config_upgrade import ConfigContext
+from ckpt_migrate.yaml_edit import take
+
 SOURCE = "2.2"
 TARGET = "2.3"
 CHANGES = ()
 
 # Model-key and config steps go here.
-OPERATIONS = ()
+OPERATIONS = (record_release_in_metadata,)
 INPUTS = ()
+
+
+# ---------------------------------------------------------------------------- config steps
+
+GPT2_DROPPED = ("use_position_embedding", "alibi_implementation", "weight_initialization_seed")
+
+
+def drop_gpt2_deprecated_keys(ctx: ConfigContext) -> None:
+    """GPT-2: remove the keys 2.3 deprecated (``use_position_embedding``, ...).
+
+    The keys: ``use_position_embedding``, ``alibi_implementation``,
+    ``weight_initialization_seed``. Source: ``f1fd1e0:.../gpt2_hf_cs.py``
+    ``ConfigConverter_GPT2Model_CS22_CS23`` (rules with no action for the three keys;
+    MODELZOO_HISTORY.md §3.6).
+    """
+    if ctx.family != "gpt2":
+        return
+    for path, model in ctx.model_sections():
+        for key in GPT2_DROPPED:
+            if key in model:
+                old, _ = take(model, key)
+                ctx.removed(f"{path}.{key}", old, "deprecated for GPT-2 in 2.3")
+
+
+# GPT2ModelConfig's fields and its base ModelConfig's (Model Zoo's config classes,
+# ``src/cerebras/modelzoo/models/nlp/gpt2/config.py``, ``config_manager/config_classes/base/
+# model_config.py``), plus ``name`` (2.4). A model key outside them is rejected by those classes.
+GPT2_MODEL_FIELDS = frozenset(
+    [
+        "name",
+        "vocab_size",
+        "embedding_layer_norm",
+        "embedding_dropout_rate",
+        "share_embedding_weights",
+        "position_embedding_type",
+        "max_position_embeddings",
+        "position_embedding_offset",
+        "num_relative_attention_buckets",
+        "rotary_dim",
+        "rope_theta",
+        "pad_rope",
+        "alibi_trainable_slopes",
+        "pos_scaling_factor",
+        "hidden_size",
+        "num_hidden_layers",
+        "dropout_rate",
+        "norm_type",
+        "layer_norm_epsilon",
+        "num_heads",
+        "attention_module",
+        "extra_attention_params",
+        "extra_ffn_params",
+        "attention_type",
+        "attention_dropout_rate",
+        "use_projection_bias_in_attention",
+        "use_ffn_bias_in_attention",
+        "attention_softmax_fp32",
+        "attention_kernel",
+        "attention_sliding_window_length",
+        "scale_qk_dot_by_layer_idx",
+        "fixed_sparse_attention",
+        "filter_size",
+        "nonlinearity",
+        "use_ffn_bias",
+        "use_bias_in_output",
+        "loss_scaling",
+        "loss_weight",
+        "mup_base_hidden_size",
+        "mup_base_filter_size",
+        "embeddings_scale",
+        "output_logits_alpha",
+        "scale_qk_dot_by_d",
+        "attention_logits_alpha",
+        "scale_output_logits_by_d",
+        "lr_adjustment_groups",
+        "output_logits_scale",
+        "initializer",
+        "initializer_range",
+        "embedding_initializer",
+        "output_layer_initializer",
+        "ffn_initializer",
+        "ffn_output_layer_initializer",
+        "start_token",
+        "loop_dim",
+        "stop_sequences",
+        "max_tokens",
+        "temperature",
+        "top_k",
+        "top_p",
+        "compute_eval_metrics",
+        "moe",
+        "moe_params",
+        "fp16_type",
+        "mixed_precision",
+        "boundary_casting",
+        "lora_params",
+        "compression",
+        "selective_grad",
+    ]
+)
+
+
+def report_unknown_gpt2_model_keys(ctx: ConfigContext) -> None:
+    """GPT-2: report model keys that Model Zoo's GPT-2 model config class does not know.
+
+    From 2.3 the model section is validated by config classes whose fields are the model's
+    parameters (``GPT2ModelConfig`` and its base ``ModelConfig``: ``src/cerebras/modelzoo/
+    models/nlp/gpt2/config.py``, ``config_manager/config_classes/base/model_config.py``); a
+    key outside them fails the run. Such keys are kept (they may be a local fork's) and
+    reported. Other families' classes are not tabulated here, so their keys are not checked.
+    Source: the classes named above; MODELZOO_HISTORY.md §3.8 (config conversion drops
+    unmatched keys silently, which this report replaces).
+    """
+    if ctx.family != "gpt2":
+        return
+    for path, model in ctx.model_sections():
+        for key in model:
+            if str(key) not in GPT2_MODEL_FIELDS:
+                ctx.unknown(
+                    f"{path}.{key}",
+                    model[key],
+                    "not a field of Model Zoo's GPT-2 model config (GPT2ModelConfig), which "
+                    "validates the model section: kept, check it",
+                )
+
+
+def legacy_to_trainer_layout(ctx: ConfigContext) -> None:
+    """Restructure the legacy layout into ``trainer: {init: {...}, fit: {...}, validate...}``.
+
+    2.3 introduced the Model Zoo Trainer (``cc48e20:src/cerebras/modelzoo/trainer/``) and its
+    YAML form. Where each legacy key goes (runconfig → backend, loop, checkpoint, logging,
+    callbacks, loggers; model/optimizer precision keys → ``precision``; ``optimizer_type`` →
+    the optimizer's key; ``learning_rate`` → ``schedulers``; ``train_input``/``eval_input`` →
+    dataloaders) follows ``convert_legacy_params_to_trainer_params`` and its mapping table
+    (``src/cerebras/modelzoo/trainer/utils.py``; MODELZOO_HISTORY.md §3.6, §4.5): see
+    :mod:`ckpt_migrate.trainer_layout`. Keys it has no place for are kept and reported.
+    """
+    trainer_layout.convert(ctx)
+
+
+CONFIG_OPERATIONS = (
+    drop_gpt2_deprecated_keys,
+    report_unknown_gpt2_model_keys,
+    legacy_to_trainer_layout,
+)

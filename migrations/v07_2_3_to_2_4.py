@@ -18,10 +18,48 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
+from ckpt_migrate.ckpt_metadata import record_release_in_metadata
+from ckpt_migrate.config_upgrade import ConfigContext
+from ckpt_migrate.yaml_edit import put
+
 SOURCE = "2.3"
 TARGET = "2.4"
 CHANGES = ()
 
 # Model-key and config steps go here.
-OPERATIONS = ()
+OPERATIONS = (record_release_in_metadata,)
 INPUTS = ()
+
+
+# ---------------------------------------------------------------------------- config steps
+
+
+def add_model_name(ctx: ConfigContext) -> None:
+    """Add ``trainer.init.model.name``, the model's Model Zoo registry name (required in 2.4).
+
+    "As of CS 2.4, all model configs are required to have a ``name`` key": Model Zoo's
+    ``BaseConfigConverter_CS_CS.post_config_convert`` writes the converter's model name there
+    (MODELZOO_HISTORY.md §3.6). The name comes from ``--model`` or the config; from a family
+    seen only in the checkpoint's keys when that family has a single Model Zoo model. Anything
+    else is never guessed: the report asks for it (registry names, e.g. ``gpt2``, ``gptj``,
+    ``llama``, ``bert/classifier``, ``t5``, ``transformer``: Model Zoo ``registry.yaml``).
+    """
+    sections = ctx.model_sections()
+    if not sections:
+        ctx.unknown("trainer.init.model.name", None, "no model section: 2.4 needs one with a name")
+    for path, model in sections:
+        if "name" in model:
+            continue
+        if ctx.model_name is None:
+            ctx.unknown(
+                f"{path}.name",
+                None,
+                f"2.4 requires the model's registry name and {ctx.name_hint or 'it is unknown'}:"
+                " set it by hand (or pass --model)",
+            )
+            continue
+        put(model, "name", ctx.model_name, index=0, above_comments=True)
+        ctx.added(f"{path}.name", ctx.model_name, "2.4 requires the model's registry name")
+
+
+CONFIG_OPERATIONS = (add_model_name,)

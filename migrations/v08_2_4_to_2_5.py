@@ -30,6 +30,7 @@ checkpoint file. Further steps are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
+from ckpt_migrate.ckpt_metadata import record_release_in_metadata
 from ckpt_migrate.migration import StepContext
 from ckpt_migrate.tree import DictNode, Key, NamedTupleNode, Node, SeqNode
 
@@ -87,5 +88,5 @@ def namedtuples_to_tuples(ctx: StepContext) -> None:
     ctx.root = convert(ctx.root, ())
 
 
-OPERATIONS = (namedtuples_to_tuples,)
+OPERATIONS = (namedtuples_to_tuples, record_release_in_metadata)
 INPUTS = ()

@@ -15,10 +15,12 @@ Steps for release-specific content are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
+from ckpt_migrate.ckpt_metadata import record_release_in_metadata
+
 SOURCE = "2.5"
 TARGET = "2.6"
 CHANGES = ()
 
 # Model-key and config steps go here.
-OPERATIONS = ()
+OPERATIONS = (record_release_in_metadata,)
 INPUTS = ()

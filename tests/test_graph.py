@@ -129,8 +129,11 @@ def test_format_changes_where_the_reference_says():
 
 def test_describe():
     hops = {(h.source, h.target): h for h in graph.load().hops}
-    for pair in [("2.1", "2.2"), ("2.5", "2.6"), ("2.9", "2.10")]:
-        assert hops[pair].describe() == ["no change: only the release advances"]
+    stamp = "Stamp the target release into ``__metadata__`` (files without one are left alone)."
+    for pair in [("2.5", "2.6"), ("2.9", "2.10")]:
+        assert hops[pair].describe() == [stamp]
+    assert Hop("2.5", "2.6", "m", "").describe() == ["no change: only the release advances"]
+    assert hops["2.1", "2.2"].describe()[0].startswith("Move sparsity masks")
     assert any("__H5_TYPE__" in line for line in hops["1.8", "1.9"].describe())
     assert any("TorchTensorH5Type" in line for line in hops["1.9", "2.0"].describe())
     assert any("__cstorch_version__" in line for line in hops["2.0", "2.1"].describe())
@@ -142,14 +145,19 @@ def test_describe():
 
 def test_operations_of_each_hop():
     ops = {(h.source, h.target): [op.__name__ for op in h.operations] for h in graph.load().hops}
-    assert ops.pop(("2.4", "2.5")) == ["namedtuples_to_tuples"]
+    stamp = "record_release_in_metadata"  # every hop that can meet a Trainer __metadata__ list
+    assert ops.pop(("2.4", "2.5")) == ["namedtuples_to_tuples", stamp]
+    assert ops.pop(("1.7", "1.8")) == ["keep_unprefixed_model_keys"]
+    assert ops.pop(("2.0", "2.1")) == ["rename_position_embeddings", "move_position_helpers", stamp]
+    assert ops.pop(("2.1", "2.2")) == ["move_sparsity_masks", stamp]
     assert ops.pop(("1.9", "2.0")) == [
         "fix_spec",
         "restore_tied_weights",
         "recompute_last_epoch",
         "convert_dataloader_state",
     ]
-    assert all(v == [] for v in ops.values())
+    assert ops.pop(("1.8", "1.9")) == []
+    assert all(v == [stamp] for v in ops.values()) and len(ops) == 7
 
 
 def test_dataloader_inputs_declared_on_1_9_to_2_0():

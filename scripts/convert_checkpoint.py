@@ -1,0 +1,427 @@
+#!/usr/bin/env python
+"""Convert Cerebras checkpoints and configs between releases (Model Zoo's convert_checkpoint.py).
+
+The verbs and flags of Model Zoo's ``convert_checkpoint.py`` (MODELZOO_HISTORY.md §3.7), run on
+the ckpt-migrate engine: one run goes from any release to any newer one through every hop
+between them (Model Zoo needs one run per hop), for every model family, verified and atomic;
+unmatched keys are kept and reported (Model Zoo fails, or with ``--drop-unmatched-keys`` drops
+them); ``cs-auto`` works for checkpoints of every release, not only 2.1+; ``cs-2.10`` is release
+2.10, not 2.1. Hugging Face formats are not handled: use Model Zoo's converter for those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+try:
+    import ckpt_migrate  # noqa: F401
+except ImportError:  # run from a checkout without installing
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ckpt_migrate import releases
+from ckpt_migrate.errors import EXIT_VERIFY_FAILED, CkptError, UsageError
+from ckpt_migrate.releases import Release
+
+FORMAT_RE = re.compile(r"cs-(\d+)\.(\d+)(?:\.\d+)?")
+EXTENSIONS_RE = re.compile(r"(?:\.[A-Za-z]+)+$")
+AUTOLOAD_NOTE = (
+    "The output is named <checkpoint stem>_to_<tgt-fmt>.mdl, as Model Zoo names it; that name "
+    "does not match the Trainer's autoload pattern checkpoint_<step>.mdl. `ckpt-migrate upgrade "
+    "CHECKPOINT --output-dir DIR` does the same conversion and keeps autoload-friendly names."
+)
+
+
+# --------------------------------------------------------------------------- formats and names
+
+
+def parse_format(text: str, *, source: bool) -> Release | None:
+    """A ``cs-X.Y`` format as a release (two-digit minors: ``cs-2.10`` is 2.10, not 2.1).
+
+    ``cs-auto`` (source only) gives None: detect it from the file. ``cs-current`` (target
+    only) is the newest release this tool knows (Model Zoo takes the installed cerebras.pytorch;
+    none is needed here).
+    """
+    flag = "--src-fmt" if source else "--tgt-fmt"
+    value = text.strip().lower()
+    if source and value == "cs-auto":
+        return None
+    if not source and value == "cs-current":
+        return releases.LATEST
+    if value == "hf":
+        raise UsageError(
+            None,
+            f"{flag} hf: Hugging Face checkpoints are not handled by this tool",
+            "use Model Zoo's converter for hf; this one converts between Cerebras releases",
+        )
+    match = FORMAT_RE.fullmatch(value)
+    special = "cs-auto" if source else "cs-current"
+    if match is None:
+        raise UsageError(
+            None,
+            f"{flag} {text!r} is not a Cerebras format",
+            f"use cs-X.Y (e.g. cs-2.0) or {special}",
+        )
+    name = f"{int(match[1])}.{int(match[2])}"
+    if name not in releases.BY_NAME:
+        known = ", ".join(f"cs-{r.name}" for r in releases.RELEASES)
+        raise UsageError(None, f"{flag} {text!r}: unknown release {name}", f"known: {known}")
+    return releases.BY_NAME[name]
+
+
+def stem(filename: str) -> str:
+    """The name without its alphabetic extensions, as Model Zoo strips them
+    (``checkpoint_1.7.mdl`` → ``checkpoint_1.7``, ``params.yaml`` → ``params``)."""
+    return EXTENSIONS_RE.sub("", filename) or filename
+
+
+def output_name(path: Path, tgt: Release, suffix: str) -> str:
+    return f"{stem(path.name)}_to_cs-{tgt.name}{suffix}"
+
+
+def _refuse_existing(*paths: Path) -> None:
+    for path in paths:
+        if path.exists():
+            raise UsageError(path, "already exists; refusing to overwrite it", "remove it first")
+
+
+def _output_dir(given: str | None, default: Path) -> Path:
+    if given is None:
+        return default
+    out = Path(given)
+    try:
+        out.mkdir(parents=True, exist_ok=True)  # created, as Model Zoo does for local paths
+    except OSError as exc:
+        raise UsageError(out, f"cannot create the output directory ({exc.strerror})") from None
+    return out
+
+
+def resolve_source(path: Path, wanted: Release | None) -> tuple[str, str | None]:
+    """The release to convert from: ``(release name, note)``.
+
+    ``cs-auto`` reads what the file says (root attributes, as ``ckpt-migrate`` detects it, so
+    pre-2.1 files work too); for a format-0.5 file without ``__cstorch_version__`` it takes the
+    ``__metadata__[-1].version`` Model Zoo writes, if there is one. An explicit ``cs-X.Y`` that
+    contradicts a file which states its release is refused; where the file cannot tell (0.5
+    without a version), the user's word is taken.
+    """
+    from ckpt_migrate.planner import source_release
+    from ckpt_migrate.reader import read_checkpoint
+
+    with read_checkpoint(path) as ckpt:
+        detected = source_release(ckpt)
+        certain = ckpt.detected.cstorch_version is not None or ckpt.format < 0.5
+        meta = _metadata_release(ckpt.root)
+    how = (
+        f"__cstorch_version__ {ckpt.detected.cstorch_version}"
+        if ckpt.detected.cstorch_version
+        else f"format {ckpt.format}"
+    )
+    if wanted is None:
+        if certain or meta is None:
+            note = f"cs-auto: release {detected.name} ({how})"
+            if not certain:
+                note += f"; the file cannot tell 2.5–2.10 apart: {detected.name} assumed"
+            return detected.name, note
+        return meta.name, f"cs-auto: release {meta.name} (__metadata__ version; format 0.5)"
+    if certain and wanted.name != detected.name:
+        raise UsageError(
+            path,
+            f"--src-fmt cs-{wanted.name}, but the file says release {detected.name} ({how})",
+            f"pass --src-fmt cs-auto or cs-{detected.name}",
+        )
+    return wanted.name, None
+
+
+def _metadata_release(root: Any) -> Release | None:
+    from ckpt_migrate.tree import DictNode, SeqNode, ValueLeaf
+
+    meta = root.get("__metadata__") if isinstance(root, DictNode) else None
+    if not isinstance(meta, SeqNode) or not meta.items or not isinstance(meta.items[-1], DictNode):
+        return None
+    version = meta.items[-1].get("version")
+    if isinstance(version, ValueLeaf) and isinstance(version.value, str):
+        try:
+            return releases.get(version.value)
+        except UsageError:
+            return None
+    return None
+
+
+# --------------------------------------------------------------------------- verbs
+
+
+def convert(args: argparse.Namespace) -> int:
+    from ckpt_migrate.cli import _progress, print_messages
+    from ckpt_migrate.commands import load_config
+    from ckpt_migrate.config_upgrade import upgrade_config_file
+    from ckpt_migrate.engine import UpgradeOptions, upgrade
+    from ckpt_migrate.model_families import canonical_family
+
+    src, config = Path(args.checkpoint_file), Path(args.config)
+    canonical_family(args.model)
+    wanted = parse_format(args.src_fmt, source=True)
+    tgt = parse_format(args.tgt_fmt, source=False)
+    assert tgt is not None
+    config_data = load_config(config)
+    from_release, note = resolve_source(src, wanted)
+    if releases.get(from_release).version > tgt.version:
+        raise UsageError(
+            src,
+            f"cannot convert release {from_release} back to {tgt.name}",
+            f"choose --tgt-fmt cs-{from_release} or newer",
+        )
+    if note:
+        print(note)
+    if from_release == tgt.name:
+        print(f"{src}: already at release {tgt.name}; nothing to convert")
+        return 0
+    ckpt_out = _output_dir(args.output_dir, src.parent) / output_name(src, tgt, ".mdl")
+    config_out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
+    _refuse_existing(ckpt_out, config_out)
+    opts = UpgradeOptions(
+        target=tgt.name,
+        source_release=None if wanted is None else from_release,
+        output=ckpt_out,
+        inputs={
+            "model": args.model,
+            "config": config_data,
+            **({"drop_unmatched_keys": True} if args.drop_unmatched_keys else {}),
+        },
+    )
+    with _progress(enabled=not args.no_progress_bar) as progress:
+        result = upgrade(src, opts, progress)
+    print_messages(result)
+    if args.debug and result.model:
+        for line in result.model["detected"]["evidence"]:
+            print(f"  model evidence: {line}")
+    if result.status == "failed":
+        print(f"error: {result.error}", file=sys.stderr)
+        return result.exit_code
+    print(f"Checkpoint saved to {result.output}")
+    report = upgrade_config_file(
+        config, config_out, result.from_release, result.to_release, family=args.model
+    )
+    for line in report.lines():
+        print(line)
+    print(f"Config saved to {config_out}")
+    return 0
+
+
+def convert_config(args: argparse.Namespace) -> int:
+    from ckpt_migrate.config_upgrade import upgrade_config_file
+    from ckpt_migrate.model_families import canonical_family
+
+    config = Path(args.config_file)
+    canonical_family(args.model)
+    if args.src_fmt.strip().lower() == "cs-auto":
+        raise UsageError(
+            config, "--src-fmt cs-auto: a config does not say its release", "name it: cs-X.Y"
+        )
+    src = parse_format(args.src_fmt, source=True)
+    tgt = parse_format(args.tgt_fmt, source=False)
+    assert src is not None and tgt is not None
+    if src.version > tgt.version:
+        raise UsageError(config, f"cannot convert release {src.name} back to {tgt.name}")
+    out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
+    _refuse_existing(out)
+    report = upgrade_config_file(config, out, src.name, tgt.name, family=args.model)
+    for line in report.lines():
+        print(line)
+    print(f"Config saved to {out}")
+    return 0
+
+
+def list_converters(args: argparse.Namespace) -> int:
+    from ckpt_migrate.model_families import ALIASES, FAMILIES, canonical_family
+
+    wanted = None if args.model in ("all", None) else canonical_family(args.model)[0]
+    first, last = releases.RELEASES[0].name, releases.LATEST.name
+    span = f"cs-{first} … cs-{last}: any release to any newer one, in one run"
+    for family in FAMILIES:
+        if wanted is not None and family != wanted:
+            continue
+        aliases = [a for a, f in ALIASES.items() if f == family]
+        print(f"{family}" + (f" (also: {', '.join(aliases)})" if aliases else ""))
+        print(f"  {span}")
+        if args.hide_notes:
+            continue
+        for hop, rules in key_rules(family):
+            for rule in rules:
+                print(f"  {hop}: {rule.old} → {rule.new} ({rule.why})")
+    if not args.hide_notes:
+        print(
+            "every model: 1.x tied weights restored and LR-scheduler last_epoch fixed (1.9→2.0), "
+            "sparsity masks moved into the model (2.1→2.2), configs upgraded hop by hop"
+        )
+    return 0
+
+
+def key_rules(family: str) -> list[tuple[str, list[Any]]]:
+    """(hop, KeyRename rules for ``family``) from every hop module's rule tables."""
+    import importlib
+
+    from ckpt_migrate import graph
+    from ckpt_migrate.model_keys import KeyRename
+
+    out = []
+    for hop in graph.load().hops:
+        module = importlib.import_module(hop.module)
+        rules = [
+            rule
+            for value in vars(module).values()
+            if isinstance(value, tuple) and value and all(isinstance(r, KeyRename) for r in value)
+            for rule in value
+            if family in rule.families
+        ]
+        if rules:
+            out.append((f"{hop.source}→{hop.target}", rules))
+    return out
+
+
+def diff(args: argparse.Namespace) -> int:
+    from ckpt_migrate.commands import verify
+
+    data = verify(
+        args.left_checkpoint,
+        args.right_checkpoint,
+        allclose=args.tensor_comparison_op == "allclose",
+    )
+    for d in data["differences"]:
+        print(f"{d['name']}: {d['what']}")
+    how = "allclose" if args.tensor_comparison_op == "allclose" else "equal (sha256)"
+    if data["identical"]:
+        print(f"{data['tensors_compared']} tensors compared ({how}): checkpoints are identical")
+        return 0
+    print(f"{data['tensors_compared']} tensors compared ({how}): {len(data['differences'])} diff")
+    return EXIT_VERIFY_FAILED
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def create_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="convert_checkpoint.py",
+        description=__doc__.splitlines()[0],
+        epilog=AUTOLOAD_NOTE,
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    conv = sub.add_parser(
+        "convert",
+        help="Convert a checkpoint and its config to a newer release.",
+        description="Convert a checkpoint and its config from one Cerebras release to a newer "
+        "one, through every release in between, in one run. " + AUTOLOAD_NOTE,
+    )
+    conv.add_argument("checkpoint_file", metavar="checkpoint-file", help="Checkpoint to convert")
+    _model_arg(conv)
+    conv.add_argument(
+        "--src-fmt",
+        required=True,
+        help='Release of the input: "cs-X.Y" (e.g. cs-1.9, cs-2.10) or "cs-auto" to read it '
+        "from the file (works for every release)",
+    )
+    conv.add_argument(
+        "--tgt-fmt",
+        required=True,
+        help=f'Release to convert to: "cs-X.Y" or "cs-current" (cs-{releases.LATEST.name})',
+    )
+    conv.add_argument(
+        "--config", required=True, help="The checkpoint's params.yaml (upgraded alongside)"
+    )
+    conv.add_argument(
+        "--output-dir",
+        help="Output directory (created if missing). Default: beside the checkpoint and config",
+    )
+    conv.add_argument(
+        "--drop-unmatched-keys",
+        action="store_true",
+        help="Drop model keys that are not in the model's key tables (each is reported). "
+        "Default: keep them unchanged and list them",
+    )
+    conv.add_argument("--no-progress-bar", action="store_true", help="Disable the progress bar")
+    conv.add_argument(
+        "--debug", action="store_true", help="Show tracebacks and the model detection evidence"
+    )
+    conv.set_defaults(func=convert)
+
+    conf = sub.add_parser(
+        "convert-config",
+        help="Convert a config file only.",
+        description="Upgrade a params.yaml from one release to a newer one; the output is "
+        "<config stem>_to_<tgt-fmt>.yaml, comments and key order kept.",
+    )
+    conf.add_argument("config_file", metavar="config-file", help="Config file to convert")
+    _model_arg(conf)
+    conf.add_argument("--src-fmt", required=True, help='Release of the config: "cs-X.Y"')
+    conf.add_argument(
+        "--tgt-fmt", required=True, help='Release to convert to: "cs-X.Y" or "cs-current"'
+    )
+    conf.add_argument("--output-dir", help="Output directory. Default: beside the config")
+    conf.add_argument("--debug", action="store_true", help="Show tracebacks on errors")
+    conf.set_defaults(func=convert_config)
+
+    for name in ("list-converters", "list"):
+        lst = sub.add_parser(
+            name,
+            help="List the models and conversions."
+            if name == "list-converters"
+            else "Same as list-converters (older name).",
+        )
+        lst.add_argument(
+            "model", type=str.lower, default="all", nargs="?", help="A model name, or all"
+        )
+        lst.add_argument("--hide-notes", action="store_true", help="Hide the key rules")
+        lst.set_defaults(func=list_converters)
+
+    dif = sub.add_parser("diff", help="Compare two checkpoints leaf by leaf.")
+    dif.add_argument("left_checkpoint", help="Path to the left checkpoint")
+    dif.add_argument("right_checkpoint", help="Path to the right checkpoint")
+    dif.add_argument(
+        "--tensor_comparison_op",
+        choices=("equal", "allclose"),
+        default="equal",
+        help="equal: bit-identical (sha256); allclose: within tolerance",
+    )
+    dif.set_defaults(func=diff)
+    return parser
+
+
+def _model_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="Model name (gpt2, gptj, gpt-neox, codegen, llama, bloom, falcon, bert, t5 or an "
+        "alias; see list-converters)",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = create_arg_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    debug = getattr(args, "debug", False)
+    try:
+        return func(args)
+    except CkptError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc}; rerun with --debug", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""``ckpt-migrate upgrade --config``: the run's params.yaml upgraded alongside its checkpoint."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+MODELS = FIXTURES / "models"
+CONFIGS = FIXTURES / "configs"
+
+
+def cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def comments_kept(source: str, output: str, removed: set[str]) -> list[str]:
+    """Comment texts of ``source`` missing from ``output``, except those on removed keys."""
+    missing = []
+    for line in source.splitlines():
+        if "#" not in line:
+            continue
+        code, _, comment = line.partition("#")
+        key = code.strip().rstrip(":").split(":")[0].strip()
+        if key and key in removed:
+            continue
+        if comment.strip() and comment.strip() not in output:
+            missing.append(comment.strip())
+    return missing
+
+
+def test_gpt2_fixture_and_its_config_go_from_2_0_to_2_10(tmp_path):
+    src = MODELS / "gpt2-2.0"
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = cli(
+        "upgrade", src / "checkpoint_100.mdl", "--output-dir", out, "--config", src / "params.yaml"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "checkpoint_100.mdl").is_file()
+    written = out / "params.yaml"  # --output-dir keeps the config's name, like the checkpoint's
+    assert f"written to {written}" in proc.stdout
+    text = written.read_text()
+    got = yaml.safe_load(text)
+    init = got["trainer"]["init"]
+    assert init["model"]["name"] == "gpt2"  # the family the checkpoint's keys showed
+    assert init["optimizer"]["AdamW"]["betas"] == [0.9, 0.95]
+    assert init["precision"]["fp16_type"] == "bfloat16"
+    assert got["trainer"]["fit"]["train_dataloader"]["batch_size"] == 8
+    assert "model family gpt2 (checkpoint keys)" in proc.stdout
+    # the key no converter knows is kept and reported
+    assert init["model"]["attention_sink_tokens"] == 0
+    assert re.search(r"\[2\.2→2\.3\] unknown: model\.attention_sink_tokens", proc.stdout)
+    removed = {m.group(1).rsplit(".", 1)[-1] for m in re.finditer(r"removed: (\S+)", proc.stdout)}
+    source = (src / "params.yaml").read_text()
+    assert comments_kept(source, text, removed) == []
+    assert text.startswith("# GPT-2 (tiny) as a Cerebras Model Zoo 2.0 run")
+    assert (src / "params.yaml").read_text() == source  # the source is never touched
+
+
+def test_t5_fixture_json_report_and_model_name(tmp_path):
+    src = MODELS / "t5-2.0"
+    out = tmp_path / "out"
+    out.mkdir()
+    base = ("upgrade", src / "checkpoint_100.mdl", "--output-dir", out, "--config")
+    proc = cli(*base, src / "params.yaml", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    cfg = data["config"]
+    assert cfg["from"] == "2.0" and cfg["to"] == "2.10" and cfg["family"] == "t5"
+    assert cfg["output"] == str(out / "params.yaml")
+    kinds = {e["kind"] for e in cfg["report"]}
+    assert {"changed", "removed", "unknown"} <= kinds
+    # T5 and Transformer share their keys: the name is asked for, not guessed
+    ask = [e for e in cfg["report"] if e["key"] == "trainer.init.model.name"]
+    assert ask and ask[0]["kind"] == "unknown" and ask[0]["hop"] == "2.3→2.4"
+    assert (
+        "name" not in yaml.safe_load((out / "params.yaml").read_text())["trainer"]["init"]["model"]
+    )
+    # with --model the name is written
+    out2 = tmp_path / "out2"
+    out2.mkdir()
+    proc = cli(*base[:3], out2, "--config", src / "params.yaml", "--model", "t5")
+    assert proc.returncode == 0, proc.stderr
+    text = (out2 / "params.yaml").read_text()
+    assert yaml.safe_load(text)["trainer"]["init"]["model"]["name"] == "t5"
+    assert "# 2.0 replaced use_t5_layer_norm" in text
+    assert "# global batch (1.9+), split across num_csx systems" in text
+
+
+def test_dry_run_shows_the_config_report_and_writes_nothing(tmp_path):
+    cfg = tmp_path / "params.yaml"
+    shutil.copy(CONFIGS / "gpt2-2.0.yaml", cfg)
+    proc = cli(
+        "upgrade", FIXTURES / "release-2.0.mdl", "--dry-run", "--config", cfg, "--model", "gpt2"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "config 2.0 → 2.10, model family gpt2 (from --model)" in proc.stdout
+    assert "removed: runconfig.save_losses" in proc.stdout
+    assert f"not written (dry run): {tmp_path / 'params.2.10.yaml'}" in proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_an_existing_config_output_is_refused_before_anything_is_written(tmp_path):
+    cfg = tmp_path / "params.yaml"
+    shutil.copy(CONFIGS / "gpt2-2.0.yaml", cfg)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "params.yaml").write_text("mine: 1\n")
+    proc = cli("upgrade", FIXTURES / "release-2.0.mdl", "--output-dir", out, "--config", cfg)
+    one_line_error(proc, 2, str(out / "params.yaml"), "refusing to overwrite", "--config-out")
+    assert sorted(p.name for p in out.iterdir()) == ["params.yaml"]
+    assert (out / "params.yaml").read_text() == "mine: 1\n"
+    proc = cli(
+        "upgrade",
+        FIXTURES / "release-2.0.mdl",
+        "--output-dir",
+        out,
+        "--config",
+        cfg,
+        "--config-out",
+        cfg,
+    )
+    one_line_error(proc, 2, "would overwrite the config itself")
+
+
+def test_config_out_and_inplace_default_name(tmp_path):
+    cfg = tmp_path / "params.yaml"
+    shutil.copy(CONFIGS / "t5-2.0.yaml", cfg)
+    ckpt = tmp_path / "checkpoint_5.mdl"
+    shutil.copy(FIXTURES / "release-2.0.mdl", ckpt)
+    proc = cli("upgrade", ckpt, "--inplace", "--to", "2.3", "--config", cfg, "--model", "t5")
+    assert proc.returncode == 0, proc.stderr
+    beside = tmp_path / "params.2.3.yaml"
+    assert "trainer" in yaml.safe_load(beside.read_text())
+    assert cfg.read_text() == (CONFIGS / "t5-2.0.yaml").read_text()
+    custom = tmp_path / "sub" / "t5.yaml"
+    custom.parent.mkdir()
+    out = tmp_path / "o"
+    out.mkdir()
+    proc = cli(
+        "upgrade",
+        FIXTURES / "release-2.0.mdl",
+        "--output-dir",
+        out,
+        "--to",
+        "2.1",
+        "--config",
+        cfg,
+        "--config-out",
+        custom,
+        "--model",
+        "t5",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(custom.read_text())["optimizer"]["eps"] == [1e-30, 1e-3]
+    assert not (out / "params.yaml").exists()
+
+
+def test_num_csx_and_config_out_need_config():
+    proc = cli("upgrade", FIXTURES / "release-2.0.mdl", "--dry-run", "--num-csx", "2")
+    one_line_error(proc, 2, "--config")
+    proc = cli("upgrade", FIXTURES / "release-2.0.mdl", "--dry-run", "--config-out", "x.yaml")
+    one_line_error(proc, 2, "--config")
+
+
+def test_num_csx_scales_a_1_8_batch_size(tmp_path):
+    cfg = tmp_path / "params.yaml"
+    cfg.write_text("train_input:\n  batch_size: 16 # per system\nmodel:\n  hidden_size: 4\n")
+    out = tmp_path / "o"
+    out.mkdir()
+    proc = cli(
+        "upgrade",
+        FIXTURES / "release-1.8.mdl",
+        "--output-dir",
+        out,
+        "--to",
+        "1.9",
+        "--config",
+        cfg,
+        "--num-csx",
+        "4",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "params.yaml").read_text() == (
+        "train_input:\n  batch_size: 64 # per system\nmodel:\n  hidden_size: 4\n"
+    )
+    assert "train_input.batch_size: 16 → 64" in proc.stdout
+
+
+def test_config_still_feeds_the_tie_rules_and_is_not_written_when_the_checkpoint_fails(tmp_path):
+    cfg = tmp_path / "params.yaml"
+    cfg.write_text("model:\n  share_embedding_weights: false\n")
+    out = tmp_path / "o"
+    out.mkdir()
+    proc = cli("upgrade", FIXTURES / "release-1.9.mdl", "--output-dir", out, "--config", cfg)
+    one_line_error(proc, 2, "model.lm_head.weight", "--allow-missing")
+    assert list(out.iterdir()) == []

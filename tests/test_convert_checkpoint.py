@@ -1,0 +1,344 @@
+"""``scripts/convert_checkpoint.py``: Model Zoo's verbs and flags, run on the engine."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from ckpt_migrate import releases
+from ckpt_migrate.errors import UsageError
+from ckpt_migrate.reader import read_checkpoint
+from ckpt_migrate.tree import DictNode, MemoryData, TensorLeaf, first_positions, iter_leaves
+from ckpt_migrate.writer import write_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "fixtures" / "models"
+SCRIPT = ROOT / "scripts" / "convert_checkpoint.py"
+CKPT = "checkpoint_100.mdl"
+
+sys.path.insert(0, str(ROOT / "scripts"))
+try:
+    import convert_checkpoint as cc
+finally:
+    sys.path.pop(0)
+
+
+def script(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("warning:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def copy_fixture(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    d = tmp_path / name
+    shutil.copytree(MODELS / name, d)
+    return d / CKPT, d / "params.yaml"
+
+
+def model_of(path: Path) -> tuple[str, list[str]]:
+    with read_checkpoint(path) as ckpt:
+        return ckpt.release.name, [k for k, _ in ckpt.root.get("model").items]
+
+
+# --------------------------------------------------------------------------- formats and names
+
+
+@pytest.mark.parametrize(
+    ("text", "release"),
+    [
+        ("cs-2.10", "2.10"),
+        ("cs-2.1", "2.1"),
+        ("CS-2.10.0", "2.10"),
+        ("cs-1.9", "1.9"),
+        ("cs-2.9", "2.9"),
+    ],
+)
+def test_formats_with_two_digit_minors(text, release):
+    assert cc.parse_format(text, source=True).name == release
+    assert cc.parse_format(text, source=False).name == release
+
+
+def test_auto_and_current():
+    assert cc.parse_format("cs-auto", source=True) is None
+    assert cc.parse_format("cs-current", source=False) is releases.LATEST
+    with pytest.raises(UsageError, match="not a Cerebras format"):
+        cc.parse_format("cs-auto", source=False)
+    with pytest.raises(UsageError, match="not a Cerebras format"):
+        cc.parse_format("cs-current", source=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("hf", "Hugging Face"),
+        ("2.0", "not a Cerebras format"),
+        ("cs-2", "not a Cerebras format"),
+        ("cs-1.6", "unknown release 1.6"),
+        ("cs-2.11", "unknown release 2.11"),
+    ],
+)
+def test_bad_formats(text, words):
+    with pytest.raises(UsageError, match=words):
+        cc.parse_format(text, source=True)
+
+
+def test_output_names_strip_alphabetic_extensions_as_model_zoo_does():
+    assert cc.stem("checkpoint_100.mdl") == "checkpoint_100"
+    assert cc.stem("checkpoint_1.7.mdl") == "checkpoint_1.7"
+    assert cc.stem("pytorch_model.bin.index.json") == "pytorch_model"
+    assert cc.stem("params.yaml") == "params"
+    assert cc.output_name(Path("a/ckpt.mdl"), releases.get("2.10"), ".mdl") == "ckpt_to_cs-2.10.mdl"
+
+
+# --------------------------------------------------------------------------- convert
+
+
+def test_convert_1_9_to_2_3_in_one_run(tmp_path):
+    ckpt, config = copy_fixture(tmp_path, "gpt2-1.9")
+    proc = script(
+        "convert", ckpt, "--model", "gpt2", "--src-fmt", "cs-1.9", "--tgt-fmt", "cs-2.3",
+        "--config", config, "--no-progress-bar",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    out = ckpt.parent / "checkpoint_100_to_cs-2.3.mdl"
+    out_config = config.parent / "params_to_cs-2.3.yaml"
+    assert f"Checkpoint saved to {out}" in proc.stdout
+    assert f"Config saved to {out_config}" in proc.stdout
+    release, keys = model_of(out)
+    assert release == "2.3"
+    assert "model.embedding_layer.position_embeddings.embed.weight" in keys
+    assert "model.embedding_layer.position_embeddings.weight" not in keys
+    assert "[1.9→2.0] model.model.lm_head.weight: restored as a tie" in proc.stdout
+    assert "model: gpt2 (from --model" in proc.stdout
+    text = out_config.read_text()
+    assert "# GPT-2 (tiny) as a Cerebras Model Zoo 1.9 run" in text  # comments kept
+    assert isinstance(yaml.safe_load(text), dict)
+    assert config.read_text() == (MODELS / "gpt2-1.9" / "params.yaml").read_text()
+    # never overwritten: a second run is refused and leaves the outputs alone
+    before = out.stat().st_mtime_ns
+    proc = script(
+        "convert", ckpt, "--model", "gpt2", "--src-fmt", "cs-1.9", "--tgt-fmt", "cs-2.3",
+        "--config", config,
+    )  # fmt: skip
+    one_line_error(proc, 2, "already exists", "checkpoint_100_to_cs-2.3.mdl")
+    assert out.stat().st_mtime_ns == before
+
+
+def test_convert_keeps_the_optimizer_aligned(tmp_path):
+    """The T5 helpers move to another module in 2.1; with shared embeddings the parameter order
+    is unchanged, so Adam state index i still has the shape of the i-th distinct parameter."""
+    ckpt, config = copy_fixture(tmp_path, "t5-2.0")
+    proc = script(
+        "convert", ckpt, "--model", "t5", "--src-fmt", "cs-auto", "--tgt-fmt", "cs-2.10",
+        "--config", config, "--output-dir", tmp_path / "out",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with read_checkpoint(tmp_path / "out" / "checkpoint_100_to_cs-2.10.mdl") as out:
+        model = out.root.get("model")
+        firsts = first_positions(model)
+        distinct = [ref.leaf for ref in iter_leaves(model) if firsts[id(ref.leaf)].path == ref.path]
+        optimizer = out.root.get("optimizer")
+        params = optimizer.get("param_groups").items[0].get("params").items
+        assert [p.value for p in params] == list(range(len(distinct)))
+        state = optimizer.get("state")
+        for i, param in enumerate(distinct):
+            assert state.get(i).get("exp_avg").shape == param.shape, i
+        keys = [k for k, _ in model.items]
+        assert (
+            keys[2]
+            == "model.encoder_embeddings.position_embed_helper.relative_attention_bias.weight"
+        )
+
+
+def test_reordering_rename_is_refused(tmp_path):
+    with read_checkpoint(MODELS / "t5-2.0" / CKPT) as ckpt:
+        root = ckpt.root
+        model = root.get("model")
+        i = next(i for i, (k, _) in enumerate(model.items) if k.startswith("model.decoder_emb"))
+        enc = model.items[0][1]
+        # untied decoder embeddings: 2.1's parameter order would differ from 2.0's
+        untied = TensorLeaf(enc.dtype, enc.shape, MemoryData(enc.data.read().copy()))
+        model.items[i] = (model.items[i][0], untied)
+        model.items[-1] = ("model.lm_head.weight", untied)  # lm_head shares the decoder's
+        src = tmp_path / CKPT
+        write_checkpoint(root, src, "2.0")
+    # the config says so too (with sharing on, the 2.x model would tie them: no reorder)
+    text = (MODELS / "t5-2.0" / "params.yaml").read_text()
+    config = tmp_path / "params.yaml"
+    config.write_text(
+        text.replace(
+            "share_encoder_decoder_embedding: True", "share_encoder_decoder_embedding: False"
+        )
+    )
+    proc = script(
+        "convert", src, "--model", "t5", "--src-fmt", "cs-2.0", "--tgt-fmt", "cs-2.2",
+        "--config", config, "--output-dir", tmp_path / "out",
+    )  # fmt: skip
+    one_line_error(proc, 2, "parameter order", "optimizer")
+    assert not list((tmp_path / "out").glob("*.mdl"))
+
+
+def test_cs_auto_works_before_2_1_and_cs_current_is_the_newest(tmp_path):
+    ckpt, config = copy_fixture(tmp_path, "llama-1.9")
+    proc = script(
+        "convert", ckpt, "--model", "llamaV2", "--src-fmt", "cs-auto", "--tgt-fmt", "cs-current",
+        "--config", config, "--output-dir", tmp_path / "new" / "dir",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "cs-auto: release 1.9 (format 0.3)" in proc.stdout
+    out = tmp_path / "new" / "dir" / "checkpoint_100_to_cs-2.10.mdl"
+    assert model_of(out)[0] == "2.10"
+    assert (tmp_path / "new" / "dir" / "params_to_cs-2.10.yaml").is_file()
+
+
+def test_cs_2_1_is_not_cs_2_10(tmp_path):
+    ckpt, config = copy_fixture(tmp_path, "bert-2.0")
+    for fmt in ("cs-2.1", "cs-2.10"):
+        proc = script(
+            "convert", ckpt, "--model", "bert", "--src-fmt", "cs-2.0", "--tgt-fmt", fmt,
+            "--config", config,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        release, keys = model_of(ckpt.parent / f"checkpoint_100_to_{fmt}.mdl")
+        assert release == fmt.removeprefix("cs-")
+        assert "model.bert_encoder.embedding_layer.position_embeddings.embed.weight" in keys
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["--model", "gpt5"], 2, ("unknown model 'gpt5'", "known models")),
+        (["--src-fmt", "cs-2.0"], 2, ("--src-fmt cs-2.0", "file says release 1.9")),
+        (["--tgt-fmt", "cs-1.8"], 2, ("cannot convert release 1.9 back to 1.8",)),
+        (["--tgt-fmt", "hf"], 2, ("Hugging Face",)),
+        (["--config", "missing.yaml"], 2, ("missing.yaml",)),
+    ],
+)
+def test_convert_errors_are_one_line(tmp_path, args, code, words):
+    ckpt, config = copy_fixture(tmp_path, "gpt2-1.9")
+    base = {"--model": "gpt2", "--src-fmt": "cs-1.9", "--tgt-fmt": "cs-2.3", "--config": config}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = tmp_path / value if flag == "--config" else value
+    proc = script("convert", ckpt, *[x for kv in base.items() for x in kv])
+    one_line_error(proc, code, *words)
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == [CKPT, "params.yaml"]
+
+
+def test_already_at_the_target_writes_nothing(tmp_path):
+    ckpt, config = copy_fixture(tmp_path, "gpt2-2.0")
+    proc = script(
+        "convert", ckpt, "--model", "gpt2", "--src-fmt", "cs-2.0", "--tgt-fmt", "cs-2.0",
+        "--config", config,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "nothing to convert" in proc.stdout
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == [CKPT, "params.yaml"]
+
+
+def _with_extra_key(tmp_path: Path, optimizer: bool) -> Path:
+    with read_checkpoint(MODELS / "gpt2-2.0" / CKPT) as ckpt:
+        root = ckpt.root
+        model = root.get("model")
+        model.items.append(("model.adapter.scale", model.items[-2][1]))
+        gate = MemoryData(np.array(0.5, dtype="<f4"))
+        model.items.append(("model.adapter.gate", TensorLeaf("float32", (), gate)))
+        if not optimizer:
+            root = DictNode([(k, v) for k, v in root.items if k != "optimizer"])
+        src = tmp_path / f"extra-{optimizer}.mdl"
+        write_checkpoint(root, src, "2.0")
+    return src
+
+
+def test_unmatched_keys_are_kept_and_listed_or_dropped_on_request(tmp_path):
+    config = MODELS / "gpt2-2.0" / "params.yaml"
+    src = _with_extra_key(tmp_path, optimizer=False)
+    common = ["--model", "gpt2", "--src-fmt", "cs-2.0", "--tgt-fmt", "cs-2.1", "--config", config]
+    proc = script("convert", src, *common, "--output-dir", tmp_path / "kept")
+    assert proc.returncode == 0, proc.stderr
+    assert "not in the gpt2 key tables, kept unchanged" in proc.stderr
+    assert "model.adapter.scale" in model_of(tmp_path / "kept" / "extra-False_to_cs-2.1.mdl")[1]
+    proc = script(
+        "convert", src, *common, "--output-dir", tmp_path / "dropped", "--drop-unmatched-keys"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "model.model.adapter.scale: dropped (--drop-unmatched-keys" in proc.stdout
+    keys = model_of(tmp_path / "dropped" / "extra-False_to_cs-2.1.mdl")[1]
+    assert not [k for k in keys if "adapter" in k]
+    # dropping a tensor while Adam keeps state by parameter index would misalign it
+    src = _with_extra_key(tmp_path, optimizer=True)
+    proc = script(
+        "convert", src, *common, "--output-dir", tmp_path / "refused", "--drop-unmatched-keys"
+    )
+    one_line_error(proc, 2, "--drop-unmatched-keys", "parameter index")
+
+
+# --------------------------------------------------------------------------- other verbs
+
+
+def test_convert_config(tmp_path):
+    _, config = copy_fixture(tmp_path, "t5-1.9")
+    proc = script(
+        "convert-config", config, "--model", "t5", "--src-fmt", "cs-1.9", "--tgt-fmt", "cs-2.2"
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = config.parent / "params_to_cs-2.2.yaml"
+    assert f"Config saved to {out}" in proc.stdout and out.is_file()
+    proc = script(
+        "convert-config", config, "--model", "t5", "--src-fmt", "cs-auto", "--tgt-fmt", "cs-2.2"
+    )
+    one_line_error(proc, 2, "cs-auto", "a config does not say its release")
+
+
+def test_list_converters():
+    proc = script("list-converters", "gpt2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("gpt2\n")
+    assert "cs-1.7 … cs-2.10" in proc.stdout
+    assert (
+        "2.0→2.1: embedding_layer.position_embeddings.weight → "
+        "embedding_layer.position_embeddings.embed.weight" in proc.stdout
+    )
+    proc = script("list", "code-llama", "--hide-notes")
+    assert proc.returncode == 0 and proc.stdout.startswith("llama (also: llamav2")
+    assert "2.0→2.1" not in proc.stdout
+    proc = script("list-converters")
+    for family in ("gpt2", "gptj", "gpt-neox", "codegen", "llama", "bloom", "falcon", "bert"):
+        assert f"\n{family}" in "\n" + proc.stdout
+    assert "t5 (also: transformer, ul2, flan-ul2)" in proc.stdout
+    one_line_error(script("list-converters", "gpt5"), 2, "unknown model")
+
+
+def test_diff(tmp_path):
+    a = MODELS / "gpt2-2.0" / CKPT
+    proc = script("diff", a, a)
+    assert proc.returncode == 0 and "checkpoints are identical" in proc.stdout
+    proc = script("diff", MODELS / "gpt2-1.9" / CKPT, a, "--tensor_comparison_op", "allclose")
+    assert proc.returncode == 4
+    assert "lr_scheduler._schedulers.0.last_epoch" in proc.stdout
+    assert "tensors compared (allclose)" in proc.stdout
+    proc = script("diff", a, a, "--tensor_comparison_op", "close")
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+def test_help_names_the_autoload_friendly_alternative():
+    for args in (["--help"], ["convert", "--help"]):
+        proc = script(*args)
+        assert proc.returncode == 0
+        text = " ".join(proc.stdout.split())
+        assert "ckpt-migrate upgrade" in text and "autoload" in text

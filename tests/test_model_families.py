@@ -1,0 +1,226 @@
+"""Model families: names and aliases, detection from key names, ``--model`` on the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ckpt_migrate.errors import UsageError
+from ckpt_migrate.model_families import (
+    FAMILIES,
+    canonical_family,
+    choose_family,
+    detect_family,
+)
+from ckpt_migrate.model_keys import model_keys
+from ckpt_migrate.reader import read_checkpoint
+
+MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+L0 = "transformer_decoder.layers.0"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", *args], capture_output=True, text=True
+    )
+
+
+def fixture_keys(name: str) -> list[str]:
+    with read_checkpoint(MODELS / name / "checkpoint_100.mdl") as ckpt:
+        return model_keys(ckpt.root)
+
+
+def test_family_names_are_the_agreed_ones():
+    assert FAMILIES == (
+        "gpt2",
+        "gptj",
+        "gpt-neox",
+        "codegen",
+        "llama",
+        "bloom",
+        "falcon",
+        "bert",
+        "t5",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("gpt2", ("gpt2", None)),
+        ("GPT-NeoX", ("gpt-neox", None)),
+        ("llamaV2", ("llama", "llamav2")),
+        ("llama2", ("llama", "llama2")),
+        ("code-llama", ("llama", "code-llama")),
+        ("wizardlm", ("llama", "wizardlm")),
+        ("bert-sequence-classifier", ("bert", "bert-sequence-classifier")),
+        ("bert-token-classifier", ("bert", "bert-token-classifier")),
+        ("bert-summarization", ("bert", "bert-summarization")),
+        ("bert-qa", ("bert", "bert-qa")),
+        ("bert-q&a", ("bert", "bert-q&a")),
+        ("transformer", ("t5", "transformer")),
+        ("ul2", ("t5", "ul2")),
+        ("flan-ul2", ("t5", "flan-ul2")),
+    ],
+)
+def test_canonical_family(name, expected):
+    assert canonical_family(name) == expected
+
+
+def test_unknown_model_name_lists_the_known_ones():
+    with pytest.raises(UsageError) as info:
+        canonical_family("gpt5")
+    message = str(info.value)
+    assert "gpt5" in message and "gpt2" in message and "flan-ul2" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("release", ["1.9", "2.0"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "t5"])
+def test_fixtures_are_detected_with_full_confidence(family, release):
+    guess = detect_family(fixture_keys(f"{family}-{release}"))
+    assert (guess.family, guess.confidence) == (family, 1.0)
+    assert any("model." in line or "." in line for line in guess.evidence)
+
+
+def test_evidence_names_the_deciding_keys():
+    guess = detect_family(fixture_keys("gpt2-2.0"))
+    text = " | ".join(guess.evidence)
+    # learned absolute positions tell GPT-2 from GPT-NeoX, whose keys are otherwise the same
+    assert "model.embedding_layer.position_embeddings.weight" in text
+    assert "gpt-neox" in text
+    guess = detect_family(fixture_keys("llama-2.0"))
+    text = " | ".join(guess.evidence)
+    assert f"model.{L0}.ffn.ffn.0.linear_layer_for_glu.weight" in text
+
+
+def _decoder(*extra: str, bias: bool = True) -> list[str]:
+    keys = ["embedding_layer.word_embeddings.weight", f"{L0}.self_attn.proj_q_dense_layer.weight"]
+    keys += [f"{L0}.norm1.weight", f"{L0}.ffn.ffn.0.linear_layer.weight", "lm_head.weight"]
+    if bias:
+        keys += [f"{L0}.norm1.bias"]
+    return keys + list(extra)
+
+
+@pytest.mark.parametrize(
+    ("keys", "family"),
+    [
+        # GPT-NeoX: rotary (no position keys), biases everywhere, two norms, no head bias
+        (
+            _decoder(
+                f"{L0}.self_attn.proj_q_dense_layer.bias",
+                f"{L0}.norm3.weight",
+                f"{L0}.norm3.bias",
+                f"{L0}.ffn.ffn.0.linear_layer.bias",
+            ),
+            "gpt-neox",
+        ),
+        # Bloom: ALiBi slopes and an embedding norm
+        (
+            _decoder(
+                "relative_pe_helper.slopes",
+                "embedding_ln_f.weight",
+                "embedding_ln_f.bias",
+                f"{L0}.self_attn.proj_q_dense_layer.bias",
+                f"{L0}.norm3.weight",
+                f"{L0}.ffn.ffn.0.linear_layer.bias",
+            ),
+            "bloom",
+        ),
+        # Falcon: one norm per layer, no linear biases
+        (_decoder(), "falcon"),
+    ],
+)
+def test_other_decoder_families(keys, family):
+    guess = detect_family(keys)
+    assert guess.family == family and guess.confidence == 1.0
+
+
+def test_gptj_and_codegen_share_their_keys_so_confidence_is_halved():
+    keys = _decoder(f"{L0}.ffn.ffn.0.linear_layer.bias", "lm_head.bias")
+    guess = detect_family(keys)
+    assert guess.family == "gptj" and guess.confidence == 0.5
+    assert any("codegen" in line and "identical" in line for line in guess.evidence)
+
+
+def test_partial_match_lowers_confidence():
+    # GPT-2 whose attention has no biases: 9 of 10 signature checks hold
+    keys = [k for k in fixture_keys("gpt2-2.0") if "self_attn" not in k or k.endswith("weight")]
+    guess = detect_family(keys)
+    assert guess.family == "gpt2" and guess.confidence == 0.9
+    assert any("unlike gpt2: attention projection biases" in line for line in guess.evidence)
+
+
+def test_unknown_model():
+    guess = detect_family(["fc.weight", "fc.bias", "head.weight"])
+    assert guess.family is None and guess.confidence == 0.0
+    assert "no family's anchor keys" in guess.evidence[0]
+    assert detect_family([]).family is None
+
+
+def test_model_override_and_contradiction_warning():
+    with read_checkpoint(MODELS / "gpt2-2.0" / "checkpoint_100.mdl") as ckpt:
+        choice = choose_family(ckpt.root, "llama2")
+        assert (choice.family, choice.variant, choice.source) == ("llama", "llama2", "--model")
+        assert choice.guess.family == "gpt2"
+        (warning,) = choice.warnings()
+        assert "--model llama2" in warning and "gpt2" in warning
+        assert choose_family(ckpt.root, "gpt2").warnings() == []
+        assert choose_family(ckpt.root).source == "detected"
+
+
+def test_upgrade_reports_the_family_and_model_overrides_it(tmp_path):
+    src = MODELS / "bert-2.0" / "checkpoint_100.mdl"
+    (tmp_path / "a").mkdir()
+    proc = cli("upgrade", str(src), "--output-dir", str(tmp_path / "a"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["family"] == "bert"
+    assert res["model"]["source"] == "detected" and res["model"]["detected"]["confidence"] == 1.0
+    assert any("position_embeddings.embed.weight" in c for c in res["changes"])
+    # --model gpt2 on a BERT checkpoint: the GPT rules match no BERT key, so nothing is
+    # renamed; the override is honoured and the report says the keys disagree.
+    (tmp_path / "b").mkdir()
+    proc = cli(
+        "upgrade", str(src), "--output-dir", str(tmp_path / "b"), "--json", "--model", "gpt2"
+    )
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["family"] == "gpt2" and res["model"]["source"] == "--model"
+    assert not any("position_embeddings" in c for c in res["changes"])
+    assert any("look like bert" in w for w in res["warnings"])
+    assert any("not in the gpt2 key tables" in w for w in res["warnings"])
+
+
+def test_unknown_model_name_is_a_one_line_usage_error(tmp_path):
+    src = MODELS / "gpt2-2.0" / "checkpoint_100.mdl"
+    proc = cli("upgrade", str(src), "--output-dir", str(tmp_path), "--model", "gpt5")
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown model 'gpt5'" in lines[0] and "known models" in lines[0]
+    assert not list(tmp_path.iterdir())
+
+
+def test_plan_shows_the_family():
+    src = MODELS / "t5-2.0" / "checkpoint_100.mdl"
+    proc = cli("plan", str(src))
+    assert proc.returncode == 0, proc.stderr
+    assert "model: t5 (detected, confidence 1.00" in proc.stdout
+    proc = cli("plan", str(src), "--model", "flan-ul2", "--json")
+    data = json.loads(proc.stdout)
+    assert data["model"]["family"] == "t5" and data["model"]["variant"] == "flan-ul2"
+    assert any("position_embed_helper" in line for h in data["hops"] for line in h["changes"])
+
+
+def test_unknown_family_upgrade_still_runs_every_other_step(tmp_path):
+    src = Path(__file__).resolve().parent.parent / "fixtures" / "release-1.9.mdl"
+    proc = cli("upgrade", str(src), "--output-dir", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res.get("family") is None and res["model"]["source"] == "unknown"
+    assert any("model family unknown" in w for w in res["warnings"])
+    assert any("restored as a tie" in c for c in res["changes"])  # 1.9→2.0 steps still ran
