@@ -74,3 +74,31 @@ class CkptIOError(CkptError):
     """Disk full, permission denied, or another operating-system failure."""
 
     exit_code = EXIT_IO
+
+
+class StateSelectionError(UsageError, KeyError):
+    """A requested top-level state (``model``, ``optimizer``, ...) is not in the checkpoint.
+
+    Also a ``KeyError``, as the Cerebras ``LoadCheckpointStates`` callback raises one."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class StateMismatchError(CkptError, RuntimeError):
+    """Strict loading found missing or unexpected keys (or a shape that cannot be loaded).
+
+    Also a ``RuntimeError``, like ``torch.nn.Module.load_state_dict`` in strict mode."""
+
+    def __init__(
+        self,
+        path: str | Path | None,
+        problem: str,
+        fix: str | None = None,
+        *,
+        missing: dict[str, list[str]] | None = None,
+        unexpected: dict[str, list[str]] | None = None,
+    ):
+        self.missing_keys = missing or {}
+        self.unexpected_keys = unexpected or {}
+        super().__init__(path, problem, fix)

@@ -1,0 +1,550 @@
+"""`ckpt-migrate upgrade-dir` on real model directories, in real processes, with SIGKILLs.
+
+The small tests build a directory from the release fixtures (1.9, 2.0, 2.10 and a stray file);
+the kill tests use ~150 MB and ~50 MB checkpoints so that a kill lands in the middle of a write.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ckpt_migrate as cm
+from ckpt_migrate import CheckpointManager, commands
+from ckpt_migrate.cli import main as cli_main
+from ckpt_migrate.reader import read_checkpoint
+from ckpt_migrate.upgrade_dir import DirOptions, upgrade_dir
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+SOURCES = {"checkpoint_100.mdl": "1.9", "checkpoint_200.mdl": "2.0", "checkpoint_300.mdl": "2.10"}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def run(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", *map(str, args)], capture_output=True, text=True
+    )
+
+
+def entries(proc: subprocess.CompletedProcess) -> list[dict]:
+    return [json.loads(line) for line in proc.stdout.strip().splitlines()]
+
+
+def by_name(got: list[dict]) -> dict[str, dict]:
+    return {Path(e["source"]).name: e for e in got}
+
+
+def statuses(got: list[dict]) -> list[tuple[str, str]]:
+    return [(Path(e["source"]).name, e["status"]) for e in got]
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(8 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def release_of(path: Path) -> str:
+    with read_checkpoint(path) as ckpt:
+        assert ckpt.release is not None
+        return ckpt.release.name
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code, proc.stderr
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def model_dir(base: Path) -> Path:
+    """checkpoint_100 (1.9), checkpoint_200 (2.0), checkpoint_300 (2.10) and a stray file."""
+    md = base / "model_dir"
+    md.mkdir(parents=True)
+    for name, release in SOURCES.items():
+        shutil.copyfile(FIXTURES / f"release-{release}.mdl", md / name)
+    (md / "notes.txt").write_text("not a checkpoint\n")
+    return md
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    return {p.name: sha256(p) for p in directory.iterdir() if p.is_file()}
+
+
+def direct_upgrade(src: Path, out: Path) -> Path:
+    out.mkdir(exist_ok=True)
+    proc = run("upgrade", src, "--output-dir", out)
+    assert proc.returncode == 0, proc.stderr
+    return out / src.name
+
+
+def assert_same_contents(a: Path, b: Path) -> None:
+    data = commands.verify(a, b)
+    assert data["identical"], data["differences"]
+    assert data["tensors_compared"] > 0
+
+
+# --------------------------------------------------------------------------- the issue's directory
+
+
+def test_upgrades_the_old_skips_the_current_and_lists_the_stray(tmp_path):
+    md = model_dir(tmp_path)
+    before = snapshot(md)
+    out = tmp_path / "out"  # created by the command
+    proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = entries(proc)
+    assert statuses(got) == [  # newest first, then the other files
+        ("checkpoint_300.mdl", "current"),
+        ("checkpoint_200.mdl", "upgraded"),
+        ("checkpoint_100.mdl", "upgraded"),
+        ("notes.txt", "left-alone"),
+    ]
+    info = by_name(got)
+    assert (
+        info["notes.txt"]["kind"] == "other" and "not a checkpoint" in info["notes.txt"]["reason"]
+    )
+    assert info["checkpoint_200.mdl"]["from_release"] == "2.0"
+    assert info["checkpoint_100.mdl"]["from_release"] == "1.9"
+    assert info["checkpoint_300.mdl"]["action"] == "linked"
+    assert snapshot(md) == before  # the sources are untouched, nothing was added beside them
+
+    assert sorted(p.name for p in out.iterdir()) == sorted(SOURCES)  # names kept
+    for name in SOURCES:
+        assert release_of(out / name) == "2.10"
+    assert os.path.samefile(out / "checkpoint_300.mdl", md / "checkpoint_300.mdl")
+    for name in ("checkpoint_100.mdl", "checkpoint_200.mdl"):  # as `upgrade` writes them
+        assert_same_contents(out / name, direct_upgrade(md / name, tmp_path / "direct"))
+    assert CheckpointManager(out).latest() == out / "checkpoint_300.mdl"  # autoload unchanged
+
+
+def test_text_output_has_a_line_per_file_and_a_summary_table(tmp_path):
+    md = model_dir(tmp_path)
+    proc = run("upgrade-dir", md, "--output-dir", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "checkpoint_300.mdl: already at 2.10; linked into" in text
+    assert "checkpoint_200.mdl: 2.0 → 2.10 written to" in text
+    assert "notes.txt: other, left alone (not a checkpoint)" in text
+    assert "upgrade-dir summary" in text
+    for row in ("current (linked)", "2.0 → 2.10", "1.9 → 2.10", "left-alone"):
+        assert row in text
+    assert text.rstrip().endswith("1 current, 2 upgraded, 1 left-alone; exit 0")
+
+
+def test_a_rerun_does_nothing_that_is_done(tmp_path):
+    md = model_dir(tmp_path)
+    out = tmp_path / "out"
+    assert run("upgrade-dir", md, "--output-dir", out).returncode == 0
+    stats = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.iterdir()}
+    proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = entries(proc)
+    assert statuses(got) == [
+        ("checkpoint_300.mdl", "current"),
+        ("checkpoint_200.mdl", "already-upgraded"),
+        ("checkpoint_100.mdl", "already-upgraded"),
+        ("notes.txt", "left-alone"),
+    ]
+    assert by_name(got)["checkpoint_100.mdl"]["hops"][0] == "1.9→2.0"  # from the provenance
+    assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.iterdir()} == stats
+
+
+def test_a_current_file_is_skipped_without_reading_tensors(tmp_path, monkeypatch):
+    md = tmp_path / "model_dir"
+    md.mkdir()
+    shutil.copyfile(FIXTURES / "release-2.10.mdl", md / "checkpoint_5.mdl")
+    shutil.copyfile(FIXTURES / "release-2.10.mdl", md / "model_checkpoint_5.mdl")
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("tensor data was read")
+
+    monkeypatch.setattr("ckpt_migrate.h5io.H5Handle.read_dataset", no_reading)
+    monkeypatch.setattr("ckpt_migrate.engine.file_digest", no_reading)
+    monkeypatch.setattr("ckpt_migrate.upgrade_dir.file_digest", no_reading)
+    for opts in (DirOptions(inplace=True), DirOptions(output_dir=tmp_path / "out")):
+        got = upgrade_dir(md, opts)
+        assert [(e.path.name, e.status) for e in got] == [
+            ("checkpoint_5.mdl", "current"),
+            ("model_checkpoint_5.mdl", "current"),  # a checkpoint not named by the pattern
+        ]
+
+
+def test_an_existing_output_that_is_not_this_sources_upgrade_is_never_overwritten(tmp_path):
+    md = model_dir(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    other = direct_upgrade(FIXTURES / "release-2.3.mdl", tmp_path / "other")
+    shutil.copyfile(other, out / "checkpoint_200.mdl")  # a 2.10 file, but another source's
+    shutil.copyfile(FIXTURES / "release-2.0.mdl", out / "checkpoint_100.mdl")  # not at 2.10
+    before = snapshot(out)
+    proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+    assert proc.returncode == 2, proc.stderr
+    info = by_name(entries(proc))
+    assert info["checkpoint_200.mdl"]["status"] == "failed"
+    assert "is not an upgrade of" in info["checkpoint_200.mdl"]["error"]
+    assert info["checkpoint_100.mdl"]["status"] == "failed"
+    assert "at release 2.0, not 2.10" in info["checkpoint_100.mdl"]["error"]
+    assert info["checkpoint_300.mdl"]["status"] == "current"  # the rest still goes on
+    after = snapshot(out)
+    assert {k: after[k] for k in before} == before
+
+
+def test_the_exit_code_is_that_of_the_worst_outcome(tmp_path):
+    md = model_dir(tmp_path)
+    data = (md / "checkpoint_300.mdl").read_bytes()
+    (md / "checkpoint_250.mdl").write_bytes(data[: len(data) // 2])  # truncated: exit 2
+    newer = md / "checkpoint_400.mdl"
+    shutil.copyfile(FIXTURES / "release-2.10.mdl", newer)
+    import h5py
+
+    with h5py.File(newer, "r+") as f:
+        f.attrs["__cstorch_version__"] = "2.11.0"  # exit 3
+    proc = run("upgrade-dir", md, "--output-dir", tmp_path / "out", "--json")
+    assert proc.returncode == 3, proc.stderr
+    info = by_name(entries(proc))
+    assert info["checkpoint_400.mdl"]["exit_code"] == 3
+    assert info["checkpoint_250.mdl"]["exit_code"] == 2
+    assert (
+        info["checkpoint_200.mdl"]["status"] == info["checkpoint_100.mdl"]["status"] == ("upgraded")
+    )
+
+
+def test_only_latest_upgrades_the_checkpoint_autoload_takes(tmp_path):
+    md = model_dir(tmp_path)
+    (md / "checkpoint_300.mdl").unlink()
+    data = (md / "checkpoint_200.mdl").read_bytes()
+    (md / "checkpoint_250.mdl").write_bytes(data[: len(data) // 2])  # incomplete: not autoloaded
+    out = tmp_path / "out"
+    proc = run("upgrade-dir", md, "--output-dir", out, "--only-latest", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert statuses(entries(proc)) == [
+        ("checkpoint_250.mdl", "not-selected"),
+        ("checkpoint_200.mdl", "upgraded"),
+        ("checkpoint_100.mdl", "not-selected"),
+        ("notes.txt", "left-alone"),
+    ]
+    assert [p.name for p in out.iterdir()] == ["checkpoint_200.mdl"]
+
+
+def test_inplace_upgrades_in_place_and_lists_backups_and_foreign_temporaries(tmp_path):
+    md = model_dir(tmp_path)
+    before = snapshot(md)
+    (md / "checkpoint_999.mdl.deadbeef.tmp").write_bytes(b"a save in progress")
+    (md / "events").mkdir()
+    proc = run("upgrade-dir", md, "--inplace", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert statuses(entries(proc)) == [
+        ("checkpoint_300.mdl", "current"),
+        ("checkpoint_200.mdl", "upgraded"),
+        ("checkpoint_100.mdl", "upgraded"),
+        ("checkpoint_999.mdl.deadbeef.tmp", "left-alone"),
+        ("events", "left-alone"),
+        ("notes.txt", "left-alone"),
+    ]
+    for name in SOURCES:
+        assert release_of(md / name) == "2.10"
+    assert sha256(md / "checkpoint_200.mdl.pre-2.0.bak") == before["checkpoint_200.mdl"]
+    assert sha256(md / "checkpoint_100.mdl.pre-1.9.bak") == before["checkpoint_100.mdl"]
+    again = entries(run("upgrade-dir", md, "--inplace", "--json"))
+    info = by_name(again)
+    assert [info[n]["status"] for n in SOURCES] == ["current"] * 3
+    assert info["checkpoint_200.mdl.pre-2.0.bak"]["kind"] == "backup"
+    assert info["checkpoint_200.mdl.pre-2.0.bak"]["status"] == "left-alone"
+    assert (md / "checkpoint_999.mdl.deadbeef.tmp").read_bytes() == b"a save in progress"
+
+
+def test_leftover_temporaries_are_removed_unless_an_upgrade_holds_the_source(tmp_path):
+    md = model_dir(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = out / "checkpoint_200.mdl.0123abcd.tmp"
+    stale.write_bytes(b"left by a killed upgrade")
+    unrelated = out / "something.mdl.0123abcd.tmp"
+    unrelated.write_bytes(b"not ours")
+    held = out / "checkpoint_100.mdl.89abcdef.tmp"
+    held.write_bytes(b"an upgrade is running")
+    fd = os.open(md / "checkpoint_100.mdl", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running `upgrade` holds
+        proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+    finally:
+        os.close(fd)
+    got = entries(proc)
+    assert ("checkpoint_200.mdl.0123abcd.tmp", "removed") in statuses(got)
+    assert not stale.exists()
+    assert unrelated.exists() and held.exists()
+    info = by_name(got)
+    assert info["checkpoint_100.mdl"]["status"] == "failed"
+    assert "another ckpt-migrate process" in info["checkpoint_100.mdl"]["error"]
+    assert proc.returncode == 2
+
+
+def test_two_runs_into_one_directory_are_refused(tmp_path):
+    md = model_dir(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        proc = run("upgrade-dir", md, "--output-dir", out)
+    finally:
+        os.close(fd)
+    assert_one_line_error(proc, 2, "another ckpt-migrate upgrade-dir", str(out))
+    assert list(out.iterdir()) == []
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    md = model_dir(tmp_path)
+    before = snapshot(md)
+    out = tmp_path / "out"
+    proc = run("upgrade-dir", md, "--output-dir", out, "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert statuses(entries(proc))[:3] == [
+        ("checkpoint_300.mdl", "current"),
+        ("checkpoint_200.mdl", "planned"),
+        ("checkpoint_100.mdl", "planned"),
+    ]
+    assert not out.exists() and snapshot(md) == before
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--inplace", "--output-dir", "OUT"], ["exclude each other"]),
+        ([], ["--output-dir DIR or --inplace"]),
+        (["--output-dir", "MD"], ["model directory itself", "--inplace"]),
+        (["--inplace", "--name", "ckpt.mdl"], ["{step}"]),
+        (["--inplace", "--to", "9.9"], ["unknown release"]),
+        (["--inplace", "--verify", "most"], ["--verify"]),
+    ],
+)
+def test_usage_errors_are_one_line(tmp_path, extra, words):
+    md = model_dir(tmp_path)
+    args = [str(md) if a == "MD" else str(tmp_path / "o") if a == "OUT" else a for a in extra]
+    assert_one_line_error(run("upgrade-dir", md, *args), 2, *words)
+
+
+def test_a_missing_directory_is_a_one_line_error(tmp_path):
+    assert_one_line_error(
+        run("upgrade-dir", tmp_path / "nope", "--inplace"), 2, "nope", "no such directory"
+    )
+
+
+def test_upgrade_dir_does_not_import_torch(tmp_path):
+    md = model_dir(tmp_path)
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from ckpt_migrate.cli import main
+        code = main(["upgrade-dir", {str(md)!r}, "--output-dir", {str(tmp_path / "out")!r}])
+        print("exit", code, "TORCH" if "torch" in sys.modules else "NO-TORCH")
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stdout.strip().endswith("exit 0 NO-TORCH"), proc.stdout + proc.stderr
+
+
+def test_cli_in_process_exit_code(tmp_path, capsys):
+    md = model_dir(tmp_path)
+    assert cli_main(["upgrade-dir", str(md), "--inplace", "--json"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) == 4
+
+
+# --------------------------------------------------------------------------- SIGKILL
+
+
+def big_state(tensors: int, seed: int) -> dict:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "model": {
+            f"layer{i}.weight": torch.randn(1024, 1024, generator=gen) for i in range(tensors)
+        },
+        "global_step": 7,
+    }
+
+
+@pytest.fixture(scope="module")
+def big_model_dir(tmp_path_factory):
+    """A ~150 MB 1.9 checkpoint, a ~50 MB 2.0 one, the 2.10 fixture and a stray file."""
+    base = tmp_path_factory.mktemp("bigdir")
+    md = base / "model_dir"
+    md.mkdir()
+    cm.save(big_state(36, 0), md / "checkpoint_100.mdl", "1.9")
+    cm.save(big_state(12, 1), md / "checkpoint_200.mdl", "2.0")
+    shutil.copyfile(FIXTURES / "release-2.10.mdl", md / "checkpoint_300.mdl")
+    (md / "notes.txt").write_text("not a checkpoint\n")
+    yield md, snapshot(md)
+    shutil.rmtree(base, ignore_errors=True)  # do not keep 200 MB in pytest's retained tmp dirs
+
+
+def assert_out_is_consistent(md: Path, out: Path) -> list[Path]:
+    """Every file at a final name in ``out`` is a complete 2.10 checkpoint; the rest are the
+    engine's temporary files. Returns those."""
+    temporaries = []
+    for p in out.iterdir():
+        if p.name in SOURCES:
+            assert release_of(p) == "2.10", p
+        else:
+            stem = next((n for n in SOURCES if p.name.startswith(f"{n}.")), None)
+            assert stem is not None and p.name.endswith(".tmp"), p.name
+            temporaries.append(p)
+    return temporaries
+
+
+def assert_finished(md: Path, out: Path, got: list[dict]) -> None:
+    assert sorted(p.name for p in out.iterdir()) == sorted(SOURCES)  # no temporary file left
+    for name in ("checkpoint_100.mdl", "checkpoint_200.mdl"):
+        assert_same_contents(md / name, out / name)
+    assert os.path.samefile(md / "checkpoint_300.mdl", out / "checkpoint_300.mdl")
+    assert by_name(got)["notes.txt"]["status"] == "left-alone"
+
+
+def start(args: list) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def kill_after_first_upgrade(args: list) -> list[dict]:
+    """Run `upgrade-dir ARGS --json`; SIGKILL it as soon as it reports its first upgraded file."""
+    proc = start([*args, "--json"])
+    seen = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        seen.append(json.loads(line))
+        if seen[-1]["status"] == "upgraded":
+            proc.send_signal(signal.SIGKILL)
+            break
+    assert proc.wait() == -signal.SIGKILL
+    return seen
+
+
+def test_sigkill_mid_run_then_a_rerun_finishes_the_rest(big_model_dir, tmp_path):
+    md, before = big_model_dir
+    out = tmp_path / "out"
+    seen = kill_after_first_upgrade(["upgrade-dir", md, "--output-dir", out])
+    assert statuses(seen) == [("checkpoint_300.mdl", "current"), ("checkpoint_200.mdl", "upgraded")]
+    done = out / "checkpoint_200.mdl"
+    stat = (done.stat().st_ino, done.stat().st_mtime_ns)
+    leftovers = assert_out_is_consistent(md, out)
+    killed_mid_write = not (out / "checkpoint_100.mdl").exists()
+
+    proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = entries(proc)
+    info = by_name(got)
+    assert info["checkpoint_300.mdl"]["status"] == "current"
+    assert info["checkpoint_200.mdl"]["status"] == "already-upgraded"  # not redone
+    assert (done.stat().st_ino, done.stat().st_mtime_ns) == stat
+    assert info["checkpoint_100.mdl"]["status"] == (
+        "upgraded" if killed_mid_write else "already-upgraded"
+    )
+    assert {p.name for p in leftovers} <= {n for n, s in statuses(got) if s == "removed"}
+    assert_finished(md, out, got)
+    assert snapshot(md) == before
+    shutil.rmtree(out)
+
+
+def measure(args: list, watch: Path) -> tuple[float, float]:
+    """Run `ckpt-migrate ARGS` to the end: (seconds until a *.tmp appears in watch, total)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    writing = None
+    while proc.poll() is None:
+        if writing is None and watch.is_dir() and any(p.suffix == ".tmp" for p in watch.iterdir()):
+            writing = time.monotonic() - t0
+        time.sleep(0.002)
+    assert proc.returncode == 0 and writing is not None
+    return writing, time.monotonic() - t0
+
+
+def stats(directory: Path) -> dict[str, tuple[int, int, int]]:
+    return {
+        p.name: (p.stat().st_ino, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in directory.iterdir()
+    }
+
+
+def test_sigkill_at_any_moment_then_a_rerun_finishes(big_model_dir, tmp_path):
+    md, before = big_model_dir
+    untouched = stats(md)
+    out = tmp_path / "out"
+    writing, total = measure(["upgrade-dir", md, "--output-dir", out], out)
+    seen = []
+    for delay in [writing / 2, *np.linspace(writing, 0.97 * total, 7)]:
+        shutil.rmtree(out, ignore_errors=True)  # each kill on a fresh run; the last one stays
+        proc = start(["upgrade-dir", md, "--output-dir", out, "--json"])
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+        assert stats(md) == untouched  # nothing beside the sources, the sources unchanged
+        if out.exists():
+            leftovers = assert_out_is_consistent(md, out)
+            done = sorted(p.name for p in out.iterdir() if p.name in SOURCES)
+            seen.append((len(done), len(leftovers)))
+    assert any(tmp for _, tmp in seen), f"no kill hit a write: {seen}, {writing=:.2f} {total=:.2f}"
+
+    proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = entries(proc)
+    assert {e["status"] for e in got if e["kind"] == "checkpoint"} <= {
+        "current",
+        "already-upgraded",
+        "upgraded",
+    }
+    assert_finished(md, out, got)
+    assert snapshot(md) == before
+    shutil.rmtree(out)
+
+
+def test_sigkill_of_an_inplace_run_then_a_rerun_finishes_the_rest(big_model_dir, tmp_path):
+    pristine, before = big_model_dir
+    md = tmp_path / "model_dir"
+    shutil.copytree(pristine, md)
+    seen = kill_after_first_upgrade(["upgrade-dir", md, "--inplace"])
+    assert statuses(seen) == [("checkpoint_300.mdl", "current"), ("checkpoint_200.mdl", "upgraded")]
+    assert sha256(md / "checkpoint_100.mdl") == before["checkpoint_100.mdl"]  # not yet replaced
+
+    proc = run("upgrade-dir", md, "--inplace", "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = entries(proc)
+    info = by_name(got)
+    assert info["checkpoint_200.mdl"]["status"] == "current"  # upgraded before the kill
+    assert info["checkpoint_100.mdl"]["status"] == "upgraded"
+    assert info["checkpoint_200.mdl.pre-2.0.bak"]["kind"] == "backup"  # left by the first run
+    for name in SOURCES:
+        assert release_of(md / name) == "2.10"
+    assert sha256(md / "checkpoint_100.mdl.pre-1.9.bak") == before["checkpoint_100.mdl"]
+    assert sha256(md / "checkpoint_200.mdl.pre-2.0.bak") == before["checkpoint_200.mdl"]
+    assert_same_contents(md / "checkpoint_100.mdl.pre-1.9.bak", md / "checkpoint_100.mdl")
+    assert not [p for p in md.iterdir() if p.name.endswith(".tmp")]
+    shutil.rmtree(md)
