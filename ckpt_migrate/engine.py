@@ -31,15 +31,19 @@ from typing import Any, Literal
 import h5py
 import xxhash
 
-from . import __version__
+from . import __version__, h5attrs
 from .atomic import as_os_error, fsync_dir, fsync_path, io_error, publish, temp_name
 from .checkpoint import Checkpoint
 from .datacopy import write_tensor
 from .errors import CkptError, CkptIOError, NotACheckpointError, UsageError, VerificationError
+from .h5io import bounded_metadata_cache, open_read
 from .migration import StepContext
+from .model_families import FamilyChoice, choose_family
+from .model_keys import report_unknown_keys
 from .planner import Plan, make_plan
 from .reader import PROVENANCE_ATTR, read_checkpoint
 from .releases import Release
+from .splitcopy import SplitCopy, data_ranges
 from .tree import H5Data, Leaf, Node, TensorLeaf, iter_leaves
 from .verify import check_written, dataset_sha256, same_stored_object, tensor_sha256
 from .writer import prepare, write_tree
@@ -83,6 +87,8 @@ class UpgradeResult:
     error: str | None = None
     exit_code: int = 0
     plan: dict[str, Any] | None = None
+    family: str | None = None  # the model family the key steps used (None: unknown)
+    model: dict[str, Any] | None = None  # FamilyChoice.to_json(): source, detection, evidence
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if v is not None}
@@ -92,15 +98,21 @@ class UpgradeResult:
         return out
 
 
-def apply_hops(ckpt: Checkpoint, plan: Plan, opts: UpgradeOptions) -> StepContext:
+def apply_hops(
+    ckpt: Checkpoint, plan: Plan, opts: UpgradeOptions, family: FamilyChoice | None = None
+) -> StepContext:
     """Run every operation of every hop on the tree (no tensor data is read unless transformed)."""
     inputs = {"allow_missing": opts.allow_missing, **opts.inputs}
     ctx = StepContext(ckpt.root, ckpt.path, inputs, opts.strict)
+    choice = family or choose_family(ckpt.root, inputs.get("model"))
+    ctx.inputs["model_family"] = choice  # read by the model-key steps
+    ctx.warnings.extend(choice.warnings())
     for hop in plan.hops:
         ctx.hop = hop
         for operation in hop.operations:
             operation(ctx)
     ctx.hop = None
+    report_unknown_keys(ctx)
     return ctx
 
 
@@ -154,6 +166,8 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
         plan = make_plan(ckpt, opts.target, output_dir=out_dir, inputs=opts.inputs)
         result.from_release, result.to_release = plan.source_release.name, plan.target_release.name
         result.hops = [f"{h.source}→{h.target}" for h in plan.hops]
+        family = choose_family(ckpt.root, opts.inputs.get("model"))
+        result.family, result.model = family.family, family.to_json()
         if plan.current:
             result.status = "current"
             return
@@ -173,19 +187,31 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
                 "free disk space or choose another --output-dir",
             )
         backup = _backup_path(src, plan.source_release) if opts.inplace else None
-        ctx = apply_hops(ckpt, plan, opts)
-        result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings
-        out_root, notes = prepare(
-            ctx.root, plan.target_release, allow_missing=opts.allow_missing, path=src
-        )
-        result.warnings.extend(notes)
-        provenance = _provenance(ckpt, plan, src)
         tmp = temp_name(target)
+        # The bytes start moving now, while the hops run and the data ranges are found.
+        copier = SplitCopy(src, tmp)
+        digest = _Digest(src)
         try:
-            written = _write(ckpt, out_root, plan, tmp, provenance, progress)
+            ctx = apply_hops(ckpt, plan, opts, family)
+            result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings
+            out_root, notes = prepare(
+                ctx.root, plan.target_release, allow_missing=opts.allow_missing, path=src
+            )
+            result.warnings.extend(notes)
+            provenance = _provenance(ckpt, plan, src)
+            full = opts.verify == "full" or opts.manifest is not None
+
+            def check_metadata(written: Written) -> None:
+                _verify_index(ckpt, out_root, plan.target_release, tmp, written, full=full)
+
+            written = _write(
+                ckpt, out_root, plan, tmp, provenance, progress, check_metadata, copier, digest
+            )
             result.strategy = written.strategy
             result.tensors = written.tensors
-            result.verified = _verify(ckpt, out_root, plan.target_release, tmp, written, opts)
+            if full:
+                _verify_full(out_root, tmp, written)
+            result.verified = "full" if full else "index"
             fsync_path(tmp)
             result.bytes_written = tmp.stat().st_size
             if opts.inplace:
@@ -204,6 +230,8 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
                 raise
             raise io_error(target, os_exc) from None
         finally:
+            copier.abort()
+            digest.cancelled.set()
             with contextlib.suppress(OSError):
                 tmp.unlink()
         result.status = "upgraded"
@@ -250,7 +278,7 @@ def _link_backup(src: Path, backup: Path) -> None:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
             raise
         tmp = temp_name(backup)
-        _copy_bytes(src, tmp, None)
+        SplitCopy(src, tmp).finish()
         fsync_path(tmp)
         publish(tmp, backup)
     fsync_dir(backup.parent)
@@ -288,7 +316,12 @@ def _write(
     tmp: Path,
     provenance: dict[str, Any],
     progress: Progress | None,
+    check_metadata: Callable[[Written], None],
+    copier: SplitCopy,
+    digest: _Digest,
 ) -> Written:
+    """Write ``root`` to ``tmp`` and run ``check_metadata`` on it (before the bulk data of a
+    copy-patch has finished copying: the check must not read tensor data)."""
     handle = ckpt.handle
     reused: dict[int, str] = {}  # id(leaf) -> its dataset in the source (each used once)
     taken: set[str] = set()
@@ -304,29 +337,71 @@ def _write(
         ):
             reused[id(leaf)] = leaf.data.name
             taken.add(leaf.data.name)
-            reused_bytes += handle.dataset(leaf.data.name).id.get_storage_size()
-    copy_patch = reused_bytes >= 0.5 * plan.file_bytes
+            reused_bytes += leaf.nbytes
     entries = [*ckpt.provenance, provenance]
     placed: dict[int, tuple[str, bool]] = {}
-    if copy_patch:
-        digest = _copy_bytes(ckpt.path, tmp, progress)
-        provenance["source_xxh3_128"] = digest
+    if reused_bytes >= 0.5 * plan.file_bytes:
+        provenance["source_xxh3_128"] = PENDING_DIGEST
         extra = {PROVENANCE_ATTR: json.dumps(entries)}
+        copier.restrict(data_ranges(handle.dataset(name) for name in reused.values()))
+        written = Written("copy-patch", placed)
         _patch(tmp, root, plan.target_release, reused, placed, extra, progress)
-        written = Written("copy-patch", placed, source_xxh3_128=digest)
-    else:
-        provenance["source_xxh3_128"] = file_digest(ckpt.path)
-        extra = {PROVENANCE_ATTR: json.dumps(entries)}
+        written.tensors = len(placed)
+        check_metadata(written)
+        copier.finish(progress)
+        provenance["source_xxh3_128"] = written.source_xxh3_128 = digest.result()
+        _set_root_attr(tmp, PROVENANCE_ATTR, json.dumps(entries))
+        return written
+    copier.abort()  # most of the data changes: write a new file instead
+    tmp.unlink()
+    provenance["source_xxh3_128"] = digest.result()
+    extra = {PROVENANCE_ATTR: json.dumps(entries)}
 
-        def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
-            placed[id(leaf)] = (name, False)
-            return write_tensor(f, name, leaf)
+    def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
+        placed[id(leaf)] = (name, False)
+        return write_tensor(f, name, leaf)
 
-        with h5py.File(tmp, "w", locking=False) as f:
-            write_tree(f, root, plan.target_release, extra, _leaf_progress(root, progress), place)
-        written = Written("rewrite", placed, source_xxh3_128=provenance["source_xxh3_128"])
-    written.tensors = len(placed)
+    with h5py.File(tmp, "w", locking=False) as f:
+        write_tree(f, root, plan.target_release, extra, _leaf_progress(root, progress), place)
+    written = Written("rewrite", placed, len(placed), provenance["source_xxh3_128"])
+    check_metadata(written)
     return written
+
+
+PENDING_DIGEST = "0" * 32  # same length as the digest, which replaces it once computed
+
+
+class _Digest(threading.Thread):
+    """``file_digest`` of the source on its own thread, concurrently with the copy."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(name="ckpt-migrate source digest", daemon=True)
+        self.path = path
+        self.value: str | None = None
+        self.error: BaseException | None = None
+        self.cancelled = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.value = file_digest(self.path, self.cancelled)
+        except BaseException as exc:
+            self.error = exc
+
+    def result(self) -> str:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        assert self.value is not None
+        return self.value
+
+
+def _set_root_attr(path: Path, name: str, text: str) -> None:
+    """Replace a root attribute's value in place (same position among the attributes)."""
+    with h5py.File(path, "r+", locking=False) as f:
+        f.attrs.modify(name, text)
+        if f.attrs[name] != text:
+            raise VerificationError(path, f"root attribute {name} did not read back")
 
 
 def _leaf_progress(root: Node, progress: Progress | None) -> Callable[[str, Leaf], None] | None:
@@ -352,7 +427,7 @@ def _patch(
     progress: Progress | None,
 ) -> None:
     final = _final_names(root, release, reused)
-    with h5py.File(tmp, "r+", locking=False) as f:
+    with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False)) as f:
         # Datasets already at their final name stay put; the others wait in a staging group,
         # so that renames can never clash with a name that is still in use.
         in_place = {i for i, name in reused.items() if final[i] == name}
@@ -376,9 +451,8 @@ def _patch(
                 if parent:
                     f.require_group(parent)
                 f.move(current, name)
-            ds = f[name]
-            for key in list(ds.attrs.keys()):
-                del ds.attrs[key]
+            ds = h5py.Dataset(h5py.h5d.open(f.id, name.encode()))
+            h5attrs.delete_all(ds.id)
             placed[id(leaf)] = (name, True)
             return ds
 
@@ -400,75 +474,37 @@ def _final_names(root: Node, release: Release, reused: dict[int, str]) -> dict[i
 
 
 def _delete_all_but(f: h5py.File, keep: set[str]) -> None:
-    """Unlink every dataset name not in ``keep`` (every link, so a hard-linked tie's second
-    name goes too), then every group left empty."""
-    datasets: list[str] = []
-    groups: list[str] = []
-
-    def visit(name: str, link: object) -> None:
-        if name == STAGING or name.startswith(STAGING + "/"):
-            return
-        obj = f.get(name)
-        (groups if isinstance(obj, h5py.Group) else datasets).append(name)
-
-    f.visititems_links(visit)
-    for name in datasets:
-        if name not in keep:
-            del f[name]
-    for name in sorted(groups, key=lambda g: g.count("/"), reverse=True):
-        if len(f[name]) == 0:
-            del f[name]
+    """Unlink every name that neither is in ``keep`` nor leads to a name in ``keep`` (every
+    link, so a hard-linked tie's second name goes too); a group goes with all it holds."""
+    protected = {STAGING}
+    for name in keep:
+        parts = name.split("/")
+        protected.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    names: list[bytes] = []
+    f.id.links.visit(names.append)
+    gone: set[str] = set()
+    for raw in names:
+        name = raw.decode()
+        ancestors = _ancestors(name)
+        if name in protected or STAGING in ancestors or any(p in gone for p in ancestors):
+            continue
+        f.id.unlink(raw)
+        gone.add(name)
 
 
-def _copy_bytes(src: Path, dst: Path, progress: Progress | None) -> str:
-    """Copy ``src`` to a new ``dst`` in the kernel (like cp), hashing ``src`` on another core."""
-    total = src.stat().st_size
-    digest: dict[str, str] = {}
-    hasher = threading.Thread(target=lambda: digest.update(sha=file_digest(src)), daemon=True)
-    hasher.start()
-    fd_in = os.open(src, os.O_RDONLY)
-    try:
-        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            done = 0
-            use_kernel = hasattr(os, "copy_file_range")
-            while done < total:
-                n = 0
-                if use_kernel:
-                    try:
-                        n = os.copy_file_range(fd_in, fd_out, min(COPY_BLOCK, total - done))
-                    except OSError as exc:
-                        if exc.errno not in (
-                            errno.EXDEV,
-                            errno.ENOSYS,
-                            errno.EOPNOTSUPP,
-                            errno.EINVAL,
-                        ):
-                            raise
-                        use_kernel = False
-                        continue
-                else:
-                    block = os.pread(fd_in, min(COPY_BLOCK, total - done), done)
-                    n = os.write(fd_out, block) if block else 0
-                if n == 0:
-                    raise OSError(errno.EIO, f"{src} shrank while being copied")
-                done += n
-                if progress is not None:
-                    progress("copy", done, total)
-        finally:
-            os.close(fd_out)
-    finally:
-        os.close(fd_in)
-    hasher.join()
-    return digest["sha"]
+def _ancestors(name: str) -> list[str]:
+    parts = name.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
-def file_digest(path: Path) -> str:
+def file_digest(path: Path, cancelled: threading.Event | None = None) -> str:
     """xxh3-128 of a whole file: it identifies the source in provenance records at memory
     speed (sha256 would run at about half the speed of a page-cache copy and dominate)."""
     h = xxhash.xxh3_128()
     with open(path, "rb") as fh:
         while block := fh.read(COPY_BLOCK // 8):
+            if cancelled is not None and cancelled.is_set():
+                return ""
             h.update(block)
     return h.hexdigest()
 
@@ -476,35 +512,51 @@ def file_digest(path: Path) -> str:
 # --------------------------------------------------------------------------- verifying
 
 
-def _verify(
-    ckpt: Checkpoint,
-    root: Node,
-    release: Release,
-    tmp: Path,
-    written: Written,
-    opts: UpgradeOptions,
-) -> str:
+def _verify_index(
+    ckpt: Checkpoint, root: Node, release: Release, tmp: Path, written: Written, *, full: bool
+) -> None:
+    """Metadata-only checks: the tree reads back as planned and every reused tensor is the very
+    stored object of the source (so its bytes are the source's bytes by construction)."""
     check_written(tmp, root, release)
-    full = opts.verify == "full" or opts.manifest is not None
-    with h5py.File(tmp, "r", locking=False) as out:
+    seen: set[int] = set()
+    with open_read(tmp) as out:
         for ref in iter_leaves(root):
             leaf = ref.leaf
-            if not isinstance(leaf, TensorLeaf) or id(leaf) not in written.placed:
+            entry = written.placed.get(id(leaf))
+            if entry is None or id(leaf) in seen:
                 continue
-            name, reused = written.placed.pop(id(leaf))
-            ds_out = out[name]
-            if reused and not full:
+            seen.add(id(leaf))
+            assert isinstance(leaf, TensorLeaf)
+            name, reused = entry
+            if not reused:  # written by HDF5 just now, so complete: hash it
+                _check_hash(tmp, ref.name, leaf, out[name], written)
+            elif not full:
                 assert isinstance(leaf.data, H5Data)
-                if not same_stored_object(leaf.data.handle.dataset(leaf.data.name), ds_out):
+                if not same_stored_object(leaf.data.handle.dataset(leaf.data.name), out[name]):
                     raise VerificationError(
                         tmp, f"tensor {ref.name!r} does not hold its source data"
                     )
+
+
+def _verify_full(root: Node, tmp: Path, written: Written) -> None:
+    """Hash every tensor of the output and compare it with its source (or its new data)."""
+    with h5py.File(tmp, "r", locking=False) as out:
+        for ref in iter_leaves(root):
+            leaf = ref.leaf
+            entry = written.placed.get(id(leaf))
+            if entry is None:
                 continue
-            got = dataset_sha256(ds_out, leaf.dtype)
-            if tensor_sha256(leaf) != got:
-                raise VerificationError(tmp, f"tensor {ref.name!r} differs from its source")
-            written.hashes[ref.name] = got
-    return "full" if full else "index"
+            assert isinstance(leaf, TensorLeaf)
+            _check_hash(tmp, ref.name, leaf, out[entry[0]], written)
+
+
+def _check_hash(tmp: Path, name: str, leaf: TensorLeaf, ds: h5py.Dataset, written: Written) -> None:
+    if name in written.hashes:
+        return
+    got = dataset_sha256(ds, leaf.dtype)
+    if tensor_sha256(leaf) != got:
+        raise VerificationError(tmp, f"tensor {name!r} differs from its source")
+    written.hashes[name] = got
 
 
 def _write_manifest(

@@ -45,11 +45,27 @@ def open_read(path: str | Path) -> h5py.File:
         )
     try:
         # No chunk cache: tensors are read whole, and the upgrade path reads no data at all.
-        return h5py.File(p, "r", locking=False, rdcc_nbytes=0)
+        f = h5py.File(p, "r", locking=False, rdcc_nbytes=0)
     except OSError as exc:
         raise CorruptCheckpointError(
             p, f"HDF5 file cannot be opened ({_short(exc)})", "the file is probably truncated"
         ) from None
+    return bounded_metadata_cache(f)
+
+
+METADATA_CACHE_MAX = 16 << 20
+
+
+def bounded_metadata_cache(f: h5py.File) -> h5py.File:
+    """Cap HDF5's metadata cache (32 MiB by default, per open file): an upgrade visits each
+    object header once, so a bigger cache only makes memory grow with the tensor count."""
+    config = f.id.get_mdc_config()
+    config.max_size = METADATA_CACHE_MAX
+    config.min_size = min(config.min_size, METADATA_CACHE_MAX)
+    config.initial_size = min(config.initial_size, METADATA_CACHE_MAX)
+    config.set_initial_size = True
+    f.id.set_mdc_config(config)
+    return f
 
 
 def _short(exc: BaseException) -> str:

@@ -77,10 +77,10 @@ def read(f: h5py.File, handle: H5Handle) -> tuple[Node, list[str], list[str]]:
 
 def _leaf_metadata(f: h5py.File, name: str, path: Path) -> dict[str, Any]:
     key = f"{name}.__metadata__"
-    if key not in f.attrs:
-        raise CorruptCheckpointError(path, f"leaf {name!r} has no {key} attribute")
     try:
         md = json.loads(attr_text(f.attrs[key]))
+    except KeyError:
+        raise CorruptCheckpointError(path, f"leaf {name!r} has no {key} attribute") from None
     except ValueError:
         raise CorruptCheckpointError(path, f"attribute {key!r} is not valid JSON") from None
     if not isinstance(md, dict) or "__spec__" not in md or "__objects__" not in md:
@@ -247,5 +247,10 @@ def _resolve_links(root: Node, links: dict[str, str], first: dict[str, Leaf], pa
 
 def _dataset_names(f: h5py.File) -> list[str]:
     names: list[str] = []
-    f.visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
+
+    def visit(name: bytes, info: h5py.h5o.ObjInfo) -> None:
+        if info.type == h5py.h5o.TYPE_DATASET:
+            names.append(name.decode())
+
+    h5py.h5o.visit(f.id, visit, info=True)
     return names

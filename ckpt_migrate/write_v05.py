@@ -13,7 +13,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from . import dtypes, treespec_json
+from . import dtypes, h5attrs, treespec_json
 from .datacopy import PlaceTensor, write_tensor
 from .releases import Release
 from .tree import (
@@ -63,18 +63,18 @@ def tensor_metadata(leaf: TensorLeaf) -> dict[str, Any]:
 
 def _dataset_attrs(ds: h5py.Dataset, md: dict[str, Any]) -> None:
     """cstorch copies the metadata dict onto the dataset; the two must agree (§4.9)."""
+    oid = ds.id
     for key, value in md.items():
         if key == "shapes":
             shape = value[0]
-            ds.attrs[key] = np.array([shape], dtype=np.int64) if shape else np.empty((1, 0))
+            value = np.array([shape], dtype=np.int64) if shape else np.empty((1, 0))
         elif key == "dtypes":
-            ds.attrs.create(key, value, dtype=h5py.string_dtype())
+            value = np.array(value, dtype=h5py.string_dtype())
         elif key == "rtfx_dtypes":
-            ds.attrs[key] = np.array(value, dtype=np.int64)
+            value = np.array(value, dtype=np.int64)
         elif isinstance(value, bool):
-            ds.attrs[key] = np.bool_(value)
-        else:
-            ds.attrs[key] = value
+            value = np.bool_(value)
+        h5attrs.create(oid, key, value)
 
 
 def write(
@@ -107,10 +107,11 @@ def write(
                 on_leaf(name, leaf)
         metadata[f"{name}.__metadata__"] = _leaf_json(name, md)
 
+    root = f.id
     for key, text in metadata.items():
-        f.attrs[key] = text
+        h5attrs.create(root, key, text)
     for key, text in extra_attrs.items():
-        f.attrs[key] = text
+        h5attrs.create(root, key, text)
     f.attrs["__SUCCESS__"] = np.bool_(True)
 
 

@@ -1,0 +1,247 @@
+"""Copy an HDF5 file in two parts, so that its metadata can be edited while its data is copied.
+
+The stored bytes of the datasets an upgrade keeps (``data ranges``, from the chunk index) are
+never touched by an HDF5 metadata edit: renames, attributes and deletions only write object
+headers, heaps and B-tree nodes, and new metadata is allocated at the end of the file or in space
+freed by this session, never inside a live dataset's chunks. So the file is copied as
+
+1. everything *outside* the data ranges (a few MB: superblock, object headers, chunk indexes,
+   small datasets), at the same offsets, into a file of the source's size (holes elsewhere);
+2. the data ranges, by ``copy_file_range`` on a background thread (the kernel copies; the GIL is
+   released), with the output's writeback started as it goes so the final fsync is short;
+
+and the caller edits the metadata with HDF5 during step 2. The copy starts before the data
+ranges are known (phase 1 is then a plain sequential copy up to the point reached when they are).
+Every byte of the source is copied exactly once; the byte counts are checked against its size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import os
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import h5py
+
+Progress = Callable[[str, int, int], None]
+BLOCK = 64 << 20
+MIN_RANGE = 64 << 10  # smaller data ranges travel with the metadata
+SYNC_FILE_RANGE_WRITE = 2
+
+
+def data_ranges(
+    datasets: Iterable[h5py.Dataset], min_bytes: int = MIN_RANGE
+) -> list[tuple[int, int]]:
+    """Sorted, merged ``[start, end)`` byte ranges holding the stored data of ``datasets``."""
+    spans: list[tuple[int, int]] = []
+    for ds in datasets:
+        dsid = ds.id
+        if ds.chunks is None:
+            offset = dsid.get_offset()
+            if offset is not None:
+                spans.append((offset, offset + dsid.get_storage_size()))
+            continue
+        spans.extend(_merge(_chunk_spans(dsid)))  # merged per dataset: memory stays small
+    return [(a, b) for a, b in _merge(spans) if b - a >= min_bytes]
+
+
+def _chunk_spans(dsid: h5py.h5d.DatasetID) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    dsid.chunk_iter(lambda c: spans.append((c.byte_offset, c.byte_offset + c.size)))
+    return spans
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def complement(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    pos = 0
+    for start, end in ranges:
+        if start > pos:
+            out.append((pos, start))
+        pos = end
+    if pos < size:
+        out.append((pos, size))
+    return out
+
+
+class SplitCopy:
+    """Copy ``src`` to a new file ``dst`` on a background thread, in two phases.
+
+    The thread starts copying every byte in order at once. ``restrict(ranges)`` then tells it to
+    copy only the data ranges from where it is; the caller's thread copies the rest of the
+    metadata part itself, and from then on may edit the metadata in ``dst``. ``finish()`` waits
+    for the data and checks that every byte of ``src`` was copied exactly once.
+    """
+
+    def __init__(self, src: Path, dst: Path) -> None:
+        self.src, self.dst = src, dst
+        self.size = src.stat().st_size
+        self._lock = threading.Lock()
+        self._ranges: list[tuple[int, int]] | None = None
+        self._switched = threading.Event()
+        self._stop = threading.Event()
+        self.boundary = 0  # every byte before it is copied (sequential phase)
+        self.copied = 0  # bytes copied by the thread
+        self.copied_here = 0  # bytes copied by the caller's thread
+        self.error: BaseException | None = None
+        self.fd_in = os.open(src, os.O_RDONLY)
+        try:
+            self.fd_out = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except BaseException:
+            os.close(self.fd_in)
+            raise
+        try:
+            os.ftruncate(self.fd_out, self.size)
+        except BaseException:
+            self._close()
+            raise
+        self._thread = threading.Thread(target=self._run, name="ckpt-migrate copy", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            pos = 0
+            while pos < self.size:
+                with self._lock:
+                    if self._ranges is not None:
+                        break
+                if self._stop.is_set():
+                    return
+                pos += self._copy(pos, min(BLOCK, self.size - pos))
+            self.boundary = pos
+            self._switched.set()
+            for start, end in self._ranges or ():
+                start = max(start, pos)
+                while start < end:
+                    if self._stop.is_set():
+                        return
+                    start += self._copy(start, min(BLOCK, end - start))
+        except BaseException as exc:  # re-raised in the caller's thread
+            self.error = exc
+        finally:
+            self._switched.set()
+
+    def _copy(self, offset: int, count: int) -> int:
+        n = copy_range(self.fd_in, self.fd_out, offset, count)
+        _start_writeback(self.fd_out, offset, n)
+        self.copied += n
+        return n
+
+    def restrict(self, ranges: list[tuple[int, int]]) -> None:
+        """From now on the thread copies only ``ranges``; everything else is in place on return
+        (so the caller may edit ``dst`` outside ``ranges``)."""
+        if any(a >= b for a, b in ranges) or any(
+            ranges[i][1] > ranges[i + 1][0] for i in range(len(ranges) - 1)
+        ):
+            raise ValueError("data ranges must be sorted, non-empty and disjoint")
+        if ranges and ranges[-1][1] > self.size:
+            raise ValueError("data ranges reach past the end of the source")
+        with self._lock:
+            self._ranges = ranges
+        self._switched.wait()
+        self._raise()
+        for start, end in complement(ranges, self.size):
+            start = max(start, self.boundary)
+            if start < end:
+                self.copied_here += _copy_all(self.fd_in, self.fd_out, start, end)
+
+    def finish(self, progress: Progress | None = None) -> None:
+        """Wait for the thread; raise its error, or an error if a byte was missed."""
+        try:
+            if self._ranges is None:
+                self.restrict([])
+            while self._thread.is_alive():
+                self._thread.join(0.2)
+                if progress is not None:
+                    progress("copy", self.copied + self.copied_here, self.size)
+            self._raise()
+            if self.copied + self.copied_here != self.size:
+                raise OSError(
+                    errno.EIO,
+                    f"{self.src}: copied {self.copied + self.copied_here} of {self.size} bytes",
+                )
+        finally:
+            self._close()
+
+    def abort(self) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._ranges is None:
+                self._ranges = []
+        self._thread.join()
+        self._close()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _close(self) -> None:
+        for fd in ("fd_in", "fd_out"):
+            with contextlib.suppress(AttributeError, OSError):
+                os.close(getattr(self, fd))
+                delattr(self, fd)
+
+
+def _copy_all(fd_in: int, fd_out: int, start: int, end: int) -> int:
+    pos = start
+    while pos < end:
+        pos += copy_range(fd_in, fd_out, pos, min(BLOCK, end - pos))
+    return end - start
+
+
+_KERNEL_COPY = hasattr(os, "copy_file_range")
+
+
+def copy_range(fd_in: int, fd_out: int, offset: int, count: int) -> int:
+    """Copy up to ``count`` bytes at ``offset`` (same offset in both files); returns how many."""
+    global _KERNEL_COPY
+    if _KERNEL_COPY:
+        try:
+            n = os.copy_file_range(fd_in, fd_out, count, offset, offset)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            _KERNEL_COPY = False
+        else:
+            if n == 0:
+                raise OSError(errno.EIO, "the source shrank while being copied")
+            return n
+    block = os.pread(fd_in, count, offset)
+    if not block:
+        raise OSError(errno.EIO, "the source shrank while being copied")
+    return os.pwrite(fd_out, block, offset)
+
+
+def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        fn = ctypes.CDLL(name, use_errno=True).sync_file_range
+    except (OSError, AttributeError, TypeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_SYNC_FILE_RANGE = _libc_sync_file_range()
+
+
+def _start_writeback(fd: int, offset: int, count: int) -> None:
+    """Start (not wait for) writing these pages to disk, so the final fsync finds little to do."""
+    if _SYNC_FILE_RANGE is not None:
+        _SYNC_FILE_RANGE(fd, offset, count, SYNC_FILE_RANGE_WRITE)

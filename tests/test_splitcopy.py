@@ -1,0 +1,96 @@
+"""The two-phase copy behind copy-patch upgrades: every byte exactly once, whenever the switch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import h5py
+import hdf5plugin
+import numpy as np
+import pytest
+
+from ckpt_migrate import splitcopy
+from ckpt_migrate.splitcopy import SplitCopy, complement, data_ranges
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    path = tmp_path / "src.bin"
+    path.write_bytes(np.random.default_rng(0).bytes(5 * 1024 * 1024 + 123))
+    return path
+
+
+@pytest.mark.parametrize("switch_after", [0, 1, 3, None])
+def test_split_copy_is_byte_identical_whenever_the_ranges_arrive(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch_after: int | None
+) -> None:
+    monkeypatch.setattr(splitcopy, "BLOCK", 1 << 20)
+    ranges = [(100, 700_000), (1_500_000, 2_500_000), (4_000_000, 5 * 1024 * 1024)]
+    dst = tmp_path / "dst.bin"
+    copier = SplitCopy(source, dst)
+    if switch_after is not None:
+        copier._thread.join(0.05 * switch_after)  # let the sequential phase get somewhere
+        copier.restrict(ranges)
+        # Everything outside the ranges is in place now: the caller may edit it.
+        with open(dst, "r+b") as fh:
+            for start, end in complement(ranges, source.stat().st_size):
+                fh.seek(start)
+                assert fh.read(end - start) == source.read_bytes()[start:end]
+    copier.finish()
+    assert dst.read_bytes() == source.read_bytes()
+    assert copier.copied + copier.copied_here == source.stat().st_size
+
+
+def test_edits_outside_the_ranges_survive_the_data_copy(source: Path, tmp_path: Path) -> None:
+    ranges = [(0, 1 << 20), (2 << 20, 5 << 20)]
+    dst = tmp_path / "dst.bin"
+    copier = SplitCopy(source, dst)
+    copier.restrict(ranges)
+    with open(dst, "r+b") as fh:
+        fh.seek((1 << 20) + 10)
+        fh.write(b"edited")
+    copier.finish()
+    data = dst.read_bytes()
+    assert data[(1 << 20) + 10 : (1 << 20) + 16] == b"edited"
+    want = bytearray(source.read_bytes())
+    want[(1 << 20) + 10 : (1 << 20) + 16] = b"edited"
+    assert data == bytes(want)
+
+
+def test_overlapping_ranges_are_refused(source: Path, tmp_path: Path) -> None:
+    copier = SplitCopy(source, tmp_path / "dst.bin")
+    with pytest.raises(ValueError, match="disjoint"):
+        copier.restrict([(0, 2 << 20), (1 << 20, 3 << 20)])
+    with pytest.raises(ValueError, match="past the end"):
+        copier.restrict([(0, 10 << 20)])
+    copier.abort()
+
+
+def test_abort_stops_and_never_clobbers(source: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "dst.bin"
+    copier = SplitCopy(source, dst)
+    copier.abort()
+    copier.abort()  # idempotent
+    with pytest.raises(FileExistsError):
+        SplitCopy(source, dst)
+
+
+def test_data_ranges_cover_exactly_the_stored_chunks(tmp_path: Path) -> None:
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset(
+            "big", data=np.arange(300_000, dtype="f4"), chunks=(10_000,), **hdf5plugin.LZ4()
+        )
+        f.create_dataset("small", data=np.arange(10, dtype="f4"))
+        f.create_dataset("other", data=np.ones(200_000, dtype="f8"), chunks=(50_000,))
+    with h5py.File(path, "r") as f:
+        ranges = data_ranges([f["big"], f["other"]], min_bytes=0)
+        stored = f["big"].id.get_storage_size() + f["other"].id.get_storage_size()
+        assert sum(b - a for a, b in ranges) == stored
+        assert all(a < b for a, b in ranges)
+        assert all(ranges[i][1] <= ranges[i + 1][0] for i in range(len(ranges) - 1))
+        size = os.path.getsize(path)
+        rest = complement(ranges, size)
+        assert sum(b - a for a, b in rest) + stored == size
+        assert data_ranges([f["small"]], min_bytes=1 << 20) == []
