@@ -121,6 +121,78 @@ def from_torch_cmd(
         )
 
 
+ExcludeOpt = Annotated[
+    list[str] | None,
+    typer.Option("--exclude", help="Leave out variables matching this regex (repeatable)."),
+]
+VerifyOpt = Annotated[
+    str, typer.Option("--verify", help="structure (names, dtypes, shapes) or full (sha256).")
+]
+
+
+@app.command("tf-to-h5")
+def tf_to_h5_cmd(
+    saver_path: Annotated[
+        list[Path], typer.Argument(help="TF checkpoint prefix, .index or directory (1 or more).")
+    ],
+    h5_path: Annotated[Path, typer.Argument(help="H5 checkpoint to write (must not exist).")],
+    release: Annotated[
+        str, typer.Option("--release", help="Release whose format to write, or auto.")
+    ] = "auto",
+    exclude: ExcludeOpt = None,
+    verify: VerifyOpt = "structure",
+    as_json: JsonOpt = False,
+) -> None:
+    """Convert a TensorFlow saver checkpoint to a Cerebras H5 checkpoint (needs [tensorflow])."""
+    from .tf_cli import print_tf_to_h5
+    from .tf_saver import setup_cli_process
+
+    setup_cli_process()
+    with _progress(enabled=not as_json) as progress:
+        out = commands.tf_to_h5(
+            saver_path,
+            h5_path,
+            release=release,
+            exclude=exclude or [],
+            verify=verify,
+            progress=progress,
+        )
+    _emit_json(out) if as_json else print_tf_to_h5(out, typer.echo)
+
+
+@app.command("h5-to-tf")
+def h5_to_tf_cmd(
+    h5_path: Annotated[Path, typer.Argument(help="H5 checkpoint to convert.")],
+    saver_path: Annotated[Path, typer.Argument(help="TF checkpoint prefix (or directory).")],
+    shard_by: Annotated[
+        list[str] | None,
+        typer.Option("--shard-by", help="Name prefix (repeatable) or re:REGEX: one ckpt each."),
+    ] = None,
+    max_shard_size: Annotated[
+        str, typer.Option("--max-shard-size", help="Bytes per data file; bounds memory.")
+    ] = "1GiB",
+    exclude: ExcludeOpt = None,
+    verify: VerifyOpt = "structure",
+    as_json: JsonOpt = False,
+) -> None:
+    """Convert a Cerebras H5 checkpoint to TensorFlow saver checkpoint(s) (needs [tensorflow])."""
+    from .tf_cli import print_h5_to_tf
+    from .tf_saver import setup_cli_process
+
+    setup_cli_process()
+    with _progress(enabled=not as_json) as progress:
+        out = commands.h5_to_tf(
+            h5_path,
+            saver_path,
+            shard_by=shard_by or [],
+            max_shard_size=max_shard_size,
+            exclude=exclude or [],
+            verify=verify,
+            progress=progress,
+        )
+    _emit_json(out) if as_json else print_h5_to_tf(out, typer.echo)
+
+
 ToOpt = Annotated[
     str, typer.Option("--to", help="Target release, e.g. 2.0 or latest.", show_default=True)
 ]
@@ -163,6 +235,8 @@ def _print_plan(plan: dict) -> None:
         typer.echo(f"{plan['source']}: already at {plan['to']}; nothing to do")
         return
     typer.echo(f"{plan['source']}: {plan['from']} → {plan['to']} in {len(plan['hops'])} hop(s)")
+    if plan.get("model"):
+        typer.echo(f"  model: {plan['model']['summary']}")
     for hop in plan["hops"]:
         _print_hop(hop, "  ", show_state=True)
     free = plan["free_available"]
@@ -173,15 +247,26 @@ def _print_plan(plan: dict) -> None:
     )
 
 
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="Model family for the model-key steps (gpt2, llama, bert, t5, …); "
+        "default: detected from the key names.",
+    ),
+]
+
+
 @app.command("plan")
 def plan_cmd(
     path: Annotated[Path, typer.Argument(help="Checkpoint file.")],
     to: ToOpt = "latest",
     from_release: FromOpt = None,
+    model: ModelOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the hops an upgrade would apply, the inputs they need and the disk they cost."""
-    data = commands.plan(path, to, from_release)
+    data = commands.plan(path, to, from_release, inputs=commands.step_inputs(model=model))
     _emit_json(data) if as_json else _print_plan(data)
 
 
@@ -228,11 +313,38 @@ def upgrade_cmd(
         typer.Option("--allow-step-mismatch", help="Accept side files of another step."),
     ] = False,
     config: Annotated[
-        Path | None, typer.Option("--config", help="The run's params.yaml (tie flags, seed).")
+        Path | None,
+        typer.Option(
+            "--config",
+            help="The run's params.yaml: read for tie flags and the seed, and upgraded to the "
+            "same release (comments kept; every change reported).",
+        ),
     ] = None,
+    config_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--config-out",
+            help="Where the upgraded --config goes. Default: <output-dir>/<config name>, or "
+            "<config stem>.<release>.yaml beside the config (--inplace, or output-dir = its "
+            "directory). Never overwritten.",
+        ),
+    ] = None,
+    num_csx: Annotated[
+        int | None,
+        typer.Option(
+            "--num-csx",
+            help="CS-X systems a 1.7/1.8 run used: 1.9 made batch_size global, so the "
+            "config's batch_size is multiplied by N (without it: reported, not changed).",
+        ),
+    ] = None,
+    model: ModelOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per file.")] = False,
 ) -> None:
-    """Upgrade checkpoints to a newer release in one pass, verified, never overwriting."""
+    """Upgrade checkpoints to a newer release in one pass, verified, never overwriting.
+
+    With --config, the run's params.yaml is upgraded alongside, from the checkpoint's release
+    to the same target, and every config change is reported.
+    """
     from .engine import UpgradeOptions
 
     if verify not in ("index", "full"):
@@ -255,25 +367,56 @@ def upgrade_cmd(
             shuffle_seed=shuffle_seed,
             allow_step_mismatch=allow_step_mismatch,
             config=config,
+            model=model,
         ),
     )
+    if config is None and (config_out is not None or num_csx is not None):
+        raise UsageError(None, "--config-out and --num-csx apply to --config", "pass --config")
+    alongside = None
+    if config is not None:
+        alongside = commands.config_alongside(
+            config,
+            config_out=config_out,
+            num_csx=num_csx,
+            target=to,
+            output_dir=output_dir,
+            dry_run=dry_run,
+            model=model,
+        )
     worst = 0
     with _progress(enabled=not as_json) as progress:
         for path in paths:
             (res,) = commands.upgrade([path], opts, progress)
-            worst = max(worst, res.exit_code)
+            cfg = alongside.run(res) if alongside is not None else None
+            worst = max(worst, res.exit_code, cfg.exit_code if cfg else 0)
             if as_json:
-                typer.echo(json.dumps(res.to_json(), default=str))
+                data = res.to_json()
+                if cfg is not None:
+                    data["config"] = cfg.to_json()
+                typer.echo(json.dumps(data, default=str))
             else:
                 _print_result(res)
+                _print_config(cfg)
     if worst:
         raise typer.Exit(worst)
+
+
+def _print_config(cfg: Any) -> None:
+    """The config report of ``upgrade --config`` (stdout), or its error (stderr)."""
+    if cfg is None:
+        return
+    if cfg.error:
+        typer.echo(f"error: {cfg.error}", err=True)
+    for line in cfg.lines():
+        typer.echo(line)
 
 
 def print_messages(res: Any) -> None:
     """An upgrade's warnings (stderr) and reported changes (stdout); shared with the scripts."""
     for line in res.warnings:
         typer.echo(f"warning: {line}", err=True)
+    if getattr(res, "model", None) and res.status in ("upgraded", "planned"):
+        typer.echo(f"  model: {res.model['summary']}")
     for line in res.changes:
         typer.echo(f"  {line}")
 
@@ -319,6 +462,106 @@ def _progress(enabled: bool) -> Any:
             bar.update(tasks[phase], completed=done, total=total)
 
         yield update
+
+
+@app.command("upgrade-dir")
+def upgrade_dir_cmd(
+    model_dir: Annotated[Path, typer.Argument(help="The model directory.")],
+    to: ToOpt = "latest",
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("--output-dir", help="Write upgraded files here (created), same names."),
+    ] = None,
+    inplace: Annotated[
+        bool, typer.Option("--inplace", help="Replace each file, keeping <name>.pre-<release>.bak.")
+    ] = False,
+    only_latest: Annotated[
+        bool, typer.Option("--only-latest", help="Upgrade only the checkpoint autoload would take.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Plan only; write nothing.")] = False,
+    name: Annotated[
+        str, typer.Option("--name", help="Checkpoint name pattern with one {step} field.")
+    ] = "checkpoint_{step}.mdl",
+    verify: Annotated[
+        str,
+        typer.Option("--verify", help="index: by stored-chunk identity; full: hash every tensor."),
+    ] = "index",
+    allow_missing: Annotated[
+        bool, typer.Option("--allow-missing", help="Write leaves a file lacks as None.")
+    ] = False,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="The run's params.yaml (tie flags, seed).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per file.")] = False,
+) -> None:
+    """Upgrade every checkpoint in a model directory, newest first; a rerun does what is left."""
+    from .upgrade_dir import DirOptions, worst_exit_code
+
+    if verify not in ("index", "full"):
+        raise UsageError(None, f"--verify must be index or full, not {verify!r}")
+    opts = DirOptions(
+        target=to,
+        output_dir=output_dir,
+        inplace=inplace,
+        only_latest=only_latest,
+        dry_run=dry_run,
+        name=name,
+        verify=verify,  # type: ignore[arg-type]
+        allow_missing=allow_missing,
+        inputs=commands.step_inputs(config=config),
+    )
+
+    def show(entry: Any) -> None:
+        if as_json:
+            typer.echo(json.dumps(entry.to_json(), default=str))
+        else:
+            _print_dir_entry(entry)
+
+    with _progress(enabled=not as_json) as progress:
+        entries = commands.upgrade_dir(model_dir, opts, progress, show)
+    worst = worst_exit_code(entries)
+    if not as_json:
+        _print_dir_summary(entries, worst)
+    if worst:
+        raise typer.Exit(worst)
+
+
+def _print_dir_entry(entry: Any) -> None:
+    res = entry.result
+    if res is not None and entry.status in ("upgraded", "planned", "failed"):
+        _print_result(res)
+    elif entry.status == "current":
+        where = f"; {entry.action} into {res.output.parent}" if entry.action else "; left alone"
+        typer.echo(f"{entry.path}: already at {res.to_release}{where}")
+    elif entry.status == "already-upgraded":
+        typer.echo(f"{entry.path}: already upgraded to {res.to_release} in {res.output}")
+    elif entry.status == "not-selected":
+        typer.echo(f"{entry.path}: left alone ({entry.reason})")
+    else:
+        typer.echo(f"{entry.path}: {entry.kind}, {entry.status.replace('-', ' ')} ({entry.reason})")
+
+
+def _print_dir_summary(entries: list, worst: int) -> None:
+    from collections import Counter
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("file", "kind", "outcome", "release", title="upgrade-dir summary")
+    for e in entries:
+        res = e.result
+        release = ""
+        if res is not None and res.from_release and res.to_release:
+            release = f"{res.from_release} → {res.to_release}"
+            if res.from_release == res.to_release:
+                release = res.to_release
+        outcome = e.status + (f" ({e.action})" if e.action else "")
+        table.add_row(e.path.name, e.kind, outcome, release)
+    console = Console(highlight=False)
+    console.print(table)
+    counts = Counter(e.status for e in entries)
+    totals = ", ".join(f"{n} {status}" for status, n in counts.items())
+    console.print(f"{totals}; exit {worst}", markup=False)
 
 
 @app.command("check")

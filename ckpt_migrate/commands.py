@@ -41,6 +41,27 @@ def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> 
     }
 
 
+def tf_to_h5(saver_paths: list, h5_path: str | Path, **options: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from .tf_to_h5 import tf_to_h5 as convert
+
+    rep = convert(saver_paths, h5_path, **options)
+    data = asdict(rep)
+    data.update(output=str(rep.path), release=rep.release.name, format=rep.release.format)
+    del data["path"]
+    return data
+
+
+def h5_to_tf(h5_path: str | Path, saver_path: str | Path, **options: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from .h5_to_tf import h5_to_tf as convert
+
+    options["max_shard_bytes"] = options.pop("max_shard_size", "1GiB")
+    return asdict(convert(h5_path, saver_path, **options))
+
+
 def history() -> dict[str, Any]:
     from . import graph, releases
 
@@ -62,16 +83,33 @@ def plan(
     output_dir: Path | None = None,
     inputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    from .model_families import choose_family
     from .planner import make_plan
 
     with read_checkpoint(path, release=source_release) as ckpt:
-        return make_plan(ckpt, target, output_dir=output_dir, inputs=inputs).to_json()
+        data = make_plan(ckpt, target, output_dir=output_dir, inputs=inputs).to_json()
+        choice = choose_family(ckpt.root, (inputs or {}).get("model"))
+        data["model"] = choice.to_json()
+        return data
 
 
 def upgrade(paths: list[Path], opts: Any, progress: Any = None) -> list[Any]:
     from .engine import upgrade as run
 
     return [run(p, opts, progress) for p in paths]
+
+
+def upgrade_dir(model_dir: Path, opts: Any, progress: Any = None, on_entry: Any = None) -> list:
+    from .upgrade_dir import upgrade_dir as run
+
+    return run(model_dir, opts, progress, on_entry)
+
+
+def config_alongside(config: Path, **options: Any) -> Any:
+    """``upgrade --config``: checks the config and its output now, upgrades it per result."""
+    from .config_upgrade import ConfigAlongside
+
+    return ConfigAlongside(config, **options)
 
 
 def check(path: str | Path, target: str = "latest", source_release: str | None = None) -> dict:
@@ -101,11 +139,17 @@ def step_inputs(
     shuffle_seed: int | None = None,
     allow_step_mismatch: bool = False,
     config: Path | None = None,
+    model: str | None = None,
 ) -> dict[str, Any]:
     """The extra inputs hops may use, as the engine takes them (only those given)."""
     from .errors import UsageError
 
     inputs: dict[str, Any] = {}
+    if model is not None:
+        from .model_families import canonical_family
+
+        canonical_family(model)  # an unknown name fails here, before any file is read
+        inputs["model"] = model
     if data_iter_dir is not None:
         inputs["data_iter_dir"] = data_iter_dir
     if dataloader_type is not None:
