@@ -21,6 +21,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,7 +32,7 @@ from typing import Any, Literal
 import h5py
 import xxhash
 
-from . import __version__, h5attrs
+from . import __version__, h5attrs, releases
 from .atomic import as_os_error, fsync_dir, fsync_path, io_error, publish, temp_name
 from .checkpoint import Checkpoint
 from .datacopy import write_tensor
@@ -41,7 +42,7 @@ from .migration import StepContext
 from .model_families import FamilyChoice, choose_family
 from .model_keys import report_unknown_keys
 from .planner import Plan, make_plan
-from .reader import PROVENANCE_ATTR, read_checkpoint
+from .reader import PROVENANCE_ATTR, peek_release, read_checkpoint
 from .releases import Release
 from .splitcopy import SplitCopy, data_ranges
 from .tree import H5Data, Leaf, Node, TensorLeaf, iter_leaves
@@ -161,7 +162,66 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
             None, "say where the upgraded file goes", "pass --output-dir DIR or --inplace"
         )
     lock = contextlib.nullcontext() if opts.dry_run else exclusive(src)
-    with lock, read_checkpoint(src, release=opts.source_release) as ckpt:
+    with lock:
+        early = None if opts.dry_run else _early_start(src, opts)
+        try:
+            _upgrade_locked(src, opts, result, progress, early)
+        finally:
+            if early is not None:
+                early.abort()
+
+
+@dataclass
+class _Started:
+    """A copy (and the source digest) begun before the source is read."""
+
+    target: Path
+    tmp: Path
+    copier: SplitCopy
+    digest: _Digest
+
+    def abort(self) -> None:
+        self.copier.abort()
+        self.digest.cancelled.set()
+        with contextlib.suppress(OSError):
+            self.tmp.unlink()
+
+
+def _early_start(src: Path, opts: UpgradeOptions) -> _Started | None:
+    """Start copying at once when the root attributes alone show that ``src`` needs an upgrade
+    and its output name is free: on a cold cache the copy is the longest part of an upgrade.
+    Otherwise (or on any doubt) None: the copy then starts once the plan is made."""
+    try:
+        have = peek_release(src, release=opts.source_release)
+        want = releases.get(opts.target)
+        if have is None or have.version >= want.version:
+            return None
+        target = _target(src, opts)
+        if shutil.disk_usage(target.parent).free < src.stat().st_size:
+            return None
+    except (CkptError, OSError):
+        return None
+    tmp = temp_name(target)
+    copier = SplitCopy(src, tmp)
+    return _Started(target, tmp, copier, _Digest(src))
+
+
+def _target(src: Path, opts: UpgradeOptions) -> Path:
+    if opts.inplace:
+        return src
+    if opts.output is not None:
+        return _output_file(src, opts.output)
+    return _output_path(src, opts.output_dir)
+
+
+def _upgrade_locked(
+    src: Path,
+    opts: UpgradeOptions,
+    result: UpgradeResult,
+    progress: Progress | None,
+    early: _Started | None,
+) -> None:
+    with read_checkpoint(src, release=opts.source_release) as ckpt:
         out_dir = opts.output.parent if opts.output is not None else opts.output_dir
         plan = make_plan(ckpt, opts.target, output_dir=out_dir, inputs=opts.inputs)
         result.from_release, result.to_release = plan.source_release.name, plan.target_release.name
@@ -174,23 +234,21 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
         if opts.dry_run:
             result.status, result.plan = "planned", plan.to_json()
             return
-        if opts.inplace:
-            target = src
-        elif opts.output is not None:
-            target = _output_file(src, opts.output)
-        else:
-            target = _output_path(src, opts.output_dir)
-        if plan.free_bytes is not None and plan.free_bytes < plan.free_needed:
+        target = early.target if early is not None else _target(src, opts)
+        # (an early start checked the same before it began to take space)
+        if early is None and plan.free_bytes is not None and plan.free_bytes < plan.free_needed:
             raise CkptIOError(
                 target.parent,
                 f"needs {plan.free_needed:,} bytes free, {plan.free_bytes:,} available",
                 "free disk space or choose another --output-dir",
             )
         backup = _backup_path(src, plan.source_release) if opts.inplace else None
-        tmp = temp_name(target)
-        # The bytes start moving now, while the hops run and the data ranges are found.
-        copier = SplitCopy(src, tmp)
-        digest = _Digest(src)
+        if early is not None:
+            tmp, copier, digest = early.tmp, early.copier, early.digest
+        else:  # the bytes start moving now, while the hops run and the data ranges are found
+            tmp = temp_name(target)
+            copier = SplitCopy(src, tmp)
+            digest = _Digest(src)
         try:
             ctx = apply_hops(ckpt, plan, opts, family)
             result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings

@@ -7,8 +7,8 @@ freed by this session, never inside a live dataset's chunks. So the file is copi
 
 1. everything *outside* the data ranges (a few MB: superblock, object headers, chunk indexes,
    small datasets), at the same offsets, into a file of the source's size (holes elsewhere);
-2. the data ranges, by ``copy_file_range`` on a background thread (the kernel copies; the GIL is
-   released), with the output's writeback started as it goes so the final fsync is short;
+2. the data ranges, by ``copy_file_range`` in a worker process (``_copyworker.py``), with the
+   output's writeback started as it goes so the final fsync is short;
 
 and the caller edits the metadata with HDF5 during step 2. The copy starts before the data
 ranges are known (phase 1 is then a plain sequential copy up to the point reached when they are).
@@ -18,11 +18,10 @@ Every byte of the source is copied exactly once; the byte counts are checked aga
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import os
-import threading
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -31,7 +30,6 @@ import h5py
 Progress = Callable[[str, int, int], None]
 BLOCK = 64 << 20
 MIN_RANGE = 64 << 10  # smaller data ranges travel with the metadata
-SYNC_FILE_RANGE_WRITE = 2
 
 
 def data_ranges(
@@ -80,25 +78,23 @@ def complement(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]
 
 
 class SplitCopy:
-    """Copy ``src`` to a new file ``dst`` on a background thread, in two phases.
+    """Copy ``src`` to a new file ``dst`` in a worker process, in two phases.
 
-    The thread starts copying every byte in order at once. ``restrict(ranges)`` then tells it to
-    copy only the data ranges from where it is; the caller's thread copies the rest of the
-    metadata part itself, and from then on may edit the metadata in ``dst``. ``finish()`` waits
-    for the data and checks that every byte of ``src`` was copied exactly once.
+    The worker (``_copyworker.py``: a process, so that it never waits for this interpreter's
+    lock) starts copying every byte in order at once. ``restrict(ranges)`` then tells it to copy
+    only the data ranges from where it is; this process copies the rest of the metadata part
+    itself, and from then on may edit the metadata in ``dst``. ``finish()`` waits for the data and
+    checks that every byte of ``src`` was copied exactly once.
     """
 
     def __init__(self, src: Path, dst: Path) -> None:
         self.src, self.dst = src, dst
         self.size = src.stat().st_size
-        self._lock = threading.Lock()
+        self.boundary: int | None = None  # every byte before it was copied in order
+        self.copied = 0  # bytes copied by the worker
+        self.copied_here = 0  # bytes copied by this process
         self._ranges: list[tuple[int, int]] | None = None
-        self._switched = threading.Event()
-        self._stop = threading.Event()
-        self.boundary = 0  # every byte before it is copied (sequential phase)
-        self.copied = 0  # bytes copied by the thread
-        self.copied_here = 0  # bytes copied by the caller's thread
-        self.error: BaseException | None = None
+        self._proc: subprocess.Popen[str] | None = None
         self.fd_in = os.open(src, os.O_RDONLY)
         try:
             self.fd_out = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -107,43 +103,34 @@ class SplitCopy:
             raise
         try:
             os.ftruncate(self.fd_out, self.size)
+            worker = Path(__file__).with_name("_copyworker.py")
+            argv = [sys.executable, "-I", "-S", str(worker)]
+            argv += [str(self.fd_in), str(self.fd_out), str(self.size), str(BLOCK)]
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                pass_fds=(self.fd_in, self.fd_out),
+            )
         except BaseException:
             self._close()
             raise
-        self._thread = threading.Thread(target=self._run, name="ckpt-migrate copy", daemon=True)
-        self._thread.start()
 
-    def _run(self) -> None:
-        try:
-            pos = 0
-            while pos < self.size:
-                with self._lock:
-                    if self._ranges is not None:
-                        break
-                if self._stop.is_set():
-                    return
-                pos += self._copy(pos, min(BLOCK, self.size - pos))
-            self.boundary = pos
-            self._switched.set()
-            for start, end in self._ranges or ():
-                start = max(start, pos)
-                while start < end:
-                    if self._stop.is_set():
-                        return
-                    start += self._copy(start, min(BLOCK, end - start))
-        except BaseException as exc:  # re-raised in the caller's thread
-            self.error = exc
-        finally:
-            self._switched.set()
-
-    def _copy(self, offset: int, count: int) -> int:
-        n = copy_range(self.fd_in, self.fd_out, offset, count)
-        _start_writeback(self.fd_out, offset, n)
-        self.copied += n
-        return n
+    def _message(self) -> tuple[str, int, str]:
+        assert self._proc is not None and self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            code = self._proc.wait()
+            raise OSError(errno.EIO, f"the copy of {self.src} stopped (worker exit {code})")
+        word, _, rest = line.strip().partition(" ")
+        number, _, text = rest.partition(" ")
+        if word == "error":
+            raise OSError(int(number) or errno.EIO, text)
+        return word, int(number), text
 
     def restrict(self, ranges: list[tuple[int, int]]) -> None:
-        """From now on the thread copies only ``ranges``; everything else is in place on return
+        """From now on the worker copies only ``ranges``; everything else is in place on return
         (so the caller may edit ``dst`` outside ``ranges``)."""
         if any(a >= b for a, b in ranges) or any(
             ranges[i][1] > ranges[i + 1][0] for i in range(len(ranges) - 1)
@@ -151,44 +138,55 @@ class SplitCopy:
             raise ValueError("data ranges must be sorted, non-empty and disjoint")
         if ranges and ranges[-1][1] > self.size:
             raise ValueError("data ranges reach past the end of the source")
-        with self._lock:
-            self._ranges = ranges
-        self._switched.wait()
-        self._raise()
+        assert self._proc is not None and self._proc.stdin is not None
+        self._ranges = ranges
+        self._proc.stdin.write("ranges " + " ".join(f"{a} {b}" for a, b in ranges) + "\n")
+        self._proc.stdin.flush()
+        while True:
+            word, number, _ = self._message()
+            if word == "boundary":
+                break
+            self.copied = number
+        self.boundary = number
         for start, end in complement(ranges, self.size):
-            start = max(start, self.boundary)
+            start = max(start, number)
             if start < end:
                 self.copied_here += _copy_all(self.fd_in, self.fd_out, start, end)
 
     def finish(self, progress: Progress | None = None) -> None:
-        """Wait for the thread; raise its error, or an error if a byte was missed."""
+        """Wait for the worker; raise its error, or an error if a byte was missed."""
         try:
             if self._ranges is None:
                 self.restrict([])
-            while self._thread.is_alive():
-                self._thread.join(0.2)
+            while True:
+                word, number, _ = self._message()
+                self.copied = number
                 if progress is not None:
                     progress("copy", self.copied + self.copied_here, self.size)
-            self._raise()
+                if word == "done":
+                    break
+            assert self._proc is not None
+            self._proc.wait()
             if self.copied + self.copied_here != self.size:
                 raise OSError(
                     errno.EIO,
                     f"{self.src}: copied {self.copied + self.copied_here} of {self.size} bytes",
                 )
         finally:
-            self._close()
+            self.abort()
 
     def abort(self) -> None:
-        self._stop.set()
-        with self._lock:
-            if self._ranges is None:
-                self._ranges = []
-        self._thread.join()
+        """Stop the worker (if it still runs) and close the files; idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                with contextlib.suppress(OSError):
+                    if pipe is not None:
+                        pipe.close()
         self._close()
-
-    def _raise(self) -> None:
-        if self.error is not None:
-            raise self.error
 
     def _close(self) -> None:
         for fd in ("fd_in", "fd_out"):
@@ -225,23 +223,3 @@ def copy_range(fd_in: int, fd_out: int, offset: int, count: int) -> int:
     if not block:
         raise OSError(errno.EIO, "the source shrank while being copied")
     return os.pwrite(fd_out, block, offset)
-
-
-def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    name = ctypes.util.find_library("c")
-    try:
-        fn = ctypes.CDLL(name, use_errno=True).sync_file_range
-    except (OSError, AttributeError, TypeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNC_FILE_RANGE = _libc_sync_file_range()
-
-
-def _start_writeback(fd: int, offset: int, count: int) -> None:
-    """Start (not wait for) writing these pages to disk, so the final fsync finds little to do."""
-    if _SYNC_FILE_RANGE is not None:
-        _SYNC_FILE_RANGE(fd, offset, count, SYNC_FILE_RANGE_WRITE)

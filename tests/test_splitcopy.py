@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import h5py
@@ -30,7 +31,7 @@ def test_split_copy_is_byte_identical_whenever_the_ranges_arrive(
     dst = tmp_path / "dst.bin"
     copier = SplitCopy(source, dst)
     if switch_after is not None:
-        copier._thread.join(0.05 * switch_after)  # let the sequential phase get somewhere
+        time.sleep(0.05 * switch_after)  # let the sequential phase get somewhere
         copier.restrict(ranges)
         # Everything outside the ranges is in place now: the caller may edit it.
         with open(dst, "r+b") as fh:
@@ -74,6 +75,15 @@ def test_abort_stops_and_never_clobbers(source: Path, tmp_path: Path) -> None:
     copier.abort()  # idempotent
     with pytest.raises(FileExistsError):
         SplitCopy(source, dst)
+
+
+def test_the_worker_stops_when_its_parent_goes(source: Path, tmp_path: Path) -> None:
+    copier = SplitCopy(source, tmp_path / "dst.bin")
+    proc = copier._proc
+    assert proc is not None and proc.stdin is not None
+    proc.stdin.close()  # what the parent's death does to the pipe
+    assert proc.wait(timeout=10) in (0, 3)  # done already, or stopped at the next block
+    copier.abort()
 
 
 def test_data_ranges_cover_exactly_the_stored_chunks(tmp_path: Path) -> None:
