@@ -53,7 +53,7 @@ def open_read(path: str | Path) -> h5py.File:
     return bounded_metadata_cache(f)
 
 
-METADATA_CACHE_MAX = 16 << 20
+METADATA_CACHE_MAX = 4 << 20
 
 
 def bounded_metadata_cache(f: h5py.File) -> h5py.File:
