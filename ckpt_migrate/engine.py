@@ -173,14 +173,20 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
 
 @dataclass
 class _Started:
-    """A copy (and the source digest) begun before the source is read."""
+    """The copy of the source into a temporary file beside ``target``, and its digest, running."""
 
     target: Path
     tmp: Path
     copier: SplitCopy
     digest: _Digest
 
+    @classmethod
+    def begin(cls, src: Path, target: Path) -> _Started:
+        tmp = temp_name(target)
+        return cls(target, tmp, SplitCopy(src, tmp), _Digest(src))
+
     def abort(self) -> None:
+        """Stop both and remove the temporary file (idempotent; after a publish it is gone)."""
         self.copier.abort()
         self.digest.cancelled.set()
         with contextlib.suppress(OSError):
@@ -201,9 +207,7 @@ def _early_start(src: Path, opts: UpgradeOptions) -> _Started | None:
             return None
     except (CkptError, OSError):
         return None
-    tmp = temp_name(target)
-    copier = SplitCopy(src, tmp)
-    return _Started(target, tmp, copier, _Digest(src))
+    return _Started.begin(src, target)
 
 
 def _target(src: Path, opts: UpgradeOptions) -> Path:
@@ -243,12 +247,9 @@ def _upgrade_locked(
                 "free disk space or choose another --output-dir",
             )
         backup = _backup_path(src, plan.source_release) if opts.inplace else None
-        if early is not None:
-            tmp, copier, digest = early.tmp, early.copier, early.digest
-        else:  # the bytes start moving now, while the hops run and the data ranges are found
-            tmp = temp_name(target)
-            copier = SplitCopy(src, tmp)
-            digest = _Digest(src)
+        # Without an early start the bytes start moving now, while the hops run.
+        started = early or _Started.begin(src, target)
+        tmp = started.tmp
         try:
             ctx = apply_hops(ckpt, plan, opts, family)
             result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings
@@ -262,9 +263,7 @@ def _upgrade_locked(
             def check_metadata(written: Written) -> None:
                 _verify_index(ckpt, out_root, plan.target_release, tmp, written, full=full)
 
-            written = _write(
-                ckpt, out_root, plan, tmp, provenance, progress, check_metadata, copier, digest
-            )
+            written = _write(ckpt, out_root, plan, started, provenance, progress, check_metadata)
             result.strategy = written.strategy
             result.tensors = written.tensors
             if full:
@@ -288,10 +287,7 @@ def _upgrade_locked(
                 raise
             raise io_error(target, os_exc) from None
         finally:
-            copier.abort()
-            digest.cancelled.set()
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+            started.abort()
         result.status = "upgraded"
 
 
@@ -371,16 +367,14 @@ def _write(
     ckpt: Checkpoint,
     root: Node,
     plan: Plan,
-    tmp: Path,
+    started: _Started,
     provenance: dict[str, Any],
     progress: Progress | None,
     check_metadata: Callable[[Written], None],
-    copier: SplitCopy,
-    digest: _Digest,
 ) -> Written:
     """Write ``root`` to ``tmp`` and run ``check_metadata`` on it (before the bulk data of a
     copy-patch has finished copying: the check must not read tensor data)."""
-    handle = ckpt.handle
+    handle, tmp, copier = ckpt.handle, started.tmp, started.copier
     reused: dict[int, str] = {}  # id(leaf) -> its dataset in the source (each used once)
     taken: set[str] = set()
     reused_bytes = 0
@@ -407,12 +401,12 @@ def _write(
         written.tensors = len(placed)
         check_metadata(written)
         copier.finish(progress)
-        provenance["source_xxh3_128"] = written.source_xxh3_128 = digest.result()
+        provenance["source_xxh3_128"] = written.source_xxh3_128 = started.digest.result()
         _set_root_attr(tmp, PROVENANCE_ATTR, json.dumps(entries))
         return written
     copier.abort()  # most of the data changes: write a new file instead
     tmp.unlink()
-    provenance["source_xxh3_128"] = digest.result()
+    provenance["source_xxh3_128"] = started.digest.result()
     extra = {PROVENANCE_ATTR: json.dumps(entries)}
 
     def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
