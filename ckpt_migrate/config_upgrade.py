@@ -225,6 +225,22 @@ class ConfigContext:
     def note(self, key: str, why: str) -> None:
         self._record("note", key, None, None, why, None)
 
+    def flag_to_value(
+        self, path: str, section: Any, flag: str, key: str, new: Any, why: str
+    ) -> None:
+        """Replace the flag ``section[flag]`` by ``key: new`` in its place. If ``key`` is already
+        set, the flag is dropped when the two agree and both are kept (and reported) when not."""
+        old = section[flag]
+        where = f"{path}.{flag}"
+        if key not in section:
+            yaml_edit.rename(section, flag, key, new)
+            self.moved(where, f"{path}.{key}", old, why, new=new)
+        elif section[key] == new:
+            yaml_edit.take(section, flag)
+            self.removed(where, old, f"{key} already says {new!r} ({why})")
+        else:
+            self.unknown(where, old, f"conflicts with {key} {section[key]!r}: both kept, decide")
+
     # ------------------------------------------------------------------ layout
     @property
     def legacy(self) -> bool:

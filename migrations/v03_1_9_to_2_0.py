@@ -340,19 +340,7 @@ def norm_flags_to_norm_type(ctx: ConfigContext) -> None:
                 ctx.unknown(f"{path}.{flag}", old, "expected true or false; not converted")
                 continue
             new = when_true if old else "layernorm"
-            if "norm_type" in model:
-                if model["norm_type"] == new:
-                    take(model, flag)
-                    ctx.removed(f"{path}.{flag}", old, f"norm_type already says {new!r} (2.0)")
-                else:
-                    ctx.unknown(
-                        f"{path}.{flag}",
-                        old,
-                        f"conflicts with norm_type {model['norm_type']!r}: both kept, decide",
-                    )
-                continue
-            rename(model, flag, "norm_type", new)
-            ctx.moved(f"{path}.{flag}", f"{path}.norm_type", old, "2.0 norm_type", new=new)
+            ctx.flag_to_value(path, model, flag, "norm_type", new, "2.0 norm_type")
         elif "norm_type" not in model and default is not None:
             put(model, "norm_type", default)
             ctx.added(

@@ -362,19 +362,7 @@ def use_bfloat16_to_fp16_type(ctx: ConfigContext) -> None:
             ctx.unknown(f"{path}.use_bfloat16", old, "expected true or false; not converted")
             continue
         new = "bfloat16" if old else "float16"
-        if "fp16_type" in model:
-            if model["fp16_type"] == new:
-                take(model, "use_bfloat16")
-                ctx.removed(f"{path}.use_bfloat16", old, f"fp16_type already says {new!r}")
-            else:
-                ctx.unknown(
-                    f"{path}.use_bfloat16",
-                    old,
-                    f"conflicts with fp16_type {model['fp16_type']!r}: both kept, decide",
-                )
-            continue
-        rename(model, "use_bfloat16", "fp16_type", new)
-        ctx.moved(f"{path}.use_bfloat16", f"{path}.fp16_type", old, "2.1 fp16_type", new=new)
+        ctx.flag_to_value(path, model, "use_bfloat16", "fp16_type", new, "2.1 fp16_type")
 
 
 def note_max_checkpoints_default(ctx: ConfigContext) -> None:

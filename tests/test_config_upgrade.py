@@ -292,6 +292,26 @@ def test_norm_defaults_follow_model_zoo():
     assert entry(other.report, "unknown", "model.use_t5_layer_norm")
 
 
+@pytest.mark.parametrize(
+    ("frm", "to", "family", "flag", "key", "true_value"),
+    [
+        ("1.9", "2.0", "llama", "use_rms_norm", "norm_type", "rmsnorm"),
+        ("2.0", "2.1", "gpt2", "use_bfloat16", "fp16_type", "bfloat16"),
+    ],
+)
+def test_a_flag_whose_new_key_is_already_set(frm, to, family, flag, key, true_value):
+    agree = upgrade_config_text(
+        f"model:\n  {flag}: true\n  {key}: {true_value}\n", frm, to, family=family
+    )
+    assert yaml.safe_load(agree.text)["model"] == {key: true_value}
+    assert f"{key} already says" in entry(agree.report, "removed", f"model.{flag}").why
+    clash = upgrade_config_text(
+        f"model:\n  {flag}: false\n  {key}: {true_value}\n", frm, to, family=family
+    )
+    assert yaml.safe_load(clash.text)["model"] == {flag: False, key: true_value}
+    assert "both kept" in entry(clash.report, "unknown", f"model.{flag}").why
+
+
 def test_runconfig_cleanup_writes_a_string_2_0_can_split():
     text = (
         "runconfig:\n"
