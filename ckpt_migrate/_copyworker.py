@@ -83,6 +83,7 @@ def pending_line(timeout: float | None) -> str | None:
 
 
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle (abort)
     libc = _libc()
     if libc is not None and hasattr(libc, "prctl"):
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -105,8 +106,9 @@ def main(argv: list[str]) -> int:
             while start < end:
                 pending_line(0)  # exits if the parent has gone
                 start += mover.copy(start, min(block, end - start))
-    except OSError as exc:
-        say(f"error {exc.errno or 0} {exc.strerror or exc}")
+    except Exception as exc:  # reported to the parent as one line, never a traceback
+        code = getattr(exc, "errno", None) or 0
+        say(f"error {code} {getattr(exc, 'strerror', None) or exc}")
         return 1
     say(f"done {mover.copied}")
     return 0

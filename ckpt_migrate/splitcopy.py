@@ -140,8 +140,11 @@ class SplitCopy:
             raise ValueError("data ranges reach past the end of the source")
         assert self._proc is not None and self._proc.stdin is not None
         self._ranges = ranges
-        self._proc.stdin.write("ranges " + " ".join(f"{a} {b}" for a, b in ranges) + "\n")
-        self._proc.stdin.flush()
+        try:
+            self._proc.stdin.write("ranges " + " ".join(f"{a} {b}" for a, b in ranges) + "\n")
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # the worker has stopped (e.g. the disk is full): its last line says why
         while True:
             word, number, _ = self._message()
             if word == "boundary":

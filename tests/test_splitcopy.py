@@ -104,3 +104,15 @@ def test_data_ranges_cover_exactly_the_stored_chunks(tmp_path: Path) -> None:
         rest = complement(ranges, size)
         assert sum(b - a for a, b in rest) + stored == size
         assert data_ranges([f["small"]], min_bytes=1 << 20) == []
+
+
+def test_a_worker_failure_is_one_error_not_a_traceback(source: Path, tmp_path: Path, capfd) -> None:
+    copier = SplitCopy(source, tmp_path / "dst.bin")
+    proc = copier._proc
+    assert proc is not None and proc.stdin is not None
+    proc.stdin.write("nonsense\n")
+    proc.stdin.flush()
+    assert proc.wait(timeout=10) == 1  # gone: finish() now writes into a broken pipe
+    with pytest.raises(OSError, match="unexpected control line"):
+        copier.finish()
+    assert "Traceback" not in capfd.readouterr().err
