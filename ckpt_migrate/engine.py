@@ -1,9 +1,10 @@
 """Upgrade one checkpoint: apply every hop to the lazy tree, then write the result once.
 
 How the result is written (``copy-patch``): the source file is copied byte for byte beside the
-target (``copy_file_range``, as ``cp`` does), then edited in place: tensor datasets the result
-still uses are renamed, never read; everything else (attributes, scalars, the spec) is rewritten
-by the target release's writer. If the hops drop most of the data, the result is instead
+target (``splitcopy``: a worker process moves the tensor data, hashing the source as it goes,
+while this process edits the metadata around it): tensor datasets the result still uses are
+renamed, never decoded; everything else (attributes, scalars, the spec) is rewritten by the
+target release's writer. If the hops drop most of the data, the result is instead
 written fresh (``rewrite``), copying LZ4 chunks as stored bytes. Either way the temporary file is
 verified, fsynced and only then moved into place; the source is never modified.
 
@@ -21,7 +22,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +32,7 @@ from typing import Any, Literal
 import h5py
 import xxhash
 
-from . import __version__, h5attrs, releases
+from . import __version__, h5attrs
 from .atomic import as_os_error, fsync_dir, fsync_path, io_error, publish, temp_name
 from .checkpoint import Checkpoint
 from .datacopy import write_tensor
@@ -42,7 +42,7 @@ from .migration import StepContext
 from .model_families import FamilyChoice, choose_family
 from .model_keys import report_unknown_keys
 from .planner import Plan, make_plan
-from .reader import PROVENANCE_ATTR, peek_release, read_checkpoint
+from .reader import PROVENANCE_ATTR, read_checkpoint
 from .releases import Release
 from .splitcopy import SplitCopy, data_ranges
 from .tree import H5Data, Leaf, Node, TensorLeaf, iter_leaves
@@ -163,51 +163,44 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
         )
     lock = contextlib.nullcontext() if opts.dry_run else exclusive(src)
     with lock:
-        early = None if opts.dry_run else _early_start(src, opts)
-        try:
-            _upgrade_locked(src, opts, result, progress, early)
-        finally:
-            if early is not None:
-                early.abort()
+        _upgrade_locked(src, opts, result, progress)
 
 
 @dataclass
-class _Started:
-    """The copy of the source into a temporary file beside ``target``, and its digest, running."""
+class _Output:
+    """The temporary file beside ``target``, and the copy of the source into it (its worker also
+    computes the source's digest) or, for a rewrite, the digest alone.
 
+    Either starts only once the source's metadata has been read: on a cold page cache a large
+    sequential read would queue ahead of the thousands of small metadata reads (measured at
+    3 GB: reading the source's tree took 4.0 s instead of 0.95 s)."""
+
+    src: Path
     target: Path
     tmp: Path
-    copier: SplitCopy
-    digest: _Digest
+    copier: SplitCopy | None = None
+    digest: _Digest | None = None
 
     @classmethod
-    def begin(cls, src: Path, target: Path) -> _Started:
-        tmp = temp_name(target)
-        return cls(target, tmp, SplitCopy(src, tmp), _Digest(src))
+    def beside(cls, src: Path, target: Path) -> _Output:
+        return cls(src, target, temp_name(target))
+
+    def start_copy(self, *, direct: bool) -> SplitCopy:
+        self.copier = SplitCopy(self.src, self.tmp, direct=direct)
+        return self.copier
+
+    def start_digest(self) -> _Digest:
+        self.digest = _Digest(self.src)
+        return self.digest
 
     def abort(self) -> None:
         """Stop both and remove the temporary file (idempotent; after a publish it is gone)."""
-        self.copier.abort()
-        self.digest.cancelled.set()
+        if self.copier is not None:
+            self.copier.abort()
+        if self.digest is not None:
+            self.digest.cancelled.set()
         with contextlib.suppress(OSError):
             self.tmp.unlink()
-
-
-def _early_start(src: Path, opts: UpgradeOptions) -> _Started | None:
-    """Start copying at once when the root attributes alone show that ``src`` needs an upgrade
-    and its output name is free: on a cold cache the copy is the longest part of an upgrade.
-    Otherwise (or on any doubt) None: the copy then starts once the plan is made."""
-    try:
-        have = peek_release(src, release=opts.source_release)
-        want = releases.get(opts.target)
-        if have is None or have.version >= want.version:
-            return None
-        target = _target(src, opts)
-        if shutil.disk_usage(target.parent).free < src.stat().st_size:
-            return None
-    except (CkptError, OSError):
-        return None
-    return _Started.begin(src, target)
 
 
 def _target(src: Path, opts: UpgradeOptions) -> Path:
@@ -223,7 +216,6 @@ def _upgrade_locked(
     opts: UpgradeOptions,
     result: UpgradeResult,
     progress: Progress | None,
-    early: _Started | None,
 ) -> None:
     with read_checkpoint(src, release=opts.source_release) as ckpt:
         out_dir = opts.output.parent if opts.output is not None else opts.output_dir
@@ -238,18 +230,16 @@ def _upgrade_locked(
         if opts.dry_run:
             result.status, result.plan = "planned", plan.to_json()
             return
-        target = early.target if early is not None else _target(src, opts)
-        # (an early start checked the same before it began to take space)
-        if early is None and plan.free_bytes is not None and plan.free_bytes < plan.free_needed:
+        target = _target(src, opts)
+        if plan.free_bytes is not None and plan.free_bytes < plan.free_needed:
             raise CkptIOError(
                 target.parent,
                 f"needs {plan.free_needed:,} bytes free, {plan.free_bytes:,} available",
                 "free disk space or choose another --output-dir",
             )
         backup = _backup_path(src, plan.source_release) if opts.inplace else None
-        # Without an early start the bytes start moving now, while the hops run.
-        started = early or _Started.begin(src, target)
-        tmp = started.tmp
+        out = _Output.beside(src, target)
+        tmp = out.tmp
         try:
             ctx = apply_hops(ckpt, plan, opts, family)
             result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings
@@ -263,7 +253,9 @@ def _upgrade_locked(
             def check_metadata(written: Written) -> None:
                 _verify_index(ckpt, out_root, plan.target_release, tmp, written, full=full)
 
-            written = _write(ckpt, out_root, plan, started, provenance, progress, check_metadata)
+            written = _write(
+                ckpt, out_root, plan, out, provenance, progress, check_metadata, read_back=full
+            )
             result.strategy = written.strategy
             result.tensors = written.tensors
             if full:
@@ -287,7 +279,7 @@ def _upgrade_locked(
                 raise
             raise io_error(target, os_exc) from None
         finally:
-            started.abort()
+            out.abort()
         result.status = "upgraded"
 
 
@@ -367,14 +359,17 @@ def _write(
     ckpt: Checkpoint,
     root: Node,
     plan: Plan,
-    started: _Started,
+    out: _Output,
     provenance: dict[str, Any],
     progress: Progress | None,
     check_metadata: Callable[[Written], None],
+    *,
+    read_back: bool = False,
 ) -> Written:
-    """Write ``root`` to ``tmp`` and run ``check_metadata`` on it (before the bulk data of a
-    copy-patch has finished copying: the check must not read tensor data)."""
-    handle, tmp, copier = ckpt.handle, started.tmp, started.copier
+    """Write ``root`` to ``out.tmp`` and run ``check_metadata`` on it (before the bulk data of a
+    copy-patch has finished copying: the check must not read tensor data). ``read_back``: the
+    caller reads every tensor of the output next, so the copy keeps it in the page cache."""
+    handle, tmp = ckpt.handle, out.tmp
     reused: dict[int, str] = {}  # id(leaf) -> its dataset in the source (each used once)
     taken: set[str] = set()
     reused_bytes = 0
@@ -390,33 +385,35 @@ def _write(
             reused[id(leaf)] = leaf.data.name
             taken.add(leaf.data.name)
             reused_bytes += leaf.nbytes
+    # The digest is not known before the whole source has been read: a placeholder of the same
+    # length is written, then replaced in place.
     entries = [*ckpt.provenance, provenance]
+    provenance["source_xxh3_128"] = PENDING_DIGEST
+    extra = {PROVENANCE_ATTR: json.dumps(entries)}
     placed: dict[int, tuple[str, bool]] = {}
     if reused_bytes >= 0.5 * plan.file_bytes:
-        provenance["source_xxh3_128"] = PENDING_DIGEST
-        extra = {PROVENANCE_ATTR: json.dumps(entries)}
-        copier.restrict(data_ranges(handle.dataset(name) for name in reused.values()))
+        ranges = data_ranges(handle.dataset(name) for name in reused.values())
+        copier = out.start_copy(direct=not read_back)
+        copier.restrict(ranges)
         written = Written("copy-patch", placed)
         _patch(tmp, root, plan.target_release, reused, placed, extra, progress)
         written.tensors = len(placed)
         check_metadata(written)
-        copier.finish(progress)
-        provenance["source_xxh3_128"] = written.source_xxh3_128 = started.digest.result()
-        _set_root_attr(tmp, PROVENANCE_ATTR, json.dumps(entries))
-        return written
-    copier.abort()  # most of the data changes: write a new file instead
-    tmp.unlink()
-    provenance["source_xxh3_128"] = started.digest.result()
-    extra = {PROVENANCE_ATTR: json.dumps(entries)}
+        digest = copier.finish(progress)
+    else:  # most of the data changes: write a new file instead
 
-    def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
-        placed[id(leaf)] = (name, False)
-        return write_tensor(f, name, leaf)
+        def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
+            placed[id(leaf)] = (name, False)
+            return write_tensor(f, name, leaf)
 
-    with h5py.File(tmp, "w", locking=False) as f:
-        write_tree(f, root, plan.target_release, extra, _leaf_progress(root, progress), place)
-    written = Written("rewrite", placed, len(placed), provenance["source_xxh3_128"])
-    check_metadata(written)
+        hashing = out.start_digest()
+        with h5py.File(tmp, "w-", locking=False) as f:
+            write_tree(f, root, plan.target_release, extra, _leaf_progress(root, progress), place)
+        written = Written("rewrite", placed, len(placed))
+        check_metadata(written)
+        digest = hashing.result()
+    provenance["source_xxh3_128"] = written.source_xxh3_128 = digest
+    _set_root_attr(tmp, PROVENANCE_ATTR, json.dumps(entries))
     return written
 
 
@@ -553,11 +550,13 @@ def file_digest(path: Path, cancelled: threading.Event | None = None) -> str:
     """xxh3-128 of a whole file: it identifies the source in provenance records at memory
     speed (sha256 would run at about half the speed of a page-cache copy and dominate)."""
     h = xxhash.xxh3_128()
-    with open(path, "rb") as fh:
-        while block := fh.read(COPY_BLOCK // 8):
+    buffer = bytearray(COPY_BLOCK // 8)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buffer):
             if cancelled is not None and cancelled.is_set():
                 return ""
-            h.update(block)
+            h.update(view[:n])
     return h.hexdigest()
 
 

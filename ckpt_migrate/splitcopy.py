@@ -7,8 +7,9 @@ freed by this session, never inside a live dataset's chunks. So the file is copi
 
 1. everything *outside* the data ranges (a few MB: superblock, object headers, chunk indexes,
    small datasets), at the same offsets, into a file of the source's size (holes elsewhere);
-2. the data ranges, by ``copy_file_range`` in a worker process (``_copyworker.py``), with the
-   output's writeback started as it goes so the final fsync is short;
+2. the data ranges, by a worker process (``_copyworker.py``) that reads the whole source once,
+   in order, hashing it (the source digest of the provenance record), and writes past the page
+   cache where it can;
 
 and the caller edits the metadata with HDF5 during step 2. The copy starts before the data
 ranges are known (phase 1 is then a plain sequential copy up to the point reached when they are).
@@ -26,10 +27,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import h5py
+import xxhash
 
 Progress = Callable[[str, int, int], None]
 BLOCK = 64 << 20
 MIN_RANGE = 64 << 10  # smaller data ranges travel with the metadata
+_XXHASH_DIR = str(Path(xxhash.__file__).parent.parent)  # the worker runs without site-packages
 
 
 def data_ranges(
@@ -83,17 +86,19 @@ class SplitCopy:
     The worker (``_copyworker.py``: a process, so that it never waits for this interpreter's
     lock) starts copying every byte in order at once. ``restrict(ranges)`` then tells it to copy
     only the data ranges from where it is; this process copies the rest of the metadata part
-    itself, and from then on may edit the metadata in ``dst``. ``finish()`` waits for the data and
-    checks that every byte of ``src`` was copied exactly once.
+    itself, and from then on may edit the metadata in ``dst``. ``finish()`` waits for the data,
+    checks that every byte of ``src`` was copied exactly once and returns the source's digest.
+    ``direct=False`` keeps the copy in the page cache (for a caller that reads it all next).
     """
 
-    def __init__(self, src: Path, dst: Path) -> None:
+    def __init__(self, src: Path, dst: Path, *, direct: bool = True) -> None:
         self.src, self.dst = src, dst
         self.size = src.stat().st_size
         self.boundary: int | None = None  # every byte before it was copied in order
         self.copied = 0  # bytes copied by the worker
         self.copied_here = 0  # bytes copied by this process
         self._ranges: list[tuple[int, int]] | None = None
+        self.digest: str | None = None  # xxh3-128 of the whole source, once finished
         self._proc: subprocess.Popen[str] | None = None
         self.fd_in = os.open(src, os.O_RDONLY)
         try:
@@ -105,7 +110,8 @@ class SplitCopy:
             os.ftruncate(self.fd_out, self.size)
             worker = Path(__file__).with_name("_copyworker.py")
             argv = [sys.executable, "-I", "-S", str(worker)]
-            argv += [str(self.fd_in), str(self.fd_out), str(self.size), str(BLOCK)]
+            argv += [str(self.fd_in), str(self.fd_out), str(self.size), str(BLOCK), _XXHASH_DIR]
+            argv.append("direct" if direct else "cached")
             self._proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE,
@@ -127,6 +133,9 @@ class SplitCopy:
         number, _, text = rest.partition(" ")
         if word == "error":
             raise OSError(int(number) or errno.EIO, text)
+        if word == "digest":
+            self.digest = number
+            return self._message()
         return word, int(number), text
 
     def restrict(self, ranges: list[tuple[int, int]]) -> None:
@@ -151,13 +160,17 @@ class SplitCopy:
                 break
             self.copied = number
         self.boundary = number
-        for start, end in complement(ranges, self.size):
-            start = max(start, number)
-            if start < end:
-                self.copied_here += _copy_all(self.fd_in, self.fd_out, start, end)
+        pieces = [(max(a, number), b) for a, b in complement(ranges, self.size) if b > number]
+        # Thousands of small pieces: asked for all at once, the disk serves them in parallel
+        # instead of one by one behind the worker's large reads.
+        for start, end in pieces:
+            os.posix_fadvise(self.fd_in, start, end - start, os.POSIX_FADV_WILLNEED)
+        for start, end in pieces:
+            self.copied_here += _copy_all(self.fd_in, self.fd_out, start, end)
 
-    def finish(self, progress: Progress | None = None) -> None:
-        """Wait for the worker; raise its error, or an error if a byte was missed."""
+    def finish(self, progress: Progress | None = None) -> str:
+        """Wait for the worker; return the source's digest. Raise the worker's error, or an
+        error if a byte was missed."""
         try:
             if self._ranges is None:
                 self.restrict([])
@@ -175,6 +188,9 @@ class SplitCopy:
                     errno.EIO,
                     f"{self.src}: copied {self.copied + self.copied_here} of {self.size} bytes",
                 )
+            if self.digest is None:
+                raise OSError(errno.EIO, f"the copy of {self.src} reported no digest")
+            return self.digest
         finally:
             self.abort()
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ckpt_migrate import splitcopy
+from ckpt_migrate.engine import file_digest
 from ckpt_migrate.splitcopy import SplitCopy, complement, data_ranges
 
 
@@ -22,14 +23,19 @@ def source(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "cached"])
 @pytest.mark.parametrize("switch_after", [0, 1, 3, None])
 def test_split_copy_is_byte_identical_whenever_the_ranges_arrive(
-    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch_after: int | None
+    source: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    switch_after: int | None,
+    direct: bool,
 ) -> None:
     monkeypatch.setattr(splitcopy, "BLOCK", 1 << 20)
     ranges = [(100, 700_000), (1_500_000, 2_500_000), (4_000_000, 5 * 1024 * 1024)]
     dst = tmp_path / "dst.bin"
-    copier = SplitCopy(source, dst)
+    copier = SplitCopy(source, dst, direct=direct)
     if switch_after is not None:
         time.sleep(0.05 * switch_after)  # let the sequential phase get somewhere
         copier.restrict(ranges)
@@ -38,9 +44,31 @@ def test_split_copy_is_byte_identical_whenever_the_ranges_arrive(
             for start, end in complement(ranges, source.stat().st_size):
                 fh.seek(start)
                 assert fh.read(end - start) == source.read_bytes()[start:end]
-    copier.finish()
+    digest = copier.finish()
     assert dst.read_bytes() == source.read_bytes()
     assert copier.copied + copier.copied_here == source.stat().st_size
+    assert digest == file_digest(source)
+
+
+def test_a_partly_cached_source_is_read_from_cache_and_disk(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks in the page cache are taken from it, the others read past it; some blocks are
+    partly cached (the cached head comes from the cache, the rest from the disk)."""
+    monkeypatch.setattr(splitcopy, "BLOCK", 1 << 20)
+    size = source.stat().st_size
+    os.sync()
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        for start in range(0, size, 3 << 19):  # evict every third half-MiB
+            os.posix_fadvise(fd, start, 1 << 19, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    dst = tmp_path / "dst.bin"
+    copier = SplitCopy(source, dst)
+    copier.restrict([(4096 * 3 + 5, size - 77)])
+    assert copier.finish() == file_digest(source)
+    assert dst.read_bytes() == source.read_bytes()
 
 
 def test_edits_outside_the_ranges_survive_the_data_copy(source: Path, tmp_path: Path) -> None:
