@@ -32,11 +32,14 @@ import select
 import signal
 import sys
 import threading
+import time
 
 SYNC_FILE_RANGE_WRITE = 2
 PR_SET_PDEATHSIG = 1
 ALIGN = 4096  # O_DIRECT offsets, lengths and buffer addresses: a multiple of the block size
 DEPTH = 2  # buffers: the next block is read while the last one is written
+# Tests slow the writer down to show that ``boundary`` waits for it.
+WRITE_DELAY = float(os.environ.get("CKPT_MIGRATE_TEST_WRITE_DELAY", "0"))
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -181,11 +184,14 @@ class Writer(threading.Thread):
             buffer, offset, parts = job
             try:
                 if self.error is None:
+                    if WRITE_DELAY:
+                        time.sleep(WRITE_DELAY)
                     for start, end in parts:
                         self.mover.write(buffer, offset, start, end)
             except BaseException as exc:
                 self.error = exc
             self.mover.free.put(buffer)
+            self.jobs.task_done()
 
     def submit(self, buffer: memoryview, offset: int, parts: list[tuple[int, int]]) -> None:
         """Write ``parts`` (file ranges) from ``buffer``, which holds the file from ``offset``;
@@ -193,6 +199,12 @@ class Writer(threading.Thread):
         if self.error is not None:
             raise self.error
         self.jobs.put((buffer, offset, parts))
+
+    def drain(self) -> None:
+        """Wait until every block handed over is written."""
+        self.jobs.join()
+        if self.error is not None:
+            raise self.error
 
     def close(self) -> None:
         self.jobs.put(None)
@@ -214,6 +226,7 @@ def copy(mover: Mover, hasher) -> None:
                 if ranges is not None:
                     raise OSError(errno.EINVAL, f"unexpected control line {line!r}")
                 ranges, boundary = parse_ranges(line), pos
+                writer.drain()  # "boundary" promises that every byte before it is written
                 say(f"boundary {pos}")
             buffer = mover.free.get()
             data = mover.read(pos, buffer)

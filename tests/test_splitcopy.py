@@ -71,6 +71,24 @@ def test_a_partly_cached_source_is_read_from_cache_and_disk(
     assert dst.read_bytes() == source.read_bytes()
 
 
+def test_the_boundary_waits_for_the_blocks_still_being_written(
+    source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker reads ahead of its writer thread: bytes before the boundary it reports must
+    be on file (the caller edits them next), not merely read."""
+    monkeypatch.setattr(splitcopy, "BLOCK", 1 << 20)
+    monkeypatch.setenv("CKPT_MIGRATE_TEST_WRITE_DELAY", "0.2")
+    dst = tmp_path / "dst.bin"
+    copier = SplitCopy(source, dst)
+    time.sleep(0.5)  # the reader is a block ahead of the slowed writer by now
+    copier.restrict([(4 << 20, 5 << 20)])
+    assert copier.boundary is not None and copier.boundary > 0
+    with open(dst, "rb") as fh:
+        assert fh.read(copier.boundary) == source.read_bytes()[: copier.boundary]
+    copier.finish()
+    assert dst.read_bytes() == source.read_bytes()
+
+
 def test_edits_outside_the_ranges_survive_the_data_copy(source: Path, tmp_path: Path) -> None:
     ranges = [(0, 1 << 20), (2 << 20, 5 << 20)]
     dst = tmp_path / "dst.bin"

@@ -737,3 +737,69 @@ def test_copy_patch_leaves_no_stray_datasets(tmp_path):
         leaves = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
         assert leaves["model.a.weight"] is leaves["model.b.weight"]
     assert_identical(src, out / src.name)
+
+
+def tensor_heavy_checkpoint(path: Path) -> Path:
+    """A 2.0 checkpoint whose bytes are mostly tensor data (so upgrades copy and patch it)."""
+    import torch
+
+    state = {"model": {f"l{i}.weight": torch.randn(256, 256) for i in range(8)}, "step": 3}
+    cm.save(state, path, "2.0")
+    return path
+
+
+@pytest.mark.parametrize("strategy", ["copy-patch", "rewrite"])
+def test_the_copy_starts_early_only_for_a_cached_source_and_the_result_is_the_same(
+    strategy, tmp_path, monkeypatch
+):
+    """A source in the page cache is copied while it is read; a cold one after its metadata
+    is read (an early copy is dropped if the file is then written anew). Either way: the same
+    result, and the provenance has the source's digest."""
+    from ckpt_migrate import engine
+
+    if strategy == "copy-patch":
+        src = tensor_heavy_checkpoint(tmp_path / "c.mdl")
+    else:
+        src = fixture("1.9", tmp_path)  # mostly metadata: written anew
+    started: list[bool] = []
+    real_early = engine._early_start
+
+    def early(src, opts):
+        out = real_early(src, opts)
+        started.append(out is not None)
+        return out
+
+    monkeypatch.setattr(engine, "_early_start", early)
+    outputs = []
+    for cached in (True, False):
+        monkeypatch.setattr(engine, "page_cached", lambda path, cached=cached: cached)
+        out = tmp_path / f"out-{cached}"
+        out.mkdir()
+        result = upgrade(src, UpgradeOptions(output_dir=out, allow_missing=True))
+        assert result.status == "upgraded", result.error
+        assert result.strategy == strategy
+        assert sorted(p.name for p in out.iterdir()) == [src.name]  # no temporary file left
+        with h5py.File(out / src.name, "r") as f:
+            record = json.loads(f.attrs[PROVENANCE_ATTR])[-1]
+        assert record["source_xxh3_128"] == xxh3_file(src)
+        outputs.append(out / src.name)
+    assert started == [True, False]
+    assert_identical(*outputs)
+
+
+def test_page_cached_tells_a_read_file_from_an_evicted_one(tmp_path):
+    from ckpt_migrate.engine import page_cached
+
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(4 << 20))
+    path.read_bytes()
+    assert page_cached(path)
+    os.sync()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    if page_cached(path):
+        pytest.skip("this filesystem keeps the file in memory (tmpfs?)")
+    assert not page_cached(path)
