@@ -13,24 +13,6 @@ from .h5io import H5Handle, attr_text, open_read
 PROVENANCE_ATTR = "__ckpt_migrate__"
 
 
-def peek_release(path: str | Path, *, release: str | None = None) -> releases.Release | None:
-    """The release a file claims, from its root attributes alone (None if it cannot tell)."""
-    if release is not None:
-        return releases.get(release)
-    with open_read(Path(path)) as f:
-        version = f.attrs.get("__version__")
-        cstorch = f.attrs.get("__cstorch_version__")
-        try:
-            detected = releases.detect(
-                path,
-                None if version is None else float(version),
-                None if cstorch is None else attr_text(cstorch),
-            )
-        except (TypeError, ValueError, UnicodeDecodeError):
-            return None
-    return detected.release
-
-
 def read_checkpoint(path: str | Path, *, release: str | None = None) -> Checkpoint:
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
