@@ -331,8 +331,8 @@ def naive_worker(src: Path, outdir: Path) -> None:
 def phases_worker(src: Path, outdir: Path, verify: str) -> None:
     """Run ``engine.upgrade`` in this process with timers around its phases; prints JSON.
 
-    Wall-clock intervals: the hash of the source runs on its own thread, overlapping the copy;
-    ``copy: waiting for the hash thread`` is how long the copy waited for it at the join.
+    Wall-clock intervals. The copy worker (its own process) also hashes the source; ``copy:
+    waiting for the data part`` is how long this process waited for it at the end.
     """
     t_import = time.perf_counter()
     import threading
@@ -354,14 +354,6 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
 
         return wrapper
 
-    marks: dict[str, float] = {}
-    real_join = threading.Thread.join
-
-    def join(self: threading.Thread, timeout: float | None = None) -> None:
-        t0 = time.perf_counter()
-        real_join(self, timeout)
-        marks["join"] = marks.get("join", 0.0) + time.perf_counter() - t0
-
     # Engine internals by name; names the engine does not have (it changes) are skipped.
     patches = {
         "read_checkpoint": "open source (read_checkpoint)",
@@ -369,8 +361,7 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
         "apply_hops": "apply hops",
         "prepare": "prepare tree",
         "_copy_bytes": "copy (total, incl. wait for the hash)",
-        "_sha256_file": "hash of source: sha256 (thread)",
-        "file_digest": "hash of source: file_digest (thread)",
+        "file_digest": "hash of source (thread; rewrites only)",
         "data_ranges": "chunk ranges of the reused datasets",
         "SplitCopy.restrict": "copy: metadata part (this process)",
         "_patch": "HDF5 patch (total)",
@@ -391,12 +382,9 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
         if callable(getattr(owner, attr, None)):
             setattr(owner, attr, timed(label, getattr(owner, attr)))
     os.copy_file_range = timed("copy: copy_file_range calls", os.copy_file_range)  # type: ignore[attr-defined]
-    threading.Thread.join = join  # type: ignore[method-assign]
     t0 = time.perf_counter()
     result = engine.upgrade(src, engine.UpgradeOptions(output_dir=outdir, verify=verify))
     total = time.perf_counter() - t0
-    threading.Thread.join = real_join  # type: ignore[method-assign]
-    times["copy: waiting for the hash thread"] = marks.get("join", 0.0)
     out = {
         "status": result.status,
         "strategy": result.strategy,

@@ -435,24 +435,18 @@ def _listeners(ctx: Any, b: _Builder, run: Any) -> None:
 
 def _loggers(ctx: Any, run: Any, wandb: Any) -> list[Any]:
     loggers = []
-    tensorboard = new_map()
-    if run is not None:
-        for key in TENSORBOARD:
-            if key in run:
-                value, comment = take(run, key)
-                put(tensorboard, key, value, comment=comment)
-                ctx.moved(f"runconfig.{key}", f"loggers TensorBoardLogger {key}", value, WHY)
-    if tensorboard:
-        loggers.append(new_map({"TensorBoardLogger": tensorboard}))
-    settings = new_map()
-    if wandb is not None:
-        for key in WANDB:
-            if key in wandb:
-                value, comment = take(wandb, key)
+    for source, section, keys, logger in (
+        (run, "runconfig", TENSORBOARD, "TensorBoardLogger"),
+        (wandb, "wandb", WANDB, "WandbLogger"),
+    ):
+        settings = new_map()
+        for key in keys if source is not None else ():
+            if key in source:
+                value, comment = take(source, key)
                 put(settings, key, value, comment=comment)
-                ctx.moved(f"wandb.{key}", f"loggers WandbLogger {key}", value, WHY)
-    if settings:
-        loggers.append(new_map({"WandbLogger": settings}))
+                ctx.moved(f"{section}.{key}", f"loggers {logger} {key}", value, WHY)
+        if settings:
+            loggers.append(new_map({logger: settings}))
     return loggers
 
 
