@@ -365,7 +365,7 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
         "data_ranges": "chunk ranges of the reused datasets",
         "SplitCopy.restrict": "copy: metadata part (this process)",
         "_patch": "HDF5 patch (total)",
-        "_delete_all_but": "HDF5 patch: delete old names",
+        "h5root.switch_root": "HDF5 patch: new root in the superblock",
         "_verify": "verify (total)",
         "check_written": "verify: re-read structure",
         "same_stored_chunks": "verify: same_stored_chunks",

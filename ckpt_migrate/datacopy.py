@@ -16,10 +16,10 @@ from . import dtypes
 from .h5io import COPY_BLOCK_BYTES, LZ4_FILTER_ID, filters_of, iter_slabs, lz4_options
 from .tree import H5Data, TensorLeaf
 
-PlaceTensor = Callable[[h5py.File, str, TensorLeaf], h5py.Dataset]
+PlaceTensor = Callable[[h5py.Group, str, TensorLeaf], h5py.Dataset]
 
 
-def write_tensor(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
+def write_tensor(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:
     """Create dataset ``name`` holding ``leaf``'s data in its storage dtype, as the real writers do:
 
     LZ4 (filter 32004) and auto-chunking when ``ndim > 0``; contiguous and uncompressed when 0-d.
@@ -75,7 +75,7 @@ def _raw_copy_possible(ds: h5py.Dataset, storage: np.dtype, shape: tuple[int, ..
     )
 
 
-def _copy_chunks(f: h5py.File, name: str, src: h5py.Dataset) -> h5py.Dataset:
+def _copy_chunks(f: h5py.Group, name: str, src: h5py.Dataset) -> h5py.Dataset:
     dst = f.create_dataset(
         name, shape=src.shape, dtype=src.dtype, chunks=src.chunks, **lz4_options()
     )

@@ -32,7 +32,7 @@ from typing import Any, Literal
 import h5py
 import xxhash
 
-from . import __version__, h5attrs
+from . import __version__, h5attrs, h5root
 from .atomic import as_os_error, fsync_dir, fsync_path, io_error, publish, temp_name
 from .checkpoint import Checkpoint
 from .datacopy import write_tensor
@@ -50,7 +50,6 @@ from .verify import check_written, dataset_sha256, same_stored_object, tensor_sh
 from .writer import prepare, write_tree
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
-STAGING = "__ckpt_migrate_staging__"
 COPY_BLOCK = 64 << 20
 
 
@@ -409,12 +408,12 @@ def _write(
         digest = copier.finish(progress)
     else:  # most of the data changes: write a new file instead
 
-        def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
+        def place(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:
             placed[id(leaf)] = (name, False)
             return write_tensor(f, name, leaf)
 
         hashing = out.start_digest()
-        with h5py.File(tmp, "w-", locking=False) as f:
+        with h5root.create_file(tmp, exclusive=True) as f:
             write_tree(f, root, plan.target_release, extra, _leaf_progress(root, progress), place)
         written = Written("rewrite", placed, len(placed))
         check_metadata(written)
@@ -482,75 +481,36 @@ def _patch(
     extra: dict[str, str],
     progress: Progress | None,
 ) -> None:
-    final = _final_names(root, release, reused)
+    """Build the new tree in a fresh group of the copied file, moving each reused dataset into
+    it under its final name, then make that group the root (see ``h5root``): a new namespace
+    needs no staging of renames, and its attributes are indexed rather than a list."""
     with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False)) as f:
-        # Datasets already at their final name stay put; the others wait in a staging group,
-        # so that renames can never clash with a name that is still in use.
-        in_place = {i for i, name in reused.items() if final[i] == name}
-        f.create_group(STAGING)
-        at: dict[int, str] = {i: reused[i] for i in in_place}
-        for n, (leaf_id, name) in enumerate(reused.items()):
-            if leaf_id not in in_place:
-                f.move(name, f"{STAGING}/{n}")
-                at[leaf_id] = f"{STAGING}/{n}"
-        _delete_all_but(f, {reused[i] for i in in_place} | {STAGING})
-        for key in list(f.attrs.keys()):
-            del f.attrs[key]
+        superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
+        new_root = h5root.create_fresh_root(f)
+        at = dict(reused)
 
-        def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
+        def place(g: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:
             current = at.pop(id(leaf), None)
             if current is None:
                 placed[id(leaf)] = (name, False)
-                return write_tensor(f, name, leaf)
-            if current != name:
-                parent = name.rpartition("/")[0]
-                if parent:
-                    f.require_group(parent)
-                f.move(current, name)
-            ds = h5py.Dataset(h5py.h5d.open(f.id, name.encode()))
+                return write_tensor(g, name, leaf)
+            parent = name.rpartition("/")[0]
+            if parent:
+                g.require_group(parent)
+            f.move(current, f"{h5root.FRESH_ROOT}/{name}")
+            ds = h5py.Dataset(h5py.h5d.open(g.id, name.encode()))
             h5attrs.delete_all(ds.id)
             placed[id(leaf)] = (name, True)
             return ds
 
-        write_tree(f, root, release, extra, _leaf_progress(root, progress), place)
+        write_tree(new_root, root, release, extra, _leaf_progress(root, progress), place)
         if at:
             raise VerificationError(tmp, f"{len(at)} reused dataset(s) were not placed")
-        del f[STAGING]
-
-
-def _final_names(root: Node, release: Release, reused: dict[int, str]) -> dict[int, str]:
-    """Where each reused tensor's dataset will live: its first leaf name, as stored."""
-    from urllib.parse import quote
-
-    names: dict[int, str] = {}
-    for ref in iter_leaves(root):
-        if id(ref.leaf) in reused and id(ref.leaf) not in names:
-            names[id(ref.leaf)] = quote(ref.name, safe="") if release.legacy else ref.name
-    return names
-
-
-def _delete_all_but(f: h5py.File, keep: set[str]) -> None:
-    """Unlink every name that neither is in ``keep`` nor leads to a name in ``keep`` (every
-    link, so a hard-linked tie's second name goes too); a group goes with all it holds."""
-    protected = {STAGING}
-    for name in keep:
-        parts = name.split("/")
-        protected.update("/".join(parts[: i + 1]) for i in range(len(parts)))
-    names: list[bytes] = []
-    f.id.links.visit(names.append)
-    gone: set[str] = set()
-    for raw in names:
-        name = raw.decode()
-        ancestors = _ancestors(name)
-        if name in protected or STAGING in ancestors or any(p in gone for p in ancestors):
-            continue
-        f.id.unlink(raw)
-        gone.add(name)
-
-
-def _ancestors(name: str) -> list[str]:
-    parts = name.split("/")[:-1]
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        new_addr = h5root.object_address(new_root)
+    try:
+        h5root.switch_root(tmp, superblock_at, old_root, new_addr)
+    except ValueError as exc:
+        raise VerificationError(tmp, f"cannot set the new root group: {exc}") from None
 
 
 def file_digest(path: Path, cancelled: threading.Event | None = None) -> str:

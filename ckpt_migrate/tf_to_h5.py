@@ -17,7 +17,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from . import releases
+from . import h5root, releases
 from .datacopy import write_tensor
 from .errors import (
     CorruptCheckpointError,
@@ -245,7 +245,7 @@ def _write_h5(
     done = 0
     hashes: dict[str, str] = {}
 
-    def place(f: h5py.File, name: str, leaf: TensorLeaf) -> h5py.Dataset:
+    def place(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:
         nonlocal done
         array = leaf.data.read()
         if verify == "full":
@@ -260,7 +260,7 @@ def _write_h5(
         return ds
 
     with atomic_output(target) as tmp:
-        with h5py.File(tmp, "w", locking=False) as f:
+        with h5root.create_file(tmp, exclusive=False) as f:
             write_tree(f, to_write, rel, extra_attrs, None, place)
         check_written(tmp, to_write, rel)
         if verify == "full":

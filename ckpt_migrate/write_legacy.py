@@ -34,7 +34,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 
 def write(
-    f: h5py.File,
+    f: h5py.Group,
     root: Node,
     release: Release,
     extra_attrs: dict[str, str],
@@ -69,12 +69,12 @@ def _tag(ds: h5py.Dataset, tag: str, fmt: float) -> None:
         ds.attrs["__H5_TYPE__"] = tag
 
 
-def _empty(f: h5py.File, stored: str) -> h5py.Dataset:
+def _empty(f: h5py.Group, stored: str) -> h5py.Dataset:
     return f.create_dataset(stored, data=h5py.Empty("f"))
 
 
 def _write_leaf(
-    f: h5py.File, stored: str, name: str, leaf: Leaf, fmt: float, place: PlaceTensor
+    f: h5py.Group, stored: str, name: str, leaf: Leaf, fmt: float, place: PlaceTensor
 ) -> bool:
     """Write one leaf; False for a missing leaf (the spec names it, the file has no data)."""
     if isinstance(leaf, TensorLeaf):

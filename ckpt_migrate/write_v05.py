@@ -78,7 +78,7 @@ def _dataset_attrs(ds: h5py.Dataset, md: dict[str, Any]) -> None:
 
 
 def write(
-    f: h5py.File,
+    f: h5py.Group,
     root: Node,
     release: Release,
     extra_attrs: dict[str, str],
@@ -115,7 +115,7 @@ def write(
     f.attrs["__SUCCESS__"] = np.bool_(True)
 
 
-def _write_value(f: h5py.File, name: str, leaf: Leaf, place: PlaceTensor) -> dict[str, Any]:
+def _write_value(f: h5py.Group, name: str, leaf: Leaf, place: PlaceTensor) -> dict[str, Any]:
     if isinstance(leaf, TensorLeaf):
         md = tensor_metadata(leaf)
         _dataset_attrs(place(f, name, leaf), md)

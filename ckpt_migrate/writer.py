@@ -14,7 +14,7 @@ from pathlib import Path
 
 import h5py
 
-from . import releases, treespec_json, write_legacy, write_v05
+from . import h5root, releases, treespec_json, write_legacy, write_v05
 from .atomic import atomic_output
 from .datacopy import PlaceTensor, write_tensor
 from .errors import (
@@ -132,14 +132,14 @@ def _check_h5_name(name: str, stored: dict[str, str], path) -> None:
 
 
 def write_tree(
-    f: h5py.File,
+    f: h5py.Group,
     root: Node,
     release: Release,
     extra_attrs: dict[str, str] | None = None,
     on_leaf: Callable[[str, Leaf], None] | None = None,
     place: PlaceTensor = write_tensor,
 ) -> None:
-    """Write an already prepared tree into the open file ``f`` (no checks, no atomicity)."""
+    """Write an already prepared tree into ``f``, the root group to be (no checks, no atomicity)."""
     module = write_legacy if release.legacy else write_v05
     module.write(f, root, release, extra_attrs or {}, on_leaf, place)
 
@@ -179,7 +179,7 @@ def write_checkpoint(
             on_leaf(name, leaf)
 
     with atomic_output(target, replace=replace) as tmp:
-        with h5py.File(tmp, "w", locking=False) as f:
+        with h5root.create_file(tmp, exclusive=False) as f:
             write_tree(f, to_write, rel, extra_attrs, count)
         check_written(tmp, to_write, rel)
     return report
