@@ -13,7 +13,7 @@ from urllib.parse import quote
 import h5py
 import numpy as np
 
-from . import dtypes
+from . import dtypes, h5attrs
 from .errors import CorruptCheckpointError, UnsupportedContentError
 from .h5io import H5Handle, attr_bool, attr_python, attr_text, object_key
 from .objects import scalar_payload
@@ -82,9 +82,9 @@ def read(f: h5py.File, handle: H5Handle, fmt: float) -> tuple[Node, list[str], l
 
 
 def _decode_dataset(ds: h5py.Dataset, stored: str, handle: H5Handle, fmt: float, name: str) -> Leaf:
-    attrs = ds.attrs
-    if "__H5_TYPE__" in attrs:
-        return _decode_tagged(ds, stored, handle, fmt, name, attr_text(attrs["__H5_TYPE__"]))
+    tag = h5attrs.get_text(ds, "__H5_TYPE__")
+    if tag is not None:
+        return _decode_tagged(ds, stored, handle, fmt, name, attr_text(tag))
     return _decode_flagged(ds, stored, handle, name)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import h5py
 
-from . import dtypes, treespec_json
+from . import dtypes, h5attrs, treespec_json
 from .errors import CorruptCheckpointError, KeyCollisionError, UnsupportedContentError
 from .h5io import H5Handle, attr_bool, attr_text
 from .tree import (
@@ -77,10 +77,11 @@ def read(f: h5py.File, handle: H5Handle) -> tuple[Node, list[str], list[str]]:
 
 def _leaf_metadata(f: h5py.File, name: str, path: Path) -> dict[str, Any]:
     key = f"{name}.__metadata__"
+    text = h5attrs.get_text(f, key)
+    if text is None:
+        raise CorruptCheckpointError(path, f"leaf {name!r} has no {key} attribute")
     try:
-        md = json.loads(attr_text(f.attrs[key]))
-    except KeyError:
-        raise CorruptCheckpointError(path, f"leaf {name!r} has no {key} attribute") from None
+        md = json.loads(attr_text(text))
     except ValueError:
         raise CorruptCheckpointError(path, f"attribute {key!r} is not valid JSON") from None
     if not isinstance(md, dict) or "__spec__" not in md or "__objects__" not in md:
