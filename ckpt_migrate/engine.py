@@ -550,7 +550,8 @@ def _verify_index(
                 _check_hash(tmp, ref.name, leaf, out[name], written)
             elif not full:
                 assert isinstance(leaf.data, H5Data)
-                if not same_stored_object(leaf.data.handle.dataset(leaf.data.name), out[name]):
+                source = leaf.data.handle.dataset_id(leaf.data.name)
+                if not same_stored_object(source, h5py.h5d.open(out.id, name.encode())):
                     raise VerificationError(
                         tmp, f"tensor {ref.name!r} does not hold its source data"
                     )

@@ -131,6 +131,15 @@ class H5Handle:
             raise CorruptCheckpointError(self.path, f"{name!r} is a group, expected a dataset")
         return obj
 
+    def dataset_id(self, name: str) -> h5py.h5d.DatasetID:
+        """``dataset(name).id`` without building the h5py object."""
+        try:
+            return h5py.h5d.open(self.file().id, name.encode())
+        except KeyError:
+            raise CorruptCheckpointError(
+                self.path, f"dataset {name!r} has gone from the file", "was it modified?"
+            ) from None
+
     def read_dataset(self, name: str) -> np.ndarray:
         ds = self.dataset(name)
         try:

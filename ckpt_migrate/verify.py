@@ -107,31 +107,39 @@ def _le_bytes(block: np.ndarray, storage: np.dtype) -> bytes | memoryview:
     return memoryview(np.ascontiguousarray(block)).cast("B")
 
 
-def same_stored_object(a: h5py.Dataset, b: h5py.Dataset) -> bool:
+def same_stored_object(a: h5py.h5d.DatasetID, b: h5py.h5d.DatasetID) -> bool:
     """``b`` is the very dataset ``a`` was, in a byte-for-byte copy of ``a``'s file.
 
-    Same dtype, shape, chunking and storage size, and its data starts at the same file offset
-    (first chunk: offset, size and filter mask; contiguous: offset): the data is the source's
-    bytes by construction, and nothing needs to be read to know it. Datasets without stored
-    data compare by object header address.
+    Same type, shape, layout, chunking and storage size, and its data starts at the same file
+    offset (first chunk: offset, size and filter mask; contiguous: offset): the data is the
+    source's bytes by construction, and nothing needs to be read to know it. Datasets without
+    stored data compare by object header address. Low-level IDs: an upgrade checks one pair per
+    tensor, and h5py's ``Dataset`` objects cost more than the check itself.
     """
-    if (a.dtype, a.shape, a.chunks) != (b.dtype, b.shape, b.chunks):
+    if a.shape != b.shape or a.get_type() != b.get_type():
         return False
-    if a.id.get_storage_size() != b.id.get_storage_size():
+    layout_a, layout_b = _layout(a), _layout(b)
+    if layout_a != layout_b or a.get_storage_size() != b.get_storage_size():
         return False
-    where_a, where_b = _data_start(a), _data_start(b)
+    where_a, where_b = _data_start(a, layout_a), _data_start(b, layout_b)
     if where_a is None or where_b is None:
-        return h5py.h5o.get_info(a.id).addr == h5py.h5o.get_info(b.id).addr
+        return h5py.h5o.get_info(a).addr == h5py.h5o.get_info(b).addr
     return where_a == where_b
 
 
-def _data_start(ds: h5py.Dataset) -> tuple | None:
-    if ds.chunks is None:
-        offset = ds.id.get_offset()
+def _layout(ds: h5py.h5d.DatasetID) -> tuple:
+    plist = ds.get_create_plist()
+    layout = plist.get_layout()
+    return (layout, plist.get_chunk() if layout == h5py.h5d.CHUNKED else None)
+
+
+def _data_start(ds: h5py.h5d.DatasetID, layout: tuple) -> tuple | None:
+    if layout[0] != h5py.h5d.CHUNKED:
+        offset = ds.get_offset()
         return None if offset is None else (offset,)
-    if ds.size == 0:
+    if ds.shape is None or 0 in ds.shape:
         return None
-    info = ds.id.get_chunk_info_by_coord((0,) * ds.ndim)
+    info = ds.get_chunk_info_by_coord((0,) * len(ds.shape))
     if info.byte_offset is None:
         return None
     return (info.byte_offset, info.size, info.filter_mask)
