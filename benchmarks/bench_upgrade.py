@@ -2,7 +2,9 @@
 """Benchmark ``ckpt-migrate upgrade`` against ``cp`` and against a naive hop-by-hop chain.
 
 Generates a synthetic GPT-style release-1.9 checkpoint (format 0.3) of a chosen size, streaming
-(one tensor in memory at a time), then times in one run, interleaved, each ``--repeat`` times:
+(one tensor in memory at a time), then times in one run, interleaved, each ``--repeat`` times
+(the order rotated by one command each round, so that no command always follows the same one:
+on a disk that discards deleted blocks, the previous run's deletion can slow the next):
 
 * ``cp SRC DST`` and ``cp SRC DST && sync DST`` (the upgrade fsyncs its output, ``cp`` does not);
 * ``ckpt-migrate upgrade SRC --output-dir D`` to the newest release (default ``--verify index``)
@@ -884,7 +886,8 @@ def main(argv: list[str] | None = None) -> int:
         loads = []
         for r in range(max(args.repeat, naive_repeat if not args.skip_naive else 0)):
             for cache in caches:
-                for cmd in cmds:
+                shift = r % len(cmds)
+                for cmd in cmds[shift:] + cmds[:shift]:
                     if r >= (naive_repeat if cmd.naive else args.repeat):
                         continue
                     clear_dir(out)
