@@ -3,8 +3,8 @@
 
 Generates a synthetic GPT-style release-1.9 checkpoint (format 0.3) of a chosen size, streaming
 (one tensor in memory at a time), then times in one run, interleaved, each ``--repeat`` times
-(the order rotated by one command each round, so that no command always follows the same one:
-on a disk that discards deleted blocks, the previous run's deletion can slow the next):
+(in a new order each round, a seeded shuffle, with the commands that fill the page cache last:
+here every run right after ``--verify full`` was 1-2 s slower cold, whichever command it was):
 
 * ``cp SRC DST`` and ``cp SRC DST && sync DST`` (the upgrade fsyncs its output, ``cp`` does not);
 * ``ckpt-migrate upgrade SRC --output-dir D`` to the newest release (default ``--verify index``)
@@ -31,6 +31,7 @@ import datetime as dt
 import json
 import os
 import platform
+import random
 import re
 import shutil
 import statistics
@@ -886,8 +887,10 @@ def main(argv: list[str] | None = None) -> int:
         loads = []
         for r in range(max(args.repeat, naive_repeat if not args.skip_naive else 0)):
             for cache in caches:
-                shift = r % len(cmds)
-                for cmd in cmds[shift:] + cmds[:shift]:
+                order = list(cmds)
+                random.Random(r).shuffle(order)
+                order.sort(key=lambda c: c.key == "ours_full" or c.naive)
+                for cmd in order:
                     if r >= (naive_repeat if cmd.naive else args.repeat):
                         continue
                     clear_dir(out)
