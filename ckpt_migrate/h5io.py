@@ -53,12 +53,17 @@ def open_read(path: str | Path) -> h5py.File:
     return bounded_metadata_cache(f)
 
 
-METADATA_CACHE_MAX = 4 << 20
+METADATA_CACHE_MAX = 1 << 20
 
 
 def bounded_metadata_cache(f: h5py.File) -> h5py.File:
     """Cap HDF5's metadata cache (32 MiB by default, per open file): an upgrade visits each
-    object header once, so a bigger cache only makes memory grow with the tensor count."""
+    object header once, so a bigger cache only makes memory grow with the tensor count.
+
+    The cap counts the headers' on-disk bytes, not their decoded form in memory, which is
+    several times larger: at 4 MiB the cache held every header of a 3,567-object checkpoint
+    and peak RSS grew by 45 MiB from 1,552 to 2,832 tensors; at 1 MiB it is the same at both
+    sizes, and no slower (256 KiB made the 6 GB patch slower)."""
     config = f.id.get_mdc_config()
     config.max_size = METADATA_CACHE_MAX
     config.min_size = min(config.min_size, METADATA_CACHE_MAX)
