@@ -559,7 +559,7 @@ def _verify_index(
 
 def _verify_full(root: Node, tmp: Path, written: Written) -> None:
     """Hash every tensor of the output and compare it with its source (or its new data)."""
-    with h5py.File(tmp, "r", locking=False) as out:
+    with open_read(tmp) as out:
         for ref in iter_leaves(root):
             leaf = ref.leaf
             entry = written.placed.get(id(leaf))
