@@ -40,7 +40,7 @@ PART_BYTES = 256 << 20  # generation writes SaveV2 parts of at most this much
 
 
 def parse_size(text: str) -> int:
-    from ckpt_migrate.tf_saver import parse_size as parse
+    from ckpt_migrate.tf.saver import parse_size as parse
 
     return parse(text)
 
@@ -215,7 +215,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-c",
-                "import tensorflow, ckpt_migrate.tf_to_h5, ckpt_migrate.h5_to_tf",
+                "import tensorflow, ckpt_migrate.tf.to_h5, ckpt_migrate.tf.from_h5",
             ],
             log,
         )

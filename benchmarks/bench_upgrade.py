@@ -116,7 +116,7 @@ class GPTConfig:
 
 
 def _random_source() -> type:
-    from ckpt_migrate.tree import DataSource
+    from ckpt_migrate.format.tree import DataSource
 
     @dataclass(eq=False)
     class RandomData(DataSource):
@@ -153,7 +153,7 @@ def _random_source() -> type:
 
 def gpt_tree(cfg: GPTConfig, global_step: int = 10_000) -> Any:
     """The neutral tree of a 1.9-era GPT training checkpoint with the data made lazily."""
-    from ckpt_migrate.tree import DictNode, MemoryData, SeqNode, TensorLeaf, ValueLeaf
+    from ckpt_migrate.format.tree import DictNode, MemoryData, SeqNode, TensorLeaf, ValueLeaf
 
     random_data = _random_source()
     d, ff = cfg.hidden, 4 * cfg.hidden
@@ -246,7 +246,7 @@ def gpt_tree(cfg: GPTConfig, global_step: int = 10_000) -> Any:
 
 
 def generate(path: Path, size: int) -> dict[str, Any]:
-    from ckpt_migrate.writer import write_checkpoint
+    from ckpt_migrate.format.write import write_checkpoint
 
     cfg = GPTConfig.for_size(size)
     start = time.perf_counter()
@@ -289,9 +289,9 @@ def naive_worker(src: Path, outdir: Path) -> None:
     import torch
 
     import ckpt_migrate
-    from ckpt_migrate import releases
-    from ckpt_migrate.lazy import materialize
-    from ckpt_migrate.reader import read_checkpoint
+    from ckpt_migrate.format import releases
+    from ckpt_migrate.format.read import read_checkpoint
+    from ckpt_migrate.torch.lazy import materialize
 
     with read_checkpoint(src) as ckpt:
         first = ckpt.release
@@ -340,7 +340,7 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
     t_import = time.perf_counter()
     import threading
 
-    from ckpt_migrate import engine
+    from ckpt_migrate.engine import upgrade as engine
 
     imported = time.perf_counter() - t_import
     times: dict[str, float] = {}
@@ -586,7 +586,7 @@ def commands(src: Path, out: Path, skip_naive: bool, hops: int) -> list[Command]
 
 def check_output(cmd: Command, m: Measured, out: Path, latest: str) -> dict[str, Any]:
     """The run must have produced a readable checkpoint of the newest release."""
-    from ckpt_migrate.reader import read_checkpoint
+    from ckpt_migrate.format.read import read_checkpoint
 
     if m.returncode != 0:
         raise SystemExit(f"{cmd.label} failed (exit {m.returncode}):\n{m.stderr[-2000:]}")
@@ -847,7 +847,7 @@ def main(argv: list[str] | None = None) -> int:
     if not CLI.exists():
         p.error(f"console script not found: {CLI} (install the package in this interpreter)")
 
-    from ckpt_migrate import releases
+    from ckpt_migrate.format import releases
 
     latest = releases.LATEST.name
     caches = ["cold", "warm"] if args.cache == "both" else [args.cache]
@@ -862,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"{work}: {human(free)} free, the benchmark needs about {human(need)}")
         if args.source:
             src = args.source.resolve()
-            from ckpt_migrate.reader import read_checkpoint
+            from ckpt_migrate.format.read import read_checkpoint
 
             with read_checkpoint(src) as ckpt:
                 source = {"file_bytes": size, "tensors": None, "config": None, "generated": False}

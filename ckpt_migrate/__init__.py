@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from ckpt_migrate._version import __version__
 
 __all__ = [
     "CheckpointManager",
@@ -26,27 +26,27 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "CheckpointManager":
-        from .manager import CheckpointManager
+        from ckpt_migrate.model_dir.manager import CheckpointManager
 
         return CheckpointManager
     if name == "tf_to_h5":
-        from .tf_to_h5 import tf_to_h5
+        from ckpt_migrate.tf.to_h5 import tf_to_h5
 
         return tf_to_h5
     if name == "h5_to_tf":
-        from .h5_to_tf import h5_to_tf
+        from ckpt_migrate.tf.from_h5 import h5_to_tf
 
         return h5_to_tf
     if name in ("load", "save", "to_torch", "from_torch"):
-        from . import api
+        from ckpt_migrate.torch import api
 
         return getattr(api, name)
     if name == "read_checkpoint":
-        from .reader import read_checkpoint
+        from ckpt_migrate.format.read import read_checkpoint
 
         return read_checkpoint
     if name == "write_checkpoint":
-        from .writer import write_checkpoint
+        from ckpt_migrate.format.write import write_checkpoint
 
         return write_checkpoint
     raise AttributeError(f"module 'ckpt_migrate' has no attribute {name!r}")

@@ -1,5 +1,7 @@
+"""``python -m ckpt_migrate``: the ``ckpt-migrate`` command."""
+
 import sys
 
-from .cli import main
+from ckpt_migrate.cli import main
 
 sys.exit(main())

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import CkptIOError, UsageError
+from ckpt_migrate.errors import CkptIOError, UsageError
 
 TMP_SUFFIX = ".tmp"
 

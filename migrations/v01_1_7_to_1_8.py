@@ -27,10 +27,10 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
-from ckpt_migrate.config_upgrade import ConfigContext
-from ckpt_migrate.migration import StepContext
-from ckpt_migrate.model_keys import KeyRename, model_keys, split_prefix
-from ckpt_migrate.yaml_edit import put
+from ckpt_migrate.config.upgrade import ConfigContext
+from ckpt_migrate.config.yaml_edit import put
+from ckpt_migrate.hops.hop import StepContext
+from ckpt_migrate.models.keys import KeyRename, model_keys, split_prefix
 
 SOURCE = "1.7"
 TARGET = "1.8"

@@ -39,12 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_migrate import families
-from ckpt_migrate.config_upgrade import ConfigContext
-from ckpt_migrate.dataloader_state import build_state, read_side_files
+from ckpt_migrate.config.upgrade import ConfigContext
+from ckpt_migrate.config.yaml_edit import put, rename, take
 from ckpt_migrate.errors import MissingLeavesError, UsageError
-from ckpt_migrate.migration import InputSpec, StepContext
-from ckpt_migrate.tree import (
+from ckpt_migrate.format.tree import (
     DictNode,
     Leaf,
     LeafRef,
@@ -58,7 +56,9 @@ from ckpt_migrate.tree import (
     iter_leaves,
     set_path,
 )
-from ckpt_migrate.yaml_edit import put, rename, take
+from ckpt_migrate.hops.dataloader import build_state, read_side_files
+from ckpt_migrate.hops.hop import InputSpec, StepContext
+from ckpt_migrate.models import ties as families
 
 SOURCE = "1.9"
 TARGET = "2.0"

@@ -6,7 +6,7 @@ Container. 2.1 keeps format 0.4 and the ``__H5_TYPE__`` tags but also writes the
 ``CkptVersion.to_file``. With it, readers tell 2.1–2.4 files apart, while a 0.4 file without it is
 taken as 2.0. The ``__spec__`` pickle now imitates the newer torch ``TreeSpec`` (a frozen
 dataclass whose state adds ``num_nodes``/``num_leaves``/``num_children``; the release table's
-``spec_torch = "dataclass"`` for 2.1–2.4, see ``ckpt_migrate.spec_pickle``), which the spec writer
+``spec_torch = "dataclass"`` for 2.1–2.4, see ``format.legacy.spec_pickle``), which the spec writer
 derives from the target release.
 
 Sources: FORMAT.md §1.1 (``CS:cerebras/pytorch/storage/_legacy/pt_h5_saver.py``
@@ -27,12 +27,12 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
-from ckpt_migrate.ckpt_metadata import record_release_in_metadata
-from ckpt_migrate.config_upgrade import ConfigContext
-from ckpt_migrate.migration import StepContext
-from ckpt_migrate.model_families import GPT_STYLE
-from ckpt_migrate.model_keys import KeyRename, rename_model_keys
-from ckpt_migrate.yaml_edit import new_map, new_seq, put, rename, take
+from ckpt_migrate.config.upgrade import ConfigContext
+from ckpt_migrate.config.yaml_edit import new_map, new_seq, put, rename, take
+from ckpt_migrate.hops.hop import StepContext
+from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
+from ckpt_migrate.models.detect import GPT_STYLE
+from ckpt_migrate.models.keys import KeyRename, rename_model_keys
 
 from .v03_1_9_to_2_0 import drop_csconfig, remove_deprecated_runconfig_params
 

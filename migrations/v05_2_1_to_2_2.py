@@ -20,13 +20,13 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
-from ckpt_migrate.ckpt_metadata import record_release_in_metadata
-from ckpt_migrate.config_upgrade import ConfigContext
+from ckpt_migrate.config.upgrade import ConfigContext
+from ckpt_migrate.config.yaml_edit import is_map, is_seq, new_map, new_seq, put, rename, take
 from ckpt_migrate.errors import UnsupportedContentError
-from ckpt_migrate.migration import StepContext
-from ckpt_migrate.model_keys import model_state, split_prefix
-from ckpt_migrate.tree import DictNode, Key, Node, SeqNode, TensorLeaf, ValueLeaf, is_leaf
-from ckpt_migrate.yaml_edit import is_map, is_seq, new_map, new_seq, put, rename, take
+from ckpt_migrate.format.tree import DictNode, Key, Node, SeqNode, TensorLeaf, ValueLeaf, is_leaf
+from ckpt_migrate.hops.hop import StepContext
+from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
+from ckpt_migrate.models.keys import model_state, split_prefix
 
 SOURCE = "2.1"
 TARGET = "2.2"

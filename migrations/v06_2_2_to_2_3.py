@@ -21,10 +21,10 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
-from ckpt_migrate import trainer_layout
-from ckpt_migrate.ckpt_metadata import record_release_in_metadata
-from ckpt_migrate.config_upgrade import ConfigContext
-from ckpt_migrate.yaml_edit import take
+from ckpt_migrate.config import trainer_layout
+from ckpt_migrate.config.upgrade import ConfigContext
+from ckpt_migrate.config.yaml_edit import take
+from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
 
 SOURCE = "2.2"
 TARGET = "2.3"
@@ -168,7 +168,7 @@ def legacy_to_trainer_layout(ctx: ConfigContext) -> None:
     the optimizer's key; ``learning_rate`` → ``schedulers``; ``train_input``/``eval_input`` →
     dataloaders) follows ``convert_legacy_params_to_trainer_params`` and its mapping table
     (``src/cerebras/modelzoo/trainer/utils.py``; MODELZOO_HISTORY.md §3.6, §4.5): see
-    :mod:`ckpt_migrate.trainer_layout`. Keys it has no place for are kept and reported.
+    :mod:`ckpt_migrate.config.trainer_layout`. Keys it has no place for are kept and reported.
     """
     trainer_layout.convert(ctx)
 

@@ -18,9 +18,9 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
-from ckpt_migrate.ckpt_metadata import record_release_in_metadata
-from ckpt_migrate.config_upgrade import ConfigContext
-from ckpt_migrate.yaml_edit import put
+from ckpt_migrate.config.upgrade import ConfigContext
+from ckpt_migrate.config.yaml_edit import put
+from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
 
 SOURCE = "2.3"
 TARGET = "2.4"

@@ -30,9 +30,9 @@ checkpoint file. Further steps are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
-from ckpt_migrate.ckpt_metadata import record_release_in_metadata
-from ckpt_migrate.migration import StepContext
-from ckpt_migrate.tree import DictNode, Key, NamedTupleNode, Node, SeqNode
+from ckpt_migrate.format.tree import DictNode, Key, NamedTupleNode, Node, SeqNode
+from ckpt_migrate.hops.hop import StepContext
+from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
 
 SOURCE = "2.4"
 TARGET = "2.5"

@@ -13,7 +13,7 @@ Steps for release-specific content are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
-from ckpt_migrate.ckpt_metadata import record_release_in_metadata
+from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
 
 SOURCE = "2.7"
 TARGET = "2.8"

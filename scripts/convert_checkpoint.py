@@ -24,9 +24,9 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ckpt_migrate import releases
 from ckpt_migrate.errors import EXIT_VERIFY_FAILED, CkptError, UsageError
-from ckpt_migrate.releases import Release
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.releases import Release
 
 FORMAT_RE = re.compile(r"cs-(\d+)\.(\d+)(?:\.\d+)?")
 EXTENSIONS_RE = re.compile(r"(?:\.[A-Za-z]+)+$")
@@ -110,8 +110,8 @@ def resolve_source(path: Path, wanted: Release | None) -> tuple[str, str | None]
     contradicts a file which states its release is refused; where the file cannot tell (0.5
     without a version), the user's word is taken.
     """
-    from ckpt_migrate.planner import source_release
-    from ckpt_migrate.reader import read_checkpoint
+    from ckpt_migrate.engine.plan import source_release
+    from ckpt_migrate.format.read import read_checkpoint
 
     with read_checkpoint(path) as ckpt:
         detected = source_release(ckpt)
@@ -139,7 +139,7 @@ def resolve_source(path: Path, wanted: Release | None) -> tuple[str, str | None]
 
 
 def _metadata_release(root: Any) -> Release | None:
-    from ckpt_migrate.tree import DictNode, SeqNode, ValueLeaf
+    from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
 
     meta = root.get("__metadata__") if isinstance(root, DictNode) else None
     if not isinstance(meta, SeqNode) or not meta.items or not isinstance(meta.items[-1], DictNode):
@@ -157,11 +157,11 @@ def _metadata_release(root: Any) -> Release | None:
 
 
 def convert(args: argparse.Namespace) -> int:
-    from ckpt_migrate.cli import _progress, print_messages
-    from ckpt_migrate.commands import load_config
-    from ckpt_migrate.config_upgrade import upgrade_config_file
-    from ckpt_migrate.engine import UpgradeOptions, upgrade
-    from ckpt_migrate.model_families import canonical_family
+    from ckpt_migrate.cli.commands import load_config
+    from ckpt_migrate.cli.main import _progress, print_messages
+    from ckpt_migrate.config.upgrade import upgrade_config_file
+    from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+    from ckpt_migrate.models.detect import canonical_family
 
     src, config = Path(args.checkpoint_file), Path(args.config)
     canonical_family(args.model)
@@ -214,8 +214,8 @@ def convert(args: argparse.Namespace) -> int:
 
 
 def convert_config(args: argparse.Namespace) -> int:
-    from ckpt_migrate.config_upgrade import upgrade_config_file
-    from ckpt_migrate.model_families import canonical_family
+    from ckpt_migrate.config.upgrade import upgrade_config_file
+    from ckpt_migrate.models.detect import canonical_family
 
     config = Path(args.config_file)
     canonical_family(args.model)
@@ -238,7 +238,7 @@ def convert_config(args: argparse.Namespace) -> int:
 
 
 def list_converters(args: argparse.Namespace) -> int:
-    from ckpt_migrate.model_families import ALIASES, FAMILIES, canonical_family
+    from ckpt_migrate.models.detect import ALIASES, FAMILIES, canonical_family
 
     wanted = None if args.model in ("all", None) else canonical_family(args.model)[0]
     first, last = releases.RELEASES[0].name, releases.LATEST.name
@@ -266,8 +266,8 @@ def key_rules(family: str) -> list[tuple[str, list[Any]]]:
     """(hop, KeyRename rules for ``family``) from every hop module's rule tables."""
     import importlib
 
-    from ckpt_migrate import graph
-    from ckpt_migrate.model_keys import KeyRename
+    from ckpt_migrate.hops import graph
+    from ckpt_migrate.models.keys import KeyRename
 
     out = []
     for hop in graph.load().hops:
@@ -285,7 +285,7 @@ def key_rules(family: str) -> list[tuple[str, list[Any]]]:
 
 
 def diff(args: argparse.Namespace) -> int:
-    from ckpt_migrate.commands import verify
+    from ckpt_migrate.cli.commands import verify
 
     data = verify(
         args.left_checkpoint,

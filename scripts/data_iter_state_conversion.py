@@ -20,8 +20,8 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ckpt_migrate.cli import print_messages
-from ckpt_migrate.engine import UpgradeOptions, upgrade
+from ckpt_migrate.cli.main import print_messages
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 
 
 def create_arg_parser() -> argparse.ArgumentParser:

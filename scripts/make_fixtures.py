@@ -24,8 +24,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ckpt_migrate import releases  # noqa: E402
-from ckpt_migrate.tree import (  # noqa: E402
+from ckpt_migrate.format import releases  # noqa: E402
+from ckpt_migrate.format.tree import (  # noqa: E402
     DictNode,
     FullTensorLeaf,
     MemoryData,
@@ -38,14 +38,14 @@ from ckpt_migrate.tree import (  # noqa: E402
     get_path,
     set_path,
 )
-from ckpt_migrate.writer import write_checkpoint  # noqa: E402
+from ckpt_migrate.format.write import write_checkpoint  # noqa: E402
 
 FIXTURE_RELEASES = ("1.7", "1.8", "1.9", "2.0", "2.3", "2.10")
 Step = collections.namedtuple("Step", ["count", "scale"])
 
 
 def _tensor(array: np.ndarray, dtype: str | None = None) -> TensorLeaf:
-    from ckpt_migrate import dtypes
+    from ckpt_migrate.format import dtypes
 
     dt = dtype or dtypes.from_storage(array.dtype).name
     return TensorLeaf(dt, tuple(array.shape), MemoryData(np.asarray(array, order="C")))
@@ -178,7 +178,7 @@ def build_tree(release: str) -> Node:
             )
         )
     if rel.legacy:  # format 0.5 cannot name namedtuple classes
-        from ckpt_migrate.tree import NamedTupleNode
+        from ckpt_migrate.format.tree import NamedTupleNode
 
         misc.items.append(
             ("step", NamedTupleNode("Step", Step._fields, [ValueLeaf(3), ValueLeaf(0.5)]))

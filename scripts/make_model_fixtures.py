@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ckpt_migrate.tree import (  # noqa: E402
+from ckpt_migrate.format.tree import (  # noqa: E402
     DictNode,
     Leaf,
     MemoryData,
@@ -41,7 +41,7 @@ from ckpt_migrate.tree import (  # noqa: E402
     TensorLeaf,
     ValueLeaf,
 )
-from ckpt_migrate.writer import write_checkpoint  # noqa: E402
+from ckpt_migrate.format.write import write_checkpoint  # noqa: E402
 
 RELEASES = ("1.9", "2.0")
 FAMILIES = ("gpt2", "llama", "bert", "t5")

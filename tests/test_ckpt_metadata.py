@@ -17,13 +17,12 @@ import pytest
 from packaging.version import Version
 
 import ckpt_migrate as cm
-from ckpt_migrate import api, graph, releases
-from ckpt_migrate.ckpt_metadata import metadata_version, record_release_in_metadata
-from ckpt_migrate.cli import main as cli_main
-from ckpt_migrate.engine import UpgradeOptions, upgrade
-from ckpt_migrate.migration import StepContext
-from ckpt_migrate.reader import read_checkpoint
-from ckpt_migrate.tree import (
+from ckpt_migrate.cli.main import main as cli_main
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.compare import signature
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import (
     DictNode,
     MemoryData,
     SeqNode,
@@ -33,7 +32,10 @@ from ckpt_migrate.tree import (
     get_path,
     iter_leaves,
 )
-from ckpt_migrate.verify import signature
+from ckpt_migrate.hops import graph
+from ckpt_migrate.hops.hop import StepContext
+from ckpt_migrate.hops.trainer_metadata import metadata_version, record_release_in_metadata
+from ckpt_migrate.torch import api
 
 STEP = record_release_in_metadata.__doc__.strip().splitlines()[0]
 

@@ -30,7 +30,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: 
 
 def test_help_does_not_import_torch():
     code = (
-        "import sys; from ckpt_migrate.cli import main\n"
+        "import sys; from ckpt_migrate.cli.main import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')"
     )
@@ -41,7 +41,7 @@ def test_help_does_not_import_torch():
 
 def test_inspect_does_not_import_torch():
     code = (
-        "import sys; from ckpt_migrate.cli import main\n"
+        "import sys; from ckpt_migrate.cli.main import main\n"
         f"main(['inspect', {str(REAL / 'basic.mdl')!r}, '--json'])\n"
         "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')"
     )

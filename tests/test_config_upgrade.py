@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ckpt_migrate import graph, yaml_edit
-from ckpt_migrate.config_upgrade import (
+from ckpt_migrate.config import yaml_edit
+from ckpt_migrate.config.upgrade import (
     ConfigChange,
     family_from_config,
     upgrade_config_file,
     upgrade_config_text,
 )
 from ckpt_migrate.errors import CkptError, UsageError
+from ckpt_migrate.hops import graph
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CONFIGS = FIXTURES / "configs"
@@ -668,7 +669,7 @@ def test_every_config_step_is_documented_and_listed_in_plans():
 
 def test_ruamel_is_not_loaded_for_help_or_plain_upgrades():
     code = (
-        "import sys; from ckpt_migrate.cli import main\n"
+        "import sys; from ckpt_migrate.cli.main import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         f"main(['plan', {str(FIXTURES / 'release-2.0.mdl')!r}])\n"
         "print('RUAMEL' if any(m.startswith('ruamel') for m in sys.modules) else 'NO-RUAMEL')"
@@ -700,8 +701,8 @@ def test_non_mapping_legacy_sections_are_reported_once():
 
 
 def test_every_model_name_the_key_steps_accept_is_known_here():
-    from ckpt_migrate import model_families
-    from ckpt_migrate.config_upgrade import MODEL_NAMES, resolve_name
+    from ckpt_migrate.config.upgrade import MODEL_NAMES, resolve_name
+    from ckpt_migrate.models import detect as model_families
 
     for name in (*model_families.FAMILIES, *model_families.ALIASES):
         family, _ = resolve_name(name)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import yaml
 
-from ckpt_migrate import releases
 from ckpt_migrate.errors import UsageError
-from ckpt_migrate.reader import read_checkpoint
-from ckpt_migrate.tree import DictNode, MemoryData, TensorLeaf, first_positions, iter_leaves
-from ckpt_migrate.writer import write_checkpoint
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import DictNode, MemoryData, TensorLeaf, first_positions, iter_leaves
+from ckpt_migrate.format.write import write_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "fixtures" / "models"

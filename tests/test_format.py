@@ -13,7 +13,6 @@ import pytest
 from digest import digest, load_expected
 
 import ckpt_migrate as cm
-from ckpt_migrate import releases, verify
 from ckpt_migrate.errors import (
     CorruptCheckpointError,
     KeyCollisionError,
@@ -22,8 +21,10 @@ from ckpt_migrate.errors import (
     NotACheckpointError,
     UnsupportedContentError,
 )
-from ckpt_migrate.reader import read_checkpoint
-from ckpt_migrate.tree import (
+from ckpt_migrate.format import compare as verify
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import (
     DictNode,
     MemoryData,
     NamedTupleNode,
@@ -32,8 +33,8 @@ from ckpt_migrate.tree import (
     ValueLeaf,
     iter_leaves,
 )
-from ckpt_migrate.treespec_json import as_tuples
-from ckpt_migrate.writer import write_checkpoint
+from ckpt_migrate.format.v05.treespec import as_tuples
+from ckpt_migrate.format.write import write_checkpoint
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -143,7 +144,7 @@ def test_ties_are_one_leaf_object():
 
 
 def test_load_reads_no_tensor_data_until_used(monkeypatch):
-    from ckpt_migrate import h5io
+    from ckpt_migrate.format.h5 import io as h5io
 
     reads: list[str] = []
     real = h5io.H5Handle.read_dataset
@@ -341,7 +342,7 @@ def test_fixtures_are_what_make_fixtures_writes(tmp_path):
 
 
 def test_inspect_json_lists_missing_and_dtypes():
-    from ckpt_migrate import commands
+    from ckpt_migrate.cli import commands
 
     data = commands.inspect(FIXTURES / "release-1.9.mdl")
     assert data["release"] == "1.9" and data["format"] == 0.3

@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_migrate import graph, releases
 from ckpt_migrate.errors import UsageError
-from ckpt_migrate.graph import GraphError
-from ckpt_migrate.migration import Hop, StepContext
-from ckpt_migrate.tree import (
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.tree import (
     DictNode,
     MemoryData,
     NamedTupleNode,
@@ -28,7 +26,10 @@ from ckpt_migrate.tree import (
     iter_leaves,
     structure_equal,
 )
-from ckpt_migrate.treespec_json import dumps
+from ckpt_migrate.format.v05.treespec import dumps
+from ckpt_migrate.hops import graph
+from ckpt_migrate.hops.graph import GraphError
+from ckpt_migrate.hops.hop import Hop, StepContext
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = [r.name for r in releases.RELEASES]
@@ -440,7 +441,7 @@ def test_built_wheel_contains_every_hop_module(tmp_path):
     # The unpacked wheel (not the editable source tree) loads and validates the graph.
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "unpacked")}
     code = (
-        "import ckpt_migrate, ckpt_migrate.graph as g; "
+        "import ckpt_migrate, ckpt_migrate.hops.graph as g; "
         "print(ckpt_migrate.__file__); print(len(g.load().hops))"
     )
     proc = subprocess.run(

@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from ckpt_migrate import h5attrs
+from ckpt_migrate.format.h5 import attrs as h5attrs
 
 VALUES = {
     "text": "TorchTensorH5Type",

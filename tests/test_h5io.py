@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import ckpt_migrate as cm
-from ckpt_migrate import engine, h5io
-from ckpt_migrate.reader import read_checkpoint
-from ckpt_migrate.tree import iter_leaves
+from ckpt_migrate.engine import upgrade as engine
+from ckpt_migrate.format.h5 import io as h5io
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import iter_leaves
 
 TENSORS = 3000  # their object headers together are larger than METADATA_CACHE_MAX
 # Enough data per tensor that an upgrade keeps the file and patches its metadata (copy-patch)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from h5py import h5f, h5p
 
-from ckpt_migrate import h5root
+from ckpt_migrate.format.h5 import root as h5root
 
 
 def _make(path: Path, superblock: int, userblock: int = 0) -> tuple[int, int, int]:

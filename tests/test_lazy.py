@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
-from ckpt_migrate.lazy import (
+from ckpt_migrate.torch.lazy import (
     LazyTensor,
     is_lazy,
     materialize,

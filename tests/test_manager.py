@@ -26,8 +26,8 @@ from real_cstorch import real_digest, requires_real_cstorch
 import ckpt_migrate as cm
 from ckpt_migrate import CheckpointManager
 from ckpt_migrate.errors import StateMismatchError, StateSelectionError
-from ckpt_migrate.manager import RUN_ATTR, read_run_record
-from ckpt_migrate.reader import read_checkpoint
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.model_dir.manager import RUN_ATTR, read_run_record
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -145,7 +145,7 @@ def test_latest_skips_temporary_partial_and_unrelated_files(tmp_path, caplog):
         f.attrs["__SUCCESS__"] = False
     (md / "checkpoint_5.mdl").write_text("not a checkpoint")
     (md / "checkpoint_4.mdl").mkdir()
-    caplog.set_level(logging.WARNING, "ckpt_migrate.manager")
+    caplog.set_level(logging.WARNING, "ckpt_migrate.model_dir.manager")
     assert mgr.latest() == good
     skipped = " ".join(r.getMessage() for r in caplog.records)
     for name in ("checkpoint_7.mdl", "checkpoint_6.mdl", "checkpoint_5.mdl"):
@@ -215,8 +215,8 @@ def test_subset_files_every_k_saves_without_reading_back(tmp_path, monkeypatch):
         raise AssertionError("a subset must not read the checkpoint back")
 
     # The writer re-reads each file's structure to verify it; no tensor data is read back.
-    monkeypatch.setattr("ckpt_migrate.h5io.H5Handle.read_dataset", no_reading)
-    monkeypatch.setattr("ckpt_migrate.api.load", no_reading)
+    monkeypatch.setattr("ckpt_migrate.format.h5.io.H5Handle.read_dataset", no_reading)
+    monkeypatch.setattr("ckpt_migrate.torch.api.load", no_reading)
     states = {}
     for step in range(1, 6):
         states[step] = tiny_state(seed=step, step=step)
@@ -327,7 +327,7 @@ def test_non_strict_loading_returns_and_logs_the_key_report(tmp_path, caplog):
     mgr, net, _ = saved_net(tmp_path)
     other = Net(renamed=True)
     scaler = torch.nn.Linear(1, 1)  # anything with load_state_dict
-    caplog.set_level(logging.WARNING, "ckpt_migrate.manager")
+    caplog.set_level(logging.WARNING, "ckpt_migrate.model_dir.manager")
     loaded = mgr.load_latest(strict=False, model=other, into={"grad_scaler": scaler})
     assert loaded is not None and not loaded.complete
     assert loaded.missing_keys == {"model": ["head.weight", "head.bias"]}

@@ -10,14 +10,9 @@ from pathlib import Path
 import pytest
 
 from ckpt_migrate.errors import UsageError
-from ckpt_migrate.model_families import (
-    FAMILIES,
-    canonical_family,
-    choose_family,
-    detect_family,
-)
-from ckpt_migrate.model_keys import model_keys
-from ckpt_migrate.reader import read_checkpoint
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.models.detect import FAMILIES, canonical_family, choose_family, detect_family
+from ckpt_migrate.models.keys import model_keys
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 L0 = "transformer_decoder.layers.0"

@@ -17,11 +17,11 @@ from digest import digest
 from real_cstorch import real_digest, requires_real_cstorch
 
 import ckpt_migrate as cm
-from ckpt_migrate import commands
-from ckpt_migrate.reader import read_checkpoint
-from ckpt_migrate.tree import DictNode, MemoryData, TensorLeaf, ValueLeaf, iter_leaves
-from ckpt_migrate.verify import tensor_sha256
-from ckpt_migrate.writer import write_checkpoint
+from ckpt_migrate.cli import commands
+from ckpt_migrate.format.compare import tensor_sha256
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import DictNode, MemoryData, TensorLeaf, ValueLeaf, iter_leaves
+from ckpt_migrate.format.write import write_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "fixtures" / "models"
@@ -136,7 +136,7 @@ def test_fixtures_are_what_make_model_fixtures_writes(tmp_path):
         import make_model_fixtures
     finally:
         sys.path.pop(0)
-    from ckpt_migrate.verify import signature
+    from ckpt_migrate.format.compare import signature
 
     for family in make_model_fixtures.FAMILIES:
         for release in make_model_fixtures.RELEASES:

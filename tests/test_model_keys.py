@@ -13,13 +13,10 @@ import sys
 import numpy as np
 import pytest
 
-from ckpt_migrate import graph
 from ckpt_migrate.errors import UnsupportedContentError
-from ckpt_migrate.migration import StepContext
-from ckpt_migrate.model_families import choose_family
-from ckpt_migrate.model_keys import KeyPattern, KeyRename, report_unknown_keys
-from ckpt_migrate.reader import read_checkpoint
-from ckpt_migrate.tree import (
+from ckpt_migrate.format.compare import tensor_sha256
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import (
     DictNode,
     MemoryData,
     SeqNode,
@@ -28,8 +25,11 @@ from ckpt_migrate.tree import (
     get_path,
     iter_leaves,
 )
-from ckpt_migrate.verify import tensor_sha256
-from ckpt_migrate.writer import write_checkpoint
+from ckpt_migrate.format.write import write_checkpoint
+from ckpt_migrate.hops import graph
+from ckpt_migrate.hops.hop import StepContext
+from ckpt_migrate.models.detect import choose_family
+from ckpt_migrate.models.keys import KeyPattern, KeyRename, report_unknown_keys
 
 L0 = "transformer_decoder.layers.0"
 

@@ -19,9 +19,9 @@ from digest import diff_digests, digest
 from real_cstorch import real_digest, requires_real_cstorch
 
 import ckpt_migrate as cm
-from ckpt_migrate import releases
-from ckpt_migrate.reader import read_checkpoint
-from ckpt_migrate.writer import write_checkpoint
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.write import write_checkpoint
 
 pytestmark = requires_real_cstorch()
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import h5py
 import pytest
 
-from ckpt_migrate import commands, families
-from ckpt_migrate.reader import read_checkpoint
-from ckpt_migrate.tree import TensorLeaf, ValueLeaf, get_path, iter_leaves
+from ckpt_migrate.cli import commands
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import TensorLeaf, ValueLeaf, get_path, iter_leaves
+from ckpt_migrate.models import ties as families
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -268,7 +269,7 @@ def test_scripts_show_the_documented_flags():
 def _same(a: Path, b: Path) -> None:
     assert commands.verify(a, b)["identical"]
     with read_checkpoint(a) as x, read_checkpoint(b) as y:
-        from ckpt_migrate.verify import signature
+        from ckpt_migrate.format.compare import signature
 
         assert signature(x.root) == signature(y.root)
         assert (x.release.name, y.release.name) == ("2.0", "2.0")

@@ -1,4 +1,4 @@
-"""Tests for ``ckpt_migrate.spec_pickle``: the restricted legacy ``__spec__`` decoder and encoder.
+"""Tests for ``format.legacy.spec_pickle``: the restricted legacy ``__spec__`` decoder and encoder.
 
 Fixtures: FORMAT_EXAMPLES.md A.1 (an emulated torch ≤2.0 spec pickled by dill 0.3.8) and the output
 of real torch 2.4.0 + dill 0.3.8 (the cerebras-pytorch 2.10 environment) for a small state dict.
@@ -28,14 +28,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckpt_migrate import spec_pickle
 from ckpt_migrate.errors import (
     CkptError,
     CorruptCheckpointError,
     UnsafeContentError,
     UnsupportedContentError,
 )
-from ckpt_migrate.spec_pickle import (
+from ckpt_migrate.format.legacy import spec_pickle
+from ckpt_migrate.format.legacy.spec_pickle import (
     decode_spec,
     decode_spec_hex,
     decode_spec_info,
@@ -43,7 +43,7 @@ from ckpt_migrate.spec_pickle import (
     encode_spec_hex,
     spec_bytes_from_hex,
 )
-from ckpt_migrate.tree import (
+from ckpt_migrate.format.tree import (
     DictNode,
     MissingLeaf,
     NamedTupleNode,

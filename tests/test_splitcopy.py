@@ -11,9 +11,9 @@ import hdf5plugin
 import numpy as np
 import pytest
 
-from ckpt_migrate import splitcopy
-from ckpt_migrate.engine import file_digest
-from ckpt_migrate.splitcopy import SplitCopy, complement, data_ranges
+from ckpt_migrate.engine import splitcopy
+from ckpt_migrate.engine.splitcopy import SplitCopy, complement, data_ranges
+from ckpt_migrate.engine.upgrade import file_digest
 
 
 @pytest.fixture

@@ -25,9 +25,9 @@ from real_cstorch import real_digest, unavailable_reason
 
 import ckpt_migrate as cm
 from ckpt_migrate.errors import CkptError, UnsupportedContentError, UsageError
-from ckpt_migrate.h5_to_tf import h5_to_tf
-from ckpt_migrate.tf_saver import INSTALL_HINT, parse_size
-from ckpt_migrate.tf_to_h5 import tf_to_h5
+from ckpt_migrate.tf.from_h5 import h5_to_tf
+from ckpt_migrate.tf.saver import INSTALL_HINT, parse_size
+from ckpt_migrate.tf.to_h5 import tf_to_h5
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REAL = FIXTURES / "real-cstorch-2.10"
@@ -60,9 +60,9 @@ def run_script(script: str, *args: str, hide_tf: bool = False) -> subprocess.Com
     """A console script (``tensorflow-to-h5``/``h5-to-tensorflow``) or ``ckpt-migrate`` as a
     process; ``hide_tf`` makes ``import tensorflow`` fail as if it were not installed."""
     entry = {
-        "tensorflow-to-h5": "from ckpt_migrate.tf_cli import tensorflow_to_h5 as main",
-        "h5-to-tensorflow": "from ckpt_migrate.tf_cli import h5_to_tensorflow as main",
-        "ckpt-migrate": "from ckpt_migrate.cli import main",
+        "tensorflow-to-h5": "from ckpt_migrate.cli.tf import tensorflow_to_h5 as main",
+        "h5-to-tensorflow": "from ckpt_migrate.cli.tf import h5_to_tensorflow as main",
+        "ckpt-migrate": "from ckpt_migrate.cli.main import main",
     }[script]
     hide = "sys.modules['tensorflow'] = None\n" if hide_tf else ""
     code = f"import sys\n{hide}{entry}\nsys.exit(main({list(args)!r}))"
@@ -427,7 +427,7 @@ def test_unconvertible_values_are_refused_or_excluded_never_dropped(tf, tmp_path
 
 
 def test_any_cerebras_checkpoint_converts_under_its_leaf_names(tf, tmp_path):
-    from ckpt_migrate.tree import TensorLeaf, iter_leaves
+    from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
 
     # ties: every name gets its own copy of the data
     rep = h5_to_tf(REAL / "tied.mdl", tmp_path / "tied")
@@ -552,9 +552,9 @@ def test_without_tensorflow_the_commands_say_how_to_install_it(script, args, tmp
             "-c",
             "import sys\nsys.modules['tensorflow'] = None\n"
             + {
-                "tensorflow-to-h5": "from ckpt_migrate.tf_cli import tensorflow_to_h5 as main",
-                "h5-to-tensorflow": "from ckpt_migrate.tf_cli import h5_to_tensorflow as main",
-                "ckpt-migrate": "from ckpt_migrate.cli import main",
+                "tensorflow-to-h5": "from ckpt_migrate.cli.tf import tensorflow_to_h5 as main",
+                "h5-to-tensorflow": "from ckpt_migrate.cli.tf import h5_to_tensorflow as main",
+                "ckpt-migrate": "from ckpt_migrate.cli.main import main",
             }[script]
             + f"\nsys.exit(main({args!r}))",
         ],
@@ -569,7 +569,7 @@ def test_without_tensorflow_the_commands_say_how_to_install_it(script, args, tmp
 def test_help_and_import_never_load_tensorflow():
     code = (
         "import sys\nimport ckpt_migrate\nckpt_migrate.tf_to_h5, ckpt_migrate.h5_to_tf\n"
-        "from ckpt_migrate.cli import main\nfrom ckpt_migrate.tf_cli import tensorflow_to_h5\n"
+        "from ckpt_migrate.cli.main import main\nfrom ckpt_migrate.cli.tf import tensorflow_to_h5\n"
         "for argv in (['--help'], ['tf-to-h5', '--help'], ['h5-to-tf', '--help']):\n"
         "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
         "try:\n    tensorflow_to_h5(['--help'])\nexcept SystemExit:\n    pass\n"

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 
 import ckpt_migrate as cm
-from ckpt_migrate import commands
-from ckpt_migrate.cli import main as cli_main
-from ckpt_migrate.engine import UpgradeOptions, upgrade
-from ckpt_migrate.reader import PROVENANCE_ATTR, read_checkpoint
-from ckpt_migrate.tree import iter_leaves
+from ckpt_migrate.cli import commands
+from ckpt_migrate.cli.main import main as cli_main
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.format.read import PROVENANCE_ATTR, read_checkpoint
+from ckpt_migrate.format.tree import iter_leaves
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 PAGE = 4096

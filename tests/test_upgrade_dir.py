@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 
 import ckpt_migrate as cm
-from ckpt_migrate import CheckpointManager, commands
-from ckpt_migrate.cli import main as cli_main
-from ckpt_migrate.reader import read_checkpoint
-from ckpt_migrate.upgrade_dir import DirOptions, upgrade_dir
+from ckpt_migrate import CheckpointManager
+from ckpt_migrate.cli import commands
+from ckpt_migrate.cli.main import main as cli_main
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.model_dir.upgrade_dir import DirOptions, upgrade_dir
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SOURCES = {"checkpoint_100.mdl": "1.9", "checkpoint_200.mdl": "2.0", "checkpoint_300.mdl": "2.10"}
@@ -176,9 +177,9 @@ def test_a_current_file_is_skipped_without_reading_tensors(tmp_path, monkeypatch
     def no_reading(*args, **kwargs):
         raise AssertionError("tensor data was read")
 
-    monkeypatch.setattr("ckpt_migrate.h5io.H5Handle.read_dataset", no_reading)
-    monkeypatch.setattr("ckpt_migrate.engine.file_digest", no_reading)
-    monkeypatch.setattr("ckpt_migrate.upgrade_dir.file_digest", no_reading)
+    monkeypatch.setattr("ckpt_migrate.format.h5.io.H5Handle.read_dataset", no_reading)
+    monkeypatch.setattr("ckpt_migrate.engine.upgrade.file_digest", no_reading)
+    monkeypatch.setattr("ckpt_migrate.model_dir.upgrade_dir.file_digest", no_reading)
     for opts in (DirOptions(inplace=True), DirOptions(output_dir=tmp_path / "out")):
         got = upgrade_dir(md, opts)
         assert [(e.path.name, e.status) for e in got] == [
@@ -353,7 +354,7 @@ def test_upgrade_dir_does_not_import_torch(tmp_path):
     code = textwrap.dedent(
         f"""
         import sys
-        from ckpt_migrate.cli import main
+        from ckpt_migrate.cli.main import main
         code = main(["upgrade-dir", {str(md)!r}, "--output-dir", {str(tmp_path / "out")!r}])
         print("exit", code, "TORCH" if "torch" in sys.modules else "NO-TORCH")
         """

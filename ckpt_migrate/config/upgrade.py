@@ -1,0 +1,594 @@
+"""Upgrade a Model Zoo ``params.yaml`` hop by hop, alongside its checkpoint.
+
+Each release hop module declares ``CONFIG_OPERATIONS``, small functions ``op(ctx:
+ConfigContext)`` that edit the YAML document in ``ctx.data`` (ruamel round-trip objects, so
+comments, key order and quoting survive) and report every change through ``ctx``. Nothing is
+dropped silently: a key a step cannot map stays where it is and is reported as ``unknown``.
+
+The family (gpt2, llama, bert, t5, ...) decides the model-specific steps. It comes from the
+caller (``--model``, or the family the checkpoint's keys showed), else from the config itself:
+its own ``name`` (2.4+), or keys only one family has. A guess from keys is good enough for a
+rule keyed on that very key (``use_biasless_norm`` exists only in GPT-J-style configs), never
+for writing a model name: ``trainer.init.model.name`` is written only from a name the user or
+the config gave, or a family whose Model Zoo name is unambiguous; otherwise the report asks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ckpt_migrate.config import yaml_edit
+from ckpt_migrate.errors import CkptError, UsageError
+
+if TYPE_CHECKING:
+    from ckpt_migrate.hops.hop import Hop
+
+Kind = Literal["changed", "added", "removed", "unknown", "note"]
+
+# Every name --model (or a config's own model name) may use -> (family, Model Zoo registry name
+# to write as trainer.init.model.name from 2.4 on; None when there is none to write).
+# Registry names: Cerebras/modelzoo src/cerebras/modelzoo/registry/registry.yaml; GPT-NeoX
+# configs run as "gptj" in Model Zoo's own trainer-layout configs (models/nlp/gptj/configs/
+# params_gpt_neox_*.yaml). No registry entry exists for CodeGen, BERT QA, UL2 or Flan-UL2.
+MODEL_NAMES: dict[str, tuple[str, str | None]] = {
+    "gpt2": ("gpt2", "gpt2"),
+    "gpt3": ("gpt2", "gpt3"),
+    "gptj": ("gptj", "gptj"),
+    "gpt-neox": ("gpt-neox", "gptj"),
+    "codegen": ("codegen", None),
+    "llama": ("llama", "llama"),
+    "llamav2": ("llama", "llama"),
+    "llama2": ("llama", "llama"),
+    "code-llama": ("llama", "llama"),
+    "wizardlm": ("llama", "llama"),
+    "bloom": ("bloom", "bloom"),
+    "falcon": ("falcon", "falcon"),
+    "bert": ("bert", "bert"),
+    "bert-sequence-classifier": ("bert", "bert/classifier"),
+    "bert/classifier": ("bert", "bert/classifier"),
+    "bert-token-classifier": ("bert", "bert/token_classifier"),
+    "bert/token_classifier": ("bert", "bert/token_classifier"),
+    "bert-summarization": ("bert", "bert/extractive_summarization"),
+    "bert/extractive_summarization": ("bert", "bert/extractive_summarization"),
+    "bert-qa": ("bert", None),
+    "bert-q&a": ("bert", None),
+    "t5": ("t5", "t5"),
+    "transformer": ("t5", "transformer"),
+    "ul2": ("t5", None),
+    "flan-ul2": ("t5", None),
+}
+FAMILIES = ("gpt2", "gptj", "gpt-neox", "codegen", "llama", "bloom", "falcon", "bert", "t5")
+# Families whose Model Zoo name follows from the family alone (no variants to tell apart).
+_NAME_FROM_FAMILY = {"gpt2": "gpt2", "gptj": "gptj", "gpt-neox": "gptj", "llama": "llama"}
+_NAME_FROM_FAMILY |= {"bloom": "bloom", "falcon": "falcon"}
+
+# Keys only one family's 1.x/2.x model config has (Model Zoo model classes' parameters).
+_T5_KEYS = {
+    "encoder_num_hidden_layers",
+    "decoder_num_hidden_layers",
+    "d_kv",
+    "src_vocab_size",
+    "use_t5_layer_norm",
+    "use_pre_encoder_decoder_layer_norm",
+    "relative_attention_num_buckets",
+}
+_BERT_KEYS = {"disable_nsp", "pooler_nonlinearity", "mlm_nonlinearity", "num_segments"}
+_GPTJ_KEYS = {"use_biasless_norm"}
+
+
+def resolve_name(name: str) -> tuple[str, str | None]:
+    """(family, registry name) for a model name or alias; a clear error for an unknown one."""
+    key = name.strip().lower()
+    if key in MODEL_NAMES:
+        return MODEL_NAMES[key]
+    raise UsageError(
+        None,
+        f"unknown model {name!r}",
+        f"known models: {', '.join(sorted(MODEL_NAMES))}",
+    )
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """One entry of the config report."""
+
+    kind: Kind
+    key: str
+    old: Any = None
+    new: Any = None
+    hop: str = ""
+    why: str = ""
+    moved_to: str | None = None  # a key renamed or moved: its new place
+
+    def line(self) -> str:
+        where = f"{self.key} → {self.moved_to}" if self.moved_to else self.key
+        if self.kind == "changed" and self.moved_to and _same(self.old, self.new):
+            what = ""
+        elif self.kind == "changed":
+            what = f": {_show(self.old)} → {_show(self.new)}"
+        elif self.kind == "added":
+            what = f": {_show(self.new)}"
+        elif self.kind in ("removed", "unknown"):
+            what = f" (was {_show(self.old)})" if self.kind == "removed" else ""
+        else:
+            what = ""
+        why = f" — {self.why}" if self.why else ""
+        hop = f"[{self.hop}] " if self.hop else ""
+        return f"{hop}{self.kind}: {where}{what}{why}"
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "kind": self.kind,
+            "key": self.key,
+            "old": yaml_edit.plain(self.old),
+            "new": yaml_edit.plain(self.new),
+            "hop": self.hop,
+            "why": self.why,
+        }
+        if self.moved_to:
+            out["moved_to"] = self.moved_to
+        return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    return yaml_edit.plain(a) == yaml_edit.plain(b)
+
+
+def _show(value: Any) -> str:
+    import json
+
+    text = json.dumps(yaml_edit.plain(value), default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass
+class ConfigUpgrade:
+    """The upgraded config text and the report of every change, with the hop that made it."""
+
+    text: str
+    report: list[ConfigChange]
+    from_release: str = ""
+    to_release: str = ""
+    family: str | None = None
+    family_source: str | None = None
+    source: Path | None = None
+    output: Path | None = None
+
+    @property
+    def changed(self) -> bool:
+        return any(c.kind in ("changed", "added", "removed") for c in self.report)
+
+    def count(self, kind: Kind) -> int:
+        return sum(1 for c in self.report if c.kind == kind)
+
+    def lines(self) -> list[str]:
+        src = f"{self.source}: " if self.source else ""
+        fam = f"{self.family} ({self.family_source})" if self.family else "unknown"
+        head = f"{src}config {self.from_release} → {self.to_release}, model family {fam}"
+        counts = ", ".join(
+            f"{self.count(k)} {k}" for k in ("changed", "added", "removed", "unknown", "note")
+        )
+        lines = [head, *(f"  {c.line()}" for c in self.report), f"  {counts}"]
+        if self.output is not None:
+            lines.append(f"  written to {self.output}")
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": str(self.source) if self.source else None,
+            "output": str(self.output) if self.output else None,
+            "from": self.from_release,
+            "to": self.to_release,
+            "family": self.family,
+            "family_source": self.family_source,
+            "report": [c.to_json() for c in self.report],
+        }
+
+
+@dataclass
+class ConfigContext:
+    """What a config operation sees: the document to edit, the family, inputs, the report."""
+
+    data: Any
+    family: str | None = None
+    model_name: str | None = None  # Model Zoo registry name, when known for sure
+    name_hint: str = ""  # why the name is not known, for the report
+    num_csx: int | None = None
+    report: list[ConfigChange] = field(default_factory=list)
+    hop: Hop | None = None
+    target: str = ""  # the release the whole upgrade goes to
+
+    # ------------------------------------------------------------------ reporting
+    def _record(self, kind: Kind, key: str, old: Any, new: Any, why: str, to: str | None) -> None:
+        hop = f"{self.hop.source}→{self.hop.target}" if self.hop else ""
+        self.report.append(
+            ConfigChange(kind, key, _copy(old), _copy(new), hop, " ".join(why.split()), to)
+        )
+
+    def changed(self, key: str, old: Any, new: Any, why: str) -> None:
+        self._record("changed", key, old, new, why, None)
+
+    def moved(self, key: str, to: str, value: Any, why: str, new: Any = ...) -> None:
+        self._record("changed", key, value, value if new is ... else new, why, to)
+
+    def added(self, key: str, new: Any, why: str) -> None:
+        self._record("added", key, None, new, why, None)
+
+    def removed(self, key: str, old: Any, why: str) -> None:
+        self._record("removed", key, old, None, why, None)
+
+    def unknown(self, key: str, value: Any, why: str) -> None:
+        self._record("unknown", key, value, value, why, None)
+
+    def note(self, key: str, why: str) -> None:
+        self._record("note", key, None, None, why, None)
+
+    def flag_to_value(
+        self, path: str, section: Any, flag: str, key: str, new: Any, why: str
+    ) -> None:
+        """Replace the flag ``section[flag]`` by ``key: new`` in its place. If ``key`` is already
+        set, the flag is dropped when the two agree and both are kept (and reported) when not."""
+        old = section[flag]
+        where = f"{path}.{flag}"
+        if key not in section:
+            yaml_edit.rename(section, flag, key, new)
+            self.moved(where, f"{path}.{key}", old, why, new=new)
+        elif section[key] == new:
+            yaml_edit.take(section, flag)
+            self.removed(where, old, f"{key} already says {new!r} ({why})")
+        else:
+            self.unknown(where, old, f"conflicts with {key} {section[key]!r}: both kept, decide")
+
+    # ------------------------------------------------------------------ layout
+    @property
+    def legacy(self) -> bool:
+        """The pre-2.3 layout (train_input/model/optimizer/runconfig at the top)."""
+        return "trainer" not in self.data
+
+    def section(self, name: str) -> Any:
+        """A top-level mapping of the legacy layout, or None."""
+        value = self.data.get(name) if self.legacy else None
+        return value if yaml_edit.is_map(value) else None
+
+    def model_sections(self) -> list[tuple[str, Any]]:
+        """(path, mapping) of every model section, in either layout."""
+        if self.legacy:
+            model = self.section("model")
+            return [("model", model)] if model is not None else []
+        out = []
+        for path, trainer in self.trainers():
+            init = trainer.get("init")
+            model = init.get("model") if yaml_edit.is_map(init) else None
+            if yaml_edit.is_map(model):
+                out.append((f"{path}.init.model", model))
+        return out
+
+    def trainers(self) -> list[tuple[str, Any]]:
+        trainer = self.data.get("trainer")
+        if yaml_edit.is_map(trainer):
+            return [("trainer", trainer)]
+        if yaml_edit.is_seq(trainer):
+            return [(f"trainer[{i}]", t) for i, t in enumerate(trainer) if yaml_edit.is_map(t)]
+        return []
+
+    def model_keys(self) -> set[str]:
+        return {str(k) for _, m in self.model_sections() for k in m}
+
+
+def _copy(value: Any) -> Any:
+    """A snapshot for the report (later steps may edit the same mapping)."""
+    return yaml_edit.plain(value)
+
+
+# ---------------------------------------------------------------------------- family
+
+
+def family_from_config(data: Any) -> tuple[str | None, str | None, str]:
+    """(family, registry name if the config names its model, evidence) from the config itself."""
+    ctx = ConfigContext(data)
+    for path, model in ctx.model_sections():
+        for key in ("name", "model_name"):
+            value = model.get(key)
+            if isinstance(value, str) and value.strip().lower() in MODEL_NAMES:
+                family, registry = MODEL_NAMES[value.strip().lower()]
+                return family, registry, f"{path}.{key} = {value!r}"
+    keys = ctx.model_keys()
+    for family, markers in (("t5", _T5_KEYS), ("bert", _BERT_KEYS), ("gptj", _GPTJ_KEYS)):
+        found = sorted(keys & markers)
+        if found and (family != "bert" or "decoder_nonlinearity" not in keys):
+            return family, None, f"model keys only {family} configs have: {', '.join(found)}"
+    return None, None, ""
+
+
+def _resolve_family(
+    data: Any, family: str | None, family_source: str | None
+) -> tuple[str | None, str | None, str, str | None]:
+    """(family, registry name or None, hint when no name, where the family came from)."""
+    if family is not None:
+        fam, registry = resolve_name(family)
+        if family_source is None:  # the caller vouches for the exact model (e.g. --model)
+            hint = "" if registry else f"Model Zoo has no registry name for {family!r}"
+            return fam, registry, hint, "from --model"
+        # A family seen in the checkpoint's keys: the name only where variants cannot differ.
+        registry = _NAME_FROM_FAMILY.get(fam)
+        hint = "" if registry else f"the {fam} family has several Model Zoo models"
+        cfg_family, cfg_registry, evidence = family_from_config(data)
+        if cfg_registry and cfg_family == fam:
+            return fam, cfg_registry, "", f"{family_source}; {evidence}"
+        return fam, registry, hint, family_source
+    fam, registry, evidence = family_from_config(data)
+    if fam is None:
+        return None, None, "the model family is unknown", None
+    hint = "" if registry else f"the family was only inferred from config keys ({evidence})"
+    return fam, registry, hint, f"config: {evidence}"
+
+
+# ---------------------------------------------------------------------------- entry points
+
+
+def upgrade_config_text(
+    text: str,
+    from_release: str,
+    to_release: str,
+    *,
+    family: str | None = None,
+    num_csx: int | None = None,
+    source: Path | None = None,
+    family_source: str | None = None,
+) -> ConfigUpgrade:
+    """Run every hop's config steps from ``from_release`` to ``to_release`` on ``text``.
+
+    ``family`` is a model name or alias (``--model``); with ``family_source`` set it is only a
+    family seen elsewhere (e.g. ``"checkpoint keys"``), not a user's word for the exact model.
+    Returns the new text (the input unchanged, byte for byte, when nothing changed) and the
+    report.
+    """
+    from ckpt_migrate.format import releases
+    from ckpt_migrate.hops import graph
+
+    if num_csx is not None and num_csx < 1:
+        raise UsageError(None, f"--num-csx must be at least 1, not {num_csx}")
+    src, tgt = releases.get(from_release), releases.get(to_release)
+    hops = graph.load().path(src, tgt)
+    data, style = yaml_edit.load(text, source)
+    fam, registry, hint, fam_source = _resolve_family(data, family, family_source)
+    ctx = ConfigContext(data, fam, registry, hint, num_csx, target=tgt.name)
+    if fam is None and hops:
+        ctx.note(
+            "model",
+            "model family unknown (no --model, not seen in the checkpoint, not evident from "
+            "the config): model-specific config steps are skipped",
+        )
+    seen, _, evidence = family_from_config(data)
+    if fam and seen and _group(seen) != _group(fam):
+        ctx.note(
+            "model",
+            f"the config looks like {seen} ({evidence}), but {fam} was given; "
+            f"{fam}'s config steps are applied",
+        )
+    started_legacy = ctx.legacy
+    skipped: list[str] = []
+    for hop in hops:
+        ctx.hop = hop
+        if not started_legacy and _before_trainer_layout(hop):
+            if hop.config_operations:
+                skipped.append(f"{hop.source}→{hop.target}")
+            continue
+        for operation in hop.config_operations:
+            operation(ctx)
+    ctx.hop = None
+    if skipped:
+        ctx.report.insert(
+            0,
+            ConfigChange(
+                "note",
+                "trainer",
+                hop=skipped[0],
+                why=f"the config is already in the 2.3+ trainer layout: the steps of "
+                f"{', '.join(skipped)} (legacy layout) were not applied",
+            ),
+        )
+    out = ConfigUpgrade(
+        text=text,
+        report=ctx.report,
+        from_release=src.name,
+        to_release=tgt.name,
+        family=fam,
+        family_source=fam_source,
+        source=source,
+    )
+    if out.changed:  # else the text stays byte for byte the input's
+        out.text = yaml_edit.dump(data, style)
+    return out
+
+
+def _group(family: str) -> str:
+    """GPT-J, NeoX and CodeGen configs share their keys (one model class in Model Zoo)."""
+    return "gptj" if family in ("gptj", "gpt-neox", "codegen") else family
+
+
+def _before_trainer_layout(hop: Hop) -> bool:
+    from packaging.version import Version
+
+    return Version(hop.target) <= Version("2.2")
+
+
+def upgrade_config_file(
+    src: Path,
+    dst: Path,
+    from_release: str,
+    to_release: str,
+    *,
+    family: str | None = None,
+    num_csx: int | None = None,
+    family_source: str | None = None,
+) -> ConfigUpgrade:
+    """Upgrade the config file ``src`` into ``dst``: written beside ``dst`` to a temporary file,
+    fsynced, then moved into place; an existing ``dst`` is never overwritten (clear error)."""
+    from ckpt_migrate.atomic import atomic_output
+
+    src, dst = Path(src), Path(dst)
+    text = read_text(src)
+    result = upgrade_config_text(
+        text,
+        from_release,
+        to_release,
+        family=family,
+        num_csx=num_csx,
+        source=src,
+        family_source=family_source,
+    )
+    with atomic_output(dst) as tmp:
+        tmp.write_text(result.text, encoding="utf-8")
+    result.output = dst
+    return result
+
+
+def read_text(path: Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(path, "no such config file", "check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise UsageError(path, f"cannot read the config ({reason})") from None
+
+
+def default_output(config: Path, to_release: str, output_dir: Path | None) -> Path:
+    """Where ``upgrade --config`` writes the upgraded config when ``--config-out`` is absent.
+
+    With ``--output-dir D``: ``D/<config name>``, as checkpoints keep their names there. Beside
+    the source config (``--inplace``, or ``D`` being the config's own directory):
+    ``<config stem>.<to-release><suffix>``, e.g. ``params.2.10.yaml``. Never the config itself.
+    """
+    from ckpt_migrate.format import releases
+
+    name = releases.get(to_release).name
+    if output_dir is not None:
+        target = output_dir / config.name
+        if not _same_place(target, config):
+            return target
+    return config.with_name(f"{config.stem}.{name}{config.suffix or '.yaml'}")
+
+
+def _same_place(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+@dataclass
+class ConfigOutcome:
+    """The config part of one ``upgrade`` result: the upgrade, or why there is none."""
+
+    result: ConfigUpgrade | None = None
+    error: str | None = None
+    exit_code: int = 0
+    message: str | None = None  # e.g. "not written (dry run)"
+
+    def lines(self) -> list[str]:
+        if self.error:
+            return []
+        out = self.result.lines() if self.result else []
+        if self.message:
+            out.append(f"  {self.message}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = self.result.to_json() if self.result else {}
+        if self.error:
+            data["error"] = self.error
+        if self.message:
+            data["message"] = self.message
+        return data
+
+
+class ConfigAlongside:
+    """``upgrade --config``: the config goes from the checkpoint's release to the same target.
+
+    Everything that can be checked before a checkpoint is touched is checked in the
+    constructor (the config parses, its output does not exist, ``--num-csx`` is sane). The
+    config is upgraded once, with the first checkpoint that did not fail; a later checkpoint
+    from another release gets a warning.
+    """
+
+    def __init__(
+        self,
+        config: Path,
+        *,
+        config_out: Path | None,
+        num_csx: int | None,
+        target: str,
+        output_dir: Path | None,
+        dry_run: bool,
+        model: str | None,
+    ) -> None:
+        from ckpt_migrate.format import releases
+
+        if num_csx is not None and num_csx < 1:
+            raise UsageError(None, f"--num-csx must be at least 1, not {num_csx}")
+        self.config = Path(config)
+        self.text = read_text(self.config)
+        yaml_edit.load(self.text, self.config)
+        if model is not None:
+            resolve_name(model)
+        self.output = config_out or default_output(self.config, target, output_dir)
+        if _same_place(self.output, self.config):
+            raise UsageError(
+                self.output, "would overwrite the config itself", "pass another --config-out"
+            )
+        if not dry_run:
+            if self.output.exists():
+                raise UsageError(
+                    self.output,
+                    "already exists; refusing to overwrite it",
+                    "remove it or pass --config-out",
+                )
+            if not self.output.parent.is_dir():
+                raise UsageError(self.output, "its directory does not exist", "create it first")
+        self.num_csx, self.dry_run, self.model = num_csx, dry_run, model
+        self.target = releases.get(target).name
+        self.done: ConfigUpgrade | None = None
+        self.done_source = ""
+
+    def run(self, res: Any) -> ConfigOutcome | None:
+        """Upgrade the config for checkpoint result ``res`` (an ``engine.UpgradeResult``)."""
+        if res.status == "failed" or res.from_release is None:
+            return None
+        if self.done is not None:
+            if res.from_release != self.done.from_release:
+                res.warnings.append(
+                    f"--config was upgraded from {self.done.from_release} (as "
+                    f"{self.done_source}); this checkpoint is from {res.from_release}: upgrade "
+                    "its config separately"
+                )
+            return None
+        family, source = self.model, None
+        if family is None and getattr(res, "family", None):
+            family, source = res.family, "checkpoint keys"
+        try:
+            result = upgrade_config_text(
+                self.text,
+                res.from_release,
+                res.to_release,
+                family=family,
+                num_csx=self.num_csx,
+                source=self.config,
+                family_source=source,
+            )
+            self.done, self.done_source = result, str(res.source)
+            if res.from_release == res.to_release:
+                return ConfigOutcome(result, message="not written: already at the target")
+            if self.dry_run or res.status == "planned":
+                return ConfigOutcome(result, message=f"not written (dry run): {self.output}")
+            from ckpt_migrate.atomic import atomic_output
+
+            with atomic_output(self.output) as tmp:
+                tmp.write_text(result.text, encoding="utf-8")
+            result.output = self.output
+            return ConfigOutcome(result)
+        except CkptError as exc:
+            return ConfigOutcome(error=f"config: {exc}", exit_code=exc.exit_code)

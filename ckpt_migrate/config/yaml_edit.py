@@ -1,0 +1,325 @@
+"""Round-trip YAML editing that keeps comments, key order, quoting and the file's indentation.
+
+ruamel.yaml (round-trip mode) is imported lazily, so ``--help`` and checkpoint-only upgrades
+never load it. One quirk of its comment model is handled here: the comment lines *above* a key
+are stored with the end-of-line comment of the key before it. Removing, moving or inserting a
+key therefore re-attaches those lines, so no comment is lost or lands above the wrong key.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ckpt_migrate.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Style:
+    """How the source file was laid out, so the output looks like it."""
+
+    mapping: int = 2
+    sequence: int = 2
+    offset: int = 0
+    booleans: tuple[str, str] = ("false", "true")
+
+
+_KEY_LINE = re.compile(r"^( *)([^\s#-][^:#]*):(\s|$)")
+_DASH_LINE = re.compile(r"^( *)- ")
+
+
+def guess_style(text: str) -> Style:
+    """Indentation of nested mappings and of block sequences, and the spelling of booleans."""
+    mapping = None
+    offset = None
+    last_key_col = None
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        dash = _DASH_LINE.match(line)
+        if dash and offset is None and last_key_col is not None:
+            offset = max(len(dash.group(1)) - last_key_col, 0)
+        key = _KEY_LINE.match(line)
+        if key:
+            col = len(key.group(1))
+            if mapping is None and last_key_col is not None and col > last_key_col:
+                mapping = col - last_key_col
+            last_key_col = col
+    mapping = mapping or 2
+    offset = 0 if offset is None else offset
+    capital = len(re.findall(r":\s+(?:True|False)\b", text))
+    lower = len(re.findall(r":\s+(?:true|false)\b", text))
+    booleans = ("False", "True") if capital > lower else ("false", "true")
+    return Style(mapping=mapping, sequence=offset + 2, offset=offset, booleans=booleans)
+
+
+def _yaml(style: Style | None = None) -> Any:
+    from ruamel.yaml import YAML
+
+    y = YAML(typ="rt")
+    y.preserve_quotes = True
+    y.width = 4096  # never re-wrap long lines
+    if style is not None:
+        y.indent(mapping=style.mapping, sequence=style.sequence, offset=style.offset)
+        y.boolean_representation = list(style.booleans)
+    return y
+
+
+def load(text: str, source: Path | None = None) -> tuple[Any, Style]:
+    """The document as ruamel round-trip objects (a mapping at the top), and its style."""
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        data = _yaml().load(text)
+    except YAMLError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(source, f"not valid YAML ({first})", "fix the config file") from None
+    if not is_map(data):
+        raise UsageError(source, "config is not a YAML mapping", "pass a Model Zoo params.yaml")
+    return data, guess_style(text)
+
+
+def dump(data: Any, style: Style) -> str:
+    import io
+
+    _reindent(data, 0, style, set())
+    out = io.StringIO()
+    _yaml(style).dump(data, out)
+    return out.getvalue()
+
+
+def _reindent(node: Any, col: int, style: Style, seen: set[int]) -> None:
+    """Shift the comment lines of mappings that moved to another column (e.g. a legacy
+    section now under ``trainer.init``) by as much as their keys moved."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if is_map(node):
+        orig = getattr(getattr(node, "lc", None), "col", None)
+        if orig is not None and orig != col:
+            _shift_comments(node, col - orig)
+        for value in node.values():
+            if is_map(value):
+                _reindent(value, col + style.mapping, style, seen)
+            elif is_seq(value):
+                _reindent(value, col, style, seen)
+    elif is_seq(node):
+        for item in node:
+            if is_map(item) or is_seq(item):
+                _reindent(item, col + style.sequence, style, seen)
+
+
+def _shift_comments(m: Any, shift: int) -> None:
+    from ruamel.yaml.error import CommentMark
+    from ruamel.yaml.tokens import CommentToken
+
+    start = m.ca.comment[1] if m.ca.comment and len(m.ca.comment) > 1 else None
+    if start:
+        m.ca.comment[1] = [
+            CommentToken(tok.value, CommentMark(max(_column(tok) + shift, 0))) for tok in start
+        ]
+    for key in list(m):
+        tok = _token(m, key)
+        if tok is None:
+            continue
+        head, rest = _split(tok.value)
+        if rest:
+            tok.value = (
+                head + "\n" + "".join(_shift_line(line, shift) for line in rest.splitlines(True))
+            )
+
+
+def _column(tok: Any) -> int:
+    mark = getattr(tok, "start_mark", None)
+    return getattr(mark, "column", None) or getattr(tok, "_column", None) or 0
+
+
+def _shift_line(line: str, shift: int) -> str:
+    body = line.lstrip(" ")
+    if not body.startswith("#"):
+        return line
+    return " " * max(len(line) - len(body) + shift, 0) + body
+
+
+def is_map(value: Any) -> bool:
+    from collections.abc import Mapping
+
+    return isinstance(value, Mapping)
+
+
+def is_seq(value: Any) -> bool:
+    return isinstance(value, list)
+
+
+def new_map(items: Any = ()) -> Any:
+    from ruamel.yaml.comments import CommentedMap
+
+    out = CommentedMap()
+    for key, value in dict(items).items():
+        out[key] = value
+    return out
+
+
+def new_seq(items: Any = ()) -> Any:
+    from ruamel.yaml.comments import CommentedSeq
+
+    return CommentedSeq(list(items))
+
+
+def _token(m: Any, key: Any) -> Any:
+    entry = m.ca.items.get(key)
+    return entry[2] if entry and len(entry) > 2 else None
+
+
+def _split(value: str) -> tuple[str, str]:
+    """A key's comment token: (its end-of-line comment, the comment lines that follow)."""
+    head, _, rest = value.partition("\n")
+    return head, rest
+
+
+def _append_lines(m: Any, key: Any, rest: str) -> None:
+    """Put comment lines after ``key`` (before whatever follows it)."""
+    from ruamel.yaml.error import CommentMark
+    from ruamel.yaml.tokens import CommentToken
+
+    tok = _token(m, key)
+    if tok is not None:
+        tok.value = tok.value + rest if tok.value.endswith("\n") else tok.value + "\n" + rest
+        return
+    entry = m.ca.items.setdefault(key, [None, None, None, None])
+    entry[2] = CommentToken("\n" + rest, CommentMark(0))
+
+
+def _prepend_lines(m: Any, rest: str) -> None:
+    """Put comment lines at the start of mapping ``m`` (before its first key)."""
+    from ruamel.yaml.error import CommentMark
+    from ruamel.yaml.tokens import CommentToken
+
+    if m.ca.comment is None:
+        m.ca.comment = [None, []]
+    if m.ca.comment[1] is None:
+        m.ca.comment[1] = []
+    for line in rest.splitlines():
+        stripped = line.strip()
+        col = len(line) - len(line.lstrip())
+        m.ca.comment[1].append(
+            CommentToken((stripped + "\n") if stripped else "\n", CommentMark(col))
+        )
+
+
+def _pop_start_lines(m: Any) -> str:
+    """Remove the comment lines above the first key of ``m`` and return them as text."""
+    start = m.ca.comment[1] if m.ca.comment and len(m.ca.comment) > 1 else None
+    if not start:
+        return ""
+    m.ca.comment[1] = []
+    out = []
+    for tok in start:
+        text = tok.value if tok.value.endswith("\n") else tok.value + "\n"
+        out.append(text if not text.strip() else " " * _column(tok) + text.lstrip(" "))
+    return "".join(out)
+
+
+def take(m: Any, key: Any) -> tuple[Any, str | None]:
+    """Remove ``key`` from mapping ``m``; return its value and its end-of-line comment.
+
+    The comment lines that stood below the key (above the next one) stay where they were.
+    """
+    keys = list(m)
+    index = keys.index(key)
+    tok = _token(m, key)
+    m.ca.items.pop(key, None)
+    value = m.pop(key)
+    eol = None
+    if tok is not None:
+        eol, rest = _split(tok.value)
+        eol = eol.strip() or None
+        if rest:
+            if index > 0:
+                _append_lines(m, keys[index - 1], rest)
+            elif rest.strip():
+                _prepend_lines(m, rest)
+    return value, eol
+
+
+def put(
+    m: Any,
+    key: Any,
+    value: Any,
+    *,
+    after: Any = None,
+    index: int | None = None,
+    comment: str | None = None,
+    above_comments: bool = False,
+) -> None:
+    """Set ``key`` in mapping ``m``: in place if it exists, else after ``after``, at ``index``,
+    or at the end; ``comment`` becomes its end-of-line comment.
+
+    Comment lines that stood below the key it is inserted after move below the new key, so
+    they stay above the key they described. A key inserted first goes below the comment lines
+    that open the mapping (a file's header), or with ``above_comments`` above them (they
+    describe the keys that follow, e.g. ``# Embedding`` in a model section).
+    """
+    if key in m:
+        m[key] = value
+    else:
+        keys = list(m)
+        if index is None:
+            index = keys.index(after) + 1 if after is not None and after in m else len(keys)
+        prev = keys[index - 1] if 0 < index <= len(keys) else None
+        carried = ""
+        if prev is not None:
+            tok = _token(m, prev)
+            if tok is not None:
+                head, rest = _split(tok.value)
+                if rest:
+                    tok.value = head + "\n"
+                    carried = rest
+        if index == 0 and above_comments:
+            carried = _pop_start_lines(m) + carried
+        m.insert(index, key, value)
+        if carried:
+            _append_lines(m, key, carried)
+    if comment:
+        _set_eol(m, key, comment)
+
+
+def _set_eol(m: Any, key: Any, comment: str) -> None:
+    text = comment if comment.startswith("#") else f"# {comment}"
+    tok = _token(m, key)
+    if tok is not None:
+        _, rest = _split(tok.value)
+        tok.value = f"{text}\n{rest}"
+        return
+    m.yaml_add_eol_comment(text, key)
+
+
+def rename(m: Any, old: Any, new: Any, value: Any = ...) -> None:
+    """Rename ``old`` to ``new`` at the same position, keeping its comments (and its value
+    unless ``value`` is given)."""
+    keys = list(m)
+    index = keys.index(old)
+    entry = m.ca.items.pop(old, None)
+    current = m.pop(old)
+    m.insert(index, new, current if value is ... else value)
+    if entry is not None:
+        m.ca.items[new] = entry
+
+
+def plain(value: Any) -> Any:
+    """Builtin Python data (dict, list, str, int, float, bool, None) for reports and JSON."""
+    if is_map(value):
+        return {str(k): plain(v) for k, v in value.items()}
+    if is_seq(value) or isinstance(value, tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value

@@ -1,0 +1,1 @@
+"""Upgrading one checkpoint: plan -> hops -> copy-patch or rewrite -> verify -> publish."""

@@ -1,0 +1,102 @@
+"""Plans: which hops take a checkpoint from its release to the target, and what that costs."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckpt_migrate.errors import NewerThanToolError
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.releases import Release
+from ckpt_migrate.hops import graph
+from ckpt_migrate.hops.hop import Hop
+
+
+@dataclass
+class Plan:
+    source: Path
+    source_release: Release
+    target_release: Release
+    hops: list[Hop]
+    file_bytes: int
+    tensor_bytes: int
+    output_dir: Path
+    free_bytes: int | None
+    inputs_given: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def current(self) -> bool:
+        return not self.hops
+
+    @property
+    def bytes_to_read(self) -> int:
+        return 0 if self.current else self.file_bytes
+
+    @property
+    def bytes_to_write(self) -> int:
+        return 0 if self.current else self.file_bytes
+
+    @property
+    def free_needed(self) -> int:
+        """The new file is written beside the target before anything is removed."""
+        return self.bytes_to_write
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": str(self.source),
+            "from": self.source_release.name,
+            "to": self.target_release.name,
+            "current": self.current,
+            "hops": [h.to_json(self.inputs_given) for h in self.hops],
+            "bytes_to_read": self.bytes_to_read,
+            "bytes_to_write": self.bytes_to_write,
+            "tensor_bytes": self.tensor_bytes,
+            "free_needed": self.free_needed,
+            "free_available": self.free_bytes,
+            "output_dir": str(self.output_dir),
+        }
+
+
+def source_release(ckpt: Checkpoint) -> Release:
+    if ckpt.release is None:
+        raise NewerThanToolError(
+            ckpt.path,
+            f"written by release {ckpt.detected.label}, newer than this tool knows "
+            f"(newest {releases.LATEST.name})",
+            "upgrade ckpt-migrate",
+        )
+    return ckpt.release
+
+
+def make_plan(
+    ckpt: Checkpoint,
+    target: str = "latest",
+    *,
+    output_dir: Path | None = None,
+    inputs: dict[str, Any] | None = None,
+) -> Plan:
+    assert ckpt.path is not None
+    src = source_release(ckpt)
+    tgt = releases.get(target)
+    hops = graph.load().path(src, tgt)
+    out_dir = output_dir or ckpt.path.parent
+    try:
+        free = shutil.disk_usage(out_dir).free
+    except OSError:
+        free = None
+    from ckpt_migrate.format.outline import report
+
+    return Plan(
+        source=ckpt.path,
+        source_release=src,
+        target_release=tgt,
+        hops=hops,
+        file_bytes=ckpt.path.stat().st_size,
+        tensor_bytes=report(ckpt)["tensor_bytes"],
+        output_dir=out_dir,
+        free_bytes=free,
+        inputs_given=dict(inputs or {}),
+    )

@@ -1,0 +1,45 @@
+"""A checkpoint as read from disk: the neutral tree plus what the file said about itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ckpt_migrate.format.releases import Detected, Release
+from ckpt_migrate.format.tree import MissingLeaf, Node, iter_leaves
+
+
+@dataclass
+class Checkpoint:
+    root: Node
+    detected: Detected
+    path: Path | None = None
+    unreferenced: list[str] = field(default_factory=list)  # datasets the spec does not name
+    provenance: list[dict[str, Any]] = field(default_factory=list)  # earlier ckpt-migrate runs
+    warnings: list[str] = field(default_factory=list)
+    had_tensor_scalar_dict: bool = False  # 1.7-era spec node, read as a plain dict
+    handle: Any = None  # h5io.H5Handle kept open for lazy reads
+
+    @property
+    def release(self) -> Release | None:
+        return self.detected.release
+
+    @property
+    def format(self) -> float:
+        return self.detected.format
+
+    @property
+    def missing(self) -> list[str]:
+        """Leaf names the spec lists but the file has no data for."""
+        return [ref.name for ref in iter_leaves(self.root) if isinstance(ref.leaf, MissingLeaf)]
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,190 @@
+"""Read formats 0.1–0.4 (releases 1.7–2.4) into the neutral tree. FORMAT.md §3 and §5.3.
+
+The structure comes from the hex ``__spec__`` pickle, decoded by the restricted unpickler in
+``spec_pickle`` (never by pickle/dill). Each leaf is a root dataset named
+``urllib.parse.quote(leaf_name, safe='')``; 0.3/0.4 tag it with ``__H5_TYPE__``, 0.1/0.2 with flags.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import h5py
+import numpy as np
+
+from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
+from ckpt_migrate.format import dtypes
+from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.h5.io import H5Handle, attr_bool, attr_python, attr_text, object_key
+from ckpt_migrate.format.legacy.spec_pickle import decode_spec_info
+from ckpt_migrate.format.pickled import scalar_payload
+from ckpt_migrate.format.tree import (
+    ExternalLeaf,
+    FullTensorLeaf,
+    H5Data,
+    Leaf,
+    LeafRef,
+    MissingLeaf,
+    Node,
+    OpaqueLeaf,
+    TensorLeaf,
+    ValueLeaf,
+    map_leaves,
+)
+
+# Tags whose data lives outside this file or needs the Cerebras runtime (FORMAT.md §3.3).
+_EXTERNAL_TAGS = {
+    "DeferredGraphTensor",
+    "DeferredFileTensor",
+    "DeferredH5Tensor",
+    "ApplianceInfoH5Type",
+    "StoredTensorH5Type",
+    "StoredApplianceTensorH5Type",
+}
+
+
+def read(f: h5py.File, handle: H5Handle, fmt: float) -> tuple[Node, list[str], list[str], bool]:
+    """Return (tree, datasets not named by the spec, warnings, spec had TensorScalarDict)."""
+    path = handle.path
+    if "__spec__" not in f.attrs:
+        raise CorruptCheckpointError(
+            path,
+            "HDF5 file without a __spec__ attribute: not a Cerebras checkpoint",
+            "is this a different kind of HDF5 file?",
+        )
+    text = attr_text(f.attrs["__spec__"]).strip()
+    try:
+        data = bytes.fromhex(text)
+    except ValueError:
+        raise CorruptCheckpointError(path, "legacy __spec__ is not hex text") from None
+    info = decode_spec_info(data, path=path)
+
+    # Names only: every open h5py.Dataset costs memory HDF5 does not give back, so each dataset
+    # is opened while its leaf is decoded and closed right after.
+    stored_names = {key for key in f if f.get(key, getclass=True) is h5py.Dataset}
+    used: set[str] = set()
+    shared: dict[tuple, Leaf] = {}  # hard links to one HDF5 object become one leaf object
+
+    def decode(ref: LeafRef) -> Leaf:
+        stored = quote(ref.name, safe="")
+        if stored not in stored_names:
+            return MissingLeaf(ref.name)
+        ds = f[stored]
+        used.add(stored)
+        ident = object_key(ds)
+        if ident not in shared:
+            shared[ident] = _decode_dataset(ds, stored, handle, fmt, ref.name)
+        return shared[ident]
+
+    root = map_leaves(info.root, decode)
+    unreferenced = sorted(stored_names - used)
+    return root, unreferenced, [], info.had_tensor_scalar_dict
+
+
+def _decode_dataset(ds: h5py.Dataset, stored: str, handle: H5Handle, fmt: float, name: str) -> Leaf:
+    tag = h5attrs.get_text(ds, "__H5_TYPE__")
+    if tag is not None:
+        return _decode_tagged(ds, stored, handle, fmt, name, attr_text(tag))
+    return _decode_flagged(ds, stored, handle, name)
+
+
+def _tensor(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str, numpy: bool) -> TensorLeaf:
+    if ds.shape is None:
+        raise CorruptCheckpointError(handle.path, f"tensor {name!r} has no data (empty dataset)")
+    bf16 = attr_bool(ds.attrs.get("is_bfloat16", False))
+    try:
+        dt = dtypes.from_storage(ds.dtype, bf16)
+    except ValueError as exc:
+        raise UnsupportedContentError(handle.path, f"tensor {name!r}: {exc}") from None
+    return TensorLeaf(dt.name, tuple(ds.shape), H5Data(handle, stored), numpy=numpy)
+
+
+def _scalar(ds: h5py.Dataset, handle: H5Handle, name: str) -> ValueLeaf:
+    try:
+        value = ds[()]
+    except OSError:
+        raise CorruptCheckpointError(handle.path, f"scalar {name!r} cannot be read") from None
+    value = np.asarray(value)
+    if value.size != 1:
+        raise CorruptCheckpointError(handle.path, f"scalar {name!r} holds {value.size} values")
+    item = value.reshape(()).item()
+    if isinstance(item, bytes):
+        item = item.decode("utf-8")
+    return ValueLeaf(item)
+
+
+def _decode_tagged(
+    ds: h5py.Dataset, stored: str, handle: H5Handle, fmt: float, name: str, tag: str
+) -> Leaf:
+    attrs = ds.attrs
+    if tag == "TorchTensorH5Type" or (tag == "NumpyArrayH5Type" and fmt <= 0.3 + 1e-9):
+        # 0.3 tagged torch tensors as numpy arrays; the 2.10 reader takes them as tensors (§1.4).
+        return _tensor(ds, stored, handle, name, numpy=False)
+    if tag == "NumpyArrayH5Type":
+        return _tensor(ds, stored, handle, name, numpy=True)
+    if tag == "ScalarH5Type":
+        return _scalar(ds, handle, name)
+    if tag == "StringH5Type":
+        return ValueLeaf(attr_text(attrs["string_value"]))
+    if tag == "NoneH5Type":
+        return ValueLeaf(None)
+    if tag == "ObjectH5Type":
+        try:
+            payload = bytes.fromhex(attr_text(attrs["object_value"]))
+        except (KeyError, ValueError):
+            raise CorruptCheckpointError(
+                handle.path, f"object {name!r} has no hex payload"
+            ) from None
+        is_scalar, value = scalar_payload(payload)
+        return ValueLeaf(value) if is_scalar else OpaqueLeaf(payload, "dill")
+    if tag in ("DeferredFullTensor", "FullTensorH5Type"):
+        return _full(ds, handle, name)
+    if tag == "DeferredH5Tensor" and attr_bool(attrs.get("link_to_self", False)):
+        target = attr_text(attrs["key"])
+        f = ds.file
+        if target not in f or not isinstance(f[target], h5py.Dataset):
+            raise CorruptCheckpointError(
+                handle.path, f"{name!r} links to missing dataset {target!r}"
+            )
+        return _tensor(f[target], target, handle, name, numpy=False)
+    if tag in _EXTERNAL_TAGS:
+        return ExternalLeaf(tag, {k: attr_python(v) for k, v in attrs.items()})
+    raise UnsupportedContentError(
+        handle.path,
+        f"dataset {stored!r} has unknown type tag {tag!r}",
+        "is it from a newer release?",
+    )
+
+
+def _full(ds: h5py.Dataset, handle: H5Handle, name: str) -> FullTensorLeaf:
+    attrs = ds.attrs
+    try:
+        shape = tuple(int(d) for d in np.asarray(attrs["shape"]).reshape(-1))
+        fill: Any = np.asarray(attrs["fill_value"]).reshape(()).item()
+    except KeyError:
+        raise CorruptCheckpointError(
+            handle.path, f"full tensor {name!r} lacks shape/fill_value"
+        ) from None
+    dt = dtypes.from_storage(ds.dtype, attr_bool(attrs.get("is_bfloat16", False)))
+    if dt.name == "bool":
+        fill = bool(fill)
+    elif dt.name.startswith(("int", "uint")):
+        fill = int(fill)
+    return FullTensorLeaf(dt.name, shape, fill)
+
+
+def _decode_flagged(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str) -> Leaf:
+    """Untagged 0.1/0.2 datasets, in the order ``_load_tensor_from_checkpoint`` checks (§3.4)."""
+    attrs = ds.attrs
+    if "filepath" in attrs:
+        return ExternalLeaf("DeferredFileTensor", {k: attr_python(v) for k, v in attrs.items()})
+    if attr_bool(attrs.get("is_constructible", False)):
+        return _full(ds, handle, name)
+    if attr_bool(attrs.get("is_none", False)):
+        return ValueLeaf(None)
+    if attr_bool(attrs.get("is_string", False)):
+        return ValueLeaf(attr_text(attrs["string_val"]))
+    if attr_bool(attrs.get("is_scalar", False)):
+        return _scalar(ds, handle, name)
+    return _tensor(ds, stored, handle, name, numpy=False)

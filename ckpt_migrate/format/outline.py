@@ -1,0 +1,106 @@
+"""What ``ckpt-migrate inspect`` reports about a checkpoint, as plain data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.tree import (
+    DictNode,
+    ExternalLeaf,
+    FullTensorLeaf,
+    Leaf,
+    MissingLeaf,
+    NamedTupleNode,
+    Node,
+    OpaqueLeaf,
+    SeqNode,
+    TensorLeaf,
+    ValueLeaf,
+    first_positions,
+    iter_leaves,
+)
+
+
+def describe_leaf(leaf: Leaf) -> str:
+    if isinstance(leaf, TensorLeaf):
+        kind = "ndarray" if leaf.numpy else "tensor"
+        return f"{kind} {leaf.dtype}{list(leaf.shape)}"
+    if isinstance(leaf, FullTensorLeaf):
+        return f"full {leaf.dtype}{list(leaf.shape)} = {leaf.fill_value!r}"
+    if isinstance(leaf, ValueLeaf):
+        text = repr(leaf.value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    if isinstance(leaf, OpaqueLeaf):
+        return f"pickled object ({len(leaf.payload)} bytes, not unpickled)"
+    if isinstance(leaf, MissingLeaf):
+        return "MISSING (named by the spec, no data in the file)"
+    assert isinstance(leaf, ExternalLeaf)
+    return f"external reference ({leaf.kind}, not followed)"
+
+
+def container_label(node: Node) -> str:
+    if isinstance(node, DictNode):
+        return f"{'OrderedDict' if node.ordered else 'dict'} ({len(node.items)})"
+    if isinstance(node, SeqNode):
+        return f"{node.kind} ({len(node.items)})"
+    assert isinstance(node, NamedTupleNode)
+    return f"namedtuple {node.name} ({len(node.items)})"
+
+
+def outline_lines(root: Node, max_lines: int = 10_000) -> list[str]:
+    """An indented outline; a tie shows the name it is tied to."""
+    firsts = first_positions(root)
+    lines: list[str] = []
+
+    def walk(node: Node, label: str, depth: int, path: tuple) -> None:
+        if len(lines) >= max_lines:
+            return
+        pad = "  " * depth
+        if isinstance(node, (DictNode, SeqNode, NamedTupleNode)):
+            lines.append(f"{pad}{label}: {container_label(node)}")
+            kids = node.items if isinstance(node, DictNode) else list(enumerate(node.items))
+            for key, child in kids:
+                walk(
+                    child, repr(key) if isinstance(key, str) else str(key), depth + 1, (*path, key)
+                )
+            return
+        first = firsts[id(node)]
+        tie = "" if first.path == path else f"  (tied to {first.name})"
+        lines.append(f"{pad}{label}: {describe_leaf(node)}{tie}")  # type: ignore[arg-type]
+
+    walk(root, "<root>", 0, ())
+    return lines
+
+
+def report(ckpt: Checkpoint) -> dict[str, Any]:
+    refs = list(iter_leaves(ckpt.root))
+    firsts = first_positions(ckpt.root)
+    by_dtype: dict[str, dict[str, int]] = {}
+    leaves = []
+    for ref in refs:
+        leaf = ref.leaf
+        first = firsts[id(leaf)]
+        entry: dict[str, Any] = {"name": ref.name, "value": describe_leaf(leaf)}
+        if first.path != ref.path:
+            entry["tied_to"] = first.name
+        elif isinstance(leaf, TensorLeaf):
+            d = by_dtype.setdefault(leaf.dtype, {"tensors": 0, "bytes": 0})
+            d["tensors"] += 1
+            d["bytes"] += leaf.nbytes
+        leaves.append(entry)
+    return {
+        "path": str(ckpt.path),
+        "release": ckpt.release.name if ckpt.release else None,
+        "release_label": ckpt.detected.label,
+        "format": ckpt.format,
+        "cstorch_version": ckpt.detected.cstorch_version,
+        "leaf_count": len(refs),
+        "bytes_by_dtype": by_dtype,
+        "tensor_bytes": sum(d["bytes"] for d in by_dtype.values()),
+        "missing": ckpt.missing,
+        "unreferenced_datasets": ckpt.unreferenced,
+        "had_tensor_scalar_dict": ckpt.had_tensor_scalar_dict,
+        "provenance": ckpt.provenance,
+        "leaves": leaves,
+    }

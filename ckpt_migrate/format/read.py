@@ -1,0 +1,74 @@
+"""Open any Cerebras H5 checkpoint (formats 0.1–0.5) as a lazy ``Checkpoint``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.h5.io import H5Handle, attr_text, open_read
+from ckpt_migrate.format.legacy import read as read_legacy
+from ckpt_migrate.format.v05 import read as read_v05
+
+PROVENANCE_ATTR = "__ckpt_migrate__"
+
+
+def read_checkpoint(path: str | Path, *, release: str | None = None) -> Checkpoint:
+    """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
+
+    ``release`` overrides the release detected from the file (for files whose metadata is wrong).
+    """
+    p = Path(path)
+    f = open_read(p)
+    handle = H5Handle(p, f)
+    try:
+        version = f.attrs.get("__version__")
+        cstorch = f.attrs.get("__cstorch_version__")
+        try:
+            version_value = None if version is None else float(version)
+            cstorch_text = None if cstorch is None else attr_text(cstorch)
+        except (TypeError, ValueError, UnicodeDecodeError):
+            raise CorruptCheckpointError(p, "unreadable __version__/__cstorch_version__") from None
+        if version is None and "__spec__" not in f.attrs:
+            raise CorruptCheckpointError(
+                p,
+                "HDF5 file without __spec__ or __version__: not a Cerebras checkpoint",
+                "is this a different kind of HDF5 file?",
+            )
+        detected = releases.detect(p, version_value, cstorch_text)
+        if release is not None:
+            forced = releases.get(release)
+            if not releases.format_matches(forced.format, detected.format):
+                raise CorruptCheckpointError(
+                    p,
+                    f"--from {forced.name} writes format {forced.format} but the file is format "
+                    f"{detected.format}",
+                    "name a release of the file's format",
+                )
+            detected = releases.Detected(detected.format, detected.cstorch_version, forced)
+        tensor_scalar_dict = False
+        if detected.format >= 0.5:
+            root, unreferenced, warnings = read_v05.read(f, handle)
+        else:
+            root, unreferenced, warnings, tensor_scalar_dict = read_legacy.read(
+                f, handle, detected.format
+            )
+        return Checkpoint(
+            root, detected, p, unreferenced, _provenance(f), warnings, tensor_scalar_dict, handle
+        )
+    except BaseException:
+        handle.close()
+        raise
+
+
+def _provenance(f) -> list[dict]:
+    raw = f.attrs.get(PROVENANCE_ATTR)
+    if raw is None:
+        return []
+    try:
+        value = json.loads(attr_text(raw))
+    except (ValueError, TypeError):
+        return []
+    return value if isinstance(value, list) else []

@@ -1,0 +1,332 @@
+"""The neutral checkpoint tree: what every reader produces and every writer consumes.
+
+Containers mirror torch pytree nodes (FORMAT.md §2.1). Leaves are immutable; a tie (one tensor
+under two names, a hard-linked dataset, a 0.5 ``LinkedObject``) is the *same leaf object* standing
+at two places, exactly as Python state dicts express it. Steps that change a value put a new leaf
+in place instead of mutating one, so a tied partner is never changed by accident.
+
+Leaf names follow ``recurse_spec`` (FORMAT.md §2.2): keys joined with ``.``, ``str(key)`` for dict
+keys, positions for sequences and namedtuples, and no name at all for an empty container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+Key = str | int
+
+
+# --------------------------------------------------------------------------- containers
+
+
+@dataclass(eq=False)
+class DictNode:
+    items: list[tuple[Key, Node]] = field(default_factory=list)
+    ordered: bool = False  # collections.OrderedDict rather than dict
+    # A legacy spec class read as a dict: "TensorScalarDict" (1.7-era cerebras_pytorch), which
+    # releases 2.0+ cannot unpickle. Only legacy specs record it; the 1.9→2.0 spec fix clears it.
+    origin: str | None = None
+
+    def keys(self) -> list[Key]:
+        return [k for k, _ in self.items]
+
+    def get(self, key: Key) -> Node | None:
+        for k, v in self.items:
+            if k == key and type(k) is type(key):
+                return v
+        return None
+
+    def set(self, key: Key, value: Node) -> None:
+        for i, (k, _) in enumerate(self.items):
+            if k == key and type(k) is type(key):
+                self.items[i] = (k, value)
+                return
+        self.items.append((key, value))
+
+    def pop(self, key: Key) -> Node | None:
+        for i, (k, v) in enumerate(self.items):
+            if k == key and type(k) is type(key):
+                del self.items[i]
+                return v
+        return None
+
+
+@dataclass(eq=False)
+class SeqNode:
+    kind: Literal["list", "tuple", "set"]
+    items: list[Node] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class NamedTupleNode:
+    """A namedtuple: only its class name and field names are kept, never the class itself."""
+
+    name: str
+    fields: tuple[str, ...]
+    items: list[Node] = field(default_factory=list)
+
+
+Container = DictNode | SeqNode | NamedTupleNode
+
+
+# --------------------------------------------------------------------------- tensor data
+
+
+class DataSource:
+    """Where a tensor's bytes are. ``read()`` returns the array in its *storage* dtype."""
+
+    def read(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryData(DataSource):
+    array: np.ndarray
+
+    def read(self) -> np.ndarray:
+        return self.array
+
+    def describe(self) -> str:
+        return "in memory"
+
+
+@dataclass(eq=False)
+class H5Data(DataSource):
+    """A dataset in an HDF5 file, opened through a shared handle only when data is asked for."""
+
+    handle: Any  # ckpt_migrate.format.h5.io.H5Handle
+    name: str  # the dataset's path inside the file
+
+    def read(self) -> np.ndarray:
+        return self.handle.read_dataset(self.name)
+
+    def describe(self) -> str:
+        return f"{self.handle.path}:{self.name}"
+
+
+# --------------------------------------------------------------------------- leaves
+
+
+@dataclass(frozen=True, eq=False)
+class TensorLeaf:
+    """A torch tensor, or a numpy array when ``numpy`` is true. No data is read until asked for."""
+
+    dtype: str  # torch dtype name without "torch.", e.g. "float32", "bfloat16"
+    shape: tuple[int, ...]
+    data: DataSource
+    numpy: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        from ckpt_migrate.format.dtypes import by_name
+
+        return int(np.prod(self.shape, dtype=np.int64)) * by_name(self.dtype).storage.itemsize
+
+
+@dataclass(frozen=True, eq=False)
+class FullTensorLeaf:
+    """A constant tensor (``DeferredFullTensor``): shape, dtype and one fill value, no data."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    fill_value: bool | int | float | None  # None: uninitialised
+
+
+@dataclass(frozen=True, eq=False)
+class ValueLeaf:
+    """A Python None, bool, int (any size), float (incl. nan, inf, -0.0) or str."""
+
+    value: bool | int | float | str | None
+
+
+@dataclass(frozen=True, eq=False)
+class OpaqueLeaf:
+    """A pickled object, kept as its bytes: never unpickled unless the caller opts in."""
+
+    payload: bytes
+    type_hint: str = ""  # what the file says it is, if anything
+
+
+@dataclass(frozen=True, eq=False)
+class MissingLeaf:
+    """The spec names this leaf but the file has no data (1.x tied weights, crashed saves)."""
+
+    name: str
+
+
+@dataclass(frozen=True, eq=False)
+class ExternalLeaf:
+    """A reference to data outside this file (another checkpoint, a raw file, a graph).
+
+    Never followed unless the caller opts in; ``info`` holds what the file says about it.
+    """
+
+    kind: str
+    info: dict[str, Any]
+
+
+Leaf = TensorLeaf | FullTensorLeaf | ValueLeaf | OpaqueLeaf | MissingLeaf | ExternalLeaf
+Node = DictNode | SeqNode | NamedTupleNode | Leaf
+LEAF_TYPES = (TensorLeaf, FullTensorLeaf, ValueLeaf, OpaqueLeaf, MissingLeaf, ExternalLeaf)
+CONTAINER_TYPES = (DictNode, SeqNode, NamedTupleNode)
+
+
+def is_leaf(node: Node) -> bool:
+    return isinstance(node, LEAF_TYPES)
+
+
+def contains(node: Node, kind: type | tuple[type, ...]) -> bool:
+    """Whether ``node`` or anything below it is an instance of ``kind``."""
+    if isinstance(node, kind):
+        return True
+    if isinstance(node, DictNode):
+        return any(contains(v, kind) for _, v in node.items)
+    if isinstance(node, (SeqNode, NamedTupleNode)):
+        return any(contains(v, kind) for v in node.items)
+    return False
+
+
+def children(node: Container) -> list[tuple[Key, Node]]:
+    """(key, child) pairs: dict keys, or positions for sequences and namedtuples."""
+    if isinstance(node, DictNode):
+        return list(node.items)
+    return list(enumerate(node.items))
+
+
+# --------------------------------------------------------------------------- walking and names
+
+
+@dataclass(frozen=True)
+class LeafRef:
+    name: str  # dotted leaf name (recurse_spec)
+    path: tuple[Key, ...]  # keys from the root
+    leaf: Leaf
+
+
+def iter_leaves(root: Node) -> Iterator[LeafRef]:
+    """Every leaf position in flatten order (a tied leaf is yielded once per position)."""
+
+    def walk(node: Node, path: tuple[Key, ...]) -> Iterator[LeafRef]:
+        if is_leaf(node):
+            yield LeafRef(".".join(str(k) for k in path), path, node)  # type: ignore[arg-type]
+            return
+        for key, child in children(node):  # type: ignore[arg-type]
+            yield from walk(child, (*path, key))
+
+    yield from walk(root, ())
+
+
+def first_positions(root: Node) -> dict[int, LeafRef]:
+    """For each distinct leaf object, its first position: the target of every later tie."""
+    seen: dict[int, LeafRef] = {}
+    for ref in iter_leaves(root):
+        seen.setdefault(id(ref.leaf), ref)
+    return seen
+
+
+def name_collisions(root: Node) -> dict[str, list[tuple[Key, ...]]]:
+    """Names more than one position would get (``"a.b"`` vs ``a -> b``, ``1`` vs ``"1"``)."""
+    by_name: dict[str, list[tuple[Key, ...]]] = {}
+    for ref in iter_leaves(root):
+        by_name.setdefault(ref.name, []).append(ref.path)
+    return {n: paths for n, paths in by_name.items() if len(paths) > 1}
+
+
+def format_path(path: tuple[Key, ...]) -> str:
+    return "".join(f"[{k!r}]" for k in path) or "<root>"
+
+
+def get_path(root: Node, path: tuple[Key, ...]) -> Node:
+    node = root
+    for key in path:
+        if isinstance(node, DictNode):
+            child = node.get(key)
+            if child is None:
+                raise KeyError(format_path(path))
+            node = child
+        elif isinstance(node, (SeqNode, NamedTupleNode)):
+            node = node.items[int(key)]
+        else:
+            raise KeyError(format_path(path))
+    return node
+
+
+def set_path(root: Node, path: tuple[Key, ...], value: Node) -> None:
+    if not path:
+        raise ValueError("cannot replace the root")
+    parent = get_path(root, path[:-1])
+    key = path[-1]
+    if isinstance(parent, DictNode):
+        parent.set(key, value)
+    elif isinstance(parent, (SeqNode, NamedTupleNode)):
+        parent.items[int(key)] = value
+    else:
+        raise KeyError(format_path(path))
+
+
+def map_leaves(root: Node, fn: Callable[[LeafRef], Leaf]) -> Node:
+    """A new tree with ``fn`` applied to every distinct leaf once; ties stay ties."""
+    done: dict[int, Leaf] = {}
+
+    def walk(node: Node, path: tuple[Key, ...]) -> Node:
+        if is_leaf(node):
+            if id(node) not in done:
+                name = ".".join(str(k) for k in path)
+                done[id(node)] = fn(LeafRef(name, path, node))  # type: ignore[arg-type]
+            return done[id(node)]
+        if isinstance(node, DictNode):
+            return DictNode(
+                [(k, walk(v, (*path, k))) for k, v in node.items], node.ordered, node.origin
+            )
+        if isinstance(node, SeqNode):
+            return SeqNode(node.kind, [walk(v, (*path, i)) for i, v in enumerate(node.items)])
+        assert isinstance(node, NamedTupleNode)
+        items = [walk(v, (*path, i)) for i, v in enumerate(node.items)]
+        return NamedTupleNode(node.name, node.fields, items)
+
+    return walk(root, ())
+
+
+def plain_dicts(node: Node) -> Node:
+    """A copy of the containers with every legacy ``origin`` (TensorScalarDict) dropped."""
+    if isinstance(node, DictNode):
+        return DictNode([(k, plain_dicts(v)) for k, v in node.items], node.ordered)
+    if isinstance(node, SeqNode):
+        return SeqNode(node.kind, [plain_dicts(v) for v in node.items])
+    if isinstance(node, NamedTupleNode):
+        return NamedTupleNode(node.name, node.fields, [plain_dicts(v) for v in node.items])
+    return node
+
+
+def structure_equal(a: Node, b: Node) -> bool:
+    """Same containers, keys (with their types) and leaf kinds; leaf values are not compared."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, DictNode):
+        assert isinstance(b, DictNode)
+        if a.ordered != b.ordered or len(a.items) != len(b.items):
+            return False
+        return all(
+            type(ka) is type(kb) and ka == kb and structure_equal(va, vb)
+            for (ka, va), (kb, vb) in zip(a.items, b.items)
+        )
+    if isinstance(a, SeqNode):
+        assert isinstance(b, SeqNode)
+        return (
+            a.kind == b.kind
+            and len(a.items) == len(b.items)
+            and all(structure_equal(x, y) for x, y in zip(a.items, b.items))
+        )
+    if isinstance(a, NamedTupleNode):
+        assert isinstance(b, NamedTupleNode)
+        return (a.name, a.fields, len(a.items)) == (b.name, b.fields, len(b.items)) and all(
+            structure_equal(x, y) for x, y in zip(a.items, b.items)
+        )
+    return True

@@ -1,0 +1,259 @@
+"""Read format 0.5 (releases 2.5–2.10) into the neutral tree. FORMAT.md §4 and §5.2.
+
+Only root attributes and dataset attributes are read here; tensor data stays on disk.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import h5py
+
+from ckpt_migrate.errors import CorruptCheckpointError, KeyCollisionError, UnsupportedContentError
+from ckpt_migrate.format import dtypes
+from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.h5.io import H5Handle, attr_bool, attr_text
+from ckpt_migrate.format.tree import (
+    DictNode,
+    ExternalLeaf,
+    FullTensorLeaf,
+    H5Data,
+    Leaf,
+    LeafRef,
+    NamedTupleNode,
+    Node,
+    OpaqueLeaf,
+    TensorLeaf,
+    ValueLeaf,
+    iter_leaves,
+    map_leaves,
+    name_collisions,
+)
+from ckpt_migrate.format.v05 import treespec as treespec_json
+
+# Serializers whose value lives outside this file (FORMAT.md §4.4); kept as references.
+_EXTERNAL = {"DeferredObject", "DeferredNumpyArray", "DeferredSafeTensor", "DeferredFileTensor"}
+
+
+def read(f: h5py.File, handle: H5Handle) -> tuple[Node, list[str], list[str]]:
+    """Return (tree, datasets not named by the spec, warnings)."""
+    path = handle.path
+    if not attr_bool(f.attrs.get("__SUCCESS__", False)):
+        raise CorruptCheckpointError(
+            path, "partially written checkpoint (no __SUCCESS__ marker)", "the save did not finish"
+        )
+    try:
+        spec = json.loads(attr_text(f.attrs["__spec__"]))
+        treespec = spec[1]
+    except (KeyError, ValueError, TypeError, IndexError):
+        raise CorruptCheckpointError(path, "format 0.5 file without a readable __spec__") from None
+    root = treespec_json.parse(treespec, path)
+    collisions = name_collisions(root)
+    if collisions:
+        name = sorted(collisions)[0]
+        raise KeyCollisionError(
+            path,
+            f"{len(collisions)} leaf name(s) are shared by several keys, e.g. {name!r}; "
+            "the writer kept only one value for each, so the file cannot be read faithfully",
+            "re-save the state dict from its source without keys whose dotted forms collide",
+        )
+
+    used: set[str] = set()
+    first: dict[str, Leaf] = {}
+    links: dict[str, str] = {}
+
+    def decode(ref: LeafRef) -> Leaf:
+        md_all = _leaf_metadata(f, ref.name, path)
+        leaf = _decode_leaf(f, handle, ref.name, md_all, used, links)
+        first[ref.name] = leaf
+        return leaf
+
+    root = map_leaves(root, decode)
+    if links:
+        root = _resolve_links(root, links, first, path)
+    unreferenced = sorted(set(_dataset_names(f)) - used)
+    return root, unreferenced, []
+
+
+def _leaf_metadata(f: h5py.File, name: str, path: Path) -> dict[str, Any]:
+    key = f"{name}.__metadata__"
+    text = h5attrs.get_text(f, key)
+    if text is None:
+        raise CorruptCheckpointError(path, f"leaf {name!r} has no {key} attribute")
+    try:
+        md = json.loads(attr_text(text))
+    except ValueError:
+        raise CorruptCheckpointError(path, f"attribute {key!r} is not valid JSON") from None
+    if not isinstance(md, dict) or "__spec__" not in md or "__objects__" not in md:
+        raise CorruptCheckpointError(path, f"attribute {key!r} lacks __spec__/__objects__")
+    return md
+
+
+def _decode_leaf(
+    f: h5py.File,
+    handle: H5Handle,
+    name: str,
+    md_all: dict[str, Any],
+    used: set[str],
+    links: dict[str, str],
+) -> Leaf:
+    path = handle.path
+    per_leaf = treespec_json.parse(md_all["__spec__"][1], path)
+    refs = list(iter_leaves(per_leaf))
+    objects = set(md_all["__objects__"])
+
+    def meta(sub: str) -> dict[str, Any]:
+        try:
+            m = md_all[f"{sub}.__metadata__"]
+        except KeyError:
+            raise CorruptCheckpointError(path, f"leaf {name!r}: no metadata for {sub!r}") from None
+        if not isinstance(m, dict):
+            raise CorruptCheckpointError(path, f"leaf {name!r}: metadata of {sub!r} is not a dict")
+        return m
+
+    if len(refs) == 1 and refs[0].name == name and name in objects:
+        m = meta(name)
+        if m.get("__TYPE__") == "LinkedObject":
+            target = m.get("key")
+            if not isinstance(target, str):
+                raise CorruptCheckpointError(path, f"leaf {name!r}: LinkedObject without a key")
+            links[name] = target
+            return ValueLeaf(None)  # placeholder, replaced by the target leaf
+        return _decode_object(f, handle, name, m, used)
+
+    # Nested serialization: NestedObject(object, metadata) records (§4.3).
+    top = per_leaf.items[0][1] if isinstance(per_leaf, DictNode) and per_leaf.items else None
+    if isinstance(top, NamedTupleNode) and len(top.items) == 2:
+        outer = meta(f"{name}.1")
+        kind = outer.get("__TYPE__", "")
+        inner_names = [r.name for r in refs if r.name in objects]
+        if kind == "TorchTensorSerializer" and inner_names == [f"{name}.0"]:
+            inner = meta(f"{name}.0")
+            if inner.get("__TYPE__") == "DeferredFullTensor":
+                full = _full_tensor(inner, path, name)
+                dtype = _torch_dtype(outer, path, name) if outer.get("dtypes") else full.dtype
+                return FullTensorLeaf(dtype, full.shape, full.fill_value)
+        return ExternalLeaf(kind or "nested", {"metadata": md_all})
+    raise UnsupportedContentError(path, f"leaf {name!r} has a serialization layout not understood")
+
+
+def _decode_object(
+    f: h5py.File, handle: H5Handle, name: str, m: dict[str, Any], used: set[str]
+) -> Leaf:
+    path = handle.path
+    kind = m.get("__TYPE__")
+    if kind is None:
+        raise CorruptCheckpointError(path, f"leaf {name!r}: metadata without __TYPE__")
+    if kind == "TorchTensorSerializer":
+        ds = _dataset(f, name, path, used)
+        dtype = _torch_dtype(m, path, name)
+        shape = _shape(m, path, name)
+        _check_storage(ds, dtype, shape, path, name)
+        return TensorLeaf(dtype, shape, H5Data(handle, name))
+    if kind == "NumpyArraySerializer":
+        ds = _dataset(f, name, path, used)
+        is_bf16 = attr_bool(ds.attrs.get("is_bfloat16", m.get("is_bfloat16", False)))
+        try:
+            dt = dtypes.from_storage(ds.dtype, is_bf16)
+        except ValueError as exc:
+            raise UnsupportedContentError(path, f"array {name!r}: {exc}") from None
+        return TensorLeaf(dt.name, tuple(ds.shape), H5Data(handle, name), numpy=True)
+    if kind == "ScalarSerializer":
+        value = m.get("scalar_value")
+        if type(value) not in (bool, int, float):
+            raise CorruptCheckpointError(
+                path, f"leaf {name!r}: scalar_value {value!r} is not a number"
+            )
+        return ValueLeaf(value)
+    if kind == "StringSerializer":
+        value = m.get("string_value")
+        if not isinstance(value, str):
+            raise CorruptCheckpointError(path, f"leaf {name!r}: string_value is not a string")
+        return ValueLeaf(value)
+    if kind == "NoneSerializer":
+        return ValueLeaf(None)
+    if kind == "ObjectSerializer":
+        ds = _dataset(f, name, path, used)
+        raw = ds.attrs.get("__BYTES__")
+        if raw is None:
+            raise CorruptCheckpointError(path, f"object {name!r} has no __BYTES__ payload")
+        return OpaqueLeaf(bytes(raw.tobytes() if hasattr(raw, "tobytes") else raw), "pickle")
+    if kind == "DeferredFullTensor":
+        return _full_tensor(m, path, name)
+    if kind in _EXTERNAL:
+        return ExternalLeaf(kind, dict(m))
+    raise UnsupportedContentError(
+        path, f"leaf {name!r} uses serializer {kind!r}, which ckpt-migrate does not know"
+    )
+
+
+def _dataset(f: h5py.File, name: str, path: Path, used: set[str]) -> h5py.Dataset:
+    obj = f.get(name)
+    if not isinstance(obj, h5py.Dataset):
+        raise CorruptCheckpointError(
+            path, f"leaf {name!r} has no dataset", "the file is incomplete"
+        )
+    used.add(name)
+    return obj
+
+
+def _torch_dtype(m: dict[str, Any], path: Path, name: str) -> str:
+    try:
+        return dtypes.by_name(m["dtypes"][0]).name
+    except (KeyError, IndexError, TypeError):
+        raise CorruptCheckpointError(path, f"tensor {name!r} metadata has no dtypes") from None
+    except ValueError as exc:
+        raise UnsupportedContentError(path, f"tensor {name!r}: {exc}") from None
+
+
+def _shape(m: dict[str, Any], path: Path, name: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(d) for d in m["shapes"][0])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise CorruptCheckpointError(path, f"tensor {name!r} metadata has no shapes") from None
+
+
+def _check_storage(
+    ds: h5py.Dataset, dtype: str, shape: tuple[int, ...], path: Path, name: str
+) -> None:
+    want = dtypes.by_name(dtype).storage
+    same_dtype = ds.dtype.newbyteorder("<") == want.newbyteorder("<") or (
+        want.kind == "b" and ds.dtype.kind == "b"
+    )
+    if ds.shape != shape or not same_dtype:
+        raise CorruptCheckpointError(
+            path,
+            f"tensor {name!r}: dataset is {ds.dtype}{list(ds.shape or ())}, "
+            f"metadata says {dtype}{list(shape)}",
+        )
+
+
+def _full_tensor(m: dict[str, Any], path: Path, name: str) -> FullTensorLeaf:
+    try:
+        dtype = dtypes.by_name(m["dtype"]).name
+        shape = tuple(int(d) for d in m["shape"])
+    except (KeyError, TypeError, ValueError):
+        raise CorruptCheckpointError(path, f"full tensor {name!r} lacks shape/dtype") from None
+    return FullTensorLeaf(dtype, shape, m.get("fill_value"))
+
+
+def _resolve_links(root: Node, links: dict[str, str], first: dict[str, Leaf], path: Path) -> Node:
+    for name, target in links.items():
+        if target not in first or target in links:
+            raise CorruptCheckpointError(
+                path, f"leaf {name!r} links to {target!r}, not a stored leaf"
+            )
+    return map_leaves(root, lambda ref: first[links[ref.name]] if ref.name in links else ref.leaf)
+
+
+def _dataset_names(f: h5py.File) -> list[str]:
+    names: list[str] = []
+
+    def visit(name: bytes, info: h5py.h5o.ObjInfo) -> None:
+        if info.type == h5py.h5o.TYPE_DATASET:
+            names.append(name.decode())
+
+    h5py.h5o.visit(f.id, visit, info=True)
+    return names

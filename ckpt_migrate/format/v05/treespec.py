@@ -1,0 +1,148 @@
+"""Format 0.5 structure: torch's JSON treespec (protocol 1) inside the root ``__spec__``.
+
+FORMAT.md §4.2. The root attribute is ``json.dumps([structure, treespec_string], indent=4)``;
+``treespec_string`` is ``torch.utils._pytree.treespec_dumps`` output. It is parsed here as plain
+JSON: no module named in it is ever imported (torch's own decoder imports modules for
+``defaultdict`` contexts).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
+from ckpt_migrate.format.tree import (
+    DictNode,
+    MissingLeaf,
+    NamedTupleNode,
+    Node,
+    SeqNode,
+    is_leaf,
+    map_leaves,
+)
+
+PROTOCOL = 1
+_LEAF_JSON = {"type": None, "context": None, "children_spec": []}
+_SEQ_TYPES = {"builtins.list": "list", "builtins.tuple": "tuple", "builtins.set": "set"}
+
+
+def parse(text: str, path: str | Path | None = None) -> Node:
+    """The tree described by a treespec string; every leaf is a ``MissingLeaf`` named per §2.2."""
+    try:
+        proto, node = json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise CorruptCheckpointError(path, f"__spec__ treespec is not valid JSON ({exc})") from None
+    if proto != PROTOCOL:
+        raise UnsupportedContentError(
+            path, f"treespec protocol {proto!r} is not supported (only {PROTOCOL})"
+        )
+    root = _node(node, path)
+    return map_leaves(root, lambda ref: MissingLeaf(ref.name))
+
+
+def _node(obj: Any, path: str | Path | None) -> Node:
+    if not isinstance(obj, dict) or "type" not in obj or "children_spec" not in obj:
+        raise CorruptCheckpointError(path, "__spec__ treespec has a malformed node")
+    kind, context, kids = obj["type"], obj.get("context"), obj["children_spec"]
+    if kind is None:
+        if kids:
+            raise CorruptCheckpointError(path, "__spec__ treespec leaf has children")
+        return MissingLeaf("")
+    items = [_node(k, path) for k in kids]
+    if kind in ("builtins.dict", "collections.OrderedDict"):
+        keys = _json_context(context, path)
+        if not isinstance(keys, list) or len(keys) != len(items):
+            raise CorruptCheckpointError(path, f"__spec__ {kind} context does not match children")
+        for k in keys:
+            if type(k) not in (str, int):
+                raise UnsupportedContentError(
+                    path,
+                    f"__spec__ has a dict key {k!r} of type "
+                    f"{type(k).__name__}; only str and int are supported",
+                )
+        return DictNode(list(zip(keys, items)), ordered=kind == "collections.OrderedDict")
+    if kind in _SEQ_TYPES:
+        return SeqNode(_SEQ_TYPES[kind], items)  # type: ignore[arg-type]
+    if kind in ("collections.namedtuple", "NestedObject"):
+        name = context if isinstance(context, str) else "namedtuple"
+        return NamedTupleNode(name, tuple(f"_{i}" for i in range(len(items))), items)
+    raise UnsupportedContentError(
+        path,
+        f"__spec__ uses container type {kind!r}, which ckpt-migrate does not read "
+        "(it would need importing code named by the file)",
+    )
+
+
+def _json_context(context: Any, path: str | Path | None) -> Any:
+    if not isinstance(context, str):
+        raise CorruptCheckpointError(path, "__spec__ treespec context is not a JSON string")
+    try:
+        return json.loads(context)
+    except ValueError:
+        raise CorruptCheckpointError(path, "__spec__ treespec context is not valid JSON") from None
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def to_json_node(node: Node) -> dict[str, Any]:
+    """``_treespec_to_json`` of torch for our tree (key order type, context, children_spec)."""
+    if is_leaf(node):
+        return dict(_LEAF_JSON)
+    if isinstance(node, DictNode):
+        kind = "collections.OrderedDict" if node.ordered else "builtins.dict"
+        context = json.dumps(node.keys())
+        kids = [v for _, v in node.items]
+    elif isinstance(node, SeqNode):
+        kind = {"list": "builtins.list", "tuple": "builtins.tuple", "set": "builtins.set"}[
+            node.kind
+        ]
+        context, kids = "null", node.items
+    else:
+        raise UnsupportedContentError(
+            None,
+            f"namedtuple {node.name!r} cannot be written in format 0.5 (only classes registered "
+            "with the real library can)",
+            "it is written as a tuple instead; call as_tuples() first",
+        )
+    return {"type": kind, "context": context, "children_spec": [to_json_node(k) for k in kids]}
+
+
+def dumps(node: Node) -> str:
+    """``treespec_dumps``: the protocol-1 JSON string."""
+    return json.dumps([PROTOCOL, to_json_node(node)])
+
+
+def structure(node: Node) -> Any:
+    """Element 0 of ``__spec__``: the tree with ``"*"`` leaves, or None if JSON cannot hold it."""
+
+    def build(n: Node) -> Any:
+        if is_leaf(n):
+            return "*"
+        if isinstance(n, DictNode):
+            return {k: build(v) for k, v in n.items}
+        if isinstance(n, SeqNode) and n.kind == "set":
+            raise TypeError("set")
+        return [build(v) for v in n.items]  # type: ignore[union-attr]
+
+    try:
+        return build(node)
+    except TypeError:
+        return None
+
+
+def root_spec_text(node: Node) -> str:
+    return json.dumps([structure(node), dumps(node)], indent=4)
+
+
+def as_tuples(node: Node) -> Node:
+    """The same tree with every namedtuple turned into a tuple (0.5 cannot name their classes)."""
+    if isinstance(node, DictNode):
+        return DictNode([(k, as_tuples(v)) for k, v in node.items], node.ordered)
+    if isinstance(node, SeqNode):
+        return SeqNode(node.kind, [as_tuples(v) for v in node.items])
+    if isinstance(node, NamedTupleNode):
+        return SeqNode("tuple", [as_tuples(v) for v in node.items])
+    return node

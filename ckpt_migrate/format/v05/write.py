@@ -1,0 +1,146 @@
+"""Write format 0.5 as ``cstorch.save`` of releases 2.5–2.10 does. FORMAT.md §4 and §4.9.
+
+Order (§4.7): root ``__spec__``/``__version__``/``__cstorch_version__`` first, then one dataset per
+stored value, then every ``<leaf>.__metadata__`` attribute and ``__SUCCESS__`` last.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ckpt_migrate.format import dtypes
+from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.h5.tensor import PlaceTensor, write_tensor
+from ckpt_migrate.format.releases import Release
+from ckpt_migrate.format.tree import (
+    FullTensorLeaf,
+    Leaf,
+    MissingLeaf,
+    Node,
+    OpaqueLeaf,
+    TensorLeaf,
+    ValueLeaf,
+    iter_leaves,
+)
+from ckpt_migrate.format.v05 import treespec as treespec_json
+
+FORMAT_VERSION = 0.5
+
+
+def _per_leaf_spec(name: str) -> list[Any]:
+    leaf = {"type": None, "context": None, "children_spec": []}
+    node = {"type": "builtins.dict", "context": json.dumps([name]), "children_spec": [leaf]}
+    return [{name: "*"}, json.dumps([1, node])]
+
+
+def _leaf_json(name: str, md: dict[str, Any]) -> str:
+    doc = {"__spec__": _per_leaf_spec(name), "__objects__": [name], f"{name}.__metadata__": md}
+    return json.dumps(doc, indent=4)
+
+
+def tensor_metadata(leaf: TensorLeaf) -> dict[str, Any]:
+    dt = dtypes.by_name(leaf.dtype)
+    if leaf.numpy:
+        return {
+            "is_bfloat16": leaf.dtype == "bfloat16",
+            "__TYPE__": "NumpyArraySerializer",
+            "__NUMPY__": True,
+            "compressed": False,
+        }
+    md: dict[str, Any] = {
+        "__TORCH__": True,
+        "shapes": [list(leaf.shape)],
+        "dtypes": [f"torch.{dt.name}"],
+    }
+    if dt.rtfx is not None:  # int8 has no RtFx code; the reader takes the dtype from "dtypes"
+        md["rtfx_dtypes"] = [dt.rtfx]
+    md.update({"__TYPE__": "TorchTensorSerializer", "__NUMPY__": True, "compressed": False})
+    return md
+
+
+def _dataset_attrs(ds: h5py.Dataset, md: dict[str, Any]) -> None:
+    """cstorch copies the metadata dict onto the dataset; the two must agree (§4.9)."""
+    oid = ds.id
+    for key, value in md.items():
+        if key == "shapes":
+            shape = value[0]
+            value = np.array([shape], dtype=np.int64) if shape else np.empty((1, 0))
+        elif key == "dtypes":
+            value = np.array(value, dtype=h5py.string_dtype())
+        elif key == "rtfx_dtypes":
+            value = np.array(value, dtype=np.int64)
+        elif isinstance(value, bool):
+            value = np.bool_(value)
+        h5attrs.create(oid, key, value)
+
+
+def write(
+    f: h5py.Group,
+    root: Node,
+    release: Release,
+    extra_attrs: dict[str, str],
+    on_leaf: Callable[[str, Leaf], None] | None = None,
+    place: PlaceTensor = write_tensor,
+) -> None:
+    f.attrs["__spec__"] = treespec_json.root_spec_text(root)
+    f.attrs["__version__"] = np.float64(FORMAT_VERSION)
+    f.attrs["__cstorch_version__"] = release.cstorch_version or f"{release.name}.0"
+
+    metadata: dict[str, str] = {}
+    first_name: dict[int, str] = {}
+    for ref in iter_leaves(root):
+        leaf, name = ref.leaf, ref.name
+        if id(leaf) in first_name:
+            md: dict[str, Any] = {
+                "key": first_name[id(leaf)],
+                "__LINKED__": True,
+                "__TYPE__": "LinkedObject",
+                "__NONE__": True,
+            }
+        else:
+            first_name[id(leaf)] = name
+            md = _write_value(f, name, leaf, place)
+            if on_leaf is not None:
+                on_leaf(name, leaf)
+        metadata[f"{name}.__metadata__"] = _leaf_json(name, md)
+
+    root = f.id
+    for key, text in metadata.items():
+        h5attrs.create(root, key, text)
+    for key, text in extra_attrs.items():
+        h5attrs.create(root, key, text)
+    f.attrs["__SUCCESS__"] = np.bool_(True)
+
+
+def _write_value(f: h5py.Group, name: str, leaf: Leaf, place: PlaceTensor) -> dict[str, Any]:
+    if isinstance(leaf, TensorLeaf):
+        md = tensor_metadata(leaf)
+        _dataset_attrs(place(f, name, leaf), md)
+        return md
+    if isinstance(leaf, (ValueLeaf, MissingLeaf)):
+        value = None if isinstance(leaf, MissingLeaf) else leaf.value
+        if value is None:
+            return {"__TYPE__": "NoneSerializer", "__NONE__": True}
+        if isinstance(value, str):
+            return {"string_value": value, "__TYPE__": "StringSerializer", "__NONE__": True}
+        return {"scalar_value": value, "__TYPE__": "ScalarSerializer", "__NONE__": True}
+    if isinstance(leaf, OpaqueLeaf):
+        ds = f.create_dataset(name, data=h5py.Empty("f"), track_order=True)
+        ds.attrs["__TYPE__"] = "ObjectSerializer"
+        ds.attrs["compressed"] = np.bool_(False)
+        ds.attrs["__BYTES__"] = np.frombuffer(leaf.payload, dtype="V1")
+        return {"__TYPE__": "ObjectSerializer", "__BYTES__": True, "compressed": False}
+    if isinstance(leaf, FullTensorLeaf):
+        return {
+            "shape": list(leaf.shape),
+            "dtype": f"torch.{leaf.dtype}",
+            "fill_value": leaf.fill_value,
+            "__TYPE__": "DeferredFullTensor",
+            "__NONE__": True,
+        }
+    raise TypeError(f"{name}: {type(leaf).__name__} cannot be written (preflight should refuse it)")

@@ -1,0 +1,185 @@
+"""Write a neutral tree as the checkpoint format of a chosen release, atomically.
+
+Everything the target format cannot hold is refused *before* a byte is written (colliding
+leaf names, data outside the file, ...). The file is written beside the target, closed,
+re-read for a structural check, fsynced and only then moved into place.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+
+from ckpt_migrate.atomic import atomic_output
+from ckpt_migrate.errors import KeyCollisionError, MissingLeavesError, UnsupportedContentError
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.compare import check_written
+from ckpt_migrate.format.h5 import root as h5root
+from ckpt_migrate.format.h5.tensor import PlaceTensor, write_tensor
+from ckpt_migrate.format.legacy import write as write_legacy
+from ckpt_migrate.format.releases import Release
+from ckpt_migrate.format.tree import (
+    ExternalLeaf,
+    Leaf,
+    MissingLeaf,
+    NamedTupleNode,
+    Node,
+    OpaqueLeaf,
+    TensorLeaf,
+    contains,
+    format_path,
+    iter_leaves,
+    name_collisions,
+)
+from ckpt_migrate.format.v05 import treespec as treespec_json
+from ckpt_migrate.format.v05 import write as write_v05
+
+
+@dataclass
+class WriteReport:
+    path: Path
+    release: Release
+    leaves: int = 0
+    tensors: int = 0
+    tensor_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def prepare(
+    root: Node, release: Release, *, allow_missing: bool = False, path: Path | None = None
+) -> tuple[Node, list[str]]:
+    """Check that ``release``'s format can hold ``root``; return the tree to write and notes."""
+    notes: list[str] = []
+    if not release.legacy and contains(root, NamedTupleNode):
+        root = treespec_json.as_tuples(root)
+        notes.append("namedtuples written as tuples: format 0.5 cannot name their classes")
+    collisions = name_collisions(root)
+    if collisions:
+        name, paths = sorted(collisions.items())[0]
+        where = " and ".join(format_path(p) for p in paths[:3])
+        raise KeyCollisionError(
+            path,
+            f"{len(collisions)} leaf name(s) would collide, e.g. {name!r} from {where}; the real "
+            "library would save such a file and then fail to load it",
+            "rename one of the keys",
+        )
+    missing: list[str] = []
+    stored: dict[str, str] = {}
+    for ref in iter_leaves(root):
+        leaf = ref.leaf
+        if isinstance(leaf, ExternalLeaf):
+            raise UnsupportedContentError(
+                path,
+                f"leaf {ref.name!r} is a {leaf.kind} that refers to data outside the checkpoint; "
+                "ckpt-migrate does not follow such references",
+                "materialize it with the tool that made it",
+            )
+        if isinstance(leaf, MissingLeaf):
+            missing.append(ref.name)
+        if release.format < 0.3 and isinstance(leaf, OpaqueLeaf):
+            raise UnsupportedContentError(
+                path,
+                f"leaf {ref.name!r} is a pickled object, which format {release.format} cannot hold",
+            )
+        if not release.legacy and _has_dataset(leaf):
+            _check_h5_name(ref.name, stored, path)
+        if release.legacy and ref.name == "" and not isinstance(leaf, MissingLeaf):
+            raise UnsupportedContentError(
+                path,
+                f"an empty leaf name at {format_path(ref.path)} cannot be a dataset name in format "
+                f"{release.format}",
+                "write release 2.5 or newer, or rename the key",
+            )
+    if missing and not allow_missing:
+        raise MissingLeavesError(
+            path,
+            f"{len(missing)} leaf/leaves named by the spec have no data: {', '.join(missing[:5])}"
+            + (" ..." if len(missing) > 5 else ""),
+            "pass allow_missing (--allow-missing) to write them as None",
+        )
+    if missing and not release.legacy:
+        notes.append(f"{len(missing)} missing leaf/leaves written as None")
+    return root, notes
+
+
+def _has_dataset(leaf: Leaf) -> bool:
+    return isinstance(leaf, (TensorLeaf, OpaqueLeaf))
+
+
+def _check_h5_name(name: str, stored: dict[str, str], path) -> None:
+    """0.5 datasets use the leaf name verbatim, so ``/`` makes groups; names must not clash."""
+    parts = name.split("/")
+    if not name or any(p in ("", ".") for p in parts):
+        raise UnsupportedContentError(
+            path,
+            f"leaf name {name!r} cannot be an HDF5 dataset name in format 0.5",
+            "rename the key",
+        )
+    for i in range(1, len(parts)):
+        prefix = "/".join(parts[:i])
+        if stored.get(prefix) == "dataset":
+            raise KeyCollisionError(
+                path, f"leaf {name!r} needs group {prefix!r}, which is a tensor"
+            )
+        stored[prefix] = "group"
+    if stored.get(name) == "group":
+        raise KeyCollisionError(path, f"tensor {name!r} clashes with a group of the same name")
+    stored[name] = "dataset"
+
+
+def write_tree(
+    f: h5py.Group,
+    root: Node,
+    release: Release,
+    extra_attrs: dict[str, str] | None = None,
+    on_leaf: Callable[[str, Leaf], None] | None = None,
+    place: PlaceTensor = write_tensor,
+) -> None:
+    """Write an already prepared tree into ``f``, the root group to be (no checks, no atomicity)."""
+    module = write_legacy if release.legacy else write_v05
+    module.write(f, root, release, extra_attrs or {}, on_leaf, place)
+
+
+def resolve_release(release: str | Release | None) -> Release:
+    if isinstance(release, Release):
+        return release
+    return releases.LATEST if release is None else releases.get(release)
+
+
+def write_checkpoint(
+    root: Node,
+    path: str | Path,
+    release: str | Release | None = None,
+    *,
+    allow_missing: bool = False,
+    extra_attrs: dict[str, str] | None = None,
+    replace: bool = False,
+    on_leaf: Callable[[str, Leaf], None] | None = None,
+) -> WriteReport:
+    """Write ``root`` to ``path`` in the format of ``release`` (default: the newest)."""
+    rel = resolve_release(release)
+    target = Path(path)
+    to_write, notes = prepare(root, rel, allow_missing=allow_missing, path=target)
+    for note in notes:
+        warnings.warn(f"{target}: {note}", stacklevel=2)
+    report = WriteReport(target, rel, notes=notes)
+    seen: set[int] = set()
+
+    def count(name: str, leaf: Leaf) -> None:
+        report.leaves += 1
+        if isinstance(leaf, TensorLeaf) and id(leaf) not in seen:
+            seen.add(id(leaf))
+            report.tensors += 1
+            report.tensor_bytes += leaf.nbytes
+        if on_leaf is not None:
+            on_leaf(name, leaf)
+
+    with atomic_output(target, replace=replace) as tmp:
+        with h5root.create_file(tmp, exclusive=False) as f:
+            write_tree(f, to_write, rel, extra_attrs, count)
+        check_written(tmp, to_write, rel)
+    return report

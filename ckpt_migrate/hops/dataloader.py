@@ -1,0 +1,111 @@
+"""The 1.9 dataloader side files, and the 2.0 ``dataloader`` state built from them.
+
+MODELZOO_HISTORY.md §2: 1.9 kept ``data_iter_checkpoint_state_file_global`` (first line: the data
+step) and one ``data_iter_state_file_worker_<id>_step_<step>.txt`` per worker and step (first line:
+samples that worker streamed). 2.0 keeps ``checkpoint["dataloader"]``: map-style
+``{samples_streamed, seed}``, iterable-style ``{all_worker_states: [{samples_streamed,
+shard_index}, ...]}`` sorted by shard. Where the old converter was silent (a zero when files
+were missing, a crash on ``notes.txt``, no cross-checks) this module refuses with a reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ckpt_migrate.errors import CorruptCheckpointError, UsageError
+from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
+
+GLOBAL_FILE = "data_iter_checkpoint_state_file_global"
+WORKER_FILE = re.compile(r"^data_iter_state_file_worker_(\d+)_step_(\d+)\.txt$")
+
+
+@dataclass
+class SideFiles:
+    directory: Path
+    data_step: int
+    samples: dict[int, int]  # worker id -> samples streamed at the data step
+    ignored: list[str] = field(default_factory=list)  # names that are not side files
+    other_steps: int = 0  # worker files of earlier checkpoints (they accumulate)
+
+    @property
+    def total(self) -> int:
+        return sum(self.samples.values())
+
+
+def _first_int(path: Path) -> int:
+    try:
+        line = path.read_text(encoding="utf-8").splitlines()[0].strip()
+        return int(line)
+    except (OSError, UnicodeDecodeError, IndexError, ValueError):
+        raise CorruptCheckpointError(
+            path, "first line is not an integer", "is this a 1.9 dataloader state file?"
+        ) from None
+
+
+def read_side_files(directory: str | Path) -> SideFiles:
+    d = Path(directory)
+    if not d.is_dir():
+        raise UsageError(d, "is not a directory", "pass the 1.9 save_iter_state_path directory")
+    global_file = d / GLOBAL_FILE
+    if not global_file.is_file():
+        raise UsageError(d, f"has no {GLOBAL_FILE}", "pass the 1.9 save_iter_state_path directory")
+    data_step = _first_int(global_file)
+    found: dict[int, list[str]] = {}
+    ignored: list[str] = []
+    other = 0
+    for entry in sorted(d.iterdir()):
+        if entry.name == GLOBAL_FILE:
+            continue
+        m = WORKER_FILE.match(entry.name)
+        if m is None or not entry.is_file():
+            ignored.append(entry.name)
+            continue
+        if int(m.group(2)) != data_step:
+            other += 1
+            continue
+        found.setdefault(int(m.group(1)), []).append(entry.name)
+    if not found:
+        raise UsageError(
+            d,
+            f"no worker file for data step {data_step} "
+            f"(data_iter_state_file_worker_<id>_step_{data_step}.txt)",
+            "the files of that step were pruned or the directory is wrong",
+        )
+    dupes = {wid: names for wid, names in found.items() if len(names) > 1}
+    if dupes:
+        wid, names = sorted(dupes.items())[0]
+        raise UsageError(
+            d,
+            f"worker {wid} has {len(names)} files for step {data_step}: " + ", ".join(names),
+            "remove the stray copies",
+        )
+    missing = sorted(set(range(max(found) + 1)) - set(found))
+    if missing:
+        raise UsageError(
+            d,
+            f"no file for worker(s) {', '.join(map(str, missing))} at step {data_step} "
+            f"(found workers {', '.join(map(str, sorted(found)))})",
+            "every worker 0..N-1 must have exactly one file",
+        )
+    samples = {wid: _first_int(d / names[0]) for wid, names in found.items()}
+    return SideFiles(d, data_step, samples, ignored, other)
+
+
+def build_state(side: SideFiles, dataloader_type: str, seed: int | None) -> DictNode:
+    if dataloader_type == "map":
+        if seed is None:
+            raise UsageError(
+                None,
+                "a map-style dataloader state needs the shuffle seed",
+                "pass --shuffle-seed (or --config with train_input.shuffle_seed)",
+            )
+        return DictNode([("samples_streamed", ValueLeaf(side.total)), ("seed", ValueLeaf(seed))])
+    if dataloader_type == "iterable":
+        workers = [
+            DictNode([("samples_streamed", ValueLeaf(n)), ("shard_index", ValueLeaf(wid))])
+            for wid, n in sorted(side.samples.items())
+        ]
+        return DictNode([("all_worker_states", SeqNode("list", workers))])
+    raise UsageError(None, f"unknown dataloader type {dataloader_type!r}", "use map or iterable")

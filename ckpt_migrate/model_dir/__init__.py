@@ -1,0 +1,1 @@
+"""A model directory: checkpoint names, CheckpointManager, upgrade-dir."""

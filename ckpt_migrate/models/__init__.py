@@ -1,0 +1,1 @@
+"""Model families: the one name table, tied weights, key vocabularies, detection, key steps."""

@@ -1,0 +1,449 @@
+"""Model families: their names and aliases, their key vocabulary, and detection from key names.
+
+Names follow the Model Zoo converter registry (MODELZOO_HISTORY.md §3.5: ``gpt2``, ``gptj``,
+``gpt-neox``, ``codegen``, ``llama`` (+ ``llamaV2``, ``code-llama``, ``wizardlm``), ``bloom``,
+``falcon``, ``bert`` (+ its fine-tuning variants), ``t5`` (+ ``transformer``, ``ul2``,
+``flan-ul2``)). The key names are the Cerebras ones used since 1.7, from the HF↔CS converters
+(§3.5 "CS naming used since 1.7 for decoder LMs" and the 1.6→1.7 BERT and T5 tables;
+``f1fd1e0:src/cerebras/modelzoo/tools/checkpoint_converters/{gpt2_hf_cs,gptj_hf_cs,llama,
+bloom_hf_cs,bert,t5}.py``): every decoder LM is a ``GPT2LMHeadModel`` configured per family, so
+the families differ only in which optional keys exist (biases, a gated FFN, a second norm,
+learned positions, ALiBi slopes, an embedding norm).
+
+Detection reads key names only, never tensor data. Each family has a signature: which of those
+features its keys show. The confidence is the share of the signature that matches, divided
+among families that match equally well (GPT-J and CodeGen keys are identical: their key steps
+are too). Below :data:`MIN_CONFIDENCE` the model is "unknown": it still gets every step that is
+not model-specific, and the model-specific ones say they were skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckpt_migrate.errors import UsageError
+from ckpt_migrate.models.keys import KeyPattern, matches_any, model_keys, split_prefix
+
+FAMILIES: tuple[str, ...] = (
+    "gpt2",
+    "gptj",
+    "gpt-neox",
+    "codegen",
+    "llama",
+    "bloom",
+    "falcon",
+    "bert",
+    "t5",
+)
+GPT_STYLE: tuple[str, ...] = ("gpt2", "gptj", "gpt-neox", "codegen", "llama", "bloom", "falcon")
+
+# Registry names that are another family's model (§3.5 table): alias -> family.
+ALIASES: dict[str, str] = {
+    "llamav2": "llama",
+    "llama2": "llama",
+    "code-llama": "llama",
+    "wizardlm": "llama",
+    "bert-sequence-classifier": "bert",
+    "bert-token-classifier": "bert",
+    "bert-summarization": "bert",
+    "bert-qa": "bert",
+    "bert-q&a": "bert",
+    "transformer": "t5",
+    "ul2": "t5",
+    "flan-ul2": "t5",
+}
+MIN_CONFIDENCE = 0.5
+
+
+def known_names() -> str:
+    return ", ".join([*FAMILIES, *ALIASES])
+
+
+def canonical_family(name: str) -> tuple[str, str | None]:
+    """``(family, variant)`` for a family name or alias (case-insensitive); the variant is the
+    alias as given (lower case), None for a canonical name. Raises UsageError when unknown."""
+    text = name.strip().lower()
+    if text in FAMILIES:
+        return text, None
+    if text in ALIASES:
+        return ALIASES[text], text
+    raise UsageError(None, f"unknown model {name!r}", f"known models: {known_names()}")
+
+
+# --------------------------------------------------------------------------- key vocabulary
+
+_NORM = "{weight,bias}"
+_DECODER_KEYS = (
+    "embedding_layer.word_embeddings.weight",
+    "embedding_layer.position_embeddings",
+    "embedding_layer.position_embeddings.{weight,fpe}",
+    "embedding_layer.position_embeddings.embed.weight",
+    "embedding_layer.position_embed_helper.**",
+    "relative_pe_helper.**",
+    f"embedding_ln_f.{_NORM}",
+    f"transformer_decoder.layers.#.self_attn.proj_{{q,k,v,output}}_dense_layer.{_NORM}",
+    f"transformer_decoder.layers.#.norm{{1,2,3}}.{_NORM}",
+    f"transformer_decoder.layers.#.ffn.ffn.#.linear_layer{{,_for_glu}}.{_NORM}",
+    f"transformer_decoder.norm.{_NORM}",
+    f"ln_f.{_NORM}",
+    f"lm_head.{_NORM}",
+)
+_BERT_KEYS = (
+    "{bert_encoder,bert}.embedding_layer.{word_embeddings,segment_embeddings}.weight",
+    "{bert_encoder,bert}.embedding_layer.position_embeddings",
+    "{bert_encoder,bert}.embedding_layer.position_embeddings.{weight,fpe}",
+    "{bert_encoder,bert}.embedding_layer.position_embeddings.embed.weight",
+    f"{{bert_encoder,bert}}.embed_ln_f.{_NORM}",
+    "{bert_encoder,bert}.transformer_encoder.layers.#.self_attn."
+    f"proj_{{q,k,v,output}}_dense_layer.{_NORM}",
+    f"{{bert_encoder,bert}}.transformer_encoder.layers.#.norm{{1,2}}.{_NORM}",
+    f"{{bert_encoder,bert}}.transformer_encoder.layers.#.ffn.ffn.#.linear_layer.{_NORM}",
+    f"{{bert_encoder,bert}}.pooler.pooler.ffn.#.linear_layer.{_NORM}",
+    f"bert_mlm_head.mlm_transform.ffn.ffn.#.linear_layer.{_NORM}",
+    f"bert_mlm_head.mlm_transform.ln.{_NORM}",
+    f"bert_mlm_head.classifier.ffn.#.linear_layer.{_NORM}",
+    f"bert_cls_head.classifier.ffn.#.linear_layer.{_NORM}",
+)
+_T5_KEYS = (
+    "{encoder,decoder}_embeddings.word_embeddings.weight",
+    "{encoder,decoder}_embeddings.position_embeddings",
+    "{encoder,decoder}_embeddings.position_embeddings.{weight,fpe}",
+    "{encoder,decoder}_embeddings.position_embeddings.embed.weight",
+    f"{{encoder,decoder}}_embeddings.position_embed_helper.relative_attention_bias.{_NORM}",
+    f"relative_position_{{encoder,decoder}}.relative_attention_bias.{_NORM}",
+    "{encoder,decoder}.layers.#.{self_attn,multihead_attn}."
+    f"proj_{{q,k,v,output}}_dense_layer.{_NORM}",
+    f"{{encoder,decoder}}.layers.#.norm{{1,2,3}}.{_NORM}",
+    f"{{encoder,decoder}}.layers.#.ffn.ffn.#.linear_layer{{,_for_glu}}.{_NORM}",
+    f"{{encoder,decoder}}.norm.{_NORM}",
+    f"lm_head.{_NORM}",
+)
+VOCABULARY: dict[str, tuple[KeyPattern, ...]] = {
+    **{f: tuple(KeyPattern(p) for p in _DECODER_KEYS) for f in GPT_STYLE},
+    "bert": tuple(KeyPattern(p) for p in _BERT_KEYS),
+    "t5": tuple(KeyPattern(p) for p in _T5_KEYS),
+}
+
+
+def unknown_keys(keys: Iterable[str], family: str) -> list[str]:
+    """Keys the family's vocabulary does not know (a 2.2+ sparsity ``<w>_mask`` is known when
+    ``<w>`` is)."""
+    vocabulary = VOCABULARY[family]
+    out = []
+    for key in keys:
+        probe = key[: -len("_mask")] if key.endswith("_mask") else key
+        if matches_any(probe, vocabulary) is None:
+            out.append(key)
+    return out
+
+
+# --------------------------------------------------------------------------- detection
+
+
+@dataclass(frozen=True)
+class Feature:
+    what: str  # for the evidence: what the keys show
+    patterns: tuple[str, ...]
+
+    def first_key(self, keys: list[str]) -> str | None:
+        compiled = [KeyPattern(p) for p in self.patterns]
+        return next((k for k in keys if matches_any(k, compiled) is not None), None)
+
+
+FEATURES: dict[str, Feature] = {
+    "decoder": Feature("decoder layers", ("transformer_decoder.layers.#.**",)),
+    "absolute_positions": Feature(
+        "absolute position embeddings",
+        ("embedding_layer.position_embeddings", "embedding_layer.position_embeddings.**"),
+    ),
+    "alibi": Feature(
+        "ALiBi slopes",
+        ("relative_pe_helper.slopes", "embedding_layer.position_embed_helper.slopes"),
+    ),
+    "embedding_norm": Feature("an embedding layer norm", (f"embedding_ln_f.{_NORM}",)),
+    "gated_ffn": Feature(
+        "a gated FFN (SwiGLU)", ("transformer_decoder.layers.#.ffn.ffn.#.linear_layer_for_glu.**",)
+    ),
+    "second_norm": Feature(
+        "a second norm per layer (sequential attention/FFN)",
+        (f"transformer_decoder.layers.#.norm3.{_NORM}",),
+    ),
+    "norm_bias": Feature("layer-norm biases", ("transformer_decoder.layers.#.norm1.bias",)),
+    "attention_bias": Feature(
+        "attention projection biases", ("transformer_decoder.layers.#.self_attn.*.bias",)
+    ),
+    "ffn_bias": Feature(
+        "FFN biases", ("transformer_decoder.layers.#.ffn.ffn.#.linear_layer.bias",)
+    ),
+    "head_bias": Feature("an LM-head bias", ("lm_head.bias",)),
+    "bert": Feature(
+        "a BERT encoder",
+        ("{bert_encoder,bert}.embedding_layer.**", "{bert_encoder,bert}.transformer_encoder.**"),
+    ),
+    "bert_segments": Feature(
+        "segment embeddings and an embedding norm",
+        (
+            "{bert_encoder,bert}.embedding_layer.segment_embeddings.weight",
+            f"{{bert_encoder,bert}}.embed_ln_f.{_NORM}",
+        ),
+    ),
+    "bert_heads": Feature(
+        "BERT pre-training heads or pooler",
+        ("bert_mlm_head.**", "bert_cls_head.**", "{bert_encoder,bert}.pooler.**"),
+    ),
+    "encoder_decoder_embeddings": Feature(
+        "encoder and decoder embeddings", ("{encoder,decoder}_embeddings.**",)
+    ),
+    "encoder_layers": Feature("encoder layers", ("encoder.layers.#.**",)),
+    "cross_attention": Feature("decoder cross-attention", ("decoder.layers.#.multihead_attn.**",)),
+}
+
+# Each family's signature: feature -> whether its keys show it. Anchors (first) must be present.
+SIGNATURES: dict[str, tuple[tuple[str, ...], dict[str, bool]]] = {
+    "gpt2": (
+        ("decoder",),
+        {
+            "absolute_positions": True,
+            "alibi": False,
+            "embedding_norm": False,
+            "gated_ffn": False,
+            "second_norm": True,
+            "norm_bias": True,
+            "attention_bias": True,
+            "ffn_bias": True,
+            "head_bias": False,
+        },
+    ),
+    "gptj": (
+        ("decoder",),
+        {
+            "absolute_positions": False,
+            "alibi": False,
+            "embedding_norm": False,
+            "gated_ffn": False,
+            "second_norm": False,
+            "norm_bias": True,
+            "attention_bias": False,
+            "ffn_bias": True,
+            "head_bias": True,
+        },
+    ),
+    "gpt-neox": (
+        ("decoder",),
+        {
+            "absolute_positions": False,
+            "alibi": False,
+            "embedding_norm": False,
+            "gated_ffn": False,
+            "second_norm": True,
+            "norm_bias": True,
+            "attention_bias": True,
+            "ffn_bias": True,
+            "head_bias": False,
+        },
+    ),
+    "llama": (
+        ("decoder",),
+        {
+            "absolute_positions": False,
+            "alibi": False,
+            "embedding_norm": False,
+            "gated_ffn": True,
+            "second_norm": True,
+            "norm_bias": False,
+            "attention_bias": False,
+            "ffn_bias": False,
+            "head_bias": False,
+        },
+    ),
+    "bloom": (
+        ("decoder",),
+        {
+            "absolute_positions": False,
+            "alibi": True,
+            "embedding_norm": True,
+            "gated_ffn": False,
+            "second_norm": True,
+            "norm_bias": True,
+            "attention_bias": True,
+            "ffn_bias": True,
+            "head_bias": False,
+        },
+    ),
+    "falcon": (
+        ("decoder",),
+        {
+            "absolute_positions": False,
+            "alibi": False,
+            "embedding_norm": False,
+            "gated_ffn": False,
+            "norm_bias": True,
+            "attention_bias": False,
+            "ffn_bias": False,
+            "head_bias": False,
+        },
+    ),
+    "bert": (("bert",), {"bert_segments": True, "bert_heads": True, "decoder": False}),
+    "t5": (
+        ("encoder_decoder_embeddings",),
+        {"encoder_layers": True, "cross_attention": True, "decoder": False, "bert": False},
+    ),
+}
+SIGNATURES["codegen"] = SIGNATURES["gptj"]  # CodeGen is GPT-J's model (same converters' keys)
+SAME_KEYS = {"gptj": "codegen", "codegen": "gptj"}
+
+
+@dataclass
+class FamilyGuess:
+    """What the keys say: the family (None when unknown), how sure, and which keys decided."""
+
+    family: str | None
+    confidence: float
+    evidence: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"family": self.family, "confidence": self.confidence, "evidence": self.evidence}
+
+
+def detect_family(keys: Iterable[str]) -> FamilyGuess:
+    """Guess the model family from state-dict key names (with or without the ``model.`` prefix).
+
+    See the module docstring for the scoring. Evidence names the keys that decided, and what
+    told the winner apart from the runner-up.
+    """
+    keys = [k for k in keys if isinstance(k, str)]
+    if not keys:
+        return FamilyGuess(None, 0.0, ["no model keys"])
+    original: dict[str, str] = {}
+    for key in keys:
+        original.setdefault(split_prefix(key)[1], key)
+    bare = list(original)
+    found = {name: original.get(f.first_key(bare) or "") for name, f in FEATURES.items()}
+    scores: dict[str, float] = {}
+    for family in FAMILIES:
+        anchors, expected = SIGNATURES[family]
+        if not all(found[a] for a in anchors):
+            continue
+        hits = sum((found[f] is not None) == want for f, want in expected.items())
+        scores[family] = (hits + len(anchors)) / (len(expected) + len(anchors))
+    if not scores:
+        return FamilyGuess(
+            None,
+            0.0,
+            [
+                "no family's anchor keys found (transformer_decoder.layers.N…, "
+                "bert_encoder.…/bert.…, encoder_embeddings.…/decoder_embeddings.…)"
+            ],
+        )
+    ranked = sorted(scores, key=lambda f: (-scores[f], FAMILIES.index(f)))
+    best = ranked[0]
+    tied = [f for f in ranked if scores[f] == scores[best]]
+    confidence = round(scores[best] / len(tied), 2)
+    evidence = _evidence(best, ranked, found)
+    if len(tied) > 1:
+        same = all(SAME_KEYS.get(best) == f for f in tied[1:])
+        note = " (same key layout: the key steps are identical)" if same else ""
+        evidence.append(f"matches {', '.join(tied[1:])} equally well{note}")
+    if scores[best] < 1:
+        misses = [
+            FEATURES[f].what
+            for f, want in SIGNATURES[best][1].items()
+            if (found[f] is None) == want
+        ]
+        evidence.append(f"unlike {best}: {'; '.join(misses)}")
+    if confidence < MIN_CONFIDENCE:
+        evidence.insert(0, f"closest: {best} ({confidence:.2f})")
+        return FamilyGuess(None, confidence, evidence)
+    return FamilyGuess(best, confidence, evidence)
+
+
+def _evidence(best: str, ranked: list[str], found: dict[str, str | None]) -> list[str]:
+    anchors, expected = SIGNATURES[best]
+    runner = next((f for f in ranked[1:] if SIGNATURES[f] != SIGNATURES[best]), None)
+    decisive = [
+        f
+        for f, want in expected.items()
+        if runner is not None and SIGNATURES[runner][1].get(f, want) != want
+    ]
+    lines = [f"{FEATURES[a].what}: {found[a]}" for a in anchors]
+    for f in decisive or list(expected)[:2]:
+        want = expected[f]
+        if (found[f] is not None) != want:
+            continue
+        if want:
+            lines.append(f"{FEATURES[f].what}: {found[f]}")
+        else:
+            lines.append(f"no {FEATURES[f].what} (no key like {FEATURES[f].patterns[0]})")
+    if runner is not None and decisive:
+        told = ", ".join(FEATURES[f].what for f in decisive)
+        lines.append(f"told apart from {runner} by: {told}")
+    return lines
+
+
+# --------------------------------------------------------------------------- the choice
+
+
+@dataclass
+class FamilyChoice:
+    """The family an upgrade uses: from ``--model`` or detected; and the detector's guess."""
+
+    family: str | None
+    variant: str | None
+    source: str  # "--model" | "detected" | "unknown"
+    guess: FamilyGuess
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "variant": self.variant,
+            "source": self.source,
+            "detected": self.guess.to_json(),
+            "summary": self.describe(),
+        }
+
+    def warnings(self) -> list[str]:
+        """A ``--model`` that the keys clearly contradict."""
+        g = self.guess
+        if (
+            self.source == "--model"
+            and g.family is not None
+            and g.family != self.family
+            and SAME_KEYS.get(g.family) != self.family
+            and g.confidence >= 0.8
+        ):
+            return [
+                f"--model {self.variant or self.family} given, but the keys look like "
+                f"{g.family} (confidence {g.confidence:.2f}: {'; '.join(g.evidence[:2])}); "
+                f"the {self.family} key steps are applied as asked"
+            ]
+        return []
+
+    def describe(self) -> str:
+        g = self.guess
+        why = "; ".join(g.evidence[:4])
+        if self.source == "--model":
+            name = self.family + (f" ({self.variant})" if self.variant else "")
+            seen = f"detected {g.family} ({g.confidence:.2f})" if g.family else "not detected"
+            return f"{name} (from --model; the keys: {seen})"
+        if self.family is None:
+            return f"unknown (confidence {g.confidence:.2f}: {why})"
+        return f"{self.family} (detected, confidence {g.confidence:.2f}: {why})"
+
+
+def choose_family(root: Any, requested: str | None = None) -> FamilyChoice:
+    """The family for ``root``'s model: ``requested`` (a name or alias) wins over detection."""
+    guess = detect_family(model_keys(root))
+    if requested:
+        family, variant = canonical_family(requested)
+        return FamilyChoice(family, variant, "--model", guess)
+    if guess.family is None:
+        return FamilyChoice(None, None, "unknown", guess)
+    return FamilyChoice(guess.family, None, "detected", guess)
+
+
+def family_of(inputs: Mapping[str, Any]) -> FamilyChoice | None:
+    """The choice the engine put in a step's inputs (None outside an upgrade)."""
+    choice = inputs.get("model_family")
+    return choice if isinstance(choice, FamilyChoice) else None

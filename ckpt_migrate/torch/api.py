@@ -1,0 +1,341 @@
+"""``load``/``save`` shaped like ``torch.load``/``torch.save`` (and cstorch's load/save).
+
+``load`` returns the nested state dict with lazy tensors that read their data on first use.
+``save`` writes the format of a release (newest by default). ``to_torch``/``from_torch``
+convert to and from a plain ``torch.save`` file. One tensor object under two names stays one
+object (a tie) on every path.
+"""
+
+from __future__ import annotations
+
+import collections
+import keyword
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError
+from ckpt_migrate.format import pickled as objects
+from ckpt_migrate.format.pickled import ObjectMode, OpaqueObject
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import (
+    DictNode,
+    ExternalLeaf,
+    FullTensorLeaf,
+    Leaf,
+    MemoryData,
+    MissingLeaf,
+    NamedTupleNode,
+    Node,
+    OpaqueLeaf,
+    SeqNode,
+    TensorLeaf,
+    ValueLeaf,
+)
+from ckpt_migrate.format.write import WriteReport, write_checkpoint
+
+
+class ExternalReference:
+    """A leaf whose data lives outside the checkpoint; ckpt-migrate does not follow it."""
+
+    def __init__(self, kind: str, info: dict[str, Any]):
+        self.kind, self.info = kind, info
+
+    def __repr__(self) -> str:
+        return f"ExternalReference({self.kind})"
+
+
+# --------------------------------------------------------------------------- load
+
+
+def load(
+    path: str | Path,
+    map_location: Any = None,
+    *,
+    allow_missing: bool = False,
+    objects_mode: ObjectMode = "opaque",
+) -> Any:
+    """Read a checkpoint of any release into nested Python containers.
+
+    Tensors are ``LazyTensor`` objects (real ``torch.Tensor`` subclasses) that read their data on
+    first use. Leaves the spec names but the file lacks raise ``MissingLeavesError`` unless
+    ``allow_missing`` (then they are None, as in the real loader). Pickled objects come back as
+    ``OpaqueObject`` unless ``objects_mode`` is ``"data"`` (plain-data pickles only) or
+    ``"trusted"``. ``map_location`` other than None/"cpu" reads every tensor and moves it.
+    """
+    ckpt = read_checkpoint(path)
+    missing = ckpt.missing
+    if missing and not allow_missing:
+        raise MissingLeavesError(
+            path,
+            f"{len(missing)} leaf/leaves named by the spec have no data: "
+            + ", ".join(missing[:5])
+            + (" ..." if len(missing) > 5 else ""),
+            "pass allow_missing=True to get None for them, or upgrade the file to restore ties",
+        )
+    state = to_python(ckpt.root, objects_mode=objects_mode)
+    if map_location not in (None, "cpu", "cache") and str(map_location) != "cpu":
+        state = _map(state, lambda t: t.to(map_location))
+    return state
+
+
+def to_python(root: Node, *, objects_mode: ObjectMode = "opaque", lazy: bool = True) -> Any:
+    """Build Python containers from the tree; a tied leaf becomes one shared object."""
+    memo: dict[int, Any] = {}
+
+    def leaf_value(leaf: Leaf) -> Any:
+        if isinstance(leaf, TensorLeaf):
+            return _tensor(leaf, lazy)
+        if isinstance(leaf, ValueLeaf):
+            return leaf.value
+        if isinstance(leaf, FullTensorLeaf):
+            return _full_tensor(leaf)
+        if isinstance(leaf, OpaqueLeaf):
+            return objects.decode(leaf.payload, objects_mode, leaf.type_hint)
+        if isinstance(leaf, MissingLeaf):
+            return None
+        assert isinstance(leaf, ExternalLeaf)
+        return ExternalReference(leaf.kind, leaf.info)
+
+    def build(node: Node) -> Any:
+        if isinstance(node, DictNode):
+            cls = collections.OrderedDict if node.ordered else dict
+            return cls((k, build(v)) for k, v in node.items)
+        if isinstance(node, SeqNode):
+            values = [build(v) for v in node.items]
+            return {"list": list, "tuple": tuple, "set": set}[node.kind](values)
+        if isinstance(node, NamedTupleNode):
+            return _namedtuple_class(node)(*[build(v) for v in node.items])
+        if id(node) not in memo:
+            memo[id(node)] = leaf_value(node)
+        return memo[id(node)]
+
+    return build(root)
+
+
+def _namedtuple_class(node: NamedTupleNode) -> type:
+    """A fresh namedtuple class with the recorded name and fields; nothing is imported."""
+    name = node.name if node.name.isidentifier() and not keyword.iskeyword(node.name) else "Record"
+    return collections.namedtuple(name, node.fields, rename=True)  # type: ignore[misc]
+
+
+def _tensor(leaf: TensorLeaf, lazy: bool) -> Any:
+    if leaf.numpy:
+        array = leaf.data.read()
+        if leaf.dtype == "bfloat16":  # numpy has no bf16: keep the bit pattern
+            return array
+        return np.array(array, copy=True)
+    from ckpt_migrate.torch.lazy import LazyTensor, storage_to_tensor
+
+    def loader() -> Any:
+        return storage_to_tensor(leaf.data.read(), leaf.dtype)
+
+    if not lazy:
+        return loader()
+    t = LazyTensor.create(leaf.shape, leaf.dtype, loader, leaf.data.describe())
+    t._ckpt_leaf = leaf  # lets save() copy unread data straight from the file
+    return t
+
+
+def _full_tensor(leaf: FullTensorLeaf) -> Any:
+    import torch
+
+    from ckpt_migrate.torch.lazy import _torch_dtype
+
+    fill = 0 if leaf.fill_value is None else leaf.fill_value
+    return torch.full(leaf.shape, fill, dtype=_torch_dtype(leaf.dtype))
+
+
+def _map(obj: Any, fn: Any) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, _map(v, fn)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple, set)) and not hasattr(obj, "_fields"):
+        return type(obj)(_map(v, fn) for v in obj)
+    return obj
+
+
+# --------------------------------------------------------------------------- save
+
+
+def from_python(state: Any, *, pickle_objects: bool = False) -> Node:
+    """The neutral tree of a Python state dict; one object under several names stays tied."""
+    memo: dict[int, Leaf] = {}
+    keep_alive: list[Any] = []  # ids stay unique only while the objects live
+
+    def leaf(obj: Any, where: str) -> Leaf:
+        if id(obj) not in memo:
+            keep_alive.append(obj)
+            memo[id(obj)] = _leaf_of(obj, where, pickle_objects)
+        return memo[id(obj)]
+
+    def build(obj: Any, where: str) -> Node:
+        t = type(obj)
+        if t is dict or t is collections.OrderedDict:
+            items = []
+            for k, v in obj.items():
+                if type(k) not in (str, int):
+                    raise UnsupportedContentError(
+                        None,
+                        f"key {k!r} at {where or '<root>'} is a {type(k).__name__}; "
+                        "checkpoint keys must be str or int",
+                    )
+                items.append((k, build(v, f"{where}.{k}" if where else str(k))))
+            return DictNode(items, ordered=t is collections.OrderedDict)
+        if t in (list, tuple, set):
+            kind = {list: "list", tuple: "tuple", set: "set"}[t]
+            return SeqNode(kind, [build(v, f"{where}.{i}") for i, v in enumerate(obj)])
+        if isinstance(obj, tuple) and hasattr(t, "_fields"):
+            return NamedTupleNode(
+                t.__name__, tuple(t._fields), [build(v, f"{where}.{i}") for i, v in enumerate(obj)]
+            )
+        if isinstance(obj, dict):
+            raise UnsupportedContentError(
+                None,
+                f"{where or '<root>'} is a {t.__name__}; only dict and OrderedDict are "
+                "containers in a checkpoint",
+                "convert it with dict(...)",
+            )
+        return leaf(obj, where)
+
+    try:
+        return build(state, "")
+    finally:  # build is a self-referencing closure: do not let the cycle keep tensors alive
+        keep_alive.clear()
+        memo.clear()
+
+
+def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
+    if obj is None or type(obj) in (bool, int, float, str):
+        return ValueLeaf(obj)
+    if type(obj) is np.float64:  # a float subclass: the real writer stores it as a scalar
+        return ValueLeaf(float(obj))
+    if isinstance(obj, OpaqueObject):
+        return OpaqueLeaf(obj.payload, obj.type_hint)
+    if isinstance(obj, bytes):
+        return OpaqueLeaf(pickle.dumps(obj, protocol=4), "pickle")
+    if isinstance(obj, (np.ndarray, np.generic)):
+        array = np.asarray(obj, order="C")
+        from ckpt_migrate.format import dtypes
+
+        try:
+            dt = dtypes.from_storage(array.dtype)
+        except ValueError:
+            raise UnsupportedContentError(
+                None, f"{where}: numpy dtype {array.dtype} cannot be stored in a checkpoint"
+            ) from None
+        return TensorLeaf(dt.name, tuple(array.shape), MemoryData(array), numpy=True)
+    torch = _torch_if_loaded()
+    if torch is not None and isinstance(obj, torch.Tensor):
+        source = getattr(obj, "_ckpt_leaf", None)
+        if source is not None and not getattr(obj, "is_loaded", True):
+            return source  # unread data: copy it from the file, not through memory
+        from ckpt_migrate.torch.lazy import tensor_to_storage
+
+        array, dtype = tensor_to_storage(obj)
+        return TensorLeaf(dtype, tuple(array.shape), MemoryData(array))
+    if isinstance(obj, ExternalReference):
+        return ExternalLeaf(obj.kind, obj.info)
+    if pickle_objects:
+        return OpaqueLeaf(
+            pickle.dumps(obj, protocol=4), f"{type(obj).__module__}.{type(obj).__qualname__}"
+        )
+    raise UnsupportedContentError(
+        None,
+        f"{where or '<root>'} is a {type(obj).__module__}.{type(obj).__qualname__}, which is "
+        "not a tensor, array, scalar, string or container",
+        "pass pickle_objects=True to store it pickled",
+    )
+
+
+def _torch_if_loaded() -> Any:
+    import sys
+
+    return sys.modules.get("torch")
+
+
+def save(
+    state_dict: Any,
+    path: str | Path,
+    release: str | None = None,
+    *,
+    allow_missing: bool = False,
+    pickle_objects: bool = False,
+) -> WriteReport:
+    """Write ``state_dict`` as a checkpoint of ``release`` (newest by default), atomically.
+
+    Refuses to overwrite an existing file. Tensors are written one at a time.
+    """
+    tree = from_python(state_dict, pickle_objects=pickle_objects)
+    return write_checkpoint(tree, path, release, allow_missing=allow_missing)
+
+
+# --------------------------------------------------------------------------- torch.save files
+
+
+def to_torch(src: str | Path, dst: str | Path, *, allow_missing: bool = False) -> Path:
+    """Write ``src`` as a plain ``torch.save`` file that ``torch.load(weights_only=True)`` reads."""
+    import torch
+
+    from ckpt_migrate.atomic import atomic_output
+    from ckpt_migrate.torch.lazy import materialize
+
+    state = load(src, allow_missing=allow_missing, objects_mode="data")
+    memo: dict[int, Any] = {}
+
+    def plain(obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor):
+            if id(obj) not in memo:
+                memo[id(obj)] = materialize(obj)
+            return memo[id(obj)]
+        if isinstance(obj, (OpaqueObject, ExternalReference)):
+            raise UnsupportedContentError(
+                src, f"holds {obj!r}, which a weights-only torch.save file cannot carry"
+            )
+        if isinstance(obj, dict):
+            return type(obj)((k, plain(v)) for k, v in obj.items())
+        if isinstance(obj, (list, tuple, set)) and not hasattr(obj, "_fields"):
+            return type(obj)(plain(v) for v in obj)
+        if isinstance(obj, tuple):  # namedtuple: weights_only loading cannot rebuild the class
+            return tuple(plain(v) for v in obj)
+        return obj
+
+    out = Path(dst)
+    with atomic_output(out) as tmp:
+        torch.save(plain(state), tmp)
+    return out
+
+
+def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> WriteReport:
+    """Write a ``torch.save`` file as a checkpoint; loaded with ``weights_only=True``."""
+    import torch
+
+    from ckpt_migrate.errors import NotACheckpointError
+
+    src_path = Path(src)
+    if not src_path.is_file():
+        raise NotACheckpointError(src_path, "no such file", "check the path")
+    try:
+        try:
+            state = torch.load(src_path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            state = torch.load(src_path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise UnsupportedContentError(
+            src_path,
+            f"not loadable with weights_only=True ({str(exc).splitlines()[0][:160]})",
+            "only plain tensors, containers and scalars are accepted",
+        ) from None
+    except Exception as exc:
+        raise NotACheckpointError(
+            src_path,
+            f"not a torch.save file ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})",
+        ) from None
+    return save(state, dst, release)
