@@ -340,6 +340,7 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
     t_import = time.perf_counter()
     import threading
 
+    from ckpt_migrate.engine import copypatch, verify
     from ckpt_migrate.engine import upgrade as engine
 
     imported = time.perf_counter() - t_import
@@ -357,7 +358,8 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
 
         return wrapper
 
-    # Engine internals by name; names the engine does not have (it changes) are skipped.
+    # Engine internals by name, in each engine module that calls them; names the engine does not
+    # have (it changes) are skipped.
     patches = {
         "read_checkpoint": "open source (read_checkpoint)",
         "make_plan": "plan (make_plan)",
@@ -368,6 +370,7 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
         "data_ranges": "chunk ranges of the reused datasets",
         "SplitCopy.restrict": "copy: metadata part (this process)",
         "_patch": "HDF5 patch (total)",
+        "verify_index": "verify (total)",
         "h5root.switch_root": "HDF5 patch: new root in the superblock",
         "_verify": "verify (total)",
         "check_written": "verify: re-read structure",
@@ -379,10 +382,14 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
         "fsync_path": "fsync output",
         "publish": "publish (link + dir fsync)",
     }
-    for name, label in patches.items():
-        owner_name, _, attr = name.rpartition(".")
-        owner = getattr(engine, owner_name) if owner_name else engine
-        if callable(getattr(owner, attr, None)):
+    done: set[tuple[int, str]] = set()  # a class two modules import is patched once
+    for module in (engine, copypatch, verify):
+        for name, label in patches.items():
+            owner_name, _, attr = name.rpartition(".")
+            owner = getattr(module, owner_name, None) if owner_name else module
+            if not callable(getattr(owner, attr, None)) or (id(owner), attr) in done:
+                continue
+            done.add((id(owner), attr))
             setattr(owner, attr, timed(label, getattr(owner, attr)))
     os.copy_file_range = timed("copy: copy_file_range calls", os.copy_file_range)  # type: ignore[attr-defined]
     t0 = time.perf_counter()

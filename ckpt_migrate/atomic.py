@@ -1,22 +1,27 @@
-"""Crash-safe output files: write beside the target, fsync, then move into place.
+"""Crash-safe file operations: write beside the target, fsync, then move into place.
 
 A crash at any moment leaves at most a ``<name>.<8 hex>.tmp`` file (never a file at the target
 name), and an existing target is never truncated or replaced unless the caller asks for it.
+Also the one advisory lock (``exclusive_lock``) and the one link-or-copy (``link_or_copy``) the
+engine, ``upgrade-dir`` and the manager share.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ckpt_migrate.errors import CkptIOError, UsageError
 
 TMP_SUFFIX = ".tmp"
+# os.link fails with these where the filesystem (or a mount boundary) has no hard links.
+LINK_REFUSED = (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK)
 
 
 def temp_name(target: Path) -> Path:
@@ -46,7 +51,7 @@ def publish(tmp: Path, target: Path, *, replace: bool = False) -> None:
         except FileExistsError:
             raise UsageError(target, "already exists; refusing to overwrite it") from None
         except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+            if exc.errno not in LINK_REFUSED:
                 raise
             if target.exists():
                 raise UsageError(target, "already exists; refusing to overwrite it") from None
@@ -111,3 +116,48 @@ def as_os_error(exc: BaseException) -> OSError | None:
 def _cleanup(tmp: Path) -> None:
     with contextlib.suppress(OSError):
         tmp.unlink()
+
+
+def link_or_copy(src: Path, target: Path, copy: Callable[[Path, Path], None]) -> str:
+    """Put ``src`` at ``target``: a hard link (free), or where the filesystem has none, a copy
+    made by ``copy(src, tmp)`` into a temporary beside ``target``, fsynced and published. Never
+    replaces anything. Returns ``"linked"`` or ``"copied"``."""
+    try:
+        os.link(src, target)
+    except FileExistsError:
+        raise UsageError(target, "already exists; refusing to overwrite it") from None
+    except OSError as exc:
+        if exc.errno not in LINK_REFUSED:
+            raise io_error(target, exc) from None
+        with atomic_output(target) as tmp:
+            copy(src, tmp)
+        return "copied"
+    fsync_dir(target.parent)
+    return "linked"
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, busy: str) -> Iterator[None]:
+    """Hold an advisory flock on ``path`` (a file or a directory) while the block runs; when
+    another process holds it, fail at once with ``busy`` as the problem."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise UsageError(path, "no such file or directory", "check the path") from None
+    except OSError as exc:
+        raise io_error(path, exc) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(path, busy, "wait for it to finish") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

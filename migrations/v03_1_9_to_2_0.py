@@ -58,7 +58,7 @@ from ckpt_migrate.format.tree import (
 )
 from ckpt_migrate.hops.dataloader import build_state, read_side_files
 from ckpt_migrate.hops.hop import InputSpec, StepContext
-from ckpt_migrate.models import ties as families
+from ckpt_migrate.models import ties
 
 SOURCE = "1.9"
 TARGET = "2.0"
@@ -110,7 +110,7 @@ def restore_tied_weights(ctx: StepContext) -> None:
     while pending and progress:
         progress, still = False, []
         for ref in pending:
-            for partner, rule in families.partners(ref.name, model_config):
+            for partner, rule in ties.partners(ref.name, model_config):
                 other = present.get(partner)
                 if other is not None and not isinstance(other.leaf, MissingLeaf):
                     set_path(ctx.root, ref.path, other.leaf)

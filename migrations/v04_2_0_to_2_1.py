@@ -31,8 +31,9 @@ from ckpt_migrate.config.upgrade import ConfigContext
 from ckpt_migrate.config.yaml_edit import new_map, new_seq, put, rename, take
 from ckpt_migrate.hops.hop import StepContext
 from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
-from ckpt_migrate.models.detect import GPT_STYLE
-from ckpt_migrate.models.keys import KeyRename, rename_model_keys
+from ckpt_migrate.models.keys import KeyRename
+from ckpt_migrate.models.names import GPT_STYLE
+from ckpt_migrate.models.steps import rename_model_keys
 
 from .v03_1_9_to_2_0 import drop_csconfig, remove_deprecated_runconfig_params
 

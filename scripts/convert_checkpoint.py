@@ -12,9 +12,9 @@ them); ``cs-auto`` works for checkpoints of every release, not only 2.1+; ``cs-2
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,19 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ckpt_migrate.errors import EXIT_VERIFY_FAILED, CkptError, UsageError
+from ckpt_migrate.cli import console, render
+from ckpt_migrate.cli.commands import load_config, verify
+from ckpt_migrate.config.upgrade import upgrade_config_file
+from ckpt_migrate.engine.plan import source_release
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.errors import EXIT_VERIFY_FAILED, UsageError
 from ckpt_migrate.format import releases
+from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
+from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
+from ckpt_migrate.hops import graph
+from ckpt_migrate.models.keys import KeyRename
+from ckpt_migrate.models.names import ALIASES, FAMILIES, canonical_family
 
 FORMAT_RE = re.compile(r"cs-(\d+)\.(\d+)(?:\.\d+)?")
 EXTENSIONS_RE = re.compile(r"(?:\.[A-Za-z]+)+$")
@@ -110,8 +120,6 @@ def resolve_source(path: Path, wanted: Release | None) -> tuple[str, str | None]
     contradicts a file which states its release is refused; where the file cannot tell (0.5
     without a version), the user's word is taken.
     """
-    from ckpt_migrate.engine.plan import source_release
-    from ckpt_migrate.format.read import read_checkpoint
 
     with read_checkpoint(path) as ckpt:
         detected = source_release(ckpt)
@@ -139,7 +147,6 @@ def resolve_source(path: Path, wanted: Release | None) -> tuple[str, str | None]
 
 
 def _metadata_release(root: Any) -> Release | None:
-    from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
 
     meta = root.get("__metadata__") if isinstance(root, DictNode) else None
     if not isinstance(meta, SeqNode) or not meta.items or not isinstance(meta.items[-1], DictNode):
@@ -157,11 +164,6 @@ def _metadata_release(root: Any) -> Release | None:
 
 
 def convert(args: argparse.Namespace) -> int:
-    from ckpt_migrate.cli.commands import load_config
-    from ckpt_migrate.cli.main import _progress, print_messages
-    from ckpt_migrate.config.upgrade import upgrade_config_file
-    from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
-    from ckpt_migrate.models.detect import canonical_family
 
     src, config = Path(args.checkpoint_file), Path(args.config)
     canonical_family(args.model)
@@ -194,9 +196,9 @@ def convert(args: argparse.Namespace) -> int:
             **({"drop_unmatched_keys": True} if args.drop_unmatched_keys else {}),
         },
     )
-    with _progress(enabled=not args.no_progress_bar) as progress:
+    with console.progress(enabled=not args.no_progress_bar) as progress:
         result = upgrade(src, opts, progress)
-    print_messages(result)
+    render.messages(result)
     if args.debug and result.model:
         for line in result.model["detected"]["evidence"]:
             print(f"  model evidence: {line}")
@@ -214,8 +216,6 @@ def convert(args: argparse.Namespace) -> int:
 
 
 def convert_config(args: argparse.Namespace) -> int:
-    from ckpt_migrate.config.upgrade import upgrade_config_file
-    from ckpt_migrate.models.detect import canonical_family
 
     config = Path(args.config_file)
     canonical_family(args.model)
@@ -238,7 +238,6 @@ def convert_config(args: argparse.Namespace) -> int:
 
 
 def list_converters(args: argparse.Namespace) -> int:
-    from ckpt_migrate.models.detect import ALIASES, FAMILIES, canonical_family
 
     wanted = None if args.model in ("all", None) else canonical_family(args.model)[0]
     first, last = releases.RELEASES[0].name, releases.LATEST.name
@@ -264,11 +263,6 @@ def list_converters(args: argparse.Namespace) -> int:
 
 def key_rules(family: str) -> list[tuple[str, list[Any]]]:
     """(hop, KeyRename rules for ``family``) from every hop module's rule tables."""
-    import importlib
-
-    from ckpt_migrate.hops import graph
-    from ckpt_migrate.models.keys import KeyRename
-
     out = []
     for hop in graph.load().hops:
         module = importlib.import_module(hop.module)
@@ -285,7 +279,6 @@ def key_rules(family: str) -> list[tuple[str, list[Any]]]:
 
 
 def diff(args: argparse.Namespace) -> int:
-    from ckpt_migrate.cli.commands import verify
 
     data = verify(
         args.left_checkpoint,
@@ -405,22 +398,7 @@ def _model_arg(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = create_arg_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], int] = args.func
-    debug = getattr(args, "debug", False)
-    try:
-        return func(args)
-    except CkptError as exc:
-        if debug:
-            traceback.print_exc()
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if debug:
-            raise
-        print(f"internal error: {type(exc).__name__}: {exc}; rerun with --debug", file=sys.stderr)
-        return 1
+    return console.run_guarded(lambda: func(args), debug=getattr(args, "debug", False))
 
 
 if __name__ == "__main__":

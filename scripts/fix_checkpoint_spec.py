@@ -20,7 +20,7 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ckpt_migrate.cli.main import print_messages
+from ckpt_migrate.cli import render
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import EXIT_BAD_INPUT
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.fix_inplace:
         opts.output = output
     result = upgrade(src, opts)
-    print_messages(result)
+    render.messages(result)
     if result.status == "failed":
         print(f"error: {result.error}", file=sys.stderr)
     elif result.status == "current":

@@ -24,12 +24,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ckpt_migrate.format import releases  # noqa: E402
+from ckpt_migrate.format import dtypes, releases  # noqa: E402
 from ckpt_migrate.format.tree import (  # noqa: E402
     DictNode,
     FullTensorLeaf,
     MemoryData,
     MissingLeaf,
+    NamedTupleNode,
     Node,
     OpaqueLeaf,
     SeqNode,
@@ -45,7 +46,6 @@ Step = collections.namedtuple("Step", ["count", "scale"])
 
 
 def _tensor(array: np.ndarray, dtype: str | None = None) -> TensorLeaf:
-    from ckpt_migrate.format import dtypes
 
     dt = dtype or dtypes.from_storage(array.dtype).name
     return TensorLeaf(dt, tuple(array.shape), MemoryData(np.asarray(array, order="C")))
@@ -178,8 +178,6 @@ def build_tree(release: str) -> Node:
             )
         )
     if rel.legacy:  # format 0.5 cannot name namedtuple classes
-        from ckpt_migrate.format.tree import NamedTupleNode
-
         misc.items.append(
             ("step", NamedTupleNode("Step", Step._fields, [ValueLeaf(3), ValueLeaf(0.5)]))
         )

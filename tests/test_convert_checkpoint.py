@@ -308,7 +308,7 @@ def test_convert_config(tmp_path):
 def test_list_converters():
     proc = script("list-converters", "gpt2")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("gpt2\n")
+    assert proc.stdout.startswith("gpt2 (also: gpt3)\n")  # one name table: gpt3 is gpt2
     assert "cs-1.7 … cs-2.10" in proc.stdout
     assert (
         "2.0→2.1: embedding_layer.position_embeddings.weight → "

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_migrate.cli import commands
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.format.read import read_checkpoint
-from ckpt_migrate.models.detect import FAMILIES, canonical_family, choose_family, detect_family
+from ckpt_migrate.format.tree import DictNode
+from ckpt_migrate.models.detect import choose_family, detect_family
 from ckpt_migrate.models.keys import model_keys
+from ckpt_migrate.models.names import FAMILIES, MODEL_NAMES, canonical_family, resolve_name
 
 MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 L0 = "transformer_decoder.layers.0"
@@ -64,6 +67,23 @@ def test_family_names_are_the_agreed_ones():
 )
 def test_canonical_family(name, expected):
     assert canonical_family(name) == expected
+
+
+def test_one_name_table_serves_every_path():
+    """--model, convert_checkpoint.py and the config upgrade read one table (models.names), so a
+    name one of them accepts, all accept: gpt3 was once refused by --model."""
+    for name, (family, registry) in MODEL_NAMES.items():
+        assert resolve_name(name.upper()) == (family, registry)
+        assert canonical_family(name)[0] == family
+        assert commands.step_inputs(model=name) == {"model": name}
+        assert choose_family(DictNode([]), name).family == family
+    assert canonical_family("gpt3") == ("gpt2", "gpt3")
+
+
+def test_model_gpt3_is_accepted_by_the_cli():
+    proc = cli("plan", str(MODELS / "gpt2-2.0" / "checkpoint_100.mdl"), "--model", "gpt3")
+    assert proc.returncode == 0, proc.stderr
+    assert "model: gpt2 (gpt3) (from --model" in proc.stdout
 
 
 def test_unknown_model_name_lists_the_known_ones():

@@ -29,7 +29,8 @@ from ckpt_migrate.format.write import write_checkpoint
 from ckpt_migrate.hops import graph
 from ckpt_migrate.hops.hop import StepContext
 from ckpt_migrate.models.detect import choose_family
-from ckpt_migrate.models.keys import KeyPattern, KeyRename, report_unknown_keys
+from ckpt_migrate.models.keys import KeyPattern, KeyRename
+from ckpt_migrate.models.steps import report_unknown_keys
 
 L0 = "transformer_decoder.layers.0"
 

@@ -13,7 +13,7 @@ import pytest
 from ckpt_migrate.cli import commands
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import TensorLeaf, ValueLeaf, get_path, iter_leaves
-from ckpt_migrate.models import ties as families
+from ckpt_migrate.models import ties
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -235,15 +235,15 @@ def test_config_can_turn_the_tie_off(tmp_path):
 
 
 def test_tie_rules_match_whole_segments_only():
-    assert families.partners("model.lm_head.weight")[0][0] == EMBED
-    assert families.partners("model.my_lm_head.weight") == []
-    assert families.partners("model.transformer_decoder.norm.bias")[0][0] == "model.ln_f.bias"
-    bert = families.partners("model.bert_mlm_head.classifier.ffn.0.linear_layer.weight")
+    assert ties.partners("model.lm_head.weight")[0][0] == EMBED
+    assert ties.partners("model.my_lm_head.weight") == []
+    assert ties.partners("model.transformer_decoder.norm.bias")[0][0] == "model.ln_f.bias"
+    bert = ties.partners("model.bert_mlm_head.classifier.ffn.0.linear_layer.weight")
     assert bert[0][0] == "model.bert_encoder.embedding_layer.word_embeddings.weight"
-    t5 = dict(families.partners("model.encoder_embeddings.word_embeddings.weight"))
+    t5 = dict(ties.partners("model.encoder_embeddings.word_embeddings.weight"))
     assert "model.decoder_embeddings.word_embeddings.weight" in t5
     off = {"share_encoder_decoder_embedding": False}
-    assert families.partners("model.encoder_embeddings.word_embeddings.weight", off) == []
+    assert ties.partners("model.encoder_embeddings.word_embeddings.weight", off) == []
 
 
 def test_scripts_show_the_documented_flags():

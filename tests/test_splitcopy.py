@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from ckpt_migrate.engine import splitcopy
+from ckpt_migrate.engine.copypatch import file_digest
 from ckpt_migrate.engine.splitcopy import SplitCopy, complement, data_ranges
-from ckpt_migrate.engine.upgrade import file_digest
 
 
 @pytest.fixture

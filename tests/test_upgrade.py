@@ -26,7 +26,8 @@ import ckpt_migrate as cm
 from ckpt_migrate.cli import commands
 from ckpt_migrate.cli.main import main as cli_main
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
-from ckpt_migrate.format.read import PROVENANCE_ATTR, read_checkpoint
+from ckpt_migrate.format.provenance import PROVENANCE_ATTR
+from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import iter_leaves
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

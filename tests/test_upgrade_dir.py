@@ -178,7 +178,7 @@ def test_a_current_file_is_skipped_without_reading_tensors(tmp_path, monkeypatch
         raise AssertionError("tensor data was read")
 
     monkeypatch.setattr("ckpt_migrate.format.h5.io.H5Handle.read_dataset", no_reading)
-    monkeypatch.setattr("ckpt_migrate.engine.upgrade.file_digest", no_reading)
+    monkeypatch.setattr("ckpt_migrate.engine.copypatch.file_digest", no_reading)
     monkeypatch.setattr("ckpt_migrate.model_dir.upgrade_dir.file_digest", no_reading)
     for opts in (DirOptions(inplace=True), DirOptions(output_dir=tmp_path / "out")):
         got = upgrade_dir(md, opts)

@@ -1,15 +1,33 @@
-"""One function per CLI verb, each a thin call into the engine (like Alembic's ``command.py``).
+"""One function per verb, plain arguments in, plain data out (like Alembic's ``command.py``).
 
-They return plain data; ``cli.py`` decides how to print it.
+``cli.main`` declares the options and prints; the scripts in ``scripts/`` call these too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from ckpt_migrate.format import outline
+import ckpt_migrate.torch as torch_api
+from ckpt_migrate.config import yaml_edit
+from ckpt_migrate.config.upgrade import ConfigAlongside, ConfigOutcome
+from ckpt_migrate.engine import plan as planner
+from ckpt_migrate.engine.plan import check as check_file
+from ckpt_migrate.engine.upgrade import Progress, UpgradeOptions, UpgradeResult
+from ckpt_migrate.engine.upgrade import upgrade as upgrade_file
+from ckpt_migrate.errors import UsageError
+from ckpt_migrate.format import outline, releases
+from ckpt_migrate.format.compare import compare_trees
 from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.hops import graph
+from ckpt_migrate.model_dir import upgrade_dir as dir_upgrade
+from ckpt_migrate.models.detect import choose_family
+from ckpt_migrate.models.names import resolve_name
+from ckpt_migrate.tf import from_h5, to_h5
+
+Verify = Literal["index", "full"]
 
 
 def inspect(path: str | Path) -> dict[str, Any]:
@@ -20,16 +38,12 @@ def inspect(path: str | Path) -> dict[str, Any]:
 
 
 def to_torch(src: str | Path, dst: str | Path, *, allow_missing: bool = False) -> dict[str, Any]:
-    from ckpt_migrate.torch.api import to_torch as convert
-
-    out = convert(src, dst, allow_missing=allow_missing)
+    out = torch_api.to_torch(src, dst, allow_missing=allow_missing)
     return {"source": str(src), "output": str(out)}
 
 
 def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> dict[str, Any]:
-    from ckpt_migrate.torch.api import from_torch as convert
-
-    rep = convert(src, dst, release)
+    rep = torch_api.from_torch(src, dst, release)
     return {
         "source": str(src),
         "output": str(rep.path),
@@ -42,11 +56,7 @@ def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> 
 
 
 def tf_to_h5(saver_paths: list, h5_path: str | Path, **options: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from ckpt_migrate.tf.to_h5 import tf_to_h5 as convert
-
-    rep = convert(saver_paths, h5_path, **options)
+    rep = to_h5.tf_to_h5(saver_paths, h5_path, **options)
     data = asdict(rep)
     data.update(output=str(rep.path), release=rep.release.name, format=rep.release.format)
     del data["path"]
@@ -54,18 +64,11 @@ def tf_to_h5(saver_paths: list, h5_path: str | Path, **options: Any) -> dict[str
 
 
 def h5_to_tf(h5_path: str | Path, saver_path: str | Path, **options: Any) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from ckpt_migrate.tf.from_h5 import h5_to_tf as convert
-
     options["max_shard_bytes"] = options.pop("max_shard_size", "1GiB")
-    return asdict(convert(h5_path, saver_path, **options))
+    return asdict(from_h5.h5_to_tf(h5_path, saver_path, **options))
 
 
 def history() -> dict[str, Any]:
-    from ckpt_migrate.format import releases
-    from ckpt_migrate.hops import graph
-
     g = graph.load()
     return {
         "releases": [
@@ -84,44 +87,86 @@ def plan(
     output_dir: Path | None = None,
     inputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    from ckpt_migrate.engine.plan import make_plan
-    from ckpt_migrate.models.detect import choose_family
-
     with read_checkpoint(path, release=source_release) as ckpt:
-        data = make_plan(ckpt, target, output_dir=output_dir, inputs=inputs).to_json()
+        data = planner.make_plan(ckpt, target, output_dir=output_dir, inputs=inputs).to_json()
         choice = choose_family(ckpt.root, (inputs or {}).get("model"))
         data["model"] = choice.to_json()
         return data
 
 
-def upgrade(paths: list[Path], opts: Any, progress: Any = None) -> list[Any]:
-    from ckpt_migrate.engine.upgrade import upgrade as run
-
-    return [run(p, opts, progress) for p in paths]
-
-
-def upgrade_dir(model_dir: Path, opts: Any, progress: Any = None, on_entry: Any = None) -> list:
-    from ckpt_migrate.model_dir.upgrade_dir import upgrade_dir as run
-
-    return run(model_dir, opts, progress, on_entry)
-
-
-def config_alongside(config: Path, **options: Any) -> Any:
-    """``upgrade --config``: checks the config and its output now, upgrades it per result."""
-    from ckpt_migrate.config.upgrade import ConfigAlongside
-
-    return ConfigAlongside(config, **options)
-
-
 def check(path: str | Path, target: str = "latest", source_release: str | None = None) -> dict:
-    from ckpt_migrate.engine.upgrade import check as run
+    return check_file(path, target, source_release)
 
-    return run(path, target, source_release)
+
+def check_verify(verify: str) -> Verify:
+    if verify not in ("index", "full"):
+        raise UsageError(None, f"--verify must be index or full, not {verify!r}")
+    return verify  # type: ignore[return-value]
+
+
+def upgrade(
+    paths: list[Path],
+    *,
+    to: str = "latest",
+    from_release: str | None = None,
+    output_dir: Path | None = None,
+    inplace: bool = False,
+    dry_run: bool = False,
+    manifest: Path | None = None,
+    verify: str = "index",
+    strict: bool = False,
+    allow_missing: bool = False,
+    inputs: dict[str, Any] | None = None,
+    config: Path | None = None,
+    config_out: Path | None = None,
+    num_csx: int | None = None,
+    model: str | None = None,
+    progress: Progress | None = None,
+) -> Iterator[tuple[UpgradeResult, ConfigOutcome | None]]:
+    """Upgrade each file in turn (with ``config``: its params.yaml alongside, to the same
+    release); every argument is checked before the first file is touched."""
+    opts = UpgradeOptions(
+        target=to,
+        source_release=from_release,
+        output_dir=output_dir,
+        inplace=inplace,
+        dry_run=dry_run,
+        manifest=manifest,
+        verify=check_verify(verify),
+        strict=strict,
+        allow_missing=allow_missing,
+        inputs=inputs or {},
+    )
+    if manifest is not None and len(paths) > 1:
+        raise UsageError(None, "--manifest takes one checkpoint at a time")
+    if config is None and (config_out is not None or num_csx is not None):
+        raise UsageError(None, "--config-out and --num-csx apply to --config", "pass --config")
+    alongside = None
+    if config is not None:
+        alongside = ConfigAlongside(
+            config,
+            config_out=config_out,
+            num_csx=num_csx,
+            target=to,
+            output_dir=output_dir,
+            dry_run=dry_run,
+            model=model,
+        )
+    for path in paths:
+        res = upgrade_file(path, opts, progress)
+        yield res, alongside.run(res) if alongside is not None else None
+
+
+def upgrade_dir(
+    model_dir: Path,
+    opts: dir_upgrade.DirOptions,
+    progress: Progress | None = None,
+    on_entry: Callable[[dir_upgrade.DirEntry], None] | None = None,
+) -> list[dir_upgrade.DirEntry]:
+    return dir_upgrade.upgrade_dir(model_dir, opts, progress, on_entry)
 
 
 def verify(a: str | Path, b: str | Path, *, allclose: bool = False) -> dict[str, Any]:
-    from ckpt_migrate.format.compare import compare_trees
-
     with read_checkpoint(a) as left, read_checkpoint(b) as right:
         diffs, compared = compare_trees(left.root, right.root, allclose=allclose)
     return {
@@ -143,13 +188,9 @@ def step_inputs(
     model: str | None = None,
 ) -> dict[str, Any]:
     """The extra inputs hops may use, as the engine takes them (only those given)."""
-    from ckpt_migrate.errors import UsageError
-
     inputs: dict[str, Any] = {}
     if model is not None:
-        from ckpt_migrate.models.detect import canonical_family
-
-        canonical_family(model)  # an unknown name fails here, before any file is read
+        resolve_name(model)  # an unknown name fails here, before any file is read
         inputs["model"] = model
     if data_iter_dir is not None:
         inputs["data_iter_dir"] = data_iter_dir
@@ -169,16 +210,13 @@ def step_inputs(
 
 
 def load_config(path: Path) -> dict[str, Any]:
-    import yaml
+    """A run's params.yaml as plain data, for the hops' inputs."""
+    data, _ = yaml_edit.load(read_config_text(path), path)
+    return yaml_edit.plain(data)
 
-    from ckpt_migrate.errors import UsageError
 
+def read_config_text(path: Path) -> str:
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(path, f"cannot read the config ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise UsageError(path, f"not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise UsageError(path, "config is not a YAML mapping")
-    return data

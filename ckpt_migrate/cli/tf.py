@@ -1,82 +1,23 @@
 """Console scripts ``tensorflow-to-h5`` and ``h5-to-tensorflow``, with the usage Cerebras documented
 (``tensorflow-to-h5 [-h] saver_path h5_path``, ``h5-to-tensorflow [-h] h5_path saver_path``).
 
-Thin like ``cli.py``: parse, call ``commands``, print. ``ckpt-migrate tf-to-h5``/``h5-to-tf`` print
-with the same functions. Errors are one line with the README's exit codes; ``--debug`` shows the
+Thin like ``cli.main``: parse, call ``commands``, print with ``render``, as ``ckpt-migrate
+tf-to-h5``/``h5-to-tf`` do. Errors are one line with the README's exit codes; ``--debug`` shows the
 traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from typing import Any
 
-from ckpt_migrate.errors import CkptError
+from ckpt_migrate.cli import commands, console, render
+from ckpt_migrate.tf.saver import setup_cli_process
 
 _VERIFY_HELP = (
     "structure: names, dtypes and shapes re-read (default); full: also every tensor's sha256"
 )
-
-
-def print_tf_to_h5(data: dict[str, Any], echo: Callable[..., None]) -> None:
-    for note in data["notes"]:
-        echo(f"note: {note}", err=True)
-    if data["excluded"]:
-        echo(f"excluded {len(data['excluded'])} variable(s): {', '.join(data['excluded'][:5])}")
-    step = data["global_step"]
-    step_text = "" if step is None else f"; global step {step} ({data['global_step_variable']})"
-    echo(
-        f"wrote {data['output']} (release {data['release']}, format {data['format']}, "
-        f"{data['variables']} variable(s), {data['tensor_bytes']:,} tensor bytes, "
-        f"verified: {data['verified']}{step_text})"
-    )
-
-
-def print_h5_to_tf(data: dict[str, Any], echo: Callable[..., None]) -> None:
-    for note in data["notes"]:
-        echo(f"note: {note}", err=True)
-    if data["excluded"]:
-        echo(f"excluded {len(data['excluded'])} leaf/leaves: {', '.join(data['excluded'][:5])}")
-    for out in data["outputs"]:
-        for note in out["notes"]:
-            echo(f"note: {note}", err=True)
-        picked = f" [{out['selector']}]" if out["selector"] else ""
-        sliced = f", {len(out['sliced'])} variable(s) split into slices" if out["sliced"] else ""
-        echo(
-            f"wrote {out['prefix']}{picked} ({out['variables']} variable(s), "
-            f"{out['tensor_bytes']:,} bytes in {out['data_files']} data file(s){sliced})"
-        )
-    if data["state_file"]:
-        echo(f"wrote {data['state_file']}")
-    if data["global_step"] is not None:
-        echo(f"global step {data['global_step']}")
-    echo(f"verified: {data['verified']}")
-
-
-def _echo(text: str, err: bool = False) -> None:
-    print(text, file=sys.stderr if err else sys.stdout)
-
-
-def _run(fn: Callable[[], None], debug: bool) -> int:
-    try:
-        fn()
-    except CkptError as exc:
-        if debug:
-            raise
-        _echo(f"error: {exc}", err=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        _echo("interrupted", err=True)
-        return 130
-    except Exception as exc:
-        if debug:
-            raise
-        text = " ".join(str(exc).split())[:300]
-        _echo(f"internal error: {type(exc).__name__}: {text}; rerun with --debug", err=True)
-        return 1
-    return 0
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -94,13 +35,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
 
 
-def _emit(data: dict[str, Any], as_json: bool, printer: Callable[..., None]) -> None:
-    if as_json:
-        import json
-
-        print(json.dumps(data, indent=2, default=str))
-    else:
-        printer(data, _echo)
+def _emit(data: dict[str, Any], as_json: bool, printer: Callable[[dict[str, Any]], None]) -> None:
+    render.emit_json(data) if as_json else printer(data)
 
 
 def tensorflow_to_h5(argv: list[str] | None = None) -> int:
@@ -125,12 +61,8 @@ def tensorflow_to_h5(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def go() -> None:
-        from ckpt_migrate.cli import commands
-        from ckpt_migrate.cli.main import _progress
-        from ckpt_migrate.tf.saver import setup_cli_process
-
         setup_cli_process()
-        with _progress(enabled=not args.json) as progress:
+        with console.progress(enabled=not args.json) as progress:
             data = commands.tf_to_h5(
                 args.saver_path,
                 args.h5_path,
@@ -139,9 +71,9 @@ def tensorflow_to_h5(argv: list[str] | None = None) -> int:
                 verify=args.verify,
                 progress=progress,
             )
-        _emit(data, args.json, print_tf_to_h5)
+        _emit(data, args.json, render.tf_to_h5)
 
-    return _run(go, args.debug)
+    return console.run_guarded(go, debug=args.debug)
 
 
 def h5_to_tensorflow(argv: list[str] | None = None) -> int:
@@ -175,12 +107,8 @@ def h5_to_tensorflow(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def go() -> None:
-        from ckpt_migrate.cli import commands
-        from ckpt_migrate.cli.main import _progress
-        from ckpt_migrate.tf.saver import setup_cli_process
-
         setup_cli_process()
-        with _progress(enabled=not args.json) as progress:
+        with console.progress(enabled=not args.json) as progress:
             data = commands.h5_to_tf(
                 args.h5_path,
                 args.saver_path,
@@ -190,6 +118,6 @@ def h5_to_tensorflow(argv: list[str] | None = None) -> int:
                 verify=args.verify,
                 progress=progress,
             )
-        _emit(data, args.json, print_h5_to_tf)
+        _emit(data, args.json, render.h5_to_tf)
 
-    return _run(go, args.debug)
+    return console.run_guarded(go, debug=args.debug)

@@ -21,48 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.errors import CkptError, UsageError
+from ckpt_migrate.models.names import MODEL_NAMES, NAME_FROM_FAMILY, config_group, resolve_name
 
 if TYPE_CHECKING:
     from ckpt_migrate.hops.hop import Hop
 
 Kind = Literal["changed", "added", "removed", "unknown", "note"]
-
-# Every name --model (or a config's own model name) may use -> (family, Model Zoo registry name
-# to write as trainer.init.model.name from 2.4 on; None when there is none to write).
-# Registry names: Cerebras/modelzoo src/cerebras/modelzoo/registry/registry.yaml; GPT-NeoX
-# configs run as "gptj" in Model Zoo's own trainer-layout configs (models/nlp/gptj/configs/
-# params_gpt_neox_*.yaml). No registry entry exists for CodeGen, BERT QA, UL2 or Flan-UL2.
-MODEL_NAMES: dict[str, tuple[str, str | None]] = {
-    "gpt2": ("gpt2", "gpt2"),
-    "gpt3": ("gpt2", "gpt3"),
-    "gptj": ("gptj", "gptj"),
-    "gpt-neox": ("gpt-neox", "gptj"),
-    "codegen": ("codegen", None),
-    "llama": ("llama", "llama"),
-    "llamav2": ("llama", "llama"),
-    "llama2": ("llama", "llama"),
-    "code-llama": ("llama", "llama"),
-    "wizardlm": ("llama", "llama"),
-    "bloom": ("bloom", "bloom"),
-    "falcon": ("falcon", "falcon"),
-    "bert": ("bert", "bert"),
-    "bert-sequence-classifier": ("bert", "bert/classifier"),
-    "bert/classifier": ("bert", "bert/classifier"),
-    "bert-token-classifier": ("bert", "bert/token_classifier"),
-    "bert/token_classifier": ("bert", "bert/token_classifier"),
-    "bert-summarization": ("bert", "bert/extractive_summarization"),
-    "bert/extractive_summarization": ("bert", "bert/extractive_summarization"),
-    "bert-qa": ("bert", None),
-    "bert-q&a": ("bert", None),
-    "t5": ("t5", "t5"),
-    "transformer": ("t5", "transformer"),
-    "ul2": ("t5", None),
-    "flan-ul2": ("t5", None),
-}
-FAMILIES = ("gpt2", "gptj", "gpt-neox", "codegen", "llama", "bloom", "falcon", "bert", "t5")
-# Families whose Model Zoo name follows from the family alone (no variants to tell apart).
-_NAME_FROM_FAMILY = {"gpt2": "gpt2", "gptj": "gptj", "gpt-neox": "gptj", "llama": "llama"}
-_NAME_FROM_FAMILY |= {"bloom": "bloom", "falcon": "falcon"}
 
 # Keys only one family's 1.x/2.x model config has (Model Zoo model classes' parameters).
 _T5_KEYS = {
@@ -76,18 +40,6 @@ _T5_KEYS = {
 }
 _BERT_KEYS = {"disable_nsp", "pooler_nonlinearity", "mlm_nonlinearity", "num_segments"}
 _GPTJ_KEYS = {"use_biasless_norm"}
-
-
-def resolve_name(name: str) -> tuple[str, str | None]:
-    """(family, registry name) for a model name or alias; a clear error for an unknown one."""
-    key = name.strip().lower()
-    if key in MODEL_NAMES:
-        return MODEL_NAMES[key]
-    raise UsageError(
-        None,
-        f"unknown model {name!r}",
-        f"known models: {', '.join(sorted(MODEL_NAMES))}",
-    )
 
 
 @dataclass(frozen=True)
@@ -312,7 +264,7 @@ def _resolve_family(
             hint = "" if registry else f"Model Zoo has no registry name for {family!r}"
             return fam, registry, hint, "from --model"
         # A family seen in the checkpoint's keys: the name only where variants cannot differ.
-        registry = _NAME_FROM_FAMILY.get(fam)
+        registry = NAME_FROM_FAMILY.get(fam)
         hint = "" if registry else f"the {fam} family has several Model Zoo models"
         cfg_family, cfg_registry, evidence = family_from_config(data)
         if cfg_registry and cfg_family == fam:
@@ -362,7 +314,7 @@ def upgrade_config_text(
             "the config): model-specific config steps are skipped",
         )
     seen, _, evidence = family_from_config(data)
-    if fam and seen and _group(seen) != _group(fam):
+    if fam and seen and config_group(seen) != config_group(fam):
         ctx.note(
             "model",
             f"the config looks like {seen} ({evidence}), but {fam} was given; "
@@ -402,11 +354,6 @@ def upgrade_config_text(
     if out.changed:  # else the text stays byte for byte the input's
         out.text = yaml_edit.dump(data, style)
     return out
-
-
-def _group(family: str) -> str:
-    """GPT-J, NeoX and CodeGen configs share their keys (one model class in Model Zoo)."""
-    return "gptj" if family in ("gptj", "gpt-neox", "codegen") else family
 
 
 def _before_trainer_layout(hop: Hop) -> bool:

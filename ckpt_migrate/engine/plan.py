@@ -10,6 +10,7 @@ from typing import Any
 from ckpt_migrate.errors import NewerThanToolError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.hops import graph
 from ckpt_migrate.hops.hop import Hop
@@ -100,3 +101,16 @@ def make_plan(
         free_bytes=free,
         inputs_given=dict(inputs or {}),
     )
+
+
+def check(path: str | Path, target: str = "latest", source_release: str | None = None) -> dict:
+    """For CI: is ``path`` at ``target``? (exit 0 current, 10 upgrade needed, 3 newer than tool)."""
+    with read_checkpoint(path, release=source_release) as ckpt:
+        plan = make_plan(ckpt, target)
+        return {
+            "path": str(path),
+            "release": plan.source_release.name,
+            "target": plan.target_release.name,
+            "current": plan.current,
+            "hops": [f"{h.source}→{h.target}" for h in plan.hops],
+        }

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ckpt_migrate.errors import CorruptCheckpointError
-from ckpt_migrate.format import releases
+from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5.io import H5Handle, attr_text, open_read
 from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.v05 import read as read_v05
-
-PROVENANCE_ATTR = "__ckpt_migrate__"
 
 
 def read_checkpoint(path: str | Path, *, release: str | None = None) -> Checkpoint:
@@ -56,19 +53,15 @@ def read_checkpoint(path: str | Path, *, release: str | None = None) -> Checkpoi
                 f, handle, detected.format
             )
         return Checkpoint(
-            root, detected, p, unreferenced, _provenance(f), warnings, tensor_scalar_dict, handle
+            root,
+            detected,
+            p,
+            unreferenced,
+            provenance.read(f.attrs),
+            warnings,
+            tensor_scalar_dict,
+            handle,
         )
     except BaseException:
         handle.close()
         raise
-
-
-def _provenance(f) -> list[dict]:
-    raw = f.attrs.get(PROVENANCE_ATTR)
-    if raw is None:
-        return []
-    try:
-        value = json.loads(attr_text(raw))
-    except (ValueError, TypeError):
-        return []
-    return value if isinstance(value, list) else []

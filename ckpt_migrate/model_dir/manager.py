@@ -31,85 +31,31 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ckpt_migrate.torch as torch_room
 from ckpt_migrate._version import __version__
 from ckpt_migrate.atomic import fsync_dir
-from ckpt_migrate.errors import (
-    CkptError,
-    CorruptCheckpointError,
-    NotACheckpointError,
-    StateMismatchError,
-    StateSelectionError,
-    UsageError,
+from ckpt_migrate.errors import StateSelectionError, UsageError
+from ckpt_migrate.format.tree import DictNode
+from ckpt_migrate.format.write import resolve_release, write_checkpoint
+from ckpt_migrate.model_dir.loading import (
+    LoadedCheckpoint,
+    is_meta,
+    load_components,
+    names,
+    parse_states,
 )
 from ckpt_migrate.model_dir.names import DEFAULT_NAME, TIMESTAMP_FORMAT, NamePattern
+from ckpt_migrate.model_dir.records import RUN_ATTR, incomplete_reason, read_run_record
 
 log = logging.getLogger(__name__)
 
-RUN_ATTR = "__ckpt_migrate_run__"
 SUBSET_NAME = "{states}_{ckpt}"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _NAME_TRIES = 8  # the plain name, then timestamps one second apart
-_SHOWN_KEYS = 8  # keys named in a one-line message; the full lists are returned
-
-
-def read_run_record(path: str | Path) -> dict[str, Any] | None:
-    """The ``__ckpt_migrate_run__`` record of a checkpoint file, or None (not ours, unreadable)."""
-    import h5py
-
-    from ckpt_migrate.format.h5.io import attr_text
-
-    try:
-        with h5py.File(path, "r", locking=False) as f:
-            raw = f.attrs.get(RUN_ATTR)
-    except OSError:
-        return None
-    if raw is None:
-        return None
-    try:
-        value = json.loads(attr_text(raw))
-    except (TypeError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def incomplete_reason(path: str | Path) -> str | None:
-    """Why ``path`` is not a complete checkpoint (partially written, truncated, not one), or
-    None. A file newer than this tool counts as complete: loading it says what is wrong."""
-    from ckpt_migrate.format.read import read_checkpoint
-
-    try:
-        with read_checkpoint(path):
-            return None
-    except (CorruptCheckpointError, NotACheckpointError) as exc:
-        return exc.problem
-    except CkptError:
-        return None
-
-
-@dataclass
-class LoadedCheckpoint:
-    """What ``CheckpointManager.load`` read and what it could not load."""
-
-    path: Path
-    step: int | None
-    state: dict[str, Any]  # the selected top-level states (and every ``__``-prefixed key)
-    missing_keys: dict[str, list[str]] = field(default_factory=dict)  # per component
-    unexpected_keys: dict[str, list[str]] = field(default_factory=dict)
-    missing_states: list[str] = field(default_factory=list)  # components the file has no state for
-    skipped_states: list[str] = field(default_factory=list)  # states in the file not selected
-
-    @property
-    def complete(self) -> bool:
-        """True when every component got every key it expects and nothing else."""
-        return not (
-            self.missing_states
-            or any(self.missing_keys.values())
-            or any(self.unexpected_keys.values())
-        )
 
 
 @dataclass
@@ -141,8 +87,6 @@ class CheckpointManager:
         release: str | None = None,
         pickle_objects: bool = False,
     ):
-        from ckpt_migrate.format.write import resolve_release
-
         self.directory = Path(directory)
         self.steps = _check_int("steps", steps, minimum=0)
         self.pattern = NamePattern(name)
@@ -186,7 +130,7 @@ class CheckpointManager:
         checkpoint's file name). It is written from the state being saved, not re-read."""
         k = _check_int("k", k, minimum=1)
         assert k is not None
-        wanted = _parse_states(states)
+        wanted = parse_states(states)
         fields = _format_fields(name)
         if sorted(fields) != ["ckpt", "states"]:
             raise ValueError(
@@ -211,9 +155,7 @@ class CheckpointManager:
                 f"not {type(state).__name__}"
             )
         subset_states = self._subset_states(state) if self._subset is not None else None
-        from ckpt_migrate.torch.api import from_python
-
-        tree = from_python(state, pickle_objects=self.pickle_objects)
+        tree = torch_room.from_python(state, pickle_objects=self.pickle_objects)
         self.directory.mkdir(parents=True, exist_ok=True)
         index = self._save_count() + 1
         record = self._record_for("full", step, index)
@@ -244,8 +186,6 @@ class CheckpointManager:
         The writer links its verified temporary file into place without clobbering, so a name
         taken meanwhile (another process, the same second) fails the write and the next
         timestamp, at least one second later, is tried: nothing is ever overwritten."""
-        from ckpt_migrate.format.write import write_checkpoint
-
         attrs = {RUN_ATTR: json.dumps(record)}
         stamp: str | None = None
         for attempt in range(_NAME_TRIES):
@@ -270,24 +210,22 @@ class CheckpointManager:
     def _subset_states(self, state: dict) -> list[Any]:
         assert self._subset is not None
         if self._subset.states is None:
-            return [k for k in state if not _is_meta(k)]
+            return [k for k in state if not is_meta(k)]
         unknown = [s for s in self._subset.states if s not in state]
         if unknown:
             raise StateSelectionError(
                 None,
-                f"save_states_every: the state being saved has no {_names(unknown)}; "
-                f"it has: {_names(state)}",
+                f"save_states_every: the state being saved has no {names(unknown)}; "
+                f"it has: {names(state)}",
                 "name states the saved dict has",
             )
         return list(self._subset.states)
 
     def _save_subset(self, tree: Any, full: Path, states: list[Any], step: int, index: int):
-        from ckpt_migrate.format.tree import DictNode
-
         assert self._subset is not None
         keep = set(states)
         subset = DictNode(
-            [(k, v) for k, v in tree.items if k in keep or _is_meta(k)], ordered=tree.ordered
+            [(k, v) for k, v in tree.items if k in keep or is_meta(k)], ordered=tree.ordered
         )
         label = "_".join(str(s) for s in states) if self._subset.states is not None else "all"
         base = self._subset.name.format(states=label, ckpt=full.name)
@@ -433,14 +371,12 @@ class CheckpointManager:
             path = Path(path_or_latest)
             if not path.is_absolute() and not path.exists() and (self.directory / path).exists():
                 path = self.directory / path
-        from ckpt_migrate.torch.api import load as load_file
-
-        state = load_file(
+        state = torch_room.load(
             path, map_location, allow_missing=allow_missing, objects_mode=objects_mode
         )
         if not isinstance(state, dict):
             raise UsageError(path, f"holds a {type(state).__name__}, not a dict of states")
-        wanted = _parse_states(states)
+        wanted = parse_states(states)
         if wanted is None:
             selected, skipped = dict(state), []
         else:
@@ -448,149 +384,20 @@ class CheckpointManager:
             if unknown:
                 raise StateSelectionError(
                     path,
-                    f"has no top-level state {_names(unknown)}; it has: {_names(state)}",
+                    f"has no top-level state {names(unknown)}; it has: {names(state)}",
                     "name states it has, or pass states='all'",
                 )
-            selected = {k: v for k, v in state.items() if k in wanted or _is_meta(k)}
+            selected = {k: v for k, v in state.items() if k in wanted or is_meta(k)}
             skipped = [k for k in state if k not in selected]
             if skipped:
-                log.info("%s: not loading state(s) %s", path, _names(skipped))
+                log.info("%s: not loading state(s) %s", path, names(skipped))
         result = LoadedCheckpoint(path, self.step_of(path), selected, skipped_states=skipped)
         components = {"model": model, "optimizer": optimizer, **dict(into or {})}
-        _load_components(path, state, result, components, strict)
+        load_components(path, state, result, components, strict)
         return result
 
 
-# --------------------------------------------------------------------------- loading helpers
-
-
-def _load_components(
-    path: Path, state: dict, result: LoadedCheckpoint, components: dict[str, Any], strict: bool
-) -> None:
-    """Check every component first (so a strict failure loads nothing), then load them."""
-    plan: list[tuple[str, Any, Any]] = []
-    absent: list[str] = []
-    missing: dict[str, list[str]] = {}
-    unexpected: dict[str, list[str]] = {}
-    for name, obj in components.items():
-        if obj is None:
-            continue
-        if not callable(getattr(obj, "load_state_dict", None)):
-            raise TypeError(f"{name}: a {type(obj).__name__} has no load_state_dict")
-        if name not in result.state:
-            if name in state:
-                log.info("%s: %s not loaded: not among the selected states", path, name)
-            else:
-                absent.append(name)
-            continue
-        value = result.state[name]
-        if _is_module(obj):
-            miss, extra, shapes = _module_diff(obj, value, path, name)
-            if shapes:
-                raise StateMismatchError(
-                    path,
-                    f"{name}: {len(shapes)} tensor(s) of another shape: {_names(shapes)}",
-                    "the checkpoint is of another model configuration",
-                )
-            if miss:
-                missing[name] = miss
-            if extra:
-                unexpected[name] = extra
-        plan.append((name, obj, value))
-    if strict and (absent or missing or unexpected):
-        problems = [f"has no {n!r} state (it has: {_names(state)})" for n in absent]
-        problems += [_key_report(n, missing.get(n, []), unexpected.get(n, [])) for n in components]
-        raise StateMismatchError(
-            path,
-            "; ".join(p for p in problems if p),
-            "pass strict=False to load the rest and get the missing and unexpected keys back",
-            missing=missing,
-            unexpected=unexpected,
-        )
-    for name in absent:
-        result.missing_states.append(name)
-        log.warning("%s: has no %r state; the %s is left as it is", path, name, name)
-    for name, obj, value in plan:
-        if _is_module(obj):
-            keys = obj.load_state_dict(value, strict=strict)
-            miss, extra = list(keys.missing_keys), list(keys.unexpected_keys)
-            if miss or extra:
-                result.missing_keys[name], result.unexpected_keys[name] = miss, extra
-                log.warning("%s: loaded non-strictly: %s", path, _key_report(name, miss, extra))
-        else:
-            obj.load_state_dict(value)
-
-
-def _is_module(obj: Any) -> bool:
-    import torch
-
-    return isinstance(obj, torch.nn.Module)
-
-
-def _module_diff(
-    module: Any, value: Any, path: Path, name: str
-) -> tuple[list[str], list[str], list[str]]:
-    """Missing keys, unexpected keys and shape mismatches of ``value`` against ``module``."""
-    import torch
-
-    if not isinstance(value, Mapping):
-        raise StateMismatchError(
-            path, f"state {name!r} is a {type(value).__name__}, not a state dict of a module"
-        )
-    own = module.state_dict()
-    missing = [k for k in own if k not in value]
-    unexpected = [k for k in value if k not in own]
-    shapes = [
-        f"{k} {tuple(value[k].shape)} in the file, {tuple(own[k].shape)} in the model"
-        for k in own
-        if k in value
-        and isinstance(value[k], torch.Tensor)
-        and isinstance(own[k], torch.Tensor)
-        and value[k].shape != own[k].shape
-    ]
-    return missing, unexpected, shapes
-
-
-def _key_report(name: str, missing: list[str], unexpected: list[str]) -> str:
-    parts = []
-    if missing:
-        parts.append(f"{len(missing)} missing key(s) ({_names(missing)})")
-    if unexpected:
-        parts.append(f"{len(unexpected)} unexpected key(s) ({_names(unexpected)})")
-    return f"{name}: " + " and ".join(parts) if parts else ""
-
-
 # --------------------------------------------------------------------------- small helpers
-
-
-def _names(items: Iterable[Any]) -> str:
-    items = [str(i) for i in items]
-    shown = ", ".join(items[:_SHOWN_KEYS])
-    more = len(items) - _SHOWN_KEYS
-    return shown + (f" (+{more} more)" if more > 0 else "")
-
-
-def _is_meta(key: Any) -> bool:
-    """Keys such as ``__metadata__``: kept in every subset, as the Trainer does."""
-    return isinstance(key, str) and key.startswith("__")
-
-
-def _parse_states(states: str | Iterable[str]) -> tuple[str, ...] | None:
-    """None for "all"; else the names, from a comma-separated string or an iterable."""
-    if isinstance(states, str):
-        if states.strip() == "all":
-            return None
-        names = [s.strip() for s in states.split(",")]
-    else:
-        names = list(states)
-        if any(not isinstance(s, str) for s in names):
-            raise TypeError(f"state names must be strings, not {names!r}")
-    names = [s for s in names if s]
-    if not names:
-        raise ValueError("name at least one state, or pass 'all'")
-    if "all" in names:
-        raise ValueError("'all' cannot be combined with other state names")
-    return tuple(dict.fromkeys(names))
 
 
 def _format_fields(text: str) -> list[str]:

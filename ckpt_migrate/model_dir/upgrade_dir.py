@@ -26,30 +26,26 @@ may be a save in progress). Two ``upgrade-dir`` runs writing into the same direc
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ckpt_migrate.atomic import atomic_output, fsync_dir, io_error
-from ckpt_migrate.engine.upgrade import (
-    Progress,
-    UpgradeOptions,
-    UpgradeResult,
-    exclusive,
-    file_digest,
-    upgrade,
-)
+import h5py
+
+from ckpt_migrate.atomic import exclusive_lock, fsync_dir, io_error, link_or_copy
+from ckpt_migrate.engine.copypatch import file_digest
+from ckpt_migrate.engine.splitcopy import Progress
+from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, lock_source, upgrade
 from ckpt_migrate.errors import CkptError, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.model_dir.names import DEFAULT_NAME, TEMP_SUFFIX, NamePattern
+from ckpt_migrate.model_dir.records import incomplete_reason, read_run_record
 
 BACKUP = re.compile(r"\.pre-\d+\.\d+\.bak$")  # engine._backup_path
 
@@ -265,20 +261,13 @@ def _judge_existing(
 def _place_current(src: Path, out: Path) -> str:
     """Put a checkpoint already at the target into the output directory: a hard link (free),
     or a verified copy across filesystems. Never replaces anything."""
-    try:
-        os.link(src, out)
-    except FileExistsError:
-        raise UsageError(out, "appeared while upgrading; refusing to overwrite it") from None
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.ENOTSUP, errno.EMLINK):
-            raise io_error(out, exc) from None
-        with atomic_output(out) as tmp:
-            shutil.copyfile(src, tmp)
-            if file_digest(tmp) != file_digest(src):
-                raise UsageError(out, "the copy differs from its source") from None
-        return "copied"
-    fsync_dir(out.parent)
-    return "linked"
+
+    def copy(a: Path, b: Path) -> None:
+        shutil.copyfile(a, b)
+        if file_digest(b) != file_digest(a):
+            raise UsageError(out, "the copy differs from its source")
+
+    return link_or_copy(src, out, copy)
 
 
 def _remove_leftovers(src: Path, work_dir: Path) -> list[Path]:
@@ -295,7 +284,7 @@ def _remove_leftovers(src: Path, work_dir: Path) -> list[Path]:
         return []
     removed = []
     try:
-        with exclusive(src):
+        with lock_source(src):
             for path in candidates:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
@@ -356,8 +345,6 @@ def _scan(src_dir: Path, pattern: NamePattern) -> _Scan:
 
 def _newest(scan: _Scan) -> list[Path]:
     """--only-latest: the checkpoint autoload would take (CheckpointManager.latest's rule)."""
-    from ckpt_migrate.model_dir.manager import incomplete_reason, read_run_record
-
     for path in scan.named:
         record = read_run_record(path)
         if record is not None and record.get("kind") == "subset":
@@ -369,8 +356,6 @@ def _newest(scan: _Scan) -> list[Path]:
 
 def _probe(path: Path) -> str:
     """ "checkpoint", "hdf5" (another HDF5 file), "damaged" (HDF5 that will not open), "other"."""
-    import h5py
-
     try:
         if not h5py.is_hdf5(str(path)):
             return "other"
@@ -388,22 +373,8 @@ def _listdir(directory: Path) -> list[Path]:
         raise io_error(directory, exc) from None
 
 
-@contextlib.contextmanager
-def _dir_lock(directory: Path) -> Iterator[None]:
-    """One ``upgrade-dir`` at a time writes into a directory (an advisory flock on it)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError as exc:
-        raise io_error(directory, exc) from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(
-                directory,
-                "another ckpt-migrate upgrade-dir is writing into this directory",
-                "wait for it to finish",
-            ) from None
-        yield
-    finally:
-        os.close(fd)
+def _dir_lock(directory: Path) -> contextlib.AbstractContextManager[None]:
+    """One ``upgrade-dir`` at a time writes into a directory."""
+    return exclusive_lock(
+        directory, "another ckpt-migrate upgrade-dir is writing into this directory"
+    )

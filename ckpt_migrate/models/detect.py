@@ -23,53 +23,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_migrate.errors import UsageError
 from ckpt_migrate.models.keys import KeyPattern, matches_any, model_keys, split_prefix
+from ckpt_migrate.models.names import FAMILIES, GPT_STYLE, canonical_family
 
-FAMILIES: tuple[str, ...] = (
-    "gpt2",
-    "gptj",
-    "gpt-neox",
-    "codegen",
-    "llama",
-    "bloom",
-    "falcon",
-    "bert",
-    "t5",
-)
-GPT_STYLE: tuple[str, ...] = ("gpt2", "gptj", "gpt-neox", "codegen", "llama", "bloom", "falcon")
-
-# Registry names that are another family's model (§3.5 table): alias -> family.
-ALIASES: dict[str, str] = {
-    "llamav2": "llama",
-    "llama2": "llama",
-    "code-llama": "llama",
-    "wizardlm": "llama",
-    "bert-sequence-classifier": "bert",
-    "bert-token-classifier": "bert",
-    "bert-summarization": "bert",
-    "bert-qa": "bert",
-    "bert-q&a": "bert",
-    "transformer": "t5",
-    "ul2": "t5",
-    "flan-ul2": "t5",
-}
 MIN_CONFIDENCE = 0.5
-
-
-def known_names() -> str:
-    return ", ".join([*FAMILIES, *ALIASES])
-
-
-def canonical_family(name: str) -> tuple[str, str | None]:
-    """``(family, variant)`` for a family name or alias (case-insensitive); the variant is the
-    alias as given (lower case), None for a canonical name. Raises UsageError when unknown."""
-    text = name.strip().lower()
-    if text in FAMILIES:
-        return text, None
-    if text in ALIASES:
-        return ALIASES[text], text
-    raise UsageError(None, f"unknown model {name!r}", f"known models: {known_names()}")
 
 
 # --------------------------------------------------------------------------- key vocabulary

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_migrate.models.names import GPT_STYLE
+
 
 @dataclass(frozen=True)
 class TieRule:
@@ -26,8 +28,6 @@ class TieRule:
             return True
         return bool(model_config.get(self.config_flag, True))
 
-
-GPT_STYLE = ("gpt2", "gpt3", "gptj", "gpt-neox", "codegen", "llama", "bloom", "falcon")
 
 TIE_RULES: tuple[TieRule, ...] = (
     # GPT-2/3, GPT-J, NeoX, Codegen, Llama, Bloom, Falcon: lm_head shares the word embeddings when

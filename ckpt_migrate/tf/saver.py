@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import datetime as _dt
 import os
 import re
 import sys
@@ -42,7 +41,6 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ckpt_migrate._version import __version__
 from ckpt_migrate.errors import CkptError, NotACheckpointError, UsageError
 
 INSTALL_HINT = "pip install 'ckpt-migrate[tensorflow]'"
@@ -142,17 +140,6 @@ def compile_patterns(patterns: Iterable[str], option: str) -> list[re.Pattern[st
                 None, f"{option} {p!r} is not a valid regular expression ({exc})"
             ) from None
     return out
-
-
-def provenance_record(conversion: str, source: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "tool": "ckpt-migrate",
-        "version": __version__,
-        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "conversion": conversion,
-        "source_name": source,
-        **extra,
-    }
 
 
 def storage_hash(block: np.ndarray, h: Any) -> None:

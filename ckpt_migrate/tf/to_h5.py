@@ -24,10 +24,10 @@ from ckpt_migrate.errors import (
     UsageError,
     VerificationError,
 )
-from ckpt_migrate.format import releases
+from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.tensor import write_tensor
-from ckpt_migrate.format.read import PROVENANCE_ATTR, read_checkpoint
+from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
     DataSource,
@@ -46,7 +46,6 @@ from ckpt_migrate.tf.saver import (
     import_tensorflow,
     op_message,
     open_reader,
-    provenance_record,
     resolve_saver_path,
     storage_hash,
 )
@@ -163,9 +162,9 @@ def tf_to_h5(
     report.release = rel
     step_name, step = _global_step(items)
     report.global_step, report.global_step_variable = step, step_name
-    record = provenance_record(
-        "tensorflow-to-h5",
+    record = provenance.record(
         ", ".join(Path(p).name for p in prefixes),
+        conversion="tensorflow-to-h5",
         source_format="tensorflow-saver",
         target_release=rel.name,
         variables=len(items),
@@ -174,7 +173,9 @@ def tf_to_h5(
     )
     report.variables = len(items)
     report.tensor_bytes = sum(x.nbytes for x in items.values() if isinstance(x, TensorLeaf))
-    _write_h5(root, target, rel, {PROVENANCE_ATTR: json.dumps([record])}, verify, progress)
+    _write_h5(
+        root, target, rel, {provenance.PROVENANCE_ATTR: json.dumps([record])}, verify, progress
+    )
     report.verified = verify
     return report
 

@@ -16,7 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError
+# torch/lazy.py imports torch: it is reached through the room's lazy face, so that reading or
+# saving a checkpoint of numpy arrays never loads torch.
+import ckpt_migrate.torch as torch_room
+from ckpt_migrate.atomic import atomic_output
+from ckpt_migrate.errors import (
+    MissingLeavesError,
+    NotACheckpointError,
+    UnsupportedContentError,
+)
+from ckpt_migrate.format import dtypes
 from ckpt_migrate.format import pickled as objects
 from ckpt_migrate.format.pickled import ObjectMode, OpaqueObject
 from ckpt_migrate.format.read import read_checkpoint
@@ -127,14 +136,13 @@ def _tensor(leaf: TensorLeaf, lazy: bool) -> Any:
         if leaf.dtype == "bfloat16":  # numpy has no bf16: keep the bit pattern
             return array
         return np.array(array, copy=True)
-    from ckpt_migrate.torch.lazy import LazyTensor, storage_to_tensor
 
     def loader() -> Any:
-        return storage_to_tensor(leaf.data.read(), leaf.dtype)
+        return torch_room.storage_to_tensor(leaf.data.read(), leaf.dtype)
 
     if not lazy:
         return loader()
-    t = LazyTensor.create(leaf.shape, leaf.dtype, loader, leaf.data.describe())
+    t = torch_room.LazyTensor.create(leaf.shape, leaf.dtype, loader, leaf.data.describe())
     t._ckpt_leaf = leaf  # lets save() copy unread data straight from the file
     return t
 
@@ -142,10 +150,8 @@ def _tensor(leaf: TensorLeaf, lazy: bool) -> Any:
 def _full_tensor(leaf: FullTensorLeaf) -> Any:
     import torch
 
-    from ckpt_migrate.torch.lazy import _torch_dtype
-
     fill = 0 if leaf.fill_value is None else leaf.fill_value
-    return torch.full(leaf.shape, fill, dtype=_torch_dtype(leaf.dtype))
+    return torch.full(leaf.shape, fill, dtype=torch_room.torch_dtype(leaf.dtype))
 
 
 def _map(obj: Any, fn: Any) -> Any:
@@ -221,8 +227,6 @@ def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
         return OpaqueLeaf(pickle.dumps(obj, protocol=4), "pickle")
     if isinstance(obj, (np.ndarray, np.generic)):
         array = np.asarray(obj, order="C")
-        from ckpt_migrate.format import dtypes
-
         try:
             dt = dtypes.from_storage(array.dtype)
         except ValueError:
@@ -235,9 +239,7 @@ def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
         source = getattr(obj, "_ckpt_leaf", None)
         if source is not None and not getattr(obj, "is_loaded", True):
             return source  # unread data: copy it from the file, not through memory
-        from ckpt_migrate.torch.lazy import tensor_to_storage
-
-        array, dtype = tensor_to_storage(obj)
+        array, dtype = torch_room.tensor_to_storage(obj)
         return TensorLeaf(dtype, tuple(array.shape), MemoryData(array))
     if isinstance(obj, ExternalReference):
         return ExternalLeaf(obj.kind, obj.info)
@@ -282,16 +284,13 @@ def to_torch(src: str | Path, dst: str | Path, *, allow_missing: bool = False) -
     """Write ``src`` as a plain ``torch.save`` file that ``torch.load(weights_only=True)`` reads."""
     import torch
 
-    from ckpt_migrate.atomic import atomic_output
-    from ckpt_migrate.torch.lazy import materialize
-
     state = load(src, allow_missing=allow_missing, objects_mode="data")
     memo: dict[int, Any] = {}
 
     def plain(obj: Any) -> Any:
         if isinstance(obj, torch.Tensor):
             if id(obj) not in memo:
-                memo[id(obj)] = materialize(obj)
+                memo[id(obj)] = torch_room.materialize(obj)
             return memo[id(obj)]
         if isinstance(obj, (OpaqueObject, ExternalReference)):
             raise UnsupportedContentError(
@@ -314,8 +313,6 @@ def to_torch(src: str | Path, dst: str | Path, *, allow_missing: bool = False) -
 def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> WriteReport:
     """Write a ``torch.save`` file as a checkpoint; loaded with ``weights_only=True``."""
     import torch
-
-    from ckpt_migrate.errors import NotACheckpointError
 
     src_path = Path(src)
     if not src_path.is_file():

@@ -55,13 +55,20 @@ import torch
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format import dtypes
 
-__all__ = ["LazyTensor", "is_lazy", "materialize", "storage_to_tensor", "tensor_to_storage"]
+__all__ = [
+    "LazyTensor",
+    "is_lazy",
+    "materialize",
+    "storage_to_tensor",
+    "tensor_to_storage",
+    "torch_dtype",
+]
 
 # Ops that change a tensor's shape in place (besides those tagged ``inplace_view``).
 _RESIZING_OPS = frozenset({"resize_", "resize_as_", "set_", "sparse_resize_"})
 
 
-def _torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
+def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return getattr(torch, dtypes.by_name(str(dtype)).name)
 
 
@@ -166,7 +173,7 @@ class LazyTensor(torch.Tensor):
         if any(n < 0 for n in shape):
             raise ValueError(f"negative dimension in shape {shape}")
         self = torch.Tensor._make_wrapper_subclass(
-            cls, shape, dtype=_torch_dtype(dtype), device="cpu", requires_grad=False
+            cls, shape, dtype=torch_dtype(dtype), device="cpu", requires_grad=False
         )
         self._lazy_loader = loader
         self._lazy_value = None

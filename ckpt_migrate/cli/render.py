@@ -1,0 +1,215 @@
+"""Text printers of every command: plain data in (from ``cli.commands``), lines out.
+
+Results go to stdout, warnings and errors to stderr. rich is imported only by the printers that
+draw tables, so that the TensorFlow scripts, which share this module, start without it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from ckpt_migrate.cli.console import echo
+
+if TYPE_CHECKING:
+    from ckpt_migrate.config.upgrade import ConfigOutcome
+    from ckpt_migrate.engine.upgrade import UpgradeResult
+    from ckpt_migrate.model_dir.upgrade_dir import DirEntry
+
+
+def emit_json(data: Any) -> None:
+    echo(json.dumps(data, indent=2, default=str))
+
+
+def inspect(data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    console.print(f"[bold]{data['path']}[/bold]")
+    console.print(
+        f"release {data['release_label']}  format {data['format']}  "
+        f"leaves {data['leaf_count']}  tensor bytes {data['tensor_bytes']:,}"
+    )
+    if data["bytes_by_dtype"]:
+        table = Table("dtype", "tensors", "bytes")
+        for dtype, d in sorted(data["bytes_by_dtype"].items()):
+            table.add_row(dtype, str(d["tensors"]), f"{d['bytes']:,}")
+        console.print(table)
+    for line in data["outline"]:
+        console.print(line, markup=False)
+    if data["missing"]:
+        console.print(f"[yellow]missing leaves ({len(data['missing'])}):[/yellow]")
+        for name in data["missing"]:
+            console.print(f"  {name}", markup=False)
+    if data["unreferenced_datasets"]:
+        console.print(
+            f"[yellow]datasets not named by the spec ({len(data['unreferenced_datasets'])}):"
+            "[/yellow]"
+        )
+        for name in data["unreferenced_datasets"]:
+            console.print(f"  {name}", markup=False)
+
+
+def from_torch(out: dict[str, Any]) -> None:
+    echo(
+        f"wrote {out['output']} (release {out['release']}, format {out['format']}, "
+        f"{out['tensors']} tensors, {out['tensor_bytes']:,} bytes)"
+    )
+
+
+def history(data: dict[str, Any]) -> None:
+    for rel in data["releases"]:
+        echo(f"{rel['name']:>5}  format {rel['format']}  {rel['spec']}; {rel['type_tags']}")
+    echo("")
+    for hop in data["hops"]:
+        hop_lines(hop, "", show_state=False)
+    echo(f"newest: {data['newest']}")
+
+
+def hop_lines(hop: dict, indent: str, *, show_state: bool) -> None:
+    fmt = f" [format {hop['format'][0]} → {hop['format'][1]}]" if hop["format"] else ""
+    echo(f"{indent}{hop['from']} → {hop['to']}{fmt}  ({hop['module'].rsplit('.', 1)[-1]})")
+    for line in hop["changes"]:
+        echo(f"{indent}    - {line}")
+    for inp in hop["inputs"]:
+        state = "given" if inp["given"] else ("REQUIRED" if inp["required"] else "optional")
+        label = f" ({state})" if show_state else ""
+        echo(f"{indent}    input --{inp['name'].replace('_', '-')}{label}: {inp['help']}")
+
+
+def plan(plan: dict) -> None:
+    if plan["current"]:
+        echo(f"{plan['source']}: already at {plan['to']}; nothing to do")
+        return
+    echo(f"{plan['source']}: {plan['from']} → {plan['to']} in {len(plan['hops'])} hop(s)")
+    if plan.get("model"):
+        echo(f"  model: {plan['model']['summary']}")
+    for hop in plan["hops"]:
+        hop_lines(hop, "  ", show_state=True)
+    free = plan["free_available"]
+    echo(
+        f"  reads {plan['bytes_to_read']:,} bytes, writes {plan['bytes_to_write']:,} bytes; "
+        f"needs {plan['free_needed']:,} bytes free in {plan['output_dir']}"
+        + (f" ({free:,} available)" if free is not None else "")
+    )
+
+
+def config_outcome(cfg: ConfigOutcome | None) -> None:
+    """The config report of ``upgrade --config`` (stdout), or its error (stderr)."""
+    if cfg is None:
+        return
+    if cfg.error:
+        echo(f"error: {cfg.error}", err=True)
+    for line in cfg.lines():
+        echo(line)
+
+
+def messages(res: UpgradeResult) -> None:
+    """An upgrade's warnings (stderr) and reported changes (stdout); shared with the scripts."""
+    for line in res.warnings:
+        echo(f"warning: {line}", err=True)
+    if res.model and res.status in ("upgraded", "planned"):
+        echo(f"  model: {res.model['summary']}")
+    for line in res.changes:
+        echo(f"  {line}")
+
+
+def upgrade_result(res: UpgradeResult) -> None:
+    messages(res)
+    if res.status == "failed":
+        echo(f"error: {res.error}", err=True)
+        return
+    if res.status == "current":
+        echo(f"{res.source}: already at {res.to_release}; left alone")
+        return
+    if res.status == "planned":
+        assert res.plan is not None
+        plan(res.plan)
+        return
+    extra = f", backup {res.backup}" if res.backup else ""
+    echo(
+        f"{res.source}: {res.from_release} → {res.to_release} written to {res.output} "
+        f"({res.strategy}, verified: {res.verified}, {res.seconds:.2f}s{extra})"
+    )
+
+
+def dir_entry(entry: DirEntry) -> None:
+    res = entry.result
+    if res is not None and entry.status in ("upgraded", "planned", "failed"):
+        upgrade_result(res)
+    elif entry.status == "current":
+        assert res is not None and res.output is not None
+        where = f"; {entry.action} into {res.output.parent}" if entry.action else "; left alone"
+        echo(f"{entry.path}: already at {res.to_release}{where}")
+    elif entry.status == "already-upgraded":
+        assert res is not None
+        echo(f"{entry.path}: already upgraded to {res.to_release} in {res.output}")
+    elif entry.status == "not-selected":
+        echo(f"{entry.path}: left alone ({entry.reason})")
+    else:
+        echo(f"{entry.path}: {entry.kind}, {entry.status.replace('-', ' ')} ({entry.reason})")
+
+
+def dir_summary(entries: list[DirEntry], worst: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("file", "kind", "outcome", "release", title="upgrade-dir summary")
+    for e in entries:
+        res = e.result
+        release = ""
+        if res is not None and res.from_release and res.to_release:
+            release = f"{res.from_release} → {res.to_release}"
+            if res.from_release == res.to_release:
+                release = res.to_release
+        outcome = e.status + (f" ({e.action})" if e.action else "")
+        table.add_row(e.path.name, e.kind, outcome, release)
+    console = Console(highlight=False)
+    console.print(table)
+    counts = Counter(e.status for e in entries)
+    totals = ", ".join(f"{n} {status}" for status, n in counts.items())
+    console.print(f"{totals}; exit {worst}", markup=False)
+
+
+def verify(data: dict[str, Any]) -> None:
+    for d in data["differences"]:
+        echo(f"{d['name']}: {d['what']}")
+    verdict = "identical" if data["identical"] else f"{len(data['differences'])} difference(s)"
+    echo(f"{data['tensors_compared']} tensors compared: {verdict}")
+
+
+def tf_to_h5(data: dict[str, Any]) -> None:
+    for note in data["notes"]:
+        echo(f"note: {note}", err=True)
+    if data["excluded"]:
+        echo(f"excluded {len(data['excluded'])} variable(s): {', '.join(data['excluded'][:5])}")
+    step = data["global_step"]
+    step_text = "" if step is None else f"; global step {step} ({data['global_step_variable']})"
+    echo(
+        f"wrote {data['output']} (release {data['release']}, format {data['format']}, "
+        f"{data['variables']} variable(s), {data['tensor_bytes']:,} tensor bytes, "
+        f"verified: {data['verified']}{step_text})"
+    )
+
+
+def h5_to_tf(data: dict[str, Any]) -> None:
+    for note in data["notes"]:
+        echo(f"note: {note}", err=True)
+    if data["excluded"]:
+        echo(f"excluded {len(data['excluded'])} leaf/leaves: {', '.join(data['excluded'][:5])}")
+    for out in data["outputs"]:
+        for note in out["notes"]:
+            echo(f"note: {note}", err=True)
+        picked = f" [{out['selector']}]" if out["selector"] else ""
+        sliced = f", {len(out['sliced'])} variable(s) split into slices" if out["sliced"] else ""
+        echo(
+            f"wrote {out['prefix']}{picked} ({out['variables']} variable(s), "
+            f"{out['tensor_bytes']:,} bytes in {out['data_files']} data file(s){sliced})"
+        )
+    if data["state_file"]:
+        echo(f"wrote {data['state_file']}")
+    if data["global_step"] is not None:
+        echo(f"global step {data['global_step']}")
+    echo(f"verified: {data['verified']}")
