@@ -29,7 +29,7 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
-from ckpt_migrate.config.upgrade import ConfigContext
+from ckpt_migrate.config.context import ConfigContext
 
 SOURCE = "1.8"
 TARGET = "1.9"

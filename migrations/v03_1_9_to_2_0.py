@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_migrate.config.upgrade import ConfigContext
+from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import put, rename, take
 from ckpt_migrate.errors import MissingLeavesError, UsageError
 from ckpt_migrate.format.tree import (

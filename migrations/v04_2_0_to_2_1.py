@@ -27,7 +27,7 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
-from ckpt_migrate.config.upgrade import ConfigContext
+from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import new_map, new_seq, put, rename, take
 from ckpt_migrate.hops.hop import StepContext
 from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata

@@ -20,7 +20,7 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
-from ckpt_migrate.config.upgrade import ConfigContext
+from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import is_map, is_seq, new_map, new_seq, put, rename, take
 from ckpt_migrate.errors import UnsupportedContentError
 from ckpt_migrate.format.tree import DictNode, Key, Node, SeqNode, TensorLeaf, ValueLeaf, is_leaf

@@ -22,7 +22,7 @@ Steps for those are appended to ``OPERATIONS`` below.
 from __future__ import annotations
 
 from ckpt_migrate.config import trainer_layout
-from ckpt_migrate.config.upgrade import ConfigContext
+from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import take
 from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
 

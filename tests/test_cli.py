@@ -5,27 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-REAL = FIXTURES / "real-cstorch-2.10"
-
-
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ckpt_migrate", *args], capture_output=True, text=True, cwd=cwd
-    )
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
-    assert proc.returncode == code, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for w in words:
-        assert w in lines[0]
+from conftest import FIXTURES, REAL, one_line_error, run_cli
 
 
 def test_help_does_not_import_torch():
@@ -50,12 +32,12 @@ def test_inspect_does_not_import_torch():
 
 
 def test_inspect_text_and_json():
-    proc = run("inspect", str(FIXTURES / "release-1.9.mdl"))
+    proc = run_cli("inspect", str(FIXTURES / "release-1.9.mdl"))
     assert proc.returncode == 0, proc.stderr
     assert "release 1.9" in proc.stdout and "format 0.3" in proc.stdout
     assert "MISSING" in proc.stdout and "model.lm_head.weight" in proc.stdout
     assert "__model.x.arg_0" in proc.stdout
-    data = json.loads(run("inspect", str(REAL / "tied.mdl"), "--json").stdout)
+    data = json.loads(run_cli("inspect", str(REAL / "tied.mdl"), "--json").stdout)
     assert data["release"] == "2.10" and data["leaf_count"] == 7
     tied = {e["name"]: e.get("tied_to") for e in data["leaves"]}
     assert tied["model.lm_head.weight"] == "model.embed.weight"
@@ -72,17 +54,17 @@ def test_inspect_text_and_json():
 def test_bad_files_give_one_line_errors(tmp_path, content, code, word):
     p = tmp_path / "bad.mdl"
     p.write_bytes(content)
-    assert_one_line_error(run("inspect", str(p)), code, str(p), word)
+    one_line_error(run_cli("inspect", str(p)), code, str(p), word)
 
 
 def test_truncated_and_missing_files(tmp_path):
     p = tmp_path / "trunc.mdl"
     data = (REAL / "basic.mdl").read_bytes()
     p.write_bytes(data[:4096])
-    proc = run("inspect", str(p))
+    proc = run_cli("inspect", str(p))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-    assert_one_line_error(run("inspect", str(tmp_path / "nope.mdl")), 2, "no such file")
+    one_line_error(run_cli("inspect", str(tmp_path / "nope.mdl")), 2, "no such file")
 
 
 def test_malicious_spec_exits_nonzero_and_runs_nothing(tmp_path):
@@ -95,32 +77,32 @@ def test_malicious_spec_exits_nonzero_and_runs_nothing(tmp_path):
     with h5py.File(p, "w") as f:
         f.attrs["__spec__"] = payload.hex()
         f.attrs["__version__"] = 0.3
-    assert_one_line_error(run("inspect", str(p)), 2, "os.system")
+    one_line_error(run_cli("inspect", str(p)), 2, "os.system")
     assert not sentinel.exists()
 
 
 def test_debug_shows_traceback(tmp_path):
     p = tmp_path / "bad.mdl"
     p.write_bytes(b"x")
-    proc = run("--debug", "inspect", str(p))
+    proc = run_cli("--debug", "inspect", str(p))
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 
 def test_to_torch_from_torch_commands(tmp_path):
     pt, back = tmp_path / "x.pt", tmp_path / "x.mdl"
-    assert run("to-torch", str(REAL / "basic.mdl"), str(pt)).returncode == 0
-    proc = run("from-torch", str(pt), str(back), "--release", "2.0", "--json")
+    assert run_cli("to-torch", str(REAL / "basic.mdl"), str(pt)).returncode == 0
+    proc = run_cli("from-torch", str(pt), str(back), "--release", "2.0", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["format"] == 0.4
-    again = run("from-torch", str(pt), str(back))
-    assert_one_line_error(again, 2, "already exists")
+    again = run_cli("from-torch", str(pt), str(back))
+    one_line_error(again, 2, "already exists")
 
 
 def test_usage_error_exit_code():
-    assert run("inspect").returncode == 2
-    assert run("from-torch", "a", "b", "--release", "9.9").returncode == 2
+    assert run_cli("inspect").returncode == 2
+    assert run_cli("from-torch", "a", "b", "--release", "9.9").returncode == 2
 
 
 def test_upgrade_of_a_missing_file_is_bad_input(tmp_path):
-    proc = run("upgrade", str(tmp_path / "nope.mdl"), "--output-dir", str(tmp_path))
-    assert_one_line_error(proc, 2, "no such file")
+    proc = run_cli("upgrade", str(tmp_path / "nope.mdl"), "--output-dir", str(tmp_path))
+    one_line_error(proc, 2, "no such file")

@@ -5,32 +5,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import yaml
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-MODELS = FIXTURES / "models"
-CONFIGS = FIXTURES / "configs"
-
-
-def cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-    )
-
-
-def one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
+from conftest import CONFIGS, FIXTURES, MODELS, one_line_error, run_cli
 
 
 def comments_kept(source: str, output: str, removed: set[str]) -> list[str]:
@@ -52,7 +29,7 @@ def test_gpt2_fixture_and_its_config_go_from_2_0_to_2_10(tmp_path):
     src = MODELS / "gpt2-2.0"
     out = tmp_path / "out"
     out.mkdir()
-    proc = cli(
+    proc = run_cli(
         "upgrade", src / "checkpoint_100.mdl", "--output-dir", out, "--config", src / "params.yaml"
     )
     assert proc.returncode == 0, proc.stderr
@@ -82,7 +59,7 @@ def test_t5_fixture_json_report_and_model_name(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     base = ("upgrade", src / "checkpoint_100.mdl", "--output-dir", out, "--config")
-    proc = cli(*base, src / "params.yaml", "--json")
+    proc = run_cli(*base, src / "params.yaml", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     cfg = data["config"]
@@ -99,7 +76,7 @@ def test_t5_fixture_json_report_and_model_name(tmp_path):
     # with --model the name is written
     out2 = tmp_path / "out2"
     out2.mkdir()
-    proc = cli(*base[:3], out2, "--config", src / "params.yaml", "--model", "t5")
+    proc = run_cli(*base[:3], out2, "--config", src / "params.yaml", "--model", "t5")
     assert proc.returncode == 0, proc.stderr
     text = (out2 / "params.yaml").read_text()
     assert yaml.safe_load(text)["trainer"]["init"]["model"]["name"] == "t5"
@@ -110,7 +87,7 @@ def test_t5_fixture_json_report_and_model_name(tmp_path):
 def test_dry_run_shows_the_config_report_and_writes_nothing(tmp_path):
     cfg = tmp_path / "params.yaml"
     shutil.copy(CONFIGS / "gpt2-2.0.yaml", cfg)
-    proc = cli(
+    proc = run_cli(
         "upgrade", FIXTURES / "release-2.0.mdl", "--dry-run", "--config", cfg, "--model", "gpt2"
     )
     assert proc.returncode == 0, proc.stderr
@@ -126,11 +103,11 @@ def test_an_existing_config_output_is_refused_before_anything_is_written(tmp_pat
     out = tmp_path / "out"
     out.mkdir()
     (out / "params.yaml").write_text("mine: 1\n")
-    proc = cli("upgrade", FIXTURES / "release-2.0.mdl", "--output-dir", out, "--config", cfg)
+    proc = run_cli("upgrade", FIXTURES / "release-2.0.mdl", "--output-dir", out, "--config", cfg)
     one_line_error(proc, 2, str(out / "params.yaml"), "refusing to overwrite", "--config-out")
     assert sorted(p.name for p in out.iterdir()) == ["params.yaml"]
     assert (out / "params.yaml").read_text() == "mine: 1\n"
-    proc = cli(
+    proc = run_cli(
         "upgrade",
         FIXTURES / "release-2.0.mdl",
         "--output-dir",
@@ -148,7 +125,7 @@ def test_config_out_and_inplace_default_name(tmp_path):
     shutil.copy(CONFIGS / "t5-2.0.yaml", cfg)
     ckpt = tmp_path / "checkpoint_5.mdl"
     shutil.copy(FIXTURES / "release-2.0.mdl", ckpt)
-    proc = cli("upgrade", ckpt, "--inplace", "--to", "2.3", "--config", cfg, "--model", "t5")
+    proc = run_cli("upgrade", ckpt, "--inplace", "--to", "2.3", "--config", cfg, "--model", "t5")
     assert proc.returncode == 0, proc.stderr
     beside = tmp_path / "params.2.3.yaml"
     assert "trainer" in yaml.safe_load(beside.read_text())
@@ -157,7 +134,7 @@ def test_config_out_and_inplace_default_name(tmp_path):
     custom.parent.mkdir()
     out = tmp_path / "o"
     out.mkdir()
-    proc = cli(
+    proc = run_cli(
         "upgrade",
         FIXTURES / "release-2.0.mdl",
         "--output-dir",
@@ -177,9 +154,9 @@ def test_config_out_and_inplace_default_name(tmp_path):
 
 
 def test_num_csx_and_config_out_need_config():
-    proc = cli("upgrade", FIXTURES / "release-2.0.mdl", "--dry-run", "--num-csx", "2")
+    proc = run_cli("upgrade", FIXTURES / "release-2.0.mdl", "--dry-run", "--num-csx", "2")
     one_line_error(proc, 2, "--config")
-    proc = cli("upgrade", FIXTURES / "release-2.0.mdl", "--dry-run", "--config-out", "x.yaml")
+    proc = run_cli("upgrade", FIXTURES / "release-2.0.mdl", "--dry-run", "--config-out", "x.yaml")
     one_line_error(proc, 2, "--config")
 
 
@@ -188,7 +165,7 @@ def test_num_csx_scales_a_1_8_batch_size(tmp_path):
     cfg.write_text("train_input:\n  batch_size: 16 # per system\nmodel:\n  hidden_size: 4\n")
     out = tmp_path / "o"
     out.mkdir()
-    proc = cli(
+    proc = run_cli(
         "upgrade",
         FIXTURES / "release-1.8.mdl",
         "--output-dir",
@@ -212,6 +189,6 @@ def test_config_still_feeds_the_tie_rules_and_is_not_written_when_the_checkpoint
     cfg.write_text("model:\n  share_embedding_weights: false\n")
     out = tmp_path / "o"
     out.mkdir()
-    proc = cli("upgrade", FIXTURES / "release-1.9.mdl", "--output-dir", out, "--config", cfg)
+    proc = run_cli("upgrade", FIXTURES / "release-1.9.mdl", "--output-dir", out, "--config", cfg)
     one_line_error(proc, 2, "model.lm_head.weight", "--allow-missing")
     assert list(out.iterdir()) == []

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from conftest import CONFIGS, FIXTURES
 
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import (
@@ -23,9 +23,6 @@ from ckpt_migrate.config.upgrade import (
 )
 from ckpt_migrate.errors import CkptError, UsageError
 from ckpt_migrate.hops import graph
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-CONFIGS = FIXTURES / "configs"
 
 
 def run(name: str, frm: str, to: str, **kw):

@@ -10,6 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from conftest import FIXTURES, REAL
 from digest import digest, load_expected
 
 import ckpt_migrate as cm
@@ -36,8 +37,6 @@ from ckpt_migrate.format.tree import (
 from ckpt_migrate.format.v05.treespec import as_tuples
 from ckpt_migrate.format.write import write_checkpoint
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-
 
 def describe(root, *, missing_as_none=False, numpy_as_tensor=False, namedtuple_as_tuple=False):
     """Everything about a tree, tensor bytes included, as the written format can hold it."""
@@ -48,7 +47,6 @@ def describe(root, *, missing_as_none=False, numpy_as_tensor=False, namedtuple_a
     return verify.signature(root, numpy_as_tensor=numpy_as_tensor, hash_tensors=True)
 
 
-REAL = FIXTURES / "real-cstorch-2.10"
 REAL_CASES = sorted(p.stem for p in REAL.glob("*.mdl") if "collision" not in p.stem)
 RELEASE_FIXTURES = sorted(FIXTURES.glob("release-*.mdl"))
 ALL_FIXTURES = [REAL / f"{c}.mdl" for c in REAL_CASES] + RELEASE_FIXTURES

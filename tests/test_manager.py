@@ -20,6 +20,7 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
+from conftest import FIXTURES, ROOT
 from digest import digest
 from real_cstorch import real_digest, requires_real_cstorch
 
@@ -29,8 +30,6 @@ from ckpt_migrate.errors import StateMismatchError, StateSelectionError
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.model_dir.manager import RUN_ATTR, read_run_record
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "fixtures"
 STAMPED = re.compile(r"checkpoint_(\d+)_(\d{8}_\d{6})\.mdl")
 
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import MODELS, run_cli
 
 from ckpt_migrate.cli import commands
 from ckpt_migrate.errors import UsageError
@@ -17,14 +16,7 @@ from ckpt_migrate.models.detect import choose_family, detect_family
 from ckpt_migrate.models.keys import model_keys
 from ckpt_migrate.models.names import FAMILIES, MODEL_NAMES, canonical_family, resolve_name
 
-MODELS = Path(__file__).resolve().parent.parent / "fixtures" / "models"
 L0 = "transformer_decoder.layers.0"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ckpt_migrate", *args], capture_output=True, text=True
-    )
 
 
 def fixture_keys(name: str) -> list[str]:
@@ -81,7 +73,7 @@ def test_one_name_table_serves_every_path():
 
 
 def test_model_gpt3_is_accepted_by_the_cli():
-    proc = cli("plan", str(MODELS / "gpt2-2.0" / "checkpoint_100.mdl"), "--model", "gpt3")
+    proc = run_cli("plan", str(MODELS / "gpt2-2.0" / "checkpoint_100.mdl"), "--model", "gpt3")
     assert proc.returncode == 0, proc.stderr
     assert "model: gpt2 (gpt3) (from --model" in proc.stdout
 
@@ -191,7 +183,7 @@ def test_model_override_and_contradiction_warning():
 def test_upgrade_reports_the_family_and_model_overrides_it(tmp_path):
     src = MODELS / "bert-2.0" / "checkpoint_100.mdl"
     (tmp_path / "a").mkdir()
-    proc = cli("upgrade", str(src), "--output-dir", str(tmp_path / "a"), "--json")
+    proc = run_cli("upgrade", str(src), "--output-dir", str(tmp_path / "a"), "--json")
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     assert res["family"] == "bert"
@@ -200,7 +192,7 @@ def test_upgrade_reports_the_family_and_model_overrides_it(tmp_path):
     # --model gpt2 on a BERT checkpoint: the GPT rules match no BERT key, so nothing is
     # renamed; the override is honoured and the report says the keys disagree.
     (tmp_path / "b").mkdir()
-    proc = cli(
+    proc = run_cli(
         "upgrade", str(src), "--output-dir", str(tmp_path / "b"), "--json", "--model", "gpt2"
     )
     assert proc.returncode == 0, proc.stderr
@@ -213,7 +205,7 @@ def test_upgrade_reports_the_family_and_model_overrides_it(tmp_path):
 
 def test_unknown_model_name_is_a_one_line_usage_error(tmp_path):
     src = MODELS / "gpt2-2.0" / "checkpoint_100.mdl"
-    proc = cli("upgrade", str(src), "--output-dir", str(tmp_path), "--model", "gpt5")
+    proc = run_cli("upgrade", str(src), "--output-dir", str(tmp_path), "--model", "gpt5")
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown model 'gpt5'" in lines[0] and "known models" in lines[0]
@@ -222,10 +214,10 @@ def test_unknown_model_name_is_a_one_line_usage_error(tmp_path):
 
 def test_plan_shows_the_family():
     src = MODELS / "t5-2.0" / "checkpoint_100.mdl"
-    proc = cli("plan", str(src))
+    proc = run_cli("plan", str(src))
     assert proc.returncode == 0, proc.stderr
     assert "model: t5 (detected, confidence 1.00" in proc.stdout
-    proc = cli("plan", str(src), "--model", "flan-ul2", "--json")
+    proc = run_cli("plan", str(src), "--model", "flan-ul2", "--json")
     data = json.loads(proc.stdout)
     assert data["model"]["family"] == "t5" and data["model"]["variant"] == "flan-ul2"
     assert any("position_embed_helper" in line for h in data["hops"] for line in h["changes"])
@@ -233,7 +225,7 @@ def test_plan_shows_the_family():
 
 def test_unknown_family_upgrade_still_runs_every_other_step(tmp_path):
     src = Path(__file__).resolve().parent.parent / "fixtures" / "release-1.9.mdl"
-    proc = cli("upgrade", str(src), "--output-dir", str(tmp_path), "--json")
+    proc = run_cli("upgrade", str(src), "--output-dir", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
     assert res.get("family") is None and res["model"]["source"] == "unknown"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CKPT, MODELS, ROOT
 from digest import digest
 from real_cstorch import real_digest, requires_real_cstorch
 
@@ -23,9 +24,6 @@ from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import DictNode, MemoryData, TensorLeaf, ValueLeaf, iter_leaves
 from ckpt_migrate.format.write import write_checkpoint
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "fixtures" / "models"
-CKPT = "checkpoint_100.mdl"
 L0 = "transformer_decoder.layers.0"
 
 # GPT-2 at 2.0 (gpt2_hf_cs.py names; 1.x GPT-2 also keeps ln_f, tied to transformer_decoder.norm)

@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES, REAL
 from digest import diff_digests, digest
 from real_cstorch import real_digest, requires_real_cstorch
 
@@ -25,8 +26,6 @@ from ckpt_migrate.format.write import write_checkpoint
 
 pytestmark = requires_real_cstorch()
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-REAL = FIXTURES / "real-cstorch-2.10"
 SOURCES = [REAL / f"{c}.mdl" for c in ("basic", "nested", "dtypes", "scalars_misc", "tied")] + [
     FIXTURES / f"release-{r}.mdl" for r in ("1.7", "1.8", "1.9", "2.0", "2.3", "2.10")
 ]

@@ -3,42 +3,24 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
 import pytest
+from conftest import FIXTURES, one_line_error, run_cli, run_script
 
 from ckpt_migrate.cli import commands
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import TensorLeaf, ValueLeaf, get_path, iter_leaves
 from ckpt_migrate.models import ties
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT / "fixtures"
 SIDE = FIXTURES / "release-1.9-data-iter"
 EMBED = "model.embedding_layer.word_embeddings.weight"
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ckpt_migrate", *args], capture_output=True, text=True
-    )
-
-
-def script(name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / name), *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def upgrade(src: Path, out: Path, *args: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    proc = cli("upgrade", str(src), "--output-dir", str(out), "--json", *args)
+    proc = run_cli("upgrade", str(src), "--output-dir", str(out), "--json", *args)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return json.loads(proc.stdout)
 
@@ -52,14 +34,6 @@ def value(leaf) -> int:
     if isinstance(leaf, TensorLeaf):
         return int(leaf.data.read())
     return leaf.value
-
-
-def one_line_error(proc: subprocess.CompletedProcess, *words: str) -> None:
-    assert proc.returncode != 0
-    lines = [ln for ln in proc.stderr.strip().splitlines() if not ln.startswith("warning:")]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("target", ["2.0", "2.10"])
@@ -145,7 +119,7 @@ def test_1_7_spec_fix_and_scheduler(tmp_path):
     ],
 )
 def test_broken_side_files_are_one_line_errors(tmp_path, variant, words):
-    proc = cli(
+    proc = run_cli(
         "upgrade",
         str(FIXTURES / "release-1.9.mdl"),
         "--output-dir",
@@ -155,9 +129,9 @@ def test_broken_side_files_are_one_line_errors(tmp_path, variant, words):
         "--dataloader-type",
         "iterable",
     )
-    one_line_error(proc, variant, *words)
+    one_line_error(proc, None, variant, *words, skip_warnings=True)
     assert list(tmp_path.iterdir()) == []
-    proc = script(
+    proc = run_script(
         "data_iter_state_conversion.py",
         "-c",
         str(FIXTURES / "release-1.9.mdl"),
@@ -166,7 +140,7 @@ def test_broken_side_files_are_one_line_errors(tmp_path, variant, words):
         "-o",
         str(tmp_path / "x.mdl"),
     )
-    one_line_error(proc, variant)
+    one_line_error(proc, None, variant, skip_warnings=True)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -195,25 +169,25 @@ def test_map_seed_is_never_guessed(tmp_path):
         "--dataloader-type",
         "map",
     ]
-    one_line_error(cli(*base), "shuffle seed")
+    one_line_error(run_cli(*base), None, "shuffle seed", skip_warnings=True)
     cfg = tmp_path / "params.yaml"
     cfg.write_text("train_input:\n  shuffle: true\n  shuffle_seed: 77\n")
     out = tmp_path / "a"
     out.mkdir()
     base[3] = str(out)
-    assert cli(*base, "--config", str(cfg)).returncode == 0
+    assert run_cli(*base, "--config", str(cfg)).returncode == 0
     assert value(leaves(out / "release-1.9.mdl")["dataloader.seed"]) == 77
     cfg.write_text("train_input:\n  shuffle: true\n")
     out_b = tmp_path / "b"
     out_b.mkdir()
     base[3] = str(out_b)
-    one_line_error(cli(*base, "--config", str(cfg)), "shuffle seed")
+    one_line_error(run_cli(*base, "--config", str(cfg)), None, "shuffle seed", skip_warnings=True)
 
 
 def test_without_side_files_it_warns_and_strict_refuses(tmp_path):
     src = str(FIXTURES / "release-1.9.mdl")
-    proc = cli("upgrade", src, "--output-dir", str(tmp_path), "--strict")
-    one_line_error(proc, "restart from the first sample")
+    proc = run_cli("upgrade", src, "--output-dir", str(tmp_path), "--strict")
+    one_line_error(proc, None, "restart from the first sample", skip_warnings=True)
     assert list(tmp_path.iterdir()) == []
     res = upgrade(Path(src), tmp_path)
     assert any("restart from the first sample" in w for w in res["warnings"])
@@ -225,8 +199,8 @@ def test_config_can_turn_the_tie_off(tmp_path):
     out = tmp_path / "o"
     out.mkdir()
     src = str(FIXTURES / "release-1.9.mdl")
-    proc = cli("upgrade", src, "--output-dir", str(out), "--config", str(cfg))
-    one_line_error(proc, "model.lm_head.weight", "--allow-missing")
+    proc = run_cli("upgrade", src, "--output-dir", str(out), "--config", str(cfg))
+    one_line_error(proc, None, "model.lm_head.weight", "--allow-missing", skip_warnings=True)
     res = upgrade(Path(src), out, "--config", str(cfg), "--allow-missing", "--to", "2.0")
     assert any("model.lm_head.weight" in w and "None" in w for w in res["warnings"])
     got = leaves(out / "release-1.9.mdl")
@@ -247,10 +221,10 @@ def test_tie_rules_match_whole_segments_only():
 
 
 def test_scripts_show_the_documented_flags():
-    fix = script("fix_checkpoint_spec.py", "--help").stdout
+    fix = run_script("fix_checkpoint_spec.py", "--help").stdout
     for flag in ("--fixed_checkpoint_path", "--fix_inplace", "checkpoint_path", "--yes"):
         assert flag in fix
-    conv = script("data_iter_state_conversion.py", "--help").stdout
+    conv = run_script("data_iter_state_conversion.py", "--help").stdout
     for flag in (
         "--old_checkpoint",
         "-c",
@@ -278,16 +252,18 @@ def _same(a: Path, b: Path) -> None:
 def test_fix_checkpoint_spec_equals_upgrade_and_never_truncates(tmp_path):
     src = tmp_path / "checkpoint_100.mdl"
     src.write_bytes((FIXTURES / "release-1.7.mdl").read_bytes())
-    proc = script("fix_checkpoint_spec.py", str(src))
+    proc = run_script("fix_checkpoint_spec.py", str(src))
     assert proc.returncode == 0, proc.stderr
     fixed = tmp_path / "checkpoint_100_fixed.mdl"
     upgrade(src, tmp_path / "up", "--to", "2.0")
     _same(fixed, tmp_path / "up" / src.name)
     before = fixed.read_bytes()
-    one_line_error(script("fix_checkpoint_spec.py", str(src)), "already exists")
+    one_line_error(
+        run_script("fix_checkpoint_spec.py", str(src)), None, "already exists", skip_warnings=True
+    )
     assert fixed.read_bytes() == before
     other = tmp_path / "other.mdl"
-    proc = script("fix_checkpoint_spec.py", str(src), "--fixed_checkpoint_path", str(other))
+    proc = run_script("fix_checkpoint_spec.py", str(src), "--fixed_checkpoint_path", str(other))
     assert proc.returncode == 0 and other.is_file()
 
 
@@ -295,21 +271,21 @@ def test_fix_inplace_keeps_a_backup_and_asks_only_on_a_terminal(tmp_path):
     src = tmp_path / "checkpoint_10.mdl"
     original = (FIXTURES / "release-1.9.mdl").read_bytes()
     src.write_bytes(original)
-    proc = script("fix_checkpoint_spec.py", str(src), "--fix_inplace")  # stdin is not a tty
+    proc = run_script("fix_checkpoint_spec.py", str(src), "--fix_inplace")  # stdin is not a tty
     assert proc.returncode == 0, proc.stderr
     assert "Are you sure" not in proc.stdout
     backup = tmp_path / "checkpoint_10.mdl.pre-1.9.bak"
     assert backup.read_bytes() == original
     got = leaves(src)
     assert got["model.lm_head.weight"] is got[EMBED]
-    proc = script("fix_checkpoint_spec.py", str(src), "--fix_inplace", "--yes")
+    proc = run_script("fix_checkpoint_spec.py", str(src), "--fix_inplace", "--yes")
     assert proc.returncode == 0 and "nothing to fix" in proc.stdout
 
 
 def test_data_iter_state_conversion_equals_upgrade(tmp_path):
     src = FIXTURES / "release-1.9.mdl"
     out = tmp_path / "converted.mdl"
-    proc = script(
+    proc = run_script(
         "data_iter_state_conversion.py",
         "-c",
         str(src),
@@ -338,7 +314,7 @@ def test_data_iter_state_conversion_equals_upgrade(tmp_path):
     _same(out, tmp_path / "up" / src.name)
     assert value(leaves(out)["dataloader.seed"]) == 5
     one_line_error(
-        script(
+        run_script(
             "data_iter_state_conversion.py",
             "-c",
             str(src),
@@ -347,5 +323,7 @@ def test_data_iter_state_conversion_equals_upgrade(tmp_path):
             "-o",
             str(out),
         ),
+        None,
         "already exists",
+        skip_warnings=True,
     )

@@ -21,6 +21,7 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
+from conftest import REAL, one_line_error
 from real_cstorch import real_digest, unavailable_reason
 
 import ckpt_migrate as cm
@@ -29,8 +30,6 @@ from ckpt_migrate.tf.from_h5 import h5_to_tf
 from ckpt_migrate.tf.saver import INSTALL_HINT, parse_size
 from ckpt_migrate.tf.to_h5 import tf_to_h5
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-REAL = FIXTURES / "real-cstorch-2.10"
 OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
 
 
@@ -67,15 +66,6 @@ def run_script(script: str, *args: str, hide_tf: bool = False) -> subprocess.Com
     hide = "sys.modules['tensorflow'] = None\n" if hide_tf else ""
     code = f"import sys\n{hide}{entry}\nsys.exit(main({list(args)!r}))"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error: ") and "Traceback" not in proc.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 def save_v2(tf, prefix: Path, tensors: dict) -> str:
@@ -488,30 +478,30 @@ def test_cli_round_trip_and_json(tf, keras_ckpt, tmp_path):
 
 def test_cli_errors_are_one_line(tf, tmp_path):
     missing = run_script("tensorflow-to-h5", str(tmp_path / "nope"), str(tmp_path / "x.h5"))
-    assert_one_line_error(missing, 2, "nope", "no TensorFlow checkpoint", "prefix")
+    one_line_error(missing, 2, "nope", "no TensorFlow checkpoint", "prefix")
 
     (tmp_path / "junk.index").write_bytes(b"this is not a checkpoint index" * 3)
     junk = run_script("tensorflow-to-h5", str(tmp_path / "junk"), str(tmp_path / "x.h5"))
-    assert_one_line_error(junk, 2, "junk.index", "not a TensorFlow checkpoint")
+    one_line_error(junk, 2, "junk.index", "not a TensorFlow checkpoint")
 
     h5_given = run_script("tensorflow-to-h5", str(REAL / "basic.mdl"), str(tmp_path / "x.h5"))
-    assert_one_line_error(h5_given, 2, "HDF5", "h5-to-tensorflow")
+    one_line_error(h5_given, 2, "HDF5", "h5-to-tensorflow")
 
     (tmp_path / "notes.txt").write_text("hello")
     text = run_script(
         "ckpt-migrate", "tf-to-h5", str(tmp_path / "notes.txt"), str(tmp_path / "x.h5")
     )
-    assert_one_line_error(text, 2, "notes.txt", "not a readable TensorFlow checkpoint")
+    one_line_error(text, 2, "notes.txt", "not a readable TensorFlow checkpoint")
 
     src = save_v2(tf, tmp_path / "cplx", {"c": tf.constant(np.array([1j], np.complex128))})
     dtype = run_script("tensorflow-to-h5", src, str(tmp_path / "x.h5"))
-    assert_one_line_error(dtype, 2, "c (complex128)", "--exclude")
+    one_line_error(dtype, 2, "c (complex128)", "--exclude")
 
     not_h5 = run_script("h5-to-tensorflow", str(tmp_path / "notes.txt"), str(tmp_path / "o"))
-    assert_one_line_error(not_h5, 2, "notes.txt", "not an HDF5 file")
+    one_line_error(not_h5, 2, "notes.txt", "not an HDF5 file")
 
     size = run_script("h5-to-tensorflow", str(REAL / "basic.mdl"), "o", "--max-shard-size", "big")
-    assert_one_line_error(size, 2, "--max-shard-size")
+    one_line_error(size, 2, "--max-shard-size")
     assert not (tmp_path / "x.h5").exists() and no_temp_files(tmp_path)
 
 
@@ -562,7 +552,7 @@ def test_without_tensorflow_the_commands_say_how_to_install_it(script, args, tmp
         text=True,
         cwd=tmp_path,
     )
-    assert_one_line_error(proc, 2, "TensorFlow", "not installed", INSTALL_HINT)
+    one_line_error(proc, 2, "TensorFlow", "not installed", INSTALL_HINT)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from conftest import FIXTURES, one_line_error, release_of, run_cli
 
 import ckpt_migrate as cm
 from ckpt_migrate.cli import commands
@@ -30,17 +31,10 @@ from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import iter_leaves
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 PAGE = 4096
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def run(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ckpt_migrate", *map(str, args)], capture_output=True, text=True
-    )
 
 
 def results(proc: subprocess.CompletedProcess) -> list[dict]:
@@ -52,16 +46,6 @@ def results(proc: subprocess.CompletedProcess) -> list[dict]:
 def only_result(proc: subprocess.CompletedProcess) -> dict:
     (res,) = results(proc)
     return res
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> str:
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert "Traceback" not in proc.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
-    assert proc.returncode == code, f"exit {proc.returncode}, stderr: {proc.stderr}"
-    return lines[0]
 
 
 def xxh3_file(path: Path) -> str:
@@ -90,12 +74,6 @@ def fixture(release: str, dst_dir: Path, name: str | None = None) -> Path:
     dst = dst_dir / (name or f"release-{release}.mdl")
     shutil.copyfile(FIXTURES / f"release-{release}.mdl", dst)
     return dst
-
-
-def release_of(path: Path) -> str:
-    with read_checkpoint(path) as ckpt:
-        assert ckpt.release is not None
-        return ckpt.release.name
 
 
 def assert_identical(a: Path, b: Path, allowed: frozenset[str] = frozenset()) -> None:
@@ -134,7 +112,7 @@ def upgraded(tmp_path_factory):
     for target, sources in SOURCES.items():
         out = tmp_path_factory.mktemp(f"to-{target}")
         paths = [FIXTURES / f"release-{r}.mdl" for r in sources]
-        proc = run(
+        proc = run_cli(
             "upgrade", *paths, "--to", target, "--output-dir", out, "--json", "--allow-missing"
         )
         assert proc.returncode == 0, proc.stderr
@@ -284,7 +262,7 @@ def test_kill_at_any_moment_leaves_the_source_and_no_partial_output(big_checkpoi
         assert assert_only_temporaries(src.parent, {src.name}, src.name) == []
     assert "partial" in seen, f"no kill hit the writing: {seen}, {writing=:.2f} {total=:.2f}"
 
-    proc = run("upgrade", src, "--output-dir", out, "--json")  # a rerun after a kill
+    proc = run_cli("upgrade", src, "--output-dir", out, "--json")  # a rerun after a kill
     assert proc.returncode == 0, proc.stderr
     assert only_result(proc)["status"] == "upgraded"
     assert release_of(target) == "2.10"
@@ -325,7 +303,7 @@ def test_kill_at_any_moment_of_an_inplace_upgrade(big_checkpoint, tmp_path):
             shutil.copyfile(pristine, src)
     assert "partial" in seen, f"no kill hit the writing: {seen}, {writing=:.2f} {total=:.2f}"
 
-    proc = run("upgrade", src, "--inplace", "--json")  # a rerun after a kill
+    proc = run_cli("upgrade", src, "--inplace", "--json")  # a rerun after a kill
     assert proc.returncode == 0, proc.stderr
     res = only_result(proc)
     assert res["status"] == "upgraded" and res["backup"] == str(backup)
@@ -374,7 +352,7 @@ def test_disk_smaller_than_the_file_is_refused_before_writing(small_disk, tmp_pa
     src = fixture("2.0", tmp_path / "src")
     before = sha256_file(src)
     disk = small_disk(pages(src.stat().st_size) // 2 * PAGE)
-    proc = run("upgrade", src, "--output-dir", disk, "--json")
+    proc = run_cli("upgrade", src, "--output-dir", disk, "--json")
     res = only_result(proc)
     assert res["status"] == "failed" and res["exit_code"] == 5
     assert "bytes free" in res["error"]
@@ -415,7 +393,7 @@ def test_disk_filling_up_during_the_write_fails_cleanly(strategy, small_disk, tm
         fh.write(bytes(shutil.disk_usage(disk).free - free))
     assert src.stat().st_size <= shutil.disk_usage(disk).free < done.bytes_written
 
-    proc = run("upgrade", src, "--output-dir", disk, "--json")
+    proc = run_cli("upgrade", src, "--output-dir", disk, "--json")
     res = only_result(proc)
     assert res["status"] == "failed" and res["exit_code"] == 5, res
     assert "no space left" in res["error"]
@@ -435,12 +413,12 @@ def test_a_second_upgrade_of_the_same_file_is_refused(tmp_path):
     fd = os.open(src, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # as a running upgrade holds it
-        proc = run("upgrade", src, "--output-dir", out)
-        assert_one_line_error(proc, 2, "another ckpt-migrate process", str(src))
+        proc = run_cli("upgrade", src, "--output-dir", out)
+        one_line_error(proc, 2, "another ckpt-migrate process", str(src))
         assert listing(out) == set()
     finally:
         os.close(fd)
-    assert run("upgrade", src, "--output-dir", out).returncode == 0
+    assert run_cli("upgrade", src, "--output-dir", out).returncode == 0
 
 
 # --------------------------------------------------------------------------- 5. --inplace
@@ -449,7 +427,7 @@ def test_a_second_upgrade_of_the_same_file_is_refused(tmp_path):
 def test_inplace_keeps_the_original_as_backup(tmp_path):
     src = fixture("2.0", tmp_path, "ckpt.mdl")
     original = src.read_bytes()
-    proc = run("upgrade", src, "--inplace", "--json")
+    proc = run_cli("upgrade", src, "--inplace", "--json")
     assert proc.returncode == 0, proc.stderr
     res = only_result(proc)
     backup = tmp_path / "ckpt.mdl.pre-2.0.bak"
@@ -466,8 +444,8 @@ def test_inplace_refuses_a_different_file_at_the_backup_name(tmp_path):
     original = src.read_bytes()
     backup = tmp_path / "ckpt.mdl.pre-2.0.bak"
     backup.write_bytes(b"someone else's file")
-    proc = run("upgrade", src, "--inplace")
-    assert_one_line_error(proc, 2, str(backup), "backup already exists")
+    proc = run_cli("upgrade", src, "--inplace")
+    one_line_error(proc, 2, str(backup), "backup already exists")
     assert src.read_bytes() == original
     assert backup.read_bytes() == b"someone else's file"
     assert listing(tmp_path) == {"ckpt.mdl", backup.name}
@@ -478,7 +456,7 @@ def test_inplace_accepts_the_backup_link_left_by_an_interrupted_run(tmp_path):
     original = src.read_bytes()
     backup = tmp_path / "ckpt.mdl.pre-2.0.bak"
     os.link(src, backup)  # what a run killed between linking and replacing leaves
-    proc = run("upgrade", src, "--inplace", "--json")
+    proc = run_cli("upgrade", src, "--inplace", "--json")
     assert proc.returncode == 0, proc.stderr
     assert only_result(proc)["status"] == "upgraded"
     assert backup.read_bytes() == original
@@ -490,8 +468,8 @@ def test_inplace_and_output_dir_exclude_each_other(tmp_path):
     src = fixture("2.0", tmp_path / "src")
     out = tmp_path / "out"
     out.mkdir()
-    proc = run("upgrade", src, "--inplace", "--output-dir", out)
-    assert_one_line_error(proc, 2, "--inplace", "--output-dir")
+    proc = run_cli("upgrade", src, "--inplace", "--output-dir", out)
+    one_line_error(proc, 2, "--inplace", "--output-dir")
     assert listing(out) == set() and listing(src.parent) == {src.name}
 
 
@@ -504,7 +482,7 @@ def test_a_file_at_the_target_is_reported_current_and_left_alone(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     for where in (["--output-dir", out], ["--inplace"]):
-        proc = run("upgrade", src, "--to", "2.10", *where, "--json")
+        proc = run_cli("upgrade", src, "--to", "2.10", *where, "--json")
         assert proc.returncode == 0, proc.stderr
         res = only_result(proc)
         assert res["status"] == "current" and res["hops"] == []
@@ -516,7 +494,7 @@ def test_an_existing_output_is_never_overwritten(tmp_path):
     src = FIXTURES / "release-2.0.mdl"
     existing = tmp_path / src.name
     existing.write_bytes(b"precious")
-    proc = run("upgrade", src, "--output-dir", tmp_path, "--json")
+    proc = run_cli("upgrade", src, "--output-dir", tmp_path, "--json")
     res = only_result(proc)
     assert res["status"] == "failed" and res["exit_code"] == 2
     assert "already exists" in res["error"]
@@ -528,11 +506,11 @@ def test_dry_run_writes_nothing_and_prints_the_plan(tmp_path):
     src = fixture("1.8", tmp_path / "src")
     out = tmp_path / "out"
     out.mkdir()
-    proc = run("upgrade", src, "--output-dir", out, "--dry-run")
+    proc = run_cli("upgrade", src, "--output-dir", out, "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert "1.8 → 2.10 in 12 hop(s)" in proc.stdout
     assert "  1.8 → 1.9" in proc.stdout and "  2.9 → 2.10" in proc.stdout
-    proc = run("upgrade", src, "--dry-run", "--json")  # no --output-dir needed to plan
+    proc = run_cli("upgrade", src, "--dry-run", "--json")  # no --output-dir needed to plan
     assert proc.returncode == 0, proc.stderr
     res = only_result(proc)
     assert res["status"] == "planned" and hop_names(res["plan"]) == res["hops"]
@@ -548,7 +526,7 @@ def test_several_files_print_one_json_object_each_and_exit_with_the_worst(tmp_pa
     out = tmp_path / "out"
     out.mkdir()
     (out / exists.name).write_bytes(b"precious")
-    proc = run("upgrade", ok, current, exists, newer, "--output-dir", out, "--json")
+    proc = run_cli("upgrade", ok, current, exists, newer, "--output-dir", out, "--json")
     got = [(r["source"], r["status"], r["exit_code"]) for r in results(proc)]
     assert got == [
         (str(ok), "upgraded", 0),
@@ -565,12 +543,12 @@ def test_several_files_print_one_json_object_each_and_exit_with_the_worst(tmp_pa
 
 def test_check_exit_codes(tmp_path):
     newer = newer_than_tool(tmp_path)
-    assert run("check", FIXTURES / "release-2.10.mdl").returncode == 0
-    assert run("check", FIXTURES / "release-2.0.mdl", "--to", "2.0").returncode == 0
-    proc = run("check", FIXTURES / "release-2.0.mdl", "--to", "2.3")
+    assert run_cli("check", FIXTURES / "release-2.10.mdl").returncode == 0
+    assert run_cli("check", FIXTURES / "release-2.0.mdl", "--to", "2.0").returncode == 0
+    proc = run_cli("check", FIXTURES / "release-2.0.mdl", "--to", "2.3")
     assert "2.0 needs upgrading to 2.3" in proc.stdout
     assert proc.returncode == 10
-    assert_one_line_error(run("check", newer), 3, str(newer), "2.11.0", "newer than this tool")
+    one_line_error(run_cli("check", newer), 3, str(newer), "2.11.0", "newer than this tool")
 
 
 def changed_copy(dst: Path, change) -> Path:
@@ -589,11 +567,11 @@ def test_verify_exit_codes(tmp_path):
     a = FIXTURES / "release-2.10.mdl"
     same = tmp_path / "same.mdl"
     shutil.copyfile(a, same)
-    proc = run("verify", a, same)
+    proc = run_cli("verify", a, same)
     assert proc.returncode == 0, proc.stderr
     assert "identical" in proc.stdout
     flipped = changed_copy(tmp_path / "flipped.mdl", lambda x: -x)
-    proc = run("verify", a, flipped)
+    proc = run_cli("verify", a, flipped)
     assert "model.fc.weight: tensor data differs" in proc.stdout
     assert "1 difference(s)" in proc.stdout
     assert proc.returncode == 4
@@ -602,9 +580,9 @@ def test_verify_exit_codes(tmp_path):
 def test_verify_allclose_accepts_a_tiny_float_difference(tmp_path):
     a = FIXTURES / "release-2.10.mdl"
     ulp = changed_copy(tmp_path / "ulp.mdl", lambda x: np.nextafter(x, np.float32(np.inf)))
-    proc = run("verify", a, ulp, "--allclose")
+    proc = run_cli("verify", a, ulp, "--allclose")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = run("verify", a, ulp)
+    proc = run_cli("verify", a, ulp)
     assert "model.fc.weight: tensor data differs" in proc.stdout
     assert proc.returncode == 4
 
@@ -632,7 +610,7 @@ def test_manifest_holds_the_sha256_of_each_tensors_raw_bytes(tmp_path):
     manifest = tmp_path / "manifest.json"
     out = tmp_path / "out"
     out.mkdir()
-    proc = run("upgrade", src, "--output-dir", out, "--manifest", manifest, "--json")
+    proc = run_cli("upgrade", src, "--output-dir", out, "--manifest", manifest, "--json")
     assert proc.returncode == 0, proc.stderr
     assert only_result(proc)["verified"] == "full"
     doc = json.loads(manifest.read_text())
@@ -665,14 +643,14 @@ def test_provenance_records_every_upgrade(tmp_path):
     mid, final = tmp_path / "mid", tmp_path / "final"
     mid.mkdir()
     final.mkdir()
-    first = only_result(run("upgrade", src, "--to", "2.0", "--output-dir", mid, "--json"))
+    first = only_result(run_cli("upgrade", src, "--to", "2.0", "--output-dir", mid, "--json"))
     assert first["status"] == "upgraded"
     (entry,) = provenance(mid / src.name)
     assert entry["source_release"] == "1.7" and entry["target_release"] == "2.0"
     assert entry["hops"] == first["hops"] == ["1.7→1.8", "1.8→1.9", "1.9→2.0"]
     assert entry["source_xxh3_128"] == xxh3_file(src)
 
-    second = only_result(run("upgrade", mid / src.name, "--output-dir", final, "--json"))
+    second = only_result(run_cli("upgrade", mid / src.name, "--output-dir", final, "--json"))
     assert second["status"] == "upgraded"
     entries = provenance(final / src.name)
     assert len(entries) == 2 and entries[0] == entry
@@ -686,11 +664,11 @@ def test_provenance_records_every_upgrade(tmp_path):
 
 def test_from_overrides_the_release_the_file_claims(tmp_path):
     src = FIXTURES / "release-2.3.mdl"
-    proc = run("plan", src, "--from", "2.1", "--json")
+    proc = run_cli("plan", src, "--from", "2.1", "--json")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["from"] == "2.1" and hop_names(plan)[0] == "2.1→2.2"
-    proc = run("upgrade", src, "--from", "2.1", "--output-dir", tmp_path, "--json")
+    proc = run_cli("upgrade", src, "--from", "2.1", "--output-dir", tmp_path, "--json")
     assert proc.returncode == 0, proc.stderr
     res = only_result(proc)
     assert res["from_release"] == "2.1" and res["hops"] == hop_names(plan)
@@ -701,8 +679,8 @@ def test_from_overrides_the_release_the_file_claims(tmp_path):
 def test_from_a_release_of_another_format_is_refused(command, tmp_path):
     src = FIXTURES / "release-2.3.mdl"
     extra = ["--output-dir", tmp_path] if command == "upgrade" else []
-    proc = run(command, src, "--from", "2.5", *extra)
-    assert_one_line_error(proc, 2, str(src), "--from 2.5", "format 0.4")
+    proc = run_cli(command, src, "--from", "2.5", *extra)
+    one_line_error(proc, 2, str(src), "--from 2.5", "format 0.4")
     assert listing(tmp_path) == set()
 
 
@@ -715,8 +693,8 @@ def test_from_a_release_of_another_format_is_refused(command, tmp_path):
 )
 def test_unknown_or_older_target_is_refused(to, words, tmp_path):
     src = FIXTURES / "release-2.3.mdl"
-    proc = run("upgrade", src, "--to", to, "--output-dir", tmp_path)
-    assert_one_line_error(proc, 2, *words)
+    proc = run_cli("upgrade", src, "--to", to, "--output-dir", tmp_path)
+    one_line_error(proc, 2, *words)
     assert listing(tmp_path) == set()
 
 
@@ -731,7 +709,7 @@ def test_copy_patch_leaves_no_stray_datasets(tmp_path):
     cm.save(state, src, "2.0")
     out = tmp_path / "o"
     out.mkdir()
-    proc = run("upgrade", src, "--output-dir", out, "--json")
+    proc = run_cli("upgrade", src, "--output-dir", out, "--json")
     assert json.loads(proc.stdout)["strategy"] == "copy-patch", proc.stdout + proc.stderr
     with read_checkpoint(out / src.name) as ckpt:
         assert ckpt.unreferenced == []

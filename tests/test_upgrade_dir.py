@@ -20,25 +20,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import FIXTURES, one_line_error, release_of, run_cli
 
 import ckpt_migrate as cm
 from ckpt_migrate import CheckpointManager
 from ckpt_migrate.cli import commands
 from ckpt_migrate.cli.main import main as cli_main
-from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.model_dir.upgrade_dir import DirOptions, upgrade_dir
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SOURCES = {"checkpoint_100.mdl": "1.9", "checkpoint_200.mdl": "2.0", "checkpoint_300.mdl": "2.10"}
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def run(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ckpt_migrate", *map(str, args)], capture_output=True, text=True
-    )
 
 
 def entries(proc: subprocess.CompletedProcess) -> list[dict]:
@@ -61,20 +54,6 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def release_of(path: Path) -> str:
-    with read_checkpoint(path) as ckpt:
-        assert ckpt.release is not None
-        return ckpt.release.name
-
-
-def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, *words: str) -> None:
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == code, proc.stderr
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
-
-
 def model_dir(base: Path) -> Path:
     """checkpoint_100 (1.9), checkpoint_200 (2.0), checkpoint_300 (2.10) and a stray file."""
     md = base / "model_dir"
@@ -91,7 +70,7 @@ def snapshot(directory: Path) -> dict[str, str]:
 
 def direct_upgrade(src: Path, out: Path) -> Path:
     out.mkdir(exist_ok=True)
-    proc = run("upgrade", src, "--output-dir", out)
+    proc = run_cli("upgrade", src, "--output-dir", out)
     assert proc.returncode == 0, proc.stderr
     return out / src.name
 
@@ -109,7 +88,7 @@ def test_upgrades_the_old_skips_the_current_and_lists_the_stray(tmp_path):
     md = model_dir(tmp_path)
     before = snapshot(md)
     out = tmp_path / "out"  # created by the command
-    proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr
     got = entries(proc)
     assert statuses(got) == [  # newest first, then the other files
@@ -138,7 +117,7 @@ def test_upgrades_the_old_skips_the_current_and_lists_the_stray(tmp_path):
 
 def test_text_output_has_a_line_per_file_and_a_summary_table(tmp_path):
     md = model_dir(tmp_path)
-    proc = run("upgrade-dir", md, "--output-dir", tmp_path / "out")
+    proc = run_cli("upgrade-dir", md, "--output-dir", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     assert "checkpoint_300.mdl: already at 2.10; linked into" in text
@@ -153,9 +132,9 @@ def test_text_output_has_a_line_per_file_and_a_summary_table(tmp_path):
 def test_a_rerun_does_nothing_that_is_done(tmp_path):
     md = model_dir(tmp_path)
     out = tmp_path / "out"
-    assert run("upgrade-dir", md, "--output-dir", out).returncode == 0
+    assert run_cli("upgrade-dir", md, "--output-dir", out).returncode == 0
     stats = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.iterdir()}
-    proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr
     got = entries(proc)
     assert statuses(got) == [
@@ -196,7 +175,7 @@ def test_an_existing_output_that_is_not_this_sources_upgrade_is_never_overwritte
     shutil.copyfile(other, out / "checkpoint_200.mdl")  # a 2.10 file, but another source's
     shutil.copyfile(FIXTURES / "release-2.0.mdl", out / "checkpoint_100.mdl")  # not at 2.10
     before = snapshot(out)
-    proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
     assert proc.returncode == 2, proc.stderr
     info = by_name(entries(proc))
     assert info["checkpoint_200.mdl"]["status"] == "failed"
@@ -218,7 +197,7 @@ def test_the_exit_code_is_that_of_the_worst_outcome(tmp_path):
 
     with h5py.File(newer, "r+") as f:
         f.attrs["__cstorch_version__"] = "2.11.0"  # exit 3
-    proc = run("upgrade-dir", md, "--output-dir", tmp_path / "out", "--json")
+    proc = run_cli("upgrade-dir", md, "--output-dir", tmp_path / "out", "--json")
     assert proc.returncode == 3, proc.stderr
     info = by_name(entries(proc))
     assert info["checkpoint_400.mdl"]["exit_code"] == 3
@@ -234,7 +213,7 @@ def test_only_latest_upgrades_the_checkpoint_autoload_takes(tmp_path):
     data = (md / "checkpoint_200.mdl").read_bytes()
     (md / "checkpoint_250.mdl").write_bytes(data[: len(data) // 2])  # incomplete: not autoloaded
     out = tmp_path / "out"
-    proc = run("upgrade-dir", md, "--output-dir", out, "--only-latest", "--json")
+    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--only-latest", "--json")
     assert proc.returncode == 0, proc.stderr
     assert statuses(entries(proc)) == [
         ("checkpoint_250.mdl", "not-selected"),
@@ -250,7 +229,7 @@ def test_inplace_upgrades_in_place_and_lists_backups_and_foreign_temporaries(tmp
     before = snapshot(md)
     (md / "checkpoint_999.mdl.deadbeef.tmp").write_bytes(b"a save in progress")
     (md / "events").mkdir()
-    proc = run("upgrade-dir", md, "--inplace", "--json")
+    proc = run_cli("upgrade-dir", md, "--inplace", "--json")
     assert proc.returncode == 0, proc.stderr
     assert statuses(entries(proc)) == [
         ("checkpoint_300.mdl", "current"),
@@ -264,7 +243,7 @@ def test_inplace_upgrades_in_place_and_lists_backups_and_foreign_temporaries(tmp
         assert release_of(md / name) == "2.10"
     assert sha256(md / "checkpoint_200.mdl.pre-2.0.bak") == before["checkpoint_200.mdl"]
     assert sha256(md / "checkpoint_100.mdl.pre-1.9.bak") == before["checkpoint_100.mdl"]
-    again = entries(run("upgrade-dir", md, "--inplace", "--json"))
+    again = entries(run_cli("upgrade-dir", md, "--inplace", "--json"))
     info = by_name(again)
     assert [info[n]["status"] for n in SOURCES] == ["current"] * 3
     assert info["checkpoint_200.mdl.pre-2.0.bak"]["kind"] == "backup"
@@ -285,7 +264,7 @@ def test_leftover_temporaries_are_removed_unless_an_upgrade_holds_the_source(tmp
     fd = os.open(md / "checkpoint_100.mdl", os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running `upgrade` holds
-        proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+        proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
     finally:
         os.close(fd)
     got = entries(proc)
@@ -305,10 +284,10 @@ def test_two_runs_into_one_directory_are_refused(tmp_path):
     fd = os.open(out, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        proc = run("upgrade-dir", md, "--output-dir", out)
+        proc = run_cli("upgrade-dir", md, "--output-dir", out)
     finally:
         os.close(fd)
-    assert_one_line_error(proc, 2, "another ckpt-migrate upgrade-dir", str(out))
+    one_line_error(proc, 2, "another ckpt-migrate upgrade-dir", str(out))
     assert list(out.iterdir()) == []
 
 
@@ -316,7 +295,7 @@ def test_dry_run_writes_nothing(tmp_path):
     md = model_dir(tmp_path)
     before = snapshot(md)
     out = tmp_path / "out"
-    proc = run("upgrade-dir", md, "--output-dir", out, "--dry-run", "--json")
+    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--dry-run", "--json")
     assert proc.returncode == 0, proc.stderr
     assert statuses(entries(proc))[:3] == [
         ("checkpoint_300.mdl", "current"),
@@ -340,12 +319,12 @@ def test_dry_run_writes_nothing(tmp_path):
 def test_usage_errors_are_one_line(tmp_path, extra, words):
     md = model_dir(tmp_path)
     args = [str(md) if a == "MD" else str(tmp_path / "o") if a == "OUT" else a for a in extra]
-    assert_one_line_error(run("upgrade-dir", md, *args), 2, *words)
+    one_line_error(run_cli("upgrade-dir", md, *args), 2, *words)
 
 
 def test_a_missing_directory_is_a_one_line_error(tmp_path):
-    assert_one_line_error(
-        run("upgrade-dir", tmp_path / "nope", "--inplace"), 2, "nope", "no such directory"
+    one_line_error(
+        run_cli("upgrade-dir", tmp_path / "nope", "--inplace"), 2, "nope", "no such directory"
     )
 
 
@@ -453,7 +432,7 @@ def test_sigkill_mid_run_then_a_rerun_finishes_the_rest(big_model_dir, tmp_path)
     leftovers = assert_out_is_consistent(md, out)
     killed_mid_write = not (out / "checkpoint_100.mdl").exists()
 
-    proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr
     got = entries(proc)
     info = by_name(got)
@@ -514,7 +493,7 @@ def test_sigkill_at_any_moment_then_a_rerun_finishes(big_model_dir, tmp_path):
             seen.append((len(done), len(leftovers)))
     assert any(tmp for _, tmp in seen), f"no kill hit a write: {seen}, {writing=:.2f} {total=:.2f}"
 
-    proc = run("upgrade-dir", md, "--output-dir", out, "--json")
+    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr
     got = entries(proc)
     assert {e["status"] for e in got if e["kind"] == "checkpoint"} <= {
@@ -535,7 +514,7 @@ def test_sigkill_of_an_inplace_run_then_a_rerun_finishes_the_rest(big_model_dir,
     assert statuses(seen) == [("checkpoint_300.mdl", "current"), ("checkpoint_200.mdl", "upgraded")]
     assert sha256(md / "checkpoint_100.mdl") == before["checkpoint_100.mdl"]  # not yet replaced
 
-    proc = run("upgrade-dir", md, "--inplace", "--json")
+    proc = run_cli("upgrade-dir", md, "--inplace", "--json")
     assert proc.returncode == 0, proc.stderr
     got = entries(proc)
     info = by_name(got)

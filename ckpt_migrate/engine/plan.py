@@ -10,6 +10,7 @@ from typing import Any
 from ckpt_migrate.errors import NewerThanToolError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.outline import report
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.hops import graph
@@ -88,7 +89,6 @@ def make_plan(
         free = shutil.disk_usage(out_dir).free
     except OSError:
         free = None
-    from ckpt_migrate.format.outline import report
 
     return Plan(
         source=ckpt.path,

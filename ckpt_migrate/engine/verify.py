@@ -15,6 +15,7 @@ from typing import Any
 import h5py
 
 from ckpt_migrate._version import __version__
+from ckpt_migrate.atomic import atomic_output
 from ckpt_migrate.engine.copypatch import Written
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.errors import (
@@ -83,8 +84,6 @@ def _check_hash(tmp: Path, name: str, leaf: TensorLeaf, ds: h5py.Dataset, writte
 def write_manifest(
     path: Path, src: Path, target: Path, plan: Plan, written: Written, record: dict[str, Any]
 ) -> None:
-    from ckpt_migrate.atomic import atomic_output
-
     doc = {
         "source": str(src),
         "output": str(target),

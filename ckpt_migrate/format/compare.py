@@ -19,8 +19,10 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5.io import iter_slabs
+from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
     DictNode,
@@ -227,9 +229,6 @@ def check_written(path: Path, expected: Node, release: Release) -> None:
     What the format cannot tell apart is compared as it reads back: 0.5 writes missing leaves as
     None, and 0.1–0.3 store numpy arrays like tensors.
     """
-    from ckpt_migrate.errors import VerificationError
-    from ckpt_migrate.format.read import read_checkpoint
-
     want = expected if release.legacy else missing_as_none(expected)
     loose = release.format < 0.4
     with read_checkpoint(path) as back:

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ckpt_migrate.format.dtypes import by_name
+
 Key = str | int
 
 
@@ -125,8 +127,6 @@ class TensorLeaf:
 
     @property
     def nbytes(self) -> int:
-        from ckpt_migrate.format.dtypes import by_name
-
         return int(np.prod(self.shape, dtype=np.int64)) * by_name(self.dtype).storage.itemsize
 
 

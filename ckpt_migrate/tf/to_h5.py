@@ -17,6 +17,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ckpt_migrate.atomic import atomic_output
 from ckpt_migrate.errors import (
     CorruptCheckpointError,
     KeyCollisionError,
@@ -25,6 +26,7 @@ from ckpt_migrate.errors import (
     VerificationError,
 )
 from ckpt_migrate.format import provenance, releases
+from ckpt_migrate.format.compare import check_written, tensor_sha256
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.tensor import write_tensor
 from ckpt_migrate.format.read import read_checkpoint
@@ -38,6 +40,7 @@ from ckpt_migrate.format.tree import (
     TensorLeaf,
     iter_leaves,
 )
+from ckpt_migrate.format.write import prepare, write_tree
 from ckpt_migrate.tf.saver import (
     STEP_VARIABLES,
     TENSOR_DTYPES,
@@ -197,8 +200,6 @@ def _tf_leaf(
 
 
 def _choose_release(root: DictNode, release: str | None, target: Path) -> tuple[Release, str]:
-    from ckpt_migrate.format.write import prepare
-
     if release not in (None, "auto"):
         rel = releases.get(release)
         try:
@@ -246,10 +247,6 @@ def _write_h5(
 ) -> None:
     """``writer.write_checkpoint`` with a tensor placer that reads each variable once (and hashes
     it for ``verify="full"``) and reports progress."""
-    from ckpt_migrate.atomic import atomic_output
-    from ckpt_migrate.format.compare import check_written, tensor_sha256
-    from ckpt_migrate.format.write import prepare, write_tree
-
     to_write, _ = prepare(root, rel, path=target)
     total = sum(x.nbytes for _, x in root.items if isinstance(x, TensorLeaf))
     done = 0

@@ -16,6 +16,7 @@ import h5py
 import numpy as np
 
 from ckpt_migrate.errors import UnsupportedContentError
+from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5.tensor import PlaceTensor, write_tensor
 from ckpt_migrate.format.legacy.spec_pickle import encode_spec
 from ckpt_migrate.format.releases import Release
@@ -122,8 +123,6 @@ def _write_leaf(
         ds.attrs["object_value"] = leaf.payload.hex()
         return True
     if isinstance(leaf, FullTensorLeaf):
-        from ckpt_migrate.format import dtypes
-
         storage = dtypes.by_name(leaf.dtype).storage
         ds = f.create_dataset(stored, data=h5py.Empty(storage))
         _tag(ds, "DeferredFullTensor", fmt)

@@ -1,0 +1,66 @@
+"""Helpers the test files share: the repository's paths, running the commands as a user does,
+and the one-line error check every error path is held to."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from ckpt_migrate.format.read import read_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+REAL = FIXTURES / "real-cstorch-2.10"  # files written by the real cerebras.pytorch 2.10
+MODELS = FIXTURES / "models"
+CONFIGS = FIXTURES / "configs"
+CKPT = "checkpoint_100.mdl"  # the checkpoint name in every model fixture directory
+
+
+def run_cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m ckpt_migrate ARGS`` in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+    )
+
+
+def run_script(name: str, *args: str | Path) -> subprocess.CompletedProcess:
+    """``python scripts/NAME ARGS`` in a fresh process, with no standard input."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / name), *map(str, args)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def one_line_error(
+    proc: subprocess.CompletedProcess,
+    code: int | None,
+    *words: str,
+    skip_warnings: bool = False,
+) -> str:
+    """The process failed with exit ``code`` (None: any non-zero) and printed exactly one error
+    line containing ``words``, and no traceback; returns the line. ``skip_warnings``: ``warning:``
+    lines printed before it do not count."""
+    if code is None:
+        assert proc.returncode != 0, proc.stdout + proc.stderr
+    else:
+        assert proc.returncode == code, f"exit {proc.returncode}: {proc.stdout}{proc.stderr}"
+    lines = proc.stderr.strip().splitlines()
+    if skip_warnings:
+        lines = [ln for ln in lines if not ln.startswith("warning:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def release_of(path: Path) -> str:
+    """The release a checkpoint file is detected as."""
+    with read_checkpoint(path) as ckpt:
+        assert ckpt.release is not None
+        return ckpt.release.name
