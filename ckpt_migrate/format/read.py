@@ -7,6 +7,7 @@ from pathlib import Path
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.h5.boundary import check_self_contained
 from ckpt_migrate.format.h5.io import H5Handle, attr_text, open_read
 from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.v05 import read as read_v05
@@ -21,6 +22,7 @@ def read_checkpoint(path: str | Path, *, release: str | None = None) -> Checkpoi
     f = open_read(p)
     handle = H5Handle(p, f)
     try:
+        check_self_contained(f, p)
         version = f.attrs.get("__version__")
         cstorch = f.attrs.get("__cstorch_version__")
         try:

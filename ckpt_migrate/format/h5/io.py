@@ -15,6 +15,7 @@ import hdf5plugin
 import numpy as np
 
 from ckpt_migrate.errors import CkptIOError, CorruptCheckpointError, NotACheckpointError
+from ckpt_migrate.format.h5.boundary import forbid_plugin_loading
 
 LZ4_FILTER_ID = 32004
 # Raw-chunk copy and slab streaming keep at most about this much tensor data in memory at once.
@@ -43,6 +44,7 @@ def open_read(path: str | Path) -> h5py.File:
         raise NotACheckpointError(
             p, f"{hint}, so not a Cerebras H5 checkpoint", "torch.save files: use from-torch"
         )
+    forbid_plugin_loading()
     try:
         # No chunk cache: tensors are read whole, and the upgrade path reads no data at all.
         f = h5py.File(p, "r", locking=False, rdcc_nbytes=0)

@@ -1,0 +1,83 @@
+"""The file is the whole world: what an HDF5 checkpoint may refer to, checked before any of it is
+read.
+
+HDF5 can reach outside a file. A dataset's raw data may live in other files (*external
+storage*), a link may name an object of another file (*external link*) or be resolved by
+registered code (*user-defined link*), a *virtual dataset* maps datasets of other files, and a
+filter may be a plugin that HDF5 loads from ``HDF5_PLUGIN_PATH``. No checkpoint a Cerebras
+release writes uses any of them (FORMAT.md §3.2, §4.5: plain datasets, LZ4 or no filter), and a
+crafted file could use them to copy ``/etc/passwd`` or ``~/.aws/credentials`` into an output, or
+to run a shared library. ``check_self_contained`` refuses all of them, naming the object, before
+a reader resolves a single link; ``forbid_plugin_loading`` empties HDF5's plugin search path (the
+LZ4 filter is registered by hdf5plugin itself, not loaded from a path).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+
+from ckpt_migrate.errors import UnsafeContentError
+
+# The filters checkpoints use: LZ4 (hdf5plugin) and HDF5's built-in ones.
+ALLOWED_FILTERS: dict[int, str] = {
+    1: "deflate",
+    2: "shuffle",
+    3: "fletcher32",
+    4: "szip",
+    5: "nbit",
+    6: "scaleoffset",
+    32004: "lz4",
+}
+_FIX = "a checkpoint must hold all of its data itself; the file was not read"
+
+
+def forbid_plugin_loading() -> None:
+    """Remove every directory from HDF5's filter-plugin search path (set from
+    ``HDF5_PLUGIN_PATH`` when the library starts), so that no filter code is ever loaded
+    from the environment. Idempotent and cheap."""
+    while h5py.h5pl.size():
+        h5py.h5pl.remove(0)
+
+
+def check_self_contained(f: h5py.File, path: Path) -> None:
+    """Refuse a file with external or user-defined links, external raw storage, virtual
+    datasets or filters outside :data:`ALLOWED_FILTERS` (``UnsafeContentError``, exit 2).
+
+    Links are inspected without being resolved; soft links stay inside the file and are
+    allowed. Metadata only: no tensor data is read."""
+    problems: list[tuple[str, str]] = []
+
+    def visit(name: bytes, info: h5py.h5l.LinkInfo) -> bool | None:
+        where = "/" + name.decode("utf-8", "replace")
+        if info.type == h5py.h5l.TYPE_EXTERNAL:
+            problems.append((where, "is an external link to another file"))
+        elif info.type not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
+            problems.append((where, f"is a user-defined link (type {info.type})"))
+        elif info.type == h5py.h5l.TYPE_HARD:
+            problem = _dataset_problem(f.id, name)
+            if problem is not None:
+                problems.append((where, problem))
+        return True if problems else None  # anything but None stops the visit
+
+    f.id.links.visit(visit, info=True)
+    if problems:
+        where, problem = problems[0]
+        raise UnsafeContentError(path, f"dataset or link {where!r} {problem}", _FIX)
+
+
+def _dataset_problem(root: h5py.h5g.GroupID, name: bytes) -> str | None:
+    obj = h5py.h5o.open(root, name)
+    if not isinstance(obj, h5py.h5d.DatasetID):
+        return None
+    dcpl = obj.get_create_plist()
+    if dcpl.get_layout() == h5py.h5d.VIRTUAL:
+        return "is a virtual dataset over other files"
+    if dcpl.get_external_count():
+        return "stores its data in an external file"
+    for i in range(dcpl.get_nfilters()):
+        code = dcpl.get_filter(i)[0]
+        if code not in ALLOWED_FILTERS:
+            return f"uses HDF5 filter {code}, which checkpoints do not use"
+    return None

@@ -1,0 +1,156 @@
+"""Checkpoints that point outside themselves are refused before any tensor is read, by every
+entry point, and nothing outside the file ever reaches an output.
+
+Each hostile file is a real checkpoint (written by ``save``) whose tensor ``model.w`` was
+replaced, with its attributes, by a dataset of the same name, shape and dtype that refers to a
+"secret" file: external raw storage (absolute and relative path), an external link, a virtual
+dataset, or a filter outside the allow-list.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import h5py
+import hdf5plugin
+import numpy as np
+import pytest
+from conftest import one_line_error, run_cli, run_script
+
+import ckpt_migrate as cm
+from ckpt_migrate.errors import UnsafeContentError
+from ckpt_migrate.format.h5.boundary import forbid_plugin_loading
+
+SECRET = b"TOP-SECRET-BYTES"  # 16 bytes, the size of model.w
+KINDS = ["external-absolute", "external-relative", "external-link", "virtual", "filter"]
+WORDS = {
+    "external-absolute": "external file",
+    "external-relative": "external file",
+    "external-link": "external link",
+    "virtual": "virtual dataset",
+    "filter": "filter 307",
+}
+
+
+def hostile(tmp_path: Path, kind: str, release: str = "2.10") -> Path:
+    src = tmp_path / "in" / "checkpoint_1.mdl"
+    src.parent.mkdir(parents=True)
+    cm.save({"model": {"w": np.arange(16, dtype=np.uint8)}, "step": 3}, src, release)
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(SECRET)
+    secret_h5 = tmp_path / "secret.h5"
+    with h5py.File(secret_h5, "w") as g:
+        g["d"] = np.frombuffer(SECRET, dtype=np.uint8)
+    with h5py.File(src, "r+") as f:
+        attrs = dict(f["model.w"].attrs)
+        del f["model.w"]
+        if kind == "external-absolute":
+            f.create_dataset("model.w", (16,), np.uint8, external=[(str(secret), 0, 16)])
+        elif kind == "external-relative":
+            f.create_dataset("model.w", (16,), np.uint8, external=[("../secret.bin", 0, 16)])
+        elif kind == "external-link":
+            f["model.w"] = h5py.ExternalLink(str(secret_h5), "/d")
+        elif kind == "virtual":
+            layout = h5py.VirtualLayout(shape=(16,), dtype=np.uint8)
+            layout[:] = h5py.VirtualSource(str(secret_h5), "d", shape=(16,))
+            f.create_virtual_dataset("model.w", layout)
+        else:
+            f.create_dataset("model.w", data=np.frombuffer(SECRET, np.uint8), **hdf5plugin.BZip2())
+        if kind != "external-link":
+            for key, value in attrs.items():
+                f["model.w"].attrs[key] = value
+    return src
+
+
+def assert_no_secret(directory: Path) -> None:
+    for path in directory.rglob("*"):
+        if path.is_file():
+            assert SECRET not in path.read_bytes(), f"{path} holds bytes from outside"
+
+
+COMMANDS = {
+    "inspect": lambda src, out: ["inspect", src],
+    "check": lambda src, out: ["check", src],
+    "plan": lambda src, out: ["plan", src],
+    "verify": lambda src, out: ["verify", src, src],
+    "upgrade": lambda src, out: ["upgrade", src, "--to", "2.10", "--output-dir", out],
+    "upgrade-full": lambda src, out: ["upgrade", src, "--output-dir", out, "--verify", "full"],
+    "to-torch": lambda src, out: ["to-torch", src, out / "w.pt"],
+    "upgrade-dir": lambda src, out: ["upgrade-dir", src.parent, "--output-dir", out],
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_refuses_a_file_that_points_outside(tmp_path, kind, command):
+    release = "2.0" if command == "upgrade" else "2.10"  # 2.0: a real upgrade, not a no-op
+    src = hostile(tmp_path, kind, release)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_cli(*COMMANDS[command](src, out))
+    if command == "upgrade-dir":  # a per-file failure in the summary, the worst exit code
+        assert proc.returncode == 2, proc.stderr
+        assert "model.w" in proc.stderr and WORDS[kind] in proc.stderr, proc.stderr
+    else:
+        one_line_error(proc, 2, "model.w", WORDS[kind], "was not read")
+    assert list(out.iterdir()) == []
+    assert_no_secret(tmp_path / "in")
+    assert_no_secret(out)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_python_api_refuses_it(tmp_path, kind):
+    src = hostile(tmp_path, kind)
+    with pytest.raises(UnsafeContentError, match=r"model\.w"):
+        cm.load(src)
+    with pytest.raises(UnsafeContentError, match=r"model\.w"):
+        cm.read_checkpoint(src)
+    with pytest.raises(UnsafeContentError, match=r"model\.w"):
+        cm.CheckpointManager(src.parent).load(src)
+
+
+def test_the_model_zoo_script_refuses_it(tmp_path):
+    src = hostile(tmp_path, "external-absolute", "2.0")
+    config = tmp_path / "params.yaml"
+    config.write_text("model:\n  hidden_size: 16\n")
+    proc = run_script(
+        "convert_checkpoint.py",
+        "convert",
+        src,
+        "--model",
+        "gpt2",
+        "--src-fmt",
+        "cs-2.0",
+        "--tgt-fmt",
+        "cs-2.10",
+        "--config",
+        config,
+        "--output-dir",
+        tmp_path / "out",
+    )
+    one_line_error(proc, 2, "model.w", "external file", skip_warnings=True)
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    assert_no_secret(tmp_path / "in")
+
+
+def test_soft_links_inside_the_file_are_allowed(tmp_path):
+    src = tmp_path / "ok.mdl"
+    cm.save({"model": {"w": np.arange(4.0)}}, src)
+    with h5py.File(src, "r+") as f:
+        f["alias"] = h5py.SoftLink("/model.w")
+    assert float(cm.load(src)["model"]["w"][3]) == 3.0
+
+
+def test_no_filter_plugin_is_loaded_from_the_environment(monkeypatch, tmp_path):
+    """HDF5 reads HDF5_PLUGIN_PATH when it starts; opening a checkpoint empties the search path,
+    so a plugin dropped there is never loaded (LZ4 is registered by hdf5plugin itself)."""
+    h5py.h5pl.append(str(tmp_path).encode())
+    forbid_plugin_loading()
+    assert h5py.h5pl.size() == 0
+    src = tmp_path / "lz4.mdl"
+    cm.save({"model": {"w": np.arange(64.0)}}, src)
+    with h5py.File(src) as f:
+        assert f["model.w"].id.get_create_plist().get_filter(0)[0] == 32004
+    assert float(cm.load(src)["model"]["w"][63]) == 63.0
+    assert os.environ.get("HDF5_PLUGIN_PATH") is None or h5py.h5pl.size() == 0
