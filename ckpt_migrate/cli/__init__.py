@@ -1,14 +1,22 @@
 """Every console script: ``ckpt-migrate``, ``tensorflow-to-h5``, ``h5-to-tensorflow``.
 
-``main`` is imported lazily, so that ``ckpt_migrate.cli:main`` stays the ``ckpt-migrate`` entry
-point while ``cli.tf`` (the TensorFlow scripts) does not load typer.
+A lazy face: ``main`` (so that ``ckpt_migrate.cli:main`` stays the ``ckpt-migrate`` entry point
+while ``cli.tf`` does not load typer) and ``commands`` (the verbs and everything they import,
+loaded when a command runs, not for ``--help``).
 """
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 
 def main(argv: list[str] | None = None) -> int:
     """The ``ckpt-migrate`` command (see ``cli.main``)."""
-    from ckpt_migrate.cli.main import main as run
+    return importlib.import_module(f"{__name__}.main").main(argv)
 
-    return run(argv)
+
+def __getattr__(name: str) -> Any:
+    if name == "commands":
+        return importlib.import_module(f"{__name__}.commands")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

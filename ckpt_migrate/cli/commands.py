@@ -1,6 +1,8 @@
 """One function per verb, plain arguments in, plain data out (like Alembic's ``command.py``).
 
-``cli.main`` declares the options and prints; the scripts in ``scripts/`` call these too.
+``cli.main`` declares the options and prints; the scripts in ``scripts/`` call these too. The
+TensorFlow verbs prepare the process for a command line (``tf.saver.setup_cli_process``): they
+are only called from one.
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ from ckpt_migrate.format.compare import compare_trees
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.hops import graph
 from ckpt_migrate.model_dir import upgrade_dir as dir_upgrade
+from ckpt_migrate.model_dir.names import DEFAULT_NAME
+from ckpt_migrate.model_dir.upgrade_dir import DirEntry, DirOptions
 from ckpt_migrate.models.detect import choose_family
 from ckpt_migrate.models.names import resolve_name
 from ckpt_migrate.tf import from_h5, to_h5
+from ckpt_migrate.tf.saver import setup_cli_process
 
 Verify = Literal["index", "full"]
 
@@ -56,6 +61,7 @@ def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> 
 
 
 def tf_to_h5(saver_paths: list, h5_path: str | Path, **options: Any) -> dict[str, Any]:
+    setup_cli_process()
     rep = to_h5.tf_to_h5(saver_paths, h5_path, **options)
     data = asdict(rep)
     data.update(output=str(rep.path), release=rep.release.name, format=rep.release.format)
@@ -64,6 +70,7 @@ def tf_to_h5(saver_paths: list, h5_path: str | Path, **options: Any) -> dict[str
 
 
 def h5_to_tf(h5_path: str | Path, saver_path: str | Path, **options: Any) -> dict[str, Any]:
+    setup_cli_process()
     options["max_shard_bytes"] = options.pop("max_shard_size", "1GiB")
     return asdict(from_h5.h5_to_tf(h5_path, saver_path, **options))
 
@@ -159,11 +166,34 @@ def upgrade(
 
 def upgrade_dir(
     model_dir: Path,
-    opts: dir_upgrade.DirOptions,
+    *,
+    to: str = "latest",
+    output_dir: Path | None = None,
+    inplace: bool = False,
+    only_latest: bool = False,
+    dry_run: bool = False,
+    name: str = DEFAULT_NAME,
+    verify: str = "index",
+    allow_missing: bool = False,
+    inputs: dict[str, Any] | None = None,
     progress: Progress | None = None,
-    on_entry: Callable[[dir_upgrade.DirEntry], None] | None = None,
-) -> list[dir_upgrade.DirEntry]:
-    return dir_upgrade.upgrade_dir(model_dir, opts, progress, on_entry)
+    on_entry: Callable[[DirEntry], None] | None = None,
+) -> tuple[list[DirEntry], int]:
+    """Every checkpoint of ``model_dir``, newest first; returns the entries and the worst exit
+    code among them."""
+    opts = DirOptions(
+        target=to,
+        output_dir=output_dir,
+        inplace=inplace,
+        only_latest=only_latest,
+        dry_run=dry_run,
+        name=name,
+        verify=check_verify(verify),
+        allow_missing=allow_missing,
+        inputs=inputs,
+    )
+    entries = dir_upgrade.upgrade_dir(model_dir, opts, progress, on_entry)
+    return entries, dir_upgrade.worst_exit_code(entries)
 
 
 def verify(a: str | Path, b: str | Path, *, allclose: bool = False) -> dict[str, Any]:

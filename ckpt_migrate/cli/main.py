@@ -2,7 +2,9 @@
 
 Each verb parses, calls ``cli.commands``, prints with ``cli.render`` and exits; errors end as one
 line with the README's exit code (``cli.console.run_guarded``), a traceback only with
-``--debug``. torch is never imported here.
+``--debug``. ``cli.commands`` (and with it h5py, the engine and every room) is reached through
+the package's lazy face, so ``--help`` and usage errors load none of it; torch is never
+imported here.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from typing import Annotated, Any
 
 import typer
 
+from ckpt_migrate import cli
 from ckpt_migrate._version import __version__
-from ckpt_migrate.cli import commands, console, render
+from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.options import (
     AllowMissingOpt,
     ConfigPathOpt,
@@ -31,8 +34,6 @@ from ckpt_migrate.cli.options import (
     UpgradeVerifyOpt,
 )
 from ckpt_migrate.errors import EXIT_UPGRADE_NEEDED, EXIT_VERIFY_FAILED
-from ckpt_migrate.model_dir.upgrade_dir import DirOptions, worst_exit_code
-from ckpt_migrate.tf.saver import setup_cli_process
 
 app = typer.Typer(
     name="ckpt-migrate",
@@ -65,7 +66,7 @@ def inspect_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Release, format, leaf count, bytes by dtype and the tree outline with shapes."""
-    data = commands.inspect(path)
+    data = cli.commands.inspect(path)
     render.emit_json(data) if as_json else render.inspect(data)
 
 
@@ -76,7 +77,7 @@ def to_torch_cmd(
     allow_missing: AllowMissingOpt = False,
 ) -> None:
     """Write a plain torch.save file (loadable with torch.load(weights_only=True))."""
-    out = commands.to_torch(src, dst, allow_missing=allow_missing)
+    out = cli.commands.to_torch(src, dst, allow_missing=allow_missing)
     console.echo(f"wrote {out['output']}")
 
 
@@ -90,7 +91,7 @@ def from_torch_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a torch.save file as a Cerebras H5 checkpoint."""
-    out = commands.from_torch(src, dst, release)
+    out = cli.commands.from_torch(src, dst, release)
     render.emit_json(out) if as_json else render.from_torch(out)
 
 
@@ -108,9 +109,8 @@ def tf_to_h5_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Convert a TensorFlow saver checkpoint to a Cerebras H5 checkpoint (needs [tensorflow])."""
-    setup_cli_process()
     with console.progress(enabled=not as_json) as progress:
-        out = commands.tf_to_h5(
+        out = cli.commands.tf_to_h5(
             saver_path,
             h5_path,
             release=release,
@@ -137,9 +137,8 @@ def h5_to_tf_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Convert a Cerebras H5 checkpoint to TensorFlow saver checkpoint(s) (needs [tensorflow])."""
-    setup_cli_process()
     with console.progress(enabled=not as_json) as progress:
-        out = commands.h5_to_tf(
+        out = cli.commands.h5_to_tf(
             h5_path,
             saver_path,
             shard_by=shard_by or [],
@@ -154,7 +153,7 @@ def h5_to_tf_cmd(
 @app.command("history")
 def history_cmd(as_json: JsonOpt = False) -> None:
     """The known releases and the migration graph between them."""
-    data = commands.history()
+    data = cli.commands.history()
     render.emit_json(data) if as_json else render.history(data)
 
 
@@ -167,7 +166,7 @@ def plan_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the hops an upgrade would apply, the inputs they need and the disk they cost."""
-    data = commands.plan(path, to, from_release, inputs=commands.step_inputs(model=model))
+    data = cli.commands.plan(path, to, from_release, inputs=cli.commands.step_inputs(model=model))
     render.emit_json(data) if as_json else render.plan(data)
 
 
@@ -239,7 +238,7 @@ def upgrade_cmd(
     With --config, the run's params.yaml is upgraded alongside, from the checkpoint's release
     to the same target, and every config change is reported.
     """
-    inputs = commands.step_inputs(
+    inputs = cli.commands.step_inputs(
         data_iter_dir=data_iter_dir,
         dataloader_type=dataloader_type,
         shuffle_seed=shuffle_seed,
@@ -249,7 +248,7 @@ def upgrade_cmd(
     )
     worst = 0
     with console.progress(enabled=not as_json) as progress:
-        runs = commands.upgrade(
+        runs = cli.commands.upgrade(
             paths,
             to=to,
             from_release=from_release,
@@ -305,17 +304,6 @@ def upgrade_dir_cmd(
     as_json: JsonLinesOpt = False,
 ) -> None:
     """Upgrade every checkpoint in a model directory, newest first; a rerun does what is left."""
-    opts = DirOptions(
-        target=to,
-        output_dir=output_dir,
-        inplace=inplace,
-        only_latest=only_latest,
-        dry_run=dry_run,
-        name=name,
-        verify=commands.check_verify(verify),
-        allow_missing=allow_missing,
-        inputs=commands.step_inputs(config=config),
-    )
 
     def show(entry: Any) -> None:
         if as_json:
@@ -324,8 +312,20 @@ def upgrade_dir_cmd(
             render.dir_entry(entry)
 
     with console.progress(enabled=not as_json) as progress:
-        entries = commands.upgrade_dir(model_dir, opts, progress, show)
-    worst = worst_exit_code(entries)
+        entries, worst = cli.commands.upgrade_dir(
+            model_dir,
+            to=to,
+            output_dir=output_dir,
+            inplace=inplace,
+            only_latest=only_latest,
+            dry_run=dry_run,
+            name=name,
+            verify=verify,
+            allow_missing=allow_missing,
+            inputs=cli.commands.step_inputs(config=config),
+            progress=progress,
+            on_entry=show,
+        )
     if not as_json:
         render.dir_summary(entries, worst)
     if worst:
@@ -340,7 +340,7 @@ def check_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """For CI: exit 0 when at the target release, 10 when an upgrade is needed, 3 when newer."""
-    data = commands.check(path, to, from_release)
+    data = cli.commands.check(path, to, from_release)
     if as_json:
         render.emit_json(data)
     elif data["current"]:
@@ -361,7 +361,7 @@ def verify_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Compare two checkpoints leaf by leaf (tensors by sha256, or --allclose)."""
-    data = commands.verify(a, b, allclose=allclose)
+    data = cli.commands.verify(a, b, allclose=allclose)
     render.emit_json(data) if as_json else render.verify(data)
     if not data["identical"]:
         raise typer.Exit(EXIT_VERIFY_FAILED)

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ckpt_migrate.cli import commands, console, render
-from ckpt_migrate.tf.saver import setup_cli_process
 
 _VERIFY_HELP = (
     "structure: names, dtypes and shapes re-read (default); full: also every tensor's sha256"
@@ -61,7 +60,6 @@ def tensorflow_to_h5(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def go() -> None:
-        setup_cli_process()
         with console.progress(enabled=not args.json) as progress:
             data = commands.tf_to_h5(
                 args.saver_path,
@@ -107,7 +105,6 @@ def h5_to_tensorflow(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def go() -> None:
-        setup_cli_process()
         with console.progress(enabled=not args.json) as progress:
             data = commands.h5_to_tf(
                 args.h5_path,
