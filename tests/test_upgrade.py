@@ -439,6 +439,22 @@ def test_inplace_keeps_the_original_as_backup(tmp_path):
     assert_identical(backup, src)
 
 
+def test_inplace_through_a_symlink_upgrades_its_target_and_keeps_the_link(tmp_path):
+    real = fixture("2.0", tmp_path / "store", "ckpt.mdl")
+    original = real.read_bytes()
+    link = tmp_path / "run" / "checkpoint_1.mdl"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    proc = run_cli("upgrade", link, "--inplace", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and link.resolve() == real
+    assert release_of(real) == "2.10"
+    backup = real.with_name("ckpt.mdl.pre-2.0.bak")
+    assert backup.read_bytes() == original
+    assert listing(tmp_path / "run") == {"checkpoint_1.mdl"}
+    assert listing(tmp_path / "store") == {"ckpt.mdl", backup.name}
+
+
 def test_inplace_refuses_a_different_file_at_the_backup_name(tmp_path):
     src = fixture("2.0", tmp_path, "ckpt.mdl")
     original = src.read_bytes()

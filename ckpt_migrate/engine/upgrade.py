@@ -129,6 +129,8 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
         raise UsageError(
             None, "say where the upgraded file goes", "pass --output-dir DIR or --inplace"
         )
+    if opts.inplace:  # through a symlink: upgrade the file it names, and keep the link
+        src = src.resolve()
     lock = contextlib.nullcontext() if opts.dry_run else lock_source(src)
     with lock:
         _upgrade_locked(src, opts, result, progress)
