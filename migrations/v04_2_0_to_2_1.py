@@ -6,7 +6,7 @@ Container. 2.1 keeps format 0.4 and the ``__H5_TYPE__`` tags but also writes the
 ``CkptVersion.to_file``. With it, readers tell 2.1–2.4 files apart, while a 0.4 file without it is
 taken as 2.0. The ``__spec__`` pickle now imitates the newer torch ``TreeSpec`` (a frozen
 dataclass whose state adds ``num_nodes``/``num_leaves``/``num_children``; the release table's
-``spec_torch = "dataclass"`` for 2.1–2.4, see ``format.legacy.spec_pickle``), which the spec writer
+``spec_torch = "dataclass"`` for 2.1–2.4, see ``format.legacy.spec_encode``), which the spec writer
 derives from the target release.
 
 Sources: FORMAT.md §1.1 (``CS:cerebras/pytorch/storage/_legacy/pt_h5_saver.py``

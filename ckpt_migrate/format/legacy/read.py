@@ -1,7 +1,7 @@
 """Read formats 0.1–0.4 (releases 1.7–2.4) into the neutral tree. FORMAT.md §3 and §5.3.
 
-The structure comes from the hex ``__spec__`` pickle, decoded by the restricted unpickler in
-``spec_pickle`` (never by pickle/dill). Each leaf is a root dataset named
+The structure comes from the hex ``__spec__`` pickle, decoded by ``spec_decode`` on the
+restricted unpickler of ``spec_unpickler`` (never by pickle/dill). Each leaf is a root dataset named
 ``urllib.parse.quote(leaf_name, safe='')``; 0.3/0.4 tag it with ``__H5_TYPE__``, 0.1/0.2 with flags.
 """
 
@@ -17,7 +17,7 @@ from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5.io import H5Handle, attr_bool, attr_python, attr_text, object_key
-from ckpt_migrate.format.legacy.spec_pickle import decode_spec_info
+from ckpt_migrate.format.legacy.spec_decode import decode_spec_info
 from ckpt_migrate.format.pickled import scalar_payload
 from ckpt_migrate.format.tree import (
     ExternalLeaf,

@@ -18,7 +18,7 @@ import numpy as np
 from ckpt_migrate.errors import UnsupportedContentError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5.tensor import PlaceTensor, write_tensor
-from ckpt_migrate.format.legacy.spec_pickle import encode_spec
+from ckpt_migrate.format.legacy.spec_encode import encode_spec
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
     FullTensorLeaf,

@@ -1,4 +1,4 @@
-"""Tests for ``format.legacy.spec_pickle``: the restricted legacy ``__spec__`` decoder and encoder.
+"""Tests for the legacy ``__spec__`` codec: the restricted unpickler, the decoder and the encoder.
 
 Fixtures: FORMAT_EXAMPLES.md A.1 (an emulated torch ≤2.0 spec pickled by dill 0.3.8) and the output
 of real torch 2.4.0 + dill 0.3.8 (the cerebras-pytorch 2.10 environment) for a small state dict.
@@ -34,15 +34,14 @@ from ckpt_migrate.errors import (
     UnsafeContentError,
     UnsupportedContentError,
 )
-from ckpt_migrate.format.legacy import spec_pickle
-from ckpt_migrate.format.legacy.spec_pickle import (
+from ckpt_migrate.format.legacy import spec_decode
+from ckpt_migrate.format.legacy.spec_decode import (
     decode_spec,
     decode_spec_hex,
     decode_spec_info,
-    encode_spec,
-    encode_spec_hex,
     spec_bytes_from_hex,
 )
+from ckpt_migrate.format.legacy.spec_encode import encode_spec, encode_spec_hex
 from ckpt_migrate.format.tree import (
     DictNode,
     MissingLeaf,
@@ -722,7 +721,7 @@ def test_random_garbage_and_mutations_only_raise_checkpoint_errors() -> None:
 
 
 def test_a_memo_bomb_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spec_pickle, "_MAX_NODES", 10_000)
+    monkeypatch.setattr(spec_decode, "_MAX_NODES", 10_000)
     assert len(_bomb(60)) < 8_000  # would expand to 2**61 nodes
     with pytest.raises(CorruptCheckpointError, match="more than 10000 nodes"):
         decode_spec(_bomb(60))
