@@ -3,6 +3,7 @@ and the one-line error check every error path is held to."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,12 @@ def release_of(path: Path) -> str:
     with read_checkpoint(path) as ckpt:
         assert ckpt.release is not None
         return ckpt.release.name
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a whole file (to show that a source was left byte for byte unchanged)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(8 << 20):
+            h.update(block)
+    return h.hexdigest()

@@ -6,7 +6,6 @@ training step and once in the middle of a save (its temporary file written, not 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -20,7 +19,7 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, sha256_file
 from digest import digest
 from real_cstorch import real_digest, requires_real_cstorch
 
@@ -31,10 +30,6 @@ from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.model_dir.manager import RUN_ATTR, read_run_record
 
 STAMPED = re.compile(r"checkpoint_(\d+)_(\d{8}_\d{6})\.mdl")
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def tiny_state(seed: int = 0, step: int = 0) -> dict:
@@ -109,10 +104,10 @@ def test_an_existing_name_gets_a_timestamp_and_nothing_is_overwritten(tmp_path):
     md.mkdir()
     foreign = md / "checkpoint_5.mdl"
     shutil.copyfile(FIXTURES / "release-2.10.mdl", foreign)
-    digest = sha256(foreign)
+    digest = sha256_file(foreign)
     mgr = CheckpointManager(md)
     saved = [mgr.save(tiny_state(step=i), 5) for i in range(3)]  # three saves in ~one second
-    assert sha256(foreign) == digest
+    assert sha256_file(foreign) == digest
     stamps = []
     for path in saved:
         m = STAMPED.fullmatch(path.name)

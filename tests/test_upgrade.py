@@ -21,7 +21,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, one_line_error, release_of, run_cli
+from conftest import FIXTURES, one_line_error, release_of, run_cli, sha256_file
 
 import ckpt_migrate as cm
 from ckpt_migrate.cli import commands
@@ -55,16 +55,6 @@ def xxh3_file(path: Path) -> str:
     with open(path, "rb") as fh:
         while block := fh.read(8 << 20):
             h.update(block)
-    return h.hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    buf = bytearray(8 << 20)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as fh:
-        while n := fh.readinto(buf):
-            h.update(view[:n])
     return h.hexdigest()
 
 

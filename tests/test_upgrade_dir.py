@@ -7,7 +7,6 @@ the kill tests use ~150 MB and ~50 MB checkpoints so that a kill lands in the mi
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, one_line_error, release_of, run_cli
+from conftest import FIXTURES, one_line_error, release_of, run_cli, sha256_file
 
 import ckpt_migrate as cm
 from ckpt_migrate import CheckpointManager
@@ -46,14 +45,6 @@ def statuses(got: list[dict]) -> list[tuple[str, str]]:
     return [(Path(e["source"]).name, e["status"]) for e in got]
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(8 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def model_dir(base: Path) -> Path:
     """checkpoint_100 (1.9), checkpoint_200 (2.0), checkpoint_300 (2.10) and a stray file."""
     md = base / "model_dir"
@@ -65,7 +56,7 @@ def model_dir(base: Path) -> Path:
 
 
 def snapshot(directory: Path) -> dict[str, str]:
-    return {p.name: sha256(p) for p in directory.iterdir() if p.is_file()}
+    return {p.name: sha256_file(p) for p in directory.iterdir() if p.is_file()}
 
 
 def direct_upgrade(src: Path, out: Path) -> Path:
@@ -241,8 +232,8 @@ def test_inplace_upgrades_in_place_and_lists_backups_and_foreign_temporaries(tmp
     ]
     for name in SOURCES:
         assert release_of(md / name) == "2.10"
-    assert sha256(md / "checkpoint_200.mdl.pre-2.0.bak") == before["checkpoint_200.mdl"]
-    assert sha256(md / "checkpoint_100.mdl.pre-1.9.bak") == before["checkpoint_100.mdl"]
+    assert sha256_file(md / "checkpoint_200.mdl.pre-2.0.bak") == before["checkpoint_200.mdl"]
+    assert sha256_file(md / "checkpoint_100.mdl.pre-1.9.bak") == before["checkpoint_100.mdl"]
     again = entries(run_cli("upgrade-dir", md, "--inplace", "--json"))
     info = by_name(again)
     assert [info[n]["status"] for n in SOURCES] == ["current"] * 3
@@ -512,7 +503,9 @@ def test_sigkill_of_an_inplace_run_then_a_rerun_finishes_the_rest(big_model_dir,
     shutil.copytree(pristine, md)
     seen = kill_after_first_upgrade(["upgrade-dir", md, "--inplace"])
     assert statuses(seen) == [("checkpoint_300.mdl", "current"), ("checkpoint_200.mdl", "upgraded")]
-    assert sha256(md / "checkpoint_100.mdl") == before["checkpoint_100.mdl"]  # not yet replaced
+    assert (
+        sha256_file(md / "checkpoint_100.mdl") == before["checkpoint_100.mdl"]
+    )  # not yet replaced
 
     proc = run_cli("upgrade-dir", md, "--inplace", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -523,8 +516,8 @@ def test_sigkill_of_an_inplace_run_then_a_rerun_finishes_the_rest(big_model_dir,
     assert info["checkpoint_200.mdl.pre-2.0.bak"]["kind"] == "backup"  # left by the first run
     for name in SOURCES:
         assert release_of(md / name) == "2.10"
-    assert sha256(md / "checkpoint_100.mdl.pre-1.9.bak") == before["checkpoint_100.mdl"]
-    assert sha256(md / "checkpoint_200.mdl.pre-2.0.bak") == before["checkpoint_200.mdl"]
+    assert sha256_file(md / "checkpoint_100.mdl.pre-1.9.bak") == before["checkpoint_100.mdl"]
+    assert sha256_file(md / "checkpoint_200.mdl.pre-2.0.bak") == before["checkpoint_200.mdl"]
     assert_same_contents(md / "checkpoint_100.mdl.pre-1.9.bak", md / "checkpoint_100.mdl")
     assert not [p for p in md.iterdir() if p.name.endswith(".tmp")]
     shutil.rmtree(md)
