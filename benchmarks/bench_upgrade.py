@@ -340,8 +340,9 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
     t_import = time.perf_counter()
     import threading
 
-    from ckpt_migrate.engine import copypatch, verify
+    from ckpt_migrate.engine import copypatch
     from ckpt_migrate.engine import upgrade as engine
+    from ckpt_migrate.engine import verify as verifying
 
     imported = time.perf_counter() - t_import
     times: dict[str, float] = {}
@@ -370,7 +371,7 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
         "data_ranges": "chunk ranges of the reused datasets",
         "SplitCopy.restrict": "copy: metadata part (this process)",
         "_patch": "HDF5 patch (total)",
-        "verify_index": "verify (total)",
+        "verify_index": "verify: index checks (total)",
         "h5root.switch_root": "HDF5 patch: new root in the superblock",
         "_verify": "verify (total)",
         "check_written": "verify: re-read structure",
@@ -383,7 +384,7 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
         "publish": "publish (link + dir fsync)",
     }
     done: set[tuple[int, str]] = set()  # a class two modules import is patched once
-    for module in (engine, copypatch, verify):
+    for module in (engine, copypatch, verifying):
         for name, label in patches.items():
             owner_name, _, attr = name.rpartition(".")
             owner = getattr(module, owner_name, None) if owner_name else module
