@@ -22,14 +22,10 @@ from typing import Any
 import h5py
 import xxhash
 
-from ckpt_migrate.atomic import (
-    temp_name,
-)
+from ckpt_migrate.atomic import temp_name
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import Progress, SplitCopy, data_ranges
-from ckpt_migrate.errors import (
-    VerificationError,
-)
+from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root

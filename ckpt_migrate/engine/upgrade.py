@@ -26,11 +26,7 @@ from ckpt_migrate.engine.copypatch import Output, Written, write
 from ckpt_migrate.engine.plan import Plan, make_plan
 from ckpt_migrate.engine.splitcopy import Progress, SplitCopy
 from ckpt_migrate.engine.verify import verify_full, verify_index, write_manifest
-from ckpt_migrate.errors import (
-    CkptError,
-    CkptIOError,
-    UsageError,
-)
+from ckpt_migrate.errors import CkptError, CkptIOError, UsageError
 from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.read import read_checkpoint

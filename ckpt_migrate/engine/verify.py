@@ -18,9 +18,7 @@ from ckpt_migrate._version import __version__
 from ckpt_migrate.atomic import atomic_output
 from ckpt_migrate.engine.copypatch import Written
 from ckpt_migrate.engine.plan import Plan
-from ckpt_migrate.errors import (
-    VerificationError,
-)
+from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.compare import (
     check_written,

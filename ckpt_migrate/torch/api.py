@@ -20,11 +20,7 @@ import numpy as np
 # saving a checkpoint of numpy arrays never loads torch.
 import ckpt_migrate.torch as torch_room
 from ckpt_migrate.atomic import atomic_output
-from ckpt_migrate.errors import (
-    MissingLeavesError,
-    NotACheckpointError,
-    UnsupportedContentError,
-)
+from ckpt_migrate.errors import MissingLeavesError, NotACheckpointError, UnsupportedContentError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format import pickled as objects
 from ckpt_migrate.format.pickled import ObjectMode, OpaqueObject

@@ -18,9 +18,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ckpt_migrate.errors import (
-    UnsupportedContentError,
-)
+from ckpt_migrate.errors import UnsupportedContentError
 from ckpt_migrate.format.tree import (
     LEAF_TYPES,
     DictNode,
