@@ -291,6 +291,17 @@ def test_newer_format_is_refused(tmp_path):
         read_checkpoint(path)
 
 
+@pytest.mark.parametrize("version", [0.5000557899475098, 1e300, 0.55])
+def test_a_damaged_format_number_is_not_called_newer(tmp_path, version):
+    """Formats are tenths; a flipped bit in __version__ is damage (exit 2), not a future format."""
+    path = tmp_path / "flipped.mdl"
+    shutil.copy(REAL / "basic.mdl", path)
+    with h5py.File(path, "a") as f:
+        f.attrs["__version__"] = version
+    with pytest.raises(CorruptCheckpointError, match="unknown checkpoint format version"):
+        read_checkpoint(path)
+
+
 def test_partial_05_file_is_refused(tmp_path):
     path = tmp_path / "partial.mdl"
     shutil.copy(REAL / "basic.mdl", path)

@@ -20,7 +20,7 @@ from conftest import one_line_error, run_cli, run_script
 
 import ckpt_migrate as cm
 from ckpt_migrate.errors import UnsafeContentError
-from ckpt_migrate.format.h5.boundary import forbid_plugin_loading
+from ckpt_migrate.format.h5.io import forbid_plugin_loading
 
 SECRET = b"TOP-SECRET-BYTES"  # 16 bytes, the size of model.w
 KINDS = ["external-absolute", "external-relative", "external-link", "virtual", "filter"]

@@ -21,7 +21,7 @@ import numpy as np
 
 from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format import dtypes
-from ckpt_migrate.format.h5.io import iter_slabs
+from ckpt_migrate.format.h5.io import iter_slabs, read_slab
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
@@ -97,7 +97,7 @@ def dataset_sha256(ds: h5py.Dataset, dtype: str) -> str:
     h = hashlib.sha256()
     storage = dtypes.by_name(dtype).storage
     for sl in iter_slabs(tuple(ds.shape), storage.itemsize):
-        h.update(_le_bytes(np.ascontiguousarray(ds[sl] if sl else ds[()]), storage))
+        h.update(_le_bytes(np.ascontiguousarray(read_slab(ds, sl)), storage))
     return h.hexdigest()
 
 

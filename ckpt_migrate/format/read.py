@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import h5py
+
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5.boundary import check_self_contained
-from ckpt_migrate.format.h5.io import H5Handle, attr_text, open_read
+from ckpt_migrate.format.h5.io import DAMAGED_HDF5, H5Handle, attr_text, damaged, open_read
 from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.v05 import read as read_v05
 
@@ -22,48 +24,55 @@ def read_checkpoint(path: str | Path, *, release: str | None = None) -> Checkpoi
     f = open_read(p)
     handle = H5Handle(p, f)
     try:
-        check_self_contained(f, p)
-        version = f.attrs.get("__version__")
-        cstorch = f.attrs.get("__cstorch_version__")
-        try:
-            version_value = None if version is None else float(version)
-            cstorch_text = None if cstorch is None else attr_text(cstorch)
-        except (TypeError, ValueError, UnicodeDecodeError):
-            raise CorruptCheckpointError(p, "unreadable __version__/__cstorch_version__") from None
-        if version is None and "__spec__" not in f.attrs:
-            raise CorruptCheckpointError(
-                p,
-                "HDF5 file without __spec__ or __version__: not a Cerebras checkpoint",
-                "is this a different kind of HDF5 file?",
-            )
-        detected = releases.detect(p, version_value, cstorch_text)
-        if release is not None:
-            forced = releases.get(release)
-            if not releases.format_matches(forced.format, detected.format):
-                raise CorruptCheckpointError(
-                    p,
-                    f"--from {forced.name} writes format {forced.format} but the file is format "
-                    f"{detected.format}",
-                    "name a release of the file's format",
-                )
-            detected = releases.Detected(detected.format, detected.cstorch_version, forced)
-        tensor_scalar_dict = False
-        if detected.format >= 0.5:
-            root, unreferenced, warnings = read_v05.read(f, handle)
-        else:
-            root, unreferenced, warnings, tensor_scalar_dict = read_legacy.read(
-                f, handle, detected.format
-            )
-        return Checkpoint(
-            root,
-            detected,
-            p,
-            unreferenced,
-            provenance.read(f.attrs),
-            warnings,
-            tensor_scalar_dict,
-            handle,
-        )
+        return _read(p, f, handle, release)
+    except DAMAGED_HDF5 as exc:
+        handle.close()
+        raise damaged(p, exc) from None
     except BaseException:
         handle.close()
         raise
+
+
+def _read(p: Path, f: h5py.File, handle: H5Handle, release: str | None) -> Checkpoint:
+    check_self_contained(f, p)
+    version = f.attrs.get("__version__")
+    cstorch = f.attrs.get("__cstorch_version__")
+    try:
+        version_value = None if version is None else float(version)
+        cstorch_text = None if cstorch is None else attr_text(cstorch)
+    except (TypeError, ValueError, UnicodeDecodeError):
+        raise CorruptCheckpointError(p, "unreadable __version__/__cstorch_version__") from None
+    if version is None and "__spec__" not in f.attrs:
+        raise CorruptCheckpointError(
+            p,
+            "HDF5 file without __spec__ or __version__: not a Cerebras checkpoint",
+            "is this a different kind of HDF5 file?",
+        )
+    detected = releases.detect(p, version_value, cstorch_text)
+    if release is not None:
+        forced = releases.get(release)
+        if not releases.format_matches(forced.format, detected.format):
+            raise CorruptCheckpointError(
+                p,
+                f"--from {forced.name} writes format {forced.format} but the file is format "
+                f"{detected.format}",
+                "name a release of the file's format",
+            )
+        detected = releases.Detected(detected.format, detected.cstorch_version, forced)
+    tensor_scalar_dict = False
+    if detected.format >= 0.5:
+        root, unreferenced, warnings = read_v05.read(f, handle)
+    else:
+        root, unreferenced, warnings, tensor_scalar_dict = read_legacy.read(
+            f, handle, detected.format
+        )
+    return Checkpoint(
+        root,
+        detected,
+        p,
+        unreferenced,
+        provenance.read(f.attrs),
+        warnings,
+        tensor_scalar_dict,
+        handle,
+    )

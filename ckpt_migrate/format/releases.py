@@ -97,7 +97,8 @@ def detect(path: str | Path, version_attr: float | None, cstorch_attr: str | Non
     fmt = 0.1 if version_attr is None else float(version_attr)
     known = next((f for f in KNOWN_FORMATS if format_matches(f, fmt)), None)
     if known is None:
-        if fmt > KNOWN_FORMATS[-1]:
+        # Formats are tenths (0.1 ... 0.5); a newer one would be too. Anything else is damage.
+        if fmt > KNOWN_FORMATS[-1] and fmt < 100 and abs(fmt * 10 - round(fmt * 10)) < 1e-6:
             raise NewerThanToolError(
                 path,
                 f"checkpoint format {fmt} is newer than this tool knows "

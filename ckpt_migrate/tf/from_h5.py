@@ -26,6 +26,7 @@ from ckpt_migrate.errors import (
     UsageError,
 )
 from ckpt_migrate.format import dtypes
+from ckpt_migrate.format.h5.io import read_slab
 from ckpt_migrate.format.pickled import decode_data_pickle
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import (
@@ -231,7 +232,7 @@ def _leaf_fetch(leaf: TensorLeaf, storage: np.dtype) -> Callable[[slice | None],
         if isinstance(src, H5Data):
             ds = src.handle.dataset(src.name)
             try:
-                block = ds[()] if rows is None else ds[rows]
+                block = read_slab(ds, () if rows is None else (rows,))
             except OSError as exc:
                 raise CorruptCheckpointError(
                     src.handle.path, f"cannot read dataset {src.name!r} ({exc})"

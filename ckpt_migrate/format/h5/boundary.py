@@ -8,8 +8,8 @@ filter may be a plugin that HDF5 loads from ``HDF5_PLUGIN_PATH``. No checkpoint 
 release writes uses any of them (FORMAT.md §3.2, §4.5: plain datasets, LZ4 or no filter), and a
 crafted file could use them to copy ``/etc/passwd`` or ``~/.aws/credentials`` into an output, or
 to run a shared library. ``check_self_contained`` refuses all of them, naming the object, before
-a reader resolves a single link; ``forbid_plugin_loading`` empties HDF5's plugin search path (the
-LZ4 filter is registered by hdf5plugin itself, not loaded from a path).
+a reader resolves a single link (``h5.io.forbid_plugin_loading`` keeps HDF5 from loading filter
+plugins; LZ4 is registered by hdf5plugin itself).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 import h5py
 
 from ckpt_migrate.errors import UnsafeContentError
+from ckpt_migrate.format.h5.io import DAMAGED_HDF5, damaged
 
 # The filters checkpoints use: LZ4 (hdf5plugin) and HDF5's built-in ones.
 ALLOWED_FILTERS: dict[int, str] = {
@@ -33,14 +34,6 @@ ALLOWED_FILTERS: dict[int, str] = {
 _FIX = "a checkpoint must hold all of its data itself; the file was not read"
 
 
-def forbid_plugin_loading() -> None:
-    """Remove every directory from HDF5's filter-plugin search path (set from
-    ``HDF5_PLUGIN_PATH`` when the library starts), so that no filter code is ever loaded
-    from the environment. Idempotent and cheap."""
-    while h5py.h5pl.size():
-        h5py.h5pl.remove(0)
-
-
 def check_self_contained(f: h5py.File, path: Path) -> None:
     """Refuse a file with external or user-defined links, external raw storage, virtual
     datasets or filters outside :data:`ALLOWED_FILTERS` (``UnsafeContentError``, exit 2).
@@ -48,6 +41,7 @@ def check_self_contained(f: h5py.File, path: Path) -> None:
     Links are inspected without being resolved; soft links stay inside the file and are
     allowed. Metadata only: no tensor data is read."""
     problems: list[tuple[str, str]] = []
+    broken: list[BaseException] = []
 
     def visit(name: bytes, info: h5py.h5l.LinkInfo) -> bool | None:
         where = "/" + name.decode("utf-8", "replace")
@@ -56,12 +50,21 @@ def check_self_contained(f: h5py.File, path: Path) -> None:
         elif info.type not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
             problems.append((where, f"is a user-defined link (type {info.type})"))
         elif info.type == h5py.h5l.TYPE_HARD:
-            problem = _dataset_problem(f.id, name)
+            try:
+                problem = _dataset_problem(f.id, name)
+            except DAMAGED_HDF5 as exc:  # raised out of HDF5's callback it would lose its type
+                broken.append(exc)
+                return True
             if problem is not None:
                 problems.append((where, problem))
         return True if problems else None  # anything but None stops the visit
 
-    f.id.links.visit(visit, info=True)
+    try:
+        f.id.links.visit(visit, info=True)
+    except DAMAGED_HDF5 as exc:
+        broken.append(exc)
+    if broken:
+        raise damaged(path, broken[0])
     if problems:
         where, problem = problems[0]
         raise UnsafeContentError(path, f"dataset or link {where!r} {problem}", _FIX)

@@ -15,7 +15,6 @@ import hdf5plugin
 import numpy as np
 
 from ckpt_migrate.errors import CkptIOError, CorruptCheckpointError, NotACheckpointError
-from ckpt_migrate.format.h5.boundary import forbid_plugin_loading
 
 LZ4_FILTER_ID = 32004
 # Raw-chunk copy and slab streaming keep at most about this much tensor data in memory at once.
@@ -25,6 +24,14 @@ COPY_BLOCK_BYTES = 64 << 20
 def lz4_options() -> dict[str, Any]:
     """Dataset-creation options of the real writers: hdf5plugin ``LZ4()``, cd_values (0,)."""
     return dict(hdf5plugin.LZ4())
+
+
+def forbid_plugin_loading() -> None:
+    """Remove every directory from HDF5's filter-plugin search path (set from
+    ``HDF5_PLUGIN_PATH`` when the library starts), so that no filter code is ever loaded
+    from the environment. Idempotent and cheap."""
+    while h5py.h5pl.size():
+        h5py.h5pl.remove(0)
 
 
 def open_read(path: str | Path) -> h5py.File:
@@ -53,6 +60,21 @@ def open_read(path: str | Path) -> h5py.File:
             p, f"HDF5 file cannot be opened ({_short(exc)})", "the file is probably truncated"
         ) from None
     return bounded_metadata_cache(f)
+
+
+# What h5py raises when a file's HDF5 structures are damaged (a bad signature, an address past
+# the end, a truncated heap, an undecodable chunk or string type): it wraps HDF5's error stack
+# in these, and an exception raised inside an HDF5 iteration callback comes back as SystemError.
+DAMAGED_HDF5 = (OSError, RuntimeError, SystemError, KeyError, ValueError, TypeError)
+
+
+def damaged(path: Path, exc: BaseException) -> CorruptCheckpointError:
+    """A one-line error for a checkpoint whose HDF5 structures cannot be read."""
+    return CorruptCheckpointError(
+        path,
+        f"HDF5 structures are damaged ({_short(exc)})",
+        "the file is probably truncated or corrupted; use another copy",
+    )
 
 
 METADATA_CACHE_MAX = 1 << 20
@@ -148,16 +170,7 @@ class H5Handle:
             ) from None
 
     def read_dataset(self, name: str) -> np.ndarray:
-        ds = self.dataset(name)
-        try:
-            data = ds[()]
-        except OSError as exc:
-            raise CorruptCheckpointError(
-                self.path,
-                f"cannot read dataset {name!r} ({_short(exc)})",
-                "the file may be damaged",
-            ) from None
-        arr = np.asarray(data)
+        arr = np.asarray(read_slab(self.dataset(name), ()))
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
         return arr
@@ -167,6 +180,19 @@ class H5Handle:
             if self._file is not None and self._file.id.valid:
                 self._file.close()
             self._file = None
+
+
+def read_slab(ds: h5py.Dataset, sl: tuple[slice, ...]) -> Any:
+    """``ds[sl]`` (the whole dataset for ``()``); stored data that cannot be decoded (a damaged
+    chunk, a filter failure) is a one-line error naming the file and the dataset."""
+    try:
+        return ds[sl] if sl else ds[()]
+    except DAMAGED_HDF5 as exc:
+        raise CorruptCheckpointError(
+            ds.file.filename,
+            f"cannot read dataset {ds.name.lstrip('/')!r} ({_short(exc)})",
+            "the file may be damaged; use another copy",
+        ) from None
 
 
 def object_key(ds: h5py.HLObject) -> tuple:

@@ -12,13 +12,16 @@ from collections.abc import Callable
 import h5py
 import numpy as np
 
+from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5.io import (
     COPY_BLOCK_BYTES,
+    DAMAGED_HDF5,
     LZ4_FILTER_ID,
     filters_of,
     iter_slabs,
     lz4_options,
+    read_slab,
 )
 from ckpt_migrate.format.tree import H5Data, TensorLeaf
 
@@ -40,9 +43,9 @@ def write_tensor(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:
         if shape:
             dst = f.create_dataset(name, shape=shape, dtype=storage, **lz4_options())
             for sl in iter_slabs(shape, storage.itemsize):
-                dst[sl] = _as_storage(ds_src[sl], storage)
+                dst[sl] = _as_storage(read_slab(ds_src, sl), storage)
             return dst
-        return f.create_dataset(name, data=_as_storage(ds_src[()], storage))
+        return f.create_dataset(name, data=_as_storage(read_slab(ds_src, ()), storage))
     array = src.read()
     array = _as_storage(np.asarray(array), storage)
     if array.shape != shape:
@@ -86,8 +89,17 @@ def _copy_chunks(f: h5py.Group, name: str, src: h5py.Dataset) -> h5py.Dataset:
         name, shape=src.shape, dtype=src.dtype, chunks=src.chunks, **lz4_options()
     )
     sid, did = src.id, dst.id
-    for i in range(sid.get_num_chunks()):
-        info = sid.get_chunk_info(i)
-        mask, data = sid.read_direct_chunk(info.chunk_offset)
-        did.write_direct_chunk(info.chunk_offset, data, mask)
+    try:
+        for i in range(sid.get_num_chunks()):
+            info = sid.get_chunk_info(i)
+            mask, data = sid.read_direct_chunk(info.chunk_offset)
+            if not data:  # a damaged chunk index; HDF5 cannot store an empty chunk
+                raise ValueError(f"chunk {info.chunk_offset} is empty")
+            did.write_direct_chunk(info.chunk_offset, data, mask)
+    except DAMAGED_HDF5 as exc:
+        raise CorruptCheckpointError(
+            src.file.filename,
+            f"cannot copy the chunks of dataset {src.name.lstrip('/')!r} ({exc})",
+            "the file may be damaged; use another copy",
+        ) from None
     return dst
