@@ -6,8 +6,12 @@ import json
 import subprocess
 import sys
 
+import h5py
+import numpy as np
 import pytest
 from conftest import FIXTURES, REAL, one_line_error, run_cli
+
+import ckpt_migrate as cm
 
 
 def test_help_does_not_import_torch():
@@ -106,3 +110,20 @@ def test_usage_error_exit_code():
 def test_upgrade_of_a_missing_file_is_bad_input(tmp_path):
     proc = run_cli("upgrade", str(tmp_path / "nope.mdl"), "--output-dir", str(tmp_path))
     one_line_error(proc, 2, "no such file")
+
+
+def test_names_from_files_never_reach_the_terminal_raw(tmp_path):
+    """A file or key name with terminal escapes is shown escaped, in results and in errors."""
+    evil = tmp_path / "\x1b]0;pwned\x07\x1b[2Jckpt.mdl"
+    proc = run_cli("inspect", evil)
+    line = one_line_error(proc, 2, "no such file")
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
+    assert "\\x1b]0;pwned\\x07" in line
+    src = tmp_path / "keys.mdl"
+    cm.save({"model": {"\x1b[31mred": np.zeros(2, np.float32)}}, src, "2.0")
+    with h5py.File(src, "r+") as f:  # a leaf the spec names but the file lacks
+        for name in [k for k in f if k.startswith("model.")]:
+            del f[name]
+    proc = run_cli("inspect", src)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\\x1b[31mred" in proc.stdout

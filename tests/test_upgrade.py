@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import h5py
@@ -722,3 +723,30 @@ def test_copy_patch_leaves_no_stray_datasets(tmp_path):
         leaves = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
         assert leaves["model.a.weight"] is leaves["model.b.weight"]
     assert_identical(src, out / src.name)
+
+
+def test_a_filesystem_that_reports_no_size_is_not_full(tmp_path, monkeypatch):
+    """ramfs (and some network filesystems) report 0 bytes in all; writes succeed anyway, so the
+    free space is unknown, not zero."""
+
+    def ramfs_usage(path):
+        return types.SimpleNamespace(total=0, used=0, free=0)
+
+    monkeypatch.setattr("ckpt_migrate.engine.plan.shutil.disk_usage", ramfs_usage)
+    res = upgrade(fixture("2.0", tmp_path / "in"), UpgradeOptions(output_dir=tmp_path))
+    assert res.status == "upgraded", res.error
+    assert commands.plan(tmp_path / "in" / "release-2.0.mdl")["free_available"] is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a ramfs needs root")
+def test_upgrade_onto_a_real_ramfs(tmp_path):
+    mnt = tmp_path / "ramfs"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "ramfs", "none", str(mnt)]).returncode != 0:
+        pytest.skip("this machine does not allow mounting a ramfs")
+    try:
+        proc = run_cli("upgrade", fixture("2.0", tmp_path / "in"), "--output-dir", mnt, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert only_result(proc)["status"] == "upgraded"
+    finally:
+        subprocess.run(["umount", str(mnt)])

@@ -9,6 +9,7 @@ traceback first; the exit code stays the same.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -23,8 +24,23 @@ EXIT_INTERNAL = 1
 EXIT_INTERRUPTED = 130
 
 
+# Control characters (ESC and the rest of C0/C1) and lone surrogates, which names taken from a
+# file may contain: printed raw they would drive the user's terminal.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def safe(text: str) -> str:
+    """``text`` with every control character and lone surrogate shown as an escape."""
+    return _UNPRINTABLE.sub(_escape, text)
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 256 else f"\\u{code:04x}"
+
+
 def echo(text: str, err: bool = False) -> None:
-    print(text, file=sys.stderr if err else sys.stdout, flush=True)
+    print(safe(text), file=sys.stderr if err else sys.stdout, flush=True)
 
 
 def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:

@@ -10,7 +10,7 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from ckpt_migrate.cli.console import echo
+from ckpt_migrate.cli.console import echo, safe
 
 if TYPE_CHECKING:
     from ckpt_migrate.config.upgrade import ConfigOutcome
@@ -27,7 +27,7 @@ def inspect(data: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console(highlight=False)
-    console.print(f"[bold]{data['path']}[/bold]")
+    console.print(f"[bold]{safe(data['path'])}[/bold]")
     console.print(
         f"release {data['release_label']}  format {data['format']}  "
         f"leaves {data['leaf_count']}  tensor bytes {data['tensor_bytes']:,}"
@@ -38,18 +38,18 @@ def inspect(data: dict[str, Any]) -> None:
             table.add_row(dtype, str(d["tensors"]), f"{d['bytes']:,}")
         console.print(table)
     for line in data["outline"]:
-        console.print(line, markup=False)
+        console.print(safe(line), markup=False)
     if data["missing"]:
         console.print(f"[yellow]missing leaves ({len(data['missing'])}):[/yellow]")
         for name in data["missing"]:
-            console.print(f"  {name}", markup=False)
+            console.print(f"  {safe(name)}", markup=False)
     if data["unreferenced_datasets"]:
         console.print(
             f"[yellow]datasets not named by the spec ({len(data['unreferenced_datasets'])}):"
             "[/yellow]"
         )
         for name in data["unreferenced_datasets"]:
-            console.print(f"  {name}", markup=False)
+            console.print(f"  {safe(name)}", markup=False)
 
 
 def from_torch(out: dict[str, Any]) -> None:
@@ -165,7 +165,7 @@ def dir_summary(entries: list[DirEntry], worst: int) -> None:
             if res.from_release == res.to_release:
                 release = res.to_release
         outcome = e.status + (f" ({e.action})" if e.action else "")
-        table.add_row(e.path.name, e.kind, outcome, release)
+        table.add_row(safe(e.path.name), e.kind, outcome, release)
     console = Console(highlight=False)
     console.print(table)
     counts = Counter(e.status for e in entries)

@@ -85,10 +85,7 @@ def make_plan(
     tgt = releases.get(target)
     hops = graph.load().path(src, tgt)
     out_dir = output_dir or ckpt.path.parent
-    try:
-        free = shutil.disk_usage(out_dir).free
-    except OSError:
-        free = None
+    free = free_space(out_dir)
 
     return Plan(
         source=ckpt.path,
@@ -114,3 +111,13 @@ def check(path: str | Path, target: str = "latest", source_release: str | None =
             "current": plan.current,
             "hops": [f"{h.source}→{h.target}" for h in plan.hops],
         }
+
+
+def free_space(directory: Path) -> int | None:
+    """Bytes free in ``directory``'s filesystem, or None when it does not say: ramfs and some
+    network filesystems report a size of 0, and writes to them succeed all the same."""
+    try:
+        usage = shutil.disk_usage(directory)
+    except OSError:
+        return None
+    return None if usage.total == 0 else usage.free
