@@ -120,6 +120,17 @@ def test_text_output_has_a_line_per_file_and_a_summary_table(tmp_path):
     assert text.rstrip().endswith("1 current, 2 upgraded, 1 left-alone; exit 0")
 
 
+def test_text_output_of_an_inplace_run_over_current_files(tmp_path):
+    """--inplace leaves a current file where it is: nothing is placed anywhere."""
+    md = tmp_path / "md"
+    md.mkdir()
+    shutil.copyfile(FIXTURES / "release-2.10.mdl", md / "checkpoint_5.mdl")
+    proc = run_cli("upgrade-dir", md, "--inplace")
+    assert proc.returncode == 0, proc.stderr
+    assert "checkpoint_5.mdl: already at 2.10; left alone" in proc.stdout
+    assert proc.stdout.rstrip().endswith("1 current; exit 0")
+
+
 def test_a_rerun_does_nothing_that_is_done(tmp_path):
     md = model_dir(tmp_path)
     out = tmp_path / "out"

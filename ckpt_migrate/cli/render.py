@@ -124,8 +124,7 @@ def upgrade_result(res: UpgradeResult) -> None:
     if res.status == "current":
         echo(f"{res.source}: already at {res.to_release}; left alone")
         return
-    if res.status == "planned":
-        assert res.plan is not None
+    if res.status == "planned" and res.plan is not None:
         plan(res.plan)
         return
     extra = f", backup {res.backup}" if res.backup else ""
@@ -139,12 +138,11 @@ def dir_entry(entry: DirEntry) -> None:
     res = entry.result
     if res is not None and entry.status in ("upgraded", "planned", "failed"):
         upgrade_result(res)
-    elif entry.status == "current":
-        assert res is not None and res.output is not None
-        where = f"; {entry.action} into {res.output.parent}" if entry.action else "; left alone"
+    elif entry.status == "current" and res is not None:
+        placed = entry.action and res.output is not None
+        where = f"; {entry.action} into {res.output.parent}" if placed else "; left alone"
         echo(f"{entry.path}: already at {res.to_release}{where}")
-    elif entry.status == "already-upgraded":
-        assert res is not None
+    elif entry.status == "already-upgraded" and res is not None:
         echo(f"{entry.path}: already upgraded to {res.to_release} in {res.output}")
     elif entry.status == "not-selected":
         echo(f"{entry.path}: left alone ({entry.reason})")

@@ -1,7 +1,8 @@
 """Console scripts ``tensorflow-to-h5`` and ``h5-to-tensorflow``, with the usage Cerebras documented
 (``tensorflow-to-h5 [-h] saver_path h5_path``, ``h5-to-tensorflow [-h] h5_path saver_path``).
 
-Thin like ``cli.main``: parse, call ``commands``, print with ``render``, as ``ckpt-migrate
+Thin like ``cli.main``: parse, call ``commands`` (through the package's lazy face, so that
+``--help`` loads neither h5py nor the engine), print with ``render``, as ``ckpt-migrate
 tf-to-h5``/``h5-to-tf`` do. Errors are one line with the README's exit codes; ``--debug`` shows the
 traceback.
 """
@@ -12,7 +13,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from ckpt_migrate.cli import commands, console, render
+from ckpt_migrate import cli
+from ckpt_migrate.cli import console, render
 
 _VERIFY_HELP = (
     "structure: names, dtypes and shapes re-read (default); full: also every tensor's sha256"
@@ -61,7 +63,7 @@ def tensorflow_to_h5(argv: list[str] | None = None) -> int:
 
     def go() -> None:
         with console.progress(enabled=not args.json) as progress:
-            data = commands.tf_to_h5(
+            data = cli.commands.tf_to_h5(
                 args.saver_path,
                 args.h5_path,
                 release=args.release,
@@ -106,7 +108,7 @@ def h5_to_tensorflow(argv: list[str] | None = None) -> int:
 
     def go() -> None:
         with console.progress(enabled=not args.json) as progress:
-            data = commands.h5_to_tf(
+            data = cli.commands.h5_to_tf(
                 args.h5_path,
                 args.saver_path,
                 shard_by=args.shard_by,
