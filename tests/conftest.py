@@ -4,8 +4,12 @@ and the one-line error check every error path is held to."""
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 from ckpt_migrate.format.read import read_checkpoint
@@ -26,6 +30,35 @@ def run_cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedP
         text=True,
         cwd=cwd,
     )
+
+
+def run_capped(
+    *args: str | Path, seconds: float = 30, script: str | None = None
+) -> tuple[subprocess.CompletedProcess, float]:
+    """``run_cli`` (or ``run_script`` when ``script`` names one) killed after ``seconds``; also
+    returns the process's own peak resident memory in MiB (from ``wait4``, not a sum)."""
+    head = [str(ROOT / "scripts" / script)] if script else ["-m", "ckpt_migrate"]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, *head, *map(str, args)],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+        )
+        timer = threading.Timer(seconds, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        assert proc.returncode != -signal.SIGKILL, f"{args} ran for more than {seconds} s"
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(
+            proc.args, proc.returncode, out.read().decode(), err.read().decode()
+        )
+    return done, usage.ru_maxrss / 1024
 
 
 def run_script(name: str, *args: str | Path) -> subprocess.CompletedProcess:

@@ -34,7 +34,6 @@ from ckpt_migrate.errors import (
     UnsafeContentError,
     UnsupportedContentError,
 )
-from ckpt_migrate.format.legacy import spec_decode
 from ckpt_migrate.format.legacy.spec_decode import (
     decode_spec,
     decode_spec_hex,
@@ -720,12 +719,25 @@ def test_random_garbage_and_mutations_only_raise_checkpoint_errors() -> None:
             assert "\n" not in str(exc)
 
 
-def test_a_memo_bomb_is_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spec_decode, "_MAX_NODES", 10_000)
+def test_a_memo_bomb_is_stopped_by_the_node_budget() -> None:
     assert len(_bomb(60)) < 8_000  # would expand to 2**61 nodes
-    with pytest.raises(CorruptCheckpointError, match="more than 10000 nodes"):
+    with pytest.raises(CorruptCheckpointError, match="more than 1,000,000 nodes"):
         decode_spec(_bomb(60))
     assert len(names(decode_spec(_bomb(8)))) == 2**8  # shared records are fine when small
+
+
+def _nested(depth: int) -> bytes:
+    body = LEAF
+    for _ in range(depth):
+        body = spec(load_type("dict"), lst(u("a")), [body])
+    return pkl(body)
+
+
+@pytest.mark.parametrize("depth", [101, 3000])
+def test_deep_nesting_is_stopped_by_the_depth_budget(depth: int) -> None:
+    with pytest.raises(CorruptCheckpointError, match="nested more than 100 deep"):
+        decode_spec(_nested(depth))
+    assert names(decode_spec(_nested(100))) == [".".join(["a"] * 100)]
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import h5py
 
 from ckpt_migrate.errors import CorruptCheckpointError
-from ckpt_migrate.format import provenance, releases
+from ckpt_migrate.format import budgets, provenance, releases
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5.boundary import check_self_contained
 from ckpt_migrate.format.h5.io import DAMAGED_HDF5, H5Handle, attr_text, damaged, open_read
@@ -34,7 +35,7 @@ def read_checkpoint(path: str | Path, *, release: str | None = None) -> Checkpoi
 
 
 def _read(p: Path, f: h5py.File, handle: H5Handle, release: str | None) -> Checkpoint:
-    check_self_contained(f, p)
+    data_bytes = check_self_contained(f, p)
     version = f.attrs.get("__version__")
     cstorch = f.attrs.get("__cstorch_version__")
     try:
@@ -66,6 +67,7 @@ def _read(p: Path, f: h5py.File, handle: H5Handle, release: str | None) -> Check
         root, unreferenced, warnings, tensor_scalar_dict = read_legacy.read(
             f, handle, detected.format
         )
+    budgets.check_declared(root, p, os.stat(p).st_size)
     return Checkpoint(
         root,
         detected,
@@ -75,4 +77,5 @@ def _read(p: Path, f: h5py.File, handle: H5Handle, release: str | None) -> Check
         warnings,
         tensor_scalar_dict,
         handle,
+        data_bytes,
     )

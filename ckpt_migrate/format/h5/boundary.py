@@ -14,11 +14,13 @@ plugins; LZ4 is registered by hdf5plugin itself).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import h5py
 
-from ckpt_migrate.errors import UnsafeContentError
+from ckpt_migrate.errors import CkptError, CorruptCheckpointError, UnsafeContentError
+from ckpt_migrate.format import budgets
 from ckpt_migrate.format.h5.io import DAMAGED_HDF5, damaged
 
 # The filters checkpoints use: LZ4 (hdf5plugin) and HDF5's built-in ones.
@@ -34,29 +36,32 @@ ALLOWED_FILTERS: dict[int, str] = {
 _FIX = "a checkpoint must hold all of its data itself; the file was not read"
 
 
-def check_self_contained(f: h5py.File, path: Path) -> None:
+def check_self_contained(f: h5py.File, path: Path) -> int:
     """Refuse a file with external or user-defined links, external raw storage, virtual
-    datasets or filters outside :data:`ALLOWED_FILTERS` (``UnsafeContentError``, exit 2).
+    datasets or filters outside :data:`ALLOWED_FILTERS` (``UnsafeContentError``), or with a
+    dataset declaring more bytes than it stores could expand to (``CorruptCheckpointError``,
+    ``format.budgets``); both exit 2.
 
     Links are inspected without being resolved; soft links stay inside the file and are
-    allowed. Metadata only: no tensor data is read."""
-    problems: list[tuple[str, str]] = []
+    allowed. Metadata only: no tensor data is read. Returns the bytes the datasets store."""
+    problems: list[CkptError] = []
+    stored = [0]
     broken: list[BaseException] = []
 
     def visit(name: bytes, info: h5py.h5l.LinkInfo) -> bool | None:
         where = "/" + name.decode("utf-8", "replace")
         if info.type == h5py.h5l.TYPE_EXTERNAL:
-            problems.append((where, "is an external link to another file"))
+            problems.append(_unsafe(path, where, "is an external link to another file"))
         elif info.type not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
-            problems.append((where, f"is a user-defined link (type {info.type})"))
+            problems.append(_unsafe(path, where, f"is a user-defined link (type {info.type})"))
         elif info.type == h5py.h5l.TYPE_HARD:
             try:
-                problem = _dataset_problem(f.id, name)
+                problem = _dataset_problem(f.id, name, path, where, stored)
             except DAMAGED_HDF5 as exc:  # raised out of HDF5's callback it would lose its type
                 broken.append(exc)
                 return True
             if problem is not None:
-                problems.append((where, problem))
+                problems.append(problem)
         return True if problems else None  # anything but None stops the visit
 
     try:
@@ -66,21 +71,38 @@ def check_self_contained(f: h5py.File, path: Path) -> None:
     if broken:
         raise damaged(path, broken[0])
     if problems:
-        where, problem = problems[0]
-        raise UnsafeContentError(path, f"dataset or link {where!r} {problem}", _FIX)
+        raise problems[0]
+    return stored[0]
 
 
-def _dataset_problem(root: h5py.h5g.GroupID, name: bytes) -> str | None:
+def _unsafe(path: Path, where: str, problem: str) -> UnsafeContentError:
+    return UnsafeContentError(path, f"dataset or link {where!r} {problem}", _FIX)
+
+
+def _dataset_problem(
+    root: h5py.h5g.GroupID, name: bytes, path: Path, where: str, stored: list[int]
+) -> CkptError | None:
     obj = h5py.h5o.open(root, name)
     if not isinstance(obj, h5py.h5d.DatasetID):
         return None
     dcpl = obj.get_create_plist()
     if dcpl.get_layout() == h5py.h5d.VIRTUAL:
-        return "is a virtual dataset over other files"
+        return _unsafe(path, where, "is a virtual dataset over other files")
     if dcpl.get_external_count():
-        return "stores its data in an external file"
+        return _unsafe(path, where, "stores its data in an external file")
     for i in range(dcpl.get_nfilters()):
         code = dcpl.get_filter(i)[0]
         if code not in ALLOWED_FILTERS:
-            return f"uses HDF5 filter {code}, which checkpoints do not use"
-    return None
+            return _unsafe(path, where, f"uses HDF5 filter {code}, which checkpoints do not use")
+    size = obj.get_storage_size()
+    stored[0] += size
+    space = obj.get_space()
+    if space.get_simple_extent_type() != h5py.h5s.SIMPLE:
+        return None
+    declared = math.prod(space.shape) * obj.get_type().get_size()
+    problem = budgets.dataset_problem(declared, size)
+    return (
+        None
+        if problem is None
+        else CorruptCheckpointError(path, f"dataset {where!r} {problem}", budgets.FIX)
+    )

@@ -23,6 +23,7 @@ from ckpt_migrate.errors import (
     UnsafeContentError,
     UnsupportedContentError,
 )
+from ckpt_migrate.format import budgets
 from ckpt_migrate.format.legacy.spec_unpickler import (
     BUILTIN_TYPES,
     DEFAULTDICT,
@@ -53,10 +54,6 @@ PathLike = str | Path | None
 Style = Literal["plain", "dataclass"]
 
 _CORRUPT_FIX = "the file is damaged, or its __spec__ was not written by cstorch"
-
-# A spec is a tree, but BINGET can make a small pickle describe an exponentially large DAG. Real
-# state dicts have well under a million spec nodes; this only stops such a bomb.
-_MAX_NODES = 5_000_000
 
 
 # --------------------------------------------------------------------------- results
@@ -92,74 +89,93 @@ class _Converter:
             "re-save the state dict with a dict or list in its place",
         )
 
-    def convert(self, rec: Any, at: tuple[Key, ...]) -> Node:
-        where = format_path(at)
+    def convert(self, rec: Any, at: tuple[Key, ...], name: str = "") -> Node:
+        """``name`` is ``at`` joined with dots (FORMAT.md §2.2), built as the walk descends."""
+        # A spec is a tree, but BINGET can make a small pickle describe an exponentially large
+        # DAG: the node budget is checked while expanding, and paths are formatted only for errors.
         if not isinstance(rec, SpecRecord) or not rec.built:
-            raise Malformed(f"{where} is {describe(rec)}, not a TreeSpec")
+            raise Malformed(f"{format_path(at)} is {describe(rec)}, not a TreeSpec")
         self.visited += 1
-        if self.visited > _MAX_NODES:
-            raise Malformed(f"the spec expands to more than {_MAX_NODES} nodes")
+        if self.visited > budgets.MAX_SPEC_NODES:
+            raise budgets.too_many_nodes(self.path)
+        if len(at) > budgets.MAX_DEPTH:
+            raise budgets.too_deep(self.path, format_path(at[: budgets.MAX_DEPTH]) + "...")
         children = rec.children
         if not isinstance(children, (list, tuple)):
-            raise Malformed(f"children_specs at {where} is {describe(children)}")
+            raise Malformed(f"children_specs at {format_path(at)} is {describe(children)}")
         typ = rec.type
         if typ is None:
             if children:
-                raise Malformed(f"the leaf spec at {where} has children")
-            return MissingLeaf(".".join(str(k) for k in at))
+                raise Malformed(f"the leaf spec at {format_path(at)} has children")
+            return MissingLeaf(name)
         if id(rec) in self.active:
-            raise Malformed(f"the spec at {where} contains itself")
+            raise Malformed(f"the spec at {format_path(at)} contains itself")
         self.active.add(id(rec))
         try:
-            return self._container(rec, typ, list(children), at)
+            return self._container(rec, typ, list(children), at, name)
         finally:
             self.active.discard(id(rec))
 
-    def _container(self, rec: SpecRecord, typ: Any, kids: list, at: tuple[Key, ...]) -> Node:
-        where = format_path(at)
+    def _container(
+        self, rec: SpecRecord, typ: Any, kids: list, at: tuple[Key, ...], name: str
+    ) -> Node:
         ctx = rec.context
         if typ is BUILTIN_TYPES["dict"] or typ is ORDERED_DICT or typ is TENSOR_SCALAR_DICT:
             if typ is TENSOR_SCALAR_DICT:
                 self.had_tensor_scalar_dict = True
             keys = self._keys(ctx, len(kids), at)
-            items = [(k, self.convert(c, (*at, k))) for k, c in zip(keys, kids, strict=True)]
+            items = [
+                (k, self.convert(c, (*at, k), _join(name, k)))
+                for k, c in zip(keys, kids, strict=True)
+            ]
             origin = "TensorScalarDict" if typ is TENSOR_SCALAR_DICT else None
             return DictNode(items, ordered=typ is ORDERED_DICT, origin=origin)
         for kind in ("list", "tuple", "set"):
             if typ is BUILTIN_TYPES[kind]:
                 # The context of these is None; nothing reads it, so it is not checked.
-                nodes = [self.convert(c, (*at, i)) for i, c in enumerate(kids)]
+                nodes = [self.convert(c, (*at, i), _join(name, i)) for i, c in enumerate(kids)]
                 return SeqNode(kind, nodes)  # type: ignore[arg-type]
         if typ is NAMEDTUPLE:
             if not isinstance(ctx, NamedTupleClass):
-                raise Malformed(f"the namedtuple at {where} has {describe(ctx)} as its class")
+                raise Malformed(
+                    f"the namedtuple at {format_path(at)} has {describe(ctx)} as its class"
+                )
             if len(ctx.fields) != len(kids):
                 raise Malformed(
-                    f"namedtuple {printable(ctx.name)} at {where} has {len(ctx.fields)} "
+                    f"namedtuple {printable(ctx.name)} at {format_path(at)} has {len(ctx.fields)} "
                     f"fields but {len(kids)} children"
                 )
-            nodes = [self.convert(c, (*at, i)) for i, c in enumerate(kids)]
+            nodes = [self.convert(c, (*at, i), _join(name, i)) for i, c in enumerate(kids)]
             return NamedTupleNode(ctx.name, ctx.fields, nodes)
         if typ is DEFAULTDICT:
             raise self.unsupported("collections.defaultdict", at)
         if typ is DEQUE:
             raise self.unsupported("collections.deque", at)
-        raise Malformed(f"the node type at {where} is {describe(typ)}")
+        raise Malformed(f"the node type at {format_path(at)} is {describe(typ)}")
 
     def _keys(self, ctx: Any, count: int, at: tuple[Key, ...]) -> list[Key]:
-        where = format_path(at)
         if not isinstance(ctx, (list, tuple)):
-            raise Malformed(f"the keys of the dict at {where} are {describe(ctx)}, not a list")
+            raise Malformed(
+                f"the keys of the dict at {format_path(at)} are {describe(ctx)}, not a list"
+            )
         if len(ctx) != count:
-            raise Malformed(f"the dict at {where} has {len(ctx)} keys but {count} children")
+            raise Malformed(
+                f"the dict at {format_path(at)} has {len(ctx)} keys but {count} children"
+            )
         seen: set[Key] = set()
         for key in ctx:
             if not isinstance(key, (str, int)):
-                raise Malformed(f"the dict at {where} has a key that is {describe(key)}")
+                raise Malformed(f"the dict at {format_path(at)} has a key that is {describe(key)}")
             if key in seen:
-                raise Malformed(f"the dict at {where} repeats the key {printable(repr(key))}")
+                raise Malformed(
+                    f"the dict at {format_path(at)} repeats the key {printable(repr(key))}"
+                )
             seen.add(key)
         return list(ctx)
+
+
+def _join(name: str, key: Key) -> str:
+    return f"{name}.{key}" if name else str(key)
 
 
 # --------------------------------------------------------------------------- decoding API

@@ -12,7 +12,7 @@ from typing import Any
 import h5py
 
 from ckpt_migrate.errors import CorruptCheckpointError, KeyCollisionError, UnsupportedContentError
-from ckpt_migrate.format import dtypes
+from ckpt_migrate.format import budgets, dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5.io import H5Handle, attr_bool, attr_text
 from ckpt_migrate.format.tree import (
@@ -47,6 +47,8 @@ def read(f: h5py.File, handle: H5Handle) -> tuple[Node, list[str], list[str]]:
     try:
         spec = json.loads(attr_text(f.attrs["__spec__"]))
         treespec = spec[1]
+    except RecursionError:
+        raise budgets.too_deep(path, "__spec__") from None
     except (KeyError, ValueError, TypeError, IndexError):
         raise CorruptCheckpointError(path, "format 0.5 file without a readable __spec__") from None
     root = treespec_json.parse(treespec, path)

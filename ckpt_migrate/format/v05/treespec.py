@@ -9,10 +9,12 @@ JSON: no module named in it is ever imported (torch's own decoder imports module
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
+from ckpt_migrate.format import budgets
 from ckpt_migrate.format.tree import (
     DictNode,
     MissingLeaf,
@@ -32,25 +34,45 @@ def parse(text: str, path: str | Path | None = None) -> Node:
     """The tree described by a treespec string; every leaf is a ``MissingLeaf`` named per §2.2."""
     try:
         proto, node = json.loads(text)
+    except RecursionError:
+        raise budgets.too_deep(path, "__spec__") from None
     except (ValueError, TypeError) as exc:
         raise CorruptCheckpointError(path, f"__spec__ treespec is not valid JSON ({exc})") from None
     if proto != PROTOCOL:
         raise UnsupportedContentError(
             path, f"treespec protocol {proto!r} is not supported (only {PROTOCOL})"
         )
-    root = _node(node, path)
+    root = _Parser(path).node(node, 0)
     return map_leaves(root, lambda ref: MissingLeaf(ref.name))
 
 
-def _node(obj: Any, path: str | Path | None) -> Node:
+class _Parser:
+    """JSON nodes to tree nodes, within the node and depth budgets."""
+
+    def __init__(self, path: str | Path | None):
+        self.path = path
+        self.visited = 0
+
+    def node(self, obj: Any, depth: int) -> Node:
+        self.visited += 1
+        if self.visited > budgets.MAX_SPEC_NODES:
+            raise budgets.too_many_nodes(self.path)
+        if depth > budgets.MAX_DEPTH:
+            raise budgets.too_deep(self.path, "__spec__")
+        return _node(obj, self.path, lambda kid: self.node(kid, depth + 1))
+
+
+def _node(obj: Any, path: str | Path | None, child: Callable[[Any], Node]) -> Node:
     if not isinstance(obj, dict) or "type" not in obj or "children_spec" not in obj:
         raise CorruptCheckpointError(path, "__spec__ treespec has a malformed node")
     kind, context, kids = obj["type"], obj.get("context"), obj["children_spec"]
+    if not isinstance(kids, list) or not (kind is None or isinstance(kind, str)):
+        raise CorruptCheckpointError(path, "__spec__ treespec has a malformed node")
     if kind is None:
         if kids:
             raise CorruptCheckpointError(path, "__spec__ treespec leaf has children")
         return MissingLeaf("")
-    items = [_node(k, path) for k in kids]
+    items = [child(k) for k in kids]
     if kind in ("builtins.dict", "collections.OrderedDict"):
         keys = _json_context(context, path)
         if not isinstance(keys, list) or len(keys) != len(items):

@@ -1,0 +1,90 @@
+"""Budgets: limits on what a file may declare, which no legitimate checkpoint comes near and a
+crafted one hits at once (README "The file is the whole world").
+
+A checkpoint's cost to read should follow its size on disk. Three things a file declares could
+break that, and each has a budget here:
+
+- **Spec nodes.** A pickle can reference one record many times, so a 17 KB legacy ``__spec__``
+  can describe a tree of 2^60 nodes. Real state dicts have thousands of leaves; the budget is a
+  million nodes after expansion, checked while expanding.
+- **Nesting depth.** Readers and writers walk the tree recursively; a spec nested a thousand
+  deep would end in ``RecursionError``. Real state dicts are under ten deep.
+- **Declared bytes.** A dataset's shape says how many bytes reading it produces. Stored bytes
+  expand at most by the compression ratio of a filter (deflate tops out near 1032:1, LZ4 near
+  255:1), so a tensor declaring more than :data:`MAX_EXPANSION` times its stored bytes (plus a
+  small slack for unwritten small datasets) was not written by a checkpoint writer, and reading
+  it would let a 6 KB file allocate gigabytes or a ``verify`` hash terabytes of fill value. The
+  same ratio bounds all tensors of the file together, constant (``full``) tensors included, so
+  ``to-torch``/``load`` cannot be made to materialise more than the file could hold.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.format.dtypes import by_name
+from ckpt_migrate.format.tree import FullTensorLeaf, Node, TensorLeaf, iter_leaves
+
+MAX_SPEC_NODES = 1_000_000
+MAX_DEPTH = 100
+MAX_EXPANSION = 1100
+DATASET_SLACK = 64 * 1024
+TOTAL_SLACK = 256 * 1024 * 1024
+
+FIX = "the file is damaged or was not written by a checkpoint writer"
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def too_deep(path: str | Path | None, where: str) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        path, f"the state tree is nested more than {MAX_DEPTH} deep at {where}", FIX
+    )
+
+
+def too_many_nodes(path: str | Path | None) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        path, f"the state tree expands to more than {MAX_SPEC_NODES:,} nodes", FIX
+    )
+
+
+def dataset_problem(declared: int, stored: int) -> str | None:
+    """Why a dataset declaring ``declared`` bytes with ``stored`` bytes on disk is refused."""
+    if declared <= stored * MAX_EXPANSION + DATASET_SLACK:
+        return None
+    return (
+        f"declares {human_bytes(declared)} but stores {human_bytes(stored)}, more than "
+        f"{MAX_EXPANSION}:1, which no compression reaches"
+    )
+
+
+def check_declared(root: Node, path: str | Path, file_size: int) -> None:
+    """Refuse a tree with a negative dimension, or whose tensors (stored and constant, each
+    object once) together declare more than the file could hold."""
+    declared = 0
+    seen: set[int] = set()
+    for ref in iter_leaves(root):
+        leaf = ref.leaf
+        if not isinstance(leaf, (TensorLeaf, FullTensorLeaf)) or id(leaf) in seen:
+            continue
+        seen.add(id(leaf))
+        if any(d < 0 for d in leaf.shape):
+            raise CorruptCheckpointError(
+                path, f"tensor {ref.name!r} has a negative dimension {list(leaf.shape)}", FIX
+            )
+        declared += math.prod(leaf.shape) * by_name(leaf.dtype).storage.itemsize
+    if declared > file_size * MAX_EXPANSION + TOTAL_SLACK:
+        raise CorruptCheckpointError(
+            path,
+            f"its tensors declare {human_bytes(declared)} in all, more than {MAX_EXPANSION} "
+            f"times the file's {human_bytes(file_size)}",
+            FIX,
+        )
