@@ -9,10 +9,13 @@ engine, ``upgrade-dir`` and the manager share.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
 import re
+import stat
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +31,60 @@ def temp_name(target: Path) -> Path:
     return target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
 
 
+def create_temp(target: Path) -> tuple[Path, int]:
+    """Create ``target``'s temporary file, empty, and take an exclusive flock on it; returns the
+    path and the descriptor that holds the lock (close it once the file is published or gone).
+    The lock marks the file as being written: ``remove_stale_temporaries`` leaves it alone, and
+    the kernel drops it when the writer dies, however it dies."""
+    tmp = temp_name(target)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        _cleanup(tmp)
+        raise
+    return tmp, fd
+
+
+# A writer's file is empty until it holds its lock: younger empty files may be being created.
+_CREATING_SECONDS = 10.0
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Remove the temporary files that killed writers of ``target`` left beside it, and return
+    them: files named as ``temp_name`` names them (of ``target`` or of its ``.pre-R.bak``
+    backup) that no live process holds the lock of. A live writer's file is never touched."""
+    pattern = re.compile(
+        re.escape(target.name) + r"(?:\.pre-\d+\.\d+\.bak)?\.[0-9a-f]{8}" + re.escape(TMP_SUFFIX)
+    )
+    try:
+        names = [n for n in os.listdir(target.parent) if pattern.fullmatch(n)]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        path = target.parent / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            st = os.fstat(fd)
+            creating = st.st_size == 0 and time.time() - st.st_mtime < _CREATING_SECONDS
+            if not creating and stat.S_ISREG(st.st_mode) and os.stat(path).st_ino == st.st_ino:
+                os.unlink(path)
+                removed.append(path)
+        except OSError:  # locked by a live writer, or gone meanwhile
+            pass
+        finally:
+            os.close(fd)
+    if removed:
+        fsync_dir(target.parent)
+    return removed
+
+
 def fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -39,6 +96,44 @@ def fsync_path(path: Path) -> None:
 def fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
         fsync_path(path)
+
+
+_FALLOC_FL_KEEP_SIZE = 1
+_libc: ctypes.CDLL | None = None
+
+
+def _fallocate(fd: int, mode: int, offset: int, length: int) -> None:
+    """``fallocate(2)``: no emulation by writing zeros (glibc's ``posix_fallocate`` does that
+    where the filesystem cannot allocate, which would cost a write of every block)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    if _libc.fallocate(fd, mode, offset, length) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def reserve(fd: int, size: int, total: int) -> None:
+    """Allocate the disk space a file of ``size`` bytes growing to ``total`` will need, now.
+
+    Blocks of ``[0, size)`` are allocated (holes a copy fills later included) and the growth up
+    to ``total`` is reserved past the end without changing the file's size, so a full disk is
+    met here, before HDF5 edits a byte: HDF5 meeting ENOSPC in the middle of a metadata edit has
+    crashed (SIGSEGV). Where the filesystem cannot allocate (tmpfs of old kernels, NFS v3, ZFS
+    before 2.2), the free space is checked instead. Raises ``OSError(ENOSPC)``."""
+    try:
+        if size:
+            _fallocate(fd, 0, 0, size)
+        if total > size:
+            _fallocate(fd, _FALLOC_FL_KEEP_SIZE, size, total - size)
+        return
+    except (OSError, AttributeError) as exc:
+        if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+    st = os.fstatvfs(fd)
+    if st.f_blocks and st.f_bavail * st.f_frsize < total - os.fstat(fd).st_blocks * 512:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def publish(tmp: Path, target: Path, *, replace: bool = False) -> None:
@@ -65,8 +160,9 @@ def publish(tmp: Path, target: Path, *, replace: bool = False) -> None:
 def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; publish it only if the block succeeds.
 
-    The block writes (and may verify) the temporary file; it is fsynced and moved into place on a
-    normal exit and removed on any exception.
+    The temporary file exists, empty and locked (``create_temp``); the block writes it (opening
+    it for writing truncates nothing but itself) and may verify it; it is fsynced and moved into
+    place on a normal exit and removed on any exception.
     """
     target = Path(target)
     if target.exists() and not replace:
@@ -75,7 +171,10 @@ def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path
         )
     if not target.parent.is_dir():
         raise UsageError(target, "its directory does not exist", "create it first")
-    tmp = temp_name(target)
+    try:
+        tmp, lock = create_temp(target)
+    except OSError as exc:
+        raise io_error(target, exc) from None
     try:
         yield tmp
         fsync_path(tmp)
@@ -89,6 +188,8 @@ def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path
     except BaseException:
         _cleanup(tmp)
         raise
+    finally:
+        os.close(lock)
 
 
 def io_error(target: Path, exc: OSError) -> CkptIOError:

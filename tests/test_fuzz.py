@@ -5,11 +5,17 @@ line; never an internal error, a signal, a hang, a leftover temporary or a chang
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import h5py
+import numpy as np
 import pytest
+from conftest import one_line_error, run_cli, sha256_file
+
+import ckpt_migrate as cm
 
 WORKER = Path(__file__).with_name("fuzz_worker.py")
 
@@ -31,3 +37,26 @@ def test_damaged_files_are_refused_cleanly(tmp_path, seed):
     assert got["refused"] > 50 and got["accepted"] > 20  # both outcomes are exercised
     assert got["slowest_s"] < 30
     assert got["peak_rss_mib"] < 1024
+
+
+def test_a_chunk_index_pointing_past_the_end_is_refused_before_copying(tmp_path):
+    """A crafted chunk address past the end of the file: the copy-patch would publish an output
+    whose chunk lands in the metadata written there. It is refused before the copy starts."""
+    src = tmp_path / "in" / "checkpoint_1.mdl"
+    src.parent.mkdir()
+    rng = np.random.default_rng(0)
+    weights = {f"w{i}": rng.random((256, 256), dtype=np.float32) for i in range(4)}
+    cm.save({"model": weights}, src, "2.0")
+    with h5py.File(src) as f:
+        chunks: list = []
+        f["model.w1"].id.chunk_iter(chunks.append)
+    data = bytearray(src.read_bytes())
+    at = data.index(struct.pack("<Q", chunks[-1].byte_offset))  # in a v1 B-tree node: no checksum
+    data[at : at + 8] = struct.pack("<Q", len(data) + 4096)
+    src.write_bytes(bytes(data))
+    digest = sha256_file(src)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_cli("upgrade", src, "--output-dir", out)
+    one_line_error(proc, 2, "'model.w1' lies past the end of the file", skip_warnings=True)
+    assert list(out.iterdir()) == [] and sha256_file(src) == digest

@@ -253,7 +253,10 @@ def test_inplace_upgrades_in_place_and_lists_backups_and_foreign_temporaries(tmp
     assert (md / "checkpoint_999.mdl.deadbeef.tmp").read_bytes() == b"a save in progress"
 
 
-def test_leftover_temporaries_are_removed_unless_an_upgrade_holds_the_source(tmp_path):
+def test_leftover_temporaries_are_removed_unless_a_live_writer_holds_them(tmp_path):
+    """A running upgrade locks its source and its temporary file; the temporary of a killed one
+    is unlocked. A live writer of another source with the same name (``held_elsewhere``: e.g.
+    ``upgrade other/checkpoint_200.mdl --output-dir out``) keeps its file too."""
     md = model_dir(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
@@ -263,16 +266,20 @@ def test_leftover_temporaries_are_removed_unless_an_upgrade_holds_the_source(tmp
     unrelated.write_bytes(b"not ours")
     held = out / "checkpoint_100.mdl.89abcdef.tmp"
     held.write_bytes(b"an upgrade is running")
-    fd = os.open(md / "checkpoint_100.mdl", os.O_RDONLY)
+    held_elsewhere = out / "checkpoint_200.mdl.fedcba98.tmp"
+    held_elsewhere.write_bytes(b"an upgrade of another checkpoint_200.mdl is running")
+    fds = [os.open(p, os.O_RDONLY) for p in (md / "checkpoint_100.mdl", held, held_elsewhere)]
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running `upgrade` holds
+        for fd in fds:  # what running upgrades hold
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
     got = entries(proc)
     assert ("checkpoint_200.mdl.0123abcd.tmp", "removed") in statuses(got)
     assert not stale.exists()
-    assert unrelated.exists() and held.exists()
+    assert unrelated.exists() and held.exists() and held_elsewhere.exists()
     info = by_name(got)
     assert info["checkpoint_100.mdl"]["status"] == "failed"
     assert "another ckpt-migrate process" in info["checkpoint_100.mdl"]["error"]

@@ -90,7 +90,7 @@ def plan(plan: dict) -> None:
         hop_lines(hop, "  ", show_state=True)
     free = plan["free_available"]
     echo(
-        f"  reads {plan['bytes_to_read']:,} bytes, writes {plan['bytes_to_write']:,} bytes; "
+        f"  reads {plan['bytes_to_read']:,} bytes, writes up to {plan['bytes_to_write']:,} bytes; "
         f"needs {plan['free_needed']:,} bytes free in {plan['output_dir']}"
         + (f" ({free:,} available)" if free is not None else "")
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,10 +23,10 @@ from typing import Any
 import h5py
 import xxhash
 
-from ckpt_migrate.atomic import temp_name
+from ckpt_migrate.atomic import create_temp, reserve
 from ckpt_migrate.engine.plan import Plan
-from ckpt_migrate.engine.splitcopy import Progress, SplitCopy, data_ranges
-from ckpt_migrate.errors import VerificationError
+from ckpt_migrate.engine.splitcopy import MIN_RANGE, Progress, SplitCopy, data_ranges
+from ckpt_migrate.errors import CorruptCheckpointError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
@@ -53,15 +54,16 @@ class Output:
     src: Path
     target: Path
     tmp: Path
+    lock: int  # the descriptor holding the temporary file's lock (atomic.create_temp)
     copier: SplitCopy | None = None
     digest: _Digest | None = None
 
     @classmethod
     def beside(cls, src: Path, target: Path) -> Output:
-        return cls(src, target, temp_name(target))
+        return cls(src, target, *create_temp(target))
 
-    def start_copy(self, *, direct: bool) -> SplitCopy:
-        self.copier = SplitCopy(self.src, self.tmp, direct=direct)
+    def start_copy(self, *, direct: bool, reserve: int) -> SplitCopy:
+        self.copier = SplitCopy(self.src, self.tmp, direct=direct, reserve=reserve)
         return self.copier
 
     def start_digest(self) -> _Digest:
@@ -69,13 +71,17 @@ class Output:
         return self.digest
 
     def abort(self) -> None:
-        """Stop both and remove the temporary file (idempotent; after a publish it is gone)."""
+        """Stop both, remove the temporary file and drop its lock (idempotent; after a publish
+        the file is gone)."""
         if self.copier is not None:
             self.copier.abort()
         if self.digest is not None:
             self.digest.cancelled.set()
         with contextlib.suppress(OSError):
             self.tmp.unlink()
+        if self.lock >= 0:
+            os.close(self.lock)
+            self.lock = -1
 
 
 @dataclass
@@ -98,9 +104,10 @@ def write(
     *,
     read_back: bool = False,
 ) -> Written:
-    """Write ``root`` to ``out.tmp`` and run ``check_metadata`` on it (before the bulk data of a
-    copy-patch has finished copying: the check must not read tensor data). ``read_back``: the
-    caller reads every tensor of the output next, so the copy keeps it in the page cache."""
+    """Write ``root`` to ``out.tmp`` and run ``check_metadata`` on it once every byte is in
+    place. ``read_back``: the caller reads every tensor of the output next, so the copy keeps it
+    in the page cache. The space the output may need (``plan.output_bytes``) is allocated before
+    HDF5 writes anything, so that a full disk is an ordinary error."""
     handle, tmp = ckpt.handle, out.tmp
     reused: dict[int, str] = {}  # id(leaf) -> its dataset in the source (each used once)
     taken: set[str] = set()
@@ -124,13 +131,14 @@ def write(
     extra = {PROVENANCE_ATTR: json.dumps(entries)}
     placed: dict[int, tuple[str, bool]] = {}
     if reused_bytes >= 0.5 * plan.file_bytes:
-        ranges = data_ranges(handle.dataset(name) for name in reused.values())
-        copier = out.start_copy(direct=not read_back)
+        spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
+        _check_inside(spans, plan, reused, handle)
+        ranges = [(a, b) for a, b in spans if b - a >= MIN_RANGE]
+        copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes)
         copier.restrict(ranges)
         written = Written("copy-patch", placed)
         _patch(tmp, root, plan.target_release, reused, placed, extra, progress)
         written.tensors = len(placed)
-        check_metadata(written)
         digest = copier.finish(progress)
     else:  # most of the data changes: write a new file instead
 
@@ -139,14 +147,34 @@ def write(
             return write_tensor(f, name, leaf)
 
         hashing = out.start_digest()
-        with h5root.create_file(tmp, exclusive=True) as f:
+        with h5root.create_file(tmp, exclusive=False) as f:  # the empty locked temporary
+            reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
             write_tree(f, root, plan.target_release, extra, _leaf_progress(root, progress), place)
         written = Written("rewrite", placed, len(placed))
-        check_metadata(written)
         digest = hashing.result()
+    check_metadata(written)
     record["source_xxh3_128"] = written.source_xxh3_128 = digest
     _set_root_attr(tmp, PROVENANCE_ATTR, json.dumps(entries))
     return written
+
+
+def _check_inside(
+    ranges: list[tuple[int, int]], plan: Plan, reused: dict[int, str], handle: Any
+) -> None:
+    """Every stored byte to copy lies inside the source. A chunk index pointing past its end
+    (a crafted or truncated file) would have the copy write over the metadata the patch
+    allocates there."""
+    if not ranges or ranges[-1][1] <= plan.file_bytes:
+        return
+    for name in reused.values():
+        spans = data_ranges([handle.dataset(name)], 0)
+        if spans and spans[-1][1] > plan.file_bytes:
+            raise CorruptCheckpointError(
+                plan.source,
+                f"the stored data of {name!r} lies past the end of the file "
+                f"(byte {spans[-1][1]:,} of {plan.file_bytes:,})",
+                "the file is truncated or damaged",
+            )
 
 
 PENDING_DIGEST = "0" * 32  # same length as the digest, which replaces it once computed

@@ -16,6 +16,8 @@ from ckpt_migrate.format.releases import Release
 from ckpt_migrate.hops import graph
 from ckpt_migrate.hops.hop import Hop
 
+HEADROOM = 1 << 20
+
 
 @dataclass
 class Plan:
@@ -37,9 +39,18 @@ class Plan:
     def bytes_to_read(self) -> int:
         return 0 if self.current else self.file_bytes
 
+    metadata_bytes: int = 0  # the part of the file that is not dataset storage
+
+    @property
+    def output_bytes(self) -> int:
+        """An upper bound of the output's size: the source plus room for its metadata twice over
+        (the target's tree is written anew beside the old one, which stays as free space) and a
+        fixed margin. Outputs measured 3-17 % larger than their sources, all metadata."""
+        return self.file_bytes + 2 * self.metadata_bytes + HEADROOM
+
     @property
     def bytes_to_write(self) -> int:
-        return 0 if self.current else self.file_bytes
+        return 0 if self.current else self.output_bytes
 
     @property
     def free_needed(self) -> int:
@@ -86,17 +97,18 @@ def make_plan(
     hops = graph.load().path(src, tgt)
     out_dir = output_dir or ckpt.path.parent
     free = free_space(out_dir)
-
+    file_bytes = ckpt.path.stat().st_size
     return Plan(
         source=ckpt.path,
         source_release=src,
         target_release=tgt,
         hops=hops,
-        file_bytes=ckpt.path.stat().st_size,
+        file_bytes=file_bytes,
         tensor_bytes=report(ckpt)["tensor_bytes"],
         output_dir=out_dir,
         free_bytes=free,
         inputs_given=dict(inputs or {}),
+        metadata_bytes=max(0, file_bytes - ckpt.data_bytes),
     )
 
 

@@ -29,6 +29,8 @@ from pathlib import Path
 import h5py
 import xxhash
 
+from ckpt_migrate import atomic
+
 Progress = Callable[[str, int, int], None]
 BLOCK = 64 << 20
 MIN_RANGE = 64 << 10  # smaller data ranges travel with the metadata
@@ -81,7 +83,8 @@ def complement(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]
 
 
 class SplitCopy:
-    """Copy ``src`` to a new file ``dst`` in a worker process, in two phases.
+    """Copy ``src`` to ``dst`` (an empty temporary file from ``atomic.create_temp``) in a worker
+    process, in two phases.
 
     The worker (``_copyworker.py``: a process, so that it never waits for this interpreter's
     lock) starts copying every byte in order at once. ``restrict(ranges)`` then tells it to copy
@@ -91,7 +94,9 @@ class SplitCopy:
     ``direct=False`` keeps the copy in the page cache (for a caller that reads it all next).
     """
 
-    def __init__(self, src: Path, dst: Path, *, direct: bool = True) -> None:
+    def __init__(self, src: Path, dst: Path, *, direct: bool = True, reserve: int = 0) -> None:
+        """``reserve``: the size ``dst`` may grow to while its metadata is edited, allocated
+        before the copy starts (``atomic.reserve``)."""
         self.src, self.dst = src, dst
         self.size = src.stat().st_size
         self.boundary: int | None = None  # every byte before it was copied in order
@@ -102,12 +107,13 @@ class SplitCopy:
         self._proc: subprocess.Popen[str] | None = None
         self.fd_in = os.open(src, os.O_RDONLY)
         try:
-            self.fd_out = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            self.fd_out = os.open(dst, os.O_RDWR | os.O_NOFOLLOW)
         except BaseException:
             os.close(self.fd_in)
             raise
         try:
             os.ftruncate(self.fd_out, self.size)
+            atomic.reserve(self.fd_out, self.size, reserve)
             worker = Path(__file__).with_name("_copyworker.py")
             argv = [sys.executable, "-I", "-S", str(worker)]
             argv += [str(self.fd_in), str(self.fd_out), str(self.size), str(BLOCK), _XXHASH_DIR]

@@ -20,6 +20,7 @@ from ckpt_migrate.atomic import (
     io_error,
     link_or_copy,
     publish,
+    remove_stale_temporaries,
     same_file,
 )
 from ckpt_migrate.engine.copypatch import Output, Written, write
@@ -172,11 +173,15 @@ def _upgrade_locked(
                 "free disk space or choose another --output-dir",
             )
         backup = _backup_path(src, plan.source_release) if opts.inplace else None
+        stale = [
+            f"removed {p.name}, a temporary file an interrupted run left"
+            for p in remove_stale_temporaries(target)
+        ]
         out = Output.beside(src, target)
         tmp = out.tmp
         try:
             ctx = apply_hops(ckpt, plan, opts, family)
-            result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings
+            result.changes, result.warnings = ctx.changes, stale + ctx.warnings + ckpt.warnings
             out_root, notes = prepare(
                 ctx.root, plan.target_release, allow_missing=opts.allow_missing, path=src
             )

@@ -18,9 +18,10 @@ A rerun does only what is left:
   link an interrupted run left.
 
 Temporary files an interrupted upgrade of one of these checkpoints left (``<name>.<8 hex>.tmp``
-in the directory written to) are removed, but only while holding the engine's lock on the
-source, which no running upgrade holds; every other temporary file is listed and left alone (it
-may be a save in progress). Two ``upgrade-dir`` runs writing into the same directory are refused.
+in the directory written to) are removed, but only those no live writer holds the lock of
+(``atomic.remove_stale_temporaries``: an upgrade or save in progress, of this source or of
+another with the same name, keeps its file); every other temporary file is listed and left
+alone. Two ``upgrade-dir`` runs writing into the same directory are refused.
 """
 
 from __future__ import annotations
@@ -36,10 +37,15 @@ from typing import Any, Literal
 
 import h5py
 
-from ckpt_migrate.atomic import exclusive_lock, fsync_dir, io_error, link_or_copy
+from ckpt_migrate.atomic import (
+    exclusive_lock,
+    io_error,
+    link_or_copy,
+    remove_stale_temporaries,
+)
 from ckpt_migrate.engine.copypatch import file_digest
 from ckpt_migrate.engine.splitcopy import Progress
-from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, lock_source, upgrade
+from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, upgrade
 from ckpt_migrate.errors import CkptError, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
@@ -271,29 +277,9 @@ def _place_current(src: Path, out: Path) -> str:
 
 
 def _remove_leftovers(src: Path, work_dir: Path) -> list[Path]:
-    """Remove the temporary files an interrupted upgrade of ``src`` left in ``work_dir``.
-
-    Only names the engine gives its temporary files (the output or the backup name, then
-    ``.<8 hex>.tmp``), and only while holding the engine's lock on ``src``: a running upgrade
-    holds it, so its files are never touched."""
-    leftover = re.compile(
-        re.escape(src.name) + r"(?:\.pre-\d+\.\d+\.bak)?\.[0-9a-f]{8}" + re.escape(TEMP_SUFFIX)
-    )
-    candidates = [p for p in _listdir(work_dir) if leftover.fullmatch(p.name) and p.is_file()]
-    if not candidates:
-        return []
-    removed = []
-    try:
-        with lock_source(src):
-            for path in candidates:
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-                    removed.append(path)
-    except CkptError:
-        return removed  # being upgraded by another process: the upgrade will say so
-    if removed:
-        fsync_dir(work_dir)
-    return removed
+    """Remove the temporary files killed upgrades of ``src`` left in ``work_dir`` (never those of
+    a live writer: ``atomic.remove_stale_temporaries``)."""
+    return remove_stale_temporaries(work_dir / src.name)
 
 
 # --------------------------------------------------------------------------- the directory
