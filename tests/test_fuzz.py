@@ -60,3 +60,17 @@ def test_a_chunk_index_pointing_past_the_end_is_refused_before_copying(tmp_path)
     proc = run_cli("upgrade", src, "--output-dir", out)
     one_line_error(proc, 2, "'model.w1' lies past the end of the file", skip_warnings=True)
     assert list(out.iterdir()) == [] and sha256_file(src) == digest
+
+
+def test_an_attribute_of_a_type_checkpoints_never_use_is_refused_unread(tmp_path):
+    """A variable-length sequence where a string belongs (seen in fuzzed files: reading it
+    crashed HDF5) is refused by the boundary walk, which reads only its type."""
+    src = tmp_path / "odd.mdl"
+    cm.save({"model": {"w": np.arange(4.0)}, "step": 1}, src, "2.0")
+    with h5py.File(src, "r+") as f:
+        del f["model.w"].attrs["__H5_TYPE__"]
+        value = np.empty((), dtype=object)
+        value[()] = np.arange(3, dtype=np.int32)
+        f["model.w"].attrs.create("__H5_TYPE__", value, dtype=h5py.vlen_dtype(np.int32))
+    proc = run_cli("inspect", src)
+    one_line_error(proc, 2, "attribute '__H5_TYPE__' of '/model.w'", "type class vlen")

@@ -35,12 +35,21 @@ ALLOWED_FILTERS: dict[int, str] = {
 }
 _FIX = "a checkpoint must hold all of its data itself; the file was not read"
 
+# The HDF5 type classes of checkpoint datasets and attributes: numbers, strings (fixed and
+# variable-length), bool (an enum) and pickled bytes (opaque). Anything else, a variable-length
+# sequence above all, is damage, and reading it has crashed HDF5 (SIGSEGV) on fuzzed files.
+ALLOWED_TYPE_CLASSES = frozenset(
+    {h5py.h5t.INTEGER, h5py.h5t.FLOAT, h5py.h5t.STRING, h5py.h5t.ENUM, h5py.h5t.OPAQUE}
+)
+_CLASS_NAMES = {2: "time", 4: "bitfield", 6: "compound", 7: "reference", 9: "vlen", 10: "array"}
+
 
 def check_self_contained(f: h5py.File, path: Path) -> int:
     """Refuse a file with external or user-defined links, external raw storage, virtual
     datasets or filters outside :data:`ALLOWED_FILTERS` (``UnsafeContentError``), or with a
-    dataset declaring more bytes than it stores could expand to (``CorruptCheckpointError``,
-    ``format.budgets``); both exit 2.
+    dataset declaring more bytes than it stores could expand to (``format.budgets``) or a
+    dataset or attribute of a type class outside :data:`ALLOWED_TYPE_CLASSES`
+    (``CorruptCheckpointError``); both exit 2.
 
     Links are inspected without being resolved; soft links stay inside the file and are
     allowed. Metadata only: no tensor data is read. Returns the bytes the datasets store."""
@@ -65,7 +74,11 @@ def check_self_contained(f: h5py.File, path: Path) -> int:
         return True if problems else None  # anything but None stops the visit
 
     try:
-        f.id.links.visit(visit, info=True)
+        root_problem = _attributes_problem(f.id, path, "/")
+        if root_problem is not None:
+            problems.append(root_problem)
+        else:
+            f.id.links.visit(visit, info=True)
     except DAMAGED_HDF5 as exc:
         broken.append(exc)
     if broken:
@@ -73,6 +86,25 @@ def check_self_contained(f: h5py.File, path: Path) -> int:
     if problems:
         raise problems[0]
     return stored[0]
+
+
+def _attributes_problem(obj: h5py.h5o.ObjectID, path: Path, where: str) -> CkptError | None:
+    for i in range(h5py.h5a.get_num_attrs(obj)):
+        attr = h5py.h5a.open(obj, index=i)
+        tid = attr.get_type()
+        if tid.get_class() not in ALLOWED_TYPE_CLASSES:
+            name = attr.get_name().decode("utf-8", "replace")
+            return _odd_type(path, f"attribute {name!r} of {where!r}", tid)
+    return None
+
+
+def _odd_type(path: Path, what: str, tid: h5py.h5t.TypeID) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        path,
+        f"{what} is of HDF5 type class {_CLASS_NAMES.get(tid.get_class(), tid.get_class())}, "
+        "which checkpoints do not use",
+        budgets.FIX,
+    )
 
 
 def _unsafe(path: Path, where: str, problem: str) -> UnsafeContentError:
@@ -83,8 +115,11 @@ def _dataset_problem(
     root: h5py.h5g.GroupID, name: bytes, path: Path, where: str, stored: list[int]
 ) -> CkptError | None:
     obj = h5py.h5o.open(root, name)
-    if not isinstance(obj, h5py.h5d.DatasetID):
-        return None
+    problem = _attributes_problem(obj, path, where)
+    if problem is not None or not isinstance(obj, h5py.h5d.DatasetID):
+        return problem
+    if obj.get_type().get_class() not in ALLOWED_TYPE_CLASSES:
+        return _odd_type(path, f"dataset {where!r}", obj.get_type())
     dcpl = obj.get_create_plist()
     if dcpl.get_layout() == h5py.h5d.VIRTUAL:
         return _unsafe(path, where, "is a virtual dataset over other files")
