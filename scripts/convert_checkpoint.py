@@ -194,6 +194,7 @@ def convert(args: argparse.Namespace) -> int:
             "model": args.model,
             "config": config_data,
             **({"drop_unmatched_keys": True} if args.drop_unmatched_keys else {}),
+            **({"drop_orphan_sparsity": True} if args.drop_orphan_sparsity else {}),
         },
     )
     with console.progress(enabled=not args.no_progress_bar) as progress:
@@ -337,6 +338,12 @@ def create_arg_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Drop model keys that are not in the model's key tables (each is reported). "
         "Default: keep them unchanged and list them",
+    )
+    conv.add_argument(
+        "--drop-orphan-sparsity",
+        action="store_true",
+        help="2.1 → 2.2: drop per-weight sparsity state 2.2 cannot hold (a mask whose weight "
+        "the model lacks; Model Zoo drops it silently), each reported. Default: refuse",
     )
     conv.add_argument("--no-progress-bar", action="store_true", help="Disable the progress bar")
     conv.add_argument(
