@@ -36,7 +36,13 @@ from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
 from ckpt_migrate.hops import graph
 from ckpt_migrate.models.keys import KeyRename
-from ckpt_migrate.models.names import ALIASES, FAMILIES, canonical_family
+from ckpt_migrate.models.names import (
+    KEYLESS,
+    MODEL_NAMES,
+    MODELZOO_NAMES,
+    canonical_family,
+    resolve_name,
+)
 
 FORMAT_RE = re.compile(r"cs-(\d+)\.(\d+)(?:\.\d+)?")
 EXTENSIONS_RE = re.compile(r"(?:\.[A-Za-z]+)+$")
@@ -239,27 +245,46 @@ def convert_config(args: argparse.Namespace) -> int:
 
 
 def list_converters(args: argparse.Namespace) -> int:
-
-    wanted = None if args.model in ("all", None) else canonical_family(args.model)[0]
+    """Every Model Zoo 2.10 model name (or the one asked for), its family and registry name,
+    and unless ``--hide-notes`` the key renames of every hop for it."""
     first, last = releases.RELEASES[0].name, releases.LATEST.name
     span = f"cs-{first} … cs-{last}: any release to any newer one, in one run"
-    for family in FAMILIES:
-        if wanted is not None and family != wanted:
-            continue
-        aliases = [a for a, f in ALIASES.items() if f == family]
-        print(f"{family}" + (f" (also: {', '.join(aliases)})" if aliases else ""))
-        print(f"  {span}")
+    entries = _listed(args.model)
+    for name, family, registry, headless, since in entries:
+        what = f"{family} family" + (", without lm_head" if headless else "")
+        print(f"{name}: {what}; Model Zoo registry name {registry or '(none)'}")
+        print(f"  {span}" + (f" (Model Zoo 2.10: from cs-{since})" if since else ""))
         if args.hide_notes:
             continue
-        for hop, rules in key_rules(family):
-            for rule in rules:
+        rules = key_rules(family)
+        for hop, hop_rules in rules:
+            for rule in hop_rules:
                 print(f"  {hop}: {rule.old} → {rule.new} ({rule.why})")
+        if family in KEYLESS:
+            print("  no model key changes at any hop (Model Zoo: fallback converters only)")
+    if args.model in ("all", None):
+        more = [n for n in MODEL_NAMES if n not in {m.name.lower() for m in MODELZOO_NAMES}]
+        print(f"{len(MODELZOO_NAMES)} Model Zoo names; also accepted: {', '.join(more)}")
     if not args.hide_notes:
         print(
             "every model: 1.x tied weights restored and LR-scheduler last_epoch fixed (1.9→2.0), "
             "sparsity masks moved into the model (2.1→2.2), configs upgraded hop by hop"
         )
     return 0
+
+
+def _listed(model: str | None) -> list[tuple[str, str, str | None, bool, str | None]]:
+    """(name, family, registry name, headless, Model Zoo's oldest release) of the names to
+    list."""
+    key = None if model in ("all", None) else model.strip().lower()
+    if key is not None:
+        family, registry = resolve_name(key)
+    found = [
+        (m.name, m.family, m.registry, m.headless, m.modelzoo_from)
+        for m in MODELZOO_NAMES
+        if key is None or m.name.lower() == key
+    ]
+    return found if found or key is None else [(key, family, registry, False, None)]
 
 
 def key_rules(family: str) -> list[tuple[str, list[Any]]]:
@@ -397,8 +422,8 @@ def _model_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         required=True,
-        help="Model name (gpt2, gptj, gpt-neox, codegen, llama, bloom, falcon, bert, t5 or an "
-        "alias; see list-converters)",
+        help="Model name, as Model Zoo's converter names it (gpt2, llama, mistral, starcoder, "
+        "gpt2-headless, ...: every one of its 54; see list-converters)",
     )
 
 

@@ -291,19 +291,21 @@ def test_convert_config(tmp_path):
 def test_list_converters():
     proc = script("list-converters", "gpt2")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("gpt2 (also: gpt3)\n")  # one name table: gpt3 is gpt2
-    assert "cs-1.7 … cs-2.10" in proc.stdout
+    assert proc.stdout.startswith("gpt2: gpt2 family; Model Zoo registry name gpt2\n")
+    assert "cs-1.7 … cs-2.10" in proc.stdout and "(Model Zoo 2.10: from cs-1.8)" in proc.stdout
     assert (
         "2.0→2.1: embedding_layer.position_embeddings.weight → "
         "embedding_layer.position_embeddings.embed.weight" in proc.stdout
     )
     proc = script("list", "code-llama", "--hide-notes")
-    assert proc.returncode == 0 and proc.stdout.startswith("llama (also: llamav2")
+    assert proc.returncode == 0 and proc.stdout.startswith("code-llama: llama family;")
     assert "2.0→2.1" not in proc.stdout
+    proc = script("list", "gpt3", "--hide-notes")  # one name table: gpt3 is gpt2
+    assert proc.returncode == 0 and proc.stdout.startswith("gpt3: gpt2 family;")
     proc = script("list-converters")
     for family in ("gpt2", "gptj", "gpt-neox", "codegen", "llama", "bloom", "falcon", "bert"):
-        assert f"\n{family}" in "\n" + proc.stdout
-    assert "t5 (also: transformer, ul2, flan-ul2)" in proc.stdout
+        assert f"\n{family}: {family} family" in "\n" + proc.stdout
+    assert "transformer: t5 family; Model Zoo registry name transformer" in proc.stdout
     one_line_error(script("list-converters", "gpt5"), 2, "unknown model", skip_warnings=True)
 
 
