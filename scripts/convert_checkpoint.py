@@ -189,6 +189,13 @@ def convert(args: argparse.Namespace) -> int:
     if from_release == tgt.name:
         print(f"{src}: already at release {tgt.name}; nothing to convert")
         return 0
+    side_files = dataloader_inputs(config, config_data)
+    if side_files and releases.get(from_release).version >= releases.get("2.0").version:
+        print(
+            f"{config}: cerebras.save_iter_state_path ignored: release {from_release} keeps the "
+            "dataloader state in the checkpoint (1.9 side files only matter for 1.9 → 2.0)"
+        )
+        side_files = {}
     ckpt_out = _output_dir(args.output_dir, src.parent) / output_name(src, tgt, ".mdl")
     config_out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
     _refuse_existing(ckpt_out, config_out)
@@ -201,6 +208,7 @@ def convert(args: argparse.Namespace) -> int:
             "config": config_data,
             **({"drop_unmatched_keys": True} if args.drop_unmatched_keys else {}),
             **({"drop_orphan_sparsity": True} if args.drop_orphan_sparsity else {}),
+            **side_files,
         },
     )
     with console.progress(enabled=not args.no_progress_bar) as progress:
@@ -220,6 +228,40 @@ def convert(args: argparse.Namespace) -> int:
         print(line)
     print(f"Config saved to {config_out}")
     return 0
+
+
+# train_input.data_processor -> the 2.0 dataloader style its 1.9 side files become
+DATALOADER_TYPES = {"GptHDF5DataProcessor": "iterable", "GptHDF5MapDataProcessor": "map"}
+
+
+def dataloader_inputs(config_path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """The 1.9 dataloader side files a config names, as the engine's inputs.
+
+    Model Zoo's ``convert`` reads them from the config being converted: the directory
+    ``cerebras.save_iter_state_path`` and the style from ``train_input.data_processor``
+    (``GptHDF5DataProcessor``: iterable, ``GptHDF5MapDataProcessor``: map, anything else an
+    error): tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/
+    base_converter.py``, ``BaseCheckpointConverter_CS_CS.pre_checkpoint_convert``, lines
+    716-742. Unlike Model Zoo, which always writes seed 0, a map-style seed comes from
+    ``train_input.shuffle_seed`` and is never guessed (the 1.9 → 2.0 step). A relative path is
+    taken from the current directory, as Model Zoo takes it.
+    """
+    cerebras = config.get("cerebras")
+    directory = cerebras.get("save_iter_state_path") if isinstance(cerebras, dict) else None
+    if not directory:
+        return {}
+    train = config.get("train_input")
+    processor = train.get("data_processor") if isinstance(train, dict) else None
+    kind = DATALOADER_TYPES.get(str(processor))
+    if kind is None:
+        raise UsageError(
+            config_path,
+            f"cerebras.save_iter_state_path is set but train_input.data_processor is "
+            f"{processor!r}, so the dataloader style is unknown",
+            "set train_input.data_processor to GptHDF5DataProcessor (iterable) or "
+            "GptHDF5MapDataProcessor (map), or remove save_iter_state_path",
+        )
+    return {"data_iter_dir": Path(str(directory)), "dataloader_type": kind}
 
 
 def convert_config(args: argparse.Namespace) -> int:
