@@ -20,6 +20,8 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
+import re
+
 from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import is_map, is_seq, new_map, new_seq, put, rename, take
 from ckpt_migrate.errors import UnsupportedContentError
@@ -36,6 +38,9 @@ CHANGES = ()
 MASK_SUFFIX = "_mask"
 
 
+DROP_OPTION = "--drop-orphan-sparsity"
+
+
 def move_sparsity_masks(ctx: StepContext) -> None:
     """Move sparsity masks from the optimizer's sparsity state into the model as ``<w>_mask``.
 
@@ -45,15 +50,20 @@ def move_sparsity_masks(ctx: StepContext) -> None:
     hook reads: ``optimizer.sparsity = {state: {<model key>: {mask, …}}, step,
     param_groups: [{param_names: [...], sparsity: {step}, …}]}`` → ``model[<key>_mask]`` (placed
     right after its weight, the tensor itself moved, not copied), ``sparsity.step`` and
-    ``sparsity.sparsity = {<name>: {index: <group step>}}``.
-    Nothing is dropped silently (the hook drops masks whose weight it cannot find): a mask
-    whose weight is not in the model, and any other per-weight tensor, stays in
-    ``optimizer.sparsity`` with a warning; group settings that 2.2 reads from the config are
-    reported with their values as they are removed. Applies to every model family.
-    Source: MODELZOO_HISTORY.md §0 (2.1→2.2 row), §3.8 ("HEAD additions in the CS↔CS base-class
-    hooks": ``f1fd1e0:src/cerebras/modelzoo/tools/checkpoint_converters/base_converter.py``
-    ``BaseCheckpointConverter_CS_CS.post_checkpoint_convert``), §4.3 (strict 2.3+ loading needs
-    a ``<w>_mask`` key in ``model``).
+    ``sparsity.sparsity = {<name>: {index: <group step>}}``; ``optimizer.sparsity`` is removed.
+    Per-weight state 2.2 has no place for (a mask whose weight is not in the model, a weight
+    without a mask, other per-weight tensors) is refused unless ``--drop-orphan-sparsity``
+    drops it, each entry reported: Model Zoo's hook drops it silently, and keeping it in
+    ``optimizer.sparsity`` makes the next release's converter fail (its same hook reads
+    ``optimizer.sparsity.param_groups``, which such a leftover lacks: Model Zoo tag
+    Release_2.3.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/base_converter.py``
+    lines 797 and 812; the same lines are 796/811 at Release_2.2.0, 815/830 at
+    Release_2.10.0). Group settings that 2.2 reads from the config are reported with their
+    values as they are removed. Applies to every model family. Source: MODELZOO_HISTORY.md §0
+    (2.1→2.2 row), §3.8 ("HEAD additions in the CS↔CS base-class hooks":
+    ``f1fd1e0:src/cerebras/modelzoo/tools/checkpoint_converters/base_converter.py``
+    ``BaseCheckpointConverter_CS_CS.post_checkpoint_convert``), §4.3
+    (strict 2.3+ loading needs a ``<w>_mask`` key in ``model``).
     """
     root = ctx.root
     optimizer = root.get("optimizer") if isinstance(root, DictNode) else None
@@ -71,25 +81,13 @@ def move_sparsity_masks(ctx: StepContext) -> None:
             "'sparsity' state",
             "upgrade the checkpoint as it was saved, not a partly converted one",
         )
+    _refuse_orphans(ctx, state, [k for k, _ in model.items])
     keys = [k for k, _ in model.items]
-    kept: list[tuple[Key, Node]] = []
     for weight, per_weight in list(state.items):
         name = _model_key(weight, keys)
         mask = per_weight.get("mask") if isinstance(per_weight, DictNode) else None
-        if name is None or mask is None:
-            kept.append((weight, per_weight))
-            why = "no 'mask' in its state" if mask is None else "its weight is not in the model"
-            ctx.warn(f"optimizer.sparsity.state.{weight}: kept in the optimizer ({why})")
-            continue
-        _insert_mask(ctx, model, name, mask)
-        rest = [(k, v) for k, v in per_weight.items if k != "mask"]  # type: ignore[union-attr]
-        if rest:
-            kept.append((weight, DictNode(rest)))
-            ctx.warn(
-                f"optimizer.sparsity.state.{weight}: "
-                f"{', '.join(str(k) for k, _ in rest)} kept in the optimizer (2.2 has no place "
-                "for it)"
-            )
+        if name is not None and mask is not None:
+            _insert_mask(ctx, model, name, mask)
     step = sparsity.get("step")
     new_state = DictNode([("step", step)] if step is not None else [])
     schedule = _schedule(sparsity)
@@ -102,11 +100,45 @@ def move_sparsity_masks(ctx: StepContext) -> None:
         + ")"
     )
     _report_settings(ctx, sparsity)
-    if kept:
-        optimizer.set("sparsity", DictNode([("state", DictNode(kept))]))
-    else:
-        optimizer.pop("sparsity")
-        ctx.changed("optimizer.sparsity: removed (everything moved)")
+    optimizer.pop("sparsity")
+    ctx.changed("optimizer.sparsity: removed (2.2 has no optimizer sparsity state)")
+
+
+def _orphans(state: DictNode, keys: list[Key]) -> list[tuple[str, str]]:
+    """``(place, why)`` of every per-weight entry 2.2 has no place for."""
+    out = []
+    for weight, per_weight in state.items:
+        mask = per_weight.get("mask") if isinstance(per_weight, DictNode) else None
+        if mask is None:
+            out.append((f"optimizer.sparsity.state.{weight}", "no 'mask' in its state"))
+        elif _model_key(weight, keys) is None:
+            out.append((f"optimizer.sparsity.state.{weight}", "its weight is not in the model"))
+        else:
+            assert isinstance(per_weight, DictNode)
+            out.extend(
+                (f"optimizer.sparsity.state.{weight}.{k}", "2.2 keeps only the mask")
+                for k, _ in per_weight.items
+                if k != "mask"
+            )
+    return out
+
+
+def _refuse_orphans(ctx: StepContext, state: DictNode, keys: list[Key]) -> None:
+    """Refuse per-weight sparsity state 2.2 cannot hold, or drop it with the opt-in."""
+    orphans = _orphans(state, keys)
+    if not orphans:
+        return
+    if not ctx.inputs.get("drop_orphan_sparsity"):
+        place, why = orphans[0]
+        more = f" and {len(orphans) - 1} more" if len(orphans) > 1 else ""
+        raise UnsupportedContentError(
+            ctx.source_path,
+            f"2.2 has no place for {place} ({why}){more}; kept in optimizer.sparsity it would "
+            "make the checkpoint unloadable by the next release's tools",
+            f"pass {DROP_OPTION} to drop it (each dropped entry is reported)",
+        )
+    for place, why in orphans:
+        ctx.warn(f"{place}: dropped ({DROP_OPTION}; {why})")
 
 
 def _model_key(weight: Key, keys: list[Key]) -> Key | None:
@@ -250,18 +282,37 @@ def drop_autogen_policy(ctx: ConfigContext) -> None:
         ctx.removed("runconfig.autogen_policy", old, "2.2 dropped it")
 
 
-_REGEX_ONLY = set("[](){}|+?^$\\")
+_REGEX_ONLY = set("(){}|+?^$\\")
+# A regex character class a glob can hold: ``[qkv]``, ``[a-z0-9_]``, ``[^.]`` (no escapes,
+# no nested brackets, no POSIX ``[:name:]``).
+_CLASS = re.compile(r"\[(\^?)([^\[\]\\^]+)\]")
 
 
 def regex_to_glob(pattern: str) -> str | None:
     """A 2.1 ``param_name_patterns`` regex as a 2.2 ``param_filter`` glob, or None if it cannot
-    be one. Model Zoo only replaces ``.*`` by ``*`` (a ``.`` stays a dot, as parameter names
-    mean it); ``\\.`` becomes ``.``; anything else regex-only (classes, groups, alternation,
-    anchors, ``+``, ``?``) has no glob equivalent here."""
-    text = pattern.replace("\\.", "\0").replace(".*", "*")
-    if any(ch in _REGEX_ONLY for ch in text):
+    be one.
+
+    2.2's cerebras.pytorch sparsity matches ``param_filter`` as ``fnmatch`` globs, whose
+    ``[seq]`` / ``[!seq]`` classes are regex classes (issue #20): ``[qkv]`` is kept as it is and
+    ``[^x]`` becomes ``[!x]``. Model Zoo only replaces ``.*`` by ``*`` (a ``.`` stays a dot,
+    as parameter names mean it): Model Zoo tags Release_2.2.0 and Release_2.10.0,
+    ``src/cerebras/modelzoo/tools/checkpoint_converters/base_converter.py``
+    ``_convert_sparsity_params_2_2``, ``regex_to_glob`` (lines 1858-1860 and 2136-2138), so
+    ``".*proj_[qkv]_dense_layer.weight"`` becomes ``"*proj_[qkv]_dense_layer.weight"``.
+    ``\\.`` becomes ``.``; anything else regex-only (groups, alternation, anchors, ``+``,
+    ``?``, escapes, ``{n}``) has no glob equivalent here.
+    """
+    classes: list[str] = []
+
+    def hold(match: re.Match[str]) -> str:
+        classes.append(f"[{'!' if match[1] else ''}{match[2]}]")
+        return f"\1{len(classes) - 1}\1"
+
+    text = _CLASS.sub(hold, pattern).replace("\\.", "\0").replace(".*", "*")
+    if any(ch in _REGEX_ONLY or ch in "[]" for ch in text):
         return None
-    return text.replace("\0", ".")
+    text = text.replace("\0", ".")
+    return re.sub("\1(\\d+)\1", lambda m: classes[int(m[1])], text)
 
 
 def sparsity_schema_2_2(ctx: ConfigContext) -> None:

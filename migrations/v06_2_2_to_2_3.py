@@ -24,6 +24,7 @@ from __future__ import annotations
 from ckpt_migrate.config import trainer_layout
 from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import take
+from ckpt_migrate.format import releases
 from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
 
 SOURCE = "2.2"
@@ -134,6 +135,10 @@ GPT2_MODEL_FIELDS = frozenset(
     ]
 )
 
+# GPT-2 model fields added in 2.4 (Release_2.4.0 src/cerebras/modelzoo/models/nlp/gpt2/
+# gpt2_model.py line 180): valid in an upgrade that goes on to 2.4 or later.
+GPT2_FIELDS_FROM_2_4 = frozenset({"attention_sink_tokens"})
+
 
 def report_unknown_gpt2_model_keys(ctx: ConfigContext) -> None:
     """GPT-2: report model keys that Model Zoo's GPT-2 model config class does not know.
@@ -143,13 +148,26 @@ def report_unknown_gpt2_model_keys(ctx: ConfigContext) -> None:
     models/nlp/gpt2/config.py``, ``config_manager/config_classes/base/model_config.py``); a
     key outside them fails the run. Such keys are kept (they may be a local fork's) and
     reported. Other families' classes are not tabulated here, so their keys are not checked.
+    Fields 2.4 added (``attention_sink_tokens``: Model Zoo tag Release_2.4.0,
+    ``src/cerebras/modelzoo/models/nlp/gpt2/gpt2_model.py`` line 180) are reported only when the
+    upgrade stops at 2.3.
     Source: the classes named above; MODELZOO_HISTORY.md §3.8 (config conversion drops
     unmatched keys silently, which this report replaces).
     """
     if ctx.family != "gpt2":
         return
+    later = ctx.target and releases.get(ctx.target).version >= releases.get("2.4").version
     for path, model in ctx.model_sections():
         for key in model:
+            if str(key) in GPT2_FIELDS_FROM_2_4:
+                if not later:
+                    ctx.unknown(
+                        f"{path}.{key}",
+                        model[key],
+                        "a GPT-2 field from 2.4 on, which 2.3's GPT2ModelConfig rejects: "
+                        "upgrade to 2.4 or later, or delete it for 2.3",
+                    )
+                continue
             if str(key) not in GPT2_MODEL_FIELDS:
                 ctx.unknown(
                     f"{path}.{key}",

@@ -30,6 +30,8 @@ checkpoint file. Further steps are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
+from ckpt_migrate.config.context import ConfigContext
+from ckpt_migrate.config.yaml_edit import is_map, new_map, put, take
 from ckpt_migrate.format.tree import DictNode, Key, NamedTupleNode, Node, SeqNode
 from ckpt_migrate.hops.hop import StepContext
 from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
@@ -90,3 +92,54 @@ def namedtuples_to_tuples(ctx: StepContext) -> None:
 
 OPERATIONS = (namedtuples_to_tuples, record_release_in_metadata)
 INPUTS = ()
+
+
+# ---------------------------------------------------------------------------- config steps
+
+# model key -> its trainer.init.precision key
+_MODEL_PRECISION = {"mixed_precision": "enabled", "fp16_type": "fp16_type"}
+
+
+def model_precision_keys_to_precision(ctx: ConfigContext) -> None:
+    """Remove ``model.mixed_precision`` / ``model.fp16_type``: 2.5 reads them only from
+    ``trainer.init.precision`` (where a value only the model had is moved).
+
+    2.3 and 2.4 kept a copy in the model (see the 2.2 → 2.3 trainer layout); 2.5 prunes both
+    when it converts a legacy config (Model Zoo tag Release_2.5.0,
+    ``src/cerebras/modelzoo/trainer/utils.py`` ``TRAINER_POST_CONVERSION_PRUNE_LIST``, lines
+    682-686) and its model config classes forbid unknown fields (``config/base_config.py``
+    line 36, ``extra="forbid"``), so a 2.4 config that still has them fails in 2.5. Model Zoo's
+    own 2.4 → 2.5 converter (``BaseConfigConverter_CS24_CS25``, a fallback) leaves them there.
+    A model value that contradicts the precision section is kept and reported
+    (MODELZOO_HISTORY.md §3.6 for the config converters).
+    """
+    for path, trainer in ctx.trainers():
+        init = trainer.get("init")
+        model = init.get("model") if is_map(init) else None
+        if not is_map(model):
+            continue
+        for key, dest in _MODEL_PRECISION.items():
+            if key not in model:
+                continue
+            where = f"{path}.init.model.{key}"
+            precision = init.get("precision")
+            if not is_map(precision):
+                precision = new_map()
+                put(init, "precision", precision)
+            if dest not in precision:
+                value, comment = take(model, key)
+                put(precision, dest, value, comment=comment)
+                ctx.moved(where, f"{path}.init.precision.{dest}", value, "2.5 reads it there")
+            elif precision[dest] == model[key]:
+                value, _ = take(model, key)
+                ctx.removed(where, value, f"2.5 forbids it; {path}.init.precision.{dest} holds it")
+            else:
+                ctx.unknown(
+                    where,
+                    model[key],
+                    f"contradicts {path}.init.precision.{dest} = {precision[dest]!r} and 2.5 "
+                    "forbids it in the model: decide, then delete it",
+                )
+
+
+CONFIG_OPERATIONS = (model_precision_keys_to_precision,)

@@ -36,7 +36,13 @@ from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
 from ckpt_migrate.hops import graph
 from ckpt_migrate.models.keys import KeyRename
-from ckpt_migrate.models.names import ALIASES, FAMILIES, canonical_family
+from ckpt_migrate.models.names import (
+    KEYLESS,
+    MODEL_NAMES,
+    MODELZOO_NAMES,
+    canonical_family,
+    resolve_name,
+)
 
 FORMAT_RE = re.compile(r"cs-(\d+)\.(\d+)(?:\.\d+)?")
 EXTENSIONS_RE = re.compile(r"(?:\.[A-Za-z]+)+$")
@@ -183,6 +189,13 @@ def convert(args: argparse.Namespace) -> int:
     if from_release == tgt.name:
         print(f"{src}: already at release {tgt.name}; nothing to convert")
         return 0
+    side_files = dataloader_inputs(config, config_data)
+    if side_files and releases.get(from_release).version >= releases.get("2.0").version:
+        print(
+            f"{config}: cerebras.save_iter_state_path ignored: release {from_release} keeps the "
+            "dataloader state in the checkpoint (1.9 side files only matter for 1.9 → 2.0)"
+        )
+        side_files = {}
     ckpt_out = _output_dir(args.output_dir, src.parent) / output_name(src, tgt, ".mdl")
     config_out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
     _refuse_existing(ckpt_out, config_out)
@@ -194,6 +207,8 @@ def convert(args: argparse.Namespace) -> int:
             "model": args.model,
             "config": config_data,
             **({"drop_unmatched_keys": True} if args.drop_unmatched_keys else {}),
+            **({"drop_orphan_sparsity": True} if args.drop_orphan_sparsity else {}),
+            **side_files,
         },
     )
     with console.progress(enabled=not args.no_progress_bar) as progress:
@@ -213,6 +228,40 @@ def convert(args: argparse.Namespace) -> int:
         print(line)
     print(f"Config saved to {config_out}")
     return 0
+
+
+# train_input.data_processor -> the 2.0 dataloader style its 1.9 side files become
+DATALOADER_TYPES = {"GptHDF5DataProcessor": "iterable", "GptHDF5MapDataProcessor": "map"}
+
+
+def dataloader_inputs(config_path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """The 1.9 dataloader side files a config names, as the engine's inputs.
+
+    Model Zoo's ``convert`` reads them from the config being converted: the directory
+    ``cerebras.save_iter_state_path`` and the style from ``train_input.data_processor``
+    (``GptHDF5DataProcessor``: iterable, ``GptHDF5MapDataProcessor``: map, anything else an
+    error): tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/
+    base_converter.py``, ``BaseCheckpointConverter_CS_CS.pre_checkpoint_convert``, lines
+    716-742. Unlike Model Zoo, which always writes seed 0, a map-style seed comes from
+    ``train_input.shuffle_seed`` and is never guessed (the 1.9 → 2.0 step). A relative path is
+    taken from the current directory, as Model Zoo takes it.
+    """
+    cerebras = config.get("cerebras")
+    directory = cerebras.get("save_iter_state_path") if isinstance(cerebras, dict) else None
+    if not directory:
+        return {}
+    train = config.get("train_input")
+    processor = train.get("data_processor") if isinstance(train, dict) else None
+    kind = DATALOADER_TYPES.get(str(processor))
+    if kind is None:
+        raise UsageError(
+            config_path,
+            f"cerebras.save_iter_state_path is set but train_input.data_processor is "
+            f"{processor!r}, so the dataloader style is unknown",
+            "set train_input.data_processor to GptHDF5DataProcessor (iterable) or "
+            "GptHDF5MapDataProcessor (map), or remove save_iter_state_path",
+        )
+    return {"data_iter_dir": Path(str(directory)), "dataloader_type": kind}
 
 
 def convert_config(args: argparse.Namespace) -> int:
@@ -238,27 +287,46 @@ def convert_config(args: argparse.Namespace) -> int:
 
 
 def list_converters(args: argparse.Namespace) -> int:
-
-    wanted = None if args.model in ("all", None) else canonical_family(args.model)[0]
+    """Every Model Zoo 2.10 model name (or the one asked for), its family and registry name,
+    and unless ``--hide-notes`` the key renames of every hop for it."""
     first, last = releases.RELEASES[0].name, releases.LATEST.name
     span = f"cs-{first} … cs-{last}: any release to any newer one, in one run"
-    for family in FAMILIES:
-        if wanted is not None and family != wanted:
-            continue
-        aliases = [a for a, f in ALIASES.items() if f == family]
-        print(f"{family}" + (f" (also: {', '.join(aliases)})" if aliases else ""))
-        print(f"  {span}")
+    entries = _listed(args.model)
+    for name, family, registry, headless, since in entries:
+        what = f"{family} family" + (", without lm_head" if headless else "")
+        print(f"{name}: {what}; Model Zoo registry name {registry or '(none)'}")
+        print(f"  {span}" + (f" (Model Zoo 2.10: from cs-{since})" if since else ""))
         if args.hide_notes:
             continue
-        for hop, rules in key_rules(family):
-            for rule in rules:
+        rules = key_rules(family)
+        for hop, hop_rules in rules:
+            for rule in hop_rules:
                 print(f"  {hop}: {rule.old} → {rule.new} ({rule.why})")
+        if family in KEYLESS:
+            print("  no model key changes at any hop (Model Zoo: fallback converters only)")
+    if args.model in ("all", None):
+        more = [n for n in MODEL_NAMES if n not in {m.name.lower() for m in MODELZOO_NAMES}]
+        print(f"{len(MODELZOO_NAMES)} Model Zoo names; also accepted: {', '.join(more)}")
     if not args.hide_notes:
         print(
             "every model: 1.x tied weights restored and LR-scheduler last_epoch fixed (1.9→2.0), "
             "sparsity masks moved into the model (2.1→2.2), configs upgraded hop by hop"
         )
     return 0
+
+
+def _listed(model: str | None) -> list[tuple[str, str, str | None, bool, str | None]]:
+    """(name, family, registry name, headless, Model Zoo's oldest release) of the names to
+    list."""
+    key = None if model in ("all", None) else model.strip().lower()
+    if key is not None:
+        family, registry = resolve_name(key)
+    found = [
+        (m.name, m.family, m.registry, m.headless, m.modelzoo_from)
+        for m in MODELZOO_NAMES
+        if key is None or m.name.lower() == key
+    ]
+    return found if found or key is None else [(key, family, registry, False, None)]
 
 
 def key_rules(family: str) -> list[tuple[str, list[Any]]]:
@@ -338,6 +406,12 @@ def create_arg_parser() -> argparse.ArgumentParser:
         help="Drop model keys that are not in the model's key tables (each is reported). "
         "Default: keep them unchanged and list them",
     )
+    conv.add_argument(
+        "--drop-orphan-sparsity",
+        action="store_true",
+        help="2.1 → 2.2: drop per-weight sparsity state 2.2 cannot hold (a mask whose weight "
+        "the model lacks; Model Zoo drops it silently), each reported. Default: refuse",
+    )
     conv.add_argument("--no-progress-bar", action="store_true", help="Disable the progress bar")
     conv.add_argument(
         "--debug", action="store_true", help="Show tracebacks and the model detection evidence"
@@ -390,8 +464,8 @@ def _model_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         required=True,
-        help="Model name (gpt2, gptj, gpt-neox, codegen, llama, bloom, falcon, bert, t5 or an "
-        "alias; see list-converters)",
+        help="Model name, as Model Zoo's converter names it (gpt2, llama, mistral, starcoder, "
+        "gpt2-headless, ...: every one of its 54; see list-converters)",
     )
 
 

@@ -45,8 +45,8 @@ def test_gpt2_fixture_and_its_config_go_from_2_0_to_2_10(tmp_path):
     assert got["trainer"]["fit"]["train_dataloader"]["batch_size"] == 8
     assert "model family gpt2 (checkpoint keys)" in proc.stdout
     # the key no converter knows is kept and reported
-    assert init["model"]["attention_sink_tokens"] == 0
-    assert re.search(r"\[2\.2→2\.3\] unknown: model\.attention_sink_tokens", proc.stdout)
+    assert init["model"]["local_fused_softmax"] == 0
+    assert re.search(r"\[2\.2→2\.3\] unknown: model\.local_fused_softmax", proc.stdout)
     removed = {m.group(1).rsplit(".", 1)[-1] for m in re.finditer(r"removed: (\S+)", proc.stdout)}
     source = (src / "params.yaml").read_text()
     assert comments_kept(source, text, removed) == []

@@ -291,19 +291,21 @@ def test_convert_config(tmp_path):
 def test_list_converters():
     proc = script("list-converters", "gpt2")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("gpt2 (also: gpt3)\n")  # one name table: gpt3 is gpt2
-    assert "cs-1.7 … cs-2.10" in proc.stdout
+    assert proc.stdout.startswith("gpt2: gpt2 family; Model Zoo registry name gpt2\n")
+    assert "cs-1.7 … cs-2.10" in proc.stdout and "(Model Zoo 2.10: from cs-1.8)" in proc.stdout
     assert (
         "2.0→2.1: embedding_layer.position_embeddings.weight → "
         "embedding_layer.position_embeddings.embed.weight" in proc.stdout
     )
     proc = script("list", "code-llama", "--hide-notes")
-    assert proc.returncode == 0 and proc.stdout.startswith("llama (also: llamav2")
+    assert proc.returncode == 0 and proc.stdout.startswith("code-llama: llama family;")
     assert "2.0→2.1" not in proc.stdout
+    proc = script("list", "gpt3", "--hide-notes")  # one name table: gpt3 is gpt2
+    assert proc.returncode == 0 and proc.stdout.startswith("gpt3: gpt2 family;")
     proc = script("list-converters")
     for family in ("gpt2", "gptj", "gpt-neox", "codegen", "llama", "bloom", "falcon", "bert"):
-        assert f"\n{family}" in "\n" + proc.stdout
-    assert "t5 (also: transformer, ul2, flan-ul2)" in proc.stdout
+        assert f"\n{family}: {family} family" in "\n" + proc.stdout
+    assert "transformer: t5 family; Model Zoo registry name transformer" in proc.stdout
     one_line_error(script("list-converters", "gpt5"), 2, "unknown model", skip_warnings=True)
 
 
@@ -325,3 +327,61 @@ def test_help_names_the_autoload_friendly_alternative():
         assert proc.returncode == 0
         text = " ".join(proc.stdout.split())
         assert "ckpt-migrate upgrade" in text and "autoload" in text
+
+
+# ---------------------------------------------------------------- dataloader side files (#20 C)
+
+SIDE = ROOT / "fixtures" / "release-1.9-data-iter" / "good"
+
+
+def _side_config(tmp_path: Path, processor: str, seed: int | None = 7) -> Path:
+    train = {"data_processor": processor, "batch_size": 8}
+    if seed is not None:
+        train["shuffle_seed"] = seed
+    doc = {
+        "train_input": train,
+        "model": {"hidden_size": 4},
+        "optimizer": {"optimizer_type": "SGD", "learning_rate": 0.1},
+        "runconfig": {"max_steps": 20},
+        "cerebras": {"save_iter_state_path": str(SIDE)},
+    }
+    config = tmp_path / "params.yaml"
+    config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return config
+
+
+@pytest.mark.parametrize(
+    ("processor", "kind"),
+    [("GptHDF5MapDataProcessor", "map"), ("GptHDF5DataProcessor", "iterable")],
+)
+def test_convert_reads_the_dataloader_side_files_the_config_names(tmp_path, processor, kind):
+    """Model Zoo's convert takes the 1.9 side files from ``cerebras.save_iter_state_path`` and
+    the style from ``train_input.data_processor`` (tag Release_2.10.0,
+    src/cerebras/modelzoo/tools/checkpoint_converters/base_converter.py lines 716-742)."""
+    config = _side_config(tmp_path, processor)
+    out = tmp_path / "out"
+    src = ROOT / "fixtures" / "release-1.9.mdl"
+    args = ["--model", "gpt2", "--src-fmt", "cs-1.9", "--tgt-fmt", "cs-2.0"]
+    assert (
+        cc.main(["convert", str(src), *args, "--config", str(config), "--output-dir", str(out)])
+        == 0
+    )
+    with read_checkpoint(out / "release-1.9_to_cs-2.0.mdl") as ckpt:
+        leaves = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+    values = {n: int(leaf.value) for n, leaf in leaves.items() if n.startswith("dataloader.")}
+    if kind == "map":
+        assert values == {"dataloader.samples_streamed": 640 + 640 + 600, "dataloader.seed": 7}
+    else:
+        streamed = [v for n, v in values.items() if n.endswith(".samples_streamed")]
+        assert sorted(streamed) == [600, 640, 640]
+    done = yaml.safe_load((out / "params_to_cs-2.0.yaml").read_text())
+    assert "cerebras" not in done  # 2.0 has no cerebras section (as Model Zoo pops it)
+
+
+def test_convert_refuses_side_files_whose_style_the_config_does_not_say(tmp_path):
+    config = _side_config(tmp_path, "BertCSVDataProcessor")
+    src = ROOT / "fixtures" / "release-1.9.mdl"
+    args = ["--model", "gpt2", "--src-fmt", "cs-1.9", "--tgt-fmt", "cs-2.0", "--config", config]
+    proc = script("convert", src, *args, "--output-dir", tmp_path / "out")
+    line = one_line_error(proc, 2, "train_input.data_processor", skip_warnings=True)
+    assert "GptHDF5MapDataProcessor" in line and str(config) in line

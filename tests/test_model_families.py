@@ -33,8 +33,21 @@ def test_family_names_are_the_agreed_ones():
         "llama",
         "bloom",
         "falcon",
+        "btlm",
+        "jais",
+        "starcoder",
+        "santacoder",
+        "mistral",
+        "mixtral",
+        "gemma2",
         "bert",
         "t5",
+        "clip-vit",
+        "dpo",
+        "dragon",
+        "esm-2",
+        "llava",
+        "mmsimple-llava",
     )
 
 

@@ -429,6 +429,7 @@ def _sparse_root() -> tuple[DictNode, dict[str, TensorLeaf]]:
 
 def test_2_1_to_2_2_moves_masks_into_the_model():
     root, masks = _sparse_root()
+    get_path(root, ("optimizer", "sparsity", "state")).pop("model.gone.weight")
     ctx = run("2.1", root)
     model = root.get("model")
     assert model_keys(root) == [
@@ -445,13 +446,43 @@ def test_2_1_to_2_2_moves_masks_into_the_model():
     schedule = sparsity.get("sparsity")
     assert schedule.keys() == ["model.fc.weight", "model.out.weight"]
     assert get_path(schedule, ("model.fc.weight", "index")) is sparsity.get("step")
-    # the mask whose weight is not in the model is kept in the optimizer, and reported
-    kept = get_path(root, ("optimizer", "sparsity", "state"))
-    assert kept.keys() == ["model.gone.weight"]
-    assert get_path(kept, ("model.gone.weight", "mask")) is masks["gone"]
-    assert any("model.gone.weight" in w and "not in the model" in w for w in ctx.warnings)
+    assert root.get("optimizer").get("sparsity") is None
     assert any("init_method = 'random': removed" in c for c in ctx.changes)
     assert get_path(root, ("optimizer", "state", 0, "exp_avg")) is not None  # Adam untouched
+
+
+def test_2_1_to_2_2_refuses_a_mask_whose_weight_the_model_lacks():
+    """Kept in ``optimizer.sparsity``, such a mask made Model Zoo's own 2.2→2.3 converter fail:
+    its ``post_checkpoint_convert`` reads ``optimizer.sparsity.param_groups`` (Model Zoo tag
+    Release_2.3.0, src/cerebras/modelzoo/tools/checkpoint_converters/base_converter.py line
+    812). So the upgrade refuses, naming the entry and the opt-in."""
+    root, _ = _sparse_root()
+    with pytest.raises(UnsupportedContentError) as err:
+        run("2.1", root)
+    assert "optimizer.sparsity.state.model.gone.weight" in str(err.value)
+    assert "its weight is not in the model" in str(err.value)
+    assert "--drop-orphan-sparsity" in str(err.value)
+
+
+def test_2_1_to_2_2_drops_an_orphan_mask_with_the_opt_in_and_says_so():
+    root, masks = _sparse_root()
+    ctx = run("2.1", root, drop_orphan_sparsity=True)
+    assert root.get("optimizer").get("sparsity") is None  # nothing left for 2.3's hook to trip on
+    assert "model.gone.weight_mask" not in model_keys(root)
+    assert root.get("model").get("model.out.weight_mask") is masks["out"]
+    assert any(
+        "optimizer.sparsity.state.model.gone.weight: dropped (--drop-orphan-sparsity" in w
+        for w in ctx.warnings
+    )
+
+
+def test_2_1_to_2_2_refuses_per_weight_state_beside_the_mask():
+    root, _ = _sparse_root()
+    state = get_path(root, ("optimizer", "sparsity", "state"))
+    state.pop("model.gone.weight")
+    state.get("model.fc.weight").items.append(("age", ValueLeaf(3)))
+    with pytest.raises(UnsupportedContentError, match=r"model\.fc\.weight\.age \(2\.2 keeps only"):
+        run("2.1", root)
 
 
 def test_2_1_to_2_2_removes_the_optimizer_sparsity_when_everything_moved():
@@ -477,8 +508,15 @@ def test_sparse_2_1_file_upgrades_with_bit_identical_masks(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     args = ["upgrade", str(src), "--output-dir", str(out), "--json"]
-    proc = subprocess.run(
+    refused = subprocess.run(
         [sys.executable, "-m", "ckpt_migrate", *args], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "--drop-orphan-sparsity" in refused.stdout
+    assert not (out / src.name).exists()
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", *args, "--drop-orphan-sparsity"],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stderr
     res = json.loads(proc.stdout)
@@ -489,11 +527,9 @@ def test_sparse_2_1_file_upgrades_with_bit_identical_masks(tmp_path):
         pairs = {
             "model.model.fc.weight_mask": "optimizer.sparsity.state.model.fc.weight.mask",
             "model.model.out.weight_mask": "optimizer.sparsity.state.out.weight.mask",
-            "optimizer.sparsity.state.model.gone.weight.mask": (
-                "optimizer.sparsity.state.model.gone.weight.mask"
-            ),
             "sparsity.step": "optimizer.sparsity.step",
         }
         for new, old in pairs.items():
             assert tensor_sha256(after[new]) == tensor_sha256(before[old]), new
         assert "optimizer.sparsity.param_groups.0.init_method" not in after
+        assert not any(name.startswith("optimizer.sparsity") for name in after)

@@ -216,6 +216,7 @@ def step_inputs(
     allow_step_mismatch: bool = False,
     config: Path | None = None,
     model: str | None = None,
+    drop_orphan_sparsity: bool = False,
 ) -> dict[str, Any]:
     """The extra inputs hops may use, as the engine takes them (only those given)."""
     inputs: dict[str, Any] = {}
@@ -236,6 +237,8 @@ def step_inputs(
         inputs["allow_step_mismatch"] = True
     if config is not None:
         inputs["config"] = load_config(config)
+    if drop_orphan_sparsity:
+        inputs["drop_orphan_sparsity"] = True
     return inputs
 
 

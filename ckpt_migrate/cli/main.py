@@ -170,6 +170,16 @@ def plan_cmd(
     render.emit_json(data) if as_json else render.plan(data)
 
 
+DropOrphanSparsityOpt = Annotated[
+    bool,
+    typer.Option(
+        "--drop-orphan-sparsity",
+        help="2.1 → 2.2: drop per-weight sparsity state 2.2 cannot hold (a mask whose weight "
+        "the model lacks), each reported. Default: refuse.",
+    ),
+]
+
+
 @app.command("upgrade")
 def upgrade_cmd(
     paths: Annotated[list[Path], typer.Argument(help="Checkpoint files to upgrade.")],
@@ -231,6 +241,7 @@ def upgrade_cmd(
         ),
     ] = None,
     model: ModelOpt = None,
+    drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     as_json: JsonLinesOpt = False,
 ) -> None:
     """Upgrade checkpoints to a newer release in one pass, verified, never overwriting.
@@ -245,6 +256,7 @@ def upgrade_cmd(
         allow_step_mismatch=allow_step_mismatch,
         config=config,
         model=model,
+        drop_orphan_sparsity=drop_orphan_sparsity,
     )
     worst = 0
     with console.progress(enabled=not as_json) as progress:
@@ -301,6 +313,7 @@ def upgrade_dir_cmd(
         bool, typer.Option("--allow-missing", help="Write leaves a file lacks as None.")
     ] = False,
     config: ConfigPathOpt = None,
+    drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     as_json: JsonLinesOpt = False,
 ) -> None:
     """Upgrade every checkpoint in a model directory, newest first; a rerun does what is left."""
@@ -322,7 +335,9 @@ def upgrade_dir_cmd(
             name=name,
             verify=verify,
             allow_missing=allow_missing,
-            inputs=cli.commands.step_inputs(config=config),
+            inputs=cli.commands.step_inputs(
+                config=config, drop_orphan_sparsity=drop_orphan_sparsity
+            ),
             progress=progress,
             on_entry=show,
         )

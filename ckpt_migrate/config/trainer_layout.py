@@ -35,6 +35,7 @@ from ckpt_migrate.config.trainer_tables import (
     scheduler_class,
 )
 from ckpt_migrate.config.yaml_edit import is_map, is_seq, new_map, new_seq, put, take
+from ckpt_migrate.format import releases
 
 
 class _Builder:
@@ -117,10 +118,7 @@ def convert(ctx: Any) -> None:
             checkpoint_path = take(run, "checkpoint_path")
 
     if model is not None:
-        for key, dest in MODEL_TO_PRECISION.items():
-            if key in model:
-                value, comment = take(model, key)
-                b.slot(("precision", dest), value, comment, f"model.{key}")
+        _precision_from_model(ctx, b, model)
     log_summaries = None
     if optimizer is not None:
         for key, dest in OPTIMIZER_TO_PRECISION.items():
@@ -209,6 +207,32 @@ def convert(ctx: Any) -> None:
                 str(key),
                 data[key],
                 "not a legacy section the 2.3 trainer layout knows; kept at the top level",
+            )
+
+
+def _precision_from_model(ctx: Any, b: _Builder, model: Any) -> None:
+    """``model.mixed_precision`` / ``model.fp16_type`` -> ``precision.enabled`` / ``fp16_type``,
+    a copy staying in the model.
+
+    Model Zoo 2.3 and 2.4 map them into ``trainer.init.precision`` and then write them back into
+    the model ("Continue to allow mixed_precision/fp16_type in model params"): Model Zoo tags
+    Release_2.3.0 ``src/cerebras/modelzoo/trainer/utils.py`` lines 1034-1050 and Release_2.4.0
+    the same file, lines 892-908; 2.4's ``GPT2ModelConfig`` declares both as deprecated fields
+    (Release_2.4.0 ``src/cerebras/modelzoo/models/nlp/gpt2/model.py`` lines 70-71). 2.5 drops
+    them again (the 2.4 → 2.5 config step).
+    """
+    for key, dest in MODEL_TO_PRECISION.items():
+        if key in model:
+            at = list(model).index(key)
+            value, comment = take(model, key)  # the comment goes with the precision setting
+            put(model, key, value, index=at)
+            b.slot(("precision", dest), value, comment, f"model.{key}")
+            if ctx.target and releases.get(ctx.target).version >= releases.get("2.5").version:
+                continue  # the 2.4 → 2.5 step removes the copy again
+            ctx.note(
+                f"model.{key}",
+                "also kept in the model: 2.3 and 2.4 read it from both places "
+                "(Model Zoo's convert_legacy_params_to_trainer_params copies it back)",
             )
 
 

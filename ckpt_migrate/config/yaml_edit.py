@@ -64,7 +64,28 @@ def _yaml(style: Style | None = None) -> Any:
     if style is not None:
         y.indent(mapping=style.mapping, sequence=style.sequence, offset=style.offset)
         y.boolean_representation = list(style.booleans)
+    y.representer.add_representer(float, _represent_float)
     return y
+
+
+def yaml11_float(value: float) -> str:
+    """A float as text that YAML 1.1 readers (PyYAML, which Model Zoo loads configs with) also
+    read as a float: the mantissa always has a dot (``2e-05`` is a string to PyYAML, whose float
+    pattern needs one; ``2.0e-05`` is a float to both), infinities and NaN as ``.inf``/``.nan``.
+    """
+    if value != value:
+        return ".nan"
+    if value in (float("inf"), float("-inf")):
+        return ".inf" if value > 0 else "-.inf"
+    text = repr(value)
+    mantissa, e, exponent = text.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    return mantissa + e + exponent
+
+
+def _represent_float(representer: Any, value: float) -> Any:
+    return representer.represent_scalar("tag:yaml.org,2002:float", yaml11_float(value))
 
 
 def load(text: str, source: Path | None = None) -> tuple[Any, Style]:

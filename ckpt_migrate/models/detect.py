@@ -77,8 +77,21 @@ _T5_KEYS = (
     f"{{encoder,decoder}}.norm.{_NORM}",
     f"lm_head.{_NORM}",
 )
+# Mixtral's mixture-of-experts FFN and Gemma 2's post-norms (Release_2.10.0
+# src/cerebras/modelzoo/tools/checkpoint_converters/mixtral.py lines 96-166: ``ffn.gate``,
+# ``ffn.experts.experts.<i>.ffn.<j>.linear_layer[_for_glu]``; gemma2.py: ``norm1_post``,
+# ``norm3_post``).
+_MOE_KEYS = (
+    f"transformer_decoder.layers.#.ffn.gate.{_NORM}",
+    f"transformer_decoder.layers.#.ffn.experts.experts.#.ffn.#.linear_layer{{,_for_glu}}.{_NORM}",
+)
+_POST_NORM_KEYS = (f"transformer_decoder.layers.#.norm{{1,3}}_post.{_NORM}",)
+_EXTRA_DECODER_KEYS = {"mixtral": _MOE_KEYS, "gemma2": _POST_NORM_KEYS}
 VOCABULARY: dict[str, tuple[KeyPattern, ...]] = {
-    **{f: tuple(KeyPattern(p) for p in _DECODER_KEYS) for f in GPT_STYLE},
+    **{
+        f: tuple(KeyPattern(p) for p in (*_DECODER_KEYS, *_EXTRA_DECODER_KEYS.get(f, ())))
+        for f in GPT_STYLE
+    },
     "bert": tuple(KeyPattern(p) for p in _BERT_KEYS),
     "t5": tuple(KeyPattern(p) for p in _T5_KEYS),
 }
@@ -86,8 +99,10 @@ VOCABULARY: dict[str, tuple[KeyPattern, ...]] = {
 
 def unknown_keys(keys: Iterable[str], family: str) -> list[str]:
     """Keys the family's vocabulary does not know (a 2.2+ sparsity ``<w>_mask`` is known when
-    ``<w>`` is)."""
-    vocabulary = VOCABULARY[family]
+    ``<w>`` is). A family without a key table (``KEYLESS``) knows every key."""
+    vocabulary = VOCABULARY.get(family)
+    if vocabulary is None:
+        return []
     out = []
     for key in keys:
         probe = key[: -len("_mask")] if key.endswith("_mask") else key
@@ -155,6 +170,8 @@ FEATURES: dict[str, Feature] = {
     ),
     "encoder_layers": Feature("encoder layers", ("encoder.layers.#.**",)),
     "cross_attention": Feature("decoder cross-attention", ("decoder.layers.#.multihead_attn.**",)),
+    "moe": Feature("mixture-of-experts FFNs", _MOE_KEYS),
+    "post_norms": Feature("post-attention/FFN norms", _POST_NORM_KEYS),
 }
 
 # Each family's signature: feature -> whether its keys show it. Anchors (first) must be present.
@@ -213,6 +230,8 @@ SIGNATURES: dict[str, tuple[tuple[str, ...], dict[str, bool]]] = {
             "attention_bias": False,
             "ffn_bias": False,
             "head_bias": False,
+            "moe": False,
+            "post_norms": False,
         },
     ),
     "bloom": (
@@ -239,6 +258,29 @@ SIGNATURES: dict[str, tuple[tuple[str, ...], dict[str, bool]]] = {
             "norm_bias": True,
             "attention_bias": False,
             "ffn_bias": False,
+            "head_bias": False,
+        },
+    ),
+    "mixtral": (
+        ("decoder", "moe"),
+        {
+            "absolute_positions": False,
+            "alibi": False,
+            "second_norm": True,
+            "norm_bias": False,
+            "attention_bias": False,
+            "head_bias": False,
+        },
+    ),
+    "gemma2": (
+        ("decoder", "post_norms"),
+        {
+            "absolute_positions": False,
+            "alibi": False,
+            "gated_ffn": True,
+            "second_norm": True,
+            "norm_bias": False,
+            "attention_bias": False,
             "head_bias": False,
         },
     ),
@@ -279,7 +321,7 @@ def detect_family(keys: Iterable[str]) -> FamilyGuess:
     bare = list(original)
     found = {name: original.get(f.first_key(bare) or "") for name, f in FEATURES.items()}
     scores: dict[str, float] = {}
-    for family in FAMILIES:
+    for family in (f for f in FAMILIES if f in SIGNATURES):
         anchors, expected = SIGNATURES[family]
         if not all(found[a] for a in anchors):
             continue

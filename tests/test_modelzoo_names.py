@@ -1,0 +1,191 @@
+"""Issue #20, part B: every model name Model Zoo 2.10's converter knows is accepted by
+``--model``, listed by ``convert_checkpoint.py list``, and converted (checkpoint and config)
+from 2.0 through every hop to 2.10 on a tiny generated model of its family.
+
+The 54 names: tag Release_2.10.0, src/cerebras/modelzoo/tools/checkpoint_converters/
+registry.py, the keys of ``converters`` (lines 173-316) and the aliases below it (lines
+319-333).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import DictNode
+from ckpt_migrate.format.write import write_checkpoint
+from ckpt_migrate.models.detect import detect_family
+from ckpt_migrate.models.names import GPT_STYLE, KEYLESS, MODELZOO_NAMES, resolve_name
+
+sys.path.insert(0, str(ROOT / "scripts"))
+try:
+    import convert_checkpoint as cc
+    import make_model_fixtures as mmf
+finally:
+    sys.path.pop(0)
+
+MODELZOO_2_10 = [
+    "bert",
+    "bert-sequence-classifier",
+    "bert-token-classifier",
+    "bert-summarization",
+    "bert-qa",
+    "bloom",
+    "bloom-headless",
+    "btlm",
+    "btlm-headless",
+    "clip-vit",
+    "codegen",
+    "codegen-headless",
+    "esm-2",
+    "dpo",
+    "dragon",
+    "falcon",
+    "falcon-headless",
+    "gemma2",
+    "gpt2",
+    "gpt2-headless",
+    "gptj",
+    "gptj-headless",
+    "gpt-neox",
+    "gpt-neox-headless",
+    "jais",
+    "llama",
+    "llama-headless",
+    "llava",
+    "mmsimple-llava",
+    "mistral",
+    "mistral-headless",
+    "mixtral",
+    "mixtral-headless",
+    "roberta",
+    "santacoder",
+    "santacoder-headless",
+    "starcoder",
+    "starcoder-headless",
+    "t5",
+    "ul2",
+    "flan-ul2",
+    "transformer",
+    "llamaV2",
+    "llamaV2-headless",
+    "code-llama",
+    "code-llama-headless",
+    "octocoder",
+    "octocoder-headless",
+    "wizardcoder",
+    "wizardcoder-headless",
+    "sqlcoder",
+    "sqlcoder-headless",
+    "wizardlm",
+    "wizardlm-headless",
+]
+# The tiny model of each family's key layout (keyless families: a small vision-style model).
+LAYOUT = {
+    **{f: "gpt2" for f in GPT_STYLE},
+    **{f: "llama" for f in ("llama", "mistral", "mixtral", "gemma2")},
+    "bert": "bert",
+    "t5": "t5",
+}
+
+
+def test_the_table_holds_exactly_model_zoo_2_10s_54_names():
+    assert len(MODELZOO_2_10) == 54
+    assert [m.name for m in MODELZOO_NAMES] == MODELZOO_2_10
+    for name in MODELZOO_2_10:
+        assert resolve_name(name)[0] == next(m.family for m in MODELZOO_NAMES if m.name == name)
+
+
+def test_list_shows_all_54_names(capsys):
+    assert cc.main(["list", "--hide-notes"]) == 0
+    out = capsys.readouterr().out
+    listed = [line.split(":", 1)[0] for line in out.splitlines() if not line.startswith(" ")]
+    assert listed[:54] == MODELZOO_2_10
+    assert out.count("without lm_head") == sum(n.endswith("-headless") for n in MODELZOO_2_10)
+
+
+def _tiny_model(family: str, headless: bool) -> DictNode:
+    if family in KEYLESS:
+        tree = mmf.build_tree("gpt2", "2.0")
+        model = tree.get("model")
+        model.items = [(k.replace("model.", "model.encoder."), v) for k, v in model.items]
+    else:
+        tree = mmf.build_tree(LAYOUT[family], "2.0")
+        model = tree.get("model")
+    if headless:
+        model.items = [(k, v) for k, v in model.items if ".lm_head." not in f".{k}"]
+    return tree
+
+
+def _config(family: str) -> str:
+    model = {"hidden_size": 4, "num_hidden_layers": 1, "vocab_size": 10}
+    if family == "t5":
+        model = {"d_model": 4, "encoder_num_hidden_layers": 1, "src_vocab_size": 10}
+    doc = {
+        "train_input": {"data_processor": "GptHDF5MapDataProcessor", "batch_size": 8},
+        "model": {**model, "mixed_precision": True, "use_bfloat16": True},
+        "optimizer": {"optimizer_type": "AdamW", "learning_rate": 2e-5, "weight_decay_rate": 0.01},
+        "runconfig": {"max_steps": 10, "checkpoint_steps": 5},
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+@pytest.mark.parametrize("model", MODELZOO_NAMES, ids=lambda m: m.name)
+def test_convert_and_convert_config_from_2_0_to_2_10(model, tmp_path, capsys):
+    """Every hop from 2.0 to 2.10 for the name's family: the 2.0→2.1 key renames where the
+    family has them, the model-independent steps for all, and a 2.10 config whose model name is
+    Model Zoo's registry name (asked for, not guessed, where Model Zoo has none)."""
+    src = tmp_path / f"{model.name}.mdl"
+    write_checkpoint(_tiny_model(model.family, model.headless), src, "2.0")
+    config = tmp_path / "params.yaml"
+    config.write_text(_config(model.family))
+    out = tmp_path / "out"
+    args = ["--model", model.name, "--src-fmt", "cs-2.0", "--tgt-fmt", "cs-2.10"]
+    convert = ["convert", str(src), *args, "--config", str(config), "--output-dir", str(out)]
+    assert cc.main(convert) == 0
+    capsys.readouterr()
+    with read_checkpoint(out / f"{model.name}_to_cs-2.10.mdl") as ckpt:
+        assert ckpt.release.name == "2.10"
+        keys = [k for k, _ in ckpt.root.get("model").items]
+    renamed = "model.embedding_layer.position_embeddings.embed.weight"
+    if LAYOUT.get(model.family) == "gpt2":
+        assert renamed in keys and "model.embedding_layer.position_embeddings.weight" not in keys
+    if model.headless:
+        assert not any(k.endswith("lm_head.weight") for k in keys)
+    done = yaml.safe_load((out / "params_to_cs-2.10.yaml").read_text())
+    init = done["trainer"]["init"]
+    assert init.get("model", {}).get("name") == model.registry
+    assert init["precision"] == {"enabled": True, "fp16_type": "bfloat16"}
+
+    only = tmp_path / "config-only"
+    assert cc.main(["convert-config", str(config), *args, "--output-dir", str(only)]) == 0
+    assert (only / "params_to_cs-2.10.yaml").read_text() == (
+        out / "params_to_cs-2.10.yaml"
+    ).read_text()
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected"), [("mixtral", "mixtral"), ("gemma2", "gemma2"), ("llama", "llama")]
+)
+def test_mixtral_and_gemma2_are_told_apart_from_llama_by_their_keys(layout, expected):
+    """Mixtral's MoE FFN (``ffn.gate``, ``ffn.experts.experts.<i>``) and Gemma 2's post-norms
+    (``norm1_post``, ``norm3_post``): Release_2.10.0 checkpoint_converters/mixtral.py lines
+    96-166, gemma2.py lines 118 and 141."""
+    keys = [k for k, _ in mmf.build_tree("llama", "2.0").get("model").items]
+    if layout == "mixtral":
+        keys = [k for k in keys if ".ffn.ffn." not in k]
+        keys += [
+            "model.transformer_decoder.layers.0.ffn.gate.weight",
+            "model.transformer_decoder.layers.0.ffn.experts.experts.0.ffn.0.linear_layer.weight",
+        ]
+    elif layout == "gemma2":
+        keys += [
+            "model.transformer_decoder.layers.0.norm1_post.weight",
+            "model.transformer_decoder.layers.0.norm3_post.weight",
+        ]
+    guess = detect_family(keys)
+    assert guess.family == expected and guess.confidence == 1.0, guess.evidence
