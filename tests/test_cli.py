@@ -85,11 +85,26 @@ def test_malicious_spec_exits_nonzero_and_runs_nothing(tmp_path):
     assert not sentinel.exists()
 
 
-def test_debug_shows_traceback(tmp_path):
+@pytest.mark.parametrize("where", ["before the verb", "after the verb"])
+def test_debug_shows_traceback_and_keeps_the_exit_code(tmp_path, where):
     p = tmp_path / "bad.mdl"
     p.write_bytes(b"x")
-    proc = run_cli("--debug", "inspect", str(p))
-    assert proc.returncode != 0 and "Traceback" in proc.stderr
+    args = ["--debug", "inspect", p] if where == "before the verb" else ["inspect", p, "--debug"]
+    proc = run_cli(*args)
+    assert proc.returncode == 2 and "Traceback" in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_help_reads_as_written():
+    """-h works; flags show no value type; the extra a verb needs is named, not eaten as
+    markup."""
+    short, long = run_cli("-h"), run_cli("--help")
+    assert short.returncode == 0 and short.stdout == long.stdout
+    assert "ckpt-migrate[tensorflow] extra" in long.stdout and "(needs )" not in long.stdout
+    upgrade = run_cli("upgrade", "-h").stdout
+    dry_run = next(line for line in upgrade.splitlines() if "--dry-run" in line)
+    assert "<bool>" not in dry_run and "Plan only" in dry_run
+    assert "<str>" in next(line for line in upgrade.splitlines() if "--to " in line)
 
 
 def test_to_torch_from_torch_commands(tmp_path):

@@ -539,3 +539,15 @@ def test_sigkill_of_an_inplace_run_then_a_rerun_finishes_the_rest(big_model_dir,
     assert_same_contents(md / "checkpoint_100.mdl.pre-1.9.bak", md / "checkpoint_100.mdl")
     assert not [p for p in md.iterdir() if p.name.endswith(".tmp")]
     shutil.rmtree(md)
+
+
+def test_the_model_option_its_warning_suggests_exists(tmp_path):
+    """Without --model the fixtures' unknown family is a warning that says "pass --model NAME";
+    upgrade-dir takes that option, and with it the family is named in every result."""
+    md = model_dir(tmp_path)
+    plain = run_cli("upgrade-dir", md, "--output-dir", tmp_path / "a", "--json")
+    assert "pass --model NAME" in plain.stdout + plain.stderr
+    named = run_cli("upgrade-dir", md, "--output-dir", tmp_path / "b", "--json", "--model", "gpt2")
+    assert named.returncode == 0, named.stderr
+    upgraded = [e for e in entries(named) if e.get("status") == "upgraded"]
+    assert upgraded and all(e["family"] == "gpt2" for e in upgraded), upgraded

@@ -41,6 +41,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -108,7 +109,8 @@ def tf_to_h5_cmd(
     verify: TfVerifyOpt = "structure",
     as_json: JsonOpt = False,
 ) -> None:
-    """Convert a TensorFlow saver checkpoint to a Cerebras H5 checkpoint (needs [tensorflow])."""
+    r"""Convert a TensorFlow saver checkpoint to a Cerebras H5 checkpoint (needs the
+    ckpt-migrate\[tensorflow] extra)."""
     with console.progress(enabled=not as_json) as progress:
         out = cli.commands.tf_to_h5(
             saver_path,
@@ -136,7 +138,8 @@ def h5_to_tf_cmd(
     verify: TfVerifyOpt = "structure",
     as_json: JsonOpt = False,
 ) -> None:
-    """Convert a Cerebras H5 checkpoint to TensorFlow saver checkpoint(s) (needs [tensorflow])."""
+    r"""Convert a Cerebras H5 checkpoint to TensorFlow saver checkpoint(s) (needs the
+    ckpt-migrate\[tensorflow] extra)."""
     with console.progress(enabled=not as_json) as progress:
         out = cli.commands.h5_to_tf(
             h5_path,
@@ -313,6 +316,7 @@ def upgrade_dir_cmd(
         bool, typer.Option("--allow-missing", help="Write leaves a file lacks as None.")
     ] = False,
     config: ConfigPathOpt = None,
+    model: ModelOpt = None,
     drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     as_json: JsonLinesOpt = False,
 ) -> None:
@@ -336,7 +340,7 @@ def upgrade_dir_cmd(
             verify=verify,
             allow_missing=allow_missing,
             inputs=cli.commands.step_inputs(
-                config=config, drop_orphan_sparsity=drop_orphan_sparsity
+                config=config, model=model, drop_orphan_sparsity=drop_orphan_sparsity
             ),
             progress=progress,
             on_entry=show,
@@ -382,10 +386,22 @@ def verify_cmd(
         raise typer.Exit(EXIT_VERIFY_FAILED)
 
 
+def without_flag_metavars(command: Any) -> Any:
+    """Typer shows ``<bool>`` after every flag, which takes no value: show nothing there."""
+    for param in getattr(command, "params", []):
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        without_flag_metavars(sub)
+    return command
+
+
 def _run_app(args: list[str]) -> int:
     try:
         # Without standalone mode typer returns (not raises) the code of a typer.Exit.
-        code = app(args=args, standalone_mode=False)
+        code = without_flag_metavars(typer.main.get_command(app)).main(
+            args=args, prog_name="ckpt-migrate", standalone_mode=False
+        )
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:
@@ -404,4 +420,8 @@ def _run_app(args: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app, every error one line with its exit code."""
     args = sys.argv[1:] if argv is None else argv
-    return console.run_guarded(lambda: _run_app(args), debug="--debug" in args)
+    # --debug is accepted anywhere before a "--": after the verb as well as before it.
+    end = args.index("--") if "--" in args else len(args)
+    debug = "--debug" in args[:end]
+    args = [a for a in args[:end] if a != "--debug"] + args[end:]
+    return console.run_guarded(lambda: _run_app(args), debug=debug)

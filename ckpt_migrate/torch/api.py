@@ -78,7 +78,8 @@ def load(
             f"{len(missing)} leaf/leaves named by the spec have no data: "
             + ", ".join(missing[:5])
             + (" ..." if len(missing) > 5 else ""),
-            "pass allow_missing=True to get None for them, or upgrade the file to restore ties",
+            "pass --allow-missing (allow_missing=True in Python) to get None for them, or "
+            "upgrade the file to restore ties",
         )
     state = to_python(ckpt.root, objects_mode=objects_mode)
     if map_location not in (None, "cpu", "cache") and str(map_location) != "cpu":
