@@ -83,8 +83,8 @@ def complement(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]
 
 
 class SplitCopy:
-    """Copy ``src`` to ``dst`` (an empty temporary file from ``atomic.create_temp``) in a worker
-    process, in two phases.
+    """Copy ``src`` to ``dst`` (a new file, or an empty one such as a locked temporary from
+    ``atomic.create_temp``; anything else is refused) in a worker process, in two phases.
 
     The worker (``_copyworker.py``: a process, so that it never waits for this interpreter's
     lock) starts copying every byte in order at once. ``restrict(ranges)`` then tells it to copy
@@ -107,7 +107,7 @@ class SplitCopy:
         self._proc: subprocess.Popen[str] | None = None
         self.fd_in = os.open(src, os.O_RDONLY)
         try:
-            self.fd_out = os.open(dst, os.O_RDWR | os.O_NOFOLLOW)
+            self.fd_out = _open_empty(dst)
         except BaseException:
             os.close(self.fd_in)
             raise
@@ -218,6 +218,18 @@ class SplitCopy:
             with contextlib.suppress(AttributeError, OSError):
                 os.close(getattr(self, fd))
                 delattr(self, fd)
+
+
+def _open_empty(dst: Path) -> int:
+    """Create ``dst``, or open it if it exists and is empty; never clobber a file with data."""
+    try:
+        return os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        fd = os.open(dst, os.O_RDWR | os.O_NOFOLLOW)
+        if os.fstat(fd).st_size == 0:
+            return fd
+        os.close(fd)
+        raise
 
 
 def _copy_all(fd_in: int, fd_out: int, start: int, end: int) -> int:
