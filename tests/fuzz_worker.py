@@ -28,10 +28,14 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     return bytes(out)
 
 
-def main(seed: int, count: int, workdir: Path) -> dict:
-    sources = sorted(FIXTURES.glob("release-*.mdl")) + sorted(
+def sources() -> list[Path]:
+    return sorted(FIXTURES.glob("release-*.mdl")) + sorted(
         (FIXTURES / "real-cstorch-2.10").glob("*.mdl")
     )
+
+
+def main(seed: int, count: int, workdir: Path) -> dict:
+    sources_ = sources()
     rng = random.Random(seed)
     summary: dict = {
         "cases": 0,
@@ -46,7 +50,7 @@ def main(seed: int, count: int, workdir: Path) -> dict:
     out = workdir / "out"
     out.mkdir()
     for i in range(count):
-        src = rng.choice(sources)
+        src = rng.choice(sources_)
         case = workdir / f"case{i}.mdl"
         case.write_bytes(mutate(rng, src.read_bytes()))
         digest = hashlib.sha256(case.read_bytes()).hexdigest()

@@ -5,17 +5,23 @@ line; never an internal error, a signal, a hang, a leftover temporary or a chang
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
 import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import fuzz_worker
 import h5py
 import numpy as np
 import pytest
 from conftest import one_line_error, run_cli, sha256_file
 
 import ckpt_migrate as cm
+from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.format.h5 import preflight
 
 WORKER = Path(__file__).with_name("fuzz_worker.py")
 
@@ -74,3 +80,41 @@ def test_an_attribute_of_a_type_checkpoints_never_use_is_refused_unread(tmp_path
         f["model.w"].attrs.create("__H5_TYPE__", value, dtype=h5py.vlen_dtype(np.int32))
     proc = run_cli("inspect", src)
     one_line_error(proc, 2, "attribute '__H5_TYPE__' of '/model.w'", "type class vlen")
+
+
+def _fuzz_case(seed: int, index: int) -> tuple[str, bytes]:
+    """The source name and bytes of ``fuzz_worker``'s case ``index`` for ``seed``."""
+    rng = random.Random(seed)
+    sources = fuzz_worker.sources()
+    for _ in range(index):
+        fuzz_worker.mutate(rng, rng.choice(sources).read_bytes())
+    src = rng.choice(sources)
+    return src.name, fuzz_worker.mutate(rng, src.read_bytes())
+
+
+def test_a_file_that_makes_hdf5_loop_is_refused_not_waited_on(tmp_path):
+    """Seed 5, case 63: a flipped byte in a global-heap reference sends HDF5's own read of a
+    string attribute into an endless loop; the pre-flight child stalls and the file is refused."""
+    name, data = _fuzz_case(5, 63)
+    assert name == "empty.mdl"
+    case = tmp_path / "case63.mdl"
+    case.write_bytes(data)
+    env = {**os.environ, "CKPT_MIGRATE_STALL_SECONDS": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", "inspect", str(case)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
+    one_line_error(proc, 2, "HDF5 made no progress reading the file's metadata for 2 s")
+
+
+def test_a_crash_inside_hdf5_is_a_one_line_refusal(tmp_path, monkeypatch):
+    """What a SIGSEGV in HDF5's C code does to the pre-flight child (simulated: the child kills
+    itself so) becomes a refusal in the caller's process, which lives on."""
+    src = tmp_path / "ok.mdl"
+    cm.save({"w": np.arange(3.0)}, src)
+    monkeypatch.setattr(preflight, "_walk", lambda *_: os.kill(os.getpid(), signal.SIGSEGV))
+    with pytest.raises(CorruptCheckpointError, match=r"HDF5 crashed \(SIGSEGV\)"):
+        cm.read_checkpoint(src)

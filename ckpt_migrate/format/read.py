@@ -12,6 +12,7 @@ from ckpt_migrate.format import budgets, provenance, releases
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5.boundary import check_self_contained
 from ckpt_migrate.format.h5.io import DAMAGED_HDF5, H5Handle, attr_text, damaged, open_read
+from ckpt_migrate.format.h5.preflight import preflight
 from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.v05 import read as read_v05
 
@@ -22,6 +23,7 @@ def read_checkpoint(path: str | Path, *, release: str | None = None) -> Checkpoi
     ``release`` overrides the release detected from the file (for files whose metadata is wrong).
     """
     p = Path(path)
+    preflight(p)
     f = open_read(p)
     handle = H5Handle(p, f)
     try:

@@ -88,13 +88,21 @@ def check_self_contained(f: h5py.File, path: Path) -> int:
     return stored[0]
 
 
+def attribute_names(obj: h5py.h5o.ObjectID) -> list[bytes]:
+    """The names of ``obj``'s attributes, in one pass (opening by index costs O(n) each in
+    HDF5's dense attribute storage: 20,000 attributes took minutes)."""
+    names: list[bytes] = []
+    h5py.h5a.iterate(obj, names.append)
+    return names
+
+
 def _attributes_problem(obj: h5py.h5o.ObjectID, path: Path, where: str) -> CkptError | None:
-    for i in range(h5py.h5a.get_num_attrs(obj)):
-        attr = h5py.h5a.open(obj, index=i)
+    for name in attribute_names(obj):
+        attr = h5py.h5a.open(obj, name)
         tid = attr.get_type()
         if tid.get_class() not in ALLOWED_TYPE_CLASSES:
-            name = attr.get_name().decode("utf-8", "replace")
-            return _odd_type(path, f"attribute {name!r} of {where!r}", tid)
+            text = name.decode("utf-8", "replace")
+            return _odd_type(path, f"attribute {text!r} of {where!r}", tid)
     return None
 
 
