@@ -166,13 +166,17 @@ def recompute_last_epoch(ctx: StepContext) -> None:
 
 
 def convert_dataloader_state(ctx: StepContext) -> None:
-    """Build the 2.0 ``dataloader`` state from the 1.9 side files.
+    """Build the 2.0 ``dataloader`` state from the 1.8/1.9 side files.
 
-    1.9 kept dataloader progress in ``data_iter_checkpoint_state_file_global`` and
+    1.8 and 1.9 kept dataloader progress in ``data_iter_checkpoint_state_file_global`` and
     ``data_iter_state_file_worker_<id>_step_<step>.txt``; 2.0 reads ``checkpoint["dataloader"]``.
     Only exact file names count, every worker 0..N-1 needs one file, the data step must equal
     ``global_step`` (unless ``--allow-step-mismatch``), and a map-style seed is never guessed.
-    Source: ``c1ef453:modelzoo/compat/data_iter_state_conversion.py``, MODELZOO_HISTORY.md §2.
+    Without side files the state would be lost (training restarts from the first sample), so
+    that is refused unless ``--drop-dataloader-state`` says so; a 1.7 file had no side files
+    (the release notes date them to 1.8.0) and has nothing to lose.
+    Source: ``c1ef453:modelzoo/compat/data_iter_state_conversion.py``, MODELZOO_HISTORY.md §2,
+    §2.1 and the release-notes table (1.8.0: deterministic dataloader checkpointing).
     """
     directory = ctx.inputs.get("data_iter_dir")
     if not isinstance(ctx.root, DictNode):
@@ -180,13 +184,25 @@ def convert_dataloader_state(ctx: StepContext) -> None:
     if directory is None:
         if ctx.root.get("dataloader") is not None:
             return
+        source = ctx.inputs.get("source_release")
+        if source in RELEASES_WITHOUT_SIDE_FILES:
+            return
         message = (
-            "no --data-iter-dir given: the upgraded checkpoint has no dataloader state, "
-            "so training will restart from the first sample"
+            f"release {source or '1.x'} kept the dataloader state in side files and no "
+            "--data-iter-dir was given: the upgraded checkpoint would have no dataloader state, "
+            "so training would restart from the first sample"
         )
-        if ctx.strict:
-            raise UsageError(ctx.source_path, message, "pass --data-iter-dir and --dataloader-type")
-        ctx.warn(message)
+        if not ctx.inputs.get("drop_dataloader_state"):
+            raise UsageError(
+                ctx.source_path,
+                message,
+                "pass --data-iter-dir DIR --dataloader-type map|iterable, or "
+                "--drop-dataloader-state to upgrade without it",
+            )
+        ctx.changed(
+            "dataloader state dropped (--drop-dataloader-state): training will restart from "
+            "the first sample"
+        )
         return
     kind = ctx.inputs.get("dataloader_type")
     if kind not in ("map", "iterable"):
@@ -211,6 +227,10 @@ def convert_dataloader_state(ctx: StepContext) -> None:
     )
 
 
+# Releases that wrote no dataloader side files (MODELZOO_HISTORY.md release-notes table: 1.8.0
+# brought deterministic dataloader checkpointing).
+RELEASES_WITHOUT_SIDE_FILES = ("1.7",)
+
 OPERATIONS = (fix_spec, restore_tied_weights, recompute_last_epoch, convert_dataloader_state)
 INPUTS = (
     InputSpec(
@@ -221,6 +241,10 @@ INPUTS = (
     InputSpec("dataloader_type", "map or iterable (with --data-iter-dir)"),
     InputSpec("shuffle_seed", "map-style seed (else the config's train_input.shuffle_seed)"),
     InputSpec("config", "the run's params.yaml: tie flags, shuffle seed"),
+    InputSpec(
+        "drop_dataloader_state",
+        "upgrade a 1.8/1.9 file without its side files, losing the dataloader state",
+    ),
 )
 
 
