@@ -267,7 +267,16 @@ def test_config_can_turn_the_tie_off(tmp_path):
     src = str(FIXTURES / "release-1.9.mdl")
     proc = run_cli("upgrade", src, "--output-dir", str(out), "--config", str(cfg))
     one_line_error(proc, None, "model.lm_head.weight", "--allow-missing", skip_warnings=True)
-    res = upgrade(Path(src), out, "--config", str(cfg), "--allow-missing", "--to", "2.0", "--drop-dataloader-state"
+    res = upgrade(
+        Path(src),
+        out,
+        "--config",
+        str(cfg),
+        "--allow-missing",
+        "--to",
+        "2.0",
+        "--drop-dataloader-state",
+    )
     assert any("model.lm_head.weight" in w and "None" in w for w in res["warnings"])
     got = leaves(out / "release-1.9.mdl")
     assert isinstance(got["model.lm_head.weight"], ValueLeaf)
