@@ -56,7 +56,7 @@ from ckpt_migrate.format.tree import (
     iter_leaves,
     set_path,
 )
-from ckpt_migrate.hops.dataloader import build_state, read_side_files
+from ckpt_migrate.hops.dataloader import build_state, read_side_files, without_side_files
 from ckpt_migrate.hops.hop import InputSpec, StepContext
 from ckpt_migrate.models import ties
 
@@ -184,25 +184,13 @@ def convert_dataloader_state(ctx: StepContext) -> None:
     if directory is None:
         if ctx.root.get("dataloader") is not None:
             return
-        source = ctx.inputs.get("source_release")
-        if source in RELEASES_WITHOUT_SIDE_FILES:
-            return
-        message = (
-            f"release {source or '1.x'} kept the dataloader state in side files and no "
-            "--data-iter-dir was given: the upgraded checkpoint would have no dataloader state, "
-            "so training would restart from the first sample"
+        dropped = without_side_files(
+            ctx.inputs.get("source_release"),
+            ctx.source_path,
+            bool(ctx.inputs.get("drop_dataloader_state")),
         )
-        if not ctx.inputs.get("drop_dataloader_state"):
-            raise UsageError(
-                ctx.source_path,
-                message,
-                "pass --data-iter-dir DIR --dataloader-type map|iterable, or "
-                "--drop-dataloader-state to upgrade without it",
-            )
-        ctx.changed(
-            "dataloader state dropped (--drop-dataloader-state): training will restart from "
-            "the first sample"
-        )
+        if dropped:
+            ctx.changed(dropped)
         return
     kind = ctx.inputs.get("dataloader_type")
     if kind not in ("map", "iterable"):
@@ -226,10 +214,6 @@ def convert_dataloader_state(ctx: StepContext) -> None:
         + (f", seed {seed}" if seed is not None else "")
     )
 
-
-# Releases that wrote no dataloader side files (MODELZOO_HISTORY.md release-notes table: 1.8.0
-# brought deterministic dataloader checkpointing).
-RELEASES_WITHOUT_SIDE_FILES = ("1.7",)
 
 OPERATIONS = (fix_spec, restore_tied_weights, recompute_last_epoch, convert_dataloader_state)
 INPUTS = (

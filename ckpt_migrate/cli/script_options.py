@@ -14,6 +14,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ckpt_migrate.cli.commands import load_config
 from ckpt_migrate.errors import UsageError
 
 
@@ -99,7 +100,5 @@ def dataloader_inputs(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(None, "--drop-dataloader-state and --data-iter-dir exclude each other")
         inputs["drop_dataloader_state"] = True
     if getattr(args, "config", None) is not None:
-        from ckpt_migrate.cli.commands import load_config
-
         inputs["config"] = load_config(args.config)
     return inputs

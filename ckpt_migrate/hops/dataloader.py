@@ -17,6 +17,10 @@ from pathlib import Path
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError
 from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
 
+# Releases that wrote no side files: the release notes date deterministic dataloader
+# checkpointing to 1.8.0 (MODELZOO_HISTORY.md §2.1 and its release-notes table).
+RELEASES_WITHOUT_SIDE_FILES = ("1.7",)
+
 GLOBAL_FILE = "data_iter_checkpoint_state_file_global"
 WORKER_FILE = re.compile(r"^data_iter_state_file_worker_(\d+)_step_(\d+)\.txt$")
 
@@ -109,3 +113,24 @@ def build_state(side: SideFiles, dataloader_type: str, seed: int | None) -> Dict
         ]
         return DictNode([("all_worker_states", SeqNode("list", workers))])
     raise UsageError(None, f"unknown dataloader type {dataloader_type!r}", "use map or iterable")
+
+
+def without_side_files(source_release: str | None, path: Path | None, drop: bool) -> str | None:
+    """An upgrade through 2.0 without side files: nothing to say for a release that wrote none
+    (None); else losing the state is refused unless ``drop`` (``--drop-dataloader-state``)
+    asks for it by name, and the change to report is returned."""
+    if source_release in RELEASES_WITHOUT_SIDE_FILES:
+        return None
+    if not drop:
+        raise UsageError(
+            path,
+            f"release {source_release or '1.x'} kept the dataloader state in side files and no "
+            "--data-iter-dir was given: the upgraded checkpoint would have no dataloader state, "
+            "so training would restart from the first sample",
+            "pass --data-iter-dir DIR --dataloader-type map|iterable, or "
+            "--drop-dataloader-state to upgrade without it",
+        )
+    return (
+        "dataloader state dropped (--drop-dataloader-state): training will restart from the "
+        "first sample"
+    )
