@@ -26,7 +26,7 @@ except ImportError:  # run from a checkout without installing
 
 from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.commands import load_config, verify
-from ckpt_migrate.cli.script_options import add_dataloader_arguments
+from ckpt_migrate.cli.script_options import add_dataloader_arguments, add_step_arguments
 from ckpt_migrate.cli.script_options import dataloader_inputs as option_inputs
 from ckpt_migrate.config.upgrade import upgrade_config_file
 from ckpt_migrate.engine.plan import source_release
@@ -207,6 +207,7 @@ def convert(args: argparse.Namespace) -> int:
         target=tgt.name,
         source_release=None if wanted is None else from_release,
         output=ckpt_out,
+        allow_missing=args.allow_missing,
         inputs={
             "model": args.model,
             "config": config_data,
@@ -418,6 +419,7 @@ def create_arg_parser() -> argparse.ArgumentParser:
         "the model lacks; Model Zoo drops it silently), each reported. Default: refuse",
     )
     add_dataloader_arguments(conv, config=False)  # --config is the checkpoint's, above
+    add_step_arguments(conv, model=False)  # --model is above
     conv.add_argument("--no-progress-bar", action="store_true", help="Disable the progress bar")
     conv.add_argument(
         "--debug", action="store_true", help="Show tracebacks and the model detection evidence"

@@ -26,7 +26,11 @@ except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ckpt_migrate.cli import render
-from ckpt_migrate.cli.script_options import add_dataloader_arguments, dataloader_inputs
+from ckpt_migrate.cli.script_options import (
+    add_dataloader_arguments,
+    add_step_arguments,
+    dataloader_inputs,
+)
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import CkptError
 
@@ -48,6 +52,7 @@ def create_arg_parser() -> argparse.ArgumentParser:
         shuffle_seed=("--shuffle_seed", "-s", "--shuffle-seed"),
         required=True,
     )
+    add_step_arguments(parser)
     return parser
 
 
@@ -58,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     except CkptError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    opts = UpgradeOptions(target="2.0", output=args.output_file, inputs=inputs)
+    opts = UpgradeOptions(
+        target="2.0", output=args.output_file, inputs=inputs, allow_missing=args.allow_missing
+    )
     result = upgrade(args.old_checkpoint, opts)
     render.messages(result)
     if result.status == "failed":

@@ -24,7 +24,11 @@ except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ckpt_migrate.cli import render
-from ckpt_migrate.cli.script_options import add_dataloader_arguments, dataloader_inputs
+from ckpt_migrate.cli.script_options import (
+    add_dataloader_arguments,
+    add_step_arguments,
+    dataloader_inputs,
+)
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import EXIT_BAD_INPUT, CkptError
 
@@ -47,6 +51,7 @@ def create_arg_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--yes", action="store_true", help="Do not ask before fixing in place")
     add_dataloader_arguments(parser)
+    add_step_arguments(parser)
     return parser
 
 
@@ -69,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     output = args.fixed_checkpoint_path or src.with_name(f"{src.stem}_fixed{src.suffix}")
-    opts = UpgradeOptions(target="2.0", inplace=args.fix_inplace, inputs=inputs)
+    opts = UpgradeOptions(
+        target="2.0", inplace=args.fix_inplace, inputs=inputs, allow_missing=args.allow_missing
+    )
     if not args.fix_inplace:
         opts.output = output
     result = upgrade(src, opts)

@@ -1,11 +1,11 @@
-"""The 1.9 → 2.0 dataloader options of the Model Zoo-compatible scripts in ``scripts/``.
+"""The 1.9 → 2.0 options of the Model Zoo-compatible scripts in ``scripts/``.
 
 The upgrade engine's messages name ``ckpt-migrate``'s spellings (``--data-iter-dir``,
 ``--dataloader-type``, ``--shuffle-seed``, ``--allow-step-mismatch``,
-``--drop-dataloader-state``, ``--config``); every script that upgrades through 1.9 → 2.0 accepts
-those spellings too (next to Model Zoo's underscore ones), so a message never names an option
-the command in hand lacks. Defaults are ``upgrade``'s: no dataloader style and no seed are
-guessed.
+``--drop-dataloader-state``, ``--config``, ``--allow-missing``, ``--model``). Every script that
+upgrades through 1.9 → 2.0 accepts those spellings too (next to Model Zoo's underscore ones), so
+a message never names an option the command in hand lacks. Defaults are ``upgrade``'s: no
+dataloader style and no seed are guessed.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from ckpt_migrate.cli.commands import load_config
 from ckpt_migrate.errors import UsageError
+from ckpt_migrate.models.names import resolve_name
 
 
 def add_dataloader_arguments(
@@ -82,6 +83,26 @@ def add_dataloader_arguments(
         )
 
 
+def add_step_arguments(parser: argparse.ArgumentParser, *, model: bool = True) -> None:
+    """``--allow-missing`` (and ``--model``): what the 1.x → 2.0 steps' messages suggest when a
+    tied weight has no partner or the model family is not evident."""
+    parser.add_argument(
+        "--allow-missing",
+        "--allow_missing",
+        dest="allow_missing",
+        action="store_true",
+        help="Write leaves the checkpoint lacks (a tied weight without its partner) as None",
+    )
+    if model:
+        parser.add_argument(
+            "--model",
+            dest="model",
+            default=None,
+            help="Model family for the model-key steps (gpt2, llama, bert, t5, ...); default: "
+            "detected from the key names",
+        )
+
+
 def dataloader_inputs(args: argparse.Namespace) -> dict[str, Any]:
     """The engine's inputs for the options ``add_dataloader_arguments`` added."""
     inputs: dict[str, Any] = {}
@@ -101,4 +122,7 @@ def dataloader_inputs(args: argparse.Namespace) -> dict[str, Any]:
         inputs["drop_dataloader_state"] = True
     if getattr(args, "config", None) is not None:
         inputs["config"] = load_config(args.config)
+    if getattr(args, "model", None) is not None:
+        resolve_name(args.model)  # an unknown name fails here, listing the known ones
+        inputs["model"] = args.model
     return inputs
