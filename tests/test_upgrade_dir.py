@@ -580,3 +580,40 @@ def test_the_model_option_its_warning_suggests_exists(tmp_path):
     assert named.returncode == 0, named.stderr
     upgraded = [e for e in entries(named) if e.get("status") == "upgraded"]
     assert upgraded and all(e["family"] == "gpt2" for e in upgraded), upgraded
+
+
+def test_config_is_upgraded_into_the_output_directory_which_is_complete(tmp_path):
+    """--config upgrades params.yaml with the newest checkpoint into --output-dir, as upgrade
+    --config does; a rerun accepts its own output, never overwrites another; a directory already
+    at the target gets its config too."""
+    md = tmp_path / "model_dir"
+    shutil.copytree(FIXTURES / "models" / "gpt2-1.9", md)
+    config = md / "params.yaml"
+    out = tmp_path / "out"
+    args = ["--config", config, "--drop-dataloader-state", "--json"]
+    proc = run_cli("upgrade-dir", md, "--output-dir", out, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cfg = [e for e in entries(proc) if e.get("kind") == "config"]
+    assert len(cfg) == 1 and cfg[0]["output"] == str(out / "params.yaml")
+    assert (cfg[0]["from"], cfg[0]["to"]) == ("1.9", "2.10")
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint_100.mdl", "params.yaml"]
+    single = tmp_path / "single"
+    single.mkdir()
+    one = run_cli("upgrade", md / "checkpoint_100.mdl", "--output-dir", single, *args)
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert (out / "params.yaml").read_text() == (single / "params.yaml").read_text()
+    assert config.read_text() == (FIXTURES / "models" / "gpt2-1.9" / "params.yaml").read_text()
+
+    upgraded = (out / "params.yaml").read_bytes()
+    again = run_cli("upgrade-dir", md, "--output-dir", out, *args)  # a rerun: all there
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "already there" in again.stdout and (out / "params.yaml").read_bytes() == upgraded
+    (out / "params.yaml").write_text("edited: by hand\n")
+    clash = run_cli("upgrade-dir", md, "--output-dir", out, *args)
+    assert clash.returncode == 2 and "--config-out" in clash.stdout + clash.stderr
+    assert (out / "params.yaml").read_text() == "edited: by hand\n"
+
+    current = tmp_path / "current"  # already at the target: the config is copied unchanged
+    proc = run_cli("upgrade-dir", out, "--output-dir", current, "--config", config, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in current.iterdir()) == ["checkpoint_100.mdl", "params.yaml"]

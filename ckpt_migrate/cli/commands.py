@@ -218,7 +218,13 @@ def upgrade_dir(
         if on_entry is not None:
             on_entry(entry)
         if alongside is not None and entry.kind == "checkpoint" and entry.result is not None:
-            outcome = alongside.run(entry.result)
+            res = entry.result
+            first = alongside.done is None
+            if first and res.family is None and res.status == dir_upgrade.ALREADY_UPGRADED:
+                # an earlier run's output: the family its config upgrade used, as it found it
+                with read_checkpoint(entry.path) as ckpt:
+                    res.family = choose_family(ckpt.root, model).family
+            outcome = alongside.run(res)
             if outcome is not None:
                 outcomes.append(outcome)
                 if on_config is not None:
