@@ -171,10 +171,11 @@ def convert_dataloader_state(ctx: StepContext) -> None:
     1.8 and 1.9 kept dataloader progress in ``data_iter_checkpoint_state_file_global`` and
     ``data_iter_state_file_worker_<id>_step_<step>.txt``; 2.0 reads ``checkpoint["dataloader"]``.
     Only exact file names count, every worker 0..N-1 needs one file, the data step must equal
-    ``global_step`` (unless ``--allow-step-mismatch``), and a map-style seed is never guessed.
-    Without side files the state would be lost (training restarts from the first sample), so
-    that is refused unless ``--drop-dataloader-state`` says so; a 1.7 file had no side files
-    (the release notes date them to 1.8.0) and has nothing to lose.
+    ``global_step`` (unless ``--allow-step-mismatch``; an older checkpoint takes the worker files
+    of its own step when they are there), and a map-style seed is never guessed. Without side
+    files the state would be lost (training restarts from the first sample), so that is refused
+    unless ``--drop-dataloader-state`` says so; a 1.7 file had no side files (the release notes
+    date them to 1.8.0) and has nothing to lose.
     Source: ``c1ef453:modelzoo/compat/data_iter_state_conversion.py``, MODELZOO_HISTORY.md §2,
     §2.1 and the release-notes table (1.8.0: deterministic dataloader checkpointing).
     """
@@ -201,6 +202,8 @@ def convert_dataloader_state(ctx: StepContext) -> None:
     for name in side.ignored:
         ctx.warn(f"{side.directory}/{name}: not a dataloader side file; ignored")
     step = _int_value(ctx.root.get("global_step"))
+    if step is not None and step != side.data_step and step in side.steps:
+        side = read_side_files(directory, at_step=step)  # an older checkpoint's own files
     if step is not None and step != side.data_step:
         message = f"dataloader files are for step {side.data_step}, the checkpoint is at {step}"
         if not ctx.inputs.get("allow_step_mismatch"):

@@ -408,3 +408,28 @@ def test_data_iter_state_conversion_equals_upgrade(tmp_path):
         "already exists",
         skip_warnings=True,
     )
+
+
+def test_upgrade_dir_gives_each_checkpoint_the_side_files_of_its_own_step(tmp_path):
+    """Worker files pile up, one set per checkpoint: an older checkpoint (step 5) takes the step-5
+    files, the newest (step 10) the ones the global file names; one --data-iter-dir for both."""
+    from ckpt_migrate.format.tree import ValueLeaf as Value
+    from ckpt_migrate.format.write import write_checkpoint
+
+    md = tmp_path / "model_dir"
+    md.mkdir()
+    (md / "checkpoint_10.mdl").write_bytes((FIXTURES / "release-1.9.mdl").read_bytes())
+    with read_checkpoint(FIXTURES / "release-1.9.mdl") as ckpt:
+        ckpt.root.set("global_step", Value(5))
+        write_checkpoint(ckpt.root, md / "checkpoint_5.mdl", "1.9", allow_missing=True)
+    out = tmp_path / "out"
+    args = ["--data-iter-dir", str(SIDE / "good"), "--dataloader-type", "iterable"]
+    proc = run_cli("upgrade-dir", str(md), "--output-dir", str(out), "--json", *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    side = SIDE / "good"
+    for step in (5, 10):
+        got = leaves(out / f"checkpoint_{step}.mdl")
+        for wid in range(3):
+            text = (side / f"data_iter_state_file_worker_{wid}_step_{step}.txt").read_text()
+            expected = int(text.splitlines()[0])
+            assert value(got[f"dataloader.all_worker_states.{wid}.samples_streamed"]) == expected

@@ -32,6 +32,7 @@ class SideFiles:
     samples: dict[int, int]  # worker id -> samples streamed at the data step
     ignored: list[str] = field(default_factory=list)  # names that are not side files
     other_steps: int = 0  # worker files of earlier checkpoints (they accumulate)
+    steps: set[int] = field(default_factory=set)  # every step some worker file is for
 
     @property
     def total(self) -> int:
@@ -48,14 +49,17 @@ def _first_int(path: Path) -> int:
         ) from None
 
 
-def read_side_files(directory: str | Path) -> SideFiles:
+def read_side_files(directory: str | Path, at_step: int | None = None) -> SideFiles:
+    """The side files of the global file's data step, or of ``at_step``: worker files pile up
+    one set per checkpoint, so an older checkpoint's step has its own (``upgrade-dir``)."""
     d = Path(directory)
     if not d.is_dir():
         raise UsageError(d, "is not a directory", "pass the 1.9 save_iter_state_path directory")
     global_file = d / GLOBAL_FILE
     if not global_file.is_file():
         raise UsageError(d, f"has no {GLOBAL_FILE}", "pass the 1.9 save_iter_state_path directory")
-    data_step = _first_int(global_file)
+    data_step = _first_int(global_file) if at_step is None else at_step
+    steps: set[int] = set()
     found: dict[int, list[str]] = {}
     ignored: list[str] = []
     other = 0
@@ -66,6 +70,7 @@ def read_side_files(directory: str | Path) -> SideFiles:
         if m is None or not entry.is_file():
             ignored.append(entry.name)
             continue
+        steps.add(int(m.group(2)))
         if int(m.group(2)) != data_step:
             other += 1
             continue
@@ -94,7 +99,7 @@ def read_side_files(directory: str | Path) -> SideFiles:
             "every worker 0..N-1 must have exactly one file",
         )
     samples = {wid: _first_int(d / names[0]) for wid, names in found.items()}
-    return SideFiles(d, data_step, samples, ignored, other)
+    return SideFiles(d, data_step, samples, ignored, other, steps)
 
 
 def build_state(side: SideFiles, dataloader_type: str, seed: int | None) -> DictNode:
