@@ -129,3 +129,18 @@ def test_to_torch_of_every_format_loads_weights_only(tmp_path, release):
     ckpt_migrate.to_torch(FIXTURES / f"release-{release}.mdl", plain, allow_missing=True)
     state = torch.load(plain, weights_only=True)
     assert isinstance(state, dict) and state
+
+
+def test_one_opaque_object_under_two_names_stays_one(tmp_path):
+    import pickle
+
+    from ckpt_migrate.format.pickled import OpaqueObject
+
+    obj = OpaqueObject(pickle.dumps({"k": 1}, protocol=4), "pickle")
+    first = tmp_path / "o.mdl"
+    ckpt_migrate.save({"a": obj, "b": obj, "c": OpaqueObject(obj.payload, "pickle")}, first)
+    back = ckpt_migrate.load(first)
+    assert back["a"] is back["b"] and back["c"] is not back["a"]
+    again = tmp_path / "again.mdl"
+    ckpt_migrate.save(back, again)
+    assert commands.verify(first, again)["identical"]

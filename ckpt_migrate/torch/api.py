@@ -247,8 +247,10 @@ def from_python(state: Any, *, pickle_objects: bool = False) -> Node:
 
 
 def _tieable(obj: Any) -> bool:
-    """Whether ``obj`` under two names is one stored object (a tie): tensors and arrays."""
-    if isinstance(obj, np.ndarray):
+    """Whether ``obj`` under two names is one stored object (a tie): tensors and arrays, and the
+    opaque objects ``load`` makes one per stored leaf (the same one twice is the file's tie).
+    Never ints, strings or other plain values, which Python shares when equal."""
+    if isinstance(obj, (np.ndarray, OpaqueObject, ExternalReference)):
         return True
     torch = _torch_if_loaded()
     return torch is not None and isinstance(obj, torch.Tensor)
