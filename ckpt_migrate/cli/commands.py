@@ -178,9 +178,17 @@ def upgrade_dir(
     inputs: dict[str, Any] | None = None,
     progress: Progress | None = None,
     on_entry: Callable[[DirEntry], None] | None = None,
+    config: Path | None = None,
+    config_out: Path | None = None,
+    num_csx: int | None = None,
+    model: str | None = None,
+    on_config: Callable[[ConfigOutcome], None] | None = None,
 ) -> tuple[list[DirEntry], int]:
     """Every checkpoint of ``model_dir``, newest first; returns the entries and the worst exit
-    code among them."""
+    code among them (the config's included). With ``config`` the run's params.yaml is upgraded
+    with the newest checkpoint into ``output_dir`` (``on_config`` hears how)."""
+    if config is None and (config_out is not None or num_csx is not None):
+        raise UsageError(None, "--config-out and --num-csx apply to --config", "pass --config")
     opts = DirOptions(
         target=to,
         output_dir=output_dir,
@@ -192,8 +200,39 @@ def upgrade_dir(
         allow_missing=allow_missing,
         inputs=inputs,
     )
-    entries = dir_upgrade.upgrade_dir(model_dir, opts, progress, on_entry)
-    return entries, dir_upgrade.worst_exit_code(entries)
+    alongside = None
+    if config is not None:
+        alongside = ConfigAlongside(
+            config,
+            config_out=config_out,
+            num_csx=num_csx,
+            target=to,
+            output_dir=output_dir,
+            dry_run=dry_run,
+            model=model,
+            rerun=True,
+        )
+    outcomes: list[ConfigOutcome] = []
+
+    def entry_done(entry: DirEntry) -> None:
+        if on_entry is not None:
+            on_entry(entry)
+        if alongside is not None and entry.kind == "checkpoint" and entry.result is not None:
+            res = entry.result
+            first = alongside.done is None
+            if first and res.family is None and res.status == dir_upgrade.ALREADY_UPGRADED:
+                # an earlier run's output: the family its config upgrade used, as it found it
+                with read_checkpoint(entry.path) as ckpt:
+                    res.family = choose_family(ckpt.root, model).family
+            outcome = alongside.run(res)
+            if outcome is not None:
+                outcomes.append(outcome)
+                if on_config is not None:
+                    on_config(outcome)
+
+    entries = dir_upgrade.upgrade_dir(model_dir, opts, progress, entry_done)
+    worst = max([dir_upgrade.worst_exit_code(entries), *(o.exit_code for o in outcomes)])
+    return entries, worst
 
 
 def verify(a: str | Path, b: str | Path, *, allclose: bool = False) -> dict[str, Any]:
@@ -214,6 +253,7 @@ def step_inputs(
     dataloader_type: str | None = None,
     shuffle_seed: int | None = None,
     allow_step_mismatch: bool = False,
+    drop_dataloader_state: bool = False,
     config: Path | None = None,
     model: str | None = None,
     drop_orphan_sparsity: bool = False,
@@ -235,6 +275,10 @@ def step_inputs(
         inputs["shuffle_seed"] = shuffle_seed
     if allow_step_mismatch:
         inputs["allow_step_mismatch"] = True
+    if drop_dataloader_state:
+        if data_iter_dir is not None:
+            raise UsageError(None, "--drop-dataloader-state and --data-iter-dir exclude each other")
+        inputs["drop_dataloader_state"] = True
     if config is not None:
         inputs["config"] = load_config(config)
     if drop_orphan_sparsity:

@@ -21,7 +21,10 @@ from ckpt_migrate._version import __version__
 from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.options import (
     AllowMissingOpt,
-    ConfigPathOpt,
+    AllowStepMismatchOpt,
+    DataIterDirOpt,
+    DataloaderTypeOpt,
+    DropDataloaderStateOpt,
     DryRunOpt,
     ExcludeOpt,
     FromOpt,
@@ -29,6 +32,8 @@ from ckpt_migrate.cli.options import (
     JsonLinesOpt,
     JsonOpt,
     ModelOpt,
+    NumCsxOpt,
+    ShuffleSeedOpt,
     TfVerifyOpt,
     ToOpt,
     UpgradeVerifyOpt,
@@ -201,23 +206,18 @@ def upgrade_cmd(
     verify: UpgradeVerifyOpt = "index",
     allow_missing: AllowMissingOpt = False,
     strict: Annotated[
-        bool, typer.Option("--strict", help="Refuse to upgrade a 1.9 file without its dataloader.")
-    ] = False,
-    data_iter_dir: Annotated[
-        Path | None,
-        typer.Option("--data-iter-dir", help="1.9 dataloader side files (for 1.9 → 2.0)."),
-    ] = None,
-    dataloader_type: Annotated[
-        str | None,
-        typer.Option("--dataloader-type", help="map or iterable (with --data-iter-dir)."),
-    ] = None,
-    shuffle_seed: Annotated[
-        int | None, typer.Option("--shuffle-seed", help="Seed of a map-style 1.9 dataloader.")
-    ] = None,
-    allow_step_mismatch: Annotated[
         bool,
-        typer.Option("--allow-step-mismatch", help="Accept side files of another step."),
+        typer.Option(
+            "--strict",
+            help="Refuse to upgrade a 1.8/1.9 file without its dataloader (now the default; "
+            "kept for old scripts).",
+        ),
     ] = False,
+    data_iter_dir: DataIterDirOpt = None,
+    dataloader_type: DataloaderTypeOpt = None,
+    shuffle_seed: ShuffleSeedOpt = None,
+    allow_step_mismatch: AllowStepMismatchOpt = False,
+    drop_dataloader_state: DropDataloaderStateOpt = False,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -235,14 +235,7 @@ def upgrade_cmd(
             "directory). Never overwritten.",
         ),
     ] = None,
-    num_csx: Annotated[
-        int | None,
-        typer.Option(
-            "--num-csx",
-            help="CS-X systems a 1.7/1.8 run used: 1.9 made batch_size global, so the "
-            "config's batch_size is multiplied by N (without it: reported, not changed).",
-        ),
-    ] = None,
+    num_csx: NumCsxOpt = None,
     model: ModelOpt = None,
     drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     as_json: JsonLinesOpt = False,
@@ -257,6 +250,7 @@ def upgrade_cmd(
         dataloader_type=dataloader_type,
         shuffle_seed=shuffle_seed,
         allow_step_mismatch=allow_step_mismatch,
+        drop_dataloader_state=drop_dataloader_state,
         config=config,
         model=model,
         drop_orphan_sparsity=drop_orphan_sparsity,
@@ -315,18 +309,46 @@ def upgrade_dir_cmd(
     allow_missing: Annotated[
         bool, typer.Option("--allow-missing", help="Write leaves a file lacks as None.")
     ] = False,
-    config: ConfigPathOpt = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="The run's params.yaml: read for tie flags and the seed, and upgraded with the "
+            "newest checkpoint into --output-dir (so it is a complete model directory; "
+            "<config stem>.<release>.yaml beside it with --inplace).",
+        ),
+    ] = None,
+    config_out: Annotated[
+        Path | None,
+        typer.Option("--config-out", help="Where the upgraded --config goes instead."),
+    ] = None,
+    num_csx: NumCsxOpt = None,
     model: ModelOpt = None,
+    data_iter_dir: DataIterDirOpt = None,
+    dataloader_type: DataloaderTypeOpt = None,
+    shuffle_seed: ShuffleSeedOpt = None,
+    allow_step_mismatch: AllowStepMismatchOpt = False,
+    drop_dataloader_state: DropDataloaderStateOpt = False,
     drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     as_json: JsonLinesOpt = False,
 ) -> None:
-    """Upgrade every checkpoint in a model directory, newest first; a rerun does what is left."""
+    """Upgrade every checkpoint in a model directory, newest first; a rerun does what is left.
+
+    With --config, the run's params.yaml is upgraded with the newest checkpoint, so the output
+    directory is a complete model directory.
+    """
 
     def show(entry: Any) -> None:
         if as_json:
             console.echo(json.dumps(entry.to_json(), default=str))
         else:
             render.dir_entry(entry)
+
+    def show_config(outcome: Any) -> None:
+        if as_json:
+            console.echo(json.dumps({"kind": "config", **outcome.to_json()}, default=str))
+        else:
+            render.config_outcome(outcome)
 
     with console.progress(enabled=not as_json) as progress:
         entries, worst = cli.commands.upgrade_dir(
@@ -340,10 +362,22 @@ def upgrade_dir_cmd(
             verify=verify,
             allow_missing=allow_missing,
             inputs=cli.commands.step_inputs(
-                config=config, model=model, drop_orphan_sparsity=drop_orphan_sparsity
+                data_iter_dir=data_iter_dir,
+                dataloader_type=dataloader_type,
+                shuffle_seed=shuffle_seed,
+                allow_step_mismatch=allow_step_mismatch,
+                drop_dataloader_state=drop_dataloader_state,
+                config=config,
+                model=model,
+                drop_orphan_sparsity=drop_orphan_sparsity,
             ),
             progress=progress,
             on_entry=show,
+            config=config,
+            config_out=config_out,
+            num_csx=num_csx,
+            model=model,
+            on_config=show_config,
         )
     if not as_json:
         render.dir_summary(entries, worst)

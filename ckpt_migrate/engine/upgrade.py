@@ -87,7 +87,11 @@ def apply_hops(
     ckpt: Checkpoint, plan: Plan, opts: UpgradeOptions, family: FamilyChoice | None = None
 ) -> StepContext:
     """Run every operation of every hop on the tree (no tensor data is read unless transformed)."""
-    inputs = {"allow_missing": opts.allow_missing, **opts.inputs}
+    inputs = {
+        "allow_missing": opts.allow_missing,
+        "source_release": plan.source_release.name,  # the file's, not the hop's
+        **opts.inputs,
+    }
     ctx = StepContext(ckpt.root, ckpt.path, inputs, opts.strict)
     choice = family or choose_family(ckpt.root, inputs.get("model"))
     ctx.inputs["model_family"] = choice  # read by the model-key steps
