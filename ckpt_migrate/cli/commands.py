@@ -16,6 +16,7 @@ import ckpt_migrate.torch as torch_api
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import ConfigAlongside, ConfigOutcome
 from ckpt_migrate.engine import plan as planner
+from ckpt_migrate.engine.extents import METHODS, Choice
 from ckpt_migrate.engine.plan import check as check_file
 from ckpt_migrate.engine.upgrade import Progress, UpgradeOptions, UpgradeResult
 from ckpt_migrate.engine.upgrade import upgrade as upgrade_file
@@ -105,6 +106,12 @@ def check(path: str | Path, target: str = "latest", source_release: str | None =
     return check_file(path, target, source_release)
 
 
+def check_copy_method(method: str) -> Choice:
+    if method not in METHODS:
+        raise UsageError(None, f"--copy-method must be auto, clone or copy, not {method!r}")
+    return method  # type: ignore[return-value]
+
+
 def check_verify(verify: str) -> Verify:
     if verify not in ("index", "full"):
         raise UsageError(None, f"--verify must be index or full, not {verify!r}")
@@ -121,6 +128,7 @@ def upgrade(
     dry_run: bool = False,
     manifest: Path | None = None,
     verify: str = "index",
+    copy_method: str = "auto",
     strict: bool = False,
     allow_missing: bool = False,
     inputs: dict[str, Any] | None = None,
@@ -140,6 +148,7 @@ def upgrade(
         dry_run=dry_run,
         manifest=manifest,
         verify=check_verify(verify),
+        copy_method=check_copy_method(copy_method),
         strict=strict,
         allow_missing=allow_missing,
         inputs=inputs or {},
@@ -174,6 +183,7 @@ def upgrade_dir(
     dry_run: bool = False,
     name: str = DEFAULT_NAME,
     verify: str = "index",
+    copy_method: str = "auto",
     allow_missing: bool = False,
     inputs: dict[str, Any] | None = None,
     progress: Progress | None = None,
@@ -197,6 +207,7 @@ def upgrade_dir(
         dry_run=dry_run,
         name=name,
         verify=check_verify(verify),
+        copy_method=check_copy_method(copy_method),
         allow_missing=allow_missing,
         inputs=inputs,
     )

@@ -22,6 +22,7 @@ from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.options import (
     AllowMissingOpt,
     AllowStepMismatchOpt,
+    CopyMethodOpt,
     DataIterDirOpt,
     DataloaderTypeOpt,
     DropDataloaderStateOpt,
@@ -204,6 +205,7 @@ def upgrade_cmd(
         typer.Option("--manifest", help="Write per-tensor sha256 hashes (implies --verify full)."),
     ] = None,
     verify: UpgradeVerifyOpt = "index",
+    copy_method: CopyMethodOpt = "auto",
     allow_missing: AllowMissingOpt = False,
     strict: Annotated[
         bool,
@@ -266,6 +268,7 @@ def upgrade_cmd(
             dry_run=dry_run,
             manifest=manifest,
             verify=verify,
+            copy_method=copy_method,
             strict=strict,
             allow_missing=allow_missing,
             inputs=inputs,
@@ -306,6 +309,7 @@ def upgrade_dir_cmd(
         str, typer.Option("--name", help="Checkpoint name pattern with one {step} field.")
     ] = "checkpoint_{step}.mdl",
     verify: UpgradeVerifyOpt = "index",
+    copy_method: CopyMethodOpt = "auto",
     allow_missing: Annotated[
         bool, typer.Option("--allow-missing", help="Write leaves a file lacks as None.")
     ] = False,
@@ -360,6 +364,7 @@ def upgrade_dir_cmd(
             dry_run=dry_run,
             name=name,
             verify=verify,
+            copy_method=copy_method,
             allow_missing=allow_missing,
             inputs=cli.commands.step_inputs(
                 data_iter_dir=data_iter_dir,

@@ -34,6 +34,15 @@ UpgradeVerifyOpt = Annotated[
     str,
     typer.Option("--verify", help="index: by stored-chunk identity; full: hash every tensor."),
 ]
+CopyMethodOpt = Annotated[
+    str,
+    typer.Option(
+        "--copy-method",
+        help="auto: share the unchanged bytes with the source where the filesystem can "
+        "(clone: XFS reflink, btrfs, ZFS 2.2+; server-side copy on NFS 4.2), else copy; "
+        "clone: share or fail; copy: always copy.",
+    ),
+]
 AllowMissingOpt = Annotated[
     bool, typer.Option("--allow-missing", help="Write leaves the file lacks as None.")
 ]
