@@ -126,6 +126,7 @@ def upgrade_result(res: UpgradeResult) -> None:
         return
     if res.status == "planned" and res.plan is not None:
         plan(res.plan)
+        echo(f"{res.source}: dry run; nothing written")
         return
     extra = f", backup {res.backup}" if res.backup else ""
     echo(

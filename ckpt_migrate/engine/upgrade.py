@@ -138,12 +138,16 @@ def _reads_back(opts: UpgradeOptions) -> bool:
     return opts.verify == "full" or opts.manifest is not None
 
 
+def _has_destination(opts: UpgradeOptions) -> bool:
+    return opts.inplace or opts.output_dir is not None or opts.output is not None
+
+
 def _target(src: Path, opts: UpgradeOptions) -> Path:
     if opts.inplace:
         return src
     if opts.output is not None:
         return _output_file(src, opts.output)
-    return _output_path(src, opts.output_dir)
+    return _output_path(src, opts.output_dir, create=not opts.dry_run)
 
 
 def _upgrade_locked(
@@ -162,17 +166,30 @@ def _upgrade_locked(
         if plan.current:
             result.status = "current"
             return
-        if opts.dry_run:
-            result.status, result.plan = "planned", plan.to_json()
-            return
-        target = _target(src, opts)
-        if plan.free_bytes is not None and plan.free_bytes < plan.free_needed:
+        # A dry run takes every check and every hop of the real run, and stops before the
+        # first byte is written: its changes, warnings and failures are the real run's.
+        target = None if opts.dry_run and not _has_destination(opts) else _target(src, opts)
+        if (
+            target is not None
+            and plan.free_bytes is not None
+            and plan.free_bytes < plan.free_needed
+        ):
             raise CkptIOError(
                 target.parent,
                 f"needs {plan.free_needed:,} bytes free, {plan.free_bytes:,} available",
                 "free disk space or choose another --output-dir",
             )
         backup = _backup_path(src, plan.source_release) if opts.inplace else None
+        if opts.dry_run:
+            ctx = apply_hops(ckpt, plan, opts, family)
+            result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings
+            _, notes = prepare(
+                ctx.root, plan.target_release, allow_missing=opts.allow_missing, path=src
+            )
+            result.warnings.extend(notes)
+            result.status, result.plan = "planned", plan.to_json()
+            return
+        assert target is not None
         stale = [
             f"removed {p.name}, a temporary file an interrupted run left"
             for p in remove_stale_temporaries(target)
@@ -222,10 +239,19 @@ def _upgrade_locked(
         result.status = "upgraded"
 
 
-def _output_path(src: Path, output_dir: Path | None) -> Path:
+def _output_path(src: Path, output_dir: Path | None, *, create: bool) -> Path:
+    """``output_dir/<name>``; a missing ``output_dir`` is created (``create``) or, for a dry
+    run, taken as one the real run would create."""
     assert output_dir is not None
-    if not output_dir.is_dir():
-        raise UsageError(output_dir, "output directory does not exist", "create it first")
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UsageError(output_dir, "is not a directory", "choose another --output-dir")
+    if not output_dir.exists():
+        if not create:
+            return output_dir / src.name
+        try:
+            output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise io_error(output_dir, exc) from None
     return _output_file(src, output_dir / src.name)
 
 
