@@ -27,6 +27,28 @@ TMP_SUFFIX = ".tmp"
 LINK_REFUSED = (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK)
 
 
+class Interrupt:
+    """Whether Ctrl-C (SIGINT) has been pressed in this process.
+
+    The command line's handler (``cli.console.on_interrupt``) sets it before raising
+    KeyboardInterrupt. Python runs that handler between any two bytecodes, also inside a
+    destructor or a callback from HDF5's C code, where the exception is printed and dropped
+    ("Exception ignored in ...") and the work goes on; so ``publish`` looks at the flag itself
+    and never moves a file into place after an interrupt."""
+
+    pressed = False
+
+    @classmethod
+    def press(cls) -> None:
+        cls.pressed = True
+
+    @classmethod
+    def check(cls) -> None:
+        """Raise KeyboardInterrupt if Ctrl-C was pressed, even if its exception was lost."""
+        if cls.pressed:
+            raise KeyboardInterrupt
+
+
 def temp_name(target: Path) -> Path:
     return target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
 
@@ -137,7 +159,9 @@ def reserve(fd: int, size: int, total: int) -> None:
 
 
 def publish(tmp: Path, target: Path, *, replace: bool = False) -> None:
-    """Move ``tmp`` to ``target``; without ``replace``, fail if ``target`` appeared meanwhile."""
+    """Move ``tmp`` to ``target``; without ``replace``, fail if ``target`` appeared meanwhile.
+    Never after Ctrl-C (``Interrupt``)."""
+    Interrupt.check()
     if replace:
         os.replace(tmp, target)
     else:

@@ -103,7 +103,7 @@ def test_help_reads_as_written():
     assert "ckpt-migrate[tensorflow] extra" in long.stdout and "(needs )" not in long.stdout
     upgrade = run_cli("upgrade", "-h").stdout
     dry_run = next(line for line in upgrade.splitlines() if "--dry-run" in line)
-    assert "<bool>" not in dry_run and "Plan only" in dry_run
+    assert "<bool>" not in dry_run and "Preview" in dry_run
     assert "<str>" in next(line for line in upgrade.splitlines() if "--to " in line)
 
 

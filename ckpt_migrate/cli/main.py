@@ -29,6 +29,9 @@ from ckpt_migrate.cli.options import (
     JsonLinesOpt,
     JsonOpt,
     ModelOpt,
+    OutputDirOpt,
+    ProgressOpt,
+    QuietOpt,
     TfVerifyOpt,
     ToOpt,
     UpgradeVerifyOpt,
@@ -188,10 +191,7 @@ def upgrade_cmd(
     paths: Annotated[list[Path], typer.Argument(help="Checkpoint files to upgrade.")],
     to: ToOpt = "latest",
     from_release: FromOpt = None,
-    output_dir: Annotated[
-        Path | None,
-        typer.Option("--output-dir", help="Write upgraded files here, under the same names."),
-    ] = None,
+    output_dir: OutputDirOpt = None,
     inplace: InplaceOpt = False,
     dry_run: DryRunOpt = False,
     manifest: Annotated[
@@ -246,6 +246,8 @@ def upgrade_cmd(
     model: ModelOpt = None,
     drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     as_json: JsonLinesOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """Upgrade checkpoints to a newer release in one pass, verified, never overwriting.
 
@@ -262,7 +264,7 @@ def upgrade_cmd(
         drop_orphan_sparsity=drop_orphan_sparsity,
     )
     worst = 0
-    with console.progress(enabled=not as_json) as progress:
+    with console.progress(not (as_json or quiet), progress_mode) as progress:
         runs = cli.commands.upgrade(
             paths,
             to=to,
@@ -289,7 +291,7 @@ def upgrade_cmd(
                     data["config"] = cfg.to_json()
                 console.echo(json.dumps(data, default=str))
             else:
-                render.upgrade_result(res)
+                render.upgrade_result(res, quiet)
                 render.config_outcome(cfg)
     if worst:
         raise typer.Exit(worst)
@@ -299,10 +301,7 @@ def upgrade_cmd(
 def upgrade_dir_cmd(
     model_dir: Annotated[Path, typer.Argument(help="The model directory.")],
     to: ToOpt = "latest",
-    output_dir: Annotated[
-        Path | None,
-        typer.Option("--output-dir", help="Write upgraded files here (created), same names."),
-    ] = None,
+    output_dir: OutputDirOpt = None,
     inplace: InplaceOpt = False,
     only_latest: Annotated[
         bool, typer.Option("--only-latest", help="Upgrade only the checkpoint autoload would take.")
@@ -319,6 +318,8 @@ def upgrade_dir_cmd(
     model: ModelOpt = None,
     drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     as_json: JsonLinesOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """Upgrade every checkpoint in a model directory, newest first; a rerun does what is left."""
 
@@ -326,9 +327,9 @@ def upgrade_dir_cmd(
         if as_json:
             console.echo(json.dumps(entry.to_json(), default=str))
         else:
-            render.dir_entry(entry)
+            render.dir_entry(entry, quiet)
 
-    with console.progress(enabled=not as_json) as progress:
+    with console.progress(not (as_json or quiet), progress_mode) as progress:
         entries, worst = cli.commands.upgrade_dir(
             model_dir,
             to=to,

@@ -106,18 +106,21 @@ def config_outcome(cfg: ConfigOutcome | None) -> None:
         echo(line)
 
 
-def messages(res: UpgradeResult) -> None:
-    """An upgrade's warnings (stderr) and reported changes (stdout); shared with the scripts."""
+def messages(res: UpgradeResult, quiet: bool = False) -> None:
+    """An upgrade's warnings (stderr) and reported changes (stdout; not when ``quiet``); shared
+    with the scripts."""
     for line in res.warnings:
         echo(f"warning: {line}", err=True)
+    if quiet:
+        return
     if res.model and res.status in ("upgraded", "planned"):
         echo(f"  model: {res.model['summary']}")
     for line in res.changes:
         echo(f"  {line}")
 
 
-def upgrade_result(res: UpgradeResult) -> None:
-    messages(res)
+def upgrade_result(res: UpgradeResult, quiet: bool = False) -> None:
+    messages(res, quiet)
     if res.status == "failed":
         echo(f"error: {res.error}", err=True)
         return
@@ -135,10 +138,10 @@ def upgrade_result(res: UpgradeResult) -> None:
     )
 
 
-def dir_entry(entry: DirEntry) -> None:
+def dir_entry(entry: DirEntry, quiet: bool = False) -> None:
     res = entry.result
     if res is not None and entry.status in ("upgraded", "planned", "failed"):
-        upgrade_result(res)
+        upgrade_result(res, quiet)
     elif entry.status == "current" and res is not None:
         placed = entry.action and res.output is not None
         where = f"; {entry.action} into {res.output.parent}" if placed else "; left alone"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ckpt_migrate.atomic import (
+    Interrupt,
     as_os_error,
     exclusive_lock,
     fsync_path,
@@ -111,8 +112,10 @@ def upgrade(
     try:
         _upgrade(src, opts, result, progress)
     except CkptError as exc:
+        Interrupt.check()  # an error an interrupt caused: the interrupt is the news
         result.status, result.error, result.exit_code = "failed", str(exc), exc.exit_code
     except OSError as exc:
+        Interrupt.check()
         err = io_error(src, exc)
         result.status, result.error, result.exit_code = "failed", str(err), err.exit_code
     result.seconds = round(time.monotonic() - start, 3)
@@ -214,9 +217,11 @@ def _upgrade_locked(
             )
             result.strategy = written.strategy
             result.tensors = written.tensors
+            Interrupt.check()
             if full:
-                verify_full(out_root, tmp, written)
+                verify_full(out_root, tmp, written, progress)
             result.verified = "full" if full else "index"
+            Interrupt.check()
             fsync_path(tmp)
             result.bytes_written = tmp.stat().st_size
             if opts.inplace:

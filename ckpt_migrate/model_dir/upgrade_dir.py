@@ -38,6 +38,7 @@ from typing import Any, Literal
 import h5py
 
 from ckpt_migrate.atomic import (
+    Interrupt,
     exclusive_lock,
     io_error,
     link_or_copy,
@@ -165,6 +166,7 @@ def upgrade_dir(
                     if out_dir is None:  # a file the scan listed
                         scan.temporary.pop(tmp.name, None)
                     emit(DirEntry(tmp, "temporary", REMOVED, "left by an interrupted upgrade"))
+            Interrupt.check()  # one lost in a callback: no next file either
             emit(_upgrade_one(path, opts, target, progress))
         for path, reason in scan.temporary.items():
             emit(DirEntry(src_dir / path, "temporary", LEFT_ALONE, reason))
