@@ -88,7 +88,7 @@ def test_sigint_at_moments_spread_over_the_run(big, tmp_path):
     total = time.monotonic() - start_at
     (out / src.name).unlink()
     outcomes = []
-    for delay in np.linspace(0.3, 0.9 * total, 6):  # from when our handler is in place
+    for delay in np.linspace(0.1, 0.9 * total, 6):
         proc = start(["upgrade", src, "-o", out, "--verify", "full"], SLOW)
         time.sleep(delay)
         code, err, took = interrupt(proc)

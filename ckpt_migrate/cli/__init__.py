@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
         app = importlib.import_module(f"{__name__}.main")
     except KeyboardInterrupt:  # Ctrl-C while starting: the same one line as later
         print("interrupted", file=sys.stderr, flush=True)
+        exec("None")  # see console.forget_unhandled_interrupt: exit 130, not by SIGINT
         return 130
     return app.main(argv)
 

@@ -91,6 +91,15 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
     finally:  # the outcome is printed: a Ctrl-C from now on changes nothing
         if signal.getsignal(signal.SIGINT) is on_interrupt:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if Interrupt.pressed:
+            forget_unhandled_interrupt()
+
+
+def forget_unhandled_interrupt() -> None:
+    """CPython marks a KeyboardInterrupt that leaves code run by ``exec(str)`` (dataclasses and
+    typer build functions that way) as unhandled and then ends the process by SIGINT (-2) instead
+    of our exit code, even when it was caught; the next ``exec`` of a string clears the mark."""
+    exec("None")
 
 
 def _quiet_interrupts(unraisable: Any) -> None:
