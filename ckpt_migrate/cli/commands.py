@@ -196,9 +196,13 @@ def upgrade_dir(
     return entries, dir_upgrade.worst_exit_code(entries)
 
 
-def verify(a: str | Path, b: str | Path, *, allclose: bool = False) -> dict[str, Any]:
+def verify(
+    a: str | Path, b: str | Path, *, allclose: bool = False, progress: Progress | None = None
+) -> dict[str, Any]:
     with read_checkpoint(a) as left, read_checkpoint(b) as right:
-        diffs, compared = compare_trees(left.root, right.root, allclose=allclose)
+        diffs, compared = compare_trees(
+            left.root, right.root, allclose=allclose, progress=progress
+        )
     return {
         "left": str(a),
         "right": str(b),

@@ -379,9 +379,12 @@ def verify_cmd(
         bool, typer.Option("--allclose", help="Compare tensor values with a tolerance.")
     ] = False,
     as_json: JsonOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """Compare two checkpoints leaf by leaf (tensors by sha256, or --allclose)."""
-    data = cli.commands.verify(a, b, allclose=allclose)
+    with console.progress(not (as_json or quiet), progress_mode) as progress:
+        data = cli.commands.verify(a, b, allclose=allclose, progress=progress)
     render.emit_json(data) if as_json else render.verify(data)
     if not data["identical"]:
         raise typer.Exit(EXIT_VERIFY_FAILED)

@@ -157,6 +157,7 @@ def upgrade_dir(
         selected = scan.checkpoints
         if opts.only_latest:
             selected = _newest(scan)
+        overall = _Overall(selected, progress)
         for path in scan.checkpoints:
             if path not in selected:
                 emit(DirEntry(path, "checkpoint", NOT_SELECTED, "--only-latest: not the newest"))
@@ -167,12 +168,53 @@ def upgrade_dir(
                         scan.temporary.pop(tmp.name, None)
                     emit(DirEntry(tmp, "temporary", REMOVED, "left by an interrupted upgrade"))
             Interrupt.check()  # one lost in a callback: no next file either
-            emit(_upgrade_one(path, opts, target, progress))
+            emit(_upgrade_one(path, opts, target, overall.file(path)))
+            overall.done(path)
         for path, reason in scan.temporary.items():
             emit(DirEntry(src_dir / path, "temporary", LEFT_ALONE, reason))
         for entry in scan.others:
             emit(entry)
     return entries
+
+
+class _Overall:
+    """Progress of the whole directory: each file's phases as ``file K of N: <phase>``, and
+    ``all files`` in bytes (a file counts with its size once done, and while copied by its copy)
+    so that the display's time left is the whole run's."""
+
+    def __init__(self, selected: list[Path], progress: Progress | None) -> None:
+        self.progress = progress
+        self.order = {p: k for k, p in enumerate(selected, 1)}
+        self.sizes = {p: _size(p) for p in selected}
+        self.total = sum(self.sizes.values())
+        self.finished = 0
+
+    def file(self, path: Path) -> Progress | None:
+        progress = self.progress
+        if progress is None:
+            return None
+        label = f"file {self.order[path]} of {len(self.order)}"
+        before = self.finished
+
+        def update(phase: str, done: int, total: int) -> None:
+            progress(f"{label}: {phase}", done, total)
+            if phase == "copy":
+                progress("all files", before + done, self.total)
+
+        progress("all files", before, self.total)
+        return update
+
+    def done(self, path: Path) -> None:
+        self.finished += self.sizes[path]
+        if self.progress is not None:
+            self.progress("all files", self.finished, self.total)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 # --------------------------------------------------------------------------- one checkpoint
