@@ -15,6 +15,7 @@ import fcntl
 import os
 import re
 import stat
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -217,9 +218,38 @@ def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path
 
 
 def io_error(target: Path, exc: OSError) -> CkptIOError:
+    """``exc`` in plain words: the place, what went wrong and what to do (never HDF5's
+    error stack)."""
     if exc.errno == errno.ENOSPC or "No space" in str(exc):
         return CkptIOError(target, "no space left on the device", "free disk space and retry")
-    return CkptIOError(target, f"write failed ({exc.strerror or exc})")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return CkptIOError(
+            None,
+            f"permission denied writing {target}",
+            "choose a place you can write to, or change its permissions",
+        )
+    if exc.errno == errno.EROFS:
+        return CkptIOError(
+            None, f"cannot write {target}: read-only file system", "choose a writable place"
+        )
+    reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:120]
+    return CkptIOError(target, f"write failed ({reason})")
+
+
+def check_writable(directory: Path) -> None:
+    """Raise ``CkptIOError`` (exit 5) now, before any work, if no file can be created in
+    ``directory`` (or, if it does not exist yet, in the nearest parent that does, where it will
+    be created). The probe is an unnamed file (``O_TMPFILE``) or a temporary removed at once."""
+    existing = directory
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    try:
+        fd, name = tempfile.mkstemp(dir=existing, prefix=".ckpt-migrate-probe.")
+    except OSError as exc:
+        raise io_error(directory, exc) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
 
 
 def as_os_error(exc: BaseException) -> OSError | None:

@@ -129,6 +129,7 @@ def upgrade(
     num_csx: int | None = None,
     model: str | None = None,
     progress: Progress | None = None,
+    force: bool = False,
 ) -> Iterator[tuple[UpgradeResult, ConfigOutcome | None]]:
     """Upgrade each file in turn (with ``config``: its params.yaml alongside, to the same
     release); every argument is checked before the first file is touched."""
@@ -143,7 +144,10 @@ def upgrade(
         strict=strict,
         allow_missing=allow_missing,
         inputs=inputs or {},
+        force=force,
     )
+    if force and inplace:
+        raise UsageError(None, "--force replaces an output; --inplace has none", "drop --force")
     if manifest is not None and len(paths) > 1:
         raise UsageError(None, "--manifest takes one checkpoint at a time")
     if config is None and (config_out is not None or num_csx is not None):

@@ -193,6 +193,13 @@ def upgrade_cmd(
     from_release: FromOpt = None,
     output_dir: OutputDirOpt = None,
     inplace: InplaceOpt = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace an existing output file; it stays until the new one is verified.",
+        ),
+    ] = False,
     dry_run: DryRunOpt = False,
     manifest: Annotated[
         Path | None,
@@ -282,6 +289,7 @@ def upgrade_cmd(
             num_csx=num_csx,
             model=model,
             progress=progress,
+            force=force,
         )
         for res, cfg in runs:
             worst = max(worst, res.exit_code, cfg.exit_code if cfg else 0)

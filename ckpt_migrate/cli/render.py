@@ -125,7 +125,10 @@ def upgrade_result(res: UpgradeResult, quiet: bool = False) -> None:
         echo(f"error: {res.error}", err=True)
         return
     if res.status == "current":
-        echo(f"{res.source}: already at {res.to_release}; left alone")
+        where = "left alone"
+        if res.placed and res.output is not None:
+            where = f"{res.placed} into {res.output.parent}"
+        echo(f"{res.source}: already at {res.to_release}; {where}")
         return
     if res.status == "planned" and res.plan is not None:
         plan(res.plan)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,6 @@ from ckpt_migrate.atomic import (
     Interrupt,
     exclusive_lock,
     io_error,
-    link_or_copy,
     remove_stale_temporaries,
 )
 from ckpt_migrate.engine.copypatch import file_digest
@@ -242,13 +240,7 @@ def _upgrade_one(
         progress,
     )
     entry = DirEntry(src, "checkpoint", res.status, result=res)
-    if res.status == "current" and out_dir is not None and not opts.dry_run:
-        try:
-            entry.action = _place_current(src, out_dir / src.name)
-            res.output = out_dir / src.name
-        except CkptError as exc:
-            res.status, res.error, res.exit_code = "failed", str(exc), exc.exit_code
-            entry.status = "failed"
+    entry.action = res.placed  # a current file the engine put into the output directory
     return entry
 
 
@@ -306,18 +298,6 @@ def _judge_existing(
         "source); refusing to overwrite it",
         "remove it or choose another --output-dir",
     )
-
-
-def _place_current(src: Path, out: Path) -> str:
-    """Put a checkpoint already at the target into the output directory: a hard link (free),
-    or a verified copy across filesystems. Never replaces anything."""
-
-    def copy(a: Path, b: Path) -> None:
-        shutil.copyfile(a, b)
-        if file_digest(b) != file_digest(a):
-            raise UsageError(out, "the copy differs from its source")
-
-    return link_or_copy(src, out, copy)
 
 
 def _remove_leftovers(src: Path, work_dir: Path) -> list[Path]:
