@@ -158,8 +158,9 @@ def progress(enabled: bool = True, mode: str = "auto") -> Iterator[Progress | No
 
 
 class PlainProgress:
-    """Progress as plain lines on stderr: a phase's first update, its last, and in between at
-    most one line every ``interval`` seconds, each with the time left at the rate so far."""
+    """Progress as plain lines on stderr, for logs: at most one line per phase every
+    ``interval`` seconds, each with the time left at the rate so far, and the phase's end once
+    it has shown a line. A phase shorter than ``interval`` prints nothing."""
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
@@ -168,14 +169,14 @@ class PlainProgress:
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         now = time.monotonic()
-        first = phase not in self.started
-        if first:
+        if phase not in self.started:
             self.started[phase] = (now, done)
-        last_at, last_done = self.shown.get(phase, (-1.0, -1))
+        last_at, last_done = self.shown.get(phase, (self.started[phase][0], -1))
         finished = total > 0 and done >= total
-        if done == last_done or (
-            not first and not finished and now - last_at < self.interval
-        ):
+        if done == last_done:
+            return
+        due = now - last_at >= self.interval
+        if not (due or (finished and phase in self.shown)):
             return
         self.shown[phase] = (now, done)
         text = f"{phase}: {amount_text(phase, done, total)}"
