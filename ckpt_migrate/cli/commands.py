@@ -35,10 +35,29 @@ from ckpt_migrate.tf.saver import setup_cli_process
 Verify = Literal["index", "full"]
 
 
-def inspect(path: str | Path) -> dict[str, Any]:
+# What ``inspect`` shows without --all: the first levels, a few entries per container.
+SUMMARY_DEPTH = 3
+SUMMARY_CHILDREN = 8
+
+
+def inspect(
+    path: str | Path, *, everything: bool = True, depth: int | None = None
+) -> dict[str, Any]:
+    """``everything``: the whole outline; else a summary (``depth`` levels, default
+    SUMMARY_DEPTH, and SUMMARY_CHILDREN entries per container unless a depth is given)."""
+    if depth is not None and depth < 0:
+        raise UsageError(None, f"--depth must be 0 or more, not {depth}")
     with read_checkpoint(path) as ckpt:
         data = outline.report(ckpt)
-        data["outline"] = outline.outline_lines(ckpt.root)
+        data["outline_summary"] = not everything
+        if everything:
+            data["outline"] = outline.outline_lines(ckpt.root)
+        else:
+            data["outline"] = outline.outline_lines(
+                ckpt.root,
+                max_depth=SUMMARY_DEPTH if depth is None else depth,
+                max_children=SUMMARY_CHILDREN if depth is None else None,
+            )
     return data
 
 

@@ -42,7 +42,7 @@ app = typer.Typer(
     name="ckpt-migrate",
     help="Read, inspect and upgrade Cerebras-style PyTorch HDF5 checkpoints, safely.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -67,10 +67,16 @@ def _main(
 @app.command("inspect")
 def inspect_cmd(
     path: Annotated[Path, typer.Argument(help="Checkpoint file (.mdl / .h5).")],
+    show_all: Annotated[
+        bool, typer.Option("--all", "-a", help="The whole tree outline, every leaf.")
+    ] = False,
+    depth: Annotated[
+        int | None, typer.Option("--depth", help="Outline levels to show, every entry of each.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Release, format, leaf count, bytes by dtype and the tree outline with shapes."""
-    data = cli.commands.inspect(path)
+    """Release, format, bytes by dtype and a summary of the tree; --all for every leaf."""
+    data = cli.commands.inspect(path, everything=show_all or as_json, depth=depth)
     render.emit_json(data) if as_json else render.inspect(data)
 
 

@@ -26,7 +26,7 @@ def inspect(data: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)  # long names are never wrapped
     console.print(f"[bold]{safe(data['path'])}[/bold]")
     console.print(
         f"release {data['release_label']}  format {data['format']}  "
@@ -39,6 +39,8 @@ def inspect(data: dict[str, Any]) -> None:
         console.print(table)
     for line in data["outline"]:
         console.print(safe(line), markup=False)
+    if data.get("outline_summary"):
+        console.print("(a summary: --all shows every leaf, --depth N that many levels)")
     if data["missing"]:
         console.print(f"[yellow]missing leaves ({len(data['missing'])}):[/yellow]")
         for name in data["missing"]:
