@@ -114,3 +114,11 @@ def test_dry_run_refuses_a_missing_leaf_like_the_real_run(tmp_path):
     errors = [ln for ln in dry.stderr.splitlines() if ln.startswith("error:")]
     assert dry.returncode == real.returncode and errors[0] == line
     assert listing(out) == set()
+
+
+def test_quiet_dry_run_is_one_line(tmp_path):
+    src = FIXTURES / "release-2.3.mdl"
+    proc = run_cli("upgrade", src, "-o", tmp_path, "-n", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"{src}: 2.3 → 2.10 in 7 hop(s); dry run, nothing written"]
+    assert listing(tmp_path) == set()

@@ -133,6 +133,10 @@ def upgrade_result(res: UpgradeResult, quiet: bool = False) -> None:
         echo(f"{res.source}: already at {res.to_release}; {where}")
         return
     if res.status == "planned" and res.plan is not None:
+        if quiet:
+            hops = f"{res.from_release} → {res.to_release} in {len(res.hops)} hop(s)"
+            echo(f"{res.source}: {hops}; dry run, nothing written")
+            return
         plan(res.plan)
         echo(f"{res.source}: dry run; nothing written")
         return
