@@ -61,8 +61,14 @@ def inspect(
     return data
 
 
-def to_torch(src: str | Path, dst: str | Path, *, allow_missing: bool = False) -> dict[str, Any]:
-    out = torch_api.to_torch(src, dst, allow_missing=allow_missing)
+def to_torch(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    allow_missing: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    out = torch_api.to_torch(src, dst, allow_missing=allow_missing, progress=progress)
     return {"source": str(src), "output": str(out)}
 
 

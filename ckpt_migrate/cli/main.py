@@ -85,9 +85,12 @@ def to_torch_cmd(
     src: Annotated[Path, typer.Argument(help="Checkpoint to convert.")],
     dst: Annotated[Path, typer.Argument(help="torch.save file to write (must not exist).")],
     allow_missing: AllowMissingOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """Write a plain torch.save file (loadable with torch.load(weights_only=True))."""
-    out = cli.commands.to_torch(src, dst, allow_missing=allow_missing)
+    with console.progress(not quiet, progress_mode) as progress:
+        out = cli.commands.to_torch(src, dst, allow_missing=allow_missing, progress=progress)
     console.echo(f"wrote {out['output']}")
 
 
