@@ -149,3 +149,28 @@ def test_an_interrupt_lost_in_a_callback_still_stops_the_publish(big, tmp_path, 
     assert Interrupt.pressed
     assert list(out.iterdir()) == []
     assert sha256_file(src) == digest
+
+
+def test_sigint_in_upgrade_dir_stops_the_whole_run(big, tmp_path):
+    """Ctrl-C while the first of two checkpoints is copied: no file of the directory is
+    published, the second is never started."""
+    src, digest = big
+    md = tmp_path / "md"
+    md.mkdir()
+    for step in (1, 2):
+        os.link(src, md / f"checkpoint_{step}.mdl")  # the same bytes, no extra disk
+    out = tmp_path / "out"
+    proc = start(["upgrade-dir", md, "-o", out, "--progress", "plain"], SLOW)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("file 1 of 2: copy:"):
+            break
+    else:
+        pytest.fail(f"no copy progress line: {seen}")
+    code, err, took = interrupt(proc)
+    assert code == 130 and err.splitlines()[-1] == "interrupted", err
+    assert "file 2 of 2" not in err and took < 3
+    assert list(out.iterdir()) == []
+    assert sha256_file(src) == digest
