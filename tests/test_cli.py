@@ -105,6 +105,8 @@ def test_help_reads_as_written():
     upgrade = run_cli("upgrade", "-h").stdout
     dry_run = next(line for line in upgrade.splitlines() if "--dry-run" in line)
     assert "<bool>" not in dry_run and "Preview" in dry_run
+    for args in (["-h"], ["upgrade", "-h"]):
+        assert "<bool>" not in run_cli(*args).stdout
     assert "<str>" in next(line for line in upgrade.splitlines() if "--to " in line)
 
 

@@ -412,6 +412,15 @@ def without_flag_metavars(command: Any) -> Any:
     for param in getattr(command, "params", []):
         if getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""
+    make_help = command.get_help_option  # built anew for each help page
+
+    def help_option(ctx: Any) -> Any:
+        option = make_help(ctx)
+        if option is not None and option.metavar is None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
     for sub in getattr(command, "commands", {}).values():
         without_flag_metavars(sub)
     return command
