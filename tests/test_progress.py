@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -87,10 +88,12 @@ def test_upgrade_prints_plain_progress_per_phase_when_stderr_is_not_a_terminal(
 
 def test_plain_lines_come_at_most_every_interval(model_dir, tmp_path):
     src = model_dir / "checkpoint_100.mdl"
+    started = time.monotonic()
     proc = run("upgrade", src, "-o", tmp_path / "a", interval="1")
+    seconds = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
     copy = [m for m in progress_lines(proc.stderr) if m["phase"] == "copy"]
-    assert 1 <= len(copy) <= 4, proc.stderr  # a copy of about 2 s: a line a second, the end
+    assert 1 <= len(copy) <= seconds + 1, proc.stderr  # at most a line a second, and the end
     assert copy[-1]["done"] == copy[-1]["total"], proc.stderr
     proc = run("upgrade", src, "-o", tmp_path / "b", interval="60")
     assert proc.returncode == 0, proc.stderr
