@@ -15,6 +15,7 @@ import fcntl
 import os
 import re
 import stat
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -25,6 +26,28 @@ from ckpt_migrate.errors import CkptIOError, UsageError
 TMP_SUFFIX = ".tmp"
 # os.link fails with these where the filesystem (or a mount boundary) has no hard links.
 LINK_REFUSED = (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK)
+
+
+class Interrupt:
+    """Whether Ctrl-C (SIGINT) has been pressed in this process.
+
+    The command line's handler (``cli.console.on_interrupt``) sets it before raising
+    KeyboardInterrupt. Python runs that handler between any two bytecodes, also inside a
+    destructor or a callback from HDF5's C code, where the exception is printed and dropped
+    ("Exception ignored in ...") and the work goes on; so ``publish`` looks at the flag itself
+    and never moves a file into place after an interrupt."""
+
+    pressed = False
+
+    @classmethod
+    def press(cls) -> None:
+        cls.pressed = True
+
+    @classmethod
+    def check(cls) -> None:
+        """Raise KeyboardInterrupt if Ctrl-C was pressed, even if its exception was lost."""
+        if cls.pressed:
+            raise KeyboardInterrupt
 
 
 def temp_name(target: Path) -> Path:
@@ -145,7 +168,9 @@ def require_free(fd: int, needed: int) -> None:
 
 
 def publish(tmp: Path, target: Path, *, replace: bool = False) -> None:
-    """Move ``tmp`` to ``target``; without ``replace``, fail if ``target`` appeared meanwhile."""
+    """Move ``tmp`` to ``target``; without ``replace``, fail if ``target`` appeared meanwhile.
+    Never after Ctrl-C (``Interrupt``)."""
+    Interrupt.check()
     if replace:
         os.replace(tmp, target)
     else:
@@ -201,9 +226,38 @@ def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path
 
 
 def io_error(target: Path, exc: OSError) -> CkptIOError:
+    """``exc`` in plain words: the place, what went wrong and what to do (never HDF5's
+    error stack)."""
     if exc.errno == errno.ENOSPC or "No space" in str(exc):
         return CkptIOError(target, "no space left on the device", "free disk space and retry")
-    return CkptIOError(target, f"write failed ({exc.strerror or exc})")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return CkptIOError(
+            None,
+            f"permission denied writing {target}",
+            "choose a place you can write to, or change its permissions",
+        )
+    if exc.errno == errno.EROFS:
+        return CkptIOError(
+            None, f"cannot write {target}: read-only file system", "choose a writable place"
+        )
+    reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:120]
+    return CkptIOError(target, f"write failed ({reason})")
+
+
+def check_writable(directory: Path) -> None:
+    """Raise ``CkptIOError`` (exit 5) now, before any work, if no file can be created in
+    ``directory`` (or, if it does not exist yet, in the nearest parent that does, where it will
+    be created). The probe is an unnamed file (``O_TMPFILE``) or a temporary removed at once."""
+    existing = directory
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    try:
+        fd, name = tempfile.mkstemp(dir=existing, prefix=".ckpt-migrate-probe.")
+    except OSError as exc:
+        raise io_error(directory, exc) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
 
 
 def as_os_error(exc: BaseException) -> OSError | None:

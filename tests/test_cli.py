@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -103,7 +104,9 @@ def test_help_reads_as_written():
     assert "ckpt-migrate[tensorflow] extra" in long.stdout and "(needs )" not in long.stdout
     upgrade = run_cli("upgrade", "-h").stdout
     dry_run = next(line for line in upgrade.splitlines() if "--dry-run" in line)
-    assert "<bool>" not in dry_run and "Plan only" in dry_run
+    assert "<bool>" not in dry_run and "Preview" in dry_run
+    for args in (["-h"], ["upgrade", "-h"]):
+        assert "<bool>" not in run_cli(*args).stdout
     assert "<str>" in next(line for line in upgrade.splitlines() if "--to " in line)
 
 
@@ -142,3 +145,35 @@ def test_names_from_files_never_reach_the_terminal_raw(tmp_path):
     proc = run_cli("inspect", src)
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "\\x1b[31mred" in proc.stdout
+
+
+# --------------------------------------------------------------------------- a newcomer's view
+
+
+def test_inspect_summarises_and_never_wraps_when_piped():
+    example = FIXTURES / "example" / "checkpoint_100.mdl"
+    proc = run_cli("inspect", example)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) <= 60, proc.stdout
+    assert "… 6 more" in proc.stdout and "--all shows every leaf" in proc.stdout
+    tie = "'lm_head.weight': tensor float32[6, 4]  (tied to model.embedding_layer.word_embeddings"
+    assert any(tie in line for line in lines), proc.stdout  # one line, though over 80 columns
+    full = run_cli("inspect", example, "--all").stdout
+    assert "… " not in full and "'bytes_u8': tensor uint8[6]" in full
+    assert len(full.splitlines()) > len(lines)
+    top = run_cli("inspect", example, "--depth", "1").stdout
+    assert "  'model': OrderedDict (14)" in top and "'fc.weight'" not in top
+    assert json.loads(run_cli("inspect", example, "--json").stdout)["outline_summary"] is False
+
+
+def test_shell_completion_is_offered_and_completes_verbs_and_options():
+    assert "--install-completion" in run_cli("--help").stdout
+    env = {**os.environ, "_CKPT_MIGRATE_COMPLETE": "complete_bash", "COMP_CWORD": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from ckpt_migrate.cli import main; sys.exit(main())"],
+        env={**env, "COMP_WORDS": "ckpt-migrate upgrade --dr"},
+        capture_output=True,
+        text=True,
+    )
+    assert "--dry-run" in proc.stdout.split(), proc.stdout + proc.stderr

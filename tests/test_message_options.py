@@ -77,6 +77,9 @@ NOT_SAID = {
         "them, and every command that reads one takes --allow-missing"
     ),
     ("--num-csx", "ckpt_migrate/config/upgrade.py"): "said only when --num-csx was given",
+    ("--force", "ckpt_migrate/engine/upgrade.py"): (
+        "said only when --force was given (upgrade); upgrade-dir never replaces an output"
+    ),
 }
 
 

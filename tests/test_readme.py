@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from ckpt_migrate import errors
+from ckpt_migrate.cli import console
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -18,6 +19,7 @@ def _commands() -> list[str]:
 def test_readme_opens_with_the_two_commands():
     example, tests = _commands()[:2]
     assert "ckpt-migrate upgrade fixtures/example/checkpoint_100.mdl --output-dir" in example
+    assert "mkdir" not in example  # upgrade creates its --output-dir
     assert (ROOT / "fixtures/example/checkpoint_100.mdl").is_file()
     assert "torch==2.13.0" in example and "torch==2.13.0" in tests
     assert "pytest" in tests
@@ -31,10 +33,11 @@ def test_ci_runs_the_readme_test_command():
 
 def test_exit_codes_in_readme_match_the_code():
     table = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", README, flags=re.M))
-    assert table.keys() == {"0", "2", "3", "4", "5", "10"}
+    assert table.keys() == {"0", "2", "3", "4", "5", "10", "130"}
     assert str(errors.EXIT_BAD_INPUT) in table and str(errors.EXIT_NEWER_THAN_TOOL) in table
     assert str(errors.EXIT_VERIFY_FAILED) in table and str(errors.EXIT_IO) in table
     assert str(errors.EXIT_UPGRADE_NEEDED) in table
+    assert str(console.EXIT_INTERRUPTED) in table
 
 
 def _python_block(after: str) -> str:

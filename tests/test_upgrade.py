@@ -555,18 +555,23 @@ def test_inplace_and_output_dir_exclude_each_other(tmp_path):
 # --------------------------------------------------------------------------- 6. what is written
 
 
-def test_a_file_at_the_target_is_reported_current_and_left_alone(tmp_path):
+def test_a_file_at_the_target_is_reported_current_and_put_into_the_output_dir(tmp_path):
+    """Left alone in place (--inplace); linked into --output-dir, as upgrade-dir does, so that
+    the output directory holds every checkpoint asked for."""
     src = fixture("2.10", tmp_path / "src")
     stat, data = src.stat(), src.read_bytes()
     out = tmp_path / "out"
-    out.mkdir()
-    for where in (["--output-dir", out], ["--inplace"]):
-        proc = run_cli("upgrade", "--drop-dataloader-state", src, "--to", "2.10", *where, "--json")
+    for where, placed in ((["--inplace"], None), (["--output-dir", out], "linked")):
+        proc = run_cli("upgrade", src, "--to", "2.10", *where, "--json")
         assert proc.returncode == 0, proc.stderr
         res = only_result(proc)
         assert res["status"] == "current" and res["hops"] == []
-    assert listing(out) == set() and listing(src.parent) == {src.name}
+        assert res.get("placed") == placed
+    assert listing(out) == {src.name} and os.path.samefile(out / src.name, src)
+    assert listing(src.parent) == {src.name}
     assert src.stat().st_mtime_ns == stat.st_mtime_ns and src.read_bytes() == data
+    proc = run_cli("upgrade", src, "--to", "2.10", "--output-dir", tmp_path / "text")
+    assert f"already at 2.10; linked into {tmp_path / 'text'}" in proc.stdout
 
 
 def test_an_existing_output_is_never_overwritten(tmp_path):
@@ -625,7 +630,7 @@ def test_several_files_print_one_json_object_each_and_exit_with_the_worst(tmp_pa
         (str(exists), "failed", 2),
         (str(newer), "failed", 3),
     ]
-    assert listing(out) == {ok.name, exists.name}
+    assert listing(out) == {ok.name, current.name, exists.name}
     assert proc.returncode == 3, proc.stderr
 
 

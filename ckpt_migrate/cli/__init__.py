@@ -8,12 +8,19 @@ loaded when a command runs, not for ``--help``).
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
     """The ``ckpt-migrate`` command (see ``cli.main``)."""
-    return importlib.import_module(f"{__name__}.main").main(argv)
+    try:
+        app = importlib.import_module(f"{__name__}.main")
+    except KeyboardInterrupt:  # Ctrl-C while starting: the same one line as later
+        print("interrupted", file=sys.stderr, flush=True)
+        exec("None")  # see console.forget_unhandled_interrupt: exit 130, not by SIGINT
+        return 130
+    return app.main(argv)
 
 
 def __getattr__(name: str) -> Any:

@@ -36,15 +36,40 @@ from ckpt_migrate.tf.saver import setup_cli_process
 Verify = Literal["index", "full"]
 
 
-def inspect(path: str | Path) -> dict[str, Any]:
+# What ``inspect`` shows without --all: the first levels, a few entries per container.
+SUMMARY_DEPTH = 3
+SUMMARY_CHILDREN = 8
+
+
+def inspect(
+    path: str | Path, *, everything: bool = True, depth: int | None = None
+) -> dict[str, Any]:
+    """``everything``: the whole outline; else a summary (``depth`` levels, default
+    SUMMARY_DEPTH, and SUMMARY_CHILDREN entries per container unless a depth is given)."""
+    if depth is not None and depth < 0:
+        raise UsageError(None, f"--depth must be 0 or more, not {depth}")
     with read_checkpoint(path) as ckpt:
         data = outline.report(ckpt)
-        data["outline"] = outline.outline_lines(ckpt.root)
+        data["outline_summary"] = not everything
+        if everything:
+            data["outline"] = outline.outline_lines(ckpt.root)
+        else:
+            data["outline"] = outline.outline_lines(
+                ckpt.root,
+                max_depth=SUMMARY_DEPTH if depth is None else depth,
+                max_children=SUMMARY_CHILDREN if depth is None else None,
+            )
     return data
 
 
-def to_torch(src: str | Path, dst: str | Path, *, allow_missing: bool = False) -> dict[str, Any]:
-    out = torch_api.to_torch(src, dst, allow_missing=allow_missing)
+def to_torch(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    allow_missing: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    out = torch_api.to_torch(src, dst, allow_missing=allow_missing, progress=progress)
     return {"source": str(src), "output": str(out)}
 
 
@@ -137,6 +162,7 @@ def upgrade(
     num_csx: int | None = None,
     model: str | None = None,
     progress: Progress | None = None,
+    force: bool = False,
 ) -> Iterator[tuple[UpgradeResult, ConfigOutcome | None]]:
     """Upgrade each file in turn (with ``config``: its params.yaml alongside, to the same
     release); every argument is checked before the first file is touched."""
@@ -152,7 +178,10 @@ def upgrade(
         strict=strict,
         allow_missing=allow_missing,
         inputs=inputs or {},
+        force=force,
     )
+    if force and inplace:
+        raise UsageError(None, "--force replaces an output; --inplace has none", "drop --force")
     if manifest is not None and len(paths) > 1:
         raise UsageError(None, "--manifest takes one checkpoint at a time")
     if config is None and (config_out is not None or num_csx is not None):
@@ -246,9 +275,13 @@ def upgrade_dir(
     return entries, worst
 
 
-def verify(a: str | Path, b: str | Path, *, allclose: bool = False) -> dict[str, Any]:
+def verify(
+    a: str | Path, b: str | Path, *, allclose: bool = False, progress: Progress | None = None
+) -> dict[str, Any]:
     with read_checkpoint(a) as left, read_checkpoint(b) as right:
-        diffs, compared = compare_trees(left.root, right.root, allclose=allclose)
+        diffs, compared = compare_trees(
+            left.root, right.root, allclose=allclose, progress=progress
+        )
     return {
         "left": str(a),
         "right": str(b),

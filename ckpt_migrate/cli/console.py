@@ -9,13 +9,17 @@ traceback first; the exit code stays the same.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ckpt_migrate.errors import CkptError
+from ckpt_migrate.atomic import Interrupt
+from ckpt_migrate.errors import CkptError, UsageError
 
 if TYPE_CHECKING:
     from ckpt_migrate.engine.upgrade import Progress
@@ -43,11 +47,31 @@ def echo(text: str, err: bool = False) -> None:
     print(safe(text), file=sys.stderr if err else sys.stdout, flush=True)
 
 
+def on_interrupt(signum: int, frame: Any) -> None:
+    """SIGINT: note it (``atomic.Interrupt``: nothing is published after it), then interrupt."""
+    Interrupt.press()
+    raise KeyboardInterrupt
+
+
 def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
-    """Run ``fn`` and return its exit code, turning every error into one line and a code."""
+    """Run ``fn`` and return its exit code, turning every error into one line and a code.
+
+    Ctrl-C ends as one ``interrupted`` line and 130 however its KeyboardInterrupt travelled:
+    raised, turned into exit code 130 by typer, or turned into another error on its way
+    (``atomic.Interrupt``). Lost altogether, it still stops every later ``publish``; a command
+    that finished all the same reports its finished work."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored (nohup, &)
+        signal.signal(signal.SIGINT, on_interrupt)
+        sys.unraisablehook = _quiet_interrupts
     try:
-        return fn() or 0
+        code = fn() or 0
+        if code == EXIT_INTERRUPTED and Interrupt.pressed:
+            echo("interrupted", err=True)
+        return code
     except CkptError as exc:
+        if Interrupt.pressed:  # the error is an interrupt's consequence
+            echo("interrupted", err=True)
+            return EXIT_INTERRUPTED
         if debug:
             traceback.print_exc()
         echo(f"error: {exc}", err=True)
@@ -58,31 +82,131 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
     except Exception as exc:
         if debug:
             traceback.print_exc()
+        if Interrupt.pressed:
+            echo("interrupted", err=True)
+            return EXIT_INTERRUPTED
         text = " ".join(str(exc).split())[:300]
         echo(f"internal error: {type(exc).__name__}: {text}; rerun with --debug", err=True)
         return EXIT_INTERNAL
+    finally:  # the outcome is printed: a Ctrl-C from now on changes nothing
+        if signal.getsignal(signal.SIGINT) is on_interrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if Interrupt.pressed:
+            forget_unhandled_interrupt()
+
+
+def forget_unhandled_interrupt() -> None:
+    """CPython marks a KeyboardInterrupt that leaves code run by ``exec(str)`` (dataclasses and
+    typer build functions that way) as unhandled and then ends the process by SIGINT (-2) instead
+    of our exit code, even when it was caught; the next ``exec`` of a string clears the mark."""
+    exec("None")
+
+
+def _quiet_interrupts(unraisable: Any) -> None:
+    """A KeyboardInterrupt raised inside a destructor or weakref callback cannot propagate;
+    ``Interrupt`` carries it on, so it is not printed as an "Exception ignored" traceback."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+PROGRESS_MODES = ("auto", "bar", "plain", "none")
+# Phases counted in tensors; every other phase is counted in bytes.
+COUNTED_PHASES = ("patch", "write")
+
+
+def progress_interval() -> float:
+    """Seconds between two plain progress lines of a phase (``CKPT_MIGRATE_PROGRESS_INTERVAL``,
+    default 5; tests set 0)."""
+    try:
+        return max(0.0, float(os.environ.get("CKPT_MIGRATE_PROGRESS_INTERVAL", "5")))
+    except ValueError:
+        return 5.0
 
 
 @contextlib.contextmanager
-def progress(enabled: bool) -> Iterator[Progress | None]:
-    """A rich progress bar when stderr is a terminal; otherwise nothing."""
-    if not enabled or not sys.stderr.isatty():
+def progress(enabled: bool = True, mode: str = "auto") -> Iterator[Progress | None]:
+    """The progress display on stderr: ``bar`` (rich, one bar per phase), ``plain`` (a line per
+    phase at most every few seconds, for logs), ``none``; ``auto``: a bar on a terminal, plain
+    lines otherwise."""
+    if mode not in PROGRESS_MODES:
+        raise UsageError(None, f"--progress must be one of {', '.join(PROGRESS_MODES)}")
+    if not enabled or mode == "none":
         yield None
         return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+    if mode == "plain" or (mode == "auto" and not sys.stderr.isatty()):
+        yield PlainProgress(progress_interval())
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        DownloadColumn(),
+        TextColumn("{task.fields[amount]}"),
         TimeRemainingColumn(),
         transient=True,
     ) as bar:
         tasks: dict[str, Any] = {}
 
         def update(phase: str, done: int, total: int) -> None:
+            amount = amount_text(phase, done, total)
             if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done, total=total)
+                tasks[phase] = bar.add_task(phase, total=total, amount=amount)
+            bar.update(tasks[phase], completed=done, total=total, amount=amount)
 
         yield update
+
+
+class PlainProgress:
+    """Progress as plain lines on stderr, for logs: at most one line per phase every
+    ``interval`` seconds, each with the time left at the rate so far, and the phase's end once
+    it has shown a line. A phase shorter than ``interval`` prints nothing."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.started: dict[str, tuple[float, int]] = {}
+        self.shown: dict[str, tuple[float, int]] = {}
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if phase not in self.started:
+            self.started[phase] = (now, done)
+        last_at, last_done = self.shown.get(phase, (self.started[phase][0], -1))
+        finished = total > 0 and done >= total
+        if done == last_done:
+            return
+        due = now - last_at >= self.interval
+        if not (due or (finished and phase in self.shown)):
+            return
+        self.shown[phase] = (now, done)
+        text = f"{phase}: {amount_text(phase, done, total)}"
+        if total > 0:
+            text += f" ({100 * done // total}%)"
+        t0, d0 = self.started[phase]
+        if not finished and done > d0 and now - t0 > 0.5:
+            left = (total - done) * (now - t0) / (done - d0)
+            text += f", about {_duration(left)} left"
+        echo(text, err=True)
+
+
+def amount_text(phase: str, done: int, total: int) -> str:
+    if phase.rsplit(" ", 1)[-1] in COUNTED_PHASES:
+        return f"{done:,} of {total:,} tensors"
+    return f"{_bytes(done)} of {_bytes(total)}"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} TiB"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds + 0.5)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"

@@ -34,6 +34,9 @@ from ckpt_migrate.cli.options import (
     JsonOpt,
     ModelOpt,
     NumCsxOpt,
+    OutputDirOpt,
+    ProgressOpt,
+    QuietOpt,
     ShuffleSeedOpt,
     TfVerifyOpt,
     ToOpt,
@@ -45,7 +48,7 @@ app = typer.Typer(
     name="ckpt-migrate",
     help="Read, inspect and upgrade Cerebras-style PyTorch HDF5 checkpoints, safely.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -70,10 +73,16 @@ def _main(
 @app.command("inspect")
 def inspect_cmd(
     path: Annotated[Path, typer.Argument(help="Checkpoint file (.mdl / .h5).")],
+    show_all: Annotated[
+        bool, typer.Option("--all", "-a", help="The whole tree outline, every leaf.")
+    ] = False,
+    depth: Annotated[
+        int | None, typer.Option("--depth", help="Outline levels to show, every entry of each.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Release, format, leaf count, bytes by dtype and the tree outline with shapes."""
-    data = cli.commands.inspect(path)
+    """Release, format, bytes by dtype and a summary of the tree; --all for every leaf."""
+    data = cli.commands.inspect(path, everything=show_all or as_json, depth=depth)
     render.emit_json(data) if as_json else render.inspect(data)
 
 
@@ -82,9 +91,12 @@ def to_torch_cmd(
     src: Annotated[Path, typer.Argument(help="Checkpoint to convert.")],
     dst: Annotated[Path, typer.Argument(help="torch.save file to write (must not exist).")],
     allow_missing: AllowMissingOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """Write a plain torch.save file (loadable with torch.load(weights_only=True))."""
-    out = cli.commands.to_torch(src, dst, allow_missing=allow_missing)
+    with console.progress(not quiet, progress_mode) as progress:
+        out = cli.commands.to_torch(src, dst, allow_missing=allow_missing, progress=progress)
     console.echo(f"wrote {out['output']}")
 
 
@@ -194,11 +206,15 @@ def upgrade_cmd(
     paths: Annotated[list[Path], typer.Argument(help="Checkpoint files to upgrade.")],
     to: ToOpt = "latest",
     from_release: FromOpt = None,
-    output_dir: Annotated[
-        Path | None,
-        typer.Option("--output-dir", help="Write upgraded files here, under the same names."),
-    ] = None,
+    output_dir: OutputDirOpt = None,
     inplace: InplaceOpt = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace an existing output file; it stays until the new one is verified.",
+        ),
+    ] = False,
     dry_run: DryRunOpt = False,
     manifest: Annotated[
         Path | None,
@@ -241,6 +257,8 @@ def upgrade_cmd(
     model: ModelOpt = None,
     drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     as_json: JsonLinesOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """Upgrade checkpoints to a newer release in one pass, verified, never overwriting.
 
@@ -258,7 +276,7 @@ def upgrade_cmd(
         drop_orphan_sparsity=drop_orphan_sparsity,
     )
     worst = 0
-    with console.progress(enabled=not as_json) as progress:
+    with console.progress(not (as_json or quiet), progress_mode) as progress:
         runs = cli.commands.upgrade(
             paths,
             to=to,
@@ -277,6 +295,7 @@ def upgrade_cmd(
             num_csx=num_csx,
             model=model,
             progress=progress,
+            force=force,
         )
         for res, cfg in runs:
             worst = max(worst, res.exit_code, cfg.exit_code if cfg else 0)
@@ -286,7 +305,7 @@ def upgrade_cmd(
                     data["config"] = cfg.to_json()
                 console.echo(json.dumps(data, default=str))
             else:
-                render.upgrade_result(res)
+                render.upgrade_result(res, quiet)
                 render.config_outcome(cfg)
     if worst:
         raise typer.Exit(worst)
@@ -296,10 +315,7 @@ def upgrade_cmd(
 def upgrade_dir_cmd(
     model_dir: Annotated[Path, typer.Argument(help="The model directory.")],
     to: ToOpt = "latest",
-    output_dir: Annotated[
-        Path | None,
-        typer.Option("--output-dir", help="Write upgraded files here (created), same names."),
-    ] = None,
+    output_dir: OutputDirOpt = None,
     inplace: InplaceOpt = False,
     only_latest: Annotated[
         bool, typer.Option("--only-latest", help="Upgrade only the checkpoint autoload would take.")
@@ -335,6 +351,8 @@ def upgrade_dir_cmd(
     drop_dataloader_state: DropDataloaderStateOpt = False,
     drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     as_json: JsonLinesOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """Upgrade every checkpoint in a model directory, newest first; a rerun does what is left.
 
@@ -346,7 +364,7 @@ def upgrade_dir_cmd(
         if as_json:
             console.echo(json.dumps(entry.to_json(), default=str))
         else:
-            render.dir_entry(entry)
+            render.dir_entry(entry, quiet)
 
     def show_config(outcome: Any) -> None:
         if as_json:
@@ -354,7 +372,7 @@ def upgrade_dir_cmd(
         else:
             render.config_outcome(outcome)
 
-    with console.progress(enabled=not as_json) as progress:
+    with console.progress(not (as_json or quiet), progress_mode) as progress:
         entries, worst = cli.commands.upgrade_dir(
             model_dir,
             to=to,
@@ -417,9 +435,12 @@ def verify_cmd(
         bool, typer.Option("--allclose", help="Compare tensor values with a tolerance.")
     ] = False,
     as_json: JsonOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """Compare two checkpoints leaf by leaf (tensors by sha256, or --allclose)."""
-    data = cli.commands.verify(a, b, allclose=allclose)
+    with console.progress(not (as_json or quiet), progress_mode) as progress:
+        data = cli.commands.verify(a, b, allclose=allclose, progress=progress)
     render.emit_json(data) if as_json else render.verify(data)
     if not data["identical"]:
         raise typer.Exit(EXIT_VERIFY_FAILED)
@@ -430,6 +451,15 @@ def without_flag_metavars(command: Any) -> Any:
     for param in getattr(command, "params", []):
         if getattr(param, "is_flag", False) and param.metavar is None:
             param.metavar = ""
+    make_help = command.get_help_option  # built anew for each help page
+
+    def help_option(ctx: Any) -> Any:
+        option = make_help(ctx)
+        if option is not None and option.metavar is None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
     for sub in getattr(command, "commands", {}).values():
         without_flag_metavars(sub)
     return command

@@ -29,7 +29,27 @@ ModelOpt = Annotated[
 InplaceOpt = Annotated[
     bool, typer.Option("--inplace", help="Replace each file, keeping <name>.pre-<release>.bak.")
 ]
-DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Plan only; write nothing.")]
+DryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run", "-n", help="Preview: every change and check of the real run; write nothing."
+    ),
+]
+ProgressOpt = Annotated[
+    str,
+    typer.Option(
+        "--progress",
+        help="auto (a bar on a terminal, plain lines in logs), bar, plain or none.",
+        show_default=True,
+    ),
+]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress and no per-change lines.")
+]
+OutputDirOpt = Annotated[
+    Path | None,
+    typer.Option("--output-dir", "-o", help="Write here (created if missing), same names."),
+]
 UpgradeVerifyOpt = Annotated[
     str,
     typer.Option("--verify", help="index: by stored-chunk identity; full: hash every tensor."),

@@ -26,7 +26,7 @@ def inspect(data: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)  # long names are never wrapped
     console.print(f"[bold]{safe(data['path'])}[/bold]")
     console.print(
         f"release {data['release_label']}  format {data['format']}  "
@@ -39,6 +39,8 @@ def inspect(data: dict[str, Any]) -> None:
         console.print(table)
     for line in data["outline"]:
         console.print(safe(line), markup=False)
+    if data.get("outline_summary"):
+        console.print("(a summary: --all shows every leaf, --depth N that many levels)")
     if data["missing"]:
         console.print(f"[yellow]missing leaves ({len(data['missing'])}):[/yellow]")
         for name in data["missing"]:
@@ -106,26 +108,37 @@ def config_outcome(cfg: ConfigOutcome | None) -> None:
         echo(line)
 
 
-def messages(res: UpgradeResult) -> None:
-    """An upgrade's warnings (stderr) and reported changes (stdout); shared with the scripts."""
+def messages(res: UpgradeResult, quiet: bool = False) -> None:
+    """An upgrade's warnings (stderr) and reported changes (stdout; not when ``quiet``); shared
+    with the scripts."""
     for line in res.warnings:
         echo(f"warning: {line}", err=True)
+    if quiet:
+        return
     if res.model and res.status in ("upgraded", "planned"):
         echo(f"  model: {res.model['summary']}")
     for line in res.changes:
         echo(f"  {line}")
 
 
-def upgrade_result(res: UpgradeResult) -> None:
-    messages(res)
+def upgrade_result(res: UpgradeResult, quiet: bool = False) -> None:
+    messages(res, quiet)
     if res.status == "failed":
         echo(f"error: {res.error}", err=True)
         return
     if res.status == "current":
-        echo(f"{res.source}: already at {res.to_release}; left alone")
+        where = "left alone"
+        if res.placed and res.output is not None:
+            where = f"{res.placed} into {res.output.parent}"
+        echo(f"{res.source}: already at {res.to_release}; {where}")
         return
     if res.status == "planned" and res.plan is not None:
+        if quiet:
+            hops = f"{res.from_release} → {res.to_release} in {len(res.hops)} hop(s)"
+            echo(f"{res.source}: {hops}; dry run, nothing written")
+            return
         plan(res.plan)
+        echo(f"{res.source}: dry run; nothing written")
         return
     extra = f", backup {res.backup}" if res.backup else ""
     echo(
@@ -134,10 +147,10 @@ def upgrade_result(res: UpgradeResult) -> None:
     )
 
 
-def dir_entry(entry: DirEntry) -> None:
+def dir_entry(entry: DirEntry, quiet: bool = False) -> None:
     res = entry.result
     if res is not None and entry.status in ("upgraded", "planned", "failed"):
-        upgrade_result(res)
+        upgrade_result(res, quiet)
     elif entry.status == "current" and res is not None:
         placed = entry.action and res.output is not None
         where = f"; {entry.action} into {res.output.parent}" if placed else "; left alone"

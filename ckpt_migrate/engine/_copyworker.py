@@ -136,7 +136,7 @@ class Mover:
 
     def _count(self, n: int) -> None:
         self.copied += n
-        if self.copied - self.reported >= 64 << 20:
+        if self.copied - self.reported >= self.block:
             self.reported = self.copied
             say(f"copied {self.copied}")
 

@@ -200,7 +200,9 @@ def write(
         hashing = out.start_digest()
         with h5root.create_file(tmp, exclusive=False) as f:  # the empty locked temporary
             reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
-            write_tree(f, root, plan.target_release, extra, _leaf_progress(root, progress), place)
+            write_tree(
+                f, root, plan.target_release, extra, _leaf_progress(root, progress, "write"), place
+            )
         written = Written("rewrite", placed, len(placed), copy_method="rewrite")
         digest = hashing.result()
     check_metadata(written)
@@ -267,7 +269,10 @@ def _set_root_attr(path: Path, name: str, text: str) -> None:
             raise VerificationError(path, f"root attribute {name} did not read back")
 
 
-def _leaf_progress(root: Node, progress: Progress | None) -> Callable[[str, Leaf], None] | None:
+def _leaf_progress(
+    root: Node, progress: Progress | None, phase: str
+) -> Callable[[str, Leaf], None] | None:
+    """Count the leaves written (``phase``: ``patch`` or ``write``, counted in tensors)."""
     if progress is None:
         return None
     total = sum(1 for _ in iter_leaves(root))
@@ -275,7 +280,7 @@ def _leaf_progress(root: Node, progress: Progress | None) -> Callable[[str, Leaf
 
     def tick(name: str, leaf: Leaf) -> None:
         done[0] += 1
-        progress("write", done[0], total)
+        progress(phase, done[0], total)
 
     return tick
 
@@ -311,7 +316,7 @@ def _patch(
             placed[id(leaf)] = (name, True)
             return ds
 
-        write_tree(new_root, root, release, extra, _leaf_progress(root, progress), place)
+        write_tree(new_root, root, release, extra, _leaf_progress(root, progress, "patch"), place)
         if at:
             raise VerificationError(tmp, f"{len(at)} reused dataset(s) were not placed")
         new_addr = h5root.object_address(new_root)

@@ -137,7 +137,10 @@ def check(path: str | Path, target: str = "latest", source_release: str | None =
 
 def free_space(directory: Path) -> int | None:
     """Bytes free in ``directory``'s filesystem, or None when it does not say: ramfs and some
-    network filesystems report a size of 0, and writes to them succeed all the same."""
+    network filesystems report a size of 0, and writes to them succeed all the same. A
+    directory the upgrade will create counts as its nearest existing parent."""
+    while not directory.exists() and directory.parent != directory:
+        directory = directory.parent
     try:
         usage = shutil.disk_usage(directory)
     except OSError:

@@ -32,7 +32,9 @@ import xxhash
 from ckpt_migrate import atomic
 
 Progress = Callable[[str, int, int], None]
-BLOCK = 64 << 20
+# Tests copy in small blocks (slowed by the worker's CKPT_MIGRATE_TEST_WRITE_DELAY each) to
+# watch the progress of a small file.
+BLOCK = int(os.environ.get("CKPT_MIGRATE_TEST_COPY_BLOCK", 64 << 20))
 MIN_RANGE = 64 << 10  # smaller data ranges travel with the metadata
 _XXHASH_DIR = str(Path(xxhash.__file__).parent.parent)  # the worker runs without site-packages
 

@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ckpt_migrate.atomic import (
+    Interrupt,
     as_os_error,
+    atomic_output,
+    check_writable,
     exclusive_lock,
     fsync_path,
     io_error,
@@ -23,12 +26,12 @@ from ckpt_migrate.atomic import (
     remove_stale_temporaries,
     same_file,
 )
-from ckpt_migrate.engine.copypatch import Output, Written, write
+from ckpt_migrate.engine.copypatch import Output, Written, file_digest, write
 from ckpt_migrate.engine.extents import Choice
 from ckpt_migrate.engine.plan import Plan, make_plan
 from ckpt_migrate.engine.splitcopy import Progress, SplitCopy
 from ckpt_migrate.engine.verify import verify_full, verify_index, write_manifest
-from ckpt_migrate.errors import CkptError, CkptIOError, UsageError
+from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, VerificationError
 from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.read import read_checkpoint
@@ -53,6 +56,7 @@ class UpgradeOptions:
     strict: bool = False
     allow_missing: bool = False
     copy_method: Choice = "auto"  # extents: clone where the filesystem shares, else copy
+    force: bool = False  # replace an existing output, once the new one is verified
 
 
 @dataclass
@@ -76,6 +80,7 @@ class UpgradeResult:
     error: str | None = None
     exit_code: int = 0
     plan: dict[str, Any] | None = None
+    placed: str | None = None  # a file already current put into the output: linked, copied
     family: str | None = None  # the model family the key steps used (None: unknown)
     model: dict[str, Any] | None = None  # FamilyChoice.to_json(): source, detection, evidence
 
@@ -119,8 +124,10 @@ def upgrade(
     try:
         _upgrade(src, opts, result, progress)
     except CkptError as exc:
+        Interrupt.check()  # an error an interrupt caused: the interrupt is the news
         result.status, result.error, result.exit_code = "failed", str(exc), exc.exit_code
     except OSError as exc:
+        Interrupt.check()
         err = io_error(src, exc)
         result.status, result.error, result.exit_code = "failed", str(err), err.exit_code
     result.seconds = round(time.monotonic() - start, 3)
@@ -146,12 +153,39 @@ def _reads_back(opts: UpgradeOptions) -> bool:
     return opts.verify == "full" or opts.manifest is not None
 
 
+def _place_current(src: Path, opts: UpgradeOptions, result: UpgradeResult) -> None:
+    """A file already at the target still belongs in the output directory (as ``upgrade-dir``
+    puts it): a hard link, or a verified copy across filesystems; a dry run only checks."""
+    target = _target(src, opts)
+    check_writable(target.parent)
+    if opts.dry_run:
+        return
+    if target.exists():  # --force: a verified copy replaces it in one rename
+        with atomic_output(target, replace=True) as tmp:
+            _verified_copy(src, tmp)
+        result.placed = "copied"
+    else:
+        result.placed = link_or_copy(src, target, _verified_copy)
+    result.output = target
+
+
+def _verified_copy(src: Path, tmp: Path) -> None:
+    copier = SplitCopy(src, tmp)
+    digest = copier.finish()
+    if file_digest(tmp) != digest:
+        raise VerificationError(tmp, f"the copy of {src} differs from it")
+
+
+def _has_destination(opts: UpgradeOptions) -> bool:
+    return opts.inplace or opts.output_dir is not None or opts.output is not None
+
+
 def _target(src: Path, opts: UpgradeOptions) -> Path:
     if opts.inplace:
         return src
     if opts.output is not None:
-        return _output_file(src, opts.output)
-    return _output_path(src, opts.output_dir)
+        return _output_file(src, opts.output, force=opts.force)
+    return _output_path(src, opts.output_dir, create=not opts.dry_run, force=opts.force)
 
 
 def _upgrade_locked(
@@ -171,18 +205,35 @@ def _upgrade_locked(
         result.family, result.model = family.family, family.to_json()
         if plan.current:
             result.status = "current"
+            if opts.output_dir is not None or opts.output is not None:
+                _place_current(src, opts, result)
             return
-        if opts.dry_run:
-            result.status, result.plan = "planned", plan.to_json()
-            return
-        target = _target(src, opts)
-        if plan.free_bytes is not None and plan.free_bytes < plan.free_needed:
+        # A dry run takes every check and every hop of the real run, and stops before the
+        # first byte is written: its changes, warnings and failures are the real run's.
+        target = None if opts.dry_run and not _has_destination(opts) else _target(src, opts)
+        if target is not None:
+            check_writable(target.parent)
+        if (
+            target is not None
+            and plan.free_bytes is not None
+            and plan.free_bytes < plan.free_needed
+        ):
             raise CkptIOError(
                 target.parent,
                 f"needs {plan.free_needed:,} bytes free, {plan.free_bytes:,} available",
                 "free disk space or choose another --output-dir",
             )
         backup = _backup_path(src, plan.source_release) if opts.inplace else None
+        if opts.dry_run:
+            ctx = apply_hops(ckpt, plan, opts, family)
+            result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings
+            _, notes = prepare(
+                ctx.root, plan.target_release, allow_missing=opts.allow_missing, path=src
+            )
+            result.warnings.extend(notes)
+            result.status, result.plan = "planned", plan.to_json()
+            return
+        assert target is not None
         stale = [
             f"removed {p.name}, a temporary file an interrupted run left"
             for p in remove_stale_temporaries(target)
@@ -216,9 +267,11 @@ def _upgrade_locked(
             result.copy_method, result.bytes_shared = written.copy_method, written.bytes_shared
             result.strategy = written.strategy
             result.tensors = written.tensors
+            Interrupt.check()
             if full:
-                verify_full(out_root, tmp, written)
+                verify_full(out_root, tmp, written, progress)
             result.verified = "full" if full else "index"
+            Interrupt.check()
             fsync_path(tmp)
             size = tmp.stat().st_size
             result.bytes_written = (
@@ -231,8 +284,8 @@ def _upgrade_locked(
                 _link_backup(src, backup)
                 publish(tmp, src, replace=True)
                 result.backup = backup
-            else:
-                publish(tmp, target)
+            else:  # --force: the old file stays until this atomic rename
+                publish(tmp, target, replace=opts.force)
             result.output = target
             if opts.manifest is not None:  # only for an output that exists
                 write_manifest(opts.manifest, src, target, plan, written, record)
@@ -246,18 +299,32 @@ def _upgrade_locked(
         result.status = "upgraded"
 
 
-def _output_path(src: Path, output_dir: Path | None) -> Path:
+def _output_path(src: Path, output_dir: Path | None, *, create: bool, force: bool) -> Path:
+    """``output_dir/<name>``; a missing ``output_dir`` is created (``create``) or, for a dry
+    run, taken as one the real run would create."""
     assert output_dir is not None
-    if not output_dir.is_dir():
-        raise UsageError(output_dir, "output directory does not exist", "create it first")
-    return _output_file(src, output_dir / src.name)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UsageError(output_dir, "is not a directory", "choose another --output-dir")
+    if not output_dir.exists():
+        if not create:
+            return output_dir / src.name
+        try:
+            output_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise io_error(output_dir, exc) from None
+    return _output_file(src, output_dir / src.name, force=force)
 
 
-def _output_file(src: Path, target: Path) -> Path:
-    if target.exists():
+def _output_file(src: Path, target: Path, *, force: bool = False) -> Path:
+    if target.exists() or target.is_symlink():
         if same_file(target, src):
             raise UsageError(src, "the output would be the source itself", "use --inplace")
-        raise UsageError(target, "already exists; refusing to overwrite it", "remove it first")
+        if not force:
+            raise UsageError(
+                target, "already exists; refusing to overwrite it", "remove it first"
+            )
+        if not target.is_file() or target.is_symlink():
+            raise UsageError(target, "is not a regular file; --force replaces only files")
     if not target.parent.is_dir():
         raise UsageError(target, "its directory does not exist", "create it first")
     return target

@@ -18,6 +18,7 @@ from ckpt_migrate._version import __version__
 from ckpt_migrate.atomic import atomic_output
 from ckpt_migrate.engine.copypatch import Written
 from ckpt_migrate.engine.plan import Plan
+from ckpt_migrate.engine.splitcopy import Progress
 from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.compare import (
@@ -58,16 +59,22 @@ def verify_index(
                     )
 
 
-def verify_full(root: Node, tmp: Path, written: Written) -> None:
-    """Hash every tensor of the output and compare it with its source (or its new data)."""
+def verify_full(
+    root: Node, tmp: Path, written: Written, progress: Progress | None = None
+) -> None:
+    """Hash every tensor of the output and compare it with its source (or its new data);
+    ``progress`` hears of it as phase ``verify``, in bytes."""
+    refs = [ref for ref in iter_leaves(root) if id(ref.leaf) in written.placed]
+    total = sum(ref.leaf.nbytes for ref in refs if isinstance(ref.leaf, TensorLeaf))
+    done = 0
     with open_read(tmp) as out:
-        for ref in iter_leaves(root):
+        for ref in refs:
             leaf = ref.leaf
-            entry = written.placed.get(id(leaf))
-            if entry is None:
-                continue
             assert isinstance(leaf, TensorLeaf)
-            _check_hash(tmp, ref.name, leaf, out[entry[0]], written)
+            _check_hash(tmp, ref.name, leaf, out[written.placed[id(leaf)][0]], written)
+            done += leaf.nbytes
+            if progress is not None:
+                progress("verify", done, total)
 
 
 def _check_hash(tmp: Path, name: str, leaf: TensorLeaf, ds: h5py.Dataset, written: Written) -> None:

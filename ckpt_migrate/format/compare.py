@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,11 +158,18 @@ class Difference:
 
 
 def compare_trees(
-    a: Node, b: Node, *, allclose: bool = False, rtol: float = 1e-5, atol: float = 1e-8
+    a: Node,
+    b: Node,
+    *,
+    allclose: bool = False,
+    rtol: float = 1e-5,
+    atol: float = 1e-8,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[list[Difference], int]:
     """Leaf-by-leaf comparison of two checkpoints (tensors by hash, or by value with allclose).
 
-    Returns (differences, number of tensors compared).
+    Returns (differences, number of tensors compared). ``progress`` hears of the first
+    checkpoint's tensor bytes compared so far (phase ``verify``).
     """
     la = {r.name: r for r in iter_leaves(a)}
     lb = {r.name: r for r in iter_leaves(b)}
@@ -172,8 +180,13 @@ def compare_trees(
         diffs.append(Difference(name, "only in the second"))
     sa, sb = first_positions(a), first_positions(b)
     compared = 0
+    total = sum(r.leaf.nbytes for n, r in la.items() if n in lb and isinstance(r.leaf, TensorLeaf))
+    done = 0
     for name in (n for n in la if n in lb):
         x, y = la[name].leaf, lb[name].leaf
+        if progress is not None and isinstance(x, TensorLeaf):
+            progress("verify", done, total)
+            done += x.nbytes
         tx, ty = sa[id(x)].name, sb[id(y)].name
         if (tx != name) != (ty != name) or (tx != name and tx != ty):
             diffs.append(Difference(name, f"tied to {tx!r} vs {ty!r}"))
@@ -193,6 +206,8 @@ def compare_trees(
             two = signature(DictNode([("x", y)]))
             if one != two:
                 diffs.append(Difference(name, f"{one[2][0][2]} vs {two[2][0][2]}"))
+    if progress is not None:
+        progress("verify", done, total)
     return sorted(diffs, key=lambda d: d.name), compared
 
 

@@ -48,8 +48,16 @@ def container_label(node: Node) -> str:
     return f"namedtuple {node.name} ({len(node.items)})"
 
 
-def outline_lines(root: Node, max_lines: int = 10_000) -> list[str]:
-    """An indented outline; a tie shows the name it is tied to."""
+def outline_lines(
+    root: Node,
+    max_lines: int = 10_000,
+    *,
+    max_depth: int | None = None,
+    max_children: int | None = None,
+) -> list[str]:
+    """An indented outline; a tie shows the name it is tied to. ``max_depth`` (the root is
+    depth 0) and ``max_children`` (per container) shorten it to a summary: what is left out is
+    counted on a ``…`` line."""
     firsts = first_positions(root)
     lines: list[str] = []
 
@@ -60,10 +68,15 @@ def outline_lines(root: Node, max_lines: int = 10_000) -> list[str]:
         if isinstance(node, (DictNode, SeqNode, NamedTupleNode)):
             lines.append(f"{pad}{label}: {container_label(node)}")
             kids = node.items if isinstance(node, DictNode) else list(enumerate(node.items))
-            for key, child in kids:
+            if max_depth is not None and depth >= max_depth:
+                return
+            shown = kids if max_children is None else kids[:max_children]
+            for key, child in shown:
                 walk(
                     child, repr(key) if isinstance(key, str) else str(key), depth + 1, (*path, key)
                 )
+            if len(shown) < len(kids):
+                lines.append(f"{pad}  … {len(kids) - len(shown)} more")
             return
         first = firsts[id(node)]
         tie = "" if first.path == path else f"  (tied to {first.name})"

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +37,9 @@ from typing import Any, Literal
 import h5py
 
 from ckpt_migrate.atomic import (
+    Interrupt,
     exclusive_lock,
     io_error,
-    link_or_copy,
     remove_stale_temporaries,
 )
 from ckpt_migrate.engine.copypatch import file_digest
@@ -158,6 +157,7 @@ def upgrade_dir(
         selected = scan.checkpoints
         if opts.only_latest:
             selected = _newest(scan)
+        overall = _Overall(selected, progress)
         for path in scan.checkpoints:
             if path not in selected:
                 emit(DirEntry(path, "checkpoint", NOT_SELECTED, "--only-latest: not the newest"))
@@ -167,12 +167,54 @@ def upgrade_dir(
                     if out_dir is None:  # a file the scan listed
                         scan.temporary.pop(tmp.name, None)
                     emit(DirEntry(tmp, "temporary", REMOVED, "left by an interrupted upgrade"))
-            emit(_upgrade_one(path, opts, target, progress))
+            Interrupt.check()  # one lost in a callback: no next file either
+            emit(_upgrade_one(path, opts, target, overall.file(path)))
+            overall.done(path)
         for path, reason in scan.temporary.items():
             emit(DirEntry(src_dir / path, "temporary", LEFT_ALONE, reason))
         for entry in scan.others:
             emit(entry)
     return entries
+
+
+class _Overall:
+    """Progress of the whole directory: each file's phases as ``file K of N: <phase>``, and
+    ``all files`` in bytes (a file counts with its size once done, and while copied by its copy)
+    so that the display's time left is the whole run's."""
+
+    def __init__(self, selected: list[Path], progress: Progress | None) -> None:
+        self.progress = progress
+        self.order = {p: k for k, p in enumerate(selected, 1)}
+        self.sizes = {p: _size(p) for p in selected}
+        self.total = sum(self.sizes.values())
+        self.finished = 0
+
+    def file(self, path: Path) -> Progress | None:
+        progress = self.progress
+        if progress is None:
+            return None
+        label = f"file {self.order[path]} of {len(self.order)}"
+        before = self.finished
+
+        def update(phase: str, done: int, total: int) -> None:
+            progress(f"{label}: {phase}", done, total)
+            if phase == "copy":
+                progress("all files", before + done, self.total)
+
+        progress("all files", before, self.total)
+        return update
+
+    def done(self, path: Path) -> None:
+        self.finished += self.sizes[path]
+        if self.progress is not None:
+            self.progress("all files", self.finished, self.total)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 # --------------------------------------------------------------------------- one checkpoint
@@ -201,13 +243,7 @@ def _upgrade_one(
         progress,
     )
     entry = DirEntry(src, "checkpoint", res.status, result=res)
-    if res.status == "current" and out_dir is not None and not opts.dry_run:
-        try:
-            entry.action = _place_current(src, out_dir / src.name)
-            res.output = out_dir / src.name
-        except CkptError as exc:
-            res.status, res.error, res.exit_code = "failed", str(exc), exc.exit_code
-            entry.status = "failed"
+    entry.action = res.placed  # a current file the engine put into the output directory
     return entry
 
 
@@ -270,18 +306,6 @@ def _judge_existing(
         "source); refusing to overwrite it",
         "remove it or choose another --output-dir",
     )
-
-
-def _place_current(src: Path, out: Path) -> str:
-    """Put a checkpoint already at the target into the output directory: a hard link (free),
-    or a verified copy across filesystems. Never replaces anything."""
-
-    def copy(a: Path, b: Path) -> None:
-        shutil.copyfile(a, b)
-        if file_digest(b) != file_digest(a):
-            raise UsageError(out, "the copy differs from its source")
-
-    return link_or_copy(src, out, copy)
 
 
 def _remove_leftovers(src: Path, work_dir: Path) -> list[Path]:

@@ -24,6 +24,8 @@ _HOMES = {
     "storage_to_tensor": "lazy",
     "tensor_to_storage": "lazy",
     "torch_dtype": "lazy",
+    "placeholder": "stream",
+    "save_streaming": "stream",
 }
 
 

@@ -15,6 +15,7 @@ import dataclasses
 import keyword
 import pickle
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -323,8 +324,15 @@ def save(
 # --------------------------------------------------------------------------- torch.save files
 
 
-def to_torch(src: str | Path, dst: str | Path, *, allow_missing: bool = False) -> Path:
-    """Write ``src`` as a plain ``torch.save`` file that ``torch.load(weights_only=True)`` reads.
+def to_torch(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    allow_missing: bool = False,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> Path:
+    """Write ``src`` as a plain ``torch.save`` file that ``torch.load(weights_only=True)`` reads,
+    one tensor at a time (``torch/stream.py``); ``progress`` hears of the bytes written.
 
     Only what a weights-only load accepts goes in: numpy arrays stored in the checkpoint become
     torch tensors (bf16 kept) and numpy scalars Python numbers, namedtuples plain tuples,
@@ -336,11 +344,13 @@ def to_torch(src: str | Path, dst: str | Path, *, allow_missing: bool = False) -
 
     state = load(src, allow_missing=allow_missing, objects_mode="data", numpy_as_tensor=True)
     memo: dict[int, Any] = {}
+    sources: dict[int, Any] = {}  # id(placeholder) -> the tensor whose data goes there
 
     def plain(obj: Any) -> Any:
-        if isinstance(obj, torch.Tensor):
+        if isinstance(obj, torch.Tensor):  # its data is written later, one tensor at a time
             if id(obj) not in memo:
-                memo[id(obj)] = torch_room.materialize(obj)
+                memo[id(obj)] = torch_room.placeholder(obj)
+                sources[id(memo[id(obj)])] = obj
             return memo[id(obj)]
         if isinstance(obj, (OpaqueObject, ExternalReference)):
             raise UnsupportedContentError(
@@ -359,8 +369,9 @@ def to_torch(src: str | Path, dst: str | Path, *, allow_missing: bool = False) -
         return obj
 
     out = Path(dst)
+    tree = plain(state)
     with atomic_output(out) as tmp:
-        torch.save(plain(state), tmp)
+        torch_room.save_streaming(tree, tmp, sources, progress)
         try:
             torch.load(tmp, map_location="cpu", weights_only=True, mmap=True)
         except Exception as exc:

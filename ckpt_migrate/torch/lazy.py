@@ -129,6 +129,18 @@ def tensor_to_storage(t: torch.Tensor) -> tuple[np.ndarray, str]:
     return arr, name
 
 
+def read_once(x: LazyTensor) -> torch.Tensor:
+    """``x``'s data without keeping it on ``x``: the cached tensor if ``x`` is loaded, else a
+    fresh read (checked like a first use) that is dropped when the caller drops it."""
+    value = x._lazy_value
+    if value is not None:
+        return value
+    with x._lazy_lock:
+        if x._lazy_value is not None:
+            return x._lazy_value
+        return x._lazy_load()
+
+
 def is_lazy(x: object) -> bool:
     """True if ``x`` is a :class:`LazyTensor` (loaded or not)."""
     return isinstance(x, LazyTensor)

@@ -49,6 +49,10 @@ def preflight(path: Path) -> None:
     os.close(write_end)
     try:
         stalled = _follow(read_end)
+    except BaseException:  # Ctrl-C: the child must not walk on after its parent has gone
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
     finally:
         os.close(read_end)
     if stalled:

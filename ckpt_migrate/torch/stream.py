@@ -1,0 +1,112 @@
+"""Write a ``torch.save`` file one tensor at a time (``to-torch``): the process holds one tensor's
+data at a time, not the checkpoint's.
+
+``torch.serialization.skip_data`` writes the whole file with each storage's place reserved but
+not filled ("the storage bytes can then be populated in a separate pass"), from ``torch.empty``
+placeholders (address space only: their pages are never touched). Each storage is a stored
+(uncompressed) zip record ``<archive>/data/<key>``, its key given in the order the pickler first
+meets it, which is container order; the second pass finds each record's offset in the zip
+directory, checks its size, and writes the tensor read from the checkpoint there, then drops it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zipfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ckpt_migrate.errors import UnsupportedContentError
+from ckpt_migrate.torch.lazy import LazyTensor, read_once
+
+
+def placeholder(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised tensor of ``t``'s shape and dtype (no data read, no page touched)."""
+    return torch.empty(tuple(t.shape), dtype=t.dtype)
+
+
+def save_streaming(
+    obj: Any,
+    path: Path,
+    sources: dict[int, torch.Tensor],
+    progress: Callable[[str, int, int], None] | None = None,
+) -> None:
+    """Write ``obj`` (containers whose tensors are ``placeholder``s) to ``path`` as
+    ``torch.save`` would, filling each placeholder's storage from ``sources[id(placeholder)]``
+    (a LazyTensor is read without being cached on it)."""
+    order = list({id(t): t for t in _tensors(obj)}.values())  # storage keys 0, 1, ... in order
+    with torch.serialization.skip_data():
+        torch.save(obj, path)
+    offsets = _record_offsets(path)
+    if len(offsets) != len(order):
+        raise RuntimeError(f"{path}: {len(order)} tensors, {len(offsets)} storage records")
+    total = sum(t.nbytes for t in order)
+    done = 0
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for key, holder in enumerate(order):
+            offset, size = offsets[str(key)]
+            if size != holder.nbytes:
+                raise RuntimeError(f"{path}: record {key} holds {size} bytes, not {holder.nbytes}")
+            source = sources[id(holder)]
+            value = read_once(source) if isinstance(source, LazyTensor) else source
+            if holder.nbytes:
+                _write_all(fd, _raw_bytes(value), offset)
+            done += holder.nbytes
+            del value
+            if progress is not None:
+                progress("write", done, total)
+    finally:
+        os.close(fd)
+
+
+def _raw_bytes(t: torch.Tensor) -> memoryview:
+    """``t``'s bytes in memory order, as ``torch.save`` stores a contiguous storage."""
+    flat = t.detach().contiguous().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+
+
+def _write_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
+
+
+def _record_offsets(path: Path) -> dict[str, tuple[int, int]]:
+    """Storage key -> (offset of its bytes in the file, size), from the zip directory and each
+    record's local header."""
+    out: dict[str, tuple[int, int]] = {}
+    with zipfile.ZipFile(path) as archive, open(path, "rb") as fh:
+        for info in archive.infolist():
+            parent, _, key = info.filename.rpartition("/")
+            if not parent.endswith("/data") and parent != "data":
+                continue
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise RuntimeError(f"{path}: record {info.filename} is compressed")
+            fh.seek(info.header_offset)
+            header = fh.read(30)
+            if header[:4] != b"PK\x03\x04":
+                raise RuntimeError(f"{path}: no local header for {info.filename}")
+            name_len, extra_len = struct.unpack("<HH", header[26:30])
+            out[key] = (info.header_offset + 30 + name_len + extra_len, info.file_size)
+    return out
+
+
+def _tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in ``obj``, in container order (the same before saving and after loading)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from _tensors(value)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from _tensors(value)
+    elif isinstance(obj, (set, frozenset)) and any(isinstance(v, torch.Tensor) for v in obj):
+        raise UnsupportedContentError(
+            None, "a set of tensors has no order to write its tensors in", "use a list"
+        )

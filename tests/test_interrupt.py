@@ -1,0 +1,176 @@
+"""Ctrl-C at any moment of an upgrade: it stops within a second or two, prints one
+``interrupted`` line, exits 130, removes its temporary, leaves the source as it was and never
+publishes an output after the interrupt.
+
+The checkpoint (~150 MB) is generated at test time; the copy worker is slowed down
+(``CKPT_MIGRATE_TEST_WRITE_DELAY``) so that the run lasts a few seconds, and SIGINT is sent at
+moments spread over it, and at the moment each phase reports its first progress line.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import sha256_file
+
+import ckpt_migrate as cm
+from ckpt_migrate.atomic import Interrupt
+from ckpt_migrate.cli import console
+from ckpt_migrate.engine import upgrade as engine
+from ckpt_migrate.format.read import read_checkpoint
+
+SLOW = {"CKPT_MIGRATE_TEST_WRITE_DELAY": "0.6", "CKPT_MIGRATE_PROGRESS_INTERVAL": "0"}
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """A 2.0 checkpoint of ~150 MB (36 float32 tensors of 4 MiB) and its sha256."""
+    base = tmp_path_factory.mktemp("interrupt")
+    rng = np.random.default_rng(0)
+    state = {
+        "model": {
+            f"layer{i}.weight": rng.standard_normal((1024, 1024), np.float32) for i in range(36)
+        },
+        "global_step": 7,
+    }
+    path = base / "src" / "big.mdl"
+    path.parent.mkdir()
+    cm.save(state, path, "2.0")
+    yield path, sha256_file(path)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def start(args: list[str | Path], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+        start_new_session=True,  # Ctrl-C in a terminal reaches the whole process group
+    )
+
+
+def interrupt(proc: subprocess.Popen[str]) -> tuple[int, str, float]:
+    """SIGINT to the process group, as a terminal's Ctrl-C; (exit code, stderr, seconds to exit)."""
+    sent = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    return proc.returncode, err, time.monotonic() - sent
+
+
+def assert_clean_stop(code: int, err: str, took: float, out: Path, src: Path, digest: str):
+    assert code == 130, err
+    lines = err.splitlines()
+    assert lines[-1] == "interrupted" and lines.count("interrupted") == 1, err
+    assert "Traceback" not in err and "error" not in err, err
+    assert took < 3, f"took {took:.2f}s to stop"
+    assert list(out.iterdir()) == [], "an output or a temporary was left"
+    assert sorted(p.name for p in src.parent.iterdir()) == [src.name]
+    assert sha256_file(src) == digest
+
+
+def test_sigint_at_moments_spread_over_the_run(big, tmp_path):
+    src, digest = big
+    out = tmp_path / "out"
+    out.mkdir()
+    start_at = time.monotonic()
+    proc = start(["upgrade", src, "-o", out, "--verify", "full"], SLOW)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    total = time.monotonic() - start_at
+    (out / src.name).unlink()
+    outcomes = []
+    for delay in np.linspace(0.1, 0.9 * total, 6):
+        proc = start(["upgrade", src, "-o", out, "--verify", "full"], SLOW)
+        time.sleep(delay)
+        code, err, took = interrupt(proc)
+        if code == 0:  # finished before the signal: a complete, verified output
+            outcomes.append("done")
+            with read_checkpoint(out / src.name) as ckpt:
+                assert ckpt.release is not None and ckpt.release.name == "2.10"
+            (out / src.name).unlink()
+            continue
+        assert_clean_stop(code, err, took, out, src, digest)
+        outcomes.append("interrupted")
+    assert outcomes.count("interrupted") >= 4, outcomes
+
+
+@pytest.mark.parametrize("phase", ["patch", "copy", "verify"])
+def test_sigint_during_each_phase(big, tmp_path, phase):
+    src, digest = big
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = start(["upgrade", src, "-o", out, "--verify", "full", "--progress", "plain"], SLOW)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith(f"{phase}:"):
+            break
+    else:
+        pytest.fail(f"no {phase} progress line: {seen}")
+    code, err, took = interrupt(proc)
+    assert_clean_stop(code, "".join(seen[-1:]) + err, took, out, src, digest)
+
+
+def test_an_interrupt_lost_in_a_callback_still_stops_the_publish(big, tmp_path, monkeypatch):
+    """Python runs the SIGINT handler between any two bytecodes; inside a destructor or an HDF5
+    callback its KeyboardInterrupt is dropped. A real SIGINT is delivered right before the
+    publish and its exception swallowed: the flag the handler set still stops the publish."""
+    src, digest = big
+    out = tmp_path / "out"
+    out.mkdir()
+    fsync = engine.fsync_path
+
+    def fsync_then_lose_a_sigint(path: Path) -> None:
+        fsync(path)
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs here
+        except KeyboardInterrupt:
+            pass  # what a destructor or a C callback does to it
+
+    monkeypatch.setattr(engine, "fsync_path", fsync_then_lose_a_sigint)
+    monkeypatch.setattr(Interrupt, "pressed", False)
+    previous = signal.signal(signal.SIGINT, console.on_interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            engine.upgrade(src, engine.UpgradeOptions(output_dir=out))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert Interrupt.pressed
+    assert list(out.iterdir()) == []
+    assert sha256_file(src) == digest
+
+
+def test_sigint_in_upgrade_dir_stops_the_whole_run(big, tmp_path):
+    """Ctrl-C while the first of two checkpoints is copied: no file of the directory is
+    published, the second is never started."""
+    src, digest = big
+    md = tmp_path / "md"
+    md.mkdir()
+    for step in (1, 2):
+        os.link(src, md / f"checkpoint_{step}.mdl")  # the same bytes, no extra disk
+    out = tmp_path / "out"
+    proc = start(["upgrade-dir", md, "-o", out, "--progress", "plain"], SLOW)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith("file 1 of 2: copy:"):
+            break
+    else:
+        pytest.fail(f"no copy progress line: {seen}")
+    code, err, took = interrupt(proc)
+    assert code == 130 and err.splitlines()[-1] == "interrupted", err
+    assert "file 2 of 2" not in err and took < 3
+    assert list(out.iterdir()) == []
+    assert sha256_file(src) == digest

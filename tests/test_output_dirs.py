@@ -1,0 +1,90 @@
+"""Where outputs go, in plain words: an unwritable place is exit 5 and one line, found before any
+work; a missing --output-dir is created; a file already at the target goes into the output
+directory too; --force replaces an output only once the new one is verified.
+
+The unwritable place is a read-only tmpfs mounted at test time when running as root (root may
+write anywhere else), or a directory without write permission otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from conftest import FIXTURES, one_line_error, release_of, run_cli, sha256_file
+
+
+@pytest.fixture
+def unwritable(tmp_path):
+    """A directory no file can be created in; the words its error must contain."""
+    place = tmp_path / "locked"
+    place.mkdir()
+    if os.geteuid() != 0:
+        place.chmod(0o555)
+        yield place, "permission denied writing"
+        place.chmod(0o755)
+        return
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=4m", "tmpfs", str(place)], capture_output=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs: {proc.stderr.decode().strip()}")
+    try:
+        yield place, "read-only file system"
+    finally:
+        subprocess.run(["umount", str(place)], check=False)
+
+
+def test_an_unwritable_output_dir_is_exit_5_before_any_work(unwritable, tmp_path):
+    place, words = unwritable
+    src = FIXTURES / "release-2.0.mdl"
+    for extra in ([], ["--dry-run"]):
+        proc = run_cli("upgrade", src, "-o", place, *extra)
+        line = one_line_error(proc, 5, words, str(place), skip_warnings=True)
+        assert "errno" not in line and "HDF5" not in line
+    one_line_error(run_cli("upgrade", src, "-o", place / "new"), 5, words, str(place / "new"))
+    one_line_error(run_cli("upgrade-dir", FIXTURES / "example", "-o", place / "sub"), 5, words)
+    proc = run_cli("to-torch", src, place / "model.pt")
+    one_line_error(proc, 5, words, str(place / "model.pt"))
+    assert os.listdir(place) == []
+
+
+def test_a_missing_output_dir_is_created(tmp_path):
+    out = tmp_path / "a" / "b"
+    proc = run_cli("upgrade", FIXTURES / "release-2.0.mdl", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert release_of(out / "release-2.0.mdl") == "2.10"
+    dry = tmp_path / "dry"
+    proc = run_cli("upgrade", FIXTURES / "release-2.0.mdl", "-o", dry, "-n")
+    assert proc.returncode == 0, proc.stderr
+    assert not dry.exists()  # a dry run creates nothing
+
+
+def test_force_replaces_an_output_only_with_a_verified_one(tmp_path):
+    src = FIXTURES / "release-1.9.mdl"
+    out = tmp_path / "out"
+    out.mkdir()
+    old = out / src.name
+    old.write_bytes(b"an older upgrade")
+    proc = run_cli("upgrade", src, "-o", out, "--force")  # fails: no dataloader state
+    one_line_error(proc, 2, "--data-iter-dir", skip_warnings=True)
+    assert old.read_bytes() == b"an older upgrade"
+    assert sorted(os.listdir(out)) == [src.name]
+    proc = run_cli("upgrade", src, "-o", out, "--force", "--drop-dataloader-state")
+    assert proc.returncode == 0, proc.stderr
+    assert release_of(old) == "2.10" and sorted(os.listdir(out)) == [src.name]
+    one_line_error(run_cli("upgrade", src, "--inplace", "--force"), 2, "--force")
+
+
+def test_force_replaces_an_output_with_a_current_file(tmp_path):
+    src = FIXTURES / "release-2.10.mdl"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / src.name).write_bytes(b"stale")
+    one_line_error(run_cli("upgrade", src, "-o", out), 2, "already exists")
+    proc = run_cli("upgrade", src, "-o", out, "--force", "--drop-dataloader-state")
+    assert proc.returncode == 0, proc.stderr
+    assert "already at 2.10; copied into" in proc.stdout
+    assert sha256_file(out / src.name) == sha256_file(src)
+

@@ -1,0 +1,133 @@
+"""Progress that tells the truth, seen as a log sees it (stderr not a terminal): plain lines per
+phase, bytes in bytes, tensors in tensors, `file K of N` and the whole run's time left for
+`upgrade-dir`; `--progress none` and `-q` print none.
+
+The checkpoints (~40 MB) are generated at test time; the copy runs in 1 MiB blocks, each slowed
+down (``CKPT_MIGRATE_TEST_WRITE_DELAY``), so that it lasts a few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import one_line_error
+
+import ckpt_migrate as cm
+
+SLOW = {
+    "CKPT_MIGRATE_TEST_COPY_BLOCK": str(1 << 20),
+    "CKPT_MIGRATE_TEST_WRITE_DELAY": "0.05",
+}
+LINE = re.compile(r"^(?P<phase>[\w ]+(: \w+)?): (?P<done>[\d,.]+( \w+)?) of (?P<total>[\d,.]+ \w+)")
+
+
+def make(path: Path, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    state = {
+        "model": {
+            f"layer{i}.weight": rng.standard_normal((1024, 1024), np.float32) for i in range(10)
+        },
+        "global_step": seed,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cm.save(state, path, "2.0")
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    base = tmp_path_factory.mktemp("progress")
+    md = base / "md"
+    make(md / "checkpoint_100.mdl", 1)
+    make(md / "checkpoint_200.mdl", 2)
+    yield md
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def run(*args: str | Path, interval: str = "0") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **SLOW, "CKPT_MIGRATE_PROGRESS_INTERVAL": interval}
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def progress_lines(stderr: str) -> list[re.Match[str]]:
+    return [m for line in stderr.splitlines() if (m := LINE.match(line))]
+
+
+def test_upgrade_prints_plain_progress_per_phase_when_stderr_is_not_a_terminal(
+    model_dir, tmp_path
+):
+    src = model_dir / "checkpoint_100.mdl"
+    proc = run("upgrade", src, "-o", tmp_path, "--verify", "full", interval="0")
+    assert proc.returncode == 0, proc.stderr
+    lines = progress_lines(proc.stderr)
+    phases = [m["phase"] for m in lines]
+    assert {"patch", "copy", "verify"} <= set(phases), proc.stderr
+    copy = [m for m in lines if m["phase"] == "copy"]
+    assert len(copy) >= 3, proc.stderr  # a copy of 2 s, a line every 0.2 s at most
+    assert all(re.fullmatch(r"40\.\d MiB", m["total"]) for m in copy), proc.stderr  # bytes
+    assert copy[-1]["done"] == copy[-1]["total"] and "(100%)" in copy[-1].string
+    assert any(", about " in m.string and " left" in m.string for m in copy), proc.stderr
+    patch = [m for m in lines if m["phase"] == "patch"]
+    assert patch[-1]["done"] == "11" and patch[-1]["total"] == "11 tensors"  # 10 weights, step
+    assert "written to" in proc.stdout
+
+
+def test_plain_lines_come_at_most_every_interval(model_dir, tmp_path):
+    src = model_dir / "checkpoint_100.mdl"
+    started = time.monotonic()
+    proc = run("upgrade", src, "-o", tmp_path / "a", interval="1")
+    seconds = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    copy = [m for m in progress_lines(proc.stderr) if m["phase"] == "copy"]
+    assert 1 <= len(copy) <= seconds + 1, proc.stderr  # at most a line a second, and the end
+    assert copy[-1]["done"] == copy[-1]["total"], proc.stderr
+    proc = run("upgrade", src, "-o", tmp_path / "b", interval="60")
+    assert proc.returncode == 0, proc.stderr
+    assert progress_lines(proc.stderr) == []  # nothing lasted a minute: no line at all
+
+
+@pytest.mark.parametrize("flag", [["--progress", "none"], ["-q"], ["--json"]])
+def test_no_progress_when_asked(model_dir, tmp_path, flag):
+    proc = run("upgrade", model_dir / "checkpoint_100.mdl", "-o", tmp_path, *flag)
+    assert proc.returncode == 0, proc.stderr
+    assert progress_lines(proc.stderr) == []
+    if flag == ["-q"]:
+        assert "  model:" not in proc.stdout and "written to" in proc.stdout
+
+
+def test_unknown_progress_mode_is_one_line(model_dir, tmp_path):
+    proc = run("upgrade", model_dir / "checkpoint_100.mdl", "-o", tmp_path, "--progress", "fancy")
+    one_line_error(proc, 2, "--progress", "plain")
+
+
+def test_upgrade_dir_says_which_file_and_the_whole_runs_time_left(model_dir, tmp_path):
+    proc = run("upgrade-dir", model_dir, "-o", tmp_path / "out", interval="0.2")
+    assert proc.returncode == 0, proc.stderr
+    phases = [m["phase"] for m in progress_lines(proc.stderr)]
+    assert "file 1 of 2: copy" in phases and "file 2 of 2: copy" in phases, proc.stderr
+    overall = [m for m in progress_lines(proc.stderr) if m["phase"] == "all files"]
+    assert overall[-1]["done"] == overall[-1]["total"], proc.stderr
+    assert re.fullmatch(r"80\.\d MiB", overall[-1]["total"]), proc.stderr
+    assert any(" left" in m.string for m in overall), proc.stderr
+
+
+def test_verify_reports_its_progress(model_dir):
+    a, b = model_dir / "checkpoint_100.mdl", model_dir / "checkpoint_200.mdl"
+    proc = run("verify", a, b, "--progress", "plain")
+    assert proc.returncode == 4, proc.stderr  # they differ
+    verify = [m for m in progress_lines(proc.stderr) if m["phase"] == "verify"]
+    assert verify and verify[-1]["done"] == verify[-1]["total"] == "40.0 MiB", proc.stderr
