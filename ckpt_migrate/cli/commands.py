@@ -7,6 +7,7 @@ are only called from one.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -29,6 +30,9 @@ from ckpt_migrate.model_dir.names import DEFAULT_NAME
 from ckpt_migrate.model_dir.upgrade_dir import DirEntry, DirOptions
 from ckpt_migrate.models.detect import choose_family
 from ckpt_migrate.models.names import resolve_name
+from ckpt_migrate.remote import dirs as remote_dirs
+from ckpt_migrate.remote import fleet, s3
+from ckpt_migrate.remote import upgrade as remote_upgrade
 from ckpt_migrate.tf import from_h5, to_h5
 from ckpt_migrate.tf.saver import setup_cli_process
 
@@ -159,9 +163,33 @@ def upgrade(
             dry_run=dry_run,
             model=model,
         )
+    if any(s3.is_url(p) for p in [*paths, output_dir]):
+        yield from _upgrade_objects(paths, output_dir, opts, alongside)
+        return
     for path in paths:
         res = upgrade_file(path, opts, progress)
         yield res, alongside.run(res) if alongside is not None else None
+
+
+def _upgrade_objects(
+    paths: list[Path], output_dir: Path | None, opts: UpgradeOptions, alongside: Any
+) -> Iterator[tuple[UpgradeResult, None]]:
+    """``s3://`` checkpoints into an ``s3://`` prefix (``remote.upgrade``)."""
+    if alongside is not None:
+        raise UsageError(None, "--config is not offered for s3:// checkpoints")
+    if opts.manifest is not None or opts.inplace:
+        raise UsageError(None, "s3:// checkpoints take --output-dir s3://..., not --inplace")
+    if not all(s3.is_url(p) for p in paths) or (
+        output_dir is not None and not s3.is_url(output_dir)
+    ):
+        raise UsageError(None, "mixes s3:// and local paths", "upgrade each kind on its own")
+    if output_dir is None and not opts.dry_run:
+        raise UsageError(None, "say where the upgraded objects go", "pass --output-dir s3://...")
+    out = s3.S3Url.parse(output_dir) if output_dir is not None else None
+    client = s3.client()
+    for path in paths:
+        src = s3.S3Url.parse(path)
+        yield remote_upgrade.upgrade_object(src, out or src.parent(), opts, client), None
 
 
 def upgrade_dir(
@@ -178,20 +206,68 @@ def upgrade_dir(
     inputs: dict[str, Any] | None = None,
     progress: Progress | None = None,
     on_entry: Callable[[DirEntry], None] | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    on_done: Callable[[int, int], None] | None = None,
 ) -> tuple[list[DirEntry], int]:
     """Every checkpoint of ``model_dir``, newest first; returns the entries and the worst exit
-    code among them."""
-    opts = DirOptions(
-        target=to,
-        output_dir=output_dir,
-        inplace=inplace,
-        only_latest=only_latest,
-        dry_run=dry_run,
-        name=name,
-        verify=check_verify(verify),
-        allow_missing=allow_missing,
-        inputs=inputs,
+    code among them. ``scheduler`` (a Dask scheduler address) or ``workers`` (a LocalCluster
+    of that many processes): one task per checkpoint on the cluster; ``on_done(done, total)``
+    hears of each."""
+    if scheduler is not None and workers is not None:
+        raise UsageError(None, "--scheduler and --workers exclude each other")
+    if workers is not None and workers < 1:
+        raise UsageError(None, "--workers must be at least 1")
+    cluster = (
+        contextlib.nullcontext(None)
+        if scheduler is None and workers is None
+        else fleet.connect(scheduler, workers)
     )
+    with cluster as client:
+        return _upgrade_dir(
+            model_dir,
+            output_dir,
+            client,
+            on_entry,
+            on_done,
+            progress,
+            DirOptions(
+                target=to,
+                output_dir=output_dir,
+                inplace=inplace,
+                only_latest=only_latest,
+                dry_run=dry_run,
+                name=name,
+                verify=check_verify(verify),
+                allow_missing=allow_missing,
+                inputs=inputs,
+            ),
+        )
+
+
+def _upgrade_dir(
+    model_dir: Path,
+    output_dir: Path | None,
+    client: Any,
+    on_entry: Callable[[DirEntry], None] | None,
+    on_done: Callable[[int, int], None] | None,
+    progress: Progress | None,
+    opts: DirOptions,
+) -> tuple[list[DirEntry], int]:
+    if s3.is_url(model_dir) or s3.is_url(output_dir):
+        if not s3.is_url(model_dir) or not s3.is_url(output_dir):
+            raise UsageError(
+                None, "s3:// model directories go to an s3:// --output-dir", "pass both as s3://"
+            )
+        entries = []
+        src, out = s3.S3Url.parse(model_dir), s3.S3Url.parse(output_dir)
+        for entry in remote_dirs.upgrade_prefix(src, out, opts, client, on_done):
+            entries.append(entry)
+            if on_entry is not None:
+                on_entry(entry)
+        return entries, dir_upgrade.worst_exit_code(entries)
+    if client is not None:
+        opts.runner = fleet.local_runner(client, on_done)
     entries = dir_upgrade.upgrade_dir(model_dir, opts, progress, on_entry)
     return entries, dir_upgrade.worst_exit_code(entries)
 

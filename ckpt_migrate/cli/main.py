@@ -318,9 +318,26 @@ def upgrade_dir_cmd(
     config: ConfigPathOpt = None,
     model: ModelOpt = None,
     drop_orphan_sparsity: DropOrphanSparsityOpt = False,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            help="A Dask scheduler (tcp://HOST:PORT): one task per checkpoint on its cluster "
+            "(needs the distributed extra).",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers", help="Start a Dask LocalCluster of N worker processes for the run."
+        ),
+    ] = None,
     as_json: JsonLinesOpt = False,
 ) -> None:
-    """Upgrade every checkpoint in a model directory, newest first; a rerun does what is left."""
+    """Upgrade every checkpoint in a model directory, newest first; a rerun does what is left.
+
+    The directory and --output-dir may be s3:// prefixes (the s3 extra): tensor bytes are
+    copied by the store, never downloaded."""
 
     def show(entry: Any) -> None:
         if as_json:
@@ -344,6 +361,9 @@ def upgrade_dir_cmd(
             ),
             progress=progress,
             on_entry=show,
+            scheduler=scheduler,
+            workers=workers,
+            on_done=lambda done, total: console.echo(f"files {done}/{total}", err=True),
         )
     if not as_json:
         render.dir_summary(entries, worst)

@@ -30,7 +30,7 @@ import contextlib
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -73,6 +73,9 @@ class DirOptions:
     verify: Literal["index", "full"] = "index"
     allow_missing: bool = False
     inputs: dict[str, Any] | None = None  # step inputs (e.g. a config) for every checkpoint
+    # Runs the selected checkpoints (``upgrade_one`` each) and yields their entries in any
+    # order: a Dask cluster (``remote.fleet``); None: one after the other, here.
+    runner: Callable[[list[Path], DirOptions], Iterable[DirEntry]] | None = None
 
 
 @dataclass
@@ -156,6 +159,7 @@ def upgrade_dir(
         selected = scan.checkpoints
         if opts.only_latest:
             selected = _newest(scan)
+        todo = []
         for path in scan.checkpoints:
             if path not in selected:
                 emit(DirEntry(path, "checkpoint", NOT_SELECTED, "--only-latest: not the newest"))
@@ -165,7 +169,13 @@ def upgrade_dir(
                     if out_dir is None:  # a file the scan listed
                         scan.temporary.pop(tmp.name, None)
                     emit(DirEntry(tmp, "temporary", REMOVED, "left by an interrupted upgrade"))
-            emit(_upgrade_one(path, opts, target, progress))
+            if opts.runner is None:
+                emit(_upgrade_one(path, opts, target, progress))
+            else:
+                todo.append(path)
+        if opts.runner is not None:
+            for entry in opts.runner(todo, opts):
+                emit(entry)
         for path, reason in scan.temporary.items():
             emit(DirEntry(src_dir / path, "temporary", LEFT_ALONE, reason))
         for entry in scan.others:
@@ -174,6 +184,11 @@ def upgrade_dir(
 
 
 # --------------------------------------------------------------------------- one checkpoint
+
+
+def upgrade_one(src: Path, opts: DirOptions) -> DirEntry:
+    """One checkpoint of the directory, as ``upgrade_dir`` does it (a runner's task)."""
+    return _upgrade_one(src, opts, releases.get(opts.target), None)
 
 
 def _upgrade_one(

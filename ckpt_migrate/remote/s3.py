@@ -59,11 +59,25 @@ class S3Url:
     def name(self) -> str:
         return PurePosixPath(self.key).name
 
+    def parent(self) -> S3Url:
+        return S3Url(self.bucket, str(PurePosixPath(self.key).parent).strip("."))
+
     def child(self, name: str) -> S3Url:
         return S3Url(self.bucket, f"{self.key}/{name}" if self.key else name)
 
     def __str__(self) -> str:
         return f"{SCHEME}{self.bucket}/{self.key}"
+
+    def path(self) -> ObjectPath:
+        return ObjectPath(str(self))
+
+
+class ObjectPath(PurePosixPath):
+    """An object's address where the reports take a path: prints as ``s3://bucket/key``."""
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        return SCHEME + text[len("s3:/") :] if text.startswith("s3:/") else text
 
 
 def client() -> Any:

@@ -55,7 +55,7 @@ def upgrade_object(
     stage_dir: Path | None = None,
 ) -> UpgradeResult:
     """Upgrade ``src`` into ``out_prefix/<name>``; errors become a failed result."""
-    result = UpgradeResult(Path(str(src)), "failed")
+    result = UpgradeResult(src.path(), "failed")
     start = time.monotonic()
     try:
         client = s3 if s3 is not None else s3mod.client()
@@ -87,7 +87,7 @@ def _upgrade(
         meta = existing.get("Metadata") or {}
         if meta.get(META_ETAG) == etag and meta.get(META_TARGET) == target:
             result.status, result.to_release = ALREADY_UPGRADED, target
-            result.output = Path(str(out))
+            result.output = out.path()
             return
         raise UsageError(
             str(out),
@@ -109,7 +109,7 @@ def _upgrade(
             staged = None
         elif local.status == "upgraded":
             staged = staged_dir / src.name
-            if local.strategy != "copy-patch":
+            if local.strategy != "copy-patch" and holes:
                 raise UsageError(
                     str(src),
                     f"this upgrade rewrites the file ({local.strategy}); it needs the tensor "
@@ -132,7 +132,7 @@ def _upgrade(
         etag_out = _Writer(s3, src, etag, out, staged, shared, transfer).run(prog, meta)
         if staged is not None:
             _check_result(s3, out, staged, etag_out, transfer)
-        result.output = Path(str(out))
+        result.output = out.path()
         result.bytes_written = out_size
         result.status = "upgraded" if staged is not None else "current"
 
