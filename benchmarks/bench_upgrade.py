@@ -52,6 +52,8 @@ CLI = Path(sys.executable).with_name("ckpt-migrate")
 TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None  # GNU time
 MAX_TENSOR_BYTES = 256 << 20
 SOURCE_RELEASE = "1.9"
+# The synthetic 1.9 checkpoint has no dataloader side files: say so, or the upgrade refuses.
+DROP = ("--drop-dataloader-state",)
 VOCAB, MAX_POSITIONS = 50257, 2048
 
 # --------------------------------------------------------------------------- sizes
@@ -394,7 +396,12 @@ def phases_worker(src: Path, outdir: Path, verify: str) -> None:
             setattr(owner, attr, timed(label, getattr(owner, attr)))
     os.copy_file_range = timed("copy: copy_file_range calls", os.copy_file_range)  # type: ignore[attr-defined]
     t0 = time.perf_counter()
-    result = engine.upgrade(src, engine.UpgradeOptions(output_dir=outdir, verify=verify))
+    result = engine.upgrade(
+        src,
+        engine.UpgradeOptions(
+            output_dir=outdir, verify=verify, inputs={"drop_dataloader_state": True}
+        ),
+    )
     total = time.perf_counter() - t0
     out = {
         "status": result.status,
@@ -553,12 +560,22 @@ def commands(src: Path, out: Path, skip_naive: bool, hops: int) -> list[Command]
         Command(
             "ours",
             "ckpt-migrate upgrade",
-            [cli, "upgrade", str(src), "--output-dir", str(out), "--json"],
+            [cli, "upgrade", str(src), "--output-dir", str(out), "--json", *DROP],
         ),
         Command(
             "ours_full",
             "ckpt-migrate upgrade --verify full",
-            [cli, "upgrade", str(src), "--output-dir", str(out), "--verify", "full", "--json"],
+            [
+                cli,
+                "upgrade",
+                str(src),
+                "--output-dir",
+                str(out),
+                "--verify",
+                "full",
+                "--json",
+                *DROP,
+            ],
         ),
     ]
     inplace = out / f"inplace-{src.name}"
@@ -575,7 +592,7 @@ def commands(src: Path, out: Path, skip_naive: bool, hops: int) -> list[Command]
             Command(
                 "ours_inplace",
                 "ckpt-migrate upgrade --inplace",
-                [cli, "upgrade", str(inplace), "--inplace", "--json"],
+                [cli, "upgrade", str(inplace), "--inplace", "--json", *DROP],
                 setup=lambda: os.link(src, inplace),
             )
         )

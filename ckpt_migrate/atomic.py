@@ -102,7 +102,7 @@ _FALLOC_FL_KEEP_SIZE = 1
 _libc: ctypes.CDLL | None = None
 
 
-def _fallocate(fd: int, mode: int, offset: int, length: int) -> None:
+def fallocate(fd: int, mode: int, offset: int, length: int) -> None:
     """``fallocate(2)``: no emulation by writing zeros (glibc's ``posix_fallocate`` does that
     where the filesystem cannot allocate, which would cost a write of every block)."""
     global _libc
@@ -114,25 +114,33 @@ def _fallocate(fd: int, mode: int, offset: int, length: int) -> None:
         raise OSError(code, os.strerror(code))
 
 
-def reserve(fd: int, size: int, total: int) -> None:
+def reserve(fd: int, size: int, total: int, *, allocate_existing: bool = True) -> None:
     """Allocate the disk space a file of ``size`` bytes growing to ``total`` will need, now.
 
-    Blocks of ``[0, size)`` are allocated (holes a copy fills later included) and the growth up
-    to ``total`` is reserved past the end without changing the file's size, so a full disk is
-    met here, before HDF5 edits a byte: HDF5 meeting ENOSPC in the middle of a metadata edit has
+    Blocks of ``[0, size)`` are allocated (holes a copy fills later included; skipped with
+    ``allocate_existing=False``, for a clone whose blocks are shared) and the growth up to
+    ``total`` is reserved past the end without changing the file's size, so a full disk is met
+    here, before HDF5 edits a byte: HDF5 meeting ENOSPC in the middle of a metadata edit has
     crashed (SIGSEGV). Where the filesystem cannot allocate (tmpfs of old kernels, NFS v3, ZFS
     before 2.2), the free space is checked instead. Raises ``OSError(ENOSPC)``."""
     try:
-        if size:
-            _fallocate(fd, 0, 0, size)
+        if size and allocate_existing:
+            fallocate(fd, 0, 0, size)
         if total > size:
-            _fallocate(fd, _FALLOC_FL_KEEP_SIZE, size, total - size)
+            fallocate(fd, _FALLOC_FL_KEEP_SIZE, size, total - size)
         return
     except (OSError, AttributeError) as exc:
         if isinstance(exc, OSError) and exc.errno not in (errno.EOPNOTSUPP, errno.ENOSYS):
             raise
+    needed = total - (os.fstat(fd).st_blocks * 512 if allocate_existing else size)
+    require_free(fd, needed)
+
+
+def require_free(fd: int, needed: int) -> None:
+    """Raise ``OSError(ENOSPC)`` unless the filesystem of ``fd`` has ``needed`` bytes free (a
+    filesystem reporting no size at all, such as ramfs, counts as unknown: not refused)."""
     st = os.fstatvfs(fd)
-    if st.f_blocks and st.f_bavail * st.f_frsize < total - os.fstat(fd).st_blocks * 512:
+    if st.f_blocks and st.f_bavail * st.f_frsize < needed:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 

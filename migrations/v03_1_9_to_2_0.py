@@ -56,7 +56,7 @@ from ckpt_migrate.format.tree import (
     iter_leaves,
     set_path,
 )
-from ckpt_migrate.hops.dataloader import build_state, read_side_files
+from ckpt_migrate.hops.dataloader import build_state, read_side_files, without_side_files
 from ckpt_migrate.hops.hop import InputSpec, StepContext
 from ckpt_migrate.models import ties
 
@@ -166,13 +166,18 @@ def recompute_last_epoch(ctx: StepContext) -> None:
 
 
 def convert_dataloader_state(ctx: StepContext) -> None:
-    """Build the 2.0 ``dataloader`` state from the 1.9 side files.
+    """Build the 2.0 ``dataloader`` state from the 1.8/1.9 side files.
 
-    1.9 kept dataloader progress in ``data_iter_checkpoint_state_file_global`` and
+    1.8 and 1.9 kept dataloader progress in ``data_iter_checkpoint_state_file_global`` and
     ``data_iter_state_file_worker_<id>_step_<step>.txt``; 2.0 reads ``checkpoint["dataloader"]``.
     Only exact file names count, every worker 0..N-1 needs one file, the data step must equal
-    ``global_step`` (unless ``--allow-step-mismatch``), and a map-style seed is never guessed.
-    Source: ``c1ef453:modelzoo/compat/data_iter_state_conversion.py``, MODELZOO_HISTORY.md §2.
+    ``global_step`` (unless ``--allow-step-mismatch``; an older checkpoint takes the worker files
+    of its own step when they are there), and a map-style seed is never guessed. Without side
+    files the state would be lost (training restarts from the first sample), so that is refused
+    unless ``--drop-dataloader-state`` says so; a 1.7 file had no side files (the release notes
+    date them to 1.8.0) and has nothing to lose.
+    Source: ``c1ef453:modelzoo/compat/data_iter_state_conversion.py``, MODELZOO_HISTORY.md §2,
+    §2.1 and the release-notes table (1.8.0: deterministic dataloader checkpointing).
     """
     directory = ctx.inputs.get("data_iter_dir")
     if not isinstance(ctx.root, DictNode):
@@ -180,13 +185,13 @@ def convert_dataloader_state(ctx: StepContext) -> None:
     if directory is None:
         if ctx.root.get("dataloader") is not None:
             return
-        message = (
-            "no --data-iter-dir given: the upgraded checkpoint has no dataloader state, "
-            "so training will restart from the first sample"
+        dropped = without_side_files(
+            ctx.inputs.get("source_release"),
+            ctx.source_path,
+            bool(ctx.inputs.get("drop_dataloader_state")),
         )
-        if ctx.strict:
-            raise UsageError(ctx.source_path, message, "pass --data-iter-dir and --dataloader-type")
-        ctx.warn(message)
+        if dropped:
+            ctx.changed(dropped)
         return
     kind = ctx.inputs.get("dataloader_type")
     if kind not in ("map", "iterable"):
@@ -197,6 +202,8 @@ def convert_dataloader_state(ctx: StepContext) -> None:
     for name in side.ignored:
         ctx.warn(f"{side.directory}/{name}: not a dataloader side file; ignored")
     step = _int_value(ctx.root.get("global_step"))
+    if step is not None and step != side.data_step and step in side.steps:
+        side = read_side_files(directory, at_step=step)  # an older checkpoint's own files
     if step is not None and step != side.data_step:
         message = f"dataloader files are for step {side.data_step}, the checkpoint is at {step}"
         if not ctx.inputs.get("allow_step_mismatch"):
@@ -221,6 +228,10 @@ INPUTS = (
     InputSpec("dataloader_type", "map or iterable (with --data-iter-dir)"),
     InputSpec("shuffle_seed", "map-style seed (else the config's train_input.shuffle_seed)"),
     InputSpec("config", "the run's params.yaml: tie flags, shuffle seed"),
+    InputSpec(
+        "drop_dataloader_state",
+        "upgrade a 1.8/1.9 file without its side files, losing the dataloader state",
+    ),
 )
 
 

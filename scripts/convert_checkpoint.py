@@ -26,6 +26,8 @@ except ImportError:  # run from a checkout without installing
 
 from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.commands import load_config, verify
+from ckpt_migrate.cli.script_options import add_dataloader_arguments, add_step_arguments
+from ckpt_migrate.cli.script_options import dataloader_inputs as option_inputs
 from ckpt_migrate.config.upgrade import upgrade_config_file
 from ckpt_migrate.engine.plan import source_release
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
@@ -189,7 +191,9 @@ def convert(args: argparse.Namespace) -> int:
     if from_release == tgt.name:
         print(f"{src}: already at release {tgt.name}; nothing to convert")
         return 0
-    side_files = dataloader_inputs(config, config_data)
+    given = option_inputs(args)  # the options name the side files (or drop them) over the config
+    named = "data_iter_dir" in given or "drop_dataloader_state" in given
+    side_files = {} if named else dataloader_inputs(config, config_data)
     if side_files and releases.get(from_release).version >= releases.get("2.0").version:
         print(
             f"{config}: cerebras.save_iter_state_path ignored: release {from_release} keeps the "
@@ -203,11 +207,13 @@ def convert(args: argparse.Namespace) -> int:
         target=tgt.name,
         source_release=None if wanted is None else from_release,
         output=ckpt_out,
+        allow_missing=args.allow_missing,
         inputs={
             "model": args.model,
             "config": config_data,
             **({"drop_unmatched_keys": True} if args.drop_unmatched_keys else {}),
             **({"drop_orphan_sparsity": True} if args.drop_orphan_sparsity else {}),
+            **given,
             **side_files,
         },
     )
@@ -412,6 +418,8 @@ def create_arg_parser() -> argparse.ArgumentParser:
         help="2.1 → 2.2: drop per-weight sparsity state 2.2 cannot hold (a mask whose weight "
         "the model lacks; Model Zoo drops it silently), each reported. Default: refuse",
     )
+    add_dataloader_arguments(conv, config=False)  # --config is the checkpoint's, above
+    add_step_arguments(conv, model=False)  # --model is above
     conv.add_argument("--no-progress-bar", action="store_true", help="Disable the progress bar")
     conv.add_argument(
         "--debug", action="store_true", help="Show tracebacks and the model detection evidence"

@@ -5,8 +5,13 @@ The interface of Model Zoo 2.0's ``modelzoo/compat/data_iter_state_conversion.py
 ckpt-migrate engine: the checkpoint is upgraded to release 2.0 with the graph's 1.9 → 2.0 steps,
 the dataloader state built from the side files. Unlike the original it reads only exactly named
 side files (listing the others), needs every worker 0..N-1 exactly once, checks the data step
-against ``global_step``, never writes a silent zero, never loads tensors into memory and never
-overwrites an existing output. ``ckpt-migrate upgrade --data-iter-dir`` does the same.
+against ``global_step`` (``--allow-step-mismatch`` accepts another), never writes a silent zero,
+never loads tensors into memory and never overwrites an existing output. Its defaults are
+``ckpt-migrate upgrade``'s, not Model Zoo's: ``--dataloader_type`` must be given (Model Zoo
+assumed map-style) and a map-style seed comes from ``--shuffle_seed`` or ``--config``'s
+``train_input.shuffle_seed`` (Model Zoo assumed 0, which a shuffled 2.0 run rejects). The
+``ckpt-migrate`` spellings (``--data-iter-dir``, ``--dataloader-type``, ``--shuffle-seed``) are
+accepted too. ``ckpt-migrate upgrade --data-iter-dir`` does the same.
 """
 
 from __future__ import annotations
@@ -21,7 +26,13 @@ except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ckpt_migrate.cli import render
+from ckpt_migrate.cli.script_options import (
+    add_dataloader_arguments,
+    add_step_arguments,
+    dataloader_inputs,
+)
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.errors import CkptError
 
 
 def create_arg_parser() -> argparse.ArgumentParser:
@@ -32,38 +43,28 @@ def create_arg_parser() -> argparse.ArgumentParser:
         "--old_checkpoint", "-c", type=Path, required=True, help="Path to the 1.9 checkpoint"
     )
     parser.add_argument(
-        "--worker_data_iter_files_dir",
-        "-w",
-        type=Path,
-        required=True,
-        help="Directory with the 1.9 worker data iterator state files",
-    )
-    parser.add_argument(
         "--output_file", "-o", type=Path, required=True, help="Path of the 2.0 checkpoint to write"
     )
-    parser.add_argument(
-        "--dataloader_type",
-        "-d",
-        choices=["map", "iterable"],
-        default="map",
-        help="The kind of dataloader the run used",
+    add_dataloader_arguments(
+        parser,
+        data_iter_dir=("--worker_data_iter_files_dir", "-w", "--data-iter-dir"),
+        dataloader_type=("--dataloader_type", "-d", "--dataloader-type"),
+        shuffle_seed=("--shuffle_seed", "-s", "--shuffle-seed"),
+        required=True,
     )
-    parser.add_argument(
-        "--shuffle_seed", "-s", type=int, default=0, help="Shuffle seed of a map-style dataloader"
-    )
+    add_step_arguments(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = create_arg_parser().parse_args(argv)
+    try:
+        inputs = dataloader_inputs(args)
+    except CkptError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     opts = UpgradeOptions(
-        target="2.0",
-        output=args.output_file,
-        inputs={
-            "data_iter_dir": args.worker_data_iter_files_dir,
-            "dataloader_type": args.dataloader_type,
-            "shuffle_seed": args.shuffle_seed,
-        },
+        target="2.0", output=args.output_file, inputs=inputs, allow_missing=args.allow_missing
     )
     result = upgrade(args.old_checkpoint, opts)
     render.messages(result)

@@ -5,8 +5,11 @@ The interface of Model Zoo 2.0's ``modelzoo/compat/fix_checkpoint_spec.py``, run
 ckpt-migrate engine: the checkpoint is upgraded to release 2.0 by the graph's 1.9 → 2.0 steps
 (spec fix, tied weights, LR-scheduler ``last_epoch``). Unlike the original it never truncates an
 existing output, writes atomically, keeps a backup with ``--fix_inplace`` and asks its question
-only on a terminal (``--yes`` skips it). For the dataloader side files use
-``data_iter_state_conversion.py``; ``ckpt-migrate upgrade`` does all of it in one run.
+only on a terminal (``--yes`` skips it). A 1.8/1.9 checkpoint's dataloader state lives in side
+files: pass them with ``--data-iter-dir DIR --dataloader-type map|iterable`` (as
+``data_iter_state_conversion.py`` does), or ``--drop-dataloader-state`` to lose it; without
+either the fix is refused rather than silently dropping it. ``ckpt-migrate upgrade`` does all
+of it in one run.
 """
 
 from __future__ import annotations
@@ -21,8 +24,13 @@ except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ckpt_migrate.cli import render
+from ckpt_migrate.cli.script_options import (
+    add_dataloader_arguments,
+    add_step_arguments,
+    dataloader_inputs,
+)
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
-from ckpt_migrate.errors import EXIT_BAD_INPUT
+from ckpt_migrate.errors import EXIT_BAD_INPUT, CkptError
 
 
 def create_arg_parser() -> argparse.ArgumentParser:
@@ -42,6 +50,8 @@ def create_arg_parser() -> argparse.ArgumentParser:
         help="Fix the checkpoint in place (the original is kept as <name>.pre-<release>.bak)",
     )
     parser.add_argument("--yes", action="store_true", help="Do not ask before fixing in place")
+    add_dataloader_arguments(parser)
+    add_step_arguments(parser)
     return parser
 
 
@@ -58,8 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         if answer.strip().lower() != "y":
             print("Aborting...")
             return 0
+    try:
+        inputs = dataloader_inputs(args)
+    except CkptError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     output = args.fixed_checkpoint_path or src.with_name(f"{src.stem}_fixed{src.suffix}")
-    opts = UpgradeOptions(target="2.0", inplace=args.fix_inplace)
+    opts = UpgradeOptions(
+        target="2.0", inplace=args.fix_inplace, inputs=inputs, allow_missing=args.allow_missing
+    )
     if not args.fix_inplace:
         opts.output = output
     result = upgrade(src, opts)

@@ -62,7 +62,12 @@ def main(seed: int, count: int, workdir: Path) -> dict:
                 elif verb == "verify":
                     commands.verify(case, case)
                 else:
-                    res = upgrade(case, UpgradeOptions(output_dir=out, allow_missing=True))
+                    opts = UpgradeOptions(
+                        output_dir=out,
+                        allow_missing=True,
+                        inputs={"drop_dataloader_state": True},  # 1.8/1.9: write, not refuse
+                    )
+                    res = upgrade(case, opts)
                     if res.status == "failed" and res.exit_code != 2:
                         summary["bad_exit"].append(
                             f"{src.name} #{i}: exit {res.exit_code}: {res.error}"

@@ -97,7 +97,7 @@ def test_convert_1_9_to_2_3_in_one_run(tmp_path):
     ckpt, config = copy_fixture(tmp_path, "gpt2-1.9")
     proc = script(
         "convert", ckpt, "--model", "gpt2", "--src-fmt", "cs-1.9", "--tgt-fmt", "cs-2.3",
-        "--config", config, "--no-progress-bar",
+        "--config", config, "--no-progress-bar", "--drop-dataloader-state",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr + proc.stdout
     out = ckpt.parent / "checkpoint_100_to_cs-2.3.mdl"
@@ -182,7 +182,7 @@ def test_cs_auto_works_before_2_1_and_cs_current_is_the_newest(tmp_path):
     ckpt, config = copy_fixture(tmp_path, "llama-1.9")
     proc = script(
         "convert", ckpt, "--model", "llamaV2", "--src-fmt", "cs-auto", "--tgt-fmt", "cs-current",
-        "--config", config, "--output-dir", tmp_path / "new" / "dir",
+        "--config", config, "--output-dir", tmp_path / "new" / "dir", "--drop-dataloader-state",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "cs-auto: release 1.9 (format 0.3)" in proc.stdout

@@ -164,7 +164,13 @@ def test_operations_of_each_hop():
 def test_dataloader_inputs_declared_on_1_9_to_2_0():
     hops = {(h.source, h.target): h for h in graph.load().hops}
     inputs = {i.name: i for i in hops["1.9", "2.0"].inputs}
-    assert set(inputs) == {"data_iter_dir", "dataloader_type", "shuffle_seed", "config"}
+    assert set(inputs) == {
+        "data_iter_dir",
+        "dataloader_type",
+        "shuffle_seed",
+        "config",
+        "drop_dataloader_state",
+    }
     assert not any(i.required for i in inputs.values())
     assert "data_iter_checkpoint_state_file_global" in inputs["data_iter_dir"].help
     assert all(not h.inputs for pair, h in hops.items() if pair != ("1.9", "2.0"))

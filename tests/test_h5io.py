@@ -58,7 +58,12 @@ def test_the_reader_and_the_upgrade_work_within_the_cap(many_tensors, tmp_path):
         assert cache_bytes(ckpt.handle.file()) <= h5io.METADATA_CACHE_MAX
     out = tmp_path / "out"
     out.mkdir()
-    result = engine.upgrade(many_tensors, engine.UpgradeOptions(output_dir=out, verify="full"))
+    result = engine.upgrade(
+        many_tensors,
+        engine.UpgradeOptions(
+            output_dir=out, verify="full", inputs={"drop_dataloader_state": True}
+        ),
+    )
     assert result.status == "upgraded", result.error
     # The metadata of every tensor was patched through the capped cache, and every tensor of
     # the output hashes as its source does.

@@ -173,8 +173,9 @@ def test_keep_last_n_deletes_only_what_this_run_saved(tmp_path):
     assert [state_step(p) for p in a.owned()] == [5, 6]
     assert [state_step(p) for p in b.owned()] == [104, 105, 106]
     assert (md / "checkpoint_0.mdl").is_file()
-    subsets = sorted(p.name for p in md.glob("model_checkpoint_*"))
-    assert len(subsets) == 6  # never deleted
+    subsets = a.owned("subset")  # keep_last_n applies to each kind: the newest 2 subsets
+    assert [read_run_record(p)["of"] for p in subsets] == [a.owned()[0].name, a.owned()[1].name]
+    assert len(list(md.glob("model_checkpoint_*"))) == 2
     left = {p.name for p in md.glob("checkpoint_*")}
     assert len(left) == 1 + 2 + 3
 
@@ -188,6 +189,91 @@ def test_keep_last_n_deletes_only_what_this_run_saved(tmp_path):
     assert [state_step(p) for p in a2.owned()] == [6, 7]
     assert [state_step(p) for p in b.owned()] == [104, 105, 106]
     assert (md / "checkpoint_0.mdl").is_file()
+
+
+def test_keep_last_n_keeps_subset_files_in_check_too(tmp_path):
+    """The README's manager (keep_last_n=5, a subset every 5th save) ends with 5 checkpoints and
+    5 subset files, not one subset per 5 saves for ever; another run's subsets are kept."""
+    md = tmp_path / "md"
+    other = CheckpointManager(md, run_id="other").save_states_every(1)
+    other.save(tiny_state(step=0), 0)
+    mgr = CheckpointManager(md, keep_last_n=5, run_id="gpt-small").save_states_every(5)
+    for step in range(1, 41):
+        mgr.save(tiny_state(step=step), step, final=step == 40)
+    assert [state_step(p) for p in mgr.owned()] == [36, 37, 38, 39, 40]
+    subsets = mgr.owned("subset")
+    assert [read_run_record(p)["step"] for p in subsets] == [20, 25, 30, 35, 40]
+    assert other.owned("subset") == [md / "model_checkpoint_0.mdl"]
+    assert len(list(md.iterdir())) == 5 + 5 + 2
+    restarted = CheckpointManager(md, keep_last_n=5, run_id="gpt-small").save_states_every(5)
+    restarted.save(tiny_state(step=45), 45)  # the 41st save of the run: no subset due
+    restarted.save(tiny_state(step=50), 50, final=True)
+    assert [read_run_record(p)["step"] for p in restarted.owned("subset")] == [25, 30, 35, 40, 50]
+
+
+# A child process that saves checkpoint_<N>.mdl with a manager and, once the save has written
+# and verified its temporary file, either SIGKILLs itself (a killed save) or says so and waits
+# (a live save, holding its temporary file's lock).
+SAVER = """
+import os, signal, sys, time
+
+import torch
+
+import ckpt_migrate.atomic as atomic
+from ckpt_migrate import CheckpointManager
+
+directory, step, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+publish = atomic.publish
+
+
+def stopping_publish(tmp, target, **kwargs):
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    print("WRITING", tmp, flush=True)
+    time.sleep(600)
+
+
+atomic.publish = stopping_publish
+mgr = CheckpointManager(directory, run_id="child")
+mgr.save({"model": {"w": torch.ones(4, 4)}, "step": step}, step)
+"""
+
+
+def temporaries(directory: Path) -> set[str]:
+    return {p.name for p in directory.iterdir() if p.name.endswith(".tmp")}
+
+
+def test_a_manager_removes_its_killed_saves_temporaries_never_a_live_one(tmp_path):
+    md = tmp_path / "md"
+    md.mkdir()
+    saver = tmp_path / "saver.py"
+    saver.write_text(SAVER)
+    live = subprocess.Popen(
+        [sys.executable, saver, md, "4", "wait"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = live.stdout.readline()  # the live save's temporary file is written and locked
+        assert line.startswith("WRITING"), line
+        (alive,) = temporaries(md)
+        assert alive.startswith("checkpoint_4.mdl.")
+        # Another process's manager starts (keeping the live file) and is killed mid-save.
+        killed = subprocess.run(
+            [sys.executable, saver, md, "3", "kill"], capture_output=True, text=True, timeout=120
+        )
+        assert killed.returncode == -9, killed.stderr
+        (dead,) = temporaries(md) - {alive}
+        assert dead.startswith("checkpoint_3.mdl.")
+        (md / "notes.txt.0123abcd.tmp").write_text("not a checkpoint's")  # left alone
+        mgr = CheckpointManager(md, run_id="child")
+        assert mgr.removed_temporaries == [md / dead]
+        assert temporaries(md) == {alive, "notes.txt.0123abcd.tmp"}
+        assert mgr.latest() is None
+    finally:
+        live.kill()
+        live.wait()
+    assert live.returncode == -9
+    assert CheckpointManager(md).removed_temporaries == [md / alive]
+    assert temporaries(md) == {"notes.txt.0123abcd.tmp"}
 
 
 def test_keep_last_n_never_deletes_the_checkpoint_just_saved(tmp_path):
@@ -481,10 +567,16 @@ def test_readme_example_resumes_with_the_identical_next_loss(tmp_path, kill_at, 
     assert sorted(again) == list(range(resumed_from + 1, 21))
     assert again[resumed_from + 1] == expected[resumed_from + 1]  # the identical next loss
     assert again == {s: expected[s] for s in again}
-    # keep_last_n=2 of run "tiny" went on across the restart; subsets stay.
+    # keep_last_n=2 of run "tiny" went on across the restart, for subsets too; the resumed
+    # manager removed the temporary file of the killed save.
     assert sorted(p.name for p in md.glob("checkpoint_*.mdl")) == [
         "checkpoint_15.mdl",
         "checkpoint_20.mdl",
     ]
+    assert sorted(p.name for p in md.glob("model_checkpoint_*.mdl")) == [
+        "model_checkpoint_10.mdl",  # the 2nd and 4th saves (steps 10, 20) wrote subsets
+        "model_checkpoint_20.mdl",
+    ]
+    assert not any(p.name.endswith(".tmp") for p in md.iterdir())
     assert json.loads(json.dumps(read_run_record(md / "checkpoint_20.mdl")))["run_id"] == "tiny"
     assert (md / "model_checkpoint_20.mdl").is_file()

@@ -106,7 +106,15 @@ EXPECTED = {"gpt2": GPT2_RENAMES, "t5": T5_RENAMES, "bert": BERT_RENAMES, "llama
 
 def upgrade(src: Path, out: Path, *args: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    cmd = ["upgrade", str(src), "--output-dir", str(out), "--json", *args]
+    cmd = [
+        "upgrade",
+        "--drop-dataloader-state",
+        str(src),
+        "--output-dir",
+        str(out),
+        "--json",
+        *args,
+    ]
     proc = subprocess.run(
         [sys.executable, "-m", "ckpt_migrate", *cmd],
         capture_output=True,

@@ -35,3 +35,25 @@ def test_exit_codes_in_readme_match_the_code():
     assert str(errors.EXIT_BAD_INPUT) in table and str(errors.EXIT_NEWER_THAN_TOOL) in table
     assert str(errors.EXIT_VERIFY_FAILED) in table and str(errors.EXIT_IO) in table
     assert str(errors.EXIT_UPGRADE_NEEDED) in table
+
+
+def _python_block(after: str) -> str:
+    return re.search(re.escape(after) + r".*?```python\n(.+?)\n```", README, flags=re.S).group(1)
+
+
+def test_the_python_api_block_runs_as_written(tmp_path):
+    """From a directory where fixtures/ is the repository's: the outputs load as promised."""
+    import subprocess
+    import sys
+
+    (tmp_path / "fixtures").symlink_to(ROOT / "fixtures")
+    code = _python_block("## Python API")
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    from ckpt_migrate.cli import commands
+
+    example = ROOT / "fixtures/example/checkpoint_100.mdl"
+    assert commands.verify(example, tmp_path / "out.mdl")["identical"]
+    assert (tmp_path / "back.mdl").is_file()

@@ -70,6 +70,8 @@ def written(tmp_path_factory) -> dict[Path, str]:
             if src.stem == "release-1.9":  # with its dataloader side files
                 good = FIXTURES / "release-1.9-data-iter" / "good"
                 side = ["--data-iter-dir", str(good), "--dataloader-type", "iterable"]
+            elif src.stem == "release-1.8":  # 1.8 kept side files too; this fixture has none
+                side = ["--drop-dataloader-state"]
             args = ["upgrade", str(src), "--to", release, "--output-dir", str(d), *side]
             subprocess.run(
                 [sys.executable, "-m", "ckpt_migrate", *args],

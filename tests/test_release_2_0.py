@@ -139,6 +139,8 @@ def test_broken_side_files_are_one_line_errors(tmp_path, variant, words):
         str(SIDE / variant),
         "-o",
         str(tmp_path / "x.mdl"),
+        "-d",
+        "iterable",
     )
     one_line_error(proc, None, variant, skip_warnings=True)
     assert list(tmp_path.iterdir()) == []
@@ -184,13 +186,77 @@ def test_map_seed_is_never_guessed(tmp_path):
     one_line_error(run_cli(*base, "--config", str(cfg)), None, "shuffle seed", skip_warnings=True)
 
 
-def test_without_side_files_it_warns_and_strict_refuses(tmp_path):
+@pytest.mark.parametrize("release", ["1.8", "1.9"])
+def test_without_side_files_it_refuses_unless_dropped_by_name(tmp_path, release):
+    """1.8 and 1.9 kept the dataloader state in side files: losing it is an error (exit 2)
+    naming --drop-dataloader-state, on upgrade, upgrade-dir and fix_checkpoint_spec.py."""
+    src = FIXTURES / f"release-{release}.mdl"
+    out = tmp_path / "out"
+    out.mkdir()
+    for extra in ((), ("--strict",)):
+        proc = run_cli("upgrade", str(src), "--output-dir", str(out), *extra)
+        line = one_line_error(proc, 2, "restart from the first sample", skip_warnings=True)
+        assert "--drop-dataloader-state" in line and "--data-iter-dir" in line
+    assert list(out.iterdir()) == []
+    model_dir = tmp_path / "model_dir"
+    model_dir.mkdir()
+    (model_dir / "checkpoint_10.mdl").write_bytes(src.read_bytes())
+    proc = run_cli("upgrade-dir", str(model_dir), "--output-dir", str(tmp_path / "dir_out"))
+    assert proc.returncode == 2 and "--drop-dataloader-state" in proc.stdout + proc.stderr
+    fixed = tmp_path / "fixed.mdl"
+    proc = run_script("fix_checkpoint_spec.py", str(src), "--fixed_checkpoint_path", str(fixed))
+    one_line_error(proc, 2, "--drop-dataloader-state", skip_warnings=True)
+    assert not fixed.exists()
+    res = upgrade(src, out, "--drop-dataloader-state")
+    assert any("dataloader state dropped (--drop-dataloader-state)" in c for c in res["changes"])
+    assert "dataloader" not in {n.split(".")[0] for n in leaves(out / src.name)}
+    proc = run_cli(
+        "upgrade-dir",
+        str(model_dir),
+        "--output-dir",
+        str(tmp_path / "d2"),
+        "--drop-dataloader-state",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_script(
+        "fix_checkpoint_spec.py",
+        str(src),
+        "--fixed_checkpoint_path",
+        str(fixed),
+        "--drop-dataloader-state",
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_1_7_file_had_no_side_files_and_is_neither_warned_nor_refused(tmp_path):
+    res = upgrade(FIXTURES / "release-1.7.mdl", tmp_path)
+    said = res["warnings"] + res["changes"]
+    assert not any("dataloader" in line for line in said), said
+
+
+def test_data_iter_script_takes_upgrades_defaults_and_options(tmp_path):
+    """No silent map-style, no seed 0: --dataloader_type is required and a map seed comes from
+    --shuffle_seed or --config; --allow-step-mismatch is accepted as its message says."""
     src = str(FIXTURES / "release-1.9.mdl")
-    proc = run_cli("upgrade", src, "--output-dir", str(tmp_path), "--strict")
-    one_line_error(proc, None, "restart from the first sample", skip_warnings=True)
-    assert list(tmp_path.iterdir()) == []
-    res = upgrade(Path(src), tmp_path)
-    assert any("restart from the first sample" in w for w in res["warnings"])
+    base = ("data_iter_state_conversion.py", "-c", src, "-w", str(SIDE / "good"))
+    proc = run_script(*base, "-o", str(tmp_path / "a.mdl"))
+    assert proc.returncode == 2 and "--dataloader_type" in proc.stderr
+    proc = run_script(*base, "-o", str(tmp_path / "a.mdl"), "-d", "map")
+    line = one_line_error(proc, 2, "shuffle seed", skip_warnings=True)
+    assert "--shuffle-seed" in line and "--config" in line
+    cfg = tmp_path / "params.yaml"
+    cfg.write_text("train_input:\n  shuffle: true\n  shuffle_seed: 77\n")
+    proc = run_script(*base, "-o", str(tmp_path / "a.mdl"), "-d", "map", "--config", str(cfg))
+    assert proc.returncode == 0, proc.stderr
+    assert value(leaves(tmp_path / "a.mdl")["dataloader.seed"]) == 77
+    wrong = ("data_iter_state_conversion.py", "-c", src, "-w", str(SIDE / "wrong_step"))
+    proc = run_script(*wrong, "-o", str(tmp_path / "b.mdl"), "--dataloader-type", "iterable")
+    line = one_line_error(proc, 2, "step 12", skip_warnings=True)
+    assert "--allow-step-mismatch" in line
+    proc = run_script(
+        *wrong, "-o", str(tmp_path / "b.mdl"), "-d", "iterable", "--allow-step-mismatch"
+    )
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_config_can_turn_the_tie_off(tmp_path):
@@ -201,7 +267,16 @@ def test_config_can_turn_the_tie_off(tmp_path):
     src = str(FIXTURES / "release-1.9.mdl")
     proc = run_cli("upgrade", src, "--output-dir", str(out), "--config", str(cfg))
     one_line_error(proc, None, "model.lm_head.weight", "--allow-missing", skip_warnings=True)
-    res = upgrade(Path(src), out, "--config", str(cfg), "--allow-missing", "--to", "2.0")
+    res = upgrade(
+        Path(src),
+        out,
+        "--config",
+        str(cfg),
+        "--allow-missing",
+        "--to",
+        "2.0",
+        "--drop-dataloader-state",
+    )
     assert any("model.lm_head.weight" in w and "None" in w for w in res["warnings"])
     got = leaves(out / "release-1.9.mdl")
     assert isinstance(got["model.lm_head.weight"], ValueLeaf)
@@ -271,7 +346,9 @@ def test_fix_inplace_keeps_a_backup_and_asks_only_on_a_terminal(tmp_path):
     src = tmp_path / "checkpoint_10.mdl"
     original = (FIXTURES / "release-1.9.mdl").read_bytes()
     src.write_bytes(original)
-    proc = run_script("fix_checkpoint_spec.py", str(src), "--fix_inplace")  # stdin is not a tty
+    proc = run_script(  # stdin is not a tty
+        "fix_checkpoint_spec.py", str(src), "--fix_inplace", "--drop-dataloader-state"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Are you sure" not in proc.stdout
     backup = tmp_path / "checkpoint_10.mdl.pre-1.9.bak"
@@ -322,8 +399,37 @@ def test_data_iter_state_conversion_equals_upgrade(tmp_path):
             str(SIDE / "good"),
             "-o",
             str(out),
+            "-d",
+            "map",
+            "-s",
+            "5",
         ),
         None,
         "already exists",
         skip_warnings=True,
     )
+
+
+def test_upgrade_dir_gives_each_checkpoint_the_side_files_of_its_own_step(tmp_path):
+    """Worker files pile up, one set per checkpoint: an older checkpoint (step 5) takes the step-5
+    files, the newest (step 10) the ones the global file names; one --data-iter-dir for both."""
+    from ckpt_migrate.format.tree import ValueLeaf as Value
+    from ckpt_migrate.format.write import write_checkpoint
+
+    md = tmp_path / "model_dir"
+    md.mkdir()
+    (md / "checkpoint_10.mdl").write_bytes((FIXTURES / "release-1.9.mdl").read_bytes())
+    with read_checkpoint(FIXTURES / "release-1.9.mdl") as ckpt:
+        ckpt.root.set("global_step", Value(5))
+        write_checkpoint(ckpt.root, md / "checkpoint_5.mdl", "1.9", allow_missing=True)
+    out = tmp_path / "out"
+    args = ["--data-iter-dir", str(SIDE / "good"), "--dataloader-type", "iterable"]
+    proc = run_cli("upgrade-dir", str(md), "--output-dir", str(out), "--json", *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    side = SIDE / "good"
+    for step in (5, 10):
+        got = leaves(out / f"checkpoint_{step}.mdl")
+        for wid in range(3):
+            text = (side / f"data_iter_state_file_worker_{wid}_step_{step}.txt").read_text()
+            expected = int(text.splitlines()[0])
+            assert value(got[f"dataloader.all_worker_states.{wid}.samples_streamed"]) == expected

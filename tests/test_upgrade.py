@@ -106,7 +106,15 @@ def upgraded(tmp_path_factory):
         out = tmp_path_factory.mktemp(f"to-{target}")
         paths = [FIXTURES / f"release-{r}.mdl" for r in sources]
         proc = run_cli(
-            "upgrade", *paths, "--to", target, "--output-dir", out, "--json", "--allow-missing"
+            "upgrade",
+            "--drop-dataloader-state",
+            *paths,
+            "--to",
+            target,
+            "--output-dir",
+            out,
+            "--json",
+            "--allow-missing",
         )
         assert proc.returncode == 0, proc.stderr
         got = results(proc)
@@ -135,16 +143,17 @@ def test_upgrade_keeps_every_tensor_and_applies_the_planned_hops(source, target,
     changed = {line.split("] ", 1)[1].split(":", 1)[0] for line in res["changes"]}
     expected = {
         "1.7": {"lr_scheduler.last_epoch", "['lr_scheduler']"},
-        "1.8": set(),
+        "1.8": {"dataloader state dropped (--drop-dataloader-state)"},
         "1.9": {
             "model.lm_head.weight",
             "lr_scheduler.last_epoch",
             "lr_scheduler._schedulers.0.last_epoch",
             "lr_scheduler._schedulers.1.last_epoch",
+            "dataloader state dropped (--drop-dataloader-state)",  # said, and nothing to drop
         },
     }.get(source, set())
     assert {c for c in changed if not c.startswith("misc.step")} == expected
-    assert_identical(src, result, frozenset(expected))
+    assert_identical(src, result, frozenset(e for e in expected if "dataloader" not in e))
 
 
 def test_nothing_but_the_upgraded_files_is_written(upgraded):
@@ -231,7 +240,9 @@ def test_kill_at_any_moment_leaves_the_source_and_no_partial_output(big_checkpoi
     src = pristine  # --output-dir never writes beside the source
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    writing, total = measure(["upgrade", src, "--output-dir", scratch], scratch)
+    writing, total = measure(
+        ["upgrade", "--drop-dataloader-state", src, "--output-dir", scratch], scratch
+    )
     shutil.rmtree(scratch)
 
     out = tmp_path / "out"
@@ -242,7 +253,9 @@ def test_kill_at_any_moment_leaves_the_source_and_no_partial_output(big_checkpoi
     for delay in kill_delays(writing, total):
         for p in leftovers:  # keep only the last run's leftovers for the final rerun
             p.unlink()
-        status = start_and_kill(["upgrade", src, "--output-dir", out], delay)
+        status = start_and_kill(
+            ["upgrade", "--drop-dataloader-state", src, "--output-dir", out], delay
+        )
         assert sha256_file(src) == digest, f"source changed (kill after {delay:.2f}s)"
         leftovers = assert_only_temporaries(out, {target.name}, src.name)
         if target.exists():  # published before the kill: must be complete and identical
@@ -255,7 +268,9 @@ def test_kill_at_any_moment_leaves_the_source_and_no_partial_output(big_checkpoi
         assert assert_only_temporaries(src.parent, {src.name}, src.name) == []
     assert "partial" in seen, f"no kill hit the writing: {seen}, {writing=:.2f} {total=:.2f}"
 
-    proc = run_cli("upgrade", src, "--output-dir", out, "--json")  # a rerun after a kill
+    proc = run_cli(
+        "upgrade", "--drop-dataloader-state", src, "--output-dir", out, "--json"
+    )  # a rerun after a kill
     assert proc.returncode == 0, proc.stderr
     res = only_result(proc)
     assert res["status"] == "upgraded"
@@ -273,7 +288,9 @@ def test_kill_at_any_moment_of_an_inplace_upgrade(big_checkpoint, tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     shutil.copyfile(pristine, scratch / pristine.name)
-    writing, total = measure(["upgrade", scratch / pristine.name, "--inplace"], scratch)
+    writing, total = measure(
+        ["upgrade", "--drop-dataloader-state", scratch / pristine.name, "--inplace"], scratch
+    )
     shutil.rmtree(scratch)
 
     work = tmp_path / "work"
@@ -286,7 +303,7 @@ def test_kill_at_any_moment_of_an_inplace_upgrade(big_checkpoint, tmp_path):
     for delay in kill_delays(writing, total):
         for p in leftovers:
             p.unlink()
-        status = start_and_kill(["upgrade", src, "--inplace"], delay)
+        status = start_and_kill(["upgrade", "--drop-dataloader-state", src, "--inplace"], delay)
         leftovers = assert_only_temporaries(work, {src.name, backup.name}, src.name)
         if sha256_file(src) == digest:  # not yet replaced; a backup is the same file if present
             assert not backup.exists() or os.path.samefile(backup, src)
@@ -300,7 +317,9 @@ def test_kill_at_any_moment_of_an_inplace_upgrade(big_checkpoint, tmp_path):
             shutil.copyfile(pristine, src)
     assert "partial" in seen, f"no kill hit the writing: {seen}, {writing=:.2f} {total=:.2f}"
 
-    proc = run_cli("upgrade", src, "--inplace", "--json")  # a rerun after a kill
+    proc = run_cli(
+        "upgrade", "--drop-dataloader-state", src, "--inplace", "--json"
+    )  # a rerun after a kill
     assert proc.returncode == 0, proc.stderr
     res = only_result(proc)
     assert res["status"] == "upgraded" and res["backup"] == str(backup)
@@ -350,7 +369,7 @@ def test_disk_smaller_than_the_file_is_refused_before_writing(small_disk, tmp_pa
     src = fixture("2.0", tmp_path / "src")
     before = sha256_file(src)
     disk = small_disk(pages(src.stat().st_size) // 2 * PAGE)
-    proc = run_cli("upgrade", src, "--output-dir", disk, "--json")
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", disk, "--json")
     res = only_result(proc)
     assert res["status"] == "failed" and res["exit_code"] == 5
     assert "bytes free" in res["error"]
@@ -395,7 +414,7 @@ def test_room_for_the_source_but_not_the_output_is_refused_before_writing(
         fh.write(bytes(shutil.disk_usage(disk).free - free))
     assert src.stat().st_size <= shutil.disk_usage(disk).free < done.bytes_written
 
-    proc = run_cli("upgrade", src, "--output-dir", disk)
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", disk)
     one_line_error(proc, 5, "bytes free", "free disk space")
     assert listing(disk) == {"filler"}  # no output, no *.tmp
     assert sha256_file(src) == before
@@ -457,12 +476,12 @@ def test_a_second_upgrade_of_the_same_file_is_refused(tmp_path):
     fd = os.open(src, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # as a running upgrade holds it
-        proc = run_cli("upgrade", src, "--output-dir", out)
+        proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", out)
         one_line_error(proc, 2, "another ckpt-migrate process", str(src))
         assert listing(out) == set()
     finally:
         os.close(fd)
-    assert run_cli("upgrade", src, "--output-dir", out).returncode == 0
+    assert run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", out).returncode == 0
 
 
 # --------------------------------------------------------------------------- 5. --inplace
@@ -471,7 +490,7 @@ def test_a_second_upgrade_of_the_same_file_is_refused(tmp_path):
 def test_inplace_keeps_the_original_as_backup(tmp_path):
     src = fixture("2.0", tmp_path, "ckpt.mdl")
     original = src.read_bytes()
-    proc = run_cli("upgrade", src, "--inplace", "--json")
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--inplace", "--json")
     assert proc.returncode == 0, proc.stderr
     res = only_result(proc)
     backup = tmp_path / "ckpt.mdl.pre-2.0.bak"
@@ -489,7 +508,7 @@ def test_inplace_through_a_symlink_upgrades_its_target_and_keeps_the_link(tmp_pa
     link = tmp_path / "run" / "checkpoint_1.mdl"
     link.parent.mkdir()
     link.symlink_to(real)
-    proc = run_cli("upgrade", link, "--inplace", "--json")
+    proc = run_cli("upgrade", "--drop-dataloader-state", link, "--inplace", "--json")
     assert proc.returncode == 0, proc.stderr
     assert link.is_symlink() and link.resolve() == real
     assert release_of(real) == "2.10"
@@ -504,7 +523,7 @@ def test_inplace_refuses_a_different_file_at_the_backup_name(tmp_path):
     original = src.read_bytes()
     backup = tmp_path / "ckpt.mdl.pre-2.0.bak"
     backup.write_bytes(b"someone else's file")
-    proc = run_cli("upgrade", src, "--inplace")
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--inplace")
     one_line_error(proc, 2, str(backup), "backup already exists")
     assert src.read_bytes() == original
     assert backup.read_bytes() == b"someone else's file"
@@ -516,7 +535,7 @@ def test_inplace_accepts_the_backup_link_left_by_an_interrupted_run(tmp_path):
     original = src.read_bytes()
     backup = tmp_path / "ckpt.mdl.pre-2.0.bak"
     os.link(src, backup)  # what a run killed between linking and replacing leaves
-    proc = run_cli("upgrade", src, "--inplace", "--json")
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--inplace", "--json")
     assert proc.returncode == 0, proc.stderr
     assert only_result(proc)["status"] == "upgraded"
     assert backup.read_bytes() == original
@@ -528,7 +547,7 @@ def test_inplace_and_output_dir_exclude_each_other(tmp_path):
     src = fixture("2.0", tmp_path / "src")
     out = tmp_path / "out"
     out.mkdir()
-    proc = run_cli("upgrade", src, "--inplace", "--output-dir", out)
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--inplace", "--output-dir", out)
     one_line_error(proc, 2, "--inplace", "--output-dir")
     assert listing(out) == set() and listing(src.parent) == {src.name}
 
@@ -542,7 +561,7 @@ def test_a_file_at_the_target_is_reported_current_and_left_alone(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     for where in (["--output-dir", out], ["--inplace"]):
-        proc = run_cli("upgrade", src, "--to", "2.10", *where, "--json")
+        proc = run_cli("upgrade", "--drop-dataloader-state", src, "--to", "2.10", *where, "--json")
         assert proc.returncode == 0, proc.stderr
         res = only_result(proc)
         assert res["status"] == "current" and res["hops"] == []
@@ -554,7 +573,7 @@ def test_an_existing_output_is_never_overwritten(tmp_path):
     src = FIXTURES / "release-2.0.mdl"
     existing = tmp_path / src.name
     existing.write_bytes(b"precious")
-    proc = run_cli("upgrade", src, "--output-dir", tmp_path, "--json")
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", tmp_path, "--json")
     res = only_result(proc)
     assert res["status"] == "failed" and res["exit_code"] == 2
     assert "already exists" in res["error"]
@@ -566,11 +585,13 @@ def test_dry_run_writes_nothing_and_prints_the_plan(tmp_path):
     src = fixture("1.8", tmp_path / "src")
     out = tmp_path / "out"
     out.mkdir()
-    proc = run_cli("upgrade", src, "--output-dir", out, "--dry-run")
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", out, "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert "1.8 → 2.10 in 12 hop(s)" in proc.stdout
     assert "  1.8 → 1.9" in proc.stdout and "  2.9 → 2.10" in proc.stdout
-    proc = run_cli("upgrade", src, "--dry-run", "--json")  # no --output-dir needed to plan
+    proc = run_cli(
+        "upgrade", "--drop-dataloader-state", src, "--dry-run", "--json"
+    )  # no --output-dir needed to plan
     assert proc.returncode == 0, proc.stderr
     res = only_result(proc)
     assert res["status"] == "planned" and hop_names(res["plan"]) == res["hops"]
@@ -586,7 +607,17 @@ def test_several_files_print_one_json_object_each_and_exit_with_the_worst(tmp_pa
     out = tmp_path / "out"
     out.mkdir()
     (out / exists.name).write_bytes(b"precious")
-    proc = run_cli("upgrade", ok, current, exists, newer, "--output-dir", out, "--json")
+    proc = run_cli(
+        "upgrade",
+        "--drop-dataloader-state",
+        ok,
+        current,
+        exists,
+        newer,
+        "--output-dir",
+        out,
+        "--json",
+    )
     got = [(r["source"], r["status"], r["exit_code"]) for r in results(proc)]
     assert got == [
         (str(ok), "upgraded", 0),
@@ -670,7 +701,16 @@ def test_manifest_holds_the_sha256_of_each_tensors_raw_bytes(tmp_path):
     manifest = tmp_path / "manifest.json"
     out = tmp_path / "out"
     out.mkdir()
-    proc = run_cli("upgrade", src, "--output-dir", out, "--manifest", manifest, "--json")
+    proc = run_cli(
+        "upgrade",
+        "--drop-dataloader-state",
+        src,
+        "--output-dir",
+        out,
+        "--manifest",
+        manifest,
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     assert only_result(proc)["verified"] == "full"
     doc = json.loads(manifest.read_text())
@@ -703,14 +743,22 @@ def test_provenance_records_every_upgrade(tmp_path):
     mid, final = tmp_path / "mid", tmp_path / "final"
     mid.mkdir()
     final.mkdir()
-    first = only_result(run_cli("upgrade", src, "--to", "2.0", "--output-dir", mid, "--json"))
+    first = only_result(
+        run_cli(
+            "upgrade", "--drop-dataloader-state", src, "--to", "2.0", "--output-dir", mid, "--json"
+        )
+    )
     assert first["status"] == "upgraded"
     (entry,) = provenance(mid / src.name)
     assert entry["source_release"] == "1.7" and entry["target_release"] == "2.0"
     assert entry["hops"] == first["hops"] == ["1.7→1.8", "1.8→1.9", "1.9→2.0"]
     assert entry["source_xxh3_128"] == xxh3_file(src)
 
-    second = only_result(run_cli("upgrade", mid / src.name, "--output-dir", final, "--json"))
+    second = only_result(
+        run_cli(
+            "upgrade", "--drop-dataloader-state", mid / src.name, "--output-dir", final, "--json"
+        )
+    )
     assert second["status"] == "upgraded"
     entries = provenance(final / src.name)
     assert len(entries) == 2 and entries[0] == entry
@@ -728,7 +776,16 @@ def test_from_overrides_the_release_the_file_claims(tmp_path):
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["from"] == "2.1" and hop_names(plan)[0] == "2.1→2.2"
-    proc = run_cli("upgrade", src, "--from", "2.1", "--output-dir", tmp_path, "--json")
+    proc = run_cli(
+        "upgrade",
+        "--drop-dataloader-state",
+        src,
+        "--from",
+        "2.1",
+        "--output-dir",
+        tmp_path,
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     res = only_result(proc)
     assert res["from_release"] == "2.1" and res["hops"] == hop_names(plan)
@@ -753,7 +810,7 @@ def test_from_a_release_of_another_format_is_refused(command, tmp_path):
 )
 def test_unknown_or_older_target_is_refused(to, words, tmp_path):
     src = FIXTURES / "release-2.3.mdl"
-    proc = run_cli("upgrade", src, "--to", to, "--output-dir", tmp_path)
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--to", to, "--output-dir", tmp_path)
     one_line_error(proc, 2, *words)
     assert listing(tmp_path) == set()
 
@@ -769,7 +826,7 @@ def test_copy_patch_leaves_no_stray_datasets(tmp_path):
     cm.save(state, src, "2.0")
     out = tmp_path / "o"
     out.mkdir()
-    proc = run_cli("upgrade", src, "--output-dir", out, "--json")
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", out, "--json")
     assert json.loads(proc.stdout)["strategy"] == "copy-patch", proc.stdout + proc.stderr
     with read_checkpoint(out / src.name) as ckpt:
         assert ckpt.unreferenced == []
@@ -798,7 +855,14 @@ def test_upgrade_onto_a_real_ramfs(tmp_path):
     if subprocess.run(["mount", "-t", "ramfs", "none", str(mnt)]).returncode != 0:
         pytest.skip("this machine does not allow mounting a ramfs")
     try:
-        proc = run_cli("upgrade", fixture("2.0", tmp_path / "in"), "--output-dir", mnt, "--json")
+        proc = run_cli(
+            "upgrade",
+            "--drop-dataloader-state",
+            fixture("2.0", tmp_path / "in"),
+            "--output-dir",
+            mnt,
+            "--json",
+        )
         assert proc.returncode == 0, proc.stderr
         assert only_result(proc)["status"] == "upgraded"
     finally:
@@ -820,7 +884,7 @@ def test_a_rerun_removes_only_the_temporaries_no_live_writer_holds(tmp_path):
     live, fd = create_temp(out / src.name)
     os.write(fd, b"a live upgrade")
     try:
-        proc = run_cli("upgrade", src, "--output-dir", out, "--json")
+        proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", out, "--json")
     finally:
         os.close(fd)
     res = only_result(proc)

@@ -61,7 +61,7 @@ def snapshot(directory: Path) -> dict[str, str]:
 
 def direct_upgrade(src: Path, out: Path) -> Path:
     out.mkdir(exist_ok=True)
-    proc = run_cli("upgrade", src, "--output-dir", out)
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", out)
     assert proc.returncode == 0, proc.stderr
     return out / src.name
 
@@ -79,7 +79,7 @@ def test_upgrades_the_old_skips_the_current_and_lists_the_stray(tmp_path):
     md = model_dir(tmp_path)
     before = snapshot(md)
     out = tmp_path / "out"  # created by the command
-    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
+    proc = run_cli("upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr
     got = entries(proc)
     assert statuses(got) == [  # newest first, then the other files
@@ -108,7 +108,7 @@ def test_upgrades_the_old_skips_the_current_and_lists_the_stray(tmp_path):
 
 def test_text_output_has_a_line_per_file_and_a_summary_table(tmp_path):
     md = model_dir(tmp_path)
-    proc = run_cli("upgrade-dir", md, "--output-dir", tmp_path / "out")
+    proc = run_cli("upgrade-dir", "--drop-dataloader-state", md, "--output-dir", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     assert "checkpoint_300.mdl: already at 2.10; linked into" in text
@@ -125,7 +125,7 @@ def test_text_output_of_an_inplace_run_over_current_files(tmp_path):
     md = tmp_path / "md"
     md.mkdir()
     shutil.copyfile(FIXTURES / "release-2.10.mdl", md / "checkpoint_5.mdl")
-    proc = run_cli("upgrade-dir", md, "--inplace")
+    proc = run_cli("upgrade-dir", "--drop-dataloader-state", md, "--inplace")
     assert proc.returncode == 0, proc.stderr
     assert "checkpoint_5.mdl: already at 2.10; left alone" in proc.stdout
     assert proc.stdout.rstrip().endswith("1 current; exit 0")
@@ -134,9 +134,11 @@ def test_text_output_of_an_inplace_run_over_current_files(tmp_path):
 def test_a_rerun_does_nothing_that_is_done(tmp_path):
     md = model_dir(tmp_path)
     out = tmp_path / "out"
-    assert run_cli("upgrade-dir", md, "--output-dir", out).returncode == 0
+    assert (
+        run_cli("upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out).returncode == 0
+    )
     stats = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.iterdir()}
-    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
+    proc = run_cli("upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr
     got = entries(proc)
     assert statuses(got) == [
@@ -177,7 +179,7 @@ def test_an_existing_output_that_is_not_this_sources_upgrade_is_never_overwritte
     shutil.copyfile(other, out / "checkpoint_200.mdl")  # a 2.10 file, but another source's
     shutil.copyfile(FIXTURES / "release-2.0.mdl", out / "checkpoint_100.mdl")  # not at 2.10
     before = snapshot(out)
-    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
+    proc = run_cli("upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out, "--json")
     assert proc.returncode == 2, proc.stderr
     info = by_name(entries(proc))
     assert info["checkpoint_200.mdl"]["status"] == "failed"
@@ -199,7 +201,9 @@ def test_the_exit_code_is_that_of_the_worst_outcome(tmp_path):
 
     with h5py.File(newer, "r+") as f:
         f.attrs["__cstorch_version__"] = "2.11.0"  # exit 3
-    proc = run_cli("upgrade-dir", md, "--output-dir", tmp_path / "out", "--json")
+    proc = run_cli(
+        "upgrade-dir", "--drop-dataloader-state", md, "--output-dir", tmp_path / "out", "--json"
+    )
     assert proc.returncode == 3, proc.stderr
     info = by_name(entries(proc))
     assert info["checkpoint_400.mdl"]["exit_code"] == 3
@@ -215,7 +219,9 @@ def test_only_latest_upgrades_the_checkpoint_autoload_takes(tmp_path):
     data = (md / "checkpoint_200.mdl").read_bytes()
     (md / "checkpoint_250.mdl").write_bytes(data[: len(data) // 2])  # incomplete: not autoloaded
     out = tmp_path / "out"
-    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--only-latest", "--json")
+    proc = run_cli(
+        "upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out, "--only-latest", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     assert statuses(entries(proc)) == [
         ("checkpoint_250.mdl", "not-selected"),
@@ -231,7 +237,7 @@ def test_inplace_upgrades_in_place_and_lists_backups_and_foreign_temporaries(tmp
     before = snapshot(md)
     (md / "checkpoint_999.mdl.deadbeef.tmp").write_bytes(b"a save in progress")
     (md / "events").mkdir()
-    proc = run_cli("upgrade-dir", md, "--inplace", "--json")
+    proc = run_cli("upgrade-dir", "--drop-dataloader-state", md, "--inplace", "--json")
     assert proc.returncode == 0, proc.stderr
     assert statuses(entries(proc)) == [
         ("checkpoint_300.mdl", "current"),
@@ -245,7 +251,7 @@ def test_inplace_upgrades_in_place_and_lists_backups_and_foreign_temporaries(tmp
         assert release_of(md / name) == "2.10"
     assert sha256_file(md / "checkpoint_200.mdl.pre-2.0.bak") == before["checkpoint_200.mdl"]
     assert sha256_file(md / "checkpoint_100.mdl.pre-1.9.bak") == before["checkpoint_100.mdl"]
-    again = entries(run_cli("upgrade-dir", md, "--inplace", "--json"))
+    again = entries(run_cli("upgrade-dir", "--drop-dataloader-state", md, "--inplace", "--json"))
     info = by_name(again)
     assert [info[n]["status"] for n in SOURCES] == ["current"] * 3
     assert info["checkpoint_200.mdl.pre-2.0.bak"]["kind"] == "backup"
@@ -272,7 +278,7 @@ def test_leftover_temporaries_are_removed_unless_a_live_writer_holds_them(tmp_pa
     try:
         for fd in fds:  # what running upgrades hold
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
+        proc = run_cli("upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out, "--json")
     finally:
         for fd in fds:
             os.close(fd)
@@ -293,7 +299,7 @@ def test_two_runs_into_one_directory_are_refused(tmp_path):
     fd = os.open(out, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        proc = run_cli("upgrade-dir", md, "--output-dir", out)
+        proc = run_cli("upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out)
     finally:
         os.close(fd)
     one_line_error(proc, 2, "another ckpt-migrate upgrade-dir", str(out))
@@ -304,7 +310,9 @@ def test_dry_run_writes_nothing(tmp_path):
     md = model_dir(tmp_path)
     before = snapshot(md)
     out = tmp_path / "out"
-    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--dry-run", "--json")
+    proc = run_cli(
+        "upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out, "--dry-run", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     assert statuses(entries(proc))[:3] == [
         ("checkpoint_300.mdl", "current"),
@@ -328,12 +336,15 @@ def test_dry_run_writes_nothing(tmp_path):
 def test_usage_errors_are_one_line(tmp_path, extra, words):
     md = model_dir(tmp_path)
     args = [str(md) if a == "MD" else str(tmp_path / "o") if a == "OUT" else a for a in extra]
-    one_line_error(run_cli("upgrade-dir", md, *args), 2, *words)
+    one_line_error(run_cli("upgrade-dir", "--drop-dataloader-state", md, *args), 2, *words)
 
 
 def test_a_missing_directory_is_a_one_line_error(tmp_path):
     one_line_error(
-        run_cli("upgrade-dir", tmp_path / "nope", "--inplace"), 2, "nope", "no such directory"
+        run_cli("upgrade-dir", "--drop-dataloader-state", tmp_path / "nope", "--inplace"),
+        2,
+        "nope",
+        "no such directory",
     )
 
 
@@ -343,7 +354,8 @@ def test_upgrade_dir_does_not_import_torch(tmp_path):
         f"""
         import sys
         from ckpt_migrate.cli.main import main
-        code = main(["upgrade-dir", {str(md)!r}, "--output-dir", {str(tmp_path / "out")!r}])
+        code = main(["upgrade-dir", "--drop-dataloader-state", {str(md)!r},
+                     "--output-dir", {str(tmp_path / "out")!r}])
         print("exit", code, "TORCH" if "torch" in sys.modules else "NO-TORCH")
         """
     )
@@ -353,7 +365,7 @@ def test_upgrade_dir_does_not_import_torch(tmp_path):
 
 def test_cli_in_process_exit_code(tmp_path, capsys):
     md = model_dir(tmp_path)
-    assert cli_main(["upgrade-dir", str(md), "--inplace", "--json"]) == 0
+    assert cli_main(["upgrade-dir", "--drop-dataloader-state", str(md), "--inplace", "--json"]) == 0
     assert len(capsys.readouterr().out.strip().splitlines()) == 4
 
 
@@ -434,14 +446,16 @@ def kill_after_first_upgrade(args: list) -> list[dict]:
 def test_sigkill_mid_run_then_a_rerun_finishes_the_rest(big_model_dir, tmp_path):
     md, before = big_model_dir
     out = tmp_path / "out"
-    seen = kill_after_first_upgrade(["upgrade-dir", md, "--output-dir", out])
+    seen = kill_after_first_upgrade(
+        ["upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out]
+    )
     assert statuses(seen) == [("checkpoint_300.mdl", "current"), ("checkpoint_200.mdl", "upgraded")]
     done = out / "checkpoint_200.mdl"
     stat = (done.stat().st_ino, done.stat().st_mtime_ns)
     leftovers = assert_out_is_consistent(md, out)
     killed_mid_write = not (out / "checkpoint_100.mdl").exists()
 
-    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
+    proc = run_cli("upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr
     got = entries(proc)
     info = by_name(got)
@@ -485,11 +499,13 @@ def test_sigkill_at_any_moment_then_a_rerun_finishes(big_model_dir, tmp_path):
     md, before = big_model_dir
     untouched = stats(md)
     out = tmp_path / "out"
-    writing, total = measure(["upgrade-dir", md, "--output-dir", out], out)
+    writing, total = measure(
+        ["upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out], out
+    )
     seen = []
     for delay in [writing / 2, *np.linspace(writing, 0.97 * total, 7)]:
         shutil.rmtree(out, ignore_errors=True)  # each kill on a fresh run; the last one stays
-        proc = start(["upgrade-dir", md, "--output-dir", out, "--json"])
+        proc = start(["upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out, "--json"])
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -502,7 +518,7 @@ def test_sigkill_at_any_moment_then_a_rerun_finishes(big_model_dir, tmp_path):
             seen.append((len(done), len(leftovers)))
     assert any(tmp for _, tmp in seen), f"no kill hit a write: {seen}, {writing=:.2f} {total=:.2f}"
 
-    proc = run_cli("upgrade-dir", md, "--output-dir", out, "--json")
+    proc = run_cli("upgrade-dir", "--drop-dataloader-state", md, "--output-dir", out, "--json")
     assert proc.returncode == 0, proc.stderr
     got = entries(proc)
     assert {e["status"] for e in got if e["kind"] == "checkpoint"} <= {
@@ -519,13 +535,13 @@ def test_sigkill_of_an_inplace_run_then_a_rerun_finishes_the_rest(big_model_dir,
     pristine, before = big_model_dir
     md = tmp_path / "model_dir"
     shutil.copytree(pristine, md)
-    seen = kill_after_first_upgrade(["upgrade-dir", md, "--inplace"])
+    seen = kill_after_first_upgrade(["upgrade-dir", "--drop-dataloader-state", md, "--inplace"])
     assert statuses(seen) == [("checkpoint_300.mdl", "current"), ("checkpoint_200.mdl", "upgraded")]
     assert (
         sha256_file(md / "checkpoint_100.mdl") == before["checkpoint_100.mdl"]
     )  # not yet replaced
 
-    proc = run_cli("upgrade-dir", md, "--inplace", "--json")
+    proc = run_cli("upgrade-dir", "--drop-dataloader-state", md, "--inplace", "--json")
     assert proc.returncode == 0, proc.stderr
     got = entries(proc)
     info = by_name(got)
@@ -542,12 +558,62 @@ def test_sigkill_of_an_inplace_run_then_a_rerun_finishes_the_rest(big_model_dir,
 
 
 def test_the_model_option_its_warning_suggests_exists(tmp_path):
-    """Without --model the fixtures' unknown family is a warning that says "pass --model NAME";
-    upgrade-dir takes that option, and with it the family is named in every result."""
+    """The unknown-family warning says "pass --model NAME" (only when a rename may be missed:
+    the fixtures' keys match no family's rules, so nothing is said); upgrade-dir takes that
+    option, and with it the family is named in every result."""
     md = model_dir(tmp_path)
-    plain = run_cli("upgrade-dir", md, "--output-dir", tmp_path / "a", "--json")
-    assert "pass --model NAME" in plain.stdout + plain.stderr
-    named = run_cli("upgrade-dir", md, "--output-dir", tmp_path / "b", "--json", "--model", "gpt2")
+    plain = run_cli(
+        "upgrade-dir", "--drop-dataloader-state", md, "--output-dir", tmp_path / "a", "--json"
+    )
+    assert plain.returncode == 0, plain.stderr
+    assert "model family unknown" not in plain.stdout + plain.stderr
+    named = run_cli(
+        "upgrade-dir",
+        "--drop-dataloader-state",
+        md,
+        "--output-dir",
+        tmp_path / "b",
+        "--json",
+        "--model",
+        "gpt2",
+    )
     assert named.returncode == 0, named.stderr
     upgraded = [e for e in entries(named) if e.get("status") == "upgraded"]
     assert upgraded and all(e["family"] == "gpt2" for e in upgraded), upgraded
+
+
+def test_config_is_upgraded_into_the_output_directory_which_is_complete(tmp_path):
+    """--config upgrades params.yaml with the newest checkpoint into --output-dir, as upgrade
+    --config does; a rerun accepts its own output, never overwrites another; a directory already
+    at the target gets its config too."""
+    md = tmp_path / "model_dir"
+    shutil.copytree(FIXTURES / "models" / "gpt2-1.9", md)
+    config = md / "params.yaml"
+    out = tmp_path / "out"
+    args = ["--config", config, "--drop-dataloader-state", "--json"]
+    proc = run_cli("upgrade-dir", md, "--output-dir", out, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cfg = [e for e in entries(proc) if e.get("kind") == "config"]
+    assert len(cfg) == 1 and cfg[0]["output"] == str(out / "params.yaml")
+    assert (cfg[0]["from"], cfg[0]["to"]) == ("1.9", "2.10")
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint_100.mdl", "params.yaml"]
+    single = tmp_path / "single"
+    single.mkdir()
+    one = run_cli("upgrade", md / "checkpoint_100.mdl", "--output-dir", single, *args)
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert (out / "params.yaml").read_text() == (single / "params.yaml").read_text()
+    assert config.read_text() == (FIXTURES / "models" / "gpt2-1.9" / "params.yaml").read_text()
+
+    upgraded = (out / "params.yaml").read_bytes()
+    again = run_cli("upgrade-dir", md, "--output-dir", out, *args)  # a rerun: all there
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "already there" in again.stdout and (out / "params.yaml").read_bytes() == upgraded
+    (out / "params.yaml").write_text("edited: by hand\n")
+    clash = run_cli("upgrade-dir", md, "--output-dir", out, *args)
+    assert clash.returncode == 2 and "--config-out" in clash.stdout + clash.stderr
+    assert (out / "params.yaml").read_text() == "edited: by hand\n"
+
+    current = tmp_path / "current"  # already at the target: the config is copied unchanged
+    proc = run_cli("upgrade-dir", out, "--output-dir", current, "--config", config, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in current.iterdir()) == ["checkpoint_100.mdl", "params.yaml"]

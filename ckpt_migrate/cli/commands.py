@@ -17,6 +17,7 @@ import ckpt_migrate.torch as torch_api
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import ConfigAlongside, ConfigOutcome
 from ckpt_migrate.engine import plan as planner
+from ckpt_migrate.engine.extents import METHODS, Choice
 from ckpt_migrate.engine.plan import check as check_file
 from ckpt_migrate.engine.upgrade import Progress, UpgradeOptions, UpgradeResult
 from ckpt_migrate.engine.upgrade import upgrade as upgrade_file
@@ -109,6 +110,12 @@ def check(path: str | Path, target: str = "latest", source_release: str | None =
     return check_file(path, target, source_release)
 
 
+def check_copy_method(method: str) -> Choice:
+    if method not in METHODS:
+        raise UsageError(None, f"--copy-method must be auto, clone or copy, not {method!r}")
+    return method  # type: ignore[return-value]
+
+
 def check_verify(verify: str) -> Verify:
     if verify not in ("index", "full"):
         raise UsageError(None, f"--verify must be index or full, not {verify!r}")
@@ -125,6 +132,7 @@ def upgrade(
     dry_run: bool = False,
     manifest: Path | None = None,
     verify: str = "index",
+    copy_method: str = "auto",
     strict: bool = False,
     allow_missing: bool = False,
     inputs: dict[str, Any] | None = None,
@@ -144,6 +152,7 @@ def upgrade(
         dry_run=dry_run,
         manifest=manifest,
         verify=check_verify(verify),
+        copy_method=check_copy_method(copy_method),
         strict=strict,
         allow_missing=allow_missing,
         inputs=inputs or {},
@@ -202,74 +211,111 @@ def upgrade_dir(
     dry_run: bool = False,
     name: str = DEFAULT_NAME,
     verify: str = "index",
+    copy_method: str = "auto",
     allow_missing: bool = False,
     inputs: dict[str, Any] | None = None,
     progress: Progress | None = None,
     on_entry: Callable[[DirEntry], None] | None = None,
+    config: Path | None = None,
+    config_out: Path | None = None,
+    num_csx: int | None = None,
+    model: str | None = None,
+    on_config: Callable[[ConfigOutcome], None] | None = None,
     scheduler: str | None = None,
     workers: int | None = None,
     on_done: Callable[[int, int], None] | None = None,
 ) -> tuple[list[DirEntry], int]:
     """Every checkpoint of ``model_dir``, newest first; returns the entries and the worst exit
-    code among them. ``scheduler`` (a Dask scheduler address) or ``workers`` (a LocalCluster
-    of that many processes): one task per checkpoint on the cluster; ``on_done(done, total)``
-    hears of each."""
+    code among them (the config's included). With ``config`` the run's params.yaml is upgraded
+    with the newest checkpoint into ``output_dir`` (``on_config`` hears how). ``scheduler`` (a
+    Dask scheduler address) or ``workers`` (a LocalCluster of that many processes): one task
+    per checkpoint on the cluster; ``on_done(done, total)`` hears of each."""
     if scheduler is not None and workers is not None:
         raise UsageError(None, "--scheduler and --workers exclude each other")
     if workers is not None and workers < 1:
         raise UsageError(None, "--workers must be at least 1")
+    remote = s3.is_url(model_dir) or s3.is_url(output_dir)
+    if remote and config is not None:
+        raise UsageError(None, "--config is not offered for s3:// model directories")
+    if config is None and (config_out is not None or num_csx is not None):
+        raise UsageError(None, "--config-out and --num-csx apply to --config", "pass --config")
+    opts = DirOptions(
+        target=to,
+        output_dir=output_dir,
+        inplace=inplace,
+        only_latest=only_latest,
+        dry_run=dry_run,
+        name=name,
+        verify=check_verify(verify),
+        copy_method=check_copy_method(copy_method),
+        allow_missing=allow_missing,
+        inputs=inputs,
+    )
+    alongside = None
+    if config is not None:
+        alongside = ConfigAlongside(
+            config,
+            config_out=config_out,
+            num_csx=num_csx,
+            target=to,
+            output_dir=output_dir,
+            dry_run=dry_run,
+            model=model,
+            rerun=True,
+        )
+    outcomes: list[ConfigOutcome] = []
+
+    def entry_done(entry: DirEntry) -> None:
+        if on_entry is not None:
+            on_entry(entry)
+        if alongside is not None and entry.kind == "checkpoint" and entry.result is not None:
+            res = entry.result
+            first = alongside.done is None
+            if first and res.family is None and res.status == dir_upgrade.ALREADY_UPGRADED:
+                # an earlier run's output: the family its config upgrade used, as it found it
+                with read_checkpoint(entry.path) as ckpt:
+                    res.family = choose_family(ckpt.root, model).family
+            outcome = alongside.run(res)
+            if outcome is not None:
+                outcomes.append(outcome)
+                if on_config is not None:
+                    on_config(outcome)
+
     cluster = (
         contextlib.nullcontext(None)
         if scheduler is None and workers is None
         else fleet.connect(scheduler, workers)
     )
     with cluster as client:
-        return _upgrade_dir(
-            model_dir,
-            output_dir,
-            client,
-            on_entry,
-            on_done,
-            progress,
-            DirOptions(
-                target=to,
-                output_dir=output_dir,
-                inplace=inplace,
-                only_latest=only_latest,
-                dry_run=dry_run,
-                name=name,
-                verify=check_verify(verify),
-                allow_missing=allow_missing,
-                inputs=inputs,
-            ),
-        )
+        if remote:
+            entries = _upgrade_prefix(model_dir, output_dir, opts, client, entry_done, on_done)
+        else:
+            if client is not None:
+                opts.runner = fleet.local_runner(client, on_done)
+            entries = dir_upgrade.upgrade_dir(model_dir, opts, progress, entry_done)
+    worst = max([dir_upgrade.worst_exit_code(entries), *(o.exit_code for o in outcomes)])
+    return entries, worst
 
 
-def _upgrade_dir(
+def _upgrade_prefix(
     model_dir: Path,
     output_dir: Path | None,
-    client: Any,
-    on_entry: Callable[[DirEntry], None] | None,
-    on_done: Callable[[int, int], None] | None,
-    progress: Progress | None,
     opts: DirOptions,
-) -> tuple[list[DirEntry], int]:
-    if s3.is_url(model_dir) or s3.is_url(output_dir):
-        if not s3.is_url(model_dir) or not s3.is_url(output_dir):
-            raise UsageError(
-                None, "s3:// model directories go to an s3:// --output-dir", "pass both as s3://"
-            )
-        entries = []
-        src, out = s3.S3Url.parse(model_dir), s3.S3Url.parse(output_dir)
-        for entry in remote_dirs.upgrade_prefix(src, out, opts, client, on_done):
-            entries.append(entry)
-            if on_entry is not None:
-                on_entry(entry)
-        return entries, dir_upgrade.worst_exit_code(entries)
-    if client is not None:
-        opts.runner = fleet.local_runner(client, on_done)
-    entries = dir_upgrade.upgrade_dir(model_dir, opts, progress, on_entry)
-    return entries, dir_upgrade.worst_exit_code(entries)
+    client: Any,
+    on_entry: Callable[[DirEntry], None],
+    on_done: Callable[[int, int], None] | None,
+) -> list[DirEntry]:
+    """An ``s3://`` run prefix into an ``s3://`` output prefix (``remote.dirs``)."""
+    if not s3.is_url(model_dir) or not s3.is_url(output_dir):
+        raise UsageError(
+            None, "s3:// model directories go to an s3:// --output-dir", "pass both as s3://"
+        )
+    entries = []
+    src, out = s3.S3Url.parse(model_dir), s3.S3Url.parse(output_dir)
+    for entry in remote_dirs.upgrade_prefix(src, out, opts, client, on_done):
+        entries.append(entry)
+        on_entry(entry)
+    return entries
 
 
 def verify(a: str | Path, b: str | Path, *, allclose: bool = False) -> dict[str, Any]:
@@ -290,6 +336,7 @@ def step_inputs(
     dataloader_type: str | None = None,
     shuffle_seed: int | None = None,
     allow_step_mismatch: bool = False,
+    drop_dataloader_state: bool = False,
     config: Path | None = None,
     model: str | None = None,
     drop_orphan_sparsity: bool = False,
@@ -311,6 +358,10 @@ def step_inputs(
         inputs["shuffle_seed"] = shuffle_seed
     if allow_step_mismatch:
         inputs["allow_step_mismatch"] = True
+    if drop_dataloader_state:
+        if data_iter_dir is not None:
+            raise UsageError(None, "--drop-dataloader-state and --data-iter-dir exclude each other")
+        inputs["drop_dataloader_state"] = True
     if config is not None:
         inputs["config"] = load_config(config)
     if drop_orphan_sparsity:

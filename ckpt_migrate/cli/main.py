@@ -21,7 +21,11 @@ from ckpt_migrate._version import __version__
 from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.options import (
     AllowMissingOpt,
-    ConfigPathOpt,
+    AllowStepMismatchOpt,
+    CopyMethodOpt,
+    DataIterDirOpt,
+    DataloaderTypeOpt,
+    DropDataloaderStateOpt,
     DryRunOpt,
     ExcludeOpt,
     FromOpt,
@@ -29,6 +33,8 @@ from ckpt_migrate.cli.options import (
     JsonLinesOpt,
     JsonOpt,
     ModelOpt,
+    NumCsxOpt,
+    ShuffleSeedOpt,
     TfVerifyOpt,
     ToOpt,
     UpgradeVerifyOpt,
@@ -199,25 +205,21 @@ def upgrade_cmd(
         typer.Option("--manifest", help="Write per-tensor sha256 hashes (implies --verify full)."),
     ] = None,
     verify: UpgradeVerifyOpt = "index",
+    copy_method: CopyMethodOpt = "auto",
     allow_missing: AllowMissingOpt = False,
     strict: Annotated[
-        bool, typer.Option("--strict", help="Refuse to upgrade a 1.9 file without its dataloader.")
-    ] = False,
-    data_iter_dir: Annotated[
-        Path | None,
-        typer.Option("--data-iter-dir", help="1.9 dataloader side files (for 1.9 → 2.0)."),
-    ] = None,
-    dataloader_type: Annotated[
-        str | None,
-        typer.Option("--dataloader-type", help="map or iterable (with --data-iter-dir)."),
-    ] = None,
-    shuffle_seed: Annotated[
-        int | None, typer.Option("--shuffle-seed", help="Seed of a map-style 1.9 dataloader.")
-    ] = None,
-    allow_step_mismatch: Annotated[
         bool,
-        typer.Option("--allow-step-mismatch", help="Accept side files of another step."),
+        typer.Option(
+            "--strict",
+            help="Refuse to upgrade a 1.8/1.9 file without its dataloader (now the default; "
+            "kept for old scripts).",
+        ),
     ] = False,
+    data_iter_dir: DataIterDirOpt = None,
+    dataloader_type: DataloaderTypeOpt = None,
+    shuffle_seed: ShuffleSeedOpt = None,
+    allow_step_mismatch: AllowStepMismatchOpt = False,
+    drop_dataloader_state: DropDataloaderStateOpt = False,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -235,14 +237,7 @@ def upgrade_cmd(
             "directory). Never overwritten.",
         ),
     ] = None,
-    num_csx: Annotated[
-        int | None,
-        typer.Option(
-            "--num-csx",
-            help="CS-X systems a 1.7/1.8 run used: 1.9 made batch_size global, so the "
-            "config's batch_size is multiplied by N (without it: reported, not changed).",
-        ),
-    ] = None,
+    num_csx: NumCsxOpt = None,
     model: ModelOpt = None,
     drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     as_json: JsonLinesOpt = False,
@@ -257,6 +252,7 @@ def upgrade_cmd(
         dataloader_type=dataloader_type,
         shuffle_seed=shuffle_seed,
         allow_step_mismatch=allow_step_mismatch,
+        drop_dataloader_state=drop_dataloader_state,
         config=config,
         model=model,
         drop_orphan_sparsity=drop_orphan_sparsity,
@@ -272,6 +268,7 @@ def upgrade_cmd(
             dry_run=dry_run,
             manifest=manifest,
             verify=verify,
+            copy_method=copy_method,
             strict=strict,
             allow_missing=allow_missing,
             inputs=inputs,
@@ -312,11 +309,30 @@ def upgrade_dir_cmd(
         str, typer.Option("--name", help="Checkpoint name pattern with one {step} field.")
     ] = "checkpoint_{step}.mdl",
     verify: UpgradeVerifyOpt = "index",
+    copy_method: CopyMethodOpt = "auto",
     allow_missing: Annotated[
         bool, typer.Option("--allow-missing", help="Write leaves a file lacks as None.")
     ] = False,
-    config: ConfigPathOpt = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="The run's params.yaml: read for tie flags and the seed, and upgraded with the "
+            "newest checkpoint into --output-dir (so it is a complete model directory; "
+            "<config stem>.<release>.yaml beside it with --inplace).",
+        ),
+    ] = None,
+    config_out: Annotated[
+        Path | None,
+        typer.Option("--config-out", help="Where the upgraded --config goes instead."),
+    ] = None,
+    num_csx: NumCsxOpt = None,
     model: ModelOpt = None,
+    data_iter_dir: DataIterDirOpt = None,
+    dataloader_type: DataloaderTypeOpt = None,
+    shuffle_seed: ShuffleSeedOpt = None,
+    allow_step_mismatch: AllowStepMismatchOpt = False,
+    drop_dataloader_state: DropDataloaderStateOpt = False,
     drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     scheduler: Annotated[
         str | None,
@@ -336,14 +352,22 @@ def upgrade_dir_cmd(
 ) -> None:
     """Upgrade every checkpoint in a model directory, newest first; a rerun does what is left.
 
-    The directory and --output-dir may be s3:// prefixes (the s3 extra): tensor bytes are
-    copied by the store, never downloaded."""
+    With --config, the run's params.yaml is upgraded with the newest checkpoint, so the output
+    directory is a complete model directory. The directory and --output-dir may be s3://
+    prefixes (the s3 extra): tensor bytes are copied by the store, never downloaded.
+    """
 
     def show(entry: Any) -> None:
         if as_json:
             console.echo(json.dumps(entry.to_json(), default=str))
         else:
             render.dir_entry(entry)
+
+    def show_config(outcome: Any) -> None:
+        if as_json:
+            console.echo(json.dumps({"kind": "config", **outcome.to_json()}, default=str))
+        else:
+            render.config_outcome(outcome)
 
     with console.progress(enabled=not as_json) as progress:
         entries, worst = cli.commands.upgrade_dir(
@@ -355,12 +379,25 @@ def upgrade_dir_cmd(
             dry_run=dry_run,
             name=name,
             verify=verify,
+            copy_method=copy_method,
             allow_missing=allow_missing,
             inputs=cli.commands.step_inputs(
-                config=config, model=model, drop_orphan_sparsity=drop_orphan_sparsity
+                data_iter_dir=data_iter_dir,
+                dataloader_type=dataloader_type,
+                shuffle_seed=shuffle_seed,
+                allow_step_mismatch=allow_step_mismatch,
+                drop_dataloader_state=drop_dataloader_state,
+                config=config,
+                model=model,
+                drop_orphan_sparsity=drop_orphan_sparsity,
             ),
             progress=progress,
             on_entry=show,
+            config=config,
+            config_out=config_out,
+            num_csx=num_csx,
+            model=model,
+            on_config=show_config,
             scheduler=scheduler,
             workers=workers,
             on_done=lambda done, total: console.echo(f"files {done}/{total}", err=True),

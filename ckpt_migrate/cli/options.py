@@ -34,6 +34,15 @@ UpgradeVerifyOpt = Annotated[
     str,
     typer.Option("--verify", help="index: by stored-chunk identity; full: hash every tensor."),
 ]
+CopyMethodOpt = Annotated[
+    str,
+    typer.Option(
+        "--copy-method",
+        help="auto: share the unchanged bytes with the source where the filesystem can "
+        "(clone: XFS reflink, btrfs, ZFS 2.2+; server-side copy on NFS 4.2), else copy; "
+        "clone: share or fail; copy: always copy.",
+    ),
+]
 AllowMissingOpt = Annotated[
     bool, typer.Option("--allow-missing", help="Write leaves the file lacks as None.")
 ]
@@ -44,6 +53,33 @@ ExcludeOpt = Annotated[
 TfVerifyOpt = Annotated[
     str, typer.Option("--verify", help="structure (names, dtypes, shapes) or full (sha256).")
 ]
-ConfigPathOpt = Annotated[
-    Path | None, typer.Option("--config", help="The run's params.yaml (tie flags, seed).")
+DataIterDirOpt = Annotated[
+    Path | None,
+    typer.Option("--data-iter-dir", help="1.8/1.9 dataloader side files (for 1.9 → 2.0)."),
+]
+DataloaderTypeOpt = Annotated[
+    str | None,
+    typer.Option("--dataloader-type", help="map or iterable (with --data-iter-dir)."),
+]
+ShuffleSeedOpt = Annotated[
+    int | None, typer.Option("--shuffle-seed", help="Seed of a map-style 1.9 dataloader.")
+]
+AllowStepMismatchOpt = Annotated[
+    bool, typer.Option("--allow-step-mismatch", help="Accept side files of another step.")
+]
+DropDataloaderStateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--drop-dataloader-state",
+        help="Upgrade a 1.8/1.9 file without its dataloader side files: the dataloader state "
+        "is lost and training restarts from the first sample. Default: refuse.",
+    ),
+]
+NumCsxOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--num-csx",
+        help="CS-X systems a 1.7/1.8 run used: 1.9 made batch_size global, so the "
+        "config's batch_size is multiplied by N (without it: reported, not changed).",
+    ),
 ]

@@ -273,7 +273,11 @@ class ConfigAlongside:
         output_dir: Path | None,
         dry_run: bool,
         model: str | None,
+        rerun: bool = False,
     ) -> None:
+        """``rerun`` (``upgrade-dir``): an existing output is accepted if it is what this run
+        would write (an earlier, interrupted run wrote it), and the config is written even when
+        already at the target, so that the output directory is complete."""
         if num_csx is not None and num_csx < 1:
             raise UsageError(None, f"--num-csx must be at least 1, not {num_csx}")
         self.config = Path(config)
@@ -286,14 +290,15 @@ class ConfigAlongside:
             raise UsageError(
                 self.output, "would overwrite the config itself", "pass another --config-out"
             )
+        self.rerun = rerun
         if not dry_run:
-            if self.output.exists():
+            if self.output.exists() and not rerun:
                 raise UsageError(
                     self.output,
                     "already exists; refusing to overwrite it",
                     "remove it or pass --config-out",
                 )
-            if not self.output.parent.is_dir():
+            if not self.output.parent.is_dir() and not rerun:  # upgrade-dir creates it
                 raise UsageError(self.output, "its directory does not exist", "create it first")
         self.num_csx, self.dry_run, self.model = num_csx, dry_run, model
         self.target = releases.get(target).name
@@ -326,10 +331,19 @@ class ConfigAlongside:
                 family_source=source,
             )
             self.done, self.done_source = result, str(res.source)
-            if res.from_release == res.to_release:
+            if res.from_release == res.to_release and not self.rerun:
                 return ConfigOutcome(result, message="not written: already at the target")
             if self.dry_run or res.status == "planned":
                 return ConfigOutcome(result, message=f"not written (dry run): {self.output}")
+            if self.rerun and self.output.exists():
+                if read_text(self.output) != result.text:
+                    raise UsageError(
+                        self.output,
+                        "already exists and differs from this run's upgrade of the config; "
+                        "refusing to overwrite it",
+                        "remove it or pass --config-out",
+                    )
+                return ConfigOutcome(result, message=f"already there: {self.output}")
 
             with atomic_output(self.output) as tmp:
                 tmp.write_text(result.text, encoding="utf-8")

@@ -12,6 +12,7 @@ copied as stored bytes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import threading
@@ -24,9 +25,10 @@ import h5py
 import xxhash
 
 from ckpt_migrate.atomic import create_temp, reserve
+from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import MIN_RANGE, Progress, SplitCopy, data_ranges
-from ckpt_migrate.errors import CorruptCheckpointError, VerificationError
+from ckpt_migrate.errors import CorruptCheckpointError, UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
@@ -62,6 +64,39 @@ class Output:
     def beside(cls, src: Path, target: Path) -> Output:
         return cls(src, target, *create_temp(target))
 
+    def share(self, extents: ext.Extents, total: int, choice: ext.Choice) -> Written | None:
+        """Make the temporary a copy of the source without this process moving its bytes
+        (``extents.share``) and allocate what the metadata edit will write; None when the
+        filesystem cannot (the caller copies)."""
+        fs = ext.filesystem(self.tmp.parent)
+        fd_in = os.open(self.src, os.O_RDONLY)
+        try:
+            fd_out = os.open(self.tmp, os.O_RDWR | os.O_NOFOLLOW)
+            try:
+                if os.fstat(fd_out).st_size:  # the empty locked temporary, nothing else
+                    raise FileExistsError(errno.EEXIST, "not empty", str(self.tmp))
+                method = ext.share(fd_in, fd_out, extents.size, choice, fs)
+                if method is None:
+                    if choice == "clone":
+                        raise UsageError(
+                            self.target,
+                            f"cannot share extents with {self.src} here ({fs.name}, or not the "
+                            "source's filesystem)",
+                            "use --copy-method copy, or auto to choose by itself",
+                        )
+                    return None
+                if method == "clone":
+                    own = ext.reserve_own(fd_out, extents, total, fs.block)
+                    shared = extents.size - own
+                else:  # copied by the kernel or the server: what it shared is not known
+                    reserve(fd_out, extents.size, total)
+                    own, shared = extents.size, 0
+            finally:
+                os.close(fd_out)
+        finally:
+            os.close(fd_in)
+        return Written("copy-patch", {}, copy_method=method, bytes_shared=shared, bytes_own=own)
+
     def start_copy(self, *, direct: bool, reserve: int) -> SplitCopy:
         self.copier = SplitCopy(self.src, self.tmp, direct=direct, reserve=reserve)
         return self.copier
@@ -91,6 +126,9 @@ class Written:
     tensors: int = 0
     source_xxh3_128: str | None = None
     hashes: dict[str, str] = field(default_factory=dict)  # leaf name -> sha256 (full verify)
+    copy_method: str | None = None  # extents.Method: how the source's bytes got there
+    bytes_shared: int = 0  # of the source's bytes, shared with it rather than written
+    bytes_own: int = 0  # of the source's bytes, written (copied, unshared) for the output
 
 
 def write(
@@ -103,11 +141,13 @@ def write(
     check_metadata: Callable[[Written], None],
     *,
     read_back: bool = False,
+    copy_method: ext.Choice = "auto",
 ) -> Written:
     """Write ``root`` to ``out.tmp`` and run ``check_metadata`` on it once every byte is in
     place. ``read_back``: the caller reads every tensor of the output next, so the copy keeps it
     in the page cache. The space the output may need (``plan.output_bytes``) is allocated before
-    HDF5 writes anything, so that a full disk is an ordinary error."""
+    HDF5 writes anything, so that a full disk is an ordinary error. ``copy_method``: how the
+    source's bytes get into the copy-patch output (``extents``); a rewrite always writes."""
     handle, tmp = ckpt.handle, out.tmp
     reused: dict[int, str] = {}  # id(leaf) -> its dataset in the source (each used once)
     taken: set[str] = set()
@@ -134,12 +174,23 @@ def write(
         spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
         _check_inside(spans, plan, reused, handle)
         ranges = [(a, b) for a, b in spans if b - a >= MIN_RANGE]
-        copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes)
-        copier.restrict(ranges)
-        written = Written("copy-patch", placed)
-        _patch(tmp, root, plan.target_release, reused, placed, extra, progress)
+        extents = ext.Extents.copy_patch(ranges, plan.file_bytes, ext.filesystem(tmp.parent).block)
+        shared = out.share(extents, plan.output_bytes, copy_method)
+        if shared is not None:
+            written = shared
+            written.placed = placed
+            if progress is not None:
+                progress("copy", plan.file_bytes, plan.file_bytes)
+            _patch(tmp, root, plan.target_release, reused, placed, extra, progress)
+            digest = None  # the source's bytes were never read (see extents)
+        else:
+            copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes)
+            copier.restrict(ranges)
+            written = Written("copy-patch", placed, copy_method="copy")
+            written.bytes_own = plan.file_bytes
+            _patch(tmp, root, plan.target_release, reused, placed, extra, progress)
+            digest = copier.finish(progress)
         written.tensors = len(placed)
-        digest = copier.finish(progress)
     else:  # most of the data changes: write a new file instead
 
         def place(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:
@@ -150,10 +201,13 @@ def write(
         with h5root.create_file(tmp, exclusive=False) as f:  # the empty locked temporary
             reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
             write_tree(f, root, plan.target_release, extra, _leaf_progress(root, progress), place)
-        written = Written("rewrite", placed, len(placed))
+        written = Written("rewrite", placed, len(placed), copy_method="rewrite")
         digest = hashing.result()
     check_metadata(written)
     record["source_xxh3_128"] = written.source_xxh3_128 = digest
+    if digest is None:  # not read: the source is known by its size and time instead
+        st = plan.source.stat()
+        record["source_identity"] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
     _set_root_attr(tmp, PROVENANCE_ATTR, json.dumps(entries))
     return written
 

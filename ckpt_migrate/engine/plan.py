@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckpt_migrate.engine import extents
 from ckpt_migrate.errors import NewerThanToolError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.checkpoint import Checkpoint
@@ -40,6 +41,7 @@ class Plan:
         return 0 if self.current else self.file_bytes
 
     metadata_bytes: int = 0  # the part of the file that is not dataset storage
+    copy_method: str = "copy"  # extents.expected_method: how the source's bytes will get there
 
     @property
     def output_bytes(self) -> int:
@@ -50,7 +52,12 @@ class Plan:
 
     @property
     def bytes_to_write(self) -> int:
-        return 0 if self.current else self.output_bytes
+        """A clone writes only the metadata (the source's, unshared, and the new tree)."""
+        if self.current:
+            return 0
+        if self.copy_method == "clone":
+            return self.output_bytes - self.file_bytes + self.metadata_bytes
+        return self.output_bytes
 
     @property
     def free_needed(self) -> int:
@@ -66,6 +73,7 @@ class Plan:
             "hops": [h.to_json(self.inputs_given) for h in self.hops],
             "bytes_to_read": self.bytes_to_read,
             "bytes_to_write": self.bytes_to_write,
+            "copy_method": self.copy_method,
             "tensor_bytes": self.tensor_bytes,
             "free_needed": self.free_needed,
             "free_available": self.free_bytes,
@@ -90,6 +98,7 @@ def make_plan(
     *,
     output_dir: Path | None = None,
     inputs: dict[str, Any] | None = None,
+    copy_method: extents.Choice = "auto",
 ) -> Plan:
     assert ckpt.path is not None
     src = source_release(ckpt)
@@ -109,6 +118,7 @@ def make_plan(
         free_bytes=free,
         inputs_given=dict(inputs or {}),
         metadata_bytes=max(0, file_bytes - ckpt.data_bytes),
+        copy_method=extents.expected_method(copy_method, ckpt.path, out_dir),
     )
 
 

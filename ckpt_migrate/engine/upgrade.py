@@ -24,6 +24,7 @@ from ckpt_migrate.atomic import (
     same_file,
 )
 from ckpt_migrate.engine.copypatch import Output, Written, write
+from ckpt_migrate.engine.extents import Choice
 from ckpt_migrate.engine.plan import Plan, make_plan
 from ckpt_migrate.engine.splitcopy import Progress, SplitCopy
 from ckpt_migrate.engine.verify import verify_full, verify_index, write_manifest
@@ -51,6 +52,7 @@ class UpgradeOptions:
     inputs: dict[str, Any] = field(default_factory=dict)
     strict: bool = False
     allow_missing: bool = False
+    copy_method: Choice = "auto"  # extents: clone where the filesystem shares, else copy
 
 
 @dataclass
@@ -68,6 +70,8 @@ class UpgradeResult:
     verified: str | None = None
     tensors: int = 0
     bytes_written: int = 0
+    copy_method: str | None = None  # clone | kernel | copy | rewrite
+    bytes_shared: int = 0  # source bytes the output shares with it instead of a copy
     seconds: float = 0.0
     error: str | None = None
     exit_code: int = 0
@@ -88,7 +92,11 @@ def apply_hops(
     ckpt: Checkpoint, plan: Plan, opts: UpgradeOptions, family: FamilyChoice | None = None
 ) -> StepContext:
     """Run every operation of every hop on the tree (no tensor data is read unless transformed)."""
-    inputs = {"allow_missing": opts.allow_missing, **opts.inputs}
+    inputs = {
+        "allow_missing": opts.allow_missing,
+        "source_release": plan.source_release.name,  # the file's, not the hop's
+        **opts.inputs,
+    }
     ctx = StepContext(ckpt.root, ckpt.path, inputs, opts.strict)
     choice = family or choose_family(ckpt.root, inputs.get("model"))
     ctx.inputs["model_family"] = choice  # read by the model-key steps
@@ -155,7 +163,9 @@ def _upgrade_locked(
 ) -> None:
     with read_checkpoint(src, release=opts.source_release) as ckpt:
         out_dir = opts.output.parent if opts.output is not None else opts.output_dir
-        plan = make_plan(ckpt, opts.target, output_dir=out_dir, inputs=opts.inputs)
+        plan = make_plan(
+            ckpt, opts.target, output_dir=out_dir, inputs=opts.inputs, copy_method=opts.copy_method
+        )
         result.from_release, result.to_release = plan.source_release.name, plan.target_release.name
         result.hops = [f"{h.source}→{h.target}" for h in plan.hops]
         family = choose_family(ckpt.root, opts.inputs.get("model"))
@@ -194,15 +204,29 @@ def _upgrade_locked(
                 verify_index(ckpt, out_root, plan.target_release, tmp, written, full=full)
 
             written = write(
-                ckpt, out_root, plan, out, record, progress, check_metadata, read_back=full
+                ckpt,
+                out_root,
+                plan,
+                out,
+                record,
+                progress,
+                check_metadata,
+                read_back=full,
+                copy_method=opts.copy_method,
             )
+            result.copy_method, result.bytes_shared = written.copy_method, written.bytes_shared
             result.strategy = written.strategy
             result.tensors = written.tensors
             if full:
                 verify_full(out_root, tmp, written)
             result.verified = "full" if full else "index"
             fsync_path(tmp)
-            result.bytes_written = tmp.stat().st_size
+            size = tmp.stat().st_size
+            result.bytes_written = (
+                size
+                if written.copy_method in ("copy", "rewrite")
+                else written.bytes_own + max(0, size - plan.file_bytes)
+            )
             if opts.inplace:
                 assert backup is not None
                 _link_backup(src, backup)

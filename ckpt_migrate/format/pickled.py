@@ -1,6 +1,7 @@
 """Pickled objects inside checkpoints: kept opaque, decoded only when the caller opts in.
 
-``"data"`` decoding accepts only pickles made of plain data (bytes, str, numbers, containers):
+A pickled ``bytes`` object (how ``save`` stores a ``bytes`` leaf) is read as ``bytes`` in every
+mode. ``"data"`` decoding accepts only pickles made of plain data (bytes, str, numbers, containers):
 any opcode that names a global is refused, so nothing can be imported or called.
 ``"trusted"`` runs the real unpickler and must only be used on files you trust.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import pickletools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -56,9 +58,31 @@ def scalar_payload(payload: bytes) -> tuple[bool, Any]:
     )
 
 
+# The opcodes of a pickled ``bytes`` object (protocol 3+): nothing but the bytes themselves.
+_BYTES_OPS = frozenset(
+    {"PROTO", "FRAME", "SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "MEMOIZE", "BINPUT", "STOP"}
+)
+
+
+def bytes_payload(payload: bytes) -> bytes | None:
+    """The bytes a payload pickles when it pickles exactly one ``bytes`` object, else None.
+
+    ``save`` stores a ``bytes`` leaf pickled (the format has no bytes leaf); reading it back as
+    ``bytes`` rather than an ``OpaqueObject`` needs no opt-in: no global, nothing to call."""
+    try:
+        ops = [op.name for op, _, _ in pickletools.genops(payload)]
+    except Exception:
+        return None
+    if not ops or not set(ops) <= _BYTES_OPS or sum(o.endswith("BYTES") for o in ops) != 1:
+        return None
+    value = decode_data_pickle(payload)
+    return value if type(value) is bytes else None
+
+
 def decode(payload: bytes, mode: ObjectMode, type_hint: str = "") -> Any:
     if mode == "opaque":
-        return OpaqueObject(payload, type_hint)
+        raw = bytes_payload(payload)
+        return raw if raw is not None else OpaqueObject(payload, type_hint)
     if mode == "data":
         try:
             return decode_data_pickle(payload)

@@ -17,13 +17,18 @@ from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.v05 import read as read_v05
 
 
-def read_checkpoint(path: str | Path, *, release: str | None = None) -> Checkpoint:
+def read_checkpoint(
+    path: str | Path, *, release: str | None = None, isolate: bool = True
+) -> Checkpoint:
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
     ``release`` overrides the release detected from the file (for files whose metadata is wrong).
+    ``isolate=False`` skips the forked :func:`preflight` pass: only for a file this process has
+    just written from a source that passed it (the engine's read-back of its own output).
     """
     p = Path(path)
-    preflight(p)
+    if isolate:
+        preflight(p)
     f = open_read(p)
     handle = H5Handle(p, f)
     try:

@@ -51,6 +51,8 @@ LATEST = RELEASES[-1]
 KNOWN_FORMATS = (0.1, 0.2, 0.3, 0.4, 0.5)
 # A 0.5 file without __cstorch_version__ (the real loader does not need it) is taken as the first
 # release of that format, so an upgrade still walks every later hop.
+# Only upgrade, plan and check take --from: the hint names them, so it is true wherever it shows.
+FROM_HINT = "name the release with --from R (upgrade, plan, check)"
 _FORMAT_FALLBACK = {0.1: "1.7", 0.2: "1.8", 0.3: "1.9", 0.4: "2.0", 0.5: "2.5"}
 
 
@@ -114,7 +116,7 @@ def detect(path: str | Path, version_attr: float | None, cstorch_attr: str | Non
             v = Version(cstorch_attr)
         except InvalidVersion:
             raise CorruptCheckpointError(
-                path, f"__cstorch_version__ {cstorch_attr!r} is not a version", "use --from to say"
+                path, f"__cstorch_version__ {cstorch_attr!r} is not a version", FROM_HINT
             ) from None
         rel = BY_NAME.get(f"{v.major}.{v.minor}")
         if rel is None and v > LATEST.version:
@@ -123,7 +125,7 @@ def detect(path: str | Path, version_attr: float | None, cstorch_attr: str | Non
             raise CorruptCheckpointError(
                 path,
                 f"__cstorch_version__ {cstorch_attr} does not match format {known}",
-                "use --from to name the release",
+                FROM_HINT,
             )
         return Detected(known, cstorch_attr, rel)
     return Detected(known, None, BY_NAME[_FORMAT_FALLBACK[known]])

@@ -17,6 +17,10 @@ from pathlib import Path
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError
 from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
 
+# Releases that wrote no side files: the release notes date deterministic dataloader
+# checkpointing to 1.8.0 (MODELZOO_HISTORY.md §2.1 and its release-notes table).
+RELEASES_WITHOUT_SIDE_FILES = ("1.7",)
+
 GLOBAL_FILE = "data_iter_checkpoint_state_file_global"
 WORKER_FILE = re.compile(r"^data_iter_state_file_worker_(\d+)_step_(\d+)\.txt$")
 
@@ -28,6 +32,7 @@ class SideFiles:
     samples: dict[int, int]  # worker id -> samples streamed at the data step
     ignored: list[str] = field(default_factory=list)  # names that are not side files
     other_steps: int = 0  # worker files of earlier checkpoints (they accumulate)
+    steps: set[int] = field(default_factory=set)  # every step some worker file is for
 
     @property
     def total(self) -> int:
@@ -44,14 +49,17 @@ def _first_int(path: Path) -> int:
         ) from None
 
 
-def read_side_files(directory: str | Path) -> SideFiles:
+def read_side_files(directory: str | Path, at_step: int | None = None) -> SideFiles:
+    """The side files of the global file's data step, or of ``at_step``: worker files pile up
+    one set per checkpoint, so an older checkpoint's step has its own (``upgrade-dir``)."""
     d = Path(directory)
     if not d.is_dir():
         raise UsageError(d, "is not a directory", "pass the 1.9 save_iter_state_path directory")
     global_file = d / GLOBAL_FILE
     if not global_file.is_file():
         raise UsageError(d, f"has no {GLOBAL_FILE}", "pass the 1.9 save_iter_state_path directory")
-    data_step = _first_int(global_file)
+    data_step = _first_int(global_file) if at_step is None else at_step
+    steps: set[int] = set()
     found: dict[int, list[str]] = {}
     ignored: list[str] = []
     other = 0
@@ -62,6 +70,7 @@ def read_side_files(directory: str | Path) -> SideFiles:
         if m is None or not entry.is_file():
             ignored.append(entry.name)
             continue
+        steps.add(int(m.group(2)))
         if int(m.group(2)) != data_step:
             other += 1
             continue
@@ -90,7 +99,7 @@ def read_side_files(directory: str | Path) -> SideFiles:
             "every worker 0..N-1 must have exactly one file",
         )
     samples = {wid: _first_int(d / names[0]) for wid, names in found.items()}
-    return SideFiles(d, data_step, samples, ignored, other)
+    return SideFiles(d, data_step, samples, ignored, other, steps)
 
 
 def build_state(side: SideFiles, dataloader_type: str, seed: int | None) -> DictNode:
@@ -109,3 +118,24 @@ def build_state(side: SideFiles, dataloader_type: str, seed: int | None) -> Dict
         ]
         return DictNode([("all_worker_states", SeqNode("list", workers))])
     raise UsageError(None, f"unknown dataloader type {dataloader_type!r}", "use map or iterable")
+
+
+def without_side_files(source_release: str | None, path: Path | None, drop: bool) -> str | None:
+    """An upgrade through 2.0 without side files: nothing to say for a release that wrote none
+    (None); else losing the state is refused unless ``drop`` (``--drop-dataloader-state``)
+    asks for it by name, and the change to report is returned."""
+    if source_release in RELEASES_WITHOUT_SIDE_FILES:
+        return None
+    if not drop:
+        raise UsageError(
+            path,
+            f"release {source_release or '1.x'} kept the dataloader state in side files and no "
+            "--data-iter-dir was given: the upgraded checkpoint would have no dataloader state, "
+            "so training would restart from the first sample",
+            "pass --data-iter-dir DIR --dataloader-type map|iterable, or "
+            "--drop-dataloader-state to upgrade without it",
+        )
+    return (
+        "dataloader state dropped (--drop-dataloader-state): training will restart from the "
+        "first sample"
+    )

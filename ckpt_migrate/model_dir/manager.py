@@ -13,8 +13,13 @@ flaws (§4.6):
 * Which files a run saved is recorded *in each file*, in the root attribute
   ``__ckpt_migrate_run__`` (JSON: run id, kind, step, save index), which the real loader ignores
   like ``__ckpt_migrate__``. Retention therefore survives restarts and never touches files of
-  other runs, subset files, copied-in or upgraded checkpoints (an upgrade does not carry the
-  attribute over, so an upgraded file belongs to no run).
+  other runs, copied-in or upgraded checkpoints (an upgrade does not carry the attribute over,
+  so an upgraded file belongs to no run). It keeps the newest ``keep_last_n`` of each kind: full
+  checkpoints and subset files (the Trainer's ``KeepNCheckpoints`` ignores subsets, which pile
+  up).
+* A save killed before it published its file leaves a temporary file; a manager removes those
+  when it starts (``atomic.remove_stale_temporaries``: only files no live writer holds the lock
+  of, so a save still running in another process keeps its file).
 * Subset checkpoints are written from the state being saved: nothing is read back.
 * Non-strict loading returns (and logs) the missing and unexpected keys instead of discarding them.
 
@@ -27,6 +32,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import os
 import re
 import time
 import uuid
@@ -37,7 +43,7 @@ from typing import Any
 
 import ckpt_migrate.torch as torch_room
 from ckpt_migrate._version import __version__
-from ckpt_migrate.atomic import fsync_dir
+from ckpt_migrate.atomic import fsync_dir, remove_stale_temporaries
 from ckpt_migrate.errors import StateSelectionError, UsageError
 from ckpt_migrate.format.tree import DictNode
 from ckpt_migrate.format.write import resolve_release, write_checkpoint
@@ -48,7 +54,7 @@ from ckpt_migrate.model_dir.loading import (
     names,
     parse_states,
 )
-from ckpt_migrate.model_dir.names import DEFAULT_NAME, TIMESTAMP_FORMAT, NamePattern
+from ckpt_migrate.model_dir.names import DEFAULT_NAME, TEMP_SUFFIX, TIMESTAMP_FORMAT, NamePattern
 from ckpt_migrate.model_dir.records import RUN_ATTR, incomplete_reason, read_run_record
 
 log = logging.getLogger(__name__)
@@ -56,6 +62,10 @@ log = logging.getLogger(__name__)
 SUBSET_NAME = "{states}_{ckpt}"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _NAME_TRIES = 8  # the plain name, then timestamps one second apart
+# atomic.temp_name: "<name>[.pre-R.bak].<8 hex>.tmp"
+_TEMPORARY = re.compile(
+    r"(?P<base>.+?)(?:\.pre-\d+\.\d+\.bak)?\.[0-9a-f]{8}" + re.escape(TEMP_SUFFIX)
+)
 
 
 @dataclass
@@ -70,10 +80,12 @@ class CheckpointManager:
 
     ``steps``: the save cadence for ``should_save`` (None or 0: never). ``name``: the file name
     pattern, with exactly one ``{step}`` field. ``keep_last_n``: after each save, delete all but
-    the newest n checkpoints this run saved. ``run_id``: names the run whose files this manager
-    prunes; pass the same id after a restart to go on managing the files saved before it (the
-    default, a fresh random id, never deletes files from an earlier process). ``release``: the
-    release whose format to write (default: the newest).
+    the newest n checkpoints this run saved, and all but the newest n subset files it saved.
+    ``run_id``: names the run whose files this manager prunes; pass the same id after a restart
+    to go on managing the files saved before it (the default, a fresh random id, never deletes
+    files from an earlier process). ``release``: the release whose format to write (default:
+    the newest). On start, temporary files of killed saves are removed (never a live writer's;
+    ``removed_temporaries`` lists them).
     """
 
     def __init__(
@@ -104,6 +116,27 @@ class CheckpointManager:
         self._subset: _Subset | None = None
         self._saves: int | None = None  # this run's save count, read from the directory once
         self._records: dict[str, tuple[tuple[int, int, int], dict[str, Any] | None]] = {}
+        self.removed_temporaries = self.remove_stale_temporaries()
+
+    def remove_stale_temporaries(self) -> list[Path]:
+        """Remove the temporary files killed saves left in the directory (of names holding a
+        checkpoint name: checkpoints and their subset files), never a live writer's; returns
+        them. Run when the manager starts."""
+        try:
+            listing = os.listdir(self.directory)
+        except OSError:
+            return []
+        bases = set()
+        for entry in listing:
+            m = _TEMPORARY.fullmatch(entry)
+            if m is not None and self.pattern.regex.search(m.group("base")):
+                bases.add(m.group("base"))
+        removed = [
+            p for base in sorted(bases) for p in remove_stale_temporaries(self.directory / base)
+        ]
+        for path in removed:
+            log.info("removed %s, left by a killed save", path)
+        return removed
 
     def __repr__(self) -> str:
         return (
@@ -162,11 +195,12 @@ class CheckpointManager:
         path = self._publish(tree, lambda ts: self.pattern.name(step, ts), record)
         self._saves = index
         log.info("saved %s", path)
+        subset = None
         if self._subset is not None and (index % self._subset.k == 0 or final):
             assert subset_states is not None
-            self._save_subset(tree, path, subset_states, step, index)
+            subset = self._save_subset(tree, path, subset_states, step, index)
         if self.keep_last_n is not None:
-            self._prune(keep=path)
+            self._prune(keep=path, keep_subset=subset)
         return path
 
     def _record_for(self, kind: str, step: int, index: int, **extra: Any) -> dict[str, Any]:
@@ -221,7 +255,7 @@ class CheckpointManager:
             )
         return list(self._subset.states)
 
-    def _save_subset(self, tree: Any, full: Path, states: list[Any], step: int, index: int):
+    def _save_subset(self, tree: Any, full: Path, states: list[Any], step: int, index: int) -> Path:
         assert self._subset is not None
         keep = set(states)
         subset = DictNode(
@@ -257,12 +291,17 @@ class CheckpointManager:
         self._records[path.name] = (key, record)
         return record
 
-    def _own(self) -> list[tuple[int, int, Path]]:
-        """(save index, save time, path) of every full checkpoint this run saved, oldest first."""
+    def _own(self, kind: str = "full") -> list[tuple[int, int, Path]]:
+        """(save index, save time, path) of every file of ``kind`` ("full" or "subset") this
+        run saved, oldest first."""
         mine = []
-        for _, path in self.pattern.checkpoints(self.directory, symlinks=False):
+        if kind == "full":
+            paths = [path for _, path in self.pattern.checkpoints(self.directory, symlinks=False)]
+        else:
+            paths = self._subset_candidates()
+        for path in paths:
             rec = self._record(path)
-            if rec is None or rec.get("run_id") != self.run_id or rec.get("kind") != "full":
+            if rec is None or rec.get("run_id") != self.run_id or rec.get("kind") != kind:
                 continue
             index, saved = rec.get("save_index"), rec.get("saved_ns")
             mine.append(
@@ -278,16 +317,35 @@ class CheckpointManager:
             self._saves = own[-1][0] if own else 0
         return self._saves
 
-    def owned(self) -> list[Path]:
-        """The full checkpoints this run (``run_id``) saved that are still there, oldest first."""
-        return [path for _, _, path in self._own()]
+    def _subset_candidates(self) -> list[Path]:
+        """Regular files that may be subset files: not checkpoint names, not temporaries."""
+        try:
+            entries = list(self.directory.iterdir())
+        except OSError:
+            return []
+        return [
+            p
+            for p in entries
+            if self.pattern.regex.search(p.name)  # a subset name holds its checkpoint's name
+            and self.pattern.match(p.name) is None
+            and _TEMPORARY.fullmatch(p.name) is None
+            and not p.is_symlink()
+            and p.is_file()
+        ]
 
-    def _prune(self, keep: Path) -> None:
+    def owned(self, kind: str = "full") -> list[Path]:
+        """The files of ``kind`` ("full" checkpoints or "subset" files) this run (``run_id``)
+        saved that are still there, oldest first."""
+        return [path for _, _, path in self._own(kind)]
+
+    def _prune(self, keep: Path, keep_subset: Path | None = None) -> None:
         assert self.keep_last_n is not None
-        own = self._own()
-        excess = own[: max(0, len(own) - self.keep_last_n)]
+        excess = []
+        for kind in ("full", "subset"):
+            own = self._own(kind)
+            excess += own[: max(0, len(own) - self.keep_last_n)]
         for _, _, path in excess:
-            if path == keep:
+            if path in (keep, keep_subset):
                 continue
             try:
                 path.unlink()

@@ -44,6 +44,7 @@ from ckpt_migrate.atomic import (
     remove_stale_temporaries,
 )
 from ckpt_migrate.engine.copypatch import file_digest
+from ckpt_migrate.engine.extents import Choice
 from ckpt_migrate.engine.splitcopy import Progress
 from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, upgrade
 from ckpt_migrate.errors import CkptError, UsageError
@@ -71,6 +72,7 @@ class DirOptions:
     dry_run: bool = False
     name: str = DEFAULT_NAME  # the checkpoint name pattern, for the order and --only-latest
     verify: Literal["index", "full"] = "index"
+    copy_method: Choice = "auto"
     allow_missing: bool = False
     inputs: dict[str, Any] | None = None  # step inputs (e.g. a config) for every checkpoint
     # Runs the selected checkpoints (``upgrade_one`` each) and yields their entries in any
@@ -207,6 +209,7 @@ def _upgrade_one(
             inplace=opts.inplace,
             dry_run=opts.dry_run,
             verify=opts.verify,
+            copy_method=opts.copy_method,
             allow_missing=opts.allow_missing,
             inputs=dict(opts.inputs or {}),
         ),
@@ -262,9 +265,14 @@ def _judge_existing(
     if os.path.samefile(src, out):  # linked by an earlier run: the source is at the target
         res.from_release = target.name
         return "current", "linked", None
-    digest = file_digest(src)
     last = provenance[-1] if provenance else {}
-    if last.get("source_xxh3_128") == digest and last.get("target_release") == target.name:
+    st = src.stat()
+    identity = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    shared = last.get("source_xxh3_128") is None and last.get("source_identity") == identity
+    digest = None if shared else file_digest(src)  # a cloned upgrade never read its source
+    if (shared or last.get("source_xxh3_128") == digest) and last.get(
+        "target_release"
+    ) == target.name:
         res.from_release = last.get("source_release")
         res.hops = list(last.get("hops") or [])
         return ALREADY_UPGRADED, None, "its verified upgrade (by provenance) is already there"

@@ -33,7 +33,8 @@ def rename_model_keys(ctx: StepContext, rules: Iterable[KeyRename], what: str) -
     """Apply a hop's model-specific rename table for the step's family, reporting every rename.
 
     For an unknown family nothing is renamed, and the report says so, with the keys that the
-    rules of some family would have renamed.
+    rules of some family would have renamed; when no key matches any family's rules nothing is
+    missed, and nothing is said.
     """
     rules = tuple(rules)
     family = step_family(ctx)
@@ -49,12 +50,7 @@ def rename_model_keys(ctx: StepContext, rules: Iterable[KeyRename], what: str) -
                 f"model family unknown: {what} (model-specific) not applied; {detail}; "
                 "pass --model NAME to apply them"
             )
-        elif not ctx.inputs.get("_unknown_family_reported"):
-            ctx.inputs["_unknown_family_reported"] = True
-            ctx.warn(
-                "model family unknown: model-specific key steps skipped (no key matches any "
-                "family's rules, so nothing is missed); pass --model NAME to name the family"
-            )
+        # else no key matches any family's rules: nothing is missed, so nothing to warn about
         return
     mine = [r for r in rules if family in r.families]
     renames, notes = apply_renames(

@@ -49,9 +49,7 @@ def upgrade_prefix(
     selected = named[:1] if opts.only_latest and named else checkpoints
     for url in checkpoints:
         if url not in selected:
-            yield DirEntry(
-                url.path(), "checkpoint", NOT_SELECTED, "--only-latest: not the newest"
-            )
+            yield DirEntry(url.path(), "checkpoint", NOT_SELECTED, "--only-latest: not the newest")
     task = _ObjectTask(out, _engine_options(opts))
     if client is None:
         for url in selected:
@@ -73,6 +71,7 @@ def _engine_options(opts: DirOptions) -> UpgradeOptions:
         target=opts.target,
         dry_run=opts.dry_run,
         verify=opts.verify,
+        copy_method=opts.copy_method,
         allow_missing=opts.allow_missing,
         inputs=dict(opts.inputs or {}),
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ckpt_migrate.engine.extents import Extents, Shared
 from ckpt_migrate.errors import UsageError
 
 MiB = 1 << 20
@@ -35,6 +36,7 @@ class Ref:
     obj: int
     start: int
     end: int
+    delta: int = 0  # SOURCE: the source offset minus the output offset
 
     @property
     def size(self) -> int:
@@ -63,34 +65,32 @@ class Program:
         return sum(r.size for r in refs if r.obj != UPLOAD)
 
 
-def pieces(size: int, shared: list[tuple[int, int]]) -> list[Ref]:
-    """``[0, size)`` as SOURCE ranges (``shared``: sorted, disjoint) and UPLOAD gaps."""
-    out, pos = [], 0
-    for a, b in shared:
-        if a > pos:
-            out.append(Ref(UPLOAD, pos, a))
-        out.append(Ref(SOURCE, a, b))
-        pos = b
-    if pos < size:
-        out.append(Ref(UPLOAD, pos, size))
-    return out
+def pieces(extents: Extents) -> list[Ref]:
+    """The output (``engine.extents``: its shared and own ranges in order) as SOURCE and UPLOAD
+    references."""
+    out = []
+    for part in extents.parts:
+        if isinstance(part, Shared):
+            out.append(Ref(SOURCE, part.dst, part.dst + part.length, part.src - part.dst))
+        else:
+            out.append(Ref(UPLOAD, part.dst, part.dst + part.length))
+    return [r for r in out if r.size > 0]
 
 
 def plan(
-    size: int,
-    shared: list[tuple[int, int]],
+    extents: Extents,
     min_part: int = MIN_PART,
     max_part: int = MAX_PART,
     chain_limit: int = CHAIN_LIMIT,
 ) -> Program:
-    """The program building an object of ``size`` bytes whose ``shared`` ranges equal the
-    source's at the same offsets."""
-    todo = pieces(size, shared)
+    """The program building the object ``extents`` describes."""
+    todo = pieces(extents)
+    size = extents.size
     prog = Program()
     if todo and todo[0].size < min_part:  # nothing before it to lean on: upload a first part
         head = min(size, min_part)
         todo = [Ref(UPLOAD, 0, head)] + [
-            Ref(r.obj, max(r.start, head), r.end) for r in todo if r.end > head
+            Ref(r.obj, max(r.start, head), r.end, r.delta) for r in todo if r.end > head
         ]
     cur: Chain | None = None
     for i, piece in enumerate(todo):
@@ -121,8 +121,8 @@ def _take_tail(final: list[Ref], min_part: int) -> list[Ref]:
     (the whole last part when it could not spare them)."""
     last = final.pop()
     if last.size >= 2 * min_part:
-        final.append(Ref(last.obj, last.start, last.end - min_part))
-        return [Ref(last.obj, last.end - min_part, last.end)]
+        final.append(Ref(last.obj, last.start, last.end - min_part, last.delta))
+        return [Ref(last.obj, last.end - min_part, last.end, last.delta)]
     return [last]
 
 
@@ -132,4 +132,6 @@ def _slices(ref: Ref, min_part: int, max_part: int) -> list[Ref]:
         return [ref]
     count = -(-ref.size // max_part)
     step = -(-ref.size // count)
-    return [Ref(ref.obj, a, min(a + step, ref.end)) for a in range(ref.start, ref.end, step)]
+    return [
+        Ref(ref.obj, a, min(a + step, ref.end), ref.delta) for a in range(ref.start, ref.end, step)
+    ]

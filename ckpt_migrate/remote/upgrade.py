@@ -30,6 +30,7 @@ from typing import Any
 
 import h5py
 
+from ckpt_migrate.engine.extents import Extents, Own, Shared
 from ckpt_migrate.engine.splitcopy import MIN_RANGE, complement, data_ranges
 from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, upgrade
 from ckpt_migrate.errors import CkptError, UsageError, VerificationError
@@ -128,7 +129,7 @@ def _upgrade(
             shared = _merge(
                 shared_ranges(staged, holes) + unchanged_ranges(staged, mirror, holes, size)
             )
-        prog = plan(out_size, shared)
+        prog = plan(as_extents(shared, out_size))
         etag_out = _Writer(s3, src, etag, out, staged, shared, transfer).run(prog, meta)
         if staged is not None:
             _check_result(s3, out, staged, etag_out, transfer)
@@ -233,6 +234,20 @@ def unchanged_ranges(
                 if new.read(hi - lo) == old.read(hi - lo):
                     out.append((lo, hi))
     return _merge(out)
+
+
+def as_extents(shared: list[tuple[int, int]], size: int) -> Extents:
+    """``engine.extents``' description of the output: ``shared`` at the same offsets."""
+    parts: list[Shared | Own] = []
+    pos = 0
+    for a, b in shared:
+        if a > pos:
+            parts.append(Own(pos, a - pos))
+        parts.append(Shared(a, a, b - a))
+        pos = b
+    if pos < size:
+        parts.append(Own(pos, size - pos))
+    return Extents(size, tuple(parts))
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -350,7 +365,7 @@ class _Writer:
             self.transfer["uploaded"] += ref.size
             return etag
         if ref.obj == SOURCE:
-            source, lo, if_match = self.src, ref.start, self.etag
+            source, lo, if_match = self.src, ref.start + ref.delta, self.etag
         else:
             source, base, if_match = self.chains[ref.obj]
             lo = ref.start - base

@@ -3,14 +3,18 @@
 ``load`` returns the nested state dict with lazy tensors that read their data on first use.
 ``save`` writes the format of a release (newest by default). ``to_torch``/``from_torch``
 convert to and from a plain ``torch.save`` file. One tensor object under two names stays one
-object (a tie) on every path.
+object (a tie) on every path; ties are found by identity for tensors and arrays only, never for
+ints, strings or other immutable values (Python shares equal small ints, and two equal steps
+are not one stored object).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import keyword
 import pickle
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +65,7 @@ def load(
     *,
     allow_missing: bool = False,
     objects_mode: ObjectMode = "opaque",
+    numpy_as_tensor: bool = False,
 ) -> Any:
     """Read a checkpoint of any release into nested Python containers.
 
@@ -81,18 +86,29 @@ def load(
             "pass --allow-missing (allow_missing=True in Python) to get None for them, or "
             "upgrade the file to restore ties",
         )
-    state = to_python(ckpt.root, objects_mode=objects_mode)
+    state = to_python(ckpt.root, objects_mode=objects_mode, numpy_as_tensor=numpy_as_tensor)
     if map_location not in (None, "cpu", "cache") and str(map_location) != "cpu":
         state = _map(state, lambda t: t.to(map_location))
     return state
 
 
-def to_python(root: Node, *, objects_mode: ObjectMode = "opaque", lazy: bool = True) -> Any:
-    """Build Python containers from the tree; a tied leaf becomes one shared object."""
+def to_python(
+    root: Node,
+    *,
+    objects_mode: ObjectMode = "opaque",
+    lazy: bool = True,
+    numpy_as_tensor: bool = False,
+) -> Any:
+    """Build Python containers from the tree; a tied leaf becomes one shared object.
+
+    ``numpy_as_tensor``: numpy arrays stored in the file come back as torch tensors (bf16 kept)
+    and numpy scalars as Python numbers, as a weights-only ``torch.save`` file needs."""
     memo: dict[int, Any] = {}
 
     def leaf_value(leaf: Leaf) -> Any:
         if isinstance(leaf, TensorLeaf):
+            if numpy_as_tensor and leaf.numpy:
+                return _tensor(dataclasses.replace(leaf, numpy=False), lazy=False)
             return _tensor(leaf, lazy)
         if isinstance(leaf, ValueLeaf):
             return leaf.value
@@ -148,7 +164,22 @@ def _full_tensor(leaf: FullTensorLeaf) -> Any:
     import torch
 
     fill = 0 if leaf.fill_value is None else leaf.fill_value
-    return torch.full(leaf.shape, fill, dtype=torch_room.torch_dtype(leaf.dtype))
+    t = torch.full(leaf.shape, fill, dtype=torch_room.torch_dtype(leaf.dtype))
+    key = id(t)
+    _FULL[key] = (weakref.ref(t, lambda _ref: _FULL.pop(key, None)), leaf, t._version)
+    return t
+
+
+# Constant tensors load() made, by id: save() writes one back as the same constant unless it
+# was changed in place since (its _version moved). Kept off the tensor, which torch.save pickles.
+_FULL: dict[int, tuple[weakref.ref, FullTensorLeaf, int]] = {}
+
+
+def _unchanged_full(t: Any) -> FullTensorLeaf | None:
+    entry = _FULL.get(id(t))
+    if entry is None or entry[0]() is not t or entry[2] != t._version:
+        return None
+    return entry[1]
 
 
 def _map(obj: Any, fn: Any) -> Any:
@@ -172,6 +203,8 @@ def from_python(state: Any, *, pickle_objects: bool = False) -> Node:
     keep_alive: list[Any] = []  # ids stay unique only while the objects live
 
     def leaf(obj: Any, where: str) -> Leaf:
+        if not _tieable(obj):  # equal ints, strings, ... are never one stored object
+            return _leaf_of(obj, where, pickle_objects)
         if id(obj) not in memo:
             keep_alive.append(obj)
             memo[id(obj)] = _leaf_of(obj, where, pickle_objects)
@@ -213,6 +246,16 @@ def from_python(state: Any, *, pickle_objects: bool = False) -> Node:
         memo.clear()
 
 
+def _tieable(obj: Any) -> bool:
+    """Whether ``obj`` under two names is one stored object (a tie): tensors and arrays, and the
+    opaque objects ``load`` makes one per stored leaf (the same one twice is the file's tie).
+    Never ints, strings or other plain values, which Python shares when equal."""
+    if isinstance(obj, (np.ndarray, OpaqueObject, ExternalReference)):
+        return True
+    torch = _torch_if_loaded()
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
 def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
     if obj is None or type(obj) in (bool, int, float, str):
         return ValueLeaf(obj)
@@ -236,6 +279,9 @@ def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
         source = getattr(obj, "_ckpt_leaf", None)
         if source is not None and not getattr(obj, "is_loaded", True):
             return source  # unread data: copy it from the file, not through memory
+        full = _unchanged_full(obj)
+        if full is not None:
+            return full  # a constant tensor of the file, unchanged: stays a constant
         array, dtype = torch_room.tensor_to_storage(obj)
         return TensorLeaf(dtype, tuple(array.shape), MemoryData(array))
     if isinstance(obj, ExternalReference):
@@ -278,10 +324,17 @@ def save(
 
 
 def to_torch(src: str | Path, dst: str | Path, *, allow_missing: bool = False) -> Path:
-    """Write ``src`` as a plain ``torch.save`` file that ``torch.load(weights_only=True)`` reads."""
+    """Write ``src`` as a plain ``torch.save`` file that ``torch.load(weights_only=True)`` reads.
+
+    Only what a weights-only load accepts goes in: numpy arrays stored in the checkpoint become
+    torch tensors (bf16 kept) and numpy scalars Python numbers, namedtuples plain tuples,
+    constant tensors full tensors, and pickled objects their plain data (any other pickled
+    object is refused). The file is loaded back with ``weights_only=True`` before it is put in
+    place. ``from_torch`` reads it back; the numpy leaves then are torch tensors.
+    """
     import torch
 
-    state = load(src, allow_missing=allow_missing, objects_mode="data")
+    state = load(src, allow_missing=allow_missing, objects_mode="data", numpy_as_tensor=True)
     memo: dict[int, Any] = {}
 
     def plain(obj: Any) -> Any:
@@ -299,11 +352,23 @@ def to_torch(src: str | Path, dst: str | Path, *, allow_missing: bool = False) -
             return type(obj)(plain(v) for v in obj)
         if isinstance(obj, tuple):  # namedtuple: weights_only loading cannot rebuild the class
             return tuple(plain(v) for v in obj)
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, np.ndarray):  # from a decoded plain-data pickle
+            return torch.from_numpy(np.array(obj, copy=True))
         return obj
 
     out = Path(dst)
     with atomic_output(out) as tmp:
         torch.save(plain(state), tmp)
+        try:
+            torch.load(tmp, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as exc:
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            why = next((ln for ln in lines if "WeightsUnpickler" in ln), lines[0] if lines else "")
+            raise UnsupportedContentError(
+                src, f"holds a value a weights-only torch.load refuses ({why[:200]})"
+            ) from None
     return out
 
 

@@ -1,0 +1,146 @@
+"""``save``/``load``/``to_torch``/``from_torch`` round trips: what goes in comes back, with ties
+only where one tensor object was under two names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import FIXTURES
+
+import ckpt_migrate
+from ckpt_migrate.cli import commands
+from ckpt_migrate.format.compare import signature
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import FullTensorLeaf, TensorLeaf, ValueLeaf, iter_leaves
+
+EXAMPLE = FIXTURES / "example" / "checkpoint_100.mdl"
+
+
+def tied_names(path: Path) -> set[str]:
+    """The names whose leaf is the same stored object as an earlier name's."""
+    with read_checkpoint(path) as ckpt:
+        return {s[1] for s in _walk(signature(ckpt.root)) if s[0] == "tied"}
+
+
+def _walk(sig):
+    if isinstance(sig, tuple) and sig and sig[0] == "tied":
+        yield sig
+    elif isinstance(sig, (tuple, list)):
+        for item in sig:
+            yield from _walk(item)
+
+
+def test_save_round_trip_of_the_example_has_no_difference(tmp_path):
+    """Equal ints (global_step 10 and last_epoch 10; milestone 1 and param index 1) stay
+    separate values; the one tie of the example (lm_head ↔ word embeddings) stays a tie, and a
+    constant tensor stays a constant."""
+    out = tmp_path / "out.mdl"
+    ckpt_migrate.save(ckpt_migrate.load(EXAMPLE), out, release="2.0")
+    got = commands.verify(EXAMPLE, out)
+    assert got["identical"] and got["differences"] == [], got["differences"]
+    assert tied_names(out) == tied_names(EXAMPLE)
+
+
+def test_equal_python_ints_are_never_tied_but_one_tensor_is(tmp_path):
+    t = torch.arange(3.0)
+    step = 1000  # beyond CPython's small-int cache: still one object under both names
+    state = {"a": step, "b": step, "s": "x", "r": "x", "w": t, "tied": t, "n": None, "m": None}
+    out = tmp_path / "s.mdl"
+    ckpt_migrate.save(state, out)
+    with read_checkpoint(out) as ckpt:
+        leaves = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+    assert leaves["a"] is not leaves["b"] and leaves["s"] is not leaves["r"]
+    assert leaves["w"] is leaves["tied"]
+    back = ckpt_migrate.load(out)
+    assert back["a"] == back["b"] == 1000 and back["w"] is back["tied"]
+    arr = np.ones(2, dtype=np.float32)
+    ckpt_migrate.save({"x": arr, "y": arr, "z": np.ones(2, dtype=np.float32)}, tmp_path / "n.mdl")
+    with read_checkpoint(tmp_path / "n.mdl") as ckpt:
+        leaves = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+    assert leaves["x"] is leaves["y"] and leaves["z"] is not leaves["x"]
+
+
+def test_a_bytes_leaf_comes_back_as_bytes(tmp_path):
+    out = tmp_path / "b.mdl"
+    ckpt_migrate.save({"blob": b"\x00\xffraw", "empty": b"", "n": 1}, out)
+    back = ckpt_migrate.load(out)
+    assert type(back["blob"]) is bytes and back["blob"] == b"\x00\xffraw"
+    assert type(back["empty"]) is bytes and back["empty"] == b""
+    again = tmp_path / "again.mdl"
+    ckpt_migrate.save(back, again)
+    assert commands.verify(out, again)["identical"]
+
+
+def test_a_constant_tensor_changed_in_place_is_saved_with_its_new_values(tmp_path):
+    state = ckpt_migrate.load(EXAMPLE)
+    zeros = state["misc"]["zeros"]
+    zeros.add_(2.5)
+    out = tmp_path / "changed.mdl"
+    ckpt_migrate.save(state, out, release="2.0")
+    with read_checkpoint(out) as ckpt:
+        leaf = next(r.leaf for r in iter_leaves(ckpt.root) if r.name == "misc.zeros")
+        assert isinstance(leaf, TensorLeaf) and not isinstance(leaf, FullTensorLeaf)
+    assert torch.equal(ckpt_migrate.load(out)["misc"]["zeros"], torch.full((2, 3), 2.5))
+
+
+def _same_values(a, b) -> None:
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _same_values(a[k], b[k])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _same_values(x, y)
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+        bits = [t.reshape(-1).contiguous().view(torch.uint8) for t in (a, b)]  # NaNs too
+        assert torch.equal(*bits)
+    elif isinstance(a, float) and a != a:
+        assert b != b
+    else:
+        assert type(a) is type(b) and a == b, (a, b)
+
+
+def test_to_torch_loads_weights_only_and_round_trips_through_from_torch(tmp_path):
+    plain = tmp_path / "plain.pt"
+    ckpt_migrate.to_torch(EXAMPLE, plain)
+    got = torch.load(plain, weights_only=True)
+    array = got["misc"]["array"]  # a numpy array in the checkpoint: a tensor here
+    assert isinstance(array, torch.Tensor) and array.dtype == torch.int32
+    assert array.tolist() == [[0, 1], [2, 3]]
+    assert got["model"]["lm_head.weight"] is got["model"]["embedding_layer.word_embeddings.weight"]
+    assert got["global_step"] == 10 and type(got["global_step"]) is int
+    back = tmp_path / "back.mdl"
+    ckpt_migrate.from_torch(plain, back)
+    _same_values(got, ckpt_migrate.load(back))
+    with read_checkpoint(back) as ckpt:
+        leaves = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+    assert isinstance(leaves["global_step"], ValueLeaf)
+    assert leaves["global_step"] is not leaves["lr_scheduler.last_epoch"]
+
+
+@pytest.mark.parametrize("release", ["1.9", "2.0", "2.10"])
+def test_to_torch_of_every_format_loads_weights_only(tmp_path, release):
+    plain = tmp_path / "plain.pt"
+    ckpt_migrate.to_torch(FIXTURES / f"release-{release}.mdl", plain, allow_missing=True)
+    state = torch.load(plain, weights_only=True)
+    assert isinstance(state, dict) and state
+
+
+def test_one_opaque_object_under_two_names_stays_one(tmp_path):
+    import pickle
+
+    from ckpt_migrate.format.pickled import OpaqueObject
+
+    obj = OpaqueObject(pickle.dumps({"k": 1}, protocol=4), "pickle")
+    first = tmp_path / "o.mdl"
+    ckpt_migrate.save({"a": obj, "b": obj, "c": OpaqueObject(obj.payload, "pickle")}, first)
+    back = ckpt_migrate.load(first)
+    assert back["a"] is back["b"] and back["c"] is not back["a"]
+    again = tmp_path / "again.mdl"
+    ckpt_migrate.save(back, again)
+    assert commands.verify(first, again)["identical"]
