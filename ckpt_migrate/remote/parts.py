@@ -22,7 +22,7 @@ MiB = 1 << 20
 MIN_PART = 5 * MiB
 MAX_PART = 5 << 30
 MAX_PARTS = 10_000
-CHAIN_LIMIT = 64 * MiB
+CHAIN_LIMIT = 16 * MiB
 
 SOURCE = -1  # Ref.obj: the source object, same offsets
 UPLOAD = -2  # Ref.obj: output bytes sent from here (staged bytes, shared ones fetched)

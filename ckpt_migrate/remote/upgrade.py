@@ -135,6 +135,10 @@ def _upgrade(
             _check_result(s3, out, staged, etag_out, transfer)
         result.output = out.path()
         result.bytes_written = out_size
+        # What the local staging took on disk (sparse: the metadata, not the tensors)
+        transfer["local_allocated"] = sum(
+            p.stat().st_blocks * 512 for p in (mirror, staged) if p is not None
+        )
         result.status = "upgraded" if staged is not None else "current"
 
 
@@ -315,10 +319,15 @@ class _Writer:
         self.chains: dict[int, tuple[S3Url, int, str]] = {}  # number -> (url, start, etag)
 
     def run(self, prog: Program, meta: dict[str, str]) -> str:
+        kept = {r.obj for r in prog.final}  # chain objects the output copies from
         try:
             for chain in prog.chains:
                 url = S3Url(self.out.bucket, f"{chain_prefix(self.out)}{chain.number}")
                 self.chains[chain.number] = (url, chain.start, self._object(url, chain.parts, {}))
+                used = {r.obj for r in chain.parts} - kept - {SOURCE, UPLOAD}
+                for number in used:  # the chain object this one grew from: no longer needed
+                    old = self.chains[number][0]
+                    self.s3.delete_object(Bucket=old.bucket, Key=old.key)
             got = self._object(self.out, prog.final, meta)
         finally:
             with contextlib.suppress(Exception):
