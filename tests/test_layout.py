@@ -35,12 +35,22 @@ RANKS: dict[str, int] = {
     "torch": 8,
     "tf": 9,
     "model_dir": 10,
-    "cli": 11,
-    "__main__": 12,
-    "__init__": 12,  # the package face
+    "remote": 11,
+    "cli": 12,
+    "__main__": 13,
+    "__init__": 13,  # the package face
 }
 FACES = {"ckpt_migrate", "ckpt_migrate.cli"}  # may import lazily
-THIRD_PARTY_HOME = {"torch": "torch", "tensorflow": "tf", "typer": "cli", "rich": "cli"}
+THIRD_PARTY_HOME = {
+    "torch": "torch",
+    "tensorflow": "tf",
+    "typer": "cli",
+    "rich": "cli",
+    "boto3": "remote",
+    "botocore": "remote",
+    "dask": "remote",
+    "distributed": "remote",
+}
 
 
 @dataclass(frozen=True)

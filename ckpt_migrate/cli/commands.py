@@ -7,6 +7,7 @@ are only called from one.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +31,9 @@ from ckpt_migrate.model_dir.names import DEFAULT_NAME
 from ckpt_migrate.model_dir.upgrade_dir import DirEntry, DirOptions
 from ckpt_migrate.models.detect import choose_family
 from ckpt_migrate.models.names import resolve_name
+from ckpt_migrate.remote import dirs as remote_dirs
+from ckpt_migrate.remote import fleet, s3
+from ckpt_migrate.remote import upgrade as remote_upgrade
 from ckpt_migrate.tf import from_h5, to_h5
 from ckpt_migrate.tf.saver import setup_cli_process
 
@@ -197,9 +201,33 @@ def upgrade(
             dry_run=dry_run,
             model=model,
         )
+    if any(s3.is_url(p) for p in [*paths, output_dir]):
+        yield from _upgrade_objects(paths, output_dir, opts, alongside)
+        return
     for path in paths:
         res = upgrade_file(path, opts, progress)
         yield res, alongside.run(res) if alongside is not None else None
+
+
+def _upgrade_objects(
+    paths: list[Path], output_dir: Path | None, opts: UpgradeOptions, alongside: Any
+) -> Iterator[tuple[UpgradeResult, None]]:
+    """``s3://`` checkpoints into an ``s3://`` prefix (``remote.upgrade``)."""
+    if alongside is not None:
+        raise UsageError(None, "--config is not offered for s3:// checkpoints")
+    if opts.manifest is not None or opts.inplace:
+        raise UsageError(None, "s3:// checkpoints take --output-dir s3://..., not --inplace")
+    if not all(s3.is_url(p) for p in paths) or (
+        output_dir is not None and not s3.is_url(output_dir)
+    ):
+        raise UsageError(None, "mixes s3:// and local paths", "upgrade each kind on its own")
+    if output_dir is None and not opts.dry_run:
+        raise UsageError(None, "say where the upgraded objects go", "pass --output-dir s3://...")
+    out = s3.S3Url.parse(output_dir) if output_dir is not None else None
+    client = s3.client()
+    for path in paths:
+        src = s3.S3Url.parse(path)
+        yield remote_upgrade.upgrade_object(src, out or src.parent(), opts, client), None
 
 
 def upgrade_dir(
@@ -222,10 +250,22 @@ def upgrade_dir(
     num_csx: int | None = None,
     model: str | None = None,
     on_config: Callable[[ConfigOutcome], None] | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    on_done: Callable[[int, int], None] | None = None,
 ) -> tuple[list[DirEntry], int]:
     """Every checkpoint of ``model_dir``, newest first; returns the entries and the worst exit
     code among them (the config's included). With ``config`` the run's params.yaml is upgraded
-    with the newest checkpoint into ``output_dir`` (``on_config`` hears how)."""
+    with the newest checkpoint into ``output_dir`` (``on_config`` hears how). ``scheduler`` (a
+    Dask scheduler address) or ``workers`` (a LocalCluster of that many processes): one task
+    per checkpoint on the cluster; ``on_done(done, total)`` hears of each."""
+    if scheduler is not None and workers is not None:
+        raise UsageError(None, "--scheduler and --workers exclude each other")
+    if workers is not None and workers < 1:
+        raise UsageError(None, "--workers must be at least 1")
+    remote = s3.is_url(model_dir) or s3.is_url(output_dir)
+    if remote and config is not None:
+        raise UsageError(None, "--config is not offered for s3:// model directories")
     if config is None and (config_out is not None or num_csx is not None):
         raise UsageError(None, "--config-out and --num-csx apply to --config", "pass --config")
     opts = DirOptions(
@@ -270,9 +310,41 @@ def upgrade_dir(
                 if on_config is not None:
                     on_config(outcome)
 
-    entries = dir_upgrade.upgrade_dir(model_dir, opts, progress, entry_done)
+    cluster = (
+        contextlib.nullcontext(None)
+        if scheduler is None and workers is None
+        else fleet.connect(scheduler, workers)
+    )
+    with cluster as client:
+        if remote:
+            entries = _upgrade_prefix(model_dir, output_dir, opts, client, entry_done, on_done)
+        else:
+            if client is not None:
+                opts.runner = fleet.local_runner(client, on_done)
+            entries = dir_upgrade.upgrade_dir(model_dir, opts, progress, entry_done)
     worst = max([dir_upgrade.worst_exit_code(entries), *(o.exit_code for o in outcomes)])
     return entries, worst
+
+
+def _upgrade_prefix(
+    model_dir: Path,
+    output_dir: Path | None,
+    opts: DirOptions,
+    client: Any,
+    on_entry: Callable[[DirEntry], None],
+    on_done: Callable[[int, int], None] | None,
+) -> list[DirEntry]:
+    """An ``s3://`` run prefix into an ``s3://`` output prefix (``remote.dirs``)."""
+    if not s3.is_url(model_dir) or not s3.is_url(output_dir):
+        raise UsageError(
+            None, "s3:// model directories go to an s3:// --output-dir", "pass both as s3://"
+        )
+    entries = []
+    src, out = s3.S3Url.parse(model_dir), s3.S3Url.parse(output_dir)
+    for entry in remote_dirs.upgrade_prefix(src, out, opts, client, on_done):
+        entries.append(entry)
+        on_entry(entry)
+    return entries
 
 
 def verify(

@@ -26,21 +26,27 @@ from ckpt_migrate.cli.options import (
     DataIterDirOpt,
     DataloaderTypeOpt,
     DropDataloaderStateOpt,
+    DropOrphanSparsityOpt,
     DryRunOpt,
     ExcludeOpt,
+    ForceOpt,
     FromOpt,
     InplaceOpt,
     JsonLinesOpt,
     JsonOpt,
+    ManifestOpt,
     ModelOpt,
     NumCsxOpt,
     OutputDirOpt,
     ProgressOpt,
     QuietOpt,
+    SchedulerOpt,
     ShuffleSeedOpt,
+    StrictOpt,
     TfVerifyOpt,
     ToOpt,
     UpgradeVerifyOpt,
+    WorkersOpt,
 )
 from ckpt_migrate.errors import EXIT_UPGRADE_NEEDED, EXIT_VERIFY_FAILED
 
@@ -191,16 +197,6 @@ def plan_cmd(
     render.emit_json(data) if as_json else render.plan(data)
 
 
-DropOrphanSparsityOpt = Annotated[
-    bool,
-    typer.Option(
-        "--drop-orphan-sparsity",
-        help="2.1 → 2.2: drop per-weight sparsity state 2.2 cannot hold (a mask whose weight "
-        "the model lacks), each reported. Default: refuse.",
-    ),
-]
-
-
 @app.command("upgrade")
 def upgrade_cmd(
     paths: Annotated[list[Path], typer.Argument(help="Checkpoint files to upgrade.")],
@@ -208,29 +204,13 @@ def upgrade_cmd(
     from_release: FromOpt = None,
     output_dir: OutputDirOpt = None,
     inplace: InplaceOpt = False,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Replace an existing output file; it stays until the new one is verified.",
-        ),
-    ] = False,
+    force: ForceOpt = False,
     dry_run: DryRunOpt = False,
-    manifest: Annotated[
-        Path | None,
-        typer.Option("--manifest", help="Write per-tensor sha256 hashes (implies --verify full)."),
-    ] = None,
+    manifest: ManifestOpt = None,
     verify: UpgradeVerifyOpt = "index",
     copy_method: CopyMethodOpt = "auto",
     allow_missing: AllowMissingOpt = False,
-    strict: Annotated[
-        bool,
-        typer.Option(
-            "--strict",
-            help="Refuse to upgrade a 1.8/1.9 file without its dataloader (now the default; "
-            "kept for old scripts).",
-        ),
-    ] = False,
+    strict: StrictOpt = False,
     data_iter_dir: DataIterDirOpt = None,
     dataloader_type: DataloaderTypeOpt = None,
     shuffle_seed: ShuffleSeedOpt = None,
@@ -350,6 +330,8 @@ def upgrade_dir_cmd(
     allow_step_mismatch: AllowStepMismatchOpt = False,
     drop_dataloader_state: DropDataloaderStateOpt = False,
     drop_orphan_sparsity: DropOrphanSparsityOpt = False,
+    scheduler: SchedulerOpt = None,
+    workers: WorkersOpt = None,
     as_json: JsonLinesOpt = False,
     progress_mode: ProgressOpt = "auto",
     quiet: QuietOpt = False,
@@ -357,7 +339,8 @@ def upgrade_dir_cmd(
     """Upgrade every checkpoint in a model directory, newest first; a rerun does what is left.
 
     With --config, the run's params.yaml is upgraded with the newest checkpoint, so the output
-    directory is a complete model directory.
+    directory is a complete model directory. The directory and --output-dir may be s3://
+    prefixes (the s3 extra): tensor bytes are copied by the store, never downloaded.
     """
 
     def show(entry: Any) -> None:
@@ -401,6 +384,9 @@ def upgrade_dir_cmd(
             num_csx=num_csx,
             model=model,
             on_config=show_config,
+            scheduler=scheduler,
+            workers=workers,
+            on_done=lambda done, total: console.echo(f"files {done}/{total}", err=True),
         )
     if not as_json:
         render.dir_summary(entries, worst)

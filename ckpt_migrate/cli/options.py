@@ -103,3 +103,48 @@ NumCsxOpt = Annotated[
         "config's batch_size is multiplied by N (without it: reported, not changed).",
     ),
 ]
+
+DropOrphanSparsityOpt = Annotated[
+    bool,
+    typer.Option(
+        "--drop-orphan-sparsity",
+        help="2.1 → 2.2: drop per-weight sparsity state 2.2 cannot hold (a mask whose weight "
+        "the model lacks), each reported. Default: refuse.",
+    ),
+]
+
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Replace an existing output file; it stays until the new one is verified.",
+    ),
+]
+
+ManifestOpt = Annotated[
+    Path | None,
+    typer.Option("--manifest", help="Write per-tensor sha256 hashes (implies --verify full)."),
+]
+
+StrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Refuse to upgrade a 1.8/1.9 file without its dataloader (now the default; "
+        "kept for old scripts).",
+    ),
+]
+
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        help="A Dask scheduler (tcp://HOST:PORT): one task per checkpoint on its cluster "
+        "(needs the distributed extra).",
+    ),
+]
+
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option("--workers", help="Start a Dask LocalCluster of N worker processes for the run."),
+]

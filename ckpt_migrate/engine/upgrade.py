@@ -83,6 +83,7 @@ class UpgradeResult:
     placed: str | None = None  # a file already current put into the output: linked, copied
     family: str | None = None  # the model family the key steps used (None: unknown)
     model: dict[str, Any] | None = None  # FamilyChoice.to_json(): source, detection, evidence
+    transfer: dict[str, Any] | None = None  # object storage: bytes fetched/uploaded/copied
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if v is not None}

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -74,6 +74,9 @@ class DirOptions:
     copy_method: Choice = "auto"
     allow_missing: bool = False
     inputs: dict[str, Any] | None = None  # step inputs (e.g. a config) for every checkpoint
+    # Runs the selected checkpoints (``upgrade_one`` each) and yields their entries in any
+    # order: a Dask cluster (``remote.fleet``); None: one after the other, here.
+    runner: Callable[[list[Path], DirOptions], Iterable[DirEntry]] | None = None
 
 
 @dataclass
@@ -158,6 +161,7 @@ def upgrade_dir(
         if opts.only_latest:
             selected = _newest(scan)
         overall = _Overall(selected, progress)
+        todo = []
         for path in scan.checkpoints:
             if path not in selected:
                 emit(DirEntry(path, "checkpoint", NOT_SELECTED, "--only-latest: not the newest"))
@@ -168,8 +172,14 @@ def upgrade_dir(
                         scan.temporary.pop(tmp.name, None)
                     emit(DirEntry(tmp, "temporary", REMOVED, "left by an interrupted upgrade"))
             Interrupt.check()  # one lost in a callback: no next file either
-            emit(_upgrade_one(path, opts, target, overall.file(path)))
-            overall.done(path)
+            if opts.runner is None:
+                emit(_upgrade_one(path, opts, target, overall.file(path)))
+                overall.done(path)
+            else:
+                todo.append(path)
+        if opts.runner is not None:
+            for entry in opts.runner(todo, opts):
+                emit(entry)
         for path, reason in scan.temporary.items():
             emit(DirEntry(src_dir / path, "temporary", LEFT_ALONE, reason))
         for entry in scan.others:
@@ -218,6 +228,11 @@ def _size(path: Path) -> int:
 
 
 # --------------------------------------------------------------------------- one checkpoint
+
+
+def upgrade_one(src: Path, opts: DirOptions) -> DirEntry:
+    """One checkpoint of the directory, as ``upgrade_dir`` does it (a runner's task)."""
+    return _upgrade_one(src, opts, releases.get(opts.target), None)
 
 
 def _upgrade_one(

@@ -1,0 +1,304 @@
+"""Object storage and Dask fleets against the real things: a ``moto_server`` subprocess (the S3
+API over HTTP) and a ``distributed.LocalCluster`` of worker processes.
+
+A run prefix holds a 1.9 and a 2.0 checkpoint with MiB-sized tensors, the 2.10 fixture and a
+``params.yaml``; upgrades go to another prefix. Checked: the bytes sent to the store, tensors
+bit-identical after download, sources unchanged, reruns skipping, a killed run leaving no
+object and its upload aborted by the next run, a worker killed mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, ROOT, release_of, run_cli
+
+import ckpt_migrate as cm
+from ckpt_migrate.cli import commands
+from ckpt_migrate.engine.upgrade import UpgradeOptions
+from ckpt_migrate.remote.s3 import S3Url
+from ckpt_migrate.remote.upgrade import CHAIN_SUFFIX, upgrade_object
+
+boto3 = pytest.importorskip("boto3", reason="the s3 extra (boto3) is not installed")
+MiB = 1 << 20
+SOURCES = {"checkpoint_100.mdl": ("1.9", 6), "checkpoint_200.mdl": ("2.0", 4)}
+DROP = {"drop_dataloader_state": True}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def store():
+    """A moto S3 server on a free port; the AWS environment pointed at it."""
+    server = shutil.which("moto_server", path=str(Path(sys.executable).parent))
+    if server is None:
+        pytest.skip("moto_server (moto[server]) is not installed")
+    port = free_port()
+    proc = subprocess.Popen(
+        [server, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.skip("moto_server did not start")
+                time.sleep(0.2)
+        yield boto3.client("s3")
+    finally:
+        proc.kill()
+        proc.wait()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def state(tensors: int, seed: int) -> dict:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    layers = {f"layer{i}.weight": torch.randn(512, 1024, generator=gen) for i in range(tensors)}
+    return {"model": layers, "global_step": 7}
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory) -> Path:
+    md = tmp_path_factory.mktemp("run") / "run"
+    md.mkdir()
+    for i, (name, (release, tensors)) in enumerate(SOURCES.items()):
+        cm.save(state(tensors, i), md / name, release)
+    shutil.copyfile(FIXTURES / "release-2.10.mdl", md / "checkpoint_300.mdl")
+    (md / "params.yaml").write_text("trainer:\n  init:\n    seed: 1\n")
+    return md
+
+
+def put_run(s3, local: Path, bucket: str) -> dict[str, str]:
+    """The run under s3://bucket/run; returns each object's ETag."""
+    s3.create_bucket(Bucket=bucket)
+    for p in local.iterdir():
+        s3.upload_file(str(p), bucket, f"run/{p.name}")
+    return etags(s3, bucket, "run/")
+
+
+def etags(s3, bucket: str, prefix: str) -> dict[str, str]:
+    listing = s3.list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return {o["Key"]: o["ETag"] for o in listing.get("Contents", [])}
+
+
+def assert_outputs(s3, bucket: str, local: Path, tmp: Path) -> None:
+    """Every output is at 2.10 and loads with the source's tensors, bit for bit."""
+    import torch
+
+    for name in SOURCES:
+        got = tmp / name
+        got.unlink(missing_ok=True)
+        s3.download_file(bucket, f"run-2.10/{name}", str(got))
+        a, b = cm.load(local / name), cm.load(got)
+        assert a["model"].keys() == b["model"].keys()
+        assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+        assert release_of(got) == "2.10"
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    assert not [k for k in etags(s3, bucket, "run-2.10/") if CHAIN_SUFFIX.strip("/") in k]
+
+
+def test_upgrade_dir_on_s3(store, local_run, tmp_path):
+    s3, bucket = store, "cli-run"
+    before = put_run(s3, local_run, bucket)
+    args = ["upgrade-dir", f"s3://{bucket}/run", "--to", "2.10", "--drop-dataloader-state"]
+    proc = run_cli(*args, "--output-dir", f"s3://{bucket}/run-2.10", "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = {Path(e["source"]).name: e for e in map(json.loads, proc.stdout.splitlines())}
+    assert got["checkpoint_100.mdl"]["status"] == "upgraded"
+    assert got["checkpoint_200.mdl"]["status"] == "upgraded"
+    assert got["checkpoint_300.mdl"]["status"] == "current"
+    assert got["params.yaml"]["status"] == "copied"
+    for name in SOURCES:
+        t = got[name]["transfer"]
+        # The goal: at most 5 % of the checkpoint + 16 MiB sent to the store.
+        assert t["uploaded"] <= 0.05 * t["size"] + 16 * MiB, t
+        assert t["copied"] > 0
+    assert etags(s3, bucket, "run/") == before  # sources never written
+    assert_outputs(s3, bucket, local_run, tmp_path)
+    again = run_cli(*args, "--output-dir", f"s3://{bucket}/run-2.10", "--json")
+    assert again.returncode == 0, again.stderr
+    statuses = {
+        Path(e["source"]).name: e["status"] for e in map(json.loads, again.stdout.splitlines())
+    }
+    assert statuses["checkpoint_100.mdl"] == statuses["checkpoint_200.mdl"] == "already-upgraded"
+    assert statuses["params.yaml"] == "left-alone"
+
+
+def body_size(body) -> int:
+    if body is None:
+        return 0
+    if isinstance(body, bytes | bytearray | str):
+        return len(body)
+    here = body.tell()
+    end = body.seek(0, os.SEEK_END)
+    body.seek(here)
+    return end - here
+
+
+def test_bytes_the_server_receives(store, local_run):
+    """Counted on the wire (every request body the client sends): metadata-sized."""
+    s3, bucket = store, "wire"
+    s3.create_bucket(Bucket=bucket)
+    name = "checkpoint_100.mdl"
+    s3.upload_file(str(local_run / name), bucket, f"run/{name}")
+    client = boto3.client("s3")
+    sent = []
+    client.meta.events.register(
+        "before-send.s3.*", lambda request, **_: sent.append(body_size(request.body))
+    )
+    res = upgrade_object(
+        S3Url(bucket, f"run/{name}"),
+        S3Url(bucket, "run-2.10"),
+        UpgradeOptions(target="2.10", inputs=dict(DROP)),
+        client,
+    )
+    assert res.status == "upgraded", res.error
+    size = (local_run / name).stat().st_size
+    assert sum(sent) <= 0.05 * size + 16 * MiB
+    assert sum(sent) >= res.transfer["uploaded"]
+    assert res.transfer["fetched"] < size  # the tensors were never downloaded
+
+
+def test_killed_run_leaves_no_object(store, local_run):
+    s3, bucket = store, "killed"
+    s3.create_bucket(Bucket=bucket)
+    name = "checkpoint_100.mdl"
+    s3.upload_file(str(local_run / name), bucket, f"run/{name}")
+    before = etags(s3, bucket, "run/")
+    args = ["-m", "ckpt_migrate", "upgrade", f"s3://{bucket}/run/{name}", "--to", "2.10"]
+    args += ["--drop-dataloader-state", "--output-dir", f"s3://{bucket}/out"]
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not s3.list_multipart_uploads(Bucket=bucket).get("Uploads"):
+        assert proc.poll() is None, "finished before an upload was seen"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert f"out/{name}" not in etags(s3, bucket, "out/")  # no partial output object
+    assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads")  # left by the kill
+    res = upgrade_object(
+        S3Url(bucket, f"run/{name}"),
+        S3Url(bucket, "out"),
+        UpgradeOptions(target="2.10", inputs=dict(DROP)),
+    )
+    assert res.status == "upgraded", res.error
+    assert res.transfer["aborted_uploads"] >= 1
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+    assert list(etags(s3, bucket, "out/")) == [f"out/{name}"]
+    assert etags(s3, bucket, "run/") == before
+
+
+def test_dask_cluster_with_a_worker_killed(store, local_run, tmp_path):
+    distributed = pytest.importorskip("distributed", reason="the distributed extra")
+    s3, bucket = store, "fleet"
+    before = put_run(s3, local_run, bucket)
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        pids = client.run(os.getpid)
+        out: dict = {}
+
+        def go() -> None:
+            out["result"] = commands.upgrade_dir(
+                Path(f"s3://{bucket}/run"),
+                to="2.10",
+                output_dir=Path(f"s3://{bucket}/run-2.10"),
+                inputs=dict(DROP),
+                scheduler=cluster.scheduler_address,
+                on_done=lambda done, total: out.setdefault("done", []).append((done, total)),
+            )
+
+        runner = threading.Thread(target=go)
+        runner.start()
+        deadline = time.monotonic() + 60
+        busy: list[str] = []
+        while not busy and runner.is_alive() and time.monotonic() < deadline:
+            busy = [w for w, tasks in client.processing().items() if tasks]
+            time.sleep(0.02)
+        assert busy, "no task was seen running"
+        os.kill(pids[busy[0]], signal.SIGKILL)  # the worker dies in the middle of its upgrade
+        runner.join(120)
+        entries, worst = out["result"]
+        assert out["done"][-1] == (3, 3)
+        # Dask reran the killed task elsewhere, or it failed on its own: never a partial output
+        for e in entries:
+            assert e.status in ("upgraded", "current", "failed", "copied"), e.to_json()
+        again, worst = commands.upgrade_dir(
+            Path(f"s3://{bucket}/run"),
+            to="2.10",
+            output_dir=Path(f"s3://{bucket}/run-2.10"),
+            inputs=dict(DROP),
+            scheduler=cluster.scheduler_address,
+        )
+    assert worst == 0, [e.to_json() for e in again]
+    assert etags(s3, bucket, "run/") == before
+    assert_outputs(s3, bucket, local_run, tmp_path)
+
+
+def test_local_directory_on_a_local_cluster(tmp_path):
+    pytest.importorskip("distributed", reason="the distributed extra")
+    md = tmp_path / "run"
+    md.mkdir()
+    for name in ("checkpoint_1.mdl", "checkpoint_2.mdl"):
+        shutil.copyfile(FIXTURES / "release-2.0.mdl", md / name)
+    proc = run_cli(
+        "upgrade-dir", md, "--to", "2.10", "--output-dir", tmp_path / "out", "--workers", "2"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "files 2/2" in proc.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "checkpoint_1.mdl",
+        "checkpoint_2.mdl",
+    ]
+
+
+def test_missing_extra_is_one_line_with_the_install_hint():
+    code = (
+        "import sys; sys.modules['boto3'] = None; from ckpt_migrate.cli.main import main; "
+        "sys.argv[0] = 'ckpt-migrate'; sys.exit(main())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "upgrade", "s3://b/run/c.mdl", "--output-dir", "s3://b/o"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0
+    assert "pip install 'ckpt-migrate[s3]'" in proc.stderr
