@@ -8,6 +8,7 @@ loaded when a command runs, not for ``--help``).
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from typing import Any
 
@@ -20,7 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr, flush=True)
         exec("None")  # see console.forget_unhandled_interrupt: exit 130, not by SIGINT
         return 130
-    return app.main(argv)
+    try:
+        return app.main(argv)
+    finally:  # the outcome is printed: a Ctrl-C while the interpreter exits changes nothing
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def __getattr__(name: str) -> Any:

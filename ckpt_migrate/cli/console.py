@@ -60,7 +60,8 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
     raised, turned into exit code 130 by typer, or turned into another error on its way
     (``atomic.Interrupt``). Lost altogether, it still stops every later ``publish``; a command
     that finished all the same reports its finished work."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored (nohup, &)
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler:  # not ignored (nohup, &)
         signal.signal(signal.SIGINT, on_interrupt)
         sys.unraisablehook = _quiet_interrupts
     try:
@@ -88,9 +89,12 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
         text = " ".join(str(exc).split())[:300]
         echo(f"internal error: {type(exc).__name__}: {text}; rerun with --debug", err=True)
         return EXIT_INTERNAL
-    finally:  # the outcome is printed: a Ctrl-C from now on changes nothing
+    finally:
+        # Restored, not ignored: a caller in the same process (a test, a library user) keeps
+        # its Ctrl-C, and so do the processes it starts (SIG_IGN would be inherited). The
+        # console script ignores it once the outcome is printed (``cli.main``).
         if signal.getsignal(signal.SIGINT) is on_interrupt:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGINT, previous)
         if Interrupt.pressed:
             forget_unhandled_interrupt()
 
