@@ -30,7 +30,7 @@ from typing import Any
 
 import h5py
 
-from ckpt_migrate.engine.extents import Extents, Own, Shared
+from ckpt_migrate.engine.extents import Extents
 from ckpt_migrate.engine.splitcopy import MIN_RANGE, complement, data_ranges
 from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, upgrade
 from ckpt_migrate.errors import CkptError, UsageError, VerificationError
@@ -242,16 +242,7 @@ def unchanged_ranges(
 
 def as_extents(shared: list[tuple[int, int]], size: int) -> Extents:
     """``engine.extents``' description of the output: ``shared`` at the same offsets."""
-    parts: list[Shared | Own] = []
-    pos = 0
-    for a, b in shared:
-        if a > pos:
-            parts.append(Own(pos, a - pos))
-        parts.append(Shared(a, a, b - a))
-        pos = b
-    if pos < size:
-        parts.append(Own(pos, size - pos))
-    return Extents(size, tuple(parts))
+    return Extents.copy_patch(shared, size, 1)  # an object store shares any byte range
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
