@@ -34,6 +34,7 @@ RANKS: dict[str, int] = {
     "engine": 7,
     "torch": 8,
     "tf": 9,
+    "hf": 9,
     "model_dir": 10,
     "remote": 11,
     "cli": 12,
