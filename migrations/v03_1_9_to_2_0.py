@@ -219,6 +219,11 @@ def convert_dataloader_state(ctx: StepContext) -> None:
 
 
 OPERATIONS = (fix_spec, restore_tied_weights, recompute_last_epoch, convert_dataloader_state)
+DOWN_REFUSAL = (
+    "it would lose information: 2.0 keeps the dataloader state inside the checkpoint and counts "
+    "the scheduler's last_epoch differently; 1.9 kept the first in side files this tool does "
+    "not write"
+)
 INPUTS = (
     InputSpec(
         "data_iter_dir",

@@ -154,6 +154,35 @@ OPERATIONS = (rename_position_embeddings, move_position_helpers, record_release_
 INPUTS = ()
 
 
+def unmove_position_helpers(ctx: StepContext) -> None:
+    """Downgrade: move 2.1's ``position_embed_helper`` back to 2.0's ``relative_pe_helper`` /
+    ``relative_position_{encoder,decoder}``.
+
+    Model Zoo's CS20↔CS21 converters are bidirectional (``base_converter.py`` lines 340-360,
+    ``supports_conversion``): the rules of :func:`move_position_helpers` read backwards.
+    """
+    rules = tuple(r.inverse() for r in POSITION_HELPER_RENAMES)
+    rename_model_keys(ctx, rules, "the 2.1 position-helper moves, undone")
+
+
+def unrename_position_embeddings(ctx: StepContext) -> None:
+    """Downgrade: 2.1's ``position_embeddings.embed`` / ``.fpe`` back to 2.0's names.
+
+    The rules of :func:`rename_position_embeddings` read backwards, as Model Zoo's bidirectional
+    ``Converter_*_CS20_CS21`` do (``base_converter.py`` lines 340-360).
+    """
+    rules = tuple(r.inverse() for r in POSITION_EMBEDDING_RENAMES)
+    rename_model_keys(ctx, rules, "the 2.1 position-embedding renames, undone")
+
+
+DOWN_OPERATIONS = (
+    unmove_position_helpers,
+    unrename_position_embeddings,
+    record_release_in_metadata,
+)
+DOWN_CONFIG_OPERATIONS = None  # optimizer/scheduler argument names have no 2.0 spelling here
+
+
 # ---------------------------------------------------------------------------- config steps
 
 # Arguments of the cstorch optimizers that 2.0 introduced under PyTorch's names (their

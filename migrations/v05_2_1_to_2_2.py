@@ -225,6 +225,33 @@ OPERATIONS = (move_sparsity_masks, record_release_in_metadata)
 INPUTS = ()
 
 
+def refuse_sparsity_state(ctx: StepContext) -> None:
+    """Downgrade: a checkpoint with 2.2 sparsity state cannot go back to 2.1.
+
+    2.1 kept each mask in ``optimizer.sparsity.state`` beside per-group settings
+    (``param_groups``) that 2.2 no longer stores (:func:`move_sparsity_masks` reports them as
+    it drops them), so Model Zoo's backward conversion would invent them. Without sparsity
+    state (no top-level ``sparsity``, no ``model.<w>_mask``) nothing is lost and the hop is
+    undone by the 2.1 writer alone.
+    """
+    root = ctx.root
+    model = model_state(root)
+    masks = [k for k, _ in model.items if str(k).endswith(MASK_SUFFIX)] if model else []
+    has_state = isinstance(root, DictNode) and root.get("sparsity") is not None
+    if masks or has_state:
+        what = f"model.{masks[0]}" if masks else "the top-level 'sparsity' state"
+        raise UnsupportedContentError(
+            ctx.source_path,
+            f"cannot downgrade to 2.1: {what} is 2.2 sparsity state, and 2.1's optimizer "
+            "sparsity settings (param_groups) it would need are not in the checkpoint",
+            "keep the checkpoint at 2.2 or later",
+        )
+
+
+DOWN_OPERATIONS = (refuse_sparsity_state, record_release_in_metadata)
+DOWN_CONFIG_OPERATIONS = None  # micro_batch_size and the 2.2 sparsity schema have no 2.1 form
+
+
 # ---------------------------------------------------------------------------- config steps
 
 

@@ -36,6 +36,14 @@ OPERATIONS = (record_release_in_metadata,)
 INPUTS = ()
 
 
+# Downgrade: nothing in the checkpoint changed at 2.3 but ``__metadata__``, which records the
+# older release (``base_converter.py`` lines 745-753, ``update_ckpt_metadata``). The config's
+# trainer layout has no way back: Model Zoo's 2.2 → 2.3 config change is one way too
+# (``convert_legacy_params_to_trainer_params``).
+DOWN_OPERATIONS = (record_release_in_metadata,)
+DOWN_CONFIG_OPERATIONS = None
+
+
 # ---------------------------------------------------------------------------- config steps
 
 GPT2_DROPPED = ("use_position_embedding", "alibi_implementation", "weight_initialization_seed")

@@ -19,7 +19,7 @@ Steps for those are appended to ``OPERATIONS`` below.
 from __future__ import annotations
 
 from ckpt_migrate.config.context import ConfigContext
-from ckpt_migrate.config.yaml_edit import put
+from ckpt_migrate.config.yaml_edit import put, take
 from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
 
 SOURCE = "2.3"
@@ -29,6 +29,12 @@ CHANGES = ()
 # Model-key and config steps go here.
 OPERATIONS = (record_release_in_metadata,)
 INPUTS = ()
+
+
+# Downgrade: the older release's writer undoes the container; the hop's only tree step is the
+# ``__metadata__`` stamp, which records the older release (Model Zoo's converters stamp their
+# target in either direction: ``base_converter.py`` lines 745-753, ``update_ckpt_metadata``).
+DOWN_OPERATIONS = (record_release_in_metadata,)
 
 
 # ---------------------------------------------------------------------------- config steps
@@ -63,3 +69,19 @@ def add_model_name(ctx: ConfigContext) -> None:
 
 
 CONFIG_OPERATIONS = (add_model_name,)
+
+
+def remove_model_name(ctx: ConfigContext) -> None:
+    """Downgrade: remove ``trainer.init.model.name``, which 2.4 introduced (:func:`add_model_name`).
+
+    2.3's model configs have no ``name`` field; Model Zoo's CS23↔CS24 config converter is
+    bidirectional (``base_converter.py`` lines 340-360) and its ``post_config_convert`` adds the
+    name only going up.
+    """
+    for path, model in ctx.model_sections():
+        if "name" in model:
+            value, _ = take(model, "name")
+            ctx.removed(f"{path}.name", value, "2.3 model configs have no name")
+
+
+DOWN_CONFIG_OPERATIONS = (remove_model_name,)

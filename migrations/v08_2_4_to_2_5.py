@@ -94,6 +94,12 @@ OPERATIONS = (namedtuples_to_tuples, record_release_in_metadata)
 INPUTS = ()
 
 
+# Downgrade: tuples stay tuples (format 0.4 stores them; the namedtuple classes 2.5 dropped are
+# not in the file to restore), the 0.4 writer undoes the container, and ``__metadata__`` records
+# the older release (``base_converter.py`` lines 745-753, ``update_ckpt_metadata``).
+DOWN_OPERATIONS = (record_release_in_metadata,)
+
+
 # ---------------------------------------------------------------------------- config steps
 
 # model key -> its trainer.init.precision key
@@ -143,3 +149,27 @@ def model_precision_keys_to_precision(ctx: ConfigContext) -> None:
 
 
 CONFIG_OPERATIONS = (model_precision_keys_to_precision,)
+
+
+def precision_keys_back_into_model(ctx: ConfigContext) -> None:
+    """Downgrade: copy ``trainer.init.precision`` back into ``model.mixed_precision`` /
+    ``model.fp16_type``, where 2.3 and 2.4 keep them beside the precision section.
+
+    The inverse of :func:`model_precision_keys_to_precision`: Model Zoo's 2.3 trainer layout
+    copies them into the model (tag Release_2.3.0 ``src/cerebras/modelzoo/trainer/utils.py``
+    lines 1034-1050, Release_2.4.0 lines 892-908), and its 2.4 models read them there. A value
+    the model already has is left as it is.
+    """
+    for path, trainer in ctx.trainers():
+        init = trainer.get("init")
+        model = init.get("model") if is_map(init) else None
+        precision = init.get("precision") if is_map(init) else None
+        if not is_map(model) or not is_map(precision):
+            continue
+        for key, source in _MODEL_PRECISION.items():
+            if source in precision and key not in model:
+                put(model, key, precision[source])
+                ctx.added(f"{path}.init.model.{key}", precision[source], "2.4 models read it there")
+
+
+DOWN_CONFIG_OPERATIONS = (precision_keys_back_into_model,)

@@ -24,3 +24,10 @@ CHANGES = ()
 # Model-key and config steps go here.
 OPERATIONS = (record_release_in_metadata,)
 INPUTS = ()
+
+
+# Downgrade: the older release's writer undoes the container; the hop's only tree step is the
+# ``__metadata__`` stamp, which records the older release (Model Zoo's converters stamp their
+# target in either direction: ``base_converter.py`` lines 745-753, ``update_ckpt_metadata``).
+DOWN_OPERATIONS = (record_release_in_metadata,)
+DOWN_CONFIG_OPERATIONS = ()  # no config step to undo

@@ -28,7 +28,7 @@ from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.commands import load_config, verify
 from ckpt_migrate.cli.script_options import add_dataloader_arguments, add_step_arguments
 from ckpt_migrate.cli.script_options import dataloader_inputs as option_inputs
-from ckpt_migrate.config.upgrade import upgrade_config_file
+from ckpt_migrate.config.upgrade import upgrade_config_file, upgrade_config_text
 from ckpt_migrate.engine.plan import source_release
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import EXIT_VERIFY_FAILED, UsageError
@@ -181,11 +181,8 @@ def convert(args: argparse.Namespace) -> int:
     config_data = load_config(config)
     from_release, note = resolve_source(src, wanted)
     if releases.get(from_release).version > tgt.version:
-        raise UsageError(
-            src,
-            f"cannot convert release {from_release} back to {tgt.name}",
-            f"choose --tgt-fmt cs-{from_release} or newer",
-        )
+        # A downgrade: find a config step that cannot be undone before writing the checkpoint.
+        upgrade_config_text(config.read_text(), from_release, tgt.name, family=args.model)
     if note:
         print(note)
     if from_release == tgt.name:
@@ -281,8 +278,6 @@ def convert_config(args: argparse.Namespace) -> int:
     src = parse_format(args.src_fmt, source=True)
     tgt = parse_format(args.tgt_fmt, source=False)
     assert src is not None and tgt is not None
-    if src.version > tgt.version:
-        raise UsageError(config, f"cannot convert release {src.name} back to {tgt.name}")
     out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
     _refuse_existing(out)
     report = upgrade_config_file(config, out, src.name, tgt.name, family=args.model)

@@ -209,7 +209,7 @@ def test_cs_2_1_is_not_cs_2_10(tmp_path):
     [
         (["--model", "gpt5"], 2, ("unknown model 'gpt5'", "known models")),
         (["--src-fmt", "cs-2.0"], 2, ("--src-fmt cs-2.0", "file says release 1.9")),
-        (["--tgt-fmt", "cs-1.8"], 2, ("cannot convert release 1.9 back to 1.8",)),
+        (["--tgt-fmt", "cs-1.8"], 2, ("cannot downgrade from 1.9 to 1.8", "one way")),
         (["--tgt-fmt", "hf"], 2, ("Hugging Face",)),
         (["--config", "missing.yaml"], 2, ("missing.yaml",)),
     ],

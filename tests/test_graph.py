@@ -76,13 +76,15 @@ def test_path_middle_section():
     assert [h.target for h in hops] == ["2.1", "2.2", "2.3", "2.4", "2.5"]
 
 
-def test_path_refuses_downgrade_and_lists_releases():
+def test_path_goes_down_by_backward_hops_and_refuses_below_2_0():
+    hops = graph.load().path(releases.get("2.3"), releases.get("2.1"))
+    assert [(h.source, h.target) for h in hops] == [("2.3", "2.2"), ("2.2", "2.1")]
+    assert all(h.is_downgrade for h in hops)
     with pytest.raises(UsageError) as info:
-        graph.load().path(releases.get("2.3"), releases.get("2.1"))
+        graph.load().path(releases.get("2.3"), releases.get("1.8"))
     message = str(info.value)
-    assert "downgrade" in message
-    assert "2.3" in message and "2.1" in message
-    assert "2.3, 2.4, 2.5, 2.6, 2.7, 2.8, 2.9, 2.10" in message
+    assert "cannot downgrade from 2.3 to 1.8: 2.0 → 1.9 is not offered" in message
+    assert "release 2.0 or a later one" in message
     assert "\n" not in message
 
 

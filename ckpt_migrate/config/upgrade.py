@@ -129,7 +129,15 @@ def upgrade_config_text(
     skipped: list[str] = []
     for hop in hops:
         ctx.hop = hop
-        if not started_legacy and _before_trainer_layout(hop):
+        if not hop.config_reversible:
+            raise UsageError(
+                source,
+                f"cannot downgrade the config from {src.name} to {tgt.name}: the "
+                f"{hop.source} → {hop.target} config changes cannot be undone here",
+                "downgrade only the checkpoint (ckpt-migrate upgrade without a config) and "
+                "keep the older params.yaml",
+            )
+        if not started_legacy and not hop.is_downgrade and _before_trainer_layout(hop):
             if hop.config_operations:
                 skipped.append(f"{hop.source}→{hop.target}")
             continue

@@ -32,13 +32,10 @@ class Graph:
     newest: str
 
     def path(self, source: Release, target: Release) -> list[Hop]:
-        """The hops from ``source`` to ``target``, in order; refuses a downgrade."""
+        """The hops from ``source`` to ``target``, in order; backward hops for an older target,
+        refused at the first hop that cannot be undone."""
         if target.version < source.version:
-            raise UsageError(
-                None,
-                f"cannot downgrade from {source.name} to {target.name}",
-                f"choose a release at or after {source.name}: {_after(source)}",
-            )
+            return self._down_path(source, target)
         out: list[Hop] = []
         current = source.name
         by_source = {h.source: h for h in self.hops}
@@ -48,9 +45,35 @@ class Graph:
             current = hop.target
         return out
 
+    def _down_path(self, source: Release, target: Release) -> list[Hop]:
+        forward = self.path(target, source)
+        for hop in reversed(forward):
+            if hop.down_operations is None:
+                return _refuse_down(source, target, hop, self.oldest_down(source))
+        return [hop.reverse() for hop in reversed(forward)]
 
-def _after(source: Release) -> str:
-    return ", ".join(r.name for r in releases.RELEASES if r.version >= source.version)
+    def oldest_down(self, source: Release) -> str:
+        """The oldest release a ``source`` checkpoint can be downgraded to."""
+        current = source.name
+        by_target = {h.target: h for h in self.hops}
+        while current in by_target and by_target[current].down_operations is not None:
+            current = by_target[current].source
+        return current
+
+
+def _refuse_down(source: Release, target: Release, hop: Hop, oldest: str) -> list[Hop]:
+    why = hop.down_refusal or "downgrades end at 2.0: the 1.x hops are one way here"
+    fix = (
+        f"choose release {oldest} or a later one"
+        if oldest != source.name
+        else "keep the checkpoint at its release"
+    )
+    raise UsageError(
+        None,
+        f"cannot downgrade from {source.name} to {target.name}: {hop.target} → "
+        f"{hop.source} is not offered ({why})",
+        fix,
+    )
 
 
 def validate(hops: Iterable[Hop], known: tuple[Release, ...] = releases.RELEASES) -> Graph:

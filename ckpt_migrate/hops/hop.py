@@ -12,6 +12,12 @@ plan can show them.
 
 A hop's changes to the run's ``params.yaml`` are ``CONFIG_OPERATIONS``, functions of a
 :class:`ckpt_migrate.config.upgrade.ConfigContext`, run by ``upgrade --config``.
+
+Downgrades walk hops backwards, as Model Zoo's converters can (every CS <-> CS converter is
+bidirectional). A hop that can be undone declares ``DOWN_OPERATIONS`` (tree steps that undo
+``OPERATIONS``; the older release's writer undoes ``FORMAT``) and, where its config steps can be
+undone, ``DOWN_CONFIG_OPERATIONS``. Without them the hop is one way and ``DOWN_REFUSAL`` says
+what would be lost. :meth:`Hop.reverse` makes the backward hop the engine runs like any other.
 """
 
 from __future__ import annotations
@@ -48,6 +54,39 @@ class Hop:
     changes: tuple[str, ...] = ()  # what the target release's writer changes on disk
     # params.yaml steps, op(ctx: config_upgrade.ConfigContext) -> None (``upgrade --config``)
     config_operations: tuple[Callable[..., None], ...] = ()
+    # Downgrades: None means the hop cannot be undone, for the reason in ``down_refusal``.
+    down_operations: tuple[Operation, ...] | None = None
+    down_config_operations: tuple[Callable[..., None], ...] | None = None
+    down_refusal: str = ""
+    reversed_from: str | None = None  # set on a backward hop: the module it undoes
+
+    @property
+    def is_downgrade(self) -> bool:
+        return self.reversed_from is not None
+
+    def reverse(self) -> Hop:
+        """The backward hop (``target`` → ``source``) that undoes this one; the caller checks
+        ``down_operations`` first. Its config steps are ``down_config_operations`` (none when
+        they cannot be undone: ``config_reversible`` says so)."""
+        assert self.down_operations is not None, self.module
+        return Hop(
+            source=self.target,
+            target=self.source,
+            module=self.module,
+            doc=f"{self.target} → {self.source}: undoes {self.summary}",
+            operations=self.down_operations,
+            inputs=(),
+            format=(self.format[1], self.format[0]) if self.format else None,
+            changes=tuple(f"{self.source}'s writer undoes: {change}" for change in self.changes),
+            config_operations=self.down_config_operations or (),
+            down_config_operations=self.down_config_operations,
+            reversed_from=self.module,
+        )
+
+    @property
+    def config_reversible(self) -> bool:
+        """False for a backward hop whose forward config steps cannot be undone."""
+        return not self.is_downgrade or self.down_config_operations is not None
 
     @property
     def summary(self) -> str:
@@ -96,7 +135,15 @@ class Hop:
             format=getattr(module, "FORMAT", None),
             changes=tuple(getattr(module, "CHANGES", ())),
             config_operations=tuple(getattr(module, "CONFIG_OPERATIONS", ())),
+            down_operations=_optional_tuple(module, "DOWN_OPERATIONS"),
+            down_config_operations=_optional_tuple(module, "DOWN_CONFIG_OPERATIONS"),
+            down_refusal=getattr(module, "DOWN_REFUSAL", ""),
         )
+
+
+def _optional_tuple(module: ModuleType, name: str) -> tuple[Any, ...] | None:
+    value = getattr(module, name, None)
+    return None if value is None else tuple(value)
 
 
 def _first_line(text: str | None) -> str:

@@ -135,6 +135,28 @@ class KeyRename:
         new = re.sub(r"\$(\d+)", lambda m: captures[int(m.group(1)) - 1], self.new)
         return prefix + new
 
+    def inverse(self) -> KeyRename:
+        """The rule that undoes this one (for downgrades): ``new`` becomes the pattern, each
+        ``$n`` standing for the n-th capture of ``old``, and ``old`` the target. Every capture
+        must be used exactly once, or the rename loses what the inverse would need."""
+        tokens = _capture_tokens(self.old)
+        refs = [int(n) for n in re.findall(r"\$(\d+)", self.new)]
+        if sorted(refs) != list(range(1, len(tokens) + 1)):
+            raise ValueError(f"{self.old!r} -> {self.new!r}: not invertible")
+        pattern = re.sub(r"\$(\d+)", lambda m: tokens[int(m.group(1)) - 1], self.new)
+        position = {n: i + 1 for i, n in enumerate(refs)}  # capture n of old is $position[n]
+        counter = iter(range(1, len(tokens) + 1))
+        target = re.sub(_CAPTURE, lambda m: f"${position[next(counter)]}", self.old)
+        return KeyRename(pattern, target, self.families, f"undoes: {self.why}")
+
+
+# A capture of the pattern syntax: {a,b} inside a segment, or a whole #, * or ** segment.
+_CAPTURE = re.compile(r"\{[^{}]*\}|(?:(?<=\.)|^)(?:\*\*|\*|#)(?=\.|$)")
+
+
+def _capture_tokens(pattern: str) -> list[str]:
+    return _CAPTURE.findall(pattern)
+
 
 def rename_for(key: str, rules: Iterable[KeyRename]) -> tuple[str, KeyRename] | None:
     """The first rule that renames ``key`` and the new key (first match wins, like Model Zoo)."""

@@ -1,0 +1,199 @@
+"""Downgrades (issue #20): ``upgrade --to`` an older release walks the hops backwards, as Model
+Zoo's bidirectional CS <-> CS converters do, and refuses where information would be lost."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import one_line_error, release_of, run_cli
+
+from ckpt_migrate.cli.commands import verify
+from ckpt_migrate.config.upgrade import upgrade_config_text
+from ckpt_migrate.errors import UsageError
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import DictNode, MemoryData, SeqNode, TensorLeaf, ValueLeaf
+from ckpt_migrate.format.write import write_checkpoint
+from ckpt_migrate.hops import graph
+from ckpt_migrate.models.keys import KeyRename
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT / "fixtures" / "models"
+REAL = ROOT / "fixtures" / "real-cstorch-2.10"
+
+
+def _upgrade(src: Path, to: str, out: Path, *extra: str) -> Path:
+    proc = run_cli("upgrade", src, "--to", to, "--output-dir", out, "-q", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return out / src.name
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "t5"])
+def test_a_model_goes_down_to_every_reversible_release_as_the_upgrade_wrote_it(family, tmp_path):
+    """2.0 -> 2.10 -> back down to 2.5, 2.4, 2.1 and 2.0: each file equals, leaf for leaf and
+    key for key, what upgrading the 2.0 original straight to that release writes (the 2.1 key
+    renames undone on the way to 2.0)."""
+    src = MODELS / f"{family}-2.0" / "checkpoint_100.mdl"
+    newest = _upgrade(src, "2.10", tmp_path / "up")
+    for to in ("2.5", "2.4", "2.1", "2.0"):
+        down = _upgrade(newest, to, tmp_path / f"down-{to}")
+        direct = src if to == "2.0" else _upgrade(src, to, tmp_path / f"direct-{to}")
+        assert release_of(down) == to
+        result = verify(direct, down)
+        assert result["identical"], (to, result["differences"][:5])
+        assert result["tensors_compared"] > 40
+
+
+def test_the_2_1_renames_are_undone_with_the_report_naming_each(tmp_path):
+    src = MODELS / "t5-2.0" / "checkpoint_100.mdl"
+    newest = _upgrade(src, "2.10", tmp_path / "up")
+    proc = run_cli("upgrade", newest, "--to", "2.0", "--output-dir", tmp_path / "d", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["hops"][0] == "2.10→2.9" and result["hops"][-1] == "2.1→2.0"
+    moved = [c for c in result["changes"] if "undoes" in c]
+    assert any(
+        "encoder_embeddings.position_embed_helper.relative_attention_bias.weight → "
+        "model.model.relative_position_encoder.relative_attention_bias.weight" in c
+        for c in moved
+    ), moved
+
+
+@pytest.mark.parametrize("name", ["basic", "tied", "nested", "dtypes"])
+def test_real_2_10_files_go_down_to_format_0_4_with_ties_kept(name, tmp_path):
+    src = REAL / f"{name}.mdl"
+    for to in ("2.4", "2.0"):
+        down = _upgrade(src, to, tmp_path / to)
+        assert release_of(down) == to
+        result = verify(src, down)
+        assert result["identical"], (to, result["differences"][:5])
+    if name == "tied":
+        with read_checkpoint(tmp_path / "2.0" / src.name) as ckpt, read_checkpoint(src) as orig:
+            assert len(ckpt.root.keys()) == len(orig.root.keys())
+
+
+def test_what_format_0_4_cannot_hold_is_refused_before_writing(tmp_path):
+    """An empty key is a leaf name only format 0.5 can store (FORMAT.md): no 0.4 file."""
+    src = REAL / "scalars_misc.mdl"
+    proc = run_cli("upgrade", src, "--to", "2.4", "--output-dir", tmp_path)
+    one_line_error(proc, 2, "empty leaf name", "format 0.4", "2.5 or newer")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dry_run_downgrade_shows_the_backward_hops_and_writes_nothing(tmp_path):
+    proc = run_cli("upgrade", REAL / "basic.mdl", "--to", "2.3", "-n", "-o", tmp_path / "o")
+    assert proc.returncode == 0, proc.stderr
+    assert "2.10 → 2.3" in proc.stdout + proc.stderr
+    assert not (tmp_path / "o" / "basic.mdl").exists()
+
+
+def test_below_2_0_is_refused_naming_the_hop_and_the_oldest_target(tmp_path):
+    proc = run_cli("upgrade", REAL / "basic.mdl", "--to", "1.9", "--output-dir", tmp_path)
+    one_line_error(
+        proc, 2, "cannot downgrade from 2.10 to 1.9", "2.0 → 1.9", "release 2.0 or a later one"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def _tensor(values) -> TensorLeaf:
+    data = np.asarray(values, dtype=np.float32)
+    return TensorLeaf("float32", data.shape, MemoryData(data))
+
+
+def test_2_2_sparsity_state_is_not_taken_down_to_2_1(tmp_path):
+    """2.1 kept masks with optimizer settings 2.2 dropped: refused, exit 2, nothing written."""
+    root = DictNode(
+        [
+            ("model", DictNode([("w", _tensor([1, 2])), ("w_mask", _tensor([1, 0]))])),
+            ("sparsity", DictNode([("step", _tensor(3))])),
+            ("global_step", ValueLeaf(3)),
+        ]
+    )
+    src = tmp_path / "sparse.mdl"
+    write_checkpoint(root, src, "2.2")
+    out = tmp_path / "out"
+    proc = run_cli("upgrade", src, "--to", "2.1", "--output-dir", out)
+    one_line_error(proc, 2, "cannot downgrade to 2.1", "model.w_mask", "2.2 or later")
+    assert not (out / src.name).exists()
+    assert release_of(_upgrade(src, "2.2", tmp_path / "same")) == "2.2"  # current: placed
+
+
+def test_metadata_records_the_older_release(tmp_path):
+    """Model Zoo stamps the target in either direction (``update_ckpt_metadata``)."""
+    entry = DictNode([("version", ValueLeaf("2.10.0")), ("model_name", ValueLeaf("gpt2"))])
+    root = DictNode(
+        [
+            ("model", DictNode([("w", _tensor([1.0]))])),
+            ("__metadata__", SeqNode("list", [entry])),
+        ]
+    )
+    src = tmp_path / "m.mdl"
+    write_checkpoint(root, src, "2.10")
+    down = _upgrade(src, "2.3", tmp_path / "d")
+    with read_checkpoint(down) as ckpt:
+        meta = ckpt.root.get("__metadata__")
+        assert isinstance(meta, SeqNode)
+        versions = [e.get("version").value for e in meta.items]
+    assert versions == ["2.10.0", "2.3.0"]
+
+
+def test_every_reversible_hop_is_reversible_and_the_rest_say_why():
+    g = graph.load()
+    down = {f"{h.target}→{h.source}" for h in g.hops if h.down_operations is not None}
+    assert down == {
+        f"{b}→{a}"
+        for a, b in zip(
+            [r.name for r in releases.RELEASES], [r.name for r in releases.RELEASES][1:]
+        )
+        if releases.get(a).version >= releases.get("2.0").version
+    }
+    assert g.oldest_down(releases.get("2.10")) == "2.0"
+    one_way = [h for h in g.hops if h.down_operations is None and h.source == "1.9"]
+    assert one_way and "dataloader state" in one_way[0].down_refusal
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        KeyRename("{a,b}.x.weight", "$1.x.embed.weight", ("gpt2",), ""),
+        KeyRename("h.#.{q,k}.*", "layers.$1.$3.$2", ("gpt2",), ""),
+        KeyRename("p.**", "q.$1", ("gpt2",), ""),
+    ],
+)
+def test_a_rename_rule_and_its_inverse_are_a_round_trip(rule):
+    inverse = rule.inverse()
+    for key in ("a.x.weight", "model.h.3.k.bias", "p.r.s.t"):
+        new = rule.apply(key)
+        if new is not None:
+            assert inverse.apply(new) == key
+
+
+def test_config_downgrades_where_each_step_can_be_undone():
+    text = (ROOT / "fixtures" / "configs" / "gpt2-2.0.to-2.10.expected.yaml").read_text()
+    res = upgrade_config_text(text, "2.10", "2.3", family="gpt2")
+    down = yaml.safe_load(res.text)
+    up = yaml.safe_load(upgrade_config_text(text, "2.10", "2.10").text)
+    model = down["trainer"]["init"]["model"]
+    assert "name" not in model
+    assert any(c.kind == "removed" and c.key.endswith("model.name") for c in res.report)
+    precision = up["trainer"]["init"]["precision"]
+    assert model.get("mixed_precision") == precision.get("enabled")
+    # every other field is the 2.10 config's, as a 2.3 config
+    rest = {k: v for k, v in model.items() if k not in ("mixed_precision", "fp16_type")}
+    assert rest == {k: v for k, v in up["trainer"]["init"]["model"].items() if k != "name"}
+    with pytest.raises(UsageError, match=r"config from 2\.10 to 2\.2: the 2\.3 → 2\.2"):
+        upgrade_config_text(text, "2.10", "2.2", family="gpt2")
+
+
+def test_upgrade_dir_downgrades_a_directory(tmp_path):
+    src = tmp_path / "run"
+    src.mkdir()
+    shutil.copy(REAL / "basic.mdl", src / "checkpoint_10.mdl")
+    proc = run_cli("upgrade-dir", src, "--to", "2.4", "--output-dir", tmp_path / "o", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert release_of(tmp_path / "o" / "checkpoint_10.mdl") == "2.4"
