@@ -15,6 +15,8 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from ckpt_migrate.cli.commands import verify
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import DictNode
 from ckpt_migrate.format.write import write_checkpoint
@@ -166,6 +168,26 @@ def test_convert_and_convert_config_from_2_0_to_2_10(model, tmp_path, capsys):
     assert (only / "params_to_cs-2.10.yaml").read_text() == (
         out / "params_to_cs-2.10.yaml"
     ).read_text()
+
+    # and down again, as far as the hops can be undone: checkpoint and config to 2.3, the
+    # checkpoint alone to 2.0, where it equals the original leaf for leaf
+    newest, down = out / f"{model.name}_to_cs-2.10.mdl", tmp_path / "down"
+    back = ["--model", model.name, "--src-fmt", "cs-2.10", "--tgt-fmt", "cs-2.3"]
+    config_2_10 = str(out / "params_to_cs-2.10.yaml")
+    assert (
+        cc.main(["convert", str(newest), *back, "--config", config_2_10, "--output-dir", str(down)])
+        == 0
+    )
+    capsys.readouterr()
+    with read_checkpoint(down / f"{model.name}_to_cs-2.10_to_cs-2.3.mdl") as ckpt:
+        assert ckpt.release.name == "2.3"
+        assert [k for k, _ in ckpt.root.get("model").items] == keys
+    assert "name" not in yaml.safe_load((down / "params_to_cs-2.10_to_cs-2.3.yaml").read_text())[
+        "trainer"
+    ]["init"].get("model", {})
+    oldest = UpgradeOptions(target="2.0", output_dir=tmp_path / "2.0", inputs={"model": model.name})
+    assert upgrade(newest, oldest).status == "upgraded"
+    assert verify(src, tmp_path / "2.0" / newest.name)["identical"]
 
 
 @pytest.mark.parametrize(
