@@ -79,11 +79,15 @@ _T5_KEYS = (
 )
 # Mixtral's mixture-of-experts FFN and Gemma 2's post-norms (Release_2.10.0
 # src/cerebras/modelzoo/tools/checkpoint_converters/mixtral.py lines 96-166: ``ffn.gate``,
-# ``ffn.experts.experts.<i>.ffn.<j>.linear_layer[_for_glu]``; gemma2.py: ``norm1_post``,
-# ``norm3_post``).
+# ``ffn.experts.experts.<i>.ffn.<j>.linear_layer[_for_glu]``; the fused layout the converter
+# writes, ``ffn.experts.fused_ffns.<j>.linear_layer[_for_glu].expert_weights``; 2.10's default
+# ("experimental") ``ffn.experts.experts.<i>.<j>.linear_layer[_for_glu]``; gemma2.py:
+# ``norm1_post``, ``norm3_post``).
 _MOE_KEYS = (
     f"transformer_decoder.layers.#.ffn.gate.{_NORM}",
     f"transformer_decoder.layers.#.ffn.experts.experts.#.ffn.#.linear_layer{{,_for_glu}}.{_NORM}",
+    "transformer_decoder.layers.#.ffn.experts.fused_ffns.#.linear_layer{,_for_glu}.expert_weights",
+    f"transformer_decoder.layers.#.ffn.experts.experts.#.#.linear_layer{{,_for_glu}}.{_NORM}",
 )
 _POST_NORM_KEYS = (f"transformer_decoder.layers.#.norm{{1,3}}_post.{_NORM}",)
 _EXTRA_DECODER_KEYS = {"mixtral": _MOE_KEYS, "gemma2": _POST_NORM_KEYS}
