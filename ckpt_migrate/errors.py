@@ -6,7 +6,9 @@ Every message names the file, the problem and, where there is one, the fix. The 
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import Any
 
 # Exit codes, documented in the README.
 EXIT_OK = 0
@@ -102,3 +104,15 @@ class StateMismatchError(CkptError, RuntimeError):
         self.missing_keys = missing or {}
         self.unexpected_keys = unexpected or {}
         super().__init__(path, problem, fix)
+
+
+def require(module: str, extra: str) -> Any:
+    """Import an optional package, or end with the one-line install hint (exit 2)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UsageError(
+            None,
+            f"this needs the optional package {module.split('.')[0]}",
+            f"pip install 'ckpt-migrate[{extra}]'",
+        ) from None

@@ -25,6 +25,8 @@ from ckpt_migrate.errors import UsageError
 from ckpt_migrate.format import outline, releases
 from ckpt_migrate.format.compare import compare_trees
 from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.hf import export as hf_export
+from ckpt_migrate.hf import import_ as hf_import
 from ckpt_migrate.hops import graph
 from ckpt_migrate.model_dir import upgrade_dir as dir_upgrade
 from ckpt_migrate.model_dir.names import DEFAULT_NAME
@@ -75,6 +77,20 @@ def to_torch(
 ) -> dict[str, Any]:
     out = torch_api.to_torch(src, dst, allow_missing=allow_missing, progress=progress)
     return {"source": str(src), "output": str(out)}
+
+
+def export_hf(src: str | Path, output_dir: str | Path, **options: Any) -> dict[str, Any]:
+    """``export-hf``: the options are :func:`ckpt_migrate.hf.export.export`'s."""
+    return _plain(asdict(hf_export.export(src, output_dir, **options)))
+
+
+def import_hf(src: str | Path, dst: str | Path, **options: Any) -> dict[str, Any]:
+    """``import-hf``: the options are :func:`ckpt_migrate.hf.import_.import_hf`'s."""
+    return _plain(asdict(hf_import.import_hf(src, dst, **options)))
+
+
+def _plain(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in data.items()}
 
 
 def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> dict[str, Any]:
@@ -351,9 +367,7 @@ def verify(
     a: str | Path, b: str | Path, *, allclose: bool = False, progress: Progress | None = None
 ) -> dict[str, Any]:
     with read_checkpoint(a) as left, read_checkpoint(b) as right:
-        diffs, compared = compare_trees(
-            left.root, right.root, allclose=allclose, progress=progress
-        )
+        diffs, compared = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
     return {
         "left": str(a),
         "right": str(b),

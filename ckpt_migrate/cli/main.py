@@ -18,7 +18,7 @@ import typer
 
 from ckpt_migrate import cli
 from ckpt_migrate._version import __version__
-from ckpt_migrate.cli import console, render
+from ckpt_migrate.cli import console, hf_verbs, render
 from ckpt_migrate.cli.options import (
     AllowMissingOpt,
     AllowStepMismatchOpt,
@@ -118,6 +118,10 @@ def from_torch_cmd(
     """Write a torch.save file as a Cerebras H5 checkpoint."""
     out = cli.commands.from_torch(src, dst, release)
     render.emit_json(out) if as_json else render.from_torch(out)
+
+
+app.command("export-hf")(hf_verbs.export_hf_cmd)
+app.command("import-hf")(hf_verbs.import_hf_cmd)
 
 
 @app.command("tf-to-h5")

@@ -61,6 +61,20 @@ def from_torch(out: dict[str, Any]) -> None:
     )
 
 
+def hf_result(out: dict[str, Any], quiet: bool = False) -> None:
+    """``export-hf`` / ``import-hf``: what was written, and every tensor left out, and why."""
+    if not quiet:
+        for name, why in out.get("dropped", {}).items():
+            echo(f"  left out {name}: {why}")
+        for warning in out.get("warnings", []):
+            echo(f"  warning: {warning}", err=True)
+    kind = f"release {out['release']}" if "release" in out else f"{out.get('shards', 1)} file(s)"
+    echo(
+        f"{out['source']}: {out['model']} written to {out['output']} ({kind}, "
+        f"{out['tensors']} tensors, {out['bytes']:,} bytes, {out['seconds']:.2f}s)"
+    )
+
+
 def history(data: dict[str, Any]) -> None:
     for rel in data["releases"]:
         echo(f"{rel['name']:>5}  format {rel['format']}  {rel['spec']}; {rel['type_tags']}")

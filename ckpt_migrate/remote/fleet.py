@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ckpt_migrate.engine.upgrade import UpgradeResult
-from ckpt_migrate.errors import EXIT_IO, CkptError
+from ckpt_migrate.errors import EXIT_IO, CkptError, require
 from ckpt_migrate.model_dir.upgrade_dir import DirEntry, DirOptions, upgrade_one
-from ckpt_migrate.remote.s3 import require
 
 Done = Callable[[int, int], None]  # (files done, files in all)
 

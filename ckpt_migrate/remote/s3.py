@@ -8,30 +8,17 @@ checkpoint and walking its metadata fetches the metadata, never the tensor bytes
 
 from __future__ import annotations
 
-import importlib
 import io
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from ckpt_migrate.errors import CkptIOError, UsageError
+from ckpt_migrate.errors import CkptIOError, UsageError, require
 
 SCHEME = "s3://"
 BLOCK = 64 << 10  # the cache's unit: HDF5 metadata reads are small and clustered
 CACHE_BLOCKS = 256
-
-
-def require(module: str, extra: str) -> Any:
-    """Import an optional package, or end with the one-line install hint (exit 2)."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise UsageError(
-            None,
-            f"this needs the optional package {module.split('.')[0]}",
-            f"pip install 'ckpt-migrate[{extra}]'",
-        ) from None
 
 
 def is_url(value: object) -> bool:

@@ -1,0 +1,272 @@
+"""Export a Cerebras checkpoint of any release (1.7 ... 2.10) to a Hugging Face directory.
+
+The checkpoint is read lazily and brought to the newest release *in memory* (``apply_hops``:
+no file is written), its ``model`` state is mapped by the family's plan, and the HF tensors are
+streamed into safetensors shards one at a time, so peak memory stays near the largest tensor
+(two for a fused output: its inputs and the result). The directory is written beside its
+target, every file read back and checked, fsynced, then renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from ckpt_migrate.config import yaml_edit
+from ckpt_migrate.config.context import ConfigContext
+from ckpt_migrate.config.upgrade import read_text, upgrade_config_text
+from ckpt_migrate.engine.plan import make_plan
+from ckpt_migrate.engine.upgrade import UpgradeOptions, apply_hops
+from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, UsageError
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import MissingLeaf, TensorLeaf, iter_leaves
+from ckpt_migrate.hf import safetensors_io as st
+from ckpt_migrate.hf.mapping import MappingError, missing_inputs, unused_inputs
+from ckpt_migrate.hf.pipeline_common import (
+    Progress,
+    atomic_dir,
+    build_one,
+    canonical_name,
+    cast,
+    check_dtype,
+    check_output_dir,
+    family_for,
+    hook,
+    mapping_failed,
+    out_dtype,
+    shapes_of,
+    strip_model_prefix,
+)
+from ckpt_migrate.models.detect import choose_family
+
+
+@dataclass
+class ExportResult:
+    source: Path
+    output: Path
+    model: str
+    from_release: str
+    files: list[str] = field(default_factory=list)
+    tensors: int = 0
+    bytes: int = 0
+    shards: int = 0
+    dropped: dict[str, str] = field(default_factory=dict)  # CS tensor -> why not exported
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["source"], out["output"] = str(self.source), str(self.output)
+        return out
+
+
+def export(
+    checkpoint: str | Path,
+    output_dir: str | Path,
+    *,
+    model: str | None = None,
+    config: str | Path | None = None,
+    shard_size: int | str = st.DEFAULT_SHARD_SIZE,
+    dtype: str | None = None,
+    force: bool = False,
+    drop_unmatched_keys: bool = False,
+    source_release: str | None = None,
+    inputs: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> ExportResult:
+    """Write the HF directory ``output_dir`` (``config.json`` + safetensors) of ``checkpoint``.
+
+    ``model``: a Model Zoo model name (default: detected from the keys). ``config``: the run's
+    ``params.yaml`` (needed for ``config.json``). ``dtype``: cast floating tensors (float32,
+    float16, bfloat16). ``drop_unmatched_keys``: leave out CS model tensors the family's rules
+    do not convert instead of refusing. ``inputs``: extra hop inputs (the dataloader state is
+    dropped: an HF model has none)."""
+    start = time.monotonic()
+    src, out = Path(checkpoint), Path(output_dir)
+    check_dtype(dtype)
+    max_shard = st.parse_size(shard_size)
+    check_output_dir(out, force)
+    if config is None:
+        raise UsageError(
+            src, "config.json needs the run's model config", "pass --config params.yaml"
+        )
+    config_text = read_text(Path(config))
+    with read_checkpoint(src, release=source_release) as ckpt:
+        plan_ = make_plan(ckpt, releases.LATEST.name)
+        opts = UpgradeOptions(
+            target=releases.LATEST.name,
+            allow_missing=True,
+            inputs={"drop_dataloader_state": True, **(inputs or {})},
+        )
+        family = choose_family(ckpt.root, model)
+        ctx = apply_hops(ckpt, plan_, opts, family)
+        name = canonical_name(model or _detected_name(family, src))
+        module = family_for(name)
+        leaves = _model_leaves(ctx.root, src)
+        cs_model = _model_config(config_text, Path(config), plan_.source_release.name, name)
+        result = ExportResult(src, out, name, plan_.source_release.name)
+        result.warnings += ctx.warnings
+        _export(
+            module,
+            name,
+            leaves,
+            cs_model,
+            out,
+            max_shard,
+            dtype,
+            force,
+            drop_unmatched_keys,
+            result,
+            progress,
+        )
+    result.seconds = round(time.monotonic() - start, 3)
+    return result
+
+
+def _detected_name(family: Any, src: Path) -> str:
+    if family.family is None:
+        raise UsageError(
+            src, f"cannot tell the model from its keys ({family.describe()})", "pass --model"
+        )
+    return family.family
+
+
+def _model_leaves(root: Any, src: Path) -> dict[str, TensorLeaf]:
+    """The ``model`` state's tensors by bare CS name (no ``model.`` prefix)."""
+    model = root.get("model") if hasattr(root, "get") else None
+    if model is None:
+        raise UnsupportedContentError(src, "has no model state")
+    refs = {r.name: r.leaf for r in iter_leaves(model)}
+    out = {}
+    for bare, stored in strip_model_prefix(list(refs)).items():
+        leaf = refs[stored]
+        if isinstance(leaf, MissingLeaf):
+            raise MissingLeavesError(src, f"model tensor {stored} has no data")
+        if isinstance(leaf, TensorLeaf):
+            out[bare] = leaf
+    return out
+
+
+def _model_config(text: str, path: Path, from_release: str, name: str) -> dict[str, Any]:
+    """The ``model:`` section of the config brought to the newest release (either layout)."""
+    upgraded = upgrade_config_text(
+        text, from_release, releases.LATEST.name, family=name, source=path
+    )
+    data, _ = yaml_edit.load(upgraded.text, path)
+    sections = ConfigContext(data).model_sections()
+    if len(sections) != 1:
+        raise UsageError(path, f"has {len(sections)} model sections, not one", "pass one run's")
+    return dict(yaml_edit.plain(sections[0][1]))
+
+
+def _export(module, name, leaves, cs_model, out, max_shard, dtype, force, drop, result, progress):
+    src = result.source
+    shapes = {n: tuple(leaf.shape) for n, leaf in leaves.items()}
+    dtypes = {n: leaf.dtype for n, leaf in leaves.items()}
+    try:
+        hf_config = module.config_to_hf(cs_model, name)
+        plan = module.plan_to_hf(shapes, cs_model, name)
+        missing = missing_inputs(plan, shapes)
+        if missing:
+            raise MappingError(f"model tensors the {name} rules need are missing: {missing[:3]}")
+        ties = hook(module, "cs_ties", shapes, cs_model, name)
+        dropped = hook(module, "cs_dropped", shapes, cs_model, name)
+        unused = [n for n in unused_inputs(plan, shapes) if n not in ties and n not in dropped]
+        if unused and not drop:
+            raise UnsupportedContentError(
+                src,
+                f"{len(unused)} model tensor(s) the {name} rules do not convert: "
+                + ", ".join(unused[:4])
+                + (" ..." if len(unused) > 4 else ""),
+                "pass --drop-unmatched-keys (drop_unmatched_keys=True) to leave them out",
+            )
+        dropped.update({n: "not converted (--drop-unmatched-keys)" for n in unused})
+        out_shapes = shapes_of(plan, shapes)
+        entries = []
+        for o in plan:
+            kind = out_dtype(o.inputs, dtypes, "float32")
+            kind = (dtype or kind) if kind in _FLOATS else kind
+            entries.append(st.Entry(o.name, kind, out_shapes[o.name]))
+    except MappingError as exc:
+        raise mapping_failed(src, exc) from None
+    result.dropped = dropped
+    result.warnings += [f"{n} left out: {why}" for n, why in dropped.items()]
+    tie_sources = {v for k, v in ties.items() if leaves[k] is not leaves[v]}
+    digests: dict[str, str] = {}
+    total = sum(e.nbytes for e in entries)
+
+    def read(n: str) -> np.ndarray:
+        array = leaves[n].data.read()
+        if n in tie_sources:
+            digests[n] = _digest(array)
+        return array
+
+    def arrays() -> Iterator[tuple[str, np.ndarray]]:
+        done = 0
+        for o, e in zip(plan, entries):
+            try:
+                array = cast(build_one(o, read), out_dtype(o.inputs, dtypes, "float32"), e.dtype)
+            except MappingError as exc:
+                raise mapping_failed(src, exc) from None
+            yield o.name, array
+            del array  # before the next output is built
+            done += e.nbytes
+            if progress is not None:
+                progress("export", done, total)
+
+    with atomic_dir(out, force=force) as tmp:
+        written = st.write_stream(tmp, entries, arrays(), max_shard)
+        _check_ties(src, ties, leaves, digests)
+        hf_config.setdefault("dtype", _main_dtype(entries))
+        text = json.dumps(hf_config, indent=2, sort_keys=True) + "\n"
+        (tmp / "config.json").write_text(text, encoding="utf-8")
+        st.verify(tmp, entries, written)
+    result.files = sorted([*written.files, "config.json"])
+    result.tensors, result.bytes = len(entries), written.total_size
+    result.shards = sum(f.endswith(".safetensors") for f in written.files)
+
+
+_FLOATS = ("float32", "float16", "bfloat16")
+
+
+def _digest(array: np.ndarray) -> str:
+    return xxhash.xxh3_128_hexdigest(
+        memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    )
+
+
+def _check_ties(
+    src: Path, ties: dict[str, str], leaves: dict[str, TensorLeaf], digests: dict[str, str]
+) -> None:
+    """A CS tensor the family says is a copy of another must be one (one tensor read at a
+    time: the source's hash was taken while it was converted)."""
+    for copy, original in ties.items():
+        a, b = leaves[copy], leaves[original]
+        if a is b:
+            continue
+        same = (a.dtype, a.shape) == (b.dtype, b.shape)
+        if same:
+            expected = digests.get(original) or _digest(b.data.read())
+            same = _digest(a.data.read()) == expected
+        if not same:
+            raise UnsupportedContentError(
+                src,
+                f"model tensor {copy} differs from {original}, which the config says it is "
+                "tied to (share_embedding_weights)",
+                "set share_embedding_weights: false in the config if they are separate",
+            )
+
+
+def _main_dtype(entries: list[st.Entry]) -> str:
+    sizes: dict[str, int] = {}
+    for e in entries:
+        sizes[e.dtype] = sizes.get(e.dtype, 0) + e.nbytes
+    return max(sizes, key=lambda d: sizes[d]) if sizes else "float32"

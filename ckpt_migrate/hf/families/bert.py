@@ -1,0 +1,500 @@
+"""BERT: Cerebras ``BertPretrainModel`` / ``BertForSequenceClassification`` /
+``BertForTokenClassification`` / BERT question answering <-> Hugging Face ``BertForPreTraining`` /
+``BertForSequenceClassification`` / ``BertForTokenClassification`` / ``BertForQuestionAnswering``.
+
+Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``:
+``bert.py`` (encoder rules ``Converter_BertModel_CS16_CS17`` lines 78-298, pretraining heads
+``Converter_BertPretrainModel_CS16_CS17`` lines 538-629, the 2.1 position-embedding rename
+``Converter_BertModel_WithoutOptionalModel_HF_CS21`` lines 1238-1265, config rules
+``ConfigConverter_Bert_HF_CS17`` / ``_CS18`` / ``_CS21`` lines 807-1091 and 1223-1235) and
+``bert_finetune.py`` (the three fine-tuning heads and their config rules, lines 41-55, 213-261,
+351-418, 437-454, 510-541, 568-766). ``registry.py`` lines 174-208 name the models.
+
+``bert-summarization`` is not served: Model Zoo has no HF converter for it (``registry.py``
+lines 197-202 list only CS <-> CS converters). muP: Model Zoo's ``*_HF_CS23`` converters
+(``bert.py`` lines 1302-1378) turn a muP BERT into standard parametrisation on the way to HF;
+not implemented here, a muP config is refused with a MappingError naming the field. Everything
+in this file is a rename: Model Zoo changes no BERT tensor's data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs, rename
+
+NAMES = ("bert", "bert-sequence-classifier", "bert-token-classifier", "bert-qa")
+HF_MODEL_TYPES = ("bert",)
+ARCHITECTURES = {
+    "bert": "BertForPreTraining",
+    "bert-sequence-classifier": "BertForSequenceClassification",
+    "bert-token-classifier": "BertForTokenClassification",
+    "bert-qa": "BertForQuestionAnswering",
+}
+# HF tensors Model Zoo drops on import: the position_ids buffer older transformers saved
+# (bert.py lines 113-118). (The duplicate decoder bias, line 589, is read and dropped by
+# mlm_to_cs.)
+HF_DROPPED = re.compile(r"(?:bert|roberta)\.embeddings\.(?:position_ids|token_type_ids)")
+
+# CS model field <-> HF config field, copied as they are (ConfigConverter_Bert_HF_CS17, bert.py
+# lines 822-930). Model Zoo copies a field only when the source config has it.
+RENAMED = (
+    ("vocab_size", "vocab_size"),
+    ("max_position_embeddings", "max_position_embeddings"),
+    ("share_embedding_weights", "tie_word_embeddings"),
+    ("hidden_size", "hidden_size"),
+    ("num_heads", "num_attention_heads"),
+    ("num_hidden_layers", "num_hidden_layers"),
+    ("filter_size", "intermediate_size"),
+    ("encoder_nonlinearity", "hidden_act"),
+    ("dropout_rate", "hidden_dropout_prob"),
+    ("attention_dropout_rate", "attention_probs_dropout_prob"),
+    ("layer_norm_epsilon", "layer_norm_eps"),
+    ("initializer_range", "initializer_range"),
+)
+# HF defaults Model Zoo fills in before converting (bert.py lines 933-947).
+HF_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 30522,
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512,
+    "layer_norm_eps": 1e-12,
+    "tie_word_embeddings": True,
+}
+# CS defaults Model Zoo fills in (bert.py lines 948-953).
+CS_DEFAULTS: dict[str, Any] = {"share_embedding_weights": True, "encoder_nonlinearity": "gelu"}
+# CS fields with the one value HF BERT can express (assert_factory_fn rules, bert.py lines
+# 900-929), plus BertModelConfig layout fields a HF BERT cannot have (ours: Model Zoo fails on
+# them as unmatched keys).
+CS_REQUIRED: dict[str, Any] = {
+    "attention_type": "scaled_dot_product",
+    "use_projection_bias_in_attention": True,
+    "use_ffn_bias_in_attention": True,
+    "use_ffn_bias": True,
+    "use_ffn_bias_in_mlm": True,
+    "use_output_bias_in_mlm": True,
+    "norm_first": False,
+    "embedding_layer_norm": True,
+    "attention_module": "aiayn_attention",
+}
+# HF fields Model Zoo requires (bert.py lines 884-895).
+HF_REQUIRED: dict[str, Any] = {
+    "type_vocab_size": 2,
+    "is_decoder": False,
+    "add_cross_attention": False,
+}
+# muP: base dimensions switch it on (models/nlp/bert/bert_model.py lines 226-255 and 326-372;
+# Model Zoo's mup.py lines 106-147 rescale such a checkpoint on export, we refuse it). The
+# tunable multipliers act without muP too, so they must be neutral.
+MUP_FIELDS = ("mup_base_hidden_size", "mup_base_filter_size")
+MUP_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "embeddings_scale": (None, 1.0),
+    "attention_logits_alpha": (None, 1.0),
+    "scale_qk_dot_by_d": (None, False),
+}
+
+
+# ----------------------------------------------------------------------------- config helpers
+
+
+def check_name(name: str, names: Sequence[str]) -> None:
+    if name not in names:
+        raise MappingError(f"model name {name!r} is not one of {', '.join(names)}")
+
+
+def refuse_mup(cs_model: Mapping[str, Any]) -> None:
+    """Model Zoo rescales a muP checkpoint to standard parametrisation on export (``bert.py``
+    lines 1302-1319, ``mup.py``); we refuse it instead."""
+    for key in MUP_FIELDS:
+        if cs_model.get(key) is not None:
+            raise MappingError(
+                f"{key}: muP checkpoints are not supported (Model Zoo rescales them)"
+            )
+    for key, neutral in MUP_NEUTRAL.items():
+        if cs_model.get(key) not in neutral:
+            raise MappingError(f"{key}={cs_model[key]!r}: HF BERT has no such multiplier")
+
+
+def expect(config: Mapping[str, Any], required: Mapping[str, Any], side: str) -> None:
+    """A field present in ``config`` must have the one value the other side can express."""
+    for key, value in required.items():
+        if key in config and config[key] != value:
+            raise MappingError(f"{key}={config[key]!r}: only {value!r} converts to {side}")
+
+
+def with_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    return {**defaults, **config}
+
+
+def hf_position_type(cs_model: Mapping[str, Any]) -> str:
+    """CS ``learned`` is HF ``absolute``; nothing else converts (bert.py lines 957-988)."""
+    kind = cs_model.get("position_embedding_type", "learned")
+    if kind != "learned":
+        raise MappingError(f"position_embedding_type={kind!r}: HF BERT has learned positions only")
+    return "absolute"
+
+
+def cs_position_type(hf_config: Mapping[str, Any]) -> str:
+    kind = hf_config.get("position_embedding_type", "absolute")
+    if kind != "absolute":
+        raise MappingError(f"position_embedding_type={kind!r}: CS BERT has no relative positions")
+    return "learned"
+
+
+def check_pooler_and_mlm(cs: Mapping[str, Any]) -> None:
+    """HF's pooler is tanh and its MLM transform uses ``hidden_act``. A CS config without
+    ``pooler_nonlinearity`` pools with ``encoder_nonlinearity`` (bert.py lines 1058-1065),
+    and ``mlm_nonlinearity`` must equal the encoder's (lines 990-1005)."""
+    if "pooler_nonlinearity" in cs:
+        if cs["pooler_nonlinearity"] != "tanh":
+            raise MappingError(f"pooler_nonlinearity={cs['pooler_nonlinearity']!r}: HF uses tanh")
+    elif cs["encoder_nonlinearity"] != "tanh":
+        raise MappingError(
+            "pooler_nonlinearity: absent, so CS pools with encoder_nonlinearity="
+            f"{cs['encoder_nonlinearity']!r}; HF only pools with tanh"
+        )
+    mlm = cs.get("mlm_nonlinearity")
+    if mlm is not None and mlm != cs["encoder_nonlinearity"]:
+        raise MappingError(f"mlm_nonlinearity={mlm!r}: HF uses hidden_act for the MLM transform")
+
+
+def encoder_config_to_hf(cs: Mapping[str, Any]) -> dict[str, Any]:
+    """The encoder fields shared by BERT and RoBERTa (ConfigConverter_Bert_HF_CS17, bert.py
+    lines 814-931): renamed when present, positions ``learned`` -> ``absolute``."""
+    refuse_mup(cs)
+    expect(cs, CS_REQUIRED, "HF")
+    out = {hf: cs[key] for key, hf in RENAMED if key in cs}
+    out["position_embedding_type"] = hf_position_type(cs)
+    return out
+
+
+def encoder_config_to_cs(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """The reverse of :func:`encoder_config_to_hf`, after Model Zoo's HF defaults."""
+    out = {key: hf[name] for key, name in RENAMED if name in hf}
+    out["position_embedding_type"] = cs_position_type(hf)
+    return out
+
+
+def _num_labels(hf: Mapping[str, Any]) -> int:
+    """HF ``num_labels`` is ``len(id2label)``, else 2 (bert_finetune.py lines 240-244)."""
+    if "num_labels" in hf:
+        return int(hf["num_labels"])
+    return len(hf["id2label"]) if hf.get("id2label") else 2
+
+
+def _head_config_to_cs(hf: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The fine-tuning heads' fields (bert_finetune.py lines 213-261, 351-418, 510-541)."""
+    dropout = hf.get("classifier_dropout")
+    if dropout is None:
+        dropout = hf["hidden_dropout_prob"]
+    if name == "bert-sequence-classifier":
+        labels = _num_labels(hf)
+        problem = hf.get("problem_type")
+        if problem is None:
+            if labels != 1:
+                raise MappingError(
+                    "problem_type: absent and num_labels != 1; Model Zoo cannot infer single- "
+                    "or multi-label classification, set problem_type in config.json"
+                )
+            problem = "regression"
+        return {"task_dropout": dropout, "num_labels": labels, "problem_type": problem}
+    if name == "bert-token-classifier":
+        return {
+            "encoder_output_dropout_rate": dropout,
+            "num_classes": _num_labels(hf),
+            "loss_weight": 1.0,
+            "include_padding_in_loss": False,
+        }
+    if name == "bert-qa" and _num_labels(hf) != 2:
+        raise MappingError(f"num_labels={_num_labels(hf)}: BERT QA has exactly 2 (start, end)")
+    return {}
+
+
+def _head_config_to_hf(cs: Mapping[str, Any], name: str) -> dict[str, Any]:
+    if name == "bert-sequence-classifier":
+        out = {"num_labels": cs.get("num_labels", 2)}
+        if "task_dropout" in cs:
+            out["classifier_dropout"] = cs["task_dropout"]
+        if "problem_type" in cs:
+            out["problem_type"] = cs["problem_type"]
+        return out
+    if name == "bert-token-classifier":
+        out = {"num_labels": cs.get("num_classes", 2)}
+        if "encoder_output_dropout_rate" in cs:
+            out["classifier_dropout"] = cs["encoder_output_dropout_rate"]
+        return out
+    if name == "bert-qa":
+        return {"num_labels": 2}
+    return {}
+
+
+def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Model Zoo: ConfigConverter_Bert_HF_CS21 (bert.py lines 1223-1235) and the fine-tuning
+    ConfigConverter_*_HF_CS21 (bert_finetune.py lines 568-722), CS -> HF direction."""
+    check_name(name, NAMES)
+    cs = with_defaults(cs_model, CS_DEFAULTS)
+    check_pooler_and_mlm(cs)
+    if cs.get("disable_nsp", False):
+        raise MappingError("disable_nsp=True: HF BERT models keep the NSP segment embeddings")
+    if cs.get("num_segments") not in (None, 2):  # None: 2 with NSP (bert_model.py line 206)
+        raise MappingError(f"num_segments={cs['num_segments']!r}: HF BERT has type_vocab_size=2")
+    out = {"architectures": [ARCHITECTURES[name]], "model_type": "bert"}
+    out.update(encoder_config_to_hf(cs))
+    out.update(_head_config_to_hf(cs, name))
+    return out
+
+
+def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Model Zoo: the same converters, HF -> CS direction; the CS side gets
+    ``pooler_nonlinearity: tanh`` and ``mlm_nonlinearity`` = ``hidden_act`` (bert.py lines
+    1077-1082), BERT pretraining also ``freeze_ffn_bias_in_glu: False`` (line 1228)."""
+    check_name(name, NAMES)
+    if hf_config.get("model_type", "bert") != "bert":
+        raise MappingError(f"model_type={hf_config['model_type']!r}: expected 'bert'")
+    hf = with_defaults(hf_config, HF_DEFAULTS)
+    expect(hf, HF_REQUIRED, "CS")
+    out = encoder_config_to_cs(hf)
+    out.update(_head_config_to_cs(hf, name))
+    out["pooler_nonlinearity"] = "tanh"
+    out["mlm_nonlinearity"] = out["encoder_nonlinearity"]
+    if name == "bert":
+        out["freeze_ffn_bias_in_glu"] = False
+    return out
+
+
+# ----------------------------------------------------------------------------- tensor helpers
+
+Pair = tuple[str, str]  # (CS name, HF name)
+
+
+def _linear(cs: str, hf: str) -> list[Pair]:
+    return [(f"{cs}.weight", f"{hf}.weight"), (f"{cs}.bias", f"{hf}.bias")]
+
+
+def encoder_pairs(cs_p: str, hf_p: str, layers: int, segments: bool, pooler: bool) -> list[Pair]:
+    """The encoder's renames (Converter_BertModel_CS16_CS17, bert.py lines 82-242; 2.1 spelling
+    ``position_embeddings.embed.weight``, lines 1241-1254). No word embeddings: ties decide."""
+    e = f"{cs_p}embedding_layer."
+    pairs = [
+        (f"{e}position_embeddings.embed.weight", f"{hf_p}embeddings.position_embeddings.weight")
+    ]
+    if segments:
+        pairs.append(
+            (f"{e}segment_embeddings.weight", f"{hf_p}embeddings.token_type_embeddings.weight")
+        )
+    pairs += _linear(f"{cs_p}embed_ln_f", f"{hf_p}embeddings.LayerNorm")
+    for i in range(layers):
+        c, h = f"{cs_p}transformer_encoder.layers.{i}.", f"{hf_p}encoder.layer.{i}."
+        pairs += _linear(f"{c}self_attn.proj_q_dense_layer", f"{h}attention.self.query")
+        pairs += _linear(f"{c}self_attn.proj_k_dense_layer", f"{h}attention.self.key")
+        pairs += _linear(f"{c}self_attn.proj_v_dense_layer", f"{h}attention.self.value")
+        pairs += _linear(f"{c}self_attn.proj_output_dense_layer", f"{h}attention.output.dense")
+        pairs += _linear(f"{c}norm1", f"{h}attention.output.LayerNorm")
+        pairs += _linear(f"{c}ffn.ffn.0.linear_layer", f"{h}intermediate.dense")
+        pairs += _linear(f"{c}ffn.ffn.1.linear_layer", f"{h}output.dense")
+        pairs += _linear(f"{c}norm2", f"{h}output.LayerNorm")
+    if pooler:
+        pairs += _linear(f"{cs_p}pooler.pooler.ffn.0.linear_layer", f"{hf_p}pooler.dense")
+    return pairs
+
+
+def bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same dtype, shape and bits (NaNs, e.g. pruned weights of a sparse CS run, compare equal)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.itemsize in (1, 2, 4, 8):
+        bits = np.dtype(f"u{a.dtype.itemsize}")
+        return bool(np.array_equal(a.view(bits), b.view(bits)))
+    return a.tobytes() == b.tobytes()
+
+
+def tied_copies(names: Sequence[str]) -> Callable[..., np.ndarray]:
+    """Build for tied tensors: the first, after checking every other copy is identical."""
+
+    def build(*xs: np.ndarray) -> np.ndarray:
+        for other, x in zip(names[1:], xs[1:]):
+            if not bitwise_equal(x, xs[0]):
+                raise MappingError(f"{other} should be tied to {names[0]} but differs from it")
+        return xs[0]
+
+    return build
+
+
+def first_of(*shapes: Shape) -> Shape:
+    return shapes[0]
+
+
+def tied(dst: str, srcs: Sequence[str]) -> Out:
+    """``dst`` from ``srcs[0]``, reading the tied copies ``srcs[1:]`` to check they agree."""
+    if len(srcs) == 1:
+        return rename(srcs[0], dst)
+    return Out(dst, tuple(srcs), tied_copies(srcs), infer=first_of, note="tied copies checked")
+
+
+def first_ignoring_rest(dst: str, srcs: Sequence[str], note: str) -> Out:
+    """``dst`` from ``srcs[0]``; ``srcs[1:]`` are read and dropped as Model Zoo drops them."""
+    return Out(dst, tuple(srcs), lambda x, *_: x, infer=first_of, note=note)
+
+
+def present(names: Sequence[str], available: Mapping[str, Shape]) -> list[str]:
+    return [n for n in names if n in available]
+
+
+def finish(plan: list[Out], source: Mapping[str, Shape], side: str) -> list[Out]:
+    """Every input the plan names must exist. Source tensors no rule reads are left for
+    ``mapping.unused_inputs`` to report (the pipeline refuses them unless told to drop them);
+    the ones Model Zoo itself drops are listed by the ``hf_dropped`` hook."""
+    missing = missing_inputs(plan, source)
+    if missing:
+        raise MappingError(f"{side} tensor {missing[0]} is missing ({len(missing)} missing)")
+    return plan
+
+
+def dropped_by(pattern: re.Pattern[str], names: Mapping[str, Shape], why: str) -> dict[str, str]:
+    return {n: why for n in names if pattern.fullmatch(n)}
+
+
+def hf_source(hf: Mapping[str, Shape], name: str) -> str:
+    """The HF tensor to read for ``name``: old HF BERT files call LayerNorm parameters ``gamma``
+    and ``beta`` (Converter_BertLayerNorm_HF_CS, bert.py lines 39-66)."""
+    if name in hf or not re.search(r"(?:LayerNorm|layer_norm)\.(?:weight|bias)$", name):
+        return name
+    stem, _, leaf = name.rpartition(".")
+    old = f"{stem}.{'gamma' if leaf == 'weight' else 'beta'}"
+    return old if old in hf else name
+
+
+def layers_of(config: Mapping[str, Any], key: str, default: int) -> int:
+    value = config.get(key, default)
+    if not isinstance(value, int) or value < 0:
+        raise MappingError(f"{key}={value!r}: expected a layer count")
+    return value
+
+
+# ----------------------------------------------------------------------------- BERT plans
+
+_CS_WORD = "embedding_layer.word_embeddings.weight"
+_CS_MLM = "bert_mlm_head.classifier.ffn.0.linear_layer"
+
+
+def _prefixes(name: str) -> tuple[str, str]:
+    """BertPretrainModel names its encoder ``bert_encoder``, the fine-tuning models ``bert``
+    (bert.py line 544, bert_finetune.py line 47)."""
+    return ("bert_encoder." if name == "bert" else "bert."), "bert."
+
+
+def _body_pairs(name: str, layers: int) -> list[Pair]:
+    """Encoder plus the heads other than the MLM decoder (bert.py lines 549-599, bert_finetune.py
+    lines 51-54 and 447-453). HF token classification and QA have no pooler."""
+    cs_p, hf_p = _prefixes(name)
+    pooler = name in ("bert", "bert-sequence-classifier")
+    pairs = encoder_pairs(cs_p, hf_p, layers, segments=True, pooler=pooler)
+    if name == "bert":
+        t = "bert_mlm_head.mlm_transform."
+        pairs += _linear(f"{t}ffn.ffn.0.linear_layer", "cls.predictions.transform.dense")
+        pairs += _linear(f"{t}ln", "cls.predictions.transform.LayerNorm")
+        pairs += _linear("bert_cls_head.classifier.ffn.0.linear_layer", "cls.seq_relationship")
+    elif name == "bert-qa":
+        pairs += _linear("classifier", "qa_outputs")
+    else:
+        pairs += _linear("classifier", "classifier")
+    return pairs
+
+
+def mlm_to_hf(
+    cs: Mapping[str, Shape],
+    share: bool,
+    cs_word: str,
+    hf_word: str,
+    hf_head: str,
+) -> list[Out]:
+    """Word embeddings and the MLM decoder, CS -> HF.
+
+    Tied (``share_embedding_weights``): CS 2.x keeps both the word embeddings and the decoder
+    weight (Converter_Bert_CS18_CS20, bert.py lines 1094-1123); HF saves only the embeddings and
+    ``<head>.bias`` (``save_pretrained`` drops the tied decoder weight and bias), so the decoder
+    weight is read to check it is a copy. Untied: both weights are renamed and the decoder bias is
+    written twice, as ``decoder.bias`` and ``bias`` (bert.py lines 602-629)."""
+    w, b = f"{_CS_MLM}.weight", f"{_CS_MLM}.bias"
+    if share:
+        return [tied(hf_word, [cs_word, *present([w], cs)]), rename(b, f"{hf_head}.bias")]
+    return [
+        rename(cs_word, hf_word),
+        rename(w, f"{hf_head}.decoder.weight"),
+        rename(b, f"{hf_head}.decoder.bias"),
+        rename(b, f"{hf_head}.bias"),
+    ]
+
+
+def mlm_to_cs(
+    hf: Mapping[str, Shape], tie: bool, cs_word: str, hf_word: str, hf_head: str
+) -> list[Out]:
+    """Word embeddings and the MLM decoder, HF -> CS: both CS names are written when tied, as
+    Model Zoo does (bert.py lines 716-739). The decoder bias comes from ``decoder.bias`` when the
+    file has it (``<head>.bias`` is then read and dropped, bert.py line 589), else from
+    ``<head>.bias`` (transformers 5 saves only that one when tied)."""
+    dec_w, dec_b, bias = f"{hf_head}.decoder.weight", f"{hf_head}.decoder.bias", f"{hf_head}.bias"
+    if dec_w in hf:
+        word = tied(cs_word, [hf_word, dec_w]) if tie else rename(hf_word, cs_word)
+        head = rename(dec_w, f"{_CS_MLM}.weight")
+    elif tie:
+        word, head = rename(hf_word, cs_word), rename(hf_word, f"{_CS_MLM}.weight")
+    else:
+        raise MappingError(f"{dec_w} is missing and tie_word_embeddings is false")
+    if dec_b in hf:
+        bias_out = first_ignoring_rest(f"{_CS_MLM}.bias", [dec_b, *present([bias], hf)], "renamed")
+    else:
+        bias_out = rename(bias, f"{_CS_MLM}.bias")
+    return [word, head, bias_out]
+
+
+def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
+    """Model Zoo: Converter_BertPretrainModel_HF_CS21 and Converter_BertFor*_HF_CS21 (bert.py
+    lines 1268-1299, bert_finetune.py lines 591-766), CS -> HF: renames only."""
+    check_name(name, NAMES)
+    layers = layers_of(cs_model, "num_hidden_layers", 12)
+    plan = [rename(c, h) for c, h in _body_pairs(name, layers)]
+    cs_p, hf_p = _prefixes(name)
+    if name == "bert":
+        share = cs_model.get("share_embedding_weights", True)
+        plan += mlm_to_hf(
+            cs,
+            share,
+            f"{cs_p}{_CS_WORD}",
+            f"{hf_p}embeddings.word_embeddings.weight",
+            "cls.predictions",
+        )
+    else:
+        plan.append(rename(f"{cs_p}{_CS_WORD}", f"{hf_p}embeddings.word_embeddings.weight"))
+    return finish(plan, cs, "CS")
+
+
+def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
+    """The same converters, HF -> CS. HF's ``position_ids`` buffer, when an old file has it, is
+    dropped (``HF_DROPPED``; bert.py lines 113-118); ``gamma``/``beta`` are read as LayerNorm
+    ``weight``/``bias`` (:func:`hf_source`)."""
+    check_name(name, NAMES)
+    layers = layers_of(hf_config, "num_hidden_layers", 12)
+    plan = [rename(hf_source(hf, h), c) for c, h in _body_pairs(name, layers)]
+    cs_p, hf_p = _prefixes(name)
+    hf_word = f"{hf_p}embeddings.word_embeddings.weight"
+    if name == "bert":
+        tie = hf_config.get("tie_word_embeddings", True)
+        plan += mlm_to_cs(hf, tie, f"{cs_p}{_CS_WORD}", hf_word, "cls.predictions")
+    else:
+        plan.append(rename(hf_word, f"{cs_p}{_CS_WORD}"))
+    return finish(plan, hf, "HF")
+
+
+def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
+    """Pipeline hook: HF tensors Model Zoo drops on import (bert.py lines 113-118)."""
+    return dropped_by(HF_DROPPED, hf, "HF buffer, regenerated by transformers (Model Zoo drops it)")

@@ -1,0 +1,194 @@
+"""RoBERTa: Cerebras ``BertPretrainModel`` configured as RoBERTa (no NSP, padding-aware
+positions) <-> Hugging Face ``RobertaForMaskedLM``.
+
+Model Zoo, tag Release_2.10.0: ``src/cerebras/modelzoo/tools/checkpoint_converters/roberta.py``
+(``Converter_RobertaPretrainModel_HF_CS`` lines 39-128, its ``post_model_convert`` lines
+164-200, ``ConfigConverter_Roberta_HF_CS18`` lines 203-337 and the 2.1 converters lines
+346-434), built on the BERT encoder rules of ``bert.py`` (see :mod:`.bert`, whose helpers this
+module reuses). ``registry.py`` lines 294-297 name the model ``roberta``.
+
+Positions: HF counts position embeddings from ``padding_idx + 1`` and calls the table size
+``max_position_embeddings`` (MSL + pad + 1); CS calls the MSL ``max_position_embeddings`` and,
+with ``mask_padding_in_positional_embed``, sizes its table MSL + ``pad_token_id`` + 1
+(``layers/LearnedPositionEmbeddingLayer.py`` lines 33-37, ``models/nlp/bert/bert_model.py``
+lines 446-453). The tables are the same tensor; only the config number moves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ckpt_migrate.hf.families.bert import (
+    CS_DEFAULTS,
+    HF_DEFAULTS,
+    Pair,
+    check_name,
+    check_pooler_and_mlm,
+    dropped_by,
+    encoder_config_to_cs,
+    encoder_config_to_hf,
+    encoder_pairs,
+    expect,
+    finish,
+    hf_source,
+    layers_of,
+    mlm_to_cs,
+    mlm_to_hf,
+    with_defaults,
+)
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+
+NAMES = ("roberta",)
+HF_MODEL_TYPES = ("roberta",)
+ARCHITECTURES = {"roberta": "RobertaForMaskedLM"}
+# Model Zoo drops a pooler some open checkpoints carry (roberta.py lines 373-380) and HF's
+# position_ids buffer (bert.py lines 113-118).
+HF_DROPPED = re.compile(
+    r"roberta\.pooler\.dense\.(?:weight|bias)|roberta\.embeddings\.(?:position_ids|token_type_ids)"
+)
+
+# Defaults Model Zoo fills in before converting (roberta.py lines 240-255).
+_HF_DEFAULTS = {
+    **HF_DEFAULTS,
+    "vocab_size": 50265,
+    "position_embedding_type": "absolute",
+    "type_vocab_size": 2,
+    "pad_token_id": 1,
+}
+_CS_DEFAULTS = {
+    **CS_DEFAULTS,
+    "disable_nsp": False,
+    "pad_token_id": 0,
+    "mask_padding_in_positional_embed": False,
+}
+# The one value HF RoBERTa can express (roberta.py lines 225-236).
+_CS_REQUIRED = {"disable_nsp": True, "mask_padding_in_positional_embed": True}
+_HF_REQUIRED = {"is_decoder": False, "add_cross_attention": False}
+
+_CS_P, _HF_P = "bert_encoder.", "roberta."
+_CS_WORD = f"{_CS_P}embedding_layer.word_embeddings.weight"
+_HF_WORD = f"{_HF_P}embeddings.word_embeddings.weight"
+_HF_SEGMENTS = f"{_HF_P}embeddings.token_type_embeddings.weight"
+_CS_POSITIONS = f"{_CS_P}embedding_layer.position_embeddings.embed.weight"
+_CS_MLM_BIAS = "bert_mlm_head.classifier.ffn.0.linear_layer.bias"
+
+
+def _num_segments(cs: Mapping[str, Any]) -> int:
+    """CS ``num_segments`` defaults to 0 without NSP, else 2 (roberta.py lines 312-314)."""
+    value = cs.get("num_segments")
+    if value is None:
+        value = 0 if cs.get("disable_nsp") else 2
+    return int(value)
+
+
+def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Model Zoo: ConfigConverter_Roberta_HF_CS21 (roberta.py lines 346-364), CS -> HF.
+
+    ``max_position_embeddings`` grows by ``pad_token_id + 1`` (lines 282-302); CS without
+    segment embeddings (``num_segments`` 0) becomes ``type_vocab_size`` 1 (lines 265-280)."""
+    check_name(name, NAMES)
+    cs = with_defaults(cs_model, _CS_DEFAULTS)
+    expect(cs, _CS_REQUIRED, "HF")
+    if cs.get("mlm_nonlinearity", "gelu") != "gelu":
+        raise MappingError(f"mlm_nonlinearity={cs['mlm_nonlinearity']!r}: HF RoBERTa uses gelu")
+    check_pooler_and_mlm({**cs, "mlm_nonlinearity": None})
+    if "max_position_embeddings" not in cs:
+        raise MappingError("max_position_embeddings: required to size HF's position table")
+    out: dict[str, Any] = {"architectures": [ARCHITECTURES[name]], "model_type": "roberta"}
+    out.update(encoder_config_to_hf(cs))
+    out["max_position_embeddings"] = cs["max_position_embeddings"] + cs["pad_token_id"] + 1
+    out["pad_token_id"] = cs["pad_token_id"]
+    out["type_vocab_size"] = _num_segments(cs) or 1
+    return out
+
+
+def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Model Zoo: the same converter, HF -> CS; the CS side gets ``disable_nsp``,
+    ``mask_padding_in_positional_embed``, ``mlm_nonlinearity: gelu`` and ``pooler_nonlinearity:
+    tanh`` (roberta.py lines 257-263 and 318-337, bert.py lines 1077-1082)."""
+    check_name(name, NAMES)
+    if hf_config.get("model_type", "roberta") != "roberta":
+        raise MappingError(f"model_type={hf_config['model_type']!r}: expected 'roberta'")
+    hf = with_defaults(hf_config, _HF_DEFAULTS)
+    expect(hf, _HF_REQUIRED, "CS")
+    out = encoder_config_to_cs(hf)
+    out["max_position_embeddings"] = hf["max_position_embeddings"] - hf["pad_token_id"] - 1
+    out["num_segments"] = hf["type_vocab_size"]
+    out["pad_token_id"] = hf["pad_token_id"]
+    out["disable_nsp"] = True
+    out["mask_padding_in_positional_embed"] = True
+    out["mlm_nonlinearity"] = "gelu"
+    out["pooler_nonlinearity"] = "tanh"
+    return out
+
+
+def _body_pairs(layers: int, segments: bool) -> list[Pair]:
+    """Encoder (no pooler: RobertaForMaskedLM has none) and the MLM transform: ``lm_head.dense``
+    and ``lm_head.layer_norm`` (roberta.py lines 50-69)."""
+    t = "bert_mlm_head.mlm_transform."
+    pairs = encoder_pairs(_CS_P, _HF_P, layers, segments=segments, pooler=False)
+    pairs += [(f"{t}ffn.ffn.0.linear_layer.{p}", f"lm_head.dense.{p}") for p in ("weight", "bias")]
+    pairs += [(f"{t}ln.{p}", f"lm_head.layer_norm.{p}") for p in ("weight", "bias")]
+    return pairs
+
+
+def _zero_segments(positions: np.ndarray) -> np.ndarray:
+    return np.zeros((1, positions.shape[1]), dtype=positions.dtype)
+
+
+def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
+    """Model Zoo: Converter_RobertaPretrainModel_HF_CS21 (roberta.py lines 413-434), CS -> HF.
+
+    Without CS segment embeddings, HF gets a zero ``token_type_embeddings`` of one row
+    (lines 173-181; its dtype is the position table's, which the plan reads for it)."""
+    check_name(name, NAMES)
+    cfg = with_defaults(cs_model, _CS_DEFAULTS)
+    segments = _num_segments(cfg) > 0
+    plan = [rename(c, h) for c, h in _body_pairs(layers_of(cfg, "num_hidden_layers", 12), segments)]
+    if not segments:
+        plan.append(
+            Out(
+                _HF_SEGMENTS,
+                (_CS_POSITIONS,),
+                _zero_segments,
+                infer=lambda s: (1, s[1]),
+                note="zeros: CS has no segment embeddings",
+            )
+        )
+    plan += mlm_to_hf(cs, cfg["share_embedding_weights"], _CS_WORD, _HF_WORD, "lm_head")
+    return finish(plan, cs, "CS")
+
+
+def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
+    """The same converter, HF -> CS. A file without any MLM decoder bias gets a zero one of
+    ``vocab_size`` (roberta.py lines 183-192)."""
+    check_name(name, NAMES)
+    cfg = with_defaults(hf_config, _HF_DEFAULTS)
+    pairs = _body_pairs(layers_of(cfg, "num_hidden_layers", 12), True)
+    plan = [rename(hf_source(hf, h), c) for c, h in pairs]
+    tie = cfg["tie_word_embeddings"]
+    if "lm_head.decoder.bias" in hf or "lm_head.bias" in hf:
+        plan += mlm_to_cs(hf, tie, _CS_WORD, _HF_WORD, "lm_head")
+    else:
+        plan += mlm_to_cs({**hf, "lm_head.bias": (0,)}, tie, _CS_WORD, _HF_WORD, "lm_head")[:2]
+        vocab = int(cfg["vocab_size"])
+        plan.append(
+            Out(
+                _CS_MLM_BIAS,
+                ("lm_head.dense.bias",),
+                lambda b: np.zeros((vocab,), dtype=b.dtype),
+                shape=(vocab,),
+                note="zeros: the HF file has no MLM decoder bias",
+            )
+        )
+    return finish(plan, hf, "HF")
+
+
+def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
+    """Pipeline hook: the pooler some RoBERTa files carry and HF's buffers, which Model Zoo drops
+    (roberta.py lines 373-380, bert.py lines 113-118)."""
+    return dropped_by(HF_DROPPED, hf, "no CS RoBERTa counterpart (Model Zoo drops it)")

@@ -1,0 +1,334 @@
+"""T5 (and the models Model Zoo converts with the T5 rules: ``transformer``, ``ul2``,
+``flan-ul2``): Cerebras ``T5ForConditionalGeneration`` <-> Hugging Face
+``T5ForConditionalGeneration``.
+
+Model Zoo, tag Release_2.10.0: ``src/cerebras/modelzoo/tools/checkpoint_converters/t5.py``
+(layer rules ``Converter_T5_CS16_CS17`` lines 40-380, HF specifics ``Converter_T5_HF_CS17``
+lines 612-697, tying ``Converter_T5_CS18_CS20`` lines 1064-1178, the 2.1 relative-bias rename
+``Converter_T5_CS20_CS21`` lines 1248-1302 and ``Converter_T5_WithoutOptionalModel_HF_CS21``
+lines 1341-1408, config rules ``ConfigConverter_T5_HF_CS17`` / ``_CS18`` / ``_CS20`` lines
+813-1057 and 1223-1235). ``registry.py`` lines 307-321 map ``ul2``, ``flan-ul2`` and
+``transformer`` to the T5 converters.
+
+Every tensor is renamed; Model Zoo changes no data. In particular the tied lm_head is not
+rescaled: both CS (``models/nlp/t5/t5_model.py`` lines 1038-1041) and HF multiply the decoder
+output by ``d_model**-0.5`` when the embeddings are shared, and neither does when not.
+
+``transformer`` converts only when its config is T5's (relative positions, RMSNorm, no biases):
+Model Zoo asserts that (lines 879-920, 1226-1235) and HF T5 has no sinusoidal or learned
+absolute positions; other configs are refused naming the field.
+
+muP: Model Zoo's ``*_HF_CS23`` converters (lines 1433-1494, ``mup.py`` lines 149-191 and
+586-700) rescale a muP T5 to standard parametrisation on export. Not implemented: refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ckpt_migrate.hf.families.bert import (
+    check_name,
+    dropped_by,
+    expect,
+    finish,
+    layers_of,
+    present,
+    tied,
+    with_defaults,
+)
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+
+NAMES = ("t5", "transformer", "ul2", "flan-ul2")
+HF_MODEL_TYPES = ("t5",)
+# One entry: the pipeline imports a T5ForConditionalGeneration as ``t5`` (the others export alike).
+ARCHITECTURES = {"t5": "T5ForConditionalGeneration"}
+# Model Zoo drops the cross-attention relative bias some old HF files carry (t5.py lines 637-644)
+# and any self-attention one past block 0 (only block 0's is converted, lines 1345-1381).
+HF_DROPPED = re.compile(
+    r"decoder\.block\.\d+\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight"
+    r"|(?:encoder|decoder)\.block\.(?!0\.)\d+\.layer\.0\.SelfAttention\.relative_attention_bias\.weight"
+)
+
+# HF defaults Model Zoo fills in before converting (t5.py lines 923-939).
+HF_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 32128,
+    "d_model": 512,
+    "d_kv": 64,
+    "d_ff": 2048,
+    "num_layers": 6,
+    "num_heads": 8,
+    "relative_attention_num_buckets": 32,
+    "relative_attention_max_distance": 128,
+    "dropout_rate": 0.1,
+    "layer_norm_epsilon": 1e-6,
+    "feed_forward_proj": "relu",
+    "tie_word_embeddings": True,
+}
+# CS defaults Model Zoo fills in (t5.py lines 941-956, 1055-1057, 1233-1234).
+CS_DEFAULTS: dict[str, Any] = {
+    "use_projection_bias_in_attention": False,
+    "relative_attention_num_buckets": 32,
+    "share_embedding_weights": True,
+    "layer_norm_epsilon": 1.0e-5,
+    "position_embedding_type": "relative",
+    "use_dropout_outside_residual_path": True,
+    "share_encoder_decoder_embedding": True,
+    "use_pre_encoder_decoder_dropout": False,
+    "use_pre_encoder_decoder_layer_norm": True,
+    "use_ffn_bias": False,
+    "use_transformer_initialization": False,
+    "norm_type": "rmsnorm",
+}
+# The one value HF T5 can express (assert_factory_fn rules, t5.py lines 842-920, 1047-1052,
+# 1226-1231), plus T5ForConditionalGenerationModelConfig fields HF T5 has no weights for (ours).
+CS_REQUIRED: dict[str, Any] = {
+    "use_projection_bias_in_attention": False,
+    "position_embedding_type": "relative",
+    "use_dropout_outside_residual_path": True,
+    "share_encoder_decoder_embedding": True,
+    "use_pre_encoder_decoder_dropout": False,
+    "use_pre_encoder_decoder_layer_norm": True,
+    "use_ffn_bias": False,
+    "use_transformer_initialization": False,
+    "norm_type": "rmsnorm",
+    "tie_encoder_decoder": False,
+    "attention_module": "aiayn_attention",
+}
+HF_REQUIRED: dict[str, Any] = {"is_encoder_decoder": True, "relative_attention_max_distance": 128}
+# (CS field, HF field) copied as they are (t5.py lines 822-870).
+RENAMED = (
+    ("src_vocab_size", "vocab_size"),
+    ("d_model", "d_model"),
+    ("d_kv", "d_kv"),
+    ("d_ff", "d_ff"),
+    ("encoder_num_hidden_layers", "num_layers"),
+    ("decoder_num_hidden_layers", "num_decoder_layers"),
+    ("num_heads", "num_heads"),
+    ("relative_attention_num_buckets", "relative_attention_num_buckets"),
+    ("dropout_rate", "dropout_rate"),
+    ("layer_norm_epsilon", "layer_norm_epsilon"),
+)
+# muP: base dimensions switch it on (models/nlp/t5/t5_model.py lines 205-257 and 291-321; Model
+# Zoo's mup.py lines 149-191 and 586-700 rescale such a checkpoint on export, we refuse it). The
+# multipliers below act without muP too (lines 522, 711-712, 759-760, 840), so they must be
+# neutral.
+MUP_FIELDS = ("mup_base_d_model", "mup_base_d_ff", "mup_base_d_kv")
+MUP_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "embeddings_alpha": (None, 1.0),
+    "encoder_attention_logits_alpha": (None, 1.0),
+    "decoder_attention_logits_alpha": (None, 1.0),
+}
+# Gated activations (t5.py lines 966-993); the others keep their name.
+_GATED_TO_CS = {"gated-silu": "swiglu", "gated-relu": "reglu", "gated-gelu": "geglu"}
+_GATED_TO_HF = {cs: hf for hf, cs in _GATED_TO_CS.items()}
+_PLAIN = ("relu", "gelu")
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def _nonlinearity_to_hf(cs: Mapping[str, Any]) -> str:
+    """``encoder_nonlinearity`` -> ``feed_forward_proj``; the decoder's must be the same
+    (t5.py lines 966-1008)."""
+    act = cs.get("encoder_nonlinearity", "relu")
+    dec = cs.get("decoder_nonlinearity")
+    if dec is not None and dec != act:
+        raise MappingError(f"decoder_nonlinearity={dec!r}: HF T5 uses encoder_nonlinearity={act!r}")
+    if act in _GATED_TO_HF:
+        return _GATED_TO_HF[act]
+    if act in _PLAIN:
+        return act
+    raise MappingError(f"encoder_nonlinearity={act!r}: no HF T5 feed_forward_proj for it")
+
+
+def _nonlinearity_to_cs(hf: Mapping[str, Any]) -> str:
+    proj = hf["feed_forward_proj"]
+    if proj in _GATED_TO_CS:
+        return _GATED_TO_CS[proj]
+    if proj in _PLAIN:
+        return proj
+    raise MappingError(f"feed_forward_proj={proj!r}: CS T5 supports relu, gelu and gated variants")
+
+
+def hf_scales_tied(hf: Mapping[str, Any]) -> bool:
+    """Whether the HF model shares the lm_head with the embeddings (and so rescales by
+    ``d_model**-0.5``). transformers 5 keeps that in ``scale_decoder_outputs`` and always writes
+    ``tie_word_embeddings: true``; older releases use ``tie_word_embeddings`` (Model Zoo reads
+    that one, t5.py lines 850-857)."""
+    if "scale_decoder_outputs" in hf:
+        return bool(hf["scale_decoder_outputs"])
+    return bool(hf.get("tie_word_embeddings", True))
+
+
+def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Model Zoo: ConfigConverter_T5_HF_CS21 (t5.py lines 1330-1338), CS -> HF. Besides Model
+    Zoo's ``tie_word_embeddings`` we write ``scale_decoder_outputs`` (transformers 5's name for
+    the same switch, see :func:`hf_scales_tied`)."""
+    check_name(name, NAMES)
+    for key in MUP_FIELDS:
+        if cs_model.get(key) is not None:
+            raise MappingError(
+                f"{key}: muP checkpoints are not supported (Model Zoo rescales them)"
+            )
+    for key, neutral in MUP_NEUTRAL.items():
+        if cs_model.get(key) not in neutral:
+            raise MappingError(f"{key}={cs_model[key]!r}: HF T5 has no such multiplier")
+    cs = with_defaults(cs_model, CS_DEFAULTS)
+    expect(cs, CS_REQUIRED, "HF")
+    tgt = cs.get("tgt_vocab_size")
+    if tgt is not None and tgt != cs.get("src_vocab_size", tgt):
+        raise MappingError(f"tgt_vocab_size={tgt}: HF T5 has one vocabulary (src_vocab_size)")
+    relu_dropout = cs.get("relu_dropout_rate")
+    if relu_dropout is not None and relu_dropout != cs.get("dropout_rate", relu_dropout):
+        raise MappingError(f"relu_dropout_rate={relu_dropout}: HF T5 uses dropout_rate for it")
+    out: dict[str, Any] = {"architectures": [ARCHITECTURES["t5"]], "model_type": "t5"}
+    out.update({hf: cs[key] for key, hf in RENAMED if key in cs})
+    out["feed_forward_proj"] = _nonlinearity_to_hf(cs)
+    out["tie_word_embeddings"] = out["scale_decoder_outputs"] = cs["share_embedding_weights"]
+    return out
+
+
+def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The same converter, HF -> CS; the CS side gets ``src/tgt_max_position_embeddings`` 512
+    and ``norm_type: rmsnorm`` (t5.py lines 958-964, 1235)."""
+    check_name(name, NAMES)
+    if hf_config.get("model_type", "t5") != "t5":
+        raise MappingError(f"model_type={hf_config['model_type']!r}: expected 't5'")
+    hf = with_defaults(hf_config, HF_DEFAULTS)
+    expect(hf, HF_REQUIRED, "CS")
+    out = {key: hf[name_] for key, name_ in RENAMED if name_ in hf}
+    out["encoder_nonlinearity"] = out["decoder_nonlinearity"] = _nonlinearity_to_cs(hf)
+    out["share_embedding_weights"] = hf_scales_tied(hf)
+    out["src_max_position_embeddings"] = out["tgt_max_position_embeddings"] = 512
+    out["norm_type"] = "rmsnorm"
+    return out
+
+
+# ----------------------------------------------------------------------------- tensors
+
+Pair = tuple[str, str]  # (CS name, HF name)
+_ATTN = (("q", "proj_q_dense_layer"), ("k", "proj_k_dense_layer"), ("v", "proj_v_dense_layer"))
+_ATTN += (("o", "proj_output_dense_layer"),)
+
+
+def _ffn_pairs(c: str, h: str, gated: bool) -> list[Pair]:
+    """Gated: CS ``linear_layer_for_glu`` is HF ``wi_0`` (the activated half) and CS
+    ``linear_layer`` is ``wi_1``; else ``linear_layer`` is ``wi`` (t5.py lines 223-271,
+    335-380)."""
+    if gated:
+        first = [
+            (f"{c}ffn.ffn.0.linear_layer_for_glu.weight", f"{h}DenseReluDense.wi_0.weight"),
+            (f"{c}ffn.ffn.0.linear_layer.weight", f"{h}DenseReluDense.wi_1.weight"),
+        ]
+    else:
+        first = [(f"{c}ffn.ffn.0.linear_layer.weight", f"{h}DenseReluDense.wi.weight")]
+    return [*first, (f"{c}ffn.ffn.1.linear_layer.weight", f"{h}DenseReluDense.wo.weight")]
+
+
+def _stack_pairs(stack: str, layers: int, gated: bool) -> list[Pair]:
+    """One stack's blocks (t5.py lines 73-328). HF numbers a decoder block's sublayers 0 self
+    attention, 1 cross attention, 2 feed-forward; CS names the norms norm1..norm3."""
+    decoder = stack == "decoder"
+    pairs: list[Pair] = [
+        (
+            f"{stack}_embeddings.position_embed_helper.relative_attention_bias.weight",
+            f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+        )
+    ]
+    for i in range(layers):
+        c, h = f"{stack}.layers.{i}.", f"{stack}.block.{i}.layer."
+        pairs += [
+            (f"{c}self_attn.{cs}.weight", f"{h}0.SelfAttention.{hf}.weight") for hf, cs in _ATTN
+        ]
+        pairs.append((f"{c}norm1.weight", f"{h}0.layer_norm.weight"))
+        if decoder:
+            pairs += [
+                (f"{c}multihead_attn.{cs}.weight", f"{h}1.EncDecAttention.{hf}.weight")
+                for hf, cs in _ATTN
+            ]
+            pairs.append((f"{c}norm2.weight", f"{h}1.layer_norm.weight"))
+        ff = 2 if decoder else 1
+        pairs.append((f"{c}norm{ff + 1}.weight", f"{h}{ff}.layer_norm.weight"))
+        pairs += _ffn_pairs(c, f"{h}{ff}.", gated)
+    pairs.append((f"{stack}.norm.weight", f"{stack}.final_layer_norm.weight"))
+    return pairs
+
+
+def _body_pairs(enc_layers: int, dec_layers: int, gated: bool) -> list[Pair]:
+    return _stack_pairs("encoder", enc_layers, gated) + _stack_pairs("decoder", dec_layers, gated)
+
+
+_CS_EMBEDS = (
+    "encoder_embeddings.word_embeddings.weight",
+    "decoder_embeddings.word_embeddings.weight",
+)
+_HF_EMBEDS = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+
+
+def _refuse_positions(cs: Mapping[str, Shape]) -> None:
+    """Learned or sinusoidal absolute positions (the ``transformer`` model) have no HF T5 home
+    (t5.py lines 707-728)."""
+    for name in cs:
+        if re.fullmatch(r"(?:encoder|decoder)_embeddings\.position_embeddings\..*", name):
+            raise MappingError(f"{name}: position_embedding_type absolute has no HF T5 equivalent")
+
+
+def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
+    """Model Zoo: Converter_T5_HF_CS21 (t5.py lines 1341-1408, 1485-1489), CS -> HF.
+
+    transformers ties ``encoder/decoder.embed_tokens`` to ``shared`` always and ``lm_head`` when
+    the config shares it; ``save_pretrained`` writes only ``shared.weight`` for them, so we do
+    too, reading the CS encoder, decoder (and tied lm_head) embeddings to check they are the one
+    tensor Model Zoo assumes they are (lines 1128-1168). Untied, ``lm_head.weight`` is renamed."""
+    check_name(name, NAMES)
+    _refuse_positions(cs)
+    cfg = with_defaults(cs_model, CS_DEFAULTS)
+    enc = layers_of(cfg, "encoder_num_hidden_layers", 6)
+    dec = enc
+    if cfg.get("decoder_num_hidden_layers") is not None:
+        dec = layers_of(cfg, "decoder_num_hidden_layers", enc)
+    gated = _nonlinearity_to_hf(cfg).startswith("gated-")
+    plan = [rename(c, h) for c, h in _body_pairs(enc, dec, gated)]
+    share = cfg["share_embedding_weights"]
+    copies = [*_CS_EMBEDS, *present(["lm_head.weight"], cs)] if share else list(_CS_EMBEDS)
+    plan.append(tied("shared.weight", copies))
+    if not share:
+        plan.append(rename("lm_head.weight", "lm_head.weight"))
+    return finish(plan, cs, "CS")
+
+
+def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
+    """The same converter, HF -> CS. CS gets the encoder and decoder word embeddings and the
+    lm_head, as Model Zoo writes them (t5.py lines 648-668, 1162-1168); from ``shared.weight``
+    and any tied copies the HF file carries (checked equal), the lm_head from ``lm_head.weight``
+    when untied."""
+    check_name(name, NAMES)
+    cfg = with_defaults(hf_config, HF_DEFAULTS)
+    enc = layers_of(cfg, "num_layers", 6)
+    dec = enc
+    if cfg.get("num_decoder_layers") is not None:
+        dec = layers_of(cfg, "num_decoder_layers", enc)
+    gated = str(cfg["feed_forward_proj"]).startswith("gated-")
+    plan = [rename(h, c) for c, h in _body_pairs(enc, dec, gated)]
+    share = hf_scales_tied(cfg)
+    copies = ["shared.weight", *present(_HF_EMBEDS, hf)]
+    if share:
+        copies += present(["lm_head.weight"], hf)
+    plan += [tied(cs, copies) for cs in _CS_EMBEDS]
+    if share:
+        plan.append(tied("lm_head.weight", copies))
+    elif "lm_head.weight" in hf:
+        plan.append(rename("lm_head.weight", "lm_head.weight"))
+    else:
+        raise MappingError("lm_head.weight is missing and the config does not tie it (untied T5)")
+    return finish(plan, hf, "HF")
+
+
+def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
+    """Pipeline hook: relative biases HF files repeat, which Model Zoo drops (t5.py lines 637-644,
+    1345-1381)."""
+    return dropped_by(
+        HF_DROPPED, hf, "unused repeat of the block-0 relative bias (Model Zoo drops it)"
+    )

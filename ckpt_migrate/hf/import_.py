@@ -1,0 +1,252 @@
+"""Import a Hugging Face directory (``config.json`` + safetensors or ``pytorch_model*.bin``) as a
+Cerebras checkpoint of a chosen release (2.0 ... 2.10), and optionally its ``params.yaml``.
+
+The family's plan names, for each CS tensor, the HF tensors it is built from; the checkpoint tree
+holds *lazy* leaves that build their tensor when the format writer asks for it, so one tensor
+(and its inputs) is in memory at a time. The checkpoint is written beside its target, checked
+and renamed into place by the format writer (``format.write.write_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ckpt_migrate.atomic import atomic_output
+from ckpt_migrate.config import yaml_edit
+from ckpt_migrate.config.upgrade import upgrade_config_text
+from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError, UsageError
+from ckpt_migrate.format import releases
+from ckpt_migrate.format.tree import DataSource, DictNode, Leaf, TensorLeaf
+from ckpt_migrate.format.write import write_checkpoint
+from ckpt_migrate.hf import families
+from ckpt_migrate.hf import safetensors_io as st
+from ckpt_migrate.hf.mapping import MappingError, Out, identity, missing_inputs, unused_inputs
+from ckpt_migrate.hf.pipeline_common import (
+    Progress,
+    canonical_name,
+    cast,
+    check_dtype,
+    family_for,
+    hook,
+    mapping_failed,
+    out_dtype,
+    shapes_of,
+)
+from ckpt_migrate.torch.hf_bin import read_bin_directory
+
+OLDEST = "2.0"  # the oldest release whose model key spelling this import writes
+
+
+@dataclass
+class ImportResult:
+    source: Path
+    output: Path
+    model: str
+    release: str
+    config_out: Path | None = None
+    tensors: int = 0
+    bytes: int = 0
+    dropped: dict[str, str] = field(default_factory=dict)  # HF tensor -> why not imported
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        for key in ("source", "output", "config_out"):
+            out[key] = None if out[key] is None else str(out[key])
+        return out
+
+
+def import_hf(
+    hf_dir: str | Path,
+    output: str | Path,
+    *,
+    release: str = releases.LATEST.name,
+    model: str | None = None,
+    config_out: str | Path | None = None,
+    dtype: str | None = None,
+    force: bool = False,
+    drop_unmatched_keys: bool = False,
+    progress: Progress | None = None,
+) -> ImportResult:
+    """Write the CS checkpoint ``output`` (release ``release``) of the HF model in ``hf_dir``.
+
+    ``model``: a Model Zoo model name (default: from ``config.json``'s ``architectures`` or
+    ``model_type``). ``config_out``: also write the run's ``params.yaml`` for that release.
+    ``dtype``: cast floating tensors. ``drop_unmatched_keys``: leave out HF tensors the
+    family's rules do not convert instead of refusing."""
+    start = time.monotonic()
+    src, out = Path(hf_dir), Path(output)
+    check_dtype(dtype)
+    rel = releases.get(release)
+    if rel.version < releases.get(OLDEST).version:
+        raise UsageError(None, f"import writes releases {OLDEST} and newer, not {rel.name}")
+    _check_free(out, force)
+    if config_out is not None:
+        _check_free(Path(config_out), force)
+    hf_config = _read_config(src)
+    name = canonical_name(model or _model_from_config(src, hf_config))
+    module = family_for(name)
+    stored = _tensors(src)
+    shapes = {n: t.entry.shape if isinstance(t, st.Stored) else t.shape for n, t in stored.items()}
+    dtypes = {n: t.entry.dtype if isinstance(t, st.Stored) else t.dtype for n, t in stored.items()}
+    try:
+        cs_model = module.config_to_cs(hf_config, name)
+        plan = module.plan_to_cs(shapes, hf_config, name)
+        missing = missing_inputs(plan, shapes)
+        if missing:
+            raise MappingError(f"HF tensors the {name} rules need are missing: {missing[:3]}")
+        dropped = hook(module, "hf_dropped", shapes, hf_config, name)
+        unused = [n for n in unused_inputs(plan, shapes) if n not in dropped]
+        out_shapes = shapes_of(plan, shapes)
+        kinds = {o.name: out_dtype(o.inputs, dtypes, "float32") for o in plan}
+    except MappingError as exc:
+        raise mapping_failed(src, exc) from None
+    if unused and not drop_unmatched_keys:
+        raise UnsupportedContentError(
+            src,
+            f"{len(unused)} tensor(s) the {name} rules do not convert: "
+            + ", ".join(unused[:4])
+            + (" ..." if len(unused) > 4 else ""),
+            "pass --drop-unmatched-keys (drop_unmatched_keys=True) to leave them out",
+        )
+    dropped.update({n: "not converted (--drop-unmatched-keys)" for n in unused})
+    result = ImportResult(src, out, name, rel.name, dropped=dropped)
+    result.warnings += [f"{n} left out: {why}" for n, why in dropped.items()]
+    model_node = _model_tree(plan, stored, out_shapes, kinds, dtype, rel)
+    total = sum({id(leaf): leaf.nbytes for _, leaf in model_node.items}.values())
+
+    seen: set[int] = set()
+
+    def on_leaf(_: str, leaf: Leaf) -> None:
+        if isinstance(leaf, TensorLeaf) and id(leaf) not in seen:
+            seen.add(id(leaf))
+            result.bytes += leaf.nbytes
+            result.tensors += 1
+            if progress is not None:
+                progress("import", result.bytes, total)
+
+    try:
+        write_checkpoint(
+            DictNode([("model", model_node)]), out, rel, replace=force, on_leaf=on_leaf
+        )
+    except MappingError as exc:
+        raise mapping_failed(src, exc) from None
+    if config_out is not None:
+        result.config_out = _write_config(cs_model, name, rel.name, Path(config_out), force)
+    result.seconds = round(time.monotonic() - start, 3)
+    return result
+
+
+def _check_free(target: Path, force: bool) -> None:
+    if target.exists() and not force:
+        raise UsageError(target, "already exists; refusing to overwrite it", "pass --force")
+    if not target.parent.is_dir():
+        raise UsageError(target, "its directory does not exist", "create it first")
+
+
+def _read_config(src: Path) -> dict[str, Any]:
+    path = src / "config.json"
+    if not src.is_dir():
+        raise UsageError(src, "is not a directory", "pass a Hugging Face model directory")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(path, "no such file", "a Hugging Face model directory has one") from None
+    except (OSError, ValueError) as exc:
+        raise CorruptCheckpointError(path, f"unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise CorruptCheckpointError(path, "is not a JSON object")
+    return data
+
+
+def _model_from_config(src: Path, cfg: dict[str, Any]) -> str:
+    """The model name ``config.json`` implies: its architecture, else its ``model_type``."""
+    for module in families.modules():
+        by_arch = {arch: n for n, arch in getattr(module, "ARCHITECTURES", {}).items()}
+        for arch in cfg.get("architectures") or []:
+            if arch in by_arch:
+                return by_arch[arch]
+    module = families.by_model_type().get(str(cfg.get("model_type")))
+    if module is None:
+        raise UsageError(
+            src / "config.json",
+            f"no Hugging Face rules for model_type {cfg.get('model_type')!r}",
+            "pass --model",
+        )
+    return module.NAMES[0]
+
+
+def _tensors(src: Path) -> dict[str, Any]:
+    if (src / st.INDEX).exists() or (src / st.SINGLE).exists():
+        return dict(st.read_directory(src))
+    found = read_bin_directory(src)
+    if not found:
+        raise UsageError(
+            src, "has no model.safetensors(.index.json) or pytorch_model.bin(.index.json)"
+        )
+    return dict(found)
+
+
+@dataclass(eq=False)
+class Built(DataSource):
+    """A CS tensor built from HF tensors when the writer reads it (then dropped)."""
+
+    out: Out
+    stored: dict[str, Any]
+    shape: tuple[int, ...]
+    src_dtype: str
+    dtype: str
+
+    def read(self) -> np.ndarray:
+        value = self.out.build(*(self.stored[i].read() for i in self.out.inputs))
+        if tuple(value.shape) != self.shape:
+            raise MappingError(f"{self.out.name}: built shape {value.shape}, expected {self.shape}")
+        return cast(value, self.src_dtype, self.dtype)
+
+    def describe(self) -> str:
+        return f"{self.out.name} from {', '.join(self.out.inputs) or 'nothing'}"
+
+
+def _model_tree(plan, stored, shapes, kinds, dtype, rel) -> DictNode:
+    """The ``model`` state: one lazy leaf per output; outputs that are the same input renamed
+    share one leaf (a tie, as a tied model's state dict has it)."""
+    node = DictNode()
+    same: dict[tuple[str, ...], TensorLeaf] = {}
+    for o in plan:
+        kind = kinds[o.name]
+        target = (dtype or kind) if kind in ("float32", "float16", "bfloat16") else kind
+        key = o.inputs if o.build is identity and o.inputs else None
+        leaf = same.get(key) if key else None
+        if leaf is None:
+            data = Built(o, stored, shapes[o.name], kind, target)
+            leaf = TensorLeaf(target, shapes[o.name], data)
+            if key:
+                same[key] = leaf
+        node.items.append((_spelling(o.name, rel), leaf))
+    return node
+
+
+def _spelling(name: str, rel: releases.Release) -> str:
+    """2.0 spells the learned position embeddings without ``.embed`` (Model Zoo
+    ``Converter_GPT2LMHeadModel_CS20_CS21``, gpt2_hf_cs.py lines 938-987)."""
+    if rel.version < releases.get("2.1").version:
+        return name.replace("position_embeddings.embed.weight", "position_embeddings.weight")
+    return name
+
+
+def _write_config(cs_model: dict[str, Any], name: str, release: str, path: Path, force: bool):
+    """A 2.0-layout ``params.yaml`` holding the model section, upgraded to ``release`` by the
+    config hops (2.3+ get the trainer layout, 2.4+ the model name)."""
+    data = yaml_edit.new_map([("model", yaml_edit.new_map(list(cs_model.items())))])
+    text = yaml_edit.dump(data, yaml_edit.guess_style(""))
+    text = upgrade_config_text(text, OLDEST, release, family=name).text
+    with atomic_output(path, replace=force) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path

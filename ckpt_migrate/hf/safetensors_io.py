@@ -1,0 +1,292 @@
+"""Stream tensors into safetensors files (and read them back lazily).
+
+safetensors puts a JSON header first (names, dtypes, shapes, byte offsets), then every tensor's
+bytes back to back. The writer takes the names, dtypes and shapes up front, writes the header,
+then each tensor as it is built, so the process holds one tensor at a time; a hash of each
+tensor's bytes is kept for the read-back check. Sharding follows ``transformers``'
+``save_pretrained``: ``model-00001-of-00003.safetensors`` files of at most ``max_shard_size``
+bytes (a larger tensor gets a shard of its own) and ``model.safetensors.index.json`` with
+``metadata.total_size`` and ``weight_map``; a single ``model.safetensors`` when all fits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from ckpt_migrate.errors import CorruptCheckpointError, UsageError, VerificationError, require
+from ckpt_migrate.format.dtypes import by_name
+
+# torch dtype name -> safetensors dtype tag (bf16 travels as its raw 16-bit pattern).
+ST_DTYPES = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "uint16": "U16",
+    "uint32": "U32",
+    "uint64": "U64",
+    "bool": "BOOL",
+}
+TORCH_DTYPES = {tag: name for name, tag in ST_DTYPES.items()}
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+DEFAULT_SHARD_SIZE = "10GB"  # Model Zoo's --hf-shard-size default (base_converter.py line 939)
+
+
+def parse_size(size: int | str) -> int:
+    """Bytes of ``"5GB"`` / ``"500MB"`` / ``"2GiB"`` / ``1000`` as transformers'
+    ``convert_file_size_to_int`` reads them (decimal GB, binary GiB; a lower-case ``b`` is bits)."""
+    if isinstance(size, int):
+        return size
+    text = size.strip()
+    units = (("GIB", 2**30), ("MIB", 2**20), ("KIB", 2**10), ("GB", 10**9), ("MB", 10**6))
+    units += (("KB", 10**3),)
+    try:
+        if text.isdigit():
+            return int(text)
+        for unit, factor in units:
+            if text.upper().endswith(unit):
+                value = int(text[: -len(unit)]) * factor
+                return value // 8 if unit[-2:] != "IB" and text.endswith("b") else value
+    except ValueError:
+        pass
+    raise UsageError(None, f"shard size {size!r} is not a size", "write it like 5GB or 500MB")
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    dtype: str  # torch dtype name
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * by_name(self.dtype).storage.itemsize
+
+
+def shard(entries: list[Entry], max_size: int) -> list[list[Entry]]:
+    """Greedy in order, as huggingface_hub's ``split_state_dict_into_shards_factory``: a tensor
+    that does not fit starts a new shard; one larger than ``max_size`` stands alone."""
+    shards: list[list[Entry]] = []
+    current: list[Entry] = []
+    size = 0
+    for e in entries:
+        if e.nbytes > max_size:
+            shards.append([e])
+            continue
+        if current and size + e.nbytes > max_size:
+            shards.append(current)
+            current, size = [], 0
+        current.append(e)
+        size += e.nbytes
+    if current or not shards:
+        shards.append(current)
+    return shards
+
+
+def file_names(count: int) -> list[str]:
+    if count == 1:
+        return [SINGLE]
+    return [f"model-{i:05d}-of-{count:05d}.safetensors" for i in range(1, count + 1)]
+
+
+def header_bytes(entries: list[Entry], metadata: Mapping[str, str]) -> bytes:
+    """The length-prefixed JSON header, padded with spaces to a multiple of 8 bytes."""
+    header: dict[str, object] = {"__metadata__": dict(metadata)}
+    offset = 0
+    for e in entries:
+        header[e.name] = {
+            "dtype": ST_DTYPES[e.dtype],
+            "shape": list(e.shape),
+            "data_offsets": [offset, offset + e.nbytes],
+        }
+        offset += e.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text
+
+
+@dataclass
+class Written:
+    files: list[str] = field(default_factory=list)
+    weight_map: dict[str, str] = field(default_factory=dict)
+    hashes: dict[str, str] = field(default_factory=dict)
+    total_size: int = 0
+
+
+def _raw(array: np.ndarray, e: Entry) -> memoryview:
+    storage = by_name(e.dtype).storage
+    if array.dtype != storage or tuple(array.shape) != e.shape:
+        raise VerificationError(
+            None, f"{e.name}: built {array.dtype}{array.shape}, planned {storage}{e.shape}"
+        )
+    flat = np.ascontiguousarray(array).reshape(-1)
+    return memoryview(flat.view(np.uint8))
+
+
+def write_stream(
+    directory: Path,
+    entries: list[Entry],
+    arrays: Iterable[tuple[str, np.ndarray]],
+    max_shard_size: int,
+    metadata: Mapping[str, str] | None = None,
+) -> Written:
+    """Write ``arrays`` (yielded in ``entries`` order) into ``directory`` as safetensors shards
+    and, for several shards, the index. Holds one array at a time."""
+    meta = {"format": "pt", **(metadata or {})}
+    groups = shard(entries, max_shard_size)
+    names = file_names(len(groups))
+    out = Written(files=list(names))
+    source: Iterator[tuple[str, np.ndarray]] = iter(arrays)
+    for fname, group in zip(names, groups):
+        with open(directory / fname, "wb") as fh:
+            fh.write(header_bytes(group, meta))
+            for e in group:
+                name, array = next(source)
+                if name != e.name:
+                    raise VerificationError(None, f"{name} built where {e.name} was planned")
+                data = _raw(array, e)
+                out.hashes[e.name] = xxhash.xxh3_128_hexdigest(data)
+                fh.write(data)
+                del array, data
+                out.weight_map[e.name] = fname
+                out.total_size += e.nbytes
+            fh.flush()
+            os.fsync(fh.fileno())
+    if next(source, None) is not None:
+        raise VerificationError(None, "more tensors were built than planned")
+    if len(names) > 1:
+        params = sum(int(np.prod(e.shape, dtype=np.int64)) for e in entries)
+        index = {  # as transformers 5 writes it (modeling_utils.py, save_pretrained)
+            "metadata": {"total_parameters": params, "total_size": out.total_size},
+            "weight_map": out.weight_map,
+        }
+        text = json.dumps(index, indent=2, sort_keys=True) + "\n"
+        (directory / INDEX).write_text(text, encoding="utf-8")
+        out.files.append(INDEX)
+    return out
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Where one tensor of a safetensors file is."""
+
+    path: Path
+    entry: Entry
+    offset: int  # absolute byte offset in the file
+
+    def read(self) -> np.ndarray:
+        storage = by_name(self.entry.dtype).storage
+        count = int(np.prod(self.entry.shape, dtype=np.int64))
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = np.fromfile(fh, dtype=storage, count=count)
+        if data.size != count:
+            raise CorruptCheckpointError(self.path, f"{self.entry.name}: the file is truncated")
+        return data.reshape(self.entry.shape)
+
+
+def read_header(path: Path) -> tuple[dict[str, Stored], dict[str, str]]:
+    """The tensors of one safetensors file (no data read) and its ``__metadata__``."""
+    try:
+        with open(path, "rb") as fh:
+            (length,) = struct.unpack("<Q", fh.read(8))
+            if length > 100_000_000:
+                raise ValueError("header too large")
+            header = json.loads(fh.read(length))
+    except (OSError, ValueError, struct.error) as exc:
+        raise CorruptCheckpointError(path, f"not a safetensors file ({exc})") from None
+    meta = header.pop("__metadata__", {}) or {}
+    size = path.stat().st_size
+    out = {}
+    for name, info in header.items():
+        tag = info.get("dtype")
+        if tag not in TORCH_DTYPES:
+            raise CorruptCheckpointError(path, f"{name}: unsupported safetensors dtype {tag!r}")
+        begin, end = info["data_offsets"]
+        entry = Entry(name, TORCH_DTYPES[tag], tuple(int(d) for d in info["shape"]))
+        if end - begin != entry.nbytes or 8 + length + end > size:
+            raise CorruptCheckpointError(path, f"{name}: its byte range does not fit the file")
+        out[name] = Stored(path, entry, 8 + length + begin)
+    return out, meta
+
+
+def read_directory(directory: Path) -> dict[str, Stored]:
+    """Every tensor of an HF directory's safetensors (the index's shards, or the single file)."""
+    index = directory / INDEX
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise CorruptCheckpointError(index, f"unreadable index ({exc})") from None
+        files = sorted(set(weight_map.values()))
+    else:
+        files = [SINGLE]
+    out: dict[str, Stored] = {}
+    for fname in files:
+        tensors, _ = read_header(directory / fname)
+        out.update(tensors)
+    return out
+
+
+SLAB_BYTES = 16 << 20  # read-back granularity: the check holds one slab, not one tensor
+
+
+def _digest_back(stored: Stored) -> str:
+    """The hash of a tensor's bytes read back from the file in slabs (``pread``: a memory map,
+    as ``safe_open`` uses, would keep every page read resident in this process)."""
+    h = xxhash.xxh3_128()
+    left, offset = stored.entry.nbytes, stored.offset
+    with open(stored.path, "rb", buffering=0) as fh:
+        while left:
+            block = os.pread(fh.fileno(), min(left, SLAB_BYTES), offset)
+            if not block:
+                raise VerificationError(stored.path, f"{stored.entry.name}: the file is truncated")
+            h.update(block)
+            left, offset = left - len(block), offset + len(block)
+    return h.hexdigest()
+
+
+def verify(directory: Path, entries: list[Entry], written: Written) -> None:
+    """Check every written file: ``safetensors.safe_open`` must list exactly the planned
+    tensors with their dtypes and shapes, and each tensor's bytes, read back a slab at a time,
+    must hash as they did while being written."""
+    safe_open = require("safetensors", "hf").safe_open
+
+    expected = {e.name: e for e in entries}
+    seen: set[str] = set()
+    for fname in written.files:
+        if not fname.endswith(".safetensors"):
+            continue
+        path = directory / fname
+        stored, _ = read_header(path)
+        with safe_open(str(path), framework="numpy") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
+                e = expected.get(name)
+                piece = f.get_slice(name)
+                if e is None or written.weight_map.get(name) != fname:
+                    raise VerificationError(path, f"holds {name}, which it should not")
+                if piece.get_dtype() != ST_DTYPES[e.dtype] or tuple(piece.get_shape()) != e.shape:
+                    raise VerificationError(path, f"{name}: dtype or shape differs from the plan")
+                if stored[name].entry != e or _digest_back(stored[name]) != written.hashes[name]:
+                    raise VerificationError(path, f"{name}: the bytes read back differ")
+                seen.add(name)
+    if seen != set(expected):
+        missing = sorted(set(expected) - seen)[:3]
+        raise VerificationError(directory, f"tensors missing after writing: {', '.join(missing)}")
