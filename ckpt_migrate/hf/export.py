@@ -46,6 +46,7 @@ from ckpt_migrate.hf.pipeline_common import (
     strip_model_prefix,
 )
 from ckpt_migrate.models.detect import choose_family
+from ckpt_migrate.models.names import resolve_name
 
 
 @dataclass
@@ -108,7 +109,7 @@ def export(
         )
         family = choose_family(ckpt.root, model)
         ctx = apply_hops(ckpt, plan_, opts, family)
-        name = canonical_name(model or _detected_name(family, src))
+        name = canonical_name(model or _detected_name(family, src, config_text, Path(config)))
         module = family_for(name)
         leaves = _model_leaves(ctx.root, src)
         cs_model = _model_config(config_text, Path(config), plan_.source_release.name, name)
@@ -131,12 +132,43 @@ def export(
     return result
 
 
-def _detected_name(family: Any, src: Path) -> str:
+# Cerebras checkpoints of these models have the same keys while their Hugging Face layouts
+# differ (Model Zoo: gptj_hf_cs.py / salesforce_codegen_hf_cs.py, gpt_neox_hf_cs.py / falcon.py,
+# llama.py / mistral.py, bert.py / roberta.py), so the keys alone cannot choose the mapping.
+_SAME_KEYS = (
+    ("gptj", "codegen"),
+    ("gpt-neox", "falcon"),
+    ("llama", "mistral"),
+    ("bert", "roberta"),
+)
+
+
+def _detected_name(family: Any, src: Path, config_text: str, config: Path) -> str:
+    """The model name from the keys, or from the config's registry name where models share
+    their keys; never a guess between two Hugging Face layouts."""
     if family.family is None:
         raise UsageError(
             src, f"cannot tell the model from its keys ({family.describe()})", "pass --model"
         )
-    return family.family
+    group = next((g for g in _SAME_KEYS if family.family in g), None)
+    if group is None:
+        return family.family
+    named = _config_model_name(config_text, config)
+    fitting = [n for n in group if named is not None and resolve_name(n)[1] == named]
+    if len(fitting) == 1:
+        return fitting[0]
+    raise UsageError(
+        src,
+        f"the keys are those of {group[0]} and of {group[1]}, whose Hugging Face layouts differ",
+        f"pass --model {group[0]} or --model {group[1]}",
+    )
+
+
+def _config_model_name(text: str, path: Path) -> str | None:
+    """The registry name a 2.4+ config gives its model (``trainer.init.model.name``)."""
+    data, _ = yaml_edit.load(text, path)
+    names = {str(m["name"]) for _, m in ConfigContext(data).model_sections() if "name" in m}
+    return names.pop() if len(names) == 1 else None
 
 
 def _model_leaves(root: Any, src: Path) -> dict[str, TensorLeaf]:

@@ -122,7 +122,7 @@ HF_DROPPED = re.compile(
 )
 EMBED = "embedding_layer.word_embeddings.weight"
 HEAD = "lm_head.weight"
-LEGACY_HEAD = "embed_out.weight"  # the HF checkpoint name before transformers 5
+LEGACY_HEAD = "embed_out.weight"  # the name in HF files (transformers 5 loads it as lm_head)
 
 
 def _check_name(name: str) -> None:
@@ -392,7 +392,9 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
 
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
     """Model Zoo: gpt_neox_hf_cs.py lines 331-419 and 564-603, renames and Q/K/V fusing; a tied
-    head is not written (HF ties it on load)."""
+    head is not written (HF ties it on load). An untied head is ``embed_out.weight``, the name
+    Model Zoo writes and transformers' ``save_pretrained`` still saves (it reads it back as
+    ``lm_head``)."""
     config_to_hf(cs_model, name)
     cfg = {**CS_DEFAULTS, **cs_model}
     headless = name.endswith("-headless")
@@ -403,5 +405,5 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
     plan = [rename(source if c == EMBED else c, h) for h, c in _pairs(layers, prefix)]
     plan += _qkv_plans(layers, prefix, cfg["num_heads"], cfg["rotary_dim"])[1]
     if not headless and not tied:
-        plan.append(rename(HEAD, HEAD))
+        plan.append(rename(HEAD, LEGACY_HEAD))
     return _finish(plan, cs)

@@ -1,0 +1,194 @@
+"""Every Hugging Face family through the real commands (issue #23): a tiny random
+``transformers`` model saved with ``save_pretrained`` -> ``ckpt-migrate import-hf`` (a 2.10
+checkpoint and its params.yaml) -> ``ckpt-migrate export-hf`` -> the same tensors bit for bit,
+the same config as data, and the same logits from ``from_pretrained``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import one_line_error, run_cli
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT / "fixtures" / "models"
+
+SMALL = {"vocab_size": 96}
+DECODER = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, **SMALL}
+
+# model name -> (transformers class, config) for one tiny model of each family
+CASES = {
+    # n_inner given: a null one comes back as its value, 4 x n_embd, as Model Zoo writes it
+    "gpt2": (
+        "GPT2LMHeadModel",
+        transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_inner=256, rotary_dim=8, **SMALL),
+    ),
+    "gptj": (
+        "GPTJForCausalLM",
+        transformers.GPTJConfig(n_embd=64, n_layer=2, n_head=4, n_inner=256, rotary_dim=8, **SMALL),
+    ),
+    "codegen": (
+        "CodeGenForCausalLM",
+        transformers.CodeGenConfig(
+            n_embd=64, n_layer=2, n_head=4, n_inner=256, rotary_dim=8, **SMALL
+        ),
+    ),
+    "gpt-neox": (
+        "GPTNeoXForCausalLM",
+        transformers.GPTNeoXConfig(intermediate_size=128, **DECODER),
+    ),
+    "falcon": (
+        "FalconForCausalLM",
+        transformers.FalconConfig(  # multi_query means nothing to the new architecture: off
+            new_decoder_architecture=True, multi_query=False, num_kv_heads=2, **DECODER
+        ),
+    ),
+    "bloom": (
+        "BloomForCausalLM",
+        transformers.BloomConfig(hidden_size=64, n_head=4, n_layer=2, **SMALL),
+    ),
+    "llama": (
+        "LlamaForCausalLM",
+        transformers.LlamaConfig(intermediate_size=128, num_key_value_heads=2, **DECODER),
+    ),
+    "mistral": (
+        "MistralForCausalLM",
+        transformers.MistralConfig(
+            intermediate_size=128, num_key_value_heads=2, sliding_window=4, **DECODER
+        ),
+    ),
+    "mixtral": (
+        "MixtralForCausalLM",
+        transformers.MixtralConfig(
+            intermediate_size=64,
+            num_key_value_heads=2,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            **DECODER,
+        ),
+    ),
+    "starcoder": (
+        "GPTBigCodeForCausalLM",
+        transformers.GPTBigCodeConfig(
+            n_embd=64,
+            n_layer=2,
+            n_head=4,
+            n_inner=256,
+            multi_query=True,
+            **SMALL,
+            bos_token_id=0,
+            eos_token_id=0,  # StarCoder's (Model Zoo writes them)
+        ),
+    ),
+    "bert": (
+        "BertForPreTraining",
+        transformers.BertConfig(intermediate_size=128, **DECODER),
+    ),
+    "roberta": (
+        "RobertaForMaskedLM",
+        transformers.RobertaConfig(intermediate_size=128, **DECODER),
+    ),
+    "t5": (
+        "T5ForConditionalGeneration",
+        transformers.T5Config(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, **SMALL),
+    ),
+}
+
+
+def _inputs(name: str) -> dict:
+    ids = torch.arange(12).reshape(1, 12) % 90 + 3
+    if name == "t5":
+        return {"input_ids": ids, "decoder_input_ids": ids[:, :5]}
+    return {"input_ids": ids}
+
+
+def _logits(model, name: str):
+    with torch.no_grad():
+        out = model(**_inputs(name))
+    return out.prediction_logits if name == "bert" else out.logits
+
+
+def _tensors(directory: Path) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for file in sorted(directory.glob("*.safetensors")):
+        out.update(safetensors_numpy.load_file(str(file)))
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_import_then_export_is_exact_for_every_family(name, tmp_path):
+    cls_name, config = CASES[name]
+    torch.manual_seed(0)
+    model = getattr(transformers, cls_name)(config).eval()
+    original = tmp_path / "hf"
+    model.save_pretrained(original)
+
+    ckpt, params = tmp_path / "model.mdl", tmp_path / "params.yaml"
+    proc = run_cli("import-hf", original, ckpt, "--config-out", params, "--model", name, "--json")
+    assert proc.returncode == 0, proc.stderr
+    imported = json.loads(proc.stdout)
+    assert imported["release"] == "2.10" and imported["tensors"] > 0
+
+    back = tmp_path / "back"
+    proc = run_cli("export-hf", ckpt, back, "--config", params, "--model", name, "-q")
+    assert proc.returncode == 0, proc.stderr
+
+    before, after = _tensors(original), _tensors(back)
+    assert after.keys() == before.keys()
+    for key, value in before.items():
+        assert after[key].dtype == value.dtype and np.array_equal(after[key], value), key
+
+    cfg_before = json.loads((original / "config.json").read_text())
+    cfg_after = json.loads((back / "config.json").read_text())
+    assert cfg_after["architectures"] == [cls_name]
+    again = type(config)(**cfg_after).to_diff_dict()
+    expected = config.to_diff_dict()
+    for bookkeeping in ("transformers_version", "dtype", "torch_dtype", "architectures"):
+        again.pop(bookkeeping, None), expected.pop(bookkeeping, None)
+    assert {k: again.get(k) for k in expected} == expected, cfg_before
+
+    reloaded = getattr(transformers, cls_name).from_pretrained(back).eval()
+    assert torch.equal(_logits(reloaded, name), _logits(model, name))
+
+
+def test_a_1_9_checkpoint_exports_in_one_command(tmp_path):
+    src = MODELS / "gpt2-1.9"
+    out = tmp_path / "hf"
+    proc = run_cli(
+        "export-hf", src / "checkpoint_100.mdl", out, "--config", src / "params.yaml", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["from_release"] == "1.9" and result["model"] == "gpt2"
+    model = transformers.GPT2LMHeadModel.from_pretrained(out)
+    assert model.config.n_layer == 1
+
+
+def test_models_with_the_same_keys_need_the_name(tmp_path):
+    """A LLaMA and a Mistral checkpoint have the same keys: no guess between two HF layouts."""
+    src = MODELS / "llama-2.0"
+    proc = run_cli(
+        "export-hf", src / "checkpoint_100.mdl", tmp_path / "hf", "--config", src / "params.yaml"
+    )
+    one_line_error(proc, 2, "llama and of mistral", "--model llama or --model mistral")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_an_existing_output_is_kept_without_force(tmp_path):
+    cls_name, config = CASES["gpt2"]
+    model = getattr(transformers, cls_name)(config)
+    model.save_pretrained(tmp_path / "hf")
+    ckpt = tmp_path / "m.mdl"
+    assert run_cli("import-hf", tmp_path / "hf", ckpt, "--model", "gpt2").returncode == 0
+    before = ckpt.read_bytes()
+    proc = run_cli("import-hf", tmp_path / "hf", ckpt, "--model", "gpt2")
+    one_line_error(proc, 2, str(ckpt), "--force")
+    assert ckpt.read_bytes() == before
+    shutil.rmtree(tmp_path / "hf")
