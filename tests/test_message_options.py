@@ -61,6 +61,32 @@ SOURCES = {
     ],
     "tf-to-h5": [*READ, "ckpt_migrate/tf/to_h5.py", "ckpt_migrate/tf/stage.py"],
     "h5-to-tf": [*READ, "ckpt_migrate/tf/from_h5.py", "ckpt_migrate/tf/saver.py"],
+    # export-hf runs the hops in memory with the dataloader state and orphan sparsity masks
+    # dropped (an HF model has neither) and every leaf allowed to be missing until the model's
+    # own are read; the config steps only give it the model section (their report is not shown)
+    "export-hf": [
+        *READ,
+        "ckpt_migrate/engine/plan.py",
+        "ckpt_migrate/engine/upgrade.py::apply_hops",
+        "ckpt_migrate/hops/graph.py",
+        "ckpt_migrate/hops/trainer_metadata.py",
+        "ckpt_migrate/models/*.py",
+        "migrations/v01_1_7_to_1_8.py::keep_unprefixed_model_keys",
+        *(f"migrations/v03_1_9_to_2_0.py::{f}" for f in ["fix_spec", "recompute_last_epoch"]),
+        "migrations/v04_2_0_to_2_1.py",
+        "migrations/v0[6-9]_*.py",
+        "migrations/v1[0-9]_*.py",
+        *(f"ckpt_migrate/config/upgrade.py::{f}" for f in ["upgrade_config_text", "read_text"]),
+        *(f"ckpt_migrate/hf/{m}.py" for m in ["export", "safetensors_io", "pipeline_common"]),
+        "ckpt_migrate/hf/families/*.py",
+    ],
+    "import-hf": [
+        *READ,
+        "ckpt_migrate/config/upgrade.py::upgrade_config_text",
+        *(f"ckpt_migrate/hf/{m}.py" for m in ["import_", "safetensors_io", "pipeline_common"]),
+        "ckpt_migrate/hf/families/*.py",
+        "ckpt_migrate/torch/hf_bin.py",
+    ],
 }
 
 # (option, module) -> why a command without the option never shows it as a suggestion

@@ -29,6 +29,10 @@ HfForceOpt = Annotated[
         "--force", help="Replace an existing output; it stays until the new one is ready."
     ),
 ]
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option("--dtype", help="Cast floating tensors: float32, float16 or bfloat16."),
+]
 DropUnmatchedOpt = Annotated[
     bool,
     typer.Option(
@@ -56,6 +60,7 @@ def export_hf_cmd(
         ),
     ] = "10GB",
     from_release: FromOpt = None,
+    dtype: DtypeOpt = None,
     drop_unmatched_keys: DropUnmatchedOpt = False,
     force: HfForceOpt = False,
     as_json: JsonOpt = False,
@@ -74,6 +79,7 @@ def export_hf_cmd(
             config=config,
             shard_size=shard_size,
             source_release=from_release,
+            dtype=dtype,
             drop_unmatched_keys=drop_unmatched_keys,
             force=force,
             progress=progress,
@@ -94,6 +100,7 @@ def import_hf_cmd(
         typer.Option("--config-out", help="Where to write the run's params.yaml for that release."),
     ] = None,
     model: HfModelOpt = None,
+    dtype: DtypeOpt = None,
     drop_unmatched_keys: DropUnmatchedOpt = False,
     force: HfForceOpt = False,
     as_json: JsonOpt = False,
@@ -111,6 +118,7 @@ def import_hf_cmd(
             release=release,
             model=model,
             config_out=config_out,
+            dtype=dtype,
             drop_unmatched_keys=drop_unmatched_keys,
             force=force,
             progress=progress,

@@ -105,7 +105,12 @@ def export(
         opts = UpgradeOptions(
             target=releases.LATEST.name,
             allow_missing=True,
-            inputs={"drop_dataloader_state": True, **(inputs or {})},
+            # an HF model has no dataloader or optimizer state to keep
+            inputs={
+                "drop_dataloader_state": True,
+                "drop_orphan_sparsity": True,
+                **(inputs or {}),
+            },
         )
         family = choose_family(ckpt.root, model)
         ctx = apply_hops(ckpt, plan_, opts, family)
