@@ -15,6 +15,7 @@ import argparse
 import importlib
 import re
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
+from ckpt_migrate.hf import export as hf_export
+from ckpt_migrate.hf import import_ as hf_import
 from ckpt_migrate.hops import graph
 from ckpt_migrate.models.keys import KeyRename
 from ckpt_migrate.models.names import (
@@ -74,8 +77,8 @@ def parse_format(text: str, *, source: bool) -> Release | None:
     if value == "hf":
         raise UsageError(
             None,
-            f"{flag} hf: Hugging Face checkpoints are not handled by this tool",
-            "use Model Zoo's converter for hf; this one converts between Cerebras releases",
+            f"{flag} hf: a config alone is converted to or from Hugging Face with its checkpoint",
+            "use the convert command with the checkpoint",
         )
     match = FORMAT_RE.fullmatch(value)
     special = "cs-auto" if source else "cs-current"
@@ -173,6 +176,13 @@ def _metadata_release(root: Any) -> Release | None:
 
 def convert(args: argparse.Namespace) -> int:
 
+    src_hf, tgt_hf = (fmt.strip().lower() == "hf" for fmt in (args.src_fmt, args.tgt_fmt))
+    if src_hf and tgt_hf:
+        raise UsageError(None, "--src-fmt hf --tgt-fmt hf: nothing to convert")
+    if tgt_hf:
+        return convert_to_hf(args)
+    if src_hf:
+        return convert_from_hf(args)
     src, config = Path(args.checkpoint_file), Path(args.config)
     canonical_family(args.model)
     wanted = parse_format(args.src_fmt, source=True)
@@ -229,6 +239,64 @@ def convert(args: argparse.Namespace) -> int:
     )
     for line in report.lines():
         print(line)
+    print(f"Config saved to {config_out}")
+    return 0
+
+
+def convert_to_hf(args: argparse.Namespace) -> int:
+    """``--tgt-fmt hf``: a Hugging Face directory ``<checkpoint stem>_to_hf`` holding the
+    safetensors shards, their index and ``config.json``, as Model Zoo's ``StreamingShardedHFWriter``
+    lays it out (tag Release_2.10.0, ``checkpoint_converters/streaming_checkpoints.py``, the
+    class docstring; ``convert_checkpoint.py`` lines 371-423 name the directory and put the
+    config in it). Any release is a source: the hops to 2.10 run on the way. Always safetensors
+    (``--export-safetensors`` is accepted; Model Zoo writes ``pytorch_model.bin`` pickles
+    without it)."""
+    src = Path(args.checkpoint_file)
+    wanted = parse_format(args.src_fmt, source=True)
+    from_release, note = resolve_source(src, wanted)
+    if note:
+        print(note)
+    out = _output_dir(args.output_dir, src.parent) / f"{stem(src.name)}_to_hf"
+    result = hf_export.export(
+        src,
+        out,
+        model=args.model,
+        config=args.config,
+        shard_size=args.hf_shard_size,
+        source_release=None if wanted is None else from_release,
+        drop_unmatched_keys=args.drop_unmatched_keys,
+    )
+    for name, why in result.dropped.items():
+        print(f"  left out {name}: {why}")
+    print(f"Checkpoint saved to {out} ({result.shards} safetensors file(s))")
+    print(f"Config saved to {out / 'config.json'}")
+    return 0
+
+
+def convert_from_hf(args: argparse.Namespace) -> int:
+    """``--src-fmt hf``: ``checkpoint-file`` is the Hugging Face directory or a file in it
+    (``model.safetensors``, an index, ``pytorch_model.bin``), ``--config`` its ``config.json``;
+    the outputs are ``<checkpoint stem>_to_cs-X.Y.mdl`` and ``<config stem>_to_cs-X.Y.yaml``
+    (the run's params.yaml for that release), as for a CS source."""
+    given, config = Path(args.checkpoint_file), Path(args.config)
+    hf_dir = given if given.is_dir() else given.parent
+    tgt = parse_format(args.tgt_fmt, source=False)
+    assert tgt is not None
+    ckpt_out = _output_dir(args.output_dir, hf_dir.parent) / output_name(given, tgt, ".mdl")
+    config_out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
+    _refuse_existing(ckpt_out, config_out)
+    result = hf_import.import_hf(
+        hf_dir,
+        ckpt_out,
+        release=tgt.name,
+        model=args.model,
+        config_out=config_out,
+        drop_unmatched_keys=args.drop_unmatched_keys,
+        config=config,
+    )
+    for name, why in result.dropped.items():
+        print(f"  left out {name}: {why}")
+    print(f"Checkpoint saved to {ckpt_out}")
     print(f"Config saved to {config_out}")
     return 0
 
@@ -367,35 +435,61 @@ def diff(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- command line
 
 
+class _Formatter(argparse.HelpFormatter):
+    """Help text wrapped at spaces only: ``ckpt-migrate`` and ``--tgt-fmt`` stay whole."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
+def _with_formatter(add_parser: Callable[..., Any]) -> Callable[..., Any]:
+    def add(*args: Any, **kwargs: Any) -> Any:
+        return add_parser(*args, formatter_class=_Formatter, **kwargs)
+
+    return add
+
+
 def create_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        formatter_class=_Formatter,
         prog="convert_checkpoint.py",
         description=__doc__.splitlines()[0],
         epilog=AUTOLOAD_NOTE,
     )
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    sub.add_parser = _with_formatter(sub.add_parser)
 
     conv = sub.add_parser(
         "convert",
-        help="Convert a checkpoint and its config to a newer release.",
-        description="Convert a checkpoint and its config from one Cerebras release to a newer "
-        "one, through every release in between, in one run. " + AUTOLOAD_NOTE,
+        help="Convert a checkpoint and its config between releases, or to or from hf.",
+        description="Convert a checkpoint and its config from one Cerebras release to another "
+        "(newer, or older as far as the hops can be undone), through every release in between, "
+        "in one run; or to or from a Hugging Face directory (hf). " + AUTOLOAD_NOTE,
     )
     conv.add_argument("checkpoint_file", metavar="checkpoint-file", help="Checkpoint to convert")
     _model_arg(conv)
     conv.add_argument(
         "--src-fmt",
         required=True,
-        help='Release of the input: "cs-X.Y" (e.g. cs-1.9, cs-2.10) or "cs-auto" to read it '
-        "from the file (works for every release)",
+        help='Release of the input: "cs-X.Y" (e.g. cs-1.9, cs-2.10), "cs-auto" to read it '
+        'from the file (works for every release), or "hf" (a Hugging Face directory)',
     )
     conv.add_argument(
         "--tgt-fmt",
         required=True,
-        help=f'Release to convert to: "cs-X.Y" or "cs-current" (cs-{releases.LATEST.name})',
+        help=f'Release to convert to: "cs-X.Y", "cs-current" (cs-{releases.LATEST.name}) or '
+        '"hf" (a Hugging Face directory <checkpoint stem>_to_hf)',
     )
     conv.add_argument(
-        "--config", required=True, help="The checkpoint's params.yaml (upgraded alongside)"
+        "--config",
+        required=True,
+        help="The checkpoint's params.yaml (converted alongside), or config.json for --src-fmt hf",
     )
     conv.add_argument(
         "--output-dir",
@@ -415,6 +509,17 @@ def create_arg_parser() -> argparse.ArgumentParser:
     )
     add_dataloader_arguments(conv, config=False)  # --config is the checkpoint's, above
     add_step_arguments(conv, model=False)  # --model is above
+    conv.add_argument(
+        "--hf-shard-size",
+        default="10GB",
+        help="--tgt-fmt hf: largest safetensors shard, e.g. 10GB, 500MB, 2GiB (default 10GB)",
+    )
+    conv.add_argument(
+        "--export-safetensors",
+        action="store_true",
+        help="--tgt-fmt hf: accepted for Model Zoo's command lines; the output is always "
+        "safetensors",
+    )
     conv.add_argument("--no-progress-bar", action="store_true", help="Disable the progress bar")
     conv.add_argument(
         "--debug", action="store_true", help="Show tracebacks and the model detection evidence"

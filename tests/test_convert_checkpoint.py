@@ -210,7 +210,7 @@ def test_cs_2_1_is_not_cs_2_10(tmp_path):
         (["--model", "gpt5"], 2, ("unknown model 'gpt5'", "known models")),
         (["--src-fmt", "cs-2.0"], 2, ("--src-fmt cs-2.0", "file says release 1.9")),
         (["--tgt-fmt", "cs-1.8"], 2, ("cannot downgrade from 1.9 to 1.8", "one way")),
-        (["--tgt-fmt", "hf"], 2, ("Hugging Face",)),
+        (["--src-fmt", "hf", "--tgt-fmt", "hf"], 2, ("nothing to convert",)),
         (["--config", "missing.yaml"], 2, ("missing.yaml",)),
     ],
 )
@@ -385,3 +385,46 @@ def test_convert_refuses_side_files_whose_style_the_config_does_not_say(tmp_path
     proc = script("convert", src, *args, "--output-dir", tmp_path / "out")
     line = one_line_error(proc, 2, "train_input.data_processor", skip_warnings=True)
     assert "GptHDF5MapDataProcessor" in line and str(config) in line
+
+
+def _model_tensors(path: Path) -> dict[str, bytes]:
+    with read_checkpoint(path) as ckpt:
+        return {
+            r.name.removeprefix("model.").removeprefix("model."): np.ascontiguousarray(
+                r.leaf.data.read()
+            ).tobytes()
+            for r in iter_leaves(ckpt.root.get("model"))
+            if isinstance(r.leaf, TensorLeaf)
+        }
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_convert_to_hf_and_back_as_model_zoo_names_them(tmp_path, family):
+    """cs-1.9 -> hf -> cs-2.10 (issue #23): Model Zoo's directory and file names, and the model
+    tensors of the result are the direct 1.9 -> 2.10 upgrade's, bit for bit."""
+    ckpt, config = copy_fixture(tmp_path, f"{family}-1.9")
+    base = ["--model", family, "--config", config]
+    proc = script("convert", ckpt, *base, "--src-fmt", "cs-auto", "--tgt-fmt", "hf")
+    assert proc.returncode == 0, proc.stderr
+    hf = ckpt.parent / "checkpoint_100_to_hf"
+    assert sorted(p.name for p in hf.iterdir()) == ["config.json", "model.safetensors"]
+    assert f"Checkpoint saved to {hf}" in proc.stdout
+
+    back = ["--model", family, "--config", hf / "config.json", "--output-dir", tmp_path / "cs"]
+    proc = script("convert", hf, *back, "--src-fmt", "hf", "--tgt-fmt", "cs-2.10")
+    assert proc.returncode == 0, proc.stderr
+    result = tmp_path / "cs" / "checkpoint_100_to_hf_to_cs-2.10.mdl"
+    assert release_of_file(result) == "2.10"
+    params = yaml.safe_load((tmp_path / "cs" / "config_to_cs-2.10.yaml").read_text())
+    assert params["trainer"]["init"]["model"]["name"] == family
+
+    to_2_10 = ["--src-fmt", "cs-1.9", "--tgt-fmt", "cs-2.10", "--drop-dataloader-state"]
+    direct = script("convert", ckpt, *base, *to_2_10)
+    assert direct.returncode == 0, direct.stderr
+    expected = _model_tensors(ckpt.parent / "checkpoint_100_to_cs-2.10.mdl")
+    assert _model_tensors(result) == expected
+
+
+def release_of_file(path: Path) -> str:
+    with read_checkpoint(path) as ckpt:
+        return ckpt.release.name

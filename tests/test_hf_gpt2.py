@@ -74,6 +74,8 @@ NON_LAYER = [
     "embedding_layer.position_embeddings.embed.weight",
     "transformer_decoder.norm.weight",
     "transformer_decoder.norm.bias",
+    "ln_f.weight",  # the same norm's second name in the CS model (lines 333-337)
+    "ln_f.bias",
     "lm_head.weight",
 ]
 

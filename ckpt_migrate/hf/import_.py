@@ -74,13 +74,15 @@ def import_hf(
     force: bool = False,
     drop_unmatched_keys: bool = False,
     progress: Progress | None = None,
+    config: str | Path | None = None,
 ) -> ImportResult:
     """Write the CS checkpoint ``output`` (release ``release``) of the HF model in ``hf_dir``.
 
     ``model``: a Model Zoo model name (default: from ``config.json``'s ``architectures`` or
     ``model_type``). ``config_out``: also write the run's ``params.yaml`` for that release.
     ``dtype``: cast floating tensors. ``drop_unmatched_keys``: leave out HF tensors the
-    family's rules do not convert instead of refusing."""
+    family's rules do not convert instead of refusing. ``config``: the model's
+    ``config.json`` when it is not the directory's own."""
     start = time.monotonic()
     src, out = Path(hf_dir), Path(output)
     check_dtype(dtype)
@@ -90,7 +92,7 @@ def import_hf(
     _check_free(out, force)
     if config_out is not None:
         _check_free(Path(config_out), force)
-    hf_config = _read_config(src)
+    hf_config = _read_config(src, None if config is None else Path(config))
     name = canonical_name(model or _model_from_config(src, hf_config))
     module = family_for(name)
     stored = _tensors(src)
@@ -151,8 +153,8 @@ def _check_free(target: Path, force: bool) -> None:
         raise UsageError(target, "its directory does not exist", "create it first")
 
 
-def _read_config(src: Path) -> dict[str, Any]:
-    path = src / "config.json"
+def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
+    path = given or src / "config.json"
     if not src.is_dir():
         raise UsageError(src, "is not a directory", "pass a Hugging Face model directory")
     try:

@@ -362,7 +362,9 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
     ``c_attn_converter_hf_to_cs17``); a missing ``lm_head.weight`` (tied, so not saved) is the
     embeddings (``Converter_GPT2LMHeadModel_HF_CS18.post_model_convert``, lines 768-790); the
     headless model's lm_head is the embeddings when tied, else newly initialised (lines
-    376-394)."""
+    376-394). ``ln_f`` is written under both of the CS model's names, ``transformer_decoder.norm``
+    and ``ln_f`` (one module at two places, ``gpt2_model.py`` lines 911 and 965;
+    ``replace_final_norm``, lines 333-337)."""
     _check_name(name)
     layers = _layers(hf_config, "n_layer")
     _check_shapes(hf, _hf_shapes(hf_config, layers, _prefix(name)))
@@ -371,6 +373,7 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
     for cs_name, hf_name, how in _body_pairs(layers):
         make = transpose if how == "t" else rename
         plan.append(make(pre + hf_name, cs_name))
+    plan += [rename(f"{pre}ln_f.{p}", f"ln_f.{p}") for p in ("weight", "bias")]
     for i in range(layers):
         dsts, src = _qkv(i)
         for j, dst in enumerate(dsts):
