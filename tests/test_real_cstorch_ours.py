@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, REAL
+from conftest import FIXTURES, MODELS, REAL
 from digest import diff_digests, digest
 from real_cstorch import real_digest, requires_real_cstorch
 
@@ -80,6 +80,40 @@ def written(tmp_path_factory) -> dict[Path, str]:
             )
             if (d / src.name).exists():
                 files[d / src.name] = release
+    for src in [REAL / f"{c}.mdl" for c in ("basic", "nested", "dtypes", "tied")] + [
+        MODELS / f"{f}-2.0" / "checkpoint_100.mdl" for f in ("gpt2", "llama", "bert", "t5")
+    ]:  # downgrades (issue #20): from 2.10 to the 0.4 releases
+        newest = out / f"newest-{src.parent.name}-{src.stem}"
+        _cli("upgrade", src, "--output-dir", newest, "-q")
+        for release in ("2.4", "2.0"):
+            d = out / f"down-{release}-{src.parent.name}-{src.stem}"
+            _cli("upgrade", newest / src.name, "--to", release, "--output-dir", d, "-q")
+            files[d / src.name] = release
+    files.update(_hf_imports(out))
+    return files
+
+
+def _cli(*args: str | Path) -> None:
+    command = [sys.executable, "-m", "ckpt_migrate", *map(str, args)]
+    subprocess.run(command, check=True, capture_output=True)
+
+
+def _hf_imports(out: Path) -> dict[Path, str]:
+    """Checkpoints import-hf writes (issue #23), from a tiny GPT-2 and a tiny LLaMA."""
+    transformers = pytest.importorskip("transformers")
+    files = {}
+    for name, model in (
+        ("gpt2", transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1,
+                                                                      n_head=2, vocab_size=64))),
+        ("llama", transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            vocab_size=64))),
+    ):  # fmt: skip
+        model.save_pretrained(out / f"hf-{name}")
+        for release in ("2.0", "2.10"):
+            dst = out / f"hf-{name}-{release}.mdl"
+            _cli("import-hf", out / f"hf-{name}", dst, "--release", release, "--model", name)
+            files[dst] = release
     return files
 
 
@@ -98,4 +132,4 @@ def test_real_library_loads_everything_we_write_with_the_same_contents(written):
         if ours != theirs:
             failures.append(f"{path.name}: " + "; ".join(diff_digests(ours, theirs)[:5]))
     assert not failures, "\n".join(failures)
-    assert len(written) >= 40
+    assert len(written) >= 60
