@@ -60,3 +60,31 @@ def test_the_python_api_block_runs_as_written(tmp_path):
     example = ROOT / "fixtures/example/checkpoint_100.mdl"
     assert commands.verify(example, tmp_path / "out.mdl")["identical"]
     assert (tmp_path / "back.mdl").is_file()
+
+
+def test_the_hugging_face_block_runs_as_written(tmp_path):
+    """The README's export-hf / import-hf commands, line by line, from a directory where
+    fixtures/ is the repository's; the exported directory loads in transformers."""
+    import shlex
+    import subprocess
+    import sys
+
+    import pytest
+
+    transformers = pytest.importorskip("transformers")
+    (tmp_path / "fixtures").symlink_to(ROOT / "fixtures")
+    block = re.search(r"## Hugging Face models\n\n```sh\n(.+?)\n```", README, flags=re.S)
+    assert block is not None
+    for line in block.group(1).splitlines():
+        argv = shlex.split(line)
+        assert argv[0] == "ckpt-migrate"
+        proc = subprocess.run(
+            [sys.executable, "-m", "ckpt_migrate", *argv[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+    assert transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2-hf").config.n_layer == 1
+    assert (tmp_path / "gpt2-2.10.mdl").is_file() and (tmp_path / "params-2.10.yaml").is_file()
