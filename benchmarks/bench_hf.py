@@ -2,8 +2,10 @@
 """Benchmark the Hugging Face export and import on a multi-GB GPT-2-shaped checkpoint.
 
     python benchmarks/bench_hf.py [--hidden 1280] [--layers 20] [--vocab 50257] [--dir DIR]
+                                  [--fill random|constant]
 
-Generates a CS 2.10 checkpoint (constant-filled tensors, one at a time), exports it to an HF
+Generates a CS 2.10 checkpoint (random tensors by default, one at a time, so LZ4 saves nothing
+and every read costs what a real checkpoint's does), exports it to an HF
 directory and imports that back to a CS checkpoint, each in a fresh process, and reports the
 wall time and the peak RSS of each process against the largest tensor (target: peak <= largest
 tensor + 256 MiB, the interpreter and its imports included). Prints one JSON object.
@@ -34,12 +36,17 @@ MiB = 1 << 20
 
 @dataclass(eq=False)
 class Filled(DataSource):
-    """A tensor made when the writer asks for it (constant, so generation costs little)."""
+    """A tensor made when the writer asks for it: seeded normal values, or a constant (cheap to
+    generate, but LZ4 then shrinks the file to almost nothing)."""
 
     shape: tuple[int, ...]
     value: float
+    random: bool = True
 
     def read(self) -> np.ndarray:
+        if self.random:
+            rng = np.random.default_rng(int(self.value * 1e3))
+            return rng.standard_normal(self.shape, dtype=np.float32)
         return np.full(self.shape, self.value, np.float32)
 
     def describe(self) -> str:
@@ -47,7 +54,7 @@ class Filled(DataSource):
 
 
 def generate(
-    path: Path, hidden: int, layers: int, vocab: int, positions: int = 1024
+    path: Path, hidden: int, layers: int, vocab: int, positions: int = 1024, random: bool = True
 ) -> tuple[int, int]:
     """Write the checkpoint; return the largest tensor's bytes and all tensors' bytes."""
     h, f = hidden, 4 * hidden
@@ -55,7 +62,7 @@ def generate(
 
     def t(*shape: int) -> TensorLeaf:
         count[0] += 1
-        return TensorLeaf("float32", shape, Filled(shape, count[0] * 1e-3))
+        return TensorLeaf("float32", shape, Filled(shape, count[0] * 1e-3, random))
 
     emb = t(vocab, h)
     items = [
@@ -132,12 +139,15 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=20)
     parser.add_argument("--vocab", type=int, default=50257)
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: tmp)")
+    parser.add_argument("--fill", choices=("random", "constant"), default="random")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_hf.", dir=args.dir))
     try:
         ckpt, params = work / "model.mdl", work / "params.yaml"
         start = time.monotonic()
-        largest, tensor_bytes = generate(ckpt, args.hidden, args.layers, args.vocab)
+        largest, tensor_bytes = generate(
+            ckpt, args.hidden, args.layers, args.vocab, random=args.fill == "random"
+        )
         made = time.monotonic() - start
         params_yaml(params, args.hidden, args.layers, args.vocab)
         _, base_exp = measure("baseline", "export")
@@ -147,7 +157,8 @@ def main() -> None:
         target = largest / MiB + 256
         report = {
             "tensor_bytes": tensor_bytes,
-            "checkpoint_file_bytes": ckpt.stat().st_size,  # LZ4 shrinks the constant tensors
+            "checkpoint_file_bytes": ckpt.stat().st_size,  # LZ4 shrinks constant tensors
+            "fill": args.fill,
             "largest_tensor_mib": round(largest / MiB, 1),
             "generate_s": round(made, 1),
             "export": {
