@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import re
 import sys
 import textwrap
 from collections.abc import Callable
@@ -27,16 +26,13 @@ except ImportError:  # run from a checkout without installing
 
 from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.commands import load_config, verify
+from ckpt_migrate.cli.modelzoo_formats import output_name, parse_format, resolve_source, stem
 from ckpt_migrate.cli.script_options import add_dataloader_arguments, add_step_arguments
 from ckpt_migrate.cli.script_options import dataloader_inputs as option_inputs
 from ckpt_migrate.config.upgrade import upgrade_config_file, upgrade_config_text
-from ckpt_migrate.engine.plan import source_release
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import EXIT_VERIFY_FAILED, UsageError
 from ckpt_migrate.format import releases
-from ckpt_migrate.format.read import read_checkpoint
-from ckpt_migrate.format.releases import Release
-from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
 from ckpt_migrate.hf import export as hf_export
 from ckpt_migrate.hf import import_ as hf_import
 from ckpt_migrate.hops import graph
@@ -49,8 +45,6 @@ from ckpt_migrate.models.names import (
     resolve_name,
 )
 
-FORMAT_RE = re.compile(r"cs-(\d+)\.(\d+)(?:\.\d+)?")
-EXTENSIONS_RE = re.compile(r"(?:\.[A-Za-z]+)+$")
 AUTOLOAD_NOTE = (
     "The output is named <checkpoint stem>_to_<tgt-fmt>.mdl, as Model Zoo names it; that name "
     "does not match the Trainer's autoload pattern checkpoint_<step>.mdl. `ckpt-migrate upgrade "
@@ -58,51 +52,7 @@ AUTOLOAD_NOTE = (
 )
 
 
-# --------------------------------------------------------------------------- formats and names
-
-
-def parse_format(text: str, *, source: bool) -> Release | None:
-    """A ``cs-X.Y`` format as a release (two-digit minors: ``cs-2.10`` is 2.10, not 2.1).
-
-    ``cs-auto`` (source only) gives None: detect it from the file. ``cs-current`` (target
-    only) is the newest release this tool knows (Model Zoo takes the installed cerebras.pytorch;
-    none is needed here).
-    """
-    flag = "--src-fmt" if source else "--tgt-fmt"
-    value = text.strip().lower()
-    if source and value == "cs-auto":
-        return None
-    if not source and value == "cs-current":
-        return releases.LATEST
-    if value == "hf":
-        raise UsageError(
-            None,
-            f"{flag} hf: a config alone is converted to or from Hugging Face with its checkpoint",
-            "use the convert command with the checkpoint",
-        )
-    match = FORMAT_RE.fullmatch(value)
-    special = "cs-auto" if source else "cs-current"
-    if match is None:
-        raise UsageError(
-            None,
-            f"{flag} {text!r} is not a Cerebras format",
-            f"use cs-X.Y (e.g. cs-2.0) or {special}",
-        )
-    name = f"{int(match[1])}.{int(match[2])}"
-    if name not in releases.BY_NAME:
-        known = ", ".join(f"cs-{r.name}" for r in releases.RELEASES)
-        raise UsageError(None, f"{flag} {text!r}: unknown release {name}", f"known: {known}")
-    return releases.BY_NAME[name]
-
-
-def stem(filename: str) -> str:
-    """The name without its alphabetic extensions, as Model Zoo strips them
-    (``checkpoint_1.7.mdl`` → ``checkpoint_1.7``, ``params.yaml`` → ``params``)."""
-    return EXTENSIONS_RE.sub("", filename) or filename
-
-
-def output_name(path: Path, tgt: Release, suffix: str) -> str:
-    return f"{stem(path.name)}_to_cs-{tgt.name}{suffix}"
+# --------------------------------------------------------------------------- outputs
 
 
 def _refuse_existing(*paths: Path) -> None:
@@ -120,55 +70,6 @@ def _output_dir(given: str | None, default: Path) -> Path:
     except OSError as exc:
         raise UsageError(out, f"cannot create the output directory ({exc.strerror})") from None
     return out
-
-
-def resolve_source(path: Path, wanted: Release | None) -> tuple[str, str | None]:
-    """The release to convert from: ``(release name, note)``.
-
-    ``cs-auto`` reads what the file says (root attributes, as ``ckpt-migrate`` detects it, so
-    pre-2.1 files work too); for a format-0.5 file without ``__cstorch_version__`` it takes the
-    ``__metadata__[-1].version`` Model Zoo writes, if there is one. An explicit ``cs-X.Y`` that
-    contradicts a file which states its release is refused; where the file cannot tell (0.5
-    without a version), the user's word is taken.
-    """
-
-    with read_checkpoint(path) as ckpt:
-        detected = source_release(ckpt)
-        certain = ckpt.detected.cstorch_version is not None or ckpt.format < 0.5
-        meta = _metadata_release(ckpt.root)
-    how = (
-        f"__cstorch_version__ {ckpt.detected.cstorch_version}"
-        if ckpt.detected.cstorch_version
-        else f"format {ckpt.format}"
-    )
-    if wanted is None:
-        if certain or meta is None:
-            note = f"cs-auto: release {detected.name} ({how})"
-            if not certain:
-                note += f"; the file cannot tell 2.5–2.10 apart: {detected.name} assumed"
-            return detected.name, note
-        return meta.name, f"cs-auto: release {meta.name} (__metadata__ version; format 0.5)"
-    if certain and wanted.name != detected.name:
-        raise UsageError(
-            path,
-            f"--src-fmt cs-{wanted.name}, but the file says release {detected.name} ({how})",
-            f"pass --src-fmt cs-auto or cs-{detected.name}",
-        )
-    return wanted.name, None
-
-
-def _metadata_release(root: Any) -> Release | None:
-
-    meta = root.get("__metadata__") if isinstance(root, DictNode) else None
-    if not isinstance(meta, SeqNode) or not meta.items or not isinstance(meta.items[-1], DictNode):
-        return None
-    version = meta.items[-1].get("version")
-    if isinstance(version, ValueLeaf) and isinstance(version.value, str):
-        try:
-            return releases.get(version.value)
-        except UsageError:
-            return None
-    return None
 
 
 # --------------------------------------------------------------------------- verbs
