@@ -73,8 +73,7 @@ def main() -> int:
                 time.sleep(0.1)
         gen = torch.Generator().manual_seed(0)
         layers = {
-            f"layer{i}.weight": torch.randn(1024, 1024, generator=gen)
-            for i in range(args.tensors)
+            f"layer{i}.weight": torch.randn(1024, 1024, generator=gen) for i in range(args.tensors)
         }
         src = work / "checkpoint_100.mdl"
         cm.save({"model": layers, "global_step": 7}, src, "1.9")

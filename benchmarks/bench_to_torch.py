@@ -122,10 +122,19 @@ def main() -> None:
         print(f"source: {src.stat().st_size / 2**30:.2f} GiB")
         runs = {
             "ckpt-migrate to-torch (streaming)": [
-                sys.executable, "-m", "ckpt_migrate", "to-torch", str(src), str(base / "a.pt"),
+                sys.executable,
+                "-m",
+                "ckpt_migrate",
+                "to-torch",
+                str(src),
+                str(base / "a.pt"),
             ],
             "whole state, one torch.save": [
-                sys.executable, "-c", WHOLE_STATE, str(src), str(base / "b.pt"),
+                sys.executable,
+                "-c",
+                WHOLE_STATE,
+                str(src),
+                str(base / "b.pt"),
             ],
         }
         for (label, argv), out in zip(runs.items(), ("a.pt", "b.pt"), strict=True):

@@ -87,4 +87,3 @@ def test_force_replaces_an_output_with_a_current_file(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "already at 2.10; copied into" in proc.stdout
     assert sha256_file(out / src.name) == sha256_file(src)
-

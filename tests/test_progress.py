@@ -67,9 +67,7 @@ def progress_lines(stderr: str) -> list[re.Match[str]]:
     return [m for line in stderr.splitlines() if (m := LINE.match(line))]
 
 
-def test_upgrade_prints_plain_progress_per_phase_when_stderr_is_not_a_terminal(
-    model_dir, tmp_path
-):
+def test_upgrade_prints_plain_progress_per_phase_when_stderr_is_not_a_terminal(model_dir, tmp_path):
     src = model_dir / "checkpoint_100.mdl"
     proc = run("upgrade", src, "-o", tmp_path, "--verify", "full", interval="0")
     assert proc.returncode == 0, proc.stderr

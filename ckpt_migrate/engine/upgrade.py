@@ -321,9 +321,7 @@ def _output_file(src: Path, target: Path, *, force: bool = False) -> Path:
         if same_file(target, src):
             raise UsageError(src, "the output would be the source itself", "use --inplace")
         if not force:
-            raise UsageError(
-                target, "already exists; refusing to overwrite it", "remove it first"
-            )
+            raise UsageError(target, "already exists; refusing to overwrite it", "remove it first")
         if not target.is_file() or target.is_symlink():
             raise UsageError(target, "is not a regular file; --force replaces only files")
     if not target.parent.is_dir():

@@ -59,9 +59,7 @@ def verify_index(
                     )
 
 
-def verify_full(
-    root: Node, tmp: Path, written: Written, progress: Progress | None = None
-) -> None:
+def verify_full(root: Node, tmp: Path, written: Written, progress: Progress | None = None) -> None:
     """Hash every tensor of the output and compare it with its source (or its new data);
     ``progress`` hears of it as phase ``verify``, in bytes."""
     refs = [ref for ref in iter_leaves(root) if id(ref.leaf) in written.placed]
