@@ -6,7 +6,9 @@ Expected CS names are Model Zoo's (tag Release_2.10.0,
 ``src/cerebras/modelzoo/tools/checkpoint_converters/``): bert.py lines 82-242 (encoder),
 549-599 (pretraining heads), 1241-1254 (``position_embeddings.embed``); bert_finetune.py lines
 51-54 and 447-453 (classifier heads); roberta.py lines 43-91; t5.py lines 73-328 (blocks) and
-1275-1298 (``position_embed_helper``).
+1275-1298 (``position_embed_helper``). Model Zoo renames the tied MLM decoder weight only when
+the HF file has it (bert.py lines 569-578, roberta.py lines 70-79): from a state dict (the round
+trips below) it is written, from a ``save_pretrained`` file it is not.
 """
 
 from __future__ import annotations
@@ -24,8 +26,14 @@ import pytest
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
+from ckpt_migrate.errors import UnsupportedContentError  # noqa: E402
+from ckpt_migrate.format.read import read_checkpoint  # noqa: E402
+from ckpt_migrate.format.tree import DictNode, MemoryData, TensorLeaf, iter_leaves  # noqa: E402
+from ckpt_migrate.format.write import write_checkpoint  # noqa: E402
 from ckpt_migrate.hf import mapping  # noqa: E402
+from ckpt_migrate.hf.export import export  # noqa: E402
 from ckpt_migrate.hf.families import bert, roberta, t5  # noqa: E402
+from ckpt_migrate.hf.import_ import import_hf  # noqa: E402
 from ckpt_migrate.hf.mapping import MappingError  # noqa: E402
 
 # Bookkeeping transformers adds to a config dict; ``architectures`` is what save_pretrained
@@ -363,9 +371,17 @@ def test_config_round_trip(trip: dict[str, Any]) -> None:
     assert back == original
 
 
+def _cs_ties(trip: dict[str, Any]) -> dict[str, str]:
+    case = trip["case"]
+    return case.family.cs_ties(_shapes(trip["cs"]), trip["cs_model"], case.name)
+
+
 def test_tensors_round_trip_bitwise(trip: dict[str, Any]) -> None:
-    hf, back, case = trip["hf"], trip["back"], trip["case"]
-    assert mapping.unused_inputs(trip["to_hf"], trip["cs"]) == []
+    hf, back, case, cs = trip["hf"], trip["back"], trip["case"], trip["cs"]
+    # CS names of one tied tensor the plan does not read: the pipeline checks them (cs_ties)
+    ties = _cs_ties(trip)
+    assert mapping.unused_inputs(trip["to_hf"], cs) == sorted(ties)
+    assert all(np.array_equal(cs[copy], cs[original]) for copy, original in ties.items())
     assert set(back) == set(hf) - case.tied
     assert all(tuple(o.out_shape(_shapes(trip["cs"]))) == back[o.name].shape for o in trip["to_hf"])
     for name, value in back.items():
@@ -501,7 +517,8 @@ def test_unknown_cs_tensor_is_reported() -> None:
     cs, cfg = _cs_of(0)
     shapes = _shapes(cs) | {"bert_encoder.extra_head.weight": (2, 2)}
     plan = bert.plan_to_hf(shapes, cfg, "bert")
-    assert mapping.unused_inputs(plan, shapes) == ["bert_encoder.extra_head.weight"]
+    unused = set(mapping.unused_inputs(plan, shapes)) - set(bert.cs_ties(shapes, cfg, "bert"))
+    assert sorted(unused) == ["bert_encoder.extra_head.weight"]
     assert bert.hf_dropped(shapes, cfg, "bert") == {}
 
 
@@ -521,11 +538,24 @@ def test_unknown_hf_tensor_is_reported() -> None:
     assert t5.hf_dropped(shapes, config.to_dict(), "t5") == {}
 
 
-def test_tied_copies_that_differ_are_refused() -> None:
+def test_tied_cs_copies_are_ties_not_inputs() -> None:
+    """A Trainer save holds every CS name of a tied tensor: the plan reads one, ``cs_ties``
+    lists the others for the pipeline to check (t5.py lines 1098-1168, bert.py lines 716-739)."""
     cs, cfg = _cs_of(IDS.index("t5-v1.0"))
-    cs["lm_head.weight"] = cs["lm_head.weight"] + 1
-    with pytest.raises(MappingError, match=r"lm_head\.weight should be tied"):
-        _run(t5.plan_to_hf(_shapes(cs), cfg, "t5"), cs)
+    assert t5.cs_ties(_shapes(cs), cfg, "t5") == {
+        "decoder_embeddings.word_embeddings.weight": "encoder_embeddings.word_embeddings.weight",
+        "lm_head.weight": "encoder_embeddings.word_embeddings.weight",
+    }
+    untied = {**cfg, "share_embedding_weights": False}
+    assert list(t5.cs_ties(_shapes(cs), untied, "t5")) == [
+        "decoder_embeddings.word_embeddings.weight"
+    ]
+    cs, cfg = _cs_of(IDS.index("bert"))
+    word = "bert_encoder.embedding_layer.word_embeddings.weight"
+    assert bert.cs_ties(_shapes(cs), cfg, "bert") == {
+        "bert_mlm_head.classifier.ffn.0.linear_layer.weight": word
+    }
+    assert bert.cs_ties(_shapes(cs), {**cfg, "share_embedding_weights": False}, "bert") == {}
 
 
 @pytest.mark.parametrize(
@@ -620,3 +650,94 @@ def test_roberta_pooler_in_hf_file_is_dropped() -> None:
     pooler = ["roberta.pooler.dense.bias", "roberta.pooler.dense.weight"]
     assert mapping.unused_inputs(plan, shapes) == pooler
     assert sorted(roberta.hf_dropped(shapes, config.to_dict(), "roberta")) == pooler
+
+
+# ----------------------------------------------------------------------------- save_pretrained
+
+
+@pytest.mark.parametrize("case_id", ["bert", "roberta", "t5-v1.0"])
+def test_save_pretrained_file_gives_model_zoos_cs_names(case_id: str) -> None:
+    """``save_pretrained`` leaves the tied HF copies out, and Model Zoo then writes no CS MLM
+    decoder weight (bert.py lines 569-578, roberta.py lines 70-79); the CS file still converts
+    back bit for bit. T5 keeps all three embedding names (ours on purpose: Model Zoo drops
+    ``shared.weight``, t5.py line 628, and with it every embedding)."""
+    case = CASES[IDS.index(case_id)]
+    config, model = _original(case)
+    hf = _numpy(model)
+    saved = {k: v for k, v in hf.items() if k not in case.tied}
+    cs_model = case.family.config_to_cs(config.to_dict(), case.name)
+    cs = _run(case.family.plan_to_cs(_shapes(saved), config.to_dict(), case.name), saved)
+    first = sorted(n for n in cs if not any(f"layers.{i}." in n for i in range(1, 4)))
+    head = [] if case.family is t5 else ["bert_mlm_head.classifier.ffn.0.linear_layer.weight"]
+    assert first == sorted(set(case.cs_layer0) - set(head))
+    ties = case.family.cs_ties(_shapes(cs), cs_model, case.name)
+    assert sorted(ties) == ([] if case.family is not t5 else sorted(TIED_CS["t5-v1.0"][1:]))
+    back = _run(case.family.plan_to_hf(_shapes(cs), cs_model, case.name), cs)
+    assert back.keys() == saved.keys()
+    assert all(bert.bitwise_equal(back[k], saved[k]) for k in saved)
+
+
+def _cs_file(path: Path, tensors: dict[str, np.ndarray]) -> Path:
+    items = [
+        (k, TensorLeaf(str(v.dtype), tuple(v.shape), MemoryData(v))) for k, v in tensors.items()
+    ]
+    write_checkpoint(DictNode([("model", DictNode(items))]), path, "2.10")
+    return path
+
+
+def _hf_dir_tensors(directory: Path) -> dict[str, np.ndarray]:
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    out: dict[str, np.ndarray] = {}
+    for file in sorted(directory.glob("*.safetensors")):
+        out.update(safetensors_numpy.load_file(str(file)))
+    return out
+
+
+# (case, the CS names of the one tied tensor, as a Trainer saves them)
+TIED_CS = {
+    "bert": (
+        "bert_encoder.embedding_layer.word_embeddings.weight",
+        "bert_mlm_head.classifier.ffn.0.linear_layer.weight",
+    ),
+    "t5-v1.0": (
+        "encoder_embeddings.word_embeddings.weight",
+        "decoder_embeddings.word_embeddings.weight",
+        "lm_head.weight",
+    ),
+}
+
+
+@pytest.mark.parametrize("case_id", sorted(TIED_CS))
+def test_export_reads_any_one_tied_copy_and_checks_the_rest(case_id: str, tmp_path: Path) -> None:
+    """Export takes a CS file with every tied name (a Trainer save: the others are checked
+    equal) or with only one of them (Model Zoo's HF -> CS file keeps none of the copies), and
+    refuses copies that differ."""
+    case = CASES[IDS.index(case_id)]
+    _, model = _original(case)
+    model.save_pretrained(tmp_path / "hf")
+    saved = _hf_dir_tensors(tmp_path / "hf")
+    params = tmp_path / "params.yaml"
+    import_hf(tmp_path / "hf", tmp_path / "ours.mdl", model=case.name, config_out=params)
+    with read_checkpoint(tmp_path / "ours.mdl") as ckpt:
+        cs = {r.name: r.leaf.data.read() for r in iter_leaves(ckpt.root.get("model"))}
+    names = TIED_CS[case_id]
+    one = next(cs[n] for n in names if n in cs)
+    variants = {"every": dict.fromkeys(names, one)}
+    variants |= {n: {n: one} for n in names}
+    for label, copies in variants.items():
+        body = {k: v for k, v in cs.items() if k not in names}
+        src = _cs_file(tmp_path / f"{label}.mdl", body | copies)
+        result = export(src, tmp_path / f"hf-{label}", config=params, model=case.name)
+        assert result.dropped == {}
+        back = _hf_dir_tensors(tmp_path / f"hf-{label}")
+        assert back.keys() == saved.keys(), label
+        assert all(bert.bitwise_equal(back[k], saved[k]) for k in saved), label
+    changed = dict.fromkeys(names, one) | {names[-1]: one + 1}
+    src = _cs_file(
+        tmp_path / "differs.mdl", {k: v for k, v in cs.items() if k not in names} | changed
+    )
+    with pytest.raises(UnsupportedContentError, match=re.escape(names[-1])):
+        export(src, tmp_path / "hf-differs", config=params, model=case.name)
+    missing = _cs_file(tmp_path / "none.mdl", body)
+    with pytest.raises(UnsupportedContentError, match=re.escape(names[0])):
+        export(missing, tmp_path / "hf-none", config=params, model=case.name)

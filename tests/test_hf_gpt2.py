@@ -74,10 +74,13 @@ NON_LAYER = [
     "embedding_layer.position_embeddings.embed.weight",
     "transformer_decoder.norm.weight",
     "transformer_decoder.norm.bias",
-    "ln_f.weight",  # the same norm's second name in the CS model (lines 333-337)
+    "ln_f.weight",  # the same norm's second name in the CS model (lines 323-337)
     "ln_f.bias",
+    # always, the embeddings when tied (lines 768-790): Model Zoo's 2.1+ converter leaves a tied
+    # head out, and its GPT2LMHeadModel then refuses the file (strict load; see gpt2.plan_to_cs)
     "lm_head.weight",
 ]
+HEAD = "lm_head.weight"
 
 CASES = [("gpt2", True), ("gpt2", False), ("gpt2-headless", True), ("gpt2-headless", False)]
 
@@ -103,7 +106,7 @@ def test_round_trip(name: str, tied: bool):
     assert {k for k in cs if ".layers.0." in k} == set(LAYER0)
     assert {k for k in cs if ".layers." not in k} == set(NON_LAYER)
     assert len(cs) == len(NON_LAYER) + 2 * len(LAYER0)
-    if tied:  # both names on the CS side, as Model Zoo writes them
+    if tied:  # both names on the CS side, as the CS model's state dict has them
         wte = hf[("" if name == "gpt2-headless" else "transformer.") + "wte.weight"]
         assert np.array_equal(cs["lm_head.weight"], wte)
     q = cs["transformer_decoder.layers.1.self_attn.proj_q_dense_layer.weight"]
@@ -132,6 +135,16 @@ def test_round_trip(name: str, tied: bool):
     assert sorted(set(unused_inputs(to_hf, cs_shapes)) - set(ties) - set(dropped)) == []
     if name == "gpt2-headless" and not tied:
         assert list(dropped) == ["lm_head.weight"]
+    norm = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
+    emb = "embedding_layer.word_embeddings.weight"
+    assert ties == norm | ({HEAD: emb} if tied else {})
+    if tied:  # Model Zoo's 2.1+ file has no tied head (gpt2_hf_cs.py 1079-1130): same HF tensors
+        theirs = {k: v.shape for k, v in cs.items() if k != HEAD}
+        assert gpt2.cs_ties(theirs, cs_model, name) == norm
+        plan = gpt2.plan_to_hf(theirs, cs_model, name)
+        assert unused_inputs(plan, theirs) == sorted(norm)
+        got = dict(run(plan, cs.__getitem__))
+        assert got.keys() == out.keys() and all(np.array_equal(got[k], out[k]) for k in out)
 
     # A fresh model with the round-tripped tensors gives the same logits.
     fresh = type(model)(transformers.GPT2Config(**back)).eval()

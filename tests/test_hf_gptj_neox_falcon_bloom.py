@@ -26,10 +26,16 @@ FFN = [f"{L0}ffn.ffn.{i}.linear_layer.{w}" for i in (0, 1) for w in ("weight", "
 FFN_W = [f"{L0}ffn.ffn.{i}.linear_layer.weight" for i in (0, 1)]
 NORM1 = [f"{L0}norm1.weight", f"{L0}norm1.bias"]
 NORM3 = [f"{L0}norm3.weight", f"{L0}norm3.bias"]
+# The final norm under both of the CS model's names (one module): Model Zoo's
+# ``replace_final_norm`` writes ``ln_f.*`` too (gptj_hf_cs.py lines 158-172,
+# salesforce_codegen_hf_cs.py 320-334, gpt_neox_hf_cs.py 421-435, falcon_40b.py 407-421,
+# bloom_hf_cs.py 293-307).
 TOP = [
     "embedding_layer.word_embeddings.weight",
     "transformer_decoder.norm.weight",
     "transformer_decoder.norm.bias",
+    "ln_f.weight",
+    "ln_f.bias",
 ]
 HEAD = ["lm_head.weight"]
 HEAD_B = ["lm_head.weight", "lm_head.bias"]
@@ -46,6 +52,12 @@ NOT_MAPPED = {
     "eos_token_id",
     "pad_token_id",
     "use_cache",
+    # CS fields Model Zoo copies into config.json under their CS names, and so do we (HF keeps
+    # them as unused attributes): gptj_hf_cs.py lines 485-488, falcon_180b.py lines 215-229.
+    "use_bias_in_output",
+    "use_ffn_bias",
+    "use_ffn_bias_in_attention",
+    "use_projection_bias_in_attention",
 }
 
 
@@ -263,7 +275,8 @@ CASES = [
         "GPTJForCausalLM",
         TOP + NORM1 + ATTN + FFN + HEAD_B,
     ),
-    # Tied: Model Zoo writes both embedding and head on the CS side (lines 319-338).
+    # Tied, the head in the state dict: Model Zoo renames it (lines 305-309), so the CS side has
+    # both; a head save_pretrained left out is not written (test_tied_head_save_pretrained...).
     Case(
         "gptj-tied",
         "gptj",
@@ -517,3 +530,87 @@ def test_gptj_head_bias_cs_lacks_is_zeros() -> None:
     back = dict(run(family.plan_to_hf(_shapes(cs), cs_model, "gptj"), cs.__getitem__))
     assert back["lm_head.bias"].dtype == state["lm_head.bias"].dtype
     assert not back["lm_head.bias"].any()
+
+
+TIED = [c for c in CASES if c.kwargs.get("tie_word_embeddings", c.module in ("falcon", "bloom"))]
+
+
+@pytest.mark.parametrize("case", TIED, ids=[c.id for c in TIED])
+def test_a_tied_head_save_pretrained_left_out_is_the_embeddings(case: Case) -> None:
+    """``save_pretrained`` leaves a tied head out; the CS file gets it from the embeddings (the
+    CS model's state dict has ``lm_head.weight`` and the Trainer loads strictly, while Model
+    Zoo's 2.1+ head rule writes none: docs/MODELZOO_PARITY.md §5), and the way back reads the
+    embeddings once, the head being their tie."""
+    family, config, _, state, cs_model, _, _ = _to_cs(case)
+    hf_cfg = config.to_dict()
+    saved = {k: v for k, v in state.items() if k not in ("lm_head.weight", "embed_out.weight")}
+    cs = dict(run(family.plan_to_cs(_shapes(saved), hf_cfg, case.name), saved.__getitem__))
+    assert np.array_equal(cs["lm_head.weight"], cs["embedding_layer.word_embeddings.weight"])
+    assert family.cs_ties(_shapes(cs), cs_model, case.name).get("lm_head.weight") == (
+        "embedding_layer.word_embeddings.weight"
+    )
+    back = dict(run(family.plan_to_hf(_shapes(cs), cs_model, case.name), cs.__getitem__))
+    assert back.keys() == saved.keys()
+    assert all(np.array_equal(back[k], v) for k, v in saved.items())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_final_norm_is_read_from_whichever_copy_exists(case: Case) -> None:
+    """A Trainer save and a Model Zoo file hold the final norm under both of the CS model's
+    names (``ln_f.*`` a tie of ``transformer_decoder.norm.*``); either one alone converts."""
+    family, _, _, _, cs_model, _, cs = _to_cs(case)
+    ties = family.cs_ties(_shapes(cs), cs_model, case.name)
+    assert {k: ties[k] for k in ("ln_f.weight", "ln_f.bias")} == {
+        "ln_f.weight": "transformer_decoder.norm.weight",
+        "ln_f.bias": "transformer_decoder.norm.bias",
+    }
+    expected = dict(run(family.plan_to_hf(_shapes(cs), cs_model, case.name), cs.__getitem__))
+    for gone in ("ln_f.", "transformer_decoder.norm."):
+        alone = {k: v for k, v in cs.items() if not k.startswith(gone)}
+        plan = family.plan_to_hf(_shapes(alone), cs_model, case.name)
+        ties = family.cs_ties(_shapes(alone), cs_model, case.name)
+        assert not {"ln_f.weight", "ln_f.bias"} & set(ties)
+        assert set(unused_inputs(plan, _shapes(alone))) <= set(ties) | set(
+            family.cs_dropped(_shapes(alone), cs_model, case.name)
+        )
+        back = dict(run(plan, alone.__getitem__))
+        assert back.keys() == expected.keys()
+        assert all(np.array_equal(back[k], v) for k, v in expected.items())
+
+
+@pytest.mark.parametrize(
+    ("module", "name"), [("gptj", "gptj"), ("codegen", "codegen"), ("gpt_neox", "gpt-neox")]
+)
+def test_position_embedding_type_defaults_to_rotary(module: str, name: str) -> None:
+    """Model Zoo's CS config leaves ``position_embedding_type`` out; the CS model's default is
+    rotary (``GPTJSubModelConfig``, models/nlp/gptj/gptj_model.py lines 69-71)."""
+    case = next(c for c in CASES if c.module == module)
+    family, _, _, _, cs_model, _, _ = _to_cs(case)
+    cs_model = {k: v for k, v in cs_model.items() if k != "position_embedding_type"}
+    assert family.config_to_hf(cs_model, name) == family.config_to_hf(
+        {**cs_model, "position_embedding_type": "rotary"}, name
+    )
+
+
+def test_config_fields_model_zoo_writes() -> None:
+    """Fields of Model Zoo's config.json that are not transformers' own, written the same:
+    GPT-J's ``use_bias_in_output`` (gptj_hf_cs.py lines 485-488), Falcon's CS bias switches
+    (falcon_180b.py lines 215-229) and a null ``rope_scaling`` (falcon_180b.py lines 682-684,
+    gpt_neox_hf_cs.py lines 1082-1084)."""
+    gptj = importlib.import_module("ckpt_migrate.hf.families.gptj")
+    _, _, _, _, cs_model, _, _ = _to_cs(next(c for c in CASES if c.id == "gptj"))
+    assert gptj.config_to_hf(cs_model, "gptj")["use_bias_in_output"] is True
+    for case_id, bias, scaled in (("falcon-mqa", False, False), ("falcon-gqa", True, True)):
+        family, _, _, _, cs_model, _, _ = _to_cs(next(c for c in CASES if c.id == case_id))
+        hf = family.config_to_hf(cs_model, "falcon")
+        for key in (
+            "use_ffn_bias",
+            "use_ffn_bias_in_attention",
+            "use_projection_bias_in_attention",
+        ):
+            assert hf[key] is bias and hf["bias"] is bias
+        assert hf["rope_scaling"] == (hf["rope_parameters"] if scaled else None)
+    for case_id, scaled in (("gpt-neox", False), ("gpt-neox-headless", True)):
+        family, _, _, _, cs_model, _, _ = _to_cs(next(c for c in CASES if c.id == case_id))
+        hf = family.config_to_hf(cs_model, case_id)
+        assert hf["rope_scaling"] == (hf["rope_parameters"] if scaled else None)

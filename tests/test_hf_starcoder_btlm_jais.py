@@ -13,8 +13,12 @@ Expected CS names: Model Zoo Release_2.10.0, GPT-2 rules ``Converter_GPT2Model_H
 ``transformer_decoder.norm``), the 2.1 position-embedding spelling (starcoder.py lines 696-707),
 the attention split into ``proj_{q,k,v}_dense_layer`` (starcoder.py lines 98-168, santacoder.py
 lines 98-119, gpt2_hf_cs.py lines 113-151), BTLM/JAIS ``linear_layer_for_glu`` and ALiBi
-slopes (btlm_hf_cs.py lines 50-60 and 386-394), CS ``lm_head`` always present (gpt2_hf_cs.py lines
-376-394 and 777-781).
+slopes (btlm_hf_cs.py lines 50-60 and 386-394), the final norm under its second CS name ``ln_f``
+too (``replace_final_norm``, gpt2_hf_cs.py lines 323-337), CS ``lm_head`` always present
+(gpt2_hf_cs.py lines 376-394 and 777-781; Model Zoo's 2.1+ converters leave a tied head out, and
+its GPT2LMHeadModel then refuses the file: see ``starcoder.lm_head_to_cs``). On the way back
+``ln_f`` and a tied ``lm_head`` are ties the pipeline checks (``cs_ties``), and a CS file without
+the tied head (Model Zoo's) converts to the same HF tensors.
 """
 
 from __future__ import annotations
@@ -37,8 +41,13 @@ NON_LAYER = [
     "embedding_layer.position_embeddings.embed.weight",
     "transformer_decoder.norm.weight",
     "transformer_decoder.norm.bias",
+    "ln_f.weight",  # the same norm's second CS name (gpt2_hf_cs.py lines 323-337)
+    "ln_f.bias",
     "lm_head.weight",
 ]
+HEAD = "lm_head.weight"
+NORM_TIES = {f"ln_f.{s}": f"transformer_decoder.norm.{s}" for s in ("weight", "bias")}
+EMB = "embedding_layer.word_embeddings.weight"
 LAYER0 = [
     f"transformer_decoder.layers.0.{m}.{s}"
     for m in (
@@ -72,6 +81,26 @@ def shapes(tensors: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
 
 def run(plan: list[mapping.Out], tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return dict(mapping.run(plan, tensors.__getitem__))
+
+
+def export_checks(family, cs: dict, cs_model: dict, name: str, tie: bool) -> dict:
+    """The CS -> HF plan's ties and drops for ``cs`` as ours and a Trainer save hold it and as
+    Model Zoo's 2.1+ converter writes it (no tied ``lm_head``): every CS tensor is read, a tie
+    or dropped, and both give the same HF tensors."""
+    headless = name.endswith("-headless")
+    theirs = {k: v for k, v in cs.items() if not (tie and not headless and k == HEAD)}
+    out = None
+    for tensors in (cs, theirs):
+        plan = family.plan_to_hf(shapes(tensors), cs_model, name)
+        ties = family.cs_ties(shapes(tensors), cs_model, name)
+        dropped = family.cs_dropped(shapes(tensors), cs_model, name)
+        assert ties == NORM_TIES | ({HEAD: EMB} if tie and HEAD in tensors else {})
+        assert list(dropped) == ([HEAD] if headless and not tie else [])
+        assert set(mapping.unused_inputs(plan, shapes(tensors))) == set(ties) | set(dropped)
+        got = run(plan, tensors)
+        assert out is None or all(np.array_equal(got[k], out[k]) for k in out)
+        out = got
+    return out
 
 
 def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
@@ -142,6 +171,7 @@ def test_starcoder_round_trip(name: str, multi_query: bool, tie: bool, n_inner: 
     headless = name.endswith("-headless")
     config, model, cls = bigcode(name, multi_query, tie, n_inner)
     hf = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    hf = {k: v for k, v in hf.items() if not (tie and k == HEAD)}  # what save_pretrained writes
     hf_config = config.to_dict()
 
     cs_model = starcoder.config_to_cs(hf_config, name)
@@ -158,7 +188,8 @@ def test_starcoder_round_trip(name: str, multi_query: bool, tie: bool, n_inner: 
         "multiquery_attention" if multi_query else "aiayn_attention"
     )
     if tie:
-        assert np.array_equal(cs["lm_head.weight"], cs["embedding_layer.word_embeddings.weight"])
+        assert np.array_equal(cs[HEAD], cs[EMB])
+    assert all(np.array_equal(cs[k], cs[v]) for k, v in NORM_TIES.items())
 
     # Config: every field the rules map comes back; n_inner null comes back as 4 * n_embd
     # (starcoder.py lines 637-639), the same model.
@@ -170,12 +201,8 @@ def test_starcoder_round_trip(name: str, multi_query: bool, tie: bool, n_inner: 
         assert got.pop("n_inner") == 4 * E and want.pop("n_inner") is None
     assert got == want
 
-    plan = starcoder.plan_to_hf(shapes(cs), cs_model, name)
-    unused = mapping.unused_inputs(plan, shapes(cs))
-    assert unused == (["lm_head.weight"] if headless and not tie else [])  # head dropped
-    hf_back = run(plan, cs)
-    saved = {k: v for k, v in hf.items() if not (tie and k == "lm_head.weight")}
-    assert_same(hf_back, saved)
+    hf_back = export_checks(starcoder, cs, cs_model, name, tie)
+    assert_same(hf_back, hf)
 
     fresh = cls(config).eval()
     result = fresh.load_state_dict(
@@ -222,10 +249,15 @@ def test_starcoder_negative_cases():
     with pytest.raises(MappingError, match="bigcode"):
         starcoder.config_to_cs(hf_config, "bigcode")
 
+    # untied in the file but tied in the config: lm_head is a tie the pipeline checks (and
+    # refuses, as they differ); the plan reads the embeddings only
     tied = {**cs_model, "share_embedding_weights": True}
     plan = starcoder.plan_to_hf(shapes(cs), tied, "starcoder")
-    with pytest.raises(MappingError, match=r"lm_head\.weight differs"):
-        run(plan, cs)
+    assert starcoder.cs_ties(shapes(cs), tied, "starcoder") == NORM_TIES | {HEAD: EMB}
+    assert HEAD not in {i for out in plan for i in out.inputs}
+    stray_norm = {k: v for k, v in shapes(cs).items() if k != "transformer_decoder.norm.bias"}
+    with pytest.raises(MappingError, match=r"transformer_decoder\.norm\.bias"):
+        starcoder.plan_to_hf(stray_norm, cs_model, "starcoder")  # ln_f.bias is no tie alone
 
 
 # ---- SantaCoder, BTLM, JAIS: remote-code HF classes, state dicts built by hand ---------------
@@ -327,9 +359,7 @@ def test_santacoder_round_trip(name: str, tie: bool):
     assert np.array_equal(q, hf[("" if headless else "transformer.") + "h.1.attn.q_attn.weight"].T)
 
     assert_config_back(santacoder.config_to_hf(cs_model, name), hf_config)
-    plan = santacoder.plan_to_hf(shapes(cs), cs_model, name)
-    assert mapping.unused_inputs(plan, shapes(cs)) == (["lm_head.weight"] if headless else [])
-    assert_same(run(plan, cs), hf)
+    assert_same(export_checks(santacoder, cs, cs_model, name, tie), hf)
 
 
 def test_santacoder_negative_cases():
@@ -428,7 +458,8 @@ def test_btlm_jais_round_trip(family, name: str, tie: bool, alibi: bool, glu: bo
     cs = run(plan, hf)
     non_layer = [n for n in NON_LAYER if not (alibi and "position_embeddings" in n)]
     assert sorted(cs) == expected_cs(
-        LAYER0 + (GLU0 if glu else []), non_layer + ([SLOPES] if alibi else [])
+        LAYER0 + (GLU0 if glu else []),
+        non_layer + ([SLOPES] if alibi else []),
     )
     if mup:  # btlm_hf_cs.py lines 263-280, 330-343
         assert cs_model["output_logits_scale"] == pytest.approx(0.222)
@@ -451,11 +482,8 @@ def test_btlm_jais_round_trip(family, name: str, tie: bool, alibi: bool, glu: bo
     assert back["architectures"] == [arch[name]]
     assert back["alibi_scaling"] == (hf_config["alibi_scaling"] if mup else None)
 
-    plan = family.plan_to_hf(shapes(cs), cs_model, name)
-    assert mapping.unused_inputs(plan, shapes(cs)) == (
-        ["lm_head.weight"] if headless and not tie else []
-    )
-    assert_same(run(plan, cs), {k: v for k, v in hf.items() if not (tie and k == "lm_head.weight")})
+    back_hf = export_checks(family, cs, cs_model, name, tie)
+    assert_same(back_hf, {k: v for k, v in hf.items() if not (tie and k == HEAD)})
 
 
 def test_btlm_jais_negative_cases():

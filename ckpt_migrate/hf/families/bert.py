@@ -20,12 +20,24 @@ in this file is a rename: Model Zoo changes no BERT tensor's data.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs, rename
+from ckpt_migrate.hf.families._bert_common import (
+    bitwise_equal,  # noqa: F401 (the tied-copy check, tested as bert.bitwise_equal)
+    check_name,
+    dropped_by,
+    expect,
+    finish,
+    hf_source,
+    layers_of,
+    mlm_bias_to_cs,
+    mlm_to_hf,
+    mlm_weights_to_cs,
+    mlm_word,
+    with_defaults,
+)
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 
 NAMES = ("bert", "bert-sequence-classifier", "bert-token-classifier", "bert-qa")
 HF_MODEL_TYPES = ("bert",)
@@ -106,11 +118,6 @@ MUP_NEUTRAL: dict[str, tuple[Any, ...]] = {
 # ----------------------------------------------------------------------------- config helpers
 
 
-def check_name(name: str, names: Sequence[str]) -> None:
-    if name not in names:
-        raise MappingError(f"model name {name!r} is not one of {', '.join(names)}")
-
-
 def refuse_mup(cs_model: Mapping[str, Any]) -> None:
     """Model Zoo rescales a muP checkpoint to standard parametrisation on export (``bert.py``
     lines 1302-1319, ``mup.py``); we refuse it instead."""
@@ -122,17 +129,6 @@ def refuse_mup(cs_model: Mapping[str, Any]) -> None:
     for key, neutral in MUP_NEUTRAL.items():
         if cs_model.get(key) not in neutral:
             raise MappingError(f"{key}={cs_model[key]!r}: HF BERT has no such multiplier")
-
-
-def expect(config: Mapping[str, Any], required: Mapping[str, Any], side: str) -> None:
-    """A field present in ``config`` must have the one value the other side can express."""
-    for key, value in required.items():
-        if key in config and config[key] != value:
-            raise MappingError(f"{key}={config[key]!r}: only {value!r} converts to {side}")
-
-
-def with_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    return {**defaults, **config}
 
 
 def hf_position_type(cs_model: Mapping[str, Any]) -> str:
@@ -307,83 +303,9 @@ def encoder_pairs(cs_p: str, hf_p: str, layers: int, segments: bool, pooler: boo
     return pairs
 
 
-def bitwise_equal(a: np.ndarray, b: np.ndarray) -> bool:
-    """Same dtype, shape and bits (NaNs, e.g. pruned weights of a sparse CS run, compare equal)."""
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    if a.dtype.itemsize in (1, 2, 4, 8):
-        bits = np.dtype(f"u{a.dtype.itemsize}")
-        return bool(np.array_equal(a.view(bits), b.view(bits)))
-    return a.tobytes() == b.tobytes()
-
-
-def tied_copies(names: Sequence[str]) -> Callable[..., np.ndarray]:
-    """Build for tied tensors: the first, after checking every other copy is identical."""
-
-    def build(*xs: np.ndarray) -> np.ndarray:
-        for other, x in zip(names[1:], xs[1:]):
-            if not bitwise_equal(x, xs[0]):
-                raise MappingError(f"{other} should be tied to {names[0]} but differs from it")
-        return xs[0]
-
-    return build
-
-
-def first_of(*shapes: Shape) -> Shape:
-    return shapes[0]
-
-
-def tied(dst: str, srcs: Sequence[str]) -> Out:
-    """``dst`` from ``srcs[0]``, reading the tied copies ``srcs[1:]`` to check they agree."""
-    if len(srcs) == 1:
-        return rename(srcs[0], dst)
-    return Out(dst, tuple(srcs), tied_copies(srcs), infer=first_of, note="tied copies checked")
-
-
-def first_ignoring_rest(dst: str, srcs: Sequence[str], note: str) -> Out:
-    """``dst`` from ``srcs[0]``; ``srcs[1:]`` are read and dropped as Model Zoo drops them."""
-    return Out(dst, tuple(srcs), lambda x, *_: x, infer=first_of, note=note)
-
-
-def present(names: Sequence[str], available: Mapping[str, Shape]) -> list[str]:
-    return [n for n in names if n in available]
-
-
-def finish(plan: list[Out], source: Mapping[str, Shape], side: str) -> list[Out]:
-    """Every input the plan names must exist. Source tensors no rule reads are left for
-    ``mapping.unused_inputs`` to report (the pipeline refuses them unless told to drop them);
-    the ones Model Zoo itself drops are listed by the ``hf_dropped`` hook."""
-    missing = missing_inputs(plan, source)
-    if missing:
-        raise MappingError(f"{side} tensor {missing[0]} is missing ({len(missing)} missing)")
-    return plan
-
-
-def dropped_by(pattern: re.Pattern[str], names: Mapping[str, Shape], why: str) -> dict[str, str]:
-    return {n: why for n in names if pattern.fullmatch(n)}
-
-
-def hf_source(hf: Mapping[str, Shape], name: str) -> str:
-    """The HF tensor to read for ``name``: old HF BERT files call LayerNorm parameters ``gamma``
-    and ``beta`` (Converter_BertLayerNorm_HF_CS, bert.py lines 39-66)."""
-    if name in hf or not re.search(r"(?:LayerNorm|layer_norm)\.(?:weight|bias)$", name):
-        return name
-    stem, _, leaf = name.rpartition(".")
-    old = f"{stem}.{'gamma' if leaf == 'weight' else 'beta'}"
-    return old if old in hf else name
-
-
-def layers_of(config: Mapping[str, Any], key: str, default: int) -> int:
-    value = config.get(key, default)
-    if not isinstance(value, int) or value < 0:
-        raise MappingError(f"{key}={value!r}: expected a layer count")
-    return value
-
-
 # ----------------------------------------------------------------------------- BERT plans
 
 _CS_WORD = "embedding_layer.word_embeddings.weight"
-_CS_MLM = "bert_mlm_head.classifier.ffn.0.linear_layer"
 
 
 def _prefixes(name: str) -> tuple[str, str]:
@@ -410,78 +332,29 @@ def _body_pairs(name: str, layers: int) -> list[Pair]:
     return pairs
 
 
-def mlm_to_hf(
-    cs: Mapping[str, Shape],
-    share: bool,
-    cs_word: str,
-    hf_word: str,
-    hf_head: str,
-) -> list[Out]:
-    """Word embeddings and the MLM decoder, CS -> HF.
-
-    Tied (``share_embedding_weights``): CS 2.x keeps both the word embeddings and the decoder
-    weight (Converter_Bert_CS18_CS20, bert.py lines 1094-1123); HF saves only the embeddings and
-    ``<head>.bias`` (``save_pretrained`` drops the tied decoder weight and bias), so the decoder
-    weight is read to check it is a copy. Untied: both weights are renamed and the decoder bias is
-    written twice, as ``decoder.bias`` and ``bias`` (bert.py lines 602-629)."""
-    w, b = f"{_CS_MLM}.weight", f"{_CS_MLM}.bias"
-    if share:
-        return [tied(hf_word, [cs_word, *present([w], cs)]), rename(b, f"{hf_head}.bias")]
-    return [
-        rename(cs_word, hf_word),
-        rename(w, f"{hf_head}.decoder.weight"),
-        rename(b, f"{hf_head}.decoder.bias"),
-        rename(b, f"{hf_head}.bias"),
-    ]
-
-
-def mlm_to_cs(
-    hf: Mapping[str, Shape], tie: bool, cs_word: str, hf_word: str, hf_head: str
-) -> list[Out]:
-    """Word embeddings and the MLM decoder, HF -> CS: both CS names are written when tied, as
-    Model Zoo does (bert.py lines 716-739). The decoder bias comes from ``decoder.bias`` when the
-    file has it (``<head>.bias`` is then read and dropped, bert.py line 589), else from
-    ``<head>.bias`` (transformers 5 saves only that one when tied)."""
-    dec_w, dec_b, bias = f"{hf_head}.decoder.weight", f"{hf_head}.decoder.bias", f"{hf_head}.bias"
-    if dec_w in hf:
-        word = tied(cs_word, [hf_word, dec_w]) if tie else rename(hf_word, cs_word)
-        head = rename(dec_w, f"{_CS_MLM}.weight")
-    elif tie:
-        word, head = rename(hf_word, cs_word), rename(hf_word, f"{_CS_MLM}.weight")
-    else:
-        raise MappingError(f"{dec_w} is missing and tie_word_embeddings is false")
-    if dec_b in hf:
-        bias_out = first_ignoring_rest(f"{_CS_MLM}.bias", [dec_b, *present([bias], hf)], "renamed")
-    else:
-        bias_out = rename(bias, f"{_CS_MLM}.bias")
-    return [word, head, bias_out]
-
-
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
     """Model Zoo: Converter_BertPretrainModel_HF_CS21 and Converter_BertFor*_HF_CS21 (bert.py
-    lines 1268-1299, bert_finetune.py lines 591-766), CS -> HF: renames only."""
+    lines 1268-1299, bert_finetune.py lines 591-766), CS -> HF: renames only. Tied, the word
+    embeddings come from whichever of the two tied CS names the file has (:func:`cs_ties`)."""
     check_name(name, NAMES)
     layers = layers_of(cs_model, "num_hidden_layers", 12)
     plan = [rename(c, h) for c, h in _body_pairs(name, layers)]
     cs_p, hf_p = _prefixes(name)
+    hf_word = f"{hf_p}embeddings.word_embeddings.weight"
     if name == "bert":
         share = cs_model.get("share_embedding_weights", True)
-        plan += mlm_to_hf(
-            cs,
-            share,
-            f"{cs_p}{_CS_WORD}",
-            f"{hf_p}embeddings.word_embeddings.weight",
-            "cls.predictions",
-        )
+        plan += mlm_to_hf(cs, share, f"{cs_p}{_CS_WORD}", hf_word, "cls.predictions")
     else:
-        plan.append(rename(f"{cs_p}{_CS_WORD}", f"{hf_p}embeddings.word_embeddings.weight"))
+        plan.append(rename(f"{cs_p}{_CS_WORD}", hf_word))
     return finish(plan, cs, "CS")
 
 
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
     """The same converters, HF -> CS. HF's ``position_ids`` buffer, when an old file has it, is
     dropped (``HF_DROPPED``; bert.py lines 113-118); ``gamma``/``beta`` are read as LayerNorm
-    ``weight``/``bias`` (:func:`hf_source`)."""
+    ``weight``/``bias`` (:func:`hf_source`). The tied MLM decoder weight is written only when
+    the HF file has it, as Model Zoo does (:func:`mlm_weights_to_cs`); the MLM bias always
+    (ours on purpose, :func:`mlm_bias_to_cs`)."""
     check_name(name, NAMES)
     layers = layers_of(hf_config, "num_hidden_layers", 12)
     plan = [rename(hf_source(hf, h), c) for c, h in _body_pairs(name, layers)]
@@ -489,10 +362,21 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
     hf_word = f"{hf_p}embeddings.word_embeddings.weight"
     if name == "bert":
         tie = hf_config.get("tie_word_embeddings", True)
-        plan += mlm_to_cs(hf, tie, f"{cs_p}{_CS_WORD}", hf_word, "cls.predictions")
+        plan += mlm_weights_to_cs(hf, tie, f"{cs_p}{_CS_WORD}", hf_word, "cls.predictions")
+        plan.append(mlm_bias_to_cs(hf, "cls.predictions"))
     else:
         plan.append(rename(hf_word, f"{cs_p}{_CS_WORD}"))
     return finish(plan, hf, "HF")
+
+
+def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
+    """Pipeline hook: CS tensors that are another CS tensor under a second name (the pipeline
+    checks they are equal): a tied MLM decoder weight and the word embeddings of
+    ``BertPretrainModel`` (bert.py lines 716-739, 1094-1123)."""
+    if name != "bert":
+        return {}
+    share = cs_model.get("share_embedding_weights", True)
+    return mlm_word(cs, share, f"{_prefixes(name)[0]}{_CS_WORD}")[1]
 
 
 def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:

@@ -7,6 +7,17 @@ Model Zoo's reference is ``tools/checkpoint_converters/bloom_hf_cs.py`` at Relea
 for 2.1 to 2.9). HF fuses Q, K and V per head (``query_key_value`` rows are
 ``[head][q|k|v][head_dim]``); ALiBi has no weights in HF, while CS stores its slopes, which
 Model Zoo computes on the way to CS and drops on the way back (lines 309-329, 970-982).
+
+The CS model is GPT-2's (``BloomModelConfig(GPT2ModelConfig)``, ``models/nlp/bloom/model.py``
+lines 20-27), which registers its final norm under two names, ``ln_f`` and
+``transformer_decoder.norm`` (one module, ``models/nlp/gpt2/gpt2_model.py`` lines 910 and 965):
+Model Zoo writes both on the way to CS (``replace_final_norm``, bloom_hf_cs.py lines 276-282 and
+293-307) and we do too. On the way to HF a Trainer save and a Model Zoo file hold both:
+``ln_f.*`` is then a tie of ``transformer_decoder.norm.*`` (:func:`cs_ties`), and read only when
+it is the one present. A tied ``lm_head.weight`` that ``save_pretrained`` left out is written from
+the embeddings, while Model Zoo's ``lm_head`` rule (lines 1020-1023) renames only a head the HF
+file has: the CS model's state dict has the head and the Trainer loads strictly
+(docs/MODELZOO_PARITY.md §5).
 """
 
 from __future__ import annotations
@@ -91,6 +102,8 @@ TOP_PAIRS = (
 )
 EMBED = "embedding_layer.word_embeddings.weight"
 HEAD = "lm_head.weight"
+# The CS model's second name of its final norm (copy -> the name the plan reads), see above.
+LN_F = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
 SLOPES = "embedding_layer.position_embed_helper.slopes"  # 2.1+ (Model Zoo line 975)
 CS_DROPPED = (SLOPES, "relative_pe_helper.slopes")  # the second is the 2.0 spelling
 
@@ -270,12 +283,23 @@ def _random_head(shape: Shape) -> Callable[[], np.ndarray]:
     return build
 
 
+def _source(cs: Mapping[str, Shape], cs_name: str, tied: bool) -> str:
+    """The CS tensor to read for ``cs_name``: itself, else the copy of it that exists (``ln_f.*``
+    for the final norm; the head for tied embeddings, Model Zoo lines 742-761)."""
+    copies = {v: k for k, v in LN_F.items()} | ({EMBED: HEAD} if tied else {})
+    copy = copies.get(cs_name)
+    return copy if cs_name not in cs and copy in cs else cs_name
+
+
 def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors that copy another one the plan reads: ``lm_head.weight`` when
+    """CS tensors that copy another one the plan reads, when both are present: ``ln_f.*`` of
+    ``transformer_decoder.norm.*`` (one module, see above) and ``lm_head.weight`` when
     ``share_embedding_weights`` (Model Zoo: bloom_hf_cs.py ``pre_model_convert``, lines
     742-761); HF's ``save_pretrained`` does not store a tied head either."""
-    tied = cs_model.get("share_embedding_weights", CS_DEFAULTS["share_embedding_weights"])
-    return {HEAD: EMBED} if tied and EMBED in cs and HEAD in cs else {}
+    ties = dict(LN_F)
+    if cs_model.get("share_embedding_weights", CS_DEFAULTS["share_embedding_weights"]):
+        ties[HEAD] = EMBED
+    return {k: v for k, v in ties.items() if k in cs and v in cs}
 
 
 def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
@@ -291,37 +315,42 @@ def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
 
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
     """Model Zoo: bloom_hf_cs.py lines 204-399 and 724-786, renames, Q/K/V unfusing and the
-    ALiBi slopes (float32 [heads, 1], lines 387-391 and 774-778); a headless model gets a new
-    head (lines 368-383): the embeddings when tied, else N(0, 0.02)."""
+    ALiBi slopes (float32 [heads, 1], lines 387-391 and 774-778), the final norm under both
+    names (lines 293-307); a headless model gets a new head (lines 368-383): the embeddings when
+    tied, else N(0, 0.02). A tied head the HF file lacks is the embeddings (module docstring)."""
     cfg = config_to_cs(hf_config, name)
     headless = name.endswith("-headless")
     prefix = "" if headless else "transformer."
     layers, heads = cfg["num_hidden_layers"], cfg["num_heads"]
     plan = [rename(h, c) for h, c in _pairs(layers, prefix)]
+    source = {out.name: out.inputs[0] for out in plan}
+    plan += [rename(source[norm], copy) for copy, norm in LN_F.items()]
     plan += _qkv_plans(layers, prefix, heads)[0]
     slopes = np.asarray(alibi_slopes(heads), dtype=np.float32).reshape(heads, 1)
     plan.append(Out(SLOPES, (), lambda: slopes.copy(), shape=(heads, 1), note="ALiBi slopes"))
     embed = prefix + "word_embeddings.weight"
-    if headless and not cfg["share_embedding_weights"]:
+    tied = cfg["share_embedding_weights"]
+    if headless and not tied:
         shape = (cfg["vocab_size"], cfg["hidden_size"])
         plan.append(Out(HEAD, (), _random_head(shape), shape=shape, note="N(0, 0.02)"))
+    elif headless:
+        plan.append(rename(embed, HEAD))
     else:
-        tied = cfg["share_embedding_weights"] and HEAD not in hf
-        plan.append(rename(embed if headless or tied else HEAD, HEAD))
+        plan.append(rename(HEAD if HEAD in hf or not tied else embed, HEAD))
     return _finish(plan, hf)
 
 
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: bloom_hf_cs.py lines 204-291 and 724-740, renames and Q/K/V fusing; the
-    slopes are dropped (HF recomputes them) and a tied head is not written."""
+    """Model Zoo: bloom_hf_cs.py lines 204-291 and 724-740, renames (of whichever copy of the
+    embeddings and the final norm exists, :func:`_source`) and Q/K/V fusing; the slopes are
+    dropped (HF recomputes them) and a tied head is not written."""
     config_to_hf(cs_model, name)
     cfg = {**CS_DEFAULTS, **cs_model}
     headless = name.endswith("-headless")
     prefix = "" if headless else "transformer."
     layers, heads = cfg["num_hidden_layers"], cfg["num_heads"]
     tied = bool(cfg["share_embedding_weights"])
-    source = EMBED if EMBED in cs or not tied else HEAD
-    plan = [rename(source if c == EMBED else c, h) for h, c in _pairs(layers, prefix)]
+    plan = [rename(_source(cs, c, tied), h) for h, c in _pairs(layers, prefix)]
     plan += _qkv_plans(layers, prefix, heads)[1]
     if not headless and not tied:
         plan.append(rename(HEAD, HEAD))

@@ -35,9 +35,12 @@ from ckpt_migrate.hf.families.starcoder import (
     conv1d_join,
     conv1d_split,
     cs_layer,
+    cs_tie_map,
     embedding_pairs,
+    final_norm_copies,
     final_norm_pairs,
     head_dropped,
+    head_dropped_map,
     hf_layer,
     hf_prefix,
     layer_norm_pairs,
@@ -173,7 +176,10 @@ def plan_to_cs(
     hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str, spec: Spec = BTLM
 ) -> list[Out]:
     """CS tensors; ``c_attn`` is transposed and chunked into Q, K, V (GPT-2 attention rules,
-    gpt2_hf_cs.py lines 113-151, with ``generate_hf_biases=False``, btlm_hf_cs.py line 65)."""
+    gpt2_hf_cs.py lines 113-151, with ``generate_hf_biases=False``, btlm_hf_cs.py line 65).
+    ``ln_f.*`` is written besides ``transformer_decoder.norm.*``, as Model Zoo does
+    (:func:`~ckpt_migrate.hf.families.starcoder.final_norm_copies`); the head as
+    :func:`~ckpt_migrate.hf.families.starcoder.lm_head_to_cs`."""
     headless = check_name(name, spec.names)
     p = hf_prefix(headless)
     layers = hf_config["n_layer"]
@@ -186,7 +192,7 @@ def plan_to_cs(
             for j, x in enumerate("qkv"):
                 dst = f"{cs_layer(i)}self_attn.proj_{x}_dense_layer.{suffix}"
                 plan.append(conv1d_split(src, dst, j, 3))
-    plan += lm_head_to_cs(hf, p, tied(hf_config), headless)
+    plan += final_norm_copies(p) + lm_head_to_cs(hf, p, tied(hf_config), headless)
     return checked(plan, hf, HF_ATTN_BUFFERS)
 
 
@@ -207,4 +213,20 @@ def plan_to_hf(
             qkv = [f"{cs_layer(i)}self_attn.proj_{x}_dense_layer.{suffix}" for x in "qkv"]
             plan.append(conv1d_join(qkv, f"{hf_layer(p, i)}attn.c_attn.{suffix}"))
     plan += lm_head_to_hf(cs, p, tied_cs(cs_model), headless)
-    return checked(plan, cs, head_dropped(headless))
+    return checked(plan, cs, head_dropped(headless), cs_tie_map(cs, tied_cs(cs_model)))
+
+
+def cs_ties(
+    cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str, spec: Spec = BTLM
+) -> dict[str, str]:
+    """The pipeline hook: ``ln_f.*`` and a tied ``lm_head`` when the CS file has them
+    (:func:`~ckpt_migrate.hf.families.starcoder.cs_tie_map`)."""
+    check_name(name, spec.names)
+    return cs_tie_map(cs, tied_cs(cs_model))
+
+
+def cs_dropped(
+    cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str, spec: Spec = BTLM
+) -> dict[str, str]:
+    """The pipeline hook: an untied headless ``lm_head`` (Model Zoo's converter note)."""
+    return head_dropped_map(cs, tied_cs(cs_model), check_name(name, spec.names))

@@ -9,6 +9,16 @@ lines 463-499, ``ConfigConverter_Codegen_Model_HF_CS17`` lines 552-740; the CS20
 ``qkv_proj`` laid out for ``mp_num = 4`` model-parallel shards, each holding its slice of Q, V
 and K in that order; everything else is a rename, and HF CodeGen rotates every two channels like
 CS, so no rotary permutation.
+
+The CS model is GPT-J's (``registry.py`` line 344, ``"codegen": "gptj"``), which registers its
+final norm under two names, ``ln_f`` and ``transformer_decoder.norm`` (one module,
+``models/nlp/gptj/gptj_model.py`` lines 535-538): Model Zoo writes both on the way to CS
+(``replace_final_norm``, salesforce_codegen_hf_cs.py lines 257-264 and 320-334) and we do too.
+On the way to HF a Trainer save and a Model Zoo file hold both: ``ln_f.*`` is then a tie of
+``transformer_decoder.norm.*`` (:func:`cs_ties`), and read only when it is the one present. A
+tied ``lm_head.weight`` that ``save_pretrained`` left out is written from the embeddings, while
+Model Zoo's ``lm_head`` rule (lines 466-470) renames only a head the HF file has: the CS model's
+state dict has the head and the Trainer loads strictly (docs/MODELZOO_PARITY.md §5).
 """
 
 from __future__ import annotations
@@ -62,7 +72,10 @@ CS_DEFAULTS: dict[str, Any] = {
     "initializer_range": 0.02,
     "use_bias_in_output": False,
     "norm_first": True,
-    "position_embedding_type": None,
+    # Not in Model Zoo's defaults: the CS model's own (``GPTJSubModelConfig``,
+    # models/nlp/gptj/gptj_model.py lines 69-71). Model Zoo's CS config leaves the field out
+    # (its rule, lines 563-566, only checks a value the CS config gives).
+    "position_embedding_type": "rotary",
     "attention_type": "scaled_dot_product",
     "embedding_layer_norm": False,
     "fixed_sparse_attention": None,
@@ -121,6 +134,8 @@ TOP_PAIRS = (
 HF_DROPPED = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias|causal_mask)")
 EMBED = "embedding_layer.word_embeddings.weight"
 HEAD = "lm_head.weight"
+# The CS model's second name of its final norm (copy -> the name the plan reads), see above.
+LN_F = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
 
 
 def _check_name(name: str) -> None:
@@ -306,12 +321,23 @@ def _zero_bias(size: int) -> Callable[[], np.ndarray]:
     return lambda: np.zeros((size,), dtype=np.float32)
 
 
+def _source(cs: Mapping[str, Shape], cs_name: str, tied: bool) -> str:
+    """The CS tensor to read for ``cs_name``: itself, else the copy of it that exists (``ln_f.*``
+    for the final norm; the head for tied embeddings, Model Zoo lines 480-499)."""
+    copies = {v: k for k, v in LN_F.items()} | ({EMBED: HEAD} if tied else {})
+    copy = copies.get(cs_name)
+    return copy if cs_name not in cs and copy in cs else cs_name
+
+
 def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors that copy another one the plan reads: ``lm_head.weight`` when
-    ``share_embedding_weights`` (Model Zoo: salesforce_codegen_hf_cs.py ``pre_model_convert``, lines
-    480-499); HF's ``save_pretrained`` does not store a tied head either."""
-    tied = _get(cs_model, "share_embedding_weights", CS_DEFAULTS)
-    return {HEAD: EMBED} if tied and EMBED in cs and HEAD in cs else {}
+    """CS tensors that copy another one the plan reads, when both are present: ``ln_f.*`` of
+    ``transformer_decoder.norm.*`` (one module, see above) and ``lm_head.weight`` when
+    ``share_embedding_weights`` (Model Zoo: salesforce_codegen_hf_cs.py ``pre_model_convert``,
+    lines 480-499); HF's ``save_pretrained`` does not store a tied head either."""
+    ties = dict(LN_F)
+    if _get(cs_model, "share_embedding_weights", CS_DEFAULTS):
+        ties[HEAD] = EMBED
+    return {k: v for k, v in ties.items() if k in cs and v in cs}
 
 
 def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
@@ -332,12 +358,15 @@ def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
 
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
     """Model Zoo: salesforce_codegen_hf_cs.py lines 245-318 and 463-478, renames and the
-    ``qkv_proj`` unpacking; a headless model gets a new head (lines 374-392): the embeddings when
-    tied, else N(0, 0.02), and a zero bias."""
+    ``qkv_proj`` unpacking, the final norm under both names (lines 320-334); a headless model
+    gets a new head (lines 374-392): the embeddings when tied, else N(0, 0.02), and a zero bias.
+    A tied head the HF file lacks is the embeddings (module docstring)."""
     cfg = config_to_cs(hf_config, name)
     headless = name.endswith("-headless")
     prefix = "" if headless else "transformer."
     plan = [rename(h, c) for h, c in _pairs(cfg["num_hidden_layers"], prefix)]
+    source = {out.name: out.inputs[0] for out in plan}
+    plan += [rename(source[norm], copy) for copy, norm in LN_F.items()]
     plan += _unpack_plan(cfg["num_hidden_layers"], prefix)
     wte = prefix + "wte.weight"
     if headless:
@@ -349,26 +378,22 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
         size = cfg["vocab_size"]
         plan.append(Out("lm_head.bias", (), _zero_bias(size), shape=(size,), note="zeros"))
     else:
-        tied = cfg["share_embedding_weights"] and "lm_head.weight" not in hf
-        plan.append(rename(wte if tied else "lm_head.weight", "lm_head.weight"))
+        plan.append(rename(HEAD if HEAD in hf or not cfg["share_embedding_weights"] else wte, HEAD))
         plan.append(rename("lm_head.bias", "lm_head.bias"))
     return _finish(plan, hf)
 
 
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
     """Model Zoo: salesforce_codegen_hf_cs.py lines 149-217 (``qkv_proj`` packing), 245-318 and
-    463-499, renames; a tied head is not written
-    (HF ties it on load); a head bias CS lacks (``use_bias_in_output: false``) is written as the
-    zeros HF would initialise it to."""
+    463-499, renames (of whichever copy of the embeddings and the final norm exists,
+    :func:`_source`); a tied head is not written (HF ties it on load); a head bias CS lacks
+    (``use_bias_in_output: false``) is written as the zeros HF would initialise it to."""
     config_to_hf(cs_model, name)
     cfg = {**CS_DEFAULTS, **cs_model}
     headless = name.endswith("-headless")
     prefix = "" if headless else "transformer."
     tied = bool(cfg["share_embedding_weights"])
-    source = EMBED if EMBED in cs or not tied else "lm_head.weight"
-    plan = [
-        rename(source if c == EMBED else c, h) for h, c in _pairs(cfg["num_hidden_layers"], prefix)
-    ]
+    plan = [rename(_source(cs, c, tied), h) for h, c in _pairs(cfg["num_hidden_layers"], prefix)]
     plan += _pack_plan(cfg["num_hidden_layers"], prefix)
     if not headless:
         if not tied:

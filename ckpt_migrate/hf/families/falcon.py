@@ -12,6 +12,17 @@ configs (``n_head_kv``), which transformers does not have; they are not served h
 covers multi-query (one group), grouped-query (new decoder architecture) and the old per-head
 ``[q, k, v]`` layout (one group per head). HF rotates head halves, CS adjacent pairs: Model Zoo
 interleaves the Q and K rows of every head (``rotary_dim`` = head size).
+
+The CS model is GPT-J's (``FalconModelConfig(GPTJModelConfig)``, ``models/nlp/falcon/model.py``
+lines 20-27), which registers its final norm under two names, ``ln_f`` and
+``transformer_decoder.norm`` (one module, ``models/nlp/gptj/gptj_model.py`` lines 535-538): Model
+Zoo writes both on the way to CS (``replace_final_norm``, falcon_40b.py lines 394-401 and
+407-421, rules the 180B converters include) and we do too. On the way to HF a Trainer save and a
+Model Zoo file hold both: ``ln_f.*`` is then a tie of ``transformer_decoder.norm.*``
+(:func:`cs_ties`), and read only when it is the one present. A tied ``lm_head.weight`` that
+``save_pretrained`` left out is written from the embeddings, while Model Zoo's ``lm_head`` rule
+(falcon_180b.py lines 756-759) renames only a head the HF file has: the CS model's state dict has
+the head and the Trainer loads strictly (docs/MODELZOO_PARITY.md §5).
 """
 
 from __future__ import annotations
@@ -96,6 +107,8 @@ MUP_FIELDS = (
 BIAS_FIELDS = ("use_projection_bias_in_attention", "use_ffn_bias_in_attention", "use_ffn_bias")
 EMBED = "embedding_layer.word_embeddings.weight"
 HEAD = "lm_head.weight"
+# The CS model's second name of its final norm (copy -> the name the plan reads), see above.
+LN_F = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
 # Model Zoo drops ALiBi slopes on the way to HF (falcon_180b.py lines 42-47 and 719-723).
 CS_DROPPED = ("embedding_layer.position_embed_helper.slopes", "relative_pe_helper.slopes")
 
@@ -225,7 +238,14 @@ def _cs_layout(cs: Mapping[str, Any]) -> tuple[int, bool]:
 
 def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: falcon_180b.py lines 134-551 and 612-693 read from CS to HF (lines 514-538:
-    untied norms mean the new decoder architecture, else multi-query or per-head MHA)."""
+    untied norms mean the new decoder architecture, else multi-query or per-head MHA).
+
+    As Model Zoo writes them: the three CS bias switches under their CS names (its rules, lines
+    215-229 with ``convert_bias`` lines 411-424, copy them so; transformers keeps them as unused
+    attributes) besides HF's ``bias``, which Model Zoo leaves out; ``rope_scaling`` null without
+    scaling (``convert_pi``, lines 682-684), else the ``rope_parameters`` mapping (transformers 5
+    reads ``rope_scaling`` as its alias, so the two must agree) where Model Zoo writes the legacy
+    ``{"type": "linear", "factor": f}`` (lines 685-689)."""
     _check_name(name)
     groups, untied = _cs_layout(cs_model)
     cs = {**CS_DEFAULTS, **cs_model}
@@ -255,7 +275,9 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
         "num_ln_in_parallel_attn": 2 if untied else None,
         "rope_theta": float(cs["rope_theta"]),
         "rope_parameters": rope,
+        "rope_scaling": dict(rope) if rope["rope_type"] == "linear" else None,
         "tie_word_embeddings": cs["share_embedding_weights"],
+        **{key: cs[key] for key in BIAS_FIELDS},
     }
 
 
@@ -383,12 +405,23 @@ def _random_head(shape: Shape) -> Callable[[], np.ndarray]:
     return build
 
 
+def _source(cs: Mapping[str, Shape], cs_name: str, tied: bool) -> str:
+    """The CS tensor to read for ``cs_name``: itself, else the copy of it that exists (``ln_f.*``
+    for the final norm; the head for tied embeddings, Model Zoo falcon_40b.py lines 561-580)."""
+    copies = {v: k for k, v in LN_F.items()} | ({EMBED: HEAD} if tied else {})
+    copy = copies.get(cs_name)
+    return copy if cs_name not in cs and copy in cs else cs_name
+
+
 def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors that copy another one the plan reads: ``lm_head.weight`` when
+    """CS tensors that copy another one the plan reads, when both are present: ``ln_f.*`` of
+    ``transformer_decoder.norm.*`` (one module, see above) and ``lm_head.weight`` when
     ``share_embedding_weights`` (Model Zoo: falcon_40b.py ``pre_model_convert``, lines
     561-580); HF's ``save_pretrained`` does not store a tied head either."""
-    tied = _get(cs_model, "share_embedding_weights", CS_DEFAULTS)
-    return {HEAD: EMBED} if tied and EMBED in cs and HEAD in cs else {}
+    ties = dict(LN_F)
+    if _get(cs_model, "share_embedding_weights", CS_DEFAULTS):
+        ties[HEAD] = EMBED
+    return {k: v for k, v in ties.items() if k in cs and v in cs}
 
 
 def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
@@ -403,30 +436,36 @@ def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
 
 
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: falcon_180b.py lines 36-131 and 568-588, renames and grouped QKV unfusing; a
-    headless model gets a new head (falcon_40b.py lines 461-481): the embeddings when tied,
-    else N(0, 0.02)."""
+    """Model Zoo: falcon_180b.py lines 36-131 and 568-588, renames and grouped QKV unfusing, the
+    final norm under both names (falcon_40b.py lines 407-421); a headless model gets a new head
+    (falcon_40b.py lines 461-481): the embeddings when tied, else N(0, 0.02). A tied head the HF
+    file lacks is the embeddings (module docstring)."""
     cfg = config_to_cs(hf_config, name)
     headless = name.endswith("-headless")
     prefix = "" if headless else "transformer."
     groups, bias = cfg["extra_attention_params"]["num_kv_groups"], cfg["use_ffn_bias"]
     pairs = _pairs(cfg["num_hidden_layers"], prefix, cfg["use_untied_layer_norm"], bias)
     plan = [rename(h, c) for h, c in pairs]
+    source = {out.name: out.inputs[0] for out in plan}
+    plan += [rename(source[norm], copy) for copy, norm in LN_F.items()]
     plan += _qkv_plans(cfg, prefix, groups, bias)[0]
     embed = prefix + "word_embeddings.weight"
-    if headless and not cfg["share_embedding_weights"]:
+    tied = cfg["share_embedding_weights"]
+    if headless and not tied:
         shape = (cfg["vocab_size"], cfg["hidden_size"])
         plan.append(Out(HEAD, (), _random_head(shape), shape=shape, note="N(0, 0.02)"))
+    elif headless:
+        plan.append(rename(embed, HEAD))
     else:
-        tied = cfg["share_embedding_weights"] and HEAD not in hf
-        plan.append(rename(embed if headless or tied else HEAD, HEAD))
+        plan.append(rename(HEAD if HEAD in hf or not tied else embed, HEAD))
     return _finish(plan, hf)
 
 
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
     """Model Zoo: falcon_180b.py lines 36-131 and 568-588, renames (``norm1``/``norm3`` become
-    ``ln_attn``/``ln_mlp`` with untied norms, else ``input_layernorm``) and grouped QKV fusing;
-    a tied head is not written (HF ties it on load)."""
+    ``ln_attn``/``ln_mlp`` with untied norms, else ``input_layernorm``; of whichever copy of the
+    embeddings and the final norm exists, :func:`_source`) and grouped QKV fusing; a tied head
+    is not written (HF ties it on load)."""
     _check_name(name)
     groups, untied = _cs_layout(cs_model)
     cfg = {**CS_DEFAULTS, **cs_model}
@@ -434,9 +473,8 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
     prefix = "" if headless else "transformer."
     bias = bool(cfg["use_ffn_bias"])
     tied = bool(cfg["share_embedding_weights"])
-    source = EMBED if EMBED in cs or not tied else HEAD
     pairs = _pairs(cfg["num_hidden_layers"], prefix, untied, bias)
-    plan = [rename(source if c == EMBED else c, h) for h, c in pairs]
+    plan = [rename(_source(cs, c, tied), h) for h, c in pairs]
     plan += _qkv_plans(cfg, prefix, groups, bias)[1]
     if not headless and not tied:
         plan.append(rename(HEAD, HEAD))

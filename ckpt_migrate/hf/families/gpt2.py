@@ -286,8 +286,10 @@ def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> 
     own): the pipeline checks they are equal and counts them as converted.
 
     ``lm_head.weight`` when ``share_embedding_weights`` (Model Zoo ``pre_model_convert``, lines
-    441-460); ``ln_f.*``, the 1.x name of ``transformer_decoder.norm.*`` that upgraded files
-    keep tied (rule ``ln_f`` ``exists="right"``, line 303)."""
+    441-460); ``ln_f.*``, the CS model's second name of ``transformer_decoder.norm.*`` (one
+    module at two places, ``gpt2_model.py`` lines 911 and 962-972; rule ``ln_f``
+    ``exists="right"``, line 303). Only those the file has: a Trainer-saved checkpoint (and
+    ours) holds both, Model Zoo's 2.1+ converted one no tied ``lm_head`` (:func:`plan_to_cs`)."""
     ties = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
     if cs_model.get("share_embedding_weights", True):
         ties["lm_head.weight"] = "embedding_layer.word_embeddings.weight"
@@ -359,12 +361,22 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
     """CS model tensors from the HF tensors.
 
     Model Zoo: ``c_attn`` is transposed and chunked into Q, K, V (lines 113-151,
-    ``c_attn_converter_hf_to_cs17``); a missing ``lm_head.weight`` (tied, so not saved) is the
-    embeddings (``Converter_GPT2LMHeadModel_HF_CS18.post_model_convert``, lines 768-790); the
-    headless model's lm_head is the embeddings when tied, else newly initialised (lines
-    376-394). ``ln_f`` is written under both of the CS model's names, ``transformer_decoder.norm``
-    and ``ln_f`` (one module at two places, ``gpt2_model.py`` lines 911 and 965;
-    ``replace_final_norm``, lines 333-337)."""
+    ``c_attn_converter_hf_to_cs17``). ``lm_head.weight`` is always written: HF's when the file
+    has it (rule ``lm_head`` ``replaceKey``, lines 1085-1088), else the embeddings when tied
+    (``Converter_GPT2LMHeadModel_HF_CS18.post_model_convert``, lines 768-790); the headless
+    model's is the embeddings when tied, else newly initialised
+    (``Converter_GPT2Model_HF_CS17.post_model_convert``, lines 367-394).
+
+    Different from Model Zoo on purpose: its 2.1+ converter ``Converter_GPT2LMHeadModel_HF_CS21``
+    (lines 1079-1130) has no such ``post_model_convert``, so it leaves a tied head that
+    ``save_pretrained`` left out out of the CS file, and Model Zoo's own ``GPT2LMHeadModel``
+    refuses that file: ``load_state_dict`` (strict, trainer/callbacks/model.py lines 85-99)
+    reports ``Missing key(s) in state_dict: "lm_head.weight"``. Here the tied head is the
+    embeddings' tensor under a second name (the writer stores it once).
+
+    ``ln_f`` is written under both of the CS model's names, ``transformer_decoder.norm`` and
+    ``ln_f`` (one module at two places, ``gpt2_model.py`` lines 911 and 962-972;
+    ``replace_final_norm``, lines 323-337), as Model Zoo does."""
     _check_name(name)
     layers = _layers(hf_config, "n_layer")
     _check_shapes(hf, _hf_shapes(hf_config, layers, _prefix(name)))

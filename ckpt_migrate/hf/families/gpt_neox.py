@@ -9,6 +9,16 @@ lines 1011-1093, which serves 2.1 to 2.9). HF fuses Q, K and V per head
 (``query_key_value`` rows are ``[head][q|k|v][head_size]``) and rotates the first ``rotary_dim``
 channels of a head as two halves, while CS rotates adjacent pairs: Model Zoo interleaves the
 rotary rows of Q and K (lines 79-136).
+
+The CS model is GPT-J's (``GPTNeoXModelConfig(GPTJModelConfig)``, ``models/nlp/gptj/model.py``
+lines 402-410), which registers its final norm under two names, ``ln_f`` and
+``transformer_decoder.norm`` (one module, ``models/nlp/gptj/gptj_model.py`` lines 535-538): Model
+Zoo writes both on the way to CS (``replace_final_norm``, gpt_neox_hf_cs.py lines 345-354 and
+421-435) and we do too. On the way to HF a Trainer save and a Model Zoo file hold both: ``ln_f.*``
+is then a tie of ``transformer_decoder.norm.*`` (:func:`cs_ties`), and read only when it is the
+one present. A tied head that ``save_pretrained`` left out is written from the embeddings, while
+Model Zoo's ``embed_out`` rule (lines 568-574) renames only a head the HF file has: the CS model's
+state dict has the head and the Trainer loads strictly (docs/MODELZOO_PARITY.md §5).
 """
 
 from __future__ import annotations
@@ -60,7 +70,10 @@ CS_DEFAULTS: dict[str, Any] = {
     "use_bias_in_output": False,
     "norm_first": True,
     "pos_scaling_factor": 1.0,
-    "position_embedding_type": None,
+    # Not in Model Zoo's defaults: the CS model's own (``GPTJSubModelConfig``,
+    # models/nlp/gptj/gptj_model.py lines 69-71). Model Zoo's CS config leaves the field out
+    # (its rule, lines 666-669, only checks a value the CS config gives).
+    "position_embedding_type": "rotary",
     "attention_type": "scaled_dot_product",
     "embedding_layer_norm": False,
     "fixed_sparse_attention": None,
@@ -122,6 +135,8 @@ HF_DROPPED = re.compile(
 )
 EMBED = "embedding_layer.word_embeddings.weight"
 HEAD = "lm_head.weight"
+# The CS model's second name of its final norm (copy -> the name the plan reads), see above.
+LN_F = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
 LEGACY_HEAD = "embed_out.weight"  # the name in HF files (transformers 5 loads it as lm_head)
 
 
@@ -216,7 +231,11 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
 def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: gpt_neox_hf_cs.py lines 656-870 and 1011-1093 read from CS to HF;
     ``rotary_pct`` = ``rotary_dim`` / head size (lines 866-870). Written both as transformers 5
-    ``rope_parameters`` and as the older ``rotary_pct`` / ``rotary_emb_base`` fields."""
+    ``rope_parameters`` and as the older ``rotary_pct`` / ``rotary_emb_base`` / ``rope_scaling``
+    fields: ``rope_scaling`` is null without scaling, as Model Zoo writes it (``convert_pi``,
+    lines 1082-1084); with scaling it is the ``rope_parameters`` mapping (transformers 5 reads
+    ``rope_scaling`` as its alias, so the two must agree), where Model Zoo writes the legacy
+    ``{"type": "linear", "factor": f}`` (lines 1085-1089)."""
     _check_name(name)
     _check_cs(cs_model)
     cs = {**CS_DEFAULTS, **cs_model}
@@ -247,6 +266,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
         "rope_parameters": rope,
         "rotary_pct": fraction,
         "rotary_emb_base": 10000,
+        "rope_scaling": dict(rope) if rope["rope_type"] == "linear" else None,
     }
 
 
@@ -345,12 +365,23 @@ def _random_head(shape: Shape) -> Callable[[], np.ndarray]:
     return build
 
 
+def _source(cs: Mapping[str, Shape], cs_name: str, tied: bool) -> str:
+    """The CS tensor to read for ``cs_name``: itself, else the copy of it that exists (``ln_f.*``
+    for the final norm; the head for tied embeddings, Model Zoo lines 584-603)."""
+    copies = {v: k for k, v in LN_F.items()} | ({EMBED: HEAD} if tied else {})
+    copy = copies.get(cs_name)
+    return copy if cs_name not in cs and copy in cs else cs_name
+
+
 def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors that copy another one the plan reads: ``lm_head.weight`` when
+    """CS tensors that copy another one the plan reads, when both are present: ``ln_f.*`` of
+    ``transformer_decoder.norm.*`` (one module, see above) and ``lm_head.weight`` when
     ``share_embedding_weights`` (Model Zoo: gpt_neox_hf_cs.py ``pre_model_convert``, lines
     584-603); HF's ``save_pretrained`` does not store a tied head either."""
-    tied = _get(cs_model, "share_embedding_weights", CS_DEFAULTS)
-    return {HEAD: EMBED} if tied and EMBED in cs and HEAD in cs else {}
+    ties = dict(LN_F)
+    if _get(cs_model, "share_embedding_weights", CS_DEFAULTS):
+        ties[HEAD] = EMBED
+    return {k: v for k, v in ties.items() if k in cs and v in cs}
 
 
 def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
@@ -370,29 +401,35 @@ def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
 
 
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: gpt_neox_hf_cs.py lines 331-419 and 564-582, renames and Q/K/V unfusing; the
-    head is ``lm_head`` (``embed_out`` before transformers 5); a headless model gets a new head
-    (lines 475-490): the embeddings when tied, else N(0, 0.02)."""
+    """Model Zoo: gpt_neox_hf_cs.py lines 331-419 and 564-582, renames and Q/K/V unfusing, the
+    final norm under both names (lines 421-435); the head is ``lm_head`` (``embed_out`` before
+    transformers 5); a headless model gets a new head (lines 475-490): the embeddings when tied,
+    else N(0, 0.02). A tied head the HF file lacks is the embeddings (module docstring)."""
     cfg = config_to_cs(hf_config, name)
     headless = name.endswith("-headless")
     prefix = "" if headless else "gpt_neox."
     layers = cfg["num_hidden_layers"]
     plan = [rename(h, c) for h, c in _pairs(layers, prefix)]
+    source = {out.name: out.inputs[0] for out in plan}
+    plan += [rename(source[norm], copy) for copy, norm in LN_F.items()]
     plan += _qkv_plans(layers, prefix, cfg["num_heads"], cfg["rotary_dim"])[0]
     embed = prefix + "embed_in.weight"
     head = LEGACY_HEAD if LEGACY_HEAD in hf and HEAD not in hf else HEAD
-    if headless and not cfg["share_embedding_weights"]:
+    tied = cfg["share_embedding_weights"]
+    if headless and not tied:
         shape = (cfg["vocab_size"], cfg["hidden_size"])
         plan.append(Out(HEAD, (), _random_head(shape), shape=shape, note="N(0, 0.02)"))
+    elif headless:
+        plan.append(rename(embed, HEAD))
     else:
-        tied = cfg["share_embedding_weights"] and head not in hf
-        plan.append(rename(embed if headless or tied else head, HEAD))
+        plan.append(rename(head if head in hf or not tied else embed, HEAD))
     return _finish(plan, hf)
 
 
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: gpt_neox_hf_cs.py lines 331-419 and 564-603, renames and Q/K/V fusing; a tied
-    head is not written (HF ties it on load). An untied head is ``embed_out.weight``, the name
+    """Model Zoo: gpt_neox_hf_cs.py lines 331-419 and 564-603, renames (of whichever copy of the
+    embeddings and the final norm exists, :func:`_source`) and Q/K/V fusing; a tied head is not
+    written (HF ties it on load). An untied head is ``embed_out.weight``, the name
     Model Zoo writes and transformers' ``save_pretrained`` still saves (it reads it back as
     ``lm_head``)."""
     config_to_hf(cs_model, name)
@@ -401,8 +438,7 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
     prefix = "" if headless else "gpt_neox."
     layers = cfg["num_hidden_layers"]
     tied = bool(cfg["share_embedding_weights"])
-    source = EMBED if EMBED in cs or not tied else HEAD
-    plan = [rename(source if c == EMBED else c, h) for h, c in _pairs(layers, prefix)]
+    plan = [rename(_source(cs, c, tied), h) for h, c in _pairs(layers, prefix)]
     plan += _qkv_plans(layers, prefix, cfg["num_heads"], cfg["rotary_dim"])[1]
     if not headless and not tied:
         plan.append(rename(HEAD, LEGACY_HEAD))

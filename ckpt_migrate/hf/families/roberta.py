@@ -22,23 +22,28 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_migrate.hf.families.bert import (
-    CS_DEFAULTS,
-    HF_DEFAULTS,
-    Pair,
+from ckpt_migrate.hf.families._bert_common import (
+    CS_MLM,
     check_name,
-    check_pooler_and_mlm,
     dropped_by,
-    encoder_config_to_cs,
-    encoder_config_to_hf,
-    encoder_pairs,
     expect,
     finish,
     hf_source,
     layers_of,
-    mlm_to_cs,
+    mlm_bias_to_cs,
     mlm_to_hf,
+    mlm_weights_to_cs,
+    mlm_word,
     with_defaults,
+)
+from ckpt_migrate.hf.families.bert import (
+    CS_DEFAULTS,
+    HF_DEFAULTS,
+    Pair,
+    check_pooler_and_mlm,
+    encoder_config_to_cs,
+    encoder_config_to_hf,
+    encoder_pairs,
 )
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 
@@ -74,7 +79,6 @@ _CS_WORD = f"{_CS_P}embedding_layer.word_embeddings.weight"
 _HF_WORD = f"{_HF_P}embeddings.word_embeddings.weight"
 _HF_SEGMENTS = f"{_HF_P}embeddings.token_type_embeddings.weight"
 _CS_POSITIONS = f"{_CS_P}embedding_layer.position_embeddings.embed.weight"
-_CS_MLM_BIAS = "bert_mlm_head.classifier.ffn.0.linear_layer.bias"
 
 
 def _num_segments(cs: Mapping[str, Any]) -> int:
@@ -164,21 +168,23 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
 
 
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """The same converter, HF -> CS. A file without any MLM decoder bias gets a zero one of
-    ``vocab_size`` (roberta.py lines 183-192)."""
+    """The same converter, HF -> CS. The tied MLM decoder weight is written only when the HF file
+    has it, as Model Zoo does (roberta.py lines 70-79; ``save_pretrained`` leaves it out). The
+    MLM bias comes from ``lm_head.decoder.bias`` or ``lm_head.bias`` (ours on purpose: Model Zoo
+    drops ``lm_head.bias``, line 90, and writes zeros instead); a file without either gets a
+    zero one of ``vocab_size`` (roberta.py lines 183-192)."""
     check_name(name, NAMES)
     cfg = with_defaults(hf_config, _HF_DEFAULTS)
     pairs = _body_pairs(layers_of(cfg, "num_hidden_layers", 12), True)
     plan = [rename(hf_source(hf, h), c) for c, h in pairs]
-    tie = cfg["tie_word_embeddings"]
+    plan += mlm_weights_to_cs(hf, cfg["tie_word_embeddings"], _CS_WORD, _HF_WORD, "lm_head")
     if "lm_head.decoder.bias" in hf or "lm_head.bias" in hf:
-        plan += mlm_to_cs(hf, tie, _CS_WORD, _HF_WORD, "lm_head")
+        plan.append(mlm_bias_to_cs(hf, "lm_head"))
     else:
-        plan += mlm_to_cs({**hf, "lm_head.bias": (0,)}, tie, _CS_WORD, _HF_WORD, "lm_head")[:2]
         vocab = int(cfg["vocab_size"])
         plan.append(
             Out(
-                _CS_MLM_BIAS,
+                f"{CS_MLM}.bias",
                 ("lm_head.dense.bias",),
                 lambda b: np.zeros((vocab,), dtype=b.dtype),
                 shape=(vocab,),
@@ -186,6 +192,13 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
             )
         )
     return finish(plan, hf, "HF")
+
+
+def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
+    """Pipeline hook: a tied MLM decoder weight is the word embeddings under a second name (the
+    pipeline checks they are equal; bert.py lines 716-739, which roberta.py builds on)."""
+    share = with_defaults(cs_model, _CS_DEFAULTS)["share_embedding_weights"]
+    return mlm_word(cs, share, _CS_WORD)[1]
 
 
 def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:

@@ -27,10 +27,13 @@ from ckpt_migrate.hf.families.starcoder import (
     conv1d_join,
     conv1d_split,
     cs_layer,
+    cs_tie_map,
     embedding_pairs,
     expect,
+    final_norm_copies,
     final_norm_pairs,
     head_dropped,
+    head_dropped_map,
     hf_layer,
     hf_prefix,
     layer_norm_pairs,
@@ -121,7 +124,10 @@ def _pairs(p: str, layers: int) -> list[Pair]:
 
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
     """CS tensors; ``kv_attn`` is transposed and chunked in two (santacoder.py lines 98-119).
-    The HF ``attn.bias``/``attn.masked_bias`` buffers are dropped (gpt2_hf_cs.py 304-309)."""
+    The HF ``attn.bias``/``attn.masked_bias`` buffers are dropped (gpt2_hf_cs.py 304-309).
+    ``ln_f.*`` is written besides ``transformer_decoder.norm.*``, as Model Zoo does
+    (:func:`~ckpt_migrate.hf.families.starcoder.final_norm_copies`); the head as
+    :func:`~ckpt_migrate.hf.families.starcoder.lm_head_to_cs`."""
     headless = check_name(name, NAMES)
     p = hf_prefix(headless)
     layers = hf_config["n_layer"]
@@ -131,7 +137,7 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
             src, c = f"{hf_layer(p, i)}attn.kv_attn.{suffix}", cs_layer(i)
             for j, x in enumerate("kv"):
                 plan.append(conv1d_split(src, f"{c}self_attn.proj_{x}_dense_layer.{suffix}", j, 2))
-    plan += lm_head_to_cs(hf, p, tied(hf_config), headless)
+    plan += final_norm_copies(p) + lm_head_to_cs(hf, p, tied(hf_config), headless)
     return checked(plan, hf, HF_ATTN_BUFFERS)
 
 
@@ -151,7 +157,19 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
             plan.append(conv1d_join(kv, f"{h}attn.kv_attn.{suffix}"))
         plan += causal_mask_buffers(f"{h}attn.", positions)
     plan += lm_head_to_hf(cs, p, tied_cs(cs_model), headless)
-    return checked(plan, cs, head_dropped(headless))
+    return checked(plan, cs, head_dropped(headless), cs_tie_map(cs, tied_cs(cs_model)))
+
+
+def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
+    """The pipeline hook: ``ln_f.*`` and a tied ``lm_head`` when the CS file has them
+    (:func:`~ckpt_migrate.hf.families.starcoder.cs_tie_map`)."""
+    check_name(name, NAMES)
+    return cs_tie_map(cs, tied_cs(cs_model))
+
+
+def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
+    """The pipeline hook: an untied headless ``lm_head`` (Model Zoo's converter note)."""
+    return head_dropped_map(cs, tied_cs(cs_model), check_name(name, NAMES))
 
 
 def causal_mask_buffers(attn: str, positions: int) -> list[Out]:

@@ -188,7 +188,9 @@ def _qkv(c: str, suffix: str) -> list[str]:
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
     """CS tensors from GPTBigCode. ``c_attn`` splits as starcoder.py lines 98-168 do: MQA rows
     ``[:hidden]``, then two ``head_dim`` halves; MHA rows interleaved per head
-    ``[q_h, k_h, v_h]`` (the index lists of lines 143-164)."""
+    ``[q_h, k_h, v_h]`` (the index lists of lines 143-164). ``ln_f.*`` is written besides
+    ``transformer_decoder.norm.*``, as Model Zoo does (:func:`final_norm_copies`); the head as
+    :func:`lm_head_to_cs`."""
     headless = check_name(name, NAMES)
     p = hf_prefix(headless)
     layers, embed, heads, d_head, mq = _shape(hf_config)
@@ -206,14 +208,14 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
                 plan += [sections(src, dst, a, b) for dst, a, b in pieces]
             else:
                 plan += [_unpack_mha(src, dst, j, heads) for j, dst in enumerate((q, k, v))]
-    plan += lm_head_to_cs(hf, p, tied(hf_config), headless)
+    plan += final_norm_copies(p) + lm_head_to_cs(hf, p, tied(hf_config), headless)
     return checked(plan, hf, HF_ATTN_BUFFERS)
 
 
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
     """GPTBigCode tensors from CS: Q, K and V concatenated (MQA) or interleaved per head (MHA),
     starcoder.py lines 170-235; the head as gpt2_hf_cs.py lines 354-365 (see
-    :func:`lm_head_to_hf`)."""
+    :func:`lm_head_to_hf`); ``ln_f.*`` and a tied ``lm_head`` are ties (:func:`cs_ties`)."""
     headless = check_name(name, NAMES)
     p = hf_prefix(headless)
     hf_config = config_to_hf(cs_model, name)
@@ -225,7 +227,19 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
             qkv = _qkv(cs_layer(i), suffix)
             plan.append(concat_rows(qkv, dst) if mq else _pack_mha(qkv, dst, heads))
     plan += lm_head_to_hf(cs, p, tied_cs(cs_model), headless)
-    return checked(plan, cs, head_dropped(headless))
+    return checked(plan, cs, head_dropped(headless), cs_tie_map(cs, tied_cs(cs_model)))
+
+
+def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
+    """The pipeline hook: CS copies it checks equal to the tensor the plan reads
+    (:func:`cs_tie_map`)."""
+    check_name(name, NAMES)
+    return cs_tie_map(cs, tied_cs(cs_model))
+
+
+def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
+    """The pipeline hook: an untied headless ``lm_head`` (:func:`head_dropped_map`)."""
+    return head_dropped_map(cs, tied_cs(cs_model), check_name(name, NAMES))
 
 
 def _unpack_mha(src: str, dst: str, index: int, heads: int) -> Out:
@@ -354,9 +368,18 @@ def tied_cs(cs_model: Mapping[str, Any]) -> bool:
 
 
 def lm_head_to_cs(hf: Mapping[str, Shape], p: str, is_tied: bool, headless: bool) -> list[Out]:
-    """CS ``lm_head.weight`` (CS writes it even when tied). From HF ``lm_head.weight`` if
-    present; else, tied, a copy of ``wte`` (gpt2_hf_cs.py lines 777-781 and 386-387); else,
-    headless and untied, initialised N(0, 0.02) as lines 388-390 do (seeded: reproducible)."""
+    """CS ``lm_head.weight``, always written (the CS ``GPT2LMHeadModel`` has one). From HF
+    ``lm_head.weight`` when the file has it (rule ``lm_head`` ``replaceKey``, gpt2_hf_cs.py
+    lines 1085-1088, starcoder.py lines 755-758, santacoder.py lines 503-506, btlm_hf_cs.py
+    lines 433-436, jais_hf_cs.py lines 436-439); else, tied, a copy of ``wte`` (gpt2_hf_cs.py
+    lines 777-781 and 386-387); else, headless and untied, initialised N(0, 0.02) as lines
+    388-390 do (seeded: reproducible).
+
+    Different from Model Zoo on purpose: its 2.1+ LM-head converters (``*_HF_CS21``) leave a
+    tied head that ``save_pretrained`` left out out of the CS file (only its 1.8-2.0 converter
+    adds it back, gpt2_hf_cs.py lines 768-790), and Model Zoo's own ``GPT2LMHeadModel`` then
+    refuses that file: ``load_state_dict`` (strict, trainer/callbacks/model.py lines 85-99)
+    reports ``Missing key(s) in state_dict: "lm_head.weight"``."""
     wte = f"{p}wte.weight"
     if not headless and "lm_head.weight" in hf:
         return [rename("lm_head.weight", "lm_head.weight")]
@@ -371,25 +394,49 @@ def lm_head_to_cs(hf: Mapping[str, Shape], p: str, is_tied: bool, headless: bool
     return [Out("lm_head.weight", (wte,), init, infer=lambda s: s, note="new head, N(0, 0.02)")]
 
 
+def final_norm_copies(p: str) -> list[Out]:
+    """CS ``ln_f.*``: the final norm's second name in the CS model (``GPT2LMHeadModel`` registers
+    one module as ``ln_f`` and ``transformer_decoder.norm``, models/nlp/gpt2/gpt2_model.py
+    lines 911 and 962-972). Model Zoo writes both (``replace_final_norm``, gpt2_hf_cs.py lines
+    323-337, in the ``Converter_GPT2Model_HF_CS17`` rules every converter here inherits:
+    starcoder.py line 274, santacoder.py line 207, btlm_hf_cs.py lines 36-38, jais_hf_cs.py
+    lines 36-38). The same input renamed: the import writes one tensor under both names."""
+    return [rename(f"{p}ln_f.{s}", f"ln_f.{s}") for s in ("weight", "bias")]
+
+
 def lm_head_to_hf(cs: Mapping[str, Shape], p: str, is_tied: bool, headless: bool) -> list[Out]:
     """HF ``wte`` and ``lm_head``. Untied: both renamed (headless: the head is dropped, Model
     Zoo's converter note). Tied: ``lm_head`` is not written (``save_pretrained`` leaves tied
-    weights out) but read to check it equals the embeddings; when the CS file has only
-    ``lm_head``, it is the embedding (gpt2_hf_cs.py lines 354-365)."""
+    weights out); ``wte`` is the CS embedding, or ``lm_head`` when the file has only that
+    (gpt2_hf_cs.py lines 354-365). A CS ``lm_head`` next to the embedding is a tie
+    (:func:`cs_tie_map`): the pipeline checks it equals the embedding. Model Zoo's 2.1+
+    converted files have no ``lm_head`` when tied (see :func:`lm_head_to_cs`): read too."""
     emb, head, wte = "embedding_layer.word_embeddings.weight", "lm_head.weight", f"{p}wte.weight"
     if not is_tied:
         return [rename(emb, wte)] + ([] if headless else [rename(head, "lm_head.weight")])
-    if emb not in cs:
-        return [rename(head, wte)]
-    if head not in cs:
-        return [rename(emb, wte)]
+    return [rename(emb if emb in cs or head not in cs else head, wte)]
 
-    def same(e: np.ndarray, h: np.ndarray) -> np.ndarray:
-        if not np.array_equal(e, h):
-            raise MappingError(f"{head} differs from {emb} but share_embedding_weights is true")
-        return e
 
-    return [Out(wte, (emb, head), same, infer=lambda s, _: s, note="tied, checked equal")]
+def cs_tie_map(cs: Mapping[str, Shape], is_tied: bool) -> dict[str, str]:
+    """CS tensors that are copies of one the plan reads (no HF tensor of their own): ``ln_f.*``
+    of ``transformer_decoder.norm.*`` (:func:`final_norm_copies`; Model Zoo drops them on the
+    way to HF, rule ``ln_f`` ``exists="right"``, gpt2_hf_cs.py line 303), and a tied
+    ``lm_head.weight`` of the embedding. Only those the file has: a Trainer-saved checkpoint
+    (and ours) holds both, Model Zoo's 2.1+ converted one no tied head."""
+    ties = {f"ln_f.{s}": f"transformer_decoder.norm.{s}" for s in ("weight", "bias")}
+    emb = "embedding_layer.word_embeddings.weight"
+    if is_tied and emb in cs:
+        ties["lm_head.weight"] = emb
+    return {k: v for k, v in ties.items() if k in cs and v in cs}
+
+
+def head_dropped_map(cs: Mapping[str, Shape], is_tied: bool, headless: bool) -> dict[str, str]:
+    """The ``cs_dropped`` hook: exporting a headless model drops an untied CS ``lm_head``
+    (Model Zoo's ``*Model_HF_CS21`` converter note; a tied one is a tie, checked)."""
+    if not headless or "lm_head.weight" in cs_tie_map(cs, is_tied):
+        return {}
+    why = "the headless HF model has no lm_head (Model Zoo drops it)"
+    return {k: why for k in ("lm_head.weight",) if k in cs}
 
 
 def head_dropped(headless: bool) -> re.Pattern[str] | None:
@@ -398,14 +445,18 @@ def head_dropped(headless: bool) -> re.Pattern[str] | None:
 
 
 def checked(
-    plan: list[Out], available: Mapping[str, Shape], dropped: re.Pattern[str] | None
+    plan: list[Out],
+    available: Mapping[str, Shape],
+    dropped: re.Pattern[str] | None,
+    ties: Mapping[str, str] | None = None,
 ) -> list[Out]:
     """The plan, or MappingError naming the inputs it lacks or the source tensors no rule
-    converts (those ``dropped`` matches are left out on purpose)."""
+    converts (those ``dropped`` matches are left out on purpose, ``ties`` are copies the
+    pipeline checks)."""
     missing = sorted({i for out in plan for i in out.inputs} - set(available))
     if missing:
         raise MappingError(f"missing tensors: {', '.join(missing)}")
-    used = {i for out in plan for i in out.inputs}
+    used = {i for out in plan for i in out.inputs} | set(ties or {})
     unknown = [n for n in available if n not in used and not (dropped and dropped.fullmatch(n))]
     if unknown:
         raise MappingError(f"no rule converts: {', '.join(sorted(unknown))}")

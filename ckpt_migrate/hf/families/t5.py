@@ -28,12 +28,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ckpt_migrate.hf.families.bert import (
+from ckpt_migrate.hf.families._bert_common import (
     check_name,
     dropped_by,
     expect,
     finish,
     layers_of,
+    one_of,
     present,
     tied,
     with_defaults,
@@ -275,13 +276,21 @@ def _refuse_positions(cs: Mapping[str, Shape]) -> None:
             raise MappingError(f"{name}: position_embedding_type absolute has no HF T5 equivalent")
 
 
+def _embedding_copies(cfg: Mapping[str, Any]) -> list[str]:
+    """The CS names of the one embedding tensor: the encoder and decoder word embeddings
+    (``share_encoder_decoder_embedding``, required) and, when ``share_embedding_weights``, the
+    lm_head (t5.py ``Converter_T5_CS18_CS20.post_model_convert``, lines 1098-1168)."""
+    return [*_CS_EMBEDS, "lm_head.weight"] if cfg["share_embedding_weights"] else list(_CS_EMBEDS)
+
+
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
     """Model Zoo: Converter_T5_HF_CS21 (t5.py lines 1341-1408, 1485-1489), CS -> HF.
 
     transformers ties ``encoder/decoder.embed_tokens`` to ``shared`` always and ``lm_head`` when
     the config shares it; ``save_pretrained`` writes only ``shared.weight`` for them, so we do
-    too, reading the CS encoder, decoder (and tied lm_head) embeddings to check they are the one
-    tensor Model Zoo assumes they are (lines 1128-1168). Untied, ``lm_head.weight`` is renamed."""
+    too, from the first of the tied CS names the file has (Model Zoo takes any one that is not
+    None, lines 1128-1168); the others are :func:`cs_ties`. Untied, ``lm_head.weight`` is
+    renamed."""
     check_name(name, NAMES)
     _refuse_positions(cs)
     cfg = with_defaults(cs_model, CS_DEFAULTS)
@@ -291,19 +300,25 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
         dec = layers_of(cfg, "decoder_num_hidden_layers", enc)
     gated = _nonlinearity_to_hf(cfg).startswith("gated-")
     plan = [rename(c, h) for c, h in _body_pairs(enc, dec, gated)]
-    share = cfg["share_embedding_weights"]
-    copies = [*_CS_EMBEDS, *present(["lm_head.weight"], cs)] if share else list(_CS_EMBEDS)
-    plan.append(tied("shared.weight", copies))
-    if not share:
+    plan.append(rename(one_of(_embedding_copies(cfg), cs)[0], "shared.weight"))
+    if not cfg["share_embedding_weights"]:
         plan.append(rename("lm_head.weight", "lm_head.weight"))
     return finish(plan, cs, "CS")
 
 
+def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
+    """Pipeline hook: the tied CS names of the embedding tensor other than the one the plan
+    reads (the pipeline checks they are equal; :func:`_embedding_copies`)."""
+    return one_of(_embedding_copies(with_defaults(cs_model, CS_DEFAULTS)), cs)[1]
+
+
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
     """The same converter, HF -> CS. CS gets the encoder and decoder word embeddings and the
-    lm_head, as Model Zoo writes them (t5.py lines 648-668, 1162-1168); from ``shared.weight``
-    and any tied copies the HF file carries (checked equal), the lm_head from ``lm_head.weight``
-    when untied."""
+    lm_head, as Model Zoo writes them from a file that has ``encoder/decoder.embed_tokens``
+    (t5.py lines 648-668, 1162-1168); from ``shared.weight`` and any tied copies the HF file
+    carries (checked equal), the lm_head from ``lm_head.weight`` when untied. Ours on purpose:
+    Model Zoo drops ``shared.weight`` (line 628, ``exists="left"``), so from a
+    ``save_pretrained`` file, which holds only that one, its CS file has no embeddings at all."""
     check_name(name, NAMES)
     cfg = with_defaults(hf_config, HF_DEFAULTS)
     enc = layers_of(cfg, "num_layers", 6)
