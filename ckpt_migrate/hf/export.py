@@ -42,6 +42,7 @@ from ckpt_migrate.hf.pipeline_common import (
     hook,
     mapping_failed,
     out_dtype,
+    refuse_unused,
     shapes_of,
     strip_model_prefix,
 )
@@ -217,14 +218,7 @@ def _export(module, name, leaves, cs_model, out, max_shard, dtype, force, drop, 
         ties = hook(module, "cs_ties", shapes, cs_model, name)
         dropped = hook(module, "cs_dropped", shapes, cs_model, name)
         unused = [n for n in unused_inputs(plan, shapes) if n not in ties and n not in dropped]
-        if unused and not drop:
-            raise UnsupportedContentError(
-                src,
-                f"{len(unused)} model tensor(s) the {name} rules do not convert: "
-                + ", ".join(unused[:4])
-                + (" ..." if len(unused) > 4 else ""),
-                "pass --drop-unmatched-keys (drop_unmatched_keys=True) to leave them out",
-            )
+        refuse_unused(src, unused, name, drop, "model tensor")
         dropped.update({n: "not converted (--drop-unmatched-keys)" for n in unused})
         out_shapes = shapes_of(plan, shapes)
         entries = []

@@ -20,7 +20,7 @@ import numpy as np
 from ckpt_migrate.atomic import atomic_output
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_text
-from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError, UsageError
+from ckpt_migrate.errors import CorruptCheckpointError, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.tree import DataSource, DictNode, Leaf, TensorLeaf
 from ckpt_migrate.format.write import write_checkpoint
@@ -36,6 +36,7 @@ from ckpt_migrate.hf.pipeline_common import (
     hook,
     mapping_failed,
     out_dtype,
+    refuse_unused,
     shapes_of,
 )
 from ckpt_migrate.torch.hf_bin import read_bin_directory
@@ -110,14 +111,7 @@ def import_hf(
         kinds = {o.name: out_dtype(o.inputs, dtypes, "float32") for o in plan}
     except MappingError as exc:
         raise mapping_failed(src, exc) from None
-    if unused and not drop_unmatched_keys:
-        raise UnsupportedContentError(
-            src,
-            f"{len(unused)} tensor(s) the {name} rules do not convert: "
-            + ", ".join(unused[:4])
-            + (" ..." if len(unused) > 4 else ""),
-            "pass --drop-unmatched-keys (drop_unmatched_keys=True) to leave them out",
-        )
+    refuse_unused(src, unused, name, drop_unmatched_keys)
     dropped.update({n: "not converted (--drop-unmatched-keys)" for n in unused})
     result = ImportResult(src, out, name, rel.name, dropped=dropped)
     result.warnings += [f"{n} left out: {why}" for n, why in dropped.items()]

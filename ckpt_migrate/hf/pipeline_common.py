@@ -168,3 +168,17 @@ def _publish_dir(tmp: Path, target: Path, force: bool) -> None:
     fsync_dir(target.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def refuse_unused(
+    src: Path, unused: list[str], name: str, drop: bool, what: str = "tensor"
+) -> None:
+    """Tensors the family's rules do not convert are an error unless dropped by name."""
+    if unused and not drop:
+        raise UnsupportedContentError(
+            src,
+            f"{len(unused)} {what}(s) the {name} rules do not convert: "
+            + ", ".join(unused[:4])
+            + (" ..." if len(unused) > 4 else ""),
+            "pass --drop-unmatched-keys (drop_unmatched_keys=True) to leave them out",
+        )
