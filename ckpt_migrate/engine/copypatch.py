@@ -75,7 +75,7 @@ class Output:
             try:
                 if os.fstat(fd_out).st_size:  # the empty locked temporary, nothing else
                     raise FileExistsError(errno.EEXIST, "not empty", str(self.tmp))
-                method = ext.share(fd_in, fd_out, extents.size, choice, fs)
+                method = ext.share(fd_in, fd_out, extents, choice, fs)
                 if method is None:
                     if choice == "clone":
                         raise UsageError(
@@ -87,6 +87,10 @@ class Output:
                     return None
                 if method == "clone":
                     own = ext.reserve_own(fd_out, extents, total, fs.block)
+                    shared = extents.size - own
+                elif method == "sparse":  # own ranges written, shared ones holes
+                    reserve(fd_out, extents.size, total, allocate_existing=False)
+                    own = sum(p.length for p in extents.own)
                     shared = extents.size - own
                 else:  # copied by the kernel or the server: what it shared is not known
                     reserve(fd_out, extents.size, total)

@@ -19,6 +19,10 @@ end. :class:`Extents` records which is which. One description, several ways to m
     ``splitcopy``: a worker copies the data ranges past the page cache while the metadata is
     edited, hashing the source on the way (the only method that reads the source's bytes, so the
     only one that records the source's digest in the provenance).
+``sparse``
+    Only the output's own ranges are written; the shared ranges stay holes. For the object
+    store's staging file alone, whose shared ranges are never read (the store copies them from
+    the source object): the local disk then holds the metadata, not the checkpoint.
 
 The object-store output (a multipart upload whose shared ranges are server-side part copies) is
 another realiser of the same description.
@@ -38,9 +42,9 @@ from typing import Literal
 from ckpt_migrate import atomic
 from ckpt_migrate.engine.splitcopy import copy_range
 
-Method = Literal["clone", "kernel", "copy"]
-Choice = Literal["auto", "clone", "copy"]
-METHODS: tuple[str, ...] = ("auto", "clone", "copy")
+Method = Literal["clone", "kernel", "copy", "sparse"]
+Choice = Literal["auto", "clone", "copy", "sparse"]
+METHODS: tuple[str, ...] = ("auto", "clone", "copy")  # the users' choices (sparse is internal)
 
 _FICLONE = 0x40049409  # _IOW(0x94, 9, int)
 _FALLOC_FL_UNSHARE_RANGE = 0x40
@@ -145,8 +149,8 @@ def filesystem(path: Path) -> Filesystem:
 
 def expected_method(choice: Choice, src: Path, out_dir: Path) -> Method:
     """The method ``choice`` will most likely use (the plan's guess; ``share`` decides)."""
-    if choice == "copy":
-        return "copy"
+    if choice in ("copy", "sparse"):
+        return choice
     try:
         same_device = os.stat(src).st_dev == os.stat(out_dir).st_dev
     except OSError:
@@ -159,12 +163,22 @@ def expected_method(choice: Choice, src: Path, out_dir: Path) -> Method:
     return "copy" if choice == "auto" else "clone"
 
 
-def share(fd_in: int, fd_out: int, size: int, choice: Choice, fs: Filesystem) -> Method | None:
-    """Make the empty ``fd_out`` a copy of ``fd_in`` without moving the bytes through this
+def share(
+    fd_in: int, fd_out: int, extents: Extents, choice: Choice, fs: Filesystem
+) -> Method | None:
+    """Make the empty ``fd_out`` a copy of ``fd_in`` without moving the shared bytes through this
     process, if ``choice`` and the filesystem allow; return the method used, or None when the
     caller must copy (``splitcopy``). ``fd_out`` is left empty in that case."""
+    size = extents.size
     if choice == "copy":
         return None
+    if choice == "sparse":
+        os.ftruncate(fd_out, size)
+        for part in extents.own:
+            pos, end = part.dst, part.dst + part.length
+            while pos < end:
+                pos += copy_range(fd_in, fd_out, pos, min(1 << 30, end - pos))
+        return "sparse"
     try:
         fcntl.ioctl(fd_out, _FICLONE, fd_in)
         return "clone"

@@ -103,7 +103,12 @@ def _upgrade(
         holes = _mirror(s3, src, size, etag, mirror, transfer)
         staged_dir = Path(tmp) / "output"
         staged_dir.mkdir()
-        local = upgrade(mirror, replace(opts, output_dir=staged_dir, output=None, manifest=None))
+        # The staging file's shared ranges are never read (the store copies them from the
+        # source object): they stay holes, so the local disk holds only the metadata.
+        staging = replace(
+            opts, output_dir=staged_dir, output=None, manifest=None, copy_method="sparse"
+        )
+        local = upgrade(mirror, staging)
         _adopt(result, local, src)
         if local.status == "current":
             # Already at the target: a server-side copy, every part shared.
