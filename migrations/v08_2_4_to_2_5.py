@@ -148,7 +148,33 @@ def model_precision_keys_to_precision(ctx: ConfigContext) -> None:
                 )
 
 
-CONFIG_OPERATIONS = (model_precision_keys_to_precision,)
+def drop_norm_first(ctx: ConfigContext) -> None:
+    """Remove ``model.norm_first: true``: 2.5's decoder configs have no such field.
+
+    Every GPT-2-style decoder builds its layers pre-LN: ``GPT2LMHeadModel`` passes
+    ``norm_first=True`` to its decoder layers (``f1fd1e0:src/cerebras/modelzoo/models/nlp/gpt2/
+    gpt2_model.py`` lines 881 and 922; its config class has had no ``norm_first`` since
+    Release_2.5.0), and the model config classes forbid unknown fields (Release_2.5.0
+    ``config/base_config.py`` line 36), so a config that still names it fails to load. Model Zoo's own HF converters write ``norm_first: true`` (``llama.py`` lines
+    719 and 737) and its 2.4 → 2.5 fallback converter leaves it. ``false`` is a post-LN model
+    2.5 cannot build: kept and reported.
+    """
+    for path, model in ctx.model_sections():
+        if "norm_first" not in model:
+            continue
+        if model["norm_first"] is True:
+            value, _ = take(model, "norm_first")
+            ctx.removed(f"{path}.norm_first", value, "2.5 builds pre-LN only and forbids it")
+        else:
+            ctx.unknown(
+                f"{path}.norm_first",
+                model["norm_first"],
+                "2.5 builds decoders pre-LN only and has no norm_first: this model cannot be "
+                "expressed there",
+            )
+
+
+CONFIG_OPERATIONS = (model_precision_keys_to_precision, drop_norm_first)
 
 
 def precision_keys_back_into_model(ctx: ConfigContext) -> None:

@@ -170,3 +170,15 @@ def test_attention_sink_tokens_is_a_gpt2_field_from_2_4_on():
     to_2_10 = _upgrade(doc, "2.2", "2.10")
     assert not [c for c in to_2_10.report if c.kind == "unknown"]
     assert yaml.safe_load(to_2_10.text)["trainer"]["init"]["model"]["attention_sink_tokens"] == 4
+
+
+def test_norm_first_goes_at_2_5():
+    """2.5's decoder configs have no norm_first (pre-LN only) and forbid unknown fields:
+    ``true`` is removed, ``false`` is kept and reported (Release_2.5.0 gpt2_model.py)."""
+    text = "model:\n  hidden_size: 4\n  norm_first: true\n"
+    done = upgrade_config_text(text, "2.2", "2.10", family="llama")
+    assert "norm_first" not in done.text
+    assert any(c.kind == "removed" and c.key.endswith("norm_first") for c in done.report)
+    post = upgrade_config_text("model:\n  norm_first: false\n", "2.2", "2.10", family="llama")
+    assert "norm_first: false" in post.text
+    assert any(c.kind == "unknown" and c.key.endswith("norm_first") for c in post.report)
