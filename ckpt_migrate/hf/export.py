@@ -37,6 +37,7 @@ from ckpt_migrate.hf.pipeline_common import (
     canonical_name,
     cast,
     check_dtype,
+    check_layer_counts,
     check_output_dir,
     family_for,
     hook,
@@ -209,6 +210,7 @@ def _export(module, name, leaves, cs_model, out, max_shard, dtype, force, drop, 
     src = result.source
     shapes = {n: tuple(leaf.shape) for n, leaf in leaves.items()}
     dtypes = {n: leaf.dtype for n, leaf in leaves.items()}
+    check_layer_counts(src, cs_model, len(shapes))
     try:
         hf_config = module.config_to_hf(cs_model, name)
         plan = module.plan_to_hf(shapes, cs_model, name)

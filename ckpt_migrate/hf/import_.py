@@ -32,6 +32,7 @@ from ckpt_migrate.hf.pipeline_common import (
     canonical_name,
     cast,
     check_dtype,
+    check_layer_counts,
     family_for,
     hook,
     mapping_failed,
@@ -99,6 +100,7 @@ def import_hf(
     stored = _tensors(src)
     shapes = {n: t.entry.shape if isinstance(t, st.Stored) else t.shape for n, t in stored.items()}
     dtypes = {n: t.entry.dtype if isinstance(t, st.Stored) else t.dtype for n, t in stored.items()}
+    check_layer_counts(src, hf_config, len(shapes))
     try:
         cs_model = module.config_to_cs(hf_config, name)
         plan = module.plan_to_cs(shapes, hf_config, name)
@@ -147,11 +149,16 @@ def _check_free(target: Path, force: bool) -> None:
         raise UsageError(target, "its directory does not exist", "create it first")
 
 
+MAX_CONFIG_BYTES = 16 << 20
+
+
 def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
     path = given or src / "config.json"
     if not src.is_dir():
         raise UsageError(src, "is not a directory", "pass a Hugging Face model directory")
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise CorruptCheckpointError(path, f"is over {MAX_CONFIG_BYTES:,} bytes: not a config")
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(path, "no such file", "a Hugging Face model directory has one") from None

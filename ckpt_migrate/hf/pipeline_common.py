@@ -182,3 +182,26 @@ def refuse_unused(
             + (" ..." if len(unused) > 4 else ""),
             "pass --drop-unmatched-keys (drop_unmatched_keys=True) to leave them out",
         )
+
+
+# Config fields that say how many layers a plan walks (HF and CS spellings).
+_LAYER_COUNTS = (
+    "n_layer",
+    "n_layers",
+    "num_layers",
+    "num_hidden_layers",
+    "num_decoder_layers",
+    "encoder_num_hidden_layers",
+    "decoder_num_hidden_layers",
+)
+
+
+def check_layer_counts(path: Path, config: Mapping[str, Any], tensors: int) -> None:
+    """A config may not declare more layers than the file has tensors: the plan walks every
+    declared layer, so a crafted count would buy minutes of CPU before any tensor is missed."""
+    for key in _LAYER_COUNTS:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= tensors:
+            raise UnsupportedContentError(
+                path, f"{key} is {value}, but the model has {tensors} tensors"
+            )

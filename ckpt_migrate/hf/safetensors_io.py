@@ -212,16 +212,24 @@ def read_header(path: Path) -> tuple[dict[str, Stored], dict[str, str]]:
             header = json.loads(fh.read(length))
     except (OSError, ValueError, struct.error) as exc:
         raise CorruptCheckpointError(path, f"not a safetensors file ({exc})") from None
+    if not isinstance(header, dict):
+        raise CorruptCheckpointError(path, "not a safetensors file (its header is not an object)")
     meta = header.pop("__metadata__", {}) or {}
     size = path.stat().st_size
     out = {}
     for name, info in header.items():
-        tag = info.get("dtype")
+        try:
+            tag = info.get("dtype")
+            begin, end = (int(x) for x in info["data_offsets"])
+            shape = tuple(int(d) for d in info["shape"])
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise CorruptCheckpointError(path, f"{name}: not a safetensors tensor entry") from None
         if tag not in TORCH_DTYPES:
             raise CorruptCheckpointError(path, f"{name}: unsupported safetensors dtype {tag!r}")
-        begin, end = info["data_offsets"]
-        entry = Entry(name, TORCH_DTYPES[tag], tuple(int(d) for d in info["shape"]))
-        if end - begin != entry.nbytes or 8 + length + end > size:
+        entry = Entry(name, TORCH_DTYPES[tag], shape)
+        if min(shape, default=0) < 0 or begin < 0 or end - begin != entry.nbytes:
+            raise CorruptCheckpointError(path, f"{name}: its shape and byte range disagree")
+        if 8 + length + end > size:
             raise CorruptCheckpointError(path, f"{name}: its byte range does not fit the file")
         out[name] = Stored(path, entry, 8 + length + begin)
     return out, meta

@@ -1,0 +1,77 @@
+"""Hostile Hugging Face inputs (issues #18 and #23): a crafted safetensors header or config.json
+is one clean line with exit 2, quickly, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import one_line_error, run_cli
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+CONFIG = {
+    "model_type": "gpt2",
+    "architectures": ["GPT2LMHeadModel"],
+    "n_embd": 8,
+    "n_layer": 1,
+    "n_head": 2,
+    "n_positions": 16,
+    "vocab_size": 32,
+}
+
+
+def _directory(tmp_path: Path, header: object, config: dict | None = None) -> Path:
+    d = tmp_path / "hf"
+    d.mkdir()
+    raw = json.dumps(header).encode()
+    (d / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(64))
+    (d / "config.json").write_text(json.dumps(config or CONFIG))
+    return d
+
+
+ENTRY = {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}
+
+
+@pytest.mark.parametrize(
+    ("header", "words"),
+    [
+        ([1, 2, 3], "header is not an object"),
+        ({"wte.weight": "x"}, "not a safetensors tensor entry"),
+        ({"wte.weight": {"dtype": "F32", "shape": [4, 4]}}, "not a safetensors tensor entry"),
+        ({"wte.weight": {**ENTRY, "shape": [-4, -4]}}, "shape and byte range disagree"),
+        ({"wte.weight": {**ENTRY, "data_offsets": [-64, 0]}}, "shape and byte range disagree"),
+        ({"wte.weight": {**ENTRY, "shape": [4, 8], "data_offsets": [0, 128]}}, "does not fit"),
+        ({"wte.weight": {**ENTRY, "dtype": "OBJ"}}, "unsupported safetensors dtype"),
+    ],
+)
+def test_a_crafted_safetensors_header_is_one_line(tmp_path, header, words):
+    src = _directory(tmp_path, header)
+    proc = run_cli("import-hf", src, tmp_path / "out.mdl", "--model", "gpt2")
+    one_line_error(proc, 2, "model.safetensors", words)
+    assert not (tmp_path / "out.mdl").exists()
+
+
+def test_a_declared_layer_count_cannot_buy_minutes(tmp_path):
+    d = tmp_path / "hf"
+    d.mkdir()
+    safetensors_numpy.save_file(
+        {"wte.weight": np.zeros((32, 8), np.float32)}, d / "model.safetensors"
+    )
+    (d / "config.json").write_text(json.dumps({**CONFIG, "n_layer": 10**9}))
+    start = time.monotonic()
+    proc = run_cli("import-hf", d, tmp_path / "out.mdl", "--model", "gpt2")
+    one_line_error(proc, 2, "n_layer is 1000000000", "1 tensors")
+    assert time.monotonic() - start < 30
+
+
+def test_a_huge_config_is_not_read(tmp_path):
+    src = _directory(tmp_path, {"wte.weight": ENTRY})
+    with (src / "config.json").open("w") as f:
+        f.truncate(17 << 20)  # sparse: 17 MiB of zeros
+    proc = run_cli("import-hf", src, tmp_path / "out.mdl", "--model", "gpt2")
+    one_line_error(proc, 2, "config.json", "not a config")
