@@ -17,44 +17,35 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, chunk, concat, rename, transpose
+from ckpt_migrate.hf.families._gpt2_layout import (
+    GPT2_CS_FIXED,
+    GPT2_RENAMES,
+    hf_prefix,
+    normal_head,
+)
+from ckpt_migrate.hf.mapping import (
+    Build,
+    MappingError,
+    Out,
+    Shape,
+    chunk,
+    concat,
+    rename,
+    transpose,
+)
 
 NAMES = ("gpt2", "gpt2-headless")
 HF_MODEL_TYPES = ("gpt2",)
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "gpt2-headless": "GPT2Model"}
 
-# CS model field -> HF config field, copied as they are (gpt2_hf_cs.py lines 486-573).
-_RENAMED = (
-    ("vocab_size", "vocab_size"),
-    ("embedding_dropout_rate", "embd_pdrop"),
-    ("share_embedding_weights", "tie_word_embeddings"),
-    ("hidden_size", "n_embd"),
-    ("num_heads", "n_head"),
-    ("num_hidden_layers", "n_layer"),
-    ("max_position_embeddings", "n_positions"),
-    ("filter_size", "n_inner"),
-    ("nonlinearity", "activation_function"),
-    ("attention_dropout_rate", "attn_pdrop"),
-    ("dropout_rate", "resid_pdrop"),
-    ("rotary_dim", "rotary_dim"),
-    ("layer_norm_epsilon", "layer_norm_epsilon"),
-    ("initializer_range", "initializer_range"),
-)
-# CS fields HF GPT-2 can only express with one value (Model Zoo's assert_factory_fn rules,
-# gpt2_hf_cs.py lines 487-593 and 920-923), plus the architecture fields of GPT2ModelConfig a
-# GPT-2 HF model cannot have at all (ours; Model Zoo fails on them as unmatched keys).
+# The config fields copied as they are: the GPT-2 rules' ``GPT2_RENAMES`` (_gpt2_layout.py).
+# CS fields HF GPT-2 can only express with one value: the GPT-2 rules' ``GPT2_CS_FIXED``
+# (Model Zoo's assert_factory_fn rules, gpt2_hf_cs.py lines 487-593 and 920-923; ``norm_type``
+# checked after the others here), plus the architecture fields of GPT2ModelConfig a GPT-2 HF
+# model cannot have at all (ours; Model Zoo fails on them as unmatched keys).
 _CS_REQUIRED: dict[str, Any] = {
-    "position_embedding_type": "learned",
-    "use_position_embedding": True,
-    "embedding_layer_norm": False,
-    "use_projection_bias_in_attention": True,
-    "use_ffn_bias_in_attention": True,
-    "use_ffn_bias": True,
-    "use_bias_in_output": False,
-    "fixed_sparse_attention": None,
-    "norm_first": True,
-    "use_ff_layer1_dropout": False,
-    "norm_type": "layernorm",
+    **{k: v for k, v in GPT2_CS_FIXED.items() if k != "norm_type"},
+    "norm_type": GPT2_CS_FIXED["norm_type"],
     "use_rms_norm": False,
     "scale_qk_dot_by_layer_idx": False,
     "attention_sliding_window_length": None,
@@ -121,7 +112,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
         cs.setdefault("embedding_dropout_rate", cs["dropout_rate"])
         cs.setdefault("attention_dropout_rate", cs["dropout_rate"])
     hf: dict[str, Any] = {"architectures": [ARCHITECTURES[name]], "model_type": "gpt2"}
-    for cs_key, hf_key in _RENAMED:
+    for hf_key, cs_key in GPT2_RENAMES:
         if cs.get(cs_key) is not None:
             hf[hf_key] = cs[cs_key]
     attention = cs.get("attention_type", "scaled_dot_product")
@@ -154,7 +145,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
         hf["n_inner"] = 4 * hf["n_embd"]
     hf.setdefault("tie_word_embeddings", True)
     cs: dict[str, Any] = {}
-    for cs_key, hf_key in _RENAMED:
+    for hf_key, cs_key in GPT2_RENAMES:
         if hf.get(hf_key) is not None:
             cs[cs_key] = hf[hf_key]
     cs["attention_type"] = (
@@ -175,7 +166,7 @@ def _layers(cfg: Mapping[str, Any], key: str) -> int:
 
 def _prefix(name: str) -> str:
     """GPT2LMHeadModel keeps the body under ``transformer.``; GPT2Model has no prefix."""
-    return "" if name == "gpt2-headless" else "transformer."
+    return hf_prefix(name == "gpt2-headless")
 
 
 def _body_pairs(layers: int) -> list[tuple[str, str, str]]:
@@ -336,7 +327,7 @@ def _hf_shapes(hf_config: Mapping[str, Any], layers: int, pre: str) -> dict[str,
     return out
 
 
-def _split_qkv_weight(index: int):
+def _split_qkv_weight(index: int) -> Build:
     def build(x: np.ndarray) -> np.ndarray:
         if x.shape[1] % 3:
             raise MappingError(f"c_attn.weight of shape {x.shape}: columns not divisible by 3")
@@ -346,13 +337,11 @@ def _split_qkv_weight(index: int):
     return build
 
 
-def _lm_head_init(shape: Shape):
-    """Model Zoo initialises the missing ``lm_head`` of an untied headless model with
-    ``normal(0, 0.02)`` (``post_model_convert``, lines 376-394); seeded here, so repeatable."""
+def _lm_head_init(shape: Shape) -> Build:
+    """The missing ``lm_head`` of an untied headless model, float32 (:func:`normal_head`)."""
 
     def build() -> np.ndarray:
-        rng = np.random.default_rng(0)
-        return rng.normal(0.0, 0.02, size=shape).astype(np.float32)
+        return normal_head(shape, np.float32)
 
     return build
 

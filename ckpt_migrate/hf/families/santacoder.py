@@ -5,48 +5,39 @@ configured as SantaCoder.
 Model Zoo: santacoder.py (tag Release_2.10.0). The HF class is not in ``transformers``: the HF
 side is what Model Zoo's converter writes. Conv1D weights (transposed), a separate ``q_attn`` and
 a fused ``kv_attn`` (one K and one V head, multi-query). ``HF_MODEL_TYPES`` is empty: "gpt2" is
-the GPT-2 family's; the pipeline must tell SantaCoder by ``architectures``.
-
-The second half holds Model Zoo's GPT-2 config rules (``ConfigConverter_GPT2Model_HF_CS17`` and
-``_CS20``, gpt2_hf_cs.py lines 477-656 and 916-925), shared with ``btlm.py`` and ``jais.py``.
+the GPT-2 family's; the pipeline must tell SantaCoder by ``architectures``. The GPT-2 rules
+Model Zoo's converter inherits are in ``_gpt2_layout.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ckpt_migrate.hf.families.starcoder import (
-    HF_ATTN_BUFFERS,
+from ckpt_migrate.hf.families._gpt2_layout import (
+    GPT2_BLOCK,
+    GPT2_CS_FIXED,
+    GPT2_RENAMES,
     Pair,
-    both,
     check_name,
-    checked,
-    conv1d_join,
-    conv1d_split,
-    cs_layer,
-    cs_tie_map,
-    embedding_pairs,
+    decoder_pairs,
     expect,
-    final_norm_copies,
-    final_norm_pairs,
-    head_dropped,
-    head_dropped_map,
+    finish_to_cs,
+    finish_to_hf,
+    gpt2_config_to_cs,
+    gpt2_config_to_hf,
     hf_layer,
     hf_prefix,
-    layer_norm_pairs,
-    lm_head_to_cs,
-    lm_head_to_hf,
+    join_attn,
     pairs_to_cs,
     pairs_to_hf,
     reject_mup,
-    tied,
-    tied_cs,
-    with_defaults,
+    split_attn,
+    tie_hooks,
 )
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.mapping import Out, Shape
 
 NAMES: tuple[str, ...] = ("santacoder", "santacoder-headless")
 HF_MODEL_TYPES: tuple[str, ...] = ()
@@ -111,34 +102,21 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
 def _pairs(p: str, layers: int) -> list[Pair]:
     """Conv1D weights transposed (``transpose_key_if_2D``, santacoder.py lines 42-55 for
     ``c_proj`` and ``q_attn``, the inherited GPT-2 ``ffn_converter`` for the MLP)."""
-    pairs = embedding_pairs(p, learned=True) + final_norm_pairs(p)
-    for i in range(layers):
-        h, c = hf_layer(p, i), cs_layer(i)
-        pairs += layer_norm_pairs(h, c)
-        pairs += both(f"{h}attn.q_attn", f"{c}self_attn.proj_q_dense_layer", True)
-        pairs += both(f"{h}attn.c_proj", f"{c}self_attn.proj_output_dense_layer", True)
-        pairs += both(f"{h}mlp.c_fc", f"{c}ffn.ffn.0.linear_layer", True)
-        pairs += both(f"{h}mlp.c_proj", f"{c}ffn.ffn.1.linear_layer", True)
-    return pairs
+    q_attn = ("attn.q_attn", "self_attn.proj_q_dense_layer")
+    return decoder_pairs(p, layers, (q_attn, *GPT2_BLOCK), conv1d=True)
 
 
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
     """CS tensors; ``kv_attn`` is transposed and chunked in two (santacoder.py lines 98-119).
-    The HF ``attn.bias``/``attn.masked_bias`` buffers are dropped (gpt2_hf_cs.py 304-309).
-    ``ln_f.*`` is written besides ``transformer_decoder.norm.*``, as Model Zoo does
-    (:func:`~ckpt_migrate.hf.families.starcoder.final_norm_copies`); the head as
-    :func:`~ckpt_migrate.hf.families.starcoder.lm_head_to_cs`."""
+    The HF ``attn.bias``/``attn.masked_bias`` buffers are dropped, the final norm's second name
+    and the head written as :func:`~ckpt_migrate.hf.families._gpt2_layout.finish_to_cs`."""
     headless = check_name(name, NAMES)
     p = hf_prefix(headless)
     layers = hf_config["n_layer"]
     plan = pairs_to_cs(_pairs(p, layers))
     for i in range(layers):
-        for suffix in ("weight", "bias"):
-            src, c = f"{hf_layer(p, i)}attn.kv_attn.{suffix}", cs_layer(i)
-            for j, x in enumerate("kv"):
-                plan.append(conv1d_split(src, f"{c}self_attn.proj_{x}_dense_layer.{suffix}", j, 2))
-    plan += final_norm_copies(p) + lm_head_to_cs(hf, p, tied(hf_config), headless)
-    return checked(plan, hf, HF_ATTN_BUFFERS)
+        plan += split_attn(p, i, "kv_attn", "kv")
+    return finish_to_cs(plan, hf, hf_config, headless)
 
 
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
@@ -151,25 +129,14 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
     layers, positions = hf_config["n_layer"], hf_config["n_positions"]
     plan = pairs_to_hf(_pairs(p, layers))
     for i in range(layers):
-        h, c = hf_layer(p, i), cs_layer(i)
-        for suffix in ("weight", "bias"):
-            kv = [f"{c}self_attn.proj_{x}_dense_layer.{suffix}" for x in "kv"]
-            plan.append(conv1d_join(kv, f"{h}attn.kv_attn.{suffix}"))
-        plan += causal_mask_buffers(f"{h}attn.", positions)
-    plan += lm_head_to_hf(cs, p, tied_cs(cs_model), headless)
-    return checked(plan, cs, head_dropped(headless), cs_tie_map(cs, tied_cs(cs_model)))
+        plan += join_attn(p, i, "kv_attn", "kv")
+        plan += causal_mask_buffers(f"{hf_layer(p, i)}attn.", positions)
+    return finish_to_hf(plan, cs, cs_model, headless)
 
 
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """The pipeline hook: ``ln_f.*`` and a tied ``lm_head`` when the CS file has them
-    (:func:`~ckpt_migrate.hf.families.starcoder.cs_tie_map`)."""
-    check_name(name, NAMES)
-    return cs_tie_map(cs, tied_cs(cs_model))
-
-
-def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """The pipeline hook: an untied headless ``lm_head`` (Model Zoo's converter note)."""
-    return head_dropped_map(cs, tied_cs(cs_model), check_name(name, NAMES))
+# The pipeline hooks: ``ln_f.*`` and a tied ``lm_head`` are ties, an untied headless
+# ``lm_head`` is dropped.
+cs_ties, cs_dropped = tie_hooks(NAMES)
 
 
 def causal_mask_buffers(attn: str, positions: int) -> list[Out]:
@@ -182,78 +149,3 @@ def causal_mask_buffers(attn: str, positions: int) -> list[Out]:
         Out(f"{attn}bias", (), mask, shape=(1, 1, positions, positions), note="generated"),
         Out(f"{attn}masked_bias", (), lambda: np.array(-1e4, np.float32), shape=()),
     ]
-
-
-# ---- GPT-2 config rules, shared by btlm.py and jais.py ---------------------------------------
-
-# (HF key, CS key) of the rules that only rename (gpt2_hf_cs.py lines 486-573).
-GPT2_RENAMES: tuple[tuple[str, str], ...] = (
-    ("vocab_size", "vocab_size"),
-    ("embd_pdrop", "embedding_dropout_rate"),
-    ("tie_word_embeddings", "share_embedding_weights"),
-    ("n_embd", "hidden_size"),
-    ("n_head", "num_heads"),
-    ("n_layer", "num_hidden_layers"),
-    ("n_positions", "max_position_embeddings"),
-    ("n_inner", "filter_size"),
-    ("activation_function", "nonlinearity"),
-    ("attn_pdrop", "attention_dropout_rate"),
-    ("resid_pdrop", "dropout_rate"),
-    ("rotary_dim", "rotary_dim"),
-    ("layer_norm_epsilon", "layer_norm_epsilon"),
-    ("initializer_range", "initializer_range"),
-)
-# CS fields accepted with one value only (lines 487-585 and 920-923).
-GPT2_CS_FIXED: dict[str, Any] = {
-    "norm_type": "layernorm",
-    "position_embedding_type": "learned",
-    "use_position_embedding": True,
-    "embedding_layer_norm": False,
-    "use_projection_bias_in_attention": True,
-    "use_ffn_bias_in_attention": True,
-    "use_ffn_bias": True,
-    "use_bias_in_output": False,
-    "fixed_sparse_attention": None,
-    "norm_first": True,
-    "use_ff_layer1_dropout": False,
-}
-
-
-def gpt2_config_to_cs(
-    hf_config: Mapping[str, Any], renames: Sequence[tuple[str, str]], model_types: Sequence[str]
-) -> dict[str, Any]:
-    """GPT-2 rules HF -> CS: ``tie_word_embeddings`` defaults to true (lines 596-600),
-    ``n_inner: null`` becomes ``4 * n_embd`` (lines 648-650), ``scale_attn_weights`` gives
-    ``attention_type`` (lines 618-623); ``reorder_and_upcast_attn`` and (unless renamed)
-    ``scale_attn_by_inverse_layer_idx`` must be false (lines 586-593)."""
-    hf = with_defaults(hf_config, {"tie_word_embeddings": True})
-    expect(hf, "model_type", model_types, "HF")
-    expect(hf, "reorder_and_upcast_attn", (False,), "HF")
-    if "scale_attn_by_inverse_layer_idx" not in dict(renames):
-        expect(hf, "scale_attn_by_inverse_layer_idx", (False,), "HF")
-    if hf.get("n_inner") is None:
-        hf["n_inner"] = 4 * hf["n_embd"]
-    cs = {c: hf[h] for h, c in renames if h in hf}
-    if "scale_attn_weights" in hf:
-        cs["attention_type"] = "scaled_dot_product" if hf["scale_attn_weights"] else "dot_product"
-    return {**cs, "use_bias_in_output": False}
-
-
-def gpt2_config_to_hf(
-    cs_model: Mapping[str, Any], renames: Sequence[tuple[str, str]], fixed: Mapping[str, Any]
-) -> dict[str, Any]:
-    """GPT-2 rules CS -> HF: fixed-value fields asserted, the dropout rates default to
-    ``dropout_rate`` (lines 651-655), ``attention_type`` gives ``scale_attn_weights`` (lines
-    624-638)."""
-    cs = with_defaults(cs_model, {"share_embedding_weights": True})
-    for key, value in fixed.items():
-        expect(cs, key, (value,), "CS")
-    for key in ("embedding_dropout_rate", "attention_dropout_rate"):
-        if key not in cs and "dropout_rate" in cs:
-            cs[key] = cs["dropout_rate"]
-    hf = {h: cs[c] for h, c in renames if c in cs}
-    if "attention_type" in cs:
-        if cs["attention_type"] not in ("scaled_dot_product", "dot_product"):
-            raise MappingError(f"attention_type={cs['attention_type']!r} is not supported")
-        hf["scale_attn_weights"] = cs["attention_type"] == "scaled_dot_product"
-    return hf
