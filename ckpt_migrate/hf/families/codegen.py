@@ -10,239 +10,81 @@ lines 463-499, ``ConfigConverter_Codegen_Model_HF_CS17`` lines 552-740; the CS20
 and K in that order; everything else is a rename, and HF CodeGen rotates every two channels like
 CS, so no rotary permutation.
 
-The CS model is GPT-J's (``registry.py`` line 344, ``"codegen": "gptj"``), which registers its
-final norm under two names, ``ln_f`` and ``transformer_decoder.norm`` (one module,
-``models/nlp/gptj/gptj_model.py`` lines 535-538): Model Zoo writes both on the way to CS
-(``replace_final_norm``, salesforce_codegen_hf_cs.py lines 257-264 and 320-334) and we do too.
-On the way to HF a Trainer save and a Model Zoo file hold both: ``ln_f.*`` is then a tie of
-``transformer_decoder.norm.*`` (:func:`cs_ties`), and read only when it is the one present. A
-tied ``lm_head.weight`` that ``save_pretrained`` left out is written from the embeddings, while
-Model Zoo's ``lm_head`` rule (lines 466-470) renames only a head the HF file has: the CS model's
-state dict has the head and the Trainer loads strictly (docs/MODELZOO_PARITY.md §5).
+The CS model is GPT-J's (``registry.py`` line 344, ``"codegen": "gptj"``): its final norm's two
+names are both written by Model Zoo (``replace_final_norm``, salesforce_codegen_hf_cs.py lines
+257-264 and 320-334), whose ``lm_head`` rule (lines 466-470) renames only a head the HF file has;
+``_decoder_common`` carries both each way.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs, rename
+from ckpt_migrate.hf.families import _decoder_common as dc
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape
 
 NAMES = ("codegen", "codegen-headless")
 HF_MODEL_TYPES = ("codegen",)
 # The transformers class of each name (``config.json`` ``architectures``).
 ARCHITECTURES = {"codegen": "CodeGenForCausalLM", "codegen-headless": "CodeGenModel"}
+LABEL = "CodeGen"  # in messages
 MP_NUM = 4  # HF CodeGen hard-codes 4 shards (Model Zoo line 40)
 QKV_ORDER = {"q": 0, "v": 1, "k": 2}  # within a shard (Model Zoo lines 132-142)
 
 # Model Zoo: salesforce_codegen_hf_cs.py lines 672-688, HF defaults filled in before converting.
-HF_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 50400,
-    "n_positions": 2048,
-    "n_embd": 4096,
-    "n_layer": 28,
-    "n_head": 16,
-    "rotary_dim": 64,
-    "n_inner": None,
-    "activation_function": "gelu_new",
-    "resid_pdrop": 0.0,
-    "embd_pdrop": 0.0,
-    "attn_pdrop": 0.0,
-    "initializer_range": 0.02,
-    "layer_norm_epsilon": 1e-5,
-    "tie_word_embeddings": False,
-    "scale_attn_weights": True,
-}
-# Model Zoo: salesforce_codegen_hf_cs.py lines 689-706, CS defaults filled in before converting.
-CS_DEFAULTS: dict[str, Any] = {
-    "max_position_embeddings": 1024,
-    "embedding_dropout_rate": 0.1,
-    "share_embedding_weights": True,
-    "residual_dropout_rate": 0.1,
-    "nonlinearity": "gelu",
-    "layer_norm_epsilon": 1.0e-5,
-    "use_ffn_bias": False,
-    "use_untied_layer_norm": False,
-    "attention_dropout_rate": 0.1,
-    "use_projection_bias_in_attention": True,
-    "use_ffn_bias_in_attention": True,
-    "initializer_range": 0.02,
-    "use_bias_in_output": False,
-    "norm_first": True,
-    # Not in Model Zoo's defaults: the CS model's own (``GPTJSubModelConfig``,
-    # models/nlp/gptj/gptj_model.py lines 69-71). Model Zoo's CS config leaves the field out
-    # (its rule, lines 563-566, only checks a value the CS config gives).
-    "position_embedding_type": "rotary",
-    "attention_type": "scaled_dot_product",
-    "embedding_layer_norm": False,
-    "fixed_sparse_attention": None,
-    "use_ff_layer1_dropout": False,
-    "norm_type": "layernorm",
-    "use_position_embedding": True,
-    "rope_theta": 10000.0,
-    "pos_scaling_factor": 1.0,
-}
+HF_DEFAULTS = dc.gptj_style_hf_defaults(dropout=0.0)
+# Model Zoo: salesforce_codegen_hf_cs.py lines 689-706, CS defaults filled in before converting,
+# with the CS GPT-J model's own for the fields Model Zoo's CS config leaves out
+# (``position_embedding_type``: its rule, lines 563-566, only checks a value the CS config gives).
+CS_DEFAULTS = dc.GPTJ_CS_DEFAULTS
 # Model Zoo: salesforce_codegen_hf_cs.py lines 563-669 and 829-840, CS fields that must hold
-# these values.
-CS_FIXED: dict[str, Any] = {
-    "position_embedding_type": "rotary",
-    "use_position_embedding": True,
-    "attention_type": "scaled_dot_product",
-    "use_projection_bias_in_attention": False,
-    "use_ffn_bias_in_attention": False,
-    "use_ffn_bias": True,
-    "use_bias_in_output": True,
-    "embedding_layer_norm": False,
-    "fixed_sparse_attention": None,
-    "norm_first": True,
-    "use_ff_layer1_dropout": False,
-    "use_untied_layer_norm": False,
-    "norm_type": "layernorm",
-    "rope_theta": 10000.0,  # HF CodeGen hard-codes base 10000 (Model Zoo does not check)
-    "pos_scaling_factor": 1.0,  # HF CodeGen has no RoPE scaling (Model Zoo does not check)
-}
-MUP_FIELDS = (
-    "mup_base_hidden_size",
-    "mup_base_filter_size",
-    "output_logits_alpha",
-    "output_logits_scale",
-    "scale_qk_dot_by_d",
-    "scale_output_logits_by_d",
-    "attention_logits_alpha",
+# these values: the ones every GPT-J-backbone converter fixes (:func:`dc.gptj_fixed`), GPT-J-style
+# blocks', and a head bias. HF CodeGen hard-codes RoPE base 10000 (``rope_theta``; Model Zoo does
+# not check it).
+CS_FIXED = dc.gptj_fixed(**dc.GPTJ_STYLE_FIXED, use_bias_in_output=True)
+# (HF name inside a block ``h.N.``, CS name inside ``transformer_decoder.layers.N.``; Q, K and V
+# are packed, :func:`_layout`). Model Zoo: salesforce_codegen_hf_cs.py lines 63-69 (out_proj) and
+# 275-303 (norm, ffn: GPT-J-style names).
+LAYER_PAIRS = dc.gptj_style_layer(
+    ("attn.out_proj.weight", "self_attn.proj_output_dense_layer.weight")
 )
-# (HF name inside a block ``h.N.``, CS name inside ``transformer_decoder.layers.N.``).
-# Model Zoo: salesforce_codegen_hf_cs.py lines 63-69 (out_proj) and 275-303 (norm, ffn).
-LAYER_PAIRS = (
-    ("ln_1.weight", "norm1.weight"),
-    ("ln_1.bias", "norm1.bias"),
-    ("attn.out_proj.weight", "self_attn.proj_output_dense_layer.weight"),
-    ("mlp.fc_in.weight", "ffn.ffn.0.linear_layer.weight"),
-    ("mlp.fc_in.bias", "ffn.ffn.0.linear_layer.bias"),
-    ("mlp.fc_out.weight", "ffn.ffn.1.linear_layer.weight"),
-    ("mlp.fc_out.bias", "ffn.ffn.1.linear_layer.bias"),
-)
+# HF's packed Q, V, K inside a block (no bias; Model Zoo lines 42-62), and the plan's notes.
+QKV = "h.{i}.attn.qkv_proj.{kind}"
+QKV_NOTES = ("of the mp_num=4 packed qkv_proj", "Q, V, K packed per mp_num=4 shard")
 # Model Zoo: salesforce_codegen_hf_cs.py lines 249-264 (embeddings, final norm).
-TOP_PAIRS = (
-    ("wte.weight", "embedding_layer.word_embeddings.weight"),
-    ("ln_f.weight", "transformer_decoder.norm.weight"),
-    ("ln_f.bias", "transformer_decoder.norm.bias"),
-)
+TOP_PAIRS = dc.GPTJ_STYLE_TOP
 # HF buffers older transformers saved and Model Zoo skips (lines 306-317).
 HF_DROPPED = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias|causal_mask)")
-EMBED = "embedding_layer.word_embeddings.weight"
-HEAD = "lm_head.weight"
-# The CS model's second name of its final norm (copy -> the name the plan reads), see above.
-LN_F = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
 
-
-def _check_name(name: str) -> None:
-    if name not in NAMES:
-        raise MappingError(f"{name}: this family serves {', '.join(NAMES)}")
-
-
-def _get(cfg: Mapping[str, Any], key: str, defaults: Mapping[str, Any]) -> Any:
-    return cfg[key] if key in cfg else defaults.get(key)
-
-
-def _check_cs(cs: Mapping[str, Any]) -> None:
-    """Reject CS settings HF CodeGen cannot express, naming the field (Model Zoo asserts them)."""
-    for key in MUP_FIELDS:
-        if cs.get(key) not in (None, False):
-            raise MappingError(f"{key}: muP models are not supported for CodeGen")
-    if cs.get("embeddings_scale") not in (None, 1, 1.0):
-        raise MappingError("embeddings_scale: muP models are not supported for CodeGen")
-    for key, value in CS_FIXED.items():
-        if _get(cs, key, CS_DEFAULTS) != value:
-            raise MappingError(
-                f"{key}: HF CodeGen needs {value!r}, got {_get(cs, key, CS_DEFAULTS)!r}"
-            )
+# The pipeline's hooks (``ckpt_migrate/hf/pipeline_common.py`` ``hook``). Model Zoo: a tied head
+# is the embeddings (``pre_model_convert``, salesforce_codegen_hf_cs.py lines 480-499); the
+# headless HF model has no head (converter note, lines 406-415); the buffers are skipped (lines
+# 306-317).
+cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS)
+hf_dropped = partial(dc.hf_dropped, pattern=HF_DROPPED)
 
 
 def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: salesforce_codegen_hf_cs.py lines 552-740 (rules, defaults, ``n_inner`` = 4 *
     ``n_embd``, ``n_head`` >= 4). ``n_ctx`` is not carried (HF CodeGen does not use it)."""
-    _check_name(name)
-    hf = {**HF_DEFAULTS, **hf_config}
-    if hf.get("model_type", "codegen") != "codegen":
-        raise MappingError(f"model_type: expected 'codegen', got {hf['model_type']!r}")
+    dc.check_name(name, NAMES)
+    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, "codegen")
     _check_heads("n_head", hf["n_head"], hf["n_embd"])
-    if hf["scale_attn_weights"] is not True:
-        raise MappingError("scale_attn_weights: HF CodeGen must scale attention weights")
-    return {
-        "vocab_size": hf["vocab_size"],
-        "hidden_size": hf["n_embd"],
-        "num_heads": hf["n_head"],
-        "num_hidden_layers": hf["n_layer"],
-        "max_position_embeddings": hf["n_positions"],
-        "filter_size": hf["n_inner"] if hf["n_inner"] is not None else 4 * hf["n_embd"],
-        "rotary_dim": hf["rotary_dim"],
-        "position_embedding_type": "rotary",
-        "embedding_dropout_rate": hf["embd_pdrop"],
-        "share_embedding_weights": hf["tie_word_embeddings"],
-        "nonlinearity": hf["activation_function"],
-        "attention_dropout_rate": hf["attn_pdrop"],
-        "residual_dropout_rate": hf["resid_pdrop"],
-        "layer_norm_epsilon": hf["layer_norm_epsilon"],
-        "initializer_range": hf["initializer_range"],
-        # Model Zoo: salesforce_codegen_hf_cs.py lines 708-718, the post-conversion CS defaults.
-        "use_untied_layer_norm": False,
-        "use_ffn_bias_in_attention": False,
-        "use_projection_bias_in_attention": False,
-        "use_ffn_bias": True,
-        "use_bias_in_output": True,
-        "attention_type": "scaled_dot_product",
-    }
+    return dc.gptj_style_to_cs(hf, LABEL)
 
 
 def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: salesforce_codegen_hf_cs.py lines 552-740 read from CS to HF."""
-    _check_name(name)
-    _check_cs(cs_model)
+    dc.check_name(name, NAMES)
+    dc.check_cs(cs_model, LABEL, CS_FIXED, CS_DEFAULTS)
     _check_heads("num_heads", cs_model["num_heads"], cs_model["hidden_size"])
-    if "rotary_dim" not in cs_model:
-        raise MappingError("rotary_dim: a CS CodeGen config must give it")
-    cs = {**CS_DEFAULTS, **cs_model}
-    return {
-        "architectures": [ARCHITECTURES[name]],
-        "model_type": "codegen",
-        "vocab_size": cs["vocab_size"],
-        "n_positions": cs["max_position_embeddings"],
-        "n_embd": cs["hidden_size"],
-        "n_layer": cs["num_hidden_layers"],
-        "n_head": cs["num_heads"],
-        "rotary_dim": cs["rotary_dim"],
-        "n_inner": cs["filter_size"],
-        "activation_function": cs["nonlinearity"],
-        "resid_pdrop": cs["residual_dropout_rate"],
-        "embd_pdrop": cs["embedding_dropout_rate"],
-        "attn_pdrop": cs["attention_dropout_rate"],
-        "layer_norm_epsilon": cs["layer_norm_epsilon"],
-        "initializer_range": cs["initializer_range"],
-        "tie_word_embeddings": cs["share_embedding_weights"],
-    }
-
-
-def _pairs(layers: int, prefix: str) -> list[tuple[str, str]]:
-    """(HF name, CS name) of every renamed tensor; ``prefix`` is ``transformer.`` or empty."""
-    out = [(prefix + hf, cs) for hf, cs in TOP_PAIRS]
-    for i in range(layers):
-        out += [
-            (f"{prefix}h.{i}.{hf}", f"transformer_decoder.layers.{i}.{cs}")
-            for hf, cs in LAYER_PAIRS
-        ]
-    return out
-
-
-def _finish(plan: list[Out], source: Mapping[str, Shape]) -> list[Out]:
-    """Every input the plan reads exists. Source tensors no rule reads are left to the
-    pipeline's ``unused_inputs`` check; the hooks below name the expected ones."""
-    missing = missing_inputs(plan, source)
-    if missing:
-        raise MappingError(f"{missing[0]}: the checkpoint lacks this tensor")
-    return plan
+    fields = dc.gptj_style_to_hf(cs_model, CS_DEFAULTS, LABEL)
+    return {**dc.hf_header(ARCHITECTURES, name, "codegen"), **fields}
 
 
 def _check_heads(field: str, heads: int, hidden: int) -> None:
@@ -271,136 +113,29 @@ def _pack(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.concatenate(parts, axis=1).reshape(-1, dim)
 
 
-def _cs_attn(i: int, which: str) -> str:
-    return f"transformer_decoder.layers.{i}.self_attn.proj_{which}_dense_layer.weight"
-
-
-def _unpack_plan(layers: int, prefix: str) -> list[Out]:
-    out = []
-    for i in range(layers):
-        src = f"{prefix}h.{i}.attn.qkv_proj.weight"
-        for which in "qkv":
-            out.append(
-                Out(
-                    _cs_attn(i, which),
-                    (src,),
-                    lambda x, w=which: _unpack(x, w),
-                    infer=lambda s: (s[0] // 3, s[1]),
-                    note=f"{which.upper()} of the mp_num=4 packed qkv_proj",
-                )
-            )
-    return out
-
-
-def _pack_plan(layers: int, prefix: str) -> list[Out]:
-    return [
-        Out(
-            f"{prefix}h.{i}.attn.qkv_proj.weight",
-            tuple(_cs_attn(i, w) for w in "qkv"),
-            _pack,
-            infer=lambda q, k, v: (q[0] + k[0] + v[0], q[1]),
-            note="Q, V, K packed per mp_num=4 shard",
-        )
-        for i in range(layers)
-    ]
-
-
-def _random_head(shape: Shape) -> Callable[[], np.ndarray]:
-    """Model Zoo: salesforce_codegen_hf_cs.py lines 384-392, an untied head HF lacks is drawn
-    N(0, 0.02) in float32 (seeded here, so repeatable)."""
-
-    def build() -> np.ndarray:
-        return np.random.default_rng(0).normal(0.0, 0.02, shape).astype(np.float32)
-
-    return build
-
-
-def _zero_bias(size: int) -> Callable[[], np.ndarray]:
-    """A float32 zero head bias (Model Zoo creates one on the way to CS; HF initialises a
-    missing one to zeros)."""
-    return lambda: np.zeros((size,), dtype=np.float32)
-
-
-def _source(cs: Mapping[str, Shape], cs_name: str, tied: bool) -> str:
-    """The CS tensor to read for ``cs_name``: itself, else the copy of it that exists (``ln_f.*``
-    for the final norm; the head for tied embeddings, Model Zoo lines 480-499)."""
-    copies = {v: k for k, v in LN_F.items()} | ({EMBED: HEAD} if tied else {})
-    copy = copies.get(cs_name)
-    return copy if cs_name not in cs and copy in cs else cs_name
-
-
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors that copy another one the plan reads, when both are present: ``ln_f.*`` of
-    ``transformer_decoder.norm.*`` (one module, see above) and ``lm_head.weight`` when
-    ``share_embedding_weights`` (Model Zoo: salesforce_codegen_hf_cs.py ``pre_model_convert``,
-    lines 480-499); HF's ``save_pretrained`` does not store a tied head either."""
-    ties = dict(LN_F)
-    if _get(cs_model, "share_embedding_weights", CS_DEFAULTS):
-        ties[HEAD] = EMBED
-    return {k: v for k, v in ties.items() if k in cs and v in cs}
-
-
-def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors Model Zoo leaves out on the way to HF, with the reason: the head of a
-    headless model (converter note, lines 406-415)."""
-    out: dict[str, str] = {}
-    if name.endswith("-headless"):
-        ties = cs_ties(cs, cs_model, name)
-        why = "the headless HF model has no lm_head (Model Zoo drops it)"
-        out.update({n: why for n in (HEAD, "lm_head.bias") if n in cs and n not in ties})
-    return out
-
-
-def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
-    """HF buffers older transformers saved and Model Zoo skips (lines 306-317)."""
-    return {n: "a buffer Hugging Face regenerates" for n in hf if HF_DROPPED.fullmatch(n)}
+def _layout(layers: int, name: str) -> dc.Layout:
+    """Renames and the ``qkv_proj`` unpacking and packing (HF names under ``transformer.`` with a
+    head)."""
+    prefix = dc.body(name, "transformer.")
+    unpack, pack = dc.qkv_plans(layers, prefix + QKV, _unpack, _pack, QKV_NOTES, kinds=("weight",))
+    return dc.Layout(dc.pairs(TOP_PAIRS, LAYER_PAIRS, layers, prefix), unpack, pack)
 
 
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
     """Model Zoo: salesforce_codegen_hf_cs.py lines 245-318 and 463-478, renames and the
     ``qkv_proj`` unpacking, the final norm under both names (lines 320-334); a headless model
-    gets a new head (lines 374-392): the embeddings when tied, else N(0, 0.02), and a zero bias.
-    A tied head the HF file lacks is the embeddings (module docstring)."""
+    gets a new head (lines 374-392): the embeddings when tied, else N(0, 0.02) (lines 384-392),
+    and a zero bias. A tied head the HF file lacks is the embeddings
+    (:func:`dc.plan_to_cs`)."""
     cfg = config_to_cs(hf_config, name)
-    headless = name.endswith("-headless")
-    prefix = "" if headless else "transformer."
-    plan = [rename(h, c) for h, c in _pairs(cfg["num_hidden_layers"], prefix)]
-    source = {out.name: out.inputs[0] for out in plan}
-    plan += [rename(source[norm], copy) for copy, norm in LN_F.items()]
-    plan += _unpack_plan(cfg["num_hidden_layers"], prefix)
-    wte = prefix + "wte.weight"
-    if headless:
-        if cfg["share_embedding_weights"]:
-            plan.append(rename(wte, "lm_head.weight"))
-        else:
-            shape = (cfg["vocab_size"], cfg["hidden_size"])
-            plan.append(Out(HEAD, (), _random_head(shape), shape=shape, note="N(0, 0.02)"))
-        size = cfg["vocab_size"]
-        plan.append(Out("lm_head.bias", (), _zero_bias(size), shape=(size,), note="zeros"))
-    else:
-        plan.append(rename(HEAD if HEAD in hf or not cfg["share_embedding_weights"] else wte, HEAD))
-        plan.append(rename("lm_head.bias", "lm_head.bias"))
-    return _finish(plan, hf)
+    return dc.plan_to_cs(hf, cfg, name, _layout(cfg["num_hidden_layers"], name), bias=True)
 
 
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
     """Model Zoo: salesforce_codegen_hf_cs.py lines 149-217 (``qkv_proj`` packing), 245-318 and
     463-499, renames (of whichever copy of the embeddings and the final norm exists,
-    :func:`_source`); a tied head is not written (HF ties it on load); a head bias CS lacks
+    :func:`dc.source`); a tied head is not written (HF ties it on load); a head bias CS lacks
     (``use_bias_in_output: false``) is written as the zeros HF would initialise it to."""
     config_to_hf(cs_model, name)
     cfg = {**CS_DEFAULTS, **cs_model}
-    headless = name.endswith("-headless")
-    prefix = "" if headless else "transformer."
-    tied = bool(cfg["share_embedding_weights"])
-    plan = [rename(_source(cs, c, tied), h) for h, c in _pairs(cfg["num_hidden_layers"], prefix)]
-    plan += _pack_plan(cfg["num_hidden_layers"], prefix)
-    if not headless:
-        if not tied:
-            plan.append(rename("lm_head.weight", "lm_head.weight"))
-        if "lm_head.bias" in cs:
-            plan.append(rename("lm_head.bias", "lm_head.bias"))
-        else:
-            size = cfg["vocab_size"]
-            plan.append(Out("lm_head.bias", (), _zero_bias(size), shape=(size,), note="zeros"))
-    return _finish(plan, cs)
+    return dc.plan_to_hf(cs, cfg, name, _layout(cfg["num_hidden_layers"], name), bias=True)

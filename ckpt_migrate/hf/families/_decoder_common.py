@@ -1,0 +1,497 @@
+"""What the GPT-J, CodeGen, GPT-NeoX, Falcon and BLOOM families share (kept out of family
+discovery by the leading underscore): config checks, the GPT-J backbone's CS defaults, renames
+and fused Q/K/V plans, the head, the final norm's second name and the pipeline hooks. They are
+the rules Model Zoo's five converters (``tools/checkpoint_converters/`` at Release_2.10.0)
+spell alike; each family module keeps its own facts and cites its converter.
+
+All five CS models register their final norm under two names, ``ln_f`` and
+``transformer_decoder.norm`` (one module: ``models/nlp/gptj/gptj_model.py`` lines 535-538, which
+CodeGen, GPT-NeoX and Falcon use; ``models/nlp/gpt2/gpt2_model.py`` lines 910 and 965 for
+BLOOM). Model Zoo writes both on the way to CS (``replace_final_norm``) and so does
+:func:`plan_to_cs`; on the way to HF ``ln_f.*`` is a tie of ``transformer_decoder.norm.*``
+(:func:`cs_ties`), read only when it is the one present (:func:`source`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs, rename
+
+Shapes = Mapping[str, Shape]  # tensor name -> shape
+Config = Mapping[str, Any]
+Pairs = Sequence[tuple[str, str]]  # (HF name, CS name)
+Hook = Callable[[Shapes, Config, str], dict[str, str]]  # a pipeline hook, name -> why
+
+EMBED = "embedding_layer.word_embeddings.weight"
+HEAD = "lm_head.weight"
+HEAD_BIAS = "lm_head.bias"
+# The CS model's second name of its final norm (copy -> the name the plan reads), see above.
+LN_F = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
+# CS muP fields: a model with any of them set is refused (:func:`check_cs`).
+MUP_FIELDS = (
+    "mup_base_hidden_size",
+    "mup_base_filter_size",
+    "output_logits_alpha",
+    "output_logits_scale",
+    "scale_qk_dot_by_d",
+    "scale_output_logits_by_d",
+    "attention_logits_alpha",
+)
+# The CS GPT-J model's defaults (GPT-J, CodeGen and GPT-NeoX), as Model Zoo fills them in before
+# converting: gptj_hf_cs.py lines 529-546, salesforce_codegen_hf_cs.py lines 689-706,
+# gpt_neox_hf_cs.py lines 808-825 and 1035-1039.
+GPTJ_CS_DEFAULTS: dict[str, Any] = {
+    "max_position_embeddings": 1024,
+    "embedding_dropout_rate": 0.1,
+    "share_embedding_weights": True,
+    "residual_dropout_rate": 0.1,
+    "nonlinearity": "gelu",
+    "layer_norm_epsilon": 1.0e-5,
+    "use_ffn_bias": False,
+    "use_untied_layer_norm": False,
+    "attention_dropout_rate": 0.1,
+    "use_projection_bias_in_attention": True,
+    "use_ffn_bias_in_attention": True,
+    "initializer_range": 0.02,
+    "use_bias_in_output": False,
+    "norm_first": True,
+    "pos_scaling_factor": 1.0,
+    # Not in Model Zoo's defaults: the CS model's own (``GPTJSubModelConfig``,
+    # models/nlp/gptj/gptj_model.py lines 69-71). Model Zoo's CS config leaves the field out.
+    "position_embedding_type": "rotary",
+    "attention_type": "scaled_dot_product",
+    "embedding_layer_norm": False,
+    "fixed_sparse_attention": None,
+    "use_ff_layer1_dropout": False,
+    "norm_type": "layernorm",
+    "use_position_embedding": True,
+    "rope_theta": 10000.0,
+}
+_OWN: Any = object()  # a fixed field whose value is the family's (:func:`gptj_fixed`)
+# CS GPT-J fields a rotary GPT-J-backbone converter fixes to one value (gptj_hf_cs.py lines
+# 451-509, salesforce_codegen_hf_cs.py lines 563-669, gpt_neox_hf_cs.py lines 666-788), in the
+# order they are checked: the values all three need, and ``_OWN`` where they differ.
+_GPTJ_FIXED: dict[str, Any] = {
+    "position_embedding_type": "rotary",
+    "use_position_embedding": True,
+    "embedding_dropout_rate": _OWN,
+    "attention_type": "scaled_dot_product",
+    "use_projection_bias_in_attention": _OWN,
+    "use_ffn_bias_in_attention": _OWN,
+    "use_ffn_bias": True,
+    "use_bias_in_output": _OWN,
+    "embedding_layer_norm": False,
+    "fixed_sparse_attention": None,
+    "norm_first": True,
+    "use_ff_layer1_dropout": False,
+    "use_untied_layer_norm": _OWN,
+    "norm_type": "layernorm",
+    "rope_theta": 10000.0,  # the HF models hard-code base 10000
+    "pos_scaling_factor": _OWN,
+}
+# CS fields GPT-J and CodeGen fix alike besides those (gptj_hf_cs.py lines 451-509,
+# salesforce_codegen_hf_cs.py lines 563-669): no attention biases, one layer norm; the HF models
+# have no RoPE scaling (Model Zoo does not check ``pos_scaling_factor``).
+GPTJ_STYLE_FIXED: dict[str, Any] = {
+    "use_projection_bias_in_attention": False,
+    "use_ffn_bias_in_attention": False,
+    "use_untied_layer_norm": False,
+    "pos_scaling_factor": 1.0,
+}
+# The HF config fields GPT-J and CodeGen spell alike, with the defaults both converters fill in
+# (gptj_hf_cs.py lines 512-528, salesforce_codegen_hf_cs.py lines 672-688) but the dropouts
+# (:func:`gptj_style_hf_defaults`).
+_GPTJ_STYLE_HF_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 50400,
+    "n_positions": 2048,
+    "n_embd": 4096,
+    "n_layer": 28,
+    "n_head": 16,
+    "rotary_dim": 64,
+    "n_inner": None,
+    "activation_function": "gelu_new",
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-5,
+    "tie_word_embeddings": False,
+    "scale_attn_weights": True,
+}
+# HF GPT-J-style names (GPT-J, CodeGen) of the embeddings and the final norm. Model Zoo:
+# gptj_hf_cs.py lines 86-101, salesforce_codegen_hf_cs.py lines 249-264.
+GPTJ_STYLE_TOP: Pairs = (
+    ("wte.weight", EMBED),
+    ("ln_f.weight", "transformer_decoder.norm.weight"),
+    ("ln_f.bias", "transformer_decoder.norm.bias"),
+)
+
+
+class Layout(NamedTuple):
+    """A family's tensors for one config: the renamed (HF name, CS name) pairs, and the other
+    plans (fused Q/K/V, slopes) of each way."""
+
+    renamed: list[tuple[str, str]]
+    to_cs: Sequence[Out] = ()
+    to_hf: Sequence[Out] = ()
+
+
+def gptj_style_hf_defaults(dropout: float) -> dict[str, Any]:
+    """The HF GPT-J-style defaults with ``dropout`` for the residual, embedding and attention
+    dropouts (``resid_pdrop``, ``embd_pdrop``, ``attn_pdrop``)."""
+    rates = dict.fromkeys(("resid_pdrop", "embd_pdrop", "attn_pdrop"), dropout)
+    return {**_GPTJ_STYLE_HF_DEFAULTS, **rates}
+
+
+def params(modules: Pairs, kinds: Sequence[str] = ("weight", "bias")) -> list[tuple[str, str]]:
+    """(HF, CS) names of each (HF, CS) module's parameters ``kinds``."""
+    return [(f"{hf}.{kind}", f"{cs}.{kind}") for hf, cs in modules for kind in kinds]
+
+
+def gptj_style_layer(*attention: tuple[str, str]) -> list[tuple[str, str]]:
+    """(HF, CS) names inside a GPT-J-style block: the norm, the family's ``attention`` pairs,
+    the MLP (Model Zoo: gptj_hf_cs.py lines 112-148, salesforce_codegen_hf_cs.py 275-303)."""
+    mlp = [("mlp.fc_in", "ffn.ffn.0.linear_layer"), ("mlp.fc_out", "ffn.ffn.1.linear_layer")]
+    return [*params([("ln_1", "norm1")]), *attention, *params(mlp)]
+
+
+def megatron_layer(dense: str, norms: Pairs, bias: bool = True) -> list[tuple[str, str]]:
+    """(HF, CS) names inside a block of GPT-NeoX, Falcon, BLOOM: the ``norms``, the attention's
+    output ``dense`` and the MLP, whose biases only with ``bias``."""
+    linear = [
+        (dense, "self_attn.proj_output_dense_layer"),
+        ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"),
+        ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer"),
+    ]
+    return params(norms) + params(linear, ("weight", "bias")[: 1 + bias])
+
+
+def gptj_fixed(**own: Any) -> dict[str, Any]:
+    """The CS fields a GPT-J-backbone family needs at one value: the shared ones and the
+    family's ``own`` ones, in the checking order."""
+    if any(_GPTJ_FIXED.get(key) is not _OWN for key in own):
+        raise TypeError(f"not all of {sorted(own)} are a family's own fixed fields")
+    return {k: v for k, v in {**_GPTJ_FIXED, **own}.items() if v is not _OWN}
+
+
+def check_name(name: str, names: Sequence[str]) -> None:
+    """Refuse a model name the family does not serve."""
+    if name not in names:
+        raise MappingError(f"{name}: this family serves {', '.join(names)}")
+
+
+def get(cfg: Config, key: str, defaults: Config) -> Any:
+    """``cfg[key]``, else its default (None without one)."""
+    return cfg[key] if key in cfg else defaults.get(key)
+
+
+def hf_with_defaults(hf_config: Config, defaults: Config, model_type: str) -> dict[str, Any]:
+    """The HF config over the family's defaults, refused unless its ``model_type`` (if given)
+    is the family's."""
+    hf = {**defaults, **hf_config}
+    if hf.get("model_type", model_type) != model_type:
+        raise MappingError(f"model_type: expected {model_type!r}, got {hf['model_type']!r}")
+    return hf
+
+
+def hf_header(architectures: Mapping[str, str], name: str, model_type: str) -> dict[str, Any]:
+    """The first two ``config.json`` fields: the transformers class of ``name``, the type."""
+    return {"architectures": [architectures[name]], "model_type": model_type}
+
+
+def check_cs(
+    cs: Config, label: str, fixed: Config, defaults: Config, *, required: Sequence[str] = ()
+) -> None:
+    """Reject CS settings HF ``label`` cannot express, naming the field: muP (``MUP_FIELDS``,
+    ``embeddings_scale``), a ``required`` field missing, then a field of ``fixed`` whose value
+    (or default) is not the one HF can express (the family cites Model Zoo's rules)."""
+    for key in MUP_FIELDS:
+        if cs.get(key) not in (None, False):
+            raise MappingError(f"{key}: muP models are not supported for {label}")
+    if cs.get("embeddings_scale") not in (None, 1, 1.0):
+        raise MappingError(f"embeddings_scale: muP models are not supported for {label}")
+    require(cs, required, label)
+    for key, value in fixed.items():
+        got = get(cs, key, defaults)
+        if got != value:
+            raise MappingError(f"{key}: HF {label} needs {value!r}, got {got!r}")
+
+
+def require(cs: Config, keys: Sequence[str], label: str) -> None:
+    """Fields a CS config must give (no default on either side)."""
+    for key in keys:
+        if key not in cs:
+            raise MappingError(f"{key}: a CS {label} config must give it")
+
+
+def gptj_style_to_cs(hf: Config, label: str) -> dict[str, Any]:
+    """The CS model of a GPT-J-style HF config (GPT-J, CodeGen; defaults filled in). Model Zoo:
+    gptj_hf_cs.py lines 391-621 (post-conversion defaults 549-558), salesforce_codegen_hf_cs.py
+    lines 552-740 (708-718); ``n_inner`` defaults to 4 * ``n_embd``."""
+    if hf["scale_attn_weights"] is not True:
+        raise MappingError(f"scale_attn_weights: HF {label} must scale attention weights")
+    return {
+        "vocab_size": hf["vocab_size"],
+        "hidden_size": hf["n_embd"],
+        "num_heads": hf["n_head"],
+        "num_hidden_layers": hf["n_layer"],
+        "max_position_embeddings": hf["n_positions"],
+        "filter_size": hf["n_inner"] if hf["n_inner"] is not None else 4 * hf["n_embd"],
+        "rotary_dim": hf["rotary_dim"],
+        "position_embedding_type": "rotary",
+        "embedding_dropout_rate": hf["embd_pdrop"],
+        "share_embedding_weights": hf["tie_word_embeddings"],
+        "nonlinearity": hf["activation_function"],
+        "attention_dropout_rate": hf["attn_pdrop"],
+        "residual_dropout_rate": hf["resid_pdrop"],
+        "layer_norm_epsilon": hf["layer_norm_epsilon"],
+        "initializer_range": hf["initializer_range"],
+        "use_untied_layer_norm": False,
+        "use_ffn_bias_in_attention": False,
+        "use_projection_bias_in_attention": False,
+        "use_ffn_bias": True,
+        "use_bias_in_output": True,
+        "attention_type": "scaled_dot_product",
+    }
+
+
+def gptj_style_to_hf(cs_model: Config, defaults: Config, label: str) -> dict[str, Any]:
+    """The GPT-J-style HF fields of a checked CS config (the same rules read from CS to HF);
+    ``rotary_dim`` has no default."""
+    require(cs_model, ("rotary_dim",), label)
+    cs = {**defaults, **cs_model}
+    return {
+        "vocab_size": cs["vocab_size"],
+        "n_positions": cs["max_position_embeddings"],
+        "n_embd": cs["hidden_size"],
+        "n_layer": cs["num_hidden_layers"],
+        "n_head": cs["num_heads"],
+        "rotary_dim": cs["rotary_dim"],
+        "n_inner": cs["filter_size"],
+        "activation_function": cs["nonlinearity"],
+        "resid_pdrop": cs["residual_dropout_rate"],
+        "embd_pdrop": cs["embedding_dropout_rate"],
+        "attn_pdrop": cs["attention_dropout_rate"],
+        "layer_norm_epsilon": cs["layer_norm_epsilon"],
+        "initializer_range": cs["initializer_range"],
+        "tie_word_embeddings": cs["share_embedding_weights"],
+    }
+
+
+def rope_factor(params: Config, legacy: Config) -> float:
+    """The linear RoPE scaling factor (1 without scaling) of transformers 5 ``rope_parameters``
+    or the older ``rope_scaling``; any other kind is refused (Model Zoo: gpt_neox_hf_cs.py lines
+    1041-1080, falcon_180b.py lines 642-681, which only the linear kind is carried of)."""
+    kind = params.get("rope_type", legacy.get("type", legacy.get("rope_type", "default")))
+    if kind not in ("default", "linear"):
+        raise MappingError(f"rope_parameters: rope_type {kind!r} is not supported")
+    return params.get("factor", legacy.get("factor", 1.0)) if kind == "linear" else 1.0
+
+
+def check_scaling_type(cs: Config) -> None:
+    """Only linear position scaling converts (``pos_scaling_type`` absent means linear)."""
+    if cs.get("pos_scaling_type", "linear") != "linear":
+        raise MappingError(f"pos_scaling_type: {cs['pos_scaling_type']!r} is not supported")
+
+
+def hf_rope(factor: float, **fields: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(``rope_parameters``, ``rope_scaling``): ``fields`` and the kind, linear with ``factor``
+    when it is not 1; ``rope_scaling`` is null without scaling, as Model Zoo writes it
+    (``convert_pi``), else the same mapping (transformers 5 reads it as an alias)."""
+    rope: dict[str, Any] = {**fields, "rope_type": "default"}
+    if factor != 1.0:
+        rope.update(rope_type="linear", factor=factor)
+    return rope, dict(rope) if rope["rope_type"] == "linear" else None
+
+
+def interleave(t: np.ndarray, rotary_dim: int) -> np.ndarray:
+    """HF rotates a head's first ``rotary_dim`` rows as two halves, CS as adjacent pairs: per
+    head ``[x0..x(n-1), y0..y(n-1)]`` becomes ``[x0, y0, x1, y1, ...]``; ``t`` is [heads,
+    head_size, ...]. Model Zoo: gpt_neox_hf_cs.py lines 79-104, falcon_40b.py lines 71-95."""
+    heads, rest = t.shape[0], t.shape[2:]
+    rot = t[:, :rotary_dim].reshape(heads, 2, rotary_dim // 2, *rest).swapaxes(1, 2)
+    return np.concatenate([rot.reshape(heads, rotary_dim, *rest), t[:, rotary_dim:]], axis=1)
+
+
+def deinterleave(t: np.ndarray, rotary_dim: int) -> np.ndarray:
+    """The inverse of :func:`interleave` (gpt_neox_hf_cs.py lines 106-136, falcon_40b.py 97-126)."""
+    heads, rest = t.shape[0], t.shape[2:]
+    rot = t[:, :rotary_dim].reshape(heads, rotary_dim // 2, 2, *rest).swapaxes(1, 2)
+    return np.concatenate([rot.reshape(heads, rotary_dim, *rest), t[:, rotary_dim:]], axis=1)
+
+
+def body(name: str, prefix: str) -> str:
+    """The HF body prefix of ``name``: ``prefix`` with a head, none for a headless model."""
+    return "" if name.endswith("-headless") else prefix
+
+
+def pairs(
+    top: Pairs, layer: Pairs, layers: int, prefix: str, block: str = "h"
+) -> list[tuple[str, str]]:
+    """(HF name, CS name) of every renamed tensor: ``top`` under ``prefix``, ``layer`` inside
+    each HF ``{prefix}{block}.N.`` and CS ``transformer_decoder.layers.N.``."""
+    out = [(prefix + hf, cs) for hf, cs in top]
+    for i in range(layers):
+        out += [
+            (f"{prefix}{block}.{i}.{hf}", f"transformer_decoder.layers.{i}.{cs}")
+            for hf, cs in layer
+        ]
+    return out
+
+
+def qkv_plans(
+    layers: int,
+    fused: str,
+    split: Callable[[np.ndarray, str], np.ndarray],
+    join: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+    notes: tuple[str, str],
+    *,
+    kinds: Sequence[str] = ("weight", "bias"),
+    rows: Callable[[int, str], int] = lambda n, _which: n // 3,
+) -> tuple[list[Out], list[Out]]:
+    """(HF -> CS, CS -> HF) plans of every layer's fused Q/K/V: ``fused`` is the HF name with
+    ``{i}`` and ``{kind}`` fields, ``split(x, which)`` its Q, K or V part of ``rows(fused rows,
+    which)`` rows, ``join(q, k, v)`` the inverse; ``notes`` say what the split and join do."""
+    to_cs, to_hf = [], []
+    for i in range(layers):
+        attn = f"transformer_decoder.layers.{i}.self_attn"
+        for kind in kinds:
+            name = fused.format(i=i, kind=kind)
+            parts = [f"{attn}.proj_{w}_dense_layer.{kind}" for w in "qkv"]
+            for which, part in zip("qkv", parts):
+                to_cs.append(
+                    Out(
+                        part,
+                        (name,),
+                        lambda x, w=which: split(x, w),
+                        infer=lambda s, w=which: (rows(s[0], w), *s[1:]),
+                        note=f"{which.upper()} {notes[0]}",
+                    )
+                )
+            to_hf.append(
+                Out(
+                    name,
+                    tuple(parts),
+                    join,
+                    infer=lambda q, k, v: (q[0] + k[0] + v[0], *q[1:]),
+                    note=notes[1],
+                )
+            )
+    return to_cs, to_hf
+
+
+def finish(plan: list[Out], source: Shapes) -> list[Out]:
+    """Every input the plan reads exists. Source tensors no rule reads are left to the
+    pipeline's ``unused_inputs`` check; the hooks below name the expected ones."""
+    missing = missing_inputs(plan, source)
+    if missing:
+        raise MappingError(f"{missing[0]}: the checkpoint lacks this tensor")
+    return plan
+
+
+def random_head(vocab: int, hidden: int) -> Out:
+    """An untied head HF lacks, drawn N(0, 0.02) in float32 as Model Zoo does (gptj_hf_cs.py
+    lines 222-226, salesforce_codegen_hf_cs.py lines 384-392, gpt_neox_hf_cs.py lines 485-490,
+    falcon_40b.py lines 471-478, bloom_hf_cs.py lines 378-382); seeded here, so repeatable."""
+    shape = (vocab, hidden)
+
+    def build() -> np.ndarray:
+        return np.random.default_rng(0).normal(0.0, 0.02, shape).astype(np.float32)
+
+    return Out(HEAD, (), build, shape=shape, note="N(0, 0.02)")
+
+
+def zero_bias(size: int) -> Out:
+    """A float32 zero head bias (Model Zoo's on the way to CS, HF's value of a missing one)."""
+    return Out(HEAD_BIAS, (), partial(np.zeros, (size,), np.float32), shape=(size,), note="zeros")
+
+
+def plan_to_cs(
+    hf: Shapes, cfg: Config, name: str, layout: Layout, *, hf_head: str = HEAD, bias: bool = False
+) -> list[Out]:
+    """The CS plan: the renamed pairs, the final norm's second name, the layout's ``to_cs``, the
+    head. A headless model gets the embeddings when tied, else :func:`random_head`, and with
+    ``bias`` a :func:`zero_bias`; otherwise the HF head ``hf_head`` is renamed, or the embeddings
+    when tied and the file lacks it (Model Zoo renames only a head the file has, but the CS
+    model's state dict has it and the Trainer loads strictly, docs/MODELZOO_PARITY.md §5), and
+    with ``bias`` its bias."""
+    plan = [rename(h, c) for h, c in layout.renamed]
+    hf_of = {out.name: out.inputs[0] for out in plan}
+    plan += [rename(hf_of[norm], copy) for copy, norm in LN_F.items()]
+    plan += layout.to_cs
+    embed = hf_of[EMBED]
+    tied = cfg["share_embedding_weights"]
+    if not name.endswith("-headless"):
+        plan.append(rename(hf_head if hf_head in hf or not tied else embed, HEAD))
+        plan += [rename(HEAD_BIAS, HEAD_BIAS)] if bias else []
+        return finish(plan, hf)
+    plan.append(rename(embed, HEAD) if tied else random_head(cfg["vocab_size"], cfg["hidden_size"]))
+    plan += [zero_bias(cfg["vocab_size"])] if bias else []
+    return finish(plan, hf)
+
+
+def source(cs: Shapes, cs_name: str, tied: bool) -> str:
+    """The CS tensor to read for ``cs_name``: itself, else the copy of it that exists (``ln_f.*``
+    for the final norm; the head for tied embeddings, Model Zoo's ``pre_model_convert``)."""
+    copies = {v: k for k, v in LN_F.items()} | ({EMBED: HEAD} if tied else {})
+    copy = copies.get(cs_name)
+    return copy if cs_name not in cs and copy in cs else cs_name
+
+
+def plan_to_hf(
+    cs: Shapes, cfg: Config, name: str, layout: Layout, *, hf_head: str = HEAD, bias: bool = False
+) -> list[Out]:
+    """The HF plan: the renamed pairs read from whichever copy exists (:func:`source`), the
+    layout's ``to_hf`` (Q/K/V joined), then an untied head written as ``hf_head`` (HF ties a
+    tied one on load; a headless model has none); with ``bias`` the head bias, or the zeros HF
+    would initialise it to when CS lacks it (``use_bias_in_output: false``)."""
+    tied = bool(cfg["share_embedding_weights"])
+    plan = [rename(source(cs, c, tied), h) for h, c in layout.renamed]
+    plan += layout.to_hf
+    if not name.endswith("-headless"):
+        plan += [] if tied else [rename(HEAD, hf_head)]
+        if bias:
+            in_cs = HEAD_BIAS in cs
+            plan.append(rename(HEAD_BIAS, HEAD_BIAS) if in_cs else zero_bias(cfg["vocab_size"]))
+    return finish(plan, cs)
+
+
+def cs_ties(cs: Shapes, cs_model: Config, name: str, *, defaults: Config) -> dict[str, str]:
+    """Hook: CS tensors that copy another one the plan reads, when both are present: ``ln_f.*``
+    of ``transformer_decoder.norm.*`` (one module, see above) and ``lm_head.weight`` when
+    ``share_embedding_weights`` (Model Zoo's ``pre_model_convert``); HF's ``save_pretrained``
+    does not store a tied head either."""
+    ties = dict(LN_F)
+    if get(cs_model, "share_embedding_weights", defaults):
+        ties[HEAD] = EMBED
+    return {k: v for k, v in ties.items() if k in cs and v in cs}
+
+
+def cs_dropped(
+    cs: Shapes, cs_model: Config, name: str, *, defaults: Config, slopes: Sequence[str] = ()
+) -> dict[str, str]:
+    """Hook: CS tensors Model Zoo leaves out on the way to HF, with the reason: the ALiBi
+    ``slopes`` names (HF computes them) and the head of a headless model."""
+    out = {n: "ALiBi slopes, which HF computes itself" for n in slopes if n in cs}
+    if name.endswith("-headless"):
+        ties = cs_ties(cs, cs_model, name, defaults=defaults)
+        why = "the headless HF model has no lm_head (Model Zoo drops it)"
+        out.update({n: why for n in (HEAD, HEAD_BIAS) if n in cs and n not in ties})
+    return out
+
+
+def cs_hooks(defaults: Config, slopes: Sequence[str] = ()) -> tuple[Hook, Hook]:
+    """The family's :func:`cs_ties` and :func:`cs_dropped` hooks (``defaults``: its CS
+    defaults; ``slopes``: the ALiBi slope names Model Zoo drops)."""
+    ties = partial(cs_ties, defaults=defaults)
+    return ties, partial(cs_dropped, defaults=defaults, slopes=slopes)
+
+
+def hf_dropped(
+    hf: Shapes, hf_config: Config, name: str, *, pattern: re.Pattern[str]
+) -> dict[str, str]:
+    """Hook: HF buffers (full matches of ``pattern``) older transformers saved, Model Zoo skips."""
+    return {n: "a buffer Hugging Face regenerates" for n in hf if pattern.fullmatch(n)}
