@@ -74,6 +74,19 @@ CASES = {
             **DECODER,
         ),
     ),
+    # exact GELU: CS geglu is exact, HF's default gelu_pytorch_tanh comes back as "gelu"
+    "gemma2": (
+        "Gemma2ForCausalLM",
+        transformers.Gemma2Config(
+            intermediate_size=128,
+            num_key_value_heads=2,
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            sliding_window=4,
+            hidden_activation="gelu",
+            **DECODER,
+        ),
+    ),
     "starcoder": (
         "GPTBigCodeForCausalLM",
         transformers.GPTBigCodeConfig(

@@ -1,0 +1,379 @@
+"""ESM-2: Cerebras ``Esm2PretrainModel`` (a ``BertPretrainModel`` with a pre-LN encoder, a final
+encoder norm and no NSP head) <-> Hugging Face ``EsmForMaskedLM``.
+
+Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``:
+``esm2.py`` (encoder ``Converter_Esm2Model_WithoutOptionalModel_HF_CS21`` lines 39-250, head
+``Converter_Esm2PretrainModel_WithoutOptionalModel_HF_CS21`` lines 253-348, config
+``ConfigConverter_Esm2_HF_CS21`` lines 358-604), built on the BERT rules of ``bert.py`` it
+inherits (``Converter_BertModel_CS16_CS17`` lines 78-243, the 2.1 ``position_embeddings.embed``
+rename lines 1238-1254, ``ConfigConverter_Bert_HF_CS17`` / ``_CS21`` lines 807-955 and
+1223-1228). ``registry.py`` line 232 names the model ``esm-2``.
+
+Data changes: with rotary positions the query and key rows are permuted per head (CS
+interleaves the rotary pairs, HF keeps them as two halves; esm2.py lines 127-215, the same
+permutation as LLaMA's, :func:`.llama.interleave_rotary`). Everything else is a rename.
+
+HF tensors with no CS counterpart: the contact-prediction head (``esm.contact_head.regression``,
+dropped by Model Zoo too, esm2.py lines 316-320; an export leaves it out and transformers
+initialises it anew) and the rotary ``inv_freq`` buffer (esm2.py lines 81-88), which
+transformers recomputes from the config. ``save_pretrained`` of transformers 5 writes the
+encoder layer norms as ``LayerNorm.gamma`` / ``.beta`` and the buffer under the literal name
+``esm.encoder.layer.*.attention.self.rotary_embeddings.inv_freq`` (the reverse of its ESM load
+renames); an import reads both spellings (as Model Zoo's ``Converter_BertLayerNorm_HF_CS``,
+bert.py lines 39-67), an export writes the state-dict names (``.weight`` / ``.bias``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ckpt_migrate.hf.families._bert_common import (
+    check_name,
+    dropped_by,
+    expect,
+    finish,
+    layers_of,
+    one_of,
+    tied,
+    with_defaults,
+)
+from ckpt_migrate.hf.families.bert import refuse_mup
+from ckpt_migrate.hf.families.llama import deinterleave_rotary, interleave_rotary
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+
+NAMES = ("esm-2",)
+HF_MODEL_TYPES = ("esm",)
+ARCHITECTURES = {"esm-2": "EsmForMaskedLM"}
+
+# HF tensors Model Zoo drops on import (esm2.py lines 81-88 and 316-320, bert.py lines 113-118),
+# plus the spellings of the rotary buffer transformers 5 uses (state dict: one shared buffer;
+# save_pretrained: the old per-layer name with a literal ``*``).
+HF_DROPPED = re.compile(
+    r"esm\.contact_head\.regression\.(?:weight|bias)"
+    r"|esm\.(?:encoder\.layer\.(?:\d+|\*)\.attention\.self\.)?rotary_embeddings\.inv_freq"
+    r"|esm\.embeddings\.position_ids"
+)
+_HF_POSITIONS = "esm.embeddings.position_embeddings.weight"
+
+# CS model field <-> HF config field, copied when present (ConfigConverter_Bert_HF_CS17, bert.py
+# lines 822-930; esm2.py lines 380-399 add the ESM fields). Not ``hidden_act``: ESM's rule for
+# ``encoder_nonlinearity`` only asserts gelu (esm2.py lines 368-371) and EsmConfig has none.
+RENAMED = (
+    ("vocab_size", "vocab_size"),
+    ("share_embedding_weights", "tie_word_embeddings"),
+    ("hidden_size", "hidden_size"),
+    ("num_heads", "num_attention_heads"),
+    ("num_hidden_layers", "num_hidden_layers"),
+    ("filter_size", "intermediate_size"),
+    ("dropout_rate", "hidden_dropout_prob"),
+    ("attention_dropout_rate", "attention_probs_dropout_prob"),
+    ("layer_norm_epsilon", "layer_norm_eps"),
+    ("initializer_range", "initializer_range"),
+    ("embedding_layer_norm", "emb_layer_norm_before"),
+    ("token_dropout", "token_dropout"),
+    ("mask_token_id", "mask_token_id"),
+    ("pad_token_id", "pad_token_id"),
+)
+# HF defaults Model Zoo fills in (bert.py lines 933-947, esm2.py lines 409-416); the position
+# type is EsmConfig's default (Model Zoo leaves a missing one unconverted).
+HF_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 30522,
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 512,
+    "layer_norm_eps": 1e-12,
+    "tie_word_embeddings": True,
+    "mask_token_id": None,
+    "pad_token_id": None,
+    "token_dropout": False,
+    "emb_layer_norm_before": False,
+    "position_embedding_type": "absolute",
+}
+# CS defaults Model Zoo fills in (bert.py lines 948-953, esm2.py lines 417-426); the position
+# type is BertModelConfig's default (models/nlp/bert/bert_model.py).
+CS_DEFAULTS: dict[str, Any] = {
+    "share_embedding_weights": True,
+    "encoder_nonlinearity": "gelu",
+    "disable_nsp": False,
+    "pad_token_id": 0,
+    "mask_padding_in_positional_embed": False,
+    "use_final_layer_norm": False,
+    "token_dropout": False,
+    "embedding_layer_norm": True,
+    "position_embedding_type": "learned",
+}
+# CS fields with the one value HF ESM can express: esm2.py lines 368-379 and 400-403, bert.py
+# lines 900-929; ``norm_first`` and ``attention_module`` are ours (HF ESM is a pre-LN encoder
+# with plain multi-head attention; Model Zoo does not check them).
+CS_REQUIRED: dict[str, Any] = {
+    "encoder_nonlinearity": "gelu",
+    "use_final_layer_norm": True,
+    "disable_nsp": True,
+    "attention_type": "scaled_dot_product",
+    "use_projection_bias_in_attention": True,
+    "use_ffn_bias_in_attention": True,
+    "use_ffn_bias": True,
+    "use_ffn_bias_in_mlm": True,
+    "use_output_bias_in_mlm": True,
+    "norm_first": True,
+    "attention_module": "aiayn_attention",
+}
+# HF fields Model Zoo requires (bert.py lines 884-895); ``is_folding_model`` is ours (ESMFold is
+# another class, ``EsmForProteinFolding``).
+HF_REQUIRED: dict[str, Any] = {
+    "hidden_act": "gelu",
+    "is_decoder": False,
+    "add_cross_attention": False,
+    "is_folding_model": False,
+}
+_ROPE_THETA = 10000.0  # CS BertModelConfig and HF EsmConfig default
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def _rotary_dim_ok(cs: Mapping[str, Any]) -> None:
+    """esm2.py lines 457-476: a rotary model converts only when ``rotary_dim`` is the head size.
+    Ours: an absent ``rotary_dim`` fails too (CS then rotates a quarter of each head,
+    bert_model.py lines 293-294, which HF cannot)."""
+    if cs["position_embedding_type"] != "rotary":
+        return
+    if cs.get("rotary_dim") != cs["hidden_size"] // cs["num_heads"]:
+        raise MappingError(
+            f"rotary_dim={cs.get('rotary_dim')!r}: must be hidden_size // num_heads for HF"
+        )
+
+
+def _positions_to_hf(cs: Mapping[str, Any]) -> tuple[str, int]:
+    """HF ``position_embedding_type`` and ``max_position_embeddings`` (esm2.py lines 494-569):
+    rotary stays rotary; learned needs ``mask_padding_in_positional_embed`` and becomes absolute,
+    whose table HF sizes MSL + ``pad_token_id`` + 1."""
+    kind, msl = cs["position_embedding_type"], cs["max_position_embeddings"]
+    if kind == "rotary":
+        return "rotary", msl
+    if kind != "learned":
+        raise MappingError(f"position_embedding_type={kind!r}: HF ESM has rotary or absolute")
+    if cs["mask_padding_in_positional_embed"] is not True:
+        raise MappingError(
+            "mask_padding_in_positional_embed: must be true for learned positions (HF ESM)"
+        )
+    return "absolute", msl + cs["pad_token_id"] + 1
+
+
+def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Model Zoo: ConfigConverter_Esm2_HF_CS21 (esm2.py lines 358-604), CS -> HF. Its
+    ``post_config_convert`` skips BERT's pooler and MLM defaults (lines 581-604) and adds
+    ``is_folding_model: False``, ``esmfold_config: None`` (lines 427-432). ``rope_theta`` is
+    ours (Model Zoo has no rule for it; a non-default one would be lost). ``model_type`` is
+    ``esm``: Model Zoo writes ``bert`` (the BERT post default of bert.py line 955 that its ESM
+    subclass does not override), which transformers would build as a BERT model."""
+    check_name(name, NAMES)
+    refuse_mup(cs_model)
+    cs = with_defaults(cs_model, CS_DEFAULTS)
+    expect(cs, CS_REQUIRED, "HF")
+    for key in ("mlm_nonlinearity", "pooler_nonlinearity"):  # esm2.py 372-375, bert.py 864-867
+        wanted = "gelu" if key == "mlm_nonlinearity" else "tanh"
+        if cs.get(key) not in (None, wanted):
+            raise MappingError(f"{key}={cs[key]!r}: only {wanted!r} converts to HF")
+    for key in ("hidden_size", "num_heads", "max_position_embeddings"):
+        if key not in cs:
+            raise MappingError(f"{key}: required in the CS model section")
+    if cs["token_dropout"] and cs.get("mask_token_id") is None:  # esm2.py lines 478-492
+        raise MappingError("mask_token_id: required when token_dropout is true")
+    _rotary_dim_ok(cs)
+    kind, table = _positions_to_hf(cs)
+    out: dict[str, Any] = {"architectures": [ARCHITECTURES[name]], "model_type": "esm"}
+    out.update({hf: cs[key] for key, hf in RENAMED if key in cs})
+    out.update(
+        position_embedding_type=kind,
+        max_position_embeddings=table,
+        rope_theta=float(cs.get("rope_theta", _ROPE_THETA)),
+        is_folding_model=False,
+        esmfold_config=None,
+    )
+    return out
+
+
+def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Model Zoo: the same converter, HF -> CS. Absolute positions become ``learned`` with
+    ``mask_padding_in_positional_embed`` and a table of ``max_position_embeddings`` -
+    ``pad_token_id`` - 1 (esm2.py lines 494-545); rotary ones get ``rotary_dim`` = head size
+    (lines 590-594). The CS side gets ``use_final_layer_norm``, ``disable_nsp`` (lines 433-438)
+    and ``freeze_ffn_bias_in_glu: False`` (bert.py line 1228). ``emb_layer_norm_before: null``
+    (EsmConfig's default) is written as false (CS ``embedding_layer_norm`` is a bool)."""
+    check_name(name, NAMES)
+    if hf_config.get("model_type", "esm") != "esm":
+        raise MappingError(f"model_type={hf_config['model_type']!r}: expected 'esm'")
+    hf = with_defaults(hf_config, HF_DEFAULTS)
+    expect(hf, HF_REQUIRED, "CS")
+    if hf["token_dropout"] and hf["mask_token_id"] is None:
+        raise MappingError("mask_token_id: required when token_dropout is true")
+    out = {key: hf[h] for key, h in RENAMED if h in hf}
+    out["encoder_nonlinearity"] = hf["hidden_act"]  # bert.py lines 856-859
+    out["embedding_layer_norm"] = bool(hf["emb_layer_norm_before"])
+    kind, table = hf["position_embedding_type"], hf["max_position_embeddings"]
+    if kind == "rotary":
+        out.update(position_embedding_type="rotary", max_position_embeddings=table)
+        out["rotary_dim"] = hf["hidden_size"] // hf["num_attention_heads"]
+    elif kind == "absolute":
+        if hf["pad_token_id"] is None:
+            raise MappingError("pad_token_id: required to size CS's position table")
+        out.update(
+            position_embedding_type="learned",
+            mask_padding_in_positional_embed=True,
+            max_position_embeddings=table - hf["pad_token_id"] - 1,
+        )
+    else:
+        raise MappingError(f"position_embedding_type={kind!r}: CS ESM-2 has rotary or learned")
+    out["rope_theta"] = float(hf.get("rope_theta", _ROPE_THETA))  # ours, see config_to_hf
+    out.update(use_final_layer_norm=True, disable_nsp=True, freeze_ffn_bias_in_glu=False)
+    return out
+
+
+# ----------------------------------------------------------------------------- tensors
+
+Pair = tuple[str, str]  # (CS name, HF name)
+_CS_P, _HF_P = "bert_encoder.", "esm."
+_CS_WORD = f"{_CS_P}embedding_layer.word_embeddings.weight"
+_HF_WORD = f"{_HF_P}embeddings.word_embeddings.weight"
+_CS_POSITIONS = f"{_CS_P}embedding_layer.position_embeddings.embed.weight"
+_CS_DECODER = "bert_mlm_head.classifier.ffn.0.linear_layer"
+_ROTARY_HF = ("attention.self.query", "attention.self.key")
+
+
+def _both(cs: str, hf: str) -> list[Pair]:
+    return [(f"{cs}.weight", f"{hf}.weight"), (f"{cs}.bias", f"{hf}.bias")]
+
+
+def _layer_pairs(i: int) -> list[Pair]:
+    """One encoder layer: esm2.py lines 46-73 (query, key), 89-111 (``attention.LayerNorm`` ->
+    ``norm1``, ``LayerNorm`` -> ``norm2``), bert.py lines 155-221 (value, output, FFN)."""
+    c, h = f"{_CS_P}transformer_encoder.layers.{i}.", f"{_HF_P}encoder.layer.{i}."
+    return [
+        *_both(f"{c}self_attn.proj_q_dense_layer", f"{h}attention.self.query"),
+        *_both(f"{c}self_attn.proj_k_dense_layer", f"{h}attention.self.key"),
+        *_both(f"{c}self_attn.proj_v_dense_layer", f"{h}attention.self.value"),
+        *_both(f"{c}self_attn.proj_output_dense_layer", f"{h}attention.output.dense"),
+        *_both(f"{c}norm1", f"{h}attention.LayerNorm"),
+        *_both(f"{c}ffn.ffn.0.linear_layer", f"{h}intermediate.dense"),
+        *_both(f"{c}ffn.ffn.1.linear_layer", f"{h}output.dense"),
+        *_both(f"{c}norm2", f"{h}LayerNorm"),
+    ]
+
+
+def _pairs(layers: int, learned: bool, emb_norm: bool) -> list[Pair]:
+    """Everything but the word embeddings and the MLM decoder: positions (bert.py lines
+    1244-1252, absolute only, esm2.py lines 226-233), the embedding norm when
+    ``emb_layer_norm_before`` (esm2.py lines 74-80), the layers, the final encoder norm
+    (lines 112-123) and the MLM transform (lines 266-285)."""
+    pairs: list[Pair] = []
+    if learned:
+        pairs.append((_CS_POSITIONS, _HF_POSITIONS))
+    if emb_norm:
+        pairs += _both(f"{_CS_P}embed_ln_f", f"{_HF_P}embeddings.layer_norm")
+    for i in range(layers):
+        pairs += _layer_pairs(i)
+    pairs += _both(f"{_CS_P}transformer_encoder.norm", f"{_HF_P}encoder.emb_layer_norm_after")
+    pairs += _both("bert_mlm_head.mlm_transform.ffn.ffn.0.linear_layer", "lm_head.dense")
+    pairs += _both("bert_mlm_head.mlm_transform.ln", "lm_head.layer_norm")
+    pairs.append((f"{_CS_DECODER}.bias", "lm_head.bias"))  # esm2.py lines 296-315
+    return pairs
+
+
+def _hf_name(hf: Mapping[str, Shape], name: str) -> str:
+    """The HF tensor to read for ``name``: a layer norm's ``weight``/``bias`` may be stored as
+    ``gamma``/``beta`` (bert.py lines 51-66; transformers 5 ``save_pretrained`` writes ESM's
+    ``LayerNorm`` so)."""
+    if name in hf or not re.search(r"(?:LayerNorm|layer_norm\w*)\.(?:weight|bias)$", name):
+        return name
+    stem, _, leaf = name.rpartition(".")
+    old = f"{stem}.{'gamma' if leaf == 'weight' else 'beta'}"
+    return old if old in hf else name
+
+
+def _rotary(hf_name: str) -> bool:
+    return any(f".{part}." in hf_name for part in _ROTARY_HF)
+
+
+def _permuted(src: str, dst: str, heads: int, to_hf: bool) -> Out:
+    """Query/key rows (weight and bias) permuted per head for rotary (esm2.py lines 127-215:
+    ``interleave_helper`` HF -> CS, ``reverse_interleave_helper`` CS -> HF)."""
+    fn = deinterleave_rotary if to_hf else interleave_rotary
+    return Out(dst, (src,), lambda x: fn(x, heads), infer=lambda s: s, note="rotary rows")
+
+
+def _out(src: str, dst: str, hf_name: str, rotary_heads: int, to_hf: bool) -> Out:
+    if rotary_heads and _rotary(hf_name):
+        return _permuted(src, dst, rotary_heads, to_hf)
+    return rename(src, dst)
+
+
+def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
+    """Model Zoo: Converter_Esm2PretrainModel_HF_CS21, CS -> HF. Tied, the word embeddings come
+    from whichever of the two tied CS names the file has; ``save_pretrained`` leaves the tied
+    ``lm_head.decoder.weight`` out, and so does this plan (the other name is in
+    :func:`cs_ties`). Model Zoo's HF ``position_ids`` buffer (esm2.py lines 235-250) is not
+    written: transformers 5 regenerates it."""
+    check_name(name, NAMES)
+    cfg = with_defaults(cs_model, CS_DEFAULTS)
+    layers = layers_of(cfg, "num_hidden_layers", 12)
+    rotary = cfg["position_embedding_type"] == "rotary"
+    heads = int(cfg["num_heads"]) if rotary else 0
+    pairs = _pairs(layers, not rotary, bool(cfg["embedding_layer_norm"]))
+    plan = [_out(c, h, h, heads, to_hf=True) for c, h in pairs]
+    if cfg["share_embedding_weights"]:
+        plan.append(rename(one_of([_CS_WORD, f"{_CS_DECODER}.weight"], cs)[0], _HF_WORD))
+    else:
+        plan.append(rename(_CS_WORD, _HF_WORD))
+        plan.append(rename(f"{_CS_DECODER}.weight", "lm_head.decoder.weight"))
+    return finish(plan, cs, "CS")
+
+
+def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
+    """Model Zoo: the same converter, HF -> CS. Tied, the CS MLM decoder weight is written from
+    the word embeddings when the HF file lacks ``lm_head.decoder.weight`` (ours on purpose:
+    Model Zoo renames only what the file has, esm2.py lines 286-295, while ``Esm2PretrainModel``'s
+    state dict holds the tied weight under both names and CS loads strictly); a file that has
+    it must hold the same values."""
+    check_name(name, NAMES)
+    cfg = with_defaults(hf_config, HF_DEFAULTS)
+    layers = layers_of(cfg, "num_hidden_layers", 12)
+    rotary = cfg["position_embedding_type"] == "rotary"
+    heads = int(cfg["num_attention_heads"]) if rotary else 0
+    pairs = _pairs(layers, not rotary, bool(cfg["emb_layer_norm_before"]))
+    plan = [_out(_hf_name(hf, h), c, h, heads, to_hf=False) for c, h in pairs]
+    decoder = "lm_head.decoder.weight"
+    if cfg["tie_word_embeddings"]:
+        srcs = [_HF_WORD, *([decoder] if decoder in hf else [])]
+        plan += [tied(_CS_WORD, srcs), tied(f"{_CS_DECODER}.weight", srcs)]
+    else:
+        plan += [rename(_HF_WORD, _CS_WORD), rename(decoder, f"{_CS_DECODER}.weight")]
+    return finish(plan, hf, "HF")
+
+
+def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
+    """Pipeline hook: with ``share_embedding_weights`` the MLM decoder weight is the word
+    embeddings under a second name (``BertPretrainModel.tie_weights``; the pipeline checks they
+    are equal)."""
+    if not with_defaults(cs_model, CS_DEFAULTS)["share_embedding_weights"]:
+        return {}
+    return one_of([_CS_WORD, f"{_CS_DECODER}.weight"], cs)[1]
+
+
+def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
+    """Pipeline hook: HF tensors Model Zoo drops on import: the contact head (esm2.py lines
+    316-320), the rotary buffer (lines 81-88), ``position_ids`` (bert.py lines 113-118) and, with
+    rotary positions, a stray position table (lines 226-233; transformers ignores it too,
+    ``_keys_to_ignore_on_load_unexpected``)."""
+    out = dropped_by(HF_DROPPED, hf, "no CS ESM-2 counterpart (Model Zoo drops it)")
+    cfg = with_defaults(hf_config, HF_DEFAULTS)
+    if cfg["position_embedding_type"] == "rotary" and _HF_POSITIONS in hf:
+        out[_HF_POSITIONS] = "a position table of a rotary model (Model Zoo drops it)"
+    return out

@@ -1,0 +1,479 @@
+"""Gemma 2: HF ``Gemma2ForCausalLM`` <-> CS ``GPT2LMHeadModel`` configured as Gemma 2 (sandwich
+RMS norms, GeGLU, rotary, logit soft-capping, sliding window every other layer).
+
+Model Zoo (tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``):
+``gemma2.py`` (``Converter_Gemma2_WithoutOptionalModel_HF_CS23`` lines 41-215, the config rules
+``ConfigConverter_Gemma2_HF_CS23`` lines 218-781, ``Converter_Gemma2ForCausalLM_HF_CS23`` lines
+784-795). The attention is LLaMA's (``Converter_LlamaAttention_HF_CS``, llama.py lines 38-302:
+Q and K rows interleaved for rotary, here :mod:`.llama`'s helpers). Every HF RMS norm computes
+``x * (1 + w)``; Model Zoo folds the 1 into the CS weight (gemma2.py lines 163-190), so norms are
+the one place a Gemma 2 tensor's data changes: ``w + 1`` on import, ``w - 1`` on export, in the
+tensor's own dtype as torch computes it. A float weight whose ``w + 1`` rounds (|w| small
+against 1) does not come back bit for bit; transformers initialises the norms to 0, which does.
+
+Not mirrored: Model Zoo (and so this mapping) maps HF's default ``layer_types`` (sliding window
+on layers 0, 2, ...) to ``sliding_window_every_other_decoder_layer: true``, which CS up to 2.9
+and 2.10's default ``full_attention_first`` apply to layers 1, 3, ... (layers/TransformerDecoder.py
+lines 166-169 at Release_2.7.1, lines 174-186 at Release_2.10.0): weights are unaffected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ckpt_migrate.hf.families import llama
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+
+NAMES: tuple[str, ...] = ("gemma2",)
+HF_MODEL_TYPES: tuple[str, ...] = ("gemma2",)
+ARCHITECTURES = {"gemma2": "Gemma2ForCausalLM"}
+
+# Model Zoo gemma2.py lines 438-464: HF fields absent from config.json take these values.
+HF_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 256000,
+    "hidden_size": 3072,
+    "intermediate_size": 24576,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 8192,
+    "initializer_range": 0.02,
+    "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": True,
+    "rope_theta": 10000.0,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "final_logit_softcapping": 30.0,
+    "attn_logit_softcapping": 50.0,
+    "query_pre_attn_scalar": 224,
+    "sliding_window": 4096,
+}
+# Model Zoo gemma2.py lines 468-512: CS fields absent from the model section take these values
+# (so a section that leaves out a Gemma 2 setting fails the checks below, as in Model Zoo).
+CS_DEFAULTS: dict[str, Any] = {
+    "embeddings_scale": 1.0, "embedding_layer_norm": False, "embedding_dropout_rate": None,
+    "share_embedding_weights": True, "position_embedding_type": "learned",
+    "max_position_embeddings": 1024, "position_embedding_offset": 0, "rotary_dim": None,
+    "rope_theta": 10000, "pos_scaling_factor": 1.0, "hidden_size": 768, "num_hidden_layers": 12,
+    "dropout_rate": 0.1, "norm_type": "layernorm", "layer_norm_epsilon": 1e-5, "norm_first": True,
+    "norm_first_sandwich": False, "num_heads": 12, "attention_module": "aiayn_attention",
+    "extra_attention_params": {}, "attention_type": "scaled_dot_product",
+    "attention_dropout_rate": None, "use_projection_bias_in_attention": True,
+    "use_ffn_bias_in_attention": True, "attention_sliding_window_length": None,
+    "sliding_window_every_other_decoder_layer": False, "attention_sink_tokens": None,
+    "attention_qk_norm_layer": None, "attention_inner_dim": None,
+    "scale_qk_dot_by_layer_idx": False, "attention_logit_softcapping": None,
+    "filter_size": 3072, "nonlinearity": "gelu", "use_ffn_bias": True,
+    "use_bias_in_output": False, "use_ff_layer1_dropout": False, "final_logit_softcapping": None,
+    "attention_logits_alpha": 1,
+}  # fmt: skip
+# Model Zoo gemma2.py lines 359-433 (assert_factory_fn rules, CS side): the one value HF Gemma 2
+# can express; a tuple lists several.
+CS_FIXED: dict[str, Any] = {
+    "position_embedding_type": "rotary",
+    "dropout_rate": 0.0,
+    "sliding_window_every_other_decoder_layer": True,
+    "norm_first": True,
+    "norm_first_sandwich": True,
+    "use_bias_in_output": False,
+    "embedding_dropout_rate": (None, 0.0),
+    "position_embedding_offset": 0,
+    "use_ffn_bias": False,
+    "embedding_layer_norm": False,
+    "attention_type": "scaled_dot_product",
+    "norm_type": "rmsnorm",
+    "use_ff_layer1_dropout": False,
+}
+# Ours: CS fields Model Zoo drops without a rule whose other values HF Gemma 2 cannot express
+# (rope scaling, attention sinks, QK norms, per-layer QK scaling, fixed sparsity, SWA on the
+# even layers only being HF's pattern).
+CS_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "pos_scaling_factor": (1.0,),
+    "attention_sink_tokens": (None,),
+    "attention_qk_norm_layer": (None,),
+    "scale_qk_dot_by_layer_idx": (False,),
+    "fixed_sparse_attention": (None,),
+    "sliding_window_every_other_decoder_layer_pattern": ("sliding_window_first",),
+}
+# muP (Model Zoo base_converter.py lines 1757-1780 and mup.py lines 861-883 would rescale the
+# checkpoint; gemma2.py has no muP support, so its converter refuses, as we do).
+_MUP_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "mup_base_hidden_size": (None,),
+    "mup_base_filter_size": (None,),
+    "output_logits_alpha": (None, 1.0),
+    "output_logits_scale": (None, 1.0),
+    "scale_output_logits_by_d": (None, False),
+    "scale_qk_dot_by_d": (None, False),
+}
+CS_MAPPED = frozenset(
+    {
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "attention_module",
+        "extra_attention_params", "max_position_embeddings", "layer_norm_epsilon", "rope_theta",
+        "final_logit_softcapping", "attention_logit_softcapping",
+        "attention_sliding_window_length", "nonlinearity", "share_embedding_weights",
+        "filter_size", "attention_inner_dim", "attention_dropout_rate",
+        "use_projection_bias_in_attention", "use_ffn_bias_in_attention", "rotary_dim",
+        "embeddings_scale", "attention_logits_alpha", "initializer_range",
+        # no effect with rotary positions (Model Zoo drops them too)
+        "num_relative_attention_buckets", "alibi_trainable_slopes", "attention_qk_norm_eps",
+    }
+)  # fmt: skip
+_GLU_HF_TO_CS = {"silu": "swiglu", "relu": "reglu", "gelu": "geglu"}  # gemma2.py lines 678-683
+_GLU_CS_TO_HF = {"swiglu": "silu", "reglu": "relu", "geglu": "gelu"}  # gemma2.py line 690
+
+
+def _check_name(name: str) -> None:
+    if name not in NAMES:
+        raise MappingError(f"{name}: not a Gemma 2 model name")
+
+
+# --------------------------------------------------------------------------- config
+
+
+def _refuse_unsupported(cs_model: Mapping[str, Any], cs: Mapping[str, Any]) -> None:
+    """Model Zoo gemma2.py lines 359-433 (fixed CS fields); ours: muP, the fields in
+    :data:`CS_NEUTRAL` and any field no rule knows (Model Zoo drops those silently)."""
+    for key, allowed in _MUP_NEUTRAL.items():
+        if cs_model.get(key) not in allowed:
+            raise MappingError(f"{key}: muP models are not supported by the HF export")
+    for key, value in CS_FIXED.items():
+        allowed = value if isinstance(value, tuple) else (value,)
+        if cs[key] not in allowed:
+            raise MappingError(f"{key}={cs[key]!r}: HF Gemma 2 needs {value!r}")
+    for key, allowed in CS_NEUTRAL.items():
+        if key in cs and cs[key] not in allowed:
+            raise MappingError(f"{key}={cs[key]!r}: HF Gemma 2 cannot express it")
+    known = CS_MAPPED | CS_FIXED.keys() | CS_NEUTRAL.keys() | _MUP_NEUTRAL.keys()
+    for key in cs_model:
+        if key not in known | llama.CS_IGNORED:
+            raise MappingError(f"{key}: CS model field not supported by the HF Gemma 2 mapping")
+
+
+def cs_checked(cs_model: Mapping[str, Any]) -> dict[str, Any]:
+    """The CS model section with Model Zoo's defaults, checked (gemma2.py lines 701-744:
+    ``embeddings_scale`` must be ``hidden_size ** 0.5``, ``attention_inner_dim`` defaults to
+    ``hidden_size``, ``rotary_dim`` is required, ``attention_dropout_rate`` defaults to
+    ``dropout_rate``; lines 591-610 ``rotary_dim`` is the head size; lines 640-663 the two
+    attention bias flags agree)."""
+    cs = {**CS_DEFAULTS, **cs_model}
+    if "vocab_size" not in cs:
+        raise MappingError("vocab_size: required in the CS model section")
+    _refuse_unsupported(cs_model, cs)
+    scale, want = float(cs["embeddings_scale"]), cs["hidden_size"] ** 0.5
+    if abs(scale - want) > 1e-6 + 2.0e-7 * want:
+        raise MappingError(f"embeddings_scale={scale!r}: must be hidden_size**0.5 ({want})")
+    if cs["attention_inner_dim"] is None:
+        cs["attention_inner_dim"] = cs["hidden_size"]
+    if cs["rotary_dim"] is None:
+        raise MappingError("rotary_dim: must be specified (Model Zoo gemma2.py line 736)")
+    if cs["attention_inner_dim"] % cs["num_heads"]:
+        raise MappingError("attention_inner_dim: must be divisible by num_heads")
+    if cs["rotary_dim"] != cs["attention_inner_dim"] // cs["num_heads"]:
+        raise MappingError("rotary_dim: must be attention_inner_dim // num_heads for HF")
+    if cs["attention_dropout_rate"] is None:
+        cs["attention_dropout_rate"] = cs["dropout_rate"]
+    if cs["use_projection_bias_in_attention"] != cs["use_ffn_bias_in_attention"]:
+        raise MappingError(
+            "use_ffn_bias_in_attention: must equal use_projection_bias_in_attention (HF has one "
+            "attention_bias)"
+        )
+    if cs["nonlinearity"] not in _GLU_CS_TO_HF:
+        raise MappingError(f"nonlinearity={cs['nonlinearity']!r}: not a GLU activation HF maps")
+    return cs
+
+
+def kv_heads(cs: Mapping[str, Any]) -> int:
+    """Model Zoo gemma2.py lines 565-589: ``aiayn_attention`` is MHA, ``multiquery_attention``
+    has ``extra_attention_params.num_kv_groups`` key/value heads."""
+    module, extra = cs["attention_module"], dict(cs.get("extra_attention_params") or {})
+    if set(extra) - {"num_kv_groups"}:
+        raise MappingError(f"extra_attention_params: unsupported keys {sorted(extra)}")
+    if module == "aiayn_attention":
+        if "num_kv_groups" in extra:
+            raise MappingError("extra_attention_params.num_kv_groups: conflicts with MHA")
+        return int(cs["num_heads"])
+    if module == "multiquery_attention":
+        groups = int(extra["num_kv_groups"])
+        if cs["num_heads"] % groups:
+            raise MappingError("extra_attention_params.num_kv_groups: must divide num_heads")
+        return groups
+    raise MappingError(f"attention_module={module!r}: not supported for Gemma 2")
+
+
+def query_pre_attn_scalar(cs: Mapping[str, Any]) -> int | float:
+    """Model Zoo gemma2.py lines 766-772: ``head size / attention_logits_alpha ** 2``. Written as
+    an int when it is one up to rounding (transformers 5's ``Gemma2Config`` accepts only ints;
+    Model Zoo writes the float)."""
+    value = (cs["attention_inner_dim"] / cs["num_heads"]) / float(cs["attention_logits_alpha"]) ** 2
+    nearest = round(value)
+    return int(nearest) if math.isclose(value, nearest, rel_tol=1e-9) else value
+
+
+def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """``config.json`` of ``Gemma2ForCausalLM`` (Model Zoo gemma2.py lines 221-327 renames,
+    540-589 GQA, 612-638 ``head_dim``, 640-663 ``attention_bias``, 665-699 GLU, 766-772
+    ``query_pre_attn_scalar``). ``rope_theta`` is also written as transformers 5's
+    ``rope_parameters``; ``initializer_range`` is carried (ours, Model Zoo drops it)."""
+    _check_name(name)
+    cs = cs_checked(cs_model)
+    theta = float(cs["rope_theta"])
+    out: dict[str, Any] = {
+        "architectures": [ARCHITECTURES[name]],
+        "model_type": "gemma2",
+        "vocab_size": cs["vocab_size"],
+        "hidden_size": cs["hidden_size"],
+        "num_hidden_layers": cs["num_hidden_layers"],
+        "num_attention_heads": cs["num_heads"],
+        "num_key_value_heads": kv_heads(cs),
+        "max_position_embeddings": cs["max_position_embeddings"],
+        "rms_norm_eps": cs["layer_norm_epsilon"],
+        "rope_theta": theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": theta},
+        "final_logit_softcapping": cs["final_logit_softcapping"],
+        "attn_logit_softcapping": cs["attention_logit_softcapping"],
+        "sliding_window": cs["attention_sliding_window_length"],
+        "hidden_activation": _GLU_CS_TO_HF[cs["nonlinearity"]],
+        "tie_word_embeddings": bool(cs["share_embedding_weights"]),
+        "intermediate_size": cs["filter_size"],
+        "head_dim": cs["attention_inner_dim"] // cs["num_heads"],
+        "attention_dropout": cs["attention_dropout_rate"],
+        "attention_bias": bool(cs["use_projection_bias_in_attention"]),
+        "query_pre_attn_scalar": query_pre_attn_scalar(cs),
+    }
+    if "initializer_range" in cs:
+        out["initializer_range"] = cs["initializer_range"]
+    return out
+
+
+def _rope_theta(hf: Mapping[str, Any]) -> float:
+    """``rope_theta`` (Model Zoo gemma2.py lines 263-266), read from transformers 5's
+    ``rope_parameters`` too; Gemma 2 in Model Zoo has no rope scaling, so any is refused."""
+    params = dict(hf.get("rope_parameters") or {})
+    scaling = hf.get("rope_scaling") or {}
+    for spec in (params, scaling):
+        kind = spec.get("rope_type", spec.get("type", "default"))
+        if kind != "default":
+            raise MappingError(f"rope_parameters: rope type {kind!r} not supported for Gemma 2")
+    return float(params.get("rope_theta", hf["rope_theta"]))
+
+
+def _check_hf(hf: Mapping[str, Any]) -> None:
+    """Ours: what Model Zoo drops without a rule but the CS model cannot hold: another layer
+    pattern than HF's alternating default, bidirectional attention."""
+    default = [
+        "sliding_attention" if (i + 1) % 2 else "full_attention"
+        for i in range(hf["num_hidden_layers"])
+    ]
+    if hf.get("layer_types") not in (None, default):
+        raise MappingError("layer_types: CS alternates sliding and full attention only")
+    if hf.get("use_bidirectional_attention"):
+        raise MappingError("use_bidirectional_attention: CS Gemma 2 is causal")
+    kv = hf["num_key_value_heads"]
+    if kv is None or hf["num_attention_heads"] % kv:
+        raise MappingError("num_key_value_heads: must divide num_attention_heads")
+
+
+def _glu_to_cs(activation: str) -> str:
+    """Model Zoo gemma2.py lines 674-688: any ``gelu_*`` (HF's ``gelu_pytorch_tanh``) is CS
+    ``geglu``, whose GELU is the exact one (an approximation Model Zoo accepts)."""
+    base = "gelu" if activation.startswith("gelu_") else activation
+    if base not in _GLU_HF_TO_CS:
+        raise MappingError(f"hidden_activation={activation!r}: not a GLU-able activation in CS")
+    return _GLU_HF_TO_CS[base]
+
+
+def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The CS ``model:`` section (Model Zoo ``ConfigConverter_Gemma2_HF_CS23``, HF -> CS: the
+    renames of lines 221-327, GQA lines 549-564, ``attention_inner_dim`` lines 621-625, the
+    written defaults lines 513-522, ``rotary_dim``, ``embeddings_scale`` and
+    ``attention_logits_alpha`` lines 755-765)."""
+    _check_name(name)
+    if hf_config.get("model_type", "gemma2") != "gemma2":
+        raise MappingError(f"model_type={hf_config['model_type']!r}: expected 'gemma2'")
+    hf = {**HF_DEFAULTS, **hf_config}
+    _check_hf(hf)
+    heads, kv, head_dim = hf["num_attention_heads"], hf["num_key_value_heads"], hf["head_dim"]
+    cs: dict[str, Any] = {
+        "vocab_size": hf["vocab_size"],
+        "hidden_size": hf["hidden_size"],
+        "num_hidden_layers": hf["num_hidden_layers"],
+        "num_heads": heads,
+    }
+    if kv == heads:
+        cs["attention_module"] = "aiayn_attention"
+    else:
+        cs["extra_attention_params"] = {"num_kv_groups": kv}
+        cs["attention_module"] = "multiquery_attention"
+    cs.update(
+        max_position_embeddings=hf["max_position_embeddings"],
+        layer_norm_epsilon=hf["rms_norm_eps"],
+        rope_theta=_rope_theta(hf),
+        final_logit_softcapping=hf["final_logit_softcapping"],
+        attention_logit_softcapping=hf["attn_logit_softcapping"],
+        attention_sliding_window_length=hf["sliding_window"],
+        nonlinearity=_glu_to_cs(hf["hidden_activation"]),
+        share_embedding_weights=bool(hf["tie_word_embeddings"]),
+        filter_size=hf["intermediate_size"],
+        attention_inner_dim=head_dim * heads,
+        attention_dropout_rate=hf["attention_dropout"],
+        use_projection_bias_in_attention=bool(hf["attention_bias"]),
+        use_ffn_bias_in_attention=bool(hf["attention_bias"]),
+        initializer_range=hf["initializer_range"],
+        rotary_dim=head_dim,
+        embeddings_scale=hf["hidden_size"] ** 0.5,
+    )
+    if head_dim != hf["query_pre_attn_scalar"]:
+        cs["attention_logits_alpha"] = (head_dim / hf["query_pre_attn_scalar"]) ** 0.5
+    cs.update(
+        norm_first=True,
+        norm_first_sandwich=True,
+        sliding_window_every_other_decoder_layer=True,
+        position_embedding_type="rotary",
+        norm_type="rmsnorm",
+        use_ffn_bias=False,
+        dropout_rate=0.0,
+    )
+    return cs
+
+
+# --------------------------------------------------------------------------- tensors
+
+
+def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16(value: np.ndarray, like: np.dtype) -> np.ndarray:
+    """Round to nearest even, as torch does (NaN stays NaN)."""
+    bits = value.view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
+    rounded = np.where(np.isnan(value), bits | np.uint32(0x400000), rounded)
+    return (rounded >> 16).astype(np.uint16).view(like)
+
+
+def shift(x: np.ndarray, delta: float) -> np.ndarray:
+    """``x + delta`` in ``x``'s dtype as torch's ``weight + torch.ones_like(weight)`` computes it
+    (Model Zoo gemma2.py lines 172-181): float16/32 with numpy's correctly rounded add, bf16
+    (stored as its 16-bit pattern) added in float32 and rounded to nearest even."""
+    if x.dtype in (np.int16, np.uint16):
+        return _f32_to_bf16(_bf16_to_f32(x) + np.float32(delta), x.dtype)
+    if x.dtype.kind != "f":
+        raise MappingError(f"a norm weight of dtype {x.dtype} cannot hold Gemma 2's offset")
+    return (x + x.dtype.type(delta)).astype(x.dtype)
+
+
+def norm(src: str, dst: str, to_cs: bool) -> Out:
+    """An RMS norm weight with HF's constant 1 folded in (``to_cs``) or out (gemma2.py lines
+    163-190)."""
+    delta = 1.0 if to_cs else -1.0
+    return Out(dst, (src,), lambda x: shift(x, delta), infer=lambda s: s, note=f"{delta:+g}")
+
+
+# (HF suffix, CS suffix) in one decoder layer: Model Zoo gemma2.py lines 56-146 (the attention
+# through llama.py lines 38-69).
+_ATTENTION = (
+    ("self_attn.q_proj", "self_attn.proj_q_dense_layer"),
+    ("self_attn.k_proj", "self_attn.proj_k_dense_layer"),
+    ("self_attn.v_proj", "self_attn.proj_v_dense_layer"),
+    ("self_attn.o_proj", "self_attn.proj_output_dense_layer"),
+)
+_MLP = (
+    ("mlp.gate_proj.weight", "ffn.ffn.0.linear_layer_for_glu.weight"),
+    ("mlp.up_proj.weight", "ffn.ffn.0.linear_layer.weight"),
+    ("mlp.down_proj.weight", "ffn.ffn.1.linear_layer.weight"),
+)
+_NORMS = (
+    ("input_layernorm.weight", "norm1.weight"),
+    ("post_attention_layernorm.weight", "norm1_post.weight"),
+    ("pre_feedforward_layernorm.weight", "norm3.weight"),
+    ("post_feedforward_layernorm.weight", "norm3_post.weight"),
+)
+_HF_EMB, _CS_EMB = "model.embed_tokens.weight", "embedding_layer.word_embeddings.weight"
+_HF_NORM, _CS_NORM = "model.norm.weight", "transformer_decoder.norm.weight"
+
+
+def rotary(src: str, dst: str, heads: int, to_cs: bool) -> Out:
+    """Q or K rows (or bias) of ``heads`` heads: HF's rotary halves interleaved for CS, or back
+    (llama.py lines 157-185, 239-294, :func:`.llama.interleave_rotary`)."""
+    fn = llama.interleave_rotary if to_cs else llama.deinterleave_rotary
+    return Out(dst, (src,), lambda x: fn(x, heads), infer=lambda s: s, note=f"rotary, {heads}")
+
+
+def layer_outs(i: int, heads: int, kv: int, bias: bool, to_cs: bool) -> list[Out]:
+    """One decoder layer: attention with Q/K rows (and biases) interleaved per head for rotary
+    (llama.py lines 157-294, rotary_dim = head_dim), MLP renamed, norms shifted."""
+    hf_p, cs_p = f"model.layers.{i}.", f"transformer_decoder.layers.{i}."
+    outs = []
+    for hf_s, cs_s in _ATTENTION:
+        for kind in ("weight", "bias") if bias else ("weight",):
+            src, dst = f"{hf_p}{hf_s}.{kind}", f"{cs_p}{cs_s}.{kind}"
+            src, dst = (src, dst) if to_cs else (dst, src)
+            n = {"self_attn.q_proj": heads, "self_attn.k_proj": kv}.get(hf_s)
+            if n is None:
+                outs.append(rename(src, dst))
+            else:
+                outs.append(rotary(src, dst, n, to_cs))
+    for hf_s, cs_s in _MLP:
+        src, dst = f"{hf_p}{hf_s}", f"{cs_p}{cs_s}"
+        outs.append(rename(src, dst) if to_cs else rename(dst, src))
+    for hf_s, cs_s in _NORMS:
+        src, dst = f"{hf_p}{hf_s}", f"{cs_p}{cs_s}"
+        outs.append(norm(src, dst, True) if to_cs else norm(dst, src, False))
+    return outs
+
+
+def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
+    """CS tensors that are another CS tensor under a second name: ``ln_f`` is the final norm
+    (gemma2.py lines 185-190 write both), a shared ``lm_head`` is the word embeddings."""
+    ties = {"ln_f.weight": _CS_NORM}
+    if {**CS_DEFAULTS, **cs_model}["share_embedding_weights"]:
+        ties["lm_head.weight"] = _CS_EMB
+    return {k: v for k, v in ties.items() if k in cs}
+
+
+def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
+    """Rotary ``inv_freq`` buffers, should a file have one (non-persistent in transformers; CS
+    computes its own)."""
+    return {k: "a rotary buffer Hugging Face regenerates" for k in hf if k.endswith("inv_freq")}
+
+
+def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
+    """HF state dict (as ``save_pretrained`` writes it) from the CS model tensors: a tied head is
+    not written (nor read: :func:`cs_ties`), ``ln_f`` is not read (gemma2.py line 160)."""
+    _check_name(name)
+    cfg = cs_checked(cs_model)
+    bias = bool(cfg["use_projection_bias_in_attention"])
+    plan = [rename(_CS_EMB, _HF_EMB), norm(_CS_NORM, _HF_NORM, False)]
+    if not cfg["share_embedding_weights"]:
+        plan.append(rename("lm_head.weight", "lm_head.weight"))
+    for i in range(cfg["num_hidden_layers"]):
+        plan += layer_outs(i, cfg["num_heads"], kv_heads(cfg), bias, False)
+    return llama.finish(plan, cs)
+
+
+def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
+    """CS model tensors from the HF state dict. The final norm is written as both
+    ``transformer_decoder.norm`` and ``ln_f`` (gemma2.py lines 185-190). A tied head absent from
+    the HF files is written from the embeddings (ours: the CS model's state dict has it and CS
+    loads strictly; Model Zoo's rule, line 154, only copies an ``lm_head`` the files have)."""
+    cfg = config_to_cs(hf_config, name)
+    kv = cfg.get("extra_attention_params", {}).get("num_kv_groups", cfg["num_heads"])
+    plan = [
+        rename(_HF_EMB, _CS_EMB),
+        norm(_HF_NORM, _CS_NORM, True),
+        norm(_HF_NORM, "ln_f.weight", True),
+    ]
+    head = "lm_head.weight"
+    if not cfg["share_embedding_weights"]:
+        plan.append(rename(head, head))
+    else:
+        plan.append(llama.tied(_HF_EMB, head, head) if head in hf else rename(_HF_EMB, head))
+    for i in range(cfg["num_hidden_layers"]):
+        plan += layer_outs(i, cfg["num_heads"], kv, cfg["use_projection_bias_in_attention"], True)
+    return llama.finish(plan, hf)
