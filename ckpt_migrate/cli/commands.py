@@ -81,16 +81,12 @@ def to_torch(
 
 def export_hf(src: str | Path, output_dir: str | Path, **options: Any) -> dict[str, Any]:
     """``export-hf``: the options are :func:`ckpt_migrate.hf.export.export`'s."""
-    return _plain(asdict(hf_export.export(src, output_dir, **options)))
+    return hf_export.export(src, output_dir, **options).to_json()
 
 
 def import_hf(src: str | Path, dst: str | Path, **options: Any) -> dict[str, Any]:
     """``import-hf``: the options are :func:`ckpt_migrate.hf.import_.import_hf`'s."""
-    return _plain(asdict(hf_import.import_hf(src, dst, **options)))
-
-
-def _plain(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: str(v) if isinstance(v, Path) else v for k, v in data.items()}
+    return hf_import.import_hf(src, dst, **options).to_json()
 
 
 def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ckpt_migrate.hf.families import bert
 from ckpt_migrate.hf.families._bert_common import (
     check_name,
     dropped_by,
@@ -79,17 +80,7 @@ RENAMED = (
 # HF defaults Model Zoo fills in (bert.py lines 933-947, esm2.py lines 409-416); the position
 # type is EsmConfig's default (Model Zoo leaves a missing one unconverted).
 HF_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 30522,
-    "hidden_size": 768,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "intermediate_size": 3072,
-    "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1,
-    "max_position_embeddings": 512,
-    "layer_norm_eps": 1e-12,
-    "tie_word_embeddings": True,
+    **bert.HF_DEFAULTS,
     "mask_token_id": None,
     "pad_token_id": None,
     "token_dropout": False,

@@ -189,21 +189,10 @@ def cs_checked(cs_model: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def kv_heads(cs: Mapping[str, Any]) -> int:
-    """Model Zoo gemma2.py lines 565-589: ``aiayn_attention`` is MHA, ``multiquery_attention``
-    has ``extra_attention_params.num_kv_groups`` key/value heads."""
-    module, extra = cs["attention_module"], dict(cs.get("extra_attention_params") or {})
-    if set(extra) - {"num_kv_groups"}:
-        raise MappingError(f"extra_attention_params: unsupported keys {sorted(extra)}")
-    if module == "aiayn_attention":
-        if "num_kv_groups" in extra:
-            raise MappingError("extra_attention_params.num_kv_groups: conflicts with MHA")
-        return int(cs["num_heads"])
-    if module == "multiquery_attention":
-        groups = int(extra["num_kv_groups"])
-        if cs["num_heads"] % groups:
-            raise MappingError("extra_attention_params.num_kv_groups: must divide num_heads")
-        return groups
-    raise MappingError(f"attention_module={module!r}: not supported for Gemma 2")
+    """Model Zoo gemma2.py lines 565-589, LLaMA's rule (:func:`llama.kv_heads_cs`):
+    ``aiayn_attention`` is MHA, ``multiquery_attention`` has
+    ``extra_attention_params.num_kv_groups`` key/value heads."""
+    return llama.kv_heads_cs(cs, "Gemma 2")
 
 
 def query_pre_attn_scalar(cs: Mapping[str, Any]) -> int | float:

@@ -162,7 +162,7 @@ def cs_model_checked(cs_model: Mapping[str, Any], extra: frozenset[str] = frozen
     return cs
 
 
-def kv_heads_cs(cs: Mapping[str, Any]) -> int:
+def kv_heads_cs(cs: Mapping[str, Any], family: str = "LLaMA") -> int:
     """Model Zoo llama.py lines 933-957: ``aiayn_attention`` means MHA, ``multiquery_attention``
     takes ``extra_attention_params.num_kv_groups`` key/value heads."""
     module = cs.get("attention_module", "aiayn_attention")
@@ -178,7 +178,7 @@ def kv_heads_cs(cs: Mapping[str, Any]) -> int:
         if cs["num_heads"] % groups:
             raise MappingError("extra_attention_params.num_kv_groups: must divide num_heads")
         return groups
-    raise MappingError(f"attention_module={module!r}: not supported for LLaMA")
+    raise MappingError(f"attention_module={module!r}: not supported for {family}")
 
 
 def rope_to_hf(cs: Mapping[str, Any]) -> dict[str, Any]:
