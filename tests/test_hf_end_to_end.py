@@ -13,6 +13,9 @@ import numpy as np
 import pytest
 from conftest import one_line_error, run_cli
 
+from ckpt_migrate.cli.commands import verify
+from ckpt_migrate.format.read import read_checkpoint
+
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -205,3 +208,24 @@ def test_an_existing_output_is_kept_without_force(tmp_path):
     one_line_error(proc, 2, str(ckpt), "--force")
     assert ckpt.read_bytes() == before
     shutil.rmtree(tmp_path / "hf")
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "t5"])
+def test_import_to_2_0_is_the_2_10_import_downgraded(name, tmp_path):
+    """Two ways to a 2.0 checkpoint agree: ``import-hf --release 2.0`` writes 2.0's key names
+    (the 2.1 renames undone, e.g. T5's ``relative_position_encoder``) and the same tensors as
+    ``import-hf --release 2.10`` followed by ``upgrade --to 2.0``."""
+    cls_name, config = CASES[name]
+    torch.manual_seed(0)
+    getattr(transformers, cls_name)(config).save_pretrained(tmp_path / "hf")
+    direct, newest = tmp_path / "direct.mdl", tmp_path / "newest.mdl"
+    for out, release in ((direct, "2.0"), (newest, "2.10")):
+        proc = run_cli("import-hf", tmp_path / "hf", out, "--release", release, "--model", name)
+        assert proc.returncode == 0, proc.stderr
+    proc = run_cli("upgrade", newest, "--to", "2.0", "-o", tmp_path / "down", "--model", name)
+    assert proc.returncode == 0, proc.stderr
+    result = verify(direct, tmp_path / "down" / newest.name)
+    assert [d for d in result["differences"] if d["name"].startswith("model.")] == []
+    with read_checkpoint(direct) as ckpt:
+        keys = [k for k, _ in ckpt.root.get("model").items]
+    assert not any(".embed.weight" in k or "position_embed_helper" in k for k in keys)

@@ -40,6 +40,9 @@ from ckpt_migrate.hf.pipeline_common import (
     refuse_unused,
     shapes_of,
 )
+from ckpt_migrate.migrations import v04_2_0_to_2_1 as v04
+from ckpt_migrate.models.keys import rename_for
+from ckpt_migrate.models.names import resolve_name
 from ckpt_migrate.torch.hf_bin import read_bin_directory
 
 OLDEST = "2.0"  # the oldest release whose model key spelling this import writes
@@ -117,7 +120,8 @@ def import_hf(
     dropped.update({n: "not converted (--drop-unmatched-keys)" for n in unused})
     result = ImportResult(src, out, name, rel.name, dropped=dropped)
     result.warnings += [f"{n} left out: {why}" for n, why in dropped.items()]
-    model_node = _model_tree(plan, stored, out_shapes, kinds, dtype, rel)
+    family = resolve_name(name)[0]
+    model_node = _model_tree(plan, stored, out_shapes, kinds, dtype, rel, family)
     total = sum({id(leaf): leaf.nbytes for _, leaf in model_node.items}.values())
 
     seen: set[int] = set()
@@ -217,7 +221,7 @@ class Built(DataSource):
         return f"{self.out.name} from {', '.join(self.out.inputs) or 'nothing'}"
 
 
-def _model_tree(plan, stored, shapes, kinds, dtype, rel) -> DictNode:
+def _model_tree(plan, stored, shapes, kinds, dtype, rel, family) -> DictNode:
     """The ``model`` state: one lazy leaf per output; outputs that are the same input renamed
     share one leaf (a tie, as a tied model's state dict has it)."""
     node = DictNode()
@@ -232,16 +236,23 @@ def _model_tree(plan, stored, shapes, kinds, dtype, rel) -> DictNode:
             leaf = TensorLeaf(target, shapes[o.name], data)
             if key:
                 same[key] = leaf
-        node.items.append((_spelling(o.name, rel), leaf))
+        node.items.append((_spelling(o.name, rel, family), leaf))
     return node
 
 
-def _spelling(name: str, rel: releases.Release) -> str:
-    """2.0 spells the learned position embeddings without ``.embed`` (Model Zoo
-    ``Converter_GPT2LMHeadModel_CS20_CS21``, gpt2_hf_cs.py lines 938-987)."""
-    if rel.version < releases.get("2.1").version:
-        return name.replace("position_embeddings.embed.weight", "position_embeddings.weight")
-    return name
+# 2.0 spells the 2.1 position-embedding renames the other way (the hop's own tables, inverted)
+_BEFORE_2_1 = tuple(
+    rule.inverse() for rule in (*v04.POSITION_EMBEDDING_RENAMES, *v04.POSITION_HELPER_RENAMES)
+)
+
+
+def _spelling(name: str, rel: releases.Release, family: str) -> str:
+    """A 2.1+ model key as ``rel`` spells it: before 2.1 the position embeddings and helpers
+    had their 2.0 names (the 2.0 -> 2.1 hop's ``KeyRename`` tables, undone)."""
+    if rel.version >= releases.get("2.1").version:
+        return name
+    found = rename_for(name, [r for r in _BEFORE_2_1 if family in r.families])
+    return found[0] if found else name
 
 
 def _write_config(cs_model: dict[str, Any], name: str, release: str, path: Path, force: bool):
