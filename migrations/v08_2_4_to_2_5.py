@@ -155,9 +155,10 @@ def drop_norm_first(ctx: ConfigContext) -> None:
     ``norm_first=True`` to its decoder layers (``f1fd1e0:src/cerebras/modelzoo/models/nlp/gpt2/
     gpt2_model.py`` lines 881 and 922; its config class has had no ``norm_first`` since
     Release_2.5.0), and the model config classes forbid unknown fields (Release_2.5.0
-    ``config/base_config.py`` line 36), so a config that still names it fails to load. Model Zoo's own HF converters write ``norm_first: true`` (``llama.py`` lines
-    719 and 737) and its 2.4 → 2.5 fallback converter leaves it. ``false`` is a post-LN model
-    2.5 cannot build: kept and reported.
+    ``config/base_config.py`` line 36), so a config that still names it fails to load. Model
+    Zoo's own HF converters write ``norm_first: true`` (``llama.py`` lines 719 and 737) and its
+    2.4 → 2.5 fallback converter leaves it. ``false`` is a post-LN model 2.5 cannot build: kept
+    and reported.
     """
     for path, model in ctx.model_sections():
         if "norm_first" not in model:
