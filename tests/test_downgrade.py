@@ -199,3 +199,9 @@ def test_upgrade_dir_downgrades_a_directory(tmp_path):
     proc = run_cli("upgrade-dir", src, "--to", "2.4", "--output-dir", tmp_path / "o", "--json")
     assert proc.returncode == 0, proc.stderr
     assert release_of(tmp_path / "o" / "checkpoint_10.mdl") == "2.4"
+
+
+def test_check_says_downgrading(tmp_path):
+    proc = run_cli("check", REAL / "basic.mdl", "--to", "2.0")
+    assert proc.returncode == 10
+    assert "2.10 needs downgrading to 2.0" in proc.stdout

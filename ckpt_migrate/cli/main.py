@@ -412,7 +412,8 @@ def check_cmd(
     elif data["current"]:
         console.echo(f"{path}: at {data['target']}")
     else:
-        console.echo(f"{path}: {data['release']} needs upgrading to {data['target']}")
+        how = "downgrading" if data["downgrade"] else "upgrading"
+        console.echo(f"{path}: {data['release']} needs {how} to {data['target']}")
     if not data["current"]:
         raise typer.Exit(EXIT_UPGRADE_NEEDED)
 

@@ -131,6 +131,7 @@ def check(path: str | Path, target: str = "latest", source_release: str | None =
             "release": plan.source_release.name,
             "target": plan.target_release.name,
             "current": plan.current,
+            "downgrade": plan.target_release.version < plan.source_release.version,
             "hops": [f"{h.source}→{h.target}" for h in plan.hops],
         }
 
