@@ -19,6 +19,7 @@ from ckpt_migrate.format.write import write_checkpoint
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hf.export import export
 from ckpt_migrate.hf.import_ import import_hf
+from ckpt_migrate.hf.pipeline_common import LastRead
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -375,3 +376,15 @@ def test_headless(tmp_path: Path, tied: bool):
         head = leaves["model.lm_head.weight"].data.read()
         wte = leaves["model.embedding_layer.word_embeddings.weight"].data.read()
     assert np.array_equal(head, wte) == tied
+
+
+def test_the_pieces_of_a_fused_tensor_read_it_once():
+    """Q, K and V cut from one c_attn come one after another: one read, kept read-only, and
+    dropped once another tensor is read."""
+    reads: list[str] = []
+    read = LastRead(lambda name: reads.append(name) or np.arange(6.0))
+    first = read("c_attn")
+    assert read("c_attn") is first and not first.flags.writeable
+    read("c_proj")
+    read("c_attn")
+    assert reads == ["c_attn", "c_proj", "c_attn"]

@@ -31,6 +31,7 @@ from ckpt_migrate.format.tree import MissingLeaf, TensorLeaf, iter_leaves
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hf.mapping import MappingError, missing_inputs, unused_inputs
 from ckpt_migrate.hf.pipeline_common import (
+    LastRead,
     Progress,
     atomic_dir,
     build_one,
@@ -236,11 +237,13 @@ def _export(module, name, leaves, cs_model, out, max_shard, dtype, force, drop, 
     digests: dict[str, str] = {}
     total = sum(e.nbytes for e in entries)
 
-    def read(n: str) -> np.ndarray:
+    def read_leaf(n: str) -> np.ndarray:
         array = leaves[n].data.read()
         if n in tie_sources:
             digests[n] = _digest(array)
         return array
+
+    read = LastRead(read_leaf)
 
     def arrays() -> Iterator[tuple[str, np.ndarray]]:
         done = 0

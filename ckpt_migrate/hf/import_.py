@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from ckpt_migrate.hf import families
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hf.mapping import MappingError, Out, identity, missing_inputs, unused_inputs
 from ckpt_migrate.hf.pipeline_common import (
+    LastRead,
     Progress,
     canonical_name,
     cast,
@@ -206,13 +208,13 @@ class Built(DataSource):
     """A CS tensor built from HF tensors when the writer reads it (then dropped)."""
 
     out: Out
-    stored: dict[str, Any]
+    stored: Callable[[str], np.ndarray]  # an HF tensor by name (one LastRead for the plan)
     shape: tuple[int, ...]
     src_dtype: str
     dtype: str
 
     def read(self) -> np.ndarray:
-        value = self.out.build(*(self.stored[i].read() for i in self.out.inputs))
+        value = self.out.build(*(self.stored(i) for i in self.out.inputs))
         if tuple(value.shape) != self.shape:
             raise MappingError(f"{self.out.name}: built shape {value.shape}, expected {self.shape}")
         return cast(value, self.src_dtype, self.dtype)
@@ -225,6 +227,7 @@ def _model_tree(plan, stored, shapes, kinds, dtype, rel, family) -> DictNode:
     """The ``model`` state: one lazy leaf per output; outputs that are the same input renamed
     share one leaf (a tie, as a tied model's state dict has it)."""
     node = DictNode()
+    read = LastRead(lambda name: stored[name].read())
     same: dict[tuple[str, ...], TensorLeaf] = {}
     for o in plan:
         kind = kinds[o.name]
@@ -232,7 +235,7 @@ def _model_tree(plan, stored, shapes, kinds, dtype, rel, family) -> DictNode:
         key = o.inputs if o.build is identity and o.inputs else None
         leaf = same.get(key) if key else None
         if leaf is None:
-            data = Built(o, stored, shapes[o.name], kind, target)
+            data = Built(o, read, shapes[o.name], kind, target)
             leaf = TensorLeaf(target, shapes[o.name], data)
             if key:
                 same[key] = leaf

@@ -91,6 +91,26 @@ def out_dtype(inputs: tuple[str, ...], dtypes: Mapping[str, str], default: str) 
     return seen.pop() if seen else default
 
 
+class LastRead:
+    """``read`` keeping the last input read: the outputs a plan cuts from one fused tensor (Q,
+    K and V of a ``c_attn``, the experts of a fused MoE weight) come one after another, so the
+    fused tensor is read once. The kept array is read-only and dropped before another is read:
+    at most one input more than the output being built is held."""
+
+    def __init__(self, read: Callable[[str], np.ndarray]) -> None:
+        self._read = read
+        self._name: str | None = None
+        self._array: np.ndarray | None = None
+
+    def __call__(self, name: str) -> np.ndarray:
+        if name != self._name or self._array is None:
+            self._name, self._array = None, None
+            array = self._read(name)
+            array.flags.writeable = False
+            self._name, self._array = name, array
+        return self._array
+
+
 def build_one(out: Out, read: Callable[[str], np.ndarray]) -> np.ndarray:
     """``mapping.run`` for one output (same checks). A plain call, not a generator: no
     suspended frame keeps the previous output alive while the next one is built."""
