@@ -44,6 +44,7 @@ from ckpt_migrate.hf.pipeline_common import (
     hook,
     mapping_failed,
     out_dtype,
+    plain,
     refuse_unused,
     shapes_of,
     strip_model_prefix,
@@ -67,9 +68,7 @@ class ExportResult:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        out["source"], out["output"] = str(self.source), str(self.output)
-        return out
+        return plain(self)
 
 
 def export(

@@ -39,6 +39,7 @@ from ckpt_migrate.hf.pipeline_common import (
     hook,
     mapping_failed,
     out_dtype,
+    plain,
     refuse_unused,
     shapes_of,
 )
@@ -64,10 +65,7 @@ class ImportResult:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        for key in ("source", "output", "config_out"):
-            out[key] = None if out[key] is None else str(out[key])
-        return out
+        return plain(self)
 
 
 def import_hf(

@@ -225,3 +225,8 @@ def check_layer_counts(path: Path, config: Mapping[str, Any], tensors: int) -> N
             raise UnsupportedContentError(
                 path, f"{key} is {value}, but the model has {tensors} tensors"
             )
+
+
+def plain(result: Any) -> dict[str, Any]:
+    """A result dataclass as JSON-ready data: paths as strings."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in vars(result).items()}

@@ -82,18 +82,14 @@ CS_DEFAULTS: dict[str, Any] = {
     "use_transformer_initialization": False,
     "norm_type": "rmsnorm",
 }
+# CS defaults HF T5 can take any value of (the rest of CS_DEFAULTS it can express only so)
+_FREE = frozenset(
+    {"relative_attention_num_buckets", "share_embedding_weights", "layer_norm_epsilon"}
+)
 # The one value HF T5 can express (assert_factory_fn rules, t5.py lines 842-920, 1047-1052,
 # 1226-1231), plus T5ForConditionalGenerationModelConfig fields HF T5 has no weights for (ours).
 CS_REQUIRED: dict[str, Any] = {
-    "use_projection_bias_in_attention": False,
-    "position_embedding_type": "relative",
-    "use_dropout_outside_residual_path": True,
-    "share_encoder_decoder_embedding": True,
-    "use_pre_encoder_decoder_dropout": False,
-    "use_pre_encoder_decoder_layer_norm": True,
-    "use_ffn_bias": False,
-    "use_transformer_initialization": False,
-    "norm_type": "rmsnorm",
+    **{k: v for k, v in CS_DEFAULTS.items() if k not in _FREE},
     "tie_encoder_decoder": False,
     "attention_module": "aiayn_attention",
 }
