@@ -47,7 +47,8 @@ def test_damaged_files_are_refused_cleanly(tmp_path, seed):
 
 def test_a_chunk_index_pointing_past_the_end_is_refused_before_copying(tmp_path):
     """A crafted chunk address past the end of the file: the copy-patch would publish an output
-    whose chunk lands in the metadata written there. It is refused before the copy starts."""
+    whose chunk lands in the metadata written there. It is refused when the file is read (the
+    preflight child walks the chunk indexes), before anything is copied."""
     src = tmp_path / "in" / "checkpoint_1.mdl"
     src.parent.mkdir()
     rng = np.random.default_rng(0)
@@ -64,7 +65,7 @@ def test_a_chunk_index_pointing_past_the_end_is_refused_before_copying(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
     proc = run_cli("upgrade", src, "--output-dir", out)
-    one_line_error(proc, 2, "'model.w1' lies past the end of the file", skip_warnings=True)
+    one_line_error(proc, 2, "model.w1", "lies past the end of the file", skip_warnings=True)
     assert list(out.iterdir()) == [] and sha256_file(src) == digest
 
 

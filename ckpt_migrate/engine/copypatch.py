@@ -64,11 +64,18 @@ class Output:
     def beside(cls, src: Path, target: Path) -> Output:
         return cls(src, target, *create_temp(target))
 
-    def share(self, extents: ext.Extents, total: int, choice: ext.Choice) -> Written | None:
+    def share(
+        self, plan: Plan, choice: ext.Choice, ranges: list[tuple[int, int]] | None = None
+    ) -> Written | None:
         """Make the temporary a copy of the source without this process moving its bytes
-        (``extents.share``) and allocate what the metadata edit will write; None when the
-        filesystem cannot (the caller copies)."""
+        (``extents.share``) and make room for what the metadata edit will write; None when
+        the filesystem cannot (the caller copies). ``ranges``: the data ranges, which only
+        ``sparse`` needs (to write everything else)."""
         fs = ext.filesystem(self.tmp.parent)
+        if ranges is None:
+            extents = ext.Extents.whole(plan.file_bytes)
+        else:
+            extents = ext.Extents.copy_patch(ranges, plan.file_bytes, fs.block)
         fd_in = os.open(self.src, os.O_RDONLY)
         try:
             fd_out = os.open(self.tmp, os.O_RDWR | os.O_NOFOLLOW)
@@ -86,20 +93,26 @@ class Output:
                         )
                     return None
                 if method == "clone":
-                    own = ext.reserve_own(fd_out, extents, total, fs.block)
-                    shared = extents.size - own
+                    ext.reserve_edit(
+                        fd_out, plan.file_bytes, plan.output_bytes, plan.metadata_bytes
+                    )
                 elif method == "sparse":  # own ranges written, shared ones holes
-                    reserve(fd_out, extents.size, total, allocate_existing=False)
+                    reserve(fd_out, extents.size, plan.output_bytes, allocate_existing=False)
                     own = sum(p.length for p in extents.own)
-                    shared = extents.size - own
+                    return Written(
+                        "copy-patch",
+                        {},
+                        copy_method=method,
+                        bytes_shared=extents.size - own,
+                        bytes_own=own,
+                    )
                 else:  # copied by the kernel or the server: what it shared is not known
-                    reserve(fd_out, extents.size, total)
-                    own, shared = extents.size, 0
+                    reserve(fd_out, plan.file_bytes, plan.output_bytes)
             finally:
                 os.close(fd_out)
         finally:
             os.close(fd_in)
-        return Written("copy-patch", {}, copy_method=method, bytes_shared=shared, bytes_own=own)
+        return Written("copy-patch", {}, copy_method=method, bytes_own=plan.file_bytes)
 
     def start_copy(self, *, direct: bool, reserve: int) -> SplitCopy:
         self.copier = SplitCopy(self.src, self.tmp, direct=direct, reserve=reserve)
@@ -175,21 +188,27 @@ def write(
     extra = {PROVENANCE_ATTR: json.dumps(entries)}
     placed: dict[int, tuple[str, bool]] = {}
     if reused_bytes >= 0.5 * plan.file_bytes:
-        spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
-        _check_inside(spans, plan, reused, handle)
-        ranges = [(a, b) for a, b in spans if b - a >= MIN_RANGE]
-        extents = ext.Extents.copy_patch(ranges, plan.file_bytes, ext.filesystem(tmp.parent).block)
-        shared = out.share(extents, plan.output_bytes, copy_method)
+        ranges = None
+        if copy_method == "sparse":  # a staging file: everything but the data is written
+            spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
+            _check_inside(spans, plan, reused, handle)
+            ranges = [(a, b) for a, b in spans if b - a >= MIN_RANGE]
+        shared = out.share(plan, copy_method, ranges)
         if shared is not None:
             written = shared
             written.placed = placed
             if progress is not None:
                 progress("copy", plan.file_bytes, plan.file_bytes)
             _patch(tmp, root, plan.target_release, reused, placed, extra, progress)
+            if written.copy_method == "clone":  # what the edit left shared, as FIEMAP says
+                written.bytes_shared = min(plan.file_bytes, ext.shared_bytes(tmp))
+                written.bytes_own = plan.file_bytes - written.bytes_shared
             digest = None  # the source's bytes were never read (see extents)
         else:
+            spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
+            _check_inside(spans, plan, reused, handle)
             copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes)
-            copier.restrict(ranges)
+            copier.restrict([(a, b) for a, b in spans if b - a >= MIN_RANGE])
             written = Written("copy-patch", placed, copy_method="copy")
             written.bytes_own = plan.file_bytes
             _patch(tmp, root, plan.target_release, reused, placed, extra, progress)

@@ -117,7 +117,7 @@ def make_plan(
         output_dir=out_dir,
         free_bytes=free,
         inputs_given=dict(inputs or {}),
-        metadata_bytes=max(0, file_bytes - ckpt.data_bytes),
+        metadata_bytes=max(0, file_bytes - (ckpt.data_bytes or 0)),
         copy_method=extents.expected_method(copy_method, ckpt.path, out_dir),
     )
 

@@ -20,7 +20,7 @@ class Checkpoint:
     warnings: list[str] = field(default_factory=list)
     had_tensor_scalar_dict: bool = False  # 1.7-era spec node, read as a plain dict
     handle: Any = None  # h5io.H5Handle kept open for lazy reads
-    data_bytes: int = 0  # bytes the file's datasets store; the rest of the file is metadata
+    data_bytes: int | None = 0  # bytes the datasets store, the rest is metadata (None: unmeasured)
 
     @property
     def release(self) -> Release | None:

@@ -23,16 +23,21 @@ def read_checkpoint(
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
     ``release`` overrides the release detected from the file (for files whose metadata is wrong).
-    ``isolate=False`` skips the forked :func:`preflight` pass: only for a file this process has
-    just written from a source that passed it (the engine's read-back of its own output).
+    ``isolate=False`` skips the forked :func:`preflight` pass and the boundary checks: only for
+    a file this process has just written from a source that passed them (the engine's
+    read-back of its own output); ``data_bytes`` is then None.
     """
     p = Path(path)
-    if isolate:
-        preflight(p)
+    stored = preflight(p) if isolate else None
     f = open_read(p)
     handle = H5Handle(p, f)
     try:
-        return _read(p, f, handle, release)
+        if isolate:  # our own output (isolate=False) holds what passed the source's checks
+            # Measured by the child, or (when it named no figure) here, where the problem it
+            # met is named: the parent walks the chunk indexes only then.
+            measured = check_self_contained(f, p, storage=stored is None)
+            stored = stored if measured is None else measured
+        return _read(p, f, handle, release, stored)
     except DAMAGED_HDF5 as exc:
         handle.close()
         raise damaged(p, exc) from None
@@ -41,8 +46,9 @@ def read_checkpoint(
         raise
 
 
-def _read(p: Path, f: h5py.File, handle: H5Handle, release: str | None) -> Checkpoint:
-    data_bytes = check_self_contained(f, p)
+def _read(
+    p: Path, f: h5py.File, handle: H5Handle, release: str | None, data_bytes: int | None
+) -> Checkpoint:
     version = f.attrs.get("__version__")
     cstorch = f.attrs.get("__cstorch_version__")
     try:

@@ -53,6 +53,21 @@ def delete_all(oid: h5py.h5o.ObjectID) -> None:
         h5a.delete(oid, index=0, index_type=h5py.h5.INDEX_CRT_ORDER, order=h5py.h5.ITER_NATIVE)
 
 
+def get_value(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
+    """``obj.attrs.get(name, default)`` for a numeric or boolean attribute (a numpy scalar or
+    array) at a fifth of its cost; strings and anything unusual are read by h5py."""
+    try:
+        attr = h5a.open(obj.id, name.encode())
+    except KeyError:
+        return default
+    dtype = attr.dtype
+    if dtype.kind not in "biuf" or attr.get_space().get_simple_extent_type() == h5s.NULL:
+        return obj.attrs[name]
+    out = np.empty(attr.shape, dtype=dtype)
+    attr.read(out)
+    return out[()] if out.shape == () else out
+
+
 def get_text(obj: h5py.HLObject, name: str, default: Any = None) -> Any:
     """``obj.attrs.get(name, default)``, fast for a scalar variable-length string (as ``str``);
     any other attribute is read by h5py."""

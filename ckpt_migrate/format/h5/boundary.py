@@ -44,17 +44,23 @@ ALLOWED_TYPE_CLASSES = frozenset(
 _CLASS_NAMES = {2: "time", 4: "bitfield", 6: "compound", 7: "reference", 9: "vlen", 10: "array"}
 
 
-def check_self_contained(f: h5py.File, path: Path) -> int:
+def check_self_contained(f: h5py.File, path: Path, *, storage: bool = True) -> int | None:
     """Refuse a file with external or user-defined links, external raw storage, virtual
     datasets or filters outside :data:`ALLOWED_FILTERS` (``UnsafeContentError``), or with a
-    dataset declaring more bytes than it stores could expand to (``format.budgets``) or a
     dataset or attribute of a type class outside :data:`ALLOWED_TYPE_CLASSES`
     (``CorruptCheckpointError``); both exit 2.
 
+    ``storage``: also walk every chunk index (``dataset_storage``) to refuse a dataset
+    declaring more bytes than it stores could expand to (``format.budgets``) or storing bytes
+    past the end of the file, and return the bytes the datasets store (else None: the
+    preflight child has measured them, or the file is this process's own output).
+
     Links are inspected without being resolved; soft links stay inside the file and are
-    allowed. Metadata only: no tensor data is read. Returns the bytes the datasets store."""
+    allowed. Metadata only: no tensor data is read."""
     problems: list[CkptError] = []
-    stored = [0]
+    stored: list[int] | None = [0] if storage else None
+    file_bytes = path.stat().st_size if storage else 0
+    objects: set[int] = set()
     broken: list[BaseException] = []
 
     def visit(name: bytes, info: h5py.h5l.LinkInfo) -> bool | None:
@@ -63,9 +69,10 @@ def check_self_contained(f: h5py.File, path: Path) -> int:
             problems.append(_unsafe(path, where, "is an external link to another file"))
         elif info.type not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
             problems.append(_unsafe(path, where, f"is a user-defined link (type {info.type})"))
-        elif info.type == h5py.h5l.TYPE_HARD:
+        elif info.type == h5py.h5l.TYPE_HARD and info.u not in objects:
+            objects.add(info.u)  # an object under several names (a tie) is checked once
             try:
-                problem = _dataset_problem(f.id, name, path, where, stored)
+                problem = _dataset_problem(f.id, name, path, where, stored, file_bytes)
             except DAMAGED_HDF5 as exc:  # raised out of HDF5's callback it would lose its type
                 broken.append(exc)
                 return True
@@ -85,7 +92,7 @@ def check_self_contained(f: h5py.File, path: Path) -> int:
         raise damaged(path, broken[0])
     if problems:
         raise problems[0]
-    return stored[0]
+    return None if stored is None else stored[0]
 
 
 def attribute_names(obj: h5py.h5o.ObjectID) -> list[bytes]:
@@ -120,7 +127,12 @@ def _unsafe(path: Path, where: str, problem: str) -> UnsafeContentError:
 
 
 def _dataset_problem(
-    root: h5py.h5g.GroupID, name: bytes, path: Path, where: str, stored: list[int]
+    root: h5py.h5g.GroupID,
+    name: bytes,
+    path: Path,
+    where: str,
+    stored: list[int] | None,
+    file_bytes: int,
 ) -> CkptError | None:
     obj = h5py.h5o.open(root, name)
     problem = _attributes_problem(obj, path, where)
@@ -137,15 +149,42 @@ def _dataset_problem(
         code = dcpl.get_filter(i)[0]
         if code not in ALLOWED_FILTERS:
             return _unsafe(path, where, f"uses HDF5 filter {code}, which checkpoints do not use")
-    size = obj.get_storage_size()
+    if stored is None:
+        return None
+    size, end = dataset_storage(obj)
     stored[0] += size
-    space = obj.get_space()
+    text = storage_problem(obj, size, end, file_bytes)
+    fix = "the file is truncated or damaged" if end > file_bytes else budgets.FIX
+    return None if text is None else CorruptCheckpointError(path, f"dataset {where!r} {text}", fix)
+
+
+def dataset_storage(ds: h5py.h5d.DatasetID) -> tuple[int, int]:
+    """(bytes stored, end of the last stored byte) of a dataset: one walk of its chunk index
+    (HDF5's own storage size walks it too), or its contiguous block."""
+    if ds.get_create_plist().get_layout() != h5py.h5d.CHUNKED:
+        size = ds.get_storage_size()
+        offset = ds.get_offset()
+        return size, 0 if offset is None else offset + size
+    total = end = 0
+
+    def chunk(info: h5py.h5d.StoreInfo) -> None:
+        nonlocal total, end
+        total += info.size
+        end = max(end, info.byte_offset + info.size)
+
+    ds.chunk_iter(chunk)
+    return total, end
+
+
+def storage_problem(ds: h5py.h5d.DatasetID, stored: int, end: int, file_bytes: int) -> str | None:
+    """Why a dataset storing ``stored`` bytes, the last at ``end``, cannot be read from a file of
+    ``file_bytes``: it declares more than ``stored`` could expand to, or lies past the end."""
+    if end > file_bytes:
+        return (
+            f"has stored data that lies past the end of the file (byte {end:,} of {file_bytes:,})"
+        )
+    space = ds.get_space()
     if space.get_simple_extent_type() != h5py.h5s.SIMPLE:
         return None
-    declared = math.prod(space.shape) * obj.get_type().get_size()
-    problem = budgets.dataset_problem(declared, size)
-    return (
-        None
-        if problem is None
-        else CorruptCheckpointError(path, f"dataset {where!r} {problem}", budgets.FIX)
-    )
+    declared = math.prod(space.shape) * ds.get_type().get_size()
+    return budgets.dataset_problem(declared, stored)

@@ -16,7 +16,14 @@ import numpy as np
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
-from ckpt_migrate.format.h5.io import H5Handle, attr_bool, attr_python, attr_text, object_key
+from ckpt_migrate.format.h5.io import (
+    H5Handle,
+    attr_bool,
+    attr_python,
+    attr_text,
+    object_key,
+    open_dataset,
+)
 from ckpt_migrate.format.legacy.spec_decode import decode_spec_info
 from ckpt_migrate.format.pickled import scalar_payload
 from ckpt_migrate.format.tree import (
@@ -70,7 +77,8 @@ def read(f: h5py.File, handle: H5Handle, fmt: float) -> tuple[Node, list[str], l
         stored = quote(ref.name, safe="")
         if stored not in stored_names:
             return MissingLeaf(ref.name)
-        ds = f[stored]
+        ds = open_dataset(f, stored)
+        assert ds is not None  # among stored_names
         used.add(stored)
         ident = object_key(ds)
         if ident not in shared:
@@ -92,7 +100,7 @@ def _decode_dataset(ds: h5py.Dataset, stored: str, handle: H5Handle, fmt: float,
 def _tensor(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str, numpy: bool) -> TensorLeaf:
     if ds.shape is None:
         raise CorruptCheckpointError(handle.path, f"tensor {name!r} has no data (empty dataset)")
-    bf16 = attr_bool(ds.attrs.get("is_bfloat16", False))
+    bf16 = attr_bool(h5attrs.get_value(ds, "is_bfloat16", False))
     try:
         dt = dtypes.from_storage(ds.dtype, bf16)
     except ValueError as exc:

@@ -14,7 +14,7 @@ import h5py
 from ckpt_migrate.errors import CorruptCheckpointError, KeyCollisionError, UnsupportedContentError
 from ckpt_migrate.format import budgets, dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
-from ckpt_migrate.format.h5.io import H5Handle, attr_bool, attr_text
+from ckpt_migrate.format.h5.io import H5Handle, attr_bool, attr_text, open_dataset
 from ckpt_migrate.format.tree import (
     DictNode,
     ExternalLeaf,
@@ -156,7 +156,7 @@ def _decode_object(
         return TensorLeaf(dtype, shape, H5Data(handle, name))
     if kind == "NumpyArraySerializer":
         ds = _dataset(f, name, path, used)
-        is_bf16 = attr_bool(ds.attrs.get("is_bfloat16", m.get("is_bfloat16", False)))
+        is_bf16 = attr_bool(h5attrs.get_value(ds, "is_bfloat16", m.get("is_bfloat16", False)))
         try:
             dt = dtypes.from_storage(ds.dtype, is_bf16)
         except ValueError as exc:
@@ -192,8 +192,8 @@ def _decode_object(
 
 
 def _dataset(f: h5py.File, name: str, path: Path, used: set[str]) -> h5py.Dataset:
-    obj = f.get(name)
-    if not isinstance(obj, h5py.Dataset):
+    obj = open_dataset(f, name)
+    if obj is None:
         raise CorruptCheckpointError(
             path, f"leaf {name!r} has no dataset", "the file is incomplete"
         )

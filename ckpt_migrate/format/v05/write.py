@@ -7,6 +7,7 @@ stored value, then every ``<leaf>.__metadata__`` attribute and ``__SUCCESS__`` l
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -38,9 +39,34 @@ def _per_leaf_spec(name: str) -> list[Any]:
     return [{name: "*"}, json.dumps([1, node])]
 
 
-def _leaf_json(name: str, md: dict[str, Any]) -> str:
+def _leaf_json_slow(name: str, md: dict[str, Any]) -> str:
     doc = {"__spec__": _per_leaf_spec(name), "__objects__": [name], f"{name}.__metadata__": md}
     return json.dumps(doc, indent=4)
+
+
+# A name json writes as it is at every depth: printable ASCII but `"` and `\`.
+_PLAIN_NAME = re.compile(r"[ !#-\[\]-~]*\Z")
+_PLACEHOLDER = "ckptmigrate0leaf0name"
+_TEMPLATES: dict[str, str] = {}  # json.dumps(md) -> the document with _PLACEHOLDER as name
+
+
+def _leaf_json(name: str, md: dict[str, Any]) -> str:
+    """The ``<name>.__metadata__`` document, as ``json.dumps(doc, indent=4)`` writes it.
+
+    With ``indent`` json runs in pure Python (100 µs a leaf, a quarter of an upgrade's
+    attribute writing); the documents of a checkpoint differ in the name and in few metadata
+    dicts, so each dict's document is made once with a placeholder name."""
+    if not _PLAIN_NAME.match(name):
+        return _leaf_json_slow(name, md)
+    key = json.dumps(md)
+    if _PLACEHOLDER in key:
+        return _leaf_json_slow(name, md)
+    template = _TEMPLATES.get(key)
+    if template is None:
+        template = _leaf_json_slow(_PLACEHOLDER, md)
+        if len(_TEMPLATES) < 4096:
+            _TEMPLATES[key] = template
+    return template.replace(_PLACEHOLDER, name)
 
 
 def tensor_metadata(leaf: TensorLeaf) -> dict[str, Any]:
