@@ -1,12 +1,12 @@
 """Writing an upgrade's output: ``copy-patch`` (the source's bytes, its metadata rewritten) or
 ``rewrite`` (a fresh file), and the source digest for the provenance record.
 
-``copy-patch``: the source file is copied byte for byte beside the target (``splitcopy``: a
-worker process moves the tensor data, hashing the source as it goes, while this process edits
-the metadata around it): tensor datasets the result still uses are moved into a fresh root
-group, never decoded; everything else (attributes, scalars, the spec) is written by the target
-release's writer. ``rewrite``, when the hops drop most of the data: a new file, LZ4 chunks
-copied as stored bytes.
+``copy-patch``: the source file is cloned beside the target (``extents``) or copied byte for
+byte (``splitcopy``: a worker process moves the tensor data, hashing the source as it goes,
+while this process edits the metadata around it): tensor datasets the result still uses are
+linked into a fresh root group, never decoded; everything else (attributes, scalars, the
+spec) is written by the target release's writer. ``rewrite``, when the hops drop most of the
+data: a new file, LZ4 chunks copied as stored bytes.
 """
 
 from __future__ import annotations
@@ -317,7 +317,7 @@ def _patch(
     extra: dict[str, str],
     progress: Progress | None,
 ) -> None:
-    """Build the new tree in a fresh group of the copied file, moving each reused dataset into
+    """Build the new tree in a fresh group of the copied file, linking each reused dataset into
     it under its final name, then make that group the root (see ``h5root``): a new namespace
     needs no staging of renames, and its attributes are indexed rather than a list."""
     with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False)) as f:
@@ -333,7 +333,9 @@ def _patch(
             parent = name.rpartition("/")[0]
             if parent:
                 g.require_group(parent)
-            f.move(current, f"{h5root.FRESH_ROOT}/{name}")
+            # A second hard link, not a move: unlinking from the old root (unreachable once
+            # the new one is in the superblock) would rewrite its heap and B-tree for nothing.
+            g.id.links.create_hard(name.encode(), f.id, current.encode())
             ds = h5py.Dataset(h5py.h5d.open(g.id, name.encode()))
             h5attrs.delete_all(ds.id)
             placed[id(leaf)] = (name, True)

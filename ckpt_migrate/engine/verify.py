@@ -24,7 +24,7 @@ from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.compare import (
     check_written,
     dataset_sha256,
-    same_stored_object,
+    object_addresses,
     tensor_sha256,
 )
 from ckpt_migrate.format.h5.io import open_read
@@ -39,7 +39,9 @@ def verify_index(
     stored object of the source (so its bytes are the source's bytes by construction)."""
     check_written(tmp, root, release)
     seen: set[int] = set()
+    sources: dict[int, dict[str, int]] = {}  # id(source handle) -> its object addresses
     with open_read(tmp) as out:
+        at = object_addresses(out) if not full else {}
         for ref in iter_leaves(root):
             leaf = ref.leaf
             entry = written.placed.get(id(leaf))
@@ -51,9 +53,12 @@ def verify_index(
             if not reused:  # written by HDF5 just now, so complete: hash it
                 _check_hash(tmp, ref.name, leaf, out[name], written)
             elif not full:
-                assert isinstance(leaf.data, H5Data)
-                source = leaf.data.handle.dataset_id(leaf.data.name)
-                if not same_stored_object(source, h5py.h5d.open(out.id, name.encode())):
+                data = leaf.data
+                assert isinstance(data, H5Data)
+                if id(data.handle) not in sources:
+                    sources[id(data.handle)] = object_addresses(data.handle.file())
+                source_at = sources[id(data.handle)].get(data.name)
+                if source_at is None or at.get(name) != source_at:
                     raise VerificationError(
                         tmp, f"tensor {ref.name!r} does not hold its source data"
                     )

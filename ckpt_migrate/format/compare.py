@@ -2,8 +2,8 @@
 
 Three levels, cheapest first:
 * ``signature``: structure, keys, leaf kinds, values, dtypes, shapes and ties (no tensor data);
-* ``same_stored_object``: a dataset is the same stored object as in the file it was copied from
-  (metadata only; proves bit-identity for data copied as file bytes);
+* ``object_addresses``: a dataset is the same stored object as in the file it was copied from
+  (the links alone; proves bit-identity for data copied or cloned as file bytes);
 * ``tensor_sha256``: the hash of a tensor's raw little-endian bytes (bf16 as its 16-bit pattern),
   the same hash cstorch-digest-v1 uses, computed in slabs so memory stays bounded.
 """
@@ -110,42 +110,21 @@ def _le_bytes(block: np.ndarray, storage: np.dtype) -> bytes | memoryview:
     return memoryview(np.ascontiguousarray(block)).cast("B")
 
 
-def same_stored_object(a: h5py.h5d.DatasetID, b: h5py.h5d.DatasetID) -> bool:
-    """``b`` is the very dataset ``a`` was, in a byte-for-byte copy of ``a``'s file.
+def object_addresses(group: h5py.Group) -> dict[str, int]:
+    """The object each hard link under ``group`` names, by its address in the file, from the
+    links alone (no object is opened: an upgrade checks one per tensor).
 
-    Same type, shape, layout, chunking and storage size, and its data starts at the same file
-    offset (first chunk: offset, size and filter mask; contiguous: offset): the data is the
-    source's bytes by construction, and nothing needs to be read to know it. Datasets without
-    stored data compare by object header address. Low-level IDs: an upgrade checks one pair per
-    tensor, and h5py's ``Dataset`` objects cost more than the check itself.
-    """
-    if a.shape != b.shape or a.get_type() != b.get_type():
-        return False
-    layout_a, layout_b = _layout(a), _layout(b)
-    if layout_a != layout_b or a.get_storage_size() != b.get_storage_size():
-        return False
-    where_a, where_b = _data_start(a, layout_a), _data_start(b, layout_b)
-    if where_a is None or where_b is None:
-        return h5py.h5o.get_info(a).addr == h5py.h5o.get_info(b).addr
-    return where_a == where_b
+    A tensor of a copy or clone of a file that names the object at the source dataset's
+    address *is* that stored object: same header, so same type, shape, layout and chunk index,
+    all of them the source's bytes, as is the data they point to."""
+    found: dict[str, int] = {}
 
+    def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
+        if info.type == h5py.h5l.TYPE_HARD:
+            found[name.decode("utf-8", "surrogateescape")] = info.u
 
-def _layout(ds: h5py.h5d.DatasetID) -> tuple:
-    plist = ds.get_create_plist()
-    layout = plist.get_layout()
-    return (layout, plist.get_chunk() if layout == h5py.h5d.CHUNKED else None)
-
-
-def _data_start(ds: h5py.h5d.DatasetID, layout: tuple) -> tuple | None:
-    if layout[0] != h5py.h5d.CHUNKED:
-        offset = ds.get_offset()
-        return None if offset is None else (offset,)
-    if ds.shape is None or 0 in ds.shape:
-        return None
-    info = ds.get_chunk_info_by_coord((0,) * len(ds.shape))
-    if info.byte_offset is None:
-        return None
-    return (info.byte_offset, info.size, info.filter_mask)
+    group.id.links.visit(visit, info=True)
+    return found
 
 
 @dataclass

@@ -23,20 +23,18 @@ def read_checkpoint(
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
     ``release`` overrides the release detected from the file (for files whose metadata is wrong).
-    ``isolate=False`` skips the forked :func:`preflight` pass and the boundary checks: only for
-    a file this process has just written from a source that passed them (the engine's
-    read-back of its own output); ``data_bytes`` is then None.
+    The boundary's checks are the preflight children's; the parent repeats them only to name a
+    problem they met. ``isolate=False`` skips the forked :func:`preflight` pass and so the
+    boundary checks: only for a file this process has just written from a source that passed
+    them (the engine's read-back of its own output); ``data_bytes`` is then None.
     """
     p = Path(path)
     stored = preflight(p) if isolate else None
     f = open_read(p)
     handle = H5Handle(p, f)
     try:
-        if isolate:  # our own output (isolate=False) holds what passed the source's checks
-            # Measured by the child, or (when it named no figure) here, where the problem it
-            # met is named: the parent walks the chunk indexes only then.
-            measured = check_self_contained(f, p, storage=stored is None)
-            stored = stored if measured is None else measured
+        if isolate and stored is None:  # the children met a problem: named here
+            stored = check_self_contained(f, p)
         return _read(p, f, handle, release, stored)
     except DAMAGED_HDF5 as exc:
         handle.close()

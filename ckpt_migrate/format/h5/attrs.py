@@ -9,6 +9,7 @@ string attribute that way costs 61 µs, 23 µs through ``get_text``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import h5py
@@ -38,14 +39,34 @@ def as_array(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """An attribute ready to be created on many objects: its name, HDF5 type and space, and
+    its value as the array h5py would write (``prepare``)."""
+
+    name: bytes
+    tid: h5t.TypeID
+    space: h5s.SpaceID
+    data: np.ndarray
+
+
+def prepare(name: str, value: Any) -> Prepared:
+    data = as_array(value)
+    if not data.flags.c_contiguous:  # (np.ascontiguousarray would make a scalar 1-d)
+        data = data.copy(order="C")
+    space = _SCALAR if data.shape == () else h5s.create_simple(data.shape)
+    return Prepared(name.encode(), _type(data.dtype), space, data)
+
+
 def create(oid: h5py.h5o.ObjectID, name: str, value: Any) -> None:
     """Create attribute ``name`` (which must not exist) on the object ``oid``."""
-    data = as_array(value)
-    space = _SCALAR if data.shape == () else h5s.create_simple(data.shape)
-    tid = _type(data.dtype)
-    attr = h5a.create(oid, name.encode(), tid, space)
-    if data.size:
-        attr.write(np.ascontiguousarray(data))
+    create_prepared(oid, prepare(name, value))
+
+
+def create_prepared(oid: h5py.h5o.ObjectID, p: Prepared) -> None:
+    attr = h5a.create(oid, p.name, p.tid, p.space)
+    if p.data.size:
+        attr.write(p.data)
 
 
 def delete_all(oid: h5py.h5o.ObjectID) -> None:

@@ -65,10 +65,9 @@ def check_self_contained(f: h5py.File, path: Path, *, storage: bool = True) -> i
 
     def visit(name: bytes, info: h5py.h5l.LinkInfo) -> bool | None:
         where = "/" + name.decode("utf-8", "replace")
-        if info.type == h5py.h5l.TYPE_EXTERNAL:
-            problems.append(_unsafe(path, where, "is an external link to another file"))
-        elif info.type not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
-            problems.append(_unsafe(path, where, f"is a user-defined link (type {info.type})"))
+        problem = link_problem(path, where, info)
+        if problem is not None:
+            problems.append(problem)
         elif info.type == h5py.h5l.TYPE_HARD and info.u not in objects:
             objects.add(info.u)  # an object under several names (a tie) is checked once
             try:
@@ -93,6 +92,15 @@ def check_self_contained(f: h5py.File, path: Path, *, storage: bool = True) -> i
     if problems:
         raise problems[0]
     return None if stored is None else stored[0]
+
+
+def link_problem(path: Path, where: str, info: h5py.h5l.LinkInfo) -> CkptError | None:
+    """Why a link (never resolved) is refused: it leads out of the file, or to code."""
+    if info.type == h5py.h5l.TYPE_EXTERNAL:
+        return _unsafe(path, where, "is an external link to another file")
+    if info.type not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
+        return _unsafe(path, where, f"is a user-defined link (type {info.type})")
+    return None
 
 
 def attribute_names(obj: h5py.h5o.ObjectID) -> list[bytes]:
@@ -138,6 +146,19 @@ def _dataset_problem(
     problem = _attributes_problem(obj, path, where)
     if problem is not None or not isinstance(obj, h5py.h5d.DatasetID):
         return problem
+    problem = dataset_problem(obj, path, where)
+    if problem is not None or stored is None:
+        return problem
+    size, end = dataset_storage(obj)
+    stored[0] += size
+    text = storage_problem(obj, size, end, file_bytes)
+    fix = "the file is truncated or damaged" if end > file_bytes else budgets.FIX
+    return None if text is None else CorruptCheckpointError(path, f"dataset {where!r} {text}", fix)
+
+
+def dataset_problem(obj: h5py.h5d.DatasetID, path: Path, where: str) -> CkptError | None:
+    """Why a dataset is refused by its type or its storage description (metadata only): a type
+    class checkpoints never use, a virtual dataset, external raw storage, an unknown filter."""
     if obj.get_type().get_class() not in ALLOWED_TYPE_CLASSES:
         return _odd_type(path, f"dataset {where!r}", obj.get_type())
     dcpl = obj.get_create_plist()
@@ -149,13 +170,7 @@ def _dataset_problem(
         code = dcpl.get_filter(i)[0]
         if code not in ALLOWED_FILTERS:
             return _unsafe(path, where, f"uses HDF5 filter {code}, which checkpoints do not use")
-    if stored is None:
-        return None
-    size, end = dataset_storage(obj)
-    stored[0] += size
-    text = storage_problem(obj, size, end, file_bytes)
-    fix = "the file is truncated or damaged" if end > file_bytes else budgets.FIX
-    return None if text is None else CorruptCheckpointError(path, f"dataset {where!r} {text}", fix)
+    return None
 
 
 def dataset_storage(ds: h5py.h5d.DatasetID) -> tuple[int, int]:

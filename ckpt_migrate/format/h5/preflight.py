@@ -11,10 +11,12 @@ the file (exit 2) if the child dies by a signal or makes no progress for
 filesystem that can pause for longer). A legitimate file costs one extra pass over its
 metadata (measured in benchmarks/README.md); its data is never read.
 
-The chunk indexes are walked here only: the child also measures what each dataset stores
-(``boundary.dataset_storage``: the decompression budget, and stored bytes inside the file) and
-hands the total to the parent, which then never walks a chunk index to read or upgrade a file
-(an upgrade by clone reads no chunk index at all: its cost stays the metadata's).
+The children also take the boundary's checks (``boundary``: links, types, storage
+descriptions) and walk the chunk indexes, measuring what each dataset stores (the
+decompression budget, and stored bytes inside the file). A clean walk hands the total to the
+parent, which then neither repeats those checks nor walks a chunk index to read or upgrade the
+file (an upgrade by clone reads no chunk index at all: its cost stays the metadata's); a walk
+that met a problem leaves naming it to the parent's own ``check_self_contained``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.h5.boundary import (
     ALLOWED_TYPE_CLASSES,
     attribute_names,
+    dataset_problem,
     dataset_storage,
+    link_problem,
     storage_problem,
 )
 from ckpt_migrate.format.h5.io import forbid_plugin_loading
@@ -140,8 +144,10 @@ def _walk(path: Path, tick: int, part: int, parts: int) -> None:
 
         def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
             nonlocal stored, seen
+            if link_problem(path, "", info) is not None:
+                raise _Refused  # a link out of the file: never followed
             if info.type != h5py.h5l.TYPE_HARD or info.u in objects:
-                return None  # links to elsewhere are the boundary's to refuse, never followed
+                return None
             objects.add(info.u)  # an object under several names (a tie) counts once
             seen += 1
             if seen % parts != part:
@@ -149,6 +155,8 @@ def _walk(path: Path, tick: int, part: int, parts: int) -> None:
             obj = h5py.h5o.open(f.id, name)
             _read_attributes(obj, tick)
             if isinstance(obj, h5py.h5d.DatasetID):
+                if dataset_problem(obj, path, "") is not None:
+                    raise _Refused  # before its storage is looked at
                 size, end = dataset_storage(obj)
                 if storage_problem(obj, size, end, file_bytes) is not None:
                     raise _Refused
@@ -172,7 +180,7 @@ def _read_attributes(obj: h5py.h5o.ObjectID, tick: int) -> None:
         tid = attr.get_type()
         kind = tid.get_class()
         if kind not in ALLOWED_TYPE_CLASSES:
-            continue  # never read: the boundary refuses it by its type
+            raise _Refused  # never read: the boundary refuses it by its type
         space = attr.get_space()
         if space.get_simple_extent_type() == h5py.h5s.NULL:
             continue

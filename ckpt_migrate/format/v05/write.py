@@ -89,20 +89,35 @@ def tensor_metadata(leaf: TensorLeaf) -> dict[str, Any]:
     return md
 
 
+_ATTR_SETS: dict[str, list[h5attrs.Prepared]] = {}  # json.dumps(md) -> its attributes
+
+
 def _dataset_attrs(ds: h5py.Dataset, md: dict[str, Any]) -> None:
-    """cstorch copies the metadata dict onto the dataset; the two must agree (§4.9)."""
+    """cstorch copies the metadata dict onto the dataset; the two must agree (§4.9). A
+    checkpoint's tensors share few metadata dicts (one per shape and dtype): each dict's
+    attributes are prepared once."""
+    key = json.dumps(md)
+    prepared = _ATTR_SETS.get(key)
+    if prepared is None:
+        prepared = [h5attrs.prepare(k, _attr_value(k, v)) for k, v in md.items()]
+        if len(_ATTR_SETS) < 4096:
+            _ATTR_SETS[key] = prepared
     oid = ds.id
-    for key, value in md.items():
-        if key == "shapes":
-            shape = value[0]
-            value = np.array([shape], dtype=np.int64) if shape else np.empty((1, 0))
-        elif key == "dtypes":
-            value = np.array(value, dtype=h5py.string_dtype())
-        elif key == "rtfx_dtypes":
-            value = np.array(value, dtype=np.int64)
-        elif isinstance(value, bool):
-            value = np.bool_(value)
-        h5attrs.create(oid, key, value)
+    for p in prepared:
+        h5attrs.create_prepared(oid, p)
+
+
+def _attr_value(key: str, value: Any) -> Any:
+    if key == "shapes":
+        shape = value[0]
+        return np.array([shape], dtype=np.int64) if shape else np.empty((1, 0))
+    if key == "dtypes":
+        return np.array(value, dtype=h5py.string_dtype())
+    if key == "rtfx_dtypes":
+        return np.array(value, dtype=np.int64)
+    if isinstance(value, bool):
+        return np.bool_(value)
+    return value
 
 
 def write(
