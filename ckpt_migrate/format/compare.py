@@ -217,14 +217,18 @@ def missing_as_none(root: Node) -> Node:
     )
 
 
-def check_written(path: Path, expected: Node, release: Release) -> None:
+def check_written(
+    path: Path, expected: Node, release: Release, *, tensors_proven: bool = False
+) -> None:
     """Re-read ``path`` and compare its signature with ``expected`` (raises VerificationError).
 
     What the format cannot tell apart is compared as it reads back: 0.5 writes missing leaves as
-    None, and 0.1–0.3 store numpy arrays like tensors.
+    None, and 0.1–0.3 store numpy arrays like tensors. ``tensors_proven``: the caller proves
+    every tensor's dataset itself (by address or hash), so 0.5 tensors are read back from
+    their metadata alone (``read_checkpoint``).
     """
     want = expected if release.legacy else missing_as_none(expected)
     loose = release.format < 0.4
-    with read_checkpoint(path, isolate=False) as back:  # our own output
+    with read_checkpoint(path, isolate=False, tensors_proven=tensors_proven) as back:
         if signature(back.root, numpy_as_tensor=loose) != signature(want, numpy_as_tensor=loose):
             raise VerificationError(path, "the written file does not hold the expected tree")

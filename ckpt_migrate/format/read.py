@@ -18,7 +18,11 @@ from ckpt_migrate.format.v05 import read as read_v05
 
 
 def read_checkpoint(
-    path: str | Path, *, release: str | None = None, isolate: bool = True
+    path: str | Path,
+    *,
+    release: str | None = None,
+    isolate: bool = True,
+    tensors_proven: bool = False,
 ) -> Checkpoint:
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
@@ -26,7 +30,9 @@ def read_checkpoint(
     The boundary's checks are the preflight children's; the parent repeats them only to name a
     problem they met. ``isolate=False`` skips the forked :func:`preflight` pass and so the
     boundary checks: only for a file this process has just written from a source that passed
-    them (the engine's read-back of its own output); ``data_bytes`` is then None.
+    them (its read-back of its own output); ``data_bytes`` is then None. ``tensors_proven``
+    (with ``isolate=False``): the caller proves each tensor's dataset itself, by its address or
+    its hash, so format 0.5 tensors are taken as their metadata describes them, unopened.
     """
     p = Path(path)
     stored = preflight(p) if isolate else None
@@ -35,7 +41,7 @@ def read_checkpoint(
     try:
         if isolate and stored is None:  # the children met a problem: named here
             stored = check_self_contained(f, p)
-        return _read(p, f, handle, release, stored)
+        return _read(p, f, handle, release, stored, trusted=tensors_proven and not isolate)
     except DAMAGED_HDF5 as exc:
         handle.close()
         raise damaged(p, exc) from None
@@ -45,7 +51,12 @@ def read_checkpoint(
 
 
 def _read(
-    p: Path, f: h5py.File, handle: H5Handle, release: str | None, data_bytes: int | None
+    p: Path,
+    f: h5py.File,
+    handle: H5Handle,
+    release: str | None,
+    data_bytes: int | None,
+    trusted: bool,
 ) -> Checkpoint:
     version = f.attrs.get("__version__")
     cstorch = f.attrs.get("__cstorch_version__")
@@ -73,7 +84,7 @@ def _read(
         detected = releases.Detected(detected.format, detected.cstorch_version, forced)
     tensor_scalar_dict = False
     if detected.format >= 0.5:
-        root, unreferenced, warnings = read_v05.read(f, handle)
+        root, unreferenced, warnings = read_v05.read(f, handle, trusted=trusted)
     else:
         root, unreferenced, warnings, tensor_scalar_dict = read_legacy.read(
             f, handle, detected.format

@@ -192,6 +192,26 @@ def open_dataset(group: h5py.Group, name: str) -> h5py.Dataset | None:
     return h5py.Dataset(oid) if isinstance(oid, h5py.h5d.DatasetID) else None
 
 
+def datasets_not_in(group: h5py.Group, used: set[str], *, recursive: bool) -> list[str]:
+    """The datasets under ``group`` (its members, or with ``recursive`` everything below it)
+    whose names are not in ``used``, sorted. Found from the links: only the names outside
+    ``used`` are opened (``h5o.visit`` with object info cost 0.17 s on a file of 2,000 leaves,
+    for the attribute counts it gathers)."""
+    other: list[bytes] = []
+
+    def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
+        if info.type == h5py.h5l.TYPE_HARD and name.decode() not in used:
+            other.append(name)
+
+    if recursive:
+        group.id.links.visit(take, info=True)
+    else:
+        group.id.links.iterate(take, info=True)
+    return sorted(
+        n.decode() for n in other if isinstance(h5py.h5o.open(group.id, n), h5py.h5d.DatasetID)
+    )
+
+
 def read_slab(ds: h5py.Dataset, sl: tuple[slice, ...]) -> Any:
     """``ds[sl]`` (the whole dataset for ``()``); stored data that cannot be decoded (a damaged
     chunk, a filter failure) is a one-line error naming the file and the dataset."""

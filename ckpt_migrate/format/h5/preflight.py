@@ -21,11 +21,13 @@ that met a problem leaves naming it to the parent's own ``check_self_contained``
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import faulthandler
 import os
 import select
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -56,59 +58,114 @@ def preflight(path: Path) -> int | None:
     to run once the children survived the same walk, then say what it is.
 
     The objects are dealt out to :data:`WORKERS` children (one per core, at most two): the
-    walk is HDF5 work on one object at a time, and the parent waits for it."""
-    read_end, write_end = os.pipe()
-    pids: list[int] = []
+    walk is HDF5 work on one object at a time, and the parent waits for it. A walk begun
+    earlier by :func:`start` for the same, unchanged file is collected instead."""
     try:
-        for part in range(WORKERS):
-            pid = os.fork()
-            if pid == 0:  # a child: walk, report, and never return into the caller's code
-                code = 0
-                try:
-                    faulthandler.disable()  # a crash here is the finding, reported by the parent
-                    os.close(read_end)
-                    _walk(path, write_end, part, WORKERS)
-                except BaseException:
-                    code = 1  # a Python-level error: the parent's own reading reports it
-                finally:
-                    os._exit(code)
-            pids.append(pid)
-        os.close(write_end)
-        stalled, words = _follow(read_end)
-    except BaseException:  # Ctrl-C: no child may walk on after its parent has gone
-        _stop(pids)
-        raise
-    finally:
-        os.close(read_end)
-    if stalled:
-        _stop(pids)
-        raise CorruptCheckpointError(
-            path,
-            f"HDF5 made no progress reading the file's metadata for {STALL_SECONDS:.0f} s",
-            _FIX,
-        )
-    statuses = [os.waitpid(pid, 0)[1] for pid in pids]
-    for status in statuses:
-        if os.WIFSIGNALED(status):
-            name = signal.Signals(os.WTERMSIG(status)).name
+        walk = _early.pop(_identity(path), None)
+    except OSError:  # gone: the reader names it
+        walk = None
+    return (walk or _Walk.begin(path)).collect(path)
+
+
+def start(path: Path) -> None:
+    """Begin ``preflight(path)`` now, for a caller that has other work (its imports) to do
+    before it reads ``path``; a file that cannot be opened is left to the reader to name."""
+    try:
+        identity = _identity(path)
+        if not h5py.is_hdf5(str(path)):
+            return
+    except OSError:
+        return
+    if identity not in _early:
+        _early[identity] = _Walk.begin(path)
+
+
+def _identity(path: Path) -> tuple[int, ...]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class _Walk:
+    """The children walking one file, and the pipe they report through."""
+
+    pids: list[int]
+    read_end: int
+
+    @classmethod
+    def begin(cls, path: Path) -> _Walk:
+        read_end, write_end = os.pipe()
+        walk = cls([], read_end)
+        try:
+            for part in range(WORKERS):
+                pid = os.fork()
+                if pid == 0:  # a child: walk, report, and never return into the caller's code
+                    code = 0
+                    try:
+                        faulthandler.disable()  # a crash here is the finding, reported above
+                        os.close(read_end)
+                        _walk(path, write_end, part, WORKERS)
+                    except BaseException:
+                        code = 1  # a Python-level error: the parent's own reading reports it
+                    finally:
+                        os._exit(code)
+                walk.pids.append(pid)
+        except BaseException:
+            walk.cancel()
+            raise
+        finally:
+            os.close(write_end)
+        return walk
+
+    def cancel(self) -> None:
+        """No child may walk on after its parent has gone (Ctrl-C) or given up on it."""
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in self.pids:
+            os.waitpid(pid, 0)
+        self.pids = []
+        with contextlib.suppress(OSError):
+            os.close(self.read_end)
+
+    def collect(self, path: Path) -> int | None:
+        try:
+            stalled, words = _follow(self.read_end)
+        except BaseException:
+            self.cancel()
+            raise
+        if stalled:
+            self.cancel()
             raise CorruptCheckpointError(
-                path, f"HDF5 crashed ({name}) reading the file's metadata", _FIX
+                path,
+                f"HDF5 made no progress reading the file's metadata for {STALL_SECONDS:.0f} s",
+                _FIX,
             )
-    stored = words.split(_STORED)[1:]
-    if any(os.WEXITSTATUS(status) for status in statuses) or len(stored) != len(pids):
-        return None
-    return sum(int(n) for n in stored)
+        os.close(self.read_end)
+        statuses = [os.waitpid(pid, 0)[1] for pid in self.pids]
+        for status in statuses:
+            if os.WIFSIGNALED(status):
+                name = signal.Signals(os.WTERMSIG(status)).name
+                raise CorruptCheckpointError(
+                    path, f"HDF5 crashed ({name}) reading the file's metadata", _FIX
+                )
+        stored = words.split(_STORED)[1:]
+        if any(os.WEXITSTATUS(status) for status in statuses) or len(stored) != len(statuses):
+            return None
+        return sum(int(n) for n in stored)
+
+
+_early: dict[tuple[int, ...], _Walk] = {}  # by the file's identity: a changed file is walked anew
+
+
+@atexit.register
+def _cancel_early() -> None:
+    for walk in _early.values():
+        walk.cancel()
+    _early.clear()
 
 
 WORKERS = max(1, min(2, len(os.sched_getaffinity(0))))
-
-
-def _stop(pids: list[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    for pid in pids:
-        os.waitpid(pid, 0)
 
 
 def _follow(fd: int) -> tuple[bool, bytes]:

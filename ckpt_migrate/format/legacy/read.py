@@ -21,6 +21,7 @@ from ckpt_migrate.format.h5.io import (
     attr_bool,
     attr_python,
     attr_text,
+    datasets_not_in,
     object_key,
     open_dataset,
 )
@@ -67,18 +68,16 @@ def read(f: h5py.File, handle: H5Handle, fmt: float) -> tuple[Node, list[str], l
         raise CorruptCheckpointError(path, "legacy __spec__ is not hex text") from None
     info = decode_spec_info(data, path=path)
 
-    # Names only: every open h5py.Dataset costs memory HDF5 does not give back, so each dataset
-    # is opened while its leaf is decoded and closed right after.
-    stored_names = {key for key in f if f.get(key, getclass=True) is h5py.Dataset}
+    # Every open h5py.Dataset costs memory HDF5 does not give back, so each dataset is opened
+    # while its leaf is decoded and closed right after.
     used: set[str] = set()
     shared: dict[tuple, Leaf] = {}  # hard links to one HDF5 object become one leaf object
 
     def decode(ref: LeafRef) -> Leaf:
         stored = quote(ref.name, safe="")
-        if stored not in stored_names:
-            return MissingLeaf(ref.name)
         ds = open_dataset(f, stored)
-        assert ds is not None  # among stored_names
+        if ds is None:
+            return MissingLeaf(ref.name)
         used.add(stored)
         ident = object_key(ds)
         if ident not in shared:
@@ -86,7 +85,7 @@ def read(f: h5py.File, handle: H5Handle, fmt: float) -> tuple[Node, list[str], l
         return shared[ident]
 
     root = map_leaves(info.root, decode)
-    unreferenced = sorted(stored_names - used)
+    unreferenced = datasets_not_in(f, used, recursive=False)
     return root, unreferenced, [], info.had_tensor_scalar_dict
 
 
