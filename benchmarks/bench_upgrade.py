@@ -116,6 +116,20 @@ class GPTConfig:
         layers = max(1, round((target - emb * hidden) / (per_layer * hidden * hidden)))
         return cls(hidden, layers, vocab, MAX_POSITIONS)
 
+    @classmethod
+    def model_like(cls, target: int) -> GPTConfig:
+        """A shape as published GPT models grow: deeper a little and wider a lot. The depth
+        follows the GPT-3 paper's table of sizes (Brown et al. 2020, Table 2.1: 24 layers up to
+        1.3B parameters, 32 from 2.7B to 6.7B, 40 at 13B) and the width is solved for
+        ``target`` (a multiple of 128), with no cap on a tensor's size: the tensor count stays
+        in the low thousands at every size, where :meth:`for_size` adds layers instead."""
+        vocab = VOCAB if target >= 10**9 else 8192
+        layers = 24 if target < 8 * 10**9 else 32 if target < 24 * 10**9 else 40
+        per_layer = 72.0 * layers  # bytes per d² over all layers
+        emb = 12.0 * vocab
+        d = (-emb + (emb * emb + 4 * per_layer * target) ** 0.5) / (2 * per_layer)
+        return cls(max(128, round(d / 128) * 128), layers, vocab, MAX_POSITIONS)
+
 
 def _random_source() -> type:
     from ckpt_migrate.format.tree import DataSource
@@ -247,10 +261,13 @@ def gpt_tree(cfg: GPTConfig, global_step: int = 10_000) -> Any:
     )
 
 
-def generate(path: Path, size: int) -> dict[str, Any]:
+def generate(path: Path, size: int, shape: str = "deep") -> dict[str, Any]:
+    """The synthetic 1.9 checkpoint of about ``size`` bytes; ``shape``: ``deep`` (a width
+    capped so that no tensor exceeds 256 MiB, layers added with size: :meth:`GPTConfig.for_size`)
+    or ``model`` (:meth:`GPTConfig.model_like`)."""
     from ckpt_migrate.format.write import write_checkpoint
 
-    cfg = GPTConfig.for_size(size)
+    cfg = GPTConfig.model_like(size) if shape == "model" else GPTConfig.for_size(size)
     start = time.perf_counter()
     report = write_checkpoint(gpt_tree(cfg), path, SOURCE_RELEASE)
     seconds = time.perf_counter() - start

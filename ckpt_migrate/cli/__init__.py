@@ -2,7 +2,8 @@
 
 A lazy face: ``main`` (so that ``ckpt_migrate.cli:main`` stays the ``ckpt-migrate`` entry point
 while ``cli.tf`` does not load typer) and ``commands`` (the verbs and everything they import,
-loaded when a command runs, not for ``--help``).
+loaded when a command runs, not for ``--help``); ``begin_reading`` starts a checkpoint's
+metadata walk before that import.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -25,6 +27,15 @@ def main(argv: list[str] | None = None) -> int:
         return app.main(argv)
     finally:  # the outcome is printed: a Ctrl-C while the interpreter exits changes nothing
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def begin_reading(path: Path) -> None:
+    """Start the preflight walk of a local checkpoint file (``format.h5.preflight.start``) so
+    that it runs while ``commands`` and its imports load; the read collects it."""
+    if path.is_file():
+        from ckpt_migrate.format.h5 import preflight
+
+        preflight.start(path)
 
 
 def __getattr__(name: str) -> Any:

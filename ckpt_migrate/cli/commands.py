@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import ckpt_migrate.torch as torch_api
 from ckpt_migrate.config import yaml_edit
@@ -25,14 +25,19 @@ from ckpt_migrate.errors import UsageError
 from ckpt_migrate.format import outline, releases
 from ckpt_migrate.format.compare import compare_trees
 from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.hf import export as hf_export
+from ckpt_migrate.hf import import_ as hf_import
 from ckpt_migrate.hops import graph
+from ckpt_migrate.model_dir import upgrade_dir as dir_upgrade
 from ckpt_migrate.model_dir.names import DEFAULT_NAME
+from ckpt_migrate.model_dir.upgrade_dir import DirEntry, DirOptions
 from ckpt_migrate.models.detect import choose_family
 from ckpt_migrate.models.names import resolve_name
-from ckpt_migrate.remote import s3
-
-if TYPE_CHECKING:  # the verbs import what only they use when they run
-    from ckpt_migrate.model_dir.upgrade_dir import DirEntry, DirOptions
+from ckpt_migrate.remote import dirs as remote_dirs
+from ckpt_migrate.remote import fleet, s3
+from ckpt_migrate.remote import upgrade as remote_upgrade
+from ckpt_migrate.tf import from_h5, to_h5
+from ckpt_migrate.tf.saver import setup_cli_process
 
 Verify = Literal["index", "full"]
 
@@ -76,15 +81,11 @@ def to_torch(
 
 def export_hf(src: str | Path, output_dir: str | Path, **options: Any) -> dict[str, Any]:
     """``export-hf``: the options are :func:`ckpt_migrate.hf.export.export`'s."""
-    from ckpt_migrate.hf import export as hf_export
-
     return hf_export.export(src, output_dir, **options).to_json()
 
 
 def import_hf(src: str | Path, dst: str | Path, **options: Any) -> dict[str, Any]:
     """``import-hf``: the options are :func:`ckpt_migrate.hf.import_.import_hf`'s."""
-    from ckpt_migrate.hf import import_ as hf_import
-
     return hf_import.import_hf(src, dst, **options).to_json()
 
 
@@ -102,9 +103,6 @@ def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> 
 
 
 def tf_to_h5(saver_paths: list, h5_path: str | Path, **options: Any) -> dict[str, Any]:
-    from ckpt_migrate.tf import to_h5
-    from ckpt_migrate.tf.saver import setup_cli_process
-
     setup_cli_process()
     rep = to_h5.tf_to_h5(saver_paths, h5_path, **options)
     data = asdict(rep)
@@ -114,9 +112,6 @@ def tf_to_h5(saver_paths: list, h5_path: str | Path, **options: Any) -> dict[str
 
 
 def h5_to_tf(h5_path: str | Path, saver_path: str | Path, **options: Any) -> dict[str, Any]:
-    from ckpt_migrate.tf import from_h5
-    from ckpt_migrate.tf.saver import setup_cli_process
-
     setup_cli_process()
     options["max_shard_bytes"] = options.pop("max_shard_size", "1GiB")
     return asdict(from_h5.h5_to_tf(h5_path, saver_path, **options))
@@ -240,8 +235,6 @@ def _upgrade_objects(
         raise UsageError(None, "mixes s3:// and local paths", "upgrade each kind on its own")
     if output_dir is None and not opts.dry_run:
         raise UsageError(None, "say where the upgraded objects go", "pass --output-dir s3://...")
-    from ckpt_migrate.remote import upgrade as remote_upgrade
-
     out = s3.S3Url.parse(output_dir) if output_dir is not None else None
     client = s3.client()
     for path in paths:
@@ -282,10 +275,6 @@ def upgrade_dir(
         raise UsageError(None, "--scheduler and --workers exclude each other")
     if workers is not None and workers < 1:
         raise UsageError(None, "--workers must be at least 1")
-    from ckpt_migrate.model_dir import upgrade_dir as dir_upgrade
-    from ckpt_migrate.model_dir.upgrade_dir import DirOptions
-    from ckpt_migrate.remote import fleet
-
     remote = s3.is_url(model_dir) or s3.is_url(output_dir)
     if remote and config is not None:
         raise UsageError(None, "--config is not offered for s3:// model directories")
@@ -362,8 +351,6 @@ def _upgrade_prefix(
         raise UsageError(
             None, "s3:// model directories go to an s3:// --output-dir", "pass both as s3://"
         )
-    from ckpt_migrate.remote import dirs as remote_dirs
-
     entries = []
     src, out = s3.S3Url.parse(model_dir), s3.S3Url.parse(output_dir)
     for entry in remote_dirs.upgrade_prefix(src, out, opts, client, on_done):

@@ -249,10 +249,8 @@ def upgrade_cmd(
     With --config, the run's params.yaml is upgraded alongside, from the checkpoint's release
     to the same target, and every config change is reported.
     """
-    if len(paths) == 1 and paths[0].is_file():  # its metadata walk runs while we import
-        from ckpt_migrate.format.h5 import preflight
-
-        preflight.start(paths[0])
+    if len(paths) == 1:  # its metadata walk runs while the verbs are imported
+        cli.begin_reading(paths[0])
     inputs = cli.commands.step_inputs(
         data_iter_dir=data_iter_dir,
         dataloader_type=dataloader_type,

@@ -11,6 +11,7 @@ from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets, provenance, releases
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5.boundary import check_self_contained
+from ckpt_migrate.format.h5.facts import Facts
 from ckpt_migrate.format.h5.io import DAMAGED_HDF5, H5Handle, attr_text, damaged, open_read
 from ckpt_migrate.format.h5.preflight import preflight
 from ckpt_migrate.format.legacy import read as read_legacy
@@ -35,13 +36,15 @@ def read_checkpoint(
     its hash, so format 0.5 tensors are taken as their metadata describes them, unopened.
     """
     p = Path(path)
-    stored = preflight(p) if isolate else None
+    found = preflight(p) if isolate else None
     f = open_read(p)
     handle = H5Handle(p, f)
     try:
-        if isolate and stored is None:  # the children met a problem: named here
+        stored, facts = (None, {}) if found is None else (found.stored, found.datasets)
+        if isolate and found is None:  # the children met a problem: named here
             stored = check_self_contained(f, p)
-        return _read(p, f, handle, release, stored, trusted=tensors_proven and not isolate)
+        proven = tensors_proven and not isolate
+        return _read(p, f, handle, release, stored, Facts(facts, proven))
     except DAMAGED_HDF5 as exc:
         handle.close()
         raise damaged(p, exc) from None
@@ -56,7 +59,7 @@ def _read(
     handle: H5Handle,
     release: str | None,
     data_bytes: int | None,
-    trusted: bool,
+    facts: Facts,
 ) -> Checkpoint:
     version = f.attrs.get("__version__")
     cstorch = f.attrs.get("__cstorch_version__")
@@ -84,10 +87,10 @@ def _read(
         detected = releases.Detected(detected.format, detected.cstorch_version, forced)
     tensor_scalar_dict = False
     if detected.format >= 0.5:
-        root, unreferenced, warnings = read_v05.read(f, handle, trusted=trusted)
+        root, unreferenced, warnings = read_v05.read(f, handle, facts)
     else:
         root, unreferenced, warnings, tensor_scalar_dict = read_legacy.read(
-            f, handle, detected.format
+            f, handle, detected.format, facts
         )
     budgets.check_declared(root, p, os.stat(p).st_size)
     return Checkpoint(

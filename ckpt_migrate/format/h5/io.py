@@ -225,12 +225,6 @@ def read_slab(ds: h5py.Dataset, sl: tuple[slice, ...]) -> Any:
         ) from None
 
 
-def object_key(ds: h5py.HLObject) -> tuple:
-    """Identity of the stored object: equal for two hard links to one dataset."""
-    info = h5py.h5g.get_objinfo(ds.id)
-    return (tuple(info.fileno), tuple(info.objno))
-
-
 def filters_of(ds: h5py.Dataset) -> tuple:
     """The filter pipeline as comparable data: ((id, flags, cd_values), ...)."""
     plist = ds.id.get_create_plist()

@@ -24,11 +24,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import faulthandler
+import json
 import os
 import select
 import signal
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -50,10 +53,20 @@ _STORED = b"="  # then the stored bytes in decimal: the child's last words
 _FIX = "the file is damaged; use another copy"
 
 
-def preflight(path: Path) -> int | None:
+@dataclass(frozen=True)
+class Findings:
+    """What a clean walk learnt: the bytes the datasets store, and each dataset's facts (by
+    its name from the root: ``{"u": address, "d": numpy dtype string, "s": shape or None,
+    "a": {attribute: scalar value}}``) for the readers, which then need not open it."""
+
+    stored: int
+    datasets: dict[str, dict[str, Any]]
+
+
+def preflight(path: Path) -> Findings | None:
     """Raise ``CorruptCheckpointError`` if reading ``path``'s metadata crashes or hangs HDF5.
 
-    Returns the bytes the file's datasets store, or None when a child met a problem it does
+    Returns what the walk found (``Findings``), or None when a child met a problem it does
     not name (a damaged structure, a budget exceeded): the parent's own checks, which are safe
     to run once the children survived the same walk, then say what it is.
 
@@ -91,20 +104,22 @@ class _Walk:
 
     pids: list[int]
     read_end: int
+    facts: list[int]  # one anonymous file per child, where it writes its datasets' facts
 
     @classmethod
     def begin(cls, path: Path) -> _Walk:
         read_end, write_end = os.pipe()
-        walk = cls([], read_end)
+        walk = cls([], read_end, [])
         try:
             for part in range(WORKERS):
+                walk.facts.append(_anonymous_file())
                 pid = os.fork()
                 if pid == 0:  # a child: walk, report, and never return into the caller's code
                     code = 0
                     try:
                         faulthandler.disable()  # a crash here is the finding, reported above
                         os.close(read_end)
-                        _walk(path, write_end, part, WORKERS)
+                        _walk(path, write_end, part, WORKERS, walk.facts[part])
                     except BaseException:
                         code = 1  # a Python-level error: the parent's own reading reports it
                     finally:
@@ -125,24 +140,26 @@ class _Walk:
         for pid in self.pids:
             os.waitpid(pid, 0)
         self.pids = []
-        with contextlib.suppress(OSError):
-            os.close(self.read_end)
+        for fd in [self.read_end, *self.facts]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
-    def collect(self, path: Path) -> int | None:
+    def collect(self, path: Path) -> Findings | None:
         try:
             stalled, words = _follow(self.read_end)
-        except BaseException:
-            self.cancel()
-            raise
+            return self._verdict(path, stalled, words)
+        finally:
+            self.cancel()  # idempotent: the children are waited for, every descriptor closed
+
+    def _verdict(self, path: Path, stalled: bool, words: bytes) -> Findings | None:
         if stalled:
-            self.cancel()
             raise CorruptCheckpointError(
                 path,
                 f"HDF5 made no progress reading the file's metadata for {STALL_SECONDS:.0f} s",
                 _FIX,
             )
-        os.close(self.read_end)
         statuses = [os.waitpid(pid, 0)[1] for pid in self.pids]
+        self.pids = []
         for status in statuses:
             if os.WIFSIGNALED(status):
                 name = signal.Signals(os.WTERMSIG(status)).name
@@ -152,7 +169,20 @@ class _Walk:
         stored = words.split(_STORED)[1:]
         if any(os.WEXITSTATUS(status) for status in statuses) or len(stored) != len(statuses):
             return None
-        return sum(int(n) for n in stored)
+        datasets: dict[str, dict[str, Any]] = {}
+        for fd in self.facts:
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                fh.seek(0)
+                datasets.update(json.loads(fh.read() or b"{}"))
+        return Findings(sum(int(n) for n in stored), datasets)
+
+
+def _anonymous_file() -> int:
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("ckpt-migrate-facts")
+    fd, name = tempfile.mkstemp(prefix="ckpt-migrate-facts-")
+    os.unlink(name)
+    return fd
 
 
 _early: dict[tuple[int, ...], _Walk] = {}  # by the file's identity: a changed file is walked anew
@@ -187,14 +217,16 @@ class _Refused(Exception):
     """A dataset the parent's checks will refuse: the child stops walking."""
 
 
-def _walk(path: Path, tick: int, part: int, parts: int) -> None:
+def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
     """Read the metadata of every ``parts``-th object from the ``part``-th (the root's
-    attributes in part 0), then say what the datasets among them store."""
+    attributes in part 0), then say what the datasets among them store, and write their facts
+    (``Findings.datasets``) to ``facts_fd``."""
     forbid_plugin_loading()
     file_bytes = os.stat(path).st_size
     stored = 0
     seen = 0
     objects: set[int] = set()
+    facts: dict[str, dict[str, Any]] = {}
     with h5py.File(path, "r", locking=False, rdcc_nbytes=0) as f:
         if part == 0:
             _read_attributes(f.id, tick)
@@ -210,28 +242,42 @@ def _walk(path: Path, tick: int, part: int, parts: int) -> None:
             if seen % parts != part:
                 return None
             obj = h5py.h5o.open(f.id, name)
-            _read_attributes(obj, tick)
-            if isinstance(obj, h5py.h5d.DatasetID):
+            if not isinstance(obj, h5py.h5d.DatasetID):
+                _read_attributes(obj, tick)
+            else:
+                scalars: dict[str, Any] = {}
+                _read_attributes(obj, tick, scalars)
                 if dataset_problem(obj, path, "") is not None:
                     raise _Refused  # before its storage is looked at
                 size, end = dataset_storage(obj)
                 if storage_problem(obj, size, end, file_bytes) is not None:
                     raise _Refused
                 stored += size
+                facts[name.decode("utf-8", "surrogateescape")] = {
+                    "u": info.u,
+                    "d": obj.dtype.str,
+                    "s": None if obj.shape is None else list(obj.shape),
+                    "a": scalars,
+                }
             os.write(tick, _TICK)
             return None
 
         f.id.links.visit(visit, info=True)
+    with os.fdopen(os.dup(facts_fd), "w") as fh:
+        json.dump(facts, fh)
     os.write(tick, _STORED + str(stored).encode())
 
 
 _VLEN_STR = h5py.h5t.py_create(h5py.string_dtype())
 
 
-def _read_attributes(obj: h5py.h5o.ObjectID, tick: int) -> None:
+def _read_attributes(
+    obj: h5py.h5o.ObjectID, tick: int, scalars: dict[str, Any] | None = None
+) -> None:
     """Read every attribute's value as HDF5 stores it: variable-length strings through their
     heap (where damage made HDF5 loop or crash), anything else as raw bytes (no conversion to
-    numpy types, which is h5py's work and half the cost)."""
+    numpy types, which is h5py's work and half the cost). ``scalars`` collects the scalar
+    strings, numbers and booleans as Python values (the facts a reader looks for)."""
     for i, name in enumerate(attribute_names(obj)):
         attr = h5py.h5a.open(obj, name)
         tid = attr.get_type()
@@ -239,11 +285,28 @@ def _read_attributes(obj: h5py.h5o.ObjectID, tick: int) -> None:
         if kind not in ALLOWED_TYPE_CLASSES:
             raise _Refused  # never read: the boundary refuses it by its type
         space = attr.get_space()
-        if space.get_simple_extent_type() == h5py.h5s.NULL:
+        extent = space.get_simple_extent_type()
+        if extent == h5py.h5s.NULL:
             continue
         if kind == h5py.h5t.STRING and tid.is_variable_str():
-            attr.read(np.empty(space.shape, dtype=object), mtype=_VLEN_STR)
+            out = np.empty(space.shape, dtype=object)
+            attr.read(out, mtype=_VLEN_STR)
+        elif scalars is not None and extent == h5py.h5s.SCALAR and kind in _NUMBERS:
+            out = np.empty((), dtype=attr.dtype)
+            attr.read(out)
         else:
             attr.read(np.empty(space.shape, dtype=f"V{tid.get_size()}"), mtype=tid)
+            out = None
+        if scalars is not None and out is not None and out.shape == ():
+            value = out[()]
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "surrogateescape")
+            if isinstance(value, (str, np.bool_, np.integer, np.floating)):
+                scalars[name.decode("utf-8", "surrogateescape")] = (
+                    value if isinstance(value, str) else value.item()
+                )
         if i % 1000 == 999:
             os.write(tick, _TICK)
+
+
+_NUMBERS = frozenset({h5py.h5t.INTEGER, h5py.h5t.FLOAT, h5py.h5t.ENUM})

@@ -16,13 +16,13 @@ import numpy as np
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.h5.facts import DatasetFacts, Facts
 from ckpt_migrate.format.h5.io import (
     H5Handle,
     attr_bool,
     attr_python,
     attr_text,
     datasets_not_in,
-    object_key,
     open_dataset,
 )
 from ckpt_migrate.format.legacy.spec_decode import decode_spec_info
@@ -52,8 +52,13 @@ _EXTERNAL_TAGS = {
 }
 
 
-def read(f: h5py.File, handle: H5Handle, fmt: float) -> tuple[Node, list[str], list[str], bool]:
-    """Return (tree, datasets not named by the spec, warnings, spec had TensorScalarDict)."""
+def read(
+    f: h5py.File, handle: H5Handle, fmt: float, facts: Facts | None = None
+) -> tuple[Node, list[str], list[str], bool]:
+    """Return (tree, datasets not named by the spec, warnings, spec had TensorScalarDict).
+    ``facts``: what the preflight walk learnt of the datasets (a tensor is then built without
+    opening its dataset again)."""
+    facts = facts or Facts()
     path = handle.path
     if "__spec__" not in f.attrs:
         raise CorruptCheckpointError(
@@ -71,15 +76,21 @@ def read(f: h5py.File, handle: H5Handle, fmt: float) -> tuple[Node, list[str], l
     # Every open h5py.Dataset costs memory HDF5 does not give back, so each dataset is opened
     # while its leaf is decoded and closed right after.
     used: set[str] = set()
-    shared: dict[tuple, Leaf] = {}  # hard links to one HDF5 object become one leaf object
+    shared: dict[int, Leaf] = {}  # hard links to one HDF5 object (by address) become one leaf
 
     def decode(ref: LeafRef) -> Leaf:
         stored = quote(ref.name, safe="")
+        known = facts.dataset(stored)
+        leaf = None if known is None else _tensor_from_facts(known, stored, handle, fmt)
+        if leaf is not None:
+            assert known is not None
+            used.add(stored)
+            return shared.setdefault(known.address, leaf)
         ds = open_dataset(f, stored)
         if ds is None:
             return MissingLeaf(ref.name)
         used.add(stored)
-        ident = object_key(ds)
+        ident = h5py.h5o.get_info(ds.id).addr
         if ident not in shared:
             shared[ident] = _decode_dataset(ds, stored, handle, fmt, ref.name)
         return shared[ident]
@@ -94,6 +105,25 @@ def _decode_dataset(ds: h5py.Dataset, stored: str, handle: H5Handle, fmt: float,
     if tag is not None:
         return _decode_tagged(ds, stored, handle, fmt, name, attr_text(tag))
     return _decode_flagged(ds, stored, handle, name)
+
+
+def _tensor_from_facts(
+    known: DatasetFacts, stored: str, handle: H5Handle, fmt: float
+) -> TensorLeaf | None:
+    """The tensor ``_decode_tagged`` makes of a tagged tensor dataset, from the walk's facts;
+    None for anything else (the dataset is then opened and decoded as ever)."""
+    tag = known.attrs.get("__H5_TYPE__")
+    if tag not in ("TorchTensorH5Type", "NumpyArrayH5Type") or known.shape is None:
+        return None
+    bf16 = known.attrs.get("is_bfloat16", False)
+    if not isinstance(bf16, bool):
+        return None
+    try:
+        dt = dtypes.from_storage(known.dtype, bf16)
+    except ValueError:
+        return None  # the reader names it
+    numpy = tag == "NumpyArrayH5Type" and fmt > 0.3 + 1e-9  # as _decode_tagged
+    return TensorLeaf(dt.name, known.shape, H5Data(handle, stored), numpy=numpy)
 
 
 def _tensor(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str, numpy: bool) -> TensorLeaf:

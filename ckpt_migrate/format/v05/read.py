@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import h5py
+import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError, KeyCollisionError, UnsupportedContentError
 from ckpt_migrate.format import budgets, dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.h5.facts import Facts
 from ckpt_migrate.format.h5.io import (
     H5Handle,
     attr_bool,
@@ -44,11 +46,13 @@ _EXTERNAL = {"DeferredObject", "DeferredNumpyArray", "DeferredSafeTensor", "Defe
 
 
 def read(
-    f: h5py.File, handle: H5Handle, *, trusted: bool = False
+    f: h5py.File, handle: H5Handle, facts: Facts | None = None
 ) -> tuple[Node, list[str], list[str]]:
-    """Return (tree, datasets not named by the spec, warnings). ``trusted``: tensors are taken
-    as their metadata describes them, their datasets left unopened (the engine's read-back of
-    its own output, which proves each tensor's dataset otherwise: its address, or its hash)."""
+    """Return (tree, datasets not named by the spec, warnings). ``facts``: what the preflight
+    walk learnt of the datasets (a tensor's dataset is then checked without opening it), or,
+    ``proven``, that the caller proves each tensor's dataset itself (the engine's read-back of
+    its own output: by its address, or its hash): tensors are then taken from their metadata."""
+    facts = facts or Facts()
     path = handle.path
     if not attr_bool(f.attrs.get("__SUCCESS__", False)):
         raise CorruptCheckpointError(
@@ -78,7 +82,7 @@ def read(
 
     def decode(ref: LeafRef) -> Leaf:
         md_all = _leaf_metadata(f, ref.name, path)
-        leaf = _decode_leaf(f, handle, ref.name, md_all, used, links, trusted)
+        leaf = _decode_leaf(f, handle, ref.name, md_all, used, links, facts)
         first[ref.name] = leaf
         return leaf
 
@@ -110,7 +114,7 @@ def _decode_leaf(
     md_all: dict[str, Any],
     used: set[str],
     links: dict[str, str],
-    trusted: bool,
+    facts: Facts,
 ) -> Leaf:
     path = handle.path
     per_leaf = treespec_json.parse(md_all["__spec__"][1], path)
@@ -134,7 +138,7 @@ def _decode_leaf(
                 raise CorruptCheckpointError(path, f"leaf {name!r}: LinkedObject without a key")
             links[name] = target
             return ValueLeaf(None)  # placeholder, replaced by the target leaf
-        return _decode_object(f, handle, name, m, used, trusted)
+        return _decode_object(f, handle, name, m, used, facts)
 
     # Nested serialization: NestedObject(object, metadata) records (§4.3).
     top = per_leaf.items[0][1] if isinstance(per_leaf, DictNode) and per_leaf.items else None
@@ -153,7 +157,7 @@ def _decode_leaf(
 
 
 def _decode_object(
-    f: h5py.File, handle: H5Handle, name: str, m: dict[str, Any], used: set[str], trusted: bool
+    f: h5py.File, handle: H5Handle, name: str, m: dict[str, Any], used: set[str], facts: Facts
 ) -> Leaf:
     path = handle.path
     kind = m.get("__TYPE__")
@@ -162,10 +166,15 @@ def _decode_object(
     if kind == "TorchTensorSerializer":
         dtype = _torch_dtype(m, path, name)
         shape = _shape(m, path, name)
-        if trusted:
+        known = facts.dataset(name)
+        if facts.proven:
             used.add(name)
+        elif known is not None:
+            used.add(name)
+            _check_storage(known.dtype, known.shape, dtype, shape, path, name)
         else:
-            _check_storage(_dataset(f, name, path, used), dtype, shape, path, name)
+            ds = _dataset(f, name, path, used)
+            _check_storage(ds.dtype, ds.shape, dtype, shape, path, name)
         return TensorLeaf(dtype, shape, H5Data(handle, name))
     if kind == "NumpyArraySerializer":
         ds = _dataset(f, name, path, used)
@@ -231,16 +240,21 @@ def _shape(m: dict[str, Any], path: Path, name: str) -> tuple[int, ...]:
 
 
 def _check_storage(
-    ds: h5py.Dataset, dtype: str, shape: tuple[int, ...], path: Path, name: str
+    stored_dtype: np.dtype,
+    stored_shape: tuple[int, ...] | None,
+    dtype: str,
+    shape: tuple[int, ...],
+    path: Path,
+    name: str,
 ) -> None:
     want = dtypes.by_name(dtype).storage
-    same_dtype = ds.dtype.newbyteorder("<") == want.newbyteorder("<") or (
-        want.kind == "b" and ds.dtype.kind == "b"
+    same_dtype = stored_dtype.newbyteorder("<") == want.newbyteorder("<") or (
+        want.kind == "b" and stored_dtype.kind == "b"
     )
-    if ds.shape != shape or not same_dtype:
+    if stored_shape != shape or not same_dtype:
         raise CorruptCheckpointError(
             path,
-            f"tensor {name!r}: dataset is {ds.dtype}{list(ds.shape or ())}, "
+            f"tensor {name!r}: dataset is {stored_dtype}{list(stored_shape or ())}, "
             f"metadata says {dtype}{list(shape)}",
         )
 
