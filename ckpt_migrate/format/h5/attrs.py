@@ -48,6 +48,7 @@ class Prepared:
     tid: h5t.TypeID
     space: h5s.SpaceID
     data: np.ndarray
+    mtype: h5t.TypeID  # the type of ``data`` in memory (h5py makes it anew on every write)
 
 
 def prepare(name: str, value: Any) -> Prepared:
@@ -55,7 +56,7 @@ def prepare(name: str, value: Any) -> Prepared:
     if not data.flags.c_contiguous:  # (np.ascontiguousarray would make a scalar 1-d)
         data = data.copy(order="C")
     space = _SCALAR if data.shape == () else h5s.create_simple(data.shape)
-    return Prepared(name.encode(), _type(data.dtype), space, data)
+    return Prepared(name.encode(), _type(data.dtype), space, data, h5t.py_create(data.dtype))
 
 
 def create(oid: h5py.h5o.ObjectID, name: str, value: Any) -> None:
@@ -66,7 +67,7 @@ def create(oid: h5py.h5o.ObjectID, name: str, value: Any) -> None:
 def create_prepared(oid: h5py.h5o.ObjectID, p: Prepared) -> None:
     attr = h5a.create(oid, p.name, p.tid, p.space)
     if p.data.size:
-        attr.write(p.data)
+        attr.write(p.data, mtype=p.mtype)
 
 
 def delete_all(oid: h5py.h5o.ObjectID) -> None:

@@ -259,12 +259,13 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
                     "s": None if obj.shape is None else list(obj.shape),
                     "a": scalars,
                 }
-            os.write(tick, _TICK)
+            if seen % (8 * parts) == part:  # progress, every eighth object of this child
+                os.write(tick, _TICK)
             return None
 
         f.id.links.visit(visit, info=True)
     with os.fdopen(os.dup(facts_fd), "w") as fh:
-        json.dump(facts, fh)
+        fh.write(json.dumps(facts))  # (json.dump encodes in Python, dumps in C)
     os.write(tick, _STORED + str(stored).encode())
 
 

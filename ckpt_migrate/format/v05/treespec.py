@@ -137,6 +137,14 @@ def dumps(node: Node) -> str:
     return json.dumps([PROTOCOL, to_json_node(node)])
 
 
+def single_leaf_spec(name: str) -> str:
+    """The spec ``cstorch.save`` writes into a leaf's ``__metadata__``: a dict of one leaf,
+    ``name``; each leaf of a checkpoint has its own."""
+    leaf = {"type": None, "context": None, "children_spec": []}
+    node = {"type": "builtins.dict", "context": json.dumps([name]), "children_spec": [leaf]}
+    return json.dumps([PROTOCOL, node])
+
+
 def structure(node: Node) -> Any:
     """Element 0 of ``__spec__``: the tree with ``"*"`` leaves, or None if JSON cannot hold it."""
 

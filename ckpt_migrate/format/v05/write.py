@@ -34,9 +34,7 @@ FORMAT_VERSION = 0.5
 
 
 def _per_leaf_spec(name: str) -> list[Any]:
-    leaf = {"type": None, "context": None, "children_spec": []}
-    node = {"type": "builtins.dict", "context": json.dumps([name]), "children_spec": [leaf]}
-    return [{name: "*"}, json.dumps([1, node])]
+    return [{name: "*"}, treespec_json.single_leaf_spec(name)]
 
 
 def _leaf_json_slow(name: str, md: dict[str, Any]) -> str:
