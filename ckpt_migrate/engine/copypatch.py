@@ -30,9 +30,10 @@ from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import MIN_RANGE, Progress, SplitCopy, data_ranges
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.compare import object_addresses
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
-from ckpt_migrate.format.h5.io import bounded_metadata_cache
+from ckpt_migrate.format.h5.io import bounded_metadata_cache, prefetch
 from ckpt_migrate.format.h5.tensor import write_tensor
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
@@ -199,7 +200,7 @@ def write(
             written.placed = placed
             if progress is not None:
                 progress("copy", plan.file_bytes, plan.file_bytes)
-            _patch(tmp, root, plan.target_release, reused, placed, extra, progress)
+            _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle.file())
             if written.copy_method == "clone":  # what the edit left shared, as FIEMAP says
                 written.bytes_shared = min(plan.file_bytes, ext.shared_bytes(tmp))
                 written.bytes_own = plan.file_bytes - written.bytes_shared
@@ -211,7 +212,7 @@ def write(
             copier.restrict([(a, b) for a, b in spans if b - a >= MIN_RANGE])
             written = Written("copy-patch", placed, copy_method="copy")
             written.bytes_own = plan.file_bytes
-            _patch(tmp, root, plan.target_release, reused, placed, extra, progress)
+            _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle.file())
             digest = copier.finish(progress)
         written.tensors = len(placed)
     else:  # most of the data changes: write a new file instead
@@ -316,10 +317,14 @@ def _patch(
     placed: dict[int, tuple[str, bool]],
     extra: dict[str, str],
     progress: Progress | None,
+    source: h5py.File,
 ) -> None:
     """Build the new tree in a fresh group of the copied file, linking each reused dataset into
     it under its final name, then make that group the root (see ``h5root``): a new namespace
     needs no staging of renames, and its attributes are indexed rather than a list."""
+    if reused:  # the headers the edit will touch, read ahead together (a clone's are cold)
+        addresses = object_addresses(source)
+        prefetch(tmp, [addresses[name] for name in reused.values() if name in addresses])
     with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False)) as f:
         superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
         new_root = h5root.create_fresh_root(f)

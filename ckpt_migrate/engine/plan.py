@@ -14,10 +14,15 @@ from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.outline import report
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
+from ckpt_migrate.format.tree import iter_leaves
 from ckpt_migrate.hops import graph
 from ckpt_migrate.hops.hop import Hop
 
 HEADROOM = 1 << 20
+# The least metadata room planned per leaf: a dataset's object header rewritten (a block), its
+# attributes and its root attribute. ``data_bytes`` may be an estimate (``read_checkpoint``
+# with ``defer_chunks``) that compressed data makes larger than the file.
+METADATA_PER_LEAF = 8 << 10
 
 
 @dataclass
@@ -107,6 +112,7 @@ def make_plan(
     out_dir = output_dir or ckpt.path.parent
     free = free_space(out_dir)
     file_bytes = ckpt.path.stat().st_size
+    leaves = sum(1 for _ in iter_leaves(ckpt.root))
     return Plan(
         source=ckpt.path,
         source_release=src,
@@ -117,7 +123,7 @@ def make_plan(
         output_dir=out_dir,
         free_bytes=free,
         inputs_given=dict(inputs or {}),
-        metadata_bytes=max(0, file_bytes - (ckpt.data_bytes or 0)),
+        metadata_bytes=max(file_bytes - (ckpt.data_bytes or 0), METADATA_PER_LEAF * leaves),
         copy_method=extents.expected_method(copy_method, ckpt.path, out_dir),
     )
 

@@ -195,7 +195,10 @@ def _upgrade_locked(
     result: UpgradeResult,
     progress: Progress | None,
 ) -> None:
-    with read_checkpoint(src, release=opts.source_release) as ckpt:
+    # The chunk indexes are walked (for damage, budgets, data past the end) while the output
+    # is made, which reads none of them: their verdict is awaited before anything is published
+    # (``walked``), and by any read of tensor data.
+    with read_checkpoint(src, release=opts.source_release, defer_chunks=True) as ckpt:
         out_dir = opts.output.parent if opts.output is not None else opts.output_dir
         plan = make_plan(
             ckpt, opts.target, output_dir=out_dir, inputs=opts.inputs, copy_method=opts.copy_method
@@ -205,6 +208,7 @@ def _upgrade_locked(
         family = choose_family(ckpt.root, opts.inputs.get("model"))
         result.family, result.model = family.family, family.to_json()
         if plan.current:
+            ckpt.handle.walked()
             result.status = "current"
             if opts.output_dir is not None or opts.output is not None:
                 _place_current(src, opts, result)
@@ -232,6 +236,7 @@ def _upgrade_locked(
                 ctx.root, plan.target_release, allow_missing=opts.allow_missing, path=src
             )
             result.warnings.extend(notes)
+            ckpt.handle.walked()  # a file the real run refuses fails its dry run too
             result.status, result.plan = "planned", plan.to_json()
             return
         assert target is not None
@@ -272,6 +277,7 @@ def _upgrade_locked(
             if full:
                 verify_full(out_root, tmp, written, progress)
             result.verified = "full" if full else "index"
+            ckpt.handle.walked()
             Interrupt.check()
             fsync_path(tmp)
             size = tmp.stat().st_size

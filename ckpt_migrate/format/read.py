@@ -13,7 +13,7 @@ from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5.boundary import check_self_contained
 from ckpt_migrate.format.h5.facts import Facts
 from ckpt_migrate.format.h5.io import DAMAGED_HDF5, H5Handle, attr_text, damaged, open_read
-from ckpt_migrate.format.h5.preflight import preflight
+from ckpt_migrate.format.h5.preflight import Rest, preflight
 from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.v05 import read as read_v05
 
@@ -24,6 +24,7 @@ def read_checkpoint(
     release: str | None = None,
     isolate: bool = True,
     tensors_proven: bool = False,
+    defer_chunks: bool = False,
 ) -> Checkpoint:
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
@@ -34,11 +35,17 @@ def read_checkpoint(
     them (its read-back of its own output); ``data_bytes`` is then None. ``tensors_proven``
     (with ``isolate=False``): the caller proves each tensor's dataset itself, by its address or
     its hash, so format 0.5 tensors are taken as their metadata describes them, unopened.
+    ``defer_chunks``: return before the preflight walk of the chunk indexes ends; its verdict
+    comes at ``handle.walked()``, which every read of data calls (an upgrade by clone reads
+    none, and calls it before publishing), and ``data_bytes`` counts chunked datasets by
+    their declared bytes meanwhile.
     """
     p = Path(path)
-    found = preflight(p) if isolate else None
+    found = preflight(p, defer=defer_chunks) if isolate else None
     f = open_read(p)
     handle = H5Handle(p, f)
+    if found is not None and found.rest is not None:
+        handle.pending = _Verdict(found.rest, f, p)
     try:
         stored, facts = (None, {}) if found is None else (found.stored, found.datasets)
         if isolate and found is None:  # the children met a problem: named here
@@ -51,6 +58,25 @@ def read_checkpoint(
     except BaseException:
         handle.close()
         raise
+
+
+class _Verdict:
+    """The rest of a preflight walk, as ``H5Handle.pending``: a problem it met is named by
+    the parent's own checks, as for a walk that ended before the read."""
+
+    def __init__(self, rest: Rest, f: h5py.File, path: Path) -> None:
+        self.rest, self.f, self.path = rest, f, path
+
+    def wait(self) -> None:
+        if self.rest.finish(self.path) is None:
+            check_self_contained(self.f, self.path)
+            raise CorruptCheckpointError(self.path, "its chunk indexes cannot be read", _FIX)
+
+    def cancel(self) -> None:
+        self.rest.cancel()
+
+
+_FIX = "the file is damaged; use another copy"
 
 
 def _read(

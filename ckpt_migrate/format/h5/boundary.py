@@ -156,12 +156,15 @@ def _dataset_problem(
     return None if text is None else CorruptCheckpointError(path, f"dataset {where!r} {text}", fix)
 
 
-def dataset_problem(obj: h5py.h5d.DatasetID, path: Path, where: str) -> CkptError | None:
+def dataset_problem(
+    obj: h5py.h5d.DatasetID, path: Path, where: str, dcpl: h5py.h5p.PropDCID | None = None
+) -> CkptError | None:
     """Why a dataset is refused by its type or its storage description (metadata only): a type
-    class checkpoints never use, a virtual dataset, external raw storage, an unknown filter."""
+    class checkpoints never use, a virtual dataset, external raw storage, an unknown filter.
+    ``dcpl``: its creation property list, if the caller has it already."""
     if obj.get_type().get_class() not in ALLOWED_TYPE_CLASSES:
         return _odd_type(path, f"dataset {where!r}", obj.get_type())
-    dcpl = obj.get_create_plist()
+    dcpl = dcpl or obj.get_create_plist()
     if dcpl.get_layout() == h5py.h5d.VIRTUAL:
         return _unsafe(path, where, "is a virtual dataset over other files")
     if dcpl.get_external_count():
@@ -173,10 +176,12 @@ def dataset_problem(obj: h5py.h5d.DatasetID, path: Path, where: str) -> CkptErro
     return None
 
 
-def dataset_storage(ds: h5py.h5d.DatasetID) -> tuple[int, int]:
+def dataset_storage(
+    ds: h5py.h5d.DatasetID, dcpl: h5py.h5p.PropDCID | None = None
+) -> tuple[int, int]:
     """(bytes stored, end of the last stored byte) of a dataset: one walk of its chunk index
     (HDF5's own storage size walks it too), or its contiguous block."""
-    if ds.get_create_plist().get_layout() != h5py.h5d.CHUNKED:
+    if (dcpl or ds.get_create_plist()).get_layout() != h5py.h5d.CHUNKED:
         size = ds.get_storage_size()
         offset = ds.get_offset()
         return size, 0 if offset is None else offset + size
@@ -193,8 +198,14 @@ def storage_problem(ds: h5py.h5d.DatasetID, stored: int, end: int, file_bytes: i
         return (
             f"has stored data that lies past the end of the file (byte {end:,} of {file_bytes:,})"
         )
+    if ds.get_space().get_simple_extent_type() != h5py.h5s.SIMPLE:
+        return None
+    return budgets.dataset_problem(declared_bytes(ds), stored)
+
+
+def declared_bytes(ds: h5py.h5d.DatasetID) -> int:
+    """What a dataset's shape and type declare it holds (0 for a scalar or empty space)."""
     space = ds.get_space()
     if space.get_simple_extent_type() != h5py.h5s.SIMPLE:
-        return None
-    declared = math.prod(space.shape) * ds.get_type().get_size()
-    return budgets.dataset_problem(declared, stored)
+        return 0
+    return math.prod(space.shape) * ds.get_type().get_size()

@@ -5,6 +5,7 @@ Importing this module registers the hdf5plugin filters (real checkpoints use LZ4
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -142,6 +143,18 @@ class H5Handle:
         self.path = Path(path)
         self._file = file
         self._lock = threading.Lock()
+        # What must end before any data is read: the rest of the file's preflight walk (its
+        # chunk indexes), with ``wait()`` (raises on a problem) and ``cancel()``.
+        self.pending: Any = None
+        self._pending_lock = threading.Lock()
+
+    def walked(self) -> None:
+        """Wait for the rest of the preflight walk, if it still runs (``read_checkpoint``
+        with ``defer_chunks``): every read of data waits for its verdict."""
+        with self._pending_lock:
+            pending, self.pending = self.pending, None
+            if pending is not None:
+                pending.wait()
 
     def file(self) -> h5py.File:
         with self._lock:
@@ -150,6 +163,7 @@ class H5Handle:
             return self._file
 
     def dataset(self, name: str) -> h5py.Dataset:
+        self.walked()
         try:
             obj = self.file()[name]
         except KeyError:
@@ -162,6 +176,7 @@ class H5Handle:
 
     def dataset_id(self, name: str) -> h5py.h5d.DatasetID:
         """``dataset(name).id`` without building the h5py object."""
+        self.walked()
         try:
             return h5py.h5d.open(self.file().id, name.encode())
         except KeyError:
@@ -176,10 +191,32 @@ class H5Handle:
         return arr
 
     def close(self) -> None:
+        with self._pending_lock:
+            pending, self.pending = self.pending, None
+            if pending is not None:
+                pending.cancel()
         with self._lock:
             if self._file is not None and self._file.id.valid:
                 self._file.close()
             self._file = None
+
+
+def prefetch(path: Path, addresses: list[int]) -> None:
+    """Ask the kernel to read the blocks at ``addresses`` (object headers) now, all at once:
+    HDF5 then finds them in the page cache instead of waiting for each in turn (on a file
+    whose pages are not cached, such as a fresh clone, 60 % of the time of linking 2,000
+    datasets). Only a hint: errors are ignored."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        for address in sorted(addresses):
+            os.posix_fadvise(fd, address & ~4095, 8192, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def open_dataset(group: h5py.Group, name: str) -> h5py.Dataset | None:

@@ -13,10 +13,18 @@ metadata (measured in benchmarks/README.md); its data is never read.
 
 The children also take the boundary's checks (``boundary``: links, types, storage
 descriptions) and walk the chunk indexes, measuring what each dataset stores (the
-decompression budget, and stored bytes inside the file). A clean walk hands the total to the
-parent, which then neither repeats those checks nor walks a chunk index to read or upgrade the
-file (an upgrade by clone reads no chunk index at all: its cost stays the metadata's); a walk
-that met a problem leaves naming it to the parent's own ``check_self_contained``.
+decompression budget, and stored bytes inside the file). A clean walk hands the total and each
+dataset's facts (``Findings``) to the parent, which then neither repeats those checks nor
+walks a chunk index; a walk that met a problem leaves naming it to the parent's own
+``check_self_contained``.
+
+A walk comes in two parts. The first reads every object and attribute; the second walks the
+chunk indexes, which a reader of the structure never touches (chunked datasets are never
+scalars, the only datasets a reader decodes). ``preflight(path,
+defer=True)`` returns after the first part with the second still running (``Findings.rest``):
+an upgrade by clone, which reads no chunk index at all, edits its output meanwhile and waits
+for the verdict only before publishing it (``H5Handle.walked``; every read of tensor data
+waits too). Its cost then stays the metadata's, not the number of chunks the size brings.
 """
 
 from __future__ import annotations
@@ -37,19 +45,23 @@ import h5py
 import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.format import budgets
 from ckpt_migrate.format.h5.boundary import (
     ALLOWED_TYPE_CLASSES,
     attribute_names,
     dataset_problem,
     dataset_storage,
+    declared_bytes,
     link_problem,
     storage_problem,
 )
-from ckpt_migrate.format.h5.io import forbid_plugin_loading
+from ckpt_migrate.format.h5.io import forbid_plugin_loading, prefetch
 
 STALL_SECONDS = float(os.environ.get("CKPT_MIGRATE_STALL_SECONDS", "10"))
 _TICK = b"."
-_STORED = b"="  # then the stored bytes in decimal: the child's last words
+_FIRST = b"M"  # the first part is done: "M<stored>,<declared>;" (see _walk)
+_SECOND = b"="  # the second part is done: "=<stored>;"
+_END = b";"
 _FIX = "the file is damaged; use another copy"
 
 
@@ -57,18 +69,24 @@ _FIX = "the file is damaged; use another copy"
 class Findings:
     """What a clean walk learnt: the bytes the datasets store, and each dataset's facts (by
     its name from the root: ``{"u": address, "d": numpy dtype string, "s": shape or None,
-    "a": {attribute: scalar value}}``) for the readers, which then need not open it."""
+    "a": {attribute: scalar value}}``) for the readers, which then need not open it.
+
+    ``rest``: the second part of the walk, still running (``preflight(defer=True)``); until it
+    has finished (``Rest.finish``), ``stored`` counts the chunked datasets by their declared
+    bytes (an estimate: LZ4 may store less, edge chunks more)."""
 
     stored: int
     datasets: dict[str, dict[str, Any]]
+    rest: Rest | None = None
 
 
-def preflight(path: Path) -> Findings | None:
+def preflight(path: Path, *, defer: bool = False) -> Findings | None:
     """Raise ``CorruptCheckpointError`` if reading ``path``'s metadata crashes or hangs HDF5.
 
     Returns what the walk found (``Findings``), or None when a child met a problem it does
     not name (a damaged structure, a budget exceeded): the parent's own checks, which are safe
-    to run once the children survived the same walk, then say what it is.
+    to run once the children survived the same walk, then say what it is. ``defer``: return
+    after the walk's first part (the module's docstring).
 
     The objects are dealt out to :data:`WORKERS` children (one per core, at most two): the
     walk is HDF5 work on one object at a time, and the parent waits for it. A walk begun
@@ -77,7 +95,40 @@ def preflight(path: Path) -> Findings | None:
         walk = _early.pop(_identity(path), None)
     except OSError:  # gone: the reader names it
         walk = None
-    return (walk or _Walk.begin(path)).collect(path)
+    walk = walk or _Walk.begin(path)
+    try:
+        if defer and (first := walk.follow(path, _FIRST)) is not None:
+            return Findings(first, walk.facts_found(), Rest(walk))
+        found = walk.conclude(path)
+    except BaseException:
+        walk.cancel()
+        raise
+    walk.cancel()  # (ended: closes the pipe and the facts files)
+    return found
+
+
+class Rest:
+    """The second part of a walk, running on (``Findings.rest``)."""
+
+    def __init__(self, walk: _Walk) -> None:
+        self._walk: _Walk | None = walk
+
+    def finish(self, path: Path) -> int | None:
+        """Wait for it: the bytes the datasets store, None when a child met a problem (the
+        caller names it), ``CorruptCheckpointError`` if HDF5 crashed or hung."""
+        walk, self._walk = self._walk, None
+        if walk is None:
+            raise RuntimeError("the walk was already finished or cancelled")
+        try:
+            found = walk.conclude(path)
+        finally:
+            walk.cancel()
+        return None if found is None else found.stored
+
+    def cancel(self) -> None:
+        if self._walk is not None:
+            self._walk.cancel()
+            self._walk = None
 
 
 def start(path: Path) -> None:
@@ -100,11 +151,12 @@ def _identity(path: Path) -> tuple[int, ...]:
 
 @dataclass
 class _Walk:
-    """The children walking one file, and the pipe they report through."""
+    """The children walking one file, the pipe they report through, and what they said."""
 
     pids: list[int]
     read_end: int
     facts: list[int]  # one anonymous file per child, where it writes its datasets' facts
+    words: bytes = b""  # what the children said, ticks left out
 
     @classmethod
     def begin(cls, path: Path) -> _Walk:
@@ -132,8 +184,62 @@ class _Walk:
             os.close(write_end)
         return walk
 
+    def follow(self, path: Path, until: bytes | None) -> int | None:
+        """Read the children's ticks and words until each has said ``until`` (then return the
+        bytes stored that they reported with it) or all have closed the pipe (None). Raises
+        ``CorruptCheckpointError`` if they make no progress for :data:`STALL_SECONDS`."""
+        while True:
+            if until is not None:
+                said = [w for w in self.words.split(_END) if w.startswith(until)]
+                if len(said) == len(self.pids):
+                    return sum(sum(int(n) for n in w[1:].split(b",")) for w in said)
+            ready, _, _ = select.select([self.read_end], [], [], STALL_SECONDS)
+            if not ready:
+                raise CorruptCheckpointError(
+                    path,
+                    f"HDF5 made no progress reading the file's metadata for {STALL_SECONDS:.0f} s",
+                    _FIX,
+                )
+            data = os.read(self.read_end, 65536)
+            if not data:
+                return None
+            if len(self.words) < 4096:  # a child says a few words; more is not worth keeping
+                self.words += data.replace(_TICK, b"")
+
+    def conclude(self, path: Path) -> Findings | None:
+        """Wait for every child to end and judge the walk: ``Findings``, or None for a problem
+        the parent's own checks are to name; ``CorruptCheckpointError`` for a crash or a hang."""
+        self.follow(path, None)
+        statuses = [os.waitpid(pid, 0)[1] for pid in self.pids]
+        self.pids = []
+        for status in statuses:
+            if os.WIFSIGNALED(status):
+                name = signal.Signals(os.WTERMSIG(status)).name
+                raise CorruptCheckpointError(
+                    path, f"HDF5 crashed ({name}) reading the file's metadata", _FIX
+                )
+        words = [w for w in self.words.split(_END) if w]
+        firsts = [w for w in words if w.startswith(_FIRST)]
+        seconds = [w for w in words if w.startswith(_SECOND)]
+        if any(os.WEXITSTATUS(status) for status in statuses) or not (
+            len(firsts) == len(seconds) == len(statuses)
+        ):
+            return None
+        stored = sum(int(w[1:].split(b",")[0]) for w in firsts)
+        stored += sum(int(w[1:]) for w in seconds)
+        return Findings(stored, self.facts_found())
+
+    def facts_found(self) -> dict[str, dict[str, Any]]:
+        datasets: dict[str, dict[str, Any]] = {}
+        for fd in self.facts:
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                fh.seek(0)
+                datasets.update(json.loads(fh.read() or b"{}"))
+        return datasets
+
     def cancel(self) -> None:
-        """No child may walk on after its parent has gone (Ctrl-C) or given up on it."""
+        """No child may walk on after its parent has gone (Ctrl-C) or given up on it.
+        Idempotent: every child is waited for, every descriptor closed."""
         for pid in self.pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -143,38 +249,7 @@ class _Walk:
         for fd in [self.read_end, *self.facts]:
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-    def collect(self, path: Path) -> Findings | None:
-        try:
-            stalled, words = _follow(self.read_end)
-            return self._verdict(path, stalled, words)
-        finally:
-            self.cancel()  # idempotent: the children are waited for, every descriptor closed
-
-    def _verdict(self, path: Path, stalled: bool, words: bytes) -> Findings | None:
-        if stalled:
-            raise CorruptCheckpointError(
-                path,
-                f"HDF5 made no progress reading the file's metadata for {STALL_SECONDS:.0f} s",
-                _FIX,
-            )
-        statuses = [os.waitpid(pid, 0)[1] for pid in self.pids]
-        self.pids = []
-        for status in statuses:
-            if os.WIFSIGNALED(status):
-                name = signal.Signals(os.WTERMSIG(status)).name
-                raise CorruptCheckpointError(
-                    path, f"HDF5 crashed ({name}) reading the file's metadata", _FIX
-                )
-        stored = words.split(_STORED)[1:]
-        if any(os.WEXITSTATUS(status) for status in statuses) or len(stored) != len(statuses):
-            return None
-        datasets: dict[str, dict[str, Any]] = {}
-        for fd in self.facts:
-            with os.fdopen(os.dup(fd), "rb") as fh:
-                fh.seek(0)
-                datasets.update(json.loads(fh.read() or b"{}"))
-        return Findings(sum(int(n) for n in stored), datasets)
+        self.read_end, self.facts = -1, []
 
 
 def _anonymous_file() -> int:
@@ -198,75 +273,80 @@ def _cancel_early() -> None:
 WORKERS = max(1, min(2, len(os.sched_getaffinity(0))))
 
 
-def _follow(fd: int) -> tuple[bool, bytes]:
-    """Read progress ticks until every child has closed the pipe: (whether they stalled, what
-    they said besides ticks)."""
-    words = b""
-    while True:
-        ready, _, _ = select.select([fd], [], [], STALL_SECONDS)
-        if not ready:
-            return True, words
-        data = os.read(fd, 65536)
-        if not data:
-            return False, words
-        if len(words) < 4096:  # a child says a few bytes; more is not worth keeping
-            words += data.replace(_TICK, b"")
-
-
 class _Refused(Exception):
     """A dataset the parent's checks will refuse: the child stops walking."""
 
 
 def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
     """Read the metadata of every ``parts``-th object from the ``part``-th (the root's
-    attributes in part 0), then say what the datasets among them store, and write their facts
-    (``Findings.datasets``) to ``facts_fd``."""
+    attributes in part 0), write their facts (``Findings.datasets``) to ``facts_fd`` and say
+    ``M<stored>,<declared>;`` (the bytes stored by the datasets measured so far, and declared
+    by those left for the second part); then walk the chunk indexes left and say
+    ``=<stored>;``."""
     forbid_plugin_loading()
     file_bytes = os.stat(path).st_size
-    stored = 0
-    seen = 0
+    stored = declared = 0
     objects: set[int] = set()
     facts: dict[str, dict[str, Any]] = {}
+    later: list[h5py.h5d.DatasetID] = []
     with h5py.File(path, "r", locking=False, rdcc_nbytes=0) as f:
         if part == 0:
             _read_attributes(f.id, tick)
+        mine: list[tuple[bytes, int]] = []  # (name, object address), every parts-th object
 
-        def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
-            nonlocal stored, seen
+        def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
             if link_problem(path, "", info) is not None:
                 raise _Refused  # a link out of the file: never followed
-            if info.type != h5py.h5l.TYPE_HARD or info.u in objects:
-                return None
-            objects.add(info.u)  # an object under several names (a tie) counts once
-            seen += 1
-            if seen % parts != part:
-                return None
+            if info.type == h5py.h5l.TYPE_HARD and info.u not in objects:
+                objects.add(info.u)  # an object under several names (a tie) counts once
+                if len(objects) % parts == part:
+                    mine.append((name, info.u))
+
+        f.id.links.visit(take, info=True)
+        prefetch(path, [address for _, address in mine])
+        for i, (name, address) in enumerate(mine):
             obj = h5py.h5o.open(f.id, name)
             if not isinstance(obj, h5py.h5d.DatasetID):
                 _read_attributes(obj, tick)
             else:
                 scalars: dict[str, Any] = {}
                 _read_attributes(obj, tick, scalars)
-                if dataset_problem(obj, path, "") is not None:
+                dcpl = obj.get_create_plist()
+                if dataset_problem(obj, path, "", dcpl) is not None:
                     raise _Refused  # before its storage is looked at
-                size, end = dataset_storage(obj)
-                if storage_problem(obj, size, end, file_bytes) is not None:
-                    raise _Refused
-                stored += size
+                if dcpl.get_layout() == h5py.h5d.CHUNKED:
+                    size = declared_bytes(obj)
+                    if budgets.dataset_problem(size, file_bytes) is not None:
+                        raise _Refused  # more than the whole file could expand to
+                    later.append(obj)
+                    declared += size
+                else:
+                    stored += _measure(obj, dcpl, file_bytes)
                 facts[name.decode("utf-8", "surrogateescape")] = {
-                    "u": info.u,
+                    "u": address,
                     "d": obj.dtype.str,
                     "s": None if obj.shape is None else list(obj.shape),
                     "a": scalars,
                 }
-            if seen % (8 * parts) == part:  # progress, every eighth object of this child
+            if i % 8 == 0:  # progress, every eighth object
                 os.write(tick, _TICK)
-            return None
+        with os.fdopen(os.dup(facts_fd), "w") as fh:
+            fh.write(json.dumps(facts))  # (json.dump encodes in Python, dumps in C)
+        os.write(tick, b"%s%d,%d%s" % (_FIRST, stored, declared, _END))
+        rest = 0
+        for i, obj in enumerate(later):
+            rest += _measure(obj, obj.get_create_plist(), file_bytes)
+            if i % 8 == 0:
+                os.write(tick, _TICK)
+    os.write(tick, b"%s%d%s" % (_SECOND, rest, _END))
 
-        f.id.links.visit(visit, info=True)
-    with os.fdopen(os.dup(facts_fd), "w") as fh:
-        fh.write(json.dumps(facts))  # (json.dump encodes in Python, dumps in C)
-    os.write(tick, _STORED + str(stored).encode())
+
+def _measure(obj: h5py.h5d.DatasetID, dcpl: h5py.h5p.PropDCID, file_bytes: int) -> int:
+    """The bytes a dataset stores; ``_Refused`` if it breaks a budget or lies past the end."""
+    size, end = dataset_storage(obj, dcpl)
+    if storage_problem(obj, size, end, file_bytes) is not None:
+        raise _Refused
+    return size
 
 
 _VLEN_STR = h5py.h5t.py_create(h5py.string_dtype())
