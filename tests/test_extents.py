@@ -8,6 +8,7 @@ the refusals run on whatever filesystem the temporary directory is on.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -21,8 +22,10 @@ from loopfs import mounted, unavailable
 from test_upgrade import assert_identical, assert_only_temporaries, only_result
 
 import ckpt_migrate as cm
-from ckpt_migrate.engine import extents
+from ckpt_migrate.engine import copypatch, extents
 from ckpt_migrate.engine.extents import Extents, Own, Shared
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.format.h5 import boundary, preflight
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 
 TENSORS = 24  # x 1 MiB of float32
@@ -127,6 +130,30 @@ def test_inplace_clones_and_keeps_the_original_as_its_backup(on_reflink):
     assert release_of(src) == "2.10"
     assert extents.shared_bytes(src) >= res["bytes_shared"] > 0
     assert_identical(backup, src)
+
+
+def test_a_clone_upgrade_walks_no_chunk_index_in_its_own_process(on_reflink, monkeypatch):
+    """The chunk indexes are walked by the preflight children alone, while the output is made:
+    the upgrading process reads none of them, so its cost is the metadata's, not the chunks'."""
+    src, out = on_reflink
+    log = out.parent / "walks.log"
+
+    def spy(real):
+        def recording(*args, **kwargs):
+            with open(log, "a") as fh:
+                fh.write(f"{os.getpid()} {real.__name__}\n")
+            return real(*args, **kwargs)
+
+        return recording
+
+    monkeypatch.setattr(preflight, "dataset_storage", spy(preflight.dataset_storage))
+    monkeypatch.setattr(boundary, "dataset_storage", spy(boundary.dataset_storage))
+    monkeypatch.setattr(copypatch, "data_ranges", spy(copypatch.data_ranges))
+    res = upgrade(src, UpgradeOptions(output_dir=out))
+    assert (res.status, res.copy_method) == ("upgraded", "clone"), res.error
+    pids = [int(line.split()[0]) for line in log.read_text().splitlines()]
+    assert len(pids) >= TENSORS and os.getpid() not in pids  # the children's walks only
+    assert_identical(src, out / src.name)
 
 
 def test_a_rerun_of_upgrade_dir_knows_a_cloned_output_without_reading_the_source(on_reflink):

@@ -184,13 +184,21 @@ def _decode_object(
             _check_storage(ds.dtype, ds.shape, dtype, shape, path, name)
         return TensorLeaf(dtype, shape, H5Data(handle, name))
     if kind == "NumpyArraySerializer":
-        ds = _dataset(f, name, path, used)
-        is_bf16 = attr_bool(h5attrs.get_value(ds, "is_bfloat16", m.get("is_bfloat16", False)))
+        known = facts.dataset(name)
+        default = m.get("is_bfloat16", False)
+        if known is not None and known.shape is not None:
+            used.add(name)
+            stored, shape = known.dtype, known.shape
+            is_bf16 = attr_bool(known.attrs.get("is_bfloat16", default))
+        else:
+            ds = _dataset(f, name, path, used)
+            stored, shape = ds.dtype, tuple(ds.shape)
+            is_bf16 = attr_bool(h5attrs.get_value(ds, "is_bfloat16", default))
         try:
-            dt = dtypes.from_storage(ds.dtype, is_bf16)
+            dt = dtypes.from_storage(stored, is_bf16)
         except ValueError as exc:
             raise UnsupportedContentError(path, f"array {name!r}: {exc}") from None
-        return TensorLeaf(dt.name, tuple(ds.shape), H5Data(handle, name), numpy=True)
+        return TensorLeaf(dt.name, shape, H5Data(handle, name), numpy=True)
     if kind == "ScalarSerializer":
         value = m.get("scalar_value")
         if type(value) not in (bool, int, float):

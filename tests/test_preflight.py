@@ -1,0 +1,216 @@
+"""The preflight walk (``format/h5/preflight.py``): its findings, its two parts, its early start,
+and what the readers take from it instead of opening datasets again."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import string
+from pathlib import Path
+from urllib.parse import quote
+
+import h5py
+import numpy as np
+import pytest
+from conftest import sha256_file
+from test_upgrade import fixture
+
+import ckpt_migrate as cm
+from ckpt_migrate import cli
+from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.format.compare import signature
+from ckpt_migrate.format.h5 import boundary, io, preflight
+from ckpt_migrate.format.h5.facts import Facts
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
+from ckpt_migrate.format.v05.write import _leaf_json, _leaf_json_slow
+
+
+def _lz4_checkpoint(path: Path, release: str = "2.0") -> Path:
+    rng = np.random.default_rng(1)
+    weights = {f"w{i}": rng.random((64, 64), dtype=np.float32) for i in range(6)}
+    cm.save({"model": weights, "step": 3}, path, release)
+    return path
+
+
+def _stored_by_hdf5(path: Path, *, chunked_as_declared: bool = False) -> int:
+    """What HDF5 says the datasets store, each object once; ``chunked_as_declared``: a
+    chunked dataset counted by the bytes its shape and type declare."""
+    objects: list[h5py.Dataset] = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda _n, o: objects.append(o) if isinstance(o, h5py.Dataset) else None)
+        return sum(
+            int(np.prod(ds.shape)) * ds.dtype.itemsize
+            if chunked_as_declared and ds.chunks is not None
+            else ds.id.get_storage_size()
+            for ds in objects
+        )
+
+
+@pytest.mark.parametrize("release", ["1.9", "2.0", "2.10"])
+def test_findings_give_each_dataset_and_the_bytes_hdf5_says_are_stored(tmp_path, release):
+    src = fixture(release, tmp_path)
+    found = preflight.preflight(src)
+    assert found is not None and found.rest is None
+    assert found.stored == _stored_by_hdf5(src)  # each object once: a tie is one dataset
+    with h5py.File(src, "r") as f:
+        for name in found.datasets:
+            ds = f[name]
+            facts = Facts(found.datasets).dataset(name)
+            if facts is None:  # a dataset of strings or bytes: left to the reader
+                assert ds.dtype.kind not in "biuf"
+                continue
+            assert (facts.dtype, facts.shape) == (ds.dtype, ds.shape)
+            assert facts.address == h5py.h5o.get_info(ds.id).addr
+            for key, value in facts.attrs.items():
+                assert np.asarray(ds.attrs[key]).tolist() == value, (name, key)
+
+
+def test_a_deferred_walk_returns_before_the_chunk_indexes_and_finishes_with_the_same_total(
+    tmp_path,
+):
+    src = _lz4_checkpoint(tmp_path / "c.mdl")
+    whole = preflight.preflight(src)
+    first = preflight.preflight(src, defer=True)
+    assert whole is not None and first is not None and first.rest is not None
+    assert first.datasets == whole.datasets
+    # until the chunk indexes are walked, chunked datasets count by their declared bytes
+    assert first.stored == _stored_by_hdf5(src, chunked_as_declared=True) != whole.stored
+    assert first.rest.finish(src) == whole.stored == _stored_by_hdf5(src)
+
+
+def test_data_past_the_end_is_named_when_the_deferred_walk_is_awaited(tmp_path):
+    src = _lz4_checkpoint(tmp_path / "c.mdl")
+    with h5py.File(src) as f:
+        chunks: list = []
+        f["model.w1"].id.chunk_iter(chunks.append)
+    data = bytearray(src.read_bytes())
+    at = data.index(chunks[-1].byte_offset.to_bytes(8, "little"))
+    data[at : at + 8] = (len(data) + 4096).to_bytes(8, "little")
+    src.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match="lies past the end of the file"):
+        read_checkpoint(src)  # the whole walk first: refused at once
+    ckpt = read_checkpoint(src, defer_chunks=True)  # the structure is read...
+    try:
+        assert "model" in dict(ckpt.root.items)
+        with pytest.raises(CorruptCheckpointError, match=r"model\.w1.*lies past the end"):
+            ckpt.handle.walked()  # ...and the verdict comes before anything is published
+        ckpt.handle.walked()  # (given once)
+    finally:
+        ckpt.close()
+    ckpt = read_checkpoint(src, defer_chunks=True)
+    leaf = dict(dict(ckpt.root.items)["model"].items)["w0"]
+    with pytest.raises(CorruptCheckpointError, match="lies past the end"):
+        leaf.data.read()  # a read of data waits for the verdict too
+    ckpt.close()
+
+
+def test_a_deferred_walk_nobody_awaits_is_stopped_with_its_checkpoint(tmp_path):
+    src = _lz4_checkpoint(tmp_path / "c.mdl")
+    ckpt = read_checkpoint(src, defer_chunks=True)
+    rest = ckpt.handle.pending.rest
+    pids = list(rest._walk.pids)
+    ckpt.close()
+    assert rest._walk is None and ckpt.handle.pending is None
+    for pid in pids:  # killed and reaped: no zombie left
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+def test_the_readers_build_tensors_from_the_facts_without_opening_a_dataset(tmp_path, monkeypatch):
+    for release in ("1.9", "2.10"):
+        src = fixture(release, tmp_path)
+        with read_checkpoint(src) as ckpt:
+            want = signature(ckpt.root)
+        opened: list[str] = []
+        real = io.open_dataset
+
+        def counting(group, name, real=real, opened=opened):
+            opened.append(name)
+            return real(group, name)
+
+        for module in ("ckpt_migrate.format.legacy.read", "ckpt_migrate.format.v05.read"):
+            monkeypatch.setattr(f"{module}.open_dataset", counting)
+        with read_checkpoint(src) as ckpt:
+            assert signature(ckpt.root) == want
+            tensors = {r.name for r in iter_leaves(ckpt.root) if isinstance(r.leaf, TensorLeaf)}
+        # no tensor whose dataset the walk described is opened (scalars, strings and the
+        # second name of a tie are: the walk describes each object once)
+        found = preflight.preflight(src)
+        assert found is not None
+        described = {n for n in found.datasets if Facts(found.datasets).dataset(n)}
+        stored = {quote(n, safe="") for n in tensors} | tensors
+        assert tensors and not set(opened) & described & stored, (release, opened)
+        # and facts that do not look right are not used: the reader opens the dataset
+        monkeypatch.setattr(Facts, "dataset", lambda self, name: None)
+        with read_checkpoint(src) as ckpt:
+            assert signature(ckpt.root) == want
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        "x",
+        {"u": 1, "d": "<f4", "s": [2], "a": []},  # attrs not a dict
+        {"u": 1, "d": "|O", "s": [2], "a": {}},  # strings: the reader's to decode
+        {"u": 1, "d": "no-such-dtype", "s": [2], "a": {}},
+        {"u": "one", "d": "<f4", "s": [2], "a": {}},
+        {"u": 1, "d": "<f4", "s": ["2x"], "a": {}},
+        {"d": "<f4", "s": [2], "a": {}},
+    ],
+)
+def test_facts_that_do_not_look_right_are_not_used(raw):
+    assert Facts({"x": raw}).dataset("x") is None
+
+
+def test_upgrade_begins_the_walk_of_its_one_checkpoint_before_typer_loads(tmp_path):
+    src = _lz4_checkpoint(tmp_path / "c.mdl")
+    other = _lz4_checkpoint(tmp_path / "d.mdl")
+    config = tmp_path / "params.yaml"
+    config.write_text("model: {}\n")
+    try:
+        cli._begin_upgrade_reading(["upgrade", str(src), "--output-dir", str(tmp_path)])
+        assert len(preflight._early) == 1
+        assert preflight.preflight(src) == preflight.preflight(src)  # collected, then anew
+        assert not preflight._early
+        for args in (
+            ["upgrade", str(src), str(other)],  # several: typer's to sort out
+            ["inspect", str(src)],
+            ["upgrade", str(config)],  # not HDF5
+        ):
+            cli._begin_upgrade_reading(args)
+            assert not preflight._early, args
+        cli._begin_upgrade_reading(["upgrade", str(src)])
+        src.write_bytes(src.read_bytes())  # changed since: walked anew, the early walk dropped
+        assert preflight.preflight(src) is not None
+    finally:
+        preflight._cancel_early()
+
+
+def test_the_leaf_documents_from_templates_are_json_dumps_indent_4():
+    rng = random.Random(1)
+    alphabet = string.printable + 'é"\\\x01ü→'
+    mds = [
+        {"__TORCH__": True, "shapes": [[3, 4]], "dtypes": ["torch.float32"], "rtfx_dtypes": [11]},
+        {"string_value": 'a"b ckptmigrate0leaf0name', "__TYPE__": "StringSerializer"},
+        {"scalar_value": 1.5, "__TYPE__": "ScalarSerializer", "__NONE__": True},
+        {"key": "x", "__LINKED__": True, "__TYPE__": "LinkedObject"},
+    ]
+    for _ in range(3000):
+        name = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24)))
+        md = rng.choice(mds)
+        assert _leaf_json(name, md) == _leaf_json_slow(name, md), (name, md)
+        assert json.loads(_leaf_json(name, md))["__objects__"] == [name]
+
+
+def test_boundary_refuses_data_past_the_end_when_it_walks_the_chunks(tmp_path):
+    """The parent's own check names what the children met (``check_self_contained``)."""
+    src = _lz4_checkpoint(tmp_path / "c.mdl")
+    digest = sha256_file(src)
+    with h5py.File(src, "r") as f:
+        assert boundary.check_self_contained(f, src) == _stored_by_hdf5(src)
+        assert boundary.check_self_contained(f, src, storage=False) is None
+    assert sha256_file(src) == digest
