@@ -333,6 +333,7 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
         with os.fdopen(os.dup(facts_fd), "w") as fh:
             fh.write(json.dumps(facts))  # (json.dump encodes in Python, dumps in C)
         os.write(tick, b"%s%d,%d%s" % (_FIRST, stored, declared, _END))
+        os.nice(10)  # the rest runs beside the parent's work, which comes first
         rest = 0
         for i, obj in enumerate(later):
             rest += _measure(obj, obj.get_create_plist(), file_bytes)
