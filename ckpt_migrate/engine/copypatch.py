@@ -216,6 +216,9 @@ def write(
             digest = copier.finish(progress)
         written.tensors = len(placed)
     else:  # most of the data changes: write a new file instead
+        # It reads every chunk index and all the data: the walk's verdict first, before HDF5
+        # writes anything (nothing to gain from overlapping them here).
+        handle.walked()
 
         def place(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:
             placed[id(leaf)] = (name, False)
