@@ -1,7 +1,5 @@
 """``python -m ckpt_migrate``: the ``ckpt-migrate`` command."""
 
-import sys
+from ckpt_migrate.cli import run
 
-from ckpt_migrate.cli import main
-
-sys.exit(main())
+run()
