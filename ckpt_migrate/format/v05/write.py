@@ -6,6 +6,7 @@ stored value, then every ``<leaf>.__metadata__`` attribute and ``__SUCCESS__`` l
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -48,15 +49,16 @@ _PLACEHOLDER = "ckptmigrate0leaf0name"
 _TEMPLATES: dict[str, str] = {}  # json.dumps(md) -> the document with _PLACEHOLDER as name
 
 
-def _leaf_json(name: str, md: dict[str, Any]) -> str:
+def _leaf_json(name: str, md: dict[str, Any], key: str | None = None) -> str:
     """The ``<name>.__metadata__`` document, as ``json.dumps(doc, indent=4)`` writes it.
 
     With ``indent`` json runs in pure Python (100 µs a leaf, a quarter of an upgrade's
     attribute writing); the documents of a checkpoint differ in the name and in few metadata
-    dicts, so each dict's document is made once with a placeholder name."""
+    dicts, so each dict's document is made once with a placeholder name. ``key``:
+    ``json.dumps(md)``, if the caller has it."""
     if not _PLAIN_NAME.match(name):
         return _leaf_json_slow(name, md)
-    key = json.dumps(md)
+    key = key or json.dumps(md)
     if _PLACEHOLDER in key:
         return _leaf_json_slow(name, md)
     template = _TEMPLATES.get(key)
@@ -90,11 +92,20 @@ def tensor_metadata(leaf: TensorLeaf) -> dict[str, Any]:
 _ATTR_SETS: dict[str, list[h5attrs.Prepared]] = {}  # json.dumps(md) -> its attributes
 
 
-def _dataset_attrs(ds: h5py.Dataset, md: dict[str, Any]) -> None:
-    """cstorch copies the metadata dict onto the dataset; the two must agree (§4.9). A
-    checkpoint's tensors share few metadata dicts (one per shape and dtype): each dict's
-    attributes are prepared once."""
-    key = json.dumps(md)
+@functools.lru_cache(maxsize=4096)
+def _tensor_metadata_json(
+    dtype: str, shape: tuple[int, ...], numpy: bool
+) -> tuple[dict[str, Any], str]:
+    """``tensor_metadata`` and its JSON, once per kind of tensor (the dict is shared: read
+    only)."""
+    md = tensor_metadata(TensorLeaf(dtype, shape, None, numpy=numpy))  # type: ignore[arg-type]
+    return md, json.dumps(md)
+
+
+def _dataset_attrs(ds: h5py.Dataset, md: dict[str, Any], key: str) -> None:
+    """cstorch copies the metadata dict ``md`` (``key``: its JSON) onto the dataset; the two
+    must agree (§4.9). A checkpoint's tensors share few metadata dicts (one per shape and
+    dtype): each dict's attributes are prepared once."""
     prepared = _ATTR_SETS.get(key)
     if prepared is None:
         prepared = [h5attrs.prepare(k, _attr_value(k, v)) for k, v in md.items()]
@@ -134,6 +145,7 @@ def write(
     first_name: dict[int, str] = {}
     for ref in iter_leaves(root):
         leaf, name = ref.leaf, ref.name
+        key: str | None = None  # json.dumps(md), where known
         if id(leaf) in first_name:
             md: dict[str, Any] = {
                 "key": first_name[id(leaf)],
@@ -143,10 +155,10 @@ def write(
             }
         else:
             first_name[id(leaf)] = name
-            md = _write_value(f, name, leaf, place)
+            md, key = _write_value(f, name, leaf, place)
             if on_leaf is not None:
                 on_leaf(name, leaf)
-        metadata[f"{name}.__metadata__"] = _leaf_json(name, md)
+        metadata[f"{name}.__metadata__"] = _leaf_json(name, md, key)
 
     root = f.id
     for key, text in metadata.items():
@@ -156,11 +168,20 @@ def write(
     f.attrs["__SUCCESS__"] = np.bool_(True)
 
 
-def _write_value(f: h5py.Group, name: str, leaf: Leaf, place: PlaceTensor) -> dict[str, Any]:
+def _write_value(
+    f: h5py.Group, name: str, leaf: Leaf, place: PlaceTensor
+) -> tuple[dict[str, Any], str | None]:
+    """Write ``leaf``'s dataset, if it has one; its metadata dict, and that dict's JSON when
+    known (a tensor's)."""
     if isinstance(leaf, TensorLeaf):
-        md = tensor_metadata(leaf)
-        _dataset_attrs(place(f, name, leaf), md)
-        return md
+        md, key = _tensor_metadata_json(leaf.dtype, leaf.shape, leaf.numpy)
+        _dataset_attrs(place(f, name, leaf), md, key)
+        return md, key
+    return _value_metadata(f, name, leaf), None
+
+
+def _value_metadata(f: h5py.Group, name: str, leaf: Leaf) -> dict[str, Any]:
+    """The metadata dict of a leaf that is no tensor (and its dataset, for a pickled object)."""
     if isinstance(leaf, (ValueLeaf, MissingLeaf)):
         value = None if isinstance(leaf, MissingLeaf) else leaf.value
         if value is None:
