@@ -214,3 +214,21 @@ def test_boundary_refuses_data_past_the_end_when_it_walks_the_chunks(tmp_path):
         assert boundary.check_self_contained(f, src) == _stored_by_hdf5(src)
         assert boundary.check_self_contained(f, src, storage=False) is None
     assert sha256_file(src) == digest
+
+
+def test_a_chunk_index_is_measured_in_flat_memory(tmp_path):
+    """The walk sums a chunk index as it goes: a file declaring many chunks cannot make it
+    hold one Python object per chunk."""
+    import tracemalloc
+
+    path = tmp_path / "many.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("d", data=np.arange(50_000, dtype=np.int8), chunks=(1,))
+    with h5py.File(path, "r") as f:
+        ds = f["d"].id
+        tracemalloc.start()
+        stored, end = boundary.dataset_storage(ds)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert stored == 50_000 and 0 < end <= path.stat().st_size
+    assert peak < 1 << 20, peak  # a list of 50,000 chunk records would take several MiB

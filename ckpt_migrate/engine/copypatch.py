@@ -28,12 +28,11 @@ from ckpt_migrate.atomic import create_temp, reserve, start_writeback
 from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import MIN_RANGE, Progress, SplitCopy, data_ranges
-from ckpt_migrate.errors import CorruptCheckpointError, UsageError, VerificationError
+from ckpt_migrate.errors import UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
-from ckpt_migrate.format.compare import object_addresses
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
-from ckpt_migrate.format.h5.io import bounded_metadata_cache, prefetch
+from ckpt_migrate.format.h5.io import H5Handle, bounded_metadata_cache, prefetch
 from ckpt_migrate.format.h5.tensor import write_tensor
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
@@ -192,7 +191,6 @@ def write(
         ranges = None
         if copy_method == "sparse":  # a staging file: everything but the data is written
             spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
-            _check_inside(spans, plan, reused, handle)
             ranges = [(a, b) for a, b in spans if b - a >= MIN_RANGE]
         shared = out.share(plan, copy_method, ranges)
         if shared is not None:
@@ -200,17 +198,16 @@ def write(
             written.placed = placed
             if progress is not None:
                 progress("copy", plan.file_bytes, plan.file_bytes)
-            _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle.file())
+            _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle)
             start_writeback(tmp)  # the edit's pages go to disk while it is verified
             digest = None  # the source's bytes were never read (see extents)
         else:
             spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
-            _check_inside(spans, plan, reused, handle)
             copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes)
             copier.restrict([(a, b) for a, b in spans if b - a >= MIN_RANGE])
             written = Written("copy-patch", placed, copy_method="copy")
             written.bytes_own = plan.file_bytes
-            _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle.file())
+            _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle)
             digest = copier.finish(progress)
         written.tensors = len(placed)
     else:  # most of the data changes: write a new file instead
@@ -240,25 +237,6 @@ def write(
         record["source_identity"] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
     _set_root_attr(tmp, PROVENANCE_ATTR, json.dumps(entries))
     return written
-
-
-def _check_inside(
-    ranges: list[tuple[int, int]], plan: Plan, reused: dict[int, str], handle: Any
-) -> None:
-    """Every stored byte to copy lies inside the source. A chunk index pointing past its end
-    (a crafted or truncated file) would have the copy write over the metadata the patch
-    allocates there."""
-    if not ranges or ranges[-1][1] <= plan.file_bytes:
-        return
-    for name in reused.values():
-        spans = data_ranges([handle.dataset(name)], 0)
-        if spans and spans[-1][1] > plan.file_bytes:
-            raise CorruptCheckpointError(
-                plan.source,
-                f"the stored data of {name!r} lies past the end of the file "
-                f"(byte {spans[-1][1]:,} of {plan.file_bytes:,})",
-                "the file is truncated or damaged",
-            )
 
 
 PENDING_DIGEST = "0" * 32  # same length as the digest, which replaces it once computed
@@ -321,13 +299,13 @@ def _patch(
     placed: dict[int, tuple[str, bool]],
     extra: dict[str, str],
     progress: Progress | None,
-    source: h5py.File,
+    source: H5Handle,
 ) -> None:
     """Build the new tree in a fresh group of the copied file, linking each reused dataset into
     it under its final name, then make that group the root (see ``h5root``): a new namespace
     needs no staging of renames, and its attributes are indexed rather than a list."""
     if reused:  # the headers the edit will touch, read ahead together (a clone's are cold)
-        addresses = object_addresses(source)
+        addresses = source.addresses()
         prefetch(tmp, [addresses[name] for name in reused.values() if name in addresses])
     with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False)) as f:
         superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)

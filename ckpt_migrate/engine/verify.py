@@ -24,10 +24,9 @@ from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.compare import (
     check_written,
     dataset_sha256,
-    object_addresses,
     tensor_sha256,
 )
-from ckpt_migrate.format.h5.io import open_read
+from ckpt_migrate.format.h5.io import object_addresses, open_read
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import H5Data, Node, TensorLeaf, iter_leaves
 
@@ -39,7 +38,6 @@ def verify_index(
     stored object of the source (so its bytes are the source's bytes by construction)."""
     check_written(tmp, root, release, tensors_proven=True)  # by address or hash, below
     seen: set[int] = set()
-    sources: dict[int, dict[str, int]] = {}  # id(source handle) -> its object addresses
     with open_read(tmp) as out:
         at = object_addresses(out) if not full else {}
         for ref in iter_leaves(root):
@@ -55,9 +53,7 @@ def verify_index(
             elif not full:
                 data = leaf.data
                 assert isinstance(data, H5Data)
-                if id(data.handle) not in sources:
-                    sources[id(data.handle)] = object_addresses(data.handle.file())
-                source_at = sources[id(data.handle)].get(data.name)
+                source_at = data.handle.addresses().get(data.name)
                 if source_at is None or at.get(name) != source_at:
                     raise VerificationError(
                         tmp, f"tensor {ref.name!r} does not hold its source data"

@@ -2,8 +2,8 @@
 
 Three levels, cheapest first:
 * ``signature``: structure, keys, leaf kinds, values, dtypes, shapes and ties (no tensor data);
-* ``object_addresses``: a dataset is the same stored object as in the file it was copied from
-  (the links alone; proves bit-identity for data copied or cloned as file bytes);
+* ``h5.io.object_addresses``: a dataset is the same stored object as in the file it was copied
+  from (the links alone; proves bit-identity for data copied or cloned as file bytes);
 * ``tensor_sha256``: the hash of a tensor's raw little-endian bytes (bf16 as its 16-bit pattern),
   the same hash cstorch-digest-v1 uses, computed in slabs so memory stays bounded.
 """
@@ -108,23 +108,6 @@ def _le_bytes(block: np.ndarray, storage: np.dtype) -> bytes | memoryview:
     if storage.kind == "b":
         block = block.astype(np.uint8)
     return memoryview(np.ascontiguousarray(block)).cast("B")
-
-
-def object_addresses(group: h5py.Group) -> dict[str, int]:
-    """The object each hard link under ``group`` names, by its address in the file, from the
-    links alone (no object is opened: an upgrade checks one per tensor).
-
-    A tensor of a copy or clone of a file that names the object at the source dataset's
-    address *is* that stored object: same header, so same type, shape, layout and chunk index,
-    all of them the source's bytes, as is the data they point to."""
-    found: dict[str, int] = {}
-
-    def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
-        if info.type == h5py.h5l.TYPE_HARD:
-            found[name.decode("utf-8", "surrogateescape")] = info.u
-
-    group.id.links.visit(visit, info=True)
-    return found
 
 
 @dataclass

@@ -185,10 +185,17 @@ def dataset_storage(
         size = ds.get_storage_size()
         offset = ds.get_offset()
         return size, 0 if offset is None else offset + size
-    chunks: list[h5py.h5d.StoreInfo] = []
-    ds.chunk_iter(chunks.append)  # no Python frame per chunk: a third of the cost
-    total = sum(c.size for c in chunks)
-    return total, max((c.byte_offset + c.size for c in chunks), default=0)
+    # Summed as the index is walked: memory stays flat however many chunks a file declares
+    # (a list of them would let a small file with a huge index buy gigabytes).
+    total = end = 0
+
+    def chunk(info: h5py.h5d.StoreInfo) -> None:
+        nonlocal total, end
+        total += info.size
+        end = max(end, info.byte_offset + info.size)
+
+    ds.chunk_iter(chunk)
+    return total, end
 
 
 def storage_problem(ds: h5py.h5d.DatasetID, stored: int, end: int, file_bytes: int) -> str | None:

@@ -147,6 +147,18 @@ class H5Handle:
         # chunk indexes), with ``wait()`` (raises on a problem) and ``cancel()``.
         self.pending: Any = None
         self._pending_lock = threading.Lock()
+        self._addresses: dict[str, int] | None = None
+
+    def addresses(self) -> dict[str, int]:
+        """``object_addresses`` of the file, read once per handle: an upgrade's edit and its
+        verification both need them."""
+        with self._lock:
+            cached = self._addresses
+        if cached is None:
+            cached = object_addresses(self.file())
+            with self._lock:
+                self._addresses = cached
+        return cached
 
     def walked(self) -> None:
         """Wait for the rest of the preflight walk, if it still runs (``read_checkpoint``
@@ -174,16 +186,6 @@ class H5Handle:
             raise CorruptCheckpointError(self.path, f"{name!r} is a group, expected a dataset")
         return obj
 
-    def dataset_id(self, name: str) -> h5py.h5d.DatasetID:
-        """``dataset(name).id`` without building the h5py object."""
-        self.walked()
-        try:
-            return h5py.h5d.open(self.file().id, name.encode())
-        except KeyError:
-            raise CorruptCheckpointError(
-                self.path, f"dataset {name!r} has gone from the file", "was it modified?"
-            ) from None
-
     def read_dataset(self, name: str) -> np.ndarray:
         arr = np.asarray(read_slab(self.dataset(name), ()))
         if arr.dtype.byteorder == ">":
@@ -199,6 +201,23 @@ class H5Handle:
             if self._file is not None and self._file.id.valid:
                 self._file.close()
             self._file = None
+
+
+def object_addresses(group: h5py.Group) -> dict[str, int]:
+    """The object each hard link under ``group`` names, by its address in the file, from the
+    links alone (no object is opened: an upgrade checks one per tensor).
+
+    A tensor of a copy or clone of a file that names the object at the source dataset's
+    address *is* that stored object: same header, so same type, shape, layout and chunk index,
+    all of them the source's bytes, as is the data they point to."""
+    found: dict[str, int] = {}
+
+    def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
+        if info.type == h5py.h5l.TYPE_HARD:
+            found[name.decode("utf-8", "surrogateescape")] = info.u
+
+    group.id.links.visit(visit, info=True)
+    return found
 
 
 def prefetch(path: Path, addresses: list[int]) -> None:
