@@ -16,6 +16,7 @@ import os
 import re
 import stat
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -127,18 +128,27 @@ _libc: ctypes.CDLL | None = None
 
 def start_writeback(path: Path) -> None:
     """Start writing ``path``'s dirty pages to disk without waiting for them
-    (``sync_file_range(SYNC_FILE_RANGE_WRITE)``, Linux): a later fsync then finds them on their
-    way. Only a hint: nothing is raised."""
+    (``sync_file_range(SYNC_FILE_RANGE_WRITE)``, Linux), on a thread of its own: the call
+    itself blocks while the filesystem allocates (40-90 ms for the 11 MB a clone's edit leaves
+    on XFS), which the caller's next step need not wait for. A later fsync finds the pages on
+    their way. Only a hint: nothing is raised."""
+    threading.Thread(
+        target=_write_back, args=(path,), name="ckpt-migrate writeback", daemon=True
+    ).start()
+
+
+def _write_back(path: Path) -> None:
     libc = _c_library()
+    sync_file_range = getattr(libc, "sync_file_range", None)
+    if sync_file_range is None:
+        return
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
-        sync_file_range = getattr(libc, "sync_file_range", None)
-        if sync_file_range is not None:
-            sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-            sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+        sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+        sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
     finally:
         os.close(fd)
 

@@ -19,6 +19,9 @@ from typing import Any
 
 def main(argv: list[str] | None = None) -> int:
     """The ``ckpt-migrate`` command (see ``cli.main``)."""
+    # numpy's OpenBLAS starts a thread per core that spins for work for a while (0.1 s of CPU
+    # per command); the tool multiplies no matrices, and its own processes need the cores.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         _begin_upgrade_reading(sys.argv[1:] if argv is None else argv)
         app = importlib.import_module(f"{__name__}.main")
