@@ -197,10 +197,19 @@ def test_the_leaf_documents_from_templates_are_json_dumps_indent_4():
         {"__TORCH__": True, "shapes": [[3, 4]], "dtypes": ["torch.float32"], "rtfx_dtypes": [11]},
         {"string_value": 'a"b ckptmigrate0leaf0name', "__TYPE__": "StringSerializer"},
         {"scalar_value": 1.5, "__TYPE__": "ScalarSerializer", "__NONE__": True},
+        {"scalar_value": -3, "__TYPE__": "ScalarSerializer", "__NONE__": True},
+        {"scalar_value": float("nan"), "__TYPE__": "ScalarSerializer", "__NONE__": True},
+        {"scalar_value": 1e-300, "__TYPE__": "ScalarSerializer", "__NONE__": True},
+        {"scalar_value": True, "__TYPE__": "ScalarSerializer", "__NONE__": True},
+        {"scalar_value": [1, {"a": 2.5}], "__TYPE__": "ScalarSerializer", "__NONE__": True},
+        {"string_value": "ckptmigrate0leaf0value", "__TYPE__": "StringSerializer"},
+        {"string_value": 'x"\\ü\n→', "__TYPE__": "StringSerializer", "__NONE__": True},
         {"key": "x", "__LINKED__": True, "__TYPE__": "LinkedObject"},
     ]
     for _ in range(3000):
         name = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24)))
+        if rng.random() < 0.01:
+            name = "ckptmigrate0leaf0value"
         md = rng.choice(mds)
         assert _leaf_json(name, md) == _leaf_json_slow(name, md), (name, md)
         assert json.loads(_leaf_json(name, md))["__objects__"] == [name]

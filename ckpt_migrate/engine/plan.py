@@ -11,7 +11,7 @@ from ckpt_migrate.engine import extents
 from ckpt_migrate.errors import NewerThanToolError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.checkpoint import Checkpoint
-from ckpt_migrate.format.outline import report
+from ckpt_migrate.format.outline import tensor_bytes
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import iter_leaves
@@ -119,7 +119,7 @@ def make_plan(
         target_release=tgt,
         hops=hops,
         file_bytes=file_bytes,
-        tensor_bytes=report(ckpt)["tensor_bytes"],
+        tensor_bytes=tensor_bytes(ckpt.root),
         output_dir=out_dir,
         free_bytes=free,
         inputs_given=dict(inputs or {}),

@@ -211,16 +211,26 @@ class LeafRef:
 
 
 def iter_leaves(root: Node) -> Iterator[LeafRef]:
-    """Every leaf position in flatten order (a tied leaf is yielded once per position)."""
+    """Every leaf position in flatten order (a tied leaf is yielded once per position).
 
-    def walk(node: Node, path: tuple[Key, ...]) -> Iterator[LeafRef]:
-        if is_leaf(node):
-            yield LeafRef(".".join(str(k) for k in path), path, node)  # type: ignore[arg-type]
-            return
-        for key, child in children(node):  # type: ignore[arg-type]
-            yield from walk(child, (*path, key))
-
-    yield from walk(root, ())
+    With a stack of the containers entered rather than a generator per level (which passes
+    each leaf up through every level above it), and names built from their parent's."""
+    if is_leaf(root):
+        yield LeafRef("", (), root)  # type: ignore[arg-type]
+        return
+    stack = [(iter(children(root)), (), "")]  # type: ignore[arg-type]
+    while stack:
+        entries, path, name = stack[-1]
+        for key, child in entries:
+            at: tuple[Key, ...] = (*path, key)
+            child_name = f"{name}.{key!s}" if path else str(key)
+            if isinstance(child, LEAF_TYPES):
+                yield LeafRef(child_name, at, child)
+            else:
+                stack.append((iter(children(child)), at, child_name))  # type: ignore[arg-type]
+                break
+        else:
+            stack.pop()
 
 
 def first_positions(root: Node) -> dict[int, LeafRef]:
@@ -275,23 +285,25 @@ def map_leaves(root: Node, fn: Callable[[LeafRef], Leaf]) -> Node:
     """A new tree with ``fn`` applied to every distinct leaf once; ties stay ties."""
     done: dict[int, Leaf] = {}
 
-    def walk(node: Node, path: tuple[Key, ...]) -> Node:
+    def walk(node: Node, path: tuple[Key, ...], name: str) -> Node:
         if is_leaf(node):
             if id(node) not in done:
-                name = ".".join(str(k) for k in path)
                 done[id(node)] = fn(LeafRef(name, path, node))  # type: ignore[arg-type]
             return done[id(node)]
+        prefix = f"{name}." if path else ""
         if isinstance(node, DictNode):
             return DictNode(
-                [(k, walk(v, (*path, k))) for k, v in node.items], node.ordered, node.origin
+                [(k, walk(v, (*path, k), f"{prefix}{k!s}")) for k, v in node.items],
+                node.ordered,
+                node.origin,
             )
+        items = [walk(v, (*path, i), f"{prefix}{i}") for i, v in enumerate(node.items)]
         if isinstance(node, SeqNode):
-            return SeqNode(node.kind, [walk(v, (*path, i)) for i, v in enumerate(node.items)])
+            return SeqNode(node.kind, items)
         assert isinstance(node, NamedTupleNode)
-        items = [walk(v, (*path, i)) for i, v in enumerate(node.items)]
         return NamedTupleNode(node.name, node.fields, items)
 
-    return walk(root, ())
+    return walk(root, (), "")
 
 
 def plain_dicts(node: Node) -> Node:

@@ -46,6 +46,9 @@ def _leaf_json_slow(name: str, md: dict[str, Any]) -> str:
 # A name json writes as it is at every depth: printable ASCII but `"` and `\`.
 _PLAIN_NAME = re.compile(r"[ !#-\[\]-~]*\Z")
 _PLACEHOLDER = "ckptmigrate0leaf0name"
+_VALUE = "ckptmigrate0leaf0value"
+# (a lone number or string is written by json as by its indenting encoder)
+_VALUE_FIELDS = ("scalar_value", "string_value")
 _TEMPLATES: dict[str, str] = {}  # json.dumps(md) -> the document with _PLACEHOLDER as name
 
 
@@ -54,10 +57,15 @@ def _leaf_json(name: str, md: dict[str, Any], key: str | None = None) -> str:
 
     With ``indent`` json runs in pure Python (100 µs a leaf, a quarter of an upgrade's
     attribute writing); the documents of a checkpoint differ in the name and in few metadata
-    dicts, so each dict's document is made once with a placeholder name. ``key``:
+    dicts, so each dict's document is made once with a placeholder name (and a value leaf's
+    with a placeholder value: step counts and learning rates differ). ``key``:
     ``json.dumps(md)``, if the caller has it."""
-    if not _PLAIN_NAME.match(name):
+    if not _PLAIN_NAME.match(name) or _VALUE in name:
         return _leaf_json_slow(name, md)
+    for field in _VALUE_FIELDS:  # a value leaf: one template per kind, the value put in
+        if type(md.get(field)) in (int, float, bool, str) and md[field] != _VALUE:
+            text = _leaf_json(name, {**md, field: _VALUE})
+            return text.replace(f'"{_VALUE}"', json.dumps(md[field]), 1)
     key = key or json.dumps(md)
     if _PLACEHOLDER in key:
         return _leaf_json_slow(name, md)
