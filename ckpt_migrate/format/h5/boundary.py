@@ -157,13 +157,18 @@ def _dataset_problem(
 
 
 def dataset_problem(
-    obj: h5py.h5d.DatasetID, path: Path, where: str, dcpl: h5py.h5p.PropDCID | None = None
+    obj: h5py.h5d.DatasetID,
+    path: Path,
+    where: str,
+    dcpl: h5py.h5p.PropDCID | None = None,
+    tid: h5py.h5t.TypeID | None = None,
 ) -> CkptError | None:
     """Why a dataset is refused by its type or its storage description (metadata only): a type
     class checkpoints never use, a virtual dataset, external raw storage, an unknown filter.
-    ``dcpl``: its creation property list, if the caller has it already."""
-    if obj.get_type().get_class() not in ALLOWED_TYPE_CLASSES:
-        return _odd_type(path, f"dataset {where!r}", obj.get_type())
+    ``dcpl``, ``tid``: its creation property list and type, if the caller has them already."""
+    tid = tid or obj.get_type()
+    if tid.get_class() not in ALLOWED_TYPE_CLASSES:
+        return _odd_type(path, f"dataset {where!r}", tid)
     dcpl = dcpl or obj.get_create_plist()
     if dcpl.get_layout() == h5py.h5d.VIRTUAL:
         return _unsafe(path, where, "is a virtual dataset over other files")
@@ -210,9 +215,14 @@ def storage_problem(ds: h5py.h5d.DatasetID, stored: int, end: int, file_bytes: i
     return budgets.dataset_problem(declared_bytes(ds), stored)
 
 
-def declared_bytes(ds: h5py.h5d.DatasetID) -> int:
-    """What a dataset's shape and type declare it holds (0 for a scalar or empty space)."""
-    space = ds.get_space()
+def declared_bytes(
+    ds: h5py.h5d.DatasetID,
+    space: h5py.h5s.SpaceID | None = None,
+    tid: h5py.h5t.TypeID | None = None,
+) -> int:
+    """What a dataset's shape and type declare it holds (0 for a scalar or empty space).
+    ``space``, ``tid``: its dataspace and type, if the caller has them already."""
+    space = space or ds.get_space()
     if space.get_simple_extent_type() != h5py.h5s.SIMPLE:
         return 0
-    return math.prod(space.shape) * ds.get_type().get_size()
+    return math.prod(space.shape) * (tid or ds.get_type()).get_size()

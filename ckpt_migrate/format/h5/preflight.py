@@ -311,11 +311,11 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
             else:
                 scalars: dict[str, Any] = {}
                 _read_attributes(obj, tick, scalars)
-                dcpl = obj.get_create_plist()
-                if dataset_problem(obj, path, "", dcpl) is not None:
+                dcpl, tid, space = obj.get_create_plist(), obj.get_type(), obj.get_space()
+                if dataset_problem(obj, path, "", dcpl, tid) is not None:
                     raise _Refused  # before its storage is looked at
                 if dcpl.get_layout() == h5py.h5d.CHUNKED:
-                    size = declared_bytes(obj)
+                    size = declared_bytes(obj, space, tid)
                     if budgets.dataset_problem(size, file_bytes) is not None:
                         raise _Refused  # more than the whole file could expand to
                     later.append(obj)
@@ -324,8 +324,8 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
                     stored += _measure(obj, dcpl, file_bytes)
                 facts[name.decode("utf-8", "surrogateescape")] = {
                     "u": address,
-                    "d": _numpy_type(obj.get_type()).str,
-                    "s": None if obj.shape is None else list(obj.shape),
+                    "d": _numpy_type(tid).str,
+                    "s": _shape(space),
                     "a": scalars,
                 }
             if i % 8 == 0:  # progress, every eighth object
@@ -348,6 +348,13 @@ def _measure(obj: h5py.h5d.DatasetID, dcpl: h5py.h5p.PropDCID, file_bytes: int) 
     if storage_problem(obj, size, end, file_bytes) is not None:
         raise _Refused
     return size
+
+
+def _shape(space: h5py.h5s.SpaceID) -> list[int] | None:
+    """A dataset's shape as h5py's ``shape`` gives it (None for an empty dataspace)."""
+    if space.get_simple_extent_type() == h5py.h5s.NULL:
+        return None
+    return list(space.shape)
 
 
 _VLEN_STR = h5py.h5t.py_create(h5py.string_dtype())
