@@ -118,7 +118,9 @@ def test_a_deferred_walk_nobody_awaits_is_stopped_with_its_checkpoint(tmp_path):
             os.waitpid(pid, 0)
 
 
-def test_the_readers_build_tensors_from_the_facts_without_opening_a_dataset(tmp_path, monkeypatch):
+def test_the_readers_build_tensors_and_numbers_from_the_facts_without_opening_a_dataset(
+    tmp_path, monkeypatch
+):
     for release in ("1.9", "2.10"):
         src = fixture(release, tmp_path)
         with read_checkpoint(src) as ckpt:
@@ -135,13 +137,16 @@ def test_the_readers_build_tensors_from_the_facts_without_opening_a_dataset(tmp_
         with read_checkpoint(src) as ckpt:
             assert signature(ckpt.root) == want
             tensors = {r.name for r in iter_leaves(ckpt.root) if isinstance(r.leaf, TensorLeaf)}
-        # no tensor whose dataset the walk described is opened (scalars, strings and the
-        # second name of a tie are: the walk describes each object once)
+        # no tensor whose dataset the walk described is opened, nor a number it read (strings
+        # and the second name of a tie are: the walk describes each object once)
         found = preflight.preflight(src)
         assert found is not None
         described = {n for n in found.datasets if Facts(found.datasets).dataset(n)}
         stored = {quote(n, safe="") for n in tensors} | tensors
         assert tensors and not set(opened) & described & stored, (release, opened)
+        valued = {n for n in described if Facts(found.datasets).dataset(n).value is not None}
+        assert not set(opened) & valued, (release, opened)
+        assert ("global_step" in valued) == (release == "1.9")  # (2.10's are attributes)
         # and facts that do not look right are not used: the reader opens the dataset
         monkeypatch.setattr(Facts, "dataset", lambda self, name: None)
         with read_checkpoint(src) as ckpt:
@@ -164,6 +169,39 @@ def test_the_readers_build_tensors_from_the_facts_without_opening_a_dataset(tmp_
 )
 def test_facts_that_do_not_look_right_are_not_used(raw):
     assert Facts({"x": raw}).dataset("x") is None
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape", "v"),
+    [
+        ("<i8", [], [1.5]),  # not the dataset's kind
+        ("<f4", [], [1]),
+        ("|b1", [], [1]),
+        ("<i8", [], [True]),
+        ("<i8", [1], [3]),  # not of shape ()
+        ("<i8", [], [3, 4]),
+        ("<i8", [], 3),
+    ],
+)
+def test_a_value_that_does_not_look_right_is_not_used(dtype, shape, v):
+    known = Facts({"x": {"u": 1, "d": dtype, "s": shape, "a": {}, "v": v}}).dataset("x")
+    assert known is not None and known.value is None
+
+
+def test_a_scalar_from_the_facts_equals_what_the_reader_reads(tmp_path):
+    values = {"i": np.int64(-(2**62)), "u": np.uint64(2**64 - 1), "b": np.bool_(True)}
+    values |= {"f": np.float32(0.1), "h": np.float16(-0.0), "n": np.float64("nan")}
+    with h5py.File(tmp_path / "s.h5", "w") as f:
+        for name, value in values.items():
+            f.create_dataset(name, data=value)
+        f.create_dataset("inf", data=np.float64("-inf"))
+    found = preflight.preflight(tmp_path / "s.h5")
+    assert found is not None
+    with h5py.File(tmp_path / "s.h5", "r") as f:
+        for name in [*values, "inf"]:
+            want = np.asarray(f[name][()]).reshape(()).item()  # as legacy.read._scalar
+            got = Facts(found.datasets).dataset(name).value[0]
+            assert type(got) is type(want) and repr(got) == repr(want), name
 
 
 def test_upgrade_begins_the_walk_of_its_one_checkpoint_before_typer_loads(tmp_path):

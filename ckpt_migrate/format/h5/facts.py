@@ -19,6 +19,7 @@ class DatasetFacts:
     dtype: np.dtype
     shape: tuple[int, ...] | None  # None: a dataset without data (an empty dataspace)
     attrs: dict[str, Any]  # its scalar strings, numbers and booleans, as Python values
+    value: tuple[int | float | bool] | None = None  # (its one number or boolean, of shape ())
 
 
 @dataclass(frozen=True)
@@ -42,4 +43,12 @@ class Facts:
             return None
         if dtype.kind not in "biuf" or not isinstance(attrs, dict):
             return None
-        return DatasetFacts(address, dtype, shape, attrs)
+        value = raw.get("v")
+        if not (
+            shape == ()
+            and isinstance(value, list)
+            and len(value) == 1
+            and type(value[0]) is {"b": bool, "f": float}.get(dtype.kind, int)
+        ):
+            value = None
+        return DatasetFacts(address, dtype, shape, attrs, None if value is None else (value[0],))

@@ -69,7 +69,8 @@ _FIX = "the file is damaged; use another copy"
 class Findings:
     """What a clean walk learnt: the bytes the datasets store, and each dataset's facts (by
     its name from the root: ``{"u": address, "d": numpy dtype string, "s": shape or None,
-    "a": {attribute: scalar value}}``) for the readers, which then need not open it.
+    "a": {attribute: scalar value}}``, and ``"v": [value]`` for a number or boolean of shape
+    ``()``) for the readers, which then need not open it.
 
     ``rest``: the second part of the walk, still running (``preflight(defer=True)``); until it
     has finished (``Rest.finish``), ``stored`` counts the chunked datasets by their declared
@@ -320,13 +321,16 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
                         raise _Refused  # more than the whole file could expand to
                     later.append(obj)
                     declared += size
+                    value = None
                 else:
-                    stored += _measure(obj, dcpl, file_bytes)
+                    stored += _measure(obj, dcpl, file_bytes)  # (before its value is read)
+                    value = _scalar_value(obj, space, tid)
                 facts[name.decode("utf-8", "surrogateescape")] = {
                     "u": address,
                     "d": _numpy_type(tid).str,
                     "s": _shape(space),
                     "a": scalars,
+                    **({} if value is None else {"v": value}),
                 }
             if i % 8 == 0:  # progress, every eighth object
                 os.write(tick, _TICK)
@@ -348,6 +352,22 @@ def _measure(obj: h5py.h5d.DatasetID, dcpl: h5py.h5p.PropDCID, file_bytes: int) 
     if storage_problem(obj, size, end, file_bytes) is not None:
         raise _Refused
     return size
+
+
+def _scalar_value(
+    obj: h5py.h5d.DatasetID, space: h5py.h5s.SpaceID, tid: h5py.h5t.TypeID
+) -> list[Any] | None:
+    """``[value]`` of a dataset holding one number or boolean (shape ``()``), as the reader's
+    ``ds[()]`` and ``.item()`` make it: step counts and the like, which the reader would
+    otherwise open one by one."""
+    if space.get_simple_extent_type() != h5py.h5s.SCALAR or tid.get_class() not in _NUMBERS:
+        return None
+    dtype = _numpy_type(tid)
+    if dtype.kind not in "biuf":
+        return None
+    out = np.empty((), dtype=dtype)
+    obj.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
+    return [out.item()]
 
 
 def _shape(space: h5py.h5s.SpaceID) -> list[int] | None:

@@ -81,7 +81,7 @@ def read(
     def decode(ref: LeafRef) -> Leaf:
         stored = quote(ref.name, safe="")
         known = facts.dataset(stored)
-        leaf = None if known is None else _tensor_from_facts(known, stored, handle, fmt)
+        leaf = None if known is None else _from_facts(known, stored, handle, fmt)
         if leaf is not None:
             assert known is not None
             used.add(stored)
@@ -107,12 +107,14 @@ def _decode_dataset(ds: h5py.Dataset, stored: str, handle: H5Handle, fmt: float,
     return _decode_flagged(ds, stored, handle, name)
 
 
-def _tensor_from_facts(
+def _from_facts(
     known: DatasetFacts, stored: str, handle: H5Handle, fmt: float
-) -> TensorLeaf | None:
-    """The tensor ``_decode_tagged`` makes of a tagged tensor dataset, from the walk's facts;
-    None for anything else (the dataset is then opened and decoded as ever)."""
+) -> TensorLeaf | ValueLeaf | None:
+    """The leaf ``_decode_tagged`` makes of a tagged tensor or scalar dataset, from the walk's
+    facts; None for anything else (the dataset is then opened and decoded as ever)."""
     tag = known.attrs.get("__H5_TYPE__")
+    if tag == "ScalarH5Type":
+        return None if known.value is None else ValueLeaf(known.value[0])  # as _scalar
     if tag not in ("TorchTensorH5Type", "NumpyArrayH5Type") or known.shape is None:
         return None
     bf16 = known.attrs.get("is_bfloat16", False)
