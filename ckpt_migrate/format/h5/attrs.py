@@ -30,6 +30,9 @@ def _type(dtype: np.dtype) -> h5t.TypeID:
     return tid
 
 
+_STR_TYPE = _type(_STR_DTYPE)
+
+
 def as_array(value: Any) -> np.ndarray:
     """``value`` as the array h5py would store for it (str → variable-length UTF-8)."""
     if isinstance(value, str):
@@ -61,6 +64,10 @@ def prepare(name: str, value: Any) -> Prepared:
 
 def create(oid: h5py.h5o.ObjectID, name: str, value: Any) -> None:
     """Create attribute ``name`` (which must not exist) on the object ``oid``."""
+    if isinstance(value, str):  # (a root's one per leaf: 13 µs this way, 19 through prepare)
+        attr = h5a.create(oid, name.encode(), _STR_TYPE, _SCALAR)
+        attr.write(np.array(value, dtype=_STR_DTYPE), mtype=_STR_MEMTYPE)
+        return
     create_prepared(oid, prepare(name, value))
 
 
