@@ -49,6 +49,10 @@ def big(tmp_path_factory):
 
 
 def start(args: list[str | Path], env: dict[str, str]) -> subprocess.Popen[str]:
+    # A test run started in the background by a shell inherits SIGINT ignored, and a child
+    # would keep ignoring it: the command gets the default a terminal's foreground job has.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     return subprocess.Popen(
         [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
         stdout=subprocess.PIPE,
