@@ -36,6 +36,24 @@ def test_inspect_does_not_import_torch():
     assert out.stdout.strip().endswith("NO-TORCH"), out.stderr
 
 
+def test_upgrade_starts_lean(tmp_path):
+    """What the command start costs on every upgrade (benchmarks/README.md, issue #21): no
+    torch, no pydantic (typer 0.29 brought it and a validator per option), and numpy's BLAS
+    asked for one thread (it starts a spinning one per core otherwise)."""
+    src = FIXTURES / "release-1.9.mdl"
+    code = (
+        "import json, os, sys; from ckpt_migrate import cli\n"
+        f"code = cli.main(['upgrade', {str(src)!r}, '-o', {str(tmp_path)!r}, "
+        "'--drop-dataloader-state', '--json'])\n"
+        "loaded = [m for m in ('torch', 'pydantic') if m in sys.modules]\n"
+        "print(json.dumps([code, loaded, os.environ.get('OPENBLAS_NUM_THREADS')]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [0, [], "1"], out.stdout + out.stderr
+    assert (tmp_path / src.name).is_file()
+
+
 def test_inspect_text_and_json():
     proc = run_cli("inspect", str(FIXTURES / "release-1.9.mdl"))
     assert proc.returncode == 0, proc.stderr
