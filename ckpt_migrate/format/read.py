@@ -13,7 +13,7 @@ from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5.boundary import check_self_contained
 from ckpt_migrate.format.h5.facts import Facts
 from ckpt_migrate.format.h5.io import DAMAGED_HDF5, H5Handle, attr_text, damaged, open_read
-from ckpt_migrate.format.h5.preflight import Rest, preflight
+from ckpt_migrate.format.h5.preflight import FIX, Rest, preflight
 from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.v05 import read as read_v05
 
@@ -75,13 +75,10 @@ class _Verdict:
     def wait(self) -> None:
         if self.rest.finish(self.path) is None:
             check_self_contained(self.f, self.path)
-            raise CorruptCheckpointError(self.path, "its chunk indexes cannot be read", _FIX)
+            raise CorruptCheckpointError(self.path, "its chunk indexes cannot be read", FIX)
 
     def cancel(self) -> None:
         self.rest.cancel()
-
-
-_FIX = "the file is damaged; use another copy"
 
 
 def _read(

@@ -1,8 +1,8 @@
 """What the preflight walk learnt of each dataset, handed to the readers (``preflight.Findings``):
-a tensor's dtype, shape, address and scalar attributes, so that reading a checkpoint's structure
-opens none of its datasets a second time (each open and attribute read costs 30-50 µs, and a
-checkpoint has thousands of tensors). A fact that does not look right is not used: the reader
-opens the dataset as it always did.
+a tensor's dtype, shape, address and scalar attributes (and a single number's value), so that
+reading a checkpoint's structure opens none of its datasets a second time (each open and
+attribute read costs 30-50 µs, and a checkpoint has thousands of tensors). A fact that does not
+look right is not used: the reader opens the dataset as it always did.
 """
 
 from __future__ import annotations

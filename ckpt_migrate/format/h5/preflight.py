@@ -9,7 +9,8 @@ done first in a child process. The child reports progress through a pipe; the pa
 the file (exit 2) if the child dies by a signal or makes no progress for
 :data:`STALL_SECONDS` (10, or ``CKPT_MIGRATE_STALL_SECONDS``: raise it for metadata on a
 filesystem that can pause for longer). A legitimate file costs one extra pass over its
-metadata (measured in benchmarks/README.md); its data is never read.
+metadata (measured in benchmarks/README.md); of its data, only datasets of one number
+(shape ``()``, never chunked) are read, their values handed to the reader.
 
 The children also take the boundary's checks (``boundary``: links, types, storage
 descriptions) and walk the chunk indexes, measuring what each dataset stores (the
@@ -62,7 +63,7 @@ _TICK = b"."
 _FIRST = b"M"  # the first part is done: "M<stored>,<declared>;" (see _walk)
 _SECOND = b"="  # the second part is done: "=<stored>;"
 _END = b";"
-_FIX = "the file is damaged; use another copy"
+FIX = "the file is damaged; use another copy"
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ class _Walk:
                 raise CorruptCheckpointError(
                     path,
                     f"HDF5 made no progress reading the file's metadata for {STALL_SECONDS:.0f} s",
-                    _FIX,
+                    FIX,
                 )
             data = os.read(self.read_end, 65536)
             if not data:
@@ -217,7 +218,7 @@ class _Walk:
             if os.WIFSIGNALED(status):
                 name = signal.Signals(os.WTERMSIG(status)).name
                 raise CorruptCheckpointError(
-                    path, f"HDF5 crashed ({name}) reading the file's metadata", _FIX
+                    path, f"HDF5 crashed ({name}) reading the file's metadata", FIX
                 )
         words = [w for w in self.words.split(_END) if w]
         firsts = [w for w in words if w.startswith(_FIRST)]
@@ -289,7 +290,7 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
     stored = declared = 0
     objects: set[int] = set()
     facts: dict[str, dict[str, Any]] = {}
-    later: list[h5py.h5d.DatasetID] = []
+    later: list[tuple[h5py.h5d.DatasetID, h5py.h5p.PropDCID]] = []
     with h5py.File(path, "r", locking=False, rdcc_nbytes=0) as f:
         if part == 0:
             _read_attributes(f.id, tick)
@@ -319,7 +320,7 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
                     size = declared_bytes(obj, space, tid)
                     if budgets.dataset_problem(size, file_bytes) is not None:
                         raise _Refused  # more than the whole file could expand to
-                    later.append(obj)
+                    later.append((obj, dcpl))
                     declared += size
                     value = None
                 else:
@@ -339,8 +340,8 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
         os.write(tick, b"%s%d,%d%s" % (_FIRST, stored, declared, _END))
         os.nice(10)  # the rest runs beside the parent's work, which comes first
         rest = 0
-        for i, obj in enumerate(later):
-            rest += _measure(obj, obj.get_create_plist(), file_bytes)
+        for i, (obj, dcpl) in enumerate(later):
+            rest += _measure(obj, dcpl, file_bytes)
             if i % 8 == 0:
                 os.write(tick, _TICK)
     os.write(tick, b"%s%d%s" % (_SECOND, rest, _END))
