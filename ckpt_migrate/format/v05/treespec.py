@@ -140,8 +140,7 @@ def dumps(node: Node) -> str:
 def single_leaf_spec(name: str) -> str:
     """The spec ``cstorch.save`` writes into a leaf's ``__metadata__``: a dict of one leaf,
     ``name``; each leaf of a checkpoint has its own."""
-    leaf = {"type": None, "context": None, "children_spec": []}
-    node = {"type": "builtins.dict", "context": json.dumps([name]), "children_spec": [leaf]}
+    node = {"type": "builtins.dict", "context": json.dumps([name]), "children_spec": [_LEAF_JSON]}
     return json.dumps([PROTOCOL, node])
 
 

@@ -97,31 +97,16 @@ def tensor_metadata(leaf: TensorLeaf) -> dict[str, Any]:
     return md
 
 
-_ATTR_SETS: dict[str, list[h5attrs.Prepared]] = {}  # json.dumps(md) -> its attributes
-
-
 @functools.lru_cache(maxsize=4096)
-def _tensor_metadata_json(
+def _tensor_kind(
     dtype: str, shape: tuple[int, ...], numpy: bool
-) -> tuple[dict[str, Any], str]:
-    """``tensor_metadata`` and its JSON, once per kind of tensor (the dict is shared: read
-    only)."""
+) -> tuple[dict[str, Any], str, tuple[h5attrs.Prepared, ...]]:
+    """Once per kind of tensor (a checkpoint has few: one per shape and dtype):
+    ``tensor_metadata`` (shared: read only), its JSON, and the dataset attributes cstorch
+    copies from it (§4.9), prepared to be created on every dataset of that kind."""
     md = tensor_metadata(TensorLeaf(dtype, shape, None, numpy=numpy))  # type: ignore[arg-type]
-    return md, json.dumps(md)
-
-
-def _dataset_attrs(ds: h5py.Dataset, md: dict[str, Any], key: str) -> None:
-    """cstorch copies the metadata dict ``md`` (``key``: its JSON) onto the dataset; the two
-    must agree (§4.9). A checkpoint's tensors share few metadata dicts (one per shape and
-    dtype): each dict's attributes are prepared once."""
-    prepared = _ATTR_SETS.get(key)
-    if prepared is None:
-        prepared = [h5attrs.prepare(k, _attr_value(k, v)) for k, v in md.items()]
-        if len(_ATTR_SETS) < 4096:
-            _ATTR_SETS[key] = prepared
-    oid = ds.id
-    for p in prepared:
-        h5attrs.create_prepared(oid, p)
+    prepared = tuple(h5attrs.prepare(k, _attr_value(k, v)) for k, v in md.items())
+    return md, json.dumps(md), prepared
 
 
 def _attr_value(key: str, value: Any) -> Any:
@@ -182,8 +167,10 @@ def _write_value(
     """Write ``leaf``'s dataset, if it has one; its metadata dict, and that dict's JSON when
     known (a tensor's)."""
     if isinstance(leaf, TensorLeaf):
-        md, key = _tensor_metadata_json(leaf.dtype, leaf.shape, leaf.numpy)
-        _dataset_attrs(place(f, name, leaf), md, key)
+        md, key, prepared = _tensor_kind(leaf.dtype, leaf.shape, leaf.numpy)
+        oid = place(f, name, leaf).id
+        for attr in prepared:
+            h5attrs.create_prepared(oid, attr)
         return md, key
     return _value_metadata(f, name, leaf), None
 
