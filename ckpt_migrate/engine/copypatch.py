@@ -188,10 +188,8 @@ def write(
     extra = {PROVENANCE_ATTR: json.dumps(entries)}
     placed: dict[int, tuple[str, bool]] = {}
     if reused_bytes >= 0.5 * plan.file_bytes:
-        ranges = None
-        if copy_method == "sparse":  # a staging file: everything but the data is written
-            spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
-            ranges = [(a, b) for a, b in spans if b - a >= MIN_RANGE]
+        # A staging file (sparse) is written but for the data; a clone needs no ranges.
+        ranges = _data_ranges(handle, reused) if copy_method == "sparse" else None
         shared = out.share(plan, copy_method, ranges)
         if shared is not None:
             written = shared
@@ -202,9 +200,9 @@ def write(
             start_writeback(tmp)  # the edit's pages go to disk while it is verified
             digest = None  # the source's bytes were never read (see extents)
         else:
-            spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
+            ranges = _data_ranges(handle, reused)
             copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes)
-            copier.restrict([(a, b) for a, b in spans if b - a >= MIN_RANGE])
+            copier.restrict(ranges)
             written = Written("copy-patch", placed, copy_method="copy")
             written.bytes_own = plan.file_bytes
             _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle)
@@ -237,6 +235,13 @@ def write(
         record["source_identity"] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
     _set_root_attr(tmp, PROVENANCE_ATTR, json.dumps(entries))
     return written
+
+
+def _data_ranges(handle: H5Handle, reused: dict[int, str]) -> list[tuple[int, int]]:
+    """The byte ranges of the reused datasets' stored data worth leaving to the copy (or the
+    store), from their chunk indexes (``handle.dataset`` waits for the walk's verdict first)."""
+    spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
+    return [(a, b) for a, b in spans if b - a >= MIN_RANGE]
 
 
 PENDING_DIGEST = "0" * 32  # same length as the digest, which replaces it once computed
