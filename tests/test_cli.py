@@ -43,8 +43,9 @@ def test_upgrade_starts_lean(tmp_path):
     src = FIXTURES / "release-1.9.mdl"
     code = (
         "import json, os, sys; from ckpt_migrate import cli\n"
-        f"code = cli.main(['upgrade', {str(src)!r}, '-o', {str(tmp_path)!r}, "
-        "'--drop-dataloader-state', '--json'])\n"
+        f"sys.argv = ['ckpt-migrate', 'upgrade', {str(src)!r}, '-o', {str(tmp_path)!r}, "
+        "'--drop-dataloader-state', '--json']\n"
+        "try:\n    cli.run()\nexcept SystemExit as exc:\n    code = exc.code\n"
         "loaded = [m for m in ('torch', 'pydantic') if m in sys.modules]\n"
         "print(json.dumps([code, loaded, os.environ.get('OPENBLAS_NUM_THREADS')]))"
     )

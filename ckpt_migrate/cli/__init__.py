@@ -19,9 +19,6 @@ from typing import Any
 
 def main(argv: list[str] | None = None) -> int:
     """The ``ckpt-migrate`` command (see ``cli.main``)."""
-    # numpy's OpenBLAS starts a thread per core that spins for work for a while (0.1 s of CPU
-    # per command); the tool multiplies no matrices, and its own processes need the cores.
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         _begin_upgrade_reading(sys.argv[1:] if argv is None else argv)
         app = importlib.import_module(f"{__name__}.main")
@@ -41,7 +38,11 @@ def run() -> None:
     Its heap is one checkpoint's tree, built once and kept: the collector looks for cycles
     among young objects every 100,000 allocations instead of 700 (300 collections, 0.07 s of
     a 12 GB upgrade), and the exit skips the interpreter's last collection of a heap nothing
-    will use again (``gc.freeze``: 0.06 s)."""
+    will use again (``gc.freeze``: 0.06 s). numpy's OpenBLAS, loaded later, is asked for one
+    thread unless the user says otherwise: it starts one per core that spins waiting for work
+    (0.1 s of CPU a command, which the preflight children need); the tool multiplies no
+    matrices."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     gc.set_threshold(100_000, 50, 100)
     code = main()
     gc.freeze()
