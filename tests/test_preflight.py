@@ -80,8 +80,9 @@ def test_a_deferred_walk_returns_before_the_chunk_indexes_and_finishes_with_the_
     assert first.rest.finish(src) == whole.stored == _stored_by_hdf5(src)
 
 
-def test_data_past_the_end_is_named_when_the_deferred_walk_is_awaited(tmp_path):
-    src = _lz4_checkpoint(tmp_path / "c.mdl")
+def _point_a_chunk_past_the_end(src: Path) -> None:
+    """Make the last chunk of ``model.w1`` lie past the end of the file (its address in a
+    version-1 B-tree node, which has no checksum)."""
     with h5py.File(src) as f:
         chunks: list = []
         f["model.w1"].id.chunk_iter(chunks.append)
@@ -89,6 +90,11 @@ def test_data_past_the_end_is_named_when_the_deferred_walk_is_awaited(tmp_path):
     at = data.index(chunks[-1].byte_offset.to_bytes(8, "little"))
     data[at : at + 8] = (len(data) + 4096).to_bytes(8, "little")
     src.write_bytes(bytes(data))
+
+
+def test_data_past_the_end_is_named_when_the_deferred_walk_is_awaited(tmp_path):
+    src = _lz4_checkpoint(tmp_path / "c.mdl")
+    _point_a_chunk_past_the_end(src)
     with pytest.raises(CorruptCheckpointError, match="lies past the end of the file"):
         read_checkpoint(src)  # the whole walk first: refused at once
     ckpt = read_checkpoint(src, defer_chunks=True)  # the structure is read...
@@ -256,10 +262,14 @@ def test_the_leaf_documents_from_templates_are_json_dumps_indent_4():
 def test_boundary_refuses_data_past_the_end_when_it_walks_the_chunks(tmp_path):
     """The parent's own check names what the children met (``check_self_contained``)."""
     src = _lz4_checkpoint(tmp_path / "c.mdl")
-    digest = sha256_file(src)
     with h5py.File(src, "r") as f:
         assert boundary.check_self_contained(f, src) == _stored_by_hdf5(src)
-        assert boundary.check_self_contained(f, src, storage=False) is None
+    _point_a_chunk_past_the_end(src)
+    digest = sha256_file(src)
+    with h5py.File(src, "r") as f, pytest.raises(CorruptCheckpointError) as caught:
+        boundary.check_self_contained(f, src)
+    assert "'/model.w1' has stored data that lies past the end of the file" in str(caught.value)
+    assert caught.value.fix == "the file is truncated or damaged"
     assert sha256_file(src) == digest
 
 

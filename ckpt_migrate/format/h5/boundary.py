@@ -44,22 +44,20 @@ ALLOWED_TYPE_CLASSES = frozenset(
 _CLASS_NAMES = {2: "time", 4: "bitfield", 6: "compound", 7: "reference", 9: "vlen", 10: "array"}
 
 
-def check_self_contained(f: h5py.File, path: Path, *, storage: bool = True) -> int | None:
+def check_self_contained(f: h5py.File, path: Path) -> int:
     """Refuse a file with external or user-defined links, external raw storage, virtual
     datasets or filters outside :data:`ALLOWED_FILTERS` (``UnsafeContentError``), or with a
     dataset or attribute of a type class outside :data:`ALLOWED_TYPE_CLASSES`
-    (``CorruptCheckpointError``); both exit 2.
-
-    ``storage``: also walk every chunk index (``dataset_storage``) to refuse a dataset
-    declaring more bytes than it stores could expand to (``format.budgets``) or storing bytes
-    past the end of the file, and return the bytes the datasets store (else None: the
-    preflight child has measured them, or the file is this process's own output).
+    (``CorruptCheckpointError``); both exit 2. Every chunk index is walked
+    (``dataset_storage``) to refuse a dataset declaring more bytes than it stores could expand
+    to (``format.budgets``) or storing bytes past the end of the file. Returns the bytes the
+    datasets store.
 
     Links are inspected without being resolved; soft links stay inside the file and are
     allowed. Metadata only: no tensor data is read."""
     problems: list[CkptError] = []
-    stored: list[int] | None = [0] if storage else None
-    file_bytes = path.stat().st_size if storage else 0
+    stored = [0]
+    file_bytes = path.stat().st_size
     objects: set[int] = set()
     broken: list[BaseException] = []
 
@@ -91,7 +89,7 @@ def check_self_contained(f: h5py.File, path: Path, *, storage: bool = True) -> i
         raise damaged(path, broken[0])
     if problems:
         raise problems[0]
-    return None if stored is None else stored[0]
+    return stored[0]
 
 
 def link_problem(path: Path, where: str, info: h5py.h5l.LinkInfo) -> CkptError | None:
@@ -139,7 +137,7 @@ def _dataset_problem(
     name: bytes,
     path: Path,
     where: str,
-    stored: list[int] | None,
+    stored: list[int],
     file_bytes: int,
 ) -> CkptError | None:
     obj = h5py.h5o.open(root, name)
@@ -147,7 +145,7 @@ def _dataset_problem(
     if problem is not None or not isinstance(obj, h5py.h5d.DatasetID):
         return problem
     problem = dataset_problem(obj, path, where)
-    if problem is not None or stored is None:
+    if problem is not None:
         return problem
     size, end = dataset_storage(obj)
     stored[0] += size
