@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ import hdf5plugin
 import numpy as np
 import pytest
 
-from ckpt_migrate.engine import splitcopy
+from ckpt_migrate.engine import _copyworker, splitcopy
 from ckpt_migrate.engine.copypatch import file_digest
 from ckpt_migrate.engine.splitcopy import SplitCopy, complement, data_ranges
 
@@ -23,6 +24,7 @@ def source(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("lead", [1 << 20, 10_000], ids=["lead=block", "lead=small"])
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "cached"])
 @pytest.mark.parametrize("switch_after", [0, 1, 3, None])
 def test_split_copy_is_byte_identical_whenever_the_ranges_arrive(
@@ -31,11 +33,14 @@ def test_split_copy_is_byte_identical_whenever_the_ranges_arrive(
     monkeypatch: pytest.MonkeyPatch,
     switch_after: int | None,
     direct: bool,
+    lead: int,
 ) -> None:
+    """``lead`` (the block size before the ranges are known) not a multiple of the page size:
+    the worker rounds it down, and its offsets stay aligned for O_DIRECT after the switch."""
     monkeypatch.setattr(splitcopy, "BLOCK", 1 << 20)
     ranges = [(100, 700_000), (1_500_000, 2_500_000), (4_000_000, 5 * 1024 * 1024)]
     dst = tmp_path / "dst.bin"
-    copier = SplitCopy(source, dst, direct=direct)
+    copier = SplitCopy(source, dst, direct=direct, lead=lead)
     if switch_after is not None:
         time.sleep(0.05 * switch_after)  # let the sequential phase get somewhere
         copier.restrict(ranges)
@@ -69,6 +74,37 @@ def test_a_partly_cached_source_is_read_from_cache_and_disk(
     copier.restrict([(4096 * 3 + 5, size - 77)])
     assert copier.finish() == file_digest(source)
     assert dst.read_bytes() == source.read_bytes()
+
+
+def test_lead_blocks_are_small_unless_the_page_cache_holds_more(
+    source: Path, tmp_path: Path
+) -> None:
+    """Before its ranges arrive the worker reads the disk in small blocks (the parent is still
+    reading the source's metadata from it), but takes a whole buffer from the page cache."""
+    size = source.stat().st_size
+    fd_in = os.open(source, os.O_RDONLY)
+    fd_out = os.open(tmp_path / "dst.bin", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        mover = _copyworker.Mover(fd_in, fd_out, size, 1 << 20, direct=True)
+        if mover.in_direct is None or not hasattr(os, "RWF_NOWAIT"):
+            pytest.skip(f"no O_DIRECT or RWF_NOWAIT on {tmp_path}'s filesystem")
+        buffer = mover.free.get()
+        os.pread(fd_in, size, 0)  # all of it in the page cache
+        cached = mover.read(8192, buffer, 8192)
+        assert len(cached) == 1 << 20
+        assert bytes(cached) == source.read_bytes()[8192 : 8192 + (1 << 20)]
+        os.fsync(fd_in)
+        os.posix_fadvise(fd_in, 0, 0, os.POSIX_FADV_DONTNEED)
+        with contextlib.suppress(BlockingIOError):  # EAGAIN: not in the page cache
+            os.preadv(fd_in, [bytearray(4096)], 1 << 20, os.RWF_NOWAIT)
+            pytest.skip("the page cache would not drop the source here")
+        cold = mover.read(8192, buffer, 8192)
+        assert bytes(cold) == source.read_bytes()[8192 : 2 * 8192]
+        tail = mover.read(size - size % 4096, buffer, 8192)  # the last, short block
+        assert bytes(tail) == source.read_bytes()[size - size % 4096 :]
+    finally:
+        os.close(fd_in)
+        os.close(fd_out)
 
 
 def test_the_boundary_waits_for_the_blocks_still_being_written(

@@ -3,12 +3,16 @@
 A thread would share the interpreter lock with the HDF5 metadata work of the parent: between two
 blocks it waits for the lock, and a checkpoint has thousands of data ranges.
 
-    python -I -S _copyworker.py FD_IN FD_OUT SIZE BLOCK XXHASH_DIR direct|cached
+    python -I -S _copyworker.py FD_IN FD_OUT SIZE BLOCK XXHASH_DIR direct|cached LEAD
 
 Reads ``FD_IN`` from offset 0 to ``SIZE`` in blocks, in order, hashing every byte (xxh3-128, the
 source digest of the provenance record). Until a line ``ranges a b a b ...`` arrives on stdin it
-writes every block it reads to ``FD_OUT``; then it answers ``boundary N`` (every byte before N is
-written) and from there on writes only the parts of those ranges at or after N. It prints
+writes every block it reads to ``FD_OUT``, in blocks of ``LEAD`` bytes; then it answers
+``boundary N`` (every byte before N is written) and from there on writes only the parts of those
+ranges at or after N, in blocks of ``BLOCK`` bytes. The small blocks first leave the disk to the
+parent's reads of the source's metadata while it still makes them: each read of the worker goes
+to the virtual disk as one queue of requests, and a small read of the parent waits behind all
+of it. It prints
 ``copied N`` now and then, ``digest HEX`` and ``done N`` at the end (or ``error ERRNO MESSAGE``).
 It exits when stdin closes (its parent has gone) and dies with its parent.
 
@@ -83,17 +87,21 @@ class Mover:
         if self.writeback is not None:
             self.writeback.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
 
-    def read(self, offset: int, view: memoryview) -> memoryview:
-        """The block at ``offset`` (a multiple of ALIGN), read into ``view``: from the page cache
-        if it is all there, else from the disk directly."""
-        want = min(self.block, self.size - offset)
+    def read(self, offset: int, view: memoryview, block: int) -> memoryview:
+        """The bytes from ``offset`` (a multiple of ALIGN), read into ``view``: as much of a
+        whole buffer as the page cache holds, else ``block`` bytes (a multiple of ALIGN), from
+        the disk directly where they are not cached."""
+        full = min(self.block, self.size - offset)
+        want = min(block, full)
         n = 0
         if self.in_direct is not None and hasattr(os, "RWF_NOWAIT"):
             try:
-                n = os.preadv(self.fd_in, [view[:want]], offset, os.RWF_NOWAIT)
+                n = os.preadv(self.fd_in, [view[:full]], offset, os.RWF_NOWAIT)
             except OSError as exc:  # EAGAIN: not cached; EOPNOTSUPP: no such flag here
                 if exc.errno not in (errno.EAGAIN, errno.EOPNOTSUPP, errno.EINVAL):
                     raise
+            if n >= want:  # cached reads cost the disk nothing: take all there is
+                return view[: n if n == full else _down(n)]
         while n < want:
             at = offset + n
             if self.in_direct is not None and at % ALIGN == 0:
@@ -213,8 +221,9 @@ class Writer(threading.Thread):
             raise self.error
 
 
-def copy(mover: Mover, hasher) -> None:
+def copy(mover: Mover, hasher, lead: int) -> None:
     ranges: list[tuple[int, int]] | None = None
+    block = min(mover.block, max(ALIGN, _down(lead)))
     boundary = 0
     i = 0  # the first range that may still reach into the current block
     pos = 0
@@ -225,11 +234,11 @@ def copy(mover: Mover, hasher) -> None:
             if line is not None:
                 if ranges is not None:
                     raise OSError(errno.EINVAL, f"unexpected control line {line!r}")
-                ranges, boundary = parse_ranges(line), pos
+                ranges, boundary, block = parse_ranges(line), pos, mover.block
                 writer.drain()  # "boundary" promises that every byte before it is written
                 say(f"boundary {pos}")
             buffer = mover.free.get()
-            data = mover.read(pos, buffer)
+            data = mover.read(pos, buffer, block)
             end = pos + len(data)
             hasher.update(data)
             if ranges is None:
@@ -265,7 +274,7 @@ def main(argv: list[str]) -> int:
 
         mover = Mover(fd_in, fd_out, size, block, argv[6] == "direct")
         hasher = xxhash.xxh3_128()
-        copy(mover, hasher)
+        copy(mover, hasher, int(argv[7]))
     except Exception as exc:  # reported to the parent as one line, never a traceback
         code = getattr(exc, "errno", None) or 0
         say(f"error {code} {getattr(exc, 'strerror', None) or exc}")

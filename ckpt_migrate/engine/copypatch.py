@@ -27,7 +27,7 @@ import xxhash
 from ckpt_migrate.atomic import create_temp, reserve, start_writeback
 from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.plan import Plan
-from ckpt_migrate.engine.splitcopy import MIN_RANGE, Progress, SplitCopy, data_ranges
+from ckpt_migrate.engine.splitcopy import LEAD_BLOCK, MIN_RANGE, Progress, SplitCopy, data_ranges
 from ckpt_migrate.errors import UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
@@ -47,11 +47,11 @@ class Output:
     """The temporary file beside ``target``, and the copy of the source into it (its worker also
     computes the source's digest) or, for a rewrite, the digest alone.
 
-    Either starts only once the source's metadata has been read: on a cold page cache a large
-    sequential read would queue ahead of the thousands of small metadata reads (measured at
-    3 GB: reading the source's tree took 4.0 s instead of 0.95 s). On a warm one an early start
-    did not help either (3 GB: 4.98 s against 4.24 s, medians of 4): the patch then reads back
-    from disk the metadata the worker wrote past the page cache."""
+    Either starts once the source's tree has been read (on a cold page cache a large sequential
+    read queues ahead of its thousands of small reads: at 3 GB the tree took 4.0 s instead of
+    0.95 s). The copy starts while the chunk indexes are still walked, in small blocks until
+    its data ranges are known (``splitcopy.LEAD_BLOCK``): a cold 3 GB upgrade on ext4 took
+    4.4 s instead of 6.3 s (medians of 4), against 5.2 s for ``cp`` + ``sync``."""
 
     src: Path
     target: Path
@@ -115,7 +115,7 @@ class Output:
         return Written("copy-patch", {}, copy_method=method, bytes_own=plan.file_bytes)
 
     def start_copy(self, *, direct: bool, reserve: int) -> SplitCopy:
-        self.copier = SplitCopy(self.src, self.tmp, direct=direct, reserve=reserve)
+        self.copier = SplitCopy(self.src, self.tmp, direct=direct, reserve=reserve, lead=LEAD_BLOCK)
         return self.copier
 
     def start_digest(self) -> _Digest:
@@ -200,9 +200,8 @@ def write(
             start_writeback(tmp)  # the edit's pages go to disk while it is verified
             digest = None  # the source's bytes were never read (see extents)
         else:
-            ranges = _data_ranges(handle, reused)
             copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes)
-            copier.restrict(ranges)
+            copier.restrict(_data_ranges(handle, reused))
             written = Written("copy-patch", placed, copy_method="copy")
             written.bytes_own = plan.file_bytes
             _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle)
