@@ -470,6 +470,54 @@ def test_a_disk_filling_up_while_upgrading_is_an_ordinary_error(strategy, small_
 # --------------------------------------------------------------------------- 4. locking
 
 
+@pytest.mark.parametrize(("source", "target"), [("1.7", "1.9"), ("2.0", "2.10")])
+def test_a_copy_is_verified_while_its_tensor_data_is_still_being_copied(
+    tmp_path, monkeypatch, source, target
+):
+    """The index verification reads no data range of a copy (a small dataset travels with the
+    metadata: ``splitcopy.data_ranges``), so it runs while the worker still copies them. The
+    worker is slowed down here: when the verification runs, the last tensor bytes are not on
+    file yet; the published output holds them all."""
+    import torch
+
+    from ckpt_migrate.engine import splitcopy
+    from ckpt_migrate.engine import upgrade as engine
+
+    gen = torch.Generator().manual_seed(5)
+    state = {
+        "model": {f"w{i}": torch.randn(512, 512, generator=gen) for i in range(6)},
+        "small": torch.arange(10.0),  # small datasets beside the large ones
+        "count": torch.tensor(3),
+        "global_step": 5,
+    }
+    src = tmp_path / "src.mdl"
+    cm.save(state, src, source)
+    with h5py.File(src, "r") as f:
+        datasets: list[h5py.Dataset] = []
+        f.visititems(lambda _, obj: datasets.append(obj) if isinstance(obj, h5py.Dataset) else None)
+        _, end = splitcopy.data_ranges(datasets)[-1]
+    want = src.read_bytes()[end - 4096 : end]
+    assert want.strip(b"\0")
+    seen: dict[str, bool] = {}
+    real = engine.verify_index
+
+    def spy(ckpt, root, release, tmp, written, *, full):
+        with open(tmp, "rb") as fh:
+            fh.seek(end - 4096)
+            seen["landed"] = fh.read(4096) == want
+        real(ckpt, root, release, tmp, written, full=full)
+
+    monkeypatch.setattr(engine, "verify_index", spy)
+    monkeypatch.setattr(splitcopy, "BLOCK", 1 << 20)
+    monkeypatch.setenv("CKPT_MIGRATE_TEST_WRITE_DELAY", "0.4")
+    opts = UpgradeOptions(target=target, output_dir=tmp_path / "out", copy_method="copy")
+    result = upgrade(src, opts)
+    assert result.status == "upgraded", result.error
+    assert (result.strategy, result.copy_method, result.verified) == ("copy-patch", "copy", "index")
+    assert seen == {"landed": False}
+    assert_identical(src, tmp_path / "out" / "src.mdl")
+
+
 def test_a_second_upgrade_of_the_same_file_is_refused(tmp_path):
     src = fixture("2.0", tmp_path / "src")
     out = tmp_path / "out"

@@ -27,7 +27,7 @@ import xxhash
 from ckpt_migrate.atomic import create_temp, reserve, start_writeback
 from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.plan import Plan
-from ckpt_migrate.engine.splitcopy import LEAD_BLOCK, MIN_RANGE, Progress, SplitCopy, data_ranges
+from ckpt_migrate.engine.splitcopy import LEAD_BLOCK, Progress, SplitCopy, data_ranges
 from ckpt_migrate.errors import UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
@@ -160,11 +160,13 @@ def write(
     read_back: bool = False,
     copy_method: ext.Choice = "auto",
 ) -> Written:
-    """Write ``root`` to ``out.tmp`` and run ``check_metadata`` on it once every byte is in
-    place. ``read_back``: the caller reads every tensor of the output next, so the copy keeps it
-    in the page cache. The space the output may need (``plan.output_bytes``) is allocated before
-    HDF5 writes anything, so that a full disk is an ordinary error. ``copy_method``: how the
-    source's bytes get into the copy-patch output (``extents``); a rewrite always writes."""
+    """Write ``root`` to ``out.tmp`` and run ``check_metadata`` on it once its metadata is in
+    place (on the copy path while the worker still copies the data ranges, which no check reads:
+    see ``splitcopy.data_ranges``). ``read_back``: the caller reads every tensor of the output
+    next, so the copy keeps it in the page cache. The space the output may need
+    (``plan.output_bytes``) is allocated before HDF5 writes anything, so that a full disk is an
+    ordinary error. ``copy_method``: how the source's bytes get into the copy-patch output
+    (``extents``); a rewrite always writes."""
     handle, tmp = ckpt.handle, out.tmp
     reused: dict[int, str] = {}  # id(leaf) -> its dataset in the source (each used once)
     taken: set[str] = set()
@@ -198,6 +200,7 @@ def write(
                 progress("copy", plan.file_bytes, plan.file_bytes)
             _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle)
             start_writeback(tmp)  # the edit's pages go to disk while it is verified
+            check_metadata(written)
             digest = None  # the source's bytes were never read (see extents)
         else:
             copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes)
@@ -205,6 +208,7 @@ def write(
             written = Written("copy-patch", placed, copy_method="copy")
             written.bytes_own = plan.file_bytes
             _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle)
+            check_metadata(written)
             digest = copier.finish(progress)
         written.tensors = len(placed)
     else:  # most of the data changes: write a new file instead
@@ -223,8 +227,8 @@ def write(
                 f, root, plan.target_release, extra, _leaf_progress(root, progress, "write"), place
             )
         written = Written("rewrite", placed, len(placed), copy_method="rewrite")
+        check_metadata(written)
         digest = hashing.result()
-    check_metadata(written)
     if written.copy_method == "clone":  # what the edit left shared, as FIEMAP says
         written.bytes_shared = min(plan.file_bytes, ext.shared_bytes(tmp))
         written.bytes_own = plan.file_bytes - written.bytes_shared
@@ -239,8 +243,7 @@ def write(
 def _data_ranges(handle: H5Handle, reused: dict[int, str]) -> list[tuple[int, int]]:
     """The byte ranges of the reused datasets' stored data worth leaving to the copy (or the
     store), from their chunk indexes (``handle.dataset`` waits for the walk's verdict first)."""
-    spans = data_ranges((handle.dataset(name) for name in reused.values()), 0)
-    return [(a, b) for a, b in spans if b - a >= MIN_RANGE]
+    return data_ranges(handle.dataset(name) for name in reused.values())
 
 
 PENDING_DIGEST = "0" * 32  # same length as the digest, which replaces it once computed

@@ -47,16 +47,20 @@ _XXHASH_DIR = str(Path(xxhash.__file__).parent.parent)  # the worker runs withou
 def data_ranges(
     datasets: Iterable[h5py.Dataset], min_bytes: int = MIN_RANGE
 ) -> list[tuple[int, int]]:
-    """Sorted, merged ``[start, end)`` byte ranges holding the stored data of ``datasets``."""
+    """Sorted, merged ``[start, end)`` byte ranges holding the stored data of ``datasets``, at
+    least ``min_bytes`` each. A dataset storing fewer bytes than that is left out even where its
+    data adjoins a range: it travels with the metadata, so that whatever reads the small
+    datasets of a copy (its verification) need not wait for the data ranges."""
     spans: list[tuple[int, int]] = []
     for ds in datasets:
         dsid = ds.id
         if ds.chunks is None:
             offset = dsid.get_offset()
-            if offset is not None:
-                spans.append((offset, offset + dsid.get_storage_size()))
-            continue
-        spans.extend(_merge(_chunk_spans(dsid)))  # merged per dataset: memory stays small
+            own = [] if offset is None else [(offset, offset + dsid.get_storage_size())]
+        else:
+            own = _merge(_chunk_spans(dsid))  # merged per dataset: memory stays small
+        if sum(b - a for a, b in own) >= min_bytes:
+            spans.extend(own)
     return [(a, b) for a, b in _merge(spans) if b - a >= min_bytes]
 
 
