@@ -275,7 +275,7 @@ def _upgrade_locked(
             result.tensors = written.tensors
             Interrupt.check()
             if full:
-                verify_full(out_root, tmp, written, progress)
+                verify_full(out_root, tmp, written, progress, hash_all=opts.manifest is not None)
             result.verified = "full" if full else "index"
             ckpt.handle.walked()
             Interrupt.check()
