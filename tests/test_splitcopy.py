@@ -25,7 +25,9 @@ def source(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("lead", [1 << 20, 10_000], ids=["lead=block", "lead=small"])
-@pytest.mark.parametrize("direct", [True, False], ids=["direct", "cached"])
+@pytest.mark.parametrize(
+    ("direct", "kernel"), [(True, False), (True, True), (False, False)], ids=lambda v: str(v)
+)
 @pytest.mark.parametrize("switch_after", [0, 1, 3, None])
 def test_split_copy_is_byte_identical_whenever_the_ranges_arrive(
     source: Path,
@@ -33,14 +35,17 @@ def test_split_copy_is_byte_identical_whenever_the_ranges_arrive(
     monkeypatch: pytest.MonkeyPatch,
     switch_after: int | None,
     direct: bool,
+    kernel: bool,
     lead: int,
 ) -> None:
     """``lead`` (the block size before the ranges are known) not a multiple of the page size:
-    the worker rounds it down, and its offsets stay aligned for O_DIRECT after the switch."""
+    the worker rounds it down, and its offsets stay aligned for O_DIRECT after the switch.
+    ``kernel``: the source was just written, so its blocks are in the page cache and
+    ``copy_file_range`` copies them (where the filesystem can)."""
     monkeypatch.setattr(splitcopy, "BLOCK", 1 << 20)
     ranges = [(100, 700_000), (1_500_000, 2_500_000), (4_000_000, 5 * 1024 * 1024)]
     dst = tmp_path / "dst.bin"
-    copier = SplitCopy(source, dst, direct=direct, lead=lead)
+    copier = SplitCopy(source, dst, direct=direct, lead=lead, kernel=kernel)
     if switch_after is not None:
         time.sleep(0.05 * switch_after)  # let the sequential phase get somewhere
         copier.restrict(ranges)
@@ -90,21 +95,44 @@ def test_lead_blocks_are_small_unless_the_page_cache_holds_more(
             pytest.skip(f"no O_DIRECT or RWF_NOWAIT on {tmp_path}'s filesystem")
         buffer = mover.free.get()
         os.pread(fd_in, size, 0)  # all of it in the page cache
-        cached = mover.read(8192, buffer, 8192)
-        assert len(cached) == 1 << 20
+        cached, from_cache = mover.read(8192, buffer, 8192)
+        assert from_cache and len(cached) == 1 << 20
         assert bytes(cached) == source.read_bytes()[8192 : 8192 + (1 << 20)]
         os.fsync(fd_in)
         os.posix_fadvise(fd_in, 0, 0, os.POSIX_FADV_DONTNEED)
         with contextlib.suppress(BlockingIOError):  # EAGAIN: not in the page cache
             os.preadv(fd_in, [bytearray(4096)], 1 << 20, os.RWF_NOWAIT)
             pytest.skip("the page cache would not drop the source here")
-        cold = mover.read(8192, buffer, 8192)
-        assert bytes(cold) == source.read_bytes()[8192 : 2 * 8192]
-        tail = mover.read(size - size % 4096, buffer, 8192)  # the last, short block
+        cold, from_cache = mover.read(8192, buffer, 8192)
+        assert not from_cache and bytes(cold) == source.read_bytes()[8192 : 2 * 8192]
+        tail, _ = mover.read(size - size % 4096, buffer, 8192)  # the last, short block
         assert bytes(tail) == source.read_bytes()[size - size % 4096 :]
     finally:
         os.close(fd_in)
         os.close(fd_out)
+
+
+@pytest.mark.parametrize("kernel", [True, False])
+def test_a_cached_block_is_copied_by_the_kernel_where_asked(
+    source: Path, tmp_path: Path, kernel: bool
+) -> None:
+    """With ``kernel``, a block read from the page cache is written by ``copy_file_range`` from
+    the source, not from the worker's buffer (here deliberately wrong, to tell them apart);
+    a block read from the disk is always written from the buffer."""
+    fd_in = os.open(source, os.O_RDONLY)
+    fd_out = os.open(tmp_path / "dst.bin", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.ftruncate(fd_out, 1 << 20)
+        mover = _copyworker.Mover(fd_in, fd_out, 1 << 20, 1 << 20, True, kernel)
+        wrong = memoryview(bytearray(b"x" * (1 << 20)))
+        mover.write(wrong, 0, 0, 4096 * 3 + 10, cached=True)
+        mover.write(wrong, 0, 4096 * 3 + 10, 1 << 20, cached=False)
+        got = os.pread(fd_out, 1 << 20, 0)
+    finally:
+        os.close(fd_in)
+        os.close(fd_out)
+    head = source.read_bytes()[: 4096 * 3 + 10] if kernel else b"x" * (4096 * 3 + 10)
+    assert got == head + b"x" * ((1 << 20) - len(head))
 
 
 def test_the_boundary_waits_for_the_blocks_still_being_written(

@@ -3,7 +3,7 @@
 A thread would share the interpreter lock with the HDF5 metadata work of the parent: between two
 blocks it waits for the lock, and a checkpoint has thousands of data ranges.
 
-    python -I -S _copyworker.py FD_IN FD_OUT SIZE BLOCK XXHASH_DIR direct|cached LEAD
+    python -I -S _copyworker.py FD_IN FD_OUT SIZE BLOCK XXHASH_DIR direct|direct,kernel|cached LEAD
 
 Reads ``FD_IN`` from offset 0 to ``SIZE`` in blocks, in order, hashing every byte (xxh3-128, the
 source digest of the provenance record). Until a line ``ranges a b a b ...`` arrives on stdin it
@@ -20,7 +20,13 @@ Bulk data bypasses the page cache (``O_DIRECT``) where the filesystem allows it:
 disks measured, a buffered cold copy of 3 GB cost 3.5-7 s of kernel CPU, a direct one 0.35 s, and
 the upgrade's metadata work needs that core. Blocks already in the page cache are taken from it
 (``RWF_NOWAIT``); the unaligned edges of a range are written through the page cache, where the
-parent's metadata edits of the same pages also go. ``cached`` writes everything through the page
+parent's metadata edits of the same pages also go. With ``kernel``, a block found in the page
+cache is copied by the kernel from there (``copy_file_range``: page cache to page cache, its
+writeback started at once) instead of written from the worker's buffer past the page cache: a
+warm 3 GB copy took 1.3 s so (``cp`` + ``sync``: 1.5 s), 2.1 s with ``O_DIRECT`` writes, and the
+warm upgrade 2.5 s instead of 2.9 s (``cp`` + ``sync``: 1.9 s). The parent
+asks for it only where ``copy_file_range`` cannot share extents instead of copying them (ext4,
+not XFS: a forced copy there writes every byte). ``cached`` writes everything through the page
 cache (for a caller that reads the whole output right after).
 """
 
@@ -72,7 +78,9 @@ def _up(n: int) -> int:
 
 
 class Mover:
-    def __init__(self, fd_in: int, fd_out: int, size: int, block: int, direct: bool) -> None:
+    def __init__(
+        self, fd_in: int, fd_out: int, size: int, block: int, direct: bool, kernel: bool = False
+    ) -> None:
         self.fd_in, self.fd_out, self.size = fd_in, fd_out, size
         self.block = max(ALIGN, _down(block))
         self.free: queue.Queue[memoryview] = queue.Queue()
@@ -80,6 +88,7 @@ class Mover:
             self.free.put(memoryview(mmap.mmap(-1, self.block)))  # page-aligned, for O_DIRECT
         self.in_direct = _reopen_direct(fd_in, os.O_RDONLY) if direct else None
         self.out_direct = _reopen_direct(fd_out, os.O_WRONLY) if direct else None
+        self.kernel = kernel and hasattr(os, "copy_file_range")
         self.copied = 0
         self.reported = 0
         libc = _libc()
@@ -87,10 +96,10 @@ class Mover:
         if self.writeback is not None:
             self.writeback.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
 
-    def read(self, offset: int, view: memoryview, block: int) -> memoryview:
+    def read(self, offset: int, view: memoryview, block: int) -> tuple[memoryview, bool]:
         """The bytes from ``offset`` (a multiple of ALIGN), read into ``view``: as much of a
         whole buffer as the page cache holds, else ``block`` bytes (a multiple of ALIGN), from
-        the disk directly where they are not cached."""
+        the disk directly where they are not cached; and whether all came from the cache."""
         full = min(self.block, self.size - offset)
         want = min(block, full)
         n = 0
@@ -101,7 +110,7 @@ class Mover:
                 if exc.errno not in (errno.EAGAIN, errno.EOPNOTSUPP, errno.EINVAL):
                     raise
             if n >= want:  # cached reads cost the disk nothing: take all there is
-                return view[: n if n == full else _down(n)]
+                return view[: n if n == full else _down(n)], True
         while n < want:
             at = offset + n
             if self.in_direct is not None and at % ALIGN == 0:
@@ -111,10 +120,16 @@ class Mover:
             if got <= 0:
                 raise OSError(errno.EIO, "the source shrank while being copied")
             n = min(want, n + got)
-        return view[:want]
+        return view[:want], False
 
-    def write(self, data: memoryview, offset: int, start: int, end: int) -> None:
-        """Write bytes ``[start, end)`` of the file; ``data`` holds those from ``offset``."""
+    def write(self, data: memoryview, offset: int, start: int, end: int, cached: bool) -> None:
+        """Write bytes ``[start, end)`` of the file; ``data`` holds those from ``offset``
+        (``cached``: read from the page cache, where the kernel may copy them from)."""
+        if cached and self.kernel and self._kernel_copy(start, end):
+            if self.writeback is not None:  # to disk now, not all of it at the final fsync
+                self.writeback(self.fd_out, start, end - start, SYNC_FILE_RANGE_WRITE)
+            self._count(end - start)
+            return
         if self.out_direct is not None:
             a, b = _up(start), _down(end)
             if b - a >= ALIGN:
@@ -134,6 +149,28 @@ class Mover:
         if self.writeback is not None:  # start writing to disk now: the final fsync is short
             self.writeback(self.fd_out, start, end - start, SYNC_FILE_RANGE_WRITE)
         self._count(end - start)
+
+    def _kernel_copy(self, start: int, end: int) -> bool:
+        """``copy_file_range`` of ``[start, end)``; False (and never again) where the kernel
+        cannot, before any byte is copied."""
+        pos = start
+        while pos < end:
+            try:
+                n = os.copy_file_range(self.fd_in, self.fd_out, end - pos, pos, pos)
+            except OSError as exc:
+                if pos > start or exc.errno not in (
+                    errno.EXDEV,
+                    errno.ENOSYS,
+                    errno.EOPNOTSUPP,
+                    errno.EINVAL,
+                ):
+                    raise
+                self.kernel = False
+                return False
+            if n <= 0:
+                raise OSError(errno.EIO, "the source shrank while being copied")
+            pos += n
+        return True
 
     def _put(self, fd: int, data: memoryview, offset: int, start: int, end: int) -> None:
         while start < end:
@@ -183,30 +220,34 @@ class Writer(threading.Thread):
     def __init__(self, mover: Mover) -> None:
         super().__init__(daemon=True)
         self.mover = mover
-        self.jobs: queue.Queue[tuple[memoryview, int, list[tuple[int, int]]] | None] = queue.Queue()
+        self.jobs: queue.Queue[tuple[memoryview, int, list[tuple[int, int]], bool] | None] = (
+            queue.Queue()
+        )
         self.error: BaseException | None = None
         self.start()
 
     def run(self) -> None:
         while (job := self.jobs.get()) is not None:
-            buffer, offset, parts = job
+            buffer, offset, parts, cached = job
             try:
                 if self.error is None:
                     if WRITE_DELAY:
                         time.sleep(WRITE_DELAY)
                     for start, end in parts:
-                        self.mover.write(buffer, offset, start, end)
+                        self.mover.write(buffer, offset, start, end, cached)
             except BaseException as exc:
                 self.error = exc
             self.mover.free.put(buffer)
             self.jobs.task_done()
 
-    def submit(self, buffer: memoryview, offset: int, parts: list[tuple[int, int]]) -> None:
-        """Write ``parts`` (file ranges) from ``buffer``, which holds the file from ``offset``;
-        the buffer goes back to the free ones afterwards."""
+    def submit(
+        self, buffer: memoryview, offset: int, parts: list[tuple[int, int]], cached: bool
+    ) -> None:
+        """Write ``parts`` (file ranges) from ``buffer``, which holds the file from ``offset``
+        (``cached``: as the page cache does); the buffer goes back to the free ones afterwards."""
         if self.error is not None:
             raise self.error
-        self.jobs.put((buffer, offset, parts))
+        self.jobs.put((buffer, offset, parts, cached))
 
     def drain(self) -> None:
         """Wait until every block handed over is written."""
@@ -238,7 +279,7 @@ def copy(mover: Mover, hasher, lead: int) -> None:
                 writer.drain()  # "boundary" promises that every byte before it is written
                 say(f"boundary {pos}")
             buffer = mover.free.get()
-            data = mover.read(pos, buffer, block)
+            data, cached = mover.read(pos, buffer, block)
             end = pos + len(data)
             hasher.update(data)
             if ranges is None:
@@ -253,7 +294,7 @@ def copy(mover: Mover, hasher, lead: int) -> None:
                     if a < b:
                         parts.append((a, b))
                     j += 1
-            writer.submit(buffer, pos, parts)
+            writer.submit(buffer, pos, parts, cached)
             pos = end
     finally:
         writer.close()
@@ -272,7 +313,8 @@ def main(argv: list[str]) -> int:
         sys.path.append(argv[5])
         import xxhash
 
-        mover = Mover(fd_in, fd_out, size, block, argv[6] == "direct")
+        mode = argv[6].split(",")
+        mover = Mover(fd_in, fd_out, size, block, "direct" in mode, "kernel" in mode)
         hasher = xxhash.xxh3_128()
         copy(mover, hasher, int(argv[7]))
     except Exception as exc:  # reported to the parent as one line, never a traceback

@@ -115,7 +115,15 @@ class Output:
         return Written("copy-patch", {}, copy_method=method, bytes_own=plan.file_bytes)
 
     def start_copy(self, *, direct: bool, reserve: int) -> SplitCopy:
-        self.copier = SplitCopy(self.src, self.tmp, direct=direct, reserve=reserve, lead=LEAD_BLOCK)
+        fs = ext.filesystem(self.tmp.parent)
+        self.copier = SplitCopy(
+            self.src,
+            self.tmp,
+            direct=direct,
+            reserve=reserve,
+            lead=LEAD_BLOCK,
+            kernel=not (fs.clones or fs.server_copy),  # where copy_file_range copies
+        )
         return self.copier
 
     def start_digest(self) -> _Digest:

@@ -106,11 +106,20 @@ class SplitCopy:
     """
 
     def __init__(
-        self, src: Path, dst: Path, *, direct: bool = True, reserve: int = 0, lead: int = BLOCK
+        self,
+        src: Path,
+        dst: Path,
+        *,
+        direct: bool = True,
+        reserve: int = 0,
+        lead: int = BLOCK,
+        kernel: bool = False,
     ) -> None:
         """``reserve``: the size ``dst`` may grow to while its metadata is edited, allocated
         before the copy starts (``atomic.reserve``). ``lead``: the block size until
-        ``restrict`` (``LEAD_BLOCK`` for a caller still reading the source's metadata)."""
+        ``restrict`` (``LEAD_BLOCK`` for a caller still reading the source's metadata).
+        ``kernel``: blocks the page cache holds are copied by ``copy_file_range`` (only where
+        it copies rather than shares: see ``_copyworker``)."""
         self.src, self.dst = src, dst
         self.size = src.stat().st_size
         self.boundary: int | None = None  # every byte before it was copied in order
@@ -131,7 +140,8 @@ class SplitCopy:
             worker = Path(__file__).with_name("_copyworker.py")
             argv = [sys.executable, "-I", "-S", str(worker)]
             argv += [str(self.fd_in), str(self.fd_out), str(self.size), str(BLOCK), _XXHASH_DIR]
-            argv += ["direct" if direct else "cached", str(min(lead, BLOCK))]
+            mode = ("direct,kernel" if kernel else "direct") if direct else "cached"
+            argv += [mode, str(min(lead, BLOCK))]
             self._proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE,
