@@ -58,10 +58,10 @@ def data_ranges(
             offset = dsid.get_offset()
             own = [] if offset is None else [(offset, offset + dsid.get_storage_size())]
         else:
-            own = _merge(_chunk_spans(dsid))  # merged per dataset: memory stays small
+            own = merge_spans(_chunk_spans(dsid))  # merged per dataset: memory stays small
         if sum(b - a for a, b in own) >= min_bytes:
             spans.extend(own)
-    return [(a, b) for a, b in _merge(spans) if b - a >= min_bytes]
+    return [(a, b) for a, b in merge_spans(spans) if b - a >= min_bytes]
 
 
 def _chunk_spans(dsid: h5py.h5d.DatasetID) -> list[tuple[int, int]]:
@@ -70,7 +70,8 @@ def _chunk_spans(dsid: h5py.h5d.DatasetID) -> list[tuple[int, int]]:
     return spans
 
 
-def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``[start, end)`` spans sorted (in place) and merged where they touch or overlap."""
     spans.sort()
     merged: list[tuple[int, int]] = []
     for start, end in spans:

@@ -21,7 +21,7 @@ from ckpt_migrate._version import __version__
 from ckpt_migrate.atomic import atomic_output
 from ckpt_migrate.engine.copypatch import Written
 from ckpt_migrate.engine.plan import Plan
-from ckpt_migrate.engine.splitcopy import Progress
+from ckpt_migrate.engine.splitcopy import Progress, merge_spans
 from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.compare import (
@@ -72,7 +72,7 @@ def verify_full(
     hash_all: bool = False,
 ) -> None:
     """Compare every tensor of the output with its source (or its new data); ``progress``
-    hears of it as phase ``verify``, in bytes.
+    hears of it as phase ``verify``, in tensor bytes.
 
     A reused tensor (the source's dataset, linked into the output) is compared as stored: its
     type, shape and filters, and the chunks its index lists (coordinates, filter masks, offsets
@@ -80,13 +80,12 @@ def verify_full(
     so it decodes to the source's tensor. Neither file is decoded or hashed for it: decoding the
     LZ4 chunks of both files and hashing them took 6 s of a 3 GB upgrade, comparing the stored
     bytes 1 s. Tensors written anew, and every tensor with ``hash_all`` (a manifest lists their
-    sha256), are decoded and hashed, and compared with their source's hash."""
+    sha256), are decoded and hashed, and compared with their source's hash. One tensor's chunk
+    list is held at a time."""
     refs = [ref for ref in iter_leaves(root) if id(ref.leaf) in written.placed]
-    stored: list[tuple[str, Stored]] = []  # (tensor name, its stored pieces): compared as bytes
-    source: Path | None = None
-    total = done = 0
-    with open_read(tmp) as out:
-        hashed = []
+    total = sum(ref.leaf.nbytes for ref in refs if isinstance(ref.leaf, TensorLeaf))
+    done = 0
+    with open_read(tmp) as out, _Pair(tmp) as pair:
         for ref in refs:
             leaf = ref.leaf
             assert isinstance(leaf, TensorLeaf)
@@ -94,41 +93,25 @@ def verify_full(
             if reused and not hash_all:
                 data = leaf.data
                 assert isinstance(data, H5Data)
-                source = data.handle.path
                 pieces = _stored_alike(tmp, ref.name, out[name], data.handle.dataset(data.name))
-                stored.append((ref.name, pieces))
-                total += sum(size for _, size in pieces)
+                pair.compare(ref.name, data.handle.path, merge_spans(pieces))
             else:
-                hashed.append(ref)
-                total += leaf.nbytes
-        for ref in hashed:
-            leaf = ref.leaf
-            assert isinstance(leaf, TensorLeaf)
-            _check_hash(tmp, ref.name, leaf, out[written.placed[id(leaf)][0]], written)
+                _check_hash(tmp, ref.name, leaf, out[name], written)
             done += leaf.nbytes
             if progress is not None:
                 progress("verify", done, total)
-    if stored:
-        assert source is not None
-        _compare_stored(tmp, source, stored, done, total, progress)
 
 
-Stored = list[tuple[int, int]]  # (offset, size) of each stored piece of a dataset, in order
-
-
-def _stored(ds: h5py.Dataset) -> tuple[list[tuple[Any, ...]], Stored]:
-    """A dataset's chunk index as comparable data, and where its stored bytes are."""
+def _stored(ds: h5py.Dataset) -> tuple[list[tuple[Any, ...]], list[tuple[int, int]]]:
+    """A dataset's chunk index as comparable data, and the ``[start, end)`` of its stored
+    pieces."""
     dsid = ds.id
     if ds.chunks is None:
-        offset = dsid.get_offset()
-        if offset is None:
-            return [], []
-        return [("contiguous", offset, dsid.get_storage_size())], [
-            (offset, dsid.get_storage_size())
-        ]
+        offset, size = dsid.get_offset(), dsid.get_storage_size()
+        return ([], []) if offset is None else ([(offset, size)], [(offset, offset + size)])
     index: list[tuple[Any, ...]] = []
     dsid.chunk_iter(lambda c: index.append((c.chunk_offset, c.filter_mask, c.byte_offset, c.size)))
-    return index, [(entry[2], entry[3]) for entry in index]
+    return index, [(offset, offset + size) for _, _, offset, size in index]
 
 
 def _filters(ds: h5py.Dataset) -> list[tuple[Any, ...]]:
@@ -136,7 +119,9 @@ def _filters(ds: h5py.Dataset) -> list[tuple[Any, ...]]:
     return [dcpl.get_filter(i)[:3] for i in range(dcpl.get_nfilters())]
 
 
-def _stored_alike(tmp: Path, name: str, out: h5py.Dataset, src: h5py.Dataset) -> Stored:
+def _stored_alike(
+    tmp: Path, name: str, out: h5py.Dataset, src: h5py.Dataset
+) -> list[tuple[int, int]]:
     """Where ``out`` stores its bytes, once its type, shape, filters and chunk index are
     found to be ``src``'s (a copy-patch keeps every reused chunk at its offset)."""
     if out.id.get_type() != src.id.get_type() or out.shape != src.shape:
@@ -149,62 +134,49 @@ def _stored_alike(tmp: Path, name: str, out: h5py.Dataset, src: h5py.Dataset) ->
     return pieces
 
 
-COMPARE_BLOCK = 16 << 20
+class _Pair:
+    """The output, open for comparing byte ranges with its source's (two reused buffers)."""
 
+    BLOCK = 16 << 20
 
-def _compare_stored(
-    tmp: Path,
-    source: Path,
-    stored: list[tuple[str, Stored]],
-    done: int,
-    total: int,
-    progress: Progress | None,
-) -> None:
-    """Compare the bytes of every stored piece in ``tmp`` with the source's at the same
-    offsets, in file order, in blocks (both are read once)."""
-    pieces = sorted((offset, size, name) for name, chunks in stored for offset, size in chunks)
-    a, b = bytearray(COMPARE_BLOCK), bytearray(COMPARE_BLOCK)
-    fd_out, fd_src = os.open(tmp, os.O_RDONLY), os.open(source, os.O_RDONLY)
-    try:
-        for start, end in _merged(pieces):
-            pos = start
-            while pos < end:
-                n = min(COMPARE_BLOCK, end - pos)
-                _read_exactly(fd_out, a, n, pos, tmp)
-                _read_exactly(fd_src, b, n, pos, source)
-                if not _equal(a, b, n):
-                    at = pos + next(i for i in range(n) if a[i] != b[i])
-                    tensor = next(t for off, size, t in pieces if off <= at < off + size)
-                    raise VerificationError(
-                        tmp, f"tensor {tensor!r} differs from its source (stored byte at {at:,})"
-                    )
-                pos += n
-                done += n
-                if progress is not None:
-                    progress("verify", done, total)
-    finally:
-        os.close(fd_out)
-        os.close(fd_src)
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.fd = os.open(tmp, os.O_RDONLY)
+        self.sources: dict[Path, int] = {}
+        self.a, self.b = bytearray(self.BLOCK), bytearray(self.BLOCK)
 
+    def __enter__(self) -> _Pair:
+        return self
 
-def _merged(pieces: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
-    spans: list[tuple[int, int]] = []
-    for offset, size, _ in pieces:
-        if spans and offset <= spans[-1][1]:
-            spans[-1] = (spans[-1][0], max(spans[-1][1], offset + size))
-        elif size:
-            spans.append((offset, offset + size))
-    return spans
+    def __exit__(self, *exc: object) -> None:
+        for fd in (self.fd, *self.sources.values()):
+            os.close(fd)
 
+    def compare(self, tensor: str, source: Path, spans: list[tuple[int, int]]) -> None:
+        """The output's bytes in ``spans`` must be ``source``'s at the same offsets."""
+        if source not in self.sources:
+            self.sources[source] = os.open(source, os.O_RDONLY)
+        fd_src = self.sources[source]
+        for start, end in spans:
+            for pos in range(start, end, self.BLOCK):
+                n = min(self.BLOCK, end - pos)
+                self._read(self.fd, self.a, n, pos, self.tmp)
+                self._read(fd_src, self.b, n, pos, source)
+                if not _equal(self.a, self.b, n):
+                    at = pos + next(i for i in range(n) if self.a[i] != self.b[i])
+                    what = f"differs from its source (stored byte at {at:,})"
+                    raise VerificationError(self.tmp, f"tensor {tensor!r} {what}")
 
-def _read_exactly(fd: int, buffer: bytearray, n: int, offset: int, path: Path) -> None:
-    view = memoryview(buffer)
-    got = 0
-    while got < n:
-        k = os.preadv(fd, [view[got:n]], offset + got)
-        if k <= 0:
-            raise VerificationError(path, f"ends before the stored data at byte {offset + got:,}")
-        got += k
+    @staticmethod
+    def _read(fd: int, buffer: bytearray, n: int, offset: int, path: Path) -> None:
+        view = memoryview(buffer)
+        got = 0
+        while got < n:
+            k = os.preadv(fd, [view[got:n]], offset + got)
+            if k <= 0:
+                at = offset + got
+                raise VerificationError(path, f"ends before the stored data at byte {at:,}")
+            got += k
 
 
 def _equal(a: bytearray, b: bytearray, n: int) -> bool:

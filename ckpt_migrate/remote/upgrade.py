@@ -31,7 +31,7 @@ from typing import Any
 import h5py
 
 from ckpt_migrate.engine.extents import Extents
-from ckpt_migrate.engine.splitcopy import MIN_RANGE, complement, data_ranges
+from ckpt_migrate.engine.splitcopy import MIN_RANGE, complement, data_ranges, merge_spans
 from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, upgrade
 from ckpt_migrate.errors import CkptError, UsageError, VerificationError
 from ckpt_migrate.format import releases
@@ -131,7 +131,7 @@ def _upgrade(
             shared, out_size = [(0, size)], size
         else:
             out_size = staged.stat().st_size
-            shared = _merge(
+            shared = merge_spans(
                 shared_ranges(staged, holes) + unchanged_ranges(staged, mirror, holes, size)
             )
         prog = plan(as_extents(shared, out_size))
@@ -242,22 +242,12 @@ def unchanged_ranges(
                 old.seek(lo)
                 if new.read(hi - lo) == old.read(hi - lo):
                     out.append((lo, hi))
-    return _merge(out)
+    return merge_spans(out)
 
 
 def as_extents(shared: list[tuple[int, int]], size: int) -> Extents:
     """``engine.extents``' description of the output: ``shared`` at the same offsets."""
     return Extents.copy_patch(shared, size, 1)  # an object store shares any byte range
-
-
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(ranges):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
 
 
 # --------------------------------------------------------------------------- writing
