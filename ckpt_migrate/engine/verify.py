@@ -72,20 +72,22 @@ def verify_full(
     hash_all: bool = False,
 ) -> None:
     """Compare every tensor of the output with its source (or its new data); ``progress``
-    hears of it as phase ``verify``, in tensor bytes.
+    hears of it as phase ``verify``, in bytes.
 
     A reused tensor (the source's dataset, linked into the output) is compared as stored: its
     type, shape and filters, and the chunks its index lists (coordinates, filter masks, offsets
     and sizes) must be the source's, and every stored byte at those offsets the source's byte,
     so it decodes to the source's tensor. Neither file is decoded or hashed for it: decoding the
     LZ4 chunks of both files and hashing them took 6 s of a 3 GB upgrade, comparing the stored
-    bytes 1 s. Tensors written anew, and every tensor with ``hash_all`` (a manifest lists their
-    sha256), are decoded and hashed, and compared with their source's hash. One tensor's chunk
-    list is held at a time."""
+    bytes 1 s. The bytes are compared last, in file order, neighbouring tensors' spans read
+    together; what is kept until then is each tensor's merged spans, not its chunk list. Tensors
+    written anew, and every tensor with ``hash_all`` (a manifest lists their sha256), are
+    decoded and hashed, and compared with their source's hash."""
     refs = [ref for ref in iter_leaves(root) if id(ref.leaf) in written.placed]
-    total = sum(ref.leaf.nbytes for ref in refs if isinstance(ref.leaf, TensorLeaf))
-    done = 0
-    with open_read(tmp) as out, _Pair(tmp) as pair:
+    spans: list[tuple[int, int, str]] = []  # [start, end) stored by a reused tensor, its name
+    source: Path | None = None
+    with open_read(tmp) as out:
+        hashed = []
         for ref in refs:
             leaf = ref.leaf
             assert isinstance(leaf, TensorLeaf)
@@ -93,13 +95,23 @@ def verify_full(
             if reused and not hash_all:
                 data = leaf.data
                 assert isinstance(data, H5Data)
+                source = data.handle.path
                 pieces = _stored_alike(tmp, ref.name, out[name], data.handle.dataset(data.name))
-                pair.compare(ref.name, data.handle.path, merge_spans(pieces))
+                spans.extend((a, b, ref.name) for a, b in merge_spans(pieces))
             else:
-                _check_hash(tmp, ref.name, leaf, out[name], written)
+                hashed.append(ref)
+        total = sum(ref.leaf.nbytes for ref in hashed) + sum(b - a for a, b, _ in spans)
+        done = 0
+        for ref in hashed:
+            leaf = ref.leaf
+            assert isinstance(leaf, TensorLeaf)
+            _check_hash(tmp, ref.name, leaf, out[written.placed[id(leaf)][0]], written)
             done += leaf.nbytes
             if progress is not None:
                 progress("verify", done, total)
+    if spans:
+        assert source is not None
+        _compare_stored(tmp, source, spans, done, total, progress)
 
 
 def _stored(ds: h5py.Dataset) -> tuple[list[tuple[Any, ...]], list[tuple[int, int]]]:
@@ -134,49 +146,50 @@ def _stored_alike(
     return pieces
 
 
-class _Pair:
-    """The output, open for comparing byte ranges with its source's (two reused buffers)."""
+COMPARE_BLOCK = 16 << 20
 
-    BLOCK = 16 << 20
 
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.fd = os.open(tmp, os.O_RDONLY)
-        self.sources: dict[Path, int] = {}
-        self.a, self.b = bytearray(self.BLOCK), bytearray(self.BLOCK)
-
-    def __enter__(self) -> _Pair:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for fd in (self.fd, *self.sources.values()):
-            os.close(fd)
-
-    def compare(self, tensor: str, source: Path, spans: list[tuple[int, int]]) -> None:
-        """The output's bytes in ``spans`` must be ``source``'s at the same offsets."""
-        if source not in self.sources:
-            self.sources[source] = os.open(source, os.O_RDONLY)
-        fd_src = self.sources[source]
-        for start, end in spans:
-            for pos in range(start, end, self.BLOCK):
-                n = min(self.BLOCK, end - pos)
-                self._read(self.fd, self.a, n, pos, self.tmp)
-                self._read(fd_src, self.b, n, pos, source)
-                if not _equal(self.a, self.b, n):
-                    at = pos + next(i for i in range(n) if self.a[i] != self.b[i])
+def _compare_stored(
+    tmp: Path,
+    source: Path,
+    spans: list[tuple[int, int, str]],
+    done: int,
+    total: int,
+    progress: Progress | None,
+) -> None:
+    """The bytes of ``tmp`` in every span must be ``source``'s at the same offsets; compared in
+    file order, touching spans together, in blocks of ``COMPARE_BLOCK``."""
+    spans.sort()
+    a, b = bytearray(COMPARE_BLOCK), bytearray(COMPARE_BLOCK)
+    fd_out, fd_src = os.open(tmp, os.O_RDONLY), os.open(source, os.O_RDONLY)
+    try:
+        for start, end in merge_spans([(lo, hi) for lo, hi, _ in spans]):
+            for pos in range(start, end, COMPARE_BLOCK):
+                n = min(COMPARE_BLOCK, end - pos)
+                _read_exactly(fd_out, a, n, pos, tmp)
+                _read_exactly(fd_src, b, n, pos, source)
+                if not _equal(a, b, n):
+                    at = pos + next(i for i in range(n) if a[i] != b[i])
+                    tensor = next(t for lo, hi, t in spans if lo <= at < hi)
                     what = f"differs from its source (stored byte at {at:,})"
-                    raise VerificationError(self.tmp, f"tensor {tensor!r} {what}")
+                    raise VerificationError(tmp, f"tensor {tensor!r} {what}")
+                done += n
+                if progress is not None:
+                    progress("verify", done, total)
+    finally:
+        os.close(fd_out)
+        os.close(fd_src)
 
-    @staticmethod
-    def _read(fd: int, buffer: bytearray, n: int, offset: int, path: Path) -> None:
-        view = memoryview(buffer)
-        got = 0
-        while got < n:
-            k = os.preadv(fd, [view[got:n]], offset + got)
-            if k <= 0:
-                at = offset + got
-                raise VerificationError(path, f"ends before the stored data at byte {at:,}")
-            got += k
+
+def _read_exactly(fd: int, buffer: bytearray, n: int, offset: int, path: Path) -> None:
+    view = memoryview(buffer)
+    got = 0
+    while got < n:
+        k = os.preadv(fd, [view[got:n]], offset + got)
+        if k <= 0:
+            at = offset + got
+            raise VerificationError(path, f"ends before the stored data at byte {at:,}")
+        got += k
 
 
 def _equal(a: bytearray, b: bytearray, n: int) -> bool:
