@@ -241,11 +241,14 @@ def test_kill_at_any_moment_leaves_the_source_and_no_partial_output(big_checkpoi
     pristine, digest = big_checkpoint
     src = pristine  # --output-dir never writes beside the source
     scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    writing, total = measure(
-        ["upgrade", "--drop-dataloader-state", src, "--output-dir", scratch], scratch
-    )
-    shutil.rmtree(scratch)
+    runs = []
+    for _ in range(2):  # the faster of two: kills spread over a slow run's window can all miss
+        scratch.mkdir()
+        runs.append(
+            measure(["upgrade", "--drop-dataloader-state", src, "--output-dir", scratch], scratch)
+        )
+        shutil.rmtree(scratch)
+    writing, total = min(w for w, _ in runs), min(t for _, t in runs)
 
     out = tmp_path / "out"
     out.mkdir()
@@ -288,12 +291,14 @@ def test_kill_at_any_moment_leaves_the_source_and_no_partial_output(big_checkpoi
 def test_kill_at_any_moment_of_an_inplace_upgrade(big_checkpoint, tmp_path):
     pristine, digest = big_checkpoint
     scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    shutil.copyfile(pristine, scratch / pristine.name)
-    writing, total = measure(
-        ["upgrade", "--drop-dataloader-state", scratch / pristine.name, "--inplace"], scratch
-    )
-    shutil.rmtree(scratch)
+    runs = []
+    for _ in range(2):  # the faster of two, as above
+        scratch.mkdir()
+        shutil.copyfile(pristine, scratch / pristine.name)
+        args = ["upgrade", "--drop-dataloader-state", scratch / pristine.name, "--inplace"]
+        runs.append(measure(args, scratch))
+        shutil.rmtree(scratch)
+    writing, total = min(w for w, _ in runs), min(t for _, t in runs)
 
     work = tmp_path / "work"
     work.mkdir()
