@@ -26,7 +26,9 @@ def source(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("lead", [1 << 20, 10_000], ids=["lead=block", "lead=small"])
 @pytest.mark.parametrize(
-    ("direct", "kernel"), [(True, False), (True, True), (False, False)], ids=lambda v: str(v)
+    ("direct", "kernel"),
+    [(True, False), (True, True), (False, False), (False, True)],
+    ids=lambda v: str(v),
 )
 @pytest.mark.parametrize("switch_after", [0, 1, 3, None])
 def test_split_copy_is_byte_identical_whenever_the_ranges_arrive(

@@ -3,7 +3,7 @@
 A thread would share the interpreter lock with the HDF5 metadata work of the parent: between two
 blocks it waits for the lock, and a checkpoint has thousands of data ranges.
 
-    python -I -S _copyworker.py FD_IN FD_OUT SIZE BLOCK XXHASH_DIR direct|direct,kernel|cached LEAD
+    python -I -S _copyworker.py FD_IN FD_OUT SIZE BLOCK XXHASH_DIR direct|cached[,kernel] LEAD
 
 Reads ``FD_IN`` from offset 0 to ``SIZE`` in blocks, in order, hashing every byte (xxh3-128, the
 source digest of the provenance record). Until a line ``ranges a b a b ...`` arrives on stdin it
@@ -26,8 +26,10 @@ writeback started at once) instead of written from the worker's buffer past the 
 warm 3 GB copy took 1.3 s so (``cp`` + ``sync``: 1.5 s), 2.1 s with ``O_DIRECT`` writes, and the
 warm upgrade 2.5 s instead of 2.9 s (``cp`` + ``sync``: 1.9 s). The parent
 asks for it only where ``copy_file_range`` cannot share extents instead of copying them (ext4,
-not XFS: a forced copy there writes every byte). ``cached`` writes everything through the page
-cache (for a caller that reads the whole output right after).
+not XFS: a forced copy there writes every byte). ``cached`` reads and writes everything through
+the page cache (for a caller that reads the whole output right after); with ``kernel`` its
+writes are kernel copies too: a warm 3 GB copy that wrote its buffers through the page cache
+took 5-9 s here, with ``copy_file_range`` 1.5 s.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ class Mover:
     def read(self, offset: int, view: memoryview, block: int) -> tuple[memoryview, bool]:
         """The bytes from ``offset`` (a multiple of ALIGN), read into ``view``: as much of a
         whole buffer as the page cache holds, else ``block`` bytes (a multiple of ALIGN), from
-        the disk directly where they are not cached; and whether all came from the cache."""
+        the disk directly where they are not cached; and whether the page cache holds them
+        all (read from it, or through it where nothing is read past it)."""
         full = min(self.block, self.size - offset)
         want = min(block, full)
         n = 0
@@ -120,7 +123,7 @@ class Mover:
             if got <= 0:
                 raise OSError(errno.EIO, "the source shrank while being copied")
             n = min(want, n + got)
-        return view[:want], False
+        return view[:want], self.in_direct is None  # read through the page cache: now in it
 
     def write(self, data: memoryview, offset: int, start: int, end: int, cached: bool) -> None:
         """Write bytes ``[start, end)`` of the file; ``data`` holds those from ``offset``

@@ -141,8 +141,8 @@ class SplitCopy:
             worker = Path(__file__).with_name("_copyworker.py")
             argv = [sys.executable, "-I", "-S", str(worker)]
             argv += [str(self.fd_in), str(self.fd_out), str(self.size), str(BLOCK), _XXHASH_DIR]
-            mode = ("direct,kernel" if kernel else "direct") if direct else "cached"
-            argv += [mode, str(min(lead, BLOCK))]
+            mode = ["direct" if direct else "cached"] + (["kernel"] if kernel else [])
+            argv += [",".join(mode), str(min(lead, BLOCK))]
             self._proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE,
