@@ -38,8 +38,8 @@ BLOCK = int(os.environ.get("CKPT_MIGRATE_TEST_COPY_BLOCK", 64 << 20))
 MIN_RANGE = 64 << 10  # smaller data ranges travel with the metadata
 # The block size of a copy started while the source's chunk indexes are still walked (cold 3 GB
 # upgrade, ext4 on a virtual disk): in 64 MB blocks the walk took until the copy's end (5.2 s
-# instead of 0.4 s), in 1 MB blocks 0.8 s, in 2 MB 1.5 s, in 4 MB 2.4 s; the whole upgrade
-# took about the same with 1, 2 or 4 MB (4.3-5.3 s).
+# instead of 0.4 s), in 1 MB blocks 0.8 s, in 2 MB 1.5-2.9 s, in 4 MB 2.4 s (single traced
+# runs); the whole upgrade took about the same with 1, 2 or 4 MB (4.3-5.3 s).
 LEAD_BLOCK = 2 << 20
 _XXHASH_DIR = str(Path(xxhash.__file__).parent.parent)  # the worker runs without site-packages
 
