@@ -477,124 +477,6 @@ def test_a_disk_filling_up_while_upgrading_is_an_ordinary_error(strategy, small_
 # --------------------------------------------------------------------------- 4. locking
 
 
-def _tensors_checkpoint(path: Path, release: str = "2.0") -> Path:
-    """Six 1 MiB tensors and two small ones (LZ4-compressed chunks in 2.x formats)."""
-    import torch
-
-    gen = torch.Generator().manual_seed(5)
-    state = {
-        "model": {f"w{i}": torch.randn(512, 512, generator=gen) for i in range(6)},
-        "small": torch.arange(10.0),  # small datasets beside the large ones
-        "count": torch.tensor(3),
-        "global_step": 5,
-    }
-    cm.save(state, path, release)
-    return path
-
-
-def _last_data_range(path: Path) -> tuple[int, int]:
-    from ckpt_migrate.engine.splitcopy import data_ranges
-
-    with h5py.File(path, "r") as f:
-        datasets: list[h5py.Dataset] = []
-        f.visititems(lambda _, obj: datasets.append(obj) if isinstance(obj, h5py.Dataset) else None)
-        return data_ranges(datasets)[-1]
-
-
-@pytest.mark.parametrize(("source", "target"), [("1.7", "1.9"), ("2.0", "2.10")])
-def test_a_copy_is_verified_while_its_tensor_data_is_still_being_copied(
-    tmp_path, monkeypatch, source, target
-):
-    """The index verification reads no data range of a copy (a small dataset travels with the
-    metadata: ``splitcopy.data_ranges``), so it runs while the worker still copies them. The
-    worker is slowed down here: when the verification runs, the last tensor bytes are not on
-    file yet; the published output holds them all."""
-    from ckpt_migrate.engine import splitcopy
-    from ckpt_migrate.engine import upgrade as engine
-
-    src = _tensors_checkpoint(tmp_path / "src.mdl", source)
-    _, end = _last_data_range(src)
-    want = src.read_bytes()[end - 4096 : end]
-    assert want.strip(b"\0")
-    seen: dict[str, bool] = {}
-    real = engine.verify_index
-
-    def spy(ckpt, root, release, tmp, written, *, full):
-        with open(tmp, "rb") as fh:
-            fh.seek(end - 4096)
-            seen["landed"] = fh.read(4096) == want
-        real(ckpt, root, release, tmp, written, full=full)
-
-    monkeypatch.setattr(engine, "verify_index", spy)
-    monkeypatch.setattr(splitcopy, "BLOCK", 1 << 20)
-    monkeypatch.setenv("CKPT_MIGRATE_TEST_WRITE_DELAY", "0.4")
-    opts = UpgradeOptions(target=target, output_dir=tmp_path / "out", copy_method="copy")
-    result = upgrade(src, opts)
-    assert result.status == "upgraded", result.error
-    assert (result.strategy, result.copy_method, result.verified) == ("copy-patch", "copy", "index")
-    assert seen == {"landed": False}
-    assert_identical(src, tmp_path / "out" / "src.mdl")
-
-
-def test_verify_full_compares_reused_tensors_as_stored_bytes(tmp_path, monkeypatch):
-    """Reused tensors are compared chunk index and stored bytes against the source, not
-    decoded and hashed; tensors written anew still are."""
-    from ckpt_migrate.engine import verify
-
-    src = _tensors_checkpoint(tmp_path / "src.mdl")
-    hashed: list[str] = []
-    real = verify.dataset_sha256
-
-    def counted(ds: h5py.Dataset, dtype: str) -> str:
-        hashed.append(ds.name)
-        return real(ds, dtype)
-
-    monkeypatch.setattr(verify, "dataset_sha256", counted)
-    opts = UpgradeOptions(target="2.10", output_dir=tmp_path / "out", verify="full")
-    result = upgrade(src, opts)
-    assert (result.status, result.verified) == ("upgraded", "full"), result.error
-    with h5py.File(tmp_path / "out" / "src.mdl", "r") as f:
-        written_anew = [name for name in hashed if name in f]
-    assert len(hashed) == len(written_anew) < result.tensors  # reused ones were not decoded
-    assert_identical(src, tmp_path / "out" / "src.mdl")
-
-
-@pytest.mark.parametrize("manifest", [False, True], ids=["stored-bytes", "hashed"])
-def test_verify_full_finds_a_changed_byte_of_a_reused_tensor(tmp_path, monkeypatch, manifest):
-    """A stored byte of a reused tensor changed between the copy and the verification: the
-    upgrade fails naming the tensor, and nothing is published. With a manifest every tensor is
-    hashed instead, which finds it too."""
-    from ckpt_migrate.engine import upgrade as engine
-
-    src = _tensors_checkpoint(tmp_path / "src.mdl")
-    _, end = _last_data_range(src)
-    real = engine.write
-
-    def write_then_flip(ckpt, root, plan, out, *args, **kwargs):
-        written = real(ckpt, root, plan, out, *args, **kwargs)
-        with open(out.tmp, "r+b") as fh:
-            fh.seek(end - 100)
-            byte = fh.read(1)
-            fh.seek(end - 100)
-            fh.write(bytes([byte[0] ^ 1]))
-        return written
-
-    monkeypatch.setattr(engine, "write", write_then_flip)
-    out = tmp_path / "out"
-    opts = UpgradeOptions(
-        target="2.10",
-        output_dir=out,
-        verify="full",
-        manifest=tmp_path / "manifest.json" if manifest else None,
-    )
-    result = upgrade(src, opts)
-    assert result.status == "failed"
-    assert re.search(r"tensor 'model\.w\d' differs from its source", result.error), result.error
-    assert ("stored byte at" in result.error) is not manifest
-    assert result.exit_code == VerificationError(src, "").exit_code
-    assert not (out / "src.mdl").exists() and not (tmp_path / "manifest.json").exists()
-
-
 def test_a_second_upgrade_of_the_same_file_is_refused(tmp_path):
     src = fixture("2.0", tmp_path / "src")
     out = tmp_path / "out"
@@ -807,6 +689,124 @@ def test_verify_allclose_accepts_a_tiny_float_difference(tmp_path):
     proc = run_cli("verify", a, ulp)
     assert "model.fc.weight: tensor data differs" in proc.stdout
     assert proc.returncode == 4
+
+
+def _tensors_checkpoint(path: Path, release: str = "2.0") -> Path:
+    """Six 1 MiB tensors and two small ones (LZ4-compressed chunks in 2.x formats)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(5)
+    state = {
+        "model": {f"w{i}": torch.randn(512, 512, generator=gen) for i in range(6)},
+        "small": torch.arange(10.0),  # small datasets beside the large ones
+        "count": torch.tensor(3),
+        "global_step": 5,
+    }
+    cm.save(state, path, release)
+    return path
+
+
+def _last_data_range(path: Path) -> tuple[int, int]:
+    from ckpt_migrate.engine.splitcopy import data_ranges
+
+    with h5py.File(path, "r") as f:
+        datasets: list[h5py.Dataset] = []
+        f.visititems(lambda _, obj: datasets.append(obj) if isinstance(obj, h5py.Dataset) else None)
+        return data_ranges(datasets)[-1]
+
+
+@pytest.mark.parametrize(("source", "target"), [("1.7", "1.9"), ("2.0", "2.10")])
+def test_a_copy_is_verified_while_its_tensor_data_is_still_being_copied(
+    tmp_path, monkeypatch, source, target
+):
+    """The index verification reads no data range of a copy (a small dataset travels with the
+    metadata: ``splitcopy.data_ranges``), so it runs while the worker still copies them. The
+    worker is slowed down here: when the verification runs, the last tensor bytes are not on
+    file yet; the published output holds them all."""
+    from ckpt_migrate.engine import splitcopy
+    from ckpt_migrate.engine import upgrade as engine
+
+    src = _tensors_checkpoint(tmp_path / "src.mdl", source)
+    _, end = _last_data_range(src)
+    want = src.read_bytes()[end - 4096 : end]
+    assert want.strip(b"\0")
+    seen: dict[str, bool] = {}
+    real = engine.verify_index
+
+    def spy(ckpt, root, release, tmp, written, *, full):
+        with open(tmp, "rb") as fh:
+            fh.seek(end - 4096)
+            seen["landed"] = fh.read(4096) == want
+        real(ckpt, root, release, tmp, written, full=full)
+
+    monkeypatch.setattr(engine, "verify_index", spy)
+    monkeypatch.setattr(splitcopy, "BLOCK", 1 << 20)
+    monkeypatch.setenv("CKPT_MIGRATE_TEST_WRITE_DELAY", "0.4")
+    opts = UpgradeOptions(target=target, output_dir=tmp_path / "out", copy_method="copy")
+    result = upgrade(src, opts)
+    assert result.status == "upgraded", result.error
+    assert (result.strategy, result.copy_method, result.verified) == ("copy-patch", "copy", "index")
+    assert seen == {"landed": False}
+    assert_identical(src, tmp_path / "out" / "src.mdl")
+
+
+def test_verify_full_compares_reused_tensors_as_stored_bytes(tmp_path, monkeypatch):
+    """Reused tensors are compared chunk index and stored bytes against the source, not
+    decoded and hashed; tensors written anew still are."""
+    from ckpt_migrate.engine import verify
+
+    src = _tensors_checkpoint(tmp_path / "src.mdl")
+    hashed: list[str] = []
+    real = verify.dataset_sha256
+
+    def counted(ds: h5py.Dataset, dtype: str) -> str:
+        hashed.append(ds.name)
+        return real(ds, dtype)
+
+    monkeypatch.setattr(verify, "dataset_sha256", counted)
+    opts = UpgradeOptions(target="2.10", output_dir=tmp_path / "out", verify="full")
+    result = upgrade(src, opts)
+    assert (result.status, result.verified) == ("upgraded", "full"), result.error
+    with h5py.File(tmp_path / "out" / "src.mdl", "r") as f:
+        written_anew = [name for name in hashed if name in f]
+    assert len(hashed) == len(written_anew) < result.tensors  # reused ones were not decoded
+    assert_identical(src, tmp_path / "out" / "src.mdl")
+
+
+@pytest.mark.parametrize("manifest", [False, True], ids=["stored-bytes", "hashed"])
+def test_verify_full_finds_a_changed_byte_of_a_reused_tensor(tmp_path, monkeypatch, manifest):
+    """A stored byte of a reused tensor changed between the copy and the verification: the
+    upgrade fails naming the tensor, and nothing is published. With a manifest every tensor is
+    hashed instead, which finds it too."""
+    from ckpt_migrate.engine import upgrade as engine
+
+    src = _tensors_checkpoint(tmp_path / "src.mdl")
+    _, end = _last_data_range(src)
+    real = engine.write
+
+    def write_then_flip(ckpt, root, plan, out, *args, **kwargs):
+        written = real(ckpt, root, plan, out, *args, **kwargs)
+        with open(out.tmp, "r+b") as fh:
+            fh.seek(end - 100)
+            byte = fh.read(1)
+            fh.seek(end - 100)
+            fh.write(bytes([byte[0] ^ 1]))
+        return written
+
+    monkeypatch.setattr(engine, "write", write_then_flip)
+    out = tmp_path / "out"
+    opts = UpgradeOptions(
+        target="2.10",
+        output_dir=out,
+        verify="full",
+        manifest=tmp_path / "manifest.json" if manifest else None,
+    )
+    result = upgrade(src, opts)
+    assert result.status == "failed"
+    assert re.search(r"tensor 'model\.w\d' differs from its source", result.error), result.error
+    assert ("stored byte at" in result.error) is not manifest
+    assert result.exit_code == VerificationError(src, "").exit_code
+    assert not (out / "src.mdl").exists() and not (tmp_path / "manifest.json").exists()
 
 
 # --------------------------------------------------------------------------- 8. manifest

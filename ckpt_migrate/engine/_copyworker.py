@@ -12,9 +12,9 @@ writes every block it reads to ``FD_OUT``, in blocks of ``LEAD`` bytes; then it 
 ranges at or after N, in blocks of ``BLOCK`` bytes. The small blocks first leave the disk to the
 parent's reads of the source's metadata while it still makes them: each read of the worker goes
 to the virtual disk as one queue of requests, and a small read of the parent waits behind all
-of it. It prints
-``copied N`` now and then, ``digest HEX`` and ``done N`` at the end (or ``error ERRNO MESSAGE``).
-It exits when stdin closes (its parent has gone) and dies with its parent.
+of it. It prints ``copied N`` now and then, ``digest HEX`` and ``done N`` at the end (or
+``error ERRNO MESSAGE``). It exits when stdin closes (its parent has gone) and dies with its
+parent.
 
 Bulk data bypasses the page cache (``O_DIRECT``) where the filesystem allows it: on the virtual
 disks measured, a buffered cold copy of 3 GB cost 3.5-7 s of kernel CPU, a direct one 0.35 s, and
@@ -24,12 +24,12 @@ parent's metadata edits of the same pages also go. With ``kernel``, a block foun
 cache is copied by the kernel from there (``copy_file_range``: page cache to page cache, its
 writeback started at once) instead of written from the worker's buffer past the page cache: a
 warm 3 GB copy took 1.3 s so (``cp`` + ``sync``: 1.5 s), 2.1 s with ``O_DIRECT`` writes, and the
-warm upgrade 2.5 s instead of 2.9 s (``cp`` + ``sync``: 1.9 s). The parent
-asks for it only where ``copy_file_range`` cannot share extents instead of copying them (ext4,
-not XFS: a forced copy there writes every byte). ``cached`` reads and writes everything through
-the page cache (for a caller that reads the whole output right after); with ``kernel`` its
-writes are kernel copies too: a warm 3 GB copy that wrote its buffers through the page cache
-took 5-9 s here, with ``copy_file_range`` 1.5 s.
+warm upgrade 2.5 s instead of 2.9 s (``cp`` + ``sync``: 1.9 s). The parent asks for it only where
+``copy_file_range`` copies rather than shares extents (ext4, not XFS: a forced copy there writes
+every byte). ``cached`` reads and writes everything through the page cache (for a caller that
+reads the whole output right after); with ``kernel`` its writes are kernel copies too: a warm
+3 GB copy that wrote its buffers through the page cache took 5-9 s here, with
+``copy_file_range`` 1.5 s.
 """
 
 from __future__ import annotations
