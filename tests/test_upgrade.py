@@ -809,6 +809,35 @@ def test_verify_full_finds_a_changed_byte_of_a_reused_tensor(tmp_path, monkeypat
     assert not (out / "src.mdl").exists() and not (tmp_path / "manifest.json").exists()
 
 
+def test_verify_full_reads_a_tied_tensor_once_and_the_manifest_lists_every_name(
+    tmp_path, monkeypatch
+):
+    import torch
+
+    from ckpt_migrate.engine import verify
+
+    tied = torch.randn(256, 256, generator=torch.Generator().manual_seed(2))
+    src = tmp_path / "src.mdl"
+    state = {"model": {"a.weight": tied, "b.weight": tied, "c": torch.ones(300, 300)}}
+    cm.save({**state, "global_step": 1}, src, "2.0")
+    out = tmp_path / "out"
+    hashed: list[str] = []
+    real = verify.dataset_sha256
+
+    def counted(ds: h5py.Dataset, dtype: str) -> str:
+        hashed.append(ds.name)
+        return real(ds, dtype)
+
+    monkeypatch.setattr(verify, "dataset_sha256", counted)
+    opts = UpgradeOptions(target="2.10", output_dir=out, manifest=tmp_path / "m.json")
+    result = upgrade(src, opts)
+    assert (result.status, result.verified, result.tensors) == ("upgraded", "full", 2)
+    assert len(hashed) == 2  # of the output's two tensors, each read once
+    listed = json.loads((tmp_path / "m.json").read_text())["tensors"]
+    assert set(listed) == {"model.a.weight", "model.b.weight", "model.c"}
+    assert listed["model.a.weight"] == listed["model.b.weight"] != listed["model.c"]
+
+
 # --------------------------------------------------------------------------- 8. manifest
 
 

@@ -84,23 +84,28 @@ def verify_full(
     written anew, and every tensor with ``hash_all`` (a manifest lists their sha256), are
     decoded and hashed, and compared with their source's hash."""
     refs = [ref for ref in iter_leaves(root) if id(ref.leaf) in written.placed]
-    spans: list[tuple[int, int, str]] = []  # [start, end) stored by a reused tensor, its name
-    source: Path | None = None
+    first: dict[int, str] = {}  # id(leaf) -> its first name: a tied tensor is read once
+    spans: dict[Path, list[tuple[int, int, str]]] = {}  # source -> [start, end), tensor name
+    hashed, ties = [], []
     with open_read(tmp) as out:
-        hashed = []
         for ref in refs:
             leaf = ref.leaf
             assert isinstance(leaf, TensorLeaf)
+            if id(leaf) in first:
+                ties.append((ref.name, first[id(leaf)]))
+                continue
+            first[id(leaf)] = ref.name
             name, reused = written.placed[id(leaf)]
             if reused and not hash_all:
                 data = leaf.data
                 assert isinstance(data, H5Data)
-                source = data.handle.path
                 pieces = _stored_alike(tmp, ref.name, out[name], data.handle.dataset(data.name))
-                spans.extend((a, b, ref.name) for a, b in merge_spans(pieces))
+                at = spans.setdefault(data.handle.path, [])
+                at.extend((a, b, ref.name) for a, b in merge_spans(pieces))
             else:
                 hashed.append(ref)
-        total = sum(ref.leaf.nbytes for ref in hashed) + sum(b - a for a, b, _ in spans)
+        stored = sum(b - a for each in spans.values() for a, b, _ in each)
+        total = sum(ref.leaf.nbytes for ref in hashed) + stored
         done = 0
         for ref in hashed:
             leaf = ref.leaf
@@ -109,9 +114,11 @@ def verify_full(
             done += leaf.nbytes
             if progress is not None:
                 progress("verify", done, total)
-    if spans:
-        assert source is not None
-        _compare_stored(tmp, source, spans, done, total, progress)
+    for name, first_name in ties:  # a manifest lists every name of a hashed tensor
+        if first_name in written.hashes:
+            written.hashes[name] = written.hashes[first_name]
+    for source, each in spans.items():
+        done = _compare_stored(tmp, source, each, done, total, progress)
 
 
 def _stored(ds: h5py.Dataset) -> tuple[list[tuple[Any, ...]], list[tuple[int, int]]]:
@@ -156,10 +163,10 @@ def _compare_stored(
     done: int,
     total: int,
     progress: Progress | None,
-) -> None:
+) -> int:
     """The bytes of ``tmp`` in every span must be ``source``'s at the same offsets; compared in
-    file order, touching spans together, in blocks of ``COMPARE_BLOCK``."""
-    spans.sort()
+    file order, touching spans together, in blocks of ``COMPARE_BLOCK``. Returns ``done`` with
+    the bytes compared added."""
     a, b = bytearray(COMPARE_BLOCK), bytearray(COMPARE_BLOCK)
     fd_out, fd_src = os.open(tmp, os.O_RDONLY), os.open(source, os.O_RDONLY)
     try:
@@ -179,6 +186,7 @@ def _compare_stored(
     finally:
         os.close(fd_out)
         os.close(fd_src)
+    return done
 
 
 def _read_exactly(fd: int, buffer: bytearray, n: int, offset: int, path: Path) -> None:
