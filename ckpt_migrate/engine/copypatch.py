@@ -114,15 +114,14 @@ class Output:
             os.close(fd_in)
         return Written("copy-patch", {}, copy_method=method, bytes_own=plan.file_bytes)
 
-    def start_copy(self, *, direct: bool, reserve: int) -> SplitCopy:
-        fs = ext.filesystem(self.tmp.parent)
+    def start_copy(self, *, direct: bool, reserve: int, choice: ext.Choice) -> SplitCopy:
+        """The copy worker, allowed ``copy_file_range`` where that call can only copy, never
+        share: ``auto`` has just been refused a clone (the same remapping the call would try
+        first), and ext4 and tmpfs cannot share at all. A forced ``copy`` elsewhere (XFS, or
+        an overlay over it) writes every byte itself."""
+        kernel = choice == "auto" or ext.filesystem(self.tmp.parent).name in ("ext4", "tmpfs")
         self.copier = SplitCopy(
-            self.src,
-            self.tmp,
-            direct=direct,
-            reserve=reserve,
-            lead=LEAD_BLOCK,
-            kernel=not (fs.clones or fs.server_copy),  # where copy_file_range copies
+            self.src, self.tmp, direct=direct, reserve=reserve, lead=LEAD_BLOCK, kernel=kernel
         )
         return self.copier
 
@@ -211,7 +210,9 @@ def write(
             check_metadata(written)
             digest = None  # the source's bytes were never read (see extents)
         else:
-            copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes)
+            copier = out.start_copy(
+                direct=not read_back, reserve=plan.output_bytes, choice=copy_method
+            )
             copier.restrict(_data_ranges(handle, reused))
             written = Written("copy-patch", placed, copy_method="copy")
             written.bytes_own = plan.file_bytes
