@@ -750,12 +750,10 @@ def test_a_copy_is_verified_while_its_tensor_data_is_still_being_copied(
     assert_identical(src, tmp_path / "out" / "src.mdl")
 
 
-def test_verify_full_compares_reused_tensors_as_stored_bytes(tmp_path, monkeypatch):
-    """Reused tensors are compared chunk index and stored bytes against the source, not
-    decoded and hashed; tensors written anew still are."""
+def _hashed_datasets(monkeypatch) -> list[str]:
+    """The names of the datasets ``verify`` decodes and hashes from now on, in order."""
     from ckpt_migrate.engine import verify
 
-    src = _tensors_checkpoint(tmp_path / "src.mdl")
     hashed: list[str] = []
     real = verify.dataset_sha256
 
@@ -764,6 +762,14 @@ def test_verify_full_compares_reused_tensors_as_stored_bytes(tmp_path, monkeypat
         return real(ds, dtype)
 
     monkeypatch.setattr(verify, "dataset_sha256", counted)
+    return hashed
+
+
+def test_verify_full_compares_reused_tensors_as_stored_bytes(tmp_path, monkeypatch):
+    """Reused tensors are compared chunk index and stored bytes against the source, not
+    decoded and hashed; tensors written anew still are."""
+    src = _tensors_checkpoint(tmp_path / "src.mdl")
+    hashed = _hashed_datasets(monkeypatch)
     opts = UpgradeOptions(target="2.10", output_dir=tmp_path / "out", verify="full")
     result = upgrade(src, opts)
     assert (result.status, result.verified) == ("upgraded", "full"), result.error
@@ -814,21 +820,12 @@ def test_verify_full_reads_a_tied_tensor_once_and_the_manifest_lists_every_name(
 ):
     import torch
 
-    from ckpt_migrate.engine import verify
-
     tied = torch.randn(256, 256, generator=torch.Generator().manual_seed(2))
     src = tmp_path / "src.mdl"
     state = {"model": {"a.weight": tied, "b.weight": tied, "c": torch.ones(300, 300)}}
     cm.save({**state, "global_step": 1}, src, "2.0")
     out = tmp_path / "out"
-    hashed: list[str] = []
-    real = verify.dataset_sha256
-
-    def counted(ds: h5py.Dataset, dtype: str) -> str:
-        hashed.append(ds.name)
-        return real(ds, dtype)
-
-    monkeypatch.setattr(verify, "dataset_sha256", counted)
+    hashed = _hashed_datasets(monkeypatch)
     opts = UpgradeOptions(target="2.10", output_dir=out, manifest=tmp_path / "m.json")
     result = upgrade(src, opts)
     assert (result.status, result.verified, result.tensors) == ("upgraded", "full", 2)
