@@ -41,7 +41,7 @@ import numpy as np
 
 from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import put, rename, take
-from ckpt_migrate.errors import MissingLeavesError, UsageError
+from ckpt_migrate.errors import MissingLeavesError
 from ckpt_migrate.format.tree import (
     DictNode,
     Leaf,
@@ -53,10 +53,11 @@ from ckpt_migrate.format.tree import (
     TensorLeaf,
     ValueLeaf,
     format_path,
+    int_value,
     iter_leaves,
     set_path,
 )
-from ckpt_migrate.hops.dataloader import build_state, read_side_files, without_side_files
+from ckpt_migrate.hops.dataloader import convert_dataloader_state
 from ckpt_migrate.hops.hop import InputSpec, StepContext
 from ckpt_migrate.models import ties
 
@@ -150,7 +151,7 @@ def recompute_last_epoch(ctx: StepContext) -> None:
     if not isinstance(ctx.root, DictNode):
         return
     step_leaf = ctx.root.get("global_step")
-    step = _int_value(step_leaf) if step_leaf is not None else None
+    step = int_value(step_leaf) if step_leaf is not None else None
     if step is None:
         if _schedulers(ctx.root):
             ctx.warn("no integer global_step: LR scheduler last_epoch left as it is")
@@ -159,63 +160,10 @@ def recompute_last_epoch(ctx: StepContext) -> None:
         _set_last_epoch(ctx, sched, path, step)
         subs, milestones = sched.get("_schedulers"), sched.get("_milestones")
         if isinstance(subs, SeqNode) and isinstance(milestones, SeqNode):
-            bounds = [0, *(_int_value(m) or 0 for m in milestones.items)]
+            bounds = [0, *(int_value(m) or 0 for m in milestones.items)]
             for i, sub in enumerate(subs.items):
                 if isinstance(sub, DictNode) and i < len(bounds):
                     _set_last_epoch(ctx, sub, (*path, "_schedulers", i), max(step - bounds[i], 0))
-
-
-def convert_dataloader_state(ctx: StepContext) -> None:
-    """Build the 2.0 ``dataloader`` state from the 1.8/1.9 side files.
-
-    1.8 and 1.9 kept dataloader progress in ``data_iter_checkpoint_state_file_global`` and
-    ``data_iter_state_file_worker_<id>_step_<step>.txt``; 2.0 reads ``checkpoint["dataloader"]``.
-    Only exact file names count, every worker 0..N-1 needs one file, the data step must equal
-    ``global_step`` (unless ``--allow-step-mismatch``; an older checkpoint takes the worker files
-    of its own step when they are there), and a map-style seed is never guessed. Without side
-    files the state would be lost (training restarts from the first sample), so that is refused
-    unless ``--drop-dataloader-state`` says so; a 1.7 file had no side files (the release notes
-    date them to 1.8.0) and has nothing to lose.
-    Source: ``c1ef453:modelzoo/compat/data_iter_state_conversion.py``, MODELZOO_HISTORY.md §2,
-    §2.1 and the release-notes table (1.8.0: deterministic dataloader checkpointing).
-    """
-    directory = ctx.inputs.get("data_iter_dir")
-    if not isinstance(ctx.root, DictNode):
-        return
-    if directory is None:
-        if ctx.root.get("dataloader") is not None:
-            return
-        dropped = without_side_files(
-            ctx.inputs.get("source_release"),
-            ctx.source_path,
-            bool(ctx.inputs.get("drop_dataloader_state")),
-        )
-        if dropped:
-            ctx.changed(dropped)
-        return
-    kind = ctx.inputs.get("dataloader_type")
-    if kind not in ("map", "iterable"):
-        raise UsageError(None, "--data-iter-dir needs --dataloader-type map or iterable")
-    if ctx.root.get("dataloader") is not None:
-        raise UsageError(ctx.source_path, "already has a dataloader state", "omit --data-iter-dir")
-    side = read_side_files(directory)
-    for name in side.ignored:
-        ctx.warn(f"{side.directory}/{name}: not a dataloader side file; ignored")
-    step = _int_value(ctx.root.get("global_step"))
-    if step is not None and step != side.data_step and step in side.steps:
-        side = read_side_files(directory, at_step=step)  # an older checkpoint's own files
-    if step is not None and step != side.data_step:
-        message = f"dataloader files are for step {side.data_step}, the checkpoint is at {step}"
-        if not ctx.inputs.get("allow_step_mismatch"):
-            raise UsageError(side.directory, message, "pass --allow-step-mismatch to use them")
-        ctx.warn(message)
-    seed = _seed(ctx) if kind == "map" else None
-    ctx.root.set("dataloader", build_state(side, kind, seed))
-    ctx.changed(
-        f"dataloader: {kind}-style state from {len(side.samples)} worker file(s) of step "
-        f"{side.data_step}, {side.total} samples streamed"
-        + (f", seed {seed}" if seed is not None else "")
-    )
 
 
 OPERATIONS = (fix_spec, restore_tied_weights, recompute_last_epoch, convert_dataloader_state)
@@ -227,15 +175,48 @@ DOWN_REFUSAL = (
 INPUTS = (
     InputSpec(
         "data_iter_dir",
-        "directory with the 1.9 dataloader side files (data_iter_checkpoint_state_file_global, "
-        "data_iter_state_file_worker_<id>_step_<step>.txt)",
+        "Directory of the 1.8/1.9 dataloader side files (data_iter_checkpoint_state_file_global, "
+        "data_iter_state_file_worker_<id>_step_<step>.txt), for 1.9 → 2.0.",
+        kind="path",
+        aliases=("--worker_data_iter_files_dir", "-w"),
+        needs=("dataloader_type",),
     ),
-    InputSpec("dataloader_type", "map or iterable (with --data-iter-dir)"),
-    InputSpec("shuffle_seed", "map-style seed (else the config's train_input.shuffle_seed)"),
-    InputSpec("config", "the run's params.yaml: tie flags, shuffle seed"),
+    InputSpec(
+        "dataloader_type",
+        "The kind of dataloader the 1.9 run used, with --data-iter-dir (not guessed).",
+        kind="choice",
+        choices=("map", "iterable"),
+        aliases=("--dataloader_type", "-d"),
+    ),
+    InputSpec(
+        "shuffle_seed",
+        "Seed of a map-style 1.9 dataloader (default: the config's train_input.shuffle_seed).",
+        kind="int",
+        aliases=("--shuffle_seed", "-s"),
+    ),
+    InputSpec(
+        "allow_step_mismatch",
+        "Accept dataloader side files of another step than the checkpoint's global_step.",
+        aliases=("--allow_step_mismatch",),
+    ),
     InputSpec(
         "drop_dataloader_state",
-        "upgrade a 1.8/1.9 file without its side files, losing the dataloader state",
+        "Upgrade a 1.8/1.9 file without its dataloader side files: the dataloader state is lost "
+        "and training restarts from the first sample. Default: refuse.",
+        aliases=("--drop_dataloader_state",),
+        excludes=("data_iter_dir",),
+    ),
+    # The verbs' and scripts' own --config (a verb also upgrades the file itself).
+    InputSpec("config", "the run's params.yaml: tie flags, shuffle seed", option=False),
+    InputSpec(
+        "dataloader_state_deferred",
+        "a script's next step that converts the side files (no refusal without them)",
+        option=False,
+    ),
+    InputSpec(
+        "default_shuffle_seed",
+        "a script's documented map-style seed, used when no seed is given (said as a warning)",
+        option=False,
     ),
 )
 
@@ -247,27 +228,6 @@ def _model_config(ctx: StepContext) -> dict[str, Any] | None:
     config = ctx.inputs.get("config")
     if isinstance(config, dict) and isinstance(config.get("model"), dict):
         return config["model"]
-    return None
-
-
-def _seed(ctx: StepContext) -> int | None:
-    if ctx.inputs.get("shuffle_seed") is not None:
-        return int(ctx.inputs["shuffle_seed"])
-    config = ctx.inputs.get("config")
-    train = config.get("train_input") if isinstance(config, dict) else None
-    if isinstance(train, dict):
-        if train.get("shuffle_seed") is not None:
-            return int(train["shuffle_seed"])
-        if not train.get("shuffle", True):
-            return 0  # the seed is not checked when shuffling is off
-    return None
-
-
-def _int_value(leaf: Node | None) -> int | None:
-    if isinstance(leaf, ValueLeaf) and type(leaf.value) is int:
-        return leaf.value
-    if isinstance(leaf, TensorLeaf) and leaf.shape == () and leaf.dtype.startswith(("int", "uint")):
-        return int(leaf.data.read().reshape(()).item())
     return None
 
 
@@ -292,7 +252,7 @@ def _schedulers(root: DictNode) -> list[tuple[tuple, DictNode]]:
 
 def _set_last_epoch(ctx: StepContext, sched: DictNode, path: tuple, value: int) -> None:
     old = sched.get("last_epoch")
-    before = _int_value(old)
+    before = int_value(old)
     if before is None or before == value:
         return
     new: Leaf

@@ -26,7 +26,7 @@ from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import is_map, is_seq, new_map, new_seq, put, rename, take
 from ckpt_migrate.errors import UnsupportedContentError
 from ckpt_migrate.format.tree import DictNode, Key, Node, SeqNode, TensorLeaf, ValueLeaf, is_leaf
-from ckpt_migrate.hops.hop import StepContext
+from ckpt_migrate.hops.hop import InputSpec, StepContext
 from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
 from ckpt_migrate.models.keys import model_state, split_prefix
 
@@ -222,7 +222,14 @@ def _show(node: Node) -> str:
 
 
 OPERATIONS = (move_sparsity_masks, record_release_in_metadata)
-INPUTS = ()
+INPUTS = (
+    InputSpec(
+        "drop_orphan_sparsity",
+        "2.1 → 2.2: drop per-weight sparsity state 2.2 cannot hold (a mask whose weight the "
+        "model lacks; Model Zoo drops it silently), each reported. Default: refuse.",
+        aliases=("--drop_orphan_sparsity",),
+    ),
+)
 
 
 def refuse_sparsity_state(ctx: StepContext) -> None:

@@ -27,8 +27,7 @@ except ImportError:  # run from a checkout without installing
 from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.commands import load_config, verify
 from ckpt_migrate.cli.modelzoo_formats import output_name, parse_format, resolve_source, stem
-from ckpt_migrate.cli.script_options import add_dataloader_arguments, add_step_arguments
-from ckpt_migrate.cli.script_options import dataloader_inputs as option_inputs
+from ckpt_migrate.cli.script_options import add_hop_arguments, add_step_arguments, script_inputs
 from ckpt_migrate.config.upgrade import upgrade_config_file, upgrade_config_text
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import EXIT_VERIFY_FAILED, UsageError
@@ -99,9 +98,11 @@ def convert(args: argparse.Namespace) -> int:
     if from_release == tgt.name:
         print(f"{src}: already at release {tgt.name}; nothing to convert")
         return 0
-    given = option_inputs(args)  # the options name the side files (or drop them) over the config
+    given = script_inputs(args)  # the options name the side files (or drop them) over the config
     named = "data_iter_dir" in given or "drop_dataloader_state" in given
     side_files = {} if named else dataloader_inputs(config, config_data)
+    if not named and not side_files:  # Model Zoo goes on without them; so do we, and say so
+        given["dataloader_state_deferred"] = NOT_CARRIED.format(config=config)
     if side_files and releases.get(from_release).version >= releases.get("2.0").version:
         print(
             f"{config}: cerebras.save_iter_state_path ignored: release {from_release} keeps the "
@@ -120,7 +121,6 @@ def convert(args: argparse.Namespace) -> int:
             "model": args.model,
             "config": config_data,
             **({"drop_unmatched_keys": True} if args.drop_unmatched_keys else {}),
-            **({"drop_orphan_sparsity": True} if args.drop_orphan_sparsity else {}),
             **given,
             **side_files,
         },
@@ -201,6 +201,11 @@ def convert_from_hf(args: argparse.Namespace) -> int:
     print(f"Config saved to {config_out}")
     return 0
 
+
+NOT_CARRIED = (
+    "not carried: {config} names no cerebras.save_iter_state_path (Model Zoo goes on without "
+    "it too); pass --data-iter-dir DIR --dataloader-type map|iterable to carry it"
+)
 
 # train_input.data_processor -> the 2.0 dataloader style its 1.9 side files become
 DATALOADER_TYPES = {"GptHDF5DataProcessor": "iterable", "GptHDF5MapDataProcessor": "map"}
@@ -402,13 +407,7 @@ def create_arg_parser() -> argparse.ArgumentParser:
         help="Drop model keys that are not in the model's key tables (each is reported). "
         "Default: keep them unchanged and list them",
     )
-    conv.add_argument(
-        "--drop-orphan-sparsity",
-        action="store_true",
-        help="2.1 → 2.2: drop per-weight sparsity state 2.2 cannot hold (a mask whose weight "
-        "the model lacks; Model Zoo drops it silently), each reported. Default: refuse",
-    )
-    add_dataloader_arguments(conv, config=False)  # --config is the checkpoint's, above
+    add_hop_arguments(conv)  # the side files, --drop-orphan-sparsity, ...
     add_step_arguments(conv, model=False)  # --model is above
     conv.add_argument(
         "--hf-shard-size",

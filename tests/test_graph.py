@@ -170,12 +170,20 @@ def test_dataloader_inputs_declared_on_1_9_to_2_0():
         "data_iter_dir",
         "dataloader_type",
         "shuffle_seed",
+        "allow_step_mismatch",
         "config",
         "drop_dataloader_state",
+        "dataloader_state_deferred",
+        "default_shuffle_seed",
     }
     assert not any(i.required for i in inputs.values())
     assert "data_iter_checkpoint_state_file_global" in inputs["data_iter_dir"].help
-    assert all(not h.inputs for pair, h in hops.items() if pair != ("1.9", "2.0"))
+    # the scripts' own inputs and the verbs' own --config are no generated options
+    options = {name for name, i in inputs.items() if i.option}
+    assert options == set(inputs) - {"config", "dataloader_state_deferred", "default_shuffle_seed"}
+    assert [i.name for i in hops["2.1", "2.2"].inputs] == ["drop_orphan_sparsity"]
+    others = {("1.9", "2.0"), ("2.1", "2.2")}
+    assert all(not h.inputs for pair, h in hops.items() if pair not in others)
 
 
 # --------------------------------------------------------------------------- 2.4 → 2.5 operation

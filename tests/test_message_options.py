@@ -18,7 +18,7 @@ import pytest
 import typer
 from conftest import ROOT
 
-from ckpt_migrate.cli.main import app
+from ckpt_migrate.cli.main import click_command
 
 OPTION = re.compile(r"(?<![\w-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)")
 GLOBAL = {"--help", "--debug", "--version"}
@@ -115,12 +115,15 @@ def _files(pattern: str) -> list[tuple[Path, str | None]]:
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
+    """Docstrings, and the spellings an ``InputSpec`` declares (``aliases=``): no messages."""
     ids = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 ids.add(id(body[0].value))
+        if isinstance(node, ast.keyword) and node.arg == "aliases":
+            ids.update(id(n) for n in ast.walk(node.value) if isinstance(n, ast.Constant))
     return ids
 
 
@@ -140,8 +143,10 @@ def suggested(path: Path, function: str | None = None) -> set[str]:
 
 
 def click_options(name: str) -> set[str]:
-    command = typer.main.get_command(app).commands[name]
-    return {o for p in command.params for o in getattr(p, "opts", [])} | GLOBAL
+    """The options ``name`` takes as ``ckpt-migrate`` runs it (the hops' inputs included)."""
+    command = click_command().commands[name]
+    params = command.get_params(typer.Context(command))
+    return {o for p in params for o in getattr(p, "opts", [])} | GLOBAL
 
 
 @pytest.mark.parametrize("command", sorted(SOURCES))

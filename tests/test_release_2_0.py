@@ -189,7 +189,8 @@ def test_map_seed_is_never_guessed(tmp_path):
 @pytest.mark.parametrize("release", ["1.8", "1.9"])
 def test_without_side_files_it_refuses_unless_dropped_by_name(tmp_path, release):
     """1.8 and 1.9 kept the dataloader state in side files: losing it is an error (exit 2)
-    naming --drop-dataloader-state, on upgrade, upgrade-dir and fix_checkpoint_spec.py."""
+    naming --drop-dataloader-state, on upgrade and upgrade-dir. fix_checkpoint_spec.py, whose
+    documented next step converts them, fixes the spec and names that step instead."""
     src = FIXTURES / f"release-{release}.mdl"
     out = tmp_path / "out"
     out.mkdir()
@@ -205,8 +206,12 @@ def test_without_side_files_it_refuses_unless_dropped_by_name(tmp_path, release)
     assert proc.returncode == 2 and "--drop-dataloader-state" in proc.stdout + proc.stderr
     fixed = tmp_path / "fixed.mdl"
     proc = run_script("fix_checkpoint_spec.py", str(src), "--fixed_checkpoint_path", str(fixed))
-    one_line_error(proc, 2, "--drop-dataloader-state", skip_warnings=True)
-    assert not fixed.exists()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [line] = [line for line in proc.stdout.splitlines() if "dataloader state" in line]
+    assert "not converted" in line and "data_iter_state_conversion.py" in line
+    assert f"-c {fixed}" in line and "-w" in line and "--data-iter-dir" in line
+    assert "dataloader" not in {n.split(".")[0] for n in leaves(fixed)}
+    fixed.unlink()
     res = upgrade(src, out, "--drop-dataloader-state")
     assert any("dataloader state dropped (--drop-dataloader-state)" in c for c in res["changes"])
     assert "dataloader" not in {n.split(".")[0] for n in leaves(out / src.name)}
@@ -234,21 +239,25 @@ def test_a_1_7_file_had_no_side_files_and_is_neither_warned_nor_refused(tmp_path
     assert not any("dataloader" in line for line in said), said
 
 
-def test_data_iter_script_takes_upgrades_defaults_and_options(tmp_path):
-    """No silent map-style, no seed 0: --dataloader_type is required and a map seed comes from
-    --shuffle_seed or --config; --allow-step-mismatch is accepted as its message says."""
+def test_data_iter_script_takes_the_documented_defaults_and_says_so(tmp_path):
+    """The documented defaults: without -d a map-style state, without -s (or a --config seed)
+    seed 0, each said in one line; a config's seed wins over 0; --allow-step-mismatch is
+    accepted as its message says."""
     src = str(FIXTURES / "release-1.9.mdl")
     base = ("data_iter_state_conversion.py", "-c", src, "-w", str(SIDE / "good"))
     proc = run_script(*base, "-o", str(tmp_path / "a.mdl"))
-    assert proc.returncode == 2 and "--dataloader_type" in proc.stderr
-    proc = run_script(*base, "-o", str(tmp_path / "a.mdl"), "-d", "map")
-    line = one_line_error(proc, 2, "shuffle seed", skip_warnings=True)
-    assert "--shuffle-seed" in line and "--config" in line
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "assuming a map-style dataloader" in proc.stdout
+    [seed] = [line for line in proc.stderr.splitlines() if "seed 0 assumed" in line]
+    assert seed.startswith("warning: ") and "documented default" in seed
+    got = leaves(tmp_path / "a.mdl")
+    assert value(got["dataloader.seed"]) == 0 and "dataloader.samples_streamed" in got
     cfg = tmp_path / "params.yaml"
     cfg.write_text("train_input:\n  shuffle: true\n  shuffle_seed: 77\n")
-    proc = run_script(*base, "-o", str(tmp_path / "a.mdl"), "-d", "map", "--config", str(cfg))
+    proc = run_script(*base, "-o", str(tmp_path / "c.mdl"), "-d", "map", "--config", str(cfg))
     assert proc.returncode == 0, proc.stderr
-    assert value(leaves(tmp_path / "a.mdl")["dataloader.seed"]) == 77
+    assert "assumed" not in proc.stderr
+    assert value(leaves(tmp_path / "c.mdl")["dataloader.seed"]) == 77
     wrong = ("data_iter_state_conversion.py", "-c", src, "-w", str(SIDE / "wrong_step"))
     proc = run_script(*wrong, "-o", str(tmp_path / "b.mdl"), "--dataloader-type", "iterable")
     line = one_line_error(proc, 2, "step 12", skip_warnings=True)

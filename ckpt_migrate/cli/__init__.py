@@ -1,9 +1,10 @@
 """Every console script: ``ckpt-migrate``, ``tensorflow-to-h5``, ``h5-to-tensorflow``.
 
 A lazy face: ``main`` (which ``run``, the ``ckpt-migrate`` entry point, calls; ``cli.tf`` does
-not load typer) and ``commands`` (the verbs and everything they import, loaded when a command
-runs, not for ``--help``); ``begin_reading`` starts a checkpoint's metadata walk before that
-import.
+not load typer), ``commands`` (the verbs and everything they import, loaded when a command
+runs, not for ``--help``) and ``hop_inputs`` (the hops' declared inputs, loaded when a verb
+that runs hops parses its options); ``begin_reading`` starts a checkpoint's metadata walk
+before that import.
 """
 
 from __future__ import annotations
@@ -71,6 +72,6 @@ def _begin_upgrade_reading(args: list[str]) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "commands":
-        return importlib.import_module(f"{__name__}.commands")
+    if name in ("commands", "hop_inputs"):
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

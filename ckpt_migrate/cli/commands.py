@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import ckpt_migrate.torch as torch_api
+from ckpt_migrate.cli import hop_inputs
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import ConfigAlongside, ConfigOutcome
 from ckpt_migrate.engine import plan as planner
@@ -374,41 +375,17 @@ def verify(
 
 
 def step_inputs(
-    *,
-    data_iter_dir: Path | None = None,
-    dataloader_type: str | None = None,
-    shuffle_seed: int | None = None,
-    allow_step_mismatch: bool = False,
-    drop_dataloader_state: bool = False,
-    config: Path | None = None,
-    model: str | None = None,
-    drop_orphan_sparsity: bool = False,
+    given: dict[str, Any] | None = None, *, config: Path | None = None, model: str | None = None
 ) -> dict[str, Any]:
-    """The extra inputs hops may use, as the engine takes them (only those given)."""
-    inputs: dict[str, Any] = {}
+    """The extra inputs hops may use, as the engine takes them (only those given): the hops'
+    own options (``given``, checked by ``hop_inputs.to_inputs``), the run's config and the
+    model family."""
+    inputs = hop_inputs.to_inputs(given or {})
     if model is not None:
         resolve_name(model)  # an unknown name fails here, before any file is read
         inputs["model"] = model
-    if data_iter_dir is not None:
-        inputs["data_iter_dir"] = data_iter_dir
-    if dataloader_type is not None:
-        if dataloader_type not in ("map", "iterable"):
-            raise UsageError(
-                None, f"--dataloader-type must be map or iterable, not {dataloader_type!r}"
-            )
-        inputs["dataloader_type"] = dataloader_type
-    if shuffle_seed is not None:
-        inputs["shuffle_seed"] = shuffle_seed
-    if allow_step_mismatch:
-        inputs["allow_step_mismatch"] = True
-    if drop_dataloader_state:
-        if data_iter_dir is not None:
-            raise UsageError(None, "--drop-dataloader-state and --data-iter-dir exclude each other")
-        inputs["drop_dataloader_state"] = True
     if config is not None:
         inputs["config"] = load_config(config)
-    if drop_orphan_sparsity:
-        inputs["drop_orphan_sparsity"] = True
     return inputs
 
 

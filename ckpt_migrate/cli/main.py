@@ -21,12 +21,7 @@ from ckpt_migrate._version import __version__
 from ckpt_migrate.cli import console, hf_verbs, render
 from ckpt_migrate.cli.options import (
     AllowMissingOpt,
-    AllowStepMismatchOpt,
     CopyMethodOpt,
-    DataIterDirOpt,
-    DataloaderTypeOpt,
-    DropDataloaderStateOpt,
-    DropOrphanSparsityOpt,
     DryRunOpt,
     ExcludeOpt,
     ForceOpt,
@@ -41,12 +36,13 @@ from ckpt_migrate.cli.options import (
     ProgressOpt,
     QuietOpt,
     SchedulerOpt,
-    ShuffleSeedOpt,
     StrictOpt,
     TfVerifyOpt,
     ToOpt,
     UpgradeVerifyOpt,
     WorkersOpt,
+    hop_inputs_given,
+    offer_hop_inputs,
 )
 from ckpt_migrate.errors import EXIT_UPGRADE_NEEDED, EXIT_VERIFY_FAILED
 
@@ -190,6 +186,7 @@ def history_cmd(as_json: JsonOpt = False) -> None:
 
 @app.command("plan")
 def plan_cmd(
+    ctx: typer.Context,
     path: Annotated[Path, typer.Argument(help="Checkpoint file.")],
     to: ToOpt = "latest",
     from_release: FromOpt = None,
@@ -197,12 +194,14 @@ def plan_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the hops an upgrade would apply, the inputs they need and the disk they cost."""
-    data = cli.commands.plan(path, to, from_release, inputs=cli.commands.step_inputs(model=model))
+    inputs = cli.commands.step_inputs(hop_inputs_given(ctx), model=model)
+    data = cli.commands.plan(path, to, from_release, inputs=inputs)
     render.emit_json(data) if as_json else render.plan(data)
 
 
 @app.command("upgrade")
 def upgrade_cmd(
+    ctx: typer.Context,
     paths: Annotated[list[Path], typer.Argument(help="Checkpoint files to upgrade.")],
     to: ToOpt = "latest",
     from_release: FromOpt = None,
@@ -215,11 +214,6 @@ def upgrade_cmd(
     copy_method: CopyMethodOpt = "auto",
     allow_missing: AllowMissingOpt = False,
     strict: StrictOpt = False,
-    data_iter_dir: DataIterDirOpt = None,
-    dataloader_type: DataloaderTypeOpt = None,
-    shuffle_seed: ShuffleSeedOpt = None,
-    allow_step_mismatch: AllowStepMismatchOpt = False,
-    drop_dataloader_state: DropDataloaderStateOpt = False,
     config: Annotated[
         Path | None,
         typer.Option(
@@ -239,7 +233,6 @@ def upgrade_cmd(
     ] = None,
     num_csx: NumCsxOpt = None,
     model: ModelOpt = None,
-    drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     as_json: JsonLinesOpt = False,
     progress_mode: ProgressOpt = "auto",
     quiet: QuietOpt = False,
@@ -251,16 +244,7 @@ def upgrade_cmd(
     """
     if len(paths) == 1:  # its metadata walk runs while the verbs are imported
         cli.begin_reading(paths[0])
-    inputs = cli.commands.step_inputs(
-        data_iter_dir=data_iter_dir,
-        dataloader_type=dataloader_type,
-        shuffle_seed=shuffle_seed,
-        allow_step_mismatch=allow_step_mismatch,
-        drop_dataloader_state=drop_dataloader_state,
-        config=config,
-        model=model,
-        drop_orphan_sparsity=drop_orphan_sparsity,
-    )
+    inputs = cli.commands.step_inputs(hop_inputs_given(ctx), config=config, model=model)
     worst = 0
     with console.progress(not (as_json or quiet), progress_mode) as progress:
         runs = cli.commands.upgrade(
@@ -299,6 +283,7 @@ def upgrade_cmd(
 
 @app.command("upgrade-dir")
 def upgrade_dir_cmd(
+    ctx: typer.Context,
     model_dir: Annotated[Path, typer.Argument(help="The model directory.")],
     to: ToOpt = "latest",
     output_dir: OutputDirOpt = None,
@@ -330,12 +315,6 @@ def upgrade_dir_cmd(
     ] = None,
     num_csx: NumCsxOpt = None,
     model: ModelOpt = None,
-    data_iter_dir: DataIterDirOpt = None,
-    dataloader_type: DataloaderTypeOpt = None,
-    shuffle_seed: ShuffleSeedOpt = None,
-    allow_step_mismatch: AllowStepMismatchOpt = False,
-    drop_dataloader_state: DropDataloaderStateOpt = False,
-    drop_orphan_sparsity: DropOrphanSparsityOpt = False,
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
     as_json: JsonLinesOpt = False,
@@ -373,16 +352,7 @@ def upgrade_dir_cmd(
             verify=verify,
             copy_method=copy_method,
             allow_missing=allow_missing,
-            inputs=cli.commands.step_inputs(
-                data_iter_dir=data_iter_dir,
-                dataloader_type=dataloader_type,
-                shuffle_seed=shuffle_seed,
-                allow_step_mismatch=allow_step_mismatch,
-                drop_dataloader_state=drop_dataloader_state,
-                config=config,
-                model=model,
-                drop_orphan_sparsity=drop_orphan_sparsity,
-            ),
+            inputs=cli.commands.step_inputs(hop_inputs_given(ctx), config=config, model=model),
             progress=progress,
             on_entry=show,
             config=config,
@@ -458,12 +428,15 @@ def without_flag_metavars(command: Any) -> Any:
     return command
 
 
+def click_command() -> Any:
+    """The app as click runs it: flags without metavars, the hops' inputs offered."""
+    return offer_hop_inputs(without_flag_metavars(typer.main.get_command(app)))
+
+
 def _run_app(args: list[str]) -> int:
     try:
         # Without standalone mode typer returns (not raises) the code of a typer.Exit.
-        code = without_flag_metavars(typer.main.get_command(app)).main(
-            args=args, prog_name="ckpt-migrate", standalone_mode=False
-        )
+        code = click_command().main(args=args, prog_name="ckpt-migrate", standalone_mode=False)
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:

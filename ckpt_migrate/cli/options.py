@@ -1,11 +1,18 @@
-"""Typer options that several ``ckpt-migrate`` verbs share (one spelling, one help text)."""
+"""Typer options that several ``ckpt-migrate`` verbs share (one spelling, one help text), and
+the hops' declared inputs as options of the verbs that run hops (``offer_hop_inputs``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.models import ParamMeta
+
+from ckpt_migrate import cli
+
+if TYPE_CHECKING:
+    from ckpt_migrate.hops.hop import InputSpec
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 JsonLinesOpt = Annotated[bool, typer.Option("--json", help="One JSON object per file.")]
@@ -73,28 +80,6 @@ ExcludeOpt = Annotated[
 TfVerifyOpt = Annotated[
     str, typer.Option("--verify", help="structure (names, dtypes, shapes) or full (sha256).")
 ]
-DataIterDirOpt = Annotated[
-    Path | None,
-    typer.Option("--data-iter-dir", help="1.8/1.9 dataloader side files (for 1.9 → 2.0)."),
-]
-DataloaderTypeOpt = Annotated[
-    str | None,
-    typer.Option("--dataloader-type", help="map or iterable (with --data-iter-dir)."),
-]
-ShuffleSeedOpt = Annotated[
-    int | None, typer.Option("--shuffle-seed", help="Seed of a map-style 1.9 dataloader.")
-]
-AllowStepMismatchOpt = Annotated[
-    bool, typer.Option("--allow-step-mismatch", help="Accept side files of another step.")
-]
-DropDataloaderStateOpt = Annotated[
-    bool,
-    typer.Option(
-        "--drop-dataloader-state",
-        help="Upgrade a 1.8/1.9 file without its dataloader side files: the dataloader state "
-        "is lost and training restarts from the first sample. Default: refuse.",
-    ),
-]
 NumCsxOpt = Annotated[
     int | None,
     typer.Option(
@@ -104,14 +89,6 @@ NumCsxOpt = Annotated[
     ),
 ]
 
-DropOrphanSparsityOpt = Annotated[
-    bool,
-    typer.Option(
-        "--drop-orphan-sparsity",
-        help="2.1 → 2.2: drop per-weight sparsity state 2.2 cannot hold (a mask whose weight "
-        "the model lacks), each reported. Default: refuse.",
-    ),
-]
 
 ForceOpt = Annotated[
     bool,
@@ -148,3 +125,64 @@ WorkersOpt = Annotated[
     int | None,
     typer.Option("--workers", help="Start a Dask LocalCluster of N worker processes for the run."),
 ]
+
+
+# --------------------------------------------------------------------------- the hops' inputs
+
+HOP_VERBS = ("upgrade", "upgrade-dir", "plan")
+_GIVEN = "hop_inputs"
+_ANNOTATION: dict[str, Any] = {
+    "flag": bool,
+    "path": Path | None,
+    "int": int | None,
+    "choice": str | None,
+}
+
+
+def offer_hop_inputs(group: Any) -> Any:
+    """Give each verb of ``HOP_VERBS`` in the click ``group`` an option per input the hops
+    declare (``cli.hop_inputs.specs``), built the first time the verb parses its command line or
+    shows its help (so no other verb loads the hop modules); ``hop_inputs_given`` has their
+    values."""
+    for name in HOP_VERBS:
+        command = group.commands.get(name)
+        if command is not None:
+            _offer(command)
+    return group
+
+
+def hop_inputs_given(ctx: typer.Context) -> dict[str, Any]:
+    """The hop options this command line gave, by input name."""
+    return dict(ctx.meta.get(_GIVEN, {}))
+
+
+def _offer(command: Any) -> None:
+    get_params = command.get_params
+    built: list[bool] = []
+
+    def params(ctx: Any) -> Any:
+        if not built:
+            built.append(True)
+            command.params.extend(_option(spec) for spec in cli.hop_inputs.specs())
+        return get_params(ctx)
+
+    command.get_params = params
+
+
+def _remember(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    if value not in (None, False):
+        ctx.meta.setdefault(_GIVEN, {})[param.name] = value
+    return value
+
+
+def _option(spec: InputSpec) -> Any:
+    default: Any = False if spec.kind == "flag" else None
+    metavar = "|".join(spec.choices) if spec.choices else None
+    info = typer.Option(default, spec.flag, help=spec.help, metavar=metavar, callback=_remember)
+    param, _ = typer.main.get_click_param(
+        ParamMeta(name=spec.name, default=info, annotation=_ANNOTATION[spec.kind])
+    )
+    param.expose_value = False  # read through hop_inputs_given: the verb's signature stays
+    if spec.kind == "flag":
+        param.metavar = ""  # no <bool> after a flag (see main.without_flag_metavars)
+    return param

@@ -37,7 +37,7 @@ from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.write import prepare
-from ckpt_migrate.hops.hop import StepContext
+from ckpt_migrate.hops.hop import Hop, Operation, StepContext
 from ckpt_migrate.models.detect import FamilyChoice, choose_family
 from ckpt_migrate.models.steps import report_unknown_keys
 
@@ -57,6 +57,8 @@ class UpgradeOptions:
     allow_missing: bool = False
     copy_method: Choice = "auto"  # extents: clone where the filesystem shares, else copy
     force: bool = False  # replace an existing output, once the new one is verified
+    # Operations for a file already at the target, which then is written anew (Hop.at)
+    edits: tuple[Operation, ...] = ()
 
 
 @dataclass
@@ -203,6 +205,8 @@ def _upgrade_locked(
         plan = make_plan(
             ckpt, opts.target, output_dir=out_dir, inputs=opts.inputs, copy_method=opts.copy_method
         )
+        if plan.current and opts.edits:
+            plan.hops = [Hop.at(plan.target_release.name, opts.edits)]
         result.from_release, result.to_release = plan.source_release.name, plan.target_release.name
         result.hops = [f"{h.source}→{h.target}" for h in plan.hops]
         family = choose_family(ckpt.root, opts.inputs.get("model"))

@@ -342,3 +342,12 @@ def structure_equal(a: Node, b: Node) -> bool:
             structure_equal(x, y) for x, y in zip(a.items, b.items)
         )
     return True
+
+
+def int_value(leaf: Node | None) -> int | None:
+    """An integer leaf's value (a Python int, or a 0-d integer tensor, read); else None."""
+    if isinstance(leaf, ValueLeaf) and type(leaf.value) is int:
+        return leaf.value
+    if isinstance(leaf, TensorLeaf) and leaf.shape == () and leaf.dtype.startswith(("int", "uint")):
+        return int(leaf.data.read().reshape(()).item())
+    return None

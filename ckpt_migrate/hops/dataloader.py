@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError
-from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
+from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf, int_value
+from ckpt_migrate.hops.hop import StepContext
 
 # Releases that wrote no side files: the release notes date deterministic dataloader
 # checkpointing to 1.8.0 (MODELZOO_HISTORY.md §2.1 and its release-notes table).
@@ -120,16 +121,25 @@ def build_state(side: SideFiles, dataloader_type: str, seed: int | None) -> Dict
     raise UsageError(None, f"unknown dataloader type {dataloader_type!r}", "use map or iterable")
 
 
-def without_side_files(source_release: str | None, path: Path | None, drop: bool) -> str | None:
+def without_side_files(
+    source_release: str | None, path: Path | None, drop: bool, deferred: str | None = None
+) -> str | None:
     """An upgrade through 2.0 without side files: nothing to say for a release that wrote none
     (None); else losing the state is refused unless ``drop`` (``--drop-dataloader-state``)
-    asks for it by name, and the change to report is returned."""
+    asks for it by name, or ``deferred`` names the step that converts the side files later (a
+    Model Zoo script's documented workflow: ``fix_checkpoint_spec.py`` first, then
+    ``data_iter_state_conversion.py``), and the change to report is returned."""
     if source_release in RELEASES_WITHOUT_SIDE_FILES:
         return None
+    release = source_release or "1.x"
+    if deferred and not drop:
+        return (
+            f"dataloader state not converted: release {release} kept it in side files; {deferred}"
+        )
     if not drop:
         raise UsageError(
             path,
-            f"release {source_release or '1.x'} kept the dataloader state in side files and no "
+            f"release {release} kept the dataloader state in side files and no "
             "--data-iter-dir was given: the upgraded checkpoint would have no dataloader state, "
             "so training would restart from the first sample",
             "pass --data-iter-dir DIR --dataloader-type map|iterable, or "
@@ -139,3 +149,77 @@ def without_side_files(source_release: str | None, path: Path | None, drop: bool
         "dataloader state dropped (--drop-dataloader-state): training will restart from the "
         "first sample"
     )
+
+
+def convert_dataloader_state(ctx: StepContext) -> None:
+    """Build the 2.0 ``dataloader`` state from the 1.8/1.9 side files.
+
+    1.8 and 1.9 kept dataloader progress in ``data_iter_checkpoint_state_file_global`` and
+    ``data_iter_state_file_worker_<id>_step_<step>.txt``; 2.0 reads ``checkpoint["dataloader"]``.
+    Only exact file names count, every worker 0..N-1 needs one file, the data step must equal
+    ``global_step`` (unless ``--allow-step-mismatch``; an older checkpoint takes the worker files
+    of its own step when they are there), and a map-style seed is never guessed. Without side
+    files the state would be lost (training restarts from the first sample), so that is refused
+    unless ``--drop-dataloader-state`` says so; a 1.7 file had no side files (the release notes
+    date them to 1.8.0) and has nothing to lose.
+    Source: ``c1ef453:modelzoo/compat/data_iter_state_conversion.py``, MODELZOO_HISTORY.md §2,
+    §2.1 and the release-notes table (1.8.0: deterministic dataloader checkpointing).
+    """
+    directory = ctx.inputs.get("data_iter_dir")
+    if not isinstance(ctx.root, DictNode):
+        return
+    if directory is None:
+        if ctx.root.get("dataloader") is not None:
+            return
+        dropped = without_side_files(
+            ctx.inputs.get("source_release"),
+            ctx.source_path,
+            bool(ctx.inputs.get("drop_dataloader_state")),
+            ctx.inputs.get("dataloader_state_deferred"),
+        )
+        if dropped:
+            ctx.changed(dropped)
+        return
+    kind = ctx.inputs.get("dataloader_type")
+    if kind not in ("map", "iterable"):
+        raise UsageError(None, "--data-iter-dir needs --dataloader-type map or iterable")
+    if ctx.root.get("dataloader") is not None:
+        raise UsageError(ctx.source_path, "already has a dataloader state", "omit --data-iter-dir")
+    side = read_side_files(directory)
+    for name in side.ignored:
+        ctx.warn(f"{side.directory}/{name}: not a dataloader side file; ignored")
+    step = int_value(ctx.root.get("global_step"))
+    if step is not None and step != side.data_step and step in side.steps:
+        side = read_side_files(directory, at_step=step)  # an older checkpoint's own files
+    if step is not None and step != side.data_step:
+        message = f"dataloader files are for step {side.data_step}, the checkpoint is at {step}"
+        if not ctx.inputs.get("allow_step_mismatch"):
+            raise UsageError(side.directory, message, "pass --allow-step-mismatch to use them")
+        ctx.warn(message)
+    seed = _seed(ctx) if kind == "map" else None
+    if seed is None and kind == "map" and ctx.inputs.get("default_shuffle_seed") is not None:
+        seed = int(ctx.inputs["default_shuffle_seed"])
+        ctx.warn(
+            f"map-style seed {seed} assumed (the documented default; neither a seed nor a "
+            "config with train_input.shuffle_seed was given): a shuffled run with another seed "
+            "is refused by 2.0 at load, so pass the run's seed if it had one"
+        )
+    ctx.root.set("dataloader", build_state(side, kind, seed))
+    ctx.changed(
+        f"dataloader: {kind}-style state from {len(side.samples)} worker file(s) of step "
+        f"{side.data_step}, {side.total} samples streamed"
+        + (f", seed {seed}" if seed is not None else "")
+    )
+
+
+def _seed(ctx: StepContext) -> int | None:
+    if ctx.inputs.get("shuffle_seed") is not None:
+        return int(ctx.inputs["shuffle_seed"])
+    config = ctx.inputs.get("config")
+    train = config.get("train_input") if isinstance(config, dict) else None
+    if isinstance(train, dict):
+        if train.get("shuffle_seed") is not None:
+            return int(train["shuffle_seed"])
+        if not train.get("shuffle", True):
+            return 0  # the seed is not checked when shuffling is off
+    return None

@@ -35,11 +35,24 @@ Operation = Callable[["StepContext"], None]
 
 @dataclass(frozen=True)
 class InputSpec:
-    """An extra input a hop may use (e.g. the 1.9 dataloader side files)."""
+    """An extra input a hop may use (e.g. the 1.9 dataloader side files), declared once: the
+    commands that run hops (``upgrade``, ``upgrade-dir``, ``plan``) and the scripts build their
+    options from it (``cli.hop_options``)."""
 
     name: str  # option name without dashes, e.g. "data_iter_dir"
     help: str
     required: bool = False  # without it the hop fails (else it runs and says what it skipped)
+    option: bool = True  # False: set by a front end (a script or a verb's own option)
+    kind: str = "flag"  # flag | path | int | choice: what the option takes
+    choices: tuple[str, ...] = ()  # kind "choice"
+    aliases: tuple[str, ...] = ()  # more spellings the scripts accept (Model Zoo's documented)
+    needs: tuple[str, ...] = ()  # inputs that must be given with this one
+    excludes: tuple[str, ...] = ()  # inputs that cannot be given with this one
+
+    @property
+    def flag(self) -> str:
+        """The ``ckpt-migrate`` spelling: ``--data-iter-dir``."""
+        return "--" + self.name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -81,6 +94,20 @@ class Hop:
             config_operations=self.down_config_operations or (),
             down_config_operations=self.down_config_operations,
             reversed_from=self.module,
+        )
+
+    @classmethod
+    def at(cls, release: str, operations: tuple[Operation, ...]) -> Hop:
+        """Operations run on a file already at ``release``, written back at it: a script's one
+        step (``data_iter_state_conversion.py`` on the 2.0 file ``fix_checkpoint_spec.py``
+        wrote adds the dataloader state, as Model Zoo's does)."""
+        first = operations[0]
+        return cls(
+            source=release,
+            target=release,
+            module=first.__module__,
+            doc=f"{release}: {_first_line(first.__doc__) or first.__name__}",
+            operations=operations,
         )
 
     @property
@@ -169,4 +196,11 @@ class StepContext:
         self.warnings.append(self._tag(message))
 
     def _tag(self, message: str) -> str:
-        return f"[{self.hop.source}→{self.hop.target}] {message}" if self.hop else message
+        if self.hop is None:
+            return message
+        hop = self.hop
+        return (
+            f"[{hop.source}] {message}"
+            if hop.source == hop.target
+            else f"[{hop.source}→{hop.target}] {message}"
+        )

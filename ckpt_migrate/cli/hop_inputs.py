@@ -1,0 +1,50 @@
+"""The hops' declared inputs (``hops.hop.InputSpec``), as the command line gives them.
+
+An input is declared once, in the hop module that reads it. ``upgrade``, ``upgrade-dir`` and
+``plan`` offer every one as an option (``cli.options.offer_hop_inputs``), the Model Zoo
+scripts too, with Model Zoo's spellings as aliases (``cli.script_options``), and ``to_inputs``
+turns what was given into the engine's inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ckpt_migrate.errors import UsageError
+from ckpt_migrate.hops import graph
+from ckpt_migrate.hops.hop import InputSpec
+
+
+def specs() -> tuple[InputSpec, ...]:
+    """Every input some hop declares as an option, once per name, in graph order."""
+    found: dict[str, InputSpec] = {}
+    for hop in graph.load().hops:
+        for spec in hop.inputs:
+            if spec.option:
+                found.setdefault(spec.name, spec)
+    return tuple(found.values())
+
+
+def to_inputs(values: dict[str, Any]) -> dict[str, Any]:
+    """The engine's inputs for the hop options given (None or False: not given). A choice
+    outside its list, an input without one it needs, or two that exclude each other is a usage
+    error, raised before any file is read."""
+    declared = {spec.name: spec for spec in specs()}
+    inputs = {name: value for name, value in values.items() if value not in (None, False)}
+    for name, value in inputs.items():
+        spec = declared.get(name)
+        if spec is None:
+            continue
+        if spec.choices and value not in spec.choices:
+            raise UsageError(
+                None, f"{spec.flag} must be {' or '.join(spec.choices)}, not {value!r}"
+            )
+        for other in spec.needs:
+            if other not in inputs:
+                shown = declared[other]
+                wanted = " or ".join(shown.choices) if shown.choices else "a value"
+                raise UsageError(None, f"{spec.flag} needs {shown.flag} {wanted}")
+        for other in spec.excludes:
+            if other in inputs:
+                raise UsageError(None, f"{spec.flag} and {declared[other].flag} exclude each other")
+    return inputs
