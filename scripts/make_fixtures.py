@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import pickle
+import shutil
 import sys
 from pathlib import Path
 
@@ -208,9 +209,10 @@ def write_fixture(release: str, out_dir: Path, force: bool = False) -> Path:
     return path
 
 
-def write_example(out_dir: Path, force: bool = False) -> Path:
-    """The README's example: a 2.0 checkpoint named as a training run names it."""
-    path = out_dir / "example" / "checkpoint_100.mdl"
+def write_format_test(out_dir: Path, force: bool = False) -> Path:
+    """A 2.0 checkpoint of the format's test leaves, named as a training run names it (the
+    README's library examples load it)."""
+    path = out_dir / "format-test" / "checkpoint_100.mdl"
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         if not force:
@@ -218,6 +220,18 @@ def write_example(out_dir: Path, force: bool = False) -> Path:
         path.unlink()
     write_checkpoint(build_tree("2.0"), path, "2.0")
     return path
+
+
+def write_example(out_dir: Path) -> Path:
+    """The README's example, an old training run: the GPT-2 run of ``models/gpt2-1.9``
+    (checkpoint and ``params.yaml``; ``make_model_fixtures.py`` writes them) with the dataloader
+    side files its two workers left at steps 50 and 100 (8 samples a step)."""
+    example = out_dir / "example"
+    example.mkdir(parents=True, exist_ok=True)
+    for name in ("checkpoint_100.mdl", "params.yaml"):
+        shutil.copyfile(out_dir / "models" / "gpt2-1.9" / name, example / name)
+    write_side_file_set(example / "dataloader", 100, {0: 400, 1: 400}, earlier=50)
+    return example
 
 
 SIDE_FILE_VARIANTS = {
@@ -238,16 +252,30 @@ def write_side_files(out_dir: Path) -> Path:
     """1.9 dataloader side files for release-1.9.mdl (global_step 10) and broken variants."""
     base = out_dir / "release-1.9-data-iter"
     for name, (step, workers, extra) in SIDE_FILE_VARIANTS.items():
-        d = base / name
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "data_iter_checkpoint_state_file_global").write_text(f"{step}\n")
-        for wid, samples in workers.items():
-            (d / f"data_iter_state_file_worker_{wid}_step_{step}.txt").write_text(f"{samples}\n")
-            # files of an earlier checkpoint accumulate beside them and must be ignored
-            (d / f"data_iter_state_file_worker_{wid}_step_5.txt").write_text(f"{samples // 2}\n")
-        for fname, text in extra.items():
-            (d / fname).write_text(text + "\n")
+        write_side_file_set(base / name, step, workers, earlier=5, extra=extra)
     return base
+
+
+def write_side_file_set(
+    d: Path,
+    step: int,
+    workers: dict[int, int],
+    *,
+    earlier: int,
+    extra: dict[str, str] | None = None,
+) -> None:
+    """The side files a 1.9 run left in ``d`` (MODELZOO_HISTORY.md §2.1): the global file naming
+    the data step and each worker's samples at it; the worker files of the checkpoint at step
+    ``earlier`` accumulate beside them (half the samples) and must be ignored."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "data_iter_checkpoint_state_file_global").write_text(f"{step}\n")
+    for wid, samples in workers.items():
+        (d / f"data_iter_state_file_worker_{wid}_step_{step}.txt").write_text(f"{samples}\n")
+        (d / f"data_iter_state_file_worker_{wid}_step_{earlier}.txt").write_text(
+            f"{samples // 2}\n"
+        )
+    for fname, text in (extra or {}).items():
+        (d / fname).write_text(text + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,8 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     for release in FIXTURE_RELEASES:
         print(write_fixture(release, args.out, args.force))
-    print(write_example(args.out, args.force))
+    print(write_format_test(args.out, args.force))
     print(write_side_files(args.out))
+    print(write_example(args.out))
     return 0
 
 

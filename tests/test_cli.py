@@ -170,7 +170,7 @@ def test_names_from_files_never_reach_the_terminal_raw(tmp_path):
 
 
 def test_inspect_summarises_and_never_wraps_when_piped():
-    example = FIXTURES / "example" / "checkpoint_100.mdl"
+    example = FIXTURES / "format-test" / "checkpoint_100.mdl"
     proc = run_cli("inspect", example)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

@@ -348,6 +348,16 @@ def test_fixtures_are_what_make_fixtures_writes(tmp_path):
         with read_checkpoint(fresh) as a, read_checkpoint(FIXTURES / fresh.name) as b:
             assert describe(a.root) == describe(b.root), release
             assert a.unreferenced == b.unreferenced
+    fresh = make_fixtures.write_format_test(tmp_path)
+    with read_checkpoint(fresh) as a, read_checkpoint(FIXTURES / "format-test" / fresh.name) as b:
+        assert describe(a.root) == describe(b.root)
+    (tmp_path / "models").symlink_to(FIXTURES / "models")
+    sides = make_fixtures.write_side_files(tmp_path)
+    example = make_fixtures.write_example(tmp_path)
+    for made, kept in ((sides, FIXTURES / sides.name), (example, FIXTURES / "example")):
+        files = sorted(p.relative_to(made) for p in made.rglob("*") if p.is_file())
+        assert files == sorted(p.relative_to(kept) for p in kept.rglob("*") if p.is_file())
+        assert all((made / f).read_bytes() == (kept / f).read_bytes() for f in files), made
 
 
 def test_inspect_json_lists_missing_and_dtypes():

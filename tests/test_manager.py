@@ -432,7 +432,7 @@ def test_the_manager_does_not_import_torch_to_find_checkpoints(tmp_path):
         f"""
         import sys
         import ckpt_migrate
-        mgr = ckpt_migrate.CheckpointManager({str(FIXTURES / "example")!r})
+        mgr = ckpt_migrate.CheckpointManager({str(FIXTURES / "format-test")!r})
         print(mgr.latest().name, mgr.should_save(5))
         print("TORCH" if "torch" in sys.modules else "NO-TORCH")
         """

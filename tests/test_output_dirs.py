@@ -44,7 +44,7 @@ def test_an_unwritable_output_dir_is_exit_5_before_any_work(unwritable, tmp_path
         line = one_line_error(proc, 5, words, str(place), skip_warnings=True)
         assert "errno" not in line and "HDF5" not in line
     one_line_error(run_cli("upgrade", src, "-o", place / "new"), 5, words, str(place / "new"))
-    one_line_error(run_cli("upgrade-dir", FIXTURES / "example", "-o", place / "sub"), 5, words)
+    one_line_error(run_cli("upgrade-dir", FIXTURES / "format-test", "-o", place / "sub"), 5, words)
     proc = run_cli("to-torch", src, place / "model.pt")
     one_line_error(proc, 5, words, str(place / "model.pt"))
     assert os.listdir(place) == []

@@ -18,11 +18,48 @@ def _commands() -> list[str]:
 
 def test_readme_opens_with_the_two_commands():
     example, tests = _commands()[:2]
-    assert "ckpt-migrate upgrade fixtures/example/checkpoint_100.mdl --output-dir" in example
+    assert "ckpt-migrate upgrade fixtures/example/checkpoint_100.mdl --config" in example
+    assert "--data-iter-dir fixtures/example/dataloader" in example
     assert "mkdir" not in example  # upgrade creates its --output-dir
     assert (ROOT / "fixtures/example/checkpoint_100.mdl").is_file()
     assert "torch==2.13.0" in example and "torch==2.13.0" in tests
     assert "pytest" in tests
+
+
+def test_the_first_command_does_the_real_job(tmp_path):
+    """The README's first command, after its setup, from a directory where fixtures/ is the
+    repository's: an old run's checkpoint, config and dataloader side files reach the newest
+    release together, and what changed is said (no unknown model); its sample lines are true."""
+    import shlex
+    import subprocess
+    import sys
+
+    from ckpt_migrate.format import releases
+    from ckpt_migrate.format.read import read_checkpoint
+
+    command = _commands()[0].split(" && ")
+    assert command[-2] == "rm -rf upgraded"
+    args = shlex.split(command[-1])
+    assert args[0] == ".venv/bin/ckpt-migrate"
+    (tmp_path / "fixtures").symlink_to(ROOT / "fixtures")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", *args[1:]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "unknown" not in out.split("config 1.9", 1)[0]
+    sample = re.search(r"It prints what changed.*?```text\n(.+?)\n```", README, flags=re.S)
+    for line in sample.group(1).splitlines():
+        if "…" not in line:
+            assert line in out.splitlines(), line
+    with read_checkpoint(tmp_path / "upgraded/checkpoint_100.mdl") as ckpt:
+        assert ckpt.release.name == releases.LATEST.name
+        assert ckpt.root.get("dataloader") is not None
+    assert "trainer:" in (tmp_path / "upgraded/params.yaml").read_text()
 
 
 def test_ci_runs_the_readme_test_command():
@@ -57,7 +94,7 @@ def test_the_python_api_block_runs_as_written(tmp_path):
     assert proc.returncode == 0, proc.stderr
     from ckpt_migrate.cli import commands
 
-    example = ROOT / "fixtures/example/checkpoint_100.mdl"
+    example = ROOT / "fixtures/format-test/checkpoint_100.mdl"
     assert commands.verify(example, tmp_path / "out.mdl")["identical"]
     assert (tmp_path / "back.mdl").is_file()
 

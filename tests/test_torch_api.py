@@ -16,7 +16,7 @@ from ckpt_migrate.format.compare import signature
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import FullTensorLeaf, TensorLeaf, ValueLeaf, iter_leaves
 
-EXAMPLE = FIXTURES / "example" / "checkpoint_100.mdl"
+EXAMPLE = FIXTURES / "format-test" / "checkpoint_100.mdl"
 
 
 def tied_names(path: Path) -> set[str]:

@@ -60,6 +60,40 @@ class ConfigChange:
         return out
 
 
+# A hop's run of this many changes for one reason (2.3's trainer layout moves 20 keys) is one
+# line naming the first few; ``--json`` and the written file have every one.
+GROUP_AT = 4
+GROUP_SHOWN = 2
+
+
+def grouped_lines(report: list[ConfigChange]) -> list[str]:
+    """One line per change, except that a run of ``GROUP_AT`` or more changed, added or removed
+    keys of one hop and one reason is one line; unknown keys and notes always stand alone."""
+    out: list[str] = []
+    i = 0
+    while i < len(report):
+        j = i + 1
+        while j < len(report) and _groupable(report[i], report[j]):
+            j += 1
+        run = report[i:j]
+        if len(run) < GROUP_AT:
+            out.extend(c.line() for c in run)
+        else:
+            keys = [f"{c.key} → {c.moved_to}" if c.moved_to else c.key for c in run]
+            shown = ", ".join(keys[:GROUP_SHOWN])
+            out.append(f"[{run[0].hop}] {run[0].kind}: {len(run)} keys ({shown}, …) — {run[0].why}")
+        i = j
+    return out
+
+
+def _groupable(a: ConfigChange, b: ConfigChange) -> bool:
+    return (
+        a.kind in ("changed", "added", "removed")
+        and (a.kind, a.hop, a.why) == (b.kind, b.hop, b.why)
+        and bool(a.why)
+    )
+
+
 def _same(a: Any, b: Any) -> bool:
     return yaml_edit.plain(a) == yaml_edit.plain(b)
 
@@ -98,7 +132,7 @@ class ConfigUpgrade:
         counts = ", ".join(
             f"{self.count(k)} {k}" for k in ("changed", "added", "removed", "unknown", "note")
         )
-        lines = [head, *(f"  {c.line()}" for c in self.report), f"  {counts}"]
+        lines = [head, *(f"  {line}" for line in grouped_lines(self.report)), f"  {counts}"]
         if self.output is not None:
             lines.append(f"  written to {self.output}")
         return lines

@@ -306,7 +306,9 @@ class ConfigAlongside:
                     "already exists; refusing to overwrite it",
                     "remove it or pass --config-out",
                 )
-            if not self.output.parent.is_dir() and not rerun:  # upgrade-dir creates it
+            # upgrade-dir (rerun) and upgrade create the --output-dir the default goes into
+            made = rerun or (config_out is None and output_dir is not None)
+            if not self.output.parent.is_dir() and not made:
                 raise UsageError(self.output, "its directory does not exist", "create it first")
         self.num_csx, self.dry_run, self.model = num_csx, dry_run, model
         self.target = releases.get(target).name
