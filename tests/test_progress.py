@@ -123,6 +123,21 @@ def test_upgrade_dir_says_which_file_and_the_whole_runs_time_left(model_dir, tmp
     assert any(" left" in m.string for m in overall), proc.stderr
 
 
+def test_upgrade_dir_logs_a_line_per_checkpoint_whatever_the_interval(model_dir, tmp_path):
+    """In a log, each checkpoint's end is a line, "k of N" with the whole run's time left,
+    even when no phase lasts long enough for a timed line (an interval of a minute)."""
+    proc = run("upgrade-dir", model_dir, "-o", tmp_path / "out", interval="60")
+    assert proc.returncode == 0, proc.stderr
+    done = [line for line in proc.stderr.splitlines() if " done: " in line]
+    assert [line.split(":")[0] for line in done] == ["checkpoint_200.mdl", "checkpoint_100.mdl"]
+    first = r"checkpoint_200\.mdl: checkpoint 1 of 2 done: 40\.\d MiB of 80\.\d MiB \(50%\)"
+    first += ", about .+ left"
+    assert re.fullmatch(first, done[0]), done
+    assert re.fullmatch(r"checkpoint_100\.mdl: checkpoint 2 of 2 done: (80\.\d MiB) of \1", done[1])
+    quiet = run("upgrade-dir", model_dir, "-o", tmp_path / "q", "--progress", "none")
+    assert quiet.returncode == 0 and " done: " not in quiet.stderr
+
+
 def test_verify_reports_its_progress(model_dir):
     a, b = model_dir / "checkpoint_100.mdl", model_dir / "checkpoint_200.mdl"
     proc = run("verify", a, b, "--progress", "plain")

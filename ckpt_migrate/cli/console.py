@@ -168,6 +168,7 @@ class PlainProgress:
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
+        self.born = time.monotonic()
         self.started: dict[str, tuple[float, int]] = {}
         self.shown: dict[str, tuple[float, int]] = {}
 
@@ -190,6 +191,15 @@ class PlainProgress:
         if not finished and done > d0 and now - t0 > 0.5:
             left = (total - done) * (now - t0) / (done - d0)
             text += f", about {_duration(left)} left"
+        echo(text, err=True)
+
+    def milestone(self, what: str, done: int, total: int) -> None:
+        """A line every time (a directory's file done, say): the whole run's amount so far and
+        its time left at the run's rate. A terminal's bars show the same without it."""
+        text = f"{what}: {amount_text(what, done, total)}"
+        if 0 < done < total:
+            left = (total - done) * (time.monotonic() - self.born) / done
+            text += f" ({100 * done // total}%), about {_duration(left)} left"
         echo(text, err=True)
 
 

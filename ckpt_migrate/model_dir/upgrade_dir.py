@@ -190,7 +190,8 @@ def upgrade_dir(
 class _Overall:
     """Progress of the whole directory: each file's phases as ``file K of N: <phase>``, and
     ``all files`` in bytes (a file counts with its size once done, and while copied by its copy)
-    so that the display's time left is the whole run's."""
+    so that the display's time left is the whole run's; a file's end is a line in a log
+    (``<name>: checkpoint K of N done``, with the whole run's time left)."""
 
     def __init__(self, selected: list[Path], progress: Progress | None) -> None:
         self.progress = progress
@@ -198,6 +199,7 @@ class _Overall:
         self.sizes = {p: _size(p) for p in selected}
         self.total = sum(self.sizes.values())
         self.finished = 0
+        self.completed = 0
 
     def file(self, path: Path) -> Progress | None:
         progress = self.progress
@@ -216,8 +218,13 @@ class _Overall:
 
     def done(self, path: Path) -> None:
         self.finished += self.sizes[path]
+        self.completed += 1
         if self.progress is not None:
             self.progress("all files", self.finished, self.total)
+        say = getattr(self.progress, "milestone", None)  # a log's display has it, a bar's not
+        if say is not None:
+            what = f"{path.name}: checkpoint {self.completed} of {len(self.order)} done"
+            say(what, self.finished, self.total)
 
 
 def _size(path: Path) -> int:
