@@ -12,6 +12,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+import pytest
+
 from ckpt_migrate.format.read import read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,3 +109,31 @@ def sha256_file(path: Path) -> str:
         while block := fh.read(8 << 20):
             h.update(block)
     return h.hexdigest()
+
+
+@pytest.fixture
+def small_disk(tmp_path, request):
+    """``small_disk(nbytes)``: a fresh tmpfs of that size, unmounted when the test ends."""
+
+    def mount(nbytes: int) -> Path:
+        where = tmp_path / f"disk{len(list(tmp_path.glob('disk*')))}"
+        where.mkdir()
+        try:
+            proc = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={nbytes}", "tmpfs", str(where)],
+                capture_output=True,
+                text=True,
+            )
+        except FileNotFoundError:
+            pytest.skip("no mount command: cannot make a small disk to fill up")
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs to fill up (needs root): {proc.stderr.strip()}")
+
+        def unmount() -> None:
+            if subprocess.run(["umount", str(where)], capture_output=True).returncode:
+                subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+        request.addfinalizer(unmount)
+        return where
+
+    return mount

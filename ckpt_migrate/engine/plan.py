@@ -18,11 +18,21 @@ from ckpt_migrate.format.tree import iter_leaves
 from ckpt_migrate.hops import graph
 from ckpt_migrate.hops.hop import Hop
 
-HEADROOM = 1 << 20
-# The least metadata room planned per leaf: a dataset's object header rewritten (a block), its
-# attributes and its root attribute. ``data_bytes`` may be an estimate (``read_checkpoint``
-# with ``defer_chunks``) that compressed data makes larger than the file.
-METADATA_PER_LEAF = 8 << 10
+# Room for what no leaf accounts for: the superblock, the root group, the spec's own framing.
+HEADROOM = 64 << 10
+# The metadata the target's writer adds per leaf, in bytes: a part of its own and a part per
+# character of its name (the name is in its link, its attributes and the spec), by the target's
+# format (0.5 writes a ``__metadata__`` document per leaf) and by the way the output is made: a
+# rewrite writes every dataset anew, a copy-patch moves the source's datasets and rewrites their
+# attributes. Upper bounds of outputs measured from 10 to 100,000 leaves, names of 5 to 70
+# characters (benchmarks/bench_space.py; tests/test_space_estimate.py holds them to 1.2x + 1 MiB).
+NEW_METADATA = {
+    # (format 0.5, rewrite): (per leaf, per name character)
+    (True, True): (3150, 9),
+    (True, False): (1300, 9),
+    (False, True): (2080, 8),
+    (False, False): (200, 8),
+}
 
 
 @dataclass
@@ -47,13 +57,15 @@ class Plan:
 
     metadata_bytes: int = 0  # the part of the file that is not dataset storage
     copy_method: str = "copy"  # extents.expected_method: how the source's bytes will get there
+    new_metadata_bytes: int = 0  # what the target's writer adds (``new_metadata``)
+    rewrite: bool = False  # the output is written anew, not a patched copy (``copypatch.write``)
 
     @property
     def output_bytes(self) -> int:
-        """An upper bound of the output's size: the source plus room for its metadata twice over
-        (the target's tree is written anew beside the old one, which stays as free space) and a
-        fixed margin. Outputs measured 3-17 % larger than their sources, all metadata."""
-        return self.file_bytes + 2 * self.metadata_bytes + HEADROOM
+        """An upper bound of the output's size, within 1.2 times it plus 1 MiB: a patched copy is the source (its old metadata stays as free space) and the new metadata;
+        a rewrite is the stored data and the new metadata (and ``HEADROOM``, both)."""
+        base = self.file_bytes - self.metadata_bytes if self.rewrite else self.file_bytes
+        return base + self.new_metadata_bytes + HEADROOM
 
     @property
     def bytes_to_write(self) -> int:
@@ -112,19 +124,27 @@ def make_plan(
     out_dir = output_dir or ckpt.path.parent
     free = free_space(out_dir)
     file_bytes = ckpt.path.stat().st_size
-    leaves = sum(1 for _ in iter_leaves(ckpt.root))
+    leaves = names = 0
+    for ref in iter_leaves(ckpt.root):
+        leaves, names = leaves + 1, names + len(ref.name)
+    data = tensor_bytes(ckpt.root)
+    # copypatch.write rewrites when the tensors it keeps are less than half the file
+    rewrite = data < 0.5 * file_bytes
+    per_leaf, per_char = NEW_METADATA[tgt.format >= 0.5, rewrite]
     return Plan(
         source=ckpt.path,
         source_release=src,
         target_release=tgt,
         hops=hops,
         file_bytes=file_bytes,
-        tensor_bytes=tensor_bytes(ckpt.root),
+        tensor_bytes=data,
         output_dir=out_dir,
         free_bytes=free,
         inputs_given=dict(inputs or {}),
-        metadata_bytes=max(file_bytes - (ckpt.data_bytes or 0), METADATA_PER_LEAF * leaves),
+        metadata_bytes=file_bytes - min(ckpt.data_bytes or 0, file_bytes),
         copy_method=extents.expected_method(copy_method, ckpt.path, out_dir),
+        new_metadata_bytes=per_leaf * leaves + per_char * names,
+        rewrite=rewrite,
     )
 
 

@@ -1,0 +1,136 @@
+"""The space an upgrade reserves is what it writes: never less than the output, at most 1.2
+times it plus 1 MiB, so that a job that fits is never refused for space (issue #31: a 24.6 MB
+1.9 file of 2,562 leaves reserved 67.6 MB for a 28.6 MB output).
+
+The sweep crosses leaf counts (10 to 2,000 here; 30,000 and 100,000 in
+``benchmarks/bench_space.py``), tiny and realistic tensors (the rewrite and the copy-patch
+strategies), short and long names, both target formats (0.4 and 0.5) and downgrades, on files
+written as the real writers lay them out (LZ4, auto-chunked), and on files the real library and
+the model fixtures hold.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, MODELS, run_cli
+
+import ckpt_migrate as cm
+from ckpt_migrate.engine.plan import make_plan
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.errors import CkptError
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import iter_leaves
+
+LONG = "transformer_decoder.layers.{}.self_attn.proj_q_dense_layer.weight"
+
+
+def training_state(leaves: int, shape: tuple[int, ...], long: bool) -> dict:
+    """Weights with Adam moments and their parameter groups: ``leaves`` leaves, about."""
+    rng = np.random.default_rng(leaves)
+    k = max(1, leaves // 3)
+    name = LONG.format if long else "l.{}.w".format
+    weights = {name(i): rng.standard_normal(shape, np.float32) for i in range(k)}
+    moments = {
+        i: {m: rng.standard_normal(shape, np.float32) for m in ("exp_avg", "exp_avg_sq")}
+        for i in range(k)
+    }
+    groups = [{"lr": 0.1, "params": list(range(k))}]
+    return {
+        "model": weights,
+        "optimizer": {"state": moments, "param_groups": groups},
+        "global_step": 10,
+    }
+
+
+def estimate_and_size(src: Path, target: str, out: Path) -> tuple[int, int, str]:
+    with read_checkpoint(src, defer_chunks=True) as ckpt:
+        estimate = make_plan(ckpt, target, output_dir=out.parent).output_bytes
+    res = upgrade(
+        src, UpgradeOptions(target=target, output=out, inputs={"drop_dataloader_state": True})
+    )
+    if res.status != "upgraded":
+        raise CkptError(src, str(res.error))
+    return estimate, out.stat().st_size, res.strategy or ""
+
+
+def assert_within(estimate: int, size: int, what: str) -> None:
+    assert size <= estimate <= 1.2 * size + (1 << 20), (
+        f"{what}: reserved {estimate:,} for {size:,} bytes ({estimate / size:.2f}x)"
+    )
+
+
+TINY, REALISTIC = (4,), (64, 64)
+
+
+@pytest.mark.parametrize(
+    ("leaves", "shape", "long"),
+    [
+        (10, TINY, False),
+        (10, REALISTIC, True),
+        (300, TINY, False),
+        (300, TINY, True),
+        (300, REALISTIC, False),
+        (300, REALISTIC, True),
+        (2000, TINY, True),  # metadata is the whole output: the estimate's hardest case
+    ],
+)
+def test_the_reservation_bounds_the_output(tmp_path, leaves, shape, long):
+    state = training_state(leaves, shape, long)
+    seen = set()
+    for release, targets in (("1.9", ("2.0", "2.10")), ("2.4", ("2.10", "2.0"))):
+        src = tmp_path / f"src-{release}.mdl"
+        cm.save(state, src, release)
+        for target in targets:
+            estimate, size, strategy = estimate_and_size(src, target, tmp_path / f"{target}.mdl")
+            assert_within(estimate, size, f"{release} -> {target}, {leaves} leaves, {strategy}")
+            seen.add(strategy)
+            (tmp_path / f"{target}.mdl").unlink()
+    assert seen == {"rewrite" if shape == TINY else "copy-patch"}
+
+
+def test_files_we_did_not_write(tmp_path):
+    """The real library's 2.10 files (downgraded to 2.0) and the model fixtures (1.9 and 2.0 to
+    2.10), whose names and layouts are theirs."""
+    sources = [(p, "2.0") for p in sorted((FIXTURES / "real-cstorch-2.10").glob("*.mdl"))]
+    sources += [(p, "2.10") for p in sorted(MODELS.glob("*/checkpoint_100.mdl"))]
+    refused = set()
+    for i, (path, target) in enumerate(sources):
+        src = tmp_path / f"{i}.mdl"
+        shutil.copyfile(path, src)
+        try:
+            estimate, size, _ = estimate_and_size(src, target, tmp_path / f"{i}.out.mdl")
+        except CkptError:  # refused before anything is reserved
+            refused.add(path.stem)
+            continue
+        assert_within(estimate, size, f"{path.relative_to(FIXTURES)} -> {target}")
+    # leaf names the old format cannot hold, and keys the real writer itself let collide
+    assert refused == {"key_collision", "key_collision_int_str", "scalars_misc"}
+
+
+def test_a_job_that_fits_is_not_refused_for_space(small_disk, tmp_path):
+    """A metadata-heavy 1.9 file on a disk with room for its output but not for the old
+    estimate (the source plus 16 KiB a leaf): upgraded, not refused."""
+    made = tmp_path / "checkpoint_10.mdl"
+    cm.save(training_state(900, TINY, True), made, "1.9")
+    disk = small_disk(3 * made.stat().st_size)
+    src = disk / made.name
+    shutil.copyfile(made, src)
+    with read_checkpoint(src) as ckpt:
+        leaves = sum(1 for _ in iter_leaves(ckpt.root))
+    free = shutil.disk_usage(disk).free
+    assert src.stat().st_size + (16 << 10) * leaves > free  # what was reserved before
+    proc = run_cli(
+        "upgrade",
+        src,
+        "--output-dir",
+        disk / "out",
+        "--drop-dataloader-state",
+        "--progress",
+        "none",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (disk / "out" / src.name).stat().st_size <= free
