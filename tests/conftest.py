@@ -63,13 +63,16 @@ def run_capped(
     return done, usage.ru_maxrss / 1024
 
 
-def run_script(name: str, *args: str | Path) -> subprocess.CompletedProcess:
-    """``python scripts/NAME ARGS`` in a fresh process, with no standard input."""
+def run_script(
+    name: str, *args: str | Path, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    """``python scripts/NAME ARGS`` in a fresh process (in ``cwd``), with no standard input."""
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / name), *map(str, args)],
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
+        cwd=cwd,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -467,3 +468,41 @@ def test_built_wheel_contains_every_hop_module(tmp_path):
     where, count = proc.stdout.split()
     assert Path(where).is_relative_to(tmp_path / "unpacked")
     assert count == "13"
+
+
+def test_a_hop_input_declared_once_reaches_every_command(monkeypatch, capsys, tmp_path):
+    """A new input in one hop's INPUTS is an option of upgrade, upgrade-dir and plan (help and
+    parsing, its value reaching the engine's inputs) and of the scripts, with its aliases."""
+    import dataclasses
+    import importlib.util
+
+    from conftest import ROOT
+
+    from ckpt_migrate.cli import hop_inputs
+    from ckpt_migrate.cli.main import main
+    from ckpt_migrate.hops.hop import InputSpec
+
+    dummy = InputSpec(
+        "sample_budget", "A dummy input of a test hop.", kind="int", aliases=("--sample_budget",)
+    )
+    real = graph.load()
+    hops = [
+        dataclasses.replace(h, inputs=(*h.inputs, dummy)) if h.source == "2.3" else h
+        for h in real.hops
+    ]
+    monkeypatch.setattr(graph, "load", lambda: dataclasses.replace(real, hops=hops))
+    for verb in ("upgrade", "upgrade-dir", "plan"):
+        assert main([verb, "--help"]) == 0
+        shown = capsys.readouterr().out
+        assert "--sample-budget" in shown and "A dummy input of a test hop." in shown, verb
+    assert hop_inputs.to_inputs({"sample_budget": 0}) == {"sample_budget": 0}
+    src = ROOT / "fixtures" / "release-2.3.mdl"
+    assert main(["plan", str(src), "--sample-budget", "5", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    [hop] = [h for h in planned["hops"] if h["from"] == "2.3"]
+    assert {"name": "sample_budget", "given": True}.items() <= hop["inputs"][-1].items()
+    spec = importlib.util.spec_from_file_location("fix", ROOT / "scripts/fix_checkpoint_spec.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = module.create_arg_parser().parse_args(["x.mdl", "--sample_budget", "3"])
+    assert args.sample_budget == 3

@@ -30,7 +30,7 @@ def to_inputs(values: dict[str, Any]) -> dict[str, Any]:
     outside its list, an input without one it needs, or two that exclude each other is a usage
     error, raised before any file is read."""
     declared = {spec.name: spec for spec in specs()}
-    inputs = {name: value for name, value in values.items() if value not in (None, False)}
+    inputs = {n: v for n, v in values.items() if v is not None and v is not False}  # 0 counts
     for name, value in inputs.items():
         spec = declared.get(name)
         if spec is None:

@@ -170,7 +170,7 @@ def _offer(command: Any) -> None:
 
 
 def _remember(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
-    if value not in (None, False):
+    if value is not None and value is not False:  # 0 is a value (a seed)
         ctx.meta.setdefault(_GIVEN, {})[param.name] = value
     return value
 

@@ -1,0 +1,173 @@
+"""The release documentation's command lines, typed exactly as written (issue #31).
+
+The 2.0 upgrade workflow: ``fix_checkpoint_spec.py`` first (``[-h] [--fixed_checkpoint_path P]
+[--fix_inplace] checkpoint_path``), then ``data_iter_state_conversion.py`` for the dataloader
+side files (``-c/--old_checkpoint``, ``-w/--worker_data_iter_files_dir``, ``-o/--output_file``,
+optional ``-d/--dataloader_type`` (map) and ``-s/--shuffle_seed``), or Model Zoo's
+``convert_checkpoint.py convert … --src-fmt cs-1.9 --tgt-fmt cs-2.0``. Each line runs on 1.7,
+1.8 and 1.9 files, with and without side files, and its output holds what ``ckpt-migrate
+upgrade`` writes for the same ground (the state dict as the loader returns it).
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, release_of, run_cli, run_script
+from digest import diff_digests, digest
+
+import ckpt_migrate as cm
+
+SIDE = FIXTURES / "release-1.9-data-iter" / "good"  # step 10, as the release files
+RELEASES = ("1.7", "1.8", "1.9")
+
+FIX = "fix_checkpoint_spec.py checkpoint_10.mdl"
+FIX_TO = "fix_checkpoint_spec.py --fixed_checkpoint_path fixed.mdl checkpoint_10.mdl"
+FIX_INPLACE = "fix_checkpoint_spec.py --fix_inplace checkpoint_10.mdl"
+DATA_ITER = "data_iter_state_conversion.py -c checkpoint_10_fixed.mdl -w side -o state.mdl"
+DATA_ITER_LONG = (
+    "data_iter_state_conversion.py --old_checkpoint checkpoint_10_fixed.mdl "
+    "--worker_data_iter_files_dir side --output_file state.mdl --dataloader_type iterable "
+    "--shuffle_seed 0"
+)
+CONVERT = (
+    "convert_checkpoint.py convert checkpoint_10.mdl --model gpt2 --src-fmt cs-{release} "
+    "--tgt-fmt cs-2.0 --config params.yaml"
+)
+
+
+def run_line(line: str, cwd: Path):
+    """A documented line, verbatim, typed in the run's directory ``cwd``."""
+    script, *args = shlex.split(line)
+    return run_script(script, *args, cwd=cwd)
+
+
+def state(path: Path) -> dict:
+    """The state dict as the loader returns it, as a digest (values, ties, containers)."""
+    return digest(cm.load(path, allow_missing=True, objects_mode="data"))
+
+
+def one_upgrade(src: Path, out_dir: Path, *extra: str) -> Path:
+    proc = run_cli("upgrade", src, "--to", "2.0", "--output-dir", out_dir, *extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out_dir / src.name
+
+
+@pytest.fixture(params=RELEASES)
+def run_dir(request, tmp_path) -> Path:
+    """A training run's directory: a checkpoint of the release, its side files (``side``)."""
+    shutil.copyfile(FIXTURES / f"release-{request.param}.mdl", tmp_path / "checkpoint_10.mdl")
+    shutil.copytree(SIDE, tmp_path / "side")
+    return tmp_path
+
+
+def test_fix_then_convert_the_side_files_as_documented(run_dir):
+    """``fix_checkpoint_spec.py CKPT`` fixes without a refusal (and names the next step where
+    there are side files), ``data_iter_state_conversion.py -c -w -o`` adds the state with the
+    documented defaults (map-style, seed 0, each said): the two steps hold what one upgrade
+    with the same side files writes."""
+    src = run_dir / "checkpoint_10.mdl"
+    release = release_of(src)
+    proc = run_line(FIX, run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    fixed = run_dir / "checkpoint_10_fixed.mdl"
+    assert release_of(fixed) == "2.0" and release_of(src) == release
+    told = [line for line in proc.stdout.splitlines() if "data_iter_state_conversion.py" in line]
+    assert len(told) == (0 if release == "1.7" else 1), proc.stdout  # 1.7 wrote no side files
+    proc = run_line(DATA_ITER, run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "assuming a map-style dataloader" in proc.stdout
+    assert "seed 0 assumed" in proc.stderr
+    expected = one_upgrade(
+        src,
+        run_dir / "one",
+        "--data-iter-dir",
+        SIDE,
+        "--dataloader-type",
+        "map",
+        "--shuffle-seed",
+        "0",
+    )
+    assert diff_digests(state(expected), state(run_dir / "state.mdl")) == []
+    proc = run_line(DATA_ITER_LONG, run_dir)  # the long spellings, an iterable loader
+    assert proc.returncode == 2 and "already exists" in proc.stderr  # never overwritten
+    (run_dir / "state.mdl").unlink()
+    proc = run_line(DATA_ITER_LONG, run_dir)
+    assert proc.returncode == 0 and "assum" not in proc.stdout + proc.stderr, proc.stderr
+    expected = one_upgrade(
+        src, run_dir / "two", "--data-iter-dir", SIDE, "--dataloader-type", "iterable"
+    )
+    assert diff_digests(state(expected), state(run_dir / "state.mdl")) == []
+
+
+def test_fixing_alone_and_in_place(run_dir):
+    """``--fixed_checkpoint_path`` and ``--fix_inplace`` (no question without a terminal, the
+    original kept as a backup): the fixed file is what ``upgrade --to 2.0`` writes, without the
+    dataloader state the next script adds."""
+    src = run_dir / "checkpoint_10.mdl"
+    release = release_of(src)
+    proc = run_line(FIX_TO, run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    drop = () if release == "1.7" else ("--drop-dataloader-state",)
+    expected = state(one_upgrade(src, run_dir / "one", *drop))
+    assert diff_digests(expected, state(run_dir / "fixed.mdl")) == []
+    original = src.read_bytes()
+    proc = run_line(FIX_INPLACE, run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert release_of(src) == "2.0"
+    [backup] = run_dir.glob("checkpoint_10.mdl.pre-*.bak")
+    assert backup.read_bytes() == original
+    assert diff_digests(expected, state(src)) == []
+    proc = run_line(FIX, run_dir)  # a 2.0 file needs no fix
+    assert proc.returncode == 0 and "nothing to fix" in proc.stdout
+
+
+def test_the_side_files_straight_from_a_1_x_file(run_dir):
+    """``data_iter_state_conversion.py`` on the old checkpoint itself does both steps."""
+    src = run_dir / "checkpoint_10.mdl"
+    line = DATA_ITER.replace("checkpoint_10_fixed.mdl", "checkpoint_10.mdl") + " -s 7"
+    proc = run_line(line, run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    expected = one_upgrade(
+        src,
+        run_dir / "one",
+        "--data-iter-dir",
+        SIDE,
+        "--dataloader-type",
+        "map",
+        "--shuffle-seed",
+        "7",
+    )
+    assert diff_digests(state(expected), state(run_dir / "state.mdl")) == []
+
+
+@pytest.mark.parametrize("with_side_files", [False, True], ids=["without", "with"])
+def test_convert_checkpoint_as_model_zoo_does(tmp_path, with_side_files):
+    """``convert … --src-fmt cs-1.9 --tgt-fmt cs-2.0`` on a 1.9 GPT-2 run: the side files the
+    config names (``cerebras.save_iter_state_path``) are converted; without them the checkpoint
+    is converted and one line says the dataloader state was not carried."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "example", run)
+    config = run / "params.yaml"
+    if with_side_files:  # relative to where the command runs, as Model Zoo takes it
+        config.write_text(
+            config.read_text() + '\ncerebras:\n  save_iter_state_path: "dataloader"\n'
+        )
+    line = CONVERT.format(release="1.9").replace("checkpoint_10.mdl", "checkpoint_100.mdl")
+    proc = run_line(line, run)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = run / "checkpoint_100_to_cs-2.0.mdl"
+    said = [line for line in proc.stdout.splitlines() if "dataloader" in line]
+    if with_side_files:
+        assert any("iterable-style state from 2 worker file(s) of step 100" in s for s in said)
+        extra = ("--data-iter-dir", run / "dataloader", "--dataloader-type", "iterable")
+    else:
+        [line] = said
+        assert "not carried" in line and "--data-iter-dir" in line and "params.yaml" in line
+        extra = ("--drop-dataloader-state",)
+    src = FIXTURES / "example" / "checkpoint_100.mdl"
+    expected = one_upgrade(src, tmp_path / "one", *extra)
+    assert diff_digests(state(expected), state(out)) == []
