@@ -171,3 +171,18 @@ def test_convert_checkpoint_as_model_zoo_does(tmp_path, with_side_files):
     src = FIXTURES / "example" / "checkpoint_100.mdl"
     expected = one_upgrade(src, tmp_path / "one", *extra)
     assert diff_digests(state(expected), state(out)) == []
+
+
+def test_convert_checkpoint_from_every_1_x_release(run_dir):
+    """The documented ``convert`` line from cs-1.7, cs-1.8 and cs-1.9 (no side files named):
+    converted, what one upgrade writes, and the dataloader line only where there was state."""
+    src = run_dir / "checkpoint_10.mdl"
+    release = release_of(src)
+    shutil.copyfile(FIXTURES / "models" / "gpt2-1.9" / "params.yaml", run_dir / "params.yaml")
+    proc = run_line(CONVERT.format(release=release), run_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = [line for line in proc.stdout.splitlines() if "dataloader state" in line]
+    assert len(said) == (0 if release == "1.7" else 1), proc.stdout
+    drop = () if release == "1.7" else ("--drop-dataloader-state",)
+    expected = one_upgrade(src, run_dir / "one", "--model", "gpt2", *drop)
+    assert diff_digests(state(expected), state(run_dir / "checkpoint_10_to_cs-2.0.mdl")) == []
