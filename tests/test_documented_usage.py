@@ -56,6 +56,11 @@ def one_upgrade(src: Path, out_dir: Path, *extra: str) -> Path:
     return out_dir / src.name
 
 
+def upgrade_with_side_files(src: Path, out_dir: Path, kind: str, seed: int | None = None):
+    seeded = () if seed is None else ("--shuffle-seed", str(seed))
+    return one_upgrade(src, out_dir, "--data-iter-dir", SIDE, "--dataloader-type", kind, *seeded)
+
+
 @pytest.fixture(params=RELEASES)
 def run_dir(request, tmp_path) -> Path:
     """A training run's directory: a checkpoint of the release, its side files (``side``)."""
@@ -81,25 +86,14 @@ def test_fix_then_convert_the_side_files_as_documented(run_dir):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "assuming a map-style dataloader" in proc.stdout
     assert "seed 0 assumed" in proc.stderr
-    expected = one_upgrade(
-        src,
-        run_dir / "one",
-        "--data-iter-dir",
-        SIDE,
-        "--dataloader-type",
-        "map",
-        "--shuffle-seed",
-        "0",
-    )
+    expected = upgrade_with_side_files(src, run_dir / "one", "map", seed=0)
     assert diff_digests(state(expected), state(run_dir / "state.mdl")) == []
     proc = run_line(DATA_ITER_LONG, run_dir)  # the long spellings, an iterable loader
     assert proc.returncode == 2 and "already exists" in proc.stderr  # never overwritten
     (run_dir / "state.mdl").unlink()
     proc = run_line(DATA_ITER_LONG, run_dir)
     assert proc.returncode == 0 and "assum" not in proc.stdout + proc.stderr, proc.stderr
-    expected = one_upgrade(
-        src, run_dir / "two", "--data-iter-dir", SIDE, "--dataloader-type", "iterable"
-    )
+    expected = upgrade_with_side_files(src, run_dir / "two", "iterable")
     assert diff_digests(state(expected), state(run_dir / "state.mdl")) == []
 
 
@@ -131,16 +125,7 @@ def test_the_side_files_straight_from_a_1_x_file(run_dir):
     line = DATA_ITER.replace("checkpoint_10_fixed.mdl", "checkpoint_10.mdl") + " -s 7"
     proc = run_line(line, run_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    expected = one_upgrade(
-        src,
-        run_dir / "one",
-        "--data-iter-dir",
-        SIDE,
-        "--dataloader-type",
-        "map",
-        "--shuffle-seed",
-        "7",
-    )
+    expected = upgrade_with_side_files(src, run_dir / "one", "map", seed=7)
     assert diff_digests(state(expected), state(run_dir / "state.mdl")) == []
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 from ckpt_migrate import errors
@@ -14,6 +17,17 @@ README = (ROOT / "README.md").read_text()
 
 def _commands() -> list[str]:
     return re.findall(r"```sh\n(.+?)\n```", README)
+
+
+def _ckpt_migrate(args: list[str], cwd: Path):
+    """``ckpt-migrate ARGS`` run from ``cwd`` (this interpreter's installation)."""
+    return subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_readme_opens_with_the_two_commands():
@@ -30,9 +44,6 @@ def test_the_first_command_does_the_real_job(tmp_path):
     """The README's first command, after its setup, from a directory where fixtures/ is the
     repository's: an old run's checkpoint, config and dataloader side files reach the newest
     release together, and what changed is said (no unknown model); its sample lines are true."""
-    import shlex
-    import subprocess
-    import sys
 
     from ckpt_migrate.format import releases
     from ckpt_migrate.format.read import read_checkpoint
@@ -42,13 +53,7 @@ def test_the_first_command_does_the_real_job(tmp_path):
     args = shlex.split(command[-1])
     assert args[0] == ".venv/bin/ckpt-migrate"
     (tmp_path / "fixtures").symlink_to(ROOT / "fixtures")
-    proc = subprocess.run(
-        [sys.executable, "-m", "ckpt_migrate", *args[1:]],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _ckpt_migrate(args[1:], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "unknown" not in out.split("config 1.9", 1)[0]
@@ -83,8 +88,6 @@ def _python_block(after: str) -> str:
 
 def test_the_python_api_block_runs_as_written(tmp_path):
     """From a directory where fixtures/ is the repository's: the outputs load as promised."""
-    import subprocess
-    import sys
 
     (tmp_path / "fixtures").symlink_to(ROOT / "fixtures")
     code = _python_block("## Python API")
@@ -102,9 +105,6 @@ def test_the_python_api_block_runs_as_written(tmp_path):
 def test_the_hugging_face_block_runs_as_written(tmp_path):
     """The README's export-hf / import-hf commands, line by line, from a directory where
     fixtures/ is the repository's; the exported directory loads in transformers."""
-    import shlex
-    import subprocess
-    import sys
 
     import pytest
 
@@ -115,13 +115,7 @@ def test_the_hugging_face_block_runs_as_written(tmp_path):
     for line in block.group(1).splitlines():
         argv = shlex.split(line)
         assert argv[0] == "ckpt-migrate"
-        proc = subprocess.run(
-            [sys.executable, "-m", "ckpt_migrate", *argv[1:]],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = _ckpt_migrate(argv[1:], tmp_path)
         assert proc.returncode == 0, proc.stderr
     assert transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2-hf").config.n_layer == 1
     assert (tmp_path / "gpt2-2.10.mdl").is_file() and (tmp_path / "params-2.10.yaml").is_file()
