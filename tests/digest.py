@@ -233,3 +233,13 @@ def diff_digests(expected: dict, actual: dict, limit: int = 20) -> list[str]:
 
     walk(expected, actual, ())
     return out
+
+
+def untied(node: Any) -> Any:
+    """A digest without its ``tied_to`` marks: the real legacy (0.3/0.4) reader loads the two
+    names of a hard-linked tie as separate objects (FORMAT.md §5.5)."""
+    if isinstance(node, dict):
+        return {k: untied(v) for k, v in node.items() if k != "tied_to"}
+    if isinstance(node, list):
+        return [untied(v) for v in node]
+    return node

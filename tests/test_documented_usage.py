@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, release_of, run_cli, run_script
-from digest import diff_digests, digest
+from digest import diff_digests, digest, untied
+from real_cstorch import real_digest, requires_real_cstorch
 
 import ckpt_migrate as cm
 
@@ -171,3 +172,20 @@ def test_convert_checkpoint_from_every_1_x_release(run_dir):
     drop = () if release == "1.7" else ("--drop-dataloader-state",)
     expected = one_upgrade(src, run_dir / "one", "--model", "gpt2", *drop)
     assert diff_digests(state(expected), state(run_dir / "checkpoint_10_to_cs-2.0.mdl")) == []
+
+
+@requires_real_cstorch()
+def test_the_real_library_loads_what_the_documented_lines_write(tmp_path):
+    """Opt-in oracle (``CKPT_MIGRATE_CSTORCH_PYTHON``): the fixed file and the one with its
+    dataloader state load in the real cerebras.pytorch 2.10 with the contents our loader gives
+    (ties compared as the real legacy reader makes them: separate objects)."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "example", run)
+    assert run_line("fix_checkpoint_spec.py checkpoint_100.mdl", run).returncode == 0
+    line = "data_iter_state_conversion.py -c checkpoint_100_fixed.mdl -w dataloader -o state.mdl"
+    assert run_line(line + " -d iterable", run).returncode == 0
+    outputs = [run / "checkpoint_100_fixed.mdl", run / "state.mdl"]
+    results = real_digest(outputs)
+    for path in outputs:
+        assert results[path]["ok"], results[path]["error"]
+        assert untied(results[path]["digest"]) == untied(state(path)), path.name

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, MODELS, REAL
-from digest import diff_digests, digest
+from digest import diff_digests, digest, untied
 from real_cstorch import real_digest, requires_real_cstorch
 
 import ckpt_migrate as cm
@@ -29,14 +29,6 @@ pytestmark = requires_real_cstorch()
 SOURCES = [REAL / f"{c}.mdl" for c in ("basic", "nested", "dtypes", "scalars_misc", "tied")] + [
     FIXTURES / f"release-{r}.mdl" for r in ("1.7", "1.8", "1.9", "2.0", "2.3", "2.10")
 ]
-
-
-def _untie(node):
-    if isinstance(node, dict):
-        return {k: _untie(v) for k, v in node.items() if k != "tied_to"}
-    if isinstance(node, list):
-        return [_untie(v) for v in node]
-    return node
 
 
 def _ours(path: Path) -> dict:
@@ -128,7 +120,7 @@ def test_real_library_loads_everything_we_write_with_the_same_contents(written):
         ours = _ours(path)
         theirs = result["digest"]
         if releases.get(release).legacy:
-            ours, theirs = _untie(ours), _untie(theirs)
+            ours, theirs = untied(ours), untied(theirs)
         if ours != theirs:
             failures.append(f"{path.name}: " + "; ".join(diff_digests(ours, theirs)[:5]))
     assert not failures, "\n".join(failures)
