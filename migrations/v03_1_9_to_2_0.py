@@ -207,16 +207,16 @@ INPUTS = (
         excludes=("data_iter_dir",),
     ),
     # The verbs' and scripts' own --config (a verb also upgrades the file itself).
-    InputSpec("config", "the run's params.yaml: tie flags, shuffle seed", option=False),
+    InputSpec("config", "the run's params.yaml: tie flags, shuffle seed", given_by="verb"),
     InputSpec(
         "dataloader_state_deferred",
         "a script's next step that converts the side files (no refusal without them)",
-        option=False,
+        given_by="script",
     ),
     InputSpec(
         "default_shuffle_seed",
         "a script's documented map-style seed, used when no seed is given (said as a warning)",
-        option=False,
+        given_by="script",
     ),
 )
 

@@ -57,13 +57,14 @@ class Plan:
 
     metadata_bytes: int = 0  # the part of the file that is not dataset storage
     copy_method: str = "copy"  # extents.expected_method: how the source's bytes will get there
-    new_metadata_bytes: int = 0  # what the target's writer adds (``new_metadata``)
+    new_metadata_bytes: int = 0  # what the target's writer adds (``NEW_METADATA``)
     rewrite: bool = False  # the output is written anew, not a patched copy (``copypatch.write``)
 
     @property
     def output_bytes(self) -> int:
-        """An upper bound of the output's size, within 1.2 times it plus 1 MiB: a patched copy is the source (its old metadata stays as free space) and the new metadata;
-        a rewrite is the stored data and the new metadata (and ``HEADROOM``, both)."""
+        """An upper bound of the output's size, within 1.2 times it plus 1 MiB: a patched copy
+        is the source (its old metadata stays as free space) and the new metadata, a rewrite
+        the stored data and the new metadata; each with ``HEADROOM``."""
         base = self.file_bytes - self.metadata_bytes if self.rewrite else self.file_bytes
         return base + self.new_metadata_bytes + HEADROOM
 

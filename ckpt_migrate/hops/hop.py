@@ -42,12 +42,18 @@ class InputSpec:
     name: str  # option name without dashes, e.g. "data_iter_dir"
     help: str
     required: bool = False  # without it the hop fails (else it runs and says what it skipped)
-    option: bool = True  # False: set by a front end (a script or a verb's own option)
+    # "option": an option built from this declaration; "verb": the verbs' own option of that
+    # name (--config, which they also upgrade); "script": set by a script, never typed
+    given_by: str = "option"
     kind: str = "flag"  # flag | path | int | choice: what the option takes
     choices: tuple[str, ...] = ()  # kind "choice"
     aliases: tuple[str, ...] = ()  # more spellings the scripts accept (Model Zoo's documented)
     needs: tuple[str, ...] = ()  # inputs that must be given with this one
     excludes: tuple[str, ...] = ()  # inputs that cannot be given with this one
+
+    @property
+    def option(self) -> bool:
+        return self.given_by == "option"
 
     @property
     def flag(self) -> str:
@@ -147,6 +153,7 @@ class Hop:
             "inputs": [
                 {"name": i.name, "help": i.help, "required": i.required, "given": i.name in given}
                 for i in self.inputs
+                if i.given_by != "script"
             ],
         }
 
