@@ -12,6 +12,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+import pytest
+
 from ckpt_migrate.format.read import read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,3 +109,12 @@ def sha256_file(path: Path) -> str:
         while block := fh.read(8 << 20):
             h.update(block)
     return h.hexdigest()
+
+
+@pytest.fixture(scope="session")
+def real_layout_19(tmp_path_factory) -> Path:
+    """A 1.9 checkpoint laid out as the 1.9 library wrote it (``real_layout``), written once per
+    session; copy or link it, never change it."""
+    import real_layout
+
+    return real_layout.write(tmp_path_factory.mktemp("real-layout") / "checkpoint_100.mdl")

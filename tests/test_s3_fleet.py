@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import pytest
-import real_layout
 from conftest import FIXTURES, ROOT, release_of, run_cli
 from s3store import etags, moto_server, put_dir
 
@@ -53,12 +52,12 @@ def state(tensors: int, seed: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory) -> Path:
+def local_run(tmp_path_factory, real_layout_19) -> Path:
     """A 1.9 checkpoint as the 1.9 library laid it out, a 2.0 one of uniform float32 tensors,
     the 2.10 fixture and a config."""
     md = tmp_path_factory.mktemp("run") / "run"
     md.mkdir()
-    real_layout.write(md / SOURCES[0])
+    shutil.copyfile(real_layout_19, md / SOURCES[0])
     cm.save(state(4, 1), md / SOURCES[1], "2.0")
     shutil.copyfile(FIXTURES / "release-2.10.mdl", md / "checkpoint_300.mdl")
     (md / "params.yaml").write_text("trainer:\n  init:\n    seed: 1\n")
