@@ -36,7 +36,6 @@ DOWN = (  # 2.x files taken down to 2.0: the real library's of several kinds, an
     "real-trainer-2.9.0.mdl",
     "real-2.10-basic.mdl",
     "real-2.10-dtypes.mdl",
-    "real-2.10-tied.mdl",
     "real-2.10-dataloader_map.mdl",
     "release-2.3.mdl",
     "release-2.10.mdl",
@@ -188,8 +187,9 @@ def test_corpus_through_the_store(store, corpus, local_out, here, tmp_path):
     assert_fleet(store, bucket, corpus, out, local, remote, tmp_path)
 
 
-# On a cluster each checkpoint is the same task as here: the real layout and a few others.
-ON_CLUSTER = ("real-layout-1.9.mdl", "gpt2-1.9.mdl", "real-2.10-basic.mdl", "real-gpt2-2.6.0.mdl")
+# On a cluster each checkpoint is the same task as here: a few of them (the real layout with
+# --workers; test_s3_fleet runs it through a scheduler, a worker killed on the way).
+ON_CLUSTER = ("gpt2-1.9.mdl", "real-2.10-basic.mdl", "real-gpt2-2.6.0.mdl")
 
 
 @pytest.mark.parametrize("mode", ["workers", "scheduler"])
@@ -197,13 +197,14 @@ def test_a_cluster_upgrades_the_same(store, cluster, corpus, local_out, tmp_path
     s3, bucket = store, f"corpus-{mode}"
     run = tmp_path / "run"
     run.mkdir()
-    for name in ON_CLUSTER:
+    names = ON_CLUSTER + (("real-layout-1.9.mdl",) if mode == "workers" else ())
+    for name in names:
         (run / name).hardlink_to(corpus / name)
     before = put_dir(s3, run, bucket)
     kw = {"workers": 2} if mode == "workers" else {"scheduler": cluster.scheduler_address}
     remote = run_dir(f"s3://{bucket}/run", f"s3://{bucket}/out", **kw)
     out, everything = local_out
-    local = {name: everything[name] for name in ON_CLUSTER}
+    local = {name: everything[name] for name in names}
     assert_fleet(s3, bucket, corpus, out, local, remote, tmp_path)
     assert etags(s3, bucket, "run/") == before
 

@@ -7,13 +7,15 @@
    ``read_checkpoint``'s boundary checks, the hops, the index verification). The copy-patch
    strategy keeps every reused tensor at its offset, so the staged file's data ranges inside
    the holes are the source's bytes at the same offsets.
-3. The output object is a multipart upload (``parts.plan_parts``): those ranges are
-   ``UploadPartCopy`` parts from the source (pinned by ``CopySourceIfMatch``), the rest is
-   uploaded from the staging file. The key appears only on ``CompleteMultipartUpload``; a
-   failure aborts the upload, and an upload a killed run left is aborted by the next run.
-4. The result is checked by ranged reads: its data ranges and every metadata byte equal the
-   staged file's, each uploaded part's ETag is its MD5, and the object's ETag is the multipart
-   ETag of the parts.
+3. The output object is a multipart upload (``parts.plan``): the ranges that are the source's
+   bytes (``shared.layout``: every hole, and the unchanged metadata) are ``UploadPartCopy``
+   parts from the source (pinned by ``CopySourceIfMatch``), the rest, the output's own bytes
+   (edited metadata, small datasets), is uploaded from the staging file. The key appears only
+   on ``CompleteMultipartUpload``; a failure aborts the upload, and an upload a killed run
+   left is aborted by the next run.
+4. The result is checked by ranged reads: its datasets store their data where the staged
+   file's do and every byte not copied from the source equals the staged file's, each
+   uploaded part's ETag is its MD5, and the object's ETag is the multipart ETag of the parts.
 
 A rerun skips an output whose object metadata records this source's ETag and the target.
 """
@@ -184,8 +186,7 @@ def _mirror(
             for lo in range(a, b, GET_SPAN):
                 hi = min(b, lo + GET_SPAN)
                 f.seek(lo)
-                f.write(s3mod.get_range(s3, src, lo, hi, etag))
-                transfer["fetched"] += hi - lo
+                f.write(reader.read_range(lo, hi))
     transfer["fetched"] += reader.fetched
     transfer["metadata_requests"] = reader.requests
     transfer["unfetched"] = sum(b - a for a, b in holes)
@@ -367,7 +368,6 @@ def _check_result(
             raise VerificationError(str(out), "its data ranges differ from the upgrade's")
         for a, b in complement(found.shared, size):
             f.seek(a)
-            if f.read(b - a) != s3mod.get_range(s3, out, a, b, etag):
+            if f.read(b - a) != reader.read_range(a, b):
                 raise VerificationError(str(out), f"metadata bytes [{a}, {b}) differ")
-            transfer["verify_fetched"] = transfer.get("verify_fetched", 0) + b - a
-    transfer["verify_fetched"] = transfer.get("verify_fetched", 0) + reader.fetched
+    transfer["verify_fetched"] = reader.fetched
