@@ -140,3 +140,12 @@ def small_disk(tmp_path, request):
         return where
 
     return mount
+
+
+@pytest.fixture(scope="session")
+def real_layout_19(tmp_path_factory) -> Path:
+    """A 1.9 checkpoint laid out as the 1.9 library wrote it (``real_layout``), written once per
+    session; copy or link it, never change it."""
+    import real_layout
+
+    return real_layout.write(tmp_path_factory.mktemp("real-layout") / "checkpoint_100.mdl")

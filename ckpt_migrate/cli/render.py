@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt_migrate.cli.console import echo, safe
 
+REPORT_FIELDS = ("bytes_read", "bytes_sent", "bytes_copied", "seconds")  # model_dir.report
+
 if TYPE_CHECKING:
     from ckpt_migrate.config.upgrade import ConfigOutcome
     from ckpt_migrate.engine.upgrade import UpgradeResult
@@ -195,7 +197,20 @@ def dir_summary(entries: list[DirEntry], worst: int) -> None:
     console.print(table)
     counts = Counter(e.status for e in entries)
     totals = ", ".join(f"{n} {status}" for status, n in counts.items())
+    console.print(dir_totals(entries), markup=False, soft_wrap=True)
     console.print(f"{totals}; exit {worst}", markup=False)
+
+
+def dir_totals(entries: list[DirEntry]) -> str:
+    """The fleet report's sums (``model_dir.report``: each checkpoint's bytes and time)."""
+    t: Counter[str] = Counter()
+    for e in entries:
+        row = e.to_json() if e.kind == "checkpoint" else {}
+        t.update({k: row.get(k) or 0 for k in REPORT_FIELDS})
+    return (
+        f"bytes read {t['bytes_read']:,.0f}, sent {t['bytes_sent']:,.0f}, copied server-side "
+        f"or shared {t['bytes_copied']:,.0f}; {t['seconds']:.1f}s of upgrades"
+    )
 
 
 def verify(data: dict[str, Any]) -> None:

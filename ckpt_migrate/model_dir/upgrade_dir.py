@@ -52,6 +52,7 @@ from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.model_dir.names import DEFAULT_NAME, TEMP_SUFFIX, NamePattern
 from ckpt_migrate.model_dir.records import incomplete_reason, read_run_record
+from ckpt_migrate.model_dir.report import traffic
 
 BACKUP = re.compile(r"\.pre-\d+\.\d+\.bak$")  # engine._backup_path
 
@@ -98,6 +99,7 @@ class DirEntry:
         out: dict[str, Any] = {"source": str(self.path), "kind": self.kind}
         if self.result is not None:
             out.update(self.result.to_json())
+            out.update(traffic(self.result, self.status))
         out["status"] = self.status
         if self.reason:
             out["reason"] = self.reason

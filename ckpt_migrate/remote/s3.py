@@ -147,6 +147,18 @@ class RangedFile(io.RawIOBase):
         self.pos += done
         return done
 
+    def read_range(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)``: from the cache when its blocks hold them all (HDF5's walk
+        has read most metadata already), else by one GET of exactly that range."""
+        first, last = start // BLOCK, (end - 1) // BLOCK
+        if end > start and all(i in self._cache for i in range(first, last + 1)):
+            data = b"".join(self._cache[i] for i in range(first, last + 1))
+            return data[start - first * BLOCK : end - first * BLOCK]
+        data = get_range(self.s3, self.url, start, end, self.etag)
+        self.fetched += len(data)
+        self.requests += 1
+        return data
+
     def _block(self, index: int) -> bytes:
         data = self._cache.get(index)
         if data is not None:

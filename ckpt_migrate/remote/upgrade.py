@@ -7,13 +7,15 @@
    ``read_checkpoint``'s boundary checks, the hops, the index verification). The copy-patch
    strategy keeps every reused tensor at its offset, so the staged file's data ranges inside
    the holes are the source's bytes at the same offsets.
-3. The output object is a multipart upload (``parts.plan_parts``): those ranges are
-   ``UploadPartCopy`` parts from the source (pinned by ``CopySourceIfMatch``), the rest is
-   uploaded from the staging file. The key appears only on ``CompleteMultipartUpload``; a
-   failure aborts the upload, and an upload a killed run left is aborted by the next run.
-4. The result is checked by ranged reads: its data ranges and every metadata byte equal the
-   staged file's, each uploaded part's ETag is its MD5, and the object's ETag is the multipart
-   ETag of the parts.
+3. The output object is a multipart upload (``parts.plan``): the ranges that are the source's
+   bytes (``shared.layout``: every hole, and the unchanged metadata) are ``UploadPartCopy``
+   parts from the source (pinned by ``CopySourceIfMatch``), the rest, the output's own bytes
+   (edited metadata, small datasets), is uploaded from the staging file. The key appears only
+   on ``CompleteMultipartUpload``; a failure aborts the upload, and an upload a killed run
+   left is aborted by the next run.
+4. The result is checked by ranged reads: its datasets store their data where the staged
+   file's do and every byte not copied from the source equals the staged file's, each
+   uploaded part's ETag is its MD5, and the object's ETag is the multipart ETag of the parts.
 
 A rerun skips an output whose object metadata records this source's ETag and the target.
 """
@@ -31,13 +33,14 @@ from typing import Any
 import h5py
 
 from ckpt_migrate.engine.extents import Extents
-from ckpt_migrate.engine.splitcopy import MIN_RANGE, complement, data_ranges, merge_spans
+from ckpt_migrate.engine.splitcopy import MIN_RANGE, complement, data_ranges
 from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, upgrade
 from ckpt_migrate.errors import CkptError, UsageError, VerificationError
 from ckpt_migrate.format import releases
 from ckpt_migrate.remote import s3 as s3mod
 from ckpt_migrate.remote.parts import SOURCE, UPLOAD, Program, Ref, plan
 from ckpt_migrate.remote.s3 import RangedFile, S3Url
+from ckpt_migrate.remote.shared import Layout, layout, stored_data
 
 ALREADY_UPGRADED = "already-upgraded"
 META_SOURCE = "ckpt-migrate-source"  # object metadata of an output: source URL
@@ -45,7 +48,6 @@ META_ETAG = "ckpt-migrate-source-etag"
 META_TARGET = "ckpt-migrate-target"
 GET_SPAN = 8 << 20  # metadata ranges are fetched in GETs of at most this much
 CHAIN_SUFFIX = ".ckpt-migrate-chain/"  # + number: the chain objects while an output is built
-COMPARE = 4 << 10  # unchanged metadata is found in blocks of this size
 
 
 def upgrade_object(
@@ -131,13 +133,12 @@ def _upgrade(
             shared, out_size = [(0, size)], size
         else:
             out_size = staged.stat().st_size
-            shared = merge_spans(
-                shared_ranges(staged, holes) + unchanged_ranges(staged, mirror, holes, size)
-            )
+            found = layout(staged, mirror, holes, size)
+            shared, transfer["own_data"] = found.shared, found.own_data
         prog = plan(as_extents(shared, out_size))
         etag_out = _Writer(s3, src, etag, out, staged, shared, transfer).run(prog, meta)
         if staged is not None:
-            _check_result(s3, out, staged, etag_out, transfer)
+            _check_result(s3, out, staged, etag_out, found, transfer)
         result.output = out.path()
         result.bytes_written = out_size
         # What the local staging took on disk (sparse: the metadata, not the tensors)
@@ -185,10 +186,10 @@ def _mirror(
             for lo in range(a, b, GET_SPAN):
                 hi = min(b, lo + GET_SPAN)
                 f.seek(lo)
-                f.write(s3mod.get_range(s3, src, lo, hi, etag))
-                transfer["fetched"] += hi - lo
+                f.write(reader.read_range(lo, hi))
     transfer["fetched"] += reader.fetched
     transfer["metadata_requests"] = reader.requests
+    transfer["unfetched"] = sum(b - a for a, b in holes)
     return holes
 
 
@@ -206,43 +207,6 @@ def _data_ranges(fileobj: Any, name: str, min_bytes: int) -> list[tuple[int, int
             return data_ranges(datasets, min_bytes)
     except OSError as exc:
         raise UsageError(name, f"not a readable HDF5 checkpoint ({exc})") from None
-
-
-def shared_ranges(staged: Path, holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The staged output's data ranges that lie in the mirror's holes: the source's bytes at the
-    same offsets. A data range of the output that straddles a hole, or a large one outside the
-    holes (a tensor rewritten from bytes never fetched), is refused."""
-    with open(staged, "rb") as f:
-        used = _data_ranges(f, str(staged), 0)
-    shared = []
-    for a, b in used:
-        inside = next(((ha, hb) for ha, hb in holes if ha <= a and b <= hb), None)
-        if inside is not None:
-            shared.append((a, b))
-        elif any(a < hb and ha < b for ha, hb in holes) or b - a >= MIN_RANGE:
-            raise VerificationError(
-                str(staged),
-                f"output data [{a}, {b}) is not the source's bytes at the same offset",
-                "download the checkpoint and upgrade it locally",
-            )
-    return shared
-
-
-def unchanged_ranges(
-    staged: Path, mirror: Path, holes: list[tuple[int, int]], size: int
-) -> list[tuple[int, int]]:
-    """Metadata blocks (``COMPARE`` bytes) the upgrade left as they were in the source."""
-    out: list[tuple[int, int]] = []
-    limit = min(size, staged.stat().st_size)
-    with open(staged, "rb") as new, open(mirror, "rb") as old:
-        for a, b in complement(holes, size):
-            for lo in range(a, min(b, limit), COMPARE):
-                hi = min(b, limit, lo + COMPARE)
-                new.seek(lo)
-                old.seek(lo)
-                if new.read(hi - lo) == old.read(hi - lo):
-                    out.append((lo, hi))
-    return merge_spans(out)
 
 
 def as_extents(shared: list[tuple[int, int]], size: int) -> Extents:
@@ -391,19 +355,19 @@ class _Writer:
         return bytes(body)
 
 
-def _check_result(s3: Any, out: S3Url, staged: Path, etag: str, transfer: dict[str, Any]) -> None:
-    """Index check by ranged reads: the object's data ranges are the staged file's, and every
-    byte outside them (the metadata) equals the staged file's."""
+def _check_result(
+    s3: Any, out: S3Url, staged: Path, etag: str, found: Layout, transfer: dict[str, Any]
+) -> None:
+    """Index check by ranged reads: the object's datasets store their data where the staged
+    file's do, and every byte it did not copy from the source's tensor data equals the staged
+    file's."""
     size = staged.stat().st_size
     reader = RangedFile(s3, out, size, etag)
     with open(staged, "rb") as f:
-        want = _data_ranges(f, str(staged), 0)
-        got = _data_ranges(reader, str(out), 0)
-        if got != want:
+        if stored_data(reader, str(out)) != found.datasets:
             raise VerificationError(str(out), "its data ranges differ from the upgrade's")
-        for a, b in complement(want, size):
+        for a, b in complement(found.shared, size):
             f.seek(a)
-            if f.read(b - a) != s3mod.get_range(s3, out, a, b, etag):
+            if f.read(b - a) != reader.read_range(a, b):
                 raise VerificationError(str(out), f"metadata bytes [{a}, {b}) differ")
-            transfer["verify_fetched"] = transfer.get("verify_fetched", 0) + b - a
-    transfer["verify_fetched"] = transfer.get("verify_fetched", 0) + reader.fetched
+    transfer["verify_fetched"] = reader.fetched
