@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.upgrade import read_text, upgrade_config_text
@@ -142,12 +143,7 @@ def export(
 # Cerebras checkpoints of these models have the same keys while their Hugging Face layouts
 # differ (Model Zoo: gptj_hf_cs.py / salesforce_codegen_hf_cs.py, gpt_neox_hf_cs.py / falcon.py,
 # llama.py / mistral.py, bert.py / roberta.py), so the keys alone cannot choose the mapping.
-_SAME_KEYS = (
-    ("gptj", "codegen"),
-    ("gpt-neox", "falcon"),
-    ("llama", "mistral"),
-    ("bert", "roberta"),
-)
+_SAME_KEYS = tuple((r.same_keys_as, r.name) for r in catalogue.RECORDS if r.same_keys_as)
 
 
 def _detected_name(family: Any, src: Path, config_text: str, config: Path) -> str:

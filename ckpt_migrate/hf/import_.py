@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.atomic import atomic_output
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_text
@@ -175,11 +176,9 @@ def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
 
 def _model_from_config(src: Path, cfg: dict[str, Any]) -> str:
     """The model name ``config.json`` implies: its architecture, else its ``model_type``."""
-    for module in families.modules():
-        by_arch = {arch: n for n, arch in getattr(module, "ARCHITECTURES", {}).items()}
-        for arch in cfg.get("architectures") or []:
-            if arch in by_arch:
-                return by_arch[arch]
+    named = catalogue.hf_name_of(cfg.get("architectures") or [])
+    if named is not None:
+        return named
     module = families.by_model_type().get(str(cfg.get("model_type")))
     if module is None:
         raise UsageError(

@@ -24,13 +24,15 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
 
-NAMES = ("bloom", "bloom-headless")
-HF_MODEL_TYPES = ("bloom",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
 # The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = {"bloom": "BloomForCausalLM", "bloom-headless": "BloomModel"}
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 LABEL = "BLOOM"  # in messages
 
 # Model Zoo: bloom_hf_cs.py lines 612-625, HF defaults filled in first.
@@ -114,7 +116,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     ``filter_size`` = 4 * ``hidden_size``). ``embedding_dropout_rate: 0.0`` is written too so
     that the CS config converts back (Model Zoo would default it to ``dropout_rate``)."""
     dc.check_name(name, NAMES)
-    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, "bloom")
+    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, MODEL_TYPE)
     if hf.get("n_embed") is not None:
         hf["hidden_size"] = hf["n_embed"]
     if hf["apply_residual_connection_post_layernorm"]:
@@ -149,7 +151,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     _check_cs(cs_model)
     cs = {**CS_DEFAULTS, **cs_model}
     return {
-        **dc.hf_header(ARCHITECTURES, name, "bloom"),
+        **dc.hf_header(ARCHITECTURES, name, MODEL_TYPE),
         "vocab_size": cs["vocab_size"],
         "hidden_size": cs["hidden_size"],
         "n_layer": cs["num_hidden_layers"],

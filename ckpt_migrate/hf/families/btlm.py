@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _gpt2_layout as layout
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
 
@@ -34,12 +35,18 @@ class Spec:
     hf_post: Mapping[str, Any]
 
 
-BTLM = Spec(
-    names=("btlm", "btlm-headless"),
-    model_type="btlm",
-    architectures=("BTLMLMHeadModel", "BTLMModel"),
+def spec_of(module: str, hf_post: Mapping[str, Any]) -> Spec:
+    """The :class:`Spec` of the rules module ``module`` (its ``__name__``): names, model type
+    and classes from the catalogue."""
+    names = catalogue.hf_names(module)
+    model_type = catalogue.hf_model_types(module)[0]
+    return Spec(names, model_type, catalogue.hf_classes(model_type), hf_post)
+
+
+BTLM = spec_of(
+    __name__,
     # btlm_hf_cs.py lines 189-201.
-    hf_post={
+    {
         "use_cache": True,
         "auto_map": {
             "AutoConfig": "cerebras/btlm-3b-8k-base--configuration_btlm.BTLMConfig",
@@ -49,7 +56,7 @@ BTLM = Spec(
     },
 )
 NAMES: tuple[str, ...] = BTLM.names
-HF_MODEL_TYPES: tuple[str, ...] = ("btlm",)
+HF_MODEL_TYPES: tuple[str, ...] = (BTLM.model_type,)
 
 # (HF, CS) renames of btlm_hf_cs.py lines 150-182, ahead of the GPT-2 rules.
 RENAMES: tuple[tuple[str, str], ...] = (

@@ -29,6 +29,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import bert
 from ckpt_migrate.hf.families._bert_common import (
     check_name,
@@ -44,9 +45,9 @@ from ckpt_migrate.hf.families.bert import refuse_mup
 from ckpt_migrate.hf.families.llama import deinterleave_rotary, interleave_rotary
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 
-NAMES = ("esm-2",)
-HF_MODEL_TYPES = ("esm",)
-ARCHITECTURES = {"esm-2": "EsmForMaskedLM"}
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 
 # HF tensors Model Zoo drops on import (esm2.py lines 81-88 and 316-320, bert.py lines 113-118),
 # plus the spellings of the rotary buffer transformers 5 uses (state dict: one shared buffer;

@@ -27,15 +27,17 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.families._decoder_common import EMBED
 from ckpt_migrate.hf.families._decoder_common import interleave as _interleave  # tests use it
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
 
-NAMES = ("falcon", "falcon-headless")
-HF_MODEL_TYPES = ("falcon",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
 # The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = {"falcon": "FalconForCausalLM", "falcon-headless": "FalconModel"}
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 LABEL = "Falcon"  # in messages
 
 # Model Zoo: falcon_180b.py lines 267-291 and 631-635, HF defaults filled in first.
@@ -153,7 +155,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: falcon_180b.py lines 134-551 and 612-693 (rules, defaults, post-conversion
     ``rotary_dim`` = head size, ``filter_size`` = 4 * ``hidden_size``)."""
     dc.check_name(name, NAMES)
-    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, "falcon")
+    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, MODEL_TYPE)
     hidden = hf["hidden_size"]
     if hf["ffn_hidden_size"] not in (None, 4 * hidden):
         raise MappingError(f"ffn_hidden_size: CS Falcon needs 4 * hidden_size ({4 * hidden})")
@@ -230,7 +232,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     cs = {**CS_DEFAULTS, **cs_model}
     rope, scaling = dc.hf_rope(cs["pos_scaling_factor"], rope_theta=float(cs["rope_theta"]))
     return {
-        **dc.hf_header(ARCHITECTURES, name, "falcon"),
+        **dc.hf_header(ARCHITECTURES, name, MODEL_TYPE),
         "vocab_size": cs["vocab_size"],
         "hidden_size": cs["hidden_size"],
         "ffn_hidden_size": cs["filter_size"],

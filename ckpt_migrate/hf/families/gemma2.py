@@ -25,12 +25,14 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import llama
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 
-NAMES: tuple[str, ...] = ("gemma2",)
-HF_MODEL_TYPES: tuple[str, ...] = ("gemma2",)
-ARCHITECTURES = {"gemma2": "Gemma2ForCausalLM"}
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 
 # Model Zoo gemma2.py lines 438-464: HF fields absent from config.json take these values.
 HF_DEFAULTS: dict[str, Any] = {
@@ -214,7 +216,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     theta = float(cs["rope_theta"])
     out: dict[str, Any] = {
         "architectures": [ARCHITECTURES[name]],
-        "model_type": "gemma2",
+        "model_type": MODEL_TYPE,
         "vocab_size": cs["vocab_size"],
         "hidden_size": cs["hidden_size"],
         "num_hidden_layers": cs["num_hidden_layers"],
@@ -283,7 +285,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     written defaults lines 513-522, ``rotary_dim``, ``embeddings_scale`` and
     ``attention_logits_alpha`` lines 755-765)."""
     _check_name(name)
-    if hf_config.get("model_type", "gemma2") != "gemma2":
+    if hf_config.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise MappingError(f"model_type={hf_config['model_type']!r}: expected 'gemma2'")
     hf = {**HF_DEFAULTS, **hf_config}
     _check_hf(hf)

@@ -25,15 +25,16 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.families._decoder_common import HEAD
 from ckpt_migrate.hf.families._decoder_common import interleave as _interleave  # tests use it
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
 
-NAMES = ("gpt-neox", "gpt-neox-headless")
-HF_MODEL_TYPES = ("gpt_neox",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
 # The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = {"gpt-neox": "GPTNeoXForCausalLM", "gpt-neox-headless": "GPTNeoXModel"}
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 LABEL = "GPT-NeoX"  # in messages
 
 # Model Zoo: gpt_neox_hf_cs.py lines 791-807 and 1030-1034, HF defaults filled in first.

@@ -19,13 +19,15 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.mapping import Out, Shape
 
-NAMES = ("gptj", "gptj-headless")
-HF_MODEL_TYPES = ("gptj",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
 # The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = {"gptj": "GPTJForCausalLM", "gptj-headless": "GPTJModel"}
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 LABEL = "GPT-J"  # in messages
 
 # Model Zoo: gptj_hf_cs.py lines 512-528, HF defaults filled in before converting.
@@ -59,7 +61,7 @@ hf_dropped = partial(dc.hf_dropped, pattern=HF_DROPPED)
 def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: gptj_hf_cs.py lines 391-621 (rules, defaults, ``n_inner`` = 4 * ``n_embd``)."""
     dc.check_name(name, NAMES)
-    return dc.gptj_style_to_cs(dc.hf_with_defaults(hf_config, HF_DEFAULTS, "gptj"), LABEL)
+    return dc.gptj_style_to_cs(dc.hf_with_defaults(hf_config, HF_DEFAULTS, MODEL_TYPE), LABEL)
 
 
 def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -70,7 +72,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     dc.check_cs(cs_model, LABEL, CS_FIXED, CS_DEFAULTS)
     fields = dc.gptj_style_to_hf(cs_model, CS_DEFAULTS, LABEL)
     bias = dc.get(cs_model, "use_bias_in_output", CS_DEFAULTS)
-    return {**dc.hf_header(ARCHITECTURES, name, "gptj"), **fields, "use_bias_in_output": bias}
+    return {**dc.hf_header(ARCHITECTURES, name, MODEL_TYPE), **fields, "use_bias_in_output": bias}
 
 
 def _layout(layers: int, name: str) -> dc.Layout:

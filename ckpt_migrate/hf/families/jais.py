@@ -1,4 +1,4 @@
-"""JAIS: HF remote-code ``JAISLMHeadModel`` (``model_type`` "jais", ``inceptionai/jais-*``) <->
+"""JAIS: HF remote-code ``JAISLMHeadModel`` (``model_type`` ``jais``, ``inceptionai/jais-*``) <->
 CS ``GPT2LMHeadModel`` configured as JAIS.
 
 Model Zoo: jais_hf_cs.py (tag Release_2.10.0), the BTLM converter with other names (same
@@ -20,12 +20,10 @@ from typing import Any
 from ckpt_migrate.hf.families import btlm
 from ckpt_migrate.hf.mapping import Out, Shape
 
-JAIS = btlm.Spec(
-    names=("jais",),
-    model_type="jais",
-    architectures=("JAISLMHeadModel", "JAISModel"),
+JAIS = btlm.spec_of(
+    __name__,
     # jais_hf_cs.py lines 189-204.
-    hf_post={
+    {
         "_name_or_path": "inceptionai/jais-30b-v3",
         "use_cache": True,
         "auto_map": {
@@ -45,7 +43,7 @@ JAIS = btlm.Spec(
     },
 )
 NAMES: tuple[str, ...] = JAIS.names
-HF_MODEL_TYPES: tuple[str, ...] = ("jais",)
+HF_MODEL_TYPES: tuple[str, ...] = (JAIS.model_type,)
 
 
 def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families._bert_common import (
     CS_MLM,
     check_name,
@@ -47,9 +48,10 @@ from ckpt_migrate.hf.families.bert import (
 )
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 
-NAMES = ("roberta",)
-HF_MODEL_TYPES = ("roberta",)
-ARCHITECTURES = {"roberta": "RobertaForMaskedLM"}
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 # Model Zoo drops a pooler some open checkpoints carry (roberta.py lines 373-380) and HF's
 # position_ids buffer (bert.py lines 113-118).
 HF_DROPPED = re.compile(
@@ -102,7 +104,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     check_pooler_and_mlm({**cs, "mlm_nonlinearity": None})
     if "max_position_embeddings" not in cs:
         raise MappingError("max_position_embeddings: required to size HF's position table")
-    out: dict[str, Any] = {"architectures": [ARCHITECTURES[name]], "model_type": "roberta"}
+    out: dict[str, Any] = {"architectures": [ARCHITECTURES[name]], "model_type": MODEL_TYPE}
     out.update(encoder_config_to_hf(cs))
     out["max_position_embeddings"] = cs["max_position_embeddings"] + cs["pad_token_id"] + 1
     out["pad_token_id"] = cs["pad_token_id"]
@@ -115,7 +117,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     ``mask_padding_in_positional_embed``, ``mlm_nonlinearity: gelu`` and ``pooler_nonlinearity:
     tanh`` (roberta.py lines 257-263 and 318-337, bert.py lines 1077-1082)."""
     check_name(name, NAMES)
-    if hf_config.get("model_type", "roberta") != "roberta":
+    if hf_config.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise MappingError(f"model_type={hf_config['model_type']!r}: expected 'roberta'")
     hf = with_defaults(hf_config, _HF_DEFAULTS)
     expect(hf, _HF_REQUIRED, "CS")

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families._gpt2_layout import (
     GPT2_BLOCK,
     GPT2_CS_FIXED,
@@ -39,8 +40,8 @@ from ckpt_migrate.hf.families._gpt2_layout import (
 )
 from ckpt_migrate.hf.mapping import Out, Shape
 
-NAMES: tuple[str, ...] = ("santacoder", "santacoder-headless")
-HF_MODEL_TYPES: tuple[str, ...] = ()
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
 
 # santacoder.py lines 328-391 (the CS21 class drops ``use_bfloat16``, lines 414-416).
 _HF_POST = {

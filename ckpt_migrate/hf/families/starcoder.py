@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families._gpt2_layout import (
     GPT2_BLOCK,
     GPT2_CS_FIXED,
@@ -35,17 +36,8 @@ from ckpt_migrate.hf.families._gpt2_layout import (
 )
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, sections
 
-NAMES: tuple[str, ...] = (
-    "starcoder",
-    "starcoder-headless",
-    "octocoder",
-    "octocoder-headless",
-    "wizardcoder",
-    "wizardcoder-headless",
-    "sqlcoder",
-    "sqlcoder-headless",
-)
-HF_MODEL_TYPES: tuple[str, ...] = ("gpt_bigcode",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
 
 # (HF key, CS key) of the config rules that only rename (starcoder.py lines 407-519): GPT-2's
 # and the softmax precision.

@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families._bert_common import (
     check_name,
     dropped_by,
@@ -41,10 +42,11 @@ from ckpt_migrate.hf.families._bert_common import (
 )
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 
-NAMES = ("t5", "transformer", "ul2", "flan-ul2")
-HF_MODEL_TYPES = ("t5",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
 # One entry: the pipeline imports a T5ForConditionalGeneration as ``t5`` (the others export alike).
-ARCHITECTURES = {"t5": "T5ForConditionalGeneration"}
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 # Model Zoo drops the cross-attention relative bias some old HF files carry (t5.py lines 637-644)
 # and any self-attention one past block 0 (only block 0's is converted, lines 1345-1381).
 HF_DROPPED = re.compile(
@@ -180,7 +182,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     relu_dropout = cs.get("relu_dropout_rate")
     if relu_dropout is not None and relu_dropout != cs.get("dropout_rate", relu_dropout):
         raise MappingError(f"relu_dropout_rate={relu_dropout}: HF T5 uses dropout_rate for it")
-    out: dict[str, Any] = {"architectures": [ARCHITECTURES["t5"]], "model_type": "t5"}
+    out: dict[str, Any] = {"architectures": [ARCHITECTURES[NAMES[0]]], "model_type": MODEL_TYPE}
     out.update({hf: cs[key] for key, hf in RENAMED if key in cs})
     out["feed_forward_proj"] = _nonlinearity_to_hf(cs)
     out["tie_word_embeddings"] = out["scale_decoder_outputs"] = cs["share_embedding_weights"]
@@ -191,7 +193,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The same converter, HF -> CS; the CS side gets ``src/tgt_max_position_embeddings`` 512
     and ``norm_type: rmsnorm`` (t5.py lines 958-964, 1235)."""
     check_name(name, NAMES)
-    if hf_config.get("model_type", "t5") != "t5":
+    if hf_config.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise MappingError(f"model_type={hf_config['model_type']!r}: expected 't5'")
     hf = with_defaults(hf_config, HF_DEFAULTS)
     expect(hf, HF_REQUIRED, "CS")
