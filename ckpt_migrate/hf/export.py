@@ -30,24 +30,18 @@ from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import MissingLeaf, TensorLeaf, iter_leaves
 from ckpt_migrate.hf import safetensors_io as st
+from ckpt_migrate.hf.arrays import LastRead, build_one, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, missing_inputs, unused_inputs
-from ckpt_migrate.hf.pipeline_common import (
-    LastRead,
+from ckpt_migrate.hf.outdir import atomic_dir, check_output_dir
+from ckpt_migrate.hf.rules import (
     Progress,
-    atomic_dir,
-    build_one,
     canonical_name,
-    cast,
-    check_dtype,
     check_layer_counts,
-    check_output_dir,
     family_for,
     hook,
     mapping_failed,
-    out_dtype,
     plain,
     refuse_unused,
-    shapes_of,
     strip_model_prefix,
 )
 from ckpt_migrate.models.detect import choose_family

@@ -28,21 +28,17 @@ from ckpt_migrate.format.tree import DataSource, DictNode, Leaf, TensorLeaf
 from ckpt_migrate.format.write import write_checkpoint
 from ckpt_migrate.hf import families
 from ckpt_migrate.hf import safetensors_io as st
+from ckpt_migrate.hf.arrays import LastRead, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, Out, identity, missing_inputs, unused_inputs
-from ckpt_migrate.hf.pipeline_common import (
-    LastRead,
+from ckpt_migrate.hf.rules import (
     Progress,
     canonical_name,
-    cast,
-    check_dtype,
     check_layer_counts,
     family_for,
     hook,
     mapping_failed,
-    out_dtype,
     plain,
     refuse_unused,
-    shapes_of,
 )
 from ckpt_migrate.migrations import v04_2_0_to_2_1 as v04
 from ckpt_migrate.models.keys import rename_for

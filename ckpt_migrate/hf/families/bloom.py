@@ -90,7 +90,7 @@ SLOPES = "embedding_layer.position_embed_helper.slopes"  # 2.1+ (Model Zoo line 
 CS_DROPPED = (SLOPES, "relative_pe_helper.slopes")  # the second is the 2.0 spelling
 
 
-# The pipeline's hooks (``ckpt_migrate/hf/pipeline_common.py`` ``hook``). Model Zoo: a tied head
+# The pipeline's hooks (``ckpt_migrate/hf/rules.py`` ``hook``). Model Zoo: a tied head
 # is the embeddings (``pre_model_convert``, bloom_hf_cs.py lines 742-761); the headless HF model
 # has no head (converter note, lines 405-413); the slopes, which HF computes (lines 970-982).
 cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS, CS_DROPPED)

@@ -63,7 +63,7 @@ TOP_PAIRS = dc.GPTJ_STYLE_TOP
 # HF buffers older transformers saved and Model Zoo skips (lines 306-317).
 HF_DROPPED = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias|causal_mask)")
 
-# The pipeline's hooks (``ckpt_migrate/hf/pipeline_common.py`` ``hook``). Model Zoo: a tied head
+# The pipeline's hooks (``ckpt_migrate/hf/rules.py`` ``hook``). Model Zoo: a tied head
 # is the embeddings (``pre_model_convert``, salesforce_codegen_hf_cs.py lines 480-499); the
 # headless HF model has no head (converter note, lines 406-415); the buffers are skipped (lines
 # 306-317).

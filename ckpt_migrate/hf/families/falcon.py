@@ -114,7 +114,7 @@ BIAS_FIELDS = ("use_projection_bias_in_attention", "use_ffn_bias_in_attention", 
 CS_DROPPED = ("embedding_layer.position_embed_helper.slopes", "relative_pe_helper.slopes")
 
 
-# The pipeline's hooks (``ckpt_migrate/hf/pipeline_common.py`` ``hook``). Model Zoo: a tied head
+# The pipeline's hooks (``ckpt_migrate/hf/rules.py`` ``hook``). Model Zoo: a tied head
 # is the embeddings (``pre_model_convert``, falcon_40b.py lines 561-580); the headless HF model
 # has no head (converter note, lines 89-98 of falcon.py); the slopes, above.
 cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS, CS_DROPPED)

@@ -91,7 +91,7 @@ HF_DROPPED = re.compile(
 )
 LEGACY_HEAD = "embed_out.weight"  # the name in HF files (transformers 5 loads it as lm_head)
 
-# The pipeline's hooks (``ckpt_migrate/hf/pipeline_common.py`` ``hook``). Model Zoo: a tied head
+# The pipeline's hooks (``ckpt_migrate/hf/rules.py`` ``hook``). Model Zoo: a tied head
 # is the embeddings (``pre_model_convert``, gpt_neox_hf_cs.py lines 584-603); the headless HF
 # model has no head (converter note, lines 507-516); the buffers are skipped (lines 410-418).
 cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS)

@@ -51,7 +51,7 @@ TOP_PAIRS = dc.GPTJ_STYLE_TOP
 # HF buffers older transformers saved and Model Zoo skips (gptj_hf_cs.py lines 151-155).
 HF_DROPPED = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)")
 
-# The pipeline's hooks (``ckpt_migrate/hf/pipeline_common.py`` ``hook``). Model Zoo: a tied head
+# The pipeline's hooks (``ckpt_migrate/hf/rules.py`` ``hook``). Model Zoo: a tied head
 # is the embeddings (``pre_model_convert``, gptj_hf_cs.py lines 319-338); the headless HF model
 # has no head (converter note, lines 245-254); the buffers are skipped (lines 151-155).
 cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS)
