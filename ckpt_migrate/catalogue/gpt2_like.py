@@ -11,7 +11,7 @@ Names, registry names and the oldest release converted: ``registry.py`` lines 17
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.layouts import DECODER
-from ckpt_migrate.catalogue.record import Hf, Name, NormFlag, Record, Signature
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
 
 GPT2 = Record(
     "gpt2",
@@ -42,6 +42,13 @@ GPT2 = Record(
         ("gpt2",),
         {"gpt2": "GPT2LMHeadModel", "gpt2-headless": "GPT2Model"},
         by_architecture=True,
+        # the causal-mask buffers older transformers saved (gpt2_hf_cs.py line 306)
+        hf_dropped=(
+            Drop(
+                r"(?:transformer\.)?h\.\d+\.attn\.(?:bias|masked_bias)",
+                "a causal-mask buffer Hugging Face regenerates",
+            ),
+        ),
     ),
 )
 

@@ -13,9 +13,14 @@ CodeGen is GPT-J's CS model (``registry.py`` line 344, ``"codegen": "gptj"``).
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.layouts import DECODER
-from ckpt_migrate.catalogue.record import Hf, Name, NormFlag, Record, Signature
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
 
 _BIASLESS = NormFlag("use_biasless_norm", "biasless-layernorm", None)
+_ALIBI_SLOPES = Drop(
+    r"embedding_layer\.position_embed_helper\.slopes|relative_pe_helper\.slopes",
+    "ALiBi slopes, which HF computes itself",
+)
+_BUFFER = "a buffer Hugging Face regenerates"
 
 GPTJ = Record(
     "gptj",
@@ -47,6 +52,8 @@ GPTJ = Record(
         ("gptj",),
         {"gptj": "GPTJForCausalLM", "gptj-headless": "GPTJModel"},
         by_architecture=True,
+        # buffers older transformers saved, which Model Zoo skips (gptj_hf_cs.py lines 151-155)
+        hf_dropped=(Drop(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)", _BUFFER),),
     ),
 )
 
@@ -79,6 +86,13 @@ GPT_NEOX = Record(
         ("gpt_neox",),
         {"gpt-neox": "GPTNeoXForCausalLM", "gpt-neox-headless": "GPTNeoXModel"},
         by_architecture=True,
+        # buffers Model Zoo skips (gpt_neox_hf_cs.py lines 410-418)
+        hf_dropped=(
+            Drop(
+                r"(gpt_neox\.)?layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)",
+                _BUFFER,
+            ),
+        ),
     ),
 )
 
@@ -98,6 +112,10 @@ CODEGEN = Record(
         ("codegen",),
         {"codegen": "CodeGenForCausalLM", "codegen-headless": "CodeGenModel"},
         by_architecture=True,
+        # buffers Model Zoo skips (salesforce_codegen_hf_cs.py lines 306-317)
+        hf_dropped=(
+            Drop(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias|causal_mask)", _BUFFER),
+        ),
     ),
 )
 
@@ -129,6 +147,9 @@ BLOOM = Record(
         ("bloom",),
         {"bloom": "BloomForCausalLM", "bloom-headless": "BloomModel"},
         by_architecture=True,
+        # ALiBi slopes, which HF computes (bloom_hf_cs.py lines 970-982; the second name is
+        # the 2.0 spelling)
+        cs_dropped=(_ALIBI_SLOPES,),
     ),
 )
 
@@ -159,5 +180,7 @@ FALCON = Record(
         ("falcon",),
         {"falcon": "FalconForCausalLM", "falcon-headless": "FalconModel"},
         by_architecture=True,
+        # ALiBi slopes, which HF computes (falcon_180b.py lines 42-47 and 719-723)
+        cs_dropped=(_ALIBI_SLOPES,),
     ),
 )

@@ -8,7 +8,9 @@ family, so the decoder families differ only in which optional keys exist (biases
 second norm, learned positions, ALiBi slopes, an embedding norm).
 
 Ties from MODELZOO_HISTORY.md §1.2 and §1.5: the 2.0 ``fix_checkpoint_spec`` alias table and
-the 2.1+ CS18/19→CS20 converters (``helper.py:maybe_tie_lm_head/tie_none_weights``).
+the 2.1+ CS18/19→CS20 converters (``helper.py:maybe_tie_lm_head/tie_none_weights``). A tie is
+(copy, original): where a file holds one tensor under several names, the conversions read the
+first present of the originals-first order (``hf/unconverted.py``).
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ DECODER = Layout(
     # lm_head shares the word embeddings when share_embedding_weights (default true); 1.7 GPT-2
     # kept ln_f and transformer_decoder.norm.
     ties=(
-        Tie("lm_head.weight", "embedding_layer.word_embeddings.weight", "share_embedding_weights"),
         Tie("ln_f.weight", "transformer_decoder.norm.weight"),
         Tie("ln_f.bias", "transformer_decoder.norm.bias"),
+        Tie("lm_head.weight", "embedding_layer.word_embeddings.weight", "share_embedding_weights"),
     ),
 )
 
@@ -90,8 +92,8 @@ ENCODER_DECODER = Layout(
     # Encoder and decoder embeddings, and lm_head with the decoder's.
     ties=(
         Tie(
-            "encoder_embeddings.word_embeddings.weight",
             "decoder_embeddings.word_embeddings.weight",
+            "encoder_embeddings.word_embeddings.weight",
             "share_encoder_decoder_embedding",
         ),
         Tie(

@@ -12,7 +12,10 @@ renames at any hop.
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.layouts import DECODER, MOE_KEYS, POST_NORM_KEYS
-from ckpt_migrate.catalogue.record import Hf, Name, NormFlag, Record, Signature
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
+
+# The rotary buffers older transformers saved (llama.py lines 337-341; CS computes its own).
+_ROTARY_BUFFER = Drop(r".*\.rotary_emb\.inv_freq", "a rotary buffer Hugging Face regenerates")
 
 LLAMA = Record(
     "llama",
@@ -46,7 +49,12 @@ LLAMA = Record(
         },
     ),
     norm_flag=NormFlag("use_rms_norm", "rmsnorm", "layernorm"),
-    hf=Hf("llama", ("llama",), {"llama": "LlamaForCausalLM", "llama-headless": "LlamaModel"}),
+    hf=Hf(
+        "llama",
+        ("llama",),
+        {"llama": "LlamaForCausalLM", "llama-headless": "LlamaModel"},
+        hf_dropped=(_ROTARY_BUFFER,),
+    ),
 )
 
 MISTRAL = Record(
@@ -61,6 +69,7 @@ MISTRAL = Record(
         "llama",
         ("mistral",),
         {"mistral": "MistralForCausalLM", "mistral-headless": "MistralModel"},
+        hf_dropped=(_ROTARY_BUFFER,),
     ),
 )
 
@@ -88,6 +97,7 @@ MIXTRAL = Record(
         "mixtral",
         ("mixtral",),
         {"mixtral": "MixtralForCausalLM", "mixtral-headless": "MixtralModel"},
+        hf_dropped=(_ROTARY_BUFFER,),
     ),
 )
 
@@ -109,5 +119,11 @@ GEMMA2 = Record(
             "head_bias": False,
         },
     ),
-    hf=Hf("gemma2", ("gemma2",), {"gemma2": "Gemma2ForCausalLM"}, by_architecture=True),
+    hf=Hf(
+        "gemma2",
+        ("gemma2",),
+        {"gemma2": "Gemma2ForCausalLM"},
+        by_architecture=True,
+        hf_dropped=(Drop(r".*inv_freq", "a rotary buffer Hugging Face regenerates"),),
+    ),
 )

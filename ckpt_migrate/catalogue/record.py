@@ -9,6 +9,7 @@ Sources are cited where each record is declared (``gpt2_like.py`` ... ``keyless.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,17 @@ class Signature:
 
 
 @dataclass(frozen=True)
+class Drop:
+    """Tensors a conversion leaves out on purpose (full matches of the regex ``pattern``), with
+    the reason the report gives; ``when``: only while the config's ``(field, value, default)``
+    holds."""
+
+    pattern: str
+    why: str
+    when: tuple[str, Any, Any] | None = None
+
+
+@dataclass(frozen=True)
 class Hf:
     """The Hugging Face side: the rules module of ``hf/families`` that converts it, the
     ``config.json`` ``model_type``\\ s it imports, and each name's architecture class."""
@@ -63,6 +75,8 @@ class Hf:
     model_types: tuple[str, ...] = ()
     architectures: dict[str, str] = field(default_factory=dict)
     by_architecture: bool = False  # import picks the name from ``architectures`` first
+    cs_dropped: tuple[Drop, ...] = ()  # CS tensors the export leaves out
+    hf_dropped: tuple[Drop, ...] = ()  # HF tensors the import leaves out
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,11 @@ class Record:
     norm_flag: NormFlag | None = None
     same_keys_as: str | None = None  # a family with its CS keys but another HF layout
     hf: Hf | None = None
+    extra_ties: tuple[Tie, ...] = ()  # ties beyond its layout's
+
+    @property
+    def ties(self) -> tuple[Tie, ...]:
+        return (*(self.layout.ties if self.layout else ()), *self.extra_ties)
 
     @property
     def family(self) -> str:

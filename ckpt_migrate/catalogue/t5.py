@@ -8,7 +8,7 @@ Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converte
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.layouts import ENCODER_DECODER
-from ckpt_migrate.catalogue.record import Hf, Name, NormFlag, Record, Signature
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
 
 T5 = Record(
     "t5",
@@ -35,5 +35,19 @@ T5 = Record(
         }
     ),
     norm_flag=NormFlag("use_t5_layer_norm", "rmsnorm", None),
-    hf=Hf("t5", ("t5",), {"t5": "T5ForConditionalGeneration"}, by_architecture=True),
+    hf=Hf(
+        "t5",
+        ("t5",),
+        {"t5": "T5ForConditionalGeneration"},
+        by_architecture=True,
+        # relative biases HF files repeat (t5.py lines 637-644, 1345-1381)
+        hf_dropped=(
+            Drop(
+                r"decoder\.block\.\d+\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight"
+                r"|(?:encoder|decoder)\.block\.(?!0\.)\d+\.layer\.0\.SelfAttention"
+                r"\.relative_attention_bias\.weight",
+                "unused repeat of the block-0 relative bias (Model Zoo drops it)",
+            ),
+        ),
+    ),
 )

@@ -30,6 +30,7 @@ from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import MissingLeaf, TensorLeaf, iter_leaves
 from ckpt_migrate.hf import safetensors_io as st
+from ckpt_migrate.hf import unconverted
 from ckpt_migrate.hf.arrays import LastRead, build_one, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, missing_inputs, unused_inputs
 from ckpt_migrate.hf.outdir import atomic_dir, check_output_dir
@@ -38,7 +39,6 @@ from ckpt_migrate.hf.rules import (
     canonical_name,
     check_layer_counts,
     family_for,
-    hook,
     mapping_failed,
     plain,
     refuse_unused,
@@ -207,8 +207,8 @@ def _export(module, name, leaves, cs_model, out, max_shard, dtype, force, drop, 
         missing = missing_inputs(plan, shapes)
         if missing:
             raise MappingError(f"model tensors the {name} rules need are missing: {missing[:3]}")
-        ties = hook(module, "cs_ties", shapes, cs_model, name)
-        dropped = hook(module, "cs_dropped", shapes, cs_model, name)
+        ties = unconverted.cs_ties(shapes, cs_model, name)
+        dropped = unconverted.cs_dropped(shapes, cs_model, name)
         unused = [n for n in unused_inputs(plan, shapes) if n not in ties and n not in dropped]
         refuse_unused(src, unused, name, drop, "model tensor")
         dropped.update({n: "not converted (--drop-unmatched-keys)" for n in unused})

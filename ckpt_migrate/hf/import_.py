@@ -26,7 +26,7 @@ from ckpt_migrate.errors import CorruptCheckpointError, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.tree import DataSource, DictNode, Leaf, TensorLeaf
 from ckpt_migrate.format.write import write_checkpoint
-from ckpt_migrate.hf import families
+from ckpt_migrate.hf import families, unconverted
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hf.arrays import LastRead, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, Out, identity, missing_inputs, unused_inputs
@@ -35,7 +35,6 @@ from ckpt_migrate.hf.rules import (
     canonical_name,
     check_layer_counts,
     family_for,
-    hook,
     mapping_failed,
     plain,
     refuse_unused,
@@ -107,7 +106,7 @@ def import_hf(
         missing = missing_inputs(plan, shapes)
         if missing:
             raise MappingError(f"HF tensors the {name} rules need are missing: {missing[:3]}")
-        dropped = hook(module, "hf_dropped", shapes, hf_config, name)
+        dropped = unconverted.hf_dropped(shapes, hf_config, name)
         unused = [n for n in unused_inputs(plan, shapes) if n not in dropped]
         out_shapes = shapes_of(plan, shapes)
         kinds = {o.name: out_dtype(o.inputs, dtypes, "float32") for o in plan}

@@ -1,6 +1,6 @@
 """Which Hugging Face rules convert a model, and what the pipeline asks of them: the rules
-module (through the catalogue's ``hf.module``), its optional tie and drop hooks, the tensors no
-rule converts, and the layer counts a config may declare. Shared by export and import."""
+module (through the catalogue's ``hf.module``), the tensors no rule converts, and the layer
+counts a config may declare. Shared by export and import."""
 
 from __future__ import annotations
 
@@ -37,12 +37,6 @@ def canonical_name(name: str) -> str:
 
 def mapping_failed(path: Path | None, exc: MappingError) -> UnsupportedContentError:
     return UnsupportedContentError(path, str(exc))
-
-
-def hook(module: ModuleType, name: str, *args: Any) -> dict[str, str]:
-    """An optional family hook (``cs_ties``, ``cs_dropped``, ``hf_dropped``); {} if absent."""
-    fn = getattr(module, name, None)
-    return dict(fn(*args)) if fn is not None else {}
 
 
 def strip_model_prefix(names: list[str]) -> dict[str, str]:

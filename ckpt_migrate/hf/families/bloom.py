@@ -27,6 +27,9 @@ import numpy as np
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
@@ -87,13 +90,6 @@ TOP_PAIRS = (
     ("ln_f.bias", "transformer_decoder.norm.bias"),
 )
 SLOPES = "embedding_layer.position_embed_helper.slopes"  # 2.1+ (Model Zoo line 975)
-CS_DROPPED = (SLOPES, "relative_pe_helper.slopes")  # the second is the 2.0 spelling
-
-
-# The pipeline's hooks (``ckpt_migrate/hf/rules.py`` ``hook``). Model Zoo: a tied head
-# is the embeddings (``pre_model_convert``, bloom_hf_cs.py lines 742-761); the headless HF model
-# has no head (converter note, lines 405-413); the slopes, which HF computes (lines 970-982).
-cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS, CS_DROPPED)
 
 
 def _check_cs(cs: Mapping[str, Any]) -> None:

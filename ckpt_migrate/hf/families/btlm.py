@@ -23,6 +23,9 @@ from typing import Any
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _gpt2_layout as layout
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 
 @dataclass(frozen=True)
@@ -175,20 +178,3 @@ def plan_to_hf(
     hf_config = config_to_hf(cs_model, name, spec)
     plan = _body(layout.hf_prefix(headless), hf_config, to_cs=False)
     return layout.finish_to_hf(plan, cs, cs_model, headless)
-
-
-def cs_ties(
-    cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str, spec: Spec = BTLM
-) -> dict[str, str]:
-    """The pipeline hook ``cs_ties`` for ``spec``'s names
-    (:func:`~ckpt_migrate.hf.families._gpt2_layout.tie_hooks`)."""
-    ties, _ = layout.tie_hooks(spec.names)
-    return ties(cs, cs_model, name)
-
-
-def cs_dropped(
-    cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str, spec: Spec = BTLM
-) -> dict[str, str]:
-    """The pipeline hook ``cs_dropped`` for ``spec``'s names (Model Zoo's converter note)."""
-    _, dropped = layout.tie_hooks(spec.names)
-    return dropped(cs, cs_model, name)

@@ -18,9 +18,7 @@ names are both written by Model Zoo (``replace_final_norm``, salesforce_codegen_
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -28,6 +26,9 @@ import numpy as np
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
@@ -60,15 +61,6 @@ QKV = "h.{i}.attn.qkv_proj.{kind}"
 QKV_NOTES = ("of the mp_num=4 packed qkv_proj", "Q, V, K packed per mp_num=4 shard")
 # Model Zoo: salesforce_codegen_hf_cs.py lines 249-264 (embeddings, final norm).
 TOP_PAIRS = dc.GPTJ_STYLE_TOP
-# HF buffers older transformers saved and Model Zoo skips (lines 306-317).
-HF_DROPPED = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias|causal_mask)")
-
-# The pipeline's hooks (``ckpt_migrate/hf/rules.py`` ``hook``). Model Zoo: a tied head
-# is the embeddings (``pre_model_convert``, salesforce_codegen_hf_cs.py lines 480-499); the
-# headless HF model has no head (converter note, lines 406-415); the buffers are skipped (lines
-# 306-317).
-cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS)
-hf_dropped = partial(dc.hf_dropped, pattern=HF_DROPPED)
 
 
 def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -32,6 +32,9 @@ from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.families._decoder_common import EMBED
 from ckpt_migrate.hf.families._decoder_common import interleave as _interleave  # tests use it
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
@@ -110,14 +113,6 @@ QKV_NOTES = (
     "Q, K, V fused per KV group, rotary rows de-interleaved",
 )
 BIAS_FIELDS = ("use_projection_bias_in_attention", "use_ffn_bias_in_attention", "use_ffn_bias")
-# Model Zoo drops ALiBi slopes on the way to HF (falcon_180b.py lines 42-47 and 719-723).
-CS_DROPPED = ("embedding_layer.position_embed_helper.slopes", "relative_pe_helper.slopes")
-
-
-# The pipeline's hooks (``ckpt_migrate/hf/rules.py`` ``hook``). Model Zoo: a tied head
-# is the embeddings (``pre_model_convert``, falcon_40b.py lines 561-580); the headless HF model
-# has no head (converter note, lines 89-98 of falcon.py); the slopes, above.
-cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS, CS_DROPPED)
 
 
 def _hf_layout(hf: Mapping[str, Any]) -> tuple[int, bool]:

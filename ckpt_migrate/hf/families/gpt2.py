@@ -34,6 +34,9 @@ from ckpt_migrate.hf.mapping import (
     rename,
     transpose,
 )
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
@@ -72,7 +75,6 @@ _MUP_FIELDS = (
     "scale_qk_dot_by_d",
     "scale_output_logits_by_d",
 )
-
 
 # --------------------------------------------------------------------------- config
 
@@ -274,45 +276,6 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
     if name == _LM_HEAD and not tied:
         plan.append(rename("lm_head.weight", "lm_head.weight"))
     return plan
-
-
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors that are copies of another CS tensor the plan reads (no HF tensor of their
-    own): the pipeline checks they are equal and counts them as converted.
-
-    ``lm_head.weight`` when ``share_embedding_weights`` (Model Zoo ``pre_model_convert``, lines
-    441-460); ``ln_f.*``, the CS model's second name of ``transformer_decoder.norm.*`` (one
-    module at two places, ``gpt2_model.py`` lines 911 and 962-972; rule ``ln_f``
-    ``exists="right"``, line 303). Only those the file has: a Trainer-saved checkpoint (and
-    ours) holds both, Model Zoo's 2.1+ converted one no tied ``lm_head`` (:func:`plan_to_cs`)."""
-    ties = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
-    if cs_model.get("share_embedding_weights", True):
-        ties["lm_head.weight"] = "embedding_layer.word_embeddings.weight"
-    return {k: v for k, v in ties.items() if k in cs}
-
-
-def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors Model Zoo drops on the way to HF, with the reason: the headless model's
-    ``lm_head`` (line 302, ``exists="right"``; converter note lines 408-417)."""
-    if name != _HEADLESS:
-        return {}
-    ties = cs_ties(cs, cs_model, name)
-    return {
-        k: "the headless HF model GPT2Model has no lm_head (Model Zoo drops it)"
-        for k in ("lm_head.weight", "lm_head.bias")
-        if k in cs and k not in ties
-    }
-
-
-def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
-    """HF tensors Model Zoo drops on the way to CS: the causal-mask buffers
-    ``h.N.attn.bias``/``masked_bias`` older transformers saved (line 306, ``exists="left"``)."""
-    pre = _prefix(name)
-    return {
-        k: "a causal-mask buffer Hugging Face regenerates"
-        for k in hf
-        if k.startswith(pre + "h.") and k.endswith((".attn.bias", ".attn.masked_bias"))
-    }
 
 
 def _hf_shapes(hf_config: Mapping[str, Any], layers: int, pre: str) -> dict[str, Shape]:

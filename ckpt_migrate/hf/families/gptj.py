@@ -14,14 +14,15 @@ the HF file has. ``_decoder_common`` says how both are carried each way.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.mapping import Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
@@ -48,14 +49,6 @@ LAYER_PAIRS = dc.gptj_style_layer(
 )
 # Model Zoo: gptj_hf_cs.py lines 86-101 (embeddings, final norm).
 TOP_PAIRS = dc.GPTJ_STYLE_TOP
-# HF buffers older transformers saved and Model Zoo skips (gptj_hf_cs.py lines 151-155).
-HF_DROPPED = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)")
-
-# The pipeline's hooks (``ckpt_migrate/hf/rules.py`` ``hook``). Model Zoo: a tied head
-# is the embeddings (``pre_model_convert``, gptj_hf_cs.py lines 319-338); the headless HF model
-# has no head (converter note, lines 245-254); the buffers are skipped (lines 151-155).
-cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS)
-hf_dropped = partial(dc.hf_dropped, pattern=HF_DROPPED)
 
 
 def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -19,6 +19,9 @@ from typing import Any
 
 from ckpt_migrate.hf.families import btlm
 from ckpt_migrate.hf.mapping import Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 JAIS = btlm.spec_of(
     __name__,
@@ -69,13 +72,3 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
     """Model Zoo: jais_hf_cs.py lines 36-138 and 374-475, CS -> HF (as btlm.plan_to_hf)."""
     return btlm.plan_to_hf(cs, cs_model, name, JAIS)
-
-
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """``ln_f.*`` and a tied ``lm_head`` (as btlm.cs_ties)."""
-    return btlm.cs_ties(cs, cs_model, name, JAIS)
-
-
-def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """An untied headless ``lm_head`` (as btlm.cs_dropped; JAIS serves no headless name)."""
-    return btlm.cs_dropped(cs, cs_model, name, JAIS)

@@ -20,6 +20,9 @@ import numpy as np
 from ckpt_migrate import catalogue
 from ckpt_migrate.catalogue.llama_like import LLAMA, MISTRAL
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
@@ -398,39 +401,6 @@ def outer_to_hf(cs: Mapping[str, Shape], cfg: Mapping[str, Any], name: str) -> l
     if not headless(name) and not cfg["share_embedding_weights"]:
         outs.append(rename("lm_head.weight", "lm_head.weight"))
     return outs
-
-
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors that are another CS tensor under a second name (the pipeline checks they are
-    equal): ``ln_f`` is ``transformer_decoder.norm`` (the GPT-2 backbone registers the final norm
-    twice; Model Zoo llama.py line 392, ``exists="right"``), and a shared ``lm_head`` is the word
-    embeddings (``share_embedding_weights``, default true)."""
-    ties = {"ln_f.weight": "transformer_decoder.norm.weight"}
-    if {**CS_DEFAULTS, **cs_model}["share_embedding_weights"]:
-        ties["lm_head.weight"] = "embedding_layer.word_embeddings.weight"
-    return {k: v for k, v in ties.items() if k in cs}
-
-
-def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors Model Zoo drops on the way to HF: the untied head of a ``-headless`` export
-    (llama.py lines 391 and 489-495: "the language model head will be dropped")."""
-    if (
-        not headless(name)
-        or "lm_head.weight" not in cs
-        or "lm_head.weight" in cs_ties(cs, cs_model, name)
-    ):
-        return {}
-    return {"lm_head.weight": "the headless HF model has no lm_head (Model Zoo drops it)"}
-
-
-def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
-    """HF tensors Model Zoo drops on the way to CS: the rotary ``inv_freq`` buffers older
-    transformers saved (llama.py lines 337-341, ``exists="left"``; CS computes its own)."""
-    return {
-        k: "a rotary buffer Hugging Face regenerates"
-        for k in hf
-        if k.endswith(".rotary_emb.inv_freq")
-    }
 
 
 def _random_head(emb: np.ndarray) -> np.ndarray:

@@ -21,12 +21,11 @@ import numpy as np
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import llama
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
-# The pipeline's optional hooks: the same tied, dropped and regenerated tensors as LLaMA.
-cs_ties = llama.cs_ties
-cs_dropped = llama.cs_dropped
-hf_dropped = llama.hf_dropped
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
 MODEL_TYPE = HF_MODEL_TYPES[0]
 

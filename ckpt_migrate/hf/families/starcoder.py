@@ -31,10 +31,12 @@ from ckpt_migrate.hf.families._gpt2_layout import (
     pairs_to_cs,
     pairs_to_hf,
     reject_mup,
-    tie_hooks,
     with_defaults,
 )
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, sections
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
@@ -196,11 +198,6 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
             qkv = cs_attn(i, "qkv", suffix)
             plan.append(_concat_rows(qkv, dst) if mq else _pack_mha(qkv, dst, heads))
     return finish_to_hf(plan, cs, cs_model, headless)
-
-
-# The pipeline hooks: ``ln_f.*`` and a tied ``lm_head`` are ties, an untied headless
-# ``lm_head`` is dropped.
-cs_ties, cs_dropped = tie_hooks(NAMES)
 
 
 def _concat_rows(srcs: Sequence[str], dst: str) -> Out:
