@@ -27,6 +27,7 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import put
 from ckpt_migrate.hops.hop import StepContext
@@ -84,7 +85,7 @@ def flip_pre_encoder_decoder_layer_norm(ctx: ConfigContext) -> None:
     §5). A config without the key ran with 1.7's default, which 1.8 reads the other way round:
     that is reported, not guessed.
     """
-    if ctx.family != "t5":
+    if ctx.family != catalogue.T5.name:
         return
     key = "use_pre_encoder_decoder_layer_norm"
     for path, model in ctx.model_sections():
@@ -113,7 +114,7 @@ def add_bert_nonlinearities(ctx: ConfigContext) -> None:
     exactly those values (MODELZOO_HISTORY.md §3.6). A 1.7 config that already has either key
     is not a 1.7 config in that respect: the key is kept and reported.
     """
-    if ctx.family != "bert":
+    if ctx.family != catalogue.BERT.name:
         return
     for path, model in ctx.model_sections():
         last = "encoder_nonlinearity" if "encoder_nonlinearity" in model else None

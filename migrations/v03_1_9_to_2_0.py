@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import put, rename, take
 from ckpt_migrate.errors import MissingLeavesError
@@ -269,13 +270,9 @@ def _set_last_epoch(ctx: StepContext, sched: DictNode, path: tuple, value: int) 
 
 # family -> (1.9 flag, norm_type when the flag is true, norm_type added when the flag is absent)
 NORM_FLAGS: dict[str, tuple[str, str, str | None]] = {
-    "gpt2": ("use_rms_norm", "rmsnorm", "layernorm"),
-    "llama": ("use_rms_norm", "rmsnorm", "layernorm"),
-    "bloom": ("use_rms_norm", "rmsnorm", "layernorm"),
-    "gptj": ("use_biasless_norm", "biasless-layernorm", None),
-    "gpt-neox": ("use_biasless_norm", "biasless-layernorm", None),
-    "codegen": ("use_biasless_norm", "biasless-layernorm", None),
-    "t5": ("use_t5_layer_norm", "rmsnorm", None),
+    r.name: (r.norm_flag.flag, r.norm_flag.when_true, r.norm_flag.when_absent)
+    for r in catalogue.families()
+    if r.norm_flag is not None
 }
 
 

@@ -27,12 +27,12 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import new_map, new_seq, put, rename, take
 from ckpt_migrate.hops.hop import StepContext
 from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
 from ckpt_migrate.models.keys import KeyRename
-from ckpt_migrate.models.names import GPT_STYLE
 from ckpt_migrate.models.steps import rename_model_keys
 
 from .v03_1_9_to_2_0 import drop_csconfig, remove_deprecated_runconfig_params
@@ -45,6 +45,9 @@ CHANGES = (
 )
 
 _REFACTOR = "2.1 embedding refactor"
+_GPT_STYLE = catalogue.layout_families(catalogue.DECODER)
+_BERT = catalogue.layout_families(catalogue.BERT_ENCODER)
+_T5 = catalogue.layout_families(catalogue.ENCODER_DECODER)
 
 # MODELZOO_HISTORY.md §3.5, 2.0→2.1 rows. Every rule also takes the optional ``model.`` prefix.
 # GPT-style models: ``Converter_GPT2LMHeadModel_CS20_CS21`` (gpt2_hf_cs.py), reused by the
@@ -53,13 +56,13 @@ POSITION_EMBEDDING_RENAMES: tuple[KeyRename, ...] = (
     KeyRename(
         "embedding_layer.position_embeddings.weight",
         "embedding_layer.position_embeddings.embed.weight",
-        GPT_STYLE,
+        _GPT_STYLE,
         f"{_REFACTOR}: learned position embeddings",
     ),
     KeyRename(
         "embedding_layer.position_embeddings",
         "embedding_layer.position_embeddings.fpe",
-        GPT_STYLE,
+        _GPT_STYLE,
         f"{_REFACTOR}: fixed position embeddings",
     ),
     # BERT (pre-training ``bert_encoder.``, fine-tuning ``bert.``): only these two
@@ -67,26 +70,26 @@ POSITION_EMBEDDING_RENAMES: tuple[KeyRename, ...] = (
     KeyRename(
         "{bert_encoder,bert}.embedding_layer.position_embeddings.weight",
         "$1.embedding_layer.position_embeddings.embed.weight",
-        ("bert",),
+        _BERT,
         f"{_REFACTOR}: learned position embeddings",
     ),
     KeyRename(
         "{bert_encoder,bert}.embedding_layer.position_embeddings",
         "$1.embedding_layer.position_embeddings.fpe",
-        ("bert",),
+        _BERT,
         f"{_REFACTOR}: fixed position embeddings",
     ),
     # T5 / transformer / UL2: encoder and decoder embeddings (``Converter_T5_CS20_CS21``).
     KeyRename(
         "{encoder,decoder}_embeddings.position_embeddings.weight",
         "$1_embeddings.position_embeddings.embed.weight",
-        ("t5",),
+        _T5,
         f"{_REFACTOR}: learned position embeddings",
     ),
     KeyRename(
         "{encoder,decoder}_embeddings.position_embeddings",
         "$1_embeddings.position_embeddings.fpe",
-        ("t5",),
+        _T5,
         f"{_REFACTOR}: fixed position embeddings",
     ),
 )
@@ -95,25 +98,25 @@ POSITION_HELPER_RENAMES: tuple[KeyRename, ...] = (
     KeyRename(
         "relative_pe_helper.relative_attention_bias.{weight,bias}",
         "embedding_layer.position_embed_helper.relative_attention_bias.$1",
-        GPT_STYLE,
+        _GPT_STYLE,
         f"{_REFACTOR}: relative position bias moves into the embedding layer",
     ),
     KeyRename(
         "relative_pe_helper.slopes",
         "embedding_layer.position_embed_helper.slopes",
-        GPT_STYLE,
+        _GPT_STYLE,
         f"{_REFACTOR}: ALiBi slopes move into the embedding layer",
     ),
     KeyRename(
         "relative_position_encoder.relative_attention_bias.{weight,bias}",
         "encoder_embeddings.position_embed_helper.relative_attention_bias.$1",
-        ("t5",),
+        _T5,
         f"{_REFACTOR}: encoder relative position bias moves into the encoder embeddings",
     ),
     KeyRename(
         "relative_position_decoder.relative_attention_bias.{weight,bias}",
         "decoder_embeddings.position_embed_helper.relative_attention_bias.$1",
-        ("t5",),
+        _T5,
         f"{_REFACTOR}: decoder relative position bias moves into the decoder embeddings",
     ),
 )

@@ -21,6 +21,7 @@ Steps for those are appended to ``OPERATIONS`` below.
 
 from __future__ import annotations
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.config import trainer_layout
 from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import take
@@ -57,7 +58,7 @@ def drop_gpt2_deprecated_keys(ctx: ConfigContext) -> None:
     ``ConfigConverter_GPT2Model_CS22_CS23`` (rules with no action for the three keys;
     MODELZOO_HISTORY.md §3.6).
     """
-    if ctx.family != "gpt2":
+    if ctx.family != catalogue.GPT2.name:
         return
     for path, model in ctx.model_sections():
         for key in GPT2_DROPPED:
@@ -162,7 +163,7 @@ def report_unknown_gpt2_model_keys(ctx: ConfigContext) -> None:
     Source: the classes named above; MODELZOO_HISTORY.md §3.8 (config conversion drops
     unmatched keys silently, which this report replaces).
     """
-    if ctx.family != "gpt2":
+    if ctx.family != catalogue.GPT2.name:
         return
     later = ctx.target and releases.get(ctx.target).version >= releases.get("2.4").version
     for path, model in ctx.model_sections():

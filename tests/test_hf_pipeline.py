@@ -17,9 +17,9 @@ from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import DictNode, MemoryData, TensorLeaf, iter_leaves
 from ckpt_migrate.format.write import write_checkpoint
 from ckpt_migrate.hf import safetensors_io as st
+from ckpt_migrate.hf.arrays import LastRead
 from ckpt_migrate.hf.export import export
 from ckpt_migrate.hf.import_ import import_hf
-from ckpt_migrate.hf.pipeline_common import LastRead
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

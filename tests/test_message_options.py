@@ -77,13 +77,16 @@ SOURCES = {
         "migrations/v0[6-9]_*.py",
         "migrations/v1[0-9]_*.py",
         *(f"ckpt_migrate/config/upgrade.py::{f}" for f in ["upgrade_config_text", "read_text"]),
-        *(f"ckpt_migrate/hf/{m}.py" for m in ["export", "safetensors_io", "pipeline_common"]),
+        *(
+            f"ckpt_migrate/hf/{m}.py"
+            for m in ["export", "safetensors_io", "rules", "arrays", "outdir"]
+        ),
         "ckpt_migrate/hf/families/*.py",
     ],
     "import-hf": [
         *READ,
         "ckpt_migrate/config/upgrade.py::upgrade_config_text",
-        *(f"ckpt_migrate/hf/{m}.py" for m in ["import_", "safetensors_io", "pipeline_common"]),
+        *(f"ckpt_migrate/hf/{m}.py" for m in ["import_", "safetensors_io", "rules", "arrays"]),
         "ckpt_migrate/hf/families/*.py",
         "ckpt_migrate/torch/hf_bin.py",
     ],

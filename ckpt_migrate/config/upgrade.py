@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.atomic import atomic_output
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.context import ConfigChange, ConfigContext, ConfigUpgrade
@@ -28,18 +29,14 @@ from ckpt_migrate.hops import graph
 from ckpt_migrate.hops.hop import Hop
 from ckpt_migrate.models.names import MODEL_NAMES, NAME_FROM_FAMILY, config_group, resolve_name
 
-# Keys only one family's 1.x/2.x model config has (Model Zoo model classes' parameters).
-_T5_KEYS = {
-    "encoder_num_hidden_layers",
-    "decoder_num_hidden_layers",
-    "d_kv",
-    "src_vocab_size",
-    "use_t5_layer_norm",
-    "use_pre_encoder_decoder_layer_norm",
-    "relative_attention_num_buckets",
-}
-_BERT_KEYS = {"disable_nsp", "pooler_nonlinearity", "mlm_nonlinearity", "num_segments"}
-_GPTJ_KEYS = {"use_biasless_norm"}
+# Keys only one family's 1.x/2.x model config has (Model Zoo model classes' parameters), from
+# the catalogue; encoder models first (BERT's markers do not count beside decoder_nonlinearity,
+# which only T5/transformer configs have).
+_MARKERS = tuple(
+    (r.name, r.config_markers, r.marker_veto)
+    for r in reversed(catalogue.families())
+    if r.config_markers
+)
 
 
 # ---------------------------------------------------------------------------- family
@@ -55,9 +52,9 @@ def family_from_config(data: Any) -> tuple[str | None, str | None, str]:
                 family, registry = MODEL_NAMES[value.strip().lower()]
                 return family, registry, f"{path}.{key} = {value!r}"
     keys = ctx.model_keys()
-    for family, markers in (("t5", _T5_KEYS), ("bert", _BERT_KEYS), ("gptj", _GPTJ_KEYS)):
+    for family, markers, veto in _MARKERS:
         found = sorted(keys & markers)
-        if found and (family != "bert" or "decoder_nonlinearity" not in keys):
+        if found and not keys & veto:
             return family, None, f"model keys only {family} configs have: {', '.join(found)}"
     return None, None, ""
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.upgrade import read_text, upgrade_config_text
@@ -29,24 +30,18 @@ from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import MissingLeaf, TensorLeaf, iter_leaves
 from ckpt_migrate.hf import safetensors_io as st
+from ckpt_migrate.hf import unconverted
+from ckpt_migrate.hf.arrays import LastRead, build_one, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, missing_inputs, unused_inputs
-from ckpt_migrate.hf.pipeline_common import (
-    LastRead,
+from ckpt_migrate.hf.outdir import atomic_dir, check_output_dir
+from ckpt_migrate.hf.rules import (
     Progress,
-    atomic_dir,
-    build_one,
     canonical_name,
-    cast,
-    check_dtype,
     check_layer_counts,
-    check_output_dir,
     family_for,
-    hook,
     mapping_failed,
-    out_dtype,
     plain,
     refuse_unused,
-    shapes_of,
     strip_model_prefix,
 )
 from ckpt_migrate.models.detect import choose_family
@@ -142,12 +137,7 @@ def export(
 # Cerebras checkpoints of these models have the same keys while their Hugging Face layouts
 # differ (Model Zoo: gptj_hf_cs.py / salesforce_codegen_hf_cs.py, gpt_neox_hf_cs.py / falcon.py,
 # llama.py / mistral.py, bert.py / roberta.py), so the keys alone cannot choose the mapping.
-_SAME_KEYS = (
-    ("gptj", "codegen"),
-    ("gpt-neox", "falcon"),
-    ("llama", "mistral"),
-    ("bert", "roberta"),
-)
+_SAME_KEYS = tuple((r.same_keys_as, r.name) for r in catalogue.RECORDS if r.same_keys_as)
 
 
 def _detected_name(family: Any, src: Path, config_text: str, config: Path) -> str:
@@ -217,8 +207,8 @@ def _export(module, name, leaves, cs_model, out, max_shard, dtype, force, drop, 
         missing = missing_inputs(plan, shapes)
         if missing:
             raise MappingError(f"model tensors the {name} rules need are missing: {missing[:3]}")
-        ties = hook(module, "cs_ties", shapes, cs_model, name)
-        dropped = hook(module, "cs_dropped", shapes, cs_model, name)
+        ties = unconverted.cs_ties(shapes, cs_model, name)
+        dropped = unconverted.cs_dropped(shapes, cs_model, name)
         unused = [n for n in unused_inputs(plan, shapes) if n not in ties and n not in dropped]
         refuse_unused(src, unused, name, drop, "model tensor")
         dropped.update({n: "not converted (--drop-unmatched-keys)" for n in unused})

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.atomic import atomic_output
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_text
@@ -25,23 +26,18 @@ from ckpt_migrate.errors import CorruptCheckpointError, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.tree import DataSource, DictNode, Leaf, TensorLeaf
 from ckpt_migrate.format.write import write_checkpoint
-from ckpt_migrate.hf import families
+from ckpt_migrate.hf import families, unconverted
 from ckpt_migrate.hf import safetensors_io as st
+from ckpt_migrate.hf.arrays import LastRead, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, Out, identity, missing_inputs, unused_inputs
-from ckpt_migrate.hf.pipeline_common import (
-    LastRead,
+from ckpt_migrate.hf.rules import (
     Progress,
     canonical_name,
-    cast,
-    check_dtype,
     check_layer_counts,
     family_for,
-    hook,
     mapping_failed,
-    out_dtype,
     plain,
     refuse_unused,
-    shapes_of,
 )
 from ckpt_migrate.migrations import v04_2_0_to_2_1 as v04
 from ckpt_migrate.models.keys import rename_for
@@ -110,7 +106,7 @@ def import_hf(
         missing = missing_inputs(plan, shapes)
         if missing:
             raise MappingError(f"HF tensors the {name} rules need are missing: {missing[:3]}")
-        dropped = hook(module, "hf_dropped", shapes, hf_config, name)
+        dropped = unconverted.hf_dropped(shapes, hf_config, name)
         unused = [n for n in unused_inputs(plan, shapes) if n not in dropped]
         out_shapes = shapes_of(plan, shapes)
         kinds = {o.name: out_dtype(o.inputs, dtypes, "float32") for o in plan}
@@ -175,11 +171,9 @@ def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
 
 def _model_from_config(src: Path, cfg: dict[str, Any]) -> str:
     """The model name ``config.json`` implies: its architecture, else its ``model_type``."""
-    for module in families.modules():
-        by_arch = {arch: n for n, arch in getattr(module, "ARCHITECTURES", {}).items()}
-        for arch in cfg.get("architectures") or []:
-            if arch in by_arch:
-                return by_arch[arch]
+    named = catalogue.hf_name_of(cfg.get("architectures") or [])
+    if named is not None:
+        return named
     module = families.by_model_type().get(str(cfg.get("model_type")))
     if module is None:
         raise UsageError(

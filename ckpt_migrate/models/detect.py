@@ -23,81 +23,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.models.keys import KeyPattern, matches_any, model_keys, split_prefix
-from ckpt_migrate.models.names import FAMILIES, GPT_STYLE, canonical_family
+from ckpt_migrate.models.names import FAMILIES, canonical_family
 
 MIN_CONFIDENCE = 0.5
 
 
 # --------------------------------------------------------------------------- key vocabulary
 
-_NORM = "{weight,bias}"
-_DECODER_KEYS = (
-    "embedding_layer.word_embeddings.weight",
-    "embedding_layer.position_embeddings",
-    "embedding_layer.position_embeddings.{weight,fpe}",
-    "embedding_layer.position_embeddings.embed.weight",
-    "embedding_layer.position_embed_helper.**",
-    "relative_pe_helper.**",
-    f"embedding_ln_f.{_NORM}",
-    f"transformer_decoder.layers.#.self_attn.proj_{{q,k,v,output}}_dense_layer.{_NORM}",
-    f"transformer_decoder.layers.#.norm{{1,2,3}}.{_NORM}",
-    f"transformer_decoder.layers.#.ffn.ffn.#.linear_layer{{,_for_glu}}.{_NORM}",
-    f"transformer_decoder.norm.{_NORM}",
-    f"ln_f.{_NORM}",
-    f"lm_head.{_NORM}",
-)
-_BERT_KEYS = (
-    "{bert_encoder,bert}.embedding_layer.{word_embeddings,segment_embeddings}.weight",
-    "{bert_encoder,bert}.embedding_layer.position_embeddings",
-    "{bert_encoder,bert}.embedding_layer.position_embeddings.{weight,fpe}",
-    "{bert_encoder,bert}.embedding_layer.position_embeddings.embed.weight",
-    f"{{bert_encoder,bert}}.embed_ln_f.{_NORM}",
-    "{bert_encoder,bert}.transformer_encoder.layers.#.self_attn."
-    f"proj_{{q,k,v,output}}_dense_layer.{_NORM}",
-    f"{{bert_encoder,bert}}.transformer_encoder.layers.#.norm{{1,2}}.{_NORM}",
-    f"{{bert_encoder,bert}}.transformer_encoder.layers.#.ffn.ffn.#.linear_layer.{_NORM}",
-    f"{{bert_encoder,bert}}.pooler.pooler.ffn.#.linear_layer.{_NORM}",
-    f"bert_mlm_head.mlm_transform.ffn.ffn.#.linear_layer.{_NORM}",
-    f"bert_mlm_head.mlm_transform.ln.{_NORM}",
-    f"bert_mlm_head.classifier.ffn.#.linear_layer.{_NORM}",
-    f"bert_cls_head.classifier.ffn.#.linear_layer.{_NORM}",
-)
-_T5_KEYS = (
-    "{encoder,decoder}_embeddings.word_embeddings.weight",
-    "{encoder,decoder}_embeddings.position_embeddings",
-    "{encoder,decoder}_embeddings.position_embeddings.{weight,fpe}",
-    "{encoder,decoder}_embeddings.position_embeddings.embed.weight",
-    f"{{encoder,decoder}}_embeddings.position_embed_helper.relative_attention_bias.{_NORM}",
-    f"relative_position_{{encoder,decoder}}.relative_attention_bias.{_NORM}",
-    "{encoder,decoder}.layers.#.{self_attn,multihead_attn}."
-    f"proj_{{q,k,v,output}}_dense_layer.{_NORM}",
-    f"{{encoder,decoder}}.layers.#.norm{{1,2,3}}.{_NORM}",
-    f"{{encoder,decoder}}.layers.#.ffn.ffn.#.linear_layer{{,_for_glu}}.{_NORM}",
-    f"{{encoder,decoder}}.norm.{_NORM}",
-    f"lm_head.{_NORM}",
-)
-# Mixtral's mixture-of-experts FFN and Gemma 2's post-norms (Release_2.10.0
-# src/cerebras/modelzoo/tools/checkpoint_converters/mixtral.py lines 96-166: ``ffn.gate``,
-# ``ffn.experts.experts.<i>.ffn.<j>.linear_layer[_for_glu]``; the fused layout the converter
-# writes, ``ffn.experts.fused_ffns.<j>.linear_layer[_for_glu].expert_weights``; 2.10's default
-# ("experimental") ``ffn.experts.experts.<i>.<j>.linear_layer[_for_glu]``; gemma2.py:
-# ``norm1_post``, ``norm3_post``).
-_MOE_KEYS = (
-    f"transformer_decoder.layers.#.ffn.gate.{_NORM}",
-    f"transformer_decoder.layers.#.ffn.experts.experts.#.ffn.#.linear_layer{{,_for_glu}}.{_NORM}",
-    "transformer_decoder.layers.#.ffn.experts.fused_ffns.#.linear_layer{,_for_glu}.expert_weights",
-    f"transformer_decoder.layers.#.ffn.experts.experts.#.#.linear_layer{{,_for_glu}}.{_NORM}",
-)
-_POST_NORM_KEYS = (f"transformer_decoder.layers.#.norm{{1,3}}_post.{_NORM}",)
-_EXTRA_DECODER_KEYS = {"mixtral": _MOE_KEYS, "gemma2": _POST_NORM_KEYS}
+_NORM = catalogue.layouts.NORM
 VOCABULARY: dict[str, tuple[KeyPattern, ...]] = {
-    **{
-        f: tuple(KeyPattern(p) for p in (*_DECODER_KEYS, *_EXTRA_DECODER_KEYS.get(f, ())))
-        for f in GPT_STYLE
-    },
-    "bert": tuple(KeyPattern(p) for p in _BERT_KEYS),
-    "t5": tuple(KeyPattern(p) for p in _T5_KEYS),
+    r.name: tuple(KeyPattern(p) for p in (*r.layout.keys, *r.extra_keys))
+    for r in catalogue.families()
+    if r.layout is not None
 }
 
 
@@ -154,7 +93,7 @@ FEATURES: dict[str, Feature] = {
         "FFN biases", ("transformer_decoder.layers.#.ffn.ffn.#.linear_layer.bias",)
     ),
     "head_bias": Feature("an LM-head bias", ("lm_head.bias",)),
-    "bert": Feature(
+    "bert_encoder": Feature(
         "a BERT encoder",
         ("{bert_encoder,bert}.embedding_layer.**", "{bert_encoder,bert}.transformer_encoder.**"),
     ),
@@ -174,128 +113,20 @@ FEATURES: dict[str, Feature] = {
     ),
     "encoder_layers": Feature("encoder layers", ("encoder.layers.#.**",)),
     "cross_attention": Feature("decoder cross-attention", ("decoder.layers.#.multihead_attn.**",)),
-    "moe": Feature("mixture-of-experts FFNs", _MOE_KEYS),
-    "post_norms": Feature("post-attention/FFN norms", _POST_NORM_KEYS),
+    "moe": Feature("mixture-of-experts FFNs", catalogue.layouts.MOE_KEYS),
+    "post_norms": Feature("post-attention/FFN norms", catalogue.layouts.POST_NORM_KEYS),
 }
 
 # Each family's signature: feature -> whether its keys show it. Anchors (first) must be present.
 SIGNATURES: dict[str, tuple[tuple[str, ...], dict[str, bool]]] = {
-    "gpt2": (
-        ("decoder",),
-        {
-            "absolute_positions": True,
-            "alibi": False,
-            "embedding_norm": False,
-            "gated_ffn": False,
-            "second_norm": True,
-            "norm_bias": True,
-            "attention_bias": True,
-            "ffn_bias": True,
-            "head_bias": False,
-        },
-    ),
-    "gptj": (
-        ("decoder",),
-        {
-            "absolute_positions": False,
-            "alibi": False,
-            "embedding_norm": False,
-            "gated_ffn": False,
-            "second_norm": False,
-            "norm_bias": True,
-            "attention_bias": False,
-            "ffn_bias": True,
-            "head_bias": True,
-        },
-    ),
-    "gpt-neox": (
-        ("decoder",),
-        {
-            "absolute_positions": False,
-            "alibi": False,
-            "embedding_norm": False,
-            "gated_ffn": False,
-            "second_norm": True,
-            "norm_bias": True,
-            "attention_bias": True,
-            "ffn_bias": True,
-            "head_bias": False,
-        },
-    ),
-    "llama": (
-        ("decoder",),
-        {
-            "absolute_positions": False,
-            "alibi": False,
-            "embedding_norm": False,
-            "gated_ffn": True,
-            "second_norm": True,
-            "norm_bias": False,
-            "attention_bias": False,
-            "ffn_bias": False,
-            "head_bias": False,
-            "moe": False,
-            "post_norms": False,
-        },
-    ),
-    "bloom": (
-        ("decoder",),
-        {
-            "absolute_positions": False,
-            "alibi": True,
-            "embedding_norm": True,
-            "gated_ffn": False,
-            "second_norm": True,
-            "norm_bias": True,
-            "attention_bias": True,
-            "ffn_bias": True,
-            "head_bias": False,
-        },
-    ),
-    "falcon": (
-        ("decoder",),
-        {
-            "absolute_positions": False,
-            "alibi": False,
-            "embedding_norm": False,
-            "gated_ffn": False,
-            "norm_bias": True,
-            "attention_bias": False,
-            "ffn_bias": False,
-            "head_bias": False,
-        },
-    ),
-    "mixtral": (
-        ("decoder", "moe"),
-        {
-            "absolute_positions": False,
-            "alibi": False,
-            "second_norm": True,
-            "norm_bias": False,
-            "attention_bias": False,
-            "head_bias": False,
-        },
-    ),
-    "gemma2": (
-        ("decoder", "post_norms"),
-        {
-            "absolute_positions": False,
-            "alibi": False,
-            "gated_ffn": True,
-            "second_norm": True,
-            "norm_bias": False,
-            "attention_bias": False,
-            "head_bias": False,
-        },
-    ),
-    "bert": (("bert",), {"bert_segments": True, "bert_heads": True, "decoder": False}),
-    "t5": (
-        ("encoder_decoder_embeddings",),
-        {"encoder_layers": True, "cross_attention": True, "decoder": False, "bert": False},
-    ),
+    r.name: (r.signature.anchors, r.signature.expected)
+    for r in catalogue.families()
+    if r.signature is not None
 }
-SIGNATURES["codegen"] = SIGNATURES["gptj"]  # CodeGen is GPT-J's model (same converters' keys)
-SAME_KEYS = {"gptj": "codegen", "codegen": "gptj"}
+# Families with one signature: their keys are the same (CodeGen is GPT-J's model).
+SAME_KEYS = {
+    a: b for a in SIGNATURES for b in SIGNATURES if a != b and SIGNATURES[a] == SIGNATURES[b]
+}
 
 
 @dataclass

@@ -1,37 +1,24 @@
-"""The one table of model names: every name ``--model``, ``convert_checkpoint.py`` and a config's
-own model name may use, with the family whose steps apply and Model Zoo's registry name.
+"""The name tables: every name ``--model``, ``convert_checkpoint.py`` and a config's own model
+name may use, with the family whose steps apply and Model Zoo's registry name, as the catalogue
+(``ckpt_migrate/catalogue``) declares them.
 
 Model Zoo 2.10 knows 54 converter model names: the keys of ``converters`` plus the aliases added
 below it (tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/
-registry.py``, lines 173-333). :data:`MODELZOO_NAMES` lists them all, spelled as there.
+registry.py``, lines 173-333). :data:`MODELZOO_NAMES` lists them all, spelled and ordered as
+there. Families are key layouts (MODELZOO_HISTORY.md §3.5): :data:`GPT_STYLE` are the decoder
+LMs of one ``GPT2LMHeadModel`` layout, :data:`KEYLESS` the families without a key table (every
+hop applies only its model-independent steps, as Model Zoo's fallback converters do).
+``-headless`` names are the same models without ``lm_head``; they share the family's steps.
 
-Families are key layouts (MODELZOO_HISTORY.md §3.5): the decoder LMs are all one
-``GPT2LMHeadModel`` configured per family, so their CS↔CS key renames are the GPT-2 ones
-(``Converter_BTLMLMHeadModel_CS20_CS21``, ``Converter_JAISLMHeadModel_CS20_CS21`` and
-``Converter_StarcoderLMHeadModel_CS20_CS21`` subclass ``Converter_GPT2LMHeadModel_CS20_CS21``:
-Release_2.10.0 ``btlm_hf_cs.py``, ``jais_hf_cs.py``, ``starcoder.py``); RoBERTa converts with
-``Converter_Bert_CS20_CS21`` (registry.py lines 294-297). Models Model Zoo only converts from 2.1 or
-later (Mistral, Mixtral, Gemma 2, SantaCoder: only ``HF_CS2x`` converters, so only the
-fallback converters for later hops, ``convert_checkpoint.py`` ``get_model_converter``) have no
-model key renames at any hop. The rest (``KEYLESS``: CLIP-ViT, DPO, Dragon, ESM-2, LLaVA,
-MM-Simple-LLaVA) are not decoder or encoder LMs of the tabulated layouts: every hop applies
-only its model-independent steps, as Model Zoo's fallback converters do, and their keys are not
-checked against a key table.
-
-``-headless`` names are the same models without ``lm_head`` (Model Zoo's ``*Model_HF_CS*``
-converters, registry.py); they share the family's steps.
-
-Registry names: ``src/cerebras/modelzoo/registry/registry.yaml`` and ``_model_aliases``
-(Release_2.10.0 registry.py lines 338-378), written as ``trainer.init.model.name`` from 2.4 on.
-GPT-NeoX configs run as ``gptj`` in Model Zoo's own trainer-layout configs
-(``models/nlp/gptj/configs/params_gpt_neox_*.yaml``). ``None`` where Model Zoo has none (BERT
-QA, UL2, Flan-UL2, Dragon and SQLCoder have no registry entry or alias).
+Registry names (``trainer.init.model.name`` from 2.4 on): ``registry.yaml`` and
+``_model_aliases`` (Release_2.10.0 registry.py lines 338-378); ``None`` where Model Zoo has none.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.errors import UsageError
 
 
@@ -55,136 +42,27 @@ class ModelName:
 
 
 # Decoder LMs: one GPT2LMHeadModel key layout, configured per family.
-GPT_STYLE: tuple[str, ...] = (
-    "gpt2",
-    "gptj",
-    "gpt-neox",
-    "codegen",
-    "llama",
-    "bloom",
-    "falcon",
-    "btlm",
-    "jais",
-    "starcoder",
-    "santacoder",
-    "mistral",
-    "mixtral",
-    "gemma2",
-)
+GPT_STYLE: tuple[str, ...] = catalogue.layout_families(catalogue.DECODER)
 # Families without a key table: only the model-independent steps apply.
-KEYLESS: tuple[str, ...] = ("clip-vit", "dpo", "dragon", "esm-2", "llava", "mmsimple-llava")
-FAMILIES: tuple[str, ...] = (*GPT_STYLE, "bert", "t5", *KEYLESS)
+KEYLESS: tuple[str, ...] = tuple(r.name for r in catalogue.families() if r.layout is None)
+FAMILIES: tuple[str, ...] = tuple(r.name for r in catalogue.families())
 
-
-def _with_headless(name: str, family: str, registry: str | None) -> tuple[ModelName, ...]:
-    return (
-        ModelName(name, family, registry),
-        ModelName(f"{name}-headless", family, registry, True),
-    )
-
-
-MODELZOO_NAMES: tuple[ModelName, ...] = (
-    ModelName("bert", "bert", "bert"),
-    ModelName("bert-sequence-classifier", "bert", "bert/classifier"),
-    ModelName("bert-token-classifier", "bert", "bert/token_classifier"),
-    ModelName("bert-summarization", "bert", "bert/extractive_summarization"),
-    ModelName("bert-qa", "bert", None),
-    *_with_headless("bloom", "bloom", "bloom"),
-    *_with_headless("btlm", "btlm", "btlm"),
-    ModelName("clip-vit", "clip-vit", "vision_transformer"),
-    *_with_headless("codegen", "codegen", "gptj"),
-    ModelName("esm-2", "esm-2", "esm2"),
-    ModelName("dpo", "dpo", "dpo"),
-    ModelName("dragon", "dragon", None),
-    *_with_headless("falcon", "falcon", "falcon"),
-    ModelName("gemma2", "gemma2", "gemma2"),
-    *_with_headless("gpt2", "gpt2", "gpt2"),
-    *_with_headless("gptj", "gptj", "gptj"),
-    *_with_headless("gpt-neox", "gpt-neox", "gptj"),
-    ModelName("jais", "jais", "jais"),
-    *_with_headless("llama", "llama", "llama"),
-    ModelName("llava", "llava", "llava"),
-    ModelName("mmsimple-llava", "mmsimple-llava", "multimodal_simple"),
-    *_with_headless("mistral", "mistral", "mistral"),
-    *_with_headless("mixtral", "mixtral", "mixtral"),
-    ModelName("roberta", "bert", "bert"),
-    *_with_headless("santacoder", "santacoder", "santacoder"),
-    *_with_headless("starcoder", "starcoder", "starcoder"),
-    ModelName("t5", "t5", "t5"),
-    ModelName("ul2", "t5", None),
-    ModelName("flan-ul2", "t5", None),
-    ModelName("transformer", "t5", "transformer"),
-    *_with_headless("llamaV2", "llama", "llama"),
-    *_with_headless("code-llama", "llama", "llama"),
-    *_with_headless("octocoder", "starcoder", "starcoder"),
-    *_with_headless("wizardcoder", "starcoder", "gpt2"),
-    *_with_headless("sqlcoder", "starcoder", None),
-    *_with_headless("wizardlm", "llama", "llama"),
+MODELZOO_NAMES: tuple[ModelName, ...] = tuple(
+    ModelName(n.name, r.family, n.registry, n.headless) for n, r in catalogue.modelzoo_names()
 )
 
 # The oldest release each Model Zoo 2.10 converter list converts from (see
 # ModelName.modelzoo_from), per registry key; aliases share their target's list.
 MODELZOO_FROM: dict[str, str] = {
-    "bert": "1.7",
-    "bert-sequence-classifier": "1.7",
-    "bert-token-classifier": "1.7",
-    "bert-summarization": "1.7",
-    "bert-qa": "1.7",
-    "bloom": "1.9",
-    "bloom-headless": "2.1",
-    "btlm": "2.0",
-    "btlm-headless": "2.1",
-    "clip-vit": "2.1",
-    "codegen": "1.8",
-    "codegen-headless": "2.0",
-    "esm-2": "2.1",
-    "dpo": "2.1",
-    "dragon": "2.3",
-    "falcon": "2.0",
-    "falcon-headless": "2.1",
-    "gemma2": "2.3",
-    "gpt2": "1.8",
-    "gpt2-headless": "2.1",
-    "gptj": "1.8",
-    "gptj-headless": "2.0",
-    "gpt-neox": "1.8",
-    "gpt-neox-headless": "2.1",
-    "jais": "2.0",
-    "llama": "1.9",
-    "llama-headless": "2.1",
-    "llava": "2.2",
-    "mmsimple-llava": "2.3",
-    "mistral": "2.1",
-    "mistral-headless": "2.1",
-    "mixtral": "2.3",
-    "mixtral-headless": "2.3",
-    "roberta": "2.0",
-    "santacoder": "2.1",
-    "santacoder-headless": "2.1",
-    "starcoder": "2.0",
-    "starcoder-headless": "2.1",
-    "t5": "1.7",
+    n.name: n.since for n, _ in catalogue.modelzoo_names() if n.since is not None
 }
 _ALIAS_OF: dict[str, str] = {
-    "ul2": "t5",
-    "flan-ul2": "t5",
-    "transformer": "t5",
-    **{a: "llama" for a in ("llamaV2", "code-llama", "wizardlm")},
-    **{a: "starcoder" for a in ("octocoder", "wizardcoder", "sqlcoder")},
-    **{f"{a}-headless": "llama-headless" for a in ("llamaV2", "code-llama", "wizardlm")},
-    **{f"{a}-headless": "starcoder-headless" for a in ("octocoder", "wizardcoder", "sqlcoder")},
+    n.name: n.alias_of for n, _ in catalogue.modelzoo_names() if n.alias_of is not None
 }
 
 # Further names this tool accepts: registry spellings and common aliases.
 _MORE_NAMES: dict[str, tuple[str, str | None]] = {
-    "gpt3": ("gpt2", "gpt3"),
-    "llama2": ("llama", "llama"),
-    "bert/classifier": ("bert", "bert/classifier"),
-    "bert/token_classifier": ("bert", "bert/token_classifier"),
-    "bert/extractive_summarization": ("bert", "bert/extractive_summarization"),
-    "bert-q&a": ("bert", None),
-    "esm2": ("esm-2", "esm2"),
-    "multimodal_simple": ("mmsimple-llava", "multimodal_simple"),
+    name: (r.family, registry) for r in catalogue.RECORDS for name, registry in r.more_names
 }
 
 # name (lower case) -> (family, registry name or None)
@@ -194,14 +72,7 @@ MODEL_NAMES: dict[str, tuple[str, str | None]] = {
 }
 # Families whose Model Zoo name follows from the family alone (no variants to tell apart).
 NAME_FROM_FAMILY: dict[str, str] = {
-    "gpt2": "gpt2",
-    "gptj": "gptj",
-    "gpt-neox": "gptj",
-    "llama": "llama",
-    "bloom": "bloom",
-    "falcon": "falcon",
-    "mixtral": "mixtral",
-    "gemma2": "gemma2",
+    r.name: r.registry for r in catalogue.families() if r.registry is not None
 }
 ALIASES: dict[str, str] = {n: fam for n, (fam, _) in MODEL_NAMES.items() if n not in FAMILIES}
 
@@ -228,5 +99,7 @@ def canonical_family(name: str) -> tuple[str, str | None]:
 
 
 def config_group(family: str) -> str:
-    """GPT-J, NeoX and CodeGen configs share their keys (one model class in Model Zoo)."""
-    return "gptj" if family in ("gptj", "gpt-neox", "codegen") else family
+    """The families sharing ``family``'s config keys (GPT-J, NeoX and CodeGen: one model class
+    in Model Zoo), by the name of one of them."""
+    record = catalogue.by_family(family) if family in FAMILIES else None
+    return (record.config_group if record else None) or family

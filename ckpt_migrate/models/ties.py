@@ -1,4 +1,5 @@
-"""Model families: which state-dict keys are tied (one tensor under two names).
+"""Model families: which state-dict keys are tied (one tensor under two names), from the
+catalogue's layouts.
 
 Learned from MODELZOO_HISTORY.md §1.2 and §1.5: the 2.0 ``fix_checkpoint_spec`` alias table
 (GPT-style names, matched by suffix) and the 2.1+ CS18/19→CS20 converters
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_migrate.models.names import GPT_STYLE
+from ckpt_migrate import catalogue
 
 
 @dataclass(frozen=True)
@@ -29,37 +30,12 @@ class TieRule:
         return bool(model_config.get(self.config_flag, True))
 
 
-TIE_RULES: tuple[TieRule, ...] = (
-    # GPT-2/3, GPT-J, NeoX, Codegen, Llama, Bloom, Falcon: lm_head shares the word embeddings when
-    # share_embedding_weights (default true); 1.7 GPT-2 kept ln_f and transformer_decoder.norm.
-    TieRule(
-        "lm_head.weight",
-        "embedding_layer.word_embeddings.weight",
-        GPT_STYLE,
-        "share_embedding_weights",
-    ),
-    TieRule("ln_f.weight", "transformer_decoder.norm.weight", GPT_STYLE),
-    TieRule("ln_f.bias", "transformer_decoder.norm.bias", GPT_STYLE),
-    # BERT (and its fine-tuning variants): the MLM classifier shares the word embeddings.
-    TieRule(
-        "bert_mlm_head.classifier.ffn.0.linear_layer.weight",
-        "bert_encoder.embedding_layer.word_embeddings.weight",
-        ("bert",),
-        "share_embedding_weights",
-    ),
-    # T5 / transformer / UL2: encoder and decoder embeddings, and lm_head with the decoder's.
-    TieRule(
-        "encoder_embeddings.word_embeddings.weight",
-        "decoder_embeddings.word_embeddings.weight",
-        ("t5",),
-        "share_encoder_decoder_embedding",
-    ),
-    TieRule(
-        "lm_head.weight",
-        "decoder_embeddings.word_embeddings.weight",
-        ("t5",),
-        "share_embedding_weights",
-    ),
+# Each layout's ties (catalogue.layouts), for the families of that layout: GPT-style lm_head and
+# ln_f, BERT's MLM classifier, T5's encoder/decoder embeddings and lm_head.
+TIE_RULES: tuple[TieRule, ...] = tuple(
+    TieRule(tie.a, tie.b, catalogue.layout_families(layout), tie.config_flag)
+    for layout in catalogue.LAYOUTS
+    for tie in layout.ties
 )
 
 

@@ -1,21 +1,16 @@
-"""One module per model family (the contract: ``ckpt_migrate.hf.mapping.Family``), found by
-name: every module here that defines ``NAMES`` serves those Model Zoo model names."""
+"""The Hugging Face rules modules (the contract: ``ckpt_migrate.hf.mapping.Family``), found
+through the catalogue: each record's ``hf.module`` names the module that converts it."""
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from types import ModuleType
+
+from ckpt_migrate import catalogue
 
 
 def modules() -> list[ModuleType]:
-    found = []
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if not info.name.startswith("_"):
-            module = importlib.import_module(f"{__name__}.{info.name}")
-            if hasattr(module, "NAMES"):
-                found.append(module)
-    return found
+    return [importlib.import_module(f"{__name__}.{m}") for m in sorted(catalogue.hf_modules())]
 
 
 def by_name() -> dict[str, ModuleType]:

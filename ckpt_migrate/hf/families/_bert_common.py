@@ -110,10 +110,6 @@ def finish(plan: list[Out], source: Mapping[str, Shape], side: str) -> list[Out]
     return plan
 
 
-def dropped_by(pattern: re.Pattern[str], names: Mapping[str, Shape], why: str) -> dict[str, str]:
-    return {n: why for n in names if pattern.fullmatch(n)}
-
-
 def hf_source(hf: Mapping[str, Shape], name: str) -> str:
     """The HF tensor to read for ``name``: old HF BERT files call LayerNorm parameters ``gamma``
     and ``beta`` (Converter_BertLayerNorm_HF_CS, bert.py lines 39-66)."""

@@ -14,7 +14,6 @@ BLOOM). Model Zoo writes both on the way to CS (``replace_final_norm``) and so d
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple
@@ -26,7 +25,6 @@ from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs, re
 Shapes = Mapping[str, Shape]  # tensor name -> shape
 Config = Mapping[str, Any]
 Pairs = Sequence[tuple[str, str]]  # (HF name, CS name)
-Hook = Callable[[Shapes, Config, str], dict[str, str]]  # a pipeline hook, name -> why
 
 EMBED = "embedding_layer.word_embeddings.weight"
 HEAD = "lm_head.weight"
@@ -457,41 +455,3 @@ def plan_to_hf(
             in_cs = HEAD_BIAS in cs
             plan.append(rename(HEAD_BIAS, HEAD_BIAS) if in_cs else zero_bias(cfg["vocab_size"]))
     return finish(plan, cs)
-
-
-def cs_ties(cs: Shapes, cs_model: Config, name: str, *, defaults: Config) -> dict[str, str]:
-    """Hook: CS tensors that copy another one the plan reads, when both are present: ``ln_f.*``
-    of ``transformer_decoder.norm.*`` (one module, see above) and ``lm_head.weight`` when
-    ``share_embedding_weights`` (Model Zoo's ``pre_model_convert``); HF's ``save_pretrained``
-    does not store a tied head either."""
-    ties = dict(LN_F)
-    if get(cs_model, "share_embedding_weights", defaults):
-        ties[HEAD] = EMBED
-    return {k: v for k, v in ties.items() if k in cs and v in cs}
-
-
-def cs_dropped(
-    cs: Shapes, cs_model: Config, name: str, *, defaults: Config, slopes: Sequence[str] = ()
-) -> dict[str, str]:
-    """Hook: CS tensors Model Zoo leaves out on the way to HF, with the reason: the ALiBi
-    ``slopes`` names (HF computes them) and the head of a headless model."""
-    out = {n: "ALiBi slopes, which HF computes itself" for n in slopes if n in cs}
-    if name.endswith("-headless"):
-        ties = cs_ties(cs, cs_model, name, defaults=defaults)
-        why = "the headless HF model has no lm_head (Model Zoo drops it)"
-        out.update({n: why for n in (HEAD, HEAD_BIAS) if n in cs and n not in ties})
-    return out
-
-
-def cs_hooks(defaults: Config, slopes: Sequence[str] = ()) -> tuple[Hook, Hook]:
-    """The family's :func:`cs_ties` and :func:`cs_dropped` hooks (``defaults``: its CS
-    defaults; ``slopes``: the ALiBi slope names Model Zoo drops)."""
-    ties = partial(cs_ties, defaults=defaults)
-    return ties, partial(cs_dropped, defaults=defaults, slopes=slopes)
-
-
-def hf_dropped(
-    hf: Shapes, hf_config: Config, name: str, *, pattern: re.Pattern[str]
-) -> dict[str, str]:
-    """Hook: HF buffers (full matches of ``pattern``) older transformers saved, Model Zoo skips."""
-    return {n: "a buffer Hugging Face regenerates" for n in hf if pattern.fullmatch(n)}

@@ -11,7 +11,7 @@ and the config rules of ``ConfigConverter_GPT2Model_HF_CS17`` and ``_CS20`` (gpt
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -342,17 +342,6 @@ def cs_tie_map(cs: Mapping[str, Shape], cs_model: Mapping[str, Any]) -> dict[str
     return {k: v for k, v in ties.items() if k in cs and v in cs}
 
 
-def head_dropped_map(
-    cs: Mapping[str, Shape], cs_model: Mapping[str, Any], headless: bool
-) -> dict[str, str]:
-    """The ``cs_dropped`` hook: exporting a headless model drops an untied CS ``lm_head``
-    (Model Zoo's ``*Model_HF_CS21`` converter note; a tied one is a tie, checked)."""
-    if not headless or "lm_head.weight" in cs_tie_map(cs, cs_model):
-        return {}
-    why = "the headless HF model has no lm_head (Model Zoo drops it)"
-    return {k: why for k in ("lm_head.weight",) if k in cs}
-
-
 def checked(
     plan: list[Out],
     available: Mapping[str, Shape],
@@ -392,23 +381,3 @@ def finish_to_hf(
     plan = plan + lm_head_to_hf(cs, hf_prefix(headless), _tied_cs(cs_model), headless)
     dropped = re.compile(r"lm_head\.weight") if headless else None
     return checked(plan, cs, dropped, cs_tie_map(cs, cs_model))
-
-
-Hook = Callable[[Mapping[str, Shape], Mapping[str, Any], str], dict[str, str]]
-
-
-def tie_hooks(names: Sequence[str]) -> tuple[Hook, Hook]:
-    """The pipeline hooks ``cs_ties`` and ``cs_dropped`` of a family serving ``names``: the CS
-    copies the pipeline checks equal to the tensor the plan reads (:func:`cs_tie_map`), and an
-    untied headless ``lm_head`` (:func:`head_dropped_map`)."""
-
-    def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-        check_name(name, names)
-        return cs_tie_map(cs, cs_model)
-
-    def cs_dropped(
-        cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str
-    ) -> dict[str, str]:
-        return head_dropped_map(cs, cs_model, check_name(name, names))
-
-    return cs_ties, cs_dropped

@@ -23,10 +23,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families._bert_common import (
     bitwise_equal,  # noqa: F401 (the tied-copy check, tested as bert.bitwise_equal)
     check_name,
-    dropped_by,
     expect,
     finish,
     hf_source,
@@ -34,19 +34,22 @@ from ckpt_migrate.hf.families._bert_common import (
     mlm_bias_to_cs,
     mlm_to_hf,
     mlm_weights_to_cs,
-    mlm_word,
     with_defaults,
 )
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES = ("bert", "bert-sequence-classifier", "bert-token-classifier", "bert-qa")
-HF_MODEL_TYPES = ("bert",)
-ARCHITECTURES = {
-    "bert": "BertForPreTraining",
-    "bert-sequence-classifier": "BertForSequenceClassification",
-    "bert-token-classifier": "BertForTokenClassification",
-    "bert-qa": "BertForQuestionAnswering",
-}
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
+ARCHITECTURES = catalogue.hf_architectures(__name__)
+_NAME_OF = {cls: name for name, cls in ARCHITECTURES.items()}
+PRETRAINING = _NAME_OF["BertForPreTraining"]  # the others are fine-tuning models
+SEQUENCE_CLASSIFIER = _NAME_OF["BertForSequenceClassification"]
+QA = _NAME_OF["BertForQuestionAnswering"]
+TOKEN_CLASSIFIER = _NAME_OF["BertForTokenClassification"]
 # HF tensors Model Zoo drops on import: the position_ids buffer older transformers saved
 # (bert.py lines 113-118). (The duplicate decoder bias, line 589, is read and dropped by
 # mlm_to_cs.)
@@ -113,7 +116,6 @@ MUP_NEUTRAL: dict[str, tuple[Any, ...]] = {
     "attention_logits_alpha": (None, 1.0),
     "scale_qk_dot_by_d": (None, False),
 }
-
 
 # ----------------------------------------------------------------------------- config helpers
 
@@ -192,7 +194,7 @@ def _head_config_to_cs(hf: Mapping[str, Any], name: str) -> dict[str, Any]:
     dropout = hf.get("classifier_dropout")
     if dropout is None:
         dropout = hf["hidden_dropout_prob"]
-    if name == "bert-sequence-classifier":
+    if name == SEQUENCE_CLASSIFIER:
         labels = _num_labels(hf)
         problem = hf.get("problem_type")
         if problem is None:
@@ -203,32 +205,32 @@ def _head_config_to_cs(hf: Mapping[str, Any], name: str) -> dict[str, Any]:
                 )
             problem = "regression"
         return {"task_dropout": dropout, "num_labels": labels, "problem_type": problem}
-    if name == "bert-token-classifier":
+    if name == TOKEN_CLASSIFIER:
         return {
             "encoder_output_dropout_rate": dropout,
             "num_classes": _num_labels(hf),
             "loss_weight": 1.0,
             "include_padding_in_loss": False,
         }
-    if name == "bert-qa" and _num_labels(hf) != 2:
+    if name == QA and _num_labels(hf) != 2:
         raise MappingError(f"num_labels={_num_labels(hf)}: BERT QA has exactly 2 (start, end)")
     return {}
 
 
 def _head_config_to_hf(cs: Mapping[str, Any], name: str) -> dict[str, Any]:
-    if name == "bert-sequence-classifier":
+    if name == SEQUENCE_CLASSIFIER:
         out = {"num_labels": cs.get("num_labels", 2)}
         if "task_dropout" in cs:
             out["classifier_dropout"] = cs["task_dropout"]
         if "problem_type" in cs:
             out["problem_type"] = cs["problem_type"]
         return out
-    if name == "bert-token-classifier":
+    if name == TOKEN_CLASSIFIER:
         out = {"num_labels": cs.get("num_classes", 2)}
         if "encoder_output_dropout_rate" in cs:
             out["classifier_dropout"] = cs["encoder_output_dropout_rate"]
         return out
-    if name == "bert-qa":
+    if name == QA:
         return {"num_labels": 2}
     return {}
 
@@ -243,7 +245,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
         raise MappingError("disable_nsp=True: HF BERT models keep the NSP segment embeddings")
     if cs.get("num_segments") not in (None, 2):  # None: 2 with NSP (bert_model.py line 206)
         raise MappingError(f"num_segments={cs['num_segments']!r}: HF BERT has type_vocab_size=2")
-    out = {"architectures": [ARCHITECTURES[name]], "model_type": "bert"}
+    out = {"architectures": [ARCHITECTURES[name]], "model_type": MODEL_TYPE}
     out.update(encoder_config_to_hf(cs))
     out.update(_head_config_to_hf(cs, name))
     return out
@@ -254,7 +256,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     ``pooler_nonlinearity: tanh`` and ``mlm_nonlinearity`` = ``hidden_act`` (bert.py lines
     1077-1082), BERT pretraining also ``freeze_ffn_bias_in_glu: False`` (line 1228)."""
     check_name(name, NAMES)
-    if hf_config.get("model_type", "bert") != "bert":
+    if hf_config.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise MappingError(f"model_type={hf_config['model_type']!r}: expected 'bert'")
     hf = with_defaults(hf_config, HF_DEFAULTS)
     expect(hf, HF_REQUIRED, "CS")
@@ -262,7 +264,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     out.update(_head_config_to_cs(hf, name))
     out["pooler_nonlinearity"] = "tanh"
     out["mlm_nonlinearity"] = out["encoder_nonlinearity"]
-    if name == "bert":
+    if name == PRETRAINING:
         out["freeze_ffn_bias_in_glu"] = False
     return out
 
@@ -311,21 +313,21 @@ _CS_WORD = "embedding_layer.word_embeddings.weight"
 def _prefixes(name: str) -> tuple[str, str]:
     """BertPretrainModel names its encoder ``bert_encoder``, the fine-tuning models ``bert``
     (bert.py line 544, bert_finetune.py line 47)."""
-    return ("bert_encoder." if name == "bert" else "bert."), "bert."
+    return ("bert_encoder." if name == PRETRAINING else "bert."), "bert."
 
 
 def _body_pairs(name: str, layers: int) -> list[Pair]:
     """Encoder plus the heads other than the MLM decoder (bert.py lines 549-599, bert_finetune.py
     lines 51-54 and 447-453). HF token classification and QA have no pooler."""
     cs_p, hf_p = _prefixes(name)
-    pooler = name in ("bert", "bert-sequence-classifier")
+    pooler = name in (PRETRAINING, SEQUENCE_CLASSIFIER)
     pairs = encoder_pairs(cs_p, hf_p, layers, segments=True, pooler=pooler)
-    if name == "bert":
+    if name == PRETRAINING:
         t = "bert_mlm_head.mlm_transform."
         pairs += _linear(f"{t}ffn.ffn.0.linear_layer", "cls.predictions.transform.dense")
         pairs += _linear(f"{t}ln", "cls.predictions.transform.LayerNorm")
         pairs += _linear("bert_cls_head.classifier.ffn.0.linear_layer", "cls.seq_relationship")
-    elif name == "bert-qa":
+    elif name == QA:
         pairs += _linear("classifier", "qa_outputs")
     else:
         pairs += _linear("classifier", "classifier")
@@ -341,7 +343,7 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
     plan = [rename(c, h) for c, h in _body_pairs(name, layers)]
     cs_p, hf_p = _prefixes(name)
     hf_word = f"{hf_p}embeddings.word_embeddings.weight"
-    if name == "bert":
+    if name == PRETRAINING:
         share = cs_model.get("share_embedding_weights", True)
         plan += mlm_to_hf(cs, share, f"{cs_p}{_CS_WORD}", hf_word, "cls.predictions")
     else:
@@ -360,25 +362,10 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
     plan = [rename(hf_source(hf, h), c) for c, h in _body_pairs(name, layers)]
     cs_p, hf_p = _prefixes(name)
     hf_word = f"{hf_p}embeddings.word_embeddings.weight"
-    if name == "bert":
+    if name == PRETRAINING:
         tie = hf_config.get("tie_word_embeddings", True)
         plan += mlm_weights_to_cs(hf, tie, f"{cs_p}{_CS_WORD}", hf_word, "cls.predictions")
         plan.append(mlm_bias_to_cs(hf, "cls.predictions"))
     else:
         plan.append(rename(hf_word, f"{cs_p}{_CS_WORD}"))
     return finish(plan, hf, "HF")
-
-
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """Pipeline hook: CS tensors that are another CS tensor under a second name (the pipeline
-    checks they are equal): a tied MLM decoder weight and the word embeddings of
-    ``BertPretrainModel`` (bert.py lines 716-739, 1094-1123)."""
-    if name != "bert":
-        return {}
-    share = cs_model.get("share_embedding_weights", True)
-    return mlm_word(cs, share, f"{_prefixes(name)[0]}{_CS_WORD}")[1]
-
-
-def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
-    """Pipeline hook: HF tensors Model Zoo drops on import (bert.py lines 113-118)."""
-    return dropped_by(HF_DROPPED, hf, "HF buffer, regenerated by transformers (Model Zoo drops it)")

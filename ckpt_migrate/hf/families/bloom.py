@@ -24,13 +24,18 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES = ("bloom", "bloom-headless")
-HF_MODEL_TYPES = ("bloom",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
 # The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = {"bloom": "BloomForCausalLM", "bloom-headless": "BloomModel"}
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 LABEL = "BLOOM"  # in messages
 
 # Model Zoo: bloom_hf_cs.py lines 612-625, HF defaults filled in first.
@@ -85,13 +90,6 @@ TOP_PAIRS = (
     ("ln_f.bias", "transformer_decoder.norm.bias"),
 )
 SLOPES = "embedding_layer.position_embed_helper.slopes"  # 2.1+ (Model Zoo line 975)
-CS_DROPPED = (SLOPES, "relative_pe_helper.slopes")  # the second is the 2.0 spelling
-
-
-# The pipeline's hooks (``ckpt_migrate/hf/pipeline_common.py`` ``hook``). Model Zoo: a tied head
-# is the embeddings (``pre_model_convert``, bloom_hf_cs.py lines 742-761); the headless HF model
-# has no head (converter note, lines 405-413); the slopes, which HF computes (lines 970-982).
-cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS, CS_DROPPED)
 
 
 def _check_cs(cs: Mapping[str, Any]) -> None:
@@ -114,7 +112,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     ``filter_size`` = 4 * ``hidden_size``). ``embedding_dropout_rate: 0.0`` is written too so
     that the CS config converts back (Model Zoo would default it to ``dropout_rate``)."""
     dc.check_name(name, NAMES)
-    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, "bloom")
+    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, MODEL_TYPE)
     if hf.get("n_embed") is not None:
         hf["hidden_size"] = hf["n_embed"]
     if hf["apply_residual_connection_post_layernorm"]:
@@ -149,7 +147,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     _check_cs(cs_model)
     cs = {**CS_DEFAULTS, **cs_model}
     return {
-        **dc.hf_header(ARCHITECTURES, name, "bloom"),
+        **dc.hf_header(ARCHITECTURES, name, MODEL_TYPE),
         "vocab_size": cs["vocab_size"],
         "hidden_size": cs["hidden_size"],
         "n_layer": cs["num_hidden_layers"],

@@ -20,8 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _gpt2_layout as layout
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 
 @dataclass(frozen=True)
@@ -34,12 +38,18 @@ class Spec:
     hf_post: Mapping[str, Any]
 
 
-BTLM = Spec(
-    names=("btlm", "btlm-headless"),
-    model_type="btlm",
-    architectures=("BTLMLMHeadModel", "BTLMModel"),
+def spec_of(module: str, hf_post: Mapping[str, Any]) -> Spec:
+    """The :class:`Spec` of the rules module ``module`` (its ``__name__``): names, model type
+    and classes from the catalogue."""
+    names = catalogue.hf_names(module)
+    model_type = catalogue.hf_model_types(module)[0]
+    return Spec(names, model_type, catalogue.hf_classes(model_type), hf_post)
+
+
+BTLM = spec_of(
+    __name__,
     # btlm_hf_cs.py lines 189-201.
-    hf_post={
+    {
         "use_cache": True,
         "auto_map": {
             "AutoConfig": "cerebras/btlm-3b-8k-base--configuration_btlm.BTLMConfig",
@@ -49,7 +59,7 @@ BTLM = Spec(
     },
 )
 NAMES: tuple[str, ...] = BTLM.names
-HF_MODEL_TYPES: tuple[str, ...] = ("btlm",)
+HF_MODEL_TYPES: tuple[str, ...] = (BTLM.model_type,)
 
 # (HF, CS) renames of btlm_hf_cs.py lines 150-182, ahead of the GPT-2 rules.
 RENAMES: tuple[tuple[str, str], ...] = (
@@ -168,20 +178,3 @@ def plan_to_hf(
     hf_config = config_to_hf(cs_model, name, spec)
     plan = _body(layout.hf_prefix(headless), hf_config, to_cs=False)
     return layout.finish_to_hf(plan, cs, cs_model, headless)
-
-
-def cs_ties(
-    cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str, spec: Spec = BTLM
-) -> dict[str, str]:
-    """The pipeline hook ``cs_ties`` for ``spec``'s names
-    (:func:`~ckpt_migrate.hf.families._gpt2_layout.tie_hooks`)."""
-    ties, _ = layout.tie_hooks(spec.names)
-    return ties(cs, cs_model, name)
-
-
-def cs_dropped(
-    cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str, spec: Spec = BTLM
-) -> dict[str, str]:
-    """The pipeline hook ``cs_dropped`` for ``spec``'s names (Model Zoo's converter note)."""
-    _, dropped = layout.tie_hooks(spec.names)
-    return dropped(cs, cs_model, name)

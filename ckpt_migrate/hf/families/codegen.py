@@ -10,7 +10,7 @@ lines 463-499, ``ConfigConverter_Codegen_Model_HF_CS17`` lines 552-740; the CS20
 and K in that order; everything else is a rename, and HF CodeGen rotates every two channels like
 CS, so no rotary permutation.
 
-The CS model is GPT-J's (``registry.py`` line 344, ``"codegen": "gptj"``): its final norm's two
+The CS model is GPT-J's (``registry.py`` line 344, maps codegen to gptj): its final norm's two
 names are both written by Model Zoo (``replace_final_norm``, salesforce_codegen_hf_cs.py lines
 257-264 and 320-334), whose ``lm_head`` rule (lines 466-470) renames only a head the HF file has;
 ``_decoder_common`` carries both each way.
@@ -18,20 +18,23 @@ names are both written by Model Zoo (``replace_final_norm``, salesforce_codegen_
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES = ("codegen", "codegen-headless")
-HF_MODEL_TYPES = ("codegen",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
 # The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = {"codegen": "CodeGenForCausalLM", "codegen-headless": "CodeGenModel"}
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 LABEL = "CodeGen"  # in messages
 MP_NUM = 4  # HF CodeGen hard-codes 4 shards (Model Zoo line 40)
 QKV_ORDER = {"q": 0, "v": 1, "k": 2}  # within a shard (Model Zoo lines 132-142)
@@ -58,22 +61,13 @@ QKV = "h.{i}.attn.qkv_proj.{kind}"
 QKV_NOTES = ("of the mp_num=4 packed qkv_proj", "Q, V, K packed per mp_num=4 shard")
 # Model Zoo: salesforce_codegen_hf_cs.py lines 249-264 (embeddings, final norm).
 TOP_PAIRS = dc.GPTJ_STYLE_TOP
-# HF buffers older transformers saved and Model Zoo skips (lines 306-317).
-HF_DROPPED = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias|causal_mask)")
-
-# The pipeline's hooks (``ckpt_migrate/hf/pipeline_common.py`` ``hook``). Model Zoo: a tied head
-# is the embeddings (``pre_model_convert``, salesforce_codegen_hf_cs.py lines 480-499); the
-# headless HF model has no head (converter note, lines 406-415); the buffers are skipped (lines
-# 306-317).
-cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS)
-hf_dropped = partial(dc.hf_dropped, pattern=HF_DROPPED)
 
 
 def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: salesforce_codegen_hf_cs.py lines 552-740 (rules, defaults, ``n_inner`` = 4 *
     ``n_embd``, ``n_head`` >= 4). ``n_ctx`` is not carried (HF CodeGen does not use it)."""
     dc.check_name(name, NAMES)
-    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, "codegen")
+    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, MODEL_TYPE)
     _check_heads("n_head", hf["n_head"], hf["n_embd"])
     return dc.gptj_style_to_cs(hf, LABEL)
 
@@ -84,7 +78,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     dc.check_cs(cs_model, LABEL, CS_FIXED, CS_DEFAULTS)
     _check_heads("num_heads", cs_model["num_heads"], cs_model["hidden_size"])
     fields = dc.gptj_style_to_hf(cs_model, CS_DEFAULTS, LABEL)
-    return {**dc.hf_header(ARCHITECTURES, name, "codegen"), **fields}
+    return {**dc.hf_header(ARCHITECTURES, name, MODEL_TYPE), **fields}
 
 
 def _check_heads(field: str, heads: int, hidden: int) -> None:

@@ -29,10 +29,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import bert
 from ckpt_migrate.hf.families._bert_common import (
     check_name,
-    dropped_by,
     expect,
     finish,
     layers_of,
@@ -43,19 +43,14 @@ from ckpt_migrate.hf.families._bert_common import (
 from ckpt_migrate.hf.families.bert import refuse_mup
 from ckpt_migrate.hf.families.llama import deinterleave_rotary, interleave_rotary
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES = ("esm-2",)
-HF_MODEL_TYPES = ("esm",)
-ARCHITECTURES = {"esm-2": "EsmForMaskedLM"}
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 
-# HF tensors Model Zoo drops on import (esm2.py lines 81-88 and 316-320, bert.py lines 113-118),
-# plus the spellings of the rotary buffer transformers 5 uses (state dict: one shared buffer;
-# save_pretrained: the old per-layer name with a literal ``*``).
-HF_DROPPED = re.compile(
-    r"esm\.contact_head\.regression\.(?:weight|bias)"
-    r"|esm\.(?:encoder\.layer\.(?:\d+|\*)\.attention\.self\.)?rotary_embeddings\.inv_freq"
-    r"|esm\.embeddings\.position_ids"
-)
 _HF_POSITIONS = "esm.embeddings.position_embeddings.weight"
 
 # CS model field <-> HF config field, copied when present (ConfigConverter_Bert_HF_CS17, bert.py
@@ -125,7 +120,6 @@ HF_REQUIRED: dict[str, Any] = {
     "is_folding_model": False,
 }
 _ROPE_THETA = 10000.0  # CS BertModelConfig and HF EsmConfig default
-
 
 # ----------------------------------------------------------------------------- config
 
@@ -347,24 +341,3 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
     else:
         plan += [rename(_HF_WORD, _CS_WORD), rename(decoder, f"{_CS_DECODER}.weight")]
     return finish(plan, hf, "HF")
-
-
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """Pipeline hook: with ``share_embedding_weights`` the MLM decoder weight is the word
-    embeddings under a second name (``BertPretrainModel.tie_weights``; the pipeline checks they
-    are equal)."""
-    if not with_defaults(cs_model, CS_DEFAULTS)["share_embedding_weights"]:
-        return {}
-    return one_of([_CS_WORD, f"{_CS_DECODER}.weight"], cs)[1]
-
-
-def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
-    """Pipeline hook: HF tensors Model Zoo drops on import: the contact head (esm2.py lines
-    316-320), the rotary buffer (lines 81-88), ``position_ids`` (bert.py lines 113-118) and, with
-    rotary positions, a stray position table (lines 226-233; transformers ignores it too,
-    ``_keys_to_ignore_on_load_unexpected``)."""
-    out = dropped_by(HF_DROPPED, hf, "no CS ESM-2 counterpart (Model Zoo drops it)")
-    cfg = with_defaults(hf_config, HF_DEFAULTS)
-    if cfg["position_embedding_type"] == "rotary" and _HF_POSITIONS in hf:
-        out[_HF_POSITIONS] = "a position table of a rotary model (Model Zoo drops it)"
-    return out

@@ -27,15 +27,20 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.families._decoder_common import EMBED
 from ckpt_migrate.hf.families._decoder_common import interleave as _interleave  # tests use it
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES = ("falcon", "falcon-headless")
-HF_MODEL_TYPES = ("falcon",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
 # The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = {"falcon": "FalconForCausalLM", "falcon-headless": "FalconModel"}
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 LABEL = "Falcon"  # in messages
 
 # Model Zoo: falcon_180b.py lines 267-291 and 631-635, HF defaults filled in first.
@@ -108,14 +113,6 @@ QKV_NOTES = (
     "Q, K, V fused per KV group, rotary rows de-interleaved",
 )
 BIAS_FIELDS = ("use_projection_bias_in_attention", "use_ffn_bias_in_attention", "use_ffn_bias")
-# Model Zoo drops ALiBi slopes on the way to HF (falcon_180b.py lines 42-47 and 719-723).
-CS_DROPPED = ("embedding_layer.position_embed_helper.slopes", "relative_pe_helper.slopes")
-
-
-# The pipeline's hooks (``ckpt_migrate/hf/pipeline_common.py`` ``hook``). Model Zoo: a tied head
-# is the embeddings (``pre_model_convert``, falcon_40b.py lines 561-580); the headless HF model
-# has no head (converter note, lines 89-98 of falcon.py); the slopes, above.
-cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS, CS_DROPPED)
 
 
 def _hf_layout(hf: Mapping[str, Any]) -> tuple[int, bool]:
@@ -153,7 +150,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: falcon_180b.py lines 134-551 and 612-693 (rules, defaults, post-conversion
     ``rotary_dim`` = head size, ``filter_size`` = 4 * ``hidden_size``)."""
     dc.check_name(name, NAMES)
-    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, "falcon")
+    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, MODEL_TYPE)
     hidden = hf["hidden_size"]
     if hf["ffn_hidden_size"] not in (None, 4 * hidden):
         raise MappingError(f"ffn_hidden_size: CS Falcon needs 4 * hidden_size ({4 * hidden})")
@@ -230,7 +227,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     cs = {**CS_DEFAULTS, **cs_model}
     rope, scaling = dc.hf_rope(cs["pos_scaling_factor"], rope_theta=float(cs["rope_theta"]))
     return {
-        **dc.hf_header(ARCHITECTURES, name, "falcon"),
+        **dc.hf_header(ARCHITECTURES, name, MODEL_TYPE),
         "vocab_size": cs["vocab_size"],
         "hidden_size": cs["hidden_size"],
         "ffn_hidden_size": cs["filter_size"],

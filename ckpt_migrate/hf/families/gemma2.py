@@ -25,12 +25,17 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import llama
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES: tuple[str, ...] = ("gemma2",)
-HF_MODEL_TYPES: tuple[str, ...] = ("gemma2",)
-ARCHITECTURES = {"gemma2": "Gemma2ForCausalLM"}
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 
 # Model Zoo gemma2.py lines 438-464: HF fields absent from config.json take these values.
 HF_DEFAULTS: dict[str, Any] = {
@@ -214,7 +219,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     theta = float(cs["rope_theta"])
     out: dict[str, Any] = {
         "architectures": [ARCHITECTURES[name]],
-        "model_type": "gemma2",
+        "model_type": MODEL_TYPE,
         "vocab_size": cs["vocab_size"],
         "hidden_size": cs["hidden_size"],
         "num_hidden_layers": cs["num_hidden_layers"],
@@ -283,7 +288,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     written defaults lines 513-522, ``rotary_dim``, ``embeddings_scale`` and
     ``attention_logits_alpha`` lines 755-765)."""
     _check_name(name)
-    if hf_config.get("model_type", "gemma2") != "gemma2":
+    if hf_config.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise MappingError(f"model_type={hf_config['model_type']!r}: expected 'gemma2'")
     hf = {**HF_DEFAULTS, **hf_config}
     _check_hf(hf)
@@ -415,21 +420,6 @@ def layer_outs(i: int, heads: int, kv: int, bias: bool, to_cs: bool) -> list[Out
         src, dst = f"{hf_p}{hf_s}", f"{cs_p}{cs_s}"
         outs.append(norm(src, dst, True) if to_cs else norm(dst, src, False))
     return outs
-
-
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors that are another CS tensor under a second name: ``ln_f`` is the final norm
-    (gemma2.py lines 185-190 write both), a shared ``lm_head`` is the word embeddings."""
-    ties = {"ln_f.weight": _CS_NORM}
-    if {**CS_DEFAULTS, **cs_model}["share_embedding_weights"]:
-        ties["lm_head.weight"] = _CS_EMB
-    return {k: v for k, v in ties.items() if k in cs}
-
-
-def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
-    """Rotary ``inv_freq`` buffers, should a file have one (non-persistent in transformers; CS
-    computes its own)."""
-    return {k: "a rotary buffer Hugging Face regenerates" for k in hf if k.endswith("inv_freq")}
 
 
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:

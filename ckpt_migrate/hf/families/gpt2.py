@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families._gpt2_layout import (
     GPT2_CS_FIXED,
     GPT2_RENAMES,
@@ -33,10 +34,16 @@ from ckpt_migrate.hf.mapping import (
     rename,
     transpose,
 )
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES = ("gpt2", "gpt2-headless")
-HF_MODEL_TYPES = ("gpt2",)
-ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "gpt2-headless": "GPT2Model"}
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
+ARCHITECTURES = catalogue.hf_architectures(__name__)
+_NAME_OF = {cls: name for name, cls in ARCHITECTURES.items()}
+_LM_HEAD, _HEADLESS = _NAME_OF["GPT2LMHeadModel"], _NAME_OF["GPT2Model"]
 
 # The config fields copied as they are: the GPT-2 rules' ``GPT2_RENAMES`` (_gpt2_layout.py).
 # CS fields HF GPT-2 can only express with one value: the GPT-2 rules' ``GPT2_CS_FIXED``
@@ -68,7 +75,6 @@ _MUP_FIELDS = (
     "scale_qk_dot_by_d",
     "scale_output_logits_by_d",
 )
-
 
 # --------------------------------------------------------------------------- config
 
@@ -111,7 +117,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     if "dropout_rate" in cs:
         cs.setdefault("embedding_dropout_rate", cs["dropout_rate"])
         cs.setdefault("attention_dropout_rate", cs["dropout_rate"])
-    hf: dict[str, Any] = {"architectures": [ARCHITECTURES[name]], "model_type": "gpt2"}
+    hf: dict[str, Any] = {"architectures": [ARCHITECTURES[name]], "model_type": MODEL_TYPE}
     for hf_key, cs_key in GPT2_RENAMES:
         if cs.get(cs_key) is not None:
             hf[hf_key] = cs[cs_key]
@@ -136,7 +142,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     (line 607), ``scale_attn_weights`` becomes ``attention_type``."""
     _check_name(name)
     hf = dict(hf_config)
-    if hf.get("model_type", "gpt2") != "gpt2":
+    if hf.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise MappingError(f"config.json model_type = {hf['model_type']!r}, not gpt2")
     for key, want in _HF_REQUIRED.items():
         if hf.get(key, want) != want:
@@ -166,7 +172,7 @@ def _layers(cfg: Mapping[str, Any], key: str) -> int:
 
 def _prefix(name: str) -> str:
     """GPT2LMHeadModel keeps the body under ``transformer.``; GPT2Model has no prefix."""
-    return hf_prefix(name == "gpt2-headless")
+    return hf_prefix(name == _HEADLESS)
 
 
 def _body_pairs(layers: int) -> list[tuple[str, str, str]]:
@@ -267,48 +273,9 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
         )
         plan.append(concat([s + "bias" for s in srcs], f"{pre}{dst}bias"))
     tied = cs_model.get("share_embedding_weights", True)
-    if name == "gpt2" and not tied:
+    if name == _LM_HEAD and not tied:
         plan.append(rename("lm_head.weight", "lm_head.weight"))
     return plan
-
-
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors that are copies of another CS tensor the plan reads (no HF tensor of their
-    own): the pipeline checks they are equal and counts them as converted.
-
-    ``lm_head.weight`` when ``share_embedding_weights`` (Model Zoo ``pre_model_convert``, lines
-    441-460); ``ln_f.*``, the CS model's second name of ``transformer_decoder.norm.*`` (one
-    module at two places, ``gpt2_model.py`` lines 911 and 962-972; rule ``ln_f``
-    ``exists="right"``, line 303). Only those the file has: a Trainer-saved checkpoint (and
-    ours) holds both, Model Zoo's 2.1+ converted one no tied ``lm_head`` (:func:`plan_to_cs`)."""
-    ties = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
-    if cs_model.get("share_embedding_weights", True):
-        ties["lm_head.weight"] = "embedding_layer.word_embeddings.weight"
-    return {k: v for k, v in ties.items() if k in cs}
-
-
-def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors Model Zoo drops on the way to HF, with the reason: the headless model's
-    ``lm_head`` (line 302, ``exists="right"``; converter note lines 408-417)."""
-    if name != "gpt2-headless":
-        return {}
-    ties = cs_ties(cs, cs_model, name)
-    return {
-        k: "the headless HF model GPT2Model has no lm_head (Model Zoo drops it)"
-        for k in ("lm_head.weight", "lm_head.bias")
-        if k in cs and k not in ties
-    }
-
-
-def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
-    """HF tensors Model Zoo drops on the way to CS: the causal-mask buffers
-    ``h.N.attn.bias``/``masked_bias`` older transformers saved (line 306, ``exists="left"``)."""
-    pre = _prefix(name)
-    return {
-        k: "a causal-mask buffer Hugging Face regenerates"
-        for k in hf
-        if k.startswith(pre + "h.") and k.endswith((".attn.bias", ".attn.masked_bias"))
-    }
 
 
 def _hf_shapes(hf_config: Mapping[str, Any], layers: int, pre: str) -> dict[str, Shape]:
@@ -389,11 +356,11 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
             )
             plan.append(chunk(f"{pre}{src}bias", dst + "bias", j, 3))
     tied = hf_config.get("tie_word_embeddings", True)
-    if "lm_head.weight" in hf and name == "gpt2":
+    if "lm_head.weight" in hf and name == _LM_HEAD:
         plan.append(rename("lm_head.weight", "lm_head.weight"))
     elif tied:
         plan.append(rename(f"{pre}wte.weight", "lm_head.weight"))
-    elif name == "gpt2-headless":
+    elif name == _HEADLESS:
         shape = (int(hf_config["vocab_size"]), int(hf_config["n_embd"]))
         plan.append(
             Out("lm_head.weight", (), _lm_head_init(shape), shape=shape, note="initialised")

@@ -18,22 +18,25 @@ a head the HF file has. How ``_decoder_common`` carries the two: its docstring.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.families._decoder_common import HEAD
 from ckpt_migrate.hf.families._decoder_common import interleave as _interleave  # tests use it
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES = ("gpt-neox", "gpt-neox-headless")
-HF_MODEL_TYPES = ("gpt_neox",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
 # The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = {"gpt-neox": "GPTNeoXForCausalLM", "gpt-neox-headless": "GPTNeoXModel"}
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 LABEL = "GPT-NeoX"  # in messages
 
 # Model Zoo: gpt_neox_hf_cs.py lines 791-807 and 1030-1034, HF defaults filled in first.
@@ -84,17 +87,7 @@ TOP_PAIRS = (
     ("final_layer_norm.weight", "transformer_decoder.norm.weight"),
     ("final_layer_norm.bias", "transformer_decoder.norm.bias"),
 )
-# HF buffers older transformers saved and Model Zoo skips (lines 410-418).
-HF_DROPPED = re.compile(
-    r"(gpt_neox\.)?layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)"
-)
 LEGACY_HEAD = "embed_out.weight"  # the name in HF files (transformers 5 loads it as lm_head)
-
-# The pipeline's hooks (``ckpt_migrate/hf/pipeline_common.py`` ``hook``). Model Zoo: a tied head
-# is the embeddings (``pre_model_convert``, gpt_neox_hf_cs.py lines 584-603); the headless HF
-# model has no head (converter note, lines 507-516); the buffers are skipped (lines 410-418).
-cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS)
-hf_dropped = partial(dc.hf_dropped, pattern=HF_DROPPED)
 
 
 def _check_cs(cs: Mapping[str, Any]) -> None:

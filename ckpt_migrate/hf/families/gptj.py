@@ -14,18 +14,21 @@ the HF file has. ``_decoder_common`` says how both are carried each way.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.mapping import Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES = ("gptj", "gptj-headless")
-HF_MODEL_TYPES = ("gptj",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
 # The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = {"gptj": "GPTJForCausalLM", "gptj-headless": "GPTJModel"}
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 LABEL = "GPT-J"  # in messages
 
 # Model Zoo: gptj_hf_cs.py lines 512-528, HF defaults filled in before converting.
@@ -46,20 +49,12 @@ LAYER_PAIRS = dc.gptj_style_layer(
 )
 # Model Zoo: gptj_hf_cs.py lines 86-101 (embeddings, final norm).
 TOP_PAIRS = dc.GPTJ_STYLE_TOP
-# HF buffers older transformers saved and Model Zoo skips (gptj_hf_cs.py lines 151-155).
-HF_DROPPED = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)")
-
-# The pipeline's hooks (``ckpt_migrate/hf/pipeline_common.py`` ``hook``). Model Zoo: a tied head
-# is the embeddings (``pre_model_convert``, gptj_hf_cs.py lines 319-338); the headless HF model
-# has no head (converter note, lines 245-254); the buffers are skipped (lines 151-155).
-cs_ties, cs_dropped = dc.cs_hooks(CS_DEFAULTS)
-hf_dropped = partial(dc.hf_dropped, pattern=HF_DROPPED)
 
 
 def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: gptj_hf_cs.py lines 391-621 (rules, defaults, ``n_inner`` = 4 * ``n_embd``)."""
     dc.check_name(name, NAMES)
-    return dc.gptj_style_to_cs(dc.hf_with_defaults(hf_config, HF_DEFAULTS, "gptj"), LABEL)
+    return dc.gptj_style_to_cs(dc.hf_with_defaults(hf_config, HF_DEFAULTS, MODEL_TYPE), LABEL)
 
 
 def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -70,7 +65,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     dc.check_cs(cs_model, LABEL, CS_FIXED, CS_DEFAULTS)
     fields = dc.gptj_style_to_hf(cs_model, CS_DEFAULTS, LABEL)
     bias = dc.get(cs_model, "use_bias_in_output", CS_DEFAULTS)
-    return {**dc.hf_header(ARCHITECTURES, name, "gptj"), **fields, "use_bias_in_output": bias}
+    return {**dc.hf_header(ARCHITECTURES, name, MODEL_TYPE), **fields, "use_bias_in_output": bias}
 
 
 def _layout(layers: int, name: str) -> dc.Layout:

@@ -1,4 +1,4 @@
-"""JAIS: HF remote-code ``JAISLMHeadModel`` (``model_type`` "jais", ``inceptionai/jais-*``) <->
+"""JAIS: HF remote-code ``JAISLMHeadModel`` (``model_type`` ``jais``, ``inceptionai/jais-*``) <->
 CS ``GPT2LMHeadModel`` configured as JAIS.
 
 Model Zoo: jais_hf_cs.py (tag Release_2.10.0), the BTLM converter with other names (same
@@ -19,13 +19,14 @@ from typing import Any
 
 from ckpt_migrate.hf.families import btlm
 from ckpt_migrate.hf.mapping import Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-JAIS = btlm.Spec(
-    names=("jais",),
-    model_type="jais",
-    architectures=("JAISLMHeadModel", "JAISModel"),
+JAIS = btlm.spec_of(
+    __name__,
     # jais_hf_cs.py lines 189-204.
-    hf_post={
+    {
         "_name_or_path": "inceptionai/jais-30b-v3",
         "use_cache": True,
         "auto_map": {
@@ -45,7 +46,7 @@ JAIS = btlm.Spec(
     },
 )
 NAMES: tuple[str, ...] = JAIS.names
-HF_MODEL_TYPES: tuple[str, ...] = ("jais",)
+HF_MODEL_TYPES: tuple[str, ...] = (JAIS.model_type,)
 
 
 def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -71,13 +72,3 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
 def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
     """Model Zoo: jais_hf_cs.py lines 36-138 and 374-475, CS -> HF (as btlm.plan_to_hf)."""
     return btlm.plan_to_hf(cs, cs_model, name, JAIS)
-
-
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """``ln_f.*`` and a tied ``lm_head`` (as btlm.cs_ties)."""
-    return btlm.cs_ties(cs, cs_model, name, JAIS)
-
-
-def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """An untied headless ``lm_head`` (as btlm.cs_dropped; JAIS serves no headless name)."""
-    return btlm.cs_dropped(cs, cs_model, name, JAIS)

@@ -17,14 +17,15 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
+from ckpt_migrate.catalogue.llama_like import LLAMA, MISTRAL
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES: tuple[str, ...] = tuple(
-    f"{base}{suffix}"
-    for base in ("llama", "llamaV2", "code-llama", "wizardlm", "mistral")
-    for suffix in ("", "-headless")
-)
-HF_MODEL_TYPES: tuple[str, ...] = ("llama", "mistral")
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
 
 _ROPE_DEFAULT_THETA = 10000.0  # HF LlamaConfig / MistralConfig and CS GPT2LMHeadModel default
 
@@ -108,17 +109,15 @@ _MUP_NEUTRAL: dict[str, Any] = {
 }  # fmt: skip
 _GLU_HF_TO_CS = {"silu": "swiglu", "relu": "reglu", "gelu": "geglu"}  # llama.py lines 743-770
 _GLU_CS_TO_HF = {cs: hf for hf, cs in _GLU_HF_TO_CS.items()}
-_ARCH = {
-    "llama": ("LlamaForCausalLM", "LlamaModel"),
-    "mistral": ("MistralForCausalLM", "MistralModel"),
-    "mixtral": ("MixtralForCausalLM", "MixtralModel"),
-}
+# The model types with their own config field: Mistral's sliding window, LLaMA's bias flags.
+_SLIDING, _BIAS_FLAGS = MISTRAL.hf.model_types[0], LLAMA.hf.model_types[0]  # type: ignore[union-attr]
 
 
 def _model_type(name: str) -> str:
-    if name not in NAMES:
+    record = catalogue.by_name(name)
+    if name not in NAMES or record is None or record.hf is None:
         raise MappingError(f"{name}: not a LLaMA/Mistral model name")
-    return "mistral" if name.startswith("mistral") else "llama"
+    return record.hf.model_types[0]
 
 
 def headless(name: str) -> bool:
@@ -226,7 +225,7 @@ def rope_to_cs(hf: Mapping[str, Any], default_theta: float) -> dict[str, Any]:
 
 def config_to_hf_common(cs: Mapping[str, Any], model_type: str, name: str) -> dict[str, Any]:
     """Model Zoo llama.py lines 577-674 (renames), 743-770 (GLU), 933-957 (GQA), 1109-1123."""
-    causal, base = _ARCH[model_type]
+    causal, base = catalogue.hf_classes(model_type)
     return {
         "architectures": [base if headless(name) else causal],
         "model_type": model_type,
@@ -252,11 +251,11 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     cs = cs_model_checked(cs_model)
     out = config_to_hf_common(cs, model_type, name)
     window = cs.get("attention_sliding_window_length")
-    if model_type == "mistral":
+    if model_type == _SLIDING:
         out["sliding_window"] = window
     elif window is not None:
         raise MappingError("attention_sliding_window_length: LLaMA has no sliding window")
-    if model_type == "llama":
+    if model_type == _BIAS_FLAGS:
         out.update(attention_bias=False, mlp_bias=False)
     return out
 
@@ -314,7 +313,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     if hf_config.get("model_type", model_type) != model_type:
         raise MappingError(f"model_type={hf_config['model_type']!r}: expected {model_type!r}")
     cs = config_to_cs_common(hf_config, _ROPE_DEFAULT_THETA)
-    if model_type == "mistral":
+    if model_type == _SLIDING:
         cs["attention_sliding_window_length"] = hf_config.get("sliding_window")
     return cs
 
@@ -402,39 +401,6 @@ def outer_to_hf(cs: Mapping[str, Shape], cfg: Mapping[str, Any], name: str) -> l
     if not headless(name) and not cfg["share_embedding_weights"]:
         outs.append(rename("lm_head.weight", "lm_head.weight"))
     return outs
-
-
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors that are another CS tensor under a second name (the pipeline checks they are
-    equal): ``ln_f`` is ``transformer_decoder.norm`` (the GPT-2 backbone registers the final norm
-    twice; Model Zoo llama.py line 392, ``exists="right"``), and a shared ``lm_head`` is the word
-    embeddings (``share_embedding_weights``, default true)."""
-    ties = {"ln_f.weight": "transformer_decoder.norm.weight"}
-    if {**CS_DEFAULTS, **cs_model}["share_embedding_weights"]:
-        ties["lm_head.weight"] = "embedding_layer.word_embeddings.weight"
-    return {k: v for k, v in ties.items() if k in cs}
-
-
-def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """CS tensors Model Zoo drops on the way to HF: the untied head of a ``-headless`` export
-    (llama.py lines 391 and 489-495: "the language model head will be dropped")."""
-    if (
-        not headless(name)
-        or "lm_head.weight" not in cs
-        or "lm_head.weight" in cs_ties(cs, cs_model, name)
-    ):
-        return {}
-    return {"lm_head.weight": "the headless HF model has no lm_head (Model Zoo drops it)"}
-
-
-def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
-    """HF tensors Model Zoo drops on the way to CS: the rotary ``inv_freq`` buffers older
-    transformers saved (llama.py lines 337-341, ``exists="left"``; CS computes its own)."""
-    return {
-        k: "a rotary buffer Hugging Face regenerates"
-        for k in hf
-        if k.endswith(".rotary_emb.inv_freq")
-    }
 
 
 def _random_head(emb: np.ndarray) -> np.ndarray:

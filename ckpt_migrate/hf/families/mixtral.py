@@ -18,15 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import llama
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES: tuple[str, ...] = ("mixtral", "mixtral-headless")
-# The pipeline's optional hooks: the same tied, dropped and regenerated tensors as LLaMA.
-cs_ties = llama.cs_ties
-cs_dropped = llama.cs_dropped
-hf_dropped = llama.hf_dropped
-HF_MODEL_TYPES: tuple[str, ...] = ("mixtral",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
 
 _DEFAULT_THETA = 1e6  # HF MixtralConfig's rope_theta default
 # MoE settings HF Mixtral's router cannot express (softmax over the experts, top-k, renormalised
@@ -87,7 +88,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     cs = llama.cs_model_checked(cs_model, frozenset({"moe"}))
     moe = _moe_checked(cs_model)
     return {
-        **llama.config_to_hf_common(cs, "mixtral", name),
+        **llama.config_to_hf_common(cs, MODEL_TYPE, name),
         "sliding_window": cs.get("attention_sliding_window_length"),
         "num_local_experts": moe["num_experts"],
         "num_experts_per_tok": moe.get("top_k", 1),
@@ -100,7 +101,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     names the fused expert layout the plan writes (``moe_implementation: optimized``): Model Zoo
     writes that layout without saying so, and 2.10's default is another."""
     _check_name(name)
-    if hf_config.get("model_type", "mixtral") != "mixtral":
+    if hf_config.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise MappingError(f"model_type={hf_config['model_type']!r}: expected 'mixtral'")
     cs = llama.config_to_cs_common(hf_config, _DEFAULT_THETA)
     cs["attention_sliding_window_length"] = hf_config.get("sliding_window")

@@ -16,16 +16,15 @@ lines 446-453). The tables are the same tensor; only the config number moves.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families._bert_common import (
     CS_MLM,
     check_name,
-    dropped_by,
     expect,
     finish,
     hf_source,
@@ -33,7 +32,6 @@ from ckpt_migrate.hf.families._bert_common import (
     mlm_bias_to_cs,
     mlm_to_hf,
     mlm_weights_to_cs,
-    mlm_word,
     with_defaults,
 )
 from ckpt_migrate.hf.families.bert import (
@@ -46,15 +44,14 @@ from ckpt_migrate.hf.families.bert import (
     encoder_pairs,
 )
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES = ("roberta",)
-HF_MODEL_TYPES = ("roberta",)
-ARCHITECTURES = {"roberta": "RobertaForMaskedLM"}
-# Model Zoo drops a pooler some open checkpoints carry (roberta.py lines 373-380) and HF's
-# position_ids buffer (bert.py lines 113-118).
-HF_DROPPED = re.compile(
-    r"roberta\.pooler\.dense\.(?:weight|bias)|roberta\.embeddings\.(?:position_ids|token_type_ids)"
-)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 
 # Defaults Model Zoo fills in before converting (roberta.py lines 240-255).
 _HF_DEFAULTS = {
@@ -102,7 +99,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     check_pooler_and_mlm({**cs, "mlm_nonlinearity": None})
     if "max_position_embeddings" not in cs:
         raise MappingError("max_position_embeddings: required to size HF's position table")
-    out: dict[str, Any] = {"architectures": [ARCHITECTURES[name]], "model_type": "roberta"}
+    out: dict[str, Any] = {"architectures": [ARCHITECTURES[name]], "model_type": MODEL_TYPE}
     out.update(encoder_config_to_hf(cs))
     out["max_position_embeddings"] = cs["max_position_embeddings"] + cs["pad_token_id"] + 1
     out["pad_token_id"] = cs["pad_token_id"]
@@ -115,7 +112,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     ``mask_padding_in_positional_embed``, ``mlm_nonlinearity: gelu`` and ``pooler_nonlinearity:
     tanh`` (roberta.py lines 257-263 and 318-337, bert.py lines 1077-1082)."""
     check_name(name, NAMES)
-    if hf_config.get("model_type", "roberta") != "roberta":
+    if hf_config.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise MappingError(f"model_type={hf_config['model_type']!r}: expected 'roberta'")
     hf = with_defaults(hf_config, _HF_DEFAULTS)
     expect(hf, _HF_REQUIRED, "CS")
@@ -192,16 +189,3 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
             )
         )
     return finish(plan, hf, "HF")
-
-
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """Pipeline hook: a tied MLM decoder weight is the word embeddings under a second name (the
-    pipeline checks they are equal; bert.py lines 716-739, which roberta.py builds on)."""
-    share = with_defaults(cs_model, _CS_DEFAULTS)["share_embedding_weights"]
-    return mlm_word(cs, share, _CS_WORD)[1]
-
-
-def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
-    """Pipeline hook: the pooler some RoBERTa files carry and HF's buffers, which Model Zoo drops
-    (roberta.py lines 373-380, bert.py lines 113-118)."""
-    return dropped_by(HF_DROPPED, hf, "no CS RoBERTa counterpart (Model Zoo drops it)")

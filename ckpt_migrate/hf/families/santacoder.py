@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families._gpt2_layout import (
     GPT2_BLOCK,
     GPT2_CS_FIXED,
@@ -35,12 +36,14 @@ from ckpt_migrate.hf.families._gpt2_layout import (
     pairs_to_hf,
     reject_mup,
     split_attn,
-    tie_hooks,
 )
 from ckpt_migrate.hf.mapping import Out, Shape
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES: tuple[str, ...] = ("santacoder", "santacoder-headless")
-HF_MODEL_TYPES: tuple[str, ...] = ()
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
 
 # santacoder.py lines 328-391 (the CS21 class drops ``use_bfloat16``, lines 414-416).
 _HF_POST = {
@@ -132,11 +135,6 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
         plan += join_attn(p, i, "kv_attn", "kv")
         plan += causal_mask_buffers(f"{hf_layer(p, i)}attn.", positions)
     return finish_to_hf(plan, cs, cs_model, headless)
-
-
-# The pipeline hooks: ``ln_f.*`` and a tied ``lm_head`` are ties, an untied headless
-# ``lm_head`` is dropped.
-cs_ties, cs_dropped = tie_hooks(NAMES)
 
 
 def causal_mask_buffers(attn: str, positions: int) -> list[Out]:

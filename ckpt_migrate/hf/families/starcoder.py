@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families._gpt2_layout import (
     GPT2_BLOCK,
     GPT2_CS_FIXED,
@@ -30,22 +31,15 @@ from ckpt_migrate.hf.families._gpt2_layout import (
     pairs_to_cs,
     pairs_to_hf,
     reject_mup,
-    tie_hooks,
     with_defaults,
 )
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, sections
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES: tuple[str, ...] = (
-    "starcoder",
-    "starcoder-headless",
-    "octocoder",
-    "octocoder-headless",
-    "wizardcoder",
-    "wizardcoder-headless",
-    "sqlcoder",
-    "sqlcoder-headless",
-)
-HF_MODEL_TYPES: tuple[str, ...] = ("gpt_bigcode",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
 
 # (HF key, CS key) of the config rules that only rename (starcoder.py lines 407-519): GPT-2's
 # and the softmax precision.
@@ -204,11 +198,6 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
             qkv = cs_attn(i, "qkv", suffix)
             plan.append(_concat_rows(qkv, dst) if mq else _pack_mha(qkv, dst, heads))
     return finish_to_hf(plan, cs, cs_model, headless)
-
-
-# The pipeline hooks: ``ln_f.*`` and a tied ``lm_head`` are ties, an untied headless
-# ``lm_head`` is dropped.
-cs_ties, cs_dropped = tie_hooks(NAMES)
 
 
 def _concat_rows(srcs: Sequence[str], dst: str) -> Out:

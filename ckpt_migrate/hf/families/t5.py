@@ -28,9 +28,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families._bert_common import (
     check_name,
-    dropped_by,
     expect,
     finish,
     layers_of,
@@ -40,17 +40,15 @@ from ckpt_migrate.hf.families._bert_common import (
     with_defaults,
 )
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
+from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
+from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-NAMES = ("t5", "transformer", "ul2", "flan-ul2")
-HF_MODEL_TYPES = ("t5",)
+NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+MODEL_TYPE = HF_MODEL_TYPES[0]
 # One entry: the pipeline imports a T5ForConditionalGeneration as ``t5`` (the others export alike).
-ARCHITECTURES = {"t5": "T5ForConditionalGeneration"}
-# Model Zoo drops the cross-attention relative bias some old HF files carry (t5.py lines 637-644)
-# and any self-attention one past block 0 (only block 0's is converted, lines 1345-1381).
-HF_DROPPED = re.compile(
-    r"decoder\.block\.\d+\.layer\.1\.EncDecAttention\.relative_attention_bias\.weight"
-    r"|(?:encoder|decoder)\.block\.(?!0\.)\d+\.layer\.0\.SelfAttention\.relative_attention_bias\.weight"
-)
+ARCHITECTURES = catalogue.hf_architectures(__name__)
 
 # HF defaults Model Zoo fills in before converting (t5.py lines 923-939).
 HF_DEFAULTS: dict[str, Any] = {
@@ -122,7 +120,6 @@ _GATED_TO_CS = {"gated-silu": "swiglu", "gated-relu": "reglu", "gated-gelu": "ge
 _GATED_TO_HF = {cs: hf for hf, cs in _GATED_TO_CS.items()}
 _PLAIN = ("relu", "gelu")
 
-
 # ----------------------------------------------------------------------------- config
 
 
@@ -180,7 +177,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     relu_dropout = cs.get("relu_dropout_rate")
     if relu_dropout is not None and relu_dropout != cs.get("dropout_rate", relu_dropout):
         raise MappingError(f"relu_dropout_rate={relu_dropout}: HF T5 uses dropout_rate for it")
-    out: dict[str, Any] = {"architectures": [ARCHITECTURES["t5"]], "model_type": "t5"}
+    out: dict[str, Any] = {"architectures": [ARCHITECTURES[NAMES[0]]], "model_type": MODEL_TYPE}
     out.update({hf: cs[key] for key, hf in RENAMED if key in cs})
     out["feed_forward_proj"] = _nonlinearity_to_hf(cs)
     out["tie_word_embeddings"] = out["scale_decoder_outputs"] = cs["share_embedding_weights"]
@@ -191,7 +188,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The same converter, HF -> CS; the CS side gets ``src/tgt_max_position_embeddings`` 512
     and ``norm_type: rmsnorm`` (t5.py lines 958-964, 1235)."""
     check_name(name, NAMES)
-    if hf_config.get("model_type", "t5") != "t5":
+    if hf_config.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise MappingError(f"model_type={hf_config['model_type']!r}: expected 't5'")
     hf = with_defaults(hf_config, HF_DEFAULTS)
     expect(hf, HF_REQUIRED, "CS")
@@ -302,12 +299,6 @@ def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
     return finish(plan, cs, "CS")
 
 
-def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
-    """Pipeline hook: the tied CS names of the embedding tensor other than the one the plan
-    reads (the pipeline checks they are equal; :func:`_embedding_copies`)."""
-    return one_of(_embedding_copies(with_defaults(cs_model, CS_DEFAULTS)), cs)[1]
-
-
 def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
     """The same converter, HF -> CS. CS gets the encoder and decoder word embeddings and the
     lm_head, as Model Zoo writes them from a file that has ``encoder/decoder.embed_tokens``
@@ -335,11 +326,3 @@ def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
     else:
         raise MappingError("lm_head.weight is missing and the config does not tie it (untied T5)")
     return finish(plan, hf, "HF")
-
-
-def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> dict[str, str]:
-    """Pipeline hook: relative biases HF files repeat, which Model Zoo drops (t5.py lines 637-644,
-    1345-1381)."""
-    return dropped_by(
-        HF_DROPPED, hf, "unused repeat of the block-0 relative bias (Model Zoo drops it)"
-    )

@@ -1,0 +1,158 @@
+"""The model catalogue: one record per model family, grouped by CS key layout
+(``gpt2_like``, ``gptj_like``, ``llama_like``, ``bert_like``, ``t5``, ``keyless``).
+
+Every room that needs to know about a family reads it here: ``models/names`` (names, aliases,
+registry names), ``models/detect`` (key vocabulary, signatures), ``models/ties``,
+``config/upgrade`` (config markers), the hops' per-family rules, ``hf/`` (which rules module,
+model types, architectures) and ``convert_checkpoint.py list-converters``. No other module
+spells a family's name.
+
+:data:`RECORDS` is in the order detection prefers a family when two match equally well (GPT-J
+before CodeGen) and ``--model`` lists them; :func:`modelzoo_names` in Model Zoo's own order.
+"""
+
+from __future__ import annotations
+
+from ckpt_migrate.catalogue.bert_like import BERT, ESM2, ROBERTA
+from ckpt_migrate.catalogue.gpt2_like import BTLM, GPT2, JAIS, SANTACODER, STARCODER
+from ckpt_migrate.catalogue.gptj_like import BLOOM, CODEGEN, FALCON, GPT_NEOX, GPTJ
+from ckpt_migrate.catalogue.keyless import CLIP_VIT, DPO, DRAGON, LLAVA, MMSIMPLE_LLAVA
+from ckpt_migrate.catalogue.layouts import BERT_ENCODER, DECODER, ENCODER_DECODER, LAYOUTS
+from ckpt_migrate.catalogue.llama_like import GEMMA2, LLAMA, MISTRAL, MIXTRAL
+from ckpt_migrate.catalogue.record import Drop, Hf, Layout, Name, NormFlag, Record, Signature, Tie
+from ckpt_migrate.catalogue.t5 import T5
+
+__all__ = [
+    "BERT",
+    "BERT_ENCODER",
+    "DECODER",
+    "ENCODER_DECODER",
+    "GPT2",
+    "LAYOUTS",
+    "RECORDS",
+    "T5",
+    "Drop",
+    "Hf",
+    "Layout",
+    "Name",
+    "NormFlag",
+    "Record",
+    "Signature",
+    "Tie",
+    "by_family",
+    "by_name",
+    "families",
+    "hf_architectures",
+    "hf_classes",
+    "hf_model_types",
+    "hf_modules",
+    "hf_name_of",
+    "hf_names",
+    "layout_families",
+    "modelzoo_names",
+]
+
+RECORDS: tuple[Record, ...] = (
+    GPT2,
+    GPTJ,
+    GPT_NEOX,
+    CODEGEN,
+    LLAMA,
+    BLOOM,
+    FALCON,
+    BTLM,
+    JAIS,
+    STARCODER,
+    SANTACODER,
+    MISTRAL,
+    MIXTRAL,
+    GEMMA2,
+    BERT,
+    ROBERTA,
+    T5,
+    CLIP_VIT,
+    DPO,
+    DRAGON,
+    ESM2,
+    LLAVA,
+    MMSIMPLE_LLAVA,
+)
+
+
+def families() -> tuple[Record, ...]:
+    """The records whose own steps apply (RoBERTa takes BERT's: not one of them)."""
+    return tuple(r for r in RECORDS if r.steps_of is None)
+
+
+def layout_families(layout: Layout) -> tuple[str, ...]:
+    """The families of a CS key layout."""
+    return tuple(r.name for r in families() if r.layout is layout)
+
+
+_BY_NAME = {r.name: r for r in RECORDS}
+
+
+def by_family(family: str) -> Record:
+    """The record named ``family`` (KeyError if none)."""
+    return _BY_NAME[family]
+
+
+def modelzoo_names() -> tuple[tuple[Name, Record], ...]:
+    """Every Model Zoo converter name with its record, in Model Zoo's order."""
+    pairs = [(n, r) for r in RECORDS for n in r.names]
+    return tuple(sorted(pairs, key=lambda p: p[0].position))
+
+
+def by_name(name: str) -> Record | None:
+    """The record serving a Model Zoo name or further accepted name (case-insensitive)."""
+    key = name.strip().lower()
+    for record in RECORDS:
+        spelled = [n.name for n in record.names] + [m for m, _ in record.more_names]
+        if key in (s.lower() for s in spelled):
+            return record
+    return None
+
+
+def _hf_sides(module: str | None = None) -> list[tuple[Record, Hf]]:
+    """(record, its HF side) of every record, or of those ``module`` (a rules module's
+    ``__name__`` or last segment) converts."""
+    short = None if module is None else module.rsplit(".", 1)[-1]
+    return [(r, r.hf) for r in RECORDS if r.hf is not None and short in (None, r.hf.module)]
+
+
+def hf_names(module: str) -> tuple[str, ...]:
+    """The Model Zoo names an ``hf/families`` rules module serves."""
+    return tuple(n.name for r, _ in _hf_sides(module) for n in r.names if n.hf)
+
+
+def hf_model_types(module: str) -> tuple[str, ...]:
+    """The ``config.json`` ``model_type``\\ s an ``hf/families`` rules module imports."""
+    return tuple(t for _, hf in _hf_sides(module) for t in hf.model_types)
+
+
+def hf_architectures(module: str) -> dict[str, str]:
+    """Model Zoo name -> HF architecture class, for the names of a rules module."""
+    return {n: a for _, hf in _hf_sides(module) for n, a in hf.architectures.items()}
+
+
+def hf_classes(model_type: str) -> tuple[str, str]:
+    """(LM-head class, headless class) of an HF ``model_type``."""
+    record, hf = next((r, hf) for r, hf in _hf_sides() if model_type in hf.model_types)
+    return hf.architectures[record.name], hf.architectures[f"{record.name}-headless"]
+
+
+def hf_modules() -> tuple[str, ...]:
+    """The ``hf/families`` rules modules, each once."""
+    return tuple(dict.fromkeys(hf.module for _, hf in _hf_sides()))
+
+
+def hf_name_of(architectures: list[str]) -> str | None:
+    """The Model Zoo name whose HF class is one of ``architectures`` (for the families whose
+    import tells their models apart by class), else None."""
+    for _, hf in _hf_sides():
+        if hf.by_architecture:
+            by_class = {cls: name for name, cls in hf.architectures.items()}
+            for cls in architectures:
+                if cls in by_class:
+                    return by_class[cls]
+    return None

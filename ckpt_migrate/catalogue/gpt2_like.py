@@ -1,0 +1,96 @@
+"""GPT-2-like families: HF models with GPT-2's Conv1D ``transformer.h.N`` layout (``c_attn``,
+``c_proj``, ``c_fc``), CS key layout :data:`~ckpt_migrate.catalogue.layouts.DECODER`.
+
+Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``:
+``gpt2_hf_cs.py``, ``btlm_hf_cs.py``, ``jais_hf_cs.py``, ``starcoder.py``, ``santacoder.py``;
+``Converter_BTLMLMHeadModel_CS20_CS21``, ``Converter_JAISLMHeadModel_CS20_CS21`` and
+``Converter_StarcoderLMHeadModel_CS20_CS21`` subclass ``Converter_GPT2LMHeadModel_CS20_CS21``.
+Names, registry names and the oldest release converted: ``registry.py`` lines 173-378.
+"""
+
+from __future__ import annotations
+
+from ckpt_migrate.catalogue.layouts import DECODER
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
+
+GPT2 = Record(
+    "gpt2",
+    DECODER,
+    names=(
+        Name("gpt2", "gpt2", 18, since="1.8"),
+        Name("gpt2-headless", "gpt2", 19, since="2.1", headless=True),
+    ),
+    more_names=(("gpt3", "gpt3"),),
+    registry="gpt2",
+    signature=Signature(
+        ("decoder",),
+        {
+            "absolute_positions": True,
+            "alibi": False,
+            "embedding_norm": False,
+            "gated_ffn": False,
+            "second_norm": True,
+            "norm_bias": True,
+            "attention_bias": True,
+            "ffn_bias": True,
+            "head_bias": False,
+        },
+    ),
+    norm_flag=NormFlag("use_rms_norm", "rmsnorm", "layernorm"),
+    hf=Hf(
+        "gpt2",
+        ("gpt2",),
+        {"gpt2": "GPT2LMHeadModel", "gpt2-headless": "GPT2Model"},
+        by_architecture=True,
+        # the causal-mask buffers older transformers saved (gpt2_hf_cs.py line 306)
+        hf_dropped=(
+            Drop(
+                r"(?:transformer\.)?h\.\d+\.attn\.(?:bias|masked_bias)",
+                "a causal-mask buffer Hugging Face regenerates",
+            ),
+        ),
+    ),
+)
+
+BTLM = Record(
+    "btlm",
+    DECODER,
+    names=(
+        Name("btlm", "btlm", 7, since="2.0"),
+        Name("btlm-headless", "btlm", 8, since="2.1", headless=True),
+    ),
+    hf=Hf("btlm", ("btlm",), {"btlm": "BTLMLMHeadModel", "btlm-headless": "BTLMModel"}),
+)
+
+JAIS = Record(
+    "jais",
+    DECODER,
+    names=(Name("jais", "jais", 24, since="2.0"),),
+    hf=Hf("jais", ("jais",), {"jais": "JAISLMHeadModel", "jais-headless": "JAISModel"}),
+)
+
+STARCODER = Record(
+    "starcoder",
+    DECODER,
+    names=(
+        Name("starcoder", "starcoder", 36, since="2.0"),
+        Name("starcoder-headless", "starcoder", 37, since="2.1", headless=True),
+        Name("octocoder", "starcoder", 46, alias_of="starcoder"),
+        Name("octocoder-headless", "starcoder", 47, alias_of="starcoder-headless", headless=True),
+        Name("wizardcoder", "gpt2", 48, alias_of="starcoder"),
+        Name("wizardcoder-headless", "gpt2", 49, alias_of="starcoder-headless", headless=True),
+        Name("sqlcoder", None, 50, alias_of="starcoder"),
+        Name("sqlcoder-headless", None, 51, alias_of="starcoder-headless", headless=True),
+    ),
+    hf=Hf("starcoder", ("gpt_bigcode",)),
+)
+
+SANTACODER = Record(
+    "santacoder",
+    DECODER,
+    names=(
+        Name("santacoder", "santacoder", 34, since="2.1"),
+        Name("santacoder-headless", "santacoder", 35, since="2.1", headless=True),
+    ),
+    hf=Hf("santacoder"),  # model_type "gpt2" with remote code: told apart by --model only
+)

@@ -1,0 +1,129 @@
+"""LLaMA-like families: rotary, RMS-normed, gated-FFN decoders with HF's
+``model.layers.N.self_attn.{q,k,v,o}_proj`` / ``mlp.{gate,up,down}_proj`` layout, CS key layout
+:data:`~ckpt_migrate.catalogue.layouts.DECODER` (Mixtral adds the MoE keys, Gemma 2 the
+post-norms).
+
+Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``:
+``llama.py``, ``mistral.py``, ``mixtral.py``, ``gemma2.py``. Mistral, Mixtral and Gemma 2 have
+only ``HF_CS2x`` converters: Model Zoo converts them from 2.1 (2.3) on, with no model key
+renames at any hop.
+"""
+
+from __future__ import annotations
+
+from ckpt_migrate.catalogue.layouts import DECODER, MOE_KEYS, POST_NORM_KEYS
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
+
+# The rotary buffers older transformers saved (llama.py lines 337-341; CS computes its own).
+_ROTARY_BUFFER = Drop(r".*\.rotary_emb\.inv_freq", "a rotary buffer Hugging Face regenerates")
+
+LLAMA = Record(
+    "llama",
+    DECODER,
+    names=(
+        Name("llama", "llama", 25, since="1.9"),
+        Name("llama-headless", "llama", 26, since="2.1", headless=True),
+        Name("llamaV2", "llama", 42, alias_of="llama"),
+        Name("llamaV2-headless", "llama", 43, alias_of="llama-headless", headless=True),
+        Name("code-llama", "llama", 44, alias_of="llama"),
+        Name("code-llama-headless", "llama", 45, alias_of="llama-headless", headless=True),
+        Name("wizardlm", "llama", 52, alias_of="llama"),
+        Name("wizardlm-headless", "llama", 53, alias_of="llama-headless", headless=True),
+    ),
+    more_names=(("llama2", "llama"),),
+    registry="llama",
+    signature=Signature(
+        ("decoder",),
+        {
+            "absolute_positions": False,
+            "alibi": False,
+            "embedding_norm": False,
+            "gated_ffn": True,
+            "second_norm": True,
+            "norm_bias": False,
+            "attention_bias": False,
+            "ffn_bias": False,
+            "head_bias": False,
+            "moe": False,
+            "post_norms": False,
+        },
+    ),
+    norm_flag=NormFlag("use_rms_norm", "rmsnorm", "layernorm"),
+    hf=Hf(
+        "llama",
+        ("llama",),
+        {"llama": "LlamaForCausalLM", "llama-headless": "LlamaModel"},
+        hf_dropped=(_ROTARY_BUFFER,),
+    ),
+)
+
+MISTRAL = Record(
+    "mistral",
+    DECODER,
+    names=(
+        Name("mistral", "mistral", 29, since="2.1"),
+        Name("mistral-headless", "mistral", 30, since="2.1", headless=True),
+    ),
+    same_keys_as="llama",
+    hf=Hf(
+        "llama",
+        ("mistral",),
+        {"mistral": "MistralForCausalLM", "mistral-headless": "MistralModel"},
+        hf_dropped=(_ROTARY_BUFFER,),
+    ),
+)
+
+MIXTRAL = Record(
+    "mixtral",
+    DECODER,
+    names=(
+        Name("mixtral", "mixtral", 31, since="2.3"),
+        Name("mixtral-headless", "mixtral", 32, since="2.3", headless=True),
+    ),
+    registry="mixtral",
+    extra_keys=MOE_KEYS,
+    signature=Signature(
+        ("decoder", "moe"),
+        {
+            "absolute_positions": False,
+            "alibi": False,
+            "second_norm": True,
+            "norm_bias": False,
+            "attention_bias": False,
+            "head_bias": False,
+        },
+    ),
+    hf=Hf(
+        "mixtral",
+        ("mixtral",),
+        {"mixtral": "MixtralForCausalLM", "mixtral-headless": "MixtralModel"},
+        hf_dropped=(_ROTARY_BUFFER,),
+    ),
+)
+
+GEMMA2 = Record(
+    "gemma2",
+    DECODER,
+    names=(Name("gemma2", "gemma2", 17, since="2.3"),),
+    registry="gemma2",
+    extra_keys=POST_NORM_KEYS,
+    signature=Signature(
+        ("decoder", "post_norms"),
+        {
+            "absolute_positions": False,
+            "alibi": False,
+            "gated_ffn": True,
+            "second_norm": True,
+            "norm_bias": False,
+            "attention_bias": False,
+            "head_bias": False,
+        },
+    ),
+    hf=Hf(
+        "gemma2",
+        ("gemma2",),
+        {"gemma2": "Gemma2ForCausalLM"},
+        by_architecture=True,
+        hf_dropped=(Drop(r".*inv_freq", "a rotary buffer Hugging Face regenerates"),),
+    ),
+)

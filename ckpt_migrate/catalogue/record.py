@@ -1,0 +1,120 @@
+"""What one catalogue record declares: a model family, as Model Zoo's converters and this tool's
+rooms see it (names, CS key layout, detection signature, ties, config markers, the Hugging Face
+side). Declarations only: the rooms that act on a family (``models/``, ``config/``, the hops,
+``hf/``) read these records and hold no family of their own.
+
+Sources are cited where each record is declared (``gpt2_like.py`` ... ``keyless.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Tie:
+    """Two CS key suffixes (whole dotted segments) holding one tensor, while ``config_flag``
+    (a model config key, default true) is on; ``None``: always."""
+
+    a: str
+    b: str
+    config_flag: str | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A CS key layout several families share: its key vocabulary (``models/keys`` pattern
+    syntax) and its ties."""
+
+    name: str
+    keys: tuple[str, ...]
+    ties: tuple[Tie, ...] = ()
+
+
+@dataclass(frozen=True)
+class Name:
+    """One model name Model Zoo 2.10's converter registry knows (``registry.py``, tag
+    Release_2.10.0, lines 173-333), spelled as there."""
+
+    name: str
+    registry: str | None  # trainer.init.model.name (registry.yaml / _model_aliases); None: none
+    position: int  # its place in registry.py's listing: the converters, then the aliases
+    since: str | None = None  # oldest release its converters convert from (None: alias_of's)
+    alias_of: str | None = None  # the registry key whose converter list an alias shares
+    headless: bool = False  # the model without lm_head (Model Zoo's *Model_HF_CS* converters)
+    hf: bool = True  # served by the record's Hugging Face rules
+
+
+@dataclass(frozen=True)
+class Signature:
+    """Detection from key names (``models/detect.FEATURES``): anchors that must be present, and
+    for each further feature whether the family's keys show it."""
+
+    anchors: tuple[str, ...]
+    expected: dict[str, bool]
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Tensors a conversion leaves out on purpose (full matches of the regex ``pattern``), with
+    the reason the report gives; ``when``: only while the config's ``(field, value, default)``
+    holds."""
+
+    pattern: str
+    why: str
+    when: tuple[str, Any, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Hf:
+    """The Hugging Face side: the rules module of ``hf/families`` that converts it, the
+    ``config.json`` ``model_type``\\ s it imports, and each name's architecture class."""
+
+    module: str
+    model_types: tuple[str, ...] = ()
+    architectures: dict[str, str] = field(default_factory=dict)
+    by_architecture: bool = False  # import picks the name from ``architectures`` first
+    cs_dropped: tuple[Drop, ...] = ()  # CS tensors the export leaves out
+    hf_dropped: tuple[Drop, ...] = ()  # HF tensors the import leaves out
+
+
+@dataclass(frozen=True)
+class NormFlag:
+    """The 1.9 boolean that 2.0 replaced by ``norm_type`` (MODELZOO_HISTORY.md §3.6): the flag,
+    the ``norm_type`` it means when true, and the ``norm_type`` written when it is absent
+    (``None``: none, the 2.0 default applies)."""
+
+    flag: str
+    when_true: str
+    when_absent: str | None
+
+
+@dataclass(frozen=True)
+class Record:
+    """One model family."""
+
+    name: str  # the family name hops and ``--model`` resolution use
+    layout: Layout | None  # its CS key layout; None: no key table (model-independent steps only)
+    names: tuple[Name, ...] = ()
+    steps_of: str | None = None  # another family whose steps apply (RoBERTa: BERT's)
+    more_names: tuple[tuple[str, str | None], ...] = ()  # further accepted names -> registry
+    registry: str | None = None  # registry name when the family alone decides it
+    config_group: str | None = None  # families sharing config keys (one Model Zoo class)
+    extra_keys: tuple[str, ...] = ()  # keys beyond its layout's
+    signature: Signature | None = None
+    config_markers: frozenset[str] = frozenset()  # model config keys only it has
+    marker_veto: frozenset[str] = frozenset()  # ... unless one of these is there too
+    norm_flag: NormFlag | None = None
+    same_keys_as: str | None = None  # a family with its CS keys but another HF layout
+    hf: Hf | None = None
+    extra_ties: tuple[Tie, ...] = ()  # ties beyond its layout's
+
+    @property
+    def ties(self) -> tuple[Tie, ...]:
+        return (*(self.layout.ties if self.layout else ()), *self.extra_ties)
+
+    @property
+    def family(self) -> str:
+        """The family whose steps apply."""
+        return self.steps_of or self.name
