@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 import pytest
 from conftest import run_cli
+from loopfs import mounted, unavailable
 
 from ckpt_migrate.engine import rootedit
 from ckpt_migrate.engine import upgrade as engine
@@ -233,3 +234,21 @@ def test_full_verification_and_a_manifest_read_every_tensor_of_a_root_edit(tmp_p
     result, _ = _upgrade(src, tmp_path / "out", manifest=manifest)
     assert result.strategy == rootedit.STRATEGY and result.verified == "full"
     assert len(json.loads(manifest.read_text())["tensors"]) == 4 * 50 + 1  # the tie too
+
+
+def test_on_a_filesystem_that_shares_extents_the_root_edit_is_a_clone(tmp_path_factory):
+    """XFS with reflink: the output shares all but the few blocks of the edited root with
+    its source (FIEMAP), and reads back as the source's tensors."""
+    reason = unavailable("xfs")
+    if reason:
+        pytest.skip(f"no xfs to share extents on: {reason}")
+    try:
+        with mounted("xfs", 400 << 20, tmp_path_factory.mktemp("fs")) as mnt:
+            src = _source(mnt / "src.mdl", 400)
+            result, out = _upgrade(src, mnt / "out")
+            assert (result.strategy, result.copy_method) == (rootedit.STRATEGY, "clone")
+            size = src.stat().st_size
+            assert result.bytes_shared >= size - 64 * 4096, (result.bytes_shared, size)
+            assert _dataset_headers(out) == _dataset_headers(src)
+    except RuntimeError as exc:
+        pytest.skip(f"cannot make an xfs filesystem here: {exc}")
