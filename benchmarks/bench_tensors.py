@@ -60,13 +60,16 @@ def source(sources: Path, count: int, size: str, release: str) -> tuple[Path, Mo
     return path, shape
 
 
-def commands(src: Path, work: Path, reflink: bool) -> dict[str, list[str]]:
+def commands(src: Path, work: Path, reflink: bool, release: str) -> dict[str, list[str]]:
     out, dst = work / "out", work / "copy.mdl"
     sh = ["sh", "-c"]
+    # A 1.8/1.9 checkpoint has no dataloader side files here: say so, or the upgrade refuses.
+    drop = list(bench_upgrade.DROP) if release in ("1.8", "1.9") else []
+    up = [CLI, "upgrade", str(src), "--to", TARGET, *drop]
     cmds = {
         "cp + sync": [*sh, f'cp --reflink=never "{src}" "{dst}" && sync "{dst}"'],
-        "upgrade": [CLI, "upgrade", str(src), "-o", str(out), "--to", TARGET, "--json"],
-        "dry-run": [CLI, "upgrade", str(src), "--to", TARGET, "--dry-run", "--json"],
+        "upgrade": [*up, "-o", str(out), "--json"],
+        "dry-run": [*up, "--dry-run", "--json"],
         "inspect": [CLI, "inspect", str(src), "--json"],
         "plan": [CLI, "plan", str(src), "--to", TARGET, "--json"],
         "check": [CLI, "check", str(src), "--to", TARGET],
@@ -90,18 +93,19 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def one_case(src: Path, shape: MoEShape, work: Path, repeat: int) -> dict[str, Any]:
+def one_case(src: Path, shape: MoEShape, work: Path, repeat: int, release: str) -> dict[str, Any]:
     reflink = can_reflink(work)
     runs: dict[str, list[bench_upgrade.Measured]] = {}
     extra: dict[str, Any] = {}
     for _ in range(repeat):
-        for name, argv in commands(src, work, reflink).items():
+        for name, argv in commands(src, work, reflink, release).items():
             shutil.rmtree(work / "out", ignore_errors=True)
             (work / "copy.mdl").unlink(missing_ok=True)
             os.sync()
             m = bench_upgrade.run_measured(argv, work)
             if m.returncode not in (0, 10):  # check: 10 = an upgrade is needed
-                raise SystemExit(f"{name} failed ({m.returncode}): {m.stderr[-2000:]}")
+                why = (m.stderr or m.stdout)[-2000:]
+                raise SystemExit(f"{name} failed ({m.returncode}): {why}")
             if name == "upgrade":
                 done = json.loads(m.stdout.splitlines()[0])
                 extra = {k: done.get(k) for k in ("strategy", "copy_method", "bytes_written")}
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                     local = work / src.name
                     shutil.copyfile(src, local)
                     before = loadavg()
-                    row = one_case(local, shape, work, args.repeat)
+                    row = one_case(local, shape, work, args.repeat, release)
                     row.update(release=release, size=size, load=[before, loadavg()])
                     rows.append(row)
                     print_table([row], sys.stderr)
