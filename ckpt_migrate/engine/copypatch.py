@@ -190,10 +190,7 @@ def write(
             reused[id(leaf)] = leaf.data.name
             taken.add(leaf.data.name)
             reused_bytes += leaf.nbytes
-    # The digest is not known before the whole source has been read: a placeholder of the same
-    # length is written, then replaced in place.
-    entries = [*ckpt.provenance, record]
-    record["source_xxh3_128"] = PENDING_DIGEST
+    entries = pending_provenance(ckpt, record)
     extra = {PROVENANCE_ATTR: json.dumps(entries)}
     placed: dict[int, tuple[str, bool]] = {}
     if reused_bytes >= 0.5 * plan.file_bytes:
@@ -238,15 +235,32 @@ def write(
         written = Written("rewrite", placed, len(placed), copy_method="rewrite")
         check_metadata(written)
         digest = hashing.result()
+    finish(tmp, plan, written, entries, digest)
+    return written
+
+
+def pending_provenance(ckpt: Checkpoint, record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The provenance entries of the output: the source's and ``record``, whose digest is not
+    known before the whole source has been read: a placeholder of the same length is written,
+    then replaced in place (``finish``)."""
+    record["source_xxh3_128"] = PENDING_DIGEST
+    return [*ckpt.provenance, record]
+
+
+def finish(
+    tmp: Path, plan: Plan, written: Written, entries: list[dict[str, Any]], digest: str | None
+) -> None:
+    """Once the output is written: what a clone left shared, and the provenance record's
+    source digest (``None`` when the source's bytes were never read) in place."""
     if written.copy_method == "clone":  # what the edit left shared, as FIEMAP says
         written.bytes_shared = min(plan.file_bytes, ext.shared_bytes(tmp))
         written.bytes_own = plan.file_bytes - written.bytes_shared
+    record = entries[-1]
     record["source_xxh3_128"] = written.source_xxh3_128 = digest
     if digest is None:  # not read: the source is known by its size and time instead
         st = plan.source.stat()
         record["source_identity"] = {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
     _set_root_attr(tmp, PROVENANCE_ATTR, json.dumps(entries))
-    return written
 
 
 def _data_ranges(handle: H5Handle, reused: dict[int, str]) -> list[tuple[int, int]]:

@@ -61,6 +61,20 @@ class Plan:
     rewrite: bool = False  # the output is written anew, not a patched copy (``copypatch.write``)
 
     @property
+    def root_only(self) -> bool:
+        """Whether the hops change no dataset: 0.5 to 0.5 (releases 2.5-2.10, either way)
+        through hops that change only root-level values (``Hop.root_only``: the release, the
+        ``__metadata__`` list, the structure). The output is then the source with its root
+        attributes edited (``engine.rootedit``), whatever the tensor count. Legacy formats keep
+        scalars in datasets, so there a ``__metadata__`` entry is a dataset too."""
+        return (
+            bool(self.hops)
+            and not self.source_release.legacy
+            and not self.target_release.legacy
+            and all(h.root_only for h in self.hops)
+        )
+
+    @property
     def output_bytes(self) -> int:
         """An upper bound of the output's size, within 1.2 times it plus 1 MiB: a patched copy
         is the source (its old metadata stays as free space) and the new metadata, a rewrite
@@ -92,6 +106,7 @@ class Plan:
             "bytes_to_read": self.bytes_to_read,
             "bytes_to_write": self.bytes_to_write,
             "copy_method": self.copy_method,
+            "datasets_changed": not self.current and not self.root_only,
             "tensor_bytes": self.tensor_bytes,
             "free_needed": self.free_needed,
             "free_available": self.free_bytes,

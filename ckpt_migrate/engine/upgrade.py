@@ -26,6 +26,7 @@ from ckpt_migrate.atomic import (
     remove_stale_temporaries,
     same_file,
 )
+from ckpt_migrate.engine import rootedit
 from ckpt_migrate.engine.copypatch import Output, Written, file_digest, write
 from ckpt_migrate.engine.extents import Choice
 from ckpt_migrate.engine.plan import Plan, make_plan
@@ -251,6 +252,8 @@ def _upgrade_locked(
         out = Output.beside(src, target)
         tmp = out.tmp
         try:
+            # Taken before the hops edit the tree: what they changed decides the strategy.
+            before = rootedit.snapshot(ckpt.root) if _may_edit_root(plan, opts) else None
             ctx = apply_hops(ckpt, plan, opts, family)
             result.changes, result.warnings = ctx.changes, stale + ctx.warnings + ckpt.warnings
             out_root, notes = prepare(
@@ -263,17 +266,15 @@ def _upgrade_locked(
             def check_metadata(written: Written) -> None:
                 verify_index(ckpt, out_root, plan.target_release, tmp, written, full=full)
 
-            written = write(
-                ckpt,
-                out_root,
-                plan,
-                out,
-                record,
-                progress,
-                check_metadata,
-                read_back=full,
-                copy_method=opts.copy_method,
-            )
+            edit = None
+            if before is not None:
+                edit = rootedit.plan_edit(before, ckpt, out_root, plan.target_release)
+            args = (plan, out, record, progress, check_metadata)
+            kw: dict[str, Any] = {"read_back": full, "copy_method": opts.copy_method}
+            if edit is not None:  # the hops changed no dataset
+                written = rootedit.write(ckpt, edit, *args, **kw)
+            else:
+                written = write(ckpt, out_root, *args, **kw)
             result.copy_method, result.bytes_shared = written.copy_method, written.bytes_shared
             result.strategy = written.strategy
             result.tensors = written.tensors
@@ -308,6 +309,12 @@ def _upgrade_locked(
         finally:
             out.abort()
         result.status = "upgraded"
+
+
+def _may_edit_root(plan: Plan, opts: UpgradeOptions) -> bool:
+    """Whether the hops may leave every dataset as it is (``engine.rootedit``); the object
+    store's staging file (``sparse``) is always patched, its data ranges are what it shares."""
+    return plan.root_only and opts.copy_method != "sparse"
 
 
 def _output_path(src: Path, output_dir: Path | None, *, create: bool, force: bool) -> Path:

@@ -33,6 +33,16 @@ from ckpt_migrate.format.tree import Node
 Operation = Callable[["StepContext"], None]
 
 
+def root_level(operation: Operation) -> Operation:
+    """Declare that ``operation`` edits only values the 0.5 format keeps in root attributes
+    (``__metadata__``, scalars, the structure), never a tensor, a pickled object or a name
+    that has a dataset: a hop made of such operations, with no container change, leaves every
+    dataset of a 0.5 file as it is (:attr:`Hop.root_only`), and the engine then edits the
+    root of a copy instead of rebuilding the tree (``engine.rootedit``)."""
+    operation.root_level = True  # type: ignore[attr-defined]
+    return operation
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """An extra input a hop may use (e.g. the 1.9 dataloader side files), declared once: the
@@ -120,6 +130,16 @@ class Hop:
     def config_reversible(self) -> bool:
         """False for a backward hop whose forward config steps cannot be undone."""
         return not self.is_downgrade or self.down_config_operations is not None
+
+    @property
+    def root_only(self) -> bool:
+        """Whether this hop changes nothing but root-level values: no container change
+        (``format``, ``changes``) and only :func:`root_level` operations."""
+        return (
+            self.format is None
+            and not self.changes
+            and all(getattr(op, "root_level", False) for op in self.operations)
+        )
 
     @property
     def summary(self) -> str:

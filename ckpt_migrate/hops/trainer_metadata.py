@@ -50,7 +50,7 @@ from ckpt_migrate.format.tree import (
     ValueLeaf,
     is_leaf,
 )
-from ckpt_migrate.hops.hop import StepContext
+from ckpt_migrate.hops.hop import StepContext, root_level
 
 KEY = "__metadata__"
 _STATE = "_ckpt_metadata"  # ctx.inputs key: what this upgrade already did to the list
@@ -72,6 +72,7 @@ def metadata_version(release: str) -> str:
     return f"{release}.0"
 
 
+@root_level
 def record_release_in_metadata(ctx: StepContext) -> None:
     """Stamp the target release into ``__metadata__`` (files without one are left alone).
 

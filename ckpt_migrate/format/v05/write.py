@@ -140,12 +140,7 @@ def write(
         leaf, name = ref.leaf, ref.name
         key: str | None = None  # json.dumps(md), where known
         if id(leaf) in first_name:
-            md: dict[str, Any] = {
-                "key": first_name[id(leaf)],
-                "__LINKED__": True,
-                "__TYPE__": "LinkedObject",
-                "__NONE__": True,
-            }
+            md: dict[str, Any] = _linked(first_name[id(leaf)])
         else:
             first_name[id(leaf)] = name
             md, key = _write_value(f, name, leaf, place)
@@ -159,6 +154,22 @@ def write(
     for key, text in extra_attrs.items():
         h5attrs.create(root, key, text)
     f.attrs["__SUCCESS__"] = np.bool_(True)
+
+
+def _linked(first: str) -> dict[str, Any]:
+    """The metadata of a later place of a leaf first written at ``first`` (§4.6)."""
+    return {"key": first, "__LINKED__": True, "__TYPE__": "LinkedObject", "__NONE__": True}
+
+
+def metadata_text(name: str, leaf: Leaf, first: str | None) -> str:
+    """The ``<name>.__metadata__`` root attribute of a leaf that has no dataset: a later place
+    of a tied leaf (``first``: the name of its first place) or a value leaf (a scalar, a
+    string, None, a full tensor), as :func:`write` writes it."""
+    if first is not None:
+        return _leaf_json(name, _linked(first))
+    if isinstance(leaf, (TensorLeaf, OpaqueLeaf)):
+        raise TypeError(f"{name}: a {type(leaf).__name__} has a dataset")
+    return _leaf_json(name, _value_metadata(None, name, leaf))  # type: ignore[arg-type]
 
 
 def _write_value(
@@ -175,7 +186,7 @@ def _write_value(
     return _value_metadata(f, name, leaf), None
 
 
-def _value_metadata(f: h5py.Group, name: str, leaf: Leaf) -> dict[str, Any]:
+def _value_metadata(f: h5py.Group | None, name: str, leaf: Leaf) -> dict[str, Any]:
     """The metadata dict of a leaf that is no tensor (and its dataset, for a pickled object)."""
     if isinstance(leaf, (ValueLeaf, MissingLeaf)):
         value = None if isinstance(leaf, MissingLeaf) else leaf.value
@@ -185,6 +196,7 @@ def _value_metadata(f: h5py.Group, name: str, leaf: Leaf) -> dict[str, Any]:
             return {"string_value": value, "__TYPE__": "StringSerializer", "__NONE__": True}
         return {"scalar_value": value, "__TYPE__": "ScalarSerializer", "__NONE__": True}
     if isinstance(leaf, OpaqueLeaf):
+        assert f is not None
         ds = f.create_dataset(name, data=h5py.Empty("f"), track_order=True)
         ds.attrs["__TYPE__"] = "ObjectSerializer"
         ds.attrs["compressed"] = np.bool_(False)

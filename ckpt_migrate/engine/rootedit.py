@@ -1,0 +1,173 @@
+"""An upgrade that changes no dataset: the source's bytes, with its root attributes edited.
+
+Releases 2.5-2.10 write one layout (format 0.5, FORMAT.md §4) that differs between them in the
+root attribute ``__cstorch_version__`` alone; the hops between them change only root-level
+values (the ``__metadata__`` list: ``hops.trainer_metadata``), which format 0.5 keeps in root
+attributes (``__spec__`` and one ``<leaf>.__metadata__`` per leaf), never in a dataset. For
+such a chain (``Plan.root_only``) the output is a clone of the source (or one copy of it,
+``extents``) whose root attributes are edited: the structure, the release, the metadata of the
+leaves the hops added, changed or removed, and the provenance record. Every dataset, its
+attributes, its chunk index and its bytes stay the source's, where they were.
+
+The copy-patch (``copypatch``) instead links every dataset into a new root group and rewrites
+its attributes: about 0.15 ms per tensor, which made a 12k-tensor upgrade 2.4 → 2.10 cost 18
+times a ``cp`` (issue 33). Here the cost is a clone and a few attribute writes, whatever the
+tensor count. Whether the hops really left every dataset alone is checked on the result
+(``plan_edit``), not taken from their declarations: otherwise the copy-patch runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+from h5py import h5a, h5s, h5t
+
+from ckpt_migrate.atomic import start_writeback
+from ckpt_migrate.engine import extents as ext
+from ckpt_migrate.engine.copypatch import Output, Written, finish, pending_provenance
+from ckpt_migrate.engine.plan import Plan
+from ckpt_migrate.engine.splitcopy import Progress
+from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.provenance import PROVENANCE_ATTR
+from ckpt_migrate.format.releases import Release
+from ckpt_migrate.format.tree import H5Data, Leaf, Node, OpaqueLeaf, TensorLeaf, iter_leaves
+from ckpt_migrate.format.v05 import treespec as treespec_json
+from ckpt_migrate.format.v05.write import metadata_text
+
+STRATEGY = "root-edit"
+SUCCESS = "__SUCCESS__"
+
+# leaf name -> (the leaf, the name of its first place: itself unless it is a tie)
+Leaves = dict[str, tuple[Leaf, str]]
+
+
+def snapshot(root: Node) -> Leaves:
+    """The leaves of ``root`` by name, taken before the hops edit it (the leaf objects are
+    kept, so an identity compared later is the same object's)."""
+    first: dict[int, str] = {}
+    return {
+        ref.name: (ref.leaf, first.setdefault(id(ref.leaf), ref.name)) for ref in iter_leaves(root)
+    }
+
+
+@dataclass
+class Edit:
+    """What the output's root needs: attributes to set (name -> text), attributes to remove,
+    and every tensor, which stays the source's dataset of the same name (``Written.placed``)."""
+
+    set: dict[str, str]
+    removed: list[str]
+    placed: dict[int, tuple[str, bool]]
+
+
+def _has_dataset(leaf: Leaf, name: str, first: str) -> bool:
+    return isinstance(leaf, (TensorLeaf, OpaqueLeaf)) and first == name
+
+
+def plan_edit(before: Leaves, ckpt: Checkpoint, root: Node, release: Release) -> Edit | None:
+    """The root edit that turns the source into ``root`` as ``release`` writes it, or None
+    when the hops changed a dataset after all (one added, removed, renamed or replaced, a tie
+    moved to another first place) or the source holds datasets no leaf names (the copy-patch
+    leaves those behind; a root edit would keep them)."""
+    if ckpt.unreferenced:
+        return None
+    after = snapshot(root)
+    edit = Edit({}, [], {})
+    for name, (leaf, first) in after.items():
+        old = before.get(name)
+        same = old is not None and old[0] is leaf and old[1] == first
+        if _has_dataset(leaf, name, first):
+            if not same:
+                return None
+            if isinstance(leaf, TensorLeaf):
+                data = leaf.data
+                if not (
+                    isinstance(data, H5Data) and data.handle is ckpt.handle and data.name == name
+                ):
+                    return None
+                edit.placed[id(leaf)] = (name, True)
+        elif not same:
+            edit.set[f"{name}.__metadata__"] = metadata_text(
+                name, leaf, None if first == name else first
+            )
+    for name, (leaf, first) in before.items():
+        if name not in after:
+            if _has_dataset(leaf, name, first):
+                return None
+            edit.removed.append(f"{name}.__metadata__")
+    edit.set["__spec__"] = treespec_json.root_spec_text(root)
+    edit.set["__cstorch_version__"] = release.cstorch_version or f"{release.name}.0"
+    return edit
+
+
+def write(
+    ckpt: Checkpoint,
+    edit: Edit,
+    plan: Plan,
+    out: Output,
+    record: dict[str, Any],
+    progress: Progress | None,
+    check_metadata: Callable[[Written], None],
+    *,
+    read_back: bool = False,
+    copy_method: ext.Choice = "auto",
+) -> Written:
+    """Make ``out.tmp`` the source (a clone, else one copy: ``extents``), edit its root as
+    ``edit`` says and run ``check_metadata`` on it (``copypatch.write``'s contract)."""
+    entries = pending_provenance(ckpt, record)
+    edit.set[PROVENANCE_ATTR] = json.dumps(entries)
+    shared = out.share(plan, copy_method)
+    digest: str | None = None
+    if shared is None:
+        copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes, choice=copy_method)
+        digest = copier.finish(progress)
+        written = Written(STRATEGY, edit.placed, copy_method="copy", bytes_own=plan.file_bytes)
+    else:
+        written = shared
+        written.strategy, written.placed = STRATEGY, edit.placed
+        if progress is not None:
+            progress("copy", plan.file_bytes, plan.file_bytes)
+    written.tensors = len(edit.placed)
+    edit_root(out.tmp, edit)
+    if written.copy_method == "clone":
+        start_writeback(out.tmp)
+    check_metadata(written)
+    finish(out.tmp, plan, written, entries, digest)
+    return written
+
+
+def edit_root(path: Path, edit: Edit) -> None:
+    """Apply ``edit`` to the root attributes of ``path``; ``__SUCCESS__`` is written last, as
+    the real writer does (FORMAT.md §4.7)."""
+    with h5py.File(path, "r+", locking=False) as f:
+        oid = f.id
+        for name in edit.removed:
+            h5a.delete(oid, name.encode())
+        for name, text in edit.set.items():
+            _put_text(oid, name, text)
+        if h5a.exists(oid, SUCCESS.encode()):
+            h5a.delete(oid, SUCCESS.encode())
+        h5attrs.create(oid, SUCCESS, np.bool_(True))
+
+
+def _put_text(oid: h5py.h5o.ObjectID, name: str, text: str) -> None:
+    """Set the string attribute ``name``: a variable-length string is rewritten in place (it
+    keeps its place in the creation order), anything else replaced."""
+    key = name.encode()
+    if h5a.exists(oid, key):
+        attr = h5a.open(oid, key)
+        tid = attr.get_type()
+        is_text = tid.get_class() == h5t.STRING and tid.is_variable_str()
+        if is_text and attr.get_space().get_simple_extent_type() == h5s.SCALAR:
+            attr.write(h5attrs.as_array(text), mtype=h5attrs.text_memtype())
+            return
+        del attr
+        h5a.delete(oid, key)
+    h5attrs.create(oid, name, text)

@@ -1,0 +1,254 @@
+"""Upgrades whose hops change no dataset edit only the root (issue 33): 2.5-2.10 either way.
+
+The output must equal what the copy-patch writes (every object, attribute and tensor), while
+every dataset stays where it was, untouched, and the bytes that differ from the source do not
+grow with the tensor count."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from conftest import run_cli
+from loopfs import mounted, unavailable
+
+from ckpt_migrate.engine import rootedit
+from ckpt_migrate.engine import upgrade as engine
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.format.tree import DictNode, MemoryData, SeqNode, TensorLeaf, ValueLeaf
+from ckpt_migrate.format.write import write_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT / "fixtures" / "real-cstorch-2.10"
+
+
+def _tree(experts: int, release: str, params: Any = None) -> DictNode:
+    """A small MoE training checkpoint: per expert a weight, its two Adam moments and a step;
+    a tie, a None, a string, and the Trainer's ``__metadata__`` list."""
+    model, state = [], []
+    for e in range(experts):
+        w = TensorLeaf("float32", (4, 2), MemoryData(np.full((4, 2), e, np.float32)))
+        model.append((f"experts.{e}.w1.weight", w))
+        moments = [
+            (m, TensorLeaf("float32", (4, 2), MemoryData(np.zeros((4, 2), np.float32))))
+            for m in ("exp_avg", "exp_avg_sq")
+        ]
+        step = TensorLeaf("float32", (), MemoryData(np.array(7, np.float32)))
+        state.append((e, DictNode([("step", step), *moments])))
+    model.append(("lm_head.weight", model[0][1]))  # a tie
+    entry = DictNode(
+        [
+            ("version", ValueLeaf(f"{release}.0")),
+            ("model_name", ValueLeaf("moe")),
+            ("params", params if params is not None else DictNode([("lr", ValueLeaf(1e-4))])),
+        ]
+    )
+    return DictNode(
+        [
+            ("model", DictNode(model)),
+            ("optimizer", DictNode([("state", DictNode(state))])),
+            ("note", ValueLeaf("moe run")),
+            ("nothing", ValueLeaf(None)),
+            ("__metadata__", SeqNode("list", [entry])),
+        ]
+    )
+
+
+def _source(path: Path, experts: int = 50, release: str = "2.5", params: Any = None) -> Path:
+    write_checkpoint(_tree(experts, release, params), path, release)
+    return path
+
+
+def _upgrade(src: Path, out: Path, to: str = "2.10", **kw: Any):
+    result = upgrade(src, UpgradeOptions(target=to, output_dir=out, **kw))
+    assert result.status == "upgraded", result.error
+    return result, out / src.name
+
+
+def _patched(src: Path, out: Path, monkeypatch: pytest.MonkeyPatch, to: str = "2.10") -> Path:
+    """The same upgrade as the copy-patch writes it."""
+    with monkeypatch.context() as m:
+        m.setattr(engine, "_may_edit_root", lambda plan, opts: False)
+        result, path = _upgrade(src, out, to)
+    assert result.strategy != rootedit.STRATEGY
+    return path
+
+
+def _logical(path: Path) -> dict[str, Any]:
+    """Every object of ``path``: attributes by name (the provenance record without its time
+    and source digest), and each dataset's type, shape, layout, filters and data."""
+
+    def attrs(obj: Any) -> dict[str, Any]:
+        out = {}
+        for key in sorted(obj.attrs):
+            value = obj.attrs[key]
+            if key == "__ckpt_migrate__":
+                entries = json.loads(value)
+                for e in entries:
+                    for k in ("time", "source_xxh3_128", "source_identity"):
+                        e.pop(k, None)
+                value = json.dumps(entries)
+            out[key] = repr(value) + (str(value.dtype) if hasattr(value, "dtype") else "")
+        return out
+
+    with h5py.File(path, "r") as f:
+        found: dict[str, Any] = {"/": attrs(f)}
+
+        def visit(name: str, obj: Any) -> None:
+            if isinstance(obj, h5py.Dataset):
+                data = obj[()] if obj.shape is not None else None
+                digest = None if data is None else hashlib.sha256(np.asarray(data).tobytes())
+                found[name] = (
+                    str(obj.dtype),
+                    obj.shape,
+                    obj.chunks,
+                    obj.compression,
+                    digest and digest.hexdigest(),
+                    attrs(obj),
+                )
+            else:
+                found[name] = attrs(obj)
+
+        f.visititems(visit)
+    return found
+
+
+def _dataset_headers(path: Path) -> dict[str, tuple[int, bytes]]:
+    """Each dataset's object header address and its first 256 bytes."""
+    found: dict[str, tuple[int, bytes]] = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(
+            lambda name, obj: (
+                found.setdefault(name, (h5py.h5o.get_info(obj.id).addr, b""))
+                if isinstance(obj, h5py.Dataset)
+                else None
+            )
+        )
+    with open(path, "rb") as fh:
+        for name, (addr, _) in found.items():
+            fh.seek(addr)
+            found[name] = (addr, fh.read(256))
+    return found
+
+
+def _blocks_differing(a: Path, b: Path, block: int = 4096) -> int:
+    x, y = a.read_bytes(), b.read_bytes()
+    return sum(x[i : i + block] != y[i : i + block] for i in range(0, len(x), block))
+
+
+def test_a_chain_that_changes_no_dataset_edits_only_the_root(tmp_path, monkeypatch):
+    """2.5 -> 2.10: the output is the copy-patch's, object for object; every dataset keeps its
+    object header, untouched, and what differs from the source does not grow with the tensor
+    count (the same handful of blocks at 50 and at 400 experts)."""
+    differing = []
+    for experts in (50, 400):
+        src = _source(tmp_path / f"src{experts}.mdl", experts)
+        result, out = _upgrade(src, tmp_path / f"edit{experts}")
+        assert result.strategy == rootedit.STRATEGY and result.verified == "index"
+        assert result.tensors == 4 * experts
+        assert _logical(out) == _logical(_patched(src, tmp_path / f"patch{experts}", monkeypatch))
+        assert _dataset_headers(out) == _dataset_headers(src)
+        differing.append(_blocks_differing(src, out))
+    assert differing[1] <= differing[0] + 4, differing
+
+
+@pytest.mark.parametrize("name", ["basic", "tied", "scalars_misc", "dtypes", "nested"])
+def test_the_real_librarys_files_go_down_by_a_root_edit_as_the_copy_patch_writes_them(
+    name, tmp_path, monkeypatch
+):
+    """Files of the real 2.10 writer (ties, values, every dtype) down to 2.6: their dataset
+    attributes and leaf metadata are what the writer here writes, so keeping them gives the
+    copy-patch's output."""
+    src = REAL / f"{name}.mdl"
+    result, out = _upgrade(src, tmp_path / "edit", "2.6")
+    assert result.strategy == rootedit.STRATEGY
+    assert _logical(out) == _logical(_patched(src, tmp_path / "patch", monkeypatch, "2.6"))
+
+
+def test_the_plan_says_whether_datasets_change(tmp_path):
+    src = _source(tmp_path / "src.mdl")
+    changed = {}
+    for path, to in (
+        (src, "2.10"),
+        (REAL / "basic.mdl", "2.5"),
+        (ROOT / "fixtures" / "release-2.3.mdl", "2.10"),
+    ):
+        proc = run_cli("plan", path, "--to", to, "--json")
+        assert proc.returncode == 0, proc.stderr
+        changed[(path.name, to)] = json.loads(proc.stdout)["datasets_changed"]
+    assert changed == {
+        ("src.mdl", "2.10"): False,
+        ("basic.mdl", "2.5"): False,
+        ("release-2.3.mdl", "2.10"): True,  # 2.4 -> 2.5: format 0.4 -> 0.5, every dataset
+    }
+
+
+def test_a_tensor_in_the_params_is_a_new_dataset_so_the_tree_is_patched(tmp_path):
+    """The ``__metadata__`` entry the upgrade adds copies the last one's params: a tensor
+    there becomes a new dataset, which a root edit cannot write."""
+    params = DictNode([("mask", TensorLeaf("int64", (3,), MemoryData(np.arange(3))))])
+    src = _source(tmp_path / "src.mdl", params=params)
+    result, out = _upgrade(src, tmp_path / "out")
+    assert result.strategy != rootedit.STRATEGY
+    with h5py.File(out, "r") as f:
+        assert list(f["__metadata__.1.params.mask"][()]) == [0, 1, 2]
+
+
+def test_datasets_no_leaf_names_are_left_behind_by_the_copy_patch(tmp_path):
+    """A dataset the spec does not name is not carried into the output (as before): the root
+    edit would keep it, so the tree is patched instead."""
+    src = _source(tmp_path / "src.mdl")
+    with h5py.File(src, "r+") as f:
+        f["stray"] = np.arange(4)
+    result, out = _upgrade(src, tmp_path / "out")
+    assert result.strategy != rootedit.STRATEGY
+    with h5py.File(out, "r") as f:
+        assert "stray" not in f
+
+
+def test_a_root_edit_is_verified_like_any_output(tmp_path, monkeypatch):
+    """A leaf metadata the edit writes wrong fails the read-back: nothing is published."""
+    src = _source(tmp_path / "src.mdl")
+    real = rootedit.metadata_text
+    monkeypatch.setattr(
+        rootedit,
+        "metadata_text",
+        lambda name, leaf, first: real(
+            name, ValueLeaf("2.9.0") if name.endswith("1.version") else leaf, first
+        ),
+    )
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=tmp_path / "out"))
+    assert result.status == "failed" and result.exit_code != 0
+    assert "expected tree" in (result.error or "")
+    assert not (tmp_path / "out" / src.name).exists()
+
+
+def test_full_verification_and_a_manifest_read_every_tensor_of_a_root_edit(tmp_path):
+    src = _source(tmp_path / "src.mdl")
+    manifest = tmp_path / "m.json"
+    result, _ = _upgrade(src, tmp_path / "out", manifest=manifest)
+    assert result.strategy == rootedit.STRATEGY and result.verified == "full"
+    assert len(json.loads(manifest.read_text())["tensors"]) == 4 * 50 + 1  # the tie too
+
+
+def test_on_a_filesystem_that_shares_extents_the_root_edit_is_a_clone(tmp_path_factory):
+    """XFS with reflink: the output shares all but the few blocks of the edited root with
+    its source (FIEMAP), and reads back as the source's tensors."""
+    reason = unavailable("xfs")
+    if reason:
+        pytest.skip(f"no xfs to share extents on: {reason}")
+    try:
+        with mounted("xfs", 400 << 20, tmp_path_factory.mktemp("fs")) as mnt:
+            src = _source(mnt / "src.mdl", 400)
+            result, out = _upgrade(src, mnt / "out")
+            assert (result.strategy, result.copy_method) == (rootedit.STRATEGY, "clone")
+            size = src.stat().st_size
+            assert result.bytes_shared >= size - 64 * 4096, (result.bytes_shared, size)
+            assert _dataset_headers(out) == _dataset_headers(src)
+    except RuntimeError as exc:
+        pytest.skip(f"cannot make an xfs filesystem here: {exc}")
