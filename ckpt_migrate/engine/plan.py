@@ -20,18 +20,17 @@ from ckpt_migrate.hops.hop import Hop
 
 # Room for what no leaf accounts for: the superblock, the root group, the spec's own framing.
 HEADROOM = 64 << 10
-# The metadata the target's writer adds per leaf, in bytes: a part of its own and a part per
-# character of its name (the name is in its link, its attributes and the spec), by the target's
-# format (0.5 writes a ``__metadata__`` document per leaf) and by the way the output is made: a
-# rewrite writes every dataset anew, a copy-patch moves the source's datasets and rewrites their
-# attributes. Upper bounds of outputs measured from 10 to 100,000 leaves, names of 5 to 70
-# characters (benchmarks/bench_space.py; tests/test_space_estimate.py holds them to 1.2x + 1 MiB).
-NEW_METADATA = {
-    # (format 0.5, rewrite): (per leaf, per name character)
-    (True, True): (3150, 9),
-    (True, False): (1300, 9),
-    (False, True): (2080, 8),
-    (False, False): (200, 8),
+# The metadata the output gains per leaf, in bytes: a part of its own and a part per character
+# of its name (the name is in its link, its attributes and the spec), by the way the output is
+# made (``Plan.strategy``) and the target's format (0.5 writes a ``__metadata__`` document per
+# leaf): a rewrite writes every dataset anew, a copy-patch moves the source's datasets and
+# rewrites their attributes, a root edit rewrites at most the spec and a few root attributes.
+# Upper bounds of outputs measured from 10 to 30,000 leaves, names of 5 to 70 characters
+# (benchmarks/bench_space.py; tests/test_space_estimate.py holds them to 1.2x + 1 MiB).
+NEW_METADATA = {  # strategy -> {target format 0.5: (per leaf, per name character)}
+    "rewrite": {True: (3150, 9), False: (2080, 8)},
+    "copy-patch": {True: (1300, 9), False: (200, 8)},
+    "root-edit": {True: (160, 2), False: (160, 2)},
 }
 
 
@@ -57,8 +56,8 @@ class Plan:
 
     metadata_bytes: int = 0  # the part of the file that is not dataset storage
     copy_method: str = "copy"  # extents.expected_method: how the source's bytes will get there
-    new_metadata_bytes: int = 0  # what the target's writer adds (``NEW_METADATA``)
-    rewrite: bool = False  # the output is written anew, not a patched copy (``copypatch.write``)
+    leaves: int = 0
+    name_chars: int = 0  # the leaves' names, all together
 
     @property
     def root_only(self) -> bool:
@@ -79,8 +78,24 @@ class Plan:
         """An upper bound of the output's size, within 1.2 times it plus 1 MiB: a patched copy
         is the source (its old metadata stays as free space) and the new metadata, a rewrite
         the stored data and the new metadata; each with ``HEADROOM``."""
-        base = self.file_bytes - self.metadata_bytes if self.rewrite else self.file_bytes
+        rewrite = self.strategy == "rewrite"
+        base = self.file_bytes - self.metadata_bytes if rewrite else self.file_bytes
         return base + self.new_metadata_bytes + HEADROOM
+
+    @property
+    def strategy(self) -> str:
+        """How the output will be made, as the engine chooses: a chain of root-level hops edits
+        the root (``rootedit``); tensors under half the file are rewritten, else the source is
+        patched (``copypatch.write``)."""
+        if self.root_only:
+            return "root-edit"
+        return "rewrite" if self.tensor_bytes < 0.5 * self.file_bytes else "copy-patch"
+
+    @property
+    def new_metadata_bytes(self) -> int:
+        """What the output gains over the source's data or the source (``NEW_METADATA``)."""
+        per_leaf, per_char = NEW_METADATA[self.strategy][self.target_release.format >= 0.5]
+        return per_leaf * self.leaves + per_char * self.name_chars
 
     @property
     def bytes_to_write(self) -> int:
@@ -143,24 +158,20 @@ def make_plan(
     leaves = names = 0
     for ref in iter_leaves(ckpt.root):
         leaves, names = leaves + 1, names + len(ref.name)
-    data = tensor_bytes(ckpt.root)
-    # copypatch.write rewrites when the tensors it keeps are less than half the file
-    rewrite = data < 0.5 * file_bytes
-    per_leaf, per_char = NEW_METADATA[tgt.format >= 0.5, rewrite]
     return Plan(
         source=ckpt.path,
         source_release=src,
         target_release=tgt,
         hops=hops,
         file_bytes=file_bytes,
-        tensor_bytes=data,
+        tensor_bytes=tensor_bytes(ckpt.root),
         output_dir=out_dir,
         free_bytes=free,
         inputs_given=dict(inputs or {}),
         metadata_bytes=file_bytes - min(ckpt.data_bytes or 0, file_bytes),
         copy_method=extents.expected_method(copy_method, ckpt.path, out_dir),
-        new_metadata_bytes=per_leaf * leaves + per_char * names,
-        rewrite=rewrite,
+        leaves=leaves,
+        name_chars=names,
     )
 
 
