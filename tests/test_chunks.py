@@ -59,13 +59,30 @@ def test_a_chunk_shortened_in_its_index_is_refused_on_every_read(tmp_path):
 
 def test_a_chunk_address_moved_onto_another_chunk_is_refused(tmp_path):
     """Random weights do not compress: both chunks store 8,208 bytes, so the frame alone cannot
-    tell one from the other; two chunks sharing stored bytes can."""
+    tell one from the other; two chunks sharing stored bytes can (both are named: the first
+    read is the first chunk)."""
     src = _saved(tmp_path)
     at, _ = _index_entry(src, "model.w", 1)
     _, first = _index_entry(src, "model.w", 0)
     _patch(src, at + 8 + 8 * 3, struct.pack("<Q", first.byte_offset))
     proc = run_cli("verify", src, src)
-    one_line_error(proc, 2, "'model.w', chunk (32, 0)", "shares stored bytes with chunk (0, 0)")
+    one_line_error(proc, 2, "'model.w', chunk (0, 0)", "shares its stored bytes (at ")
+
+
+def test_a_chunk_address_moved_onto_another_tensors_chunk_is_refused(tmp_path):
+    """Found by the fuzz: two 4x4 float32 tensors store 80 bytes each (random data does not
+    compress), so a chunk address moved onto the other tensor's chunk decoded without an
+    error to the other tensor's values."""
+    src = tmp_path / "two.mdl"
+    rng = np.random.default_rng(1)
+    cm.save(
+        {"a": rng.random((4, 4), dtype=np.float32), "b": rng.random((4, 4), dtype=np.float32)}, src
+    )
+    at, _ = _index_entry(src, "a", 0)
+    _, other = _index_entry(src, "b", 0)
+    _patch(src, at + 8 + 8 * 3, struct.pack("<Q", other.byte_offset))
+    with pytest.raises(CorruptCheckpointError, match=r"'a', chunk \(0, 0\): shares its stored"):
+        cm.load(src)["a"].sum()
 
 
 def test_a_damaged_lz4_frame_header_is_refused(tmp_path):

@@ -15,6 +15,7 @@ from ckpt_migrate.cli.console import echo, safe
 if TYPE_CHECKING:
     from ckpt_migrate.config.upgrade import ConfigOutcome
     from ckpt_migrate.engine.upgrade import UpgradeResult
+    from ckpt_migrate.format.deep_check import DeepReport
     from ckpt_migrate.model_dir.upgrade_dir import DirEntry
 
 
@@ -157,7 +158,8 @@ def upgrade_result(res: UpgradeResult, quiet: bool = False) -> None:
     extra = f", backup {res.backup}" if res.backup else ""
     echo(
         f"{res.source}: {res.from_release} → {res.to_release} written to {res.output} "
-        f"({res.strategy}, verified: {res.verified}, {res.seconds:.2f}s{extra})"
+        f"({res.strategy}, verified: {res.verified}, {res.seconds:.2f}s{extra}); "
+        f"tensor data {res.tensor_data}"
     )
 
 
@@ -196,6 +198,20 @@ def dir_summary(entries: list[DirEntry], worst: int) -> None:
     counts = Counter(e.status for e in entries)
     totals = ", ".join(f"{n} {status}" for status, n in counts.items())
     console.print(f"{totals}; exit {worst}", markup=False)
+
+
+def deep_check(report: DeepReport, as_json: bool) -> None:
+    """Each damaged tensor on a line of its own, then the one-line refusal (exit 2)."""
+    if as_json:
+        echo(json.dumps(report.to_json()))
+    else:
+        where = safe(str(report.path))
+        for name, problem in report.damaged:
+            echo(f"{where}: {safe(name)} does not decode: {safe(problem)}")
+        echo(f"{where}: {report.tensors} tensors, {report.bytes_decoded:,} bytes decoded")
+    error = report.error()
+    if error is not None:
+        raise error
 
 
 def verify(data: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ from ckpt_migrate.engine.verify import verify_full, verify_index, write_manifest
 from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, VerificationError
 from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.deep_check import check_tensors
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.write import prepare
@@ -57,6 +58,7 @@ class UpgradeOptions:
     allow_missing: bool = False
     copy_method: Choice = "auto"  # extents: clone where the filesystem shares, else copy
     force: bool = False  # replace an existing output, once the new one is verified
+    deep_check: bool = False  # decode every tensor of the source first (``format.deep_check``)
 
 
 @dataclass
@@ -72,6 +74,7 @@ class UpgradeResult:
     warnings: list[str] = field(default_factory=list)
     strategy: str | None = None
     verified: str | None = None
+    tensor_data: str | None = None  # what was done with the tensor data (``_tensor_data``)
     tensors: int = 0
     bytes_written: int = 0
     copy_method: str | None = None  # clone | kernel | copy | rewrite
@@ -154,6 +157,25 @@ def _reads_back(opts: UpgradeOptions) -> bool:
     return opts.verify == "full" or opts.manifest is not None
 
 
+def _require_intact(ckpt: Checkpoint, progress: Progress | None) -> None:
+    """``--deep-check``: every tensor of the source decodes, or nothing is written."""
+    error = check_tensors(ckpt, progress).error()
+    if error is not None:
+        raise error
+
+
+def _tensor_data(opts: UpgradeOptions, written: Written) -> str:
+    """What the upgrade did with the tensor data, for the report (issue #36): an upgrade
+    copies it as stored, never decoding it unless asked; ``--verify full`` checks every stored
+    chunk's index entry and frame (``h5.chunks``) and compares the stored bytes, and a manifest
+    hashes every tensor, so decodes it all."""
+    if opts.deep_check or opts.manifest is not None:
+        return "decoded"
+    if opts.verify == "full" or written.strategy == "rewrite":  # a rewrite reads each chunk
+        return "copied as stored, chunks checked"
+    return "copied as stored, not decoded"
+
+
 def _place_current(src: Path, opts: UpgradeOptions, result: UpgradeResult) -> None:
     """A file already at the target still belongs in the output directory (as ``upgrade-dir``
     puts it): a hard link, or a verified copy across filesystems; a dry run only checks."""
@@ -168,6 +190,7 @@ def _place_current(src: Path, opts: UpgradeOptions, result: UpgradeResult) -> No
     else:
         result.placed = link_or_copy(src, target, _verified_copy)
     result.output = target
+    result.tensor_data = "decoded" if opts.deep_check else "copied as stored, not decoded"
 
 
 def _verified_copy(src: Path, tmp: Path) -> None:
@@ -207,6 +230,8 @@ def _upgrade_locked(
         result.hops = [f"{h.source}→{h.target}" for h in plan.hops]
         family = choose_family(ckpt.root, opts.inputs.get("model"))
         result.family, result.model = family.family, family.to_json()
+        if opts.deep_check:
+            _require_intact(ckpt, progress)
         if plan.current:
             ckpt.handle.walked()
             result.status = "current"
@@ -277,6 +302,7 @@ def _upgrade_locked(
             if full:
                 verify_full(out_root, tmp, written, progress, hash_all=opts.manifest is not None)
             result.verified = "full" if full else "index"
+            result.tensor_data = _tensor_data(opts, written)
             ckpt.handle.walked()
             Interrupt.check()
             fsync_path(tmp)

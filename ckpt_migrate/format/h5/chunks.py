@@ -12,7 +12,7 @@ So before any slab is read (``h5.io.read_slab``, the one place tensor data is de
 index entries it touches are checked against the dataset's shape and the stored frames:
 
 * every chunk the selection needs is in the index, once, on the chunk grid and inside the
-  extent; no two chunks of the dataset share stored bytes;
+  extent, and shares no stored byte with other stored data of the file (``shared_starts``);
 * a chunk with no filter applied stores exactly one chunk of bytes;
 * LZ4 frame (big-endian): an 8-byte original size, a 4-byte block size, then per block a 4-byte
   compressed size and the block (stored raw when that size equals the block's). The original
@@ -34,10 +34,12 @@ import math
 import os
 import struct
 import zlib
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import h5py
+import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 
@@ -100,15 +102,13 @@ def check_read(ds: h5py.Dataset, sl: tuple[slice, ...]) -> None:
         return
     rows = _rows(sl, layout.shape)
     wanted: list[h5py.h5d.StoreInfo] = []
-    extents: list[tuple[int, int, tuple[int, ...]]] = []
 
     def visit(info: h5py.h5d.StoreInfo) -> None:
-        extents.append((info.byte_offset, info.size, info.chunk_offset))
         if rows[0] - layout.chunks[0] < info.chunk_offset[0] < rows[1]:  # chunked: ndim >= 1
             wanted.append(info)
 
     ds.id.chunk_iter(visit)
-    problem = _index_problem(layout, rows, wanted, extents)
+    problem = _index_problem(layout, rows, wanted, shared_starts(ds.file))
     if problem is not None:
         raise _damaged(ds, *problem)
     if not wanted:
@@ -215,10 +215,10 @@ def _index_problem(
     layout: Layout,
     rows: tuple[int, int],
     wanted: list[h5py.h5d.StoreInfo],
-    extents: list[tuple[int, int, tuple[int, ...]]],
+    shared: frozenset[int],
 ) -> tuple[tuple[int, ...], str] | None:
     """(chunk, why) the index entries cannot be the dataset's chunks: off the grid or outside
-    the extent, listed twice, missing, or sharing stored bytes with another chunk."""
+    the extent, listed twice, missing, or sharing stored bytes with other data (``shared``)."""
     seen: set[tuple[int, ...]] = set()
     for info in wanted:
         where = info.chunk_offset
@@ -232,15 +232,75 @@ def _index_problem(
         seen.add(where)
         if not layout.active(info.filter_mask) and info.size != layout.chunk_bytes:
             return where, _raw_size(info.size, layout)
-    need = layout.grid(rows)
-    if len(seen) != need:
+        if info.byte_offset in shared:
+            return where, f"shares its stored bytes (at {info.byte_offset:,}) with other data"
+    if len(seen) != layout.grid(rows):
         return _first_missing(layout, rows, seen), "is missing from the chunk index"
-    end, last = -1, ()
-    for start, size, where in sorted(extents):
-        if start < end:
-            return where, f"shares stored bytes with chunk {last}"
-        end, last = start + size, where
     return None
+
+
+_SHARED: dict[tuple[int, ...], frozenset[int]] = {}
+_SHARED_FILES = 8
+
+
+def shared_starts(f: h5py.File) -> frozenset[int]:
+    """Where stored data of ``f`` starts that overlaps other stored data: a chunk whose index
+    entry was moved onto another chunk (of any dataset) decodes to that one's values, and two
+    chunks of incompressible data store the same number of bytes. HDF5 never stores two
+    pieces of data in one place. Computed with one walk of every chunk index per file (kept,
+    by inode, size and mtime, for the next reads; normally the set is empty)."""
+    st = os.stat(f.filename)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    found = _SHARED.get(key)
+    if found is None:
+        found = _overlapping(*_stored_extents(f))
+        if len(_SHARED) >= _SHARED_FILES:
+            _SHARED.pop(next(iter(_SHARED)))
+        _SHARED[key] = found
+    return found
+
+
+def _stored_extents(f: h5py.File) -> tuple[np.ndarray, np.ndarray]:
+    """The (starts, ends) of every piece of stored data in ``f``: chunks and contiguous
+    blocks, each stored object once (a tied tensor is one object under several names)."""
+    starts, ends = array("q"), array("q")
+    objects: set[int] = set()
+
+    def chunk(info: h5py.h5d.StoreInfo) -> None:
+        starts.append(info.byte_offset)
+        ends.append(info.byte_offset + info.size)
+
+    def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
+        if info.type != h5py.h5l.TYPE_HARD or info.u in objects:
+            return
+        objects.add(info.u)
+        obj = h5py.h5o.open(f.id, name)
+        if not isinstance(obj, h5py.h5d.DatasetID):
+            return
+        layout = obj.get_create_plist().get_layout()
+        if layout == h5py.h5d.CHUNKED:
+            obj.chunk_iter(chunk)
+        elif layout == h5py.h5d.CONTIGUOUS and obj.get_offset() is not None:
+            starts.append(obj.get_offset())
+            ends.append(obj.get_offset() + obj.get_storage_size())
+
+    f.id.links.visit(visit, info=True)
+    return np.frombuffer(starts, np.int64), np.frombuffer(ends, np.int64)
+
+
+def _overlapping(starts: np.ndarray, ends: np.ndarray) -> frozenset[int]:
+    """The starts of the extents that overlap another (empty extents never do)."""
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) < 2:
+        return frozenset()
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)[:-1]  # the furthest end of everything before
+    late = starts[1:] < reach  # starts inside an earlier extent
+    early = ends[:-1] > starts[1:]  # runs into the next
+    bad = np.concatenate([starts[1:][late], starts[:-1][early]])
+    return frozenset(int(x) for x in bad)
 
 
 def _first_missing(
