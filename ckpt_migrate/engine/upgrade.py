@@ -35,6 +35,7 @@ from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, Verification
 from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.deep_check import check_tensors
+from ckpt_migrate.format.h5.io import damaged
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.write import prepare
@@ -324,6 +325,10 @@ def _upgrade_locked(
                 write_manifest(opts.manifest, src, target, plan, written, record)
         except (OSError, RuntimeError) as exc:
             os_exc = as_os_error(exc)
+            if os_exc is None and isinstance(exc, RuntimeError):
+                # HDF5 met metadata it cannot read while editing a copy of the source (a
+                # damaged object header: checksum, address), which the preflight never needed
+                raise damaged(src, exc) from None
             if os_exc is None:
                 raise
             raise io_error(target, os_exc) from None
