@@ -21,8 +21,10 @@ import pytest
 from conftest import one_line_error, run_cli, sha256_file
 
 import ckpt_migrate as cm
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.h5 import preflight
+from ckpt_migrate.format.h5 import root as h5root
 
 WORKER = Path(__file__).with_name("fuzz_worker.py")
 DAMAGE = Path(__file__).with_name("fuzz_damage.py")
@@ -145,3 +147,28 @@ def test_a_crash_inside_hdf5_is_a_one_line_refusal(tmp_path, monkeypatch):
     monkeypatch.setattr(preflight, "_walk", lambda *_: os.kill(os.getpid(), signal.SIGSEGV))
     with pytest.raises(CorruptCheckpointError, match=r"HDF5 crashed \(SIGSEGV\)"):
         cm.read_checkpoint(src)
+
+
+def test_an_object_header_hdf5_cannot_read_while_editing_is_a_one_line_refusal(
+    tmp_path, monkeypatch
+):
+    """Issue #36: a damaged object header checksum or address made ``h5o.get_info`` raise
+    RuntimeError in the copy-patch (which edits a copy of the source) on 6 fuzzed files: an
+    internal error. Simulated here as HDF5 raises it."""
+    src = tmp_path / "checkpoint_1.mdl"
+    weights = np.random.default_rng(0).random((512, 512))  # most of the file: a copy-patch
+    cm.save({"model": {"w": weights}, "step": 1}, src, "2.0")
+
+    def damaged_header(obj):
+        raise RuntimeError(
+            "Can't get deprecated info for object (incorrect metadata checksum after all read "
+            "attempts)"
+        )
+
+    monkeypatch.setattr(h5root, "object_address", damaged_header)
+    out = tmp_path / "out"
+    res = upgrade(src, UpgradeOptions(output_dir=out))
+    assert res.status == "failed" and res.exit_code == 2, (res.strategy, res.error)
+    assert "HDF5 structures are damaged (incorrect metadata checksum" in res.error
+    assert str(src) in res.error and "\n" not in res.error
+    assert list(out.iterdir()) == []
