@@ -12,7 +12,7 @@ So before any slab is read (``h5.io.read_slab``, the one place tensor data is de
 index entries it touches are checked against the dataset's shape and the stored frames:
 
 * every chunk the selection needs is in the index, once, on the chunk grid and inside the
-  extent, and shares no stored byte with other stored data of the file (``shared_starts``);
+  extent, and shares no stored byte with other stored data of the file (``h5.overlaps``);
 * a chunk with no filter applied stores exactly one chunk of bytes;
 * LZ4 frame (big-endian): an 8-byte original size, a 4-byte block size, then per block a 4-byte
   compressed size and the block (stored raw when that size equals the block's). The original
@@ -23,7 +23,8 @@ index entries it touches are checked against the dataset's shape and the stored 
   takes; fletcher32 (HDF5 checks the sum) needs its 4 bytes; shuffle keeps the length.
 
 An LZ4-only dataset (what every Cerebras release writes, FORMAT.md §4.5) costs one 16-byte
-``pread`` per chunk and block: nothing is decoded twice. Other pipelines are read as stored
+``pread`` per chunk (and per further block), the headers checked together: nothing is decoded
+twice. Other pipelines are read as stored
 (``read_direct_chunk``) and their deflate stage inflated once more, bounded by the chunk size.
 """
 
@@ -42,14 +43,17 @@ import h5py
 import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
+from ckpt_migrate.format.h5 import overlaps
 
 DEFLATE, SHUFFLE, FLETCHER32, LZ4 = 1, 2, 3, 32004
 CHECKED_FILTERS = frozenset({DEFLATE, SHUFFLE, FLETCHER32, LZ4})
 _FIX = "the file is damaged; use another copy"
 _FRAME_HEAD = struct.Struct(">QI")
 _BLOCK_HEAD = struct.Struct(">I")
+_HEAD = _FRAME_HEAD.size + _BLOCK_HEAD.size  # a frame's header and its first block's size
 
 Read = Callable[[int, int], bytes]  # (offset in the chunk, count) -> bytes
+Problem = tuple[tuple[int, ...], str] | None  # (the chunk, why it is refused)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,17 @@ class Layout:
         size = math.prod(chunks) * ds.id.get_type().get_size()
         return cls(tuple(ds.shape), chunks, size, filters)
 
+    @property
+    def strides(self) -> np.ndarray:
+        """How far apart neighbours along each axis are when the grid is numbered row-major."""
+        counts = [-(-n // c) for n, c in zip(self.shape, self.chunks, strict=True)]
+        return np.array([math.prod(counts[k + 1 :]) for k in range(len(counts))], np.uint64)
+
+    @property
+    def all_skipped(self) -> int:
+        """The filter mask of a chunk stored unfiltered (every filter skipped)."""
+        return (1 << len(self.filters)) - 1
+
     def active(self, mask: int) -> tuple[int, ...]:
         """The filters a chunk went through (bit i of its mask set: filter i was skipped)."""
         return tuple(f for i, f in enumerate(self.filters) if not mask & (1 << i))
@@ -100,27 +115,148 @@ def check_read(ds: h5py.Dataset, sl: tuple[slice, ...]) -> None:
     layout = Layout.of(ds)
     if layout is None:
         return
+    f = ds.file
     rows = _rows(sl, layout.shape)
-    wanted: list[h5py.h5d.StoreInfo] = []
-
-    def visit(info: h5py.h5d.StoreInfo) -> None:
-        if rows[0] - layout.chunks[0] < info.chunk_offset[0] < rows[1]:  # chunked: ndim >= 1
-            wanted.append(info)
-
-    ds.id.chunk_iter(visit)
-    problem = _index_problem(layout, rows, wanted, shared_starts(ds.file))
+    index = _Index.of(ds, layout, rows)
+    problem = _index_problem(layout, rows, index, overlaps.shared_starts(f))
+    if problem is None and index.offsets.size:
+        if layout.filters == (LZ4,) and f.id.get_create_plist().get_userblock() == 0:
+            problem = _frames_in_file(f.filename, layout, index)
+        else:
+            problem = _stored_chunks(ds, layout, index)
     if problem is not None:
-        raise _damaged(ds, *problem)
-    if not wanted:
-        return
-    if layout.filters == (LZ4,) and _userblock(ds) == 0:
-        _check_lz4_in_file(ds, layout, wanted)
-        return
-    for info in wanted:
-        mask, data = ds.id.read_direct_chunk(info.chunk_offset)
-        problem_text = chunk_problem(layout, mask, data)
-        if problem_text is not None:
-            raise _damaged(ds, info.chunk_offset, problem_text)
+        where, why = problem
+        raise CorruptCheckpointError(
+            f.filename, f"tensor {_name(ds)!r}, chunk {where}: {why}", _FIX
+        )
+
+
+@dataclass
+class _Index:
+    """The chunk index entries a selection needs, as arrays (a tensor may have 100,000)."""
+
+    coords: np.ndarray  # (n, ndim) chunk offsets in elements
+    offsets: np.ndarray  # where each is stored, in bytes
+    sizes: np.ndarray
+    masks: np.ndarray  # bit i set: filter i was skipped for the chunk
+
+    @classmethod
+    def of(cls, ds: h5py.Dataset, layout: Layout, rows: tuple[int, int]) -> _Index:
+        coords, offsets, sizes, masks = array("Q"), array("Q"), array("Q"), array("Q")
+        low = rows[0] - layout.chunks[0]
+
+        def visit(info: h5py.h5d.StoreInfo) -> None:
+            where = info.chunk_offset
+            if low < where[0] < rows[1]:  # chunked, so ndim >= 1
+                coords.extend(where)
+                offsets.append(info.byte_offset)
+                sizes.append(info.size)
+                masks.append(info.filter_mask)
+
+        ds.id.chunk_iter(visit)
+        arrays = [np.frombuffer(a, np.uint64) for a in (coords, offsets, sizes, masks)]
+        arrays[0] = arrays[0].reshape(len(offsets), len(layout.shape))
+        return cls(*arrays)
+
+    def where(self, i: int) -> tuple[int, ...]:
+        return tuple(int(x) for x in self.coords[i])
+
+
+def _index_problem(
+    layout: Layout, rows: tuple[int, int], index: _Index, shared: np.ndarray
+) -> Problem:
+    """(chunk, why) the index entries cannot be the dataset's chunks: off the grid or outside
+    the extent, listed twice, missing, unfiltered but not one chunk long, or sharing stored
+    bytes with other data (``shared``)."""
+    shape = np.array(layout.shape, np.uint64)
+    chunks = np.array(layout.chunks, np.uint64)
+    off = ~((index.coords % chunks == 0) & (index.coords < shape)).all(axis=1)
+    if off.any():
+        return index.where(_first(off)), f"lies off the chunk grid of shape {layout.shape}"
+    places = np.sort((index.coords // chunks) @ layout.strides)  # each chunk's place, a number
+    if (places[1:] == places[:-1]).any():
+        return _listed_twice(index), "is listed twice in the chunk index"
+    if len(places) != layout.grid(rows):
+        seen = {index.where(i) for i in range(len(index.offsets))}
+        return _first_missing(layout, rows, seen), "is missing from the chunk index"
+    unfiltered = (index.masks & layout.all_skipped) == layout.all_skipped
+    wrong = unfiltered & (index.sizes != layout.chunk_bytes)
+    if wrong.any():
+        i = _first(wrong)
+        return index.where(i), _raw_size(int(index.sizes[i]), layout)
+    moved = np.isin(index.offsets, shared) if shared.size else None
+    if moved is not None and moved.any():
+        i = _first(moved)
+        at = int(index.offsets[i])
+        return index.where(i), f"shares its stored bytes (at {at:,}) with other data"
+    return None
+
+
+def _frames_in_file(path: str, layout: Layout, index: _Index) -> Problem:
+    """The LZ4-only fast path: the first 16 bytes of every chunk (its frame header and first
+    block size) read where they lie, checked together; a frame of several blocks (a writer
+    with a block size below the chunk's) is walked block by block."""
+    lz4 = np.flatnonzero((index.masks & 1) == 0)  # the others were checked as unfiltered
+    short = index.sizes[lz4] < _HEAD
+    if short.any():
+        i = int(lz4[_first(short)])
+        return index.where(i), f"stores {int(index.sizes[i])} bytes, too few for an LZ4 frame"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        heads = [os.pread(fd, _HEAD, int(index.offsets[i])) for i in lz4]
+        ragged = [k for k, head in enumerate(heads) if len(head) != _HEAD]
+        if ragged:
+            return index.where(int(lz4[ragged[0]])), "its LZ4 frame lies past the end of the file"
+        head = np.frombuffer(b"".join(heads), np.uint8).reshape(len(lz4), _HEAD)
+        original = head[:, :8].copy().view(">u8").ravel()
+        block = head[:, 8:12].copy().view(">u4").ravel().astype(np.uint64)
+        packed = head[:, 12:16].copy().view(">u4").ravel().astype(np.uint64)
+        sizes = index.sizes[lz4]
+        one_block = block >= original
+        fine = (original == layout.chunk_bytes) & (block > 0) & one_block
+        fine &= (packed > 0) & (packed <= original) & (sizes == packed + _HEAD)
+        for k in np.flatnonzero(~fine):
+            i = int(lz4[k])
+            read = _file_reader(fd, int(index.offsets[i]))
+            try:
+                why = frame_problem(read, int(index.sizes[i]), layout.chunk_bytes)
+            except _ShortRead:
+                why = "its LZ4 frame lies past the end of the file"
+            if why is not None:
+                return index.where(i), why
+    finally:
+        os.close(fd)
+    return None
+
+
+def _stored_chunks(ds: h5py.Dataset, layout: Layout, index: _Index) -> Problem:
+    """Any other pipeline: each chunk read as stored and its filters undone far enough to know
+    the length it decodes to (``chunk_problem``)."""
+    for i in range(len(index.offsets)):
+        where = index.where(i)
+        mask, data = ds.id.read_direct_chunk(where)
+        why = chunk_problem(layout, mask, data)
+        if why is not None:
+            return where, why
+    return None
+
+
+def _listed_twice(index: _Index) -> tuple[int, ...]:
+    seen: set[tuple[int, ...]] = set()
+    for i in range(len(index.offsets)):
+        where = index.where(i)
+        if where in seen:
+            return where
+        seen.add(where)
+    return ()
+
+
+def _file_reader(fd: int, base: int) -> Read:
+    return lambda at, n: os.pread(fd, n, base + at)
+
+
+def _first(flags: np.ndarray) -> int:
+    return int(np.flatnonzero(flags)[0])
 
 
 def chunk_problem(layout: Layout, mask: int, data: bytes) -> str | None:
@@ -189,120 +325,6 @@ class _ShortRead(Exception):
     """A frame field lies past the end of the file."""
 
 
-def _check_lz4_in_file(ds: h5py.Dataset, layout: Layout, wanted: list[h5py.h5d.StoreInfo]) -> None:
-    """The fast path: each LZ4 frame's length fields read where they lie in the file."""
-    fd = os.open(ds.file.filename, os.O_RDONLY)
-    try:
-        for info in sorted(wanted, key=lambda i: i.byte_offset):
-            if not layout.active(info.filter_mask):
-                continue  # stored unfiltered: its size was checked with the index
-            base = info.byte_offset
-            try:
-                problem = frame_problem(
-                    lambda at, n, base=base: os.pread(fd, n, base + at),
-                    info.size,
-                    layout.chunk_bytes,
-                )
-            except _ShortRead:
-                problem = "its LZ4 frame lies past the end of the file"
-            if problem is not None:
-                raise _damaged(ds, info.chunk_offset, problem)
-    finally:
-        os.close(fd)
-
-
-def _index_problem(
-    layout: Layout,
-    rows: tuple[int, int],
-    wanted: list[h5py.h5d.StoreInfo],
-    shared: frozenset[int],
-) -> tuple[tuple[int, ...], str] | None:
-    """(chunk, why) the index entries cannot be the dataset's chunks: off the grid or outside
-    the extent, listed twice, missing, or sharing stored bytes with other data (``shared``)."""
-    seen: set[tuple[int, ...]] = set()
-    for info in wanted:
-        where = info.chunk_offset
-        if not all(
-            0 <= o < n and o % c == 0
-            for o, n, c in zip(where, layout.shape, layout.chunks, strict=True)
-        ):
-            return where, f"lies off the chunk grid of shape {layout.shape}"
-        if where in seen:
-            return where, "is listed twice in the chunk index"
-        seen.add(where)
-        if not layout.active(info.filter_mask) and info.size != layout.chunk_bytes:
-            return where, _raw_size(info.size, layout)
-        if info.byte_offset in shared:
-            return where, f"shares its stored bytes (at {info.byte_offset:,}) with other data"
-    if len(seen) != layout.grid(rows):
-        return _first_missing(layout, rows, seen), "is missing from the chunk index"
-    return None
-
-
-_SHARED: dict[tuple[int, ...], frozenset[int]] = {}
-_SHARED_FILES = 8
-
-
-def shared_starts(f: h5py.File) -> frozenset[int]:
-    """Where stored data of ``f`` starts that overlaps other stored data: a chunk whose index
-    entry was moved onto another chunk (of any dataset) decodes to that one's values, and two
-    chunks of incompressible data store the same number of bytes. HDF5 never stores two
-    pieces of data in one place. Computed with one walk of every chunk index per file (kept,
-    by inode, size and mtime, for the next reads; normally the set is empty)."""
-    st = os.stat(f.filename)
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-    found = _SHARED.get(key)
-    if found is None:
-        found = _overlapping(*_stored_extents(f))
-        if len(_SHARED) >= _SHARED_FILES:
-            _SHARED.pop(next(iter(_SHARED)))
-        _SHARED[key] = found
-    return found
-
-
-def _stored_extents(f: h5py.File) -> tuple[np.ndarray, np.ndarray]:
-    """The (starts, ends) of every piece of stored data in ``f``: chunks and contiguous
-    blocks, each stored object once (a tied tensor is one object under several names)."""
-    starts, ends = array("q"), array("q")
-    objects: set[int] = set()
-
-    def chunk(info: h5py.h5d.StoreInfo) -> None:
-        starts.append(info.byte_offset)
-        ends.append(info.byte_offset + info.size)
-
-    def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
-        if info.type != h5py.h5l.TYPE_HARD or info.u in objects:
-            return
-        objects.add(info.u)
-        obj = h5py.h5o.open(f.id, name)
-        if not isinstance(obj, h5py.h5d.DatasetID):
-            return
-        layout = obj.get_create_plist().get_layout()
-        if layout == h5py.h5d.CHUNKED:
-            obj.chunk_iter(chunk)
-        elif layout == h5py.h5d.CONTIGUOUS and obj.get_offset() is not None:
-            starts.append(obj.get_offset())
-            ends.append(obj.get_offset() + obj.get_storage_size())
-
-    f.id.links.visit(visit, info=True)
-    return np.frombuffer(starts, np.int64), np.frombuffer(ends, np.int64)
-
-
-def _overlapping(starts: np.ndarray, ends: np.ndarray) -> frozenset[int]:
-    """The starts of the extents that overlap another (empty extents never do)."""
-    keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
-    if len(starts) < 2:
-        return frozenset()
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], ends[order]
-    reach = np.maximum.accumulate(ends)[:-1]  # the furthest end of everything before
-    late = starts[1:] < reach  # starts inside an earlier extent
-    early = ends[:-1] > starts[1:]  # runs into the next
-    bad = np.concatenate([starts[1:][late], starts[:-1][early]])
-    return frozenset(int(x) for x in bad)
-
-
 def _first_missing(
     layout: Layout, rows: tuple[int, int], seen: set[tuple[int, ...]]
 ) -> tuple[int, ...]:
@@ -334,15 +356,5 @@ def _rows(sl: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[int, int]:
     return (start, max(start, stop))
 
 
-def _userblock(ds: h5py.Dataset) -> int:
-    return ds.file.id.get_create_plist().get_userblock()
-
-
 def _name(ds: h5py.Dataset) -> str:
     return (ds.name or "").lstrip("/")
-
-
-def _damaged(ds: h5py.Dataset, chunk: tuple[int, ...], problem: str) -> CorruptCheckpointError:
-    return CorruptCheckpointError(
-        ds.file.filename, f"tensor {_name(ds)!r}, chunk {tuple(chunk)}: {problem}", _FIX
-    )
