@@ -127,3 +127,38 @@ def test_verify_of_a_tensor_with_no_elements(tmp_path):
     cm.save({"model": {"w": np.zeros((3, 0), np.float32), "b": np.ones(3, np.float32)}}, src)
     proc = run_cli("verify", src, src)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_check_deep_names_each_damaged_tensor_and_upgrade_says_what_it_checked(tmp_path):
+    """``check --deep`` decodes every tensor and names each that does not decode (exit 2); an
+    upgrade copies the stored chunks without decoding them and says so; ``upgrade-dir
+    --deep-check`` decodes first and upgrades nothing that does not decode."""
+    good = tmp_path / "good" / "checkpoint_1.mdl"
+    good.parent.mkdir()
+    weights = np.random.default_rng(0).random((256, 256))  # most of the file: a copy-patch
+    cm.save({"model": {"w": weights}, "step": 3}, good, "2.0")
+    proc = run_cli("check", good, "--deep")
+    assert proc.returncode == 10, proc.stderr
+    assert "1 tensors, 524,288 bytes decoded" in proc.stdout
+
+    out = tmp_path / "out"
+    proc = run_cli("upgrade", good, "--output-dir", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "tensor data copied as stored, not decoded" in proc.stdout
+    proc = run_cli("upgrade", good, "--output-dir", out, "--force", "--manifest", tmp_path / "m")
+    assert "tensor data decoded" in proc.stdout
+
+    bad = tmp_path / "bad" / "checkpoint_1.mdl"
+    bad.parent.mkdir()
+    bad.write_bytes(good.read_bytes())
+    at, info = _index_entry(bad, "model.w", 0)
+    _patch(bad, at, struct.pack("<I", info.size - 1))
+    proc = run_cli("check", bad, "--deep")
+    assert proc.returncode == 2
+    assert "model.w does not decode: tensor 'model.w', chunk (0, 0)" in proc.stdout
+    one_line_error(proc, 2, "1 of 1 tensors do not decode: 'model.w'")
+    dir_out = tmp_path / "dir-out"
+    proc = run_cli("upgrade-dir", bad.parent, "--output-dir", dir_out, "--deep-check")
+    assert proc.returncode == 2
+    assert "1 of 1 tensors do not decode" in proc.stderr
+    assert not (dir_out / bad.name).exists()

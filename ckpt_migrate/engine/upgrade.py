@@ -166,14 +166,16 @@ def _require_intact(ckpt: Checkpoint, progress: Progress | None) -> None:
 
 
 def _tensor_data(opts: UpgradeOptions, written: Written) -> str:
-    """What the upgrade did with the tensor data, for the report (issue #36): an upgrade
-    copies it as stored, never decoding it unless asked; ``--verify full`` checks every stored
-    chunk's index entry and frame (``h5.chunks``) and compares the stored bytes, and a manifest
-    hashes every tensor, so decodes it all."""
+    """What the upgrade did with the tensor data, for the report (issue #36). It copies the
+    stored chunks and never decodes them: ``--verify full`` compares the stored bytes with the
+    source's, a rewrite checks each chunk's index entry and frame as it copies it (``h5.chunks``),
+    and only ``--deep-check`` and a manifest (which hashes every tensor) decode them."""
     if opts.deep_check or opts.manifest is not None:
         return "decoded"
-    if opts.verify == "full" or written.strategy == "rewrite":  # a rewrite reads each chunk
-        return "copied as stored, chunks checked"
+    if written.strategy == "rewrite":
+        return "copied as stored, chunks checked, not decoded"
+    if opts.verify == "full":
+        return "copied as stored, stored bytes compared, not decoded"
     return "copied as stored, not decoded"
 
 
