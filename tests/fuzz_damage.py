@@ -20,6 +20,7 @@ import struct
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +67,7 @@ def sources() -> list[Path]:
 def anatomy(path: Path) -> Anatomy:
     chunks: list[Chunk] = []
     headers: list[int] = []
-    with h5py.File(path, "r") as f:
+    with h5py.File(path, "r", locking=False) as f:
 
         def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
             if info.type != h5py.h5l.TYPE_HARD:
@@ -133,6 +134,18 @@ def damage(rng: random.Random, body: Anatomy, kind: str) -> bytes | None:
         )
         struct.pack_into("<Q", out, key + 8 + 8 * (chunk.ndim + 1), max(0, new))
     return bytes(out)
+
+
+def damaged_files(
+    rng: random.Random, bodies: dict[Path, Anatomy]
+) -> Iterator[tuple[Path, str, bytes]]:
+    """Endless (fixture, kind of damage, damaged bytes), in the order ``rng`` makes them."""
+    while True:
+        src = rng.choice(list(bodies))
+        kind = rng.choice(KINDS)
+        data = damage(rng, bodies[src], kind)
+        if data is not None and data != bodies[src].data:
+            yield src, kind, data
 
 
 def tensor_hashes(path: Path) -> dict[str, str]:
@@ -249,12 +262,9 @@ def main(
     slowest = 0.0
     seconds: Counter = Counter()
     cases = 0
-    while cases < count:
-        src = rng.choice(list(bodies))
-        kind = rng.choice(KINDS)
-        data = damage(rng, bodies[src], kind)
-        if data is None or data == bodies[src].data:
-            continue
+    for src, kind, data in damaged_files(rng, bodies):
+        if cases == count:
+            break
         case = workdir / f"{src.stem}.{cases}.mdl"
         case.write_bytes(data)
         digest = hashlib.sha256(data).hexdigest()

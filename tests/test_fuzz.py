@@ -4,6 +4,7 @@ line; never an internal error, a signal, a hang, a leftover temporary or a chang
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -172,3 +173,19 @@ def test_an_object_header_hdf5_cannot_read_while_editing_is_a_one_line_refusal(
     assert "HDF5 structures are damaged (incorrect metadata checksum" in res.error
     assert str(src) in res.error and "\n" not in res.error
     assert list(out.iterdir()) == []
+
+
+def test_an_enum_type_damaged_past_h5pys_reach_is_a_one_line_refusal(tmp_path):
+    """Found by ``benchmarks/fuzz_damage.py`` (seed 1006, case 146): object-header damage gave a
+    bool tensor an enum type whose member names h5py cannot sort, and the rewrite's chunk copy
+    raised TypeError making the output dataset (an internal error)."""
+    bodies = {p: fuzz_damage.anatomy(p) for p in fuzz_damage.sources()}
+    files = fuzz_damage.damaged_files(random.Random(1006), bodies)
+    src, kind, data = next(itertools.islice(files, 146, None))
+    assert (src.name, kind) == ("release-2.0.mdl", "object_header")
+    case = tmp_path / "checkpoint_1.mdl"
+    case.write_bytes(data)
+    out = tmp_path / "out"
+    res = upgrade(case, UpgradeOptions(output_dir=out, inputs={"drop_dataloader_state": True}))
+    assert res.status == "failed" and res.exit_code == 2, res.error
+    assert "cannot copy the chunks of dataset 'model.mask'" in res.error
