@@ -4,6 +4,7 @@ line; never an internal error, a signal, a hang, a leftover temporary or a chang
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -13,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fuzz_damage
 import fuzz_worker
 import h5py
 import numpy as np
@@ -20,10 +22,13 @@ import pytest
 from conftest import one_line_error, run_cli, sha256_file
 
 import ckpt_migrate as cm
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.h5 import preflight
+from ckpt_migrate.format.h5 import root as h5root
 
 WORKER = Path(__file__).with_name("fuzz_worker.py")
+DAMAGE = Path(__file__).with_name("fuzz_damage.py")
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -43,6 +48,30 @@ def test_damaged_files_are_refused_cleanly(tmp_path, seed):
     assert got["refused"] > 50 and got["accepted"] > 20  # both outcomes are exercised
     assert got["slowest_s"] < 30
     assert got["peak_rss_mib"] < 1024
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_damaged_chunks_and_headers_give_the_true_tensors_or_a_clean_refusal(tmp_path, seed):
+    """Issue #36: 100 files per seed with a chunk's stored size or address changed in its
+    index entry, its LZ4 frame header or an object header damaged, each through ``load`` and
+    one more entry point in turn (verify, check --deep, upgrade, upgrade --verify full). Never a
+    success with other values, a file different from itself or an internal error; an upgrade
+    may carry damage it copies as stored, and then says so. (``benchmarks/fuzz_damage.py`` runs
+    thousands through every entry point.)"""
+    proc = subprocess.run(
+        [sys.executable, str(DAMAGE), str(seed), "100", str(tmp_path), "--rotate"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, f"the worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["forbidden"] == [], "\n".join(got["forbidden"])
+    assert got["cases"] == 100 and set(got["kinds"]) == set(fuzz_damage.KINDS)
+    assert set(got["outcomes"]) == set(fuzz_damage.VERBS)
+    load = got["outcomes"]["load"]
+    assert load.get("refused", 0) > 30 and load.get("equal", 0) > 5  # both outcomes occur
+    assert got["slowest_s"] < 30
 
 
 def test_a_chunk_index_pointing_past_the_end_is_refused_before_copying(tmp_path):
@@ -119,3 +148,44 @@ def test_a_crash_inside_hdf5_is_a_one_line_refusal(tmp_path, monkeypatch):
     monkeypatch.setattr(preflight, "_walk", lambda *_: os.kill(os.getpid(), signal.SIGSEGV))
     with pytest.raises(CorruptCheckpointError, match=r"HDF5 crashed \(SIGSEGV\)"):
         cm.read_checkpoint(src)
+
+
+def test_an_object_header_hdf5_cannot_read_while_editing_is_a_one_line_refusal(
+    tmp_path, monkeypatch
+):
+    """Issue #36: a damaged object header checksum or address made ``h5o.get_info`` raise
+    RuntimeError in the copy-patch (which edits a copy of the source) on 6 fuzzed files: an
+    internal error. Simulated here as HDF5 raises it."""
+    src = tmp_path / "checkpoint_1.mdl"
+    weights = np.random.default_rng(0).random((512, 512))  # most of the file: a copy-patch
+    cm.save({"model": {"w": weights}, "step": 1}, src, "2.0")
+
+    def damaged_header(obj):
+        raise RuntimeError(
+            "Can't get deprecated info for object (incorrect metadata checksum after all read "
+            "attempts)"
+        )
+
+    monkeypatch.setattr(h5root, "object_address", damaged_header)
+    out = tmp_path / "out"
+    res = upgrade(src, UpgradeOptions(output_dir=out))
+    assert res.status == "failed" and res.exit_code == 2, (res.strategy, res.error)
+    assert "HDF5 structures are damaged (incorrect metadata checksum" in res.error
+    assert str(src) in res.error and "\n" not in res.error
+    assert list(out.iterdir()) == []
+
+
+def test_an_enum_type_damaged_past_h5pys_reach_is_a_one_line_refusal(tmp_path):
+    """Found by ``benchmarks/fuzz_damage.py`` (seed 1006, case 146): object-header damage gave a
+    bool tensor an enum type whose member names h5py cannot sort, and the rewrite's chunk copy
+    raised TypeError making the output dataset (an internal error)."""
+    bodies = {p: fuzz_damage.anatomy(p) for p in fuzz_damage.sources()}
+    files = fuzz_damage.damaged_files(random.Random(1006), bodies)
+    src, kind, data = next(itertools.islice(files, 146, None))
+    assert (src.name, kind) == ("release-2.0.mdl", "object_header")
+    case = tmp_path / "checkpoint_1.mdl"
+    case.write_bytes(data)
+    out = tmp_path / "out"
+    res = upgrade(case, UpgradeOptions(output_dir=out, inputs={"drop_dataloader_state": True}))
+    assert res.status == "failed" and res.exit_code == 2, res.error
+    assert "cannot copy the chunks of dataset 'model.mask'" in res.error

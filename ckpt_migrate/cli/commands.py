@@ -23,8 +23,10 @@ from ckpt_migrate.engine.plan import check as check_file
 from ckpt_migrate.engine.upgrade import Progress, UpgradeOptions, UpgradeResult
 from ckpt_migrate.engine.upgrade import upgrade as upgrade_file
 from ckpt_migrate.errors import UsageError
+from ckpt_migrate.format import deep_check as deep
 from ckpt_migrate.format import outline, releases
 from ckpt_migrate.format.compare import compare_trees
+from ckpt_migrate.format.deep_check import DeepReport
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.hf import export as hf_export
 from ckpt_migrate.hf import import_ as hf_import
@@ -148,6 +150,11 @@ def check(path: str | Path, target: str = "latest", source_release: str | None =
     return check_file(path, target, source_release)
 
 
+def deep_check(path: str | Path, progress: Progress | None = None) -> DeepReport:
+    """``check --deep``: every tensor decoded; the report names each damaged one."""
+    return deep.deep_check(path, progress)
+
+
 def check_copy_method(method: str) -> Choice:
     if method not in METHODS:
         raise UsageError(None, f"--copy-method must be auto, clone or copy, not {method!r}")
@@ -266,6 +273,7 @@ def upgrade_dir(
     scheduler: str | None = None,
     workers: int | None = None,
     on_done: Callable[[int, int], None] | None = None,
+    deep_check: bool = False,
 ) -> tuple[list[DirEntry], int]:
     """Every checkpoint of ``model_dir``, newest first; returns the entries and the worst exit
     code among them (the config's included). With ``config`` the run's params.yaml is upgraded
@@ -277,6 +285,8 @@ def upgrade_dir(
     if workers is not None and workers < 1:
         raise UsageError(None, "--workers must be at least 1")
     remote = s3.is_url(model_dir) or s3.is_url(output_dir)
+    if remote and deep_check:
+        raise UsageError(None, "--deep-check is not offered for s3:// model directories")
     if remote and config is not None:
         raise UsageError(None, "--config is not offered for s3:// model directories")
     if config is None and (config_out is not None or num_csx is not None):
@@ -292,6 +302,7 @@ def upgrade_dir(
         copy_method=check_copy_method(copy_method),
         allow_missing=allow_missing,
         inputs=inputs,
+        deep_check=deep_check,
     )
     alongside = None
     if config is not None:

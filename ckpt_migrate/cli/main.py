@@ -22,6 +22,8 @@ from ckpt_migrate.cli import console, hf_verbs, render
 from ckpt_migrate.cli.options import (
     AllowMissingOpt,
     CopyMethodOpt,
+    DeepCheckOpt,
+    DeepOpt,
     DryRunOpt,
     ExcludeOpt,
     ForceOpt,
@@ -317,6 +319,7 @@ def upgrade_dir_cmd(
     model: ModelOpt = None,
     scheduler: SchedulerOpt = None,
     workers: WorkersOpt = None,
+    deep_check: DeepCheckOpt = False,
     as_json: JsonLinesOpt = False,
     progress_mode: ProgressOpt = "auto",
     quiet: QuietOpt = False,
@@ -363,6 +366,7 @@ def upgrade_dir_cmd(
             scheduler=scheduler,
             workers=workers,
             on_done=lambda done, total: console.echo(f"files {done}/{total}", err=True),
+            deep_check=deep_check,
         )
     if not as_json:
         render.dir_summary(entries, worst)
@@ -375,9 +379,13 @@ def check_cmd(
     path: Annotated[Path, typer.Argument(help="Checkpoint file.")],
     to: ToOpt = "latest",
     from_release: FromOpt = None,
+    deep: DeepOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """For CI: exit 0 when at the target release, 10 when an upgrade is needed, 3 when newer."""
+    if deep:
+        with console.progress(not as_json, "auto") as progress:
+            render.deep_check(cli.commands.deep_check(path, progress), as_json)
     data = cli.commands.check(path, to, from_release)
     if as_json:
         render.emit_json(data)

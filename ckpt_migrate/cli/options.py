@@ -126,6 +126,18 @@ WorkersOpt = Annotated[
     typer.Option("--workers", help="Start a Dask LocalCluster of N worker processes for the run."),
 ]
 
+DeepCheckOpt = Annotated[
+    bool,
+    typer.Option(
+        "--deep-check",
+        help="Decode every tensor of each checkpoint before upgrading it (as check --deep); "
+        "one that does not decode fails with exit 2 and is not upgraded.",
+    ),
+]
+DeepOpt = Annotated[
+    bool,
+    typer.Option("--deep", help="First decode every tensor, naming each damaged one (exit 2)."),
+]
 
 # --------------------------------------------------------------------------- the hops' inputs
 

@@ -17,6 +17,7 @@ REPORT_FIELDS = ("bytes_read", "bytes_sent", "bytes_copied", "seconds")  # model
 if TYPE_CHECKING:
     from ckpt_migrate.config.upgrade import ConfigOutcome
     from ckpt_migrate.engine.upgrade import UpgradeResult
+    from ckpt_migrate.format.deep_check import DeepReport
     from ckpt_migrate.model_dir.upgrade_dir import DirEntry
 
 
@@ -159,7 +160,8 @@ def upgrade_result(res: UpgradeResult, quiet: bool = False) -> None:
     extra = f", backup {res.backup}" if res.backup else ""
     echo(
         f"{res.source}: {res.from_release} → {res.to_release} written to {res.output} "
-        f"({res.strategy}, verified: {res.verified}, {res.seconds:.2f}s{extra})"
+        f"({res.strategy}, verified: {res.verified}, {res.seconds:.2f}s{extra}); "
+        f"tensor data {res.tensor_data}"
     )
 
 
@@ -211,6 +213,20 @@ def dir_totals(entries: list[DirEntry]) -> str:
         f"bytes read {t['bytes_read']:,.0f}, sent {t['bytes_sent']:,.0f}, copied server-side "
         f"or shared {t['bytes_copied']:,.0f}; {t['seconds']:.1f}s of upgrades"
     )
+
+
+def deep_check(report: DeepReport, as_json: bool) -> None:
+    """Each damaged tensor on a line of its own, then the one-line refusal (exit 2)."""
+    if as_json:
+        echo(json.dumps(report.to_json()))
+    else:
+        where = safe(str(report.path))
+        for name, problem in report.damaged:
+            echo(f"{where}: {safe(name)} does not decode: {safe(problem)}")
+        echo(f"{where}: {report.tensors} tensors, {report.bytes_decoded:,} bytes decoded")
+    error = report.error()
+    if error is not None:
+        raise error
 
 
 def verify(data: dict[str, Any]) -> None:

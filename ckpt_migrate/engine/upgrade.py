@@ -35,6 +35,8 @@ from ckpt_migrate.engine.verify import verify_full, verify_index, write_manifest
 from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, VerificationError
 from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.deep_check import check_tensors
+from ckpt_migrate.format.h5.io import damaged
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.write import prepare
@@ -60,6 +62,7 @@ class UpgradeOptions:
     force: bool = False  # replace an existing output, once the new one is verified
     # Operations for a file already at the target, which then is written anew (Hop.at)
     edits: tuple[Operation, ...] = ()
+    deep_check: bool = False  # decode every tensor of the source first (``format.deep_check``)
 
 
 @dataclass
@@ -75,6 +78,7 @@ class UpgradeResult:
     warnings: list[str] = field(default_factory=list)
     strategy: str | None = None
     verified: str | None = None
+    tensor_data: str | None = None  # what was done with the tensor data (``_tensor_data``)
     tensors: int = 0
     bytes_written: int = 0
     copy_method: str | None = None  # clone | kernel | copy | rewrite
@@ -157,6 +161,27 @@ def _reads_back(opts: UpgradeOptions) -> bool:
     return opts.verify == "full" or opts.manifest is not None
 
 
+def _require_intact(ckpt: Checkpoint, progress: Progress | None) -> None:
+    """``--deep-check``: every tensor of the source decodes, or nothing is written."""
+    error = check_tensors(ckpt, progress).error()
+    if error is not None:
+        raise error
+
+
+def _tensor_data(opts: UpgradeOptions, written: Written) -> str:
+    """What the upgrade did with the tensor data, for the report (issue #36). It copies the
+    stored chunks and never decodes them: ``--verify full`` compares the stored bytes with the
+    source's, a rewrite checks each chunk's index entry and frame as it copies it (``h5.chunks``),
+    and only ``--deep-check`` and a manifest (which hashes every tensor) decode them."""
+    if opts.deep_check or opts.manifest is not None:
+        return "decoded"
+    if written.strategy == "rewrite":
+        return "copied as stored, chunks checked, not decoded"
+    if opts.verify == "full":
+        return "copied as stored, stored bytes compared, not decoded"
+    return "copied as stored, not decoded"
+
+
 def _place_current(src: Path, opts: UpgradeOptions, result: UpgradeResult) -> None:
     """A file already at the target still belongs in the output directory (as ``upgrade-dir``
     puts it): a hard link, or a verified copy across filesystems; a dry run only checks."""
@@ -171,6 +196,7 @@ def _place_current(src: Path, opts: UpgradeOptions, result: UpgradeResult) -> No
     else:
         result.placed = link_or_copy(src, target, _verified_copy)
     result.output = target
+    result.tensor_data = "decoded" if opts.deep_check else "copied as stored, not decoded"
 
 
 def _verified_copy(src: Path, tmp: Path) -> None:
@@ -212,6 +238,8 @@ def _upgrade_locked(
         result.hops = [f"{h.source}→{h.target}" for h in plan.hops]
         family = choose_family(ckpt.root, opts.inputs.get("model"))
         result.family, result.model = family.family, family.to_json()
+        if opts.deep_check:
+            _require_intact(ckpt, progress)
         if plan.current:
             ckpt.handle.walked()
             result.status = "current"
@@ -282,6 +310,7 @@ def _upgrade_locked(
             if full:
                 verify_full(out_root, tmp, written, progress, hash_all=opts.manifest is not None)
             result.verified = "full" if full else "index"
+            result.tensor_data = _tensor_data(opts, written)
             ckpt.handle.walked()
             Interrupt.check()
             fsync_path(tmp)
@@ -303,6 +332,10 @@ def _upgrade_locked(
                 write_manifest(opts.manifest, src, target, plan, written, record)
         except (OSError, RuntimeError) as exc:
             os_exc = as_os_error(exc)
+            if os_exc is None and isinstance(exc, RuntimeError):
+                # HDF5 met metadata it cannot read while editing a copy of the source (a
+                # damaged object header: checksum, address), which the preflight never needed
+                raise damaged(src, exc) from None
             if os_exc is None:
                 raise
             raise io_error(target, os_exc) from None

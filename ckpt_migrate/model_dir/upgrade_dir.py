@@ -75,6 +75,7 @@ class DirOptions:
     copy_method: Choice = "auto"
     allow_missing: bool = False
     inputs: dict[str, Any] | None = None  # step inputs (e.g. a config) for every checkpoint
+    deep_check: bool = False  # decode every tensor of each checkpoint before upgrading it
     # Runs the selected checkpoints (``upgrade_one`` each) and yields their entries in any
     # order: a Dask cluster (``remote.fleet``); None: one after the other, here.
     runner: Callable[[list[Path], DirOptions], Iterable[DirEntry]] | None = None
@@ -263,6 +264,7 @@ def _upgrade_one(
             copy_method=opts.copy_method,
             allow_missing=opts.allow_missing,
             inputs=dict(opts.inputs or {}),
+            deep_check=opts.deep_check,
         ),
         progress,
     )

@@ -16,6 +16,7 @@ import hdf5plugin
 import numpy as np
 
 from ckpt_migrate.errors import CkptIOError, CorruptCheckpointError, NotACheckpointError
+from ckpt_migrate.format.h5 import chunks
 
 LZ4_FILTER_ID = 32004
 # Raw-chunk copy and slab streaming keep at most about this much tensor data in memory at once.
@@ -269,9 +270,12 @@ def datasets_not_in(group: h5py.Group, used: set[str], *, recursive: bool) -> li
 
 
 def read_slab(ds: h5py.Dataset, sl: tuple[slice, ...]) -> Any:
-    """``ds[sl]`` (the whole dataset for ``()``); stored data that cannot be decoded (a damaged
-    chunk, a filter failure) is a one-line error naming the file and the dataset."""
+    """``ds[sl]`` (the whole dataset for ``()``), the one place tensor data is decoded. The
+    chunks it needs are checked first (``h5.chunks``: index entries and frames agree with the
+    dataset's shape), so it returns only bytes a filter produced; stored data that cannot be
+    decoded is a one-line error naming the file, the dataset (and the chunk)."""
     try:
+        chunks.check_read(ds, sl)
         return ds[sl] if sl else ds[()]
     except DAMAGED_HDF5 as exc:
         raise CorruptCheckpointError(

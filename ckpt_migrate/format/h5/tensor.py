@@ -14,6 +14,7 @@ import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import dtypes
+from ckpt_migrate.format.h5 import chunks
 from ckpt_migrate.format.h5.io import (
     COPY_BLOCK_BYTES,
     DAMAGED_HDF5,
@@ -85,16 +86,16 @@ def _raw_copy_possible(ds: h5py.Dataset, storage: np.dtype, shape: tuple[int, ..
 
 
 def _copy_chunks(f: h5py.Group, name: str, src: h5py.Dataset) -> h5py.Dataset:
-    dst = f.create_dataset(
-        name, shape=src.shape, dtype=src.dtype, chunks=src.chunks, **lz4_options()
-    )
-    sid, did = src.id, dst.id
     try:
+        chunks.check_read(src, ())  # copied as stored, so checked as a decode would check them
+        # A damaged header can declare a type h5py cannot make again (an enum with odd names)
+        dst = f.create_dataset(
+            name, shape=src.shape, dtype=src.dtype, chunks=src.chunks, **lz4_options()
+        )
+        sid, did = src.id, dst.id
         for i in range(sid.get_num_chunks()):
             info = sid.get_chunk_info(i)
             mask, data = sid.read_direct_chunk(info.chunk_offset)
-            if not data:  # a damaged chunk index; HDF5 cannot store an empty chunk
-                raise ValueError(f"chunk {info.chunk_offset} is empty")
             did.write_direct_chunk(info.chunk_offset, data, mask)
     except DAMAGED_HDF5 as exc:
         raise CorruptCheckpointError(

@@ -24,6 +24,7 @@ from ckpt_migrate.format.h5.io import (
     attr_text,
     datasets_not_in,
     open_dataset,
+    read_slab,
 )
 from ckpt_migrate.format.legacy.spec_decode import decode_spec_info
 from ckpt_migrate.format.pickled import scalar_payload
@@ -140,11 +141,7 @@ def _tensor(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str, numpy: b
 
 
 def _scalar(ds: h5py.Dataset, handle: H5Handle, name: str) -> ValueLeaf:
-    try:
-        value = ds[()]
-    except OSError:
-        raise CorruptCheckpointError(handle.path, f"scalar {name!r} cannot be read") from None
-    value = np.asarray(value)
+    value = np.asarray(read_slab(ds, ()))
     if value.size != 1:
         raise CorruptCheckpointError(handle.path, f"scalar {name!r} holds {value.size} values")
     item = value.reshape(()).item()

@@ -1,0 +1,360 @@
+"""Every stored chunk is checked before HDF5 decodes it, so that no read returns bytes a filter
+did not produce.
+
+HDF5 hands a filter the bytes the chunk index says a chunk stores, and takes what the filter
+returns. The LZ4 filter (hdf5plugin's ``H5Zlz4.c``, filter 32004) trusts the lengths inside its
+frame and never looks at that size: a chunk whose index entry was shortened from 8,208 to 4,104
+bytes decoded without an error, half of its values read from memory nobody initialised, and a
+different half on every run (issue #36). A chunk missing from the index reads as the fill value,
+a chunk whose address was moved onto another reads as that one's values, also without an error.
+
+So before any slab is read (``h5.io.read_slab``, the one place tensor data is decoded), the chunk
+index entries it touches are checked against the dataset's shape and the stored frames:
+
+* every chunk the selection needs is in the index, once, on the chunk grid and inside the
+  extent, and shares no stored byte with other stored data of the file (``h5.overlaps``);
+* a chunk with no filter applied stores exactly one chunk of bytes;
+* LZ4 frame (big-endian): an 8-byte original size, a 4-byte block size, then per block a 4-byte
+  compressed size and the block (stored raw when that size equals the block's). The original
+  size must be the chunk's bytes, every block size positive and at most its block, and the
+  blocks must end exactly at the stored size. ``LZ4_decompress_fast`` then writes every byte of
+  every block or fails, so the decoded chunk is all filter output;
+* deflate (zlib, which checks its own stream) must inflate to exactly the bytes the next filter
+  takes; fletcher32 (HDF5 checks the sum) needs its 4 bytes; shuffle keeps the length.
+
+An LZ4-only dataset (what every Cerebras release writes, FORMAT.md §4.5) costs one 16-byte
+``pread`` per chunk (and per further block), the headers checked together: nothing is decoded
+twice. Other pipelines are read as stored
+(``read_direct_chunk``) and their deflate stage inflated once more, bounded by the chunk size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import struct
+import zlib
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
+from ckpt_migrate.format.h5 import overlaps
+
+DEFLATE, SHUFFLE, FLETCHER32, LZ4 = 1, 2, 3, 32004
+CHECKED_FILTERS = frozenset({DEFLATE, SHUFFLE, FLETCHER32, LZ4})
+_FIX = "the file is damaged; use another copy"
+_FRAME_HEAD = struct.Struct(">QI")
+_BLOCK_HEAD = struct.Struct(">I")
+_HEAD = _FRAME_HEAD.size + _BLOCK_HEAD.size  # a frame's header and its first block's size
+
+Read = Callable[[int, int], bytes]  # (offset in the chunk, count) -> bytes
+Problem = tuple[tuple[int, ...], str] | None  # (the chunk, why it is refused)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a chunked dataset's index must agree with."""
+
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    chunk_bytes: int
+    filters: tuple[int, ...]  # in the order the writer applied them
+
+    @classmethod
+    def of(cls, ds: h5py.Dataset) -> Layout | None:
+        """The layout of ``ds``, or None if it is not chunked (nothing to check)."""
+        dcpl = ds.id.get_create_plist()
+        if dcpl.get_layout() != h5py.h5d.CHUNKED:
+            return None
+        chunks = tuple(dcpl.get_chunk())
+        filters = tuple(dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters()))
+        odd = [f for f in filters if f not in CHECKED_FILTERS]
+        if odd or (LZ4 in filters and DEFLATE in filters):
+            raise UnsupportedContentError(
+                ds.file.filename,
+                f"dataset {_name(ds)!r} uses the HDF5 filter pipeline {filters}, whose chunks "
+                "cannot be checked before decoding",
+                "rewrite it with LZ4 (filter 32004) or without compression",
+            )
+        size = math.prod(chunks) * ds.id.get_type().get_size()
+        return cls(tuple(ds.shape), chunks, size, filters)
+
+    @property
+    def strides(self) -> np.ndarray:
+        """How far apart neighbours along each axis are when the grid is numbered row-major."""
+        counts = [-(-n // c) for n, c in zip(self.shape, self.chunks, strict=True)]
+        return np.array([math.prod(counts[k + 1 :]) for k in range(len(counts))], np.uint64)
+
+    @property
+    def all_skipped(self) -> int:
+        """The filter mask of a chunk stored unfiltered (every filter skipped)."""
+        return (1 << len(self.filters)) - 1
+
+    def active(self, mask: int) -> tuple[int, ...]:
+        """The filters a chunk went through (bit i of its mask set: filter i was skipped)."""
+        return tuple(f for i, f in enumerate(self.filters) if not mask & (1 << i))
+
+    def grid(self, rows: tuple[int, int]) -> int:
+        """How many chunks cover rows ``[start, stop)`` of the first axis and all of the rest."""
+        if 0 in self.shape:
+            return 0
+        first = -(-rows[1] // self.chunks[0]) - rows[0] // self.chunks[0]
+        rest = math.prod(-(-n // c) for n, c in zip(self.shape[1:], self.chunks[1:], strict=True))
+        return max(0, first) * rest
+
+
+def check_read(ds: h5py.Dataset, sl: tuple[slice, ...]) -> None:
+    """Refuse (``CorruptCheckpointError``, naming the file, the tensor and the chunk) to read
+    the selection ``sl`` (``()``: everything; else a slice of the first axis, as
+    ``h5.io.iter_slabs`` makes them) of ``ds`` if a chunk it needs is damaged (module doc)."""
+    layout = Layout.of(ds)
+    if layout is None:
+        return
+    f = ds.file
+    rows = _rows(sl, layout.shape)
+    index = _Index.of(ds, layout, rows)
+    problem = _index_problem(layout, rows, index, overlaps.shared_starts(f))
+    if problem is None and index.offsets.size:
+        if layout.filters == (LZ4,) and f.id.get_create_plist().get_userblock() == 0:
+            problem = _frames_in_file(f.filename, layout, index)
+        else:
+            problem = _stored_chunks(ds, layout, index)
+    if problem is not None:
+        where, why = problem
+        raise CorruptCheckpointError(
+            f.filename, f"tensor {_name(ds)!r}, chunk {where}: {why}", _FIX
+        )
+
+
+@dataclass
+class _Index:
+    """The chunk index entries a selection needs, as arrays (a tensor may have 100,000)."""
+
+    coords: np.ndarray  # (n, ndim) chunk offsets in elements
+    offsets: np.ndarray  # where each is stored, in bytes
+    sizes: np.ndarray
+    masks: np.ndarray  # bit i set: filter i was skipped for the chunk
+
+    @classmethod
+    def of(cls, ds: h5py.Dataset, layout: Layout, rows: tuple[int, int]) -> _Index:
+        coords, offsets, sizes, masks = array("Q"), array("Q"), array("Q"), array("Q")
+        low = rows[0] - layout.chunks[0]
+
+        def visit(info: h5py.h5d.StoreInfo) -> None:
+            where = info.chunk_offset
+            if low < where[0] < rows[1]:  # chunked, so ndim >= 1
+                coords.extend(where)
+                offsets.append(info.byte_offset)
+                sizes.append(info.size)
+                masks.append(info.filter_mask)
+
+        ds.id.chunk_iter(visit)
+        arrays = [np.frombuffer(a, np.uint64) for a in (coords, offsets, sizes, masks)]
+        arrays[0] = arrays[0].reshape(len(offsets), len(layout.shape))
+        return cls(*arrays)
+
+    def where(self, i: int) -> tuple[int, ...]:
+        return tuple(int(x) for x in self.coords[i])
+
+
+def _index_problem(
+    layout: Layout, rows: tuple[int, int], index: _Index, shared: np.ndarray
+) -> Problem:
+    """(chunk, why) the index entries cannot be the dataset's chunks: off the grid or outside
+    the extent, listed twice, missing, unfiltered but not one chunk long, or sharing stored
+    bytes with other data (``shared``)."""
+    shape = np.array(layout.shape, np.uint64)
+    chunks = np.array(layout.chunks, np.uint64)
+    off = ~((index.coords % chunks == 0) & (index.coords < shape)).all(axis=1)
+    if off.any():
+        return index.where(_first(off)), f"lies off the chunk grid of shape {layout.shape}"
+    places = np.sort((index.coords // chunks) @ layout.strides)  # each chunk's place, a number
+    if (places[1:] == places[:-1]).any():
+        return _listed_twice(index), "is listed twice in the chunk index"
+    if len(places) != layout.grid(rows):
+        seen = {index.where(i) for i in range(len(index.offsets))}
+        return _first_missing(layout, rows, seen), "is missing from the chunk index"
+    unfiltered = (index.masks & layout.all_skipped) == layout.all_skipped
+    wrong = unfiltered & (index.sizes != layout.chunk_bytes)
+    if wrong.any():
+        i = _first(wrong)
+        return index.where(i), _raw_size(int(index.sizes[i]), layout)
+    moved = np.isin(index.offsets, shared) if shared.size else None
+    if moved is not None and moved.any():
+        i = _first(moved)
+        at = int(index.offsets[i])
+        return index.where(i), f"shares its stored bytes (at {at:,}) with other data"
+    return None
+
+
+def _frames_in_file(path: str, layout: Layout, index: _Index) -> Problem:
+    """The LZ4-only fast path: the first 16 bytes of every chunk (its frame header and first
+    block size) read where they lie, checked together; a frame of several blocks (a writer
+    with a block size below the chunk's) is walked block by block."""
+    lz4 = np.flatnonzero((index.masks & 1) == 0)  # the others were checked as unfiltered
+    short = index.sizes[lz4] < _HEAD
+    if short.any():
+        i = int(lz4[_first(short)])
+        return index.where(i), f"stores {int(index.sizes[i])} bytes, too few for an LZ4 frame"
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        heads = [os.pread(fd, _HEAD, int(index.offsets[i])) for i in lz4]
+        ragged = [k for k, head in enumerate(heads) if len(head) != _HEAD]
+        if ragged:
+            return index.where(int(lz4[ragged[0]])), "its LZ4 frame lies past the end of the file"
+        head = np.frombuffer(b"".join(heads), np.uint8).reshape(len(lz4), _HEAD)
+        original = head[:, :8].copy().view(">u8").ravel()
+        block = head[:, 8:12].copy().view(">u4").ravel().astype(np.uint64)
+        packed = head[:, 12:16].copy().view(">u4").ravel().astype(np.uint64)
+        sizes = index.sizes[lz4]
+        one_block = block >= original
+        fine = (original == layout.chunk_bytes) & (block > 0) & one_block
+        fine &= (packed > 0) & (packed <= original) & (sizes == packed + _HEAD)
+        for k in np.flatnonzero(~fine):
+            i = int(lz4[k])
+            read = _file_reader(fd, int(index.offsets[i]))
+            try:
+                why = frame_problem(read, int(index.sizes[i]), layout.chunk_bytes)
+            except _ShortRead:
+                why = "its LZ4 frame lies past the end of the file"
+            if why is not None:
+                return index.where(i), why
+    finally:
+        os.close(fd)
+    return None
+
+
+def _stored_chunks(ds: h5py.Dataset, layout: Layout, index: _Index) -> Problem:
+    """Any other pipeline: each chunk read as stored and its filters undone far enough to know
+    the length it decodes to (``chunk_problem``)."""
+    for i in range(len(index.offsets)):
+        where = index.where(i)
+        mask, data = ds.id.read_direct_chunk(where)
+        why = chunk_problem(layout, mask, data)
+        if why is not None:
+            return where, why
+    return None
+
+
+def _listed_twice(index: _Index) -> tuple[int, ...]:
+    seen: set[tuple[int, ...]] = set()
+    for i in range(len(index.offsets)):
+        where = index.where(i)
+        if where in seen:
+            return where
+        seen.add(where)
+    return ()
+
+
+def _file_reader(fd: int, base: int) -> Read:
+    return lambda at, n: os.pread(fd, n, base + at)
+
+
+def _first(flags: np.ndarray) -> int:
+    return int(np.flatnonzero(flags)[0])
+
+
+def chunk_problem(layout: Layout, mask: int, data: bytes) -> str | None:
+    """Why the stored bytes of one chunk do not decode to exactly ``layout.chunk_bytes``: its
+    filters undone in reverse, the length checked at every stage."""
+    active = layout.active(mask)
+    stage = data
+    for k in reversed(range(len(active))):
+        want = layout.chunk_bytes + 4 * active[:k].count(FLETCHER32)  # what filter k was given
+        if active[k] == FLETCHER32:
+            if len(stage) < 4:
+                return f"stores {len(stage)} bytes, too few for its fletcher32 checksum"
+            stage = stage[:-4]
+        elif active[k] == DEFLATE:
+            out = _inflate(stage, want)
+            if isinstance(out, str):
+                return out
+            stage = out
+        elif active[k] == LZ4:
+            # Only shuffle and fletcher32 can come before LZ4 (``Layout.of``): lengths known.
+            return frame_problem(_reader(stage), len(stage), want)
+        if len(stage) != want:
+            return f"decodes to {len(stage):,} bytes where {want:,} belong"
+    return None
+
+
+def frame_problem(read: Read, stored: int, expected: int) -> str | None:
+    """Why an LZ4 frame of ``stored`` bytes, read through ``read``, does not decode to exactly
+    ``expected`` bytes: its lengths walked as ``H5Zlz4.c`` walks them (module docstring)."""
+    if stored < _FRAME_HEAD.size + _BLOCK_HEAD.size:
+        return f"stores {stored} bytes, too few for an LZ4 frame"
+    original, block = _FRAME_HEAD.unpack(_exactly(read, 0, _FRAME_HEAD.size))
+    if original != expected:
+        return f"its LZ4 frame declares {original:,} bytes, the chunk holds {expected:,}"
+    if block == 0:
+        return "its LZ4 frame declares blocks of 0 bytes"
+    block = min(block, original)
+    at, done = _FRAME_HEAD.size, 0
+    while done < original:
+        size = min(block, original - done)
+        if at + _BLOCK_HEAD.size > stored:
+            return f"its LZ4 frame runs past the {stored:,} bytes the chunk index gives it"
+        (packed,) = _BLOCK_HEAD.unpack(_exactly(read, at, _BLOCK_HEAD.size))
+        if not 0 < packed <= size:
+            return f"its LZ4 block at byte {at:,} declares {packed:,} stored bytes for {size:,}"
+        at += _BLOCK_HEAD.size + packed
+        done += size
+    if at != stored:
+        return f"its LZ4 frame ends at byte {at:,} but the chunk index gives it {stored:,} bytes"
+    return None
+
+
+def _reader(data: bytes) -> Read:
+    view = memoryview(data)
+    return lambda at, n: bytes(view[at : at + n])
+
+
+def _exactly(read: Read, at: int, n: int) -> bytes:
+    data = read(at, n)
+    if len(data) != n:
+        raise _ShortRead
+    return data
+
+
+class _ShortRead(Exception):
+    """A frame field lies past the end of the file."""
+
+
+def _first_missing(
+    layout: Layout, rows: tuple[int, int], seen: set[tuple[int, ...]]
+) -> tuple[int, ...]:
+    first = range(rows[0] - rows[0] % layout.chunks[0], rows[1], layout.chunks[0])
+    rest = (range(0, n, c) for n, c in zip(layout.shape[1:], layout.chunks[1:], strict=True))
+    return next((g for g in itertools.product(first, *rest) if g not in seen), ())
+
+
+def _raw_size(size: int, layout: Layout) -> str:
+    return f"stores {size:,} unfiltered bytes, the chunk holds {layout.chunk_bytes:,}"
+
+
+def _inflate(data: bytes, chunk_bytes: int) -> bytes | str:
+    """``data`` inflated, if it is one complete zlib stream of at most ``chunk_bytes``."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(data, chunk_bytes + 1)
+    except zlib.error as exc:
+        return f"its deflate stream is damaged ({exc})"
+    if not inflater.eof or inflater.unused_data or len(out) > chunk_bytes:
+        return "its deflate stream does not end where the chunk does"
+    return out
+
+
+def _rows(sl: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[int, int]:
+    if not sl:
+        return (0, shape[0])
+    start, stop, _ = sl[0].indices(shape[0])
+    return (start, max(start, stop))
+
+
+def _name(ds: h5py.Dataset) -> str:
+    return (ds.name or "").lstrip("/")

@@ -1,0 +1,164 @@
+"""A damaged chunk is an error, never garbage (issue #36): every chunk a read decodes is checked
+against its index entry and the dataset's shape first (``format/h5/chunks.py``)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import one_line_error, run_cli
+
+import ckpt_migrate as cm
+from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.format.h5.io import read_slab
+
+
+def _saved(tmp_path: Path) -> Path:
+    src = tmp_path / "checkpoint_1.mdl"
+    rng = np.random.default_rng(0)
+    cm.save({"model": {"w": rng.random((64, 64), dtype=np.float32)}, "step": 3}, src, "2.0")
+    return src
+
+
+def _index_entry(path: Path, name: str, chunk: int) -> tuple[int, h5py.h5d.StoreInfo]:
+    """Where the v1 B-tree key of a chunk starts (size u32, filter mask u32, offsets u64...),
+    found from the chunk address that follows it (no checksum guards it)."""
+    with h5py.File(path) as f:
+        infos: list[h5py.h5d.StoreInfo] = []
+        f[name].id.chunk_iter(infos.append)
+        ndim = len(f[name].shape)
+    info = infos[chunk]
+    data = path.read_bytes()
+    at = data.index(struct.pack("<Q", info.byte_offset)) - 8 - 8 * (ndim + 1)
+    assert struct.unpack_from("<I", data, at)[0] == info.size
+    return at, info
+
+
+def _patch(path: Path, at: int, raw: bytes) -> None:
+    data = bytearray(path.read_bytes())
+    data[at : at + len(raw)] = raw
+    path.write_bytes(bytes(data))
+
+
+def test_a_chunk_shortened_in_its_index_is_refused_on_every_read(tmp_path):
+    """The issue's case: the stored size halved in the index. HDF5 read the 4,104 bytes and the
+    LZ4 filter read on past them, giving values that changed from run to run, with exit 0."""
+    src = _saved(tmp_path)
+    at, info = _index_entry(src, "model.w", 0)
+    _patch(src, at, struct.pack("<I", info.size // 2))
+    with pytest.raises(CorruptCheckpointError, match=r"'model.w', chunk \(0, 0\): its LZ4 frame"):
+        cm.load(src)["model"]["w"].sum()
+    why = "its LZ4 frame ends at byte 8,208 but the chunk index gives it 4,104 bytes"
+    one_line_error(run_cli("verify", src, src), 2, "'model.w', chunk (0, 0)", why)
+    one_line_error(run_cli("to-torch", src, tmp_path / "out.pt"), 2, "'model.w'", why)
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_a_chunk_address_moved_onto_another_chunk_is_refused(tmp_path):
+    """Random weights do not compress: both chunks store 8,208 bytes, so the frame alone cannot
+    tell one from the other; two chunks sharing stored bytes can (both are named: the first
+    read is the first chunk)."""
+    src = _saved(tmp_path)
+    at, _ = _index_entry(src, "model.w", 1)
+    _, first = _index_entry(src, "model.w", 0)
+    _patch(src, at + 8 + 8 * 3, struct.pack("<Q", first.byte_offset))
+    proc = run_cli("verify", src, src)
+    one_line_error(proc, 2, "'model.w', chunk (0, 0)", "shares its stored bytes (at ")
+
+
+def test_a_chunk_address_moved_onto_another_tensors_chunk_is_refused(tmp_path):
+    """Found by the fuzz: two 4x4 float32 tensors store 80 bytes each (random data does not
+    compress), so a chunk address moved onto the other tensor's chunk decoded without an
+    error to the other tensor's values."""
+    src = tmp_path / "two.mdl"
+    rng = np.random.default_rng(1)
+    cm.save(
+        {"a": rng.random((4, 4), dtype=np.float32), "b": rng.random((4, 4), dtype=np.float32)}, src
+    )
+    at, _ = _index_entry(src, "a", 0)
+    _, other = _index_entry(src, "b", 0)
+    _patch(src, at + 8 + 8 * 3, struct.pack("<Q", other.byte_offset))
+    with pytest.raises(CorruptCheckpointError, match=r"'a', chunk \(0, 0\): shares its stored"):
+        cm.load(src)["a"].sum()
+
+
+def test_a_damaged_lz4_frame_header_is_refused(tmp_path):
+    src = _saved(tmp_path)
+    _, info = _index_entry(src, "model.w", 1)
+    _patch(src, info.byte_offset, struct.pack(">Q", 4096 * 4 * 2))  # declares two chunks' bytes
+    proc = run_cli("verify", src, src)
+    one_line_error(proc, 2, "'model.w', chunk (32, 0)", "declares 32,768 bytes")
+
+
+def test_a_deflate_chunk_that_decodes_short_is_refused(tmp_path):
+    """Other filters the boundary admits are checked too: a deflate stream whose chunk index
+    entry lost its tail decodes to fewer bytes than a chunk."""
+    src = tmp_path / "gz.mdl"
+    cm.save({"w": np.arange(4096, dtype=np.float32).reshape(64, 64)}, src, "2.0")
+    with h5py.File(src, "r+") as f:
+        data = f["w"][()]
+        del f["w"]
+        f.create_dataset("w", data=data, chunks=(32, 64), compression="gzip", shuffle=True)
+    at, info = _index_entry(src, "w", 0)
+    _patch(src, at, struct.pack("<I", info.size - 8))
+    with (
+        h5py.File(src) as f,
+        pytest.raises(CorruptCheckpointError, match=r"'w', chunk \(0, 0\): its deflate"),
+    ):
+        read_slab(f["w"], ())
+
+
+def test_an_undamaged_file_reads_as_before(tmp_path):
+    src = _saved(tmp_path)
+    want = np.random.default_rng(0).random((64, 64), dtype=np.float32)
+    assert np.array_equal(np.asarray(cm.load(src)["model"]["w"]), want)
+    proc = run_cli("verify", src, src)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_verify_of_a_tensor_with_no_elements(tmp_path):
+    """``verify`` hashed a (3, 0) tensor through ``memoryview.cast``, which refuses a zero in the
+    shape: a TypeError (internal error) for a valid file, and for one whose header was damaged
+    into such a shape."""
+    src = tmp_path / "empty_rows.mdl"
+    cm.save({"model": {"w": np.zeros((3, 0), np.float32), "b": np.ones(3, np.float32)}}, src)
+    proc = run_cli("verify", src, src)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_check_deep_names_each_damaged_tensor_and_upgrade_says_what_it_checked(tmp_path):
+    """``check --deep`` decodes every tensor and names each that does not decode (exit 2); an
+    upgrade copies the stored chunks without decoding them and says so; ``upgrade-dir
+    --deep-check`` decodes first and upgrades nothing that does not decode."""
+    good = tmp_path / "good" / "checkpoint_1.mdl"
+    good.parent.mkdir()
+    weights = np.random.default_rng(0).random((256, 256))  # most of the file: a copy-patch
+    cm.save({"model": {"w": weights}, "step": 3}, good, "2.0")
+    proc = run_cli("check", good, "--deep")
+    assert proc.returncode == 10, proc.stderr
+    assert "1 tensors, 524,288 bytes decoded" in proc.stdout
+
+    out = tmp_path / "out"
+    proc = run_cli("upgrade", good, "--output-dir", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "tensor data copied as stored, not decoded" in proc.stdout
+    proc = run_cli("upgrade", good, "--output-dir", out, "--force", "--manifest", tmp_path / "m")
+    assert "tensor data decoded" in proc.stdout
+
+    bad = tmp_path / "bad" / "checkpoint_1.mdl"
+    bad.parent.mkdir()
+    bad.write_bytes(good.read_bytes())
+    at, info = _index_entry(bad, "model.w", 0)
+    _patch(bad, at, struct.pack("<I", info.size - 1))
+    proc = run_cli("check", bad, "--deep")
+    assert proc.returncode == 2
+    assert "model.w does not decode: tensor 'model.w', chunk (0, 0)" in proc.stdout
+    one_line_error(proc, 2, "1 of 1 tensors do not decode: 'model.w'")
+    dir_out = tmp_path / "dir-out"
+    proc = run_cli("upgrade-dir", bad.parent, "--output-dir", dir_out, "--deep-check")
+    assert proc.returncode == 2
+    assert "1 of 1 tensors do not decode" in proc.stderr
+    assert not (dir_out / bad.name).exists()
