@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import os
 import shutil
 from pathlib import Path
 
@@ -188,8 +189,10 @@ def test_corpus_through_the_store(store, corpus, local_out, here, tmp_path):
 
 
 # On a cluster each checkpoint is the same task as here: a few of them (the real layout with
-# --workers; test_s3_fleet runs it through a scheduler, a worker killed on the way).
+# --workers; test_s3_fleet runs it through a scheduler, a worker killed on the way), or with
+# CKPT_MIGRATE_FULL_CORPUS=1 every one in both modes (a few minutes more: before a release).
 ON_CLUSTER = ("gpt2-1.9.mdl", "real-2.10-basic.mdl", "real-gpt2-2.6.0.mdl")
+FULL_CORPUS = os.environ.get("CKPT_MIGRATE_FULL_CORPUS") == "1"
 
 
 @pytest.mark.parametrize("mode", ["workers", "scheduler"])
@@ -198,6 +201,8 @@ def test_a_cluster_upgrades_the_same(store, cluster, corpus, local_out, tmp_path
     run = tmp_path / "run"
     run.mkdir()
     names = ON_CLUSTER + (("real-layout-1.9.mdl",) if mode == "workers" else ())
+    if FULL_CORPUS:
+        names = tuple(sorted(p.name for p in corpus.glob("*.mdl")))
     for name in names:
         (run / name).hardlink_to(corpus / name)
     before = put_dir(s3, run, bucket)
