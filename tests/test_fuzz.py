@@ -19,7 +19,7 @@ import fuzz_worker
 import h5py
 import numpy as np
 import pytest
-from conftest import one_line_error, run_cli, sha256_file
+from conftest import FIXTURES, one_line_error, run_cli, sha256_file
 
 import ckpt_migrate as cm
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
@@ -189,3 +189,26 @@ def test_an_enum_type_damaged_past_h5pys_reach_is_a_one_line_refusal(tmp_path):
     res = upgrade(case, UpgradeOptions(output_dir=out, inputs={"drop_dataloader_state": True}))
     assert res.status == "failed" and res.exit_code == 2, res.error
     assert "cannot copy the chunks of dataset 'model.mask'" in res.error
+
+
+def test_a_damaged_flag_name_in_a_legacy_header_is_refused(tmp_path):
+    """A 0.1/0.2 dataset's flags live in a v1 object header without checksum: one byte of a
+    name changed (``is_scalar`` -> ``is_scnlar``, the damage benchmarks/fuzz_damage.py found)
+    must not turn the scalar into a 0-d tensor silently."""
+    import shutil
+
+    import h5py
+
+    from ckpt_migrate.format.read import read_checkpoint
+
+    path = tmp_path / "damaged.mdl"
+    shutil.copyfile(FIXTURES / "release-1.8.mdl", path)
+    with h5py.File(path, "r+") as f:
+        ds = f["lr_scheduler.last_epoch"]
+        assert "is_scalar" in ds.attrs
+        ds.attrs["is_scnlar"] = ds.attrs["is_scalar"]
+        del ds.attrs["is_scalar"]
+    with pytest.raises(CorruptCheckpointError, match="is_scnlar"), read_checkpoint(path):
+        pass
+    proc = run_cli("inspect", path)
+    one_line_error(proc, 2, "lr_scheduler.last_epoch", "is_scnlar")

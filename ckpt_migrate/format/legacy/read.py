@@ -210,9 +210,20 @@ def _full(ds: h5py.Dataset, handle: H5Handle, name: str) -> FullTensorLeaf:
     return FullTensorLeaf(dt.name, shape, fill)
 
 
+# The flags the 0.1/0.2 writers set on an untagged dataset (FORMAT.md §3.4). Their v1 object
+# headers carry no checksum: a damaged byte in a flag's name (``is_scnlar``) would silently turn
+# a scalar into a 0-d tensor, so any other ``is_…`` attribute is taken for damage.
+FLAGS = ("is_constructible", "is_none", "is_string", "is_scalar", "is_bfloat16")
+
+
 def _decode_flagged(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str) -> Leaf:
     """Untagged 0.1/0.2 datasets, in the order ``_load_tensor_from_checkpoint`` checks (§3.4)."""
     attrs = ds.attrs
+    strange = [k for k in attrs if k.startswith("is_") and k not in FLAGS]
+    if strange:
+        raise CorruptCheckpointError(
+            handle.path, f"{name!r} carries a flag no release writes ({strange[0]!r}): damaged"
+        )
     if "filepath" in attrs:
         return ExternalLeaf("DeferredFileTensor", {k: attr_python(v) for k, v in attrs.items()})
     if attr_bool(attrs.get("is_constructible", False)):
