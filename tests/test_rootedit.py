@@ -73,7 +73,7 @@ def _upgrade(src: Path, out: Path, to: str = "2.10", **kw: Any):
 def _patched(src: Path, out: Path, monkeypatch: pytest.MonkeyPatch, to: str = "2.10") -> Path:
     """The same upgrade as the copy-patch writes it."""
     with monkeypatch.context() as m:
-        m.setattr(engine, "_may_edit_root", lambda plan, opts: False)
+        m.setattr(engine, "_may_edit_root", lambda plan: False)
         result, path = _upgrade(src, out, to)
     assert result.strategy != rootedit.STRATEGY
     return path

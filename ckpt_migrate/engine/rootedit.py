@@ -32,7 +32,7 @@ from ckpt_migrate.atomic import start_writeback
 from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.copypatch import Output, Written, finish, pending_provenance
 from ckpt_migrate.engine.plan import Plan
-from ckpt_migrate.engine.splitcopy import Progress
+from ckpt_migrate.engine.splitcopy import Progress, data_ranges
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
@@ -123,7 +123,11 @@ def write(
     ``edit`` says and run ``check_metadata`` on it (``copypatch.write``'s contract)."""
     entries = pending_provenance(ckpt, record)
     edit.set[PROVENANCE_ATTR] = json.dumps(entries)
-    shared = out.share(plan, copy_method)
+    ranges = None
+    if copy_method == "sparse":  # the object store's staging: all but the data, which it shares
+        names = sorted({name for name, _ in edit.placed.values()})
+        ranges = data_ranges(ckpt.handle.dataset(name) for name in names)
+    shared = out.share(plan, copy_method, ranges)
     digest: str | None = None
     if shared is None:
         copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes, choice=copy_method)

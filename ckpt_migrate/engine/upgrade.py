@@ -281,7 +281,7 @@ def _upgrade_locked(
         tmp = out.tmp
         try:
             # Taken before the hops edit the tree: what they changed decides the strategy.
-            before = rootedit.snapshot(ckpt.root) if _may_edit_root(plan, opts) else None
+            before = rootedit.snapshot(ckpt.root) if _may_edit_root(plan) else None
             ctx = apply_hops(ckpt, plan, opts, family)
             result.changes, result.warnings = ctx.changes, stale + ctx.warnings + ckpt.warnings
             out_root, notes = prepare(
@@ -344,12 +344,6 @@ def _upgrade_locked(
         result.status = "upgraded"
 
 
-def _may_edit_root(plan: Plan, opts: UpgradeOptions) -> bool:
-    """Whether the hops may leave every dataset as it is (``engine.rootedit``); the object
-    store's staging file (``sparse``) is always patched, its data ranges are what it shares."""
-    return plan.root_only and opts.copy_method != "sparse"
-
-
 def _output_path(src: Path, output_dir: Path | None, *, create: bool, force: bool) -> Path:
     """``output_dir/<name>``; a missing ``output_dir`` is created (``create``) or, for a dry
     run, taken as one the real run would create."""
@@ -406,3 +400,9 @@ def _provenance(plan: Plan, src: Path) -> dict[str, Any]:
 def lock_source(src: Path) -> contextlib.AbstractContextManager[None]:
     """Refuse a second upgrade of the same file while this one runs."""
     return exclusive_lock(src, "another ckpt-migrate process is upgrading this file")
+
+
+def _may_edit_root(plan: Plan) -> bool:
+    """Whether the hops may leave every dataset as it is (``engine.rootedit``), here and in
+    the object store's staging file (``sparse``), whose data ranges the store shares."""
+    return plan.root_only
