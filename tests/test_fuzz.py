@@ -191,10 +191,19 @@ def test_an_enum_type_damaged_past_h5pys_reach_is_a_one_line_refusal(tmp_path):
     assert "cannot copy the chunks of dataset 'model.mask'" in res.error
 
 
-def test_a_damaged_flag_name_in_a_legacy_header_is_refused(tmp_path):
-    """A 0.1/0.2 dataset's flags live in a v1 object header without checksum: one byte of a
-    name changed (``is_scalar`` -> ``is_scnlar``, the damage benchmarks/fuzz_damage.py found)
-    must not turn the scalar into a 0-d tensor silently."""
+@pytest.mark.parametrize(
+    ("release", "dataset", "attr", "damaged"),
+    [
+        ("1.8", "lr_scheduler.last_epoch", "is_scalar", "is_scnlar"),
+        ("2.3", "misc.step.0", "__H5_TYPE__", "__H5_yYPE__"),
+    ],
+)
+def test_a_damaged_attribute_name_in_a_legacy_header_is_refused(
+    tmp_path, release, dataset, attr, damaged
+):
+    """Legacy datasets' flags and tags live in v1 object headers without checksum: one byte of
+    a name changed (the two damages benchmarks/fuzz_damage.py found) must not turn a scalar
+    into a 0-d tensor silently."""
     import shutil
 
     import h5py
@@ -202,13 +211,11 @@ def test_a_damaged_flag_name_in_a_legacy_header_is_refused(tmp_path):
     from ckpt_migrate.format.read import read_checkpoint
 
     path = tmp_path / "damaged.mdl"
-    shutil.copyfile(FIXTURES / "release-1.8.mdl", path)
+    shutil.copyfile(FIXTURES / f"release-{release}.mdl", path)
     with h5py.File(path, "r+") as f:
-        ds = f["lr_scheduler.last_epoch"]
-        assert "is_scalar" in ds.attrs
-        ds.attrs["is_scnlar"] = ds.attrs["is_scalar"]
-        del ds.attrs["is_scalar"]
-    with pytest.raises(CorruptCheckpointError, match="is_scnlar"), read_checkpoint(path):
+        ds = f[dataset]
+        ds.attrs[damaged] = ds.attrs[attr]
+        del ds.attrs[attr]
+    with pytest.raises(CorruptCheckpointError, match=dataset), read_checkpoint(path):
         pass
-    proc = run_cli("inspect", path)
-    one_line_error(proc, 2, "lr_scheduler.last_epoch", "is_scnlar")
+    one_line_error(run_cli("inspect", path), 2, dataset, "damaged")

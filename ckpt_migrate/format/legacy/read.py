@@ -105,6 +105,13 @@ def _decode_dataset(ds: h5py.Dataset, stored: str, handle: H5Handle, fmt: float,
     tag = h5attrs.get_text(ds, "__H5_TYPE__")
     if tag is not None:
         return _decode_tagged(ds, stored, handle, fmt, name, attr_text(tag))
+    if fmt >= 0.3 - 1e-9:
+        # 0.3 and 0.4 tag every dataset (FORMAT.md §3.3): without it, a tag whose name was
+        # damaged in an unchecksummed v1 header would read a scalar as a 0-d tensor
+        raise CorruptCheckpointError(
+            handle.path,
+            f"{name!r} has no __H5_TYPE__, which format {fmt} writes on every dataset: damaged",
+        )
     return _decode_flagged(ds, stored, handle, name)
 
 
