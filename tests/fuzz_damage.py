@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 import struct
 import sys
 import time
@@ -219,10 +220,15 @@ def baseline(verb: str, src: Path, workdir: Path) -> dict[str, str] | None:
         opts = UpgradeOptions(
             output_dir=out, allow_missing=True, inputs={"drop_dataloader_state": True}
         )
+        # a copy of its own: a worker beside this one may upgrade the same fixture, and an
+        # upgrade refuses a source another upgrade holds
+        own = workdir / f"original-{src.name}"
+        shutil.copyfile(src, own)
         try:
-            res = upgrade(src, opts)
-            return tensor_hashes(out / src.name) if res.output is not None else None
+            res = upgrade(own, opts)
+            return tensor_hashes(res.output) if res.output is not None else None
         finally:
+            own.unlink()
             for leftover in out.iterdir():
                 leftover.unlink()
     except CkptError:
