@@ -9,11 +9,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import one_line_error, run_cli
+from conftest import FIXTURES, one_line_error, run_cli
 
 import ckpt_migrate as cm
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.h5.io import read_slab
+from ckpt_migrate.format.h5.metadata import metadata_extents
 
 
 def _saved(tmp_path: Path) -> Path:
@@ -162,3 +163,85 @@ def test_check_deep_names_each_damaged_tensor_and_upgrade_says_what_it_checked(t
     assert proc.returncode == 2
     assert "1 of 1 tensors do not decode" in proc.stderr
     assert not (dir_out / bad.name).exists()
+
+
+def _contiguous_address(path: Path, name: str) -> tuple[int, int]:
+    """Where a contiguous dataset's address lies in its (version 1, unchecksummed) layout
+    message, and the address."""
+    with h5py.File(path) as f:
+        ds = f[name]
+        assert ds.id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS
+        address, size = ds.id.get_offset(), ds.id.get_storage_size()
+    data = path.read_bytes()
+    at = data.index(b"\x03\x01" + struct.pack("<QQ", address, size)) + 2
+    return at, address
+
+
+@pytest.mark.parametrize("target", ["a chunk index node", "an object header", "a local heap"])
+def test_a_contiguous_address_moved_into_metadata_is_refused(tmp_path, target):
+    """A 0-d tensor is a contiguous dataset: its data's address moved into a B-tree node's
+    unused entries read zeros with no error (benchmarks/fuzz_damage.py, seed 3002, case 70);
+    into an object header or a group's heap, that structure's bytes."""
+    src = tmp_path / "checkpoint_1.mdl"
+    rng = np.random.default_rng(0)
+    cm.save(
+        {"model": {"w": rng.random((64, 64), dtype=np.float32)}, "scale": np.float32(3.5)},
+        src,
+        "2.10",
+    )
+    at, _ = _contiguous_address(src, "scale")
+    data = src.read_bytes()
+    with h5py.File(src) as f:
+        header = h5py.h5o.get_info(f["model.w"].id).addr
+    inside = {
+        "a chunk index node": data.index(b"TREE") + 600,
+        "an object header": header + 40,
+        "a local heap": data.index(b"HEAP") + 8,
+    }[target]
+    _patch(src, at, struct.pack("<Q", inside))
+    why = "its data at byte"
+    with pytest.raises(CorruptCheckpointError, match="'scale': its data at byte"):
+        cm.load(src)
+    one_line_error(run_cli("verify", src, src), 2, "'scale'", why)
+    one_line_error(run_cli("check", "--deep", src), 2, "'scale'")
+
+
+def test_the_fuzz_benchmarks_contiguous_address_case_is_refused(tmp_path):
+    """The case itself: release-2.10.mdl, one byte of ``model.scale``'s address changed."""
+    import itertools
+    import random
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import fuzz_damage
+
+    bodies = {p: fuzz_damage.anatomy(p) for p in fuzz_damage.sources()}
+    files = fuzz_damage.damaged_files(random.Random(3002), bodies)
+    src, kind, data = next(itertools.islice(files, 70, None))
+    assert (src.name, kind) == ("release-2.10.mdl", "object_header")
+    case = tmp_path / "checkpoint_1.mdl"
+    case.write_bytes(data)
+    with pytest.raises(CorruptCheckpointError, match=r"'model\.scale': its data at byte 29100"):
+        fuzz_damage.tensor_hashes(case)
+
+
+def test_the_metadata_map_never_claims_data():
+    """On every file the project ships, written by the real library or by this project at
+    every release: no stored data lies inside the metadata ``h5.metadata`` maps, and the map
+    covers every object header."""
+    from ckpt_migrate.format.h5 import overlaps
+
+    files = sorted(FIXTURES.rglob("*.mdl")) + sorted(FIXTURES.rglob("*.h5"))
+    assert len(files) > 20
+    for path in files:
+        with h5py.File(path, "r", locking=False) as f:
+            assert overlaps.shared_starts(f).size == 0, path
+            objects = _objects(f)
+            mapped = metadata_extents(f, objects)
+        assert all(any(s <= a < e for s, e in mapped) for a in objects), path
+
+
+def _objects(f: h5py.File) -> list[int]:
+    found = [h5py.h5o.get_info(f.id).addr]
+    f.id.links.visit(lambda _n, i: found.append(i.u), info=True)
+    return found

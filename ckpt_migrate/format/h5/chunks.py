@@ -12,7 +12,8 @@ So before any slab is read (``h5.io.read_slab``, the one place tensor data is de
 index entries it touches are checked against the dataset's shape and the stored frames:
 
 * every chunk the selection needs is in the index, once, on the chunk grid and inside the
-  extent, and shares no stored byte with other stored data of the file (``h5.overlaps``);
+  extent, and shares no stored byte with other stored data or the metadata of the file
+  (``h5.overlaps``); so does a contiguous dataset's data;
 * a chunk with no filter applied stores exactly one chunk of bytes;
 * LZ4 frame (big-endian): an 8-byte original size, a 4-byte block size, then per block a 4-byte
   compressed size and the block (stored raw when that size equals the block's). The original
@@ -113,9 +114,10 @@ def check_read(ds: h5py.Dataset, sl: tuple[slice, ...]) -> None:
     the selection ``sl`` (``()``: everything; else a slice of the first axis, as
     ``h5.io.iter_slabs`` makes them) of ``ds`` if a chunk it needs is damaged (module doc)."""
     layout = Layout.of(ds)
-    if layout is None:
-        return
     f = ds.file
+    if layout is None:
+        _check_contiguous(ds, f)
+        return
     rows = _rows(sl, layout.shape)
     index = _Index.of(ds, layout, rows)
     problem = _index_problem(layout, rows, index, overlaps.shared_starts(f))
@@ -128,6 +130,21 @@ def check_read(ds: h5py.Dataset, sl: tuple[slice, ...]) -> None:
         where, why = problem
         raise CorruptCheckpointError(
             f.filename, f"tensor {_name(ds)!r}, chunk {where}: {why}", _FIX
+        )
+
+
+def _check_contiguous(ds: h5py.Dataset, f: h5py.File) -> None:
+    """A contiguous dataset's data must not start inside other data or the file's metadata
+    (its address is eight unchecksummed bytes of its object header)."""
+    if ds.id.get_create_plist().get_layout() != h5py.h5d.CONTIGUOUS:
+        return
+    at = ds.id.get_offset()
+    if at is not None and np.isin(np.uint64(at), overlaps.shared_starts(f)):
+        raise CorruptCheckpointError(
+            f.filename,
+            f"tensor {_name(ds)!r}: its data at byte {at} lies inside other data or the file's "
+            "metadata",
+            _FIX,
         )
 
 

@@ -1,11 +1,12 @@
-"""Stored data that overlaps other stored data of the same file (issue #36).
+"""Stored data that overlaps other stored data, or the metadata, of the same file (issue #36).
 
 HDF5 never stores two pieces of data in one place, but a chunk index entry whose address was
 moved onto another chunk reads that chunk's bytes; since random weights do not compress, the
 two chunks often store the same number of bytes and pass every check of the chunk alone (its
-frame is whole, its size right), and the tensor decodes to the other one's values. One walk of
-every chunk index of the file finds such overlaps; ``h5.chunks`` refuses a chunk that starts at
-one of them.
+frame is whole, its size right), and the tensor decodes to the other one's values. A contiguous
+dataset's address moved into metadata reads that metadata's bytes (``h5.metadata``). One walk of
+every chunk index and object header of the file finds such overlaps; ``h5.chunks`` refuses data
+that starts at one of them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from array import array
 
 import h5py
 import numpy as np
+
+from ckpt_migrate.format.h5.metadata import metadata_extents
 
 _SHARED: dict[tuple[int, ...], np.ndarray] = {}
 _SHARED_FILES = 8
@@ -39,10 +42,11 @@ def shared_starts(f: h5py.File) -> np.ndarray:
 
 
 def _stored_extents(f: h5py.File) -> tuple[np.ndarray, np.ndarray]:
-    """The (starts, ends) of every piece of stored data in ``f``: chunks and contiguous
-    blocks, each stored object once (a tied tensor is one object under several names)."""
+    """The (starts, ends) of every piece of stored data in ``f`` (chunks and contiguous
+    blocks, each stored object once: a tied tensor is one object under several names) and of
+    the metadata ``h5.metadata`` maps."""
     starts, ends = array("Q"), array("Q")
-    objects: set[int] = set()
+    objects: set[int] = {h5py.h5o.get_info(f.id).addr}
 
     def chunk(info: h5py.h5d.StoreInfo) -> None:
         starts.append(info.byte_offset)
@@ -63,6 +67,9 @@ def _stored_extents(f: h5py.File) -> tuple[np.ndarray, np.ndarray]:
             ends.append(min(obj.get_offset() + obj.get_storage_size(), _LAST))
 
     f.id.links.visit(visit, info=True)
+    for start, end in metadata_extents(f, objects):
+        starts.append(start)
+        ends.append(min(end, _LAST))
     return np.frombuffer(starts, np.uint64), np.frombuffer(ends, np.uint64)
 
 

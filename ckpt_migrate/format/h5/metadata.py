@@ -1,0 +1,259 @@
+"""Where a file's HDF5 metadata lies: the extents of its object headers, their continuation
+blocks, the version-1 B-tree nodes of its chunk indexes and symbol tables, the symbol table
+nodes and local heaps (HDF5 file format specification 3.0, sections II–IV).
+
+Tensor data never lies inside metadata. A contiguous dataset's address is eight bytes of an
+object header that carries no checksum (version 1, what every release writes through h5py's
+default ``libver``); one changed byte moves the data anywhere, and where it lands inside a
+B-tree node's unused entries it reads as zeros, with no error (issue #36: the fuzz benchmark's
+``model.scale``). ``h5.overlaps`` adds these extents to the data's, so that data starting inside
+metadata is refused like data starting inside other data.
+
+Only what this module knows is mapped: superblock versions 0–3 with 8-byte offsets and lengths,
+object header versions 1 and 2, data layout message version 3, version-1 B-trees. Anything else
+(dense attribute or link storage, the newer chunk indexes, a structure that does not parse) is
+left out, so the map can miss metadata but never claims data. Every read is bounded by the file
+size, every node is visited once, and the count of nodes by what the file's size can hold.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable, Iterator
+
+import h5py
+
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+_CONTINUATION, _LAYOUT, _SYMBOL_TABLE, _BTREE_K = 0x10, 0x08, 0x11, 0x13
+_TREE_HEAD = 24  # "TREE", type, level, entries used, left and right siblings
+_ENTRY = 40  # a symbol table entry
+_CHUNKED = 2
+_UNDEFINED = (1 << 64) - 1
+
+
+class _Stop(Exception):
+    """A structure this module does not know or that does not parse: mapped no further."""
+
+
+class _File:
+    """Bounded reads of one file, and the extents found so far."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+        self.extents: list[tuple[int, int]] = []
+        self.seen: set[int] = set()
+        self.budget = size // 8 + 16  # no more structures than the file can hold
+
+    def read(self, at: int, n: int) -> bytes:
+        if at < 0 or n < 0 or at + n > self.size:
+            raise _Stop
+        data = os.pread(self.fd, n, at)
+        if len(data) != n:
+            raise _Stop
+        return data
+
+    def first_visit(self, at: int) -> bool:
+        if at in self.seen:
+            return False
+        self.budget -= 1
+        if self.budget < 0:
+            raise _Stop
+        self.seen.add(at)
+        return True
+
+    def add(self, at: int, n: int) -> None:
+        if n > 0:
+            self.extents.append((at, at + n))
+
+
+class _Sizes:
+    """The superblock's B-tree constants (defaults of the specification unless it says)."""
+
+    group_leaf_k = 4
+    group_internal_k = 16
+    chunk_k = 32
+
+
+def metadata_extents(f: h5py.File, objects: Iterable[int]) -> list[tuple[int, int]]:
+    """(start, end) of the metadata of ``f`` that belongs to the superblock and to the objects
+    at the addresses ``objects`` (their headers, chunk indexes and group structures)."""
+    fd = os.open(f.filename, os.O_RDONLY)
+    try:
+        mapped = _File(fd, os.fstat(fd).st_size)
+        try:
+            sizes = _superblock(mapped)
+        except _Stop:
+            return []
+        for address in objects:
+            try:
+                _object(mapped, address, sizes)
+            except _Stop:
+                continue
+        return mapped.extents
+    finally:
+        os.close(fd)
+
+
+def _superblock(m: _File) -> _Sizes:
+    """The superblock at offset 0 (no user block: h5py's default), its extent and constants."""
+    head = m.read(0, 24)
+    if head[:8] != _SIGNATURE:
+        raise _Stop
+    sizes = _Sizes()
+    version = head[8]
+    if version in (0, 1):
+        if head[13] != 8 or head[14] != 8:
+            raise _Stop
+        sizes.group_leaf_k, sizes.group_internal_k = struct.unpack_from("<HH", head, 16)
+        at = 24
+        if version == 1:
+            sizes.chunk_k = struct.unpack("<H", m.read(24, 2))[0]
+            at = 28
+        m.add(0, at + 4 * 8 + _ENTRY)  # four addresses, the root group's symbol table entry
+    elif version in (2, 3):
+        if head[9] != 8 or head[10] != 8:
+            raise _Stop
+        extension = struct.unpack("<Q", m.read(20, 8))[0]
+        m.add(0, 12 + 4 * 8 + 4)
+        if extension != _UNDEFINED:
+            for kind, body in _messages(m, extension):
+                if kind == _BTREE_K and len(body) >= 7:
+                    sizes.chunk_k, sizes.group_internal_k, sizes.group_leaf_k = struct.unpack_from(
+                        "<HHH", body, 1
+                    )
+    else:
+        raise _Stop
+    if min(sizes.group_leaf_k, sizes.group_internal_k, sizes.chunk_k) == 0:
+        raise _Stop
+    return sizes
+
+
+def _object(m: _File, address: int, sizes: _Sizes) -> None:
+    """One object's header and what its messages point at."""
+    for kind, body in _messages(m, address):
+        if kind == _LAYOUT and len(body) >= 11 and body[0] == 3 and body[1] == _CHUNKED:
+            rank = body[2]
+            tree = struct.unpack_from("<Q", body, 3)[0]
+            if tree != _UNDEFINED:
+                _btree(m, tree, 1, 8 + 8 * rank, sizes.chunk_k, sizes, 0)
+        elif kind == _SYMBOL_TABLE and len(body) >= 16:
+            tree, heap = struct.unpack_from("<QQ", body)
+            _local_heap(m, heap)
+            _btree(m, tree, 0, 8, sizes.group_internal_k, sizes, 0)
+
+
+def _messages(m: _File, address: int) -> Iterator[tuple[int, bytes]]:
+    """(type, body) of every message of the object header at ``address``, continuation blocks
+    followed; each block's extent recorded."""
+    if not m.first_visit(address):
+        return
+    if m.read(address, 4) == b"OHDR":
+        yield from _messages_v2(m, address)
+    else:
+        yield from _messages_v1(m, address)
+
+
+def _messages_v1(m: _File, address: int) -> Iterator[tuple[int, bytes]]:
+    version, _, _, _, size = struct.unpack("<BBHII", m.read(address, 12))
+    if version != 1:
+        raise _Stop
+    m.add(address, 16 + size)
+    blocks = [(address + 16, size)]
+    while blocks:
+        at, size = blocks.pop()
+        block = m.read(at, size)
+        pos = 0
+        while pos + 8 <= len(block):
+            kind, length, flags = struct.unpack_from("<HHB", block, pos)
+            body = block[pos + 8 : pos + 8 + length]
+            pos += 8 + length
+            if flags & 0x02:  # a shared message: a reference, not the message
+                continue
+            if kind == _CONTINUATION and len(body) >= 16:
+                more = _continuation(m, body)
+                if more is not None:
+                    m.add(*more)
+                    blocks.append(more)
+            else:
+                yield kind, body
+
+
+def _messages_v2(m: _File, address: int) -> Iterator[tuple[int, bytes]]:
+    head = m.read(address, 6)
+    if head[4] != 2:
+        raise _Stop
+    flags = head[5]
+    at = address + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+    width = 1 << (flags & 0x03)
+    size = int.from_bytes(m.read(at, width), "little")
+    start = at + width
+    m.add(address, start + size + 4 - address)
+    blocks = [(start, size)]
+    order = 2 if flags & 0x04 else 0
+    while blocks:
+        at, size = blocks.pop()
+        block = m.read(at, size)
+        pos = 0
+        while pos + 4 + order <= len(block):
+            kind, length, mflags = struct.unpack_from("<BHB", block, pos)
+            body = block[pos + 4 + order : pos + 4 + order + length]
+            pos += 4 + order + length
+            if mflags & 0x02:
+                continue
+            if kind == _CONTINUATION and len(body) >= 16:
+                more = _continuation(m, body)
+                if more is not None and m.read(more[0], 4) == b"OCHK":
+                    m.add(*more)
+                    blocks.append((more[0] + 4, more[1] - 8))  # signature, checksum
+            else:
+                yield kind, body
+
+
+def _continuation(m: _File, body: bytes) -> tuple[int, int] | None:
+    at, length = struct.unpack_from("<QQ", body)
+    if length == 0 or at + length > m.size or not m.first_visit(at):
+        return None
+    return at, length
+
+
+def _btree(m: _File, at: int, kind: int, key: int, k: int, sizes: _Sizes, depth: int) -> None:
+    """A version-1 B-tree node (type 0: a group's, type 1: a chunk index's) and its subtree;
+    a node takes room for 2K children and 2K + 1 keys whatever it holds."""
+    if depth > 64 or not m.first_visit(at):
+        return
+    head = m.read(at, _TREE_HEAD)
+    if head[:4] != b"TREE" or head[4] != kind:
+        raise _Stop
+    level, used = head[5], struct.unpack_from("<H", head, 6)[0]
+    if used > 2 * k:
+        raise _Stop
+    m.add(at, _TREE_HEAD + 2 * k * 8 + (2 * k + 1) * key)
+    body = m.read(at + _TREE_HEAD, used * (key + 8))
+    children = [struct.unpack_from("<Q", body, i * (key + 8) + key)[0] for i in range(used)]
+    for child in children:
+        if level > 0:
+            _btree(m, child, kind, key, k, sizes, depth + 1)
+        elif kind == 0:
+            _symbol_node(m, child, sizes)
+        # a chunk index's leaves point at chunks: data, which h5.overlaps has
+
+
+def _symbol_node(m: _File, at: int, sizes: _Sizes) -> None:
+    if not m.first_visit(at):
+        return
+    if m.read(at, 4) != b"SNOD":
+        raise _Stop
+    m.add(at, 8 + 2 * sizes.group_leaf_k * _ENTRY)
+
+
+def _local_heap(m: _File, at: int) -> None:
+    if not m.first_visit(at):
+        return
+    head = m.read(at, 32)
+    if head[:4] != b"HEAP":
+        raise _Stop
+    size, _, data = struct.unpack_from("<QQQ", head, 8)
+    m.add(at, 32)
+    if data != _UNDEFINED and data + size <= m.size:
+        m.add(data, size)
