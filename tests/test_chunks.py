@@ -245,3 +245,26 @@ def _objects(f: h5py.File) -> list[int]:
     found = [h5py.h5o.get_info(f.id).addr]
     f.id.links.visit(lambda _n, i: found.append(i.u), info=True)
     return found
+
+
+@pytest.mark.parametrize(
+    ("field", "offset", "raw"),
+    [("bit offset", 4, b"\x85\x00"), ("precision", 6, b"\x0b\x8e"), ("exponent bias", 12, b"\x7e")],
+)
+def test_a_number_type_damaged_in_its_header_is_refused(tmp_path, field, offset, raw):
+    """A dataset's float type is bytes of a version-1 object header that no checksum guards;
+    HDF5 converted a float32 whose precision and bit offset were changed into other values,
+    exit 0 (benchmarks/fuzz_damage.py, seed 5001, case 54: the real library's dtypes file)."""
+    import shutil
+
+    src = tmp_path / "checkpoint_1.mdl"
+    shutil.copyfile(FIXTURES / "real-cstorch-2.10" / "dtypes.mdl", src)
+    data = src.read_bytes()
+    with h5py.File(src) as f:
+        header = h5py.h5o.get_info(f["special_f32"].id).addr
+    # the datatype message of a float32: class and version 0x11, bits 0x20 0x1f 0x00, size 4
+    at = data.index(b"\x11\x20\x1f\x00\x04\x00\x00\x00", header)
+    _patch(src, at + 4 + offset, raw)
+    with pytest.raises(CorruptCheckpointError, match="'/special_f32' has a 4-byte float type"):
+        cm.load(src)
+    one_line_error(run_cli("verify", src, src), 2, "special_f32", "not the standard one")

@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 
 import h5py
+import numpy as np
 
 from ckpt_migrate.errors import CkptError, CorruptCheckpointError, UnsafeContentError
 from ckpt_migrate.format import budgets
@@ -33,6 +34,7 @@ ALLOWED_FILTERS: dict[int, str] = {
     3: "fletcher32",
     32004: "lz4",
 }
+_NUMBER_CLASSES = {h5py.h5t.INTEGER: "integer", h5py.h5t.FLOAT: "float", h5py.h5t.ENUM: "enum"}
 _FIX = "a checkpoint must hold all of its data itself; the file was not read"
 
 # The HDF5 type classes of checkpoint datasets and attributes: numbers, strings (fixed and
@@ -42,6 +44,17 @@ ALLOWED_TYPE_CLASSES = frozenset(
     {h5py.h5t.INTEGER, h5py.h5t.FLOAT, h5py.h5t.STRING, h5py.h5t.ENUM, h5py.h5t.OPAQUE}
 )
 _CLASS_NAMES = {2: "time", 4: "bitfield", 6: "compound", 7: "reference", 9: "vlen", 10: "array"}
+
+# A dataset's number type is one of the standard ones, exactly, in either byte order: its
+# precision, bit offset, exponent and mantissa fields are bytes of a version-1 object header,
+# which no checksum guards, and HDF5 converts whatever they say (issue #36: one changed byte
+# read a float32 tensor as other values). bool is h5py's enum.
+_STANDARD_NUMBERS: dict[tuple[int, int], tuple[h5py.h5t.TypeID, ...]] = {}
+for _code in ("f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"):
+    for _order in "<>":
+        _tid = h5py.h5t.py_create(np.dtype(_order + _code))
+        _STANDARD_NUMBERS.setdefault((_tid.get_class(), _tid.get_size()), ())
+        _STANDARD_NUMBERS[_tid.get_class(), _tid.get_size()] += (_tid,)
 
 
 def check_self_contained(f: h5py.File, path: Path) -> int:
@@ -167,6 +180,14 @@ def dataset_problem(
     tid = tid or obj.get_type()
     if tid.get_class() not in ALLOWED_TYPE_CLASSES:
         return _odd_type(path, f"dataset {where!r}", tid)
+    standard = _STANDARD_NUMBERS.get((tid.get_class(), tid.get_size()))
+    if tid.get_class() in _NUMBER_CLASSES and not any(tid == t for t in standard or ()):
+        return CorruptCheckpointError(
+            path,
+            f"dataset {where!r} has a {tid.get_size()}-byte "
+            f"{_NUMBER_CLASSES[tid.get_class()]} type whose layout is not the standard one",
+            budgets.FIX,
+        )
     dcpl = dcpl or obj.get_create_plist()
     if dcpl.get_layout() == h5py.h5d.VIRTUAL:
         return _unsafe(path, where, "is a virtual dataset over other files")
