@@ -166,9 +166,12 @@ def convert_to_hf(args: argparse.Namespace) -> int:
         shard_size=args.hf_shard_size,
         source_release=None if wanted is None else from_release,
         drop_unmatched_keys=args.drop_unmatched_keys,
+        allow_missing_tensors=args.allow_missing_tensors,
     )
     for name, why in result.dropped.items():
         print(f"  left out {name}: {why}")
+    for name, instead in result.missing.items():
+        print(f"  {name} {instead}")
     print(f"Checkpoint saved to {out} ({result.shards} safetensors file(s))")
     print(f"Config saved to {out / 'config.json'}")
     return 0
@@ -413,6 +416,12 @@ def create_arg_parser() -> argparse.ArgumentParser:
         "--hf-shard-size",
         default="10GB",
         help="--tgt-fmt hf: largest safetensors shard, e.g. 10GB, 500MB, 2GiB (default 10GB)",
+    )
+    conv.add_argument(
+        "--allow-missing-tensors",
+        action="store_true",
+        help="--tgt-fmt hf: export a checkpoint that lacks tensors Model Zoo's own HF import "
+        "leaves out (T5's embeddings) although the Hugging Face model is then not usable",
     )
     conv.add_argument(
         "--export-safetensors",

@@ -19,7 +19,17 @@ from ckpt_migrate.catalogue.gptj_like import BLOOM, CODEGEN, FALCON, GPT_NEOX, G
 from ckpt_migrate.catalogue.keyless import CLIP_VIT, DPO, DRAGON, LLAVA, MMSIMPLE_LLAVA
 from ckpt_migrate.catalogue.layouts import BERT_ENCODER, DECODER, ENCODER_DECODER, LAYOUTS
 from ckpt_migrate.catalogue.llama_like import GEMMA2, LLAMA, MISTRAL, MIXTRAL
-from ckpt_migrate.catalogue.record import Drop, Hf, Layout, Name, NormFlag, Record, Signature, Tie
+from ckpt_migrate.catalogue.record import (
+    Absent,
+    Drop,
+    Hf,
+    Layout,
+    Name,
+    NormFlag,
+    Record,
+    Signature,
+    Tie,
+)
 from ckpt_migrate.catalogue.t5 import T5
 
 __all__ = [
@@ -31,6 +41,7 @@ __all__ = [
     "LAYOUTS",
     "RECORDS",
     "T5",
+    "Absent",
     "Drop",
     "Hf",
     "Layout",

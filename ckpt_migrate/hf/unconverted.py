@@ -53,6 +53,11 @@ def _groups(ties: tuple[Tie, ...], config: Mapping[str, Any]) -> list[list[str]]
     return groups
 
 
+def tie_groups(record: Record, config: Mapping[str, Any]) -> list[list[str]]:
+    """The CS names of each tensor ``record`` ties while ``config`` ties it, originals first."""
+    return _groups(record.ties, config)
+
+
 def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> dict[str, str]:
     """CS copy -> the CS name the conversion reads, for every tied tensor the file holds under
     more than one name."""
