@@ -24,6 +24,7 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.commands import load_config, verify
 from ckpt_migrate.cli.modelzoo_formats import output_name, parse_format, resolve_source, stem
@@ -274,6 +275,7 @@ def list_converters(args: argparse.Namespace) -> int:
         what = f"{family} family" + (", without lm_head" if headless else "")
         print(f"{name}: {what}; Model Zoo registry name {registry or '(none)'}")
         print(f"  {span}" + (f" (Model Zoo 2.10: from cs-{since})" if since else ""))
+        print(f"  {catalogue.hf_support(name)}")
         if args.hide_notes:
             continue
         rules = key_rules(family)

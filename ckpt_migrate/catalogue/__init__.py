@@ -59,6 +59,7 @@ __all__ = [
     "hf_modules",
     "hf_name_of",
     "hf_names",
+    "hf_support",
     "layout_families",
     "modelzoo_names",
 ]
@@ -167,3 +168,16 @@ def hf_name_of(architectures: list[str]) -> str | None:
                 if cls in by_class:
                     return by_class[cls]
     return None
+
+
+def hf_support(name: str) -> str:
+    """Whether ``export-hf`` / ``import-hf`` serve a Model Zoo name, its Hugging Face class and
+    how it differs from Model Zoo's converter (``list-converters``)."""
+    record = by_name(name)
+    hf = None if record is None else record.hf
+    own = None if record is None else next((n for n in record.names if n.name == name), None)
+    if record is None or hf is None or (own is not None and not own.hf):
+        return "Hugging Face: not served"
+    cls = hf.architectures.get(name) or hf.architectures.get(record.name)
+    line = "Hugging Face: export-hf and import-hf" + (f" ({cls})" if cls else "")
+    return "; ".join([line, *hf.notes])

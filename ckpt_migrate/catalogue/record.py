@@ -95,6 +95,7 @@ class Hf:
     cs_dropped: tuple[Drop, ...] = ()  # CS tensors the export leaves out
     hf_dropped: tuple[Drop, ...] = ()  # HF tensors the import leaves out
     cs_absent: tuple[Absent, ...] = ()  # CS tensors Model Zoo's import leaves out
+    notes: tuple[str, ...] = ()  # how it differs from Model Zoo (``list-converters``)
 
 
 @dataclass(frozen=True)

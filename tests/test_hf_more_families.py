@@ -1,0 +1,104 @@
+"""The Model Zoo names whose Hugging Face converters compose others (issue #35 item 1):
+CLIP-ViT (``CLIPVisionModelWithProjection``) and DPO (a policy model of another family). Tiny
+random ``transformers`` models go HF -> ``import-hf`` -> ``export-hf`` and must come back bit
+for bit, load with ``from_pretrained`` with no missing or unexpected key, and compute the same
+outputs; the CS side has Model Zoo's names (tag Release_2.10.0, ``clip_vit.py``, ``dpo.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_cli
+
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import iter_leaves
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+CLIP = transformers.CLIPVisionConfig(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    image_size=16,
+    patch_size=4,
+    projection_dim=24,
+)
+
+
+def _tensors(directory: Path) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for file in sorted(directory.glob("*.safetensors")):
+        out.update(safetensors_numpy.load_file(str(file)))
+    return out
+
+
+def _cs(path: Path) -> dict[str, np.ndarray]:
+    with read_checkpoint(path) as ckpt:
+        return {r.name: r.leaf.data.read() for r in iter_leaves(ckpt.root.get("model"))}
+
+
+def _round_trip(tmp: Path, model, *import_args: str, export_model: str) -> tuple[Path, Path]:
+    """``model`` saved, imported and exported through the CLI; the HF tensors must come back
+    bit for bit. Returns (the CS checkpoint, the exported directory)."""
+    model.save_pretrained(tmp / "hf")
+    ckpt, params = tmp / "model.mdl", tmp / "params.yaml"
+    proc = run_cli("import-hf", tmp / "hf", ckpt, "--config-out", params, *import_args, "-q")
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("export-hf", ckpt, tmp / "back", "--config", params, "--model", export_model)
+    assert proc.returncode == 0, proc.stderr
+    before, after = _tensors(tmp / "hf"), _tensors(tmp / "back")
+    assert after.keys() == before.keys()
+    for key, value in before.items():
+        assert after[key].dtype == value.dtype and np.array_equal(after[key], value), key
+    return ckpt, tmp / "back"
+
+
+def _reload(cls, directory: Path):
+    model, info = cls.from_pretrained(directory, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    return model.eval()
+
+
+def test_clip_vit_round_trip(tmp_path):
+    torch.manual_seed(0)
+    model = transformers.CLIPVisionModelWithProjection(CLIP).eval()
+    ckpt, back = _round_trip(tmp_path, model, export_model="clip-vit")
+    cs = _cs(ckpt)
+    hf = _tensors(tmp_path / "hf")
+    # clip_vit.py lines 212-236: CS keeps the class token's position row last
+    positions = cs["vit_model.embedding_layer.position_embeddings.weight"]
+    hf_positions = hf["vision_model.embeddings.position_embedding.weight"]
+    assert np.array_equal(positions[-1], hf_positions[0])
+    assert np.array_equal(positions[:-1], hf_positions[1:])
+    assert "classifier.classifier.ffn.0.linear_layer.weight" in cs  # visual_projection
+    assert "vit_model.encoder.transformer_encoder.layers.1.self_attn.proj_q_dense_layer.bias" in cs
+    config = json.loads((back / "config.json").read_text())
+    assert config["model_type"] == "clip_vision_model" and config["projection_dim"] == 24
+    reloaded = _reload(transformers.CLIPVisionModelWithProjection, back)
+    pixels = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.equal(reloaded(pixels).image_embeds, model(pixels).image_embeds)
+
+
+def test_clip_vit_params_are_model_zoos(tmp_path):
+    """clip_vit.py lines 501-516 and vit.py lines 556-566: the CS config Model Zoo writes."""
+    torch.manual_seed(0)
+    transformers.CLIPVisionModelWithProjection(CLIP).save_pretrained(tmp_path / "hf")
+    params = tmp_path / "p.yaml"
+    run_cli("import-hf", tmp_path / "hf", tmp_path / "c.mdl", "--config-out", params, "-q")
+    text = params.read_text()
+    for line in (
+        "name: vision_transformer",
+        "num_classes: 24",
+        "nonlinearity: quick_gelu",
+        "use_post_embed_layer_norm: true",
+        "use_bias_in_output: false",
+        "use_encoder_pooler_layer: false",
+    ):
+        assert line in text, line
