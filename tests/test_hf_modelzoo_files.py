@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import one_line_error, run_cli
 from modelzoo_hf_import import BERT_RULES, T5_RULES, modelzoo_cs
+from test_hf_end_to_end import _tensors
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -37,20 +38,13 @@ def _t5(**kw) -> transformers.T5Config:
     )
 
 
-def _hf(directory: Path) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for file in sorted(directory.glob("*.safetensors")):
-        out.update(safetensors_numpy.load_file(str(file)))
-    return out
-
-
 def _modelzoo_file(tmp: Path, cls: str, config, rules, name: str) -> tuple[Path, Path, dict]:
     """(Model Zoo's CS file, the run's params.yaml, the HF tensors) of a tiny random model;
     the Model Zoo file's keys are checked to be ours but for the tensors Model Zoo drops."""
     torch.manual_seed(0)
     model = getattr(transformers, cls)(config)
     model.save_pretrained(tmp / "hf")
-    hf = _hf(tmp / "hf")
+    hf = _tensors(tmp / "hf")
     if getattr(config, "scale_decoder_outputs", True) is False:  # untied T5 (transformers 5)
         hf["lm_head.weight"] = hf["shared.weight"][::-1].copy()
         safetensors_numpy.save_file(hf, str(tmp / "hf" / "model.safetensors"), {"format": "pt"})
@@ -77,7 +71,7 @@ def test_bert_from_modelzoo_exports_with_a_zero_bias(tmp_path):
     assert list(result.missing) == [bias]
     line = result.missing[bias]
     assert "bert.py line 589" in line and "cls.predictions.bias written as zeros" in line
-    out = _hf(tmp_path / "out")
+    out = _tensors(tmp_path / "out")
     assert out.keys() == hf.keys()
     assert not out["cls.predictions.bias"].any()
     assert out["cls.predictions.bias"].dtype == hf["cls.predictions.bias"].dtype
@@ -122,7 +116,7 @@ def test_t5_from_modelzoo_exports_the_rest_when_allowed(tmp_path, tied):
     assert "shared.weight not written (--allow-missing-tensors)" in next(
         iter(result.missing.values())
     )
-    out = _hf(tmp_path / "out")
+    out = _tensors(tmp_path / "out")
     assert out.keys() == set(hf) - {"shared.weight"}
     assert ("lm_head.weight" in out) is (not tied)
     for key, value in out.items():

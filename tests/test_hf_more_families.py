@@ -7,11 +7,13 @@ outputs; the CS side has Model Zoo's names (tag Release_2.10.0, ``clip_vit.py``,
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import one_line_error, run_cli
+from test_hf_end_to_end import _tensors
 
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import iter_leaves
@@ -29,13 +31,6 @@ CLIP = transformers.CLIPVisionConfig(
     patch_size=4,
     projection_dim=24,
 )
-
-
-def _tensors(directory: Path) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for file in sorted(directory.glob("*.safetensors")):
-        out.update(safetensors_numpy.load_file(str(file)))
-    return out
 
 
 def _cs(path: Path) -> dict[str, np.ndarray]:
@@ -102,3 +97,75 @@ def test_clip_vit_params_are_model_zoos(tmp_path):
         "use_encoder_pooler_layer: false",
     ):
         assert line in text, line
+
+
+DPO_POLICIES = {
+    "llama": (
+        "LlamaForCausalLM",
+        transformers.LlamaConfig(
+            hidden_size=64,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            vocab_size=96,
+            intermediate_size=128,
+            num_key_value_heads=2,
+        ),
+    ),
+    # a tied head, Conv1D transposes and a fused QKV: plans that are not only renames
+    "gpt2": (
+        "GPT2LMHeadModel",
+        transformers.GPT2Config(
+            n_embd=64,
+            n_layer=2,
+            n_head=4,
+            n_inner=256,
+            vocab_size=96,
+            bos_token_id=0,
+            eos_token_id=0,
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(DPO_POLICIES))
+def test_dpo_round_trip(tmp_path, policy):
+    """dpo.py lines 97-141: the policy under ``policy_model.model.``, the reference model a copy
+    under ``ref_model.model.`` (a tie here, stored once); export gives the policy alone."""
+    cls_name, config = DPO_POLICIES[policy]
+    torch.manual_seed(0)
+    model = getattr(transformers, cls_name)(config).eval()
+    ckpt, back = _round_trip(tmp_path, model, "--model", "dpo", export_model="dpo")
+    cs = _cs(ckpt)
+    policy_keys = {k[len("policy_model.model.") :] for k in cs if k.startswith("policy_model.")}
+    ref_keys = {k[len("ref_model.model.") :] for k in cs if k.startswith("ref_model.")}
+    assert policy_keys == ref_keys and len(policy_keys) + len(ref_keys) == len(cs)
+    assert "embedding_layer.word_embeddings.weight" in policy_keys
+    for key in policy_keys:
+        assert np.array_equal(cs[f"policy_model.model.{key}"], cs[f"ref_model.model.{key}"]), key
+    params = (tmp_path / "params.yaml").read_text()
+    assert "name: dpo" in params and f"model_name: {policy}" in params
+    assert "beta: 0.1" in params and "reference_free: false" in params
+    reloaded = _reload(getattr(transformers, cls_name), back)
+    original = getattr(transformers, cls_name).from_pretrained(tmp_path / "hf").eval()
+    ids = torch.arange(10).reshape(1, 10) + 3
+    with torch.no_grad():
+        assert torch.equal(reloaded(ids).logits, original(ids).logits)
+
+
+def test_dpo_policy_must_be_named_and_supported(tmp_path):
+    cls_name, config = DPO_POLICIES["llama"]
+    torch.manual_seed(0)
+    getattr(transformers, cls_name)(config).save_pretrained(tmp_path / "hf")
+    ckpt, params = tmp_path / "m.mdl", tmp_path / "p.yaml"
+    proc = run_cli("import-hf", tmp_path / "hf", ckpt, "--config-out", params, "--model", "dpo")
+    assert proc.returncode == 0, proc.stderr
+    text = params.read_text()
+    for edited, words in (
+        (text.replace("model_name: llama", "model_name: gemma2"), "names 'gemma2'; it holds one"),
+        (re.sub(r"\n *model_name: llama", "", text), "does not name the model it holds"),
+    ):
+        (tmp_path / "edited.yaml").write_text(edited)
+        proc = run_cli("export-hf", ckpt, tmp_path / "out", "--config", tmp_path / "edited.yaml",
+                       "--model", "dpo")  # fmt: skip
+        line = one_line_error(proc, 2, words)
+        assert "model_name" in line

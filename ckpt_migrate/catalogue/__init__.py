@@ -26,6 +26,7 @@ from ckpt_migrate.catalogue.record import (
     Layout,
     Name,
     NormFlag,
+    Part,
     Record,
     Signature,
     Tie,
@@ -47,6 +48,7 @@ __all__ = [
     "Layout",
     "Name",
     "NormFlag",
+    "Part",
     "Record",
     "Signature",
     "Tie",
@@ -62,6 +64,7 @@ __all__ = [
     "hf_support",
     "layout_families",
     "modelzoo_names",
+    "parts_of",
 ]
 
 RECORDS: tuple[Record, ...] = (
@@ -181,3 +184,28 @@ def hf_support(name: str) -> str:
     cls = hf.architectures.get(name) or hf.architectures.get(record.name)
     line = "Hugging Face: export-hf and import-hf" + (f" ({cls})" if cls else "")
     return "; ".join([line, *hf.notes])
+
+
+def _hf_name(config: dict) -> str | None:
+    """The Model Zoo name an HF ``config.json`` describes: its architecture, else the first
+    name served for its ``model_type``."""
+    named = hf_name_of(config.get("architectures") or [])
+    if named is not None:
+        return named
+    for record, hf in _hf_sides():
+        if config.get("model_type") in hf.model_types:
+            return next(n.name for n in record.names if n.hf)
+    return None
+
+
+def parts_of(record: Record, config: dict) -> list[tuple[Part, str | None]]:
+    """(part, the Model Zoo name whose rules convert it) of a composite family, the name from
+    ``config`` (CS: the part's ``name_field``; HF: ``config.json``) where the record leaves it
+    open; None when the config does not say."""
+    if record.hf is None:
+        return []
+    out = []
+    for part in record.hf.parts:
+        name = part.name or (part.name_field and config.get(part.name_field)) or _hf_name(config)
+        out.append((part, None if name is None else str(name)))
+    return out

@@ -9,7 +9,7 @@ lines 173-378 (CLIP-ViT runs as ``vision_transformer``, MM-Simple-LLaVA as
 
 from __future__ import annotations
 
-from ckpt_migrate.catalogue.record import Drop, Hf, Name, Record
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, Part, Record
 
 # Hugging Face: CLIPVisionModelWithProjection (clip_vit.py, registry.py line 223)
 CLIP_VIT = Record(
@@ -32,7 +32,47 @@ CLIP_VIT = Record(
         ),
     ),
 )
-DPO = Record("dpo", None, names=(Name("dpo", "dpo", 13, since="2.1"),))
+# Hugging Face: the policy model alone, as a model of its own family (dpo.py lines 60-141, 297-303:
+# ``policy_model.model.`` + that family's rules; the reference model, a copy of the policy at
+# import, is left out on export); the families of dpo.py lines 32-47 with HF rules here.
+DPO = Record(
+    "dpo",
+    None,
+    names=(Name("dpo", "dpo", 13, since="2.1"),),
+    hf=Hf(
+        "compose",
+        parts=(
+            Part(
+                "policy_model.model.",
+                name_field="model_name",
+                names=(
+                    "bloom",
+                    "falcon",
+                    "gpt2",
+                    "gptj",
+                    "gpt-neox",
+                    "llama",
+                    "mistral",
+                    "santacoder",
+                    "starcoder",
+                ),
+                copies=("ref_model.model.",),
+            ),
+        ),
+        cs_fields={"dpo": {"beta": 0.1, "reference_free": False}},  # dpo.py lines 297-303
+        cs_dropped=(
+            Drop(
+                r"ref_model\.model\..*",
+                "the DPO reference model; the HF model is the policy (Model Zoo drops it, "
+                "dpo.py line 110)",
+            ),
+        ),
+        notes=(
+            "the policy model's family from model_name (export) or config.json (import; "
+            "--model dpo); the reference model a tie of the policy, stored once",
+        ),
+    ),
+)
 DRAGON = Record("dragon", None, names=(Name("dragon", None, 14, since="2.3"),))
 LLAVA = Record("llava", None, names=(Name("llava", "llava", 27, since="2.2"),))
 MMSIMPLE_LLAVA = Record(

@@ -84,6 +84,22 @@ class Absent:
 
 
 @dataclass(frozen=True)
+class Part:
+    """A model a composite family holds, converted by another Model Zoo name's rules: its CS
+    key prefix and HF key prefix; ``name`` the name whose rules convert it, or ``None``: the
+    one the CS config's ``name_field`` gives (HF side: ``config.json``'s architecture or
+    ``model_type``), which must be one of ``names``. ``copies``: further CS prefixes the import
+    writes the same tensors under (DPO's reference model)."""
+
+    cs_prefix: str
+    hf_prefix: str = ""
+    name: str | None = None
+    name_field: str | None = None
+    names: tuple[str, ...] = ()
+    copies: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Hf:
     """The Hugging Face side: the rules module of ``hf/families`` that converts it, the
     ``config.json`` ``model_type``\\ s it imports, and each name's architecture class."""
@@ -96,6 +112,8 @@ class Hf:
     hf_dropped: tuple[Drop, ...] = ()  # HF tensors the import leaves out
     cs_absent: tuple[Absent, ...] = ()  # CS tensors Model Zoo's import leaves out
     notes: tuple[str, ...] = ()  # how it differs from Model Zoo (``list-converters``)
+    parts: tuple[Part, ...] = ()  # a composite: the models it holds (``hf/families/compose``)
+    cs_fields: dict[str, Any] = field(default_factory=dict)  # composite's own CS config fields
 
 
 @dataclass(frozen=True)
