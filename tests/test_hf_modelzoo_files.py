@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import one_line_error, run_cli
+from conftest import one_line_error, run_cli, run_script
 from modelzoo_hf_import import BERT_RULES, T5_RULES, modelzoo_cs
 from test_hf_end_to_end import _tensors
 
@@ -138,3 +138,15 @@ def test_cli_names_the_opt_in_and_reports_each_missing_tensor(tmp_path):
     assert proc.returncode == 0, proc.stderr
     missing = [ln for ln in proc.stdout.splitlines() if "encoder_embeddings" in ln]
     assert len(missing) == 1 and "shared.weight not written" in missing[0]
+
+
+def test_model_zoos_command_line_takes_the_opt_in_too(tmp_path):
+    """``convert_checkpoint.py convert --tgt-fmt hf``, Model Zoo's own command line."""
+    src, params, _ = _modelzoo_file(tmp_path, "T5ForConditionalGeneration", _t5(), T5_RULES, "t5")
+    args = ("convert", src, "--model", "t5", "--config", params, "--src-fmt", "cs-auto")
+    proc = run_script("convert_checkpoint.py", *args, "--tgt-fmt", "hf")
+    one_line_error(proc, 2, "--allow-missing-tensors", "t5.py line 628")
+    proc = run_script("convert_checkpoint.py", *args, "--tgt-fmt", "hf", "--allow-missing-tensors")
+    assert proc.returncode == 0, proc.stderr
+    assert "encoder_embeddings.word_embeddings.weight missing" in proc.stdout
+    assert (tmp_path / "mz_to_hf" / "config.json").is_file()

@@ -202,8 +202,9 @@ def _model_config(text: str, path: Path, from_release: str, name: str) -> dict[s
 
 
 def _export(
-    module, name, leaves, cs_model, out, max_shard, dtype, force, drop, result, progress, **kw
-):
+    module, name, leaves, cs_model, out, max_shard, dtype, force, drop, result, progress,
+    *, allow_missing: bool = False,
+):  # fmt: skip
     src = result.source
     try:
         stand = absent.stand_ins(leaves, cs_model, name)
@@ -216,7 +217,7 @@ def _export(
     try:
         hf_config = module.config_to_hf(cs_model, name)
         plan = module.plan_to_hf(shapes, cs_model, name)
-        plan, result.missing = absent.apply(plan, stand, src, kw.get("allow_missing", False))
+        plan, result.missing = absent.apply(plan, stand, src, allow_missing)
         missing = missing_inputs(plan, shapes)
         if missing:
             raise MappingError(f"model tensors the {name} rules need are missing: {missing[:3]}")

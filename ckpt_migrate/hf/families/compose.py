@@ -54,7 +54,9 @@ def _parts(name: str, config: Mapping[str, Any]) -> list[tuple[Part, str, Module
     out = []
     by_name = families.by_name()
     for part, inner in catalogue.parts_of(_record(name), dict(config)):
-        where = f"the CS config's {part.name_field}" if part.name_field else "the config"
+        where = "config.json's architectures and model_type"
+        if part.name_field:
+            where = f"the CS config's {part.name_field} (import: {where})"
         if inner is None:
             raise MappingError(f"{name}: {where} does not name the model it holds")
         if inner not in by_name or (part.names and inner not in part.names):
