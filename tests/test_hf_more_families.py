@@ -81,6 +81,13 @@ def test_clip_vit_round_trip(tmp_path):
         assert torch.equal(reloaded(pixels).image_embeds, model(pixels).image_embeds)
 
 
+def test_clip_vit_without_projection_is_named(tmp_path):
+    """registry.py line 223 serves clip-vit with the projection converter only."""
+    transformers.CLIPVisionModel(CLIP).save_pretrained(tmp_path / "hf")
+    proc = run_cli("import-hf", tmp_path / "hf", tmp_path / "c.mdl", "--model", "clip-vit")
+    one_line_error(proc, 2, "architectures='CLIPVisionModel'", "CLIPVisionModelWithProjection")
+
+
 def test_clip_vit_params_are_model_zoos(tmp_path):
     """clip_vit.py lines 501-516 and vit.py lines 556-566: the CS config Model Zoo writes."""
     torch.manual_seed(0)

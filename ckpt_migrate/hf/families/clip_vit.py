@@ -91,6 +91,13 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     hf = {**HF_DEFAULTS, **hf_config}
     if hf.get("model_type", MODEL_TYPE) != MODEL_TYPE:
         raise MappingError(f"model_type={hf['model_type']!r}: expected {MODEL_TYPE!r}")
+    wanted = ARCHITECTURES[name]
+    for cls in hf.get("architectures") or [wanted]:
+        if cls != wanted:
+            raise MappingError(
+                f"architectures={cls!r}: Model Zoo's {name} converter is {wanted}'s "
+                "(registry.py line 223), whose visual_projection is the CS classifier"
+            )
     out = {cs: hf[h] for cs, h in RENAMED}
     out.update({cs: [hf[h], hf[h]] for cs, h in SQUARE})
     out["nonlinearity"] = _ACT_TO_CS.get(hf["hidden_act"], hf["hidden_act"])
