@@ -81,6 +81,15 @@ def test_bert_from_modelzoo_exports_with_a_zero_bias(tmp_path):
     assert not info["missing_keys"] and not info["unexpected_keys"]
 
 
+def test_a_zero_fill_is_sized_by_the_file_not_the_config(tmp_path):
+    """A config's vocab_size may not buy a zero tensor larger than anything in the file."""
+    src, params, _ = _modelzoo_file(tmp_path, "BertForPreTraining", BERT, BERT_RULES, "bert")
+    text = params.read_text().replace("vocab_size: 96", "vocab_size: 4000000000")
+    (tmp_path / "huge.yaml").write_text(text)
+    with pytest.raises(UnsupportedContentError, match="more than any tensor the file has"):
+        export(src, tmp_path / "out", config=tmp_path / "huge.yaml", model="bert")
+
+
 def test_bert_fine_tuning_names_do_not_report_the_mlm_bias(tmp_path):
     """The declaration concerns the pre-training model only: a sequence classifier has no MLM
     head, so nothing is missing and nothing is reported."""

@@ -83,8 +83,15 @@ def stand_ins(cs: Mapping[str, TensorLeaf], cs_model: Mapping[str, Any], name: s
         if any(n in cs for n in names):
             continue
         shape, dtype = _shape(absent, cs_model), _main_float(cs)
+        leaf = TensorLeaf(dtype, shape, Zeros(dtype, shape))
+        largest = max((x.nbytes for x in cs.values()), default=0)
+        if absent.zeros and leaf.nbytes > largest:  # the config is not the file's to size
+            raise MappingError(
+                f"{names[0]} is missing and the config gives it {leaf.nbytes:,} bytes "
+                f"({', '.join(absent.shape)} = {shape}), more than any tensor the file has"
+            )
         out.groups.append((absent, tuple(names)))
-        out.leaves.update({n: TensorLeaf(dtype, shape, Zeros(dtype, shape)) for n in names})
+        out.leaves.update({n: leaf for n in names})
     return out
 
 
