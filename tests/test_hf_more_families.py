@@ -17,6 +17,7 @@ from test_hf_end_to_end import _tensors
 
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import iter_leaves
+from ckpt_migrate.hf import unconverted
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -176,3 +177,15 @@ def test_dpo_policy_must_be_named_and_supported(tmp_path):
                        "--model", "dpo")  # fmt: skip
         line = one_line_error(proc, 2, words)
         assert "model_name" in line
+
+
+def test_a_part_follows_its_ties_and_never_recurses():
+    """A composite's part ties as its own family does, under the part's prefix; a config
+    naming the composite itself as its part is not followed."""
+    p = "policy_model.model."
+    cs = {f"{p}lm_head.weight": (4, 2), f"{p}embedding_layer.word_embeddings.weight": (4, 2)}
+    ties = unconverted.cs_ties(cs, {"model_name": "gpt2"}, "dpo")
+    assert ties == {f"{p}lm_head.weight": f"{p}embedding_layer.word_embeddings.weight"}
+    assert unconverted.cs_ties(cs, {"model_name": "dpo"}, "dpo") == {}
+    dropped = unconverted.cs_dropped({"ref_model.model.x": (1,)}, {"model_name": "gpt2"}, "dpo")
+    assert "reference model" in dropped["ref_model.model.x"]

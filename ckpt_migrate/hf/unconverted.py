@@ -72,10 +72,12 @@ def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> 
 
 def _parts(names: Mapping[str, Shape], config: Mapping[str, Any], name: str, cs_side: bool):
     """(prefix, inner name, the names under the prefix without it) of each part of a
-    composite family whose inner name the config gives."""
+    composite family whose inner name the config gives, one the part may hold (never the
+    composite itself: no recursion on a config naming it)."""
     for part, inner in catalogue.parts_of(_record(name), dict(config)):
         prefix = part.cs_prefix if cs_side else part.hf_prefix
-        if inner is not None and catalogue.by_name(inner) is not None:
+        allowed = inner in part.names if part.names else inner != name
+        if inner is not None and allowed and catalogue.by_name(inner) is not None:
             within = {n[len(prefix) :]: s for n, s in names.items() if n.startswith(prefix)}
             yield prefix, inner, within
 
