@@ -24,6 +24,7 @@ try:
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ckpt_migrate import catalogue
 from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.commands import load_config, verify
 from ckpt_migrate.cli.modelzoo_formats import output_name, parse_format, resolve_source, stem
@@ -166,9 +167,12 @@ def convert_to_hf(args: argparse.Namespace) -> int:
         shard_size=args.hf_shard_size,
         source_release=None if wanted is None else from_release,
         drop_unmatched_keys=args.drop_unmatched_keys,
+        allow_missing_tensors=args.allow_missing_tensors,
     )
     for name, why in result.dropped.items():
         print(f"  left out {name}: {why}")
+    for name, instead in result.missing.items():
+        print(f"  {name} {instead}")
     print(f"Checkpoint saved to {out} ({result.shards} safetensors file(s))")
     print(f"Config saved to {out / 'config.json'}")
     return 0
@@ -271,6 +275,7 @@ def list_converters(args: argparse.Namespace) -> int:
         what = f"{family} family" + (", without lm_head" if headless else "")
         print(f"{name}: {what}; Model Zoo registry name {registry or '(none)'}")
         print(f"  {span}" + (f" (Model Zoo 2.10: from cs-{since})" if since else ""))
+        print(f"  {catalogue.hf_support(name)}")
         if args.hide_notes:
             continue
         rules = key_rules(family)
@@ -413,6 +418,12 @@ def create_arg_parser() -> argparse.ArgumentParser:
         "--hf-shard-size",
         default="10GB",
         help="--tgt-fmt hf: largest safetensors shard, e.g. 10GB, 500MB, 2GiB (default 10GB)",
+    )
+    conv.add_argument(
+        "--allow-missing-tensors",
+        action="store_true",
+        help="--tgt-fmt hf: export a checkpoint that lacks tensors Model Zoo's own HF import "
+        "leaves out (T5's embeddings) although the Hugging Face model is then not usable",
     )
     conv.add_argument(
         "--export-safetensors",

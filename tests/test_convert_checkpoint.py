@@ -306,6 +306,10 @@ def test_list_converters():
     for family in ("gpt2", "gptj", "gpt-neox", "codegen", "llama", "bloom", "falcon", "bert"):
         assert f"\n{family}: {family} family" in "\n" + proc.stdout
     assert "transformer: t5 family; Model Zoo registry name transformer" in proc.stdout
+    assert "  Hugging Face: export-hf and import-hf (CLIPVisionModelWithProjection)" in proc.stdout
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("bert-summarization:"))
+    assert lines[at + 2] == "  Hugging Face: not served"  # Model Zoo has no HF converter
     one_line_error(script("list-converters", "gpt5"), 2, "unknown model", skip_warnings=True)
 
 

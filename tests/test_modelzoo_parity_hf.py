@@ -57,8 +57,9 @@ CS_ONLY_OURS = {
         "lm_head.weight",
     },
 }
-# ... so Model Zoo's CS file of these lacks weights the HF model needs and our export refuses it:
-# the way back starts from our CS file (with Model Zoo's config) for both tools. Model Zoo then
+# ... so Model Zoo's CS file of these lacks weights the HF model needs (our export zero-fills
+# BERT's bias and refuses T5's file: tests/test_hf_modelzoo_files.py): the way back starts
+# from our CS file (with Model Zoo's config) for both tools. Model Zoo then
 # also writes the tied copies save_pretrained leaves out (and we leave out).
 HF_NAMES_DIFFER = {
     "bert": {"only Model Zoo's: cls.predictions.decoder.bias"},

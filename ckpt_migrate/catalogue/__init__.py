@@ -19,7 +19,18 @@ from ckpt_migrate.catalogue.gptj_like import BLOOM, CODEGEN, FALCON, GPT_NEOX, G
 from ckpt_migrate.catalogue.keyless import CLIP_VIT, DPO, DRAGON, LLAVA, MMSIMPLE_LLAVA
 from ckpt_migrate.catalogue.layouts import BERT_ENCODER, DECODER, ENCODER_DECODER, LAYOUTS
 from ckpt_migrate.catalogue.llama_like import GEMMA2, LLAMA, MISTRAL, MIXTRAL
-from ckpt_migrate.catalogue.record import Drop, Hf, Layout, Name, NormFlag, Record, Signature, Tie
+from ckpt_migrate.catalogue.record import (
+    Absent,
+    Drop,
+    Hf,
+    Layout,
+    Name,
+    NormFlag,
+    Part,
+    Record,
+    Signature,
+    Tie,
+)
 from ckpt_migrate.catalogue.t5 import T5
 
 __all__ = [
@@ -31,11 +42,13 @@ __all__ = [
     "LAYOUTS",
     "RECORDS",
     "T5",
+    "Absent",
     "Drop",
     "Hf",
     "Layout",
     "Name",
     "NormFlag",
+    "Part",
     "Record",
     "Signature",
     "Tie",
@@ -48,8 +61,10 @@ __all__ = [
     "hf_modules",
     "hf_name_of",
     "hf_names",
+    "hf_support",
     "layout_families",
     "modelzoo_names",
+    "parts_of",
 ]
 
 RECORDS: tuple[Record, ...] = (
@@ -156,3 +171,41 @@ def hf_name_of(architectures: list[str]) -> str | None:
                 if cls in by_class:
                     return by_class[cls]
     return None
+
+
+def hf_support(name: str) -> str:
+    """Whether ``export-hf`` / ``import-hf`` serve a Model Zoo name, its Hugging Face class and
+    how it differs from Model Zoo's converter (``list-converters``)."""
+    record = by_name(name)
+    hf = None if record is None else record.hf
+    own = None if record is None else next((n for n in record.names if n.name == name), None)
+    if record is None or hf is None or (own is not None and not own.hf):
+        return "Hugging Face: not served"
+    cls = hf.architectures.get(name) or hf.architectures.get(record.name)
+    line = "Hugging Face: export-hf and import-hf" + (f" ({cls})" if cls else "")
+    return "; ".join([line, *hf.notes])
+
+
+def _hf_name(config: dict) -> str | None:
+    """The Model Zoo name an HF ``config.json`` describes: its architecture, else the first
+    name served for its ``model_type``."""
+    named = hf_name_of(config.get("architectures") or [])
+    if named is not None:
+        return named
+    for record, hf in _hf_sides():
+        if config.get("model_type") in hf.model_types:
+            return next(n.name for n in record.names if n.hf)
+    return None
+
+
+def parts_of(record: Record, config: dict) -> list[tuple[Part, str | None]]:
+    """(part, the Model Zoo name whose rules convert it) of a composite family, the name from
+    ``config`` (CS: the part's ``name_field``; HF: ``config.json``) where the record leaves it
+    open; None when the config does not say."""
+    if record.hf is None:
+        return []
+    out = []
+    for part in record.hf.parts:
+        name = part.name or (part.name_field and config.get(part.name_field)) or _hf_name(config)
+        out.append((part, None if name is None else str(name)))
+    return out

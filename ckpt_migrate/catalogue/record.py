@@ -67,6 +67,39 @@ class Drop:
 
 
 @dataclass(frozen=True)
+class Absent:
+    """A CS tensor that Model Zoo's own HF → CS import leaves out, so its CS files lack it:
+    ``names`` are the names of the one tensor (a tie group: absent only when the file has none
+    of them), ``shape`` the model config fields giving its shape, ``why`` where Model Zoo drops
+    it. ``zeros``: the export writes zeros in its place (the model stays usable; ``holds``
+    says what the output then holds); else the HF tensors built from it are left out, a model
+    that is not usable, refused unless ``--allow-missing-tensors``."""
+
+    names: tuple[str, ...]
+    shape: tuple[str, ...]
+    why: str
+    holds: str
+    zeros: bool = False
+    models: tuple[str, ...] = ()  # the Model Zoo names it concerns (empty: every one)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A model a composite family holds, converted by another Model Zoo name's rules: its CS
+    key prefix and HF key prefix; ``name`` the name whose rules convert it, or ``None``: the
+    one the CS config's ``name_field`` gives (HF side: ``config.json``'s architecture or
+    ``model_type``), which must be one of ``names``. ``copies``: further CS prefixes the import
+    writes the same tensors under (DPO's reference model)."""
+
+    cs_prefix: str
+    hf_prefix: str = ""
+    name: str | None = None
+    name_field: str | None = None
+    names: tuple[str, ...] = ()
+    copies: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Hf:
     """The Hugging Face side: the rules module of ``hf/families`` that converts it, the
     ``config.json`` ``model_type``\\ s it imports, and each name's architecture class."""
@@ -77,6 +110,10 @@ class Hf:
     by_architecture: bool = False  # import picks the name from ``architectures`` first
     cs_dropped: tuple[Drop, ...] = ()  # CS tensors the export leaves out
     hf_dropped: tuple[Drop, ...] = ()  # HF tensors the import leaves out
+    cs_absent: tuple[Absent, ...] = ()  # CS tensors Model Zoo's import leaves out
+    notes: tuple[str, ...] = ()  # how it differs from Model Zoo (``list-converters``)
+    parts: tuple[Part, ...] = ()  # a composite: the models it holds (``hf/families/compose``)
+    cs_fields: dict[str, Any] = field(default_factory=dict)  # composite's own CS config fields
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converte
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.layouts import ENCODER_DECODER
-from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
+from ckpt_migrate.catalogue.record import Absent, Drop, Hf, Name, NormFlag, Record, Signature
 
 T5 = Record(
     "t5",
@@ -47,6 +47,19 @@ T5 = Record(
                 r"|(?:encoder|decoder)\.block\.(?!0\.)\d+\.layer\.0\.SelfAttention"
                 r"\.relative_attention_bias\.weight",
                 "unused repeat of the block-0 relative bias (Model Zoo drops it)",
+            ),
+        ),
+        # Model Zoo's import drops shared.weight (t5.py line 628), the only name save_pretrained
+        # gives the embeddings; with it, the tied lm_head
+        cs_absent=(
+            Absent(
+                (
+                    "encoder_embeddings.word_embeddings.weight",
+                    "decoder_embeddings.word_embeddings.weight",
+                ),
+                ("src_vocab_size", "d_model"),
+                "Model Zoo's HF → CS import drops shared.weight, t5.py line 628",
+                "without its trained values (random, or tied to the lm_head)",
             ),
         ),
     ),

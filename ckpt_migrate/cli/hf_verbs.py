@@ -42,6 +42,16 @@ DropUnmatchedOpt = Annotated[
     ),
 ]
 
+AllowMissingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-missing-tensors",
+        help="Export a checkpoint that lacks tensors Model Zoo's own HF import leaves out "
+        "(T5's embeddings) although the Hugging Face model is then not usable; each is "
+        "reported. Without it such a file is an error.",
+    ),
+]
+
 
 def export_hf_cmd(
     src: Annotated[Path, typer.Argument(help="Checkpoint of any release (1.7 … 2.10).")],
@@ -62,6 +72,7 @@ def export_hf_cmd(
     from_release: FromOpt = None,
     dtype: DtypeOpt = None,
     drop_unmatched_keys: DropUnmatchedOpt = False,
+    allow_missing_tensors: AllowMissingOpt = False,
     force: HfForceOpt = False,
     as_json: JsonOpt = False,
     progress_mode: ProgressOpt = "auto",
@@ -81,6 +92,7 @@ def export_hf_cmd(
             source_release=from_release,
             dtype=dtype,
             drop_unmatched_keys=drop_unmatched_keys,
+            allow_missing_tensors=allow_missing_tensors,
             force=force,
             progress=progress,
         )

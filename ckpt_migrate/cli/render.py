@@ -69,6 +69,8 @@ def hf_result(out: dict[str, Any], quiet: bool = False) -> None:
     if not quiet:
         for name, why in out.get("dropped", {}).items():
             echo(f"  left out {name}: {why}")
+        for name, instead in out.get("missing", {}).items():
+            echo(f"  {name} {instead}")
         for warning in out.get("warnings", []):
             echo(f"  warning: {warning}", err=True)
     kind = f"release {out['release']}" if "release" in out else f"{out.get('shards', 1)} file(s)"

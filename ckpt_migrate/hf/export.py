@@ -29,8 +29,8 @@ from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, Usa
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import MissingLeaf, TensorLeaf, iter_leaves
+from ckpt_migrate.hf import absent, unconverted
 from ckpt_migrate.hf import safetensors_io as st
-from ckpt_migrate.hf import unconverted
 from ckpt_migrate.hf.arrays import LastRead, build_one, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, missing_inputs, unused_inputs
 from ckpt_migrate.hf.outdir import atomic_dir, check_output_dir
@@ -59,6 +59,7 @@ class ExportResult:
     bytes: int = 0
     shards: int = 0
     dropped: dict[str, str] = field(default_factory=dict)  # CS tensor -> why not exported
+    missing: dict[str, str] = field(default_factory=dict)  # CS tensor absent -> what stands in
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -76,6 +77,7 @@ def export(
     dtype: str | None = None,
     force: bool = False,
     drop_unmatched_keys: bool = False,
+    allow_missing_tensors: bool = False,
     source_release: str | None = None,
     inputs: dict[str, Any] | None = None,
     progress: Progress | None = None,
@@ -85,8 +87,10 @@ def export(
     ``model``: a Model Zoo model name (default: detected from the keys). ``config``: the run's
     ``params.yaml`` (needed for ``config.json``). ``dtype``: cast floating tensors (float32,
     float16, bfloat16). ``drop_unmatched_keys``: leave out CS model tensors the family's rules
-    do not convert instead of refusing. ``inputs``: extra hop inputs (the dataloader state is
-    dropped: an HF model has none)."""
+    do not convert instead of refusing. ``allow_missing_tensors``: export a file that lacks
+    tensors Model Zoo's own import leaves out even where the HF model is then not usable
+    (``hf/absent.py``). ``inputs``: extra hop inputs (the dataloader state is dropped: an HF
+    model has none)."""
     start = time.monotonic()
     src, out = Path(checkpoint), Path(output_dir)
     check_dtype(dtype)
@@ -129,6 +133,7 @@ def export(
             drop_unmatched_keys,
             result,
             progress,
+            allow_missing=allow_missing_tensors,
         )
     result.seconds = round(time.monotonic() - start, 3)
     return result
@@ -196,20 +201,31 @@ def _model_config(text: str, path: Path, from_release: str, name: str) -> dict[s
     return dict(yaml_edit.plain(sections[0][1]))
 
 
-def _export(module, name, leaves, cs_model, out, max_shard, dtype, force, drop, result, progress):
+def _export(
+    module, name, leaves, cs_model, out, max_shard, dtype, force, drop, result, progress,
+    *, allow_missing: bool = False,
+):  # fmt: skip
     src = result.source
+    try:
+        stand = absent.stand_ins(leaves, cs_model, name)
+    except MappingError as exc:
+        raise mapping_failed(src, exc) from None
+    leaves = {**leaves, **stand.leaves}
     shapes = {n: tuple(leaf.shape) for n, leaf in leaves.items()}
     dtypes = {n: leaf.dtype for n, leaf in leaves.items()}
     check_layer_counts(src, cs_model, len(shapes))
     try:
         hf_config = module.config_to_hf(cs_model, name)
         plan = module.plan_to_hf(shapes, cs_model, name)
+        plan, result.missing = absent.apply(plan, stand, src, allow_missing)
         missing = missing_inputs(plan, shapes)
         if missing:
             raise MappingError(f"model tensors the {name} rules need are missing: {missing[:3]}")
         ties = unconverted.cs_ties(shapes, cs_model, name)
+        ties = {c: o for c, o in ties.items() if c not in stand.names}
         dropped = unconverted.cs_dropped(shapes, cs_model, name)
-        unused = [n for n in unused_inputs(plan, shapes) if n not in ties and n not in dropped]
+        skip = {*ties, *dropped, *stand.names}
+        unused = [n for n in unused_inputs(plan, shapes) if n not in skip]
         refuse_unused(src, unused, name, drop, "model tensor")
         dropped.update({n: "not converted (--drop-unmatched-keys)" for n in unused})
         out_shapes = shapes_of(plan, shapes)
