@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpt_migrate.catalogue.mup import Mup
+
 
 @dataclass(frozen=True)
 class Tie:
@@ -77,6 +79,8 @@ class Hf:
     by_architecture: bool = False  # import picks the name from ``architectures`` first
     cs_dropped: tuple[Drop, ...] = ()  # CS tensors the export leaves out
     hf_dropped: tuple[Drop, ...] = ()  # HF tensors the import leaves out
+    mup: Mup | None = None  # its muP; with multipliers: the export folds them (hf/mup.py)
+    mup_native: tuple[str, ...] = ()  # muP-named fields its HF config carries itself
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, Usa
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import MissingLeaf, TensorLeaf, iter_leaves
+from ckpt_migrate.hf import mup, unconverted
 from ckpt_migrate.hf import safetensors_io as st
-from ckpt_migrate.hf import unconverted
 from ckpt_migrate.hf.arrays import LastRead, build_one, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, missing_inputs, unused_inputs
 from ckpt_migrate.hf.outdir import atomic_dir, check_output_dir
@@ -198,6 +198,10 @@ def _model_config(text: str, path: Path, from_release: str, name: str) -> dict[s
 
 def _export(module, name, leaves, cs_model, out, max_shard, dtype, force, drop, result, progress):
     src = result.source
+    try:  # muP -> sP first: the family maps a standard-parametrisation model (hf/mup.py)
+        cs_model, leaves = mup.to_sp(cs_model, leaves, name)
+    except MappingError as exc:
+        raise mapping_failed(src, exc) from None
     shapes = {n: tuple(leaf.shape) for n, leaf in leaves.items()}
     dtypes = {n: leaf.dtype for n, leaf in leaves.items()}
     check_layer_counts(src, cs_model, len(shapes))

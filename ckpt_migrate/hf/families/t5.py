@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families._bert_common import (
     check_name,
     expect,
@@ -105,16 +106,6 @@ RENAMED = (
     ("dropout_rate", "dropout_rate"),
     ("layer_norm_epsilon", "layer_norm_epsilon"),
 )
-# muP: base dimensions switch it on (models/nlp/t5/t5_model.py lines 205-257 and 291-321; Model
-# Zoo's mup.py lines 149-191 and 586-700 rescale such a checkpoint on export, we refuse it). The
-# multipliers below act without muP too (lines 522, 711-712, 759-760, 840), so they must be
-# neutral.
-MUP_FIELDS = ("mup_base_d_model", "mup_base_d_ff", "mup_base_d_kv")
-MUP_NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "embeddings_alpha": (None, 1.0),
-    "encoder_attention_logits_alpha": (None, 1.0),
-    "decoder_attention_logits_alpha": (None, 1.0),
-}
 # Gated activations (t5.py lines 966-993); the others keep their name.
 _GATED_TO_CS = {"gated-silu": "swiglu", "gated-relu": "reglu", "gated-gelu": "geglu"}
 _GATED_TO_HF = {cs: hf for hf, cs in _GATED_TO_CS.items()}
@@ -161,14 +152,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     Zoo's ``tie_word_embeddings`` we write ``scale_decoder_outputs`` (transformers 5's name for
     the same switch, see :func:`hf_scales_tied`)."""
     check_name(name, NAMES)
-    for key in MUP_FIELDS:
-        if cs_model.get(key) is not None:
-            raise MappingError(
-                f"{key}: muP checkpoints are not supported (Model Zoo rescales them)"
-            )
-    for key, neutral in MUP_NEUTRAL.items():
-        if cs_model.get(key) not in neutral:
-            raise MappingError(f"{key}={cs_model[key]!r}: HF T5 has no such multiplier")
+    mup.refuse(cs_model, name)  # not folded: catalogue/mup.py T5_MUP
     cs = with_defaults(cs_model, CS_DEFAULTS)
     expect(cs, CS_REQUIRED, "HF")
     tgt = cs.get("tgt_vocab_size")
