@@ -63,10 +63,12 @@ GPT_NEOX = Record(
     "gpt-neox",
     DECODER,
     names=(
-        Name("gpt-neox", "gptj", 22, since="1.8"),
-        Name("gpt-neox-headless", "gptj", 23, since="2.1", headless=True),
+        # its own registry entry (registry.yaml of 2.4 and 2.10: GPTNeoXModel, name
+        # "gpt-neox"; converter registry.py lines 338-355 map the headless name to it)
+        Name("gpt-neox", "gpt-neox", 22, since="1.8"),
+        Name("gpt-neox-headless", "gpt-neox", 23, since="2.1", headless=True),
     ),
-    registry="gptj",
+    registry="gpt-neox",
     config_group="gptj",
     signature=Signature(
         ("decoder",),
