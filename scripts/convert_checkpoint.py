@@ -34,6 +34,7 @@ from ckpt_migrate.errors import EXIT_VERIFY_FAILED, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.hf import export as hf_export
 from ckpt_migrate.hf import import_ as hf_import
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hops import graph
 from ckpt_migrate.models.keys import KeyRename
 from ckpt_migrate.models.names import (
@@ -271,6 +272,9 @@ def list_converters(args: argparse.Namespace) -> int:
         what = f"{family} family" + (", without lm_head" if headless else "")
         print(f"{name}: {what}; Model Zoo registry name {registry or '(none)'}")
         print(f"  {span}" + (f" (Model Zoo 2.10: from cs-{since})" if since else ""))
+        mup_export = mup.describe(name)
+        if mup_export:
+            print(f"  Hugging Face export of a muP checkpoint: {mup_export}")
         if args.hide_notes:
             continue
         rules = key_rules(family)

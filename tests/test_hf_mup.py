@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -275,3 +277,20 @@ def test_a_2_2_and_a_2_3_logits_multiplier_together_are_refused(tmp_path: Path):
     ckpt, params = _checkpoint(tmp_path, model, "gpt2", bad)
     with pytest.raises(CkptError, match="output_logits_scale"):
         export(ckpt, tmp_path / "out", config=params, model="gpt2")
+
+
+def test_list_converters_says_what_export_does_with_mup():
+    script = Path(__file__).resolve().parents[1] / "scripts" / "convert_checkpoint.py"
+    shown = {}
+    for name in ("gpt2", "falcon", "btlm"):
+        proc = subprocess.run(
+            [sys.executable, str(script), "list-converters", name, "--hide-notes"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        line = next(x for x in proc.stdout.splitlines() if "muP" in x)
+        shown[name] = line.split(": ", 1)[1]
+    assert shown["gpt2"].startswith("folded into the weights")
+    assert shown["falcon"] == "refused, naming the field"
+    assert "output_logits_scale" in shown["btlm"] and "refused" in shown["btlm"]

@@ -70,6 +70,19 @@ def fields(name: str) -> frozenset[str]:
     return mup.names if mup is not None else frozenset()
 
 
+def describe(name: str) -> str | None:
+    """What ``export-hf`` does with a muP checkpoint of ``name`` (None: no HF conversion)."""
+    record = catalogue.by_name(name)
+    if record is None or record.hf is None:
+        return None
+    mup, folds, native = declaration(name)
+    if folds:
+        return "folded into the weights (Model Zoo mup.py rescaling; lm_head bias too)"
+    if native:
+        return f"{', '.join(sorted(native))} map to the HF config; other muP fields refused"
+    return "refused, naming the field" if mup is not None else None
+
+
 def refuse(cs_model: Mapping[str, Any], name: str) -> None:
     """A muP config reaching a family's mapping is refused, naming the first muP field: the
     export folds first where it can (:func:`to_sp`), so only what cannot fold gets here."""
