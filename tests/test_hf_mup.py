@@ -162,13 +162,6 @@ def _checkpoint(tmp_path: Path, model, name: str, fields: dict) -> tuple[Path, P
     return ckpt, params
 
 
-def _tensors(directory: Path) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for file in sorted(directory.glob("*.safetensors")):
-        out.update(safetensors_numpy.load_file(str(file)))
-    return out
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_mup_export_computes_the_mup_forward(name: str, tmp_path: Path):
     model = _model(name)
@@ -226,7 +219,8 @@ def test_a_config_without_mup_exports_bit_for_bit(tmp_path: Path):
     }
     ckpt, params = _checkpoint(tmp_path, model, "gpt2", neutral)
     export(ckpt, tmp_path / "out", config=params, model="gpt2")
-    before, after = _tensors(tmp_path / "hf"), _tensors(tmp_path / "out")
+    (hf_file,), (out_file,) = (sorted((tmp_path / d).glob("*.safetensors")) for d in ("hf", "out"))
+    before, after = (safetensors_numpy.load_file(str(f)) for f in (hf_file, out_file))
     assert after.keys() == before.keys()
     for key, value in before.items():
         assert after[key].dtype == value.dtype and np.array_equal(after[key], value), key
