@@ -23,6 +23,8 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,27 +46,37 @@ SMALL = {"vocab_size": 96}
 DECODER = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, **SMALL}
 D_HEAD = 16  # 64 / 4 in every case
 
-# name -> (class, config, the first decoder layer, the attention modules' logit-scale attribute)
+
+@dataclass(frozen=True)
+class Case:
+    cls: str
+    config: object
+    scaled_input: Callable  # the module whose input is the scaled embedding output
+    attr: str  # the attention modules' logit-scale attribute
+    heads: Callable = lambda m: [m.lm_head]  # the modules whose outputs are the logits
+    outputs: tuple[str, ...] = ("logits",)
+
+
 CASES = {
-    "gpt2": (
+    "gpt2": Case(
         "GPT2LMHeadModel",
         transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_inner=256, **SMALL),
         lambda m: m.transformer.h[0],
         "scaling",
     ),
-    "gptj": (
+    "gptj": Case(
         "GPTJForCausalLM",
         transformers.GPTJConfig(n_embd=64, n_layer=2, n_head=4, n_inner=256, rotary_dim=8, **SMALL),
         lambda m: m.transformer.h[0],
         "scaling",
     ),
-    "llama": (
+    "llama": Case(
         "LlamaForCausalLM",
         transformers.LlamaConfig(intermediate_size=128, num_key_value_heads=2, **DECODER),
         lambda m: m.model.layers[0],
         "scaling",
     ),
-    "mistral": (
+    "mistral": Case(
         "MistralForCausalLM",
         transformers.MistralConfig(
             intermediate_size=128, num_key_value_heads=2, sliding_window=4, **DECODER
@@ -72,19 +84,29 @@ CASES = {
         lambda m: m.model.layers[0],
         "scaling",
     ),
-    "bloom": (  # an embedding norm (the scale follows it) and ALiBi
+    "bloom": Case(  # an embedding norm (the scale follows it) and ALiBi
         "BloomForCausalLM",
         transformers.BloomConfig(hidden_size=64, n_head=4, n_layer=2, **SMALL),
         lambda m: m.transformer.h[0],
         "inv_norm_factor",
     ),
-    "starcoder": (  # multi-query attention
+    "starcoder": Case(  # multi-query attention
         "GPTBigCodeForCausalLM",
         transformers.GPTBigCodeConfig(
             n_embd=64, n_layer=2, n_head=4, n_inner=256, multi_query=True, **SMALL
         ),
         lambda m: m.transformer.h[0],
         "scaling",
+    ),
+    # the scale before the embedding norm (bert_model.py lines 600-612); MLM and NSP logits
+    # both scaled (bert_pretrain_models.py lines 255-273)
+    "bert": Case(
+        "BertForPreTraining",
+        transformers.BertConfig(intermediate_size=128, **DECODER),
+        lambda m: m.bert.embeddings.LayerNorm,
+        "scaling",
+        lambda m: [m.cls.predictions, m.cls.seq_relationship],
+        ("prediction_logits", "seq_relationship_logits"),
     ),
 }
 
@@ -105,19 +127,26 @@ def _inputs():
 
 
 def _model(name: str):
-    cls_name, config, _, _ = CASES[name]
+    case = CASES[name]
     torch.manual_seed(0)
-    config._attn_implementation = "eager"
-    model = getattr(transformers, cls_name)(config).eval()
+    case.config._attn_implementation = "eager"
+    model = getattr(transformers, case.cls)(case.config).eval()
     with torch.no_grad():  # norms start as ones/zeros: make every tensor count
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.02)
     return model
 
 
+def _logits(model, name: str) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(_inputs())
+    return torch.cat([getattr(out, o).reshape(-1) for o in CASES[name].outputs])
+
+
 def _mup_logits(model, name: str, fields: dict) -> torch.Tensor:
     """The CS muP forward from the formulas of the module docstring, on the same weights."""
-    _, _, first_layer, attr = CASES[name]
+    case = CASES[name]
+    attr = case.attr
     emb = fields.get("embeddings_scale", 1.0)
     alpha = fields.get("attention_logits_alpha", 1.0)
     if fields.get("mup_base_hidden_size"):
@@ -133,8 +162,8 @@ def _mup_logits(model, name: str, fields: dict) -> torch.Tensor:
             return (args[0] * emb, *args[1:]), kwargs
         return args, {**kwargs, "hidden_states": kwargs["hidden_states"] * emb}
 
-    hooks = [first_layer(model).register_forward_pre_hook(scale_input, with_kwargs=True)]
-    hooks.append(model.lm_head.register_forward_hook(lambda _m, _i, o: o * out))
+    hooks = [case.scaled_input(model).register_forward_pre_hook(scale_input, with_kwargs=True)]
+    hooks += [h.register_forward_hook(lambda _m, _i, o: o * out) for h in case.heads(model)]
     saved = []
     for module in model.modules():
         if hasattr(module, attr) and isinstance(getattr(module, attr), float):
@@ -142,8 +171,7 @@ def _mup_logits(model, name: str, fields: dict) -> torch.Tensor:
             setattr(module, attr, logit_scale)
     assert len(saved) == 2  # one attention per layer
     try:
-        with torch.no_grad():
-            return model(_inputs()).logits
+        return _logits(model, name)
     finally:
         for h in hooks:
             h.remove()
@@ -166,20 +194,16 @@ def _checkpoint(tmp_path: Path, model, name: str, fields: dict) -> tuple[Path, P
 def test_mup_export_computes_the_mup_forward(name: str, tmp_path: Path):
     model = _model(name)
     expected = _mup_logits(model, name, MUP)
-    with torch.no_grad():
-        plain = model(_inputs()).logits
-    assert not torch.allclose(expected, plain, atol=1e-3)  # the multipliers matter here
+    assert not torch.allclose(expected, _logits(model, name), atol=1e-3)  # muP matters here
 
     ckpt, params = _checkpoint(tmp_path, model, name, MUP)
     export(ckpt, tmp_path / "out", config=params, model=name)
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert not any(k in config for k in DECODER_MUP.names)
     assert config.get("tie_word_embeddings") is False  # a scaled head is its own tensor
-    cls = getattr(transformers, CASES[name][0])
+    cls = getattr(transformers, CASES[name].cls)
     exported = cls.from_pretrained(tmp_path / "out", attn_implementation="eager").eval()
-    with torch.no_grad():
-        got = exported(_inputs()).logits
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(_logits(exported, name), expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(
@@ -203,8 +227,7 @@ def test_other_mup_spellings(fields: dict, tmp_path: Path):
     exported = transformers.GPT2LMHeadModel.from_pretrained(
         tmp_path / "out", attn_implementation="eager"
     ).eval()
-    with torch.no_grad():
-        torch.testing.assert_close(exported(_inputs()).logits, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(_logits(exported, "gpt2"), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_a_config_without_mup_exports_bit_for_bit(tmp_path: Path):
@@ -253,8 +276,8 @@ def test_bf16_is_scaled_and_rounded_like_torch():
         ("gpt-neox", "mup_base_hidden_size"),
         ("mixtral", "mup_base_hidden_size"),
         ("gemma2", "mup_base_hidden_size"),
-        # not folded yet (Model Zoo's mup.py lines 586-858 has them): refused
-        ("bert", "mup_base_hidden_size"),
+        ("roberta", "mup_base_hidden_size"),  # roberta.py: no CS23 converter, no muP
+        # not folded yet (Model Zoo's mup.py lines 586-858 has it): refused
         ("t5", "mup_base_d_model"),
     ],
 )

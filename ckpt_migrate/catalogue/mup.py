@@ -91,7 +91,13 @@ DECODER_MUP = Mup(
 # GPT-J's CS model (GPT-J, and GPT-NeoX's converter target) leaves scale_qk_dot_by_d off unset.
 GPTJ_MUP = replace(DECODER_MUP, qk_by_d_unset=False)
 
-# Not folded yet: a muP BERT or T5 is refused, naming the field.
+# BERT (``models/nlp/bert/bert_model.py`` lines 226-255, 340-372, 600-612;
+# ``bert_pretrain_models.py`` lines 117-128, 255-273): the summed word, position and segment
+# embeddings times ``embeddings_scale`` *before* the embedding norm, so the scale folds into the
+# three tables; the MLM and NSP logits (biases included) times the output multiplier. Model Zoo's
+# mup.py rules ``mlm_head.weight`` / ``cls_head.weight`` (lines 476-483) match none of BERT's CS
+# names (``bert_mlm_head.classifier...``), so its export leaves both heads unscaled.
+_BERT = r"(?:bert_encoder|bert)\.embedding_layer\."
 BERT_MUP = Mup(
     "bert-encoder",
     fields=(
@@ -103,7 +109,23 @@ BERT_MUP = Mup(
         MupField("output_logits_alpha", _ONE),
         MupField("scale_output_logits_by_d", (None, True, False)),
     ),
+    multipliers=(
+        Multiplier(
+            "embeddings",
+            (
+                _BERT + r"(?:word|segment)_embeddings\.weight",
+                _BERT + r"position_embeddings(?:\.embed)?\.weight",
+            ),
+        ),
+        Multiplier("attention_logits", (r".+\.self_attn\.proj_k_dense_layer\.(?:weight|bias)",)),
+        Multiplier(
+            "output_logits",
+            (r"bert_(?:mlm|cls)_head\.classifier\.ffn\.0\.linear_layer\.(?:weight|bias)",),
+        ),
+    ),
 )
+
+# Not folded yet: a muP T5 is refused, naming the field.
 
 T5_MUP = Mup(
     "encoder-decoder",

@@ -34,13 +34,10 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue
-from ckpt_migrate.catalogue.mup import BY_LAYOUT, Mup
+from ckpt_migrate.catalogue.mup import BY_LAYOUT, Multiplier, Mup
 from ckpt_migrate.format.tree import DataSource, TensorLeaf
 from ckpt_migrate.hf.arrays import cast
 from ckpt_migrate.hf.mapping import MappingError
-
-WORD = "embedding_layer.word_embeddings.weight"
-HEAD = "lm_head.weight"
 
 
 def declaration(name: str) -> tuple[Mup | None, bool, frozenset[str]]:
@@ -93,8 +90,8 @@ def refuse(cs_model: Mapping[str, Any], name: str) -> None:
     why = (
         "muP is folded into the weights by export-hf, not by this mapping"
         if folds
-        else "muP models are not supported for this model (Model Zoo does not convert them "
-        "either); re-train without muP or export with Model Zoo's sP conversion"
+        else f"muP models are not supported for {name}: its Hugging Face class has no muP "
+        "multipliers and they are not folded into the weights for it"
     )
     raise MappingError(f"{bad[0]}={cs_model[bad[0]]!r}: {why}")
 
@@ -115,9 +112,7 @@ def to_sp(
     scales = multipliers(cs_model, mup)
     out = dict(leaves)
     sp = {k: v for k, v in cs_model.items() if k not in mup.names}
-    if _tied(cs_model) and scales["embeddings"] != scales["output_logits"] and WORD in out:
-        out[HEAD] = leaves[WORD]  # the head *is* the embeddings: scaled apart from here on
-        sp["share_embedding_weights"] = False
+    _untie(sp, out, name, {m: scales[m.name] for m in mup.multipliers})
     for multiplier in mup.multipliers:
         factor = scales[multiplier.name]
         if factor == 1.0:
@@ -170,8 +165,33 @@ def _output_scale(cs: Mapping[str, Any], on: bool) -> float:
     return alpha / width if by_d in (None, True) else alpha / math.sqrt(width)
 
 
-def _tied(cs: Mapping[str, Any]) -> bool:
-    return bool(cs.get("share_embedding_weights", True))
+def _untie(
+    sp: dict[str, Any], leaves: dict[str, TensorLeaf], name: str, scales: dict[Multiplier, float]
+) -> None:
+    """A tie the config switches on (the head *is* the embeddings) whose two names take
+    different multipliers: the copy becomes the original's tensor, scaled apart from here on,
+    and the config says untied (Model Zoo's mup.py lines 128-142 likewise)."""
+    record = catalogue.by_name(name)
+    for tie in record.ties if record is not None else ():
+        if tie.config_flag is None or not sp.get(tie.config_flag, True):
+            continue
+        original = next((n for n in leaves if _is(n, tie.b)), None)
+        copy = next((n for n in leaves if _is(n, tie.a)), tie.a)
+        if original is not None and _factor(copy, scales) != _factor(original, scales):
+            leaves[copy] = leaves[original]
+            sp[tie.config_flag] = False
+
+
+def _is(name: str, suffix: str) -> bool:
+    return name == suffix or name.endswith("." + suffix)
+
+
+def _factor(name: str, scales: dict[Multiplier, float]) -> float:
+    factor = 1.0
+    for multiplier, value in scales.items():
+        if any(re.fullmatch(p, name) for p in multiplier.tensors):
+            factor *= value
+    return factor
 
 
 def _field_of(multiplier: str) -> str:

@@ -13,8 +13,8 @@ Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converte
 ``bert-summarization`` is not served: Model Zoo has no HF converter for it (``registry.py``
 lines 197-202 list only CS <-> CS converters). muP: Model Zoo's ``*_HF_CS23`` converters
 (``bert.py`` lines 1302-1378) turn a muP BERT into standard parametrisation on the way to HF;
-not implemented here, a muP config is refused with a MappingError naming the field. Everything
-in this file is a rename: Model Zoo changes no BERT tensor's data.
+``export-hf`` folds it before these rules run (``hf/mup.py``), so a muP config reaching them is
+refused naming the field. Everything in this file is a rename.
 """
 
 from __future__ import annotations
