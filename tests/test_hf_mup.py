@@ -277,8 +277,6 @@ def test_bf16_is_scaled_and_rounded_like_torch():
         ("mixtral", "mup_base_hidden_size"),
         ("gemma2", "mup_base_hidden_size"),
         ("roberta", "mup_base_hidden_size"),  # roberta.py: no CS23 converter, no muP
-        # not folded yet (Model Zoo's mup.py lines 586-858 has it): refused
-        ("t5", "mup_base_d_model"),
     ],
 )
 def test_what_does_not_fold_is_refused_naming_the_field(name: str, field: str):
@@ -311,3 +309,79 @@ def test_list_converters_says_what_export_does_with_mup():
     assert shown["gpt2"].startswith("folded into the weights")
     assert shown["falcon"] == "refused, naming the field"
     assert "output_logits_scale" in shown["btlm"] and "refused" in shown["btlm"]
+
+
+# T5's muP forward (t5_model.py lines 514-600, 830-845, 1038-1058; AttentionLayer.py lines
+# 520-560, 646, 443, 903), with d_model 64 against a base of 16 (width 4), d_kv 16.
+T5_MUP = {
+    "mup_base_d_model": 16,
+    "mup_base_d_ff": 32,
+    "embeddings_alpha": 1.5,
+    "encoder_attention_logits_alpha": 0.5,
+    "decoder_attention_logits_alpha": 2.0,
+    "output_logits_alpha": 3.0,
+}
+
+
+def _t5_mup_logits(model, inputs: dict) -> torch.Tensor:
+    """The CS T5 muP forward: embeddings times ``embeddings_alpha * sqrt(d_model)``; q, k, v
+    projections times ``width**-0.5``, q over ``sqrt(d_kv)`` (scaled dot product) and k too
+    (``scale_*_qk_dot_by_d``, on under muP when unset: t5 model.py lines 111-135), k times the
+    encoder's or decoder's ``attention_logits_alpha`` (they multiply q.k, before the position
+    bias); the attention output times ``width**0.5``; the LM logits times
+    ``output_logits_alpha / sqrt(width)``, the tied head's ``d_model**-0.5`` left out
+    (t5_model.py line 1038: only without an output multiplier)."""
+    width, d_kv, d_model = 4.0, 16, 64
+    proj = width**-0.5
+    factors = {"q": proj / math.sqrt(d_kv), "v": proj, "o": width**0.5}
+    alpha = {"encoder": 0.5, "decoder": 2.0}
+    hooks = []
+
+    def times(factor):
+        return lambda _m, _i, o: o * factor
+
+    emb = 1.5 * math.sqrt(d_model)
+    for embed in {
+        id(m): m for m in (model.encoder.embed_tokens, model.decoder.embed_tokens)
+    }.values():
+        hooks.append(embed.register_forward_hook(times(emb)))
+    for side in ("encoder", "decoder"):
+        for module in getattr(model, side).modules():
+            if isinstance(module, transformers.models.t5.modeling_t5.T5Attention):
+                for proj_name, factor in factors.items():
+                    hooks.append(getattr(module, proj_name).register_forward_hook(times(factor)))
+                k = alpha[side] * proj / math.sqrt(d_kv)
+                hooks.append(module.k.register_forward_hook(times(k)))
+    hooks.append(model.lm_head.register_forward_hook(times(3.0 / math.sqrt(width))))
+    model.config.scale_decoder_outputs = False
+    try:
+        with torch.no_grad():
+            return model(**inputs).logits
+    finally:
+        model.config.scale_decoder_outputs = True
+        for h in hooks:
+            h.remove()
+
+
+def test_t5_mup_export_computes_the_mup_forward(tmp_path: Path):
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, **SMALL
+    )
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    ids = _inputs()
+    inputs = {"input_ids": ids, "decoder_input_ids": ids[:, :5]}
+    expected = _t5_mup_logits(model, inputs)
+    with torch.no_grad():
+        assert not torch.allclose(expected, model(**inputs).logits, atol=1e-3)
+    ckpt, params = _checkpoint(tmp_path, model, "t5", T5_MUP)
+    export(ckpt, tmp_path / "out", config=params, model="t5")
+    config_out = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config_out["tie_word_embeddings"] is False and not config_out["scale_decoder_outputs"]
+    exported = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "out").eval()
+    with torch.no_grad():
+        got = exported(**inputs).logits
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)

@@ -53,6 +53,10 @@ class Mup:
     fields: tuple[MupField, ...]
     multipliers: tuple[Multiplier, ...] = ()
     qk_by_d_unset: bool | None = None  # scale_qk_dot_by_d absent: None = on exactly under muP
+    formulas: str = "decoder"  # whose forward: "decoder" (GPT-2, BERT) or "encoder-decoder" (T5)
+    # the CS model rescales a tied head's input by d_model**-0.5 only without an output
+    # multiplier, HF whenever tied (T5): under muP the export unties the head
+    head_rescaled_when_tied: bool = False
 
     @property
     def names(self) -> frozenset[str]:
@@ -125,8 +129,16 @@ BERT_MUP = Mup(
     ),
 )
 
-# Not folded yet: a muP T5 is refused, naming the field.
-
+# T5 (``models/nlp/t5/t5_model.py`` lines 514-600, 696-716, 830-845, 1038-1058; ``model.py``
+# lines 111-135; ``layers/AttentionLayer.py`` lines 520-560 and 903): the shared embeddings times
+# ``embeddings_alpha`` (and ``d_model**0.5`` under muP); q, k, v times ``(d_model /
+# mup_base_d_model)**-0.5`` and the attention output times its inverse unless ``mup_base_d_kv``;
+# q over ``sqrt(d_kv)`` (scaled dot product under muP), k too with ``scale_*_qk_dot_by_d``; the
+# logits times the encoder's or decoder's ``attention_logits_alpha`` before the relative position
+# bias is added (line 443); the LM logits times ``output_logits_alpha / width`` (square root of
+# the width without ``scale_output_logits_by_d``, T5's default).
+_T5_ATTN = r"(?:encoder|decoder)\.layers\.\d+\.(?:self_attn|multihead_attn)\.proj_"
+_T5_K = r"\.proj_k_dense_layer\.(?:weight|bias)"
 T5_MUP = Mup(
     "encoder-decoder",
     fields=(
@@ -141,6 +153,17 @@ T5_MUP = Mup(
         MupField("output_logits_alpha", _ONE),
         MupField("scale_output_logits_by_d", (None, True, False)),
     ),
+    multipliers=(
+        Multiplier("embeddings", (r"(?:encoder|decoder)_embeddings\.word_embeddings\.weight",)),
+        Multiplier("q", (_T5_ATTN + r"q_dense_layer\.(?:weight|bias)",)),
+        Multiplier("encoder_k", (r"encoder\.layers\.\d+\.self_attn" + _T5_K,)),
+        Multiplier("decoder_k", (r"decoder\.layers\.\d+\.(?:self_attn|multihead_attn)" + _T5_K,)),
+        Multiplier("v", (_T5_ATTN + r"v_dense_layer\.(?:weight|bias)",)),
+        Multiplier("attention_output", (_T5_ATTN + r"output_dense_layer\.(?:weight|bias)",)),
+        Multiplier("output_logits", (r"lm_head\.(?:weight|bias)",)),
+    ),
+    formulas="encoder-decoder",
+    head_rescaled_when_tied=True,
 )
 
 # What a record without its own ``Hf.mup`` is checked against: its layout's fields, no fold.

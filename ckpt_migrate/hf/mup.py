@@ -112,7 +112,8 @@ def to_sp(
     scales = multipliers(cs_model, mup)
     out = dict(leaves)
     sp = {k: v for k, v in cs_model.items() if k not in mup.names}
-    _untie(sp, out, name, {m: scales[m.name] for m in mup.multipliers})
+    force = mup.head_rescaled_when_tied and _on(cs_model)
+    _untie(sp, out, name, {m: scales[m.name] for m in mup.multipliers}, force)
     for multiplier in mup.multipliers:
         factor = scales[multiplier.name]
         if factor == 1.0:
@@ -120,8 +121,8 @@ def to_sp(
         hit = [n for n in out if any(re.fullmatch(p, n) for p in multiplier.tensors)]
         if not hit and not (multiplier.name == "output_logits" and name.endswith("-headless")):
             raise MappingError(
-                f"{_field_of(multiplier.name)}: muP multiplier {factor!r} has no tensor to fold "
-                f"into ({', '.join(multiplier.tensors)})"
+                f"{bad[0]}: the muP {multiplier.name} multiplier ({factor!r}) has no tensor to "
+                f"fold into ({', '.join(multiplier.tensors)})"
             )
         for n in hit:
             out[n] = scaled(out[n], factor)
@@ -130,9 +131,18 @@ def to_sp(
 
 def multipliers(cs_model: Mapping[str, Any], mup: Mup) -> dict[str, float]:
     """Each multiplier's value for ``cs_model`` (1.0: nothing to fold), from the CS forward's
-    formulas (module docstring)."""
-    cs = cs_model
-    on = any(k.startswith("mup_base_") and v is not None for k, v in cs.items())
+    formulas (module docstring; T5's in ``catalogue/mup.py``)."""
+    if mup.formulas == "encoder-decoder":
+        return _t5(cs_model, _on(cs_model))
+    return _decoder(cs_model, mup, _on(cs_model))
+
+
+def _on(cs: Mapping[str, Any]) -> bool:
+    """muP switched on: a base dimension set (Model Zoo's ``_is_mup``, mup.py lines 861-865)."""
+    return any(k.startswith("mup_base_") and v is not None for k, v in cs.items())
+
+
+def _decoder(cs: Mapping[str, Any], mup: Mup, on: bool) -> dict[str, float]:
     emb = float(cs.get("embeddings_scale") or 1.0)
     norm = bool(cs.get("embedding_layer_norm", False))
     by_d = cs.get("scale_qk_dot_by_d")
@@ -147,6 +157,36 @@ def multipliers(cs_model: Mapping[str, Any], mup: Mup) -> dict[str, float]:
         "embedding_norm": emb if norm else 1.0,
         "attention_logits": attn,
         "output_logits": _output_scale(cs, on),
+    }
+
+
+def _t5(cs: Mapping[str, Any], on: bool) -> dict[str, float]:
+    if on and not cs.get("mup_base_d_model"):  # t5_model.py lines 296-320
+        raise MappingError("mup_base_d_ff: muP T5 needs mup_base_d_model too (Model Zoo's too)")
+    if on and cs.get("use_transformer_initialization"):
+        raise MappingError("use_transformer_initialization: its muP is not folded (T5's only)")
+    d_model, d_kv = float(cs["d_model"]), float(cs.get("d_kv", 64))
+    width = d_model / float(cs["mup_base_d_model"]) if on else 1.0
+    proj = 1.0 if not on or cs.get("mup_base_d_kv") else width**-0.5
+    qk = math.sqrt(d_kv) if on else 1.0  # scaled dot product only under muP (lines 514-516)
+
+    def k(side: str) -> float:
+        by_d = cs.get(f"scale_{side}_qk_dot_by_d")
+        alpha = float(cs.get(f"{side}_attention_logits_alpha") or 1.0)
+        return alpha * proj / (qk if (on if by_d is None else by_d) else 1.0)
+
+    out = 1.0
+    if on:
+        alpha = float(cs.get("output_logits_alpha") or 1.0)
+        out = alpha / (width if cs.get("scale_output_logits_by_d") else math.sqrt(width))
+    return {
+        "embeddings": float(cs.get("embeddings_alpha") or 1.0) * (math.sqrt(d_model) if on else 1),
+        "q": proj / qk,
+        "encoder_k": k("encoder"),
+        "decoder_k": k("decoder"),
+        "v": proj,
+        "attention_output": 1.0 / proj,
+        "output_logits": out,
     }
 
 
@@ -166,20 +206,29 @@ def _output_scale(cs: Mapping[str, Any], on: bool) -> float:
 
 
 def _untie(
-    sp: dict[str, Any], leaves: dict[str, TensorLeaf], name: str, scales: dict[Multiplier, float]
+    sp: dict[str, Any],
+    leaves: dict[str, TensorLeaf],
+    name: str,
+    scales: dict[Multiplier, float],
+    force: bool,
 ) -> None:
     """A tie the config switches on (the head *is* the embeddings) whose two names take
-    different multipliers: the copy becomes the original's tensor, scaled apart from here on,
-    and the config says untied (Model Zoo's mup.py lines 128-142 likewise)."""
+    different multipliers (or every head tie, ``force``): the copy becomes the original's
+    tensor, scaled apart from here on, and the config says untied (Model Zoo's mup.py lines
+    128-142, 172-186 likewise)."""
     record = catalogue.by_name(name)
     for tie in record.ties if record is not None else ():
         if tie.config_flag is None or not sp.get(tie.config_flag, True):
             continue
         original = next((n for n in leaves if _is(n, tie.b)), None)
         copy = next((n for n in leaves if _is(n, tie.a)), tie.a)
-        if original is not None and _factor(copy, scales) != _factor(original, scales):
+        apart = _factor(copy, scales) != _factor(original or copy, scales)
+        if original is not None and (apart or (force and tie.config_flag == _HEAD_TIE)):
             leaves[copy] = leaves[original]
             sp[tie.config_flag] = False
+
+
+_HEAD_TIE = "share_embedding_weights"
 
 
 def _is(name: str, suffix: str) -> bool:
@@ -192,14 +241,6 @@ def _factor(name: str, scales: dict[Multiplier, float]) -> float:
         if any(re.fullmatch(p, name) for p in multiplier.tensors):
             factor *= value
     return factor
-
-
-def _field_of(multiplier: str) -> str:
-    return {
-        "embeddings": "embeddings_scale",
-        "embedding_norm": "embeddings_scale",
-        "attention_logits": "attention_logits_alpha",
-    }.get(multiplier, "output_logits_alpha")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -19,7 +19,8 @@ Model Zoo asserts that (lines 879-920, 1226-1235) and HF T5 has no sinusoidal or
 absolute positions; other configs are refused naming the field.
 
 muP: Model Zoo's ``*_HF_CS23`` converters (lines 1433-1494, ``mup.py`` lines 149-191 and
-586-700) rescale a muP T5 to standard parametrisation on export. Not implemented: refused.
+586-700) rescale a muP T5 to standard parametrisation on export; so does ``export-hf`` before
+these rules run (``hf/mup.py``), so a muP config reaching them is refused naming the field.
 """
 
 from __future__ import annotations
