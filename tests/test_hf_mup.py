@@ -385,3 +385,28 @@ def test_t5_mup_export_computes_the_mup_forward(tmp_path: Path):
     with torch.no_grad():
         got = exported(**inputs).logits
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_mup_export_memory_stays_near_two_tensors(tmp_path: Path):
+    """The fold reads one tensor and writes its scaled copy (float64 products a chunk at a
+    time): the peak stays near twice the largest tensor, the embedding it scales."""
+    import tracemalloc
+
+    from test_hf_pipeline import _big_cs_checkpoint
+
+    ckpt, params = tmp_path / "big.mdl", tmp_path / "p.yaml"
+    largest = _big_cs_checkpoint(ckpt, vocab=262144)  # a 64 MiB embedding
+    params.write_text(
+        "model:\n  vocab_size: 262144\n  hidden_size: 64\n  num_heads: 4\n"
+        "  num_hidden_layers: 1\n  max_position_embeddings: 8\n  filter_size: 256\n"
+        "  mup_base_hidden_size: 16\n  mup_base_filter_size: 64\n  embeddings_scale: 10.0\n"
+    )
+    tracemalloc.start()
+    try:
+        export(ckpt, tmp_path / "hf", config=params, model="gpt2")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2.5 * largest, f"peak {peak / 2**20:.0f} MiB for a 64 MiB tensor"
+    out = safetensors_numpy.load_file(str(next((tmp_path / "hf").glob("*.safetensors"))))
+    assert out["lm_head.weight"].shape == out["transformer.wte.weight"].shape  # untied

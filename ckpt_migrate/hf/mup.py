@@ -243,10 +243,14 @@ def _factor(name: str, scales: dict[Multiplier, float]) -> float:
     return factor
 
 
+_CHUNK = 1 << 20  # elements
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Scaled(DataSource):
     """A tensor times a muP multiplier, computed in float64 when read and stored in the source's
-    dtype (bf16 rounded to nearest even)."""
+    dtype (bf16 rounded to nearest even); the source and the result are whole, the float64
+    products one chunk at a time (peak near twice the tensor, as a fused output's)."""
 
     source: DataSource
     dtype: str
@@ -254,8 +258,14 @@ class Scaled(DataSource):
 
     def read(self) -> np.ndarray:
         array = self.source.read()
-        value = cast(array, self.dtype, "float32").astype(np.float64) * self.factor
-        return cast(value.astype(np.float32), "float32", self.dtype)
+        flat = np.ascontiguousarray(array).reshape(-1)
+        out = np.empty(flat.shape, flat.dtype)
+        for i in range(0, flat.size, _CHUNK):  # the float64 products a chunk at a time
+            part = cast(flat[i : i + _CHUNK], self.dtype, "float32").astype(np.float64)
+            out[i : i + _CHUNK] = cast(
+                (part * self.factor).astype(np.float32), "float32", self.dtype
+            )
+        return out.reshape(array.shape)
 
     def describe(self) -> str:
         return f"{self.source.describe()} times {self.factor!r} (muP)"
