@@ -143,8 +143,9 @@ def _logits(model, name: str) -> torch.Tensor:
     return torch.cat([getattr(out, o).reshape(-1) for o in CASES[name].outputs])
 
 
-def _mup_logits(model, name: str, fields: dict) -> torch.Tensor:
-    """The CS muP forward from the formulas of the module docstring, on the same weights."""
+def _mup_logits(model, name: str, fields: dict, run: Callable | None = None) -> torch.Tensor:
+    """The CS muP forward from the formulas of the module docstring, on the same weights
+    (``run``: what to compute instead of the logits)."""
     case = CASES[name]
     attr = case.attr
     emb = fields.get("embeddings_scale", 1.0)
@@ -171,7 +172,7 @@ def _mup_logits(model, name: str, fields: dict) -> torch.Tensor:
             setattr(module, attr, logit_scale)
     assert len(saved) == 2  # one attention per layer
     try:
-        return _logits(model, name)
+        return run(model) if run is not None else _logits(model, name)
     finally:
         for h in hooks:
             h.remove()
@@ -410,3 +411,23 @@ def test_mup_export_memory_stays_near_two_tensors(tmp_path: Path):
     assert peak < 2.5 * largest, f"peak {peak / 2**20:.0f} MiB for a 64 MiB tensor"
     out = safetensors_numpy.load_file(str(next((tmp_path / "hf").glob("*.safetensors"))))
     assert out["lm_head.weight"].shape == out["transformer.wte.weight"].shape  # untied
+
+
+def test_a_headless_mup_export_gives_the_mup_hidden_states(tmp_path: Path):
+    """Without the head only the embedding and attention multipliers matter."""
+    model = _model("gpt2")
+
+    def hidden(m):
+        with torch.no_grad():
+            return m.transformer(_inputs()).last_hidden_state
+
+    expected = _mup_logits(model, "gpt2", MUP, run=hidden)
+    ckpt, params = _checkpoint(tmp_path, model, "gpt2", MUP)
+    result = export(ckpt, tmp_path / "out", config=params, model="gpt2-headless")
+    assert list(result.dropped) == ["lm_head.weight"]
+    exported = transformers.GPT2Model.from_pretrained(
+        tmp_path / "out", attn_implementation="eager"
+    ).eval()
+    with torch.no_grad():
+        got = exported(_inputs()).last_hidden_state
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
