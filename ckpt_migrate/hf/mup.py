@@ -19,6 +19,9 @@ The multipliers, as the CS decoder computes them (Model Zoo Release_2.10.0,
   ``output_logits_scale``: folded into ``lm_head`` weight *and bias* (the forward scales the
   biased logits; Model Zoo's ``mup.py`` lines 537-579 scales the weight only).
 
+BERT's (the scale before the embedding norm; MLM and NSP heads) and T5's (q, k, v and output
+projections) are described where they are declared, ``catalogue/mup.py``.
+
 A scaled tied head cannot stay tied to unscaled embeddings: the output unties it
 (``share_embedding_weights: false``), as Model Zoo's ``mup.py`` lines 128-142 do.
 """
@@ -74,7 +77,7 @@ def describe(name: str) -> str | None:
         return None
     mup, folds, native = declaration(name)
     if folds:
-        return "folded into the weights (Model Zoo mup.py rescaling; lm_head bias too)"
+        return "folded into the weights (as Model Zoo's mup.py rescales them; head biases too)"
     if native:
         return f"{', '.join(sorted(native))} map to the HF config; other muP fields refused"
     return "refused, naming the field" if mup is not None else None
