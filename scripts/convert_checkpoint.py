@@ -6,7 +6,7 @@ the ckpt-migrate engine: one run goes from any release to any newer one through 
 between them (Model Zoo needs one run per hop), for every model family, verified and atomic;
 unmatched keys are kept and reported (Model Zoo fails, or with ``--drop-unmatched-keys`` drops
 them); ``cs-auto`` works for checkpoints of every release, not only 2.1+; ``cs-2.10`` is release
-2.10, not 2.1. Hugging Face formats are not handled: use Model Zoo's converter for those.
+2.10, not 2.1. ``--src-fmt hf`` / ``--tgt-fmt hf`` run ``import-hf`` / ``export-hf``.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from ckpt_migrate.errors import EXIT_VERIFY_FAILED, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.hf import export as hf_export
 from ckpt_migrate.hf import import_ as hf_import
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hops import graph
 from ckpt_migrate.models.keys import KeyRename
 from ckpt_migrate.models.names import (
@@ -76,7 +77,6 @@ def _output_dir(given: str | None, default: Path) -> Path:
 
 
 def convert(args: argparse.Namespace) -> int:
-
     src_hf, tgt_hf = (fmt.strip().lower() == "hf" for fmt in (args.src_fmt, args.tgt_fmt))
     if src_hf and tgt_hf:
         raise UsageError(None, "--src-fmt hf --tgt-fmt hf: nothing to convert")
@@ -276,6 +276,8 @@ def list_converters(args: argparse.Namespace) -> int:
         print(f"{name}: {what}; Model Zoo registry name {registry or '(none)'}")
         print(f"  {span}" + (f" (Model Zoo 2.10: from cs-{since})" if since else ""))
         print(f"  {catalogue.hf_support(name)}")
+        if mup_export := mup.describe(name):
+            print(f"  Hugging Face export of a muP checkpoint: {mup_export}")
         if args.hide_notes:
             continue
         rules = key_rules(family)

@@ -584,7 +584,7 @@ def test_a_config_already_in_the_trainer_layout_skips_the_legacy_steps():
     [
         ("transformer", None, "transformer"),
         ("bert-sequence-classifier", None, "bert/classifier"),
-        ("gpt-neox", None, "gptj"),
+        ("gpt-neox", None, "gpt-neox"),  # its own registry.yaml entry (2.4, 2.10), not gptj
         ("llama", "checkpoint keys", "llama"),
         ("bert", "checkpoint keys", None),  # fine-tuning variants share the keys
         ("t5", "checkpoint keys", None),  # so do T5 and Transformer

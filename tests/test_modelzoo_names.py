@@ -217,3 +217,37 @@ def test_mixtral_and_gemma2_are_told_apart_from_llama_by_their_keys(layout, expe
         ]
     guess = detect_family(keys)
     assert guess.family == expected and guess.confidence == 1.0, guess.evidence
+
+
+def test_gpt_neox_has_its_own_registry_name(tmp_path):
+    """Model Zoo's registry.yaml (2.4 and 2.10) lists ``gpt-neox`` (GPTNeoXModel) apart from
+    ``gptj``, and its converter registry maps ``gpt-neox-headless`` to it (registry.py lines
+    338-355): the HF -> CS config writes it, and a config saying it chooses NeoX's HF layout
+    (NeoX and Falcon share their CS keys)."""
+    from ckpt_migrate.hf.export import _detected_name
+    from ckpt_migrate.models.detect import choose_family
+    from ckpt_migrate.models.names import resolve_name
+
+    assert resolve_name("gpt-neox") == ("gpt-neox", "gpt-neox")
+    assert resolve_name("gpt-neox-headless") == ("gpt-neox", "gpt-neox")
+    assert resolve_name("gptj") == ("gptj", "gptj")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    from ckpt_migrate.hf.import_ import import_hf
+
+    cfg = transformers.GPTNeoXConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        intermediate_size=128,
+        vocab_size=96,
+    )
+    model = transformers.GPTNeoXForCausalLM(cfg)
+    model.save_pretrained(tmp_path / "hf")
+    ckpt, params = tmp_path / "m.mdl", tmp_path / "params.yaml"
+    import_hf(tmp_path / "hf", ckpt, model="gpt-neox", config_out=params)
+    text = params.read_text()
+    assert "name: gpt-neox\n" in text
+    with read_checkpoint(ckpt) as opened:
+        family = choose_family(opened.root, None)
+    assert _detected_name(family, ckpt, text, params) == "gpt-neox"

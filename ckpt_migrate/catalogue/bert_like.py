@@ -11,6 +11,7 @@ positions, but Model Zoo has no CS↔CS key rules for it: no key table here eith
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.layouts import BERT_ENCODER
+from ckpt_migrate.catalogue.mup import BERT_MUP, BY_LAYOUT
 from ckpt_migrate.catalogue.record import Absent, Drop, Hf, Name, Record, Signature
 
 BERT = Record(
@@ -46,6 +47,7 @@ BERT = Record(
             "bert-qa": "BertForQuestionAnswering",
         },
         by_architecture=True,
+        mup=BERT_MUP,  # bert.py lines 1302-1378: supports_mup_conversion
         # buffers older transformers saved (bert.py lines 113-118)
         hf_dropped=(
             Drop(
@@ -101,6 +103,8 @@ ESM2 = Record(
         ("esm",),
         {"esm-2": "EsmForMaskedLM"},
         by_architecture=True,
+        # a BertModel's fields, not folded (esm2.py has no muP conversion)
+        mup=BY_LAYOUT[BERT_ENCODER.name],
         # the contact head (esm2.py lines 316-320), the rotary buffer (lines 81-88),
         # position_ids (bert.py lines 113-118); with rotary positions a stray position table
         # (lines 226-233; transformers ignores it too)

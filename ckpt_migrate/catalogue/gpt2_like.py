@@ -11,6 +11,7 @@ Names, registry names and the oldest release converted: ``registry.py`` lines 17
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.layouts import DECODER
+from ckpt_migrate.catalogue.mup import DECODER_MUP
 from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
 
 GPT2 = Record(
@@ -42,6 +43,7 @@ GPT2 = Record(
         ("gpt2",),
         {"gpt2": "GPT2LMHeadModel", "gpt2-headless": "GPT2Model"},
         by_architecture=True,
+        mup=DECODER_MUP,  # gpt2_hf_cs.py lines 1053, 1119: supports_mup_conversion
         # the causal-mask buffers older transformers saved (gpt2_hf_cs.py line 306)
         hf_dropped=(
             Drop(
@@ -52,6 +54,11 @@ GPT2 = Record(
     ),
 )
 
+# BTLM's and JAIS's HF classes compute muP themselves (mup_width_scale, mup_output_alpha,
+# mup_embeddings_scale, mup_scale_qk_dot_by_d): Model Zoo does not fold them
+# (btlm_hf_cs.py / jais_hf_cs.py ``attempt_mup_to_sp`` false, lines 86, 123, 282-285).
+_NATIVE_MUP = ("embeddings_scale", "scale_qk_dot_by_d", "output_logits_scale")
+
 BTLM = Record(
     "btlm",
     DECODER,
@@ -59,14 +66,24 @@ BTLM = Record(
         Name("btlm", "btlm", 7, since="2.0"),
         Name("btlm-headless", "btlm", 8, since="2.1", headless=True),
     ),
-    hf=Hf("btlm", ("btlm",), {"btlm": "BTLMLMHeadModel", "btlm-headless": "BTLMModel"}),
+    hf=Hf(
+        "btlm",
+        ("btlm",),
+        {"btlm": "BTLMLMHeadModel", "btlm-headless": "BTLMModel"},
+        mup_native=_NATIVE_MUP,
+    ),
 )
 
 JAIS = Record(
     "jais",
     DECODER,
     names=(Name("jais", "jais", 24, since="2.0"),),
-    hf=Hf("jais", ("jais",), {"jais": "JAISLMHeadModel", "jais-headless": "JAISModel"}),
+    hf=Hf(
+        "jais",
+        ("jais",),
+        {"jais": "JAISLMHeadModel", "jais-headless": "JAISModel"},
+        mup_native=_NATIVE_MUP,
+    ),
 )
 
 STARCODER = Record(
@@ -82,7 +99,7 @@ STARCODER = Record(
         Name("sqlcoder", None, 50, alias_of="starcoder"),
         Name("sqlcoder-headless", None, 51, alias_of="starcoder-headless", headless=True),
     ),
-    hf=Hf("starcoder", ("gpt_bigcode",)),
+    hf=Hf("starcoder", ("gpt_bigcode",), mup=DECODER_MUP),  # starcoder.py lines 687, 795
 )
 
 SANTACODER = Record(
@@ -92,5 +109,7 @@ SANTACODER = Record(
         Name("santacoder", "santacoder", 34, since="2.1"),
         Name("santacoder-headless", "santacoder", 35, since="2.1", headless=True),
     ),
-    hf=Hf("santacoder"),  # model_type "gpt2" with remote code: told apart by --model only
+    # model_type "gpt2" with remote code: told apart by --model only; muP: santacoder.py
+    # lines 435, 543
+    hf=Hf("santacoder", mup=DECODER_MUP),
 )

@@ -13,6 +13,7 @@ CodeGen is GPT-J's CS model (``registry.py`` line 344, ``"codegen": "gptj"``).
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.layouts import DECODER
+from ckpt_migrate.catalogue.mup import DECODER_MUP, GPTJ_MUP
 from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
 
 _BIASLESS = NormFlag("use_biasless_norm", "biasless-layernorm", None)
@@ -51,6 +52,7 @@ GPTJ = Record(
         "gptj",
         ("gptj",),
         {"gptj": "GPTJForCausalLM", "gptj-headless": "GPTJModel"},
+        mup=GPTJ_MUP,  # gptj_hf_cs.py lines 761-811: supports_mup_conversion
         by_architecture=True,
         # buffers older transformers saved, which Model Zoo skips (gptj_hf_cs.py lines 151-155)
         hf_dropped=(Drop(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)", _BUFFER),),
@@ -61,10 +63,12 @@ GPT_NEOX = Record(
     "gpt-neox",
     DECODER,
     names=(
-        Name("gpt-neox", "gptj", 22, since="1.8"),
-        Name("gpt-neox-headless", "gptj", 23, since="2.1", headless=True),
+        # its own registry entry (registry.yaml of 2.4 and 2.10: GPTNeoXModel, name
+        # "gpt-neox"; converter registry.py lines 338-355 map the headless name to it)
+        Name("gpt-neox", "gpt-neox", 22, since="1.8"),
+        Name("gpt-neox-headless", "gpt-neox", 23, since="2.1", headless=True),
     ),
-    registry="gptj",
+    registry="gpt-neox",
     config_group="gptj",
     signature=Signature(
         ("decoder",),
@@ -147,6 +151,7 @@ BLOOM = Record(
         ("bloom",),
         {"bloom": "BloomForCausalLM", "bloom-headless": "BloomModel"},
         by_architecture=True,
+        mup=DECODER_MUP,  # bloom_hf_cs.py lines 966, 1054: supports_mup_conversion
         # ALiBi slopes, which HF computes (bloom_hf_cs.py lines 970-982; the second name is
         # the 2.0 spelling)
         cs_dropped=(_ALIBI_SLOPES,),

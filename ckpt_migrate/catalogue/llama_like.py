@@ -12,6 +12,7 @@ renames at any hop.
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.layouts import DECODER, MOE_KEYS, POST_NORM_KEYS
+from ckpt_migrate.catalogue.mup import DECODER_MUP
 from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
 
 # The rotary buffers older transformers saved (llama.py lines 337-341; CS computes its own).
@@ -53,6 +54,7 @@ LLAMA = Record(
         "llama",
         ("llama",),
         {"llama": "LlamaForCausalLM", "llama-headless": "LlamaModel"},
+        mup=DECODER_MUP,  # llama.py lines 1022, 1142: supports_mup_conversion
         hf_dropped=(_ROTARY_BUFFER,),
     ),
 )
@@ -69,6 +71,7 @@ MISTRAL = Record(
         "llama",
         ("mistral",),
         {"mistral": "MistralForCausalLM", "mistral-headless": "MistralModel"},
+        mup=DECODER_MUP,  # mistral.py lines 30-92: LLaMA's converters
         hf_dropped=(_ROTARY_BUFFER,),
     ),
 )
@@ -123,6 +126,9 @@ GEMMA2 = Record(
         "gemma2",
         ("gemma2",),
         {"gemma2": "Gemma2ForCausalLM"},
+        # Gemma's sqrt(hidden) embedding scale and query_pre_attn_scalar (gemma2.py lines
+        # 755-765), not muP; Model Zoo's gemma2.py has no muP conversion
+        mup_native=("embeddings_scale", "attention_logits_alpha"),
         by_architecture=True,
         hf_dropped=(Drop(r".*inv_freq", "a rotary buffer Hugging Face regenerates"),),
     ),

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpt_migrate.catalogue.mup import Mup
+
 
 @dataclass(frozen=True)
 class Tie:
@@ -114,6 +116,8 @@ class Hf:
     notes: tuple[str, ...] = ()  # how it differs from Model Zoo (``list-converters``)
     parts: tuple[Part, ...] = ()  # a composite: the models it holds (``hf/families/compose``)
     cs_fields: dict[str, Any] = field(default_factory=dict)  # composite's own CS config fields
+    mup: Mup | None = None  # its muP; with multipliers: the export folds them (hf/mup.py)
+    mup_native: tuple[str, ...] = ()  # muP-named fields its HF config carries itself
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converte
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.layouts import ENCODER_DECODER
+from ckpt_migrate.catalogue.mup import T5_MUP
 from ckpt_migrate.catalogue.record import Absent, Drop, Hf, Name, NormFlag, Record, Signature
 
 T5 = Record(
@@ -40,6 +41,7 @@ T5 = Record(
         ("t5",),
         {"t5": "T5ForConditionalGeneration"},
         by_architecture=True,
+        mup=T5_MUP,  # t5.py lines 1433-1494: supports_mup_conversion
         # relative biases HF files repeat (t5.py lines 637-644, 1345-1381)
         hf_dropped=(
             Drop(

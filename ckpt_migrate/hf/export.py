@@ -29,7 +29,7 @@ from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, Usa
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import MissingLeaf, TensorLeaf, iter_leaves
-from ckpt_migrate.hf import absent, unconverted
+from ckpt_migrate.hf import absent, mup, unconverted
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hf.arrays import LastRead, build_one, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, missing_inputs, unused_inputs
@@ -208,9 +208,10 @@ def _export(
     src = result.source
     try:
         stand = absent.stand_ins(leaves, cs_model, name)
+        # muP -> sP next: the family maps a standard-parametrisation model (hf/mup.py)
+        cs_model, leaves = mup.to_sp(cs_model, {**leaves, **stand.leaves}, name)
     except MappingError as exc:
         raise mapping_failed(src, exc) from None
-    leaves = {**leaves, **stand.leaves}
     shapes = {n: tuple(leaf.shape) for n, leaf in leaves.items()}
     dtypes = {n: leaf.dtype for n, leaf in leaves.items()}
     check_layer_counts(src, cs_model, len(shapes))

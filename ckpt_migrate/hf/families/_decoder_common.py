@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs, rename
 
 Shapes = Mapping[str, Shape]  # tensor name -> shape
@@ -31,16 +32,6 @@ HEAD = "lm_head.weight"
 HEAD_BIAS = "lm_head.bias"
 # The CS model's second name of its final norm (copy -> the name the plan reads), see above.
 LN_F = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
-# CS muP fields: a model with any of them set is refused (:func:`check_cs`).
-MUP_FIELDS = (
-    "mup_base_hidden_size",
-    "mup_base_filter_size",
-    "output_logits_alpha",
-    "output_logits_scale",
-    "scale_qk_dot_by_d",
-    "scale_output_logits_by_d",
-    "attention_logits_alpha",
-)
 # The CS GPT-J model's defaults (GPT-J, CodeGen and GPT-NeoX), as Model Zoo fills them in before
 # converting: gptj_hf_cs.py lines 529-546, salesforce_codegen_hf_cs.py lines 689-706,
 # gpt_neox_hf_cs.py lines 808-825 and 1035-1039.
@@ -201,16 +192,19 @@ def hf_header(architectures: Mapping[str, str], name: str, model_type: str) -> d
 
 
 def check_cs(
-    cs: Config, label: str, fixed: Config, defaults: Config, *, required: Sequence[str] = ()
+    cs: Config,
+    label: str,
+    fixed: Config,
+    defaults: Config,
+    *,
+    name: str,
+    required: Sequence[str] = (),
 ) -> None:
-    """Reject CS settings HF ``label`` cannot express, naming the field: muP (``MUP_FIELDS``,
-    ``embeddings_scale``), a ``required`` field missing, then a field of ``fixed`` whose value
-    (or default) is not the one HF can express (the family cites Model Zoo's rules)."""
-    for key in MUP_FIELDS:
-        if cs.get(key) not in (None, False):
-            raise MappingError(f"{key}: muP models are not supported for {label}")
-    if cs.get("embeddings_scale") not in (None, 1, 1.0):
-        raise MappingError(f"embeddings_scale: muP models are not supported for {label}")
+    """Reject CS settings HF ``label`` cannot express, naming the field: muP (``hf/mup.py``;
+    the export folds it first where it can), a ``required`` field missing, then a field of
+    ``fixed`` whose value (or default) is not the one HF can express (the family cites Model
+    Zoo's rules). ``name``: the model name (which muP fields it has)."""
+    mup.refuse(cs, name)
     require(cs, required, label)
     for key, value in fixed.items():
         got = get(cs, key, defaults)

@@ -51,7 +51,6 @@ GPT2_CS_FIXED: dict[str, Any] = {
     "norm_first": True,
     "use_ff_layer1_dropout": False,
 }
-MUP_FIELDS = ("output_logits_scale", "scale_qk_dot_by_d", "output_logits_alpha")
 
 
 def with_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,17 +62,6 @@ def expect(config: Mapping[str, Any], key: str, allowed: Sequence[Any], side: st
     """Model Zoo's ``assert_factory_fn`` (base_converter.py lines 1603-1640)."""
     if key in config and config[key] not in allowed:
         raise MappingError(f"{side} {key}={config[key]!r} is not supported (only {allowed})")
-
-
-def reject_mup(cs_model: Mapping[str, Any]) -> None:
-    """muP CS configs (mup.py lines 861-884): Model Zoo converts them to sP before export to
-    models whose HF class has no muP; that is not implemented here."""
-    found = [k for k, v in cs_model.items() if k.startswith("mup_base_") and v is not None]
-    found += [k for k in MUP_FIELDS if cs_model.get(k)]
-    if cs_model.get("embeddings_scale") not in (None, 1, 1.0):
-        found.append("embeddings_scale")
-    if found:
-        raise MappingError(f"muP config field {found[0]} is not supported for this model")
 
 
 def gpt2_config_to_cs(

@@ -13,8 +13,8 @@ Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converte
 ``bert-summarization`` is not served: Model Zoo has no HF converter for it (``registry.py``
 lines 197-202 list only CS <-> CS converters). muP: Model Zoo's ``*_HF_CS23`` converters
 (``bert.py`` lines 1302-1378) turn a muP BERT into standard parametrisation on the way to HF;
-not implemented here, a muP config is refused with a MappingError naming the field. Everything
-in this file is a rename: Model Zoo changes no BERT tensor's data.
+``export-hf`` folds it before these rules run (``hf/mup.py``), so a muP config reaching them is
+refused naming the field. Everything in this file is a rename.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families._bert_common import (
     bitwise_equal,  # noqa: F401 (the tied-copy check, tested as bert.bitwise_equal)
     check_name,
@@ -107,30 +108,8 @@ HF_REQUIRED: dict[str, Any] = {
     "is_decoder": False,
     "add_cross_attention": False,
 }
-# muP: base dimensions switch it on (models/nlp/bert/bert_model.py lines 226-255 and 326-372;
-# Model Zoo's mup.py lines 106-147 rescale such a checkpoint on export, we refuse it). The
-# tunable multipliers act without muP too, so they must be neutral.
-MUP_FIELDS = ("mup_base_hidden_size", "mup_base_filter_size")
-MUP_NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "embeddings_scale": (None, 1.0),
-    "attention_logits_alpha": (None, 1.0),
-    "scale_qk_dot_by_d": (None, False),
-}
 
 # ----------------------------------------------------------------------------- config helpers
-
-
-def refuse_mup(cs_model: Mapping[str, Any]) -> None:
-    """Model Zoo rescales a muP checkpoint to standard parametrisation on export (``bert.py``
-    lines 1302-1319, ``mup.py``); we refuse it instead."""
-    for key in MUP_FIELDS:
-        if cs_model.get(key) is not None:
-            raise MappingError(
-                f"{key}: muP checkpoints are not supported (Model Zoo rescales them)"
-            )
-    for key, neutral in MUP_NEUTRAL.items():
-        if cs_model.get(key) not in neutral:
-            raise MappingError(f"{key}={cs_model[key]!r}: HF BERT has no such multiplier")
 
 
 def hf_position_type(cs_model: Mapping[str, Any]) -> str:
@@ -168,7 +147,7 @@ def check_pooler_and_mlm(cs: Mapping[str, Any]) -> None:
 def encoder_config_to_hf(cs: Mapping[str, Any]) -> dict[str, Any]:
     """The encoder fields shared by BERT and RoBERTa (ConfigConverter_Bert_HF_CS17, bert.py
     lines 814-931): renamed when present, positions ``learned`` -> ``absolute``."""
-    refuse_mup(cs)
+    mup.refuse(cs, NAMES[0])  # not folded: catalogue/mup.py BERT_MUP
     expect(cs, CS_REQUIRED, "HF")
     out = {hf: cs[key] for key, hf in RENAMED if key in cs}
     out["position_embedding_type"] = hf_position_type(cs)

@@ -95,7 +95,8 @@ SLOPES = "embedding_layer.position_embed_helper.slopes"  # 2.1+ (Model Zoo line 
 def _check_cs(cs: Mapping[str, Any]) -> None:
     """Reject CS settings HF BLOOM cannot express, naming the field (Model Zoo lines 470-690)."""
     merged = {**CS_DEFAULTS, **cs}
-    dc.check_cs(cs, LABEL, {k: v for k, v in CS_FIXED.items() if k in merged}, CS_DEFAULTS)
+    fixed = {k: v for k, v in CS_FIXED.items() if k in merged}
+    dc.check_cs(cs, LABEL, fixed, CS_DEFAULTS, name=NAMES[0])
     required = ("hidden_size", "num_heads", "num_hidden_layers", "vocab_size", "dropout_rate")
     dc.require(cs, required, LABEL)
     if cs.get("filter_size", 4 * cs["hidden_size"]) != 4 * cs["hidden_size"]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families import _gpt2_layout as layout
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
@@ -71,8 +72,6 @@ RENAMES: tuple[tuple[str, str], ...] = (
 )
 CS_FIXED = {k: v for k, v in layout.GPT2_CS_FIXED.items() if k != "position_embedding_type"}
 POSITIONS = ("alibi", "learned")  # what the HF class implements
-# CS 2.3+ muP fields (mup.py lines 106-126) the BTLM/JAIS rules do not map.
-NEW_MUP = ("output_logits_alpha", "scale_output_logits_by_d", "attention_logits_alpha")
 
 
 def config_to_cs(hf_config: Mapping[str, Any], name: str, spec: Spec = BTLM) -> dict[str, Any]:
@@ -104,10 +103,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str, spec: Spec = BTLM) -> d
     ``mup_output_alpha`` and ``decoder_kernel`` -> ``mup_width_scale`` (lines 263-280)."""
     headless = layout.check_name(name, spec.names)
     cs = {"decoder_kernel": 1.0, "pos_scaling_factor": 1.0, **cs_model}
-    found = [k for k in NEW_MUP if cs.get(k) is not None]
-    found += [k for k, v in cs.items() if k.startswith("mup_base_") and v is not None]
-    if found:
-        raise MappingError(f"CS 2.3+ muP field {found[0]} is not supported for {name}")
+    mup.refuse(cs, name)  # 2.3+ muP beyond the HF class's own (catalogue: mup_native)
     _check_positions(cs.get("position_embedding_type", "learned"))
     _glu(cs.get("nonlinearity", "gelu"))
     hf = layout.gpt2_config_to_hf(cs, RENAMES, CS_FIXED)

@@ -75,7 +75,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
 def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: salesforce_codegen_hf_cs.py lines 552-740 read from CS to HF."""
     dc.check_name(name, NAMES)
-    dc.check_cs(cs_model, LABEL, CS_FIXED, CS_DEFAULTS)
+    dc.check_cs(cs_model, LABEL, CS_FIXED, CS_DEFAULTS, name=NAMES[0])
     _check_heads("num_heads", cs_model["num_heads"], cs_model["hidden_size"])
     fields = dc.gptj_style_to_hf(cs_model, CS_DEFAULTS, LABEL)
     return {**dc.hf_header(ARCHITECTURES, name, MODEL_TYPE), **fields}

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families import bert
 from ckpt_migrate.hf.families._bert_common import (
     check_name,
@@ -40,7 +41,6 @@ from ckpt_migrate.hf.families._bert_common import (
     tied,
     with_defaults,
 )
-from ckpt_migrate.hf.families.bert import refuse_mup
 from ckpt_migrate.hf.families.llama import deinterleave_rotary, interleave_rotary
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
@@ -160,7 +160,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     ``esm``: Model Zoo writes ``bert`` (the BERT post default of bert.py line 955 that its ESM
     subclass does not override), which transformers would build as a BERT model."""
     check_name(name, NAMES)
-    refuse_mup(cs_model)
+    mup.refuse(cs_model, name)
     cs = with_defaults(cs_model, CS_DEFAULTS)
     expect(cs, CS_REQUIRED, "HF")
     for key in ("mlm_nonlinearity", "pooler_nonlinearity"):  # esm2.py 372-375, bert.py 864-867

@@ -194,7 +194,7 @@ def _cs_layout(cs: Mapping[str, Any]) -> tuple[int, bool]:
     """(KV groups, two layer norms) of a CS config, checked as Model Zoo does
     (falcon_180b.py lines 395-424 biases, 449-465 filter size, 502-538 layout)."""
     required = ("hidden_size", "num_heads", "filter_size")
-    dc.check_cs(cs, LABEL, CS_FIXED, CS_DEFAULTS, required=required)
+    dc.check_cs(cs, LABEL, CS_FIXED, CS_DEFAULTS, name=NAMES[0], required=required)
     if len({dc.get(cs, key, CS_DEFAULTS) for key in BIAS_FIELDS}) != 1:
         raise MappingError(f"{BIAS_FIELDS[0]}: HF Falcon needs {', '.join(BIAS_FIELDS)} equal")
     hidden, heads = cs["hidden_size"], cs["num_heads"]

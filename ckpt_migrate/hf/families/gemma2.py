@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families import llama
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
@@ -106,16 +107,6 @@ CS_NEUTRAL: dict[str, tuple[Any, ...]] = {
     "fixed_sparse_attention": (None,),
     "sliding_window_every_other_decoder_layer_pattern": ("sliding_window_first",),
 }
-# muP (Model Zoo base_converter.py lines 1757-1780 and mup.py lines 861-883 would rescale the
-# checkpoint; gemma2.py has no muP support, so its converter refuses, as we do).
-_MUP_NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "mup_base_hidden_size": (None,),
-    "mup_base_filter_size": (None,),
-    "output_logits_alpha": (None, 1.0),
-    "output_logits_scale": (None, 1.0),
-    "scale_output_logits_by_d": (None, False),
-    "scale_qk_dot_by_d": (None, False),
-}
 CS_MAPPED = frozenset(
     {
         "vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "attention_module",
@@ -144,9 +135,7 @@ def _check_name(name: str) -> None:
 def _refuse_unsupported(cs_model: Mapping[str, Any], cs: Mapping[str, Any]) -> None:
     """Model Zoo gemma2.py lines 359-433 (fixed CS fields); ours: muP, the fields in
     :data:`CS_NEUTRAL` and any field no rule knows (Model Zoo drops those silently)."""
-    for key, allowed in _MUP_NEUTRAL.items():
-        if cs_model.get(key) not in allowed:
-            raise MappingError(f"{key}: muP models are not supported by the HF export")
+    mup.refuse(cs_model, NAMES[0])  # gemma2.py has no muP conversion: refused, as Model Zoo does
     for key, value in CS_FIXED.items():
         allowed = value if isinstance(value, tuple) else (value,)
         if cs[key] not in allowed:
@@ -154,7 +143,7 @@ def _refuse_unsupported(cs_model: Mapping[str, Any], cs: Mapping[str, Any]) -> N
     for key, allowed in CS_NEUTRAL.items():
         if key in cs and cs[key] not in allowed:
             raise MappingError(f"{key}={cs[key]!r}: HF Gemma 2 cannot express it")
-    known = CS_MAPPED | CS_FIXED.keys() | CS_NEUTRAL.keys() | _MUP_NEUTRAL.keys()
+    known = CS_MAPPED | CS_FIXED.keys() | CS_NEUTRAL.keys() | mup.fields(NAMES[0])
     for key in cs_model:
         if key not in known | llama.CS_IGNORED:
             raise MappingError(f"{key}: CS model field not supported by the HF Gemma 2 mapping")

@@ -6,8 +6,8 @@ on the CS17 rules, lines 45-475 and 1035-1130; config rules ``ConfigConverter_GP
 lines 477-660, refined by ``*_HF_CS18`` / ``*_HF_CS20`` / ``*_HF_CS21``, lines 668-1032).
 
 muP: Model Zoo converts a muP GPT-2 to standard parametrisation on the way to HF
-(``supports_mup_conversion``; ``mup.py``). That is not implemented here: a muP config is refused
-with a MappingError naming the field.
+(``supports_mup_conversion``; ``mup.py``); so does ``export-hf``, before these rules run
+(``hf/mup.py``), so a muP config reaching :func:`config_to_hf` is refused naming the field.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families._gpt2_layout import (
     GPT2_CS_FIXED,
     GPT2_RENAMES,
@@ -65,16 +66,6 @@ _HF_REQUIRED = {
     "reorder_and_upcast_attn": False,
     "add_cross_attention": False,
 }
-# muP fields (mup.py lines 861-884: ``_is_mup`` / ``_is_mup_CS22``).
-_MUP_FIELDS = (
-    "mup_base_hidden_size",
-    "mup_base_filter_size",
-    "output_logits_scale",
-    "output_logits_alpha",
-    "attention_logits_alpha",
-    "scale_qk_dot_by_d",
-    "scale_output_logits_by_d",
-)
 
 # --------------------------------------------------------------------------- config
 
@@ -82,21 +73,6 @@ _MUP_FIELDS = (
 def _check_name(name: str) -> None:
     if name not in NAMES:
         raise MappingError(f"the gpt2 family does not serve model {name!r}")
-
-
-def _refuse_mup(cs: Mapping[str, Any]) -> None:
-    """Model Zoo turns muP into sP weights (mup.py); not implemented: refuse the config."""
-    for key in _MUP_FIELDS:
-        if cs.get(key) not in (None, False):
-            raise MappingError(
-                f"model.{key} = {cs[key]!r}: muP GPT-2 configs are not supported "
-                "(Model Zoo rescales the weights to sP; ckpt-migrate does not)"
-            )
-    if cs.get("embeddings_scale") not in (None, 1, 1.0):
-        raise MappingError(
-            f"model.embeddings_scale = {cs['embeddings_scale']!r}: muP GPT-2 configs are not "
-            "supported"
-        )
 
 
 def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -107,7 +83,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     640-656); ``attention_type`` becomes ``scale_attn_weights`` (lines 609-638)."""
     _check_name(name)
     cs = dict(cs_model)
-    _refuse_mup(cs)
+    mup.refuse(cs, name)
     for key, want in _CS_REQUIRED.items():
         if key in cs and cs[key] != want and not (want is None and cs[key] in ({}, [])):
             raise MappingError(

@@ -92,7 +92,7 @@ LEGACY_HEAD = "embed_out.weight"  # the name in HF files (transformers 5 loads i
 
 def _check_cs(cs: Mapping[str, Any]) -> None:
     """Reject CS settings HF GPT-NeoX cannot express, naming the field."""
-    dc.check_cs(cs, LABEL, CS_FIXED, CS_DEFAULTS)
+    dc.check_cs(cs, LABEL, CS_FIXED, CS_DEFAULTS, name=NAMES[0])
     dc.require(cs, ("rotary_dim", "hidden_size", "num_heads"), LABEL)
     if cs["rotary_dim"] % 2:
         raise MappingError(f"rotary_dim: must be even, got {cs['rotary_dim']}")

@@ -62,7 +62,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     copied under its CS name as Model Zoo does (rule lines 485-488, default false from lines
     529-546); transformers keeps it as an unused attribute (HF GPT-J always has a head bias)."""
     dc.check_name(name, NAMES)
-    dc.check_cs(cs_model, LABEL, CS_FIXED, CS_DEFAULTS)
+    dc.check_cs(cs_model, LABEL, CS_FIXED, CS_DEFAULTS, name=NAMES[0])
     fields = dc.gptj_style_to_hf(cs_model, CS_DEFAULTS, LABEL)
     bias = dc.get(cs_model, "use_bias_in_output", CS_DEFAULTS)
     return {**dc.hf_header(ARCHITECTURES, name, MODEL_TYPE), **fields, "use_bias_in_output": bias}

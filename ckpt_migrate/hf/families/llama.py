@@ -19,6 +19,7 @@ import numpy as np
 
 from ckpt_migrate import catalogue
 from ckpt_migrate.catalogue.llama_like import LLAMA, MISTRAL
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
@@ -101,12 +102,6 @@ CS_IGNORED = frozenset(
         "precision_opt_level", "label_smoothing", "z_loss_coef",
     }
 )  # fmt: skip
-# muP (Model Zoo mup.py lines 59-130): the weights would need rescaling; not supported here.
-_MUP_NEUTRAL: dict[str, Any] = {
-    "mup_base_hidden_size": None, "mup_base_filter_size": None, "attention_logits_alpha": 1.0,
-    "output_logits_alpha": None, "scale_output_logits_by_d": False, "embeddings_scale": 1.0,
-    "scale_qk_dot_by_d": False, "output_logits_scale": None,
-}  # fmt: skip
 _GLU_HF_TO_CS = {"silu": "swiglu", "relu": "reglu", "gelu": "geglu"}  # llama.py lines 743-770
 _GLU_CS_TO_HF = {cs: hf for hf, cs in _GLU_HF_TO_CS.items()}
 # The model types with their own config field: Mistral's sliding window, LLaMA's bias flags.
@@ -140,14 +135,12 @@ def cs_model_checked(cs_model: Mapping[str, Any], extra: frozenset[str] = frozen
     cs = {**CS_DEFAULTS, **cs_model}
     if "norm_type" not in cs_model and cs_model.get("use_rms_norm") is True:
         cs["norm_type"] = "rmsnorm"  # a pre-2.0 spelling of the same model
-    for key, neutral in _MUP_NEUTRAL.items():
-        if cs_model.get(key, neutral) != neutral:
-            raise MappingError(f"{key}: muP models are not supported by the HF export")
+    mup.refuse(cs_model, NAMES[0])
     for key, value in CS_FIXED.items():
         if key in cs and cs[key] != value:
             raise MappingError(f"{key}={cs[key]!r}: HF LLaMA needs {value!r}")
     for key in cs_model:
-        if key not in CS_MAPPED | CS_FIXED.keys() | CS_IGNORED | _MUP_NEUTRAL.keys() | extra:
+        if key not in CS_MAPPED | CS_FIXED.keys() | CS_IGNORED | mup.fields(NAMES[0]) | extra:
             raise MappingError(f"{key}: CS model field not supported by the HF LLaMA mapping")
     for key in ("vocab_size", "hidden_size", "num_heads", "num_hidden_layers", "filter_size"):
         if key not in cs:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families._gpt2_layout import (
     GPT2_BLOCK,
     GPT2_CS_FIXED,
@@ -34,7 +35,6 @@ from ckpt_migrate.hf.families._gpt2_layout import (
     join_attn,
     pairs_to_cs,
     pairs_to_hf,
-    reject_mup,
     split_attn,
 )
 from ckpt_migrate.hf.mapping import Out, Shape
@@ -92,11 +92,11 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
 def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: santacoder.py lines 323-391, CS -> HF: ``attention_module`` must be
     "multiquery_attention" and ``extra_attention_params`` ``{num_kv_groups: 1}``; muP configs
-    are refused (Model Zoo converts them to sP first, mup.py; not implemented)."""
+    are refused (the export folds them to sP first, ``hf/mup.py``, as Model Zoo's mup.py does)."""
     headless = check_name(name, NAMES)
     expect(cs_model, "attention_module", ("multiquery_attention",), "CS")
     expect(cs_model, "extra_attention_params", ({"num_kv_groups": 1},), "CS")
-    reject_mup(cs_model)
+    mup.refuse(cs_model, name)
     hf = gpt2_config_to_hf(cs_model, GPT2_RENAMES + _LAYER_IDX, GPT2_CS_FIXED)
     arch = "GPT2CustomModel" if headless else "GPT2LMHeadCustomModel"
     return {**hf, "architectures": [arch], **{k: v for k, v in _HF_POST.items() if k not in hf}}

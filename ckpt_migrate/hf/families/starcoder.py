@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families._gpt2_layout import (
     GPT2_BLOCK,
     GPT2_CS_FIXED,
@@ -30,7 +31,6 @@ from ckpt_migrate.hf.families._gpt2_layout import (
     hf_prefix,
     pairs_to_cs,
     pairs_to_hf,
-    reject_mup,
     with_defaults,
 )
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, sections
@@ -125,14 +125,14 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
 def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Model Zoo: starcoder.py lines 394-645, CS -> HF: the fixed-value fields are asserted,
     ``attention_type`` gives ``scale_attn_weights`` and ``attention_module`` ``multi_query``
-    (lines 609-627). muP configs are refused (Model Zoo would first convert them to sP, mup.py;
-    not implemented), as are KV groups other than 1 (GPTBigCode has MQA or MHA only)."""
+    (lines 609-627). muP configs are refused (the export folds them to sP first, ``hf/mup.py``,
+    as Model Zoo's mup.py does), as are KV groups other than 1 (GPTBigCode has MQA or MHA only)."""
     headless = check_name(name, NAMES)
     cs = with_defaults(cs_model, _CS_PRE)
     for key, value in _CS_FIXED.items():
         if key in cs:
             expect(cs, key, (value,), "CS")
-    reject_mup(cs)
+    mup.refuse(cs, name)
     if cs["attention_type"] not in ("scaled_dot_product", "dot_product"):
         raise MappingError(f"attention_type={cs['attention_type']!r} is not supported")
     multi_query = cs["attention_module"] == "multiquery_attention"

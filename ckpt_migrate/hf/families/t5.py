@@ -19,7 +19,8 @@ Model Zoo asserts that (lines 879-920, 1226-1235) and HF T5 has no sinusoidal or
 absolute positions; other configs are refused naming the field.
 
 muP: Model Zoo's ``*_HF_CS23`` converters (lines 1433-1494, ``mup.py`` lines 149-191 and
-586-700) rescale a muP T5 to standard parametrisation on export. Not implemented: refused.
+586-700) rescale a muP T5 to standard parametrisation on export; so does ``export-hf`` before
+these rules run (``hf/mup.py``), so a muP config reaching them is refused naming the field.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families._bert_common import (
     check_name,
     expect,
@@ -105,16 +107,6 @@ RENAMED = (
     ("dropout_rate", "dropout_rate"),
     ("layer_norm_epsilon", "layer_norm_epsilon"),
 )
-# muP: base dimensions switch it on (models/nlp/t5/t5_model.py lines 205-257 and 291-321; Model
-# Zoo's mup.py lines 149-191 and 586-700 rescale such a checkpoint on export, we refuse it). The
-# multipliers below act without muP too (lines 522, 711-712, 759-760, 840), so they must be
-# neutral.
-MUP_FIELDS = ("mup_base_d_model", "mup_base_d_ff", "mup_base_d_kv")
-MUP_NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "embeddings_alpha": (None, 1.0),
-    "encoder_attention_logits_alpha": (None, 1.0),
-    "decoder_attention_logits_alpha": (None, 1.0),
-}
 # Gated activations (t5.py lines 966-993); the others keep their name.
 _GATED_TO_CS = {"gated-silu": "swiglu", "gated-relu": "reglu", "gated-gelu": "geglu"}
 _GATED_TO_HF = {cs: hf for hf, cs in _GATED_TO_CS.items()}
@@ -161,14 +153,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     Zoo's ``tie_word_embeddings`` we write ``scale_decoder_outputs`` (transformers 5's name for
     the same switch, see :func:`hf_scales_tied`)."""
     check_name(name, NAMES)
-    for key in MUP_FIELDS:
-        if cs_model.get(key) is not None:
-            raise MappingError(
-                f"{key}: muP checkpoints are not supported (Model Zoo rescales them)"
-            )
-    for key, neutral in MUP_NEUTRAL.items():
-        if cs_model.get(key) not in neutral:
-            raise MappingError(f"{key}={cs_model[key]!r}: HF T5 has no such multiplier")
+    mup.refuse(cs_model, name)  # not folded: catalogue/mup.py T5_MUP
     cs = with_defaults(cs_model, CS_DEFAULTS)
     expect(cs, CS_REQUIRED, "HF")
     tgt = cs.get("tgt_vocab_size")
