@@ -1,0 +1,100 @@
+"""The language-model head as table operations: renamed when untied, a tie when the config
+shares it with the embeddings, newly initialised when a headless HF model has none.
+
+A head row's names are ``(embedding, head)`` on each side. The flags of ``ctx`` say whether the
+config ties the two (``tied``) and whether the HF model is a headless ``*Model`` class
+(``headless``). Two dialects: GPT-2's own rules (the embedding is a row of its own both ways, a
+tied head imported as the embedding under a second name, a fresh head float32 of the config's
+shape) and those of the families built on the GPT-2 layout (the head writes the HF embedding, a
+tied head is imported as a copy, a fresh head takes the embedding's shape and dtype); the
+golden plans (``tests/test_hf_golden.py``) hold both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.ops import Ctx, Op
+
+
+def normal_head(shape: Shape, dtype: Any) -> np.ndarray:
+    """A new ``lm_head``: Model Zoo initialises the missing head of an untied headless model
+    with ``normal(0, 0.02)`` (``post_model_convert``, gpt2_hf_cs.py lines 376-394); seeded
+    here, so repeatable."""
+    return np.random.default_rng(0).normal(0.0, 0.02, shape).astype(dtype)
+
+
+def _gpt2_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """An untied LM head is renamed; a tied one is not written (``save_pretrained`` leaves tied
+    weights out); the headless model has none (gpt2_hf_cs.py line 302, dropped)."""
+    if ctx.has("!tied") and ctx.has("!headless"):
+        return [rename(srcs[1], dsts[1])]
+    return []
+
+
+def _gpt2_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """CS ``lm_head`` always: HF's when the file has it (rule ``lm_head`` ``replaceKey``,
+    gpt2_hf_cs.py lines 1085-1088), else the embedding's tensor under a second name when tied
+    (lines 768-790), else, headless, newly initialised (lines 367-394)."""
+    (wte, head), cs_head = srcs, dsts[1]
+    if head in ctx.available and ctx.has("!headless"):
+        return [rename(head, cs_head)]
+    if ctx.has("tied"):
+        return [rename(wte, cs_head)]
+    if ctx.has("headless"):
+        shape = tuple(ctx.dims["head_shape"])
+
+        def build() -> np.ndarray:
+            return normal_head(shape, np.float32)
+
+        return [Out(cs_head, (), build, shape=shape, note="initialised")]
+    raise MappingError("lm_head.weight is missing and tie_word_embeddings is false")
+
+
+# GPT-2's own head rules (gpt2_hf_cs.py).
+GPT2_HEAD = Op("GPT-2 LM head", _gpt2_to_hf, _gpt2_to_cs)
+
+
+def _layout_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """HF embedding and head. Untied: both renamed (headless: the head is dropped, Model Zoo's
+    converter note). Tied: the head is not written; the embedding is the CS embedding, or the
+    CS head when the file has only that (gpt2_hf_cs.py lines 354-365). Model Zoo's 2.1+
+    converted files have no ``lm_head`` when tied (see :func:`_layout_to_cs`): read too."""
+    (emb, head), (wte, hf_head) = srcs, dsts
+    if ctx.has("!tied"):
+        return [rename(emb, wte)] + ([] if ctx.has("headless") else [rename(head, hf_head)])
+    return [rename(emb if emb in ctx.available or head not in ctx.available else head, wte)]
+
+
+def _layout_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """CS ``lm_head.weight``, always written (the CS model has one). From HF ``lm_head.weight``
+    when the file has it (rule ``lm_head`` ``replaceKey``, gpt2_hf_cs.py lines 1085-1088,
+    starcoder.py lines 755-758, santacoder.py lines 503-506, btlm_hf_cs.py lines 433-436,
+    jais_hf_cs.py lines 436-439); else, tied, a copy of ``wte`` (gpt2_hf_cs.py lines 777-781
+    and 386-387); else, headless and untied, initialised N(0, 0.02) as lines 388-390 do.
+
+    Different from Model Zoo on purpose: its 2.1+ LM-head converters (``*_HF_CS21``) leave a
+    tied head that ``save_pretrained`` left out out of the CS file (only its 1.8-2.0 converter
+    adds it back, gpt2_hf_cs.py lines 768-790), and Model Zoo's own ``GPT2LMHeadModel`` then
+    refuses that file: ``load_state_dict`` (strict, trainer/callbacks/model.py lines 85-99)
+    reports ``Missing key(s) in state_dict: "lm_head.weight"``."""
+    (wte, head), cs_head = srcs, dsts[1]
+    if ctx.has("!headless") and head in ctx.available:
+        return [rename(head, cs_head)]
+    if ctx.has("tied"):
+        return [Out(cs_head, (wte,), np.copy, infer=lambda s: s, note="tied to wte")]
+    if ctx.has("!headless"):
+        raise MappingError("lm_head.weight: missing and tie_word_embeddings is false")
+
+    def init(w: np.ndarray) -> np.ndarray:
+        return normal_head(w.shape, w.dtype)
+
+    return [Out(cs_head, (wte,), init, infer=lambda s: s, note="new head, N(0, 0.02)")]
+
+
+# The head rules of the families built on the GPT-2 layout (StarCoder, SantaCoder, BTLM, JAIS).
+LAYOUT_HEAD = Op("GPT-2 layout LM head", _layout_to_hf, _layout_to_cs)

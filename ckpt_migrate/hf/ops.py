@@ -1,0 +1,191 @@
+"""The operations of the Hugging Face tensor tables: each maps some CS tensors to some HF
+tensors and knows its inverse, as the ``migrations/`` hops' ``KeyRename`` does (and as
+transformers' ``conversion_mapping.py`` declares ``WeightRenaming``/``WeightConverter``).
+
+An :class:`Op` is two plan builders: ``forward(cs_names, hf_names, ctx)`` gives the
+:class:`~ckpt_migrate.hf.mapping.Out` of each HF name (export), ``backward(hf_names, cs_names,
+ctx)`` those of the CS names (import); :meth:`Op.inverse` swaps them. The table interpreter
+(``hf/table.py``) names the tensors; an operation only builds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ckpt_migrate.hf.mapping import Out, Shape, rename, sections, transpose
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What an operation may know beyond the names: the source side's tensors (name -> shape),
+    the model's dimensions and flags the family reads from its config."""
+
+    available: Mapping[str, Shape]
+    layers: int = 0
+    prefix: str = ""
+    flags: frozenset[str] = frozenset()
+    dims: Mapping[str, Any] = field(default_factory=dict)
+    # for a table that checks its plan: source tensors left out on purpose (a full-match
+    # pattern) and those that are copies of one the plan reads (copy -> original)
+    dropped: str | None = None
+    ties: Mapping[str, str] = field(default_factory=dict)
+
+    def has(self, flag: str) -> bool:
+        """``flag``, or ``"!flag"`` for its absence."""
+        return flag[1:] not in self.flags if flag.startswith("!") else flag in self.flags
+
+
+Builder = Callable[[Sequence[str], Sequence[str], Ctx], list[Out]]
+
+
+@dataclass(frozen=True)
+class Op:
+    """An operation: ``forward`` builds HF outputs from CS inputs, ``backward`` the reverse."""
+
+    name: str
+    forward: Builder
+    backward: Builder
+
+    def inverse(self) -> Op:
+        return Op(f"inverse of {self.name}", self.backward, self.forward)
+
+
+def _each(make: Callable[[str, str], Out]) -> Builder:
+    """One output per (source, target) pair of names."""
+
+    def build(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+        return [make(s, d) for s, d in zip(srcs, dsts, strict=True)]
+
+    return build
+
+
+def _nothing(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    return []
+
+
+RENAME = Op("rename", _each(rename), _each(rename))
+# HF ``Conv1D`` stores ``[in, out]``, torch ``Linear`` ``[out, in]`` (GPT-2's
+# ``transpose_key_if_2D``, gpt2_hf_cs.py); a 1-D bias is renamed.
+CONV1D = Op("Conv1D transpose", _each(transpose), _each(transpose))
+# A second CS name of one tensor (GPT-2's ``ln_f`` beside ``transformer_decoder.norm``): written
+# on import, a tie on export (``hf/unconverted.py`` checks it equals the first).
+SECOND_NAME = Op("second CS name", _nothing, _each(rename))
+
+
+# ---- fused attention --------------------------------------------------------------------------
+
+
+def _conv1d_split(src: str, dst: str, index: int, pieces: int) -> Out:
+    """Piece ``index`` of a fused Conv1D ``[in, pieces * out]`` as a Linear ``[out, in]``
+    (``torch.chunk(transpose(w), pieces)``, gpt2_hf_cs.py lines 122-149); a bias is chunked."""
+
+    def build(x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.split(x.T if x.ndim == 2 else x, pieces, axis=0)[index])
+
+    def infer(s: Shape) -> Shape:
+        return (s[1] // pieces, s[0]) if len(s) == 2 else (s[0] // pieces,)
+
+    return Out(dst, (src,), build, infer=infer, note=f"Conv1D piece {index + 1} of {pieces}")
+
+
+def _conv1d_join(srcs: Sequence[str], dst: str) -> Out:
+    """Linear pieces concatenated then transposed to Conv1D (gpt2_hf_cs.py lines 175-188)."""
+
+    def build(*xs: np.ndarray) -> np.ndarray:
+        joined = np.concatenate(xs, axis=0)
+        return np.ascontiguousarray(joined.T) if joined.ndim == 2 else joined
+
+    def infer(*shapes: Shape) -> Shape:
+        rows = sum(s[0] for s in shapes)
+        return (shapes[0][1], rows) if len(shapes[0]) == 2 else (rows,)
+
+    return Out(dst, tuple(srcs), build, infer=infer, note="fused to Conv1D")
+
+
+def _one_target(build: Callable[[Sequence[str], str], Out]) -> Builder:
+    return lambda srcs, dsts, ctx: [build(srcs, dsts[0])]
+
+
+def _one_source(build: Callable[[str, str, int, int], Out]) -> Builder:
+    return lambda srcs, dsts, ctx: [build(srcs[0], d, j, len(dsts)) for j, d in enumerate(dsts)]
+
+
+# Q, K, V (or K, V) of a Linear concatenated and transposed into one Conv1D (GPT-2's ``c_attn``).
+FUSED_CONV1D = Op("fused Conv1D", _one_target(_conv1d_join), _one_source(_conv1d_split))
+# Pieces stacked along dim 0 (a Linear ``[out, in]`` weight or a bias; StarCoder's MQA
+# ``c_attn``), split back at the rows the family's dims name (``ctx.dims["rows"]``, cumulative).
+FUSED_ROWS = Op(
+    "fused rows",
+    _one_target(lambda srcs, dst: _rows(srcs, dst)),
+    lambda srcs, dsts, ctx: [
+        sections(srcs[0], d, a, b)
+        for d, a, b in zip(dsts, ctx.dims["rows"], ctx.dims["rows"][1:], strict=False)
+    ],
+)
+
+
+def _rows(srcs: Sequence[str], dst: str) -> Out:
+    def infer(*shapes: Shape) -> Shape:
+        return (sum(s[0] for s in shapes), *shapes[0][1:])
+
+    return Out(dst, tuple(srcs), lambda *xs: np.concatenate(xs, axis=0), infer=infer, note="fused")
+
+
+def _pack_heads(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """Q, K, V interleaved per head ``[q_h, k_h, v_h]`` (StarCoder's MHA ``c_attn``,
+    starcoder.py lines 170-235)."""
+    heads, n = int(ctx.dims["heads"]), len(srcs)
+
+    def build(*xs: np.ndarray) -> np.ndarray:
+        rest = xs[0].shape[1:]
+        per_head = [x.reshape(heads, x.shape[0] // heads, *rest) for x in xs]
+        return np.stack(per_head, axis=1).reshape(n * xs[0].shape[0], *rest)
+
+    infer = lambda s, *_: (n * s[0], *s[1:])  # noqa: E731
+    return [Out(dsts[0], tuple(srcs), build, infer=infer, note="MHA packed")]
+
+
+def _unpack_heads(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """The inverse of :func:`_pack_heads` (the index lists of starcoder.py lines 143-164)."""
+    heads, n = int(ctx.dims["heads"]), len(dsts)
+
+    def piece(index: int) -> Callable[[np.ndarray], np.ndarray]:
+        def build(x: np.ndarray) -> np.ndarray:
+            per_head = x.reshape(heads, n, x.shape[0] // (n * heads), *x.shape[1:])
+            return np.ascontiguousarray(per_head[:, index].reshape(x.shape[0] // n, *x.shape[1:]))
+
+        return build
+
+    infer = lambda s: (s[0] // n, *s[1:])  # noqa: E731
+    src = srcs[0]
+    return [Out(d, (src,), piece(j), infer=infer, note="MHA unpacked") for j, d in enumerate(dsts)]
+
+
+PER_HEAD = Op("fused per head", _pack_heads, _unpack_heads)
+
+
+# ---- generated buffers ------------------------------------------------------------------------
+
+
+def _causal_mask(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """GPT-2's ``attn.bias`` (uint8 causal mask ``[1, 1, P, P]``) and ``attn.masked_bias``
+    (-1e4) buffers, as Model Zoo's SantaCoder converter writes them (santacoder.py lines
+    156-168); ``ctx.dims["positions"]`` is P."""
+    positions = int(ctx.dims["positions"])
+
+    def mask() -> np.ndarray:
+        return np.tril(np.ones((positions, positions), np.uint8)).reshape(1, 1, positions, -1)
+
+    bias, masked = dsts
+    return [
+        Out(bias, (), mask, shape=(1, 1, positions, positions), note="generated"),
+        Out(masked, (), lambda: np.array(-1e4, np.float32), shape=()),
+    ]
+
+
+# HF buffers with no CS tensor: generated on export, left out on import.
+CAUSAL_MASK = Op("generated causal mask", _causal_mask, _nothing)
