@@ -13,6 +13,7 @@ golden plans (``tests/test_hf_golden.py``) hold both.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -98,3 +99,57 @@ def _layout_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Ou
 
 # The head rules of the families built on the GPT-2 layout (StarCoder, SantaCoder, BTLM, JAIS).
 LAYOUT_HEAD = Op("GPT-2 layout LM head", _layout_to_hf, _layout_to_cs)
+
+
+def random_head(name: str, vocab: int, hidden: int) -> Out:
+    """An untied head HF lacks, drawn N(0, 0.02) in float32 as Model Zoo does (gptj_hf_cs.py
+    lines 222-226, salesforce_codegen_hf_cs.py lines 384-392, gpt_neox_hf_cs.py lines 485-490,
+    falcon_40b.py lines 471-478, bloom_hf_cs.py lines 378-382); seeded here, so repeatable."""
+    shape = (vocab, hidden)
+
+    def build() -> np.ndarray:
+        return np.random.default_rng(0).normal(0.0, 0.02, shape).astype(np.float32)
+
+    return Out(name, (), build, shape=shape, note="N(0, 0.02)")
+
+
+def zero_bias(name: str, size: int) -> Out:
+    """A float32 zero head bias (Model Zoo's on the way to CS, HF's value of a missing one)."""
+    return Out(name, (), partial(np.zeros, (size,), np.float32), shape=(size,), note="zeros")
+
+
+def _decoder_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """An untied head written as the HF head (``ctx.dims["hf_head"]`` when the family names it
+    otherwise; HF ties a tied one on load; a headless model has none); with the ``bias`` flag
+    the head bias, or the zeros HF would initialise it to when CS lacks it
+    (``use_bias_in_output: false``)."""
+    (_, head, bias), (_, hf_head, hf_bias) = srcs, dsts
+    if ctx.has("headless"):
+        return []
+    outs = [] if ctx.has("tied") else [rename(head, ctx.dims.get("hf_head", hf_head))]
+    if ctx.has("bias"):
+        vocab = ctx.dims["cs"]["vocab_size"]
+        outs.append(rename(bias, hf_bias) if bias in ctx.available else zero_bias(hf_bias, vocab))
+    return outs
+
+
+def _decoder_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """CS head always: the HF head (``ctx.dims["hf_head"]``), or the embeddings when tied and
+    the file lacks it (Model Zoo renames only a head the file has, but the CS model's state dict
+    has it and the Trainer loads strictly, docs/MODELZOO_PARITY.md §5), and with ``bias`` its
+    bias. A headless model gets the embeddings when tied, else :func:`random_head`, and with
+    ``bias`` a :func:`zero_bias`."""
+    (embed, hf_head, hf_bias), (_, head, bias) = srcs, dsts
+    hf_head = ctx.dims.get("hf_head", hf_head)
+    cs = ctx.dims["cs"]
+    if ctx.has("!headless"):
+        source = hf_head if hf_head in ctx.available or ctx.has("!tied") else embed
+        return [rename(source, head)] + ([rename(hf_bias, bias)] if ctx.has("bias") else [])
+    new = rename(embed, head) if ctx.has("tied") else None
+    outs = [new or random_head(head, cs["vocab_size"], cs["hidden_size"])]
+    return outs + ([zero_bias(bias, cs["vocab_size"])] if ctx.has("bias") else [])
+
+
+# The head rules of the GPT-J backbone's families (GPT-J, CodeGen, GPT-NeoX, Falcon, BLOOM):
+# names (embedding, head, head bias) each side.
+DECODER_HEAD = Op("decoder LM head", _decoder_to_hf, _decoder_to_cs)

@@ -40,6 +40,8 @@ class Ctx:
 
 
 Builder = Callable[[Sequence[str], Sequence[str], Ctx], list[Out]]
+Split = Callable[[np.ndarray, str, Mapping[str, Any]], np.ndarray]
+Join = Callable[[np.ndarray, np.ndarray, np.ndarray, Mapping[str, Any]], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,23 @@ RENAME = Op("rename", _each(rename), _each(rename))
 # HF ``Conv1D`` stores ``[in, out]``, torch ``Linear`` ``[out, in]`` (GPT-2's
 # ``transpose_key_if_2D``, gpt2_hf_cs.py); a 1-D bias is renamed.
 CONV1D = Op("Conv1D transpose", _each(transpose), _each(transpose))
+
+
+def _rename_existing(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """Each source renamed, read from its copy (``ctx.dims["copies"]``) when only the copy
+    exists (Model Zoo's ``pre_model_convert``: a tied model's embeddings from the head; the
+    final norm from its second name ``ln_f``)."""
+    copies = ctx.dims.get("copies", {})
+
+    def existing(name: str) -> str:
+        copy = copies.get(name)
+        return copy if name not in ctx.available and copy in ctx.available else name
+
+    return [rename(existing(s), d) for s, d in zip(srcs, dsts, strict=True)]
+
+
+# A rename whose CS side may be read from a copy of it (the GPT-J backbone's rules).
+RENAME_EXISTING = Op("rename (of the copy that exists)", _rename_existing, _each(rename))
 # A second CS name of one tensor (GPT-2's ``ln_f`` beside ``transformer_decoder.norm``): written
 # on import, a tie on export (``hf/unconverted.py`` checks it equals the first).
 SECOND_NAME = Op("second CS name", _nothing, _each(rename))
@@ -166,6 +185,31 @@ def _unpack_heads(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Ou
 
 
 PER_HEAD = Op("fused per head", _pack_heads, _unpack_heads)
+
+
+def fused_qkv(split: Split, join: Join, notes: tuple[str, str]) -> Op:
+    """Q, K, V fused into one HF tensor of three times the rows, by ``join(q, k, v, dims)``,
+    split by ``split(x, which, dims)`` (``which``: "q", "k" or "v"; ``dims`` the context's);
+    ``notes`` say what the split and the join do (the GPT-J backbone's ``qkv_plans``)."""
+
+    def forward(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+        def build(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+            return join(q, k, v, ctx.dims)
+
+        infer = lambda q, k, v: (q[0] + k[0] + v[0], *q[1:])  # noqa: E731
+        return [Out(dsts[0], tuple(srcs), build, infer=infer, note=notes[1])]
+
+    def backward(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+        def piece(which: str) -> Callable[[np.ndarray], np.ndarray]:
+            return lambda x: split(x, which, ctx.dims)
+
+        infer = lambda s: (s[0] // 3, *s[1:])  # noqa: E731
+        return [
+            Out(d, (srcs[0],), piece(w), infer=infer, note=f"{w.upper()} {notes[0]}")
+            for w, d in zip("qkv", dsts, strict=True)
+        ]
+
+    return Op("fused Q, K, V", forward, backward)
 
 
 # ---- generated buffers ------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from ckpt_migrate.hf.ops import RENAME, Ctx, Op
 TO_HF, TO_CS = "to_hf", "to_cs"
 AXES = ("layer", "row", "suffix", "piece")
 BOTH = ("weight", "bias")
+Check = Callable[[list[Out], Ctx], list[Out]]  # the plan, or MappingError
 
 
 @dataclass(frozen=True)
@@ -68,19 +69,19 @@ class Group:
 
 @dataclass(frozen=True)
 class Table:
-    """A family's tensors: its groups, their order per direction, and whether the plan is
-    checked here (``strict``) or left to the pipeline's unused-tensor rule."""
+    """A family's tensors: its groups, their order per direction, and the check of the plan
+    (:func:`checked`, or the family's own; none leaves it to the pipeline's unused-tensor
+    rule)."""
 
     groups: Mapping[str, Group]
     order: Mapping[str, tuple[str, ...]]
-    strict: bool = False
+    check: Check | None = None
 
     def plan(self, direction: str, ctx: Ctx) -> list[Out]:
-        """Every output of ``direction`` in the table's order; with ``strict``, checked: the
-        inputs exist and every source tensor is read, dropped or a tie (:func:`checked`)."""
+        """Every output of ``direction`` in the table's order, checked by ``check``."""
         groups = (self.groups[name] for name in self.order[direction])
         plan = [out for group in groups for out in _run(group, direction, ctx)]
-        return checked(plan, ctx.available, ctx.dropped, ctx.ties) if self.strict else plan
+        return self.check(plan, ctx) if self.check else plan
 
 
 Plan = Callable[[Mapping[str, Shape], Mapping[str, Any], str], list[Out]]
@@ -122,20 +123,16 @@ def _fill(patterns: tuple[str, ...], ctx: Ctx, layer: int, suffix: str) -> tuple
     return tuple(p.format(p=ctx.prefix, i=layer, s=suffix) for p in patterns)
 
 
-def checked(
-    plan: list[Out],
-    available: Mapping[str, Shape],
-    dropped: str | None,
-    ties: Mapping[str, str] | None = None,
-) -> list[Out]:
+def checked(plan: list[Out], ctx: Ctx) -> list[Out]:
     """The plan, or MappingError naming the inputs it lacks or the source tensors no rule
-    converts (those ``dropped`` full-matches are left out on purpose, ``ties`` are copies the
-    pipeline checks)."""
+    converts (those ``ctx.dropped`` full-matches are left out on purpose, ``ctx.ties`` are
+    copies the pipeline checks)."""
+    available = ctx.available
     missing = sorted({i for out in plan for i in out.inputs} - set(available))
     if missing:
         raise MappingError(f"missing tensors: {', '.join(missing)}")
-    used = {i for out in plan for i in out.inputs} | set(ties or {})
-    skip = re.compile(dropped) if dropped else None
+    used = {i for out in plan for i in out.inputs} | set(ctx.ties)
+    skip = re.compile(ctx.dropped) if ctx.dropped else None
     unknown = [n for n in available if n not in used and not (skip and skip.fullmatch(n))]
     if unknown:
         raise MappingError(f"no rule converts: {', '.join(sorted(unknown))}")

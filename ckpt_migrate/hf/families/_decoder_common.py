@@ -15,11 +15,11 @@ BLOOM). Model Zoo writes both on the way to CS (``replace_final_norm``) and so d
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from ckpt_migrate.hf import heads
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs, rename
 
 Shapes = Mapping[str, Shape]  # tensor name -> shape
@@ -391,20 +391,13 @@ def finish(plan: list[Out], source: Shapes) -> list[Out]:
 
 
 def random_head(vocab: int, hidden: int) -> Out:
-    """An untied head HF lacks, drawn N(0, 0.02) in float32 as Model Zoo does (gptj_hf_cs.py
-    lines 222-226, salesforce_codegen_hf_cs.py lines 384-392, gpt_neox_hf_cs.py lines 485-490,
-    falcon_40b.py lines 471-478, bloom_hf_cs.py lines 378-382); seeded here, so repeatable."""
-    shape = (vocab, hidden)
-
-    def build() -> np.ndarray:
-        return np.random.default_rng(0).normal(0.0, 0.02, shape).astype(np.float32)
-
-    return Out(HEAD, (), build, shape=shape, note="N(0, 0.02)")
+    """An untied head HF lacks (:func:`~ckpt_migrate.hf.heads.random_head`)."""
+    return heads.random_head(HEAD, vocab, hidden)
 
 
 def zero_bias(size: int) -> Out:
-    """A float32 zero head bias (Model Zoo's on the way to CS, HF's value of a missing one)."""
-    return Out(HEAD_BIAS, (), partial(np.zeros, (size,), np.float32), shape=(size,), note="zeros")
+    """A zero head bias (:func:`~ckpt_migrate.hf.heads.zero_bias`)."""
+    return heads.zero_bias(HEAD_BIAS, size)
 
 
 def plan_to_cs(

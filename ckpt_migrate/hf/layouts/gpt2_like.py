@@ -27,7 +27,7 @@ from ckpt_migrate.hf.ops import (
     Ctx,
     Op,
 )
-from ckpt_migrate.hf.table import BOTH, TO_CS, TO_HF, Group, Row, Table, pair, row
+from ckpt_migrate.hf.table import BOTH, TO_CS, TO_HF, Group, Row, Table, checked, pair, row
 
 L, H = "transformer_decoder.layers.{i}.", "{p}h.{i}."  # one layer, CS and HF
 EMBEDDING = "embedding_layer.word_embeddings.weight"
@@ -148,7 +148,7 @@ def on_gpt2_layout(block: tuple[Row, ...], attention: tuple[Row, ...]) -> Table:
                 "head",
             ),
         },
-        strict=True,
+        check=checked,
     )
 
 
