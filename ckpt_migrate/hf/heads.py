@@ -120,14 +120,14 @@ def zero_bias(name: str, size: int) -> Out:
 
 def _decoder_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
     """An untied head written as the HF head (``ctx.dims["hf_head"]`` when the family names it
-    otherwise; HF ties a tied one on load; a headless model has none); with the ``bias`` flag
+    otherwise; HF ties a tied one on load; a headless model has none); with the ``head bias`` flag
     the head bias, or the zeros HF would initialise it to when CS lacks it
     (``use_bias_in_output: false``)."""
     (_, head, bias), (_, hf_head, hf_bias) = srcs, dsts
     if ctx.has("headless"):
         return []
     outs = [] if ctx.has("tied") else [rename(head, ctx.dims.get("hf_head", hf_head))]
-    if ctx.has("bias"):
+    if ctx.has("head bias"):
         vocab = ctx.dims["cs"]["vocab_size"]
         outs.append(rename(bias, hf_bias) if bias in ctx.available else zero_bias(hf_bias, vocab))
     return outs
@@ -136,18 +136,18 @@ def _decoder_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[O
 def _decoder_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
     """CS head always: the HF head (``ctx.dims["hf_head"]``), or the embeddings when tied and
     the file lacks it (Model Zoo renames only a head the file has, but the CS model's state dict
-    has it and the Trainer loads strictly, docs/MODELZOO_PARITY.md §5), and with ``bias`` its
-    bias. A headless model gets the embeddings when tied, else :func:`random_head`, and with
-    ``bias`` a :func:`zero_bias`."""
+    has it and the Trainer loads strictly, docs/MODELZOO_PARITY.md §5), and with ``head bias``
+    its bias. A headless model gets the embeddings when tied, else :func:`random_head`, and
+    with ``head bias`` a :func:`zero_bias`."""
     (embed, hf_head, hf_bias), (_, head, bias) = srcs, dsts
     hf_head = ctx.dims.get("hf_head", hf_head)
     cs = ctx.dims["cs"]
     if ctx.has("!headless"):
         source = hf_head if hf_head in ctx.available or ctx.has("!tied") else embed
-        return [rename(source, head)] + ([rename(hf_bias, bias)] if ctx.has("bias") else [])
+        return [rename(source, head)] + ([rename(hf_bias, bias)] if ctx.has("head bias") else [])
     new = rename(embed, head) if ctx.has("tied") else None
     outs = [new or random_head(head, cs["vocab_size"], cs["hidden_size"])]
-    return outs + ([zero_bias(bias, cs["vocab_size"])] if ctx.has("bias") else [])
+    return outs + ([zero_bias(bias, cs["vocab_size"])] if ctx.has("head bias") else [])
 
 
 # The head rules of the GPT-J backbone's families (GPT-J, CodeGen, GPT-NeoX, Falcon, BLOOM):

@@ -42,6 +42,7 @@ class Ctx:
 Builder = Callable[[Sequence[str], Sequence[str], Ctx], list[Out]]
 Split = Callable[[np.ndarray, str, Mapping[str, Any]], np.ndarray]
 Join = Callable[[np.ndarray, np.ndarray, np.ndarray, Mapping[str, Any]], np.ndarray]
+Rows = Callable[[int, str, Mapping[str, Any]], int]
 
 
 @dataclass(frozen=True)
@@ -187,10 +188,12 @@ def _unpack_heads(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Ou
 PER_HEAD = Op("fused per head", _pack_heads, _unpack_heads)
 
 
-def fused_qkv(split: Split, join: Join, notes: tuple[str, str]) -> Op:
-    """Q, K, V fused into one HF tensor of three times the rows, by ``join(q, k, v, dims)``,
-    split by ``split(x, which, dims)`` (``which``: "q", "k" or "v"; ``dims`` the context's);
-    ``notes`` say what the split and the join do (the GPT-J backbone's ``qkv_plans``)."""
+def fused_qkv(split: Split, join: Join, notes: tuple[str, str], rows: Rows | None = None) -> Op:
+    """Q, K, V fused into one HF tensor by ``join(q, k, v, dims)``, split by ``split(x, which,
+    dims)`` (``which``: "q", "k" or "v"; ``dims`` the context's) into ``rows(fused rows, which,
+    dims)`` rows each (default a third); ``notes`` say what the split and the join do (the GPT-J
+    backbone's ``qkv_plans``)."""
+    rows = rows or (lambda n, _which, _dims: n // 3)
 
     def forward(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
         def build(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -203,9 +206,11 @@ def fused_qkv(split: Split, join: Join, notes: tuple[str, str]) -> Op:
         def piece(which: str) -> Callable[[np.ndarray], np.ndarray]:
             return lambda x: split(x, which, ctx.dims)
 
-        infer = lambda s: (s[0] // 3, *s[1:])  # noqa: E731
+        def infer(which: str) -> Callable[[Shape], Shape]:
+            return lambda s: (rows(s[0], which, ctx.dims), *s[1:])
+
         return [
-            Out(d, (srcs[0],), piece(w), infer=infer, note=f"{w.upper()} {notes[0]}")
+            Out(d, (srcs[0],), piece(w), infer=infer(w), note=f"{w.upper()} {notes[0]}")
             for w, d in zip("qkv", dsts, strict=True)
         ]
 
@@ -233,3 +238,15 @@ def _causal_mask(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out
 
 # HF buffers with no CS tensor: generated on export, left out on import.
 CAUSAL_MASK = Op("generated causal mask", _causal_mask, _nothing)
+
+
+def made_on_import(make: Callable[[Mapping[str, Any]], np.ndarray], note: str) -> Op:
+    """A CS tensor HF has no tensor for (HF recomputes it): left out on export (the pipeline's
+    ``hf/unconverted.py`` names it), made from the context's dims on import (BLOOM's ALiBi
+    slopes)."""
+
+    def backward(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+        value = make(ctx.dims)
+        return [Out(dsts[0], (), value.copy, shape=value.shape, note=note)]
+
+    return Op(note, _nothing, backward)

@@ -32,42 +32,51 @@ L = "transformer_decoder.layers.{i}."
 
 
 def decoder_table(
-    top: Pairs, layer: Pairs, block: str = "h", attention: Sequence[Row] = ()
+    top: Pairs,
+    layer: Sequence[tuple[str, ...]],
+    block: str = "h",
+    attention: Sequence[Row] = (),
+    made: Sequence[Row] = (),
 ) -> Table:
     """The table of a GPT-J-backbone family: the ``top`` pairs under the HF prefix ``{p}``, the
     ``layer`` pairs inside each HF ``{p}{block}.N.`` and CS ``transformer_decoder.layers.N.``
-    (read on export from the copy that exists), the ``attention`` rows (fused Q/K/V), then the
-    head (:data:`~ckpt_migrate.hf.heads.DECODER_HEAD`); on import the final norm's second name
-    after the renames. Every input must exist (:func:`inputs_exist`); source tensors no row
-    reads are left to the pipeline's unused-tensor rule."""
+    (read on export from the copy that exists; a third item is the row's ``when``), the
+    ``attention`` rows (fused Q/K/V), the rows of tensors ``made`` on import, then the head
+    (:data:`~ckpt_migrate.hf.heads.DECODER_HEAD`); on import the final norm's second name after
+    the renames. Every input must exist (:func:`inputs_exist`); source tensors no row reads are
+    left to the pipeline's unused-tensor rule."""
     hf_of = {cs: hf for hf, cs in top}
     heads = ((EMBED, HEAD, HEAD_BIAS), ("{p}" + hf_of[EMBED], HEAD, HEAD_BIAS))
     return Table(
         groups={
             "top": Group(tuple(row(cs, "{p}" + hf, RENAME_EXISTING) for hf, cs in top)),
             "layers": Group(
-                tuple(row(L + cs, f"{{p}}{block}.{{i}}.{hf}", RENAME_EXISTING) for hf, cs in layer),
+                tuple(
+                    row(L + cs, f"{{p}}{block}.{{i}}.{hf}", RENAME_EXISTING, when=(*when, None)[0])
+                    for hf, cs, *when in layer
+                ),
                 per_layer=True,
             ),
             "final norm's second name": Group(
                 tuple(row(copy, "{p}" + hf_of[norm], SECOND_NAME) for copy, norm in LN_F.items())
             ),
             "attention": Group(tuple(attention), per_layer=True),
+            "made": Group(tuple(made)),
             "head": Group((row(*heads, DECODER_HEAD),)),
         },
         order={
-            TO_HF: ("top", "layers", "attention", "head"),
-            TO_CS: ("top", "layers", "final norm's second name", "attention", "head"),
+            TO_HF: ("top", "layers", "attention", "made", "head"),
+            TO_CS: ("top", "layers", "final norm's second name", "attention", "made", "head"),
         },
         check=inputs_exist,
     )
 
 
-def qkv_row(fused: str, op: Op, kinds: tuple[str, ...] = BOTH) -> Row:
+def qkv_row(fused: str, op: Op, kinds: tuple[str, ...] = BOTH, when: str | None = None) -> Row:
     """The CS Q, K and V of each of ``kinds`` <-> the HF ``{p}``-prefixed ``fused`` (with
     ``{i}`` and ``{kind}`` fields) through ``op`` (:func:`~ckpt_migrate.hf.ops.fused_qkv`)."""
     cs = tuple(f"{L}self_attn.proj_{w}_dense_layer.{{s}}" for w in "qkv")
-    return Row(cs, ("{p}" + fused.format(i="{i}", kind="{s}"),), op, kinds)
+    return Row(cs, ("{p}" + fused.format(i="{i}", kind="{s}"),), op, kinds, when)
 
 
 def inputs_exist(plan: list[Out], ctx: Ctx) -> list[Out]:
@@ -104,16 +113,18 @@ def decoder_context(
     *,
     bias: bool = False,
     dims: Mapping[str, Any] | None = None,
+    flags: frozenset[str] = frozenset(),
 ) -> Ctx:
     """The context of a :func:`decoder_table`, from the CS config ``cs`` (the family's defaults
     filled in; on import the one its ``config_to_cs`` gives): the HF ``prefix`` unless the model
-    is headless, the head tied (``share_embedding_weights``), a head ``bias``, and the copies
+    is headless, the head tied (``share_embedding_weights``), a head ``bias``, the family's
+    ``flags`` and ``dims``, and the copies
     read when only they exist (the final norm's ``ln_f``, a tied model's head for its
     embeddings: Model Zoo's ``pre_model_convert``)."""
     layers = cs["num_hidden_layers"]
     headless, tied = name.endswith("-headless"), bool(cs["share_embedding_weights"])
-    flags = {"headless"} if headless else set()
-    flags |= ({"tied"} if tied else set()) | ({"bias"} if bias else set())
+    flags = flags | ({"headless"} if headless else set())
+    flags |= ({"tied"} if tied else set()) | ({"head bias"} if bias else set())
     copies = {v: k for k, v in LN_F.items()} | ({EMBED: HEAD} if tied else {})
     all_dims = {"cs": cs, "copies": copies, **(dims or {})}
     pre = "" if headless else prefix
