@@ -81,7 +81,9 @@ SOURCES = {
             f"ckpt_migrate/hf/{m}.py"
             for m in ["export", "safetensors_io", "rules", "arrays", "outdir", "table", "heads"]
         ),
+        *(f"ckpt_migrate/hf/{m}.py" for m in ["ops", "experts"]),
         "ckpt_migrate/hf/families/*.py",
+        "ckpt_migrate/hf/layouts/*.py",
     ],
     "import-hf": [
         *READ,
@@ -90,7 +92,9 @@ SOURCES = {
             f"ckpt_migrate/hf/{m}.py"
             for m in ["import_", "safetensors_io", "rules", "arrays", "table", "heads"]
         ),
+        *(f"ckpt_migrate/hf/{m}.py" for m in ["ops", "experts"]),
         "ckpt_migrate/hf/families/*.py",
+        "ckpt_migrate/hf/layouts/*.py",
         "ckpt_migrate/torch/hf_bin.py",
     ],
 }

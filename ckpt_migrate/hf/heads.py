@@ -90,11 +90,16 @@ def _layout_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Ou
         return [Out(cs_head, (wte,), np.copy, infer=lambda s: s, note="tied to wte")]
     if ctx.has("!headless"):
         raise MappingError("lm_head.weight: missing and tie_word_embeddings is false")
+    return [_fresh_like(wte, cs_head)]
+
+
+def _fresh_like(embedding: str, head: str) -> Out:
+    """A new head of the embedding's shape and dtype, N(0, 0.02) (:func:`normal_head`)."""
 
     def init(w: np.ndarray) -> np.ndarray:
         return normal_head(w.shape, w.dtype)
 
-    return [Out(cs_head, (wte,), init, infer=lambda s: s, note="new head, N(0, 0.02)")]
+    return Out(head, (embedding,), init, infer=lambda s: s, note="new head, N(0, 0.02)")
 
 
 # The head rules of the families built on the GPT-2 layout (StarCoder, SantaCoder, BTLM, JAIS).
@@ -153,3 +158,41 @@ def _decoder_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[O
 # The head rules of the GPT-J backbone's families (GPT-J, CodeGen, GPT-NeoX, Falcon, BLOOM):
 # names (embedding, head, head bias) each side.
 DECODER_HEAD = Op("decoder LM head", _decoder_to_hf, _decoder_to_cs)
+
+
+def _same(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> np.ndarray:
+    if a.shape != b.shape or not np.array_equal(a, b):
+        raise MappingError(f"{names[1]}: expected tied to {names[0]}, but the values differ")
+    return a
+
+
+def tied(keep: str, also: str, dst: str) -> Out:
+    """``dst`` from ``keep``, reading ``also`` to check it holds the same values: a tied HF
+    ``lm_head`` kept in a state dict (``save_pretrained`` leaves it out) is the embeddings."""
+    return Out(
+        dst, (keep, also), lambda a, b: _same(a, b, (keep, also)), infer=lambda a, b: a, note="tied"
+    )
+
+
+def _llama_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """An untied head renamed (Model Zoo llama.py lines 502-517); a tied head is not written
+    (``save_pretrained`` leaves it out) and not read (a tie); the base model has none."""
+    if ctx.has("!headless") and ctx.has("!tied"):
+        return [rename(srcs[1], dsts[1])]
+    return []
+
+
+def _llama_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """A tied head is the embeddings under a second name (checked equal when the HF file keeps
+    it); the base model has no head, so it gets the embeddings (tied) or a random one (Model
+    Zoo llama.py lines 411-451)."""
+    (emb, head), cs_head = srcs, dsts[1]
+    if ctx.has("headless") and ctx.has("!tied"):
+        return [_fresh_like(emb, cs_head)]
+    if ctx.has("tied"):
+        return [tied(emb, head, cs_head) if head in ctx.available else rename(emb, cs_head)]
+    return [rename(head, cs_head)]
+
+
+# The head rules of LLaMA, Mistral, Mixtral and Gemma 2: names (embedding, head) each side.
+LLAMA_HEAD = Op("LLaMA LM head", _llama_to_hf, _llama_to_cs)

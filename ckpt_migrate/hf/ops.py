@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_migrate.hf.mapping import Out, Shape, rename, sections, transpose
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename, sections, transpose
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,89 @@ RENAME_EXISTING = Op("rename (of the copy that exists)", _rename_existing, _each
 # A second CS name of one tensor (GPT-2's ``ln_f`` beside ``transformer_decoder.norm``): written
 # on import, a tie on export (``hf/unconverted.py`` checks it equals the first).
 SECOND_NAME = Op("second CS name", _nothing, _each(rename))
+
+
+def second_name(op: Op) -> Op:
+    """A second CS name of one tensor built by ``op`` on import (Gemma 2's ``ln_f``, shifted
+    like ``transformer_decoder.norm``); nothing on export (a tie)."""
+    return Op(f"second CS name by {op.name}", _nothing, op.backward)
+
+
+# ---- rotary -----------------------------------------------------------------------------------
+
+
+def interleave_rotary(x: np.ndarray, heads: int) -> np.ndarray:
+    """HF -> CS for q/k rows: in each head, HF keeps the rotary pairs as two halves
+    ``[x0..x(n-1), y0..y(n-1)]`` (``rotate_half``), CS interleaves them ``[x0, y0, x1, y1, ...]``.
+    Model Zoo llama.py lines 157-185 and 239-264 (``interleave_helper``, rotary_dim = head size)."""
+    rows = x.shape[0] // heads
+    t = x.reshape(heads, 2, rows // 2, *x.shape[1:]).swapaxes(1, 2)
+    return np.ascontiguousarray(t.reshape(x.shape))
+
+
+def deinterleave_rotary(x: np.ndarray, heads: int) -> np.ndarray:
+    """CS -> HF, the inverse of :func:`interleave_rotary` (Model Zoo llama.py lines 266-294,
+    ``reverse_interleave_helper``)."""
+    rows = x.shape[0] // heads
+    t = x.reshape(heads, rows // 2, 2, *x.shape[1:]).swapaxes(1, 2)
+    return np.ascontiguousarray(t.reshape(x.shape))
+
+
+def rotary(heads: str) -> Op:
+    """Q or K rows (or bias) of ``ctx.dims[heads]`` heads: the CS rotary pairs de-interleaved
+    into HF's halves on export, interleaved on import (whole heads rotate: LLaMA, Mistral,
+    Mixtral, Gemma 2)."""
+
+    def permute(fn: Callable[[np.ndarray, int], np.ndarray]) -> Builder:
+        def build(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+            n = int(ctx.dims[heads])
+            note = f"rotary, {n} heads"
+            make = lambda x: fn(x, n)  # noqa: E731
+            return [Out(d, (s,), make, infer=lambda s: s, note=note) for s, d in zip(srcs, dsts)]
+
+        return build
+
+    return Op(f"rotary ({heads})", permute(deinterleave_rotary), permute(interleave_rotary))
+
+
+# ---- Gemma 2's norm offset --------------------------------------------------------------------
+
+
+def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16(value: np.ndarray, like: np.dtype) -> np.ndarray:
+    """Round to nearest even, as torch does (NaN stays NaN)."""
+    bits = value.view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
+    rounded = np.where(np.isnan(value), bits | np.uint32(0x400000), rounded)
+    return (rounded >> 16).astype(np.uint16).view(like)
+
+
+def shift(x: np.ndarray, delta: float) -> np.ndarray:
+    """``x + delta`` in ``x``'s dtype as torch's ``weight + torch.ones_like(weight)`` computes it
+    (Model Zoo gemma2.py lines 172-181): float16/32 with numpy's correctly rounded add, bf16
+    (stored as its 16-bit pattern) added in float32 and rounded to nearest even."""
+    if x.dtype in (np.int16, np.uint16):
+        return _f32_to_bf16(_bf16_to_f32(x) + np.float32(delta), x.dtype)
+    if x.dtype.kind != "f":
+        raise MappingError(f"a norm weight of dtype {x.dtype} cannot hold Gemma 2's offset")
+    return (x + x.dtype.type(delta)).astype(x.dtype)
+
+
+def _shifted(delta: float) -> Builder:
+    def build(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+        make = lambda x: shift(x, delta)  # noqa: E731
+        note = f"{delta:+g}"
+        return [Out(d, (s,), make, infer=lambda s: s, note=note) for s, d in zip(srcs, dsts)]
+
+    return build
+
+
+# An RMS norm weight with HF's constant 1 folded out on export, in on import (Model Zoo
+# gemma2.py lines 163-190).
+NORM_OFFSET = Op("Gemma 2 norm offset", _shifted(-1.0), _shifted(1.0))
 
 
 # ---- fused attention --------------------------------------------------------------------------
