@@ -76,19 +76,6 @@ def _transpose_2d(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.T) if x.ndim == 2 else x
 
 
-def concat(srcs: Sequence[str], dst: str, axis: int = 0) -> Out:
-    """Several inputs fused along ``axis`` (e.g. Q, K and V into one ``c_attn``)."""
-
-    def infer(*shapes: Shape) -> Shape:
-        out = list(shapes[0])
-        out[axis] = sum(s[axis] for s in shapes)
-        return tuple(out)
-
-    return Out(
-        dst, tuple(srcs), lambda *xs: np.concatenate(xs, axis=axis), infer=infer, note="fused"
-    )
-
-
 def chunk(src: str, dst: str, index: int, pieces: int, axis: int = 0) -> Out:
     """Piece ``index`` of ``pieces`` equal pieces of ``src`` along ``axis`` (unfusing)."""
 

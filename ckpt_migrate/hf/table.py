@@ -64,7 +64,7 @@ class Group:
     order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def axes(self, direction: str) -> tuple[str, ...]:
-        return self.order.get(direction, ("layer", "row", "suffix", "piece"))
+        return self.order.get(direction, AXES)
 
 
 @dataclass(frozen=True)

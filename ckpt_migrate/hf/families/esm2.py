@@ -45,7 +45,6 @@ NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
 ARCHITECTURES = catalogue.hf_architectures(__name__)
 
-_HF_POSITIONS = "esm.embeddings.position_embeddings.weight"
 
 # CS model field <-> HF config field, copied when present (ConfigConverter_Bert_HF_CS17, bert.py
 # lines 822-930; esm2.py lines 380-399 add the ESM fields). Not ``hidden_act``: ESM's rule for
