@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ckpt_migrate.hf import families
 from ckpt_migrate.hf.experts import EXPERTS
 from ckpt_migrate.hf.mapping import run
 from ckpt_migrate.hf.ops import (
@@ -105,3 +106,17 @@ def test_a_group_orders_its_outputs_per_direction() -> None:
     to_cs = [o.name for o in table.plan(TO_CS, Ctx({}, layers=1))]
     cs_names = ["a.weight", "a.bias", "q.weight", "q.bias", "k.weight", "k.bias"]
     assert to_cs == [f"l.0.{n}" for n in cs_names]
+
+
+def test_a_family_on_a_table_has_no_hand_written_plan() -> None:
+    """One mechanism per family: a module with a ``TABLE`` plans through the interpreter only;
+    the ones still hand-written are BERT, RoBERTa and T5 (the BERT-like layout's remaining
+    families)."""
+    written = set()
+    for module in families.modules():
+        for plan in (module.plan_to_hf, module.plan_to_cs):
+            interpreted = plan.__qualname__.startswith("plans.")
+            assert interpreted == hasattr(module, "TABLE"), (module.__name__, plan.__qualname__)
+            if not interpreted:
+                written.add(module.__name__.rpartition(".")[2])
+    assert written == {"bert", "roberta", "t5"}
