@@ -105,21 +105,35 @@ def second_name(op: Op) -> Op:
 # ---- rotary -----------------------------------------------------------------------------------
 
 
+def interleave(t: np.ndarray, rotary_dim: int) -> np.ndarray:
+    """HF rotates a head's first ``rotary_dim`` rows as two halves, CS as adjacent pairs: per
+    head ``[x0..x(n-1), y0..y(n-1)]`` becomes ``[x0, y0, x1, y1, ...]``; ``t`` is [heads,
+    head_size, ...]. Model Zoo: gpt_neox_hf_cs.py lines 79-104, falcon_40b.py lines 71-95
+    (``rotary_dim`` rows), llama.py lines 157-185 (the whole head)."""
+    heads, rest = t.shape[0], t.shape[2:]
+    rot = t[:, :rotary_dim].reshape(heads, 2, rotary_dim // 2, *rest).swapaxes(1, 2)
+    return np.concatenate([rot.reshape(heads, rotary_dim, *rest), t[:, rotary_dim:]], axis=1)
+
+
+def deinterleave(t: np.ndarray, rotary_dim: int) -> np.ndarray:
+    """The inverse of :func:`interleave` (gpt_neox_hf_cs.py lines 106-136, falcon_40b.py 97-126,
+    llama.py lines 266-294)."""
+    heads, rest = t.shape[0], t.shape[2:]
+    rot = t[:, :rotary_dim].reshape(heads, rotary_dim // 2, 2, *rest).swapaxes(1, 2)
+    return np.concatenate([rot.reshape(heads, rotary_dim, *rest), t[:, rotary_dim:]], axis=1)
+
+
 def interleave_rotary(x: np.ndarray, heads: int) -> np.ndarray:
-    """HF -> CS for q/k rows: in each head, HF keeps the rotary pairs as two halves
-    ``[x0..x(n-1), y0..y(n-1)]`` (``rotate_half``), CS interleaves them ``[x0, y0, x1, y1, ...]``.
-    Model Zoo llama.py lines 157-185 and 239-264 (``interleave_helper``, rotary_dim = head size)."""
-    rows = x.shape[0] // heads
-    t = x.reshape(heads, 2, rows // 2, *x.shape[1:]).swapaxes(1, 2)
-    return np.ascontiguousarray(t.reshape(x.shape))
+    """HF -> CS for the Q/K rows of ``heads`` whole heads (:func:`interleave`; Model Zoo
+    llama.py ``interleave_helper``, rotary_dim = head size)."""
+    t = x.reshape(heads, x.shape[0] // heads, *x.shape[1:])
+    return np.ascontiguousarray(interleave(t, t.shape[1]).reshape(x.shape))
 
 
 def deinterleave_rotary(x: np.ndarray, heads: int) -> np.ndarray:
-    """CS -> HF, the inverse of :func:`interleave_rotary` (Model Zoo llama.py lines 266-294,
-    ``reverse_interleave_helper``)."""
-    rows = x.shape[0] // heads
-    t = x.reshape(heads, rows // 2, 2, *x.shape[1:]).swapaxes(1, 2)
-    return np.ascontiguousarray(t.reshape(x.shape))
+    """CS -> HF, the inverse of :func:`interleave_rotary` (``reverse_interleave_helper``)."""
+    t = x.reshape(heads, x.shape[0] // heads, *x.shape[1:])
+    return np.ascontiguousarray(deinterleave(t, t.shape[1]).reshape(x.shape))
 
 
 def rotary(heads: str) -> Op:

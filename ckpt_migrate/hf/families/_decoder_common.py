@@ -1,6 +1,6 @@
 """What the GPT-J, CodeGen, GPT-NeoX, Falcon and BLOOM families share (kept out of family
 discovery by the leading underscore): config checks, the GPT-J backbone's CS defaults, the
-(HF, CS) name pairs of their blocks and the rotary interleave. They are the rules Model Zoo's
+(HF, CS) name pairs of their blocks. They are the rules Model Zoo's
 five converters (``tools/checkpoint_converters/`` at Release_2.10.0) spell alike; each family
 module keeps its own facts and cites its converter. Their tensor table is built by
 ``hf/layouts/gptj_like.py``.
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import numpy as np
 
 from ckpt_migrate.hf.mapping import MappingError, Shape
 
@@ -284,19 +282,3 @@ def hf_rope(factor: float, **fields: Any) -> tuple[dict[str, Any], dict[str, Any
     if factor != 1.0:
         rope.update(rope_type="linear", factor=factor)
     return rope, dict(rope) if rope["rope_type"] == "linear" else None
-
-
-def interleave(t: np.ndarray, rotary_dim: int) -> np.ndarray:
-    """HF rotates a head's first ``rotary_dim`` rows as two halves, CS as adjacent pairs: per
-    head ``[x0..x(n-1), y0..y(n-1)]`` becomes ``[x0, y0, x1, y1, ...]``; ``t`` is [heads,
-    head_size, ...]. Model Zoo: gpt_neox_hf_cs.py lines 79-104, falcon_40b.py lines 71-95."""
-    heads, rest = t.shape[0], t.shape[2:]
-    rot = t[:, :rotary_dim].reshape(heads, 2, rotary_dim // 2, *rest).swapaxes(1, 2)
-    return np.concatenate([rot.reshape(heads, rotary_dim, *rest), t[:, rotary_dim:]], axis=1)
-
-
-def deinterleave(t: np.ndarray, rotary_dim: int) -> np.ndarray:
-    """The inverse of :func:`interleave` (gpt_neox_hf_cs.py lines 106-136, falcon_40b.py 97-126)."""
-    heads, rest = t.shape[0], t.shape[2:]
-    rot = t[:, :rotary_dim].reshape(heads, rotary_dim // 2, 2, *rest).swapaxes(1, 2)
-    return np.concatenate([rot.reshape(heads, rotary_dim, *rest), t[:, rotary_dim:]], axis=1)

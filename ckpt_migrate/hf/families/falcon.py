@@ -29,10 +29,10 @@ import numpy as np
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.families._decoder_common import EMBED
-from ckpt_migrate.hf.families._decoder_common import interleave as _interleave  # tests use it
 from ckpt_migrate.hf.layouts.gptj_like import decoder_context, decoder_table, qkv_row
 from ckpt_migrate.hf.mapping import MappingError, Shape
-from ckpt_migrate.hf.ops import Ctx, fused_qkv
+from ckpt_migrate.hf.ops import Ctx, deinterleave, fused_qkv
+from ckpt_migrate.hf.ops import interleave as _interleave  # tests use it
 from ckpt_migrate.hf.table import BOTH, TO_CS, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
@@ -259,7 +259,8 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
 def _unfuse(x: np.ndarray, which: str, dims: Mapping[str, Any]) -> np.ndarray:
     """Model Zoo: falcon_40b.py lines 128-201, ``query_key_value`` viewed as
     [groups, group size + 2, head_dim, ...]: the group's query heads, then its key, then its
-    value; Q and K get their rotary rows interleaved (lines 71-95, :func:`dc.interleave`)."""
+    value; Q and K get their rotary rows interleaved (lines 71-95,
+    :func:`~ckpt_migrate.hf.ops.interleave`)."""
     groups, head_dim = dims["groups"], dims["head_dim"]
     rest = x.shape[1:]
     t = x.reshape(groups, -1, head_dim, *rest)
@@ -273,11 +274,11 @@ def _unfuse(x: np.ndarray, which: str, dims: Mapping[str, Any]) -> np.ndarray:
 
 def _fuse(q: np.ndarray, k: np.ndarray, v: np.ndarray, dims: Mapping[str, Any]) -> np.ndarray:
     """Model Zoo: falcon_40b.py lines 203-283, the inverse of :func:`_unfuse` (lines 97-126,
-    :func:`dc.deinterleave`)."""
+    :func:`~ckpt_migrate.hf.ops.deinterleave`)."""
     groups, head_dim = dims["groups"], dims["head_dim"]
     rest = q.shape[1:]
-    q = dc.deinterleave(q.reshape(-1, head_dim, *rest), head_dim)
-    k = dc.deinterleave(k.reshape(-1, head_dim, *rest), head_dim)
+    q = deinterleave(q.reshape(-1, head_dim, *rest), head_dim)
+    k = deinterleave(k.reshape(-1, head_dim, *rest), head_dim)
     parts = [t.reshape(groups, -1, head_dim, *rest) for t in (q, k, v)]
     return np.concatenate(parts, axis=1).reshape(-1, *rest)
 

@@ -26,7 +26,6 @@ import numpy as np
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.families._decoder_common import HEAD
-from ckpt_migrate.hf.families._decoder_common import interleave as _interleave  # tests use it
 from ckpt_migrate.hf.layouts.gptj_like import (
     cs_config,
     decoder_context,
@@ -34,7 +33,8 @@ from ckpt_migrate.hf.layouts.gptj_like import (
     qkv_row,
 )
 from ckpt_migrate.hf.mapping import MappingError, Shape
-from ckpt_migrate.hf.ops import Ctx, fused_qkv
+from ckpt_migrate.hf.ops import Ctx, deinterleave, fused_qkv
+from ckpt_migrate.hf.ops import interleave as _interleave  # tests use it
 from ckpt_migrate.hf.table import TO_CS, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
@@ -203,7 +203,7 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
 def _unfuse(x: np.ndarray, which: str, dims: Mapping[str, Any]) -> np.ndarray:
     """Model Zoo: gpt_neox_hf_cs.py lines 156-216, ``query_key_value`` viewed as
     [heads, 3, head_size, ...]; Q and K get their rotary rows interleaved (lines 79-104,
-    :func:`dc.interleave`), V not."""
+    :func:`~ckpt_migrate.hf.ops.interleave`), V not."""
     heads, rotary_dim = dims["heads"], dims["rotary_dim"]
     t = x.reshape(heads, 3, -1, *x.shape[1:])[:, "qkv".index(which)]
     if which != "v":
@@ -213,12 +213,12 @@ def _unfuse(x: np.ndarray, which: str, dims: Mapping[str, Any]) -> np.ndarray:
 
 def _fuse(q: np.ndarray, k: np.ndarray, v: np.ndarray, dims: Mapping[str, Any]) -> np.ndarray:
     """Model Zoo: gpt_neox_hf_cs.py lines 218-303, the inverse of :func:`_unfuse` (lines
-    106-136, :func:`dc.deinterleave`)."""
+    106-136, :func:`~ckpt_migrate.hf.ops.deinterleave`)."""
     heads, rotary_dim = dims["heads"], dims["rotary_dim"]
     rest = q.shape[1:]
     parts = [t.reshape(heads, -1, *rest) for t in (q, k, v)]
-    parts[0] = dc.deinterleave(parts[0], rotary_dim)
-    parts[1] = dc.deinterleave(parts[1], rotary_dim)
+    parts[0] = deinterleave(parts[0], rotary_dim)
+    parts[1] = deinterleave(parts[1], rotary_dim)
     return np.concatenate(parts, axis=1).reshape(-1, *rest)
 
 
