@@ -1,9 +1,8 @@
 """What the GPT-J, CodeGen, GPT-NeoX, Falcon and BLOOM families share (kept out of family
-discovery by the leading underscore): config checks, the GPT-J backbone's CS defaults, the
-(HF, CS) name pairs of their blocks. They are the rules Model Zoo's
-five converters (``tools/checkpoint_converters/`` at Release_2.10.0) spell alike; each family
-module keeps its own facts and cites its converter. Their tensor table is built by
-``hf/layouts/gptj_like.py``.
+discovery by the leading underscore): config checks, the GPT-J backbone's CS defaults and the
+(HF, CS) name pairs of their blocks. They are the rules Model Zoo's five converters
+(``tools/checkpoint_converters/`` at Release_2.10.0) spell alike; each family module keeps its
+own facts and cites its converter. Their tensor table is built by ``hf/layouts/gptj_like.py``.
 """
 
 from __future__ import annotations
