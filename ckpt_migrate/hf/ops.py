@@ -112,7 +112,7 @@ def interleave(t: np.ndarray, rotary_dim: int) -> np.ndarray:
     (``rotary_dim`` rows), llama.py lines 157-185 (the whole head)."""
     heads, rest = t.shape[0], t.shape[2:]
     rot = t[:, :rotary_dim].reshape(heads, 2, rotary_dim // 2, *rest).swapaxes(1, 2)
-    return np.concatenate([rot.reshape(heads, rotary_dim, *rest), t[:, rotary_dim:]], axis=1)
+    return _with_rest(rot.reshape(heads, rotary_dim, *rest), t, rotary_dim)
 
 
 def deinterleave(t: np.ndarray, rotary_dim: int) -> np.ndarray:
@@ -120,7 +120,15 @@ def deinterleave(t: np.ndarray, rotary_dim: int) -> np.ndarray:
     llama.py lines 266-294)."""
     heads, rest = t.shape[0], t.shape[2:]
     rot = t[:, :rotary_dim].reshape(heads, rotary_dim // 2, 2, *rest).swapaxes(1, 2)
-    return np.concatenate([rot.reshape(heads, rotary_dim, *rest), t[:, rotary_dim:]], axis=1)
+    return _with_rest(rot.reshape(heads, rotary_dim, *rest), t, rotary_dim)
+
+
+def _with_rest(rotated: np.ndarray, t: np.ndarray, rotary_dim: int) -> np.ndarray:
+    """The rotated rows and the rest of each head; whole heads rotated: no second copy (the
+    export holds one output beside its input, as before the two interleaves were one)."""
+    if rotary_dim == t.shape[1]:
+        return rotated
+    return np.concatenate([rotated, t[:, rotary_dim:]], axis=1)
 
 
 def interleave_rotary(x: np.ndarray, heads: int) -> np.ndarray:
