@@ -110,8 +110,7 @@ def test_a_group_orders_its_outputs_per_direction() -> None:
 
 def test_a_family_on_a_table_has_no_hand_written_plan() -> None:
     """One mechanism per family: a module with a ``TABLE`` plans through the interpreter only;
-    the ones still hand-written are BERT, RoBERTa and T5 (the BERT-like layout's remaining
-    families)."""
+    the one still hand-written is T5."""
     written = set()
     for module in families.modules():
         for plan in (module.plan_to_hf, module.plan_to_cs):
@@ -119,4 +118,4 @@ def test_a_family_on_a_table_has_no_hand_written_plan() -> None:
             assert interpreted == hasattr(module, "TABLE"), (module.__name__, plan.__qualname__)
             if not interpreted:
                 written.add(module.__name__.rpartition(".")[2])
-    assert written == {"bert", "roberta", "t5"}
+    assert written == {"t5"}

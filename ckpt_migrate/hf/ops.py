@@ -33,6 +33,7 @@ class Ctx:
     # pattern) and those that are copies of one the plan reads (copy -> original)
     dropped: str | None = None
     ties: Mapping[str, str] = field(default_factory=dict)
+    cs_prefix: str = ""  # ``{c}`` in a CS pattern (BERT's ``bert_encoder.`` or ``bert.``)
 
     def has(self, flag: str) -> bool:
         """``flag``, or ``"!flag"`` for its absence."""

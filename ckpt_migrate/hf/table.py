@@ -2,9 +2,9 @@
 
 A :class:`Table` is named :class:`Group` s of :class:`Row` s. A row pairs CS name patterns with
 HF name patterns and the :class:`~ckpt_migrate.hf.ops.Op` between them; patterns hold ``{p}``
-(the HF prefix, e.g. ``transformer.``), ``{i}`` (the layer of a per-layer group) and ``{s}``
-(each of the row's ``suffixes``). Export (``to_hf``) runs each row's operation, import
-(``to_cs``) its inverse from the other side.
+(the HF prefix, e.g. ``transformer.``), ``{c}`` (a CS prefix), ``{i}`` (the layer of a
+per-layer group) and ``{s}`` (each of the row's ``suffixes``). Export (``to_hf``) runs each
+row's operation, import (``to_cs``) its inverse from the other side.
 
 Plan order is an output fact (safetensors shards and the CS tree are written in plan order),
 and the hand-written rules this replaces emitted each direction in its own order. So a table
@@ -57,11 +57,13 @@ def _many(x: str | Sequence[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Group:
-    """Rows run once, or once per layer; outputs sorted by ``order`` (per direction)."""
+    """Rows run once, or once per layer (``ctx.layers``, or ``ctx.dims[layers]``); outputs sorted
+    by ``order`` (per direction)."""
 
     rows: tuple[Row, ...]
     per_layer: bool = False
     order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    layers: str | None = None  # ``ctx.dims[layers]`` layers instead of ``ctx.layers`` (T5's stacks)
 
     def axes(self, direction: str) -> tuple[str, ...]:
         return self.order.get(direction, AXES)
@@ -104,7 +106,8 @@ def plans(table: Table, context: Context) -> tuple[Plan, Plan]:
 def _run(group: Group, direction: str, ctx: Ctx) -> list[Out]:
     axes = group.axes(direction)
     tagged: list[tuple[tuple[int, ...], Out]] = []
-    for layer in range(ctx.layers) if group.per_layer else (0,):
+    count = ctx.layers if group.layers is None else int(ctx.dims[group.layers])
+    for layer in range(count) if group.per_layer else (0,):
         for r, rule in enumerate(group.rows):
             if rule.when is not None and not all(ctx.has(w) for w in rule.when.split()):
                 continue
@@ -120,7 +123,7 @@ def _run(group: Group, direction: str, ctx: Ctx) -> list[Out]:
 
 
 def _fill(patterns: tuple[str, ...], ctx: Ctx, layer: int, suffix: str) -> tuple[str, ...]:
-    return tuple(p.format(p=ctx.prefix, i=layer, s=suffix) for p in patterns)
+    return tuple(p.format(p=ctx.prefix, c=ctx.cs_prefix, i=layer, s=suffix) for p in patterns)
 
 
 def checked(plan: list[Out], ctx: Ctx) -> list[Out]:

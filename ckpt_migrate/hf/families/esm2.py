@@ -237,7 +237,7 @@ def context(
     tied = cfg["share_embedding_weights" if to_hf else "tie_word_embeddings"]
     flags = {f for f, on in (("rotary", rotary), ("norm", norm), ("tied", tied)) if on}
     dims = {"heads": heads, "side": "CS" if to_hf else "HF"}
-    return Ctx(shapes, layers, "", frozenset(flags), dims)
+    return Ctx(shapes, layers, "esm.", frozenset(flags), dims, cs_prefix="bert_encoder.")
 
 
 plan_to_hf, plan_to_cs = plans(TABLE, context)

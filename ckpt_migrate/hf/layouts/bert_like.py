@@ -1,19 +1,27 @@
-"""The tensor tables of the BERT-like layout: so far ESM-2 (Model Zoo, tag Release_2.10.0:
-``esm2.py``, on the BERT rules of ``bert.py`` it inherits). BERT, RoBERTa and T5 keep their
-hand-written plans for now (``hf/families/bert.py``, ``roberta.py``, ``t5.py``).
+"""The tensor tables of the BERT-like layout: BERT and its fine-tuning heads, RoBERTa and
+ESM-2 (Model Zoo, tag Release_2.10.0: ``bert.py``, ``bert_finetune.py``, ``roberta.py``,
+``esm2.py``, the latter two on the BERT rules they inherit). T5 keeps its hand-written plans
+for now (``hf/families/t5.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ckpt_migrate.hf.families._bert_common import CS_MLM, finish, one_of, tied
+import numpy as np
+
+from ckpt_migrate.hf.families._bert_common import (
+    CS_MLM,
+    finish,
+    mlm_bias_to_cs,
+    mlm_to_hf,
+    mlm_weights_to_cs,
+    one_of,
+    tied,
+)
 from ckpt_migrate.hf.mapping import Out, rename
 from ckpt_migrate.hf.ops import RENAME, Ctx, Op, rotary
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Table, pair, row
-
-CS_P, HF_P = "bert_encoder.", "esm."
-L, H = CS_P + "transformer_encoder.layers.{i}.", HF_P + "encoder.layer.{i}."
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Row, Table, pair, row
 
 
 def _old_norm_names(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
@@ -65,63 +73,179 @@ def inputs_on_side(plan: list[Out], ctx: Ctx) -> list[Out]:
     return finish(plan, ctx.available, ctx.dims["side"])
 
 
+def _mlm_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """Word embeddings and the MLM decoder, CS -> HF (:func:`~ckpt_migrate.hf.families.
+    _bert_common.mlm_to_hf`: tied, from whichever tied CS name the file has)."""
+    head = ctx.dims["mlm"]
+    return mlm_to_hf(ctx.available, ctx.has("tied"), srcs[0], dsts[0], head)
+
+
+def _mlm_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """Word embeddings, the MLM decoder weight and its bias, HF -> CS
+    (:func:`~ckpt_migrate.hf.families._bert_common.mlm_weights_to_cs`, ``mlm_bias_to_cs``);
+    with ``zero bias``, a file without either bias gets a zero one of ``vocab_size`` (RoBERTa,
+    roberta.py lines 183-192)."""
+    head = ctx.dims["mlm"]
+    outs = mlm_weights_to_cs(ctx.available, ctx.has("tied"), dsts[0], srcs[0], head)
+    if ctx.has("!zero bias") or {f"{head}.decoder.bias", f"{head}.bias"} & set(ctx.available):
+        return [*outs, mlm_bias_to_cs(ctx.available, head)]
+    vocab = int(ctx.dims["cfg"]["vocab_size"])
+    zeros = Out(
+        f"{CS_MLM}.bias",
+        (f"{head}.dense.bias",),
+        lambda b: np.zeros((vocab,), dtype=b.dtype),
+        shape=(vocab,),
+        note="zeros: the HF file has no MLM decoder bias",
+    )
+    return [*outs, zeros]
+
+
+# The word embeddings with the MLM decoder (``ctx.dims["mlm"]`` names the HF head:
+# ``cls.predictions`` for BERT, ``lm_head`` for RoBERTa), tied or not.
+MLM = Op("MLM decoder", _mlm_to_hf, _mlm_to_cs)
+
+
+def _zero_segments(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    """Without CS segment embeddings, HF gets a zero ``token_type_embeddings`` of one row
+    (roberta.py lines 173-181; its dtype is the position table's, which it reads for it)."""
+
+    def build(positions: np.ndarray) -> np.ndarray:
+        return np.zeros((1, positions.shape[1]), dtype=positions.dtype)
+
+    note = "zeros: CS has no segment embeddings"
+    return [Out(dsts[0], (srcs[0],), build, infer=lambda s: (1, s[1]), note=note)]
+
+
+def _nothing(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+    return []
+
+
+ZERO_SEGMENTS = Op("zero segment embeddings", _zero_segments, _nothing)
+
+E, BL, BH = "{c}embedding_layer.", "{c}transformer_encoder.layers.{i}.", "{p}encoder.layer.{i}."
+WORD = ("{c}embedding_layer.word_embeddings.weight", "{p}embeddings.word_embeddings.weight")
+POSITIONS = (E + "position_embeddings.embed.weight", "{p}embeddings.position_embeddings.weight")
+# The BERT encoder (Converter_BertModel_CS16_CS17, bert.py lines 82-242; 2.1 spelling
+# ``position_embeddings.embed.weight``, lines 1241-1254); layer norms read as ``gamma``/``beta``
+# on import when so stored (Converter_BertLayerNorm_HF_CS, bert.py lines 39-66).
+ENCODER = Group(
+    (
+        row(*POSITIONS),
+        row(
+            E + "segment_embeddings.weight",
+            "{p}embeddings.token_type_embeddings.weight",
+            when="segments",
+        ),
+        pair("{c}embed_ln_f", "{p}embeddings.LayerNorm", LAYER_NORM),
+    )
+)
+
+
+def encoder_layers(norms: tuple[str, str], query_key: Sequence[Row] = ()) -> Group:
+    """One encoder layer (bert.py lines 155-221): query and key (``query_key`` rows instead when
+    the family permutes them), value, output, the attention norm (``norms[0]``) -> ``norm1``, the
+    FFN, the output norm (``norms[1]``) -> ``norm2``."""
+    query_key = query_key or (
+        pair(BL + "self_attn.proj_q_dense_layer", BH + "attention.self.query"),
+        pair(BL + "self_attn.proj_k_dense_layer", BH + "attention.self.key"),
+    )
+    return Group(
+        (
+            *query_key,
+            pair(BL + "self_attn.proj_v_dense_layer", BH + "attention.self.value"),
+            pair(BL + "self_attn.proj_output_dense_layer", BH + "attention.output.dense"),
+            pair(BL + "norm1", BH + norms[0], LAYER_NORM),
+            pair(BL + "ffn.ffn.0.linear_layer", BH + "intermediate.dense"),
+            pair(BL + "ffn.ffn.1.linear_layer", BH + "output.dense"),
+            pair(BL + "norm2", BH + norms[1], LAYER_NORM),
+        ),
+        per_layer=True,
+    )
+
+
+_TRANSFORM = "bert_mlm_head.mlm_transform."
+
+
+def _bert_like(heads: Sequence[Row]) -> Table:
+    """The encoder, its layers, then ``heads`` (pooler, task heads, the MLM decoder: in the
+    order the hand-written plans wrote them, the same both ways). Every input must exist
+    (:func:`inputs_on_side`)."""
+    order = ("encoder", "layers", "heads")
+    return Table(
+        groups={
+            "encoder": ENCODER,
+            "layers": encoder_layers(("attention.output.LayerNorm", "output.LayerNorm")),
+            "heads": Group(tuple(heads)),
+        },
+        order={TO_HF: order, TO_CS: order},
+        check=inputs_on_side,
+    )
+
+
+# BERT's pretraining model and its fine-tuning models (bert.py lines 549-629, bert_finetune.py
+# lines 51-54 and 447-453): the pooler (pretraining and sequence classification), the MLM
+# transform, NSP head and MLM decoder (pretraining), the QA or classifier head (the others),
+# whose word embeddings are renamed.
+BERT = _bert_like(
+    (
+        pair("{c}pooler.pooler.ffn.0.linear_layer", "{p}pooler.dense", when="pooler"),
+        pair(_TRANSFORM + "ffn.ffn.0.linear_layer", "cls.predictions.transform.dense", when="mlm"),
+        pair(_TRANSFORM + "ln", "cls.predictions.transform.LayerNorm", LAYER_NORM, "mlm"),
+        pair("bert_cls_head.classifier.ffn.0.linear_layer", "cls.seq_relationship", when="mlm"),
+        pair("classifier", "qa_outputs", when="qa"),
+        pair("classifier", "classifier", when="classifier"),
+        row(*WORD, MLM, when="mlm"),
+        row(*WORD, when="!mlm"),
+    )
+)
+# RoBERTa (roberta.py lines 50-90 and 173-192): no pooler; the MLM transform under ``lm_head``;
+# a zero segment table for HF when CS has none; the MLM decoder.
+ROBERTA = _bert_like(
+    (
+        pair(_TRANSFORM + "ffn.ffn.0.linear_layer", "lm_head.dense"),
+        pair(_TRANSFORM + "ln", "lm_head.layer_norm", LAYER_NORM),
+        row(
+            POSITIONS[0],
+            "{p}embeddings.token_type_embeddings.weight",
+            ZERO_SEGMENTS,
+            when="!segments",
+        ),
+        row(*WORD, MLM),
+    )
+)
+
+
 # ESM-2: positions (absolute only, bert.py lines 1244-1252), the embedding norm when
 # ``emb_layer_norm_before`` (esm2.py lines 74-80), per layer query and key (rotary rows permuted
-# per head, esm2.py lines 46-73 and 127-215), value, output, ``attention.LayerNorm`` ->
-# ``norm1``, the FFN, ``LayerNorm`` -> ``norm2`` (lines 89-111, bert.py lines 155-221), the
-# final encoder norm (lines 112-123), the MLM transform (lines 266-285) and decoder bias (lines
-# 296-315), then the word embeddings and the decoder weight. The HF ``position_ids`` buffer
-# Model Zoo writes (esm2.py lines 235-250) is not: transformers 5 regenerates it.
+# per head, esm2.py lines 46-73 and 127-215), ``attention.LayerNorm`` -> ``norm1`` and
+# ``LayerNorm`` -> ``norm2`` (lines 89-111), the final encoder norm (lines 112-123), the MLM
+# transform (lines 266-285) and decoder bias (lines 296-315), then the word embeddings and the
+# decoder weight. The HF ``position_ids`` buffer Model Zoo writes (esm2.py lines 235-250) is
+# not: transformers 5 regenerates it.
 _ROTARY = rotary("heads")
+_QUERY_KEY = tuple(
+    pair(BL + f"self_attn.proj_{x}_dense_layer", BH + f"attention.self.{hf}", op, when)
+    for x, hf in (("q", "query"), ("k", "key"))
+    for op, when in ((_ROTARY, "rotary"), (RENAME, "!rotary"))
+)
 ESM2 = Table(
     groups={
         "embeddings": Group(
             (
-                row(
-                    CS_P + "embedding_layer.position_embeddings.embed.weight",
-                    HF_P + "embeddings.position_embeddings.weight",
-                    when="!rotary",
-                ),
-                pair(CS_P + "embed_ln_f", HF_P + "embeddings.layer_norm", LAYER_NORM, "norm"),
+                row(*POSITIONS, when="!rotary"),
+                pair("{c}embed_ln_f", "{p}embeddings.layer_norm", LAYER_NORM, "norm"),
             )
         ),
-        "layers": Group(
-            (
-                pair(
-                    L + "self_attn.proj_q_dense_layer",
-                    H + "attention.self.query",
-                    _ROTARY,
-                    "rotary",
-                ),
-                pair(
-                    L + "self_attn.proj_q_dense_layer", H + "attention.self.query", when="!rotary"
-                ),
-                pair(
-                    L + "self_attn.proj_k_dense_layer", H + "attention.self.key", _ROTARY, "rotary"
-                ),
-                pair(L + "self_attn.proj_k_dense_layer", H + "attention.self.key", when="!rotary"),
-                pair(L + "self_attn.proj_v_dense_layer", H + "attention.self.value"),
-                pair(L + "self_attn.proj_output_dense_layer", H + "attention.output.dense"),
-                pair(L + "norm1", H + "attention.LayerNorm", LAYER_NORM),
-                pair(L + "ffn.ffn.0.linear_layer", H + "intermediate.dense"),
-                pair(L + "ffn.ffn.1.linear_layer", H + "output.dense"),
-                pair(L + "norm2", H + "LayerNorm", LAYER_NORM),
-            ),
-            per_layer=True,
-        ),
+        "layers": encoder_layers(("attention.LayerNorm", "LayerNorm"), _QUERY_KEY),
         "head": Group(
             (
-                pair(
-                    CS_P + "transformer_encoder.norm",
-                    HF_P + "encoder.emb_layer_norm_after",
-                    LAYER_NORM,
-                ),
-                pair("bert_mlm_head.mlm_transform.ffn.ffn.0.linear_layer", "lm_head.dense"),
-                pair("bert_mlm_head.mlm_transform.ln", "lm_head.layer_norm", LAYER_NORM),
+                pair("{c}transformer_encoder.norm", "{p}encoder.emb_layer_norm_after", LAYER_NORM),
+                pair(_TRANSFORM + "ffn.ffn.0.linear_layer", "lm_head.dense"),
+                pair(_TRANSFORM + "ln", "lm_head.layer_norm", LAYER_NORM),
                 row(f"{CS_MLM}.bias", "lm_head.bias"),
                 row(
-                    (CS_P + "embedding_layer.word_embeddings.weight", f"{CS_MLM}.weight"),
-                    (HF_P + "embeddings.word_embeddings.weight", "lm_head.decoder.weight"),
+                    (WORD[0], f"{CS_MLM}.weight"),
+                    (WORD[1], "lm_head.decoder.weight"),
                     ESM_HEAD,
                 ),
             )
