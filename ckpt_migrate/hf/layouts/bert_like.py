@@ -1,7 +1,6 @@
 """The tensor tables of the BERT-like layout: BERT and its fine-tuning heads, RoBERTa and
 ESM-2 (Model Zoo, tag Release_2.10.0: ``bert.py``, ``bert_finetune.py``, ``roberta.py``,
-``esm2.py``, the latter two on the BERT rules they inherit). T5 keeps its hand-written plans
-for now (``hf/families/t5.py``).
+``esm2.py``, the latter two on the BERT rules they inherit).
 """
 
 from __future__ import annotations
