@@ -11,6 +11,7 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 save_file = pytest.importorskip("safetensors.numpy").save_file
 
+from ckpt_migrate.hf.experts import PER_EXPERT  # noqa: E402
 from ckpt_migrate.hf.families import by_model_type, by_name, llama, mixtral  # noqa: E402
 from ckpt_migrate.hf.mapping import MappingError, run, unused_inputs  # noqa: E402
 
@@ -355,7 +356,7 @@ def test_mixtral_per_expert_cs_layouts_export(layout):
     """2.10's default MoE layout ("experimental") and "functional" keep one FFN per expert."""
     extra = {"num_key_value_heads": 2, "num_local_experts": 4}
     _, _, _, hf, cs_model, cs = _cs_of("mixtral", "Mixtral", extra)
-    pattern = mixtral._PER_EXPERT[layout]
+    pattern = PER_EXPERT[layout]
     split = {}
     for key, value in cs.items():
         m = key.split("ffn.experts.fused_ffns.")

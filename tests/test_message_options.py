@@ -79,15 +79,22 @@ SOURCES = {
         *(f"ckpt_migrate/config/upgrade.py::{f}" for f in ["upgrade_config_text", "read_text"]),
         *(
             f"ckpt_migrate/hf/{m}.py"
-            for m in ["export", "safetensors_io", "rules", "arrays", "outdir"]
+            for m in ["export", "safetensors_io", "rules", "arrays", "outdir", "table", "heads"]
         ),
+        *(f"ckpt_migrate/hf/{m}.py" for m in ["ops", "experts"]),
         "ckpt_migrate/hf/families/*.py",
+        "ckpt_migrate/hf/layouts/*.py",
     ],
     "import-hf": [
         *READ,
         "ckpt_migrate/config/upgrade.py::upgrade_config_text",
-        *(f"ckpt_migrate/hf/{m}.py" for m in ["import_", "safetensors_io", "rules", "arrays"]),
+        *(
+            f"ckpt_migrate/hf/{m}.py"
+            for m in ["import_", "safetensors_io", "rules", "arrays", "table", "heads"]
+        ),
+        *(f"ckpt_migrate/hf/{m}.py" for m in ["ops", "experts"]),
         "ckpt_migrate/hf/families/*.py",
+        "ckpt_migrate/hf/layouts/*.py",
         "ckpt_migrate/torch/hf_bin.py",
     ],
 }

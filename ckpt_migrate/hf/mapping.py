@@ -4,7 +4,9 @@ A family module in ``ckpt_migrate/hf/families/`` maps one model family both ways
 reads a tensor: from the tensor names and shapes of one side and the model config it returns a
 *plan*, a list of :class:`Out`, each naming the input tensors one output tensor is built from
 and a numpy function that builds it. The pipeline walks the plan one output at a time, reading
-only that output's inputs, so peak memory stays near the largest tensor.
+only that output's inputs, so peak memory stays near the largest tensor. Most families build
+their plans from a declared tensor table (``hf/table.py``, the tables in ``hf/layouts/``, the
+operations in ``hf/ops.py``); the contract below is the same either way.
 
 CS names are the model state's names *without* the ``model.`` prefix, as Cerebras releases 2.1
 to 2.10 spell them (the key layout is the same across those releases: the 2.0 -> 2.1 renames
@@ -74,19 +76,6 @@ def _transposed_shape(s: Shape) -> Shape:
 
 def _transpose_2d(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.T) if x.ndim == 2 else x
-
-
-def concat(srcs: Sequence[str], dst: str, axis: int = 0) -> Out:
-    """Several inputs fused along ``axis`` (e.g. Q, K and V into one ``c_attn``)."""
-
-    def infer(*shapes: Shape) -> Shape:
-        out = list(shapes[0])
-        out[axis] = sum(s[axis] for s in shapes)
-        return tuple(out)
-
-    return Out(
-        dst, tuple(srcs), lambda *xs: np.concatenate(xs, axis=axis), infer=infer, note="fused"
-    )
 
 
 def chunk(src: str, dst: str, index: int, pieces: int, axis: int = 0) -> Out:

@@ -10,7 +10,6 @@ weight); ``roberta.py`` lines 70-90 are the same rules under ``lm_head``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -108,16 +107,6 @@ def finish(plan: list[Out], source: Mapping[str, Shape], side: str) -> list[Out]
     if missing:
         raise MappingError(f"{side} tensor {missing[0]} is missing ({len(missing)} missing)")
     return plan
-
-
-def hf_source(hf: Mapping[str, Shape], name: str) -> str:
-    """The HF tensor to read for ``name``: old HF BERT files call LayerNorm parameters ``gamma``
-    and ``beta`` (Converter_BertLayerNorm_HF_CS, bert.py lines 39-66)."""
-    if name in hf or not re.search(r"(?:LayerNorm|layer_norm)\.(?:weight|bias)$", name):
-        return name
-    stem, _, leaf = name.rpartition(".")
-    old = f"{stem}.{'gamma' if leaf == 'weight' else 'beta'}"
-    return old if old in hf else name
 
 
 # ----------------------------------------------------------------------------- MLM decoder

@@ -1,27 +1,17 @@
 """What the GPT-J, CodeGen, GPT-NeoX, Falcon and BLOOM families share (kept out of family
-discovery by the leading underscore): config checks, the GPT-J backbone's CS defaults, renames
-and fused Q/K/V plans, the head, the final norm's second name and the pipeline hooks. They are
-the rules Model Zoo's five converters (``tools/checkpoint_converters/`` at Release_2.10.0)
-spell alike; each family module keeps its own facts and cites its converter.
-
-All five CS models register their final norm under two names, ``ln_f`` and
-``transformer_decoder.norm`` (one module: ``models/nlp/gptj/gptj_model.py`` lines 535-538, which
-CodeGen, GPT-NeoX and Falcon use; ``models/nlp/gpt2/gpt2_model.py`` lines 910 and 965 for
-BLOOM). Model Zoo writes both on the way to CS (``replace_final_norm``) and so does
-:func:`plan_to_cs`; on the way to HF ``ln_f.*`` is a tie of ``transformer_decoder.norm.*``
-(:func:`cs_ties`), read only when it is the one present (:func:`source`).
+discovery by the leading underscore): config checks, the GPT-J backbone's CS defaults and the
+(HF, CS) name pairs of their blocks. They are the rules Model Zoo's five converters
+(``tools/checkpoint_converters/`` at Release_2.10.0) spell alike; each family module keeps its
+own facts and cites its converter. Their tensor table is built by ``hf/layouts/gptj_like.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from functools import partial
-from typing import Any, NamedTuple
-
-import numpy as np
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ckpt_migrate.hf import mup
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs, rename
+from ckpt_migrate.hf.mapping import MappingError, Shape
 
 Shapes = Mapping[str, Shape]  # tensor name -> shape
 Config = Mapping[str, Any]
@@ -29,9 +19,6 @@ Pairs = Sequence[tuple[str, str]]  # (HF name, CS name)
 
 EMBED = "embedding_layer.word_embeddings.weight"
 HEAD = "lm_head.weight"
-HEAD_BIAS = "lm_head.bias"
-# The CS model's second name of its final norm (copy -> the name the plan reads), see above.
-LN_F = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
 # The CS GPT-J model's defaults (GPT-J, CodeGen and GPT-NeoX), as Model Zoo fills them in before
 # converting: gptj_hf_cs.py lines 529-546, salesforce_codegen_hf_cs.py lines 689-706,
 # gpt_neox_hf_cs.py lines 808-825 and 1035-1039.
@@ -117,15 +104,6 @@ GPTJ_STYLE_TOP: Pairs = (
     ("ln_f.weight", "transformer_decoder.norm.weight"),
     ("ln_f.bias", "transformer_decoder.norm.bias"),
 )
-
-
-class Layout(NamedTuple):
-    """A family's tensors for one config: the renamed (HF name, CS name) pairs, and the other
-    plans (fused Q/K/V, slopes) of each way."""
-
-    renamed: list[tuple[str, str]]
-    to_cs: Sequence[Out] = ()
-    to_hf: Sequence[Out] = ()
 
 
 def gptj_style_hf_defaults(dropout: float) -> dict[str, Any]:
@@ -297,155 +275,3 @@ def hf_rope(factor: float, **fields: Any) -> tuple[dict[str, Any], dict[str, Any
     if factor != 1.0:
         rope.update(rope_type="linear", factor=factor)
     return rope, dict(rope) if rope["rope_type"] == "linear" else None
-
-
-def interleave(t: np.ndarray, rotary_dim: int) -> np.ndarray:
-    """HF rotates a head's first ``rotary_dim`` rows as two halves, CS as adjacent pairs: per
-    head ``[x0..x(n-1), y0..y(n-1)]`` becomes ``[x0, y0, x1, y1, ...]``; ``t`` is [heads,
-    head_size, ...]. Model Zoo: gpt_neox_hf_cs.py lines 79-104, falcon_40b.py lines 71-95."""
-    heads, rest = t.shape[0], t.shape[2:]
-    rot = t[:, :rotary_dim].reshape(heads, 2, rotary_dim // 2, *rest).swapaxes(1, 2)
-    return np.concatenate([rot.reshape(heads, rotary_dim, *rest), t[:, rotary_dim:]], axis=1)
-
-
-def deinterleave(t: np.ndarray, rotary_dim: int) -> np.ndarray:
-    """The inverse of :func:`interleave` (gpt_neox_hf_cs.py lines 106-136, falcon_40b.py 97-126)."""
-    heads, rest = t.shape[0], t.shape[2:]
-    rot = t[:, :rotary_dim].reshape(heads, rotary_dim // 2, 2, *rest).swapaxes(1, 2)
-    return np.concatenate([rot.reshape(heads, rotary_dim, *rest), t[:, rotary_dim:]], axis=1)
-
-
-def body(name: str, prefix: str) -> str:
-    """The HF body prefix of ``name``: ``prefix`` with a head, none for a headless model."""
-    return "" if name.endswith("-headless") else prefix
-
-
-def pairs(
-    top: Pairs, layer: Pairs, layers: int, prefix: str, block: str = "h"
-) -> list[tuple[str, str]]:
-    """(HF name, CS name) of every renamed tensor: ``top`` under ``prefix``, ``layer`` inside
-    each HF ``{prefix}{block}.N.`` and CS ``transformer_decoder.layers.N.``."""
-    out = [(prefix + hf, cs) for hf, cs in top]
-    for i in range(layers):
-        out += [
-            (f"{prefix}{block}.{i}.{hf}", f"transformer_decoder.layers.{i}.{cs}")
-            for hf, cs in layer
-        ]
-    return out
-
-
-def qkv_plans(
-    layers: int,
-    fused: str,
-    split: Callable[[np.ndarray, str], np.ndarray],
-    join: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
-    notes: tuple[str, str],
-    *,
-    kinds: Sequence[str] = ("weight", "bias"),
-    rows: Callable[[int, str], int] = lambda n, _which: n // 3,
-) -> tuple[list[Out], list[Out]]:
-    """(HF -> CS, CS -> HF) plans of every layer's fused Q/K/V: ``fused`` is the HF name with
-    ``{i}`` and ``{kind}`` fields, ``split(x, which)`` its Q, K or V part of ``rows(fused rows,
-    which)`` rows, ``join(q, k, v)`` the inverse; ``notes`` say what the split and join do."""
-    to_cs, to_hf = [], []
-    for i in range(layers):
-        attn = f"transformer_decoder.layers.{i}.self_attn"
-        for kind in kinds:
-            name = fused.format(i=i, kind=kind)
-            parts = [f"{attn}.proj_{w}_dense_layer.{kind}" for w in "qkv"]
-            for which, part in zip("qkv", parts):
-                to_cs.append(
-                    Out(
-                        part,
-                        (name,),
-                        lambda x, w=which: split(x, w),
-                        infer=lambda s, w=which: (rows(s[0], w), *s[1:]),
-                        note=f"{which.upper()} {notes[0]}",
-                    )
-                )
-            to_hf.append(
-                Out(
-                    name,
-                    tuple(parts),
-                    join,
-                    infer=lambda q, k, v: (q[0] + k[0] + v[0], *q[1:]),
-                    note=notes[1],
-                )
-            )
-    return to_cs, to_hf
-
-
-def finish(plan: list[Out], source: Shapes) -> list[Out]:
-    """Every input the plan reads exists. Source tensors no rule reads are left to the
-    pipeline's ``unused_inputs`` check; the hooks below name the expected ones."""
-    missing = missing_inputs(plan, source)
-    if missing:
-        raise MappingError(f"{missing[0]}: the checkpoint lacks this tensor")
-    return plan
-
-
-def random_head(vocab: int, hidden: int) -> Out:
-    """An untied head HF lacks, drawn N(0, 0.02) in float32 as Model Zoo does (gptj_hf_cs.py
-    lines 222-226, salesforce_codegen_hf_cs.py lines 384-392, gpt_neox_hf_cs.py lines 485-490,
-    falcon_40b.py lines 471-478, bloom_hf_cs.py lines 378-382); seeded here, so repeatable."""
-    shape = (vocab, hidden)
-
-    def build() -> np.ndarray:
-        return np.random.default_rng(0).normal(0.0, 0.02, shape).astype(np.float32)
-
-    return Out(HEAD, (), build, shape=shape, note="N(0, 0.02)")
-
-
-def zero_bias(size: int) -> Out:
-    """A float32 zero head bias (Model Zoo's on the way to CS, HF's value of a missing one)."""
-    return Out(HEAD_BIAS, (), partial(np.zeros, (size,), np.float32), shape=(size,), note="zeros")
-
-
-def plan_to_cs(
-    hf: Shapes, cfg: Config, name: str, layout: Layout, *, hf_head: str = HEAD, bias: bool = False
-) -> list[Out]:
-    """The CS plan: the renamed pairs, the final norm's second name, the layout's ``to_cs``, the
-    head. A headless model gets the embeddings when tied, else :func:`random_head`, and with
-    ``bias`` a :func:`zero_bias`; otherwise the HF head ``hf_head`` is renamed, or the embeddings
-    when tied and the file lacks it (Model Zoo renames only a head the file has, but the CS
-    model's state dict has it and the Trainer loads strictly, docs/MODELZOO_PARITY.md §5), and
-    with ``bias`` its bias."""
-    plan = [rename(h, c) for h, c in layout.renamed]
-    hf_of = {out.name: out.inputs[0] for out in plan}
-    plan += [rename(hf_of[norm], copy) for copy, norm in LN_F.items()]
-    plan += layout.to_cs
-    embed = hf_of[EMBED]
-    tied = cfg["share_embedding_weights"]
-    if not name.endswith("-headless"):
-        plan.append(rename(hf_head if hf_head in hf or not tied else embed, HEAD))
-        plan += [rename(HEAD_BIAS, HEAD_BIAS)] if bias else []
-        return finish(plan, hf)
-    plan.append(rename(embed, HEAD) if tied else random_head(cfg["vocab_size"], cfg["hidden_size"]))
-    plan += [zero_bias(cfg["vocab_size"])] if bias else []
-    return finish(plan, hf)
-
-
-def source(cs: Shapes, cs_name: str, tied: bool) -> str:
-    """The CS tensor to read for ``cs_name``: itself, else the copy of it that exists (``ln_f.*``
-    for the final norm; the head for tied embeddings, Model Zoo's ``pre_model_convert``)."""
-    copies = {v: k for k, v in LN_F.items()} | ({EMBED: HEAD} if tied else {})
-    copy = copies.get(cs_name)
-    return copy if cs_name not in cs and copy in cs else cs_name
-
-
-def plan_to_hf(
-    cs: Shapes, cfg: Config, name: str, layout: Layout, *, hf_head: str = HEAD, bias: bool = False
-) -> list[Out]:
-    """The HF plan: the renamed pairs read from whichever copy exists (:func:`source`), the
-    layout's ``to_hf`` (Q/K/V joined), then an untied head written as ``hf_head`` (HF ties a
-    tied one on load; a headless model has none); with ``bias`` the head bias, or the zeros HF
-    would initialise it to when CS lacks it (``use_bias_in_output: false``)."""
-    tied = bool(cfg["share_embedding_weights"])
-    plan = [rename(source(cs, c, tied), h) for h, c in layout.renamed]
-    plan += layout.to_hf
-    if not name.endswith("-headless"):
-        plan += [] if tied else [rename(HEAD, hf_head)]
-        if bias:
-            in_cs = HEAD_BIAS in cs
-            plan.append(rename(HEAD_BIAS, HEAD_BIAS) if in_cs else zero_bias(cfg["vocab_size"]))
-    return finish(plan, cs)

@@ -29,15 +29,13 @@ from ckpt_migrate.hf.families._bert_common import (
     bitwise_equal,  # noqa: F401 (the tied-copy check, tested as bert.bitwise_equal)
     check_name,
     expect,
-    finish,
-    hf_source,
     layers_of,
-    mlm_bias_to_cs,
-    mlm_to_hf,
-    mlm_weights_to_cs,
     with_defaults,
 )
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.layouts import bert_like
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.table import TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -248,103 +246,33 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
-# ----------------------------------------------------------------------------- tensor helpers
+# ----------------------------------------------------------------------------- tensors
 
-Pair = tuple[str, str]  # (CS name, HF name)
-
-
-def _linear(cs: str, hf: str) -> list[Pair]:
-    return [(f"{cs}.weight", f"{hf}.weight"), (f"{cs}.bias", f"{hf}.bias")]
+TABLE = bert_like.BERT
 
 
-def encoder_pairs(cs_p: str, hf_p: str, layers: int, segments: bool, pooler: bool) -> list[Pair]:
-    """The encoder's renames (Converter_BertModel_CS16_CS17, bert.py lines 82-242; 2.1 spelling
-    ``position_embeddings.embed.weight``, lines 1241-1254). No word embeddings: ties decide."""
-    e = f"{cs_p}embedding_layer."
-    pairs = [
-        (f"{e}position_embeddings.embed.weight", f"{hf_p}embeddings.position_embeddings.weight")
-    ]
-    if segments:
-        pairs.append(
-            (f"{e}segment_embeddings.weight", f"{hf_p}embeddings.token_type_embeddings.weight")
-        )
-    pairs += _linear(f"{cs_p}embed_ln_f", f"{hf_p}embeddings.LayerNorm")
-    for i in range(layers):
-        c, h = f"{cs_p}transformer_encoder.layers.{i}.", f"{hf_p}encoder.layer.{i}."
-        pairs += _linear(f"{c}self_attn.proj_q_dense_layer", f"{h}attention.self.query")
-        pairs += _linear(f"{c}self_attn.proj_k_dense_layer", f"{h}attention.self.key")
-        pairs += _linear(f"{c}self_attn.proj_v_dense_layer", f"{h}attention.self.value")
-        pairs += _linear(f"{c}self_attn.proj_output_dense_layer", f"{h}attention.output.dense")
-        pairs += _linear(f"{c}norm1", f"{h}attention.output.LayerNorm")
-        pairs += _linear(f"{c}ffn.ffn.0.linear_layer", f"{h}intermediate.dense")
-        pairs += _linear(f"{c}ffn.ffn.1.linear_layer", f"{h}output.dense")
-        pairs += _linear(f"{c}norm2", f"{h}output.LayerNorm")
-    if pooler:
-        pairs += _linear(f"{cs_p}pooler.pooler.ffn.0.linear_layer", f"{hf_p}pooler.dense")
-    return pairs
-
-
-# ----------------------------------------------------------------------------- BERT plans
-
-_CS_WORD = "embedding_layer.word_embeddings.weight"
-
-
-def _prefixes(name: str) -> tuple[str, str]:
-    """BertPretrainModel names its encoder ``bert_encoder``, the fine-tuning models ``bert``
-    (bert.py line 544, bert_finetune.py line 47)."""
-    return ("bert_encoder." if name == PRETRAINING else "bert."), "bert."
-
-
-def _body_pairs(name: str, layers: int) -> list[Pair]:
-    """Encoder plus the heads other than the MLM decoder (bert.py lines 549-599, bert_finetune.py
-    lines 51-54 and 447-453). HF token classification and QA have no pooler."""
-    cs_p, hf_p = _prefixes(name)
-    pooler = name in (PRETRAINING, SEQUENCE_CLASSIFIER)
-    pairs = encoder_pairs(cs_p, hf_p, layers, segments=True, pooler=pooler)
-    if name == PRETRAINING:
-        t = "bert_mlm_head.mlm_transform."
-        pairs += _linear(f"{t}ffn.ffn.0.linear_layer", "cls.predictions.transform.dense")
-        pairs += _linear(f"{t}ln", "cls.predictions.transform.LayerNorm")
-        pairs += _linear("bert_cls_head.classifier.ffn.0.linear_layer", "cls.seq_relationship")
-    elif name == QA:
-        pairs += _linear("classifier", "qa_outputs")
-    else:
-        pairs += _linear("classifier", "classifier")
-    return pairs
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
     """Model Zoo: Converter_BertPretrainModel_HF_CS21 and Converter_BertFor*_HF_CS21 (bert.py
-    lines 1268-1299, bert_finetune.py lines 591-766), CS -> HF: renames only. Tied, the word
-    embeddings come from whichever of the two tied CS names the file has (:func:`cs_ties`)."""
+    lines 1268-1299, bert_finetune.py lines 591-766), renames only, either way. BertPretrainModel
+    names its encoder ``bert_encoder``, the fine-tuning models ``bert`` (bert.py line 544,
+    bert_finetune.py line 47); HF token classification and QA have no pooler. Tied, the word
+    embeddings come from whichever of the two tied CS names the file has; on import the tied MLM
+    decoder weight is written only when the HF file has it, as Model Zoo does, the MLM bias
+    always (ours on purpose, :func:`~ckpt_migrate.hf.families._bert_common.mlm_bias_to_cs`).
+    HF's ``position_ids`` buffer, when an old file has it, is dropped (``HF_DROPPED``; bert.py
+    lines 113-118)."""
     check_name(name, NAMES)
-    layers = layers_of(cs_model, "num_hidden_layers", 12)
-    plan = [rename(c, h) for c, h in _body_pairs(name, layers)]
-    cs_p, hf_p = _prefixes(name)
-    hf_word = f"{hf_p}embeddings.word_embeddings.weight"
-    if name == PRETRAINING:
-        share = cs_model.get("share_embedding_weights", True)
-        plan += mlm_to_hf(cs, share, f"{cs_p}{_CS_WORD}", hf_word, "cls.predictions")
-    else:
-        plan.append(rename(f"{cs_p}{_CS_WORD}", hf_word))
-    return finish(plan, cs, "CS")
+    layers = layers_of(config, "num_hidden_layers", 12)
+    key = "share_embedding_weights" if direction == TO_HF else "tie_word_embeddings"
+    flags = {"segments"} | ({"tied"} if config.get(key, True) else set())
+    if name in (PRETRAINING, SEQUENCE_CLASSIFIER):
+        flags.add("pooler")
+    flags.add({PRETRAINING: "mlm", QA: "qa"}.get(name, "classifier"))
+    dims = {"mlm": "cls.predictions", "side": "CS" if direction == TO_HF else "HF"}
+    cs_prefix = "bert_encoder." if name == PRETRAINING else "bert."
+    return Ctx(shapes, layers, "bert.", frozenset(flags), dims, cs_prefix=cs_prefix)
 
 
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """The same converters, HF -> CS. HF's ``position_ids`` buffer, when an old file has it, is
-    dropped (``HF_DROPPED``; bert.py lines 113-118); ``gamma``/``beta`` are read as LayerNorm
-    ``weight``/``bias`` (:func:`hf_source`). The tied MLM decoder weight is written only when
-    the HF file has it, as Model Zoo does (:func:`mlm_weights_to_cs`); the MLM bias always
-    (ours on purpose, :func:`mlm_bias_to_cs`)."""
-    check_name(name, NAMES)
-    layers = layers_of(hf_config, "num_hidden_layers", 12)
-    plan = [rename(hf_source(hf, h), c) for c, h in _body_pairs(name, layers)]
-    cs_p, hf_p = _prefixes(name)
-    hf_word = f"{hf_p}embeddings.word_embeddings.weight"
-    if name == PRETRAINING:
-        tie = hf_config.get("tie_word_embeddings", True)
-        plan += mlm_weights_to_cs(hf, tie, f"{cs_p}{_CS_WORD}", hf_word, "cls.predictions")
-        plan.append(mlm_bias_to_cs(hf, "cls.predictions"))
-    else:
-        plan.append(rename(hf_word, f"{cs_p}{_CS_WORD}"))
-    return finish(plan, hf, "HF")
+plan_to_hf, plan_to_cs = plans(TABLE, context)

@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.layouts.gptj_like import cs_config, decoder_context, decoder_table, qkv_row
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx, fused_qkv, made_on_import
+from ckpt_migrate.hf.table import plans, row
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -176,46 +178,46 @@ def alibi_slopes(heads: int) -> list[float]:
     return power_of_2(closest) + alibi_slopes(2 * closest)[0::2][: heads - closest]
 
 
-def _unfuse(x: np.ndarray, which: str, heads: int) -> np.ndarray:
+def _unfuse(x: np.ndarray, which: str, dims: Mapping[str, Any]) -> np.ndarray:
     """Model Zoo: bloom_hf_cs.py lines 95-127, ``query_key_value`` viewed as
     [heads, 3, head_dim, ...]; Q, K, V are 0, 1, 2."""
+    heads = dims["heads"]
     part = x.reshape(heads, 3, -1, *x.shape[1:])[:, "qkv".index(which)]
     return np.ascontiguousarray(part).reshape(-1, *x.shape[1:])
 
 
-def _fuse(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int) -> np.ndarray:
+def _fuse(q: np.ndarray, k: np.ndarray, v: np.ndarray, dims: Mapping[str, Any]) -> np.ndarray:
     """Model Zoo: bloom_hf_cs.py lines 129-168, the inverse of :func:`_unfuse`."""
+    heads = dims["heads"]
     parts = [t.reshape(heads, 1, -1, *t.shape[1:]) for t in (q, k, v)]
     return np.concatenate(parts, axis=1).reshape(-1, *q.shape[1:])
 
 
-def _layout(cfg: Mapping[str, Any], name: str) -> dc.Layout:
-    """Renames and the ``query_key_value`` unfusing and fusing (HF names under ``transformer.``
-    with a head)."""
-    prefix = dc.body(name, "transformer.")
-    layers, heads = cfg["num_hidden_layers"], cfg["num_heads"]
-    split, join = partial(_unfuse, heads=heads), partial(_fuse, heads=heads)
-    unfuse, fuse = dc.qkv_plans(layers, prefix + QKV, split, join, QKV_NOTES)
-    return dc.Layout(dc.pairs(TOP_PAIRS, LAYER_PAIRS, layers, prefix), unfuse, fuse)
+def _slopes(dims: Mapping[str, Any]) -> np.ndarray:
+    """The ALiBi slopes as the CS model stores them: float32 [heads, 1] (lines 387-391)."""
+    heads = dims["heads"]
+    return np.asarray(alibi_slopes(heads), dtype=np.float32).reshape(heads, 1)
 
 
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: bloom_hf_cs.py lines 204-399 and 724-786, renames, Q/K/V unfusing and the
-    ALiBi slopes (float32 [heads, 1], lines 387-391 and 774-778), the final norm under both
-    names (lines 293-307); a headless model gets a new head (lines 368-383): the embeddings when
-    tied, else N(0, 0.02) (lines 378-382). A tied head the HF file lacks is the embeddings
-    (:func:`dc.plan_to_cs`)."""
-    cfg = config_to_cs(hf_config, name)
-    layout, heads = _layout(cfg, name), cfg["num_heads"]
-    slopes = np.asarray(alibi_slopes(heads), dtype=np.float32).reshape(heads, 1)
-    alibi = Out(SLOPES, (), slopes.copy, shape=(heads, 1), note="ALiBi slopes")
-    return dc.plan_to_cs(hf, cfg, name, layout._replace(to_cs=[*layout.to_cs, alibi]))
+TABLE = decoder_table(
+    TOP_PAIRS,
+    LAYER_PAIRS,
+    attention=[qkv_row(QKV, fused_qkv(_unfuse, _fuse, QKV_NOTES))],
+    made=[row(SLOPES, (), made_on_import(_slopes, "ALiBi slopes"))],
+)
 
 
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: bloom_hf_cs.py lines 204-291 and 724-740, renames (of whichever copy of the
-    embeddings and the final norm exists, :func:`dc.source`) and Q/K/V fusing; the slopes are
-    dropped (HF recomputes them) and a tied head is not written."""
-    config_to_hf(cs_model, name)
-    cfg = {**CS_DEFAULTS, **cs_model}
-    return dc.plan_to_hf(cs, cfg, name, _layout(cfg, name))
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """Model Zoo: bloom_hf_cs.py lines 204-399 and 724-786, renames (on export of whichever
+    copy of the embeddings and the final norm exists), Q/K/V unfusing and fusing, the ALiBi
+    slopes made on import (lines 387-391 and 774-778) and dropped on export (HF recomputes
+    them), the final norm under both names (lines 293-307); a headless model gets a new head
+    (lines 368-383): the embeddings when tied, else N(0, 0.02) (lines 378-382); a tied head is
+    not written."""
+    cfg = cs_config(direction, config, name, config_to_cs, config_to_hf, CS_DEFAULTS)
+    return decoder_context(shapes, cfg, name, "transformer.", dims={"heads": cfg["num_heads"]})
+
+
+plan_to_hf, plan_to_cs = plans(TABLE, context)

@@ -23,7 +23,11 @@ from typing import Any
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families import _gpt2_layout as layout
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.layouts import gpt2_like
+from ckpt_migrate.hf.layouts.gpt2_like import layout_context
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.table import TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -122,55 +126,34 @@ def _check_positions(kind: str) -> None:
         raise MappingError(f"position_embedding_type={kind!r} is not supported (only {POSITIONS})")
 
 
-def _pairs(p: str, hf_config: Mapping[str, Any]) -> list[layout.Pair]:
-    """Conv1D weights transposed (GPT-2 ``transpose_key_if_2D``); ``relative_pe.slopes`` ->
-    ``embedding_layer.position_embed_helper.slopes`` (lines 386-394) with ALiBi, ``wpe`` without;
-    ``mlp.c_fc2`` -> ``ffn.ffn.0.linear_layer_for_glu`` (lines 50-60) for SwiGLU."""
-    layers = hf_config["n_layer"]
-    alibi = hf_config.get("position_embedding_type", "learned") == "alibi"
-    modules = list(layout.GPT2_BLOCK)
-    if _glu(hf_config.get("activation_function", "gelu_new")):
-        modules.insert(2, ("mlp.c_fc2", "ffn.ffn.0.linear_layer_for_glu"))
-    slopes = (f"{p}relative_pe.slopes", "embedding_layer.position_embed_helper.slopes", False)
-    extra = [slopes] if alibi else []
-    return layout.decoder_pairs(p, layers, modules, conv1d=True, learned=not alibi, extra=extra)
-
-
 def _glu(activation: str) -> bool:
     if activation.endswith("glu") and activation != "swiglu":
         raise MappingError(f"nonlinearity={activation!r} is not supported (HF has swiglu only)")
     return activation == "swiglu"
 
 
-def _body(p: str, hf_config: Mapping[str, Any], to_cs: bool) -> list[Out]:
-    """The renamed tensors and ``c_attn``, transposed and chunked into Q, K, V (``to_cs``) or
-    Q, K, V concatenated and transposed into it (GPT-2 attention rules, gpt2_hf_cs.py lines
-    113-188)."""
-    pairs = _pairs(p, hf_config)
-    plan = layout.pairs_to_cs(pairs) if to_cs else layout.pairs_to_hf(pairs)
-    fused = layout.split_attn if to_cs else layout.join_attn
-    for i in range(hf_config["n_layer"]):
-        plan += fused(p, i, "c_attn", "qkv")
-    return plan
+TABLE = gpt2_like.BTLM
 
 
-def plan_to_cs(
-    hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str, spec: Spec = BTLM
-) -> list[Out]:
-    """CS tensors (:func:`_body`, with ``generate_hf_biases=False``, btlm_hf_cs.py line 65).
-    The final norm's second name and the head as
-    :func:`~ckpt_migrate.hf.families._gpt2_layout.finish_to_cs`."""
+def context(
+    direction: str,
+    shapes: Mapping[str, Shape],
+    config: Mapping[str, Any],
+    name: str,
+    spec: Spec = BTLM,
+) -> Ctx:
+    """What the BTLM table reads (of the HF config; on export the one :func:`config_to_hf`
+    gives): ALiBi slopes (``relative_pe.slopes`` -> ``embedding_layer.position_embed_helper
+    .slopes``, lines 386-394) or learned positions, and SwiGLU's ``mlp.c_fc2`` (lines 50-60).
+    No ``attn.bias`` buffers are generated (``generate_hf_biases=False``, line 65)."""
     headless = layout.check_name(name, spec.names)
-    plan = _body(layout.hf_prefix(headless), hf_config, to_cs=True)
-    return layout.finish_to_cs(plan, hf, hf_config, headless)
+    hf_config = config_to_hf(config, name, spec) if direction == TO_HF else config
+    layers = hf_config["n_layer"]
+    alibi = hf_config.get("position_embedding_type", "learned") == "alibi"
+    flags = {"alibi"} if alibi else {"learned"}
+    if _glu(hf_config.get("activation_function", "gelu_new")):
+        flags.add("glu")
+    return layout_context(direction, shapes, config, headless, layers, frozenset(flags))
 
 
-def plan_to_hf(
-    cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str, spec: Spec = BTLM
-) -> list[Out]:
-    """HF tensors (:func:`_body`); no ``attn.bias`` buffers are generated
-    (``generate_hf_biases=False``)."""
-    headless = layout.check_name(name, spec.names)
-    hf_config = config_to_hf(cs_model, name, spec)
-    plan = _body(layout.hf_prefix(headless), hf_config, to_cs=False)
-    return layout.finish_to_hf(plan, cs, cs_model, headless)
+plan_to_hf, plan_to_cs = plans(TABLE, context)

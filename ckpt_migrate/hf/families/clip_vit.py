@@ -15,14 +15,17 @@ Every tensor is renamed but the position table: HF keeps the class token's row f
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ckpt_migrate import catalogue
-from ckpt_migrate.hf.families._bert_common import check_name, expect, finish, layers_of
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.families._bert_common import check_name, expect, layers_of
+from ckpt_migrate.hf.layouts.bert_like import inputs_on_side
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.ops import Ctx, Op
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Table, pair, plans, row
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -123,12 +126,21 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
-Pair = tuple[str, str]  # (CS name, HF name)
+def _rolled(shift: int) -> Callable[[Sequence[str], Sequence[str], Ctx], list[Out]]:
+    def build(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+        def rows(x: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(np.roll(x, shift, axis=0))
+
+        return [
+            Out(d, (s,), rows, infer=lambda shape: shape, note="class-token row moved")
+            for s, d in zip(srcs, dsts, strict=True)
+        ]
+
+    return build
 
 
-def _wb(cs: str, hf: str) -> list[Pair]:
-    return [(f"{cs}.weight", f"{hf}.weight"), (f"{cs}.bias", f"{hf}.bias")]
-
+# The position table: the class token's row first in HF, last in CS (lines 212-236).
+CLASS_ROW = Op("class-token position row moved", _rolled(1), _rolled(-1))
 
 _LAYER = (
     ("self_attn.proj_q_dense_layer", "self_attn.q_proj"),
@@ -140,54 +152,56 @@ _LAYER = (
     ("norm1", "layer_norm1"),
     ("norm2", "layer_norm2"),
 )
-CS_POSITIONS = "vit_model.embedding_layer.position_embeddings.weight"
-HF_POSITIONS = "vision_model.embeddings.position_embedding.weight"
+_C, _H = "vit_model.", "vision_model."
+_LAYER_C, _LAYER_H = _C + "encoder.transformer_encoder.layers.{i}.", _H + "encoder.layers.{i}."
 
-
-def pairs(layers: int) -> list[Pair]:
-    """Renames (clip_vit.py lines 38-209 under ``vision_model.``/``vit_model.``, lines
-    253-270; the projection, lines 262-270, has no bias in HF CLIP)."""
-    c, h = "vit_model.", "vision_model."
-    out = [
-        (f"{c}embedding_layer.cls_embedding", f"{h}embeddings.class_embedding"),
-        (f"{c}embedding_layer.linear_proj.weight", f"{h}embeddings.patch_embedding.weight"),
-        *_wb(f"{c}embedding_layer.post_embed_ln", f"{h}pre_layrnorm"),
-    ]
-    for i in range(layers):
-        for cs, hf in _LAYER:
-            out += _wb(
-                f"{c}encoder.transformer_encoder.layers.{i}.{cs}", f"{h}encoder.layers.{i}.{hf}"
+# Renames (clip_vit.py lines 38-209 under ``vision_model.``/``vit_model.``, lines 253-270; the
+# projection, lines 262-270, has no bias in HF CLIP), the position table last.
+TABLE = Table(
+    groups={
+        "embeddings": Group(
+            (
+                row(_C + "embedding_layer.cls_embedding", _H + "embeddings.class_embedding"),
+                row(
+                    _C + "embedding_layer.linear_proj.weight",
+                    _H + "embeddings.patch_embedding.weight",
+                ),
+                pair(_C + "embedding_layer.post_embed_ln", _H + "pre_layrnorm"),
             )
-    out += _wb(f"{c}encoder.transformer_encoder.norm", f"{h}post_layernorm")
-    out.append(("classifier.classifier.ffn.0.linear_layer.weight", "visual_projection.weight"))
-    return out
+        ),
+        "layers": Group(
+            tuple(pair(_LAYER_C + cs, _LAYER_H + hf) for cs, hf in _LAYER), per_layer=True
+        ),
+        "tail": Group(
+            (
+                pair(_C + "encoder.transformer_encoder.norm", _H + "post_layernorm"),
+                row("classifier.classifier.ffn.0.linear_layer.weight", "visual_projection.weight"),
+            )
+        ),
+        "positions": Group(
+            (
+                row(
+                    _C + "embedding_layer.position_embeddings.weight",
+                    _H + "embeddings.position_embedding.weight",
+                    CLASS_ROW,
+                ),
+            )
+        ),
+    },
+    order=dict.fromkeys((TO_HF, TO_CS), ("embeddings", "layers", "tail", "positions")),
+    check=inputs_on_side,
+)
 
 
-def _rows(shift: int):
-    def build(x: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(np.roll(x, shift, axis=0))
-
-    return build
-
-
-def _positions(src: str, dst: str, shift: int) -> Out:
-    """The class token's position row moved last (HF -> CS, ``shift`` -1) or first (+1)."""
-    return Out(dst, (src,), _rows(shift), infer=lambda s: s, note="class-token row moved")
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: Converter_CLIPViT_Projection_HF_CS21, CS -> HF."""
-    config_to_hf(cs_model, name)
-    layers = layers_of(cs_model, "num_hidden_layers", 12)
-    plan = [rename(c, h) for c, h in pairs(layers)]
-    plan.append(_positions(CS_POSITIONS, HF_POSITIONS, 1))
-    return finish(plan, cs, "CS")
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """Model Zoo: Converter_CLIPViT_Projection_HF_CS21 either way: the layers (HF's
+    ``position_ids`` buffer, when a file has it, is dropped: lines 39-41)."""
+    to_hf = direction == TO_HF
+    cfg = config_to_hf(config, name) if to_hf else config_to_cs(config, name)
+    layers = layers_of(config if to_hf else cfg, "num_hidden_layers", 12)
+    return Ctx(shapes, layers, dims={"side": "CS" if to_hf else "HF"})
 
 
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """The same converter, HF -> CS (HF's ``position_ids`` buffer, when a file has it, is
-    dropped: lines 39-41)."""
-    cfg = config_to_cs(hf_config, name)
-    plan = [rename(h, c) for c, h in pairs(layers_of(cfg, "num_hidden_layers", 12))]
-    plan.append(_positions(HF_POSITIONS, CS_POSITIONS, -1))
-    return finish(plan, hf, "HF")
+plan_to_hf, plan_to_cs = plans(TABLE, context)

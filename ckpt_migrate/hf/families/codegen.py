@@ -25,7 +25,10 @@ import numpy as np
 
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.layouts.gptj_like import cs_config, decoder_context, decoder_table, qkv_row
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx, fused_qkv
+from ckpt_migrate.hf.table import plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -107,29 +110,30 @@ def _pack(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.concatenate(parts, axis=1).reshape(-1, dim)
 
 
-def _layout(layers: int, name: str) -> dc.Layout:
-    """Renames and the ``qkv_proj`` unpacking and packing (HF names under ``transformer.`` with a
-    head)."""
-    prefix = dc.body(name, "transformer.")
-    unpack, pack = dc.qkv_plans(layers, prefix + QKV, _unpack, _pack, QKV_NOTES, kinds=("weight",))
-    return dc.Layout(dc.pairs(TOP_PAIRS, LAYER_PAIRS, layers, prefix), unpack, pack)
+TABLE = decoder_table(
+    TOP_PAIRS,
+    LAYER_PAIRS,
+    attention=[
+        qkv_row(
+            QKV,
+            fused_qkv(lambda x, w, _: _unpack(x, w), lambda q, k, v, _: _pack(q, k, v), QKV_NOTES),
+            ("weight",),
+        )
+    ],
+)
 
 
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: salesforce_codegen_hf_cs.py lines 245-318 and 463-478, renames and the
-    ``qkv_proj`` unpacking, the final norm under both names (lines 320-334); a headless model
-    gets a new head (lines 374-392): the embeddings when tied, else N(0, 0.02) (lines 384-392),
-    and a zero bias. A tied head the HF file lacks is the embeddings
-    (:func:`dc.plan_to_cs`)."""
-    cfg = config_to_cs(hf_config, name)
-    return dc.plan_to_cs(hf, cfg, name, _layout(cfg["num_hidden_layers"], name), bias=True)
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """Model Zoo: salesforce_codegen_hf_cs.py lines 245-318 and 463-499, renames (of whichever
+    copy of the embeddings and the final norm exists), the ``qkv_proj`` unpacking and packing
+    (lines 132-217), the final norm under both names (lines 320-334); a headless model gets a
+    new head (lines 374-392): the embeddings when tied, else N(0, 0.02), and a zero bias; a head
+    bias CS lacks (``use_bias_in_output: false``) is written as the zeros HF would initialise
+    it to."""
+    cfg = cs_config(direction, config, name, config_to_cs, config_to_hf, CS_DEFAULTS)
+    return decoder_context(shapes, cfg, name, "transformer.", bias=True)
 
 
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: salesforce_codegen_hf_cs.py lines 149-217 (``qkv_proj`` packing), 245-318 and
-    463-499, renames (of whichever copy of the embeddings and the final norm exists,
-    :func:`dc.source`); a tied head is not written (HF ties it on load); a head bias CS lacks
-    (``use_bias_in_output: false``) is written as the zeros HF would initialise it to."""
-    config_to_hf(cs_model, name)
-    cfg = {**CS_DEFAULTS, **cs_model}
-    return dc.plan_to_hf(cs, cfg, name, _layout(cfg["num_hidden_layers"], name), bias=True)
+plan_to_hf, plan_to_cs = plans(TABLE, context)

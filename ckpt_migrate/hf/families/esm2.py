@@ -11,7 +11,8 @@ rename lines 1238-1254, ``ConfigConverter_Bert_HF_CS17`` / ``_CS21`` lines 807-9
 
 Data changes: with rotary positions the query and key rows are permuted per head (CS
 interleaves the rotary pairs, HF keeps them as two halves; esm2.py lines 127-215, the same
-permutation as LLaMA's, :func:`.llama.interleave_rotary`). Everything else is a rename.
+permutation as LLaMA's, :func:`~ckpt_migrate.hf.ops.interleave_rotary`). Everything else is a
+rename. The tensor table is ``hf/layouts/bert_like.py``'s ``ESM2``.
 
 HF tensors with no CS counterpart: the contact-prediction head (``esm.contact_head.regression``,
 dropped by Model Zoo too, esm2.py lines 316-320; an export leaves it out and transformers
@@ -25,7 +26,6 @@ bert.py lines 39-67), an export writes the state-dict names (``.weight`` / ``.bi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,14 +35,13 @@ from ckpt_migrate.hf.families import bert
 from ckpt_migrate.hf.families._bert_common import (
     check_name,
     expect,
-    finish,
     layers_of,
-    one_of,
-    tied,
     with_defaults,
 )
-from ckpt_migrate.hf.families.llama import deinterleave_rotary, interleave_rotary
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.layouts import bert_like
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.table import TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -51,7 +50,6 @@ NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
 ARCHITECTURES = catalogue.hf_architectures(__name__)
 
-_HF_POSITIONS = "esm.embeddings.position_embeddings.weight"
 
 # CS model field <-> HF config field, copied when present (ConfigConverter_Bert_HF_CS17, bert.py
 # lines 822-930; esm2.py lines 380-399 add the ESM fields). Not ``hidden_act``: ESM's rule for
@@ -224,120 +222,27 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- tensors
 
-Pair = tuple[str, str]  # (CS name, HF name)
-_CS_P, _HF_P = "bert_encoder.", "esm."
-_CS_WORD = f"{_CS_P}embedding_layer.word_embeddings.weight"
-_HF_WORD = f"{_HF_P}embeddings.word_embeddings.weight"
-_CS_POSITIONS = f"{_CS_P}embedding_layer.position_embeddings.embed.weight"
-_CS_DECODER = "bert_mlm_head.classifier.ffn.0.linear_layer"
-_ROTARY_HF = ("attention.self.query", "attention.self.key")
+TABLE = bert_like.ESM2
 
 
-def _both(cs: str, hf: str) -> list[Pair]:
-    return [(f"{cs}.weight", f"{hf}.weight"), (f"{cs}.bias", f"{hf}.bias")]
-
-
-def _layer_pairs(i: int) -> list[Pair]:
-    """One encoder layer: esm2.py lines 46-73 (query, key), 89-111 (``attention.LayerNorm`` ->
-    ``norm1``, ``LayerNorm`` -> ``norm2``), bert.py lines 155-221 (value, output, FFN)."""
-    c, h = f"{_CS_P}transformer_encoder.layers.{i}.", f"{_HF_P}encoder.layer.{i}."
-    return [
-        *_both(f"{c}self_attn.proj_q_dense_layer", f"{h}attention.self.query"),
-        *_both(f"{c}self_attn.proj_k_dense_layer", f"{h}attention.self.key"),
-        *_both(f"{c}self_attn.proj_v_dense_layer", f"{h}attention.self.value"),
-        *_both(f"{c}self_attn.proj_output_dense_layer", f"{h}attention.output.dense"),
-        *_both(f"{c}norm1", f"{h}attention.LayerNorm"),
-        *_both(f"{c}ffn.ffn.0.linear_layer", f"{h}intermediate.dense"),
-        *_both(f"{c}ffn.ffn.1.linear_layer", f"{h}output.dense"),
-        *_both(f"{c}norm2", f"{h}LayerNorm"),
-    ]
-
-
-def _pairs(layers: int, learned: bool, emb_norm: bool) -> list[Pair]:
-    """Everything but the word embeddings and the MLM decoder: positions (bert.py lines
-    1244-1252, absolute only, esm2.py lines 226-233), the embedding norm when
-    ``emb_layer_norm_before`` (esm2.py lines 74-80), the layers, the final encoder norm
-    (lines 112-123) and the MLM transform (lines 266-285)."""
-    pairs: list[Pair] = []
-    if learned:
-        pairs.append((_CS_POSITIONS, _HF_POSITIONS))
-    if emb_norm:
-        pairs += _both(f"{_CS_P}embed_ln_f", f"{_HF_P}embeddings.layer_norm")
-    for i in range(layers):
-        pairs += _layer_pairs(i)
-    pairs += _both(f"{_CS_P}transformer_encoder.norm", f"{_HF_P}encoder.emb_layer_norm_after")
-    pairs += _both("bert_mlm_head.mlm_transform.ffn.ffn.0.linear_layer", "lm_head.dense")
-    pairs += _both("bert_mlm_head.mlm_transform.ln", "lm_head.layer_norm")
-    pairs.append((f"{_CS_DECODER}.bias", "lm_head.bias"))  # esm2.py lines 296-315
-    return pairs
-
-
-def _hf_name(hf: Mapping[str, Shape], name: str) -> str:
-    """The HF tensor to read for ``name``: a layer norm's ``weight``/``bias`` may be stored as
-    ``gamma``/``beta`` (bert.py lines 51-66; transformers 5 ``save_pretrained`` writes ESM's
-    ``LayerNorm`` so)."""
-    if name in hf or not re.search(r"(?:LayerNorm|layer_norm\w*)\.(?:weight|bias)$", name):
-        return name
-    stem, _, leaf = name.rpartition(".")
-    old = f"{stem}.{'gamma' if leaf == 'weight' else 'beta'}"
-    return old if old in hf else name
-
-
-def _rotary(hf_name: str) -> bool:
-    return any(f".{part}." in hf_name for part in _ROTARY_HF)
-
-
-def _permuted(src: str, dst: str, heads: int, to_hf: bool) -> Out:
-    """Query/key rows (weight and bias) permuted per head for rotary (esm2.py lines 127-215:
-    ``interleave_helper`` HF -> CS, ``reverse_interleave_helper`` CS -> HF)."""
-    fn = deinterleave_rotary if to_hf else interleave_rotary
-    return Out(dst, (src,), lambda x: fn(x, heads), infer=lambda s: s, note="rotary rows")
-
-
-def _out(src: str, dst: str, hf_name: str, rotary_heads: int, to_hf: bool) -> Out:
-    if rotary_heads and _rotary(hf_name):
-        return _permuted(src, dst, rotary_heads, to_hf)
-    return rename(src, dst)
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: Converter_Esm2PretrainModel_HF_CS21, CS -> HF. Tied, the word embeddings come
-    from whichever of the two tied CS names the file has; ``save_pretrained`` leaves the tied
-    ``lm_head.decoder.weight`` out, and so does this plan (the other name is in
-    :func:`cs_ties`). Model Zoo's HF ``position_ids`` buffer (esm2.py lines 235-250) is not
-    written: transformers 5 regenerates it."""
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """Model Zoo: Converter_Esm2PretrainModel_HF_CS21 either way: the layers, rotary positions
+    (query and key rows permuted per head) or learned ones, the embedding norm
+    (``embedding_layer_norm``/``emb_layer_norm_before``), the word embeddings tied to the MLM
+    decoder (``share_embedding_weights``/``tie_word_embeddings``)."""
     check_name(name, NAMES)
-    cfg = with_defaults(cs_model, CS_DEFAULTS)
+    to_hf = direction == TO_HF
+    cfg = with_defaults(config, CS_DEFAULTS if to_hf else HF_DEFAULTS)
     layers = layers_of(cfg, "num_hidden_layers", 12)
     rotary = cfg["position_embedding_type"] == "rotary"
-    heads = int(cfg["num_heads"]) if rotary else 0
-    pairs = _pairs(layers, not rotary, bool(cfg["embedding_layer_norm"]))
-    plan = [_out(c, h, h, heads, to_hf=True) for c, h in pairs]
-    if cfg["share_embedding_weights"]:
-        plan.append(rename(one_of([_CS_WORD, f"{_CS_DECODER}.weight"], cs)[0], _HF_WORD))
-    else:
-        plan.append(rename(_CS_WORD, _HF_WORD))
-        plan.append(rename(f"{_CS_DECODER}.weight", "lm_head.decoder.weight"))
-    return finish(plan, cs, "CS")
+    heads = int(cfg["num_heads" if to_hf else "num_attention_heads"]) if rotary else 0
+    norm = bool(cfg["embedding_layer_norm" if to_hf else "emb_layer_norm_before"])
+    tied = cfg["share_embedding_weights" if to_hf else "tie_word_embeddings"]
+    flags = {f for f, on in (("rotary", rotary), ("norm", norm), ("tied", tied)) if on}
+    dims = {"heads": heads, "side": "CS" if to_hf else "HF"}
+    return Ctx(shapes, layers, "esm.", frozenset(flags), dims, cs_prefix="bert_encoder.")
 
 
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: the same converter, HF -> CS. Tied, the CS MLM decoder weight is written from
-    the word embeddings when the HF file lacks ``lm_head.decoder.weight`` (ours on purpose:
-    Model Zoo renames only what the file has, esm2.py lines 286-295, while ``Esm2PretrainModel``'s
-    state dict holds the tied weight under both names and CS loads strictly); a file that has
-    it must hold the same values."""
-    check_name(name, NAMES)
-    cfg = with_defaults(hf_config, HF_DEFAULTS)
-    layers = layers_of(cfg, "num_hidden_layers", 12)
-    rotary = cfg["position_embedding_type"] == "rotary"
-    heads = int(cfg["num_attention_heads"]) if rotary else 0
-    pairs = _pairs(layers, not rotary, bool(cfg["emb_layer_norm_before"]))
-    plan = [_out(_hf_name(hf, h), c, h, heads, to_hf=False) for c, h in pairs]
-    decoder = "lm_head.decoder.weight"
-    if cfg["tie_word_embeddings"]:
-        srcs = [_HF_WORD, *([decoder] if decoder in hf else [])]
-        plan += [tied(_CS_WORD, srcs), tied(f"{_CS_DECODER}.weight", srcs)]
-    else:
-        plan += [rename(_HF_WORD, _CS_WORD), rename(decoder, f"{_CS_DECODER}.weight")]
-    return finish(plan, hf, "HF")
+plan_to_hf, plan_to_cs = plans(TABLE, context)

@@ -22,7 +22,6 @@ the 180B converters include) writes the final norm under ``ln_f`` too, and its `
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,8 +29,11 @@ import numpy as np
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.families._decoder_common import EMBED
-from ckpt_migrate.hf.families._decoder_common import interleave as _interleave  # tests use it
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.layouts.gptj_like import decoder_context, decoder_table, qkv_row
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx, deinterleave, fused_qkv
+from ckpt_migrate.hf.ops import interleave as _interleave  # tests use it
+from ckpt_migrate.hf.table import BOTH, TO_CS, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -254,10 +256,12 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     }
 
 
-def _unfuse(x: np.ndarray, which: str, groups: int, head_dim: int) -> np.ndarray:
+def _unfuse(x: np.ndarray, which: str, dims: Mapping[str, Any]) -> np.ndarray:
     """Model Zoo: falcon_40b.py lines 128-201, ``query_key_value`` viewed as
     [groups, group size + 2, head_dim, ...]: the group's query heads, then its key, then its
-    value; Q and K get their rotary rows interleaved (lines 71-95, :func:`dc.interleave`)."""
+    value; Q and K get their rotary rows interleaved (lines 71-95,
+    :func:`~ckpt_migrate.hf.ops.interleave`)."""
+    groups, head_dim = dims["groups"], dims["head_dim"]
     rest = x.shape[1:]
     t = x.reshape(groups, -1, head_dim, *rest)
     size = t.shape[1] - 2
@@ -268,60 +272,61 @@ def _unfuse(x: np.ndarray, which: str, groups: int, head_dim: int) -> np.ndarray
     return np.ascontiguousarray(part.reshape(-1, *rest))
 
 
-def _fuse(q: np.ndarray, k: np.ndarray, v: np.ndarray, groups: int, head_dim: int) -> np.ndarray:
+def _fuse(q: np.ndarray, k: np.ndarray, v: np.ndarray, dims: Mapping[str, Any]) -> np.ndarray:
     """Model Zoo: falcon_40b.py lines 203-283, the inverse of :func:`_unfuse` (lines 97-126,
-    :func:`dc.deinterleave`)."""
+    :func:`~ckpt_migrate.hf.ops.deinterleave`)."""
+    groups, head_dim = dims["groups"], dims["head_dim"]
     rest = q.shape[1:]
-    q = dc.deinterleave(q.reshape(-1, head_dim, *rest), head_dim)
-    k = dc.deinterleave(k.reshape(-1, head_dim, *rest), head_dim)
+    q = deinterleave(q.reshape(-1, head_dim, *rest), head_dim)
+    k = deinterleave(k.reshape(-1, head_dim, *rest), head_dim)
     parts = [t.reshape(groups, -1, head_dim, *rest) for t in (q, k, v)]
     return np.concatenate(parts, axis=1).reshape(-1, *rest)
 
 
-def _layer_pairs(untied: bool, bias: bool) -> list[tuple[str, str]]:
-    """(HF, CS) names inside a block. Model Zoo: falcon_180b.py lines 48-127 (norms),
-    falcon_40b.py lines 372-393 (mlp; dense via the attention rules, lines 41-47)."""
-    norms = (
-        [("ln_attn", "norm1"), ("ln_mlp", "norm3")] if untied else [("input_layernorm", "norm1")]
-    )
-    return dc.megatron_layer("self_attention.dense", norms, bias)
+# (HF, CS[, when]) names inside a block. Model Zoo: falcon_180b.py lines 48-127 (norms: two
+# with untied layer norms, else one), falcon_40b.py lines 372-393 (mlp; dense via the attention
+# rules, lines 41-47); the linear layers' biases only with ``use_ffn_bias``.
+_LINEAR = (
+    ("self_attention.dense", "self_attn.proj_output_dense_layer"),
+    ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"),
+    ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer"),
+)
+LAYER_PAIRS = (
+    *((*pair, "untied") for pair in dc.params([("ln_attn", "norm1"), ("ln_mlp", "norm3")])),
+    *((*pair, "!untied") for pair in dc.params([("input_layernorm", "norm1")])),
+    *((f"{h}.{k}", f"{c}.{k}", "bias" if k == "bias" else None) for h, c in _LINEAR for k in BOTH),
+)
+_OP = fused_qkv(_unfuse, _fuse, QKV_NOTES, lambda _, which, dims: dims["rows"][which])
+TABLE = decoder_table(
+    TOP_PAIRS,
+    LAYER_PAIRS,
+    attention=[qkv_row(QKV, _OP, ("weight",)), qkv_row(QKV, _OP, ("bias",), when="bias")],
+)
 
 
-def _layout(cfg: Mapping[str, Any], name: str, groups: int, untied: bool, bias: bool) -> dc.Layout:
-    """Renames and the grouped ``query_key_value`` unfusing and fusing (HF names under
-    ``transformer.`` with a head)."""
-    prefix = dc.body(name, "transformer.")
-    layers = cfg["num_hidden_layers"]
-    renamed = dc.pairs(TOP_PAIRS, _layer_pairs(untied, bias), layers, prefix)
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """Model Zoo: falcon_180b.py lines 36-131 and 568-588, renames (``norm1``/``norm3`` are
+    ``ln_attn``/``ln_mlp`` with untied norms, else ``input_layernorm``; on export of whichever
+    copy of the embeddings and the final norm exists) and grouped QKV unfusing and fusing, the
+    final norm under both names (falcon_40b.py lines 407-421); a headless model gets a new head
+    (falcon_40b.py lines 461-481): the embeddings when tied, else N(0, 0.02) (lines 471-478); a
+    tied head is not written."""
+    if direction == TO_CS:
+        cfg = config_to_cs(config, name)
+        groups, bias = cfg["extra_attention_params"]["num_kv_groups"], cfg["use_ffn_bias"]
+        untied = cfg["use_untied_layer_norm"]
+    else:
+        dc.check_name(name, NAMES)
+        groups, untied = _cs_layout(config)
+        cfg = {**CS_DEFAULTS, **config}
+        bias = bool(cfg["use_ffn_bias"])
     heads, head_dim = cfg["num_heads"], cfg["hidden_size"] // cfg["num_heads"]
     rows = {"q": heads * head_dim, "k": groups * head_dim, "v": groups * head_dim}
-    split = partial(_unfuse, groups=groups, head_dim=head_dim)
-    join = partial(_fuse, groups=groups, head_dim=head_dim)
-    kinds = ("weight", "bias")[: 1 + bias]
-    unfuse, fuse = dc.qkv_plans(
-        layers, prefix + QKV, split, join, QKV_NOTES, kinds=kinds, rows=lambda _, w: rows[w]
-    )
-    return dc.Layout(renamed, unfuse, fuse)
+    dims = {"groups": groups, "head_dim": head_dim, "rows": rows}
+    flags = frozenset(({"untied"} if untied else set()) | ({"bias"} if bias else set()))
+    return decoder_context(shapes, cfg, name, "transformer.", dims=dims, flags=flags)
 
 
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: falcon_180b.py lines 36-131 and 568-588, renames and grouped QKV unfusing, the
-    final norm under both names (falcon_40b.py lines 407-421); a headless model gets a new head
-    (falcon_40b.py lines 461-481): the embeddings when tied, else N(0, 0.02) (lines 471-478). A
-    tied head the HF file lacks is the embeddings (:func:`dc.plan_to_cs`)."""
-    cfg = config_to_cs(hf_config, name)
-    groups, bias = cfg["extra_attention_params"]["num_kv_groups"], cfg["use_ffn_bias"]
-    layout = _layout(cfg, name, groups, cfg["use_untied_layer_norm"], bias)
-    return dc.plan_to_cs(hf, cfg, name, layout)
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: falcon_180b.py lines 36-131 and 568-588, renames (``norm1``/``norm3`` become
-    ``ln_attn``/``ln_mlp`` with untied norms, else ``input_layernorm``; of whichever copy of the
-    embeddings and the final norm exists, :func:`dc.source`) and grouped QKV fusing; a tied head
-    is not written (HF ties it on load)."""
-    dc.check_name(name, NAMES)
-    groups, untied = _cs_layout(cs_model)
-    cfg = {**CS_DEFAULTS, **cs_model}
-    layout = _layout(cfg, name, groups, untied, bool(cfg["use_ffn_bias"]))
-    return dc.plan_to_hf(cs, cfg, name, layout)
+plan_to_hf, plan_to_cs = plans(TABLE, context)

@@ -23,12 +23,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families import llama
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.layouts import llama_like
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.ops import shift as shift
+from ckpt_migrate.hf.table import TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -328,120 +330,32 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- tensors
 
 
-def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+TABLE = llama_like.GEMMA2
 
 
-def _f32_to_bf16(value: np.ndarray, like: np.dtype) -> np.ndarray:
-    """Round to nearest even, as torch does (NaN stays NaN)."""
-    bits = value.view(np.uint32)
-    rounded = bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
-    rounded = np.where(np.isnan(value), bits | np.uint32(0x400000), rounded)
-    return (rounded >> 16).astype(np.uint16).view(like)
-
-
-def shift(x: np.ndarray, delta: float) -> np.ndarray:
-    """``x + delta`` in ``x``'s dtype as torch's ``weight + torch.ones_like(weight)`` computes it
-    (Model Zoo gemma2.py lines 172-181): float16/32 with numpy's correctly rounded add, bf16
-    (stored as its 16-bit pattern) added in float32 and rounded to nearest even."""
-    if x.dtype in (np.int16, np.uint16):
-        return _f32_to_bf16(_bf16_to_f32(x) + np.float32(delta), x.dtype)
-    if x.dtype.kind != "f":
-        raise MappingError(f"a norm weight of dtype {x.dtype} cannot hold Gemma 2's offset")
-    return (x + x.dtype.type(delta)).astype(x.dtype)
-
-
-def norm(src: str, dst: str, to_cs: bool) -> Out:
-    """An RMS norm weight with HF's constant 1 folded in (``to_cs``) or out (gemma2.py lines
-    163-190)."""
-    delta = 1.0 if to_cs else -1.0
-    return Out(dst, (src,), lambda x: shift(x, delta), infer=lambda s: s, note=f"{delta:+g}")
-
-
-# (HF suffix, CS suffix) in one decoder layer: Model Zoo gemma2.py lines 56-146 (the attention
-# through llama.py lines 38-69).
-_ATTENTION = (
-    ("self_attn.q_proj", "self_attn.proj_q_dense_layer"),
-    ("self_attn.k_proj", "self_attn.proj_k_dense_layer"),
-    ("self_attn.v_proj", "self_attn.proj_v_dense_layer"),
-    ("self_attn.o_proj", "self_attn.proj_output_dense_layer"),
-)
-_MLP = (
-    ("mlp.gate_proj.weight", "ffn.ffn.0.linear_layer_for_glu.weight"),
-    ("mlp.up_proj.weight", "ffn.ffn.0.linear_layer.weight"),
-    ("mlp.down_proj.weight", "ffn.ffn.1.linear_layer.weight"),
-)
-_NORMS = (
-    ("input_layernorm.weight", "norm1.weight"),
-    ("post_attention_layernorm.weight", "norm1_post.weight"),
-    ("pre_feedforward_layernorm.weight", "norm3.weight"),
-    ("post_feedforward_layernorm.weight", "norm3_post.weight"),
-)
-_HF_EMB, _CS_EMB = "model.embed_tokens.weight", "embedding_layer.word_embeddings.weight"
-_HF_NORM, _CS_NORM = "model.norm.weight", "transformer_decoder.norm.weight"
-
-
-def rotary(src: str, dst: str, heads: int, to_cs: bool) -> Out:
-    """Q or K rows (or bias) of ``heads`` heads: HF's rotary halves interleaved for CS, or back
-    (llama.py lines 157-185, 239-294, :func:`.llama.interleave_rotary`)."""
-    fn = llama.interleave_rotary if to_cs else llama.deinterleave_rotary
-    return Out(dst, (src,), lambda x: fn(x, heads), infer=lambda s: s, note=f"rotary, {heads}")
-
-
-def layer_outs(i: int, heads: int, kv: int, bias: bool, to_cs: bool) -> list[Out]:
-    """One decoder layer: attention with Q/K rows (and biases) interleaved per head for rotary
-    (llama.py lines 157-294, rotary_dim = head_dim), MLP renamed, norms shifted."""
-    hf_p, cs_p = f"model.layers.{i}.", f"transformer_decoder.layers.{i}."
-    outs = []
-    for hf_s, cs_s in _ATTENTION:
-        for kind in ("weight", "bias") if bias else ("weight",):
-            src, dst = f"{hf_p}{hf_s}.{kind}", f"{cs_p}{cs_s}.{kind}"
-            src, dst = (src, dst) if to_cs else (dst, src)
-            n = {"self_attn.q_proj": heads, "self_attn.k_proj": kv}.get(hf_s)
-            if n is None:
-                outs.append(rename(src, dst))
-            else:
-                outs.append(rotary(src, dst, n, to_cs))
-    for hf_s, cs_s in _MLP:
-        src, dst = f"{hf_p}{hf_s}", f"{cs_p}{cs_s}"
-        outs.append(rename(src, dst) if to_cs else rename(dst, src))
-    for hf_s, cs_s in _NORMS:
-        src, dst = f"{hf_p}{hf_s}", f"{cs_p}{cs_s}"
-        outs.append(norm(src, dst, True) if to_cs else norm(dst, src, False))
-    return outs
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """HF state dict (as ``save_pretrained`` writes it) from the CS model tensors: a tied head is
-    not written (nor read: :func:`cs_ties`), ``ln_f`` is not read (gemma2.py line 160)."""
-    _check_name(name)
-    cfg = cs_checked(cs_model)
-    bias = bool(cfg["use_projection_bias_in_attention"])
-    plan = [rename(_CS_EMB, _HF_EMB), norm(_CS_NORM, _HF_NORM, False)]
-    if not cfg["share_embedding_weights"]:
-        plan.append(rename("lm_head.weight", "lm_head.weight"))
-    for i in range(cfg["num_hidden_layers"]):
-        plan += layer_outs(i, cfg["num_heads"], kv_heads(cfg), bias, False)
-    return llama.finish(plan, cs)
-
-
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """CS model tensors from the HF state dict. The final norm is written as both
-    ``transformer_decoder.norm`` and ``ln_f`` (gemma2.py lines 185-190). A tied head absent from
-    the HF files is written from the embeddings (ours: the CS model's state dict has it and CS
-    loads strictly; Model Zoo's rule, line 154, only copies an ``lm_head`` the files have)."""
-    cfg = config_to_cs(hf_config, name)
-    kv = cfg.get("extra_attention_params", {}).get("num_kv_groups", cfg["num_heads"])
-    plan = [
-        rename(_HF_EMB, _CS_EMB),
-        norm(_HF_NORM, _CS_NORM, True),
-        norm(_HF_NORM, "ln_f.weight", True),
-    ]
-    head = "lm_head.weight"
-    if not cfg["share_embedding_weights"]:
-        plan.append(rename(head, head))
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """The heads and key/value heads (rotary rows permuted per head), attention biases, a tied
+    head (``share_embedding_weights`` of the checked CS config, or of the one
+    :func:`config_to_cs` gives). On export a tied head is not written (nor read:
+    :func:`cs_ties`), ``ln_f`` is not read (gemma2.py line 160); on import the final norm is
+    written as both ``transformer_decoder.norm`` and ``ln_f`` (gemma2.py lines 185-190), and a
+    tied head absent from the HF files is written from the embeddings (ours: the CS model's
+    state dict has it and CS loads strictly; Model Zoo's rule, line 154, only copies an
+    ``lm_head`` the files have)."""
+    if direction == TO_HF:
+        _check_name(name)
+        cfg = cs_checked(config)
+        bias = bool(cfg["use_projection_bias_in_attention"])
+        kv = kv_heads(cfg)
     else:
-        plan.append(llama.tied(_HF_EMB, head, head) if head in hf else rename(_HF_EMB, head))
-    for i in range(cfg["num_hidden_layers"]):
-        plan += layer_outs(i, cfg["num_heads"], kv, cfg["use_projection_bias_in_attention"], True)
-    return llama.finish(plan, hf)
+        cfg = config_to_cs(config, name)
+        kv = cfg.get("extra_attention_params", {}).get("num_kv_groups", cfg["num_heads"])
+        bias = cfg["use_projection_bias_in_attention"]
+    flags = ({"tied"} if cfg["share_embedding_weights"] else set()) | ({"bias"} if bias else set())
+    dims = {"heads": cfg["num_heads"], "kv": kv}
+    return Ctx(shapes, cfg["num_hidden_layers"], "model.", frozenset(flags), dims)
+
+
+plan_to_hf, plan_to_cs = plans(TABLE, context)

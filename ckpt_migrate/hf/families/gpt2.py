@@ -15,26 +15,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf import mup
-from ckpt_migrate.hf.families._gpt2_layout import (
-    GPT2_CS_FIXED,
-    GPT2_RENAMES,
-    hf_prefix,
-    normal_head,
-)
+from ckpt_migrate.hf.families._gpt2_layout import GPT2_CS_FIXED, GPT2_RENAMES
+from ckpt_migrate.hf.layouts import gpt2_like
+from ckpt_migrate.hf.layouts.gpt2_like import hf_prefix
 from ckpt_migrate.hf.mapping import (
-    Build,
     MappingError,
-    Out,
     Shape,
-    chunk,
-    concat,
-    rename,
-    transpose,
 )
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.table import TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -139,6 +130,8 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- tensors
 
+TABLE = gpt2_like.GPT2
+
 
 def _layers(cfg: Mapping[str, Any], key: str) -> int:
     if not isinstance(cfg.get(key), int):
@@ -149,30 +142,6 @@ def _layers(cfg: Mapping[str, Any], key: str) -> int:
 def _prefix(name: str) -> str:
     """GPT2LMHeadModel keeps the body under ``transformer.``; GPT2Model has no prefix."""
     return hf_prefix(name == _HEADLESS)
-
-
-def _body_pairs(layers: int) -> list[tuple[str, str, str]]:
-    """(CS name, HF name without the prefix, how) for every tensor but fused QKV and lm_head.
-
-    Model Zoo: gpt2_hf_cs.py lines 230-310 (``wte``, ``wpe`` -> ``position_embeddings.embed``
-    from 2.1, lines 1040-1050; ``ln_1``/``ln_2`` -> ``norm1``/``norm3``; Conv1D ``c_fc`` and
-    ``c_proj`` transposed, ``transpose_key_if_2D``; ``ln_f`` -> ``transformer_decoder.norm``)."""
-    pairs = [
-        ("embedding_layer.word_embeddings.weight", "wte.weight", "rename"),
-        ("embedding_layer.position_embeddings.embed.weight", "wpe.weight", "rename"),
-    ]
-    for i in range(layers):
-        cs, hf = f"transformer_decoder.layers.{i}.", f"h.{i}."
-        for p in ("weight", "bias"):
-            pairs += [
-                (f"{cs}norm1.{p}", f"{hf}ln_1.{p}", "rename"),
-                (f"{cs}self_attn.proj_output_dense_layer.{p}", f"{hf}attn.c_proj.{p}", "t"),
-                (f"{cs}norm3.{p}", f"{hf}ln_2.{p}", "rename"),
-                (f"{cs}ffn.ffn.0.linear_layer.{p}", f"{hf}mlp.c_fc.{p}", "t"),
-                (f"{cs}ffn.ffn.1.linear_layer.{p}", f"{hf}mlp.c_proj.{p}", "t"),
-            ]
-    pairs += [(f"transformer_decoder.norm.{p}", f"ln_f.{p}", "rename") for p in ("weight", "bias")]
-    return pairs
 
 
 def _dims(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[int, ...]:
@@ -211,49 +180,6 @@ def _cs_shapes(cs_model: Mapping[str, Any], layers: int) -> dict[str, Shape]:
     return out
 
 
-def _qkv(i: int) -> tuple[list[str], str]:
-    cs = f"transformer_decoder.layers.{i}.self_attn.proj_"
-    return [f"{cs}{x}_dense_layer." for x in ("q", "k", "v")], f"h.{i}.attn.c_attn."
-
-
-def _fuse_qkv_weight(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(np.concatenate((q, k, v), axis=0).T)
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """HF tensors from the CS model's tensors.
-
-    Model Zoo: Q, K and V are concatenated and transposed into Conv1D ``c_attn`` (lines
-    153-202, ``c_attn_converter_cs17_to_hf``). The ``attn.bias``/``attn.masked_bias`` buffers
-    it generates (lines 190-202) are not written: transformers 5 no longer has them. A tied
-    ``lm_head.weight`` is not written (``save_pretrained`` leaves tied weights out); the
-    headless model has no ``lm_head`` (line 302, dropped)."""
-    _check_name(name)
-    layers = _layers(cs_model, "num_hidden_layers")
-    _check_shapes(cs, _cs_shapes(cs_model, layers))
-    pre = _prefix(name)
-    plan = []
-    for cs_name, hf_name, how in _body_pairs(layers):
-        make = transpose if how == "t" else rename
-        plan.append(make(cs_name, pre + hf_name))
-    for i in range(layers):
-        srcs, dst = _qkv(i)
-        plan.append(
-            Out(
-                f"{pre}{dst}weight",
-                tuple(s + "weight" for s in srcs),
-                _fuse_qkv_weight,
-                infer=lambda q, k, v: (q[1], q[0] + k[0] + v[0]),
-                note="Q, K, V fused and transposed (Conv1D)",
-            )
-        )
-        plan.append(concat([s + "bias" for s in srcs], f"{pre}{dst}bias"))
-    tied = cs_model.get("share_embedding_weights", True)
-    if name == _LM_HEAD and not tied:
-        plan.append(rename("lm_head.weight", "lm_head.weight"))
-    return plan
-
-
 def _hf_shapes(hf_config: Mapping[str, Any], layers: int, pre: str) -> dict[str, Shape]:
     v, h, p = _dims(hf_config, ("vocab_size", "n_embd", "n_positions"))
     f = int(hf_config.get("n_inner") or 4 * h)
@@ -270,77 +196,26 @@ def _hf_shapes(hf_config: Mapping[str, Any], layers: int, pre: str) -> dict[str,
     return out
 
 
-def _split_qkv_weight(index: int) -> Build:
-    def build(x: np.ndarray) -> np.ndarray:
-        if x.shape[1] % 3:
-            raise MappingError(f"c_attn.weight of shape {x.shape}: columns not divisible by 3")
-        width = x.shape[1] // 3
-        return np.ascontiguousarray(x[:, index * width : (index + 1) * width].T)
-
-    return build
-
-
-def _lm_head_init(shape: Shape) -> Build:
-    """The missing ``lm_head`` of an untied headless model, float32 (:func:`normal_head`)."""
-
-    def build() -> np.ndarray:
-        return normal_head(shape, np.float32)
-
-    return build
-
-
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """CS model tensors from the HF tensors.
-
-    Model Zoo: ``c_attn`` is transposed and chunked into Q, K, V (lines 113-151,
-    ``c_attn_converter_hf_to_cs17``). ``lm_head.weight`` is always written: HF's when the file
-    has it (rule ``lm_head`` ``replaceKey``, lines 1085-1088), else the embeddings when tied
-    (``Converter_GPT2LMHeadModel_HF_CS18.post_model_convert``, lines 768-790); the headless
-    model's is the embeddings when tied, else newly initialised
-    (``Converter_GPT2Model_HF_CS17.post_model_convert``, lines 367-394).
-
-    Different from Model Zoo on purpose: its 2.1+ converter ``Converter_GPT2LMHeadModel_HF_CS21``
-    (lines 1079-1130) has no such ``post_model_convert``, so it leaves a tied head that
-    ``save_pretrained`` left out out of the CS file, and Model Zoo's own ``GPT2LMHeadModel``
-    refuses that file: ``load_state_dict`` (strict, trainer/callbacks/model.py lines 85-99)
-    reports ``Missing key(s) in state_dict: "lm_head.weight"``. Here the tied head is the
-    embeddings' tensor under a second name (the writer stores it once).
-
-    ``ln_f`` is written under both of the CS model's names, ``transformer_decoder.norm`` and
-    ``ln_f`` (one module at two places, ``gpt2_model.py`` lines 911 and 962-972;
-    ``replace_final_norm``, lines 323-337), as Model Zoo does."""
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """What the GPT-2 table (:data:`~ckpt_migrate.hf.layouts.gpt2_like.GPT2`) reads: the
+    layers, the prefix, whether the head is tied and the model headless, the shape of a new
+    head; MappingError when a tensor's shape contradicts the config."""
     _check_name(name)
-    layers = _layers(hf_config, "n_layer")
-    _check_shapes(hf, _hf_shapes(hf_config, layers, _prefix(name)))
-    pre = _prefix(name)
-    plan = []
-    for cs_name, hf_name, how in _body_pairs(layers):
-        make = transpose if how == "t" else rename
-        plan.append(make(pre + hf_name, cs_name))
-    plan += [rename(f"{pre}ln_f.{p}", f"ln_f.{p}") for p in ("weight", "bias")]
-    for i in range(layers):
-        dsts, src = _qkv(i)
-        for j, dst in enumerate(dsts):
-            plan.append(
-                Out(
-                    dst + "weight",
-                    (f"{pre}{src}weight",),
-                    _split_qkv_weight(j),
-                    infer=lambda s: (s[1] // 3, s[0]),
-                    note=f"piece {j + 1} of 3 of c_attn, transposed",
-                )
-            )
-            plan.append(chunk(f"{pre}{src}bias", dst + "bias", j, 3))
-    tied = hf_config.get("tie_word_embeddings", True)
-    if "lm_head.weight" in hf and name == _LM_HEAD:
-        plan.append(rename("lm_head.weight", "lm_head.weight"))
-    elif tied:
-        plan.append(rename(f"{pre}wte.weight", "lm_head.weight"))
-    elif name == _HEADLESS:
-        shape = (int(hf_config["vocab_size"]), int(hf_config["n_embd"]))
-        plan.append(
-            Out("lm_head.weight", (), _lm_head_init(shape), shape=shape, note="initialised")
-        )
+    headless, pre = name == _HEADLESS, _prefix(name)
+    if direction == TO_HF:
+        layers = _layers(config, "num_hidden_layers")
+        _check_shapes(shapes, _cs_shapes(config, layers))
+        tied, dims = config.get("share_embedding_weights", True), {}
     else:
-        raise MappingError("lm_head.weight is missing and tie_word_embeddings is false")
-    return plan
+        layers = _layers(config, "n_layer")
+        _check_shapes(shapes, _hf_shapes(config, layers, pre))
+        tied = config.get("tie_word_embeddings", True)
+        dims = {"head_shape": (int(config["vocab_size"]), int(config["n_embd"]))}
+    flags = {"tied"} if tied else set()
+    flags |= {"headless"} if headless else set()
+    return Ctx(shapes, layers, pre, frozenset(flags), dims)
+
+
+plan_to_hf, plan_to_cs = plans(TABLE, context)

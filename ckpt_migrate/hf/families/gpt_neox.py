@@ -19,7 +19,6 @@ a head the HF file has. How ``_decoder_common`` carries the two: its docstring.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,8 +26,16 @@ import numpy as np
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.families._decoder_common import HEAD
-from ckpt_migrate.hf.families._decoder_common import interleave as _interleave  # tests use it
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.layouts.gptj_like import (
+    cs_config,
+    decoder_context,
+    decoder_table,
+    qkv_row,
+)
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx, deinterleave, fused_qkv
+from ckpt_migrate.hf.ops import interleave as _interleave  # tests use it
+from ckpt_migrate.hf.table import TO_CS, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -193,54 +200,52 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     }
 
 
-def _unfuse(x: np.ndarray, which: str, heads: int, rotary_dim: int) -> np.ndarray:
+def _unfuse(x: np.ndarray, which: str, dims: Mapping[str, Any]) -> np.ndarray:
     """Model Zoo: gpt_neox_hf_cs.py lines 156-216, ``query_key_value`` viewed as
     [heads, 3, head_size, ...]; Q and K get their rotary rows interleaved (lines 79-104,
-    :func:`dc.interleave`), V not."""
+    :func:`~ckpt_migrate.hf.ops.interleave`), V not."""
+    heads, rotary_dim = dims["heads"], dims["rotary_dim"]
     t = x.reshape(heads, 3, -1, *x.shape[1:])[:, "qkv".index(which)]
     if which != "v":
         t = _interleave(t, rotary_dim)
     return np.ascontiguousarray(t.reshape(-1, *x.shape[1:]))
 
 
-def _fuse(q: np.ndarray, k: np.ndarray, v: np.ndarray, heads: int, rotary_dim: int) -> np.ndarray:
+def _fuse(q: np.ndarray, k: np.ndarray, v: np.ndarray, dims: Mapping[str, Any]) -> np.ndarray:
     """Model Zoo: gpt_neox_hf_cs.py lines 218-303, the inverse of :func:`_unfuse` (lines
-    106-136, :func:`dc.deinterleave`)."""
+    106-136, :func:`~ckpt_migrate.hf.ops.deinterleave`)."""
+    heads, rotary_dim = dims["heads"], dims["rotary_dim"]
     rest = q.shape[1:]
     parts = [t.reshape(heads, -1, *rest) for t in (q, k, v)]
-    parts[0] = dc.deinterleave(parts[0], rotary_dim)
-    parts[1] = dc.deinterleave(parts[1], rotary_dim)
+    parts[0] = deinterleave(parts[0], rotary_dim)
+    parts[1] = deinterleave(parts[1], rotary_dim)
     return np.concatenate(parts, axis=1).reshape(-1, *rest)
 
 
-def _layout(cfg: Mapping[str, Any], name: str) -> dc.Layout:
-    """Renames and the ``query_key_value`` unfusing and fusing (HF names under ``gpt_neox.`` with
-    a head)."""
-    prefix = dc.body(name, "gpt_neox.")
-    layers, heads, rotary_dim = cfg["num_hidden_layers"], cfg["num_heads"], cfg["rotary_dim"]
-    split = partial(_unfuse, heads=heads, rotary_dim=rotary_dim)
-    join = partial(_fuse, heads=heads, rotary_dim=rotary_dim)
-    unfuse, fuse = dc.qkv_plans(layers, prefix + QKV, split, join, QKV_NOTES)
-    return dc.Layout(dc.pairs(TOP_PAIRS, LAYER_PAIRS, layers, prefix, "layers"), unfuse, fuse)
+TABLE = decoder_table(
+    TOP_PAIRS,
+    LAYER_PAIRS,
+    "layers",
+    [qkv_row(QKV, fused_qkv(_unfuse, _fuse, QKV_NOTES))],
+)
 
 
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: gpt_neox_hf_cs.py lines 331-419 and 564-582, renames and Q/K/V unfusing, the
-    final norm under both names (lines 421-435); the head is ``lm_head`` (``embed_out`` before
-    transformers 5); a headless model gets a new head (lines 475-490): the embeddings when tied,
-    else N(0, 0.02) (lines 485-490). A tied head the HF file lacks is the embeddings
-    (:func:`dc.plan_to_cs`)."""
-    cfg = config_to_cs(hf_config, name)
-    head = LEGACY_HEAD if LEGACY_HEAD in hf and HEAD not in hf else HEAD
-    return dc.plan_to_cs(hf, cfg, name, _layout(cfg, name), hf_head=head)
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: gpt_neox_hf_cs.py lines 331-419 and 564-603, renames (of whichever copy of the
-    embeddings and the final norm exists, :func:`dc.source`) and Q/K/V fusing; a tied head is
-    not written (HF ties it on load). An untied head is ``embed_out.weight``, the name
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """Model Zoo: gpt_neox_hf_cs.py lines 331-419 and 564-603, renames (of whichever copy of
+    the embeddings and the final norm exists) and Q/K/V unfusing and fusing, the final norm
+    under both names (lines 421-435); a headless model gets a new head (lines 475-490): the
+    embeddings when tied, else N(0, 0.02). The HF head is ``lm_head`` (``embed_out`` before
+    transformers 5) on import; an untied head is exported as ``embed_out.weight``, the name
     Model Zoo writes and transformers' ``save_pretrained`` still saves (it reads it back as
     ``lm_head``)."""
-    config_to_hf(cs_model, name)
-    cfg = {**CS_DEFAULTS, **cs_model}
-    return dc.plan_to_hf(cs, cfg, name, _layout(cfg, name), hf_head=LEGACY_HEAD)
+    cfg = cs_config(direction, config, name, config_to_cs, config_to_hf, CS_DEFAULTS)
+    head = LEGACY_HEAD
+    if direction == TO_CS and (LEGACY_HEAD not in shapes or HEAD in shapes):
+        head = HEAD
+    dims = {"heads": cfg["num_heads"], "rotary_dim": cfg["rotary_dim"], "hf_head": head}
+    return decoder_context(shapes, cfg, name, "gpt_neox.", dims=dims)
+
+
+plan_to_hf, plan_to_cs = plans(TABLE, context)

@@ -19,7 +19,10 @@ from typing import Any
 
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import _decoder_common as dc
-from ckpt_migrate.hf.mapping import Out, Shape
+from ckpt_migrate.hf.layouts.gptj_like import cs_config, decoder_context, decoder_table
+from ckpt_migrate.hf.mapping import Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.table import plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -68,25 +71,19 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     return {**dc.hf_header(ARCHITECTURES, name, MODEL_TYPE), **fields, "use_bias_in_output": bias}
 
 
-def _layout(layers: int, name: str) -> dc.Layout:
-    """Every tensor is renamed (HF names under ``transformer.`` with a head)."""
-    return dc.Layout(dc.pairs(TOP_PAIRS, LAYER_PAIRS, layers, dc.body(name, "transformer.")))
+TABLE = decoder_table(TOP_PAIRS, LAYER_PAIRS)
 
 
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: gptj_hf_cs.py lines 82-156 and 302-317, renames, the final norm under both
-    names (lines 158-172); a headless model gets a new head (lines 212-230): the embeddings
-    when tied, else N(0, 0.02) (lines 222-226), and a zero bias. A tied head the HF file lacks
-    is the embeddings (:func:`dc.plan_to_cs`)."""
-    cfg = config_to_cs(hf_config, name)
-    return dc.plan_to_cs(hf, cfg, name, _layout(cfg["num_hidden_layers"], name), bias=True)
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
     """Model Zoo: gptj_hf_cs.py lines 82-156 and 302-338, renames (of whichever copy of the
-    embeddings and the final norm exists, :func:`dc.source`); a tied head is not written (HF
-    ties it on load); a head bias CS lacks (``use_bias_in_output: false``) is written as the
-    zeros HF would initialise it to."""
-    config_to_hf(cs_model, name)
-    cfg = {**CS_DEFAULTS, **cs_model}
-    return dc.plan_to_hf(cs, cfg, name, _layout(cfg["num_hidden_layers"], name), bias=True)
+    embeddings and the final norm exists), the final norm under both names (lines 158-172);
+    a headless model gets a new head (lines 212-230): the embeddings when tied, else N(0, 0.02)
+    (lines 222-226), and a zero bias; a head bias CS lacks (``use_bias_in_output: false``) is
+    written as the zeros HF would initialise it to."""
+    cfg = cs_config(direction, config, name, config_to_cs, config_to_hf, CS_DEFAULTS)
+    return decoder_context(shapes, cfg, name, "transformer.", bias=True)
+
+
+plan_to_hf, plan_to_cs = plans(TABLE, context)

@@ -18,7 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckpt_migrate.hf.families import btlm
-from ckpt_migrate.hf.mapping import Out, Shape
+from ckpt_migrate.hf.mapping import Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.table import plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -64,11 +66,14 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     return btlm.config_to_hf(cs_model, name, JAIS)
 
 
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: jais_hf_cs.py lines 36-138 and 374-475 (as btlm.plan_to_cs)."""
-    return btlm.plan_to_cs(hf, hf_config, name, JAIS)
+TABLE = btlm.TABLE
 
 
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: jais_hf_cs.py lines 36-138 and 374-475, CS -> HF (as btlm.plan_to_hf)."""
-    return btlm.plan_to_hf(cs, cs_model, name, JAIS)
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """Model Zoo: jais_hf_cs.py lines 36-138 and 374-475 (as ``btlm.context``)."""
+    return btlm.context(direction, shapes, config, name, JAIS)
+
+
+plan_to_hf, plan_to_cs = plans(TABLE, context)

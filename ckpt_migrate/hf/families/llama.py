@@ -15,12 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ckpt_migrate import catalogue
 from ckpt_migrate.catalogue.llama_like import LLAMA, MISTRAL
 from ckpt_migrate.hf import mup
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.layouts import llama_like
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.ops import deinterleave_rotary as deinterleave_rotary
+from ckpt_migrate.hf.ops import interleave_rotary as interleave_rotary
+from ckpt_migrate.hf.table import TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -313,141 +316,25 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- tensors
 
-
-def interleave_rotary(x: np.ndarray, heads: int) -> np.ndarray:
-    """HF -> CS for q/k rows: in each head, HF keeps the rotary pairs as two halves
-    ``[x0..x(n-1), y0..y(n-1)]`` (``rotate_half``), CS interleaves them ``[x0, y0, x1, y1, ...]``.
-    Model Zoo llama.py lines 157-185 and 239-264 (``interleave_helper``, rotary_dim = head size)."""
-    rows = x.shape[0] // heads
-    t = x.reshape(heads, 2, rows // 2, *x.shape[1:]).swapaxes(1, 2)
-    return np.ascontiguousarray(t.reshape(x.shape))
+TABLE = llama_like.LLAMA
 
 
-def deinterleave_rotary(x: np.ndarray, heads: int) -> np.ndarray:
-    """CS -> HF, the inverse of :func:`interleave_rotary` (Model Zoo llama.py lines 266-294,
-    ``reverse_interleave_helper``)."""
-    rows = x.shape[0] // heads
-    t = x.reshape(heads, rows // 2, 2, *x.shape[1:]).swapaxes(1, 2)
-    return np.ascontiguousarray(t.reshape(x.shape))
-
-
-def _permuted(src: str, dst: str, fn: Any, heads: int) -> Out:
-    return Out(
-        dst, (src,), lambda x: fn(x, heads), infer=lambda s: s, note=f"rotary, {heads} heads"
-    )
-
-
-def _same(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> np.ndarray:
-    if a.shape != b.shape or not np.array_equal(a, b):
-        raise MappingError(f"{names[1]}: expected tied to {names[0]}, but the values differ")
-    return a
-
-
-def tied(keep: str, also: str, dst: str) -> Out:
-    """``dst`` from ``keep``, reading ``also`` to check it holds the same values: a tied HF
-    ``lm_head`` kept in a state dict (``save_pretrained`` leaves it out) is the embeddings."""
-    return Out(
-        dst, (keep, also), lambda a, b: _same(a, b, (keep, also)), infer=lambda a, b: a, note="tied"
-    )
-
-
-# (HF suffix, CS suffix, rotary) in one decoder layer; Model Zoo llama.py lines 42-69, 342-390.
-ATTENTION_AND_NORMS: tuple[tuple[str, str, str], ...] = (
-    ("self_attn.q_proj.weight", "self_attn.proj_q_dense_layer.weight", "q"),
-    ("self_attn.k_proj.weight", "self_attn.proj_k_dense_layer.weight", "k"),
-    ("self_attn.v_proj.weight", "self_attn.proj_v_dense_layer.weight", ""),
-    ("self_attn.o_proj.weight", "self_attn.proj_output_dense_layer.weight", ""),
-    ("input_layernorm.weight", "norm1.weight", ""),
-    ("post_attention_layernorm.weight", "norm3.weight", ""),
-)
-MLP: tuple[tuple[str, str, str], ...] = (
-    ("mlp.up_proj.weight", "ffn.ffn.0.linear_layer.weight", ""),
-    ("mlp.gate_proj.weight", "ffn.ffn.0.linear_layer_for_glu.weight", ""),
-    ("mlp.down_proj.weight", "ffn.ffn.1.linear_layer.weight", ""),
-)
-
-
-def layer_outs(i: int, pairs: tuple, heads: int, kv: int, to_hf: bool, prefix: str) -> list[Out]:
-    """One decoder layer's renames (q/k rows permuted for rotary)."""
-    outs = []
-    for hf_suffix, cs_suffix, rotary in pairs:
-        hf_name = f"{prefix}layers.{i}.{hf_suffix}"
-        cs_name = f"transformer_decoder.layers.{i}.{cs_suffix}"
-        src, dst = (cs_name, hf_name) if to_hf else (hf_name, cs_name)
-        if rotary:
-            fn = deinterleave_rotary if to_hf else interleave_rotary
-            outs.append(_permuted(src, dst, fn, heads if rotary == "q" else kv))
-        else:
-            outs.append(rename(src, dst))
-    return outs
-
-
-def outer_to_hf(cs: Mapping[str, Shape], cfg: Mapping[str, Any], name: str) -> list[Out]:
-    """Embeddings, final norm and head, CS -> HF (Model Zoo llama.py lines 310-326, 391-409,
-    502-517). A tied head is not written (``save_pretrained`` leaves it out) and not read: it is
-    in :func:`cs_ties`, as is ``ln_f`` (the same module as ``transformer_decoder.norm``)."""
-    p = hf_prefix(name)
-    outs = [
-        rename("embedding_layer.word_embeddings.weight", f"{p}embed_tokens.weight"),
-        rename("transformer_decoder.norm.weight", f"{p}norm.weight"),
-    ]
-    if not headless(name) and not cfg["share_embedding_weights"]:
-        outs.append(rename("lm_head.weight", "lm_head.weight"))
-    return outs
-
-
-def _random_head(emb: np.ndarray) -> np.ndarray:
-    # Model Zoo llama.py lines 420-443: a fresh head, normal(0, 0.02); seeded here.
-    return np.random.default_rng(0).normal(0.0, 0.02, emb.shape).astype(emb.dtype)
-
-
-def outer_to_cs(hf: Mapping[str, Shape], cfg: Mapping[str, Any], name: str) -> list[Out]:
-    """Embeddings, final norm (written as both ``transformer_decoder.norm`` and ``ln_f``, Model
-    Zoo llama.py lines 395-409) and head, HF -> CS. A tied head is the embeddings under a second
-    name; the base model has no head, so it gets the embeddings (tied) or a random one (lines
-    411-451)."""
-    p, emb, head = hf_prefix(name), f"{hf_prefix(name)}embed_tokens.weight", "lm_head.weight"
-    share = bool(cfg.get("tie_word_embeddings", False))
-    outs = [rename(emb, "embedding_layer.word_embeddings.weight")]
-    outs += [
-        rename(f"{p}norm.weight", n) for n in ("transformer_decoder.norm.weight", "ln_f.weight")
-    ]
-    if headless(name) and not share:
-        outs.append(Out("lm_head.weight", (emb,), _random_head, infer=lambda s: s, note="random"))
-    elif share:
-        outs.append(
-            tied(emb, head, "lm_head.weight") if head in hf else rename(emb, "lm_head.weight")
-        )
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """The heads and key/value heads (rotary rows are permuted per head), the prefix, whether
+    the head is tied: on export the checked CS config's ``share_embedding_weights``, on import
+    ``config.json``'s ``tie_word_embeddings`` (default false)."""
+    if direction == TO_HF:
+        _model_type(name)
+        cfg = cs_model_checked(config)
+        tied = cfg["share_embedding_weights"]
     else:
-        outs.append(rename(head, "lm_head.weight"))
-    return outs
+        cfg = config_to_cs(config, name)
+        tied = config.get("tie_word_embeddings", False)
+    dims = {"heads": cfg["num_heads"], "kv": kv_heads_cs(cfg)}
+    flags = ({"tied"} if tied else set()) | ({"headless"} if headless(name) else set())
+    return Ctx(shapes, cfg["num_hidden_layers"], hf_prefix(name), frozenset(flags), dims)
 
 
-def finish(plan: list[Out], available: Mapping[str, Shape]) -> list[Out]:
-    """Refuse a plan that needs a tensor the source lacks. Source tensors the plan leaves unread
-    (and no hook names) are for the pipeline to report (``unused_inputs``)."""
-    missing = sorted({n for out in plan for n in out.inputs} - set(available))
-    if missing:
-        raise MappingError(f"missing tensors: {', '.join(missing[:5])}")
-    return plan
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """HF state dict (as saved) from the CS model tensors."""
-    _model_type(name)
-    cfg = cs_model_checked(cs_model)
-    heads, kv, p = cfg["num_heads"], kv_heads_cs(cfg), hf_prefix(name)
-    plan = outer_to_hf(cs, cfg, name)
-    for i in range(cfg["num_hidden_layers"]):
-        plan += layer_outs(i, ATTENTION_AND_NORMS + MLP, heads, kv, True, p)
-    return finish(plan, cs)
-
-
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """CS model tensors from the HF state dict (a tied ``lm_head`` may be present or not)."""
-    cfg = config_to_cs(hf_config, name)
-    heads, kv, p = cfg["num_heads"], kv_heads_cs(cfg), hf_prefix(name)
-    plan = outer_to_cs(hf, hf_config, name)
-    for i in range(cfg["num_hidden_layers"]):
-        plan += layer_outs(i, ATTENTION_AND_NORMS + MLP, heads, kv, False, p)
-    return finish(plan, hf)
+plan_to_hf, plan_to_cs = plans(TABLE, context)

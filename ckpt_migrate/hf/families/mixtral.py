@@ -16,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf.families import llama
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.layouts import llama_like
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.table import TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -45,20 +46,6 @@ _MOE_FIXED: dict[str, tuple[Any, ...]] = {
 _MOE_MAPPED = frozenset({"num_experts", "top_k", "load_balancing_loss_coef"})
 _MOE_IGNORED = frozenset(
     {"moe_implementation", "router_fp32", "gate_initializer", "sinkhorn_n_iters"}
-)
-# CS expert layouts by ``moe.moe_implementation`` (layers/SparseMoEBlock.py): "optimized" fuses
-# the experts (what Model Zoo's converter writes), "functional" and "experimental" (the 2.10
-# default) keep one FFN per expert.
-_FUSED = "ffn.experts.fused_ffns.{j}.{kind}.expert_weights"
-_PER_EXPERT = {
-    "functional": "ffn.experts.experts.{e}.ffn.{j}.{kind}.weight",
-    "experimental": "ffn.experts.experts.{e}.{j}.{kind}.weight",
-}
-# (HF legacy expert weight, CS FFN index, CS layer): Model Zoo mixtral.py lines 139-166.
-_EXPERT_PARTS = (
-    ("w1", 0, "linear_layer_for_glu"),
-    ("w3", 0, "linear_layer"),
-    ("w2", 1, "linear_layer"),
 )
 
 
@@ -117,111 +104,28 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- tensors
 
 
-def _fuse(*experts: np.ndarray) -> np.ndarray:
-    """Model Zoo mixtral.py lines 281-291: ``[out, in]`` per expert -> ``[out, E, in]``."""
-    return np.stack(experts, axis=1)
+TABLE = llama_like.MIXTRAL
 
 
-def _fused_shape(*shapes: Shape) -> Shape:
-    return (shapes[0][0], len(shapes), shapes[0][1])
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """LLaMA's context (``llama.context``) with the experts: their number and, on import, the
+    FFN width (transformers 5's fused ``gate_up_proj`` stacks gate and up rows)."""
+    if direction == TO_HF:
+        _check_name(name)
+        cfg = llama.cs_model_checked(config, frozenset({"moe"}))
+        experts = int(_moe_checked(config)["num_experts"])
+        dims = {"experts": experts}
+        tied = cfg["share_embedding_weights"]
+    else:
+        cfg = config_to_cs(config, name)
+        experts, inter = int(cfg["moe"]["num_experts"]), int(cfg["filter_size"])
+        dims = {"experts": experts, "inter": inter}
+        tied = config.get("tie_word_embeddings", False)
+    dims |= {"heads": cfg["num_heads"], "kv": llama.kv_heads_cs(cfg)}
+    flags = ({"tied"} if tied else set()) | ({"headless"} if llama.headless(name) else set())
+    return Ctx(shapes, cfg["num_hidden_layers"], llama.hf_prefix(name), frozenset(flags), dims)
 
 
-def _expert(fused: str, dst: str, e: int) -> Out:
-    """Model Zoo mixtral.py lines 292-300: expert ``e`` is ``fused[:, e]``."""
-    return Out(
-        dst,
-        (fused,),
-        lambda x: np.ascontiguousarray(x[:, e]),
-        infer=lambda s: (s[0], s[2]),
-        note=f"expert {e}",
-    )
-
-
-def _cs_layout(cs: Mapping[str, Shape], i: int) -> str:
-    stem = f"transformer_decoder.layers.{i}."
-    if stem + _FUSED.format(j=0, kind="linear_layer") in cs:
-        return "optimized"
-    for layout, pattern in _PER_EXPERT.items():
-        if stem + pattern.format(e=0, j=0, kind="linear_layer") in cs:
-            return layout
-    raise MappingError(f"{stem}ffn.experts: no expert weights in a known layout")
-
-
-def _moe_to_hf(cs: Mapping[str, Shape], i: int, experts: int, p: str) -> list[Out]:
-    stem, hf_stem = f"transformer_decoder.layers.{i}.", f"{p}layers.{i}.block_sparse_moe."
-    outs = [rename(stem + "ffn.gate.weight", hf_stem + "gate.weight")]
-    layout = _cs_layout(cs, i)
-    for part, j, kind in _EXPERT_PARTS:
-        for e in range(experts):
-            dst = f"{hf_stem}experts.{e}.{part}.weight"
-            if layout == "optimized":
-                outs.append(_expert(stem + _FUSED.format(j=j, kind=kind), dst, e))
-            else:
-                outs.append(rename(stem + _PER_EXPERT[layout].format(e=e, j=j, kind=kind), dst))
-    return outs
-
-
-def _fused_part(src: str, dst: str, rows: slice | None) -> Out:
-    """From transformers 5's ``gate_up_proj`` ``[E, 2I, H]`` (gate rows first, then up; ``rows``)
-    or ``down_proj`` ``[E, H, I]`` to CS ``[out, E, in]``."""
-
-    def build(x: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray((x if rows is None else x[:, rows]).transpose(1, 0, 2))
-
-    def infer(s: Shape) -> Shape:
-        out = s[1] if rows is None else len(range(*rows.indices(s[1])))
-        return (out, s[0], s[2])
-
-    return Out(dst, (src,), build, infer=infer, note="experts unfused from transformers 5")
-
-
-def _moe_to_cs(hf: Mapping[str, Shape], i: int, experts: int, p: str, inter: int) -> list[Out]:
-    stem = f"transformer_decoder.layers.{i}."
-    fused = f"{p}layers.{i}.mlp.experts.gate_up_proj"
-    if fused in hf:
-        down = f"{p}layers.{i}.mlp.experts.down_proj"
-        return [
-            rename(f"{p}layers.{i}.mlp.gate.weight", stem + "ffn.gate.weight"),
-            _fused_part(
-                fused, stem + _FUSED.format(j=0, kind="linear_layer_for_glu"), slice(0, inter)
-            ),
-            _fused_part(
-                fused, stem + _FUSED.format(j=0, kind="linear_layer"), slice(inter, 2 * inter)
-            ),
-            _fused_part(down, stem + _FUSED.format(j=1, kind="linear_layer"), None),
-        ]
-    hf_stem = f"{p}layers.{i}.block_sparse_moe."
-    outs = [rename(hf_stem + "gate.weight", stem + "ffn.gate.weight")]
-    for part, j, kind in _EXPERT_PARTS:
-        srcs = tuple(f"{hf_stem}experts.{e}.{part}.weight" for e in range(experts))
-        dst = stem + _FUSED.format(j=j, kind=kind)
-        outs.append(Out(dst, srcs, _fuse, infer=_fused_shape, note=f"{experts} experts fused"))
-    return outs
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """HF tensors as transformers saves them, from any of the three CS expert layouts. From the
-    fused layout every expert's tensor reads the whole fused tensor (the contract reads whole
-    inputs), so the experts cost ``num_experts`` reads each."""
-    _check_name(name)
-    cfg = llama.cs_model_checked(cs_model, frozenset({"moe"}))
-    experts = int(_moe_checked(cs_model)["num_experts"])
-    heads, kv, p = cfg["num_heads"], llama.kv_heads_cs(cfg), llama.hf_prefix(name)
-    plan = llama.outer_to_hf(cs, cfg, name)
-    for i in range(cfg["num_hidden_layers"]):
-        plan += llama.layer_outs(i, llama.ATTENTION_AND_NORMS, heads, kv, True, p)
-        plan += _moe_to_hf(cs, i, experts, p)
-    return llama.finish(plan, cs)
-
-
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """CS tensors in Model Zoo's fused expert layout, from the saved HF names (per expert) or
-    transformers 5's state-dict names (fused)."""
-    cfg = config_to_cs(hf_config, name)
-    heads, kv, p = cfg["num_heads"], llama.kv_heads_cs(cfg), llama.hf_prefix(name)
-    experts, inter = int(cfg["moe"]["num_experts"]), int(cfg["filter_size"])
-    plan = llama.outer_to_cs(hf, hf_config, name)
-    for i in range(cfg["num_hidden_layers"]):
-        plan += llama.layer_outs(i, llama.ATTENTION_AND_NORMS, heads, kv, False, p)
-        plan += _moe_to_cs(hf, i, experts, p, inter)
-    return llama.finish(plan, hf)
+plan_to_hf, plan_to_cs = plans(TABLE, context)

@@ -19,31 +19,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ckpt_migrate import catalogue
-from ckpt_migrate.hf.families._bert_common import (
-    CS_MLM,
-    check_name,
-    expect,
-    finish,
-    hf_source,
-    layers_of,
-    mlm_bias_to_cs,
-    mlm_to_hf,
-    mlm_weights_to_cs,
-    with_defaults,
-)
+from ckpt_migrate.hf.families._bert_common import check_name, expect, layers_of, with_defaults
 from ckpt_migrate.hf.families.bert import (
     CS_DEFAULTS,
     HF_DEFAULTS,
-    Pair,
     check_pooler_and_mlm,
     encoder_config_to_cs,
     encoder_config_to_hf,
-    encoder_pairs,
 )
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.layouts import bert_like
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.table import TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -72,10 +60,6 @@ _CS_REQUIRED = {"disable_nsp": True, "mask_padding_in_positional_embed": True}
 _HF_REQUIRED = {"is_decoder": False, "add_cross_attention": False}
 
 _CS_P, _HF_P = "bert_encoder.", "roberta."
-_CS_WORD = f"{_CS_P}embedding_layer.word_embeddings.weight"
-_HF_WORD = f"{_HF_P}embeddings.word_embeddings.weight"
-_HF_SEGMENTS = f"{_HF_P}embeddings.token_type_embeddings.weight"
-_CS_POSITIONS = f"{_CS_P}embedding_layer.position_embeddings.embed.weight"
 
 
 def _num_segments(cs: Mapping[str, Any]) -> int:
@@ -127,65 +111,32 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     return out
 
 
-def _body_pairs(layers: int, segments: bool) -> list[Pair]:
-    """Encoder (no pooler: RobertaForMaskedLM has none) and the MLM transform: ``lm_head.dense``
-    and ``lm_head.layer_norm`` (roberta.py lines 50-69)."""
-    t = "bert_mlm_head.mlm_transform."
-    pairs = encoder_pairs(_CS_P, _HF_P, layers, segments=segments, pooler=False)
-    pairs += [(f"{t}ffn.ffn.0.linear_layer.{p}", f"lm_head.dense.{p}") for p in ("weight", "bias")]
-    pairs += [(f"{t}ln.{p}", f"lm_head.layer_norm.{p}") for p in ("weight", "bias")]
-    return pairs
+TABLE = bert_like.ROBERTA
 
 
-def _zero_segments(positions: np.ndarray) -> np.ndarray:
-    return np.zeros((1, positions.shape[1]), dtype=positions.dtype)
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: Converter_RobertaPretrainModel_HF_CS21 (roberta.py lines 413-434), CS -> HF.
-
-    Without CS segment embeddings, HF gets a zero ``token_type_embeddings`` of one row
-    (lines 173-181; its dtype is the position table's, which the plan reads for it)."""
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """Model Zoo: Converter_RobertaPretrainModel_HF_CS21 (roberta.py lines 413-434) either way:
+    the BERT encoder (no pooler: RobertaForMaskedLM has none) and the MLM transform,
+    ``lm_head.dense`` and ``lm_head.layer_norm`` (roberta.py lines 50-69). CS may have no
+    segment embeddings (HF then gets a zero table of one row); the tied MLM decoder weight is
+    imported only when the HF file has it, as Model Zoo does (roberta.py lines 70-79;
+    ``save_pretrained`` leaves it out); the MLM bias from ``lm_head.decoder.bias`` or
+    ``lm_head.bias`` (ours on purpose: Model Zoo drops ``lm_head.bias``, line 90, and writes
+    zeros instead), or zeros of ``vocab_size`` when the file has neither (lines 183-192)."""
     check_name(name, NAMES)
-    cfg = with_defaults(cs_model, _CS_DEFAULTS)
-    segments = _num_segments(cfg) > 0
-    plan = [rename(c, h) for c, h in _body_pairs(layers_of(cfg, "num_hidden_layers", 12), segments)]
-    if not segments:
-        plan.append(
-            Out(
-                _HF_SEGMENTS,
-                (_CS_POSITIONS,),
-                _zero_segments,
-                infer=lambda s: (1, s[1]),
-                note="zeros: CS has no segment embeddings",
-            )
-        )
-    plan += mlm_to_hf(cs, cfg["share_embedding_weights"], _CS_WORD, _HF_WORD, "lm_head")
-    return finish(plan, cs, "CS")
-
-
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """The same converter, HF -> CS. The tied MLM decoder weight is written only when the HF file
-    has it, as Model Zoo does (roberta.py lines 70-79; ``save_pretrained`` leaves it out). The
-    MLM bias comes from ``lm_head.decoder.bias`` or ``lm_head.bias`` (ours on purpose: Model Zoo
-    drops ``lm_head.bias``, line 90, and writes zeros instead); a file without either gets a
-    zero one of ``vocab_size`` (roberta.py lines 183-192)."""
-    check_name(name, NAMES)
-    cfg = with_defaults(hf_config, _HF_DEFAULTS)
-    pairs = _body_pairs(layers_of(cfg, "num_hidden_layers", 12), True)
-    plan = [rename(hf_source(hf, h), c) for c, h in pairs]
-    plan += mlm_weights_to_cs(hf, cfg["tie_word_embeddings"], _CS_WORD, _HF_WORD, "lm_head")
-    if "lm_head.decoder.bias" in hf or "lm_head.bias" in hf:
-        plan.append(mlm_bias_to_cs(hf, "lm_head"))
+    if direction == TO_HF:
+        cfg = with_defaults(config, _CS_DEFAULTS)
+        segments, key = _num_segments(cfg) > 0, "share_embedding_weights"
     else:
-        vocab = int(cfg["vocab_size"])
-        plan.append(
-            Out(
-                f"{CS_MLM}.bias",
-                ("lm_head.dense.bias",),
-                lambda b: np.zeros((vocab,), dtype=b.dtype),
-                shape=(vocab,),
-                note="zeros: the HF file has no MLM decoder bias",
-            )
-        )
-    return finish(plan, hf, "HF")
+        cfg = with_defaults(config, _HF_DEFAULTS)
+        segments, key = True, "tie_word_embeddings"
+    layers = layers_of(cfg, "num_hidden_layers", 12)
+    tied = cfg[key]
+    flags = {"zero bias"} | ({"segments"} if segments else set()) | ({"tied"} if tied else set())
+    dims = {"mlm": "lm_head", "cfg": cfg, "side": "CS" if direction == TO_HF else "HF"}
+    return Ctx(shapes, layers, _HF_P, frozenset(flags), dims, cs_prefix=_CS_P)
+
+
+plan_to_hf, plan_to_cs = plans(TABLE, context)

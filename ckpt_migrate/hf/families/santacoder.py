@@ -5,8 +5,9 @@ configured as SantaCoder.
 Model Zoo: santacoder.py (tag Release_2.10.0). The HF class is not in ``transformers``: the HF
 side is what Model Zoo's converter writes. Conv1D weights (transposed), a separate ``q_attn`` and
 a fused ``kv_attn`` (one K and one V head, multi-query). ``HF_MODEL_TYPES`` is empty: "gpt2" is
-the GPT-2 family's; the pipeline must tell SantaCoder by ``architectures``. The GPT-2 rules
-Model Zoo's converter inherits are in ``_gpt2_layout.py``.
+the GPT-2 family's; the pipeline must tell SantaCoder by ``architectures``. The GPT-2 config
+rules Model Zoo's converter inherits are in ``_gpt2_layout.py``, the tensor table in
+``hf/layouts/gpt2_like.py``.
 """
 
 from __future__ import annotations
@@ -14,30 +15,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families._gpt2_layout import (
-    GPT2_BLOCK,
     GPT2_CS_FIXED,
     GPT2_RENAMES,
-    Pair,
     check_name,
-    decoder_pairs,
     expect,
-    finish_to_cs,
-    finish_to_hf,
     gpt2_config_to_cs,
     gpt2_config_to_hf,
-    hf_layer,
-    hf_prefix,
-    join_attn,
-    pairs_to_cs,
-    pairs_to_hf,
-    split_attn,
 )
-from ckpt_migrate.hf.mapping import Out, Shape
+from ckpt_migrate.hf.layouts import gpt2_like
+from ckpt_migrate.hf.layouts.gpt2_like import layout_context
+from ckpt_migrate.hf.mapping import Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.table import TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -102,48 +94,20 @@ def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
     return {**hf, "architectures": [arch], **{k: v for k, v in _HF_POST.items() if k not in hf}}
 
 
-def _pairs(p: str, layers: int) -> list[Pair]:
-    """Conv1D weights transposed (``transpose_key_if_2D``, santacoder.py lines 42-55 for
-    ``c_proj`` and ``q_attn``, the inherited GPT-2 ``ffn_converter`` for the MLP)."""
-    q_attn = ("attn.q_attn", "self_attn.proj_q_dense_layer")
-    return decoder_pairs(p, layers, (q_attn, *GPT2_BLOCK), conv1d=True)
+TABLE = gpt2_like.SANTACODER
 
 
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """CS tensors; ``kv_attn`` is transposed and chunked in two (santacoder.py lines 98-119).
-    The HF ``attn.bias``/``attn.masked_bias`` buffers are dropped, the final norm's second name
-    and the head written as :func:`~ckpt_migrate.hf.families._gpt2_layout.finish_to_cs`."""
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """What the SantaCoder table reads: the layers and, on export, the positions of the
+    generated causal mask (from the HF config :func:`config_to_hf` gives)."""
     headless = check_name(name, NAMES)
-    p = hf_prefix(headless)
+    hf_config = config_to_hf(config, name) if direction == TO_HF else config
     layers = hf_config["n_layer"]
-    plan = pairs_to_cs(_pairs(p, layers))
-    for i in range(layers):
-        plan += split_attn(p, i, "kv_attn", "kv")
-    return finish_to_cs(plan, hf, hf_config, headless)
+    dims = {"positions": hf_config["n_positions"]} if direction == TO_HF else {}
+    flags = frozenset({"learned"})
+    return layout_context(direction, shapes, config, headless, layers, flags, dims)
 
 
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """HF tensors; K and V fused into ``kv_attn`` (santacoder.py lines 121-154), and the
-    ``attn.bias`` (uint8 causal mask ``[1, 1, P, P]``) and ``attn.masked_bias`` (-1e4) buffers
-    generated as lines 156-168 do."""
-    headless = check_name(name, NAMES)
-    p = hf_prefix(headless)
-    hf_config = config_to_hf(cs_model, name)
-    layers, positions = hf_config["n_layer"], hf_config["n_positions"]
-    plan = pairs_to_hf(_pairs(p, layers))
-    for i in range(layers):
-        plan += join_attn(p, i, "kv_attn", "kv")
-        plan += causal_mask_buffers(f"{hf_layer(p, i)}attn.", positions)
-    return finish_to_hf(plan, cs, cs_model, headless)
-
-
-def causal_mask_buffers(attn: str, positions: int) -> list[Out]:
-    """GPT-2's ``bias`` and ``masked_bias`` buffers, as Model Zoo writes them."""
-
-    def mask() -> np.ndarray:
-        return np.tril(np.ones((positions, positions), np.uint8)).reshape(1, 1, positions, -1)
-
-    return [
-        Out(f"{attn}bias", (), mask, shape=(1, 1, positions, positions), note="generated"),
-        Out(f"{attn}masked_bias", (), lambda: np.array(-1e4, np.float32), shape=()),
-    ]
+plan_to_hf, plan_to_cs = plans(TABLE, context)

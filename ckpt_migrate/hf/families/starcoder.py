@@ -3,37 +3,30 @@
 
 Model Zoo: starcoder.py (tag Release_2.10.0; registry.py lines 300-331 alias the fine-tunes to
 it). GPTBigCode uses ``nn.Linear`` (no Conv1D transposes), learned positions and multi-query
-attention; ``c_attn`` packs ``[q (hidden), k (head_dim), v (head_dim)]``. The GPT-2 rules
-Model Zoo's converter inherits (``Converter_GPT2Model_HF_CS17``) are in ``_gpt2_layout.py``.
+attention; ``c_attn`` packs ``[q (hidden), k (head_dim), v (head_dim)]``. The GPT-2 config
+rules Model Zoo's converter inherits (``Converter_GPT2Model_HF_CS17``) are in ``_gpt2_layout.py``,
+the tensor table in ``hf/layouts/gpt2_like.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
-
-import numpy as np
 
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families._gpt2_layout import (
-    GPT2_BLOCK,
     GPT2_CS_FIXED,
     GPT2_RENAMES,
-    Pair,
     check_name,
-    cs_attn,
-    decoder_pairs,
     expect,
-    finish_to_cs,
-    finish_to_hf,
-    hf_layer,
-    hf_prefix,
-    pairs_to_cs,
-    pairs_to_hf,
     with_defaults,
 )
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, sections
+from ckpt_migrate.hf.layouts import gpt2_like
+from ckpt_migrate.hf.layouts.gpt2_like import hf_prefix, layout_context
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.table import BOTH, TO_CS, TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -152,75 +145,31 @@ def _shape(hf_config: Mapping[str, Any]) -> tuple[int, int, int, int, bool]:
     return cfg["n_layer"], embed, heads, embed // heads, bool(cfg["multi_query"])
 
 
-def _pairs(p: str, layers: int) -> list[Pair]:
-    """Every tensor that is only renamed: ``Linear`` both sides, so no transposes (Model Zoo:
-    starcoder.py lines 278-279 ``ffn_converter`` is ``replaceKey``, lines 43-48 ``c_proj``)."""
-    return decoder_pairs(p, layers, GPT2_BLOCK, conv1d=False)
+TABLE = gpt2_like.STARCODER
 
 
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """CS tensors from GPTBigCode. ``c_attn`` splits as starcoder.py lines 98-168 do: MQA rows
-    ``[:hidden]``, then two ``head_dim`` halves; MHA rows interleaved per head
-    ``[q_h, k_h, v_h]`` (the index lists of lines 143-164). The final norm's second name and
-    the head as :func:`~ckpt_migrate.hf.families._gpt2_layout.finish_to_cs`."""
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """What the StarCoder table reads: multi-query (``mq``) or not, the heads, the rows of Q, K
+    and V in an MQA ``c_attn`` (starcoder.py lines 98-168); on import MappingError when a
+    ``c_attn`` does not pack Q, K and V. On export the HF config is the one
+    :func:`config_to_hf` gives."""
     headless = check_name(name, NAMES)
-    p = hf_prefix(headless)
+    hf_config = config_to_hf(config, name) if direction == TO_HF else config
     layers, embed, heads, d_head, mq = _shape(hf_config)
-    plan = pairs_to_cs(_pairs(p, layers))
-    for i in range(layers):
-        for suffix in ("weight", "bias"):
-            src = f"{hf_layer(p, i)}attn.c_attn.{suffix}"
-            q, k, v = cs_attn(i, "qkv", suffix)
-            rows = embed + 2 * d_head if mq else 3 * embed
-            if src in hf and hf[src][0] != rows:
-                raise MappingError(f"{src}: {hf[src]} does not pack Q, K and V ({rows} rows)")
-            if mq:
-                bounds = (0, embed, embed + d_head, embed + 2 * d_head)
-                pieces = zip((q, k, v), bounds, bounds[1:])
-                plan += [sections(src, dst, a, b) for dst, a, b in pieces]
-            else:
-                plan += [_unpack_mha(src, dst, j, heads) for j, dst in enumerate((q, k, v))]
-    return finish_to_cs(plan, hf, hf_config, headless)
+    if direction == TO_CS:
+        rows = embed + 2 * d_head if mq else 3 * embed
+        for i in range(layers):
+            for suffix in BOTH:
+                src = f"{hf_prefix(headless)}h.{i}.attn.c_attn.{suffix}"
+                if src in shapes and shapes[src][0] != rows:
+                    raise MappingError(
+                        f"{src}: {shapes[src]} does not pack Q, K and V ({rows} rows)"
+                    )
+    flags = frozenset({"learned", "mq"} if mq else {"learned"})
+    dims = {"heads": heads, "rows": (0, embed, embed + d_head, embed + 2 * d_head)}
+    return layout_context(direction, shapes, config, headless, layers, flags, dims)
 
 
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """GPTBigCode tensors from CS: Q, K and V concatenated (MQA) or interleaved per head (MHA),
-    starcoder.py lines 170-235; ``wte`` and the head as gpt2_hf_cs.py lines 354-365, ``ln_f.*``
-    and a tied ``lm_head`` ties (:func:`~ckpt_migrate.hf.families._gpt2_layout.finish_to_hf`)."""
-    headless = check_name(name, NAMES)
-    p = hf_prefix(headless)
-    hf_config = config_to_hf(cs_model, name)
-    layers, _, heads, _, mq = _shape(hf_config)
-    plan = pairs_to_hf(_pairs(p, layers))
-    for i in range(layers):
-        for suffix in ("weight", "bias"):
-            dst = f"{hf_layer(p, i)}attn.c_attn.{suffix}"
-            qkv = cs_attn(i, "qkv", suffix)
-            plan.append(_concat_rows(qkv, dst) if mq else _pack_mha(qkv, dst, heads))
-    return finish_to_hf(plan, cs, cs_model, headless)
-
-
-def _concat_rows(srcs: Sequence[str], dst: str) -> Out:
-    """MQA: the pieces stacked along dim 0 (a ``Linear`` ``[out, in]`` weight or a bias)."""
-
-    def infer(*shapes: Shape) -> Shape:
-        return (sum(s[0] for s in shapes), *shapes[0][1:])
-
-    return Out(dst, tuple(srcs), lambda *xs: np.concatenate(xs, axis=0), infer=infer, note="fused")
-
-
-def _unpack_mha(src: str, dst: str, index: int, heads: int) -> Out:
-    def build(x: np.ndarray) -> np.ndarray:
-        per_head = x.reshape(heads, 3, x.shape[0] // (3 * heads), *x.shape[1:])
-        return np.ascontiguousarray(per_head[:, index].reshape(x.shape[0] // 3, *x.shape[1:]))
-
-    return Out(dst, (src,), build, infer=lambda s: (s[0] // 3, *s[1:]), note="MHA unpacked")
-
-
-def _pack_mha(srcs: Sequence[str], dst: str, heads: int) -> Out:
-    def build(*xs: np.ndarray) -> np.ndarray:
-        rest = xs[0].shape[1:]
-        per_head = [x.reshape(heads, x.shape[0] // heads, *rest) for x in xs]
-        return np.stack(per_head, axis=1).reshape(3 * xs[0].shape[0], *rest)
-
-    return Out(dst, tuple(srcs), build, infer=lambda s, *_: (3 * s[0], *s[1:]), note="MHA packed")
+plan_to_hf, plan_to_cs = plans(TABLE, context)

@@ -34,14 +34,13 @@ from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families._bert_common import (
     check_name,
     expect,
-    finish,
     layers_of,
-    one_of,
-    present,
-    tied,
     with_defaults,
 )
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.layouts import t5 as t5_layout
+from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.ops import Ctx
+from ckpt_migrate.hf.table import TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
@@ -187,63 +186,7 @@ def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- tensors
 
-Pair = tuple[str, str]  # (CS name, HF name)
-_ATTN = (("q", "proj_q_dense_layer"), ("k", "proj_k_dense_layer"), ("v", "proj_v_dense_layer"))
-_ATTN += (("o", "proj_output_dense_layer"),)
-
-
-def _ffn_pairs(c: str, h: str, gated: bool) -> list[Pair]:
-    """Gated: CS ``linear_layer_for_glu`` is HF ``wi_0`` (the activated half) and CS
-    ``linear_layer`` is ``wi_1``; else ``linear_layer`` is ``wi`` (t5.py lines 223-271,
-    335-380)."""
-    if gated:
-        first = [
-            (f"{c}ffn.ffn.0.linear_layer_for_glu.weight", f"{h}DenseReluDense.wi_0.weight"),
-            (f"{c}ffn.ffn.0.linear_layer.weight", f"{h}DenseReluDense.wi_1.weight"),
-        ]
-    else:
-        first = [(f"{c}ffn.ffn.0.linear_layer.weight", f"{h}DenseReluDense.wi.weight")]
-    return [*first, (f"{c}ffn.ffn.1.linear_layer.weight", f"{h}DenseReluDense.wo.weight")]
-
-
-def _stack_pairs(stack: str, layers: int, gated: bool) -> list[Pair]:
-    """One stack's blocks (t5.py lines 73-328). HF numbers a decoder block's sublayers 0 self
-    attention, 1 cross attention, 2 feed-forward; CS names the norms norm1..norm3."""
-    decoder = stack == "decoder"
-    pairs: list[Pair] = [
-        (
-            f"{stack}_embeddings.position_embed_helper.relative_attention_bias.weight",
-            f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-        )
-    ]
-    for i in range(layers):
-        c, h = f"{stack}.layers.{i}.", f"{stack}.block.{i}.layer."
-        pairs += [
-            (f"{c}self_attn.{cs}.weight", f"{h}0.SelfAttention.{hf}.weight") for hf, cs in _ATTN
-        ]
-        pairs.append((f"{c}norm1.weight", f"{h}0.layer_norm.weight"))
-        if decoder:
-            pairs += [
-                (f"{c}multihead_attn.{cs}.weight", f"{h}1.EncDecAttention.{hf}.weight")
-                for hf, cs in _ATTN
-            ]
-            pairs.append((f"{c}norm2.weight", f"{h}1.layer_norm.weight"))
-        ff = 2 if decoder else 1
-        pairs.append((f"{c}norm{ff + 1}.weight", f"{h}{ff}.layer_norm.weight"))
-        pairs += _ffn_pairs(c, f"{h}{ff}.", gated)
-    pairs.append((f"{stack}.norm.weight", f"{stack}.final_layer_norm.weight"))
-    return pairs
-
-
-def _body_pairs(enc_layers: int, dec_layers: int, gated: bool) -> list[Pair]:
-    return _stack_pairs("encoder", enc_layers, gated) + _stack_pairs("decoder", dec_layers, gated)
-
-
-_CS_EMBEDS = (
-    "encoder_embeddings.word_embeddings.weight",
-    "decoder_embeddings.word_embeddings.weight",
-)
-_HF_EMBEDS = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+TABLE = t5_layout.T5
 
 
 def _refuse_positions(cs: Mapping[str, Shape]) -> None:
@@ -254,60 +197,30 @@ def _refuse_positions(cs: Mapping[str, Shape]) -> None:
             raise MappingError(f"{name}: position_embedding_type absolute has no HF T5 equivalent")
 
 
-def _embedding_copies(cfg: Mapping[str, Any]) -> list[str]:
-    """The CS names of the one embedding tensor: the encoder and decoder word embeddings
-    (``share_encoder_decoder_embedding``, required) and, when ``share_embedding_weights``, the
-    lm_head (t5.py ``Converter_T5_CS18_CS20.post_model_convert``, lines 1098-1168)."""
-    return [*_CS_EMBEDS, "lm_head.weight"] if cfg["share_embedding_weights"] else list(_CS_EMBEDS)
-
-
-def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-    """Model Zoo: Converter_T5_HF_CS21 (t5.py lines 1341-1408, 1485-1489), CS -> HF.
-
-    transformers ties ``encoder/decoder.embed_tokens`` to ``shared`` always and ``lm_head`` when
-    the config shares it; ``save_pretrained`` writes only ``shared.weight`` for them, so we do
-    too, from the first of the tied CS names the file has (Model Zoo takes any one that is not
-    None, lines 1128-1168); the others are :func:`cs_ties`. Untied, ``lm_head.weight`` is
-    renamed."""
+def context(
+    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+) -> Ctx:
+    """Model Zoo: Converter_T5_HF_CS21 (t5.py lines 1341-1408, 1485-1489) either way: the
+    encoder and decoder layer counts, gated feed-forward layers, the lm_head shared with the
+    embeddings (``share_embedding_weights``; on import :func:`hf_scales_tied`)."""
     check_name(name, NAMES)
-    _refuse_positions(cs)
-    cfg = with_defaults(cs_model, CS_DEFAULTS)
-    enc = layers_of(cfg, "encoder_num_hidden_layers", 6)
-    dec = enc
-    if cfg.get("decoder_num_hidden_layers") is not None:
-        dec = layers_of(cfg, "decoder_num_hidden_layers", enc)
-    gated = _nonlinearity_to_hf(cfg).startswith("gated-")
-    plan = [rename(c, h) for c, h in _body_pairs(enc, dec, gated)]
-    plan.append(rename(one_of(_embedding_copies(cfg), cs)[0], "shared.weight"))
-    if not cfg["share_embedding_weights"]:
-        plan.append(rename("lm_head.weight", "lm_head.weight"))
-    return finish(plan, cs, "CS")
-
-
-def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-    """The same converter, HF -> CS. CS gets the encoder and decoder word embeddings and the
-    lm_head, as Model Zoo writes them from a file that has ``encoder/decoder.embed_tokens``
-    (t5.py lines 648-668, 1162-1168); from ``shared.weight`` and any tied copies the HF file
-    carries (checked equal), the lm_head from ``lm_head.weight`` when untied. Ours on purpose:
-    Model Zoo drops ``shared.weight`` (line 628, ``exists="left"``), so from a
-    ``save_pretrained`` file, which holds only that one, its CS file has no embeddings at all."""
-    check_name(name, NAMES)
-    cfg = with_defaults(hf_config, HF_DEFAULTS)
-    enc = layers_of(cfg, "num_layers", 6)
-    dec = enc
-    if cfg.get("num_decoder_layers") is not None:
-        dec = layers_of(cfg, "num_decoder_layers", enc)
-    gated = str(cfg["feed_forward_proj"]).startswith("gated-")
-    plan = [rename(h, c) for c, h in _body_pairs(enc, dec, gated)]
-    share = hf_scales_tied(cfg)
-    copies = ["shared.weight", *present(_HF_EMBEDS, hf)]
-    if share:
-        copies += present(["lm_head.weight"], hf)
-    plan += [tied(cs, copies) for cs in _CS_EMBEDS]
-    if share:
-        plan.append(tied("lm_head.weight", copies))
-    elif "lm_head.weight" in hf:
-        plan.append(rename("lm_head.weight", "lm_head.weight"))
+    if direction == TO_HF:
+        _refuse_positions(shapes)
+        cfg = with_defaults(config, CS_DEFAULTS)
+        keys = ("encoder_num_hidden_layers", "decoder_num_hidden_layers")
     else:
-        raise MappingError("lm_head.weight is missing and the config does not tie it (untied T5)")
-    return finish(plan, hf, "HF")
+        cfg = with_defaults(config, HF_DEFAULTS)
+        keys = ("num_layers", "num_decoder_layers")
+    enc = layers_of(cfg, keys[0], 6)
+    dec = enc if cfg.get(keys[1]) is None else layers_of(cfg, keys[1], enc)
+    if direction == TO_HF:
+        gated = _nonlinearity_to_hf(cfg).startswith("gated-")
+        tied = cfg["share_embedding_weights"]
+    else:
+        gated, tied = str(cfg["feed_forward_proj"]).startswith("gated-"), hf_scales_tied(cfg)
+    flags = {f for f, on in (("gated", gated), ("tied", tied)) if on}
+    dims = {"encoder": enc, "decoder": dec, "side": "CS" if direction == TO_HF else "HF"}
+    return Ctx(shapes, 0, "", frozenset(flags), dims)
+
+
+plan_to_hf, plan_to_cs = plans(TABLE, context)

@@ -1,0 +1,142 @@
+"""A family's tensors as a table, and the one interpreter that runs it either way.
+
+A :class:`Table` is named :class:`Group` s of :class:`Row` s. A row pairs CS name patterns with
+HF name patterns and the :class:`~ckpt_migrate.hf.ops.Op` between them; patterns hold ``{p}``
+(the HF prefix, e.g. ``transformer.``), ``{c}`` (a CS prefix), ``{i}`` (the layer of a
+per-layer group) and ``{s}`` (each of the row's ``suffixes``). Export (``to_hf``) runs each
+row's operation, import (``to_cs``) its inverse from the other side.
+
+Plan order is an output fact (safetensors shards and the CS tree are written in plan order),
+and the hand-written rules this replaces emitted each direction in its own order. So a table
+names its groups' order per direction (a group left out of one direction's order is not run
+that way: another group's operation writes those tensors), and a group sorts its outputs by the
+axes it names per direction: ``layer``, ``row``, ``suffix`` and ``piece`` (which output of one
+operation).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.ops import RENAME, Ctx, Op
+
+TO_HF, TO_CS = "to_hf", "to_cs"
+AXES = ("layer", "row", "suffix", "piece")
+BOTH = ("weight", "bias")
+Check = Callable[[list[Out], Ctx], list[Out]]  # the plan, or MappingError
+
+
+@dataclass(frozen=True)
+class Row:
+    """CS patterns <-> HF patterns through ``op``; only when ``ctx.has(when)`` if given."""
+
+    cs: tuple[str, ...]
+    hf: tuple[str, ...]
+    op: Op = RENAME
+    suffixes: tuple[str, ...] = ("",)
+    when: str | None = None
+
+
+def row(cs: str | Sequence[str], hf: str | Sequence[str], op: Op = RENAME, **kw) -> Row:
+    """A :class:`Row` from one pattern or several on each side."""
+    return Row(_many(cs), _many(hf), op, **kw)
+
+
+def pair(cs: str, hf: str, op: Op = RENAME, when: str | None = None) -> Row:
+    """Weight and bias of one module (``cs``/``hf`` without the ``.weight``)."""
+    return Row((cs + ".{s}",), (hf + ".{s}",), op, BOTH, when)
+
+
+def _many(x: str | Sequence[str]) -> tuple[str, ...]:
+    return (x,) if isinstance(x, str) else tuple(x)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Rows run once, or once per layer (``ctx.layers``, or ``ctx.dims[layers]``); outputs sorted
+    by ``order`` (per direction)."""
+
+    rows: tuple[Row, ...]
+    per_layer: bool = False
+    order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    layers: str | None = None  # ``ctx.dims[layers]`` layers instead of ``ctx.layers`` (T5's stacks)
+
+    def axes(self, direction: str) -> tuple[str, ...]:
+        return self.order.get(direction, AXES)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A family's tensors: its groups, their order per direction, and the check of the plan
+    (:func:`checked`, or the family's own; none leaves it to the pipeline's unused-tensor
+    rule)."""
+
+    groups: Mapping[str, Group]
+    order: Mapping[str, tuple[str, ...]]
+    check: Check | None = None
+
+    def plan(self, direction: str, ctx: Ctx) -> list[Out]:
+        """Every output of ``direction`` in the table's order, checked by ``check``."""
+        groups = (self.groups[name] for name in self.order[direction])
+        plan = [out for group in groups for out in _run(group, direction, ctx)]
+        return self.check(plan, ctx) if self.check else plan
+
+
+Plan = Callable[[Mapping[str, Shape], Mapping[str, Any], str], list[Out]]
+Context = Callable[[str, Mapping[str, Shape], Mapping[str, Any], str], Ctx]
+
+
+def plans(table: Table, context: Context) -> tuple[Plan, Plan]:
+    """A family's ``plan_to_hf`` and ``plan_to_cs`` (the contract of ``hf/mapping.py``):
+    ``table`` run each way in the ``context`` the family reads from the config."""
+
+    def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
+        return table.plan(TO_HF, context(TO_HF, cs, cs_model, name))
+
+    def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
+        return table.plan(TO_CS, context(TO_CS, hf, hf_config, name))
+
+    return plan_to_hf, plan_to_cs
+
+
+def _run(group: Group, direction: str, ctx: Ctx) -> list[Out]:
+    axes = group.axes(direction)
+    tagged: list[tuple[tuple[int, ...], Out]] = []
+    count = ctx.layers if group.layers is None else int(ctx.dims[group.layers])
+    for layer in range(count) if group.per_layer else (0,):
+        for r, rule in enumerate(group.rows):
+            if rule.when is not None and not all(ctx.has(w) for w in rule.when.split()):
+                continue
+            for s, suffix in enumerate(rule.suffixes):
+                cs, hf = _fill(rule.cs, ctx, layer, suffix), _fill(rule.hf, ctx, layer, suffix)
+                src, dst = (cs, hf) if direction == TO_HF else (hf, cs)
+                op = rule.op if direction == TO_HF else rule.op.inverse()
+                outs = op.forward(src, dst, ctx)
+                for piece, out in enumerate(outs):
+                    at = {"layer": layer, "row": r, "suffix": s, "piece": piece}
+                    tagged.append((tuple(at[a] for a in axes), out))
+    return [out for _, out in sorted(tagged, key=lambda t: t[0])]
+
+
+def _fill(patterns: tuple[str, ...], ctx: Ctx, layer: int, suffix: str) -> tuple[str, ...]:
+    return tuple(p.format(p=ctx.prefix, c=ctx.cs_prefix, i=layer, s=suffix) for p in patterns)
+
+
+def checked(plan: list[Out], ctx: Ctx) -> list[Out]:
+    """The plan, or MappingError naming the inputs it lacks or the source tensors no rule
+    converts (those ``ctx.dropped`` full-matches are left out on purpose, ``ctx.ties`` are
+    copies the pipeline checks)."""
+    available = ctx.available
+    missing = sorted({i for out in plan for i in out.inputs} - set(available))
+    if missing:
+        raise MappingError(f"missing tensors: {', '.join(missing)}")
+    used = {i for out in plan for i in out.inputs} | set(ctx.ties)
+    skip = re.compile(ctx.dropped) if ctx.dropped else None
+    unknown = [n for n in available if n not in used and not (skip and skip.fullmatch(n))]
+    if unknown:
+        raise MappingError(f"no rule converts: {', '.join(sorted(unknown))}")
+    return plan
