@@ -16,6 +16,7 @@ import pytest
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import attrtable
 from ckpt_migrate.format.h5 import root as h5root
+from ckpt_migrate.format.h5.lookup3 import lookup3_many
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import iter_leaves
 from ckpt_migrate.format.write import write_checkpoint
@@ -180,3 +181,12 @@ def test_a_damaged_root_is_left_to_h5py(tmp_path, how):
     path = _damaged(tmp_path, how)
     address = _header_address(FIXTURES / "real-cstorch-2.10" / "basic.mdl")
     assert attrtable.read_texts(path, address) is None
+
+
+def test_many_checksums_at_once_are_the_one_buffer_ones():
+    """``lookup3_many`` (numpy, side by side) against ``h5root.lookup3`` at lengths around the
+    12-byte rounds, batched and not, and on the reference value of lookup3.c's driver."""
+    rng = np.random.default_rng(3)
+    buffers = [rng.bytes(n) for n in (0, 1, 11, 12, 13, 24, 25, 1024, 4096) for _ in range(10)]
+    assert lookup3_many(buffers) == [h5root.lookup3(b) for b in buffers]
+    assert lookup3_many([b"Four score and seven years ago"] * 9) == [0x17770551] * 9

@@ -17,8 +17,8 @@ end to end as HDF5 appends them), the variable-length string datatype (§IV.A.2.
 with a scalar dataspace (§IV.A.2.b), and global heap collections (§III.E). Anything else makes
 ``read_texts`` return None (or the attribute's entry None) and the caller reads by h5py as
 before: shared messages, heaps with filters or huge objects, other sizes of offsets and
-lengths; ``root_texts`` also gives up when its names are not HDF5's own list (a heap with a
-deleted attribute's hole, damage).
+lengths; and when the count is not HDF5's (a heap with a deleted attribute's hole). Every
+checksum of the structures read is verified (the heap's blocks together: ``lookup3_many``).
 
 Nothing here follows an address outside the file, and everything is budgeted by the file's
 own size: every read lies inside it, all reads together stay under twice its size, and the
@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
-from h5py import h5, h5a, h5o
+from h5py import h5o
 
+from ckpt_migrate.format.h5.lookup3 import lookup3_many
 from ckpt_migrate.format.h5.root import lookup3, superblock_offset
 
 TICK_EVERY = 1000
@@ -69,6 +70,7 @@ class _File:
     fd: int
     base: int
     size: int
+    tick: Tick = _nothing
     spent: int = 0
     heaps: dict[int, dict[int, bytes]] = field(default_factory=dict)
     visited: set[int] = field(default_factory=set)
@@ -97,7 +99,7 @@ class _File:
 
 def root_texts(f: h5py.File, path: Path, tick: Tick = _nothing) -> dict[str, str | None] | None:
     """``read_texts`` of the root group of ``f``, opened on ``path`` by HDF5's default driver,
-    when the table's names are HDF5's own; else None. ``tick`` is called every
+    when it has as many attributes as HDF5 counts; else None. ``tick`` is called every
     ``TICK_EVERY`` attributes (the preflight's sign of progress)."""
     if f.driver != "sec2" or f.id.get_create_plist().get_sizes() != (8, 8):
         return None
@@ -105,24 +107,7 @@ def root_texts(f: h5py.File, path: Path, tick: Tick = _nothing) -> dict[str, str
         table = read_texts(path, h5o.get_info(f.id).addr, superblock_offset(f), tick)
     except OSError:
         return None
-    if table is None:
-        return None
-    # HDF5's own list of names (one pass; in dense storage it reads, and verifies the checksum
-    # of, every heap block the table was read from): the same names, or h5py reads them.
-    names: list[bytes] = []
-
-    def take(name: bytes) -> None:
-        names.append(name)
-        if len(names) % TICK_EVERY == 0:
-            tick()
-
-    try:
-        h5a.iterate(f.id, take, index_type=h5.INDEX_NAME)
-    except (RuntimeError, OSError, KeyError, ValueError):  # damage: h5py's path reports it
-        return None
-    if len(names) != len(table) or any(
-        n.decode("utf-8", "surrogateescape") not in table for n in names
-    ):
+    if table is None or len(table) != h5o.get_info(f.id).num_attrs:
         return None
     return table
 
@@ -136,7 +121,7 @@ def read_texts(
     not one this reader knows (the caller then reads the attributes by h5py)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        f = _File(fd, base, os.fstat(fd).st_size - base)
+        f = _File(fd, base, os.fstat(fd).st_size - base, tick)
         return _attributes(f, address, tick)
     except Unknown:
         return None
@@ -183,6 +168,8 @@ def _dense(f: _File, info: bytes) -> list[bytes]:
         geometry.indirect(f, root, rows, objects)
     if len(objects) != managed:
         raise Unknown("the fractal heap holds objects this reader did not find")
+    if lookup3_many(geometry.blocks) != geometry.stored:
+        raise Unknown("a fractal heap direct block: checksum mismatch")
     return objects
 
 
@@ -201,17 +188,21 @@ class _Heap:
     top: int
     offset_bytes: int
     checksum: int
+    blocks: list[bytes] = field(default_factory=list)  # direct blocks to verify
+    stored: list[int] = field(default_factory=list)  # and their checksums
 
     def row_size(self, row: int) -> int:
         return self.start if row == 0 else self.start << (row - 1)
 
     def direct(self, f: _File, at: int, size: int, objects: list[bytes]) -> None:
+        f.tick()  # a block holds up to about 600 attributes
         block = f.read(at, size)
         head = 5 + 8 + self.offset_bytes
         if block[:5] != b"FHDB\0" or struct.unpack_from("<Q", block, 5)[0] != self.header:
             raise Unknown(f"no fractal heap direct block at {at}")
-        # Its checksum HDF5 verifies when ``root_texts`` lists the names (a lookup3 in Python
-        # would cost more than all the rest).
+        if self.checksum:  # verified together (``lookup3_many``), the field read as zero
+            self.stored.append(struct.unpack_from("<I", block, head)[0])
+            self.blocks.append(block[:head] + bytes(4) + block[head + 4 :])
         pos = head + self.checksum
         while pos + 8 <= size and block[pos] in (1, 2, 3):
             n = _attribute_size(block, pos)
