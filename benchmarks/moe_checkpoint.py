@@ -106,31 +106,13 @@ def moe_tree(shape: MoEShape, release: str, global_step: int = 1000) -> Any:
     return DictNode(items)
 
 
-# A root group that tracks the creation order of its attributes (every file ckpt-migrate writes)
-# holds at most 65,535 of them: HDF5 counts creation indexes in 16 bits ("attribute creation
-# index can't be incremented"). Format 0.5 has one root attribute per leaf.
-CREATION_ORDER_LIMIT = 65_535
-
-
 def generate(path: Path, shape: MoEShape, release: str) -> dict[str, Any]:
-    """Write the checkpoint of ``shape`` as ``release`` writes it. A 0.5 checkpoint of more
-    leaves than ``CREATION_ORDER_LIMIT`` is written with HDF5's newest object headers (dense
-    attribute storage, creation order untracked; as a real 2.x library's file, h5py would list
-    its attributes by name), which the writer here cannot do."""
-    import h5py
-
-    from ckpt_migrate.format import releases
+    """Write the checkpoint of ``shape`` as ``release`` writes it (past 65,535 leaves in format
+    0.5 the root does not track attribute creation order: ``h5root.tracks_order``)."""
     from ckpt_migrate.format.tree import iter_leaves
-    from ckpt_migrate.format.write import prepare, write_checkpoint, write_tree
+    from ckpt_migrate.format.write import write_checkpoint
 
     tree = moe_tree(shape, release)
-    rel = releases.get(release)
     leaves = sum(1 for _ in iter_leaves(tree))
-    if rel.legacy or leaves + 8 < CREATION_ORDER_LIMIT:
-        write_checkpoint(tree, path, release)
-    else:
-        tmp = path.with_name(path.name + ".partial")
-        with h5py.File(tmp, "w", libver="latest") as f:
-            write_tree(f, prepare(tree, rel)[0], rel)
-        tmp.rename(path)
+    write_checkpoint(tree, path, release)
     return {"tensors": shape.tensors, "leaves": leaves, "file_bytes": path.stat().st_size}

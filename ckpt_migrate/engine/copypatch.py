@@ -37,7 +37,7 @@ from ckpt_migrate.format.h5.tensor import write_tensor
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import H5Data, Leaf, Node, TensorLeaf, iter_leaves
-from ckpt_migrate.format.write import write_tree
+from ckpt_migrate.format.write import root_attributes, write_tree
 
 COPY_BLOCK = 64 << 20
 
@@ -227,7 +227,8 @@ def write(
             return write_tensor(f, name, leaf)
 
         hashing = out.start_digest()
-        with h5root.create_file(tmp, exclusive=False) as f:  # the empty locked temporary
+        attributes = root_attributes(root, plan.target_release, extra)
+        with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:  # the temporary
             reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
             write_tree(
                 f, root, plan.target_release, extra, _leaf_progress(root, progress, "write"), place
@@ -337,9 +338,12 @@ def _patch(
     if reused:  # the headers the edit will touch, read ahead together (a clone's are cold)
         addresses = source.addresses()
         prefetch(tmp, [addresses[name] for name in reused.values() if name in addresses])
+    attributes = root_attributes(root, release, extra)
+    if not h5root.tracks_order(attributes):
+        h5root.create_wide_root(tmp)
     with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False)) as f:
         superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
-        new_root = h5root.create_fresh_root(f)
+        new_root = h5root.create_fresh_root(f, attributes)
         at = dict(reused)
 
         def place(g: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:

@@ -26,7 +26,7 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5a, h5s, h5t
+from h5py import h5, h5a, h5g, h5o, h5p, h5s, h5t
 
 from ckpt_migrate.atomic import start_writeback
 from ckpt_migrate.engine import extents as ext
@@ -35,6 +35,7 @@ from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import Progress, data_ranges
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import H5Data, Leaf, Node, OpaqueLeaf, TensorLeaf, iter_leaves
@@ -74,8 +75,9 @@ def _has_dataset(leaf: Leaf, name: str, first: str) -> bool:
 def plan_edit(before: Leaves, ckpt: Checkpoint, root: Node, release: Release) -> Edit | None:
     """The root edit that turns the source into ``root`` as ``release`` writes it, or None
     when the hops changed a dataset after all (one added, removed, renamed or replaced, a tie
-    moved to another first place) or the source holds datasets no leaf names (the copy-patch
-    leaves those behind; a root edit would keep them)."""
+    moved to another first place), the source holds datasets no leaf names (the copy-patch
+    leaves those behind; a root edit would keep them) or the source's root has no room left in
+    its attributes' creation order (``h5root.tracks_order``)."""
     if ckpt.unreferenced:
         return None
     after = snapshot(root)
@@ -104,7 +106,20 @@ def plan_edit(before: Leaves, ckpt: Checkpoint, root: Node, release: Release) ->
             edit.removed.append(f"{name}.__metadata__")
     edit.set["__spec__"] = treespec_json.root_spec_text(root)
     edit.set["__cstorch_version__"] = release.cstorch_version or f"{release.name}.0"
-    return edit
+    # Every attribute set may be a new one, and the provenance record and __SUCCESS__ are.
+    return edit if _order_room(ckpt.handle.file(), len(edit.set) + 2) else None
+
+
+def _order_room(f: h5py.File, creates: int) -> bool:
+    """Whether the root of ``f`` can take ``creates`` more attributes: a root that tracks their
+    creation order numbers them with 16 bits, and deleted ones keep their numbers taken."""
+    root = h5g.open(f.id, b"/")  # its own flags (a copy-patched file's root is not the first)
+    if not root.get_create_plist().get_attr_creation_order() & h5p.CRT_ORDER_TRACKED:
+        return True
+    if h5o.get_info(root).num_attrs == 0:
+        return True
+    last = h5a.get_info(root, index=0, index_type=h5.INDEX_CRT_ORDER, order=h5.ITER_DEC)
+    return last.corder + creates < h5root.MAX_TRACKED_ATTRIBUTES
 
 
 def write(

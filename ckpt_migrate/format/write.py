@@ -144,6 +144,13 @@ def write_tree(
     module.write(f, root, release, extra_attrs or {}, on_leaf, place)
 
 
+def root_attributes(root: Node, release: Release, extra_attrs: dict[str, str]) -> int:
+    """How many attributes ``write_tree`` gives the root: a few of its own, the extra ones and,
+    in format 0.5, one ``<leaf>.__metadata__`` per leaf (``h5root.tracks_order``)."""
+    leaves = 0 if release.legacy else sum(1 for _ in iter_leaves(root))
+    return leaves + len(extra_attrs) + 4
+
+
 def resolve_release(release: str | Release | None) -> Release:
     if isinstance(release, Release):
         return release
@@ -179,7 +186,8 @@ def write_checkpoint(
             on_leaf(name, leaf)
 
     with atomic_output(target, replace=replace) as tmp:
-        with h5root.create_file(tmp, exclusive=False) as f:
+        attributes = root_attributes(to_write, rel, extra_attrs or {})
+        with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:
             write_tree(f, to_write, rel, extra_attrs, count)
         check_written(tmp, to_write, rel)
     return report

@@ -40,7 +40,7 @@ from ckpt_migrate.format.tree import (
     TensorLeaf,
     iter_leaves,
 )
-from ckpt_migrate.format.write import prepare, write_tree
+from ckpt_migrate.format.write import prepare, root_attributes, write_tree
 from ckpt_migrate.tf.saver import (
     STEP_VARIABLES,
     TENSOR_DTYPES,
@@ -267,7 +267,8 @@ def _write_h5(
         return ds
 
     with atomic_output(target) as tmp:
-        with h5root.create_file(tmp, exclusive=False) as f:
+        attributes = root_attributes(to_write, rel, extra_attrs)
+        with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:
             write_tree(f, to_write, rel, extra_attrs, None, place)
         check_written(tmp, to_write, rel)
         if verify == "full":

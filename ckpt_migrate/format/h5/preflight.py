@@ -47,6 +47,7 @@ import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets
+from ckpt_migrate.format.h5 import attrtable
 from ckpt_migrate.format.h5.boundary import (
     ALLOWED_TYPE_CLASSES,
     attribute_names,
@@ -56,7 +57,7 @@ from ckpt_migrate.format.h5.boundary import (
     link_problem,
     storage_problem,
 )
-from ckpt_migrate.format.h5.io import forbid_plugin_loading, prefetch
+from ckpt_migrate.format.h5.io import bounded_metadata_cache, forbid_plugin_loading, prefetch
 
 STALL_SECONDS = float(os.environ.get("CKPT_MIGRATE_STALL_SECONDS", "10"))
 _TICK = b"."
@@ -294,9 +295,12 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
     # its header and index in memory (41 MB per thousand datasets of a 12k-tensor checkpoint,
     # issue 33), so they are opened again then, one at a time.
     later: list[bytes] = []
-    with h5py.File(path, "r", locking=False, rdcc_nbytes=0) as f:
+    # HDF5's metadata cache capped as the readers cap theirs: at its default (32 MiB of headers
+    # on disk, several times that decoded) each child grew by 7.5 KB per dataset, to 600-760 MB
+    # at 150k tensors (issue 33).
+    with bounded_metadata_cache(h5py.File(path, "r", locking=False, rdcc_nbytes=0)) as f:
         if part == 0:
-            _read_attributes(f.id, tick)
+            _read_root_attributes(f, path, tick)
         mine: list[tuple[bytes, int]] = []  # (name, object address), every parts-th object
 
         def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
@@ -306,8 +310,12 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
                 objects.add(info.u)  # an object under several names (a tie) counts once
                 if len(objects) % parts == part:
                     mine.append((name, info.u))
+                if len(objects) % 1000 == 0:  # 150k links take seconds on a busy machine
+                    os.write(tick, _TICK)
 
-        f.id.links.visit(take, info=True)
+        # In HDF5's own order: by name, HDF5 first builds a sorted table of a group's links, and
+        # a root of 150k links took it longer than the stall limit on a busy machine.
+        f.id.links.visit(take, info=True, order=h5py.h5.ITER_NATIVE)
         prefetch(path, [address for _, address in mine])
         for i, (name, address) in enumerate(mine):
             obj = h5py.h5o.open(f.id, name)
@@ -386,14 +394,33 @@ def _shape(space: h5py.h5s.SpaceID) -> list[int] | None:
 _VLEN_STR = h5py.h5t.py_create(h5py.string_dtype())
 
 
+def _read_root_attributes(f: h5py.File, path: Path, tick: int) -> None:
+    """The root's attributes by HDF5, but the leaves' ``__metadata__`` strings, which the reader
+    takes from ``attrtable`` (so HDF5 never reads them: nothing to try first here, and a
+    look-up by name in a version-1 header scans the whole list, O(n²) for all of them)."""
+    table = attrtable.root_texts(f, path, lambda: os.write(tick, _TICK))
+    if table is None:
+        _read_attributes(f.id, tick)
+        return
+    # The table's names are HDF5's (as many; HDF5's list by name costs 8 µs an attribute).
+    rest = [k for k, v in table.items() if v is None or not k.endswith(".__metadata__")]
+    _read_attributes(f.id, tick, names=[k.encode("utf-8", "surrogateescape") for k in rest])
+
+
 def _read_attributes(
-    obj: h5py.h5o.ObjectID, tick: int, scalars: dict[str, Any] | None = None
+    obj: h5py.h5o.ObjectID,
+    tick: int,
+    scalars: dict[str, Any] | None = None,
+    names: list[bytes] | None = None,
 ) -> None:
-    """Read every attribute's value as HDF5 stores it: variable-length strings through their
-    heap (where damage made HDF5 loop or crash), anything else as raw bytes (no conversion to
-    numpy types, which is h5py's work and half the cost). ``scalars`` collects the scalar
-    strings, numbers and booleans as Python values (the facts a reader looks for)."""
-    for i, name in enumerate(attribute_names(obj)):
+    """Read every attribute's value (or those in ``names``) as HDF5 stores it:
+    variable-length strings through their heap (where damage made HDF5 loop or crash),
+    anything else as raw bytes (no conversion to numpy types, which is h5py's work and half the
+    cost). ``scalars`` collects the scalar strings, numbers and booleans as Python values (the
+    facts a reader looks for)."""
+    for i, name in enumerate(attribute_names(obj) if names is None else names):
+        if i % 1000 == 999:
+            os.write(tick, _TICK)
         attr = h5py.h5a.open(obj, name)
         tid = attr.get_type()
         kind = tid.get_class()
@@ -420,8 +447,6 @@ def _read_attributes(
                 scalars[name.decode("utf-8", "surrogateescape")] = (
                     value if isinstance(value, str) else value.item()
                 )
-        if i % 1000 == 999:
-            os.write(tick, _TICK)
 
 
 _NUMBERS = frozenset({h5py.h5t.INTEGER, h5py.h5t.FLOAT, h5py.h5t.ENUM})

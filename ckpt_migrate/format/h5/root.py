@@ -28,27 +28,66 @@ SIGNATURE = b"\x89HDF\r\n\x1a\n"
 FRESH_ROOT = "__ckpt_migrate_new_root__"
 
 
-def create_fresh_root(f: h5py.File) -> h5py.Group:
-    """An empty group under the current root that can become the root: tracking attribute
-    creation order makes HDF5 give it a version-2 object header (and attributes then keep the
-    order they were written in, as in the version-1 header of the real writer's files)."""
+# An object that tracks the creation order of its attributes numbers them with 16 bits: the
+# 65,536th fails ("attribute creation index can't be incremented"; H5O_MAX_CRT_ORDER_IDX,
+# H5Oprivate.h), even after deletions (the index only grows). Format 0.5 has one root attribute
+# per leaf, so a root of more leaves is created without that tracking, its header still of
+# version 2 (attributes indexed by name in dense storage, O(log n) per insert). ORDER_HEADROOM
+# leaves room for the root edits of later upgrades (each re-creates a few attributes).
+MAX_TRACKED_ATTRIBUTES = 65_535
+ORDER_HEADROOM = 1_024
+
+
+def tracks_order(attributes: int) -> bool:
+    """Whether a root that will hold ``attributes`` attributes tracks their creation order
+    (every checkpoint of fewer than about 64k leaves: attributes list in the order written)."""
+    return attributes <= MAX_TRACKED_ATTRIBUTES - ORDER_HEADROOM
+
+
+def create_fresh_root(f: h5py.File, attributes: int = 0) -> h5py.Group:
+    """An empty group under the current root that can become the root, for ``attributes``
+    attributes: tracking their creation order makes HDF5 give it a version-2 object header (and
+    attributes then keep the order they were written in, as in the version-1 header of the real
+    writer's files). Past ``tracks_order`` the group is the one ``create_wide_root`` made
+    before ``f`` was opened."""
+    if not tracks_order(attributes):
+        return f[FRESH_ROOT]
     gcpl = h5p.create(h5p.GROUP_CREATE)
     gcpl.set_attr_creation_order(h5p.CRT_ORDER_TRACKED)
     return h5py.Group(h5g.create(f.id, FRESH_ROOT.encode(), gcpl=gcpl))
 
 
-def create_file(path: Path, *, exclusive: bool) -> h5py.File:
-    """A new HDF5 file (h5py's defaults, no file locking) whose root group is created the way
-    ``create_fresh_root`` creates one, so that a checkpoint with many leaves writes its root
-    attributes in O(n log n)."""
-    fcpl = h5p.create(h5p.FILE_CREATE)
-    fcpl.set_attr_creation_order(h5p.CRT_ORDER_TRACKED)
+def create_wide_root(path: Path) -> None:
+    """The fresh root of a root past ``tracks_order``, in the closed file ``path``: without
+    creation order HDF5 gives a group a version-2 header only under a 1.8 lower format bound,
+    which h5py sets only when opening a file (the superblock and every other object stay as
+    they are)."""
+    with h5py.File(path, "r+", libver=("v108", "latest"), locking=False) as f:
+        f.create_group(FRESH_ROOT)
+
+
+def _fapl(low: int) -> h5p.PropFAID:
     fapl = h5p.create(h5p.FILE_ACCESS)
-    fapl.set_libver_bounds(h5f.LIBVER_EARLIEST, h5f.LIBVER_LATEST)
+    fapl.set_libver_bounds(low, h5f.LIBVER_LATEST)
     fapl.set_fclose_degree(h5f.CLOSE_STRONG)
     fapl.set_file_locking(False, True)
+    return fapl
+
+
+def create_file(path: Path, *, exclusive: bool, attributes: int = 0) -> h5py.File:
+    """A new HDF5 file (h5py's defaults, no file locking) whose root group will hold
+    ``attributes`` attributes, created the way ``create_fresh_root`` creates one, so that a
+    checkpoint with many leaves writes its root attributes in O(n log n). Past
+    ``tracks_order`` the file is created under the 1.8 lower bound (its superblock and root
+    of version 2) and reopened under h5py's default bounds for the rest of the writing."""
+    fcpl = h5p.create(h5p.FILE_CREATE)
     mode = h5f.ACC_EXCL if exclusive else h5f.ACC_TRUNC
-    return h5py.File(h5f.create(os.fsencode(path), mode, fapl=fapl, fcpl=fcpl))
+    name = os.fsencode(path)
+    if tracks_order(attributes):
+        fcpl.set_attr_creation_order(h5p.CRT_ORDER_TRACKED)
+        return h5py.File(h5f.create(name, mode, fapl=_fapl(h5f.LIBVER_EARLIEST), fcpl=fcpl))
+    h5f.create(name, mode, fapl=_fapl(h5f.LIBVER_V18), fcpl=fcpl).close()
+    return h5py.File(h5f.open(name, h5f.ACC_RDWR, fapl=_fapl(h5f.LIBVER_EARLIEST)))
 
 
 def object_address(obj: h5py.Group | h5py.File) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 from ckpt_migrate.errors import CorruptCheckpointError, KeyCollisionError, UnsupportedContentError
 from ckpt_migrate.format import budgets, dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.h5 import attrtable
 from ckpt_migrate.format.h5.facts import Facts
 from ckpt_migrate.format.h5.io import (
     H5Handle,
@@ -80,8 +81,10 @@ def read(
     first: dict[str, Leaf] = {}
     links: dict[str, str] = {}
 
+    texts = attrtable.root_texts(f, path)
+
     def decode(ref: LeafRef) -> Leaf:
-        md_all = _leaf_metadata(f, ref.name, path)
+        md_all = _leaf_metadata(f, ref.name, path, texts)
         leaf = _decode_leaf(f, handle, ref.name, md_all, used, links, facts)
         first[ref.name] = leaf
         return leaf
@@ -93,9 +96,15 @@ def read(
     return root, unreferenced, []
 
 
-def _leaf_metadata(f: h5py.File, name: str, path: Path) -> dict[str, Any]:
+def _leaf_metadata(
+    f: h5py.File, name: str, path: Path, texts: dict[str, str | None] | None
+) -> dict[str, Any]:
+    """The leaf's ``__metadata__`` document: from the root's attribute table read in one pass
+    (``attrtable``) where it has the text, else read by name."""
     key = f"{name}.__metadata__"
-    text = h5attrs.get_text(f, key)
+    text = texts.get(key) if texts is not None else None
+    if text is None:
+        text = h5attrs.get_text(f, key)
     if text is None:
         raise CorruptCheckpointError(path, f"leaf {name!r} has no {key} attribute")
     try:
