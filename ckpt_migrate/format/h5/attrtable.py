@@ -82,7 +82,6 @@ class _File:
         if self.spent > 2 * self.size + (1 << 20):
             raise Unknown("the header and its heap are larger than the file")
         data = os.pread(self.fd, n, self.base + at)
-        data = os.pread(self.fd, n, at)
         if len(data) != n:
             raise Unknown("short read")
         return data
