@@ -39,13 +39,14 @@ from pathlib import Path
 import h5py
 from h5py import h5o
 
+from ckpt_migrate.format.h5.headers import SHARED, HeaderError, read_header
 from ckpt_migrate.format.h5.lookup3 import lookup3_many
 from ckpt_migrate.format.h5.root import lookup3, superblock_offset
 
 TICK_EVERY = 1000
 MAX_CHUNKS = 1 << 20  # continuation blocks of one header (each holds at least one message)
 _UNDEF = (1 << 64) - 1
-_ATTRIBUTE, _CONTINUATION, _ATTRIBUTE_INFO = 0x0C, 0x10, 0x15
+_ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 _VLEN_CLASS, _STRING = 9, 1
 _SCALAR_V2 = 0
 
@@ -264,77 +265,18 @@ def _elements(space: bytes) -> int | None:
 
 def _messages(f: _File, address: int) -> list[tuple[int, bytes]]:
     """(type, body) of every attribute or attribute info message of the header at
-    ``address``, continuations followed (each chunk once)."""
-    if f.read(address, 4) == b"OHDR":
-        return _messages_v2(f, address)
-    head = f.read(address, 16)
-    if head[0] != 1:
-        raise Unknown(f"object header version {head[0]}")
-    size = struct.unpack_from("<I", head, 8)[0]
-    chunks, found = [(address + 16, size)], []
-    f.visited.add(address + 16)
-    while chunks:
-        at, n = chunks.pop()
-        data, pos = f.read(at, n), 0
-        while pos + 8 <= n:
-            kind, length, flags = struct.unpack_from("<HHB", data, pos)
-            body = data[pos + 8 : pos + 8 + length]
-            if len(body) != length:
-                raise Unknown("a message runs past its chunk")
-            chunks.extend(_take(f, kind, flags, body, found))
-            pos += 8 + length
+    ``address``, continuations followed (each block once)."""
+    try:
+        header = read_header(f.read, address, f.visited, MAX_CHUNKS)
+    except HeaderError as exc:
+        raise Unknown(str(exc)) from None
+    found = []
+    for m in header.messages:
+        if m.kind in (_ATTRIBUTE, _ATTRIBUTE_INFO):
+            if m.flags & SHARED:  # its body is elsewhere
+                raise Unknown("shared attribute message")
+            found.append((m.kind, m.body))
     return found
-
-
-def _messages_v2(f: _File, address: int) -> list[tuple[int, bytes]]:
-    head = f.read(address, 6 + 16 + 4 + 8)
-    version, flags = head[4], head[5]
-    if version != 2:
-        raise Unknown(f"object header version {version}")
-    pos = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
-    width = 1 << (flags & 3)
-    start = pos + width
-    order = 2 if flags & 0x04 else 0  # each message's creation order
-    chunks = [(address, start + int.from_bytes(head[pos:start], "little") + 4, start)]
-    f.visited.add(address)
-    found: list[tuple[int, bytes]] = []
-    while chunks:
-        at, n, first = chunks.pop()
-        data = f.read(at, n)
-        if struct.unpack_from("<I", data, n - 4)[0] != lookup3(data[: n - 4]):
-            raise Unknown(f"object header chunk at {at}: checksum mismatch")
-        pos, end = first, n - 4
-        while pos + 4 + order <= end:
-            kind, length, mflags = struct.unpack_from("<BHB", data, pos)
-            pos += 4 + order
-            body = data[pos : pos + length]
-            if pos + length > end:
-                raise Unknown("a message runs past its chunk")
-            for c_at, c_n in _take(f, kind, mflags, body, found):
-                if f.read(c_at, 4) != b"OCHK":  # continuation: signature, messages, checksum
-                    raise Unknown(f"no continuation block at {c_at}")
-                chunks.append((c_at, c_n, 4))
-            pos += length
-    return found
-
-
-def _take(
-    f: _File, kind: int, flags: int, body: bytes, found: list[tuple[int, bytes]]
-) -> list[tuple[int, int]]:
-    """Keep an attribute (info) message in ``found``; return the chunk a continuation names."""
-    if kind == _CONTINUATION:
-        if len(body) < 16:
-            raise Unknown("short continuation message")
-        at, n = struct.unpack_from("<QQ", body)
-        if at in f.visited or len(f.visited) >= MAX_CHUNKS:
-            raise Unknown("continuation blocks loop or are too many")
-        f.visited.add(at)
-        return [(at, n)]
-    if kind in (_ATTRIBUTE, _ATTRIBUTE_INFO):
-        if flags & 0x02:  # a shared message: its body is elsewhere
-            raise Unknown("shared attribute message")
-        found.append((kind, body))
-    return []
 
 
 def _attribute(f: _File, body: bytes) -> tuple[str, str | None]:

@@ -10,10 +10,11 @@ B-tree node's unused entries it reads as zeros, with no error (issue #36: the fu
 metadata is refused like data starting inside other data.
 
 Only what this module knows is mapped: superblock versions 0–3 with 8-byte offsets and lengths,
-object header versions 1 and 2, data layout message version 3, version-1 B-trees. Anything else
-(dense attribute or link storage, the newer chunk indexes, a structure that does not parse) is
-left out, so the map can miss metadata but never claims data. Every read is bounded by the file
-size, every node is visited once, and the count of nodes by what the file's size can hold.
+object header versions 1 and 2 (read by ``h5.headers``), data layout message version 3,
+version-1 B-trees. Anything else (dense attribute or link storage, the newer chunk indexes, a
+structure that does not parse or whose checksum fails) is left out, so the map can miss metadata
+but never claims data. Every read is bounded by the file size, every node is visited once, and
+the count of nodes by what the file's size can hold.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from collections.abc import Iterable, Iterator
 
 import h5py
 
+from ckpt_migrate.format.h5.headers import SHARED, HeaderError, read_header
+
 _SIGNATURE = b"\x89HDF\r\n\x1a\n"
-_CONTINUATION, _LAYOUT, _SYMBOL_TABLE, _BTREE_K = 0x10, 0x08, 0x11, 0x13
+_LAYOUT, _SYMBOL_TABLE, _BTREE_K = 0x08, 0x11, 0x13
 _TREE_HEAD = 24  # "TREE", type, level, entries used, left and right siblings
 _ENTRY = 40  # a symbol table entry
 _CHUNKED = 2
@@ -43,7 +46,8 @@ class _File:
         self.fd, self.size = fd, size
         self.extents: list[tuple[int, int]] = []
         self.seen: set[int] = set()
-        self.budget = size // 8 + 16  # no more structures than the file can hold
+        self.limit = size // 8 + 16  # no more structures than the file can hold
+        self.budget = self.limit
 
     def read(self, at: int, n: int) -> bytes:
         if at < 0 or n < 0 or at + n > self.size:
@@ -144,77 +148,19 @@ def _object(m: _File, address: int, sizes: _Sizes) -> None:
 
 
 def _messages(m: _File, address: int) -> Iterator[tuple[int, bytes]]:
-    """(type, body) of every message of the object header at ``address``, continuation blocks
-    followed; each block's extent recorded."""
+    """(type, body) of every message of the object header at ``address`` (continuation blocks
+    followed), each block's extent recorded; a shared message (a reference) is left out."""
     if not m.first_visit(address):
         return
-    if m.read(address, 4) == b"OHDR":
-        yield from _messages_v2(m, address)
-    else:
-        yield from _messages_v1(m, address)
-
-
-def _messages_v1(m: _File, address: int) -> Iterator[tuple[int, bytes]]:
-    version, _, _, _, size = struct.unpack("<BBHII", m.read(address, 12))
-    if version != 1:
-        raise _Stop
-    m.add(address, 16 + size)
-    blocks = [(address + 16, size)]
-    while blocks:
-        at, size = blocks.pop()
-        block = m.read(at, size)
-        pos = 0
-        while pos + 8 <= len(block):
-            kind, length, flags = struct.unpack_from("<HHB", block, pos)
-            body = block[pos + 8 : pos + 8 + length]
-            pos += 8 + length
-            if flags & 0x02:  # a shared message: a reference, not the message
-                continue
-            if kind == _CONTINUATION and len(body) >= 16:
-                more = _continuation(m, body)
-                if more is not None:
-                    m.add(*more)
-                    blocks.append(more)
-            else:
-                yield kind, body
-
-
-def _messages_v2(m: _File, address: int) -> Iterator[tuple[int, bytes]]:
-    head = m.read(address, 6)
-    if head[4] != 2:
-        raise _Stop
-    flags = head[5]
-    at = address + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
-    width = 1 << (flags & 0x03)
-    size = int.from_bytes(m.read(at, width), "little")
-    start = at + width
-    m.add(address, start + size + 4 - address)
-    blocks = [(start, size)]
-    order = 2 if flags & 0x04 else 0
-    while blocks:
-        at, size = blocks.pop()
-        block = m.read(at, size)
-        pos = 0
-        while pos + 4 + order <= len(block):
-            kind, length, mflags = struct.unpack_from("<BHB", block, pos)
-            body = block[pos + 4 + order : pos + 4 + order + length]
-            pos += 4 + order + length
-            if mflags & 0x02:
-                continue
-            if kind == _CONTINUATION and len(body) >= 16:
-                more = _continuation(m, body)
-                if more is not None and m.read(more[0], 4) == b"OCHK":
-                    m.add(*more)
-                    blocks.append((more[0] + 4, more[1] - 8))  # signature, checksum
-            else:
-                yield kind, body
-
-
-def _continuation(m: _File, body: bytes) -> tuple[int, int] | None:
-    at, length = struct.unpack_from("<QQ", body)
-    if length == 0 or at + length > m.size or not m.first_visit(at):
-        return None
-    return at, length
+    try:
+        header = read_header(m.read, address, m.seen, m.limit)
+    except HeaderError:
+        raise _Stop from None
+    for at, n in header.blocks:
+        m.add(at, n)
+    for message in header.messages:
+        if not message.flags & SHARED:
+            yield message.kind, message.body
 
 
 def _btree(m: _File, at: int, kind: int, key: int, k: int, sizes: _Sizes, depth: int) -> None:

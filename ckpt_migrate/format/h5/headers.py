@@ -1,0 +1,120 @@
+"""An object header's messages read from the file's bytes (HDF5 File Format Specification 3.0:
+version-1 and version-2 object headers, §IV.A.1; continuation blocks, §IV.A.2.q), for the
+readers that parse what HDF5 has no call for: ``h5.attrtable`` (a root's attributes in one
+pass) and ``h5.metadata`` (where the file's metadata lies).
+
+Only 8-byte offsets and lengths. Every block is read through the caller's bounded ``read``;
+a continuation block already seen (a loop) or past the caller's count, a message running past
+its block, or a version-2 block whose checksum does not match is a :class:`HeaderError`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ckpt_migrate.format.h5.root import lookup3
+
+CONTINUATION = 0x10
+SHARED = 0x02  # a message flag: the body is a reference to a message stored elsewhere
+
+Read = Callable[[int, int], bytes]  # (address, count) -> exactly count bytes, or raise
+
+
+class HeaderError(Exception):
+    """A header this module does not know, or one that contradicts itself."""
+
+
+@dataclass(frozen=True)
+class Message:
+    kind: int
+    flags: int
+    body: bytes
+
+
+@dataclass
+class Header:
+    """A header's messages (continuations followed, not listed) and its blocks' extents."""
+
+    messages: list[Message] = field(default_factory=list)
+    blocks: list[tuple[int, int]] = field(default_factory=list)  # (address, length)
+
+
+def read_header(read: Read, address: int, visited: set[int], limit: int) -> Header:
+    """The header at ``address``; ``visited`` holds the blocks already read (it gains this
+    header's), ``limit`` caps its size."""
+    visited.add(address)
+    if read(address, 4) == b"OHDR":
+        return _version_2(read, address, visited, limit)
+    return _version_1(read, address, visited, limit)
+
+
+def _version_1(read: Read, address: int, visited: set[int], limit: int) -> Header:
+    head = read(address, 16)
+    if head[0] != 1:
+        raise HeaderError(f"object header version {head[0]}")
+    size = struct.unpack_from("<I", head, 8)[0]
+    header = Header(blocks=[(address, 16 + size)])
+    chunks = [(address + 16, size)]
+    while chunks:
+        at, n = chunks.pop()
+        data, pos = read(at, n), 0
+        while pos + 8 <= n:
+            kind, length, flags = struct.unpack_from("<HHB", data, pos)
+            pos += 8
+            more = _message(header, kind, flags, data[pos : pos + length], length, visited, limit)
+            if more is not None:
+                header.blocks.append(more)
+                chunks.append(more)
+            pos += length
+    return header
+
+
+def _version_2(read: Read, address: int, visited: set[int], limit: int) -> Header:
+    head = read(address, 6 + 16 + 4 + 8)
+    version, flags = head[4], head[5]
+    if version != 2:
+        raise HeaderError(f"object header version {version}")
+    pos = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+    width = 1 << (flags & 3)
+    start = pos + width
+    order = 2 if flags & 0x04 else 0  # each message's creation order
+    first = (address, start + int.from_bytes(head[pos:start], "little") + 4)
+    header = Header(blocks=[first])
+    chunks = [(*first, start)]
+    while chunks:
+        at, n, pos = chunks.pop()
+        data = read(at, n)
+        if n < 4 or struct.unpack_from("<I", data, n - 4)[0] != lookup3(data[: n - 4]):
+            raise HeaderError(f"object header block at {at}: checksum mismatch")
+        end = n - 4
+        while pos + 4 + order <= end:
+            kind, length, mflags = struct.unpack_from("<BHB", data, pos)
+            pos += 4 + order
+            more = _message(header, kind, mflags, data[pos : pos + length], length, visited, limit)
+            if more is not None:
+                if read(more[0], 4) != b"OCHK":  # signature, messages, checksum
+                    raise HeaderError(f"no continuation block at {more[0]}")
+                header.blocks.append(more)
+                chunks.append((*more, 4))
+            pos += length
+    return header
+
+
+def _message(
+    header: Header, kind: int, flags: int, body: bytes, length: int, visited: set[int], limit: int
+) -> tuple[int, int] | None:
+    """Keep the message; return the block a continuation names."""
+    if len(body) != length:
+        raise HeaderError("a message runs past its block")
+    if kind != CONTINUATION:
+        header.messages.append(Message(kind, flags, body))
+        return None
+    if length < 16:
+        raise HeaderError("short continuation message")
+    at, n = struct.unpack_from("<QQ", body)
+    if at in visited or len(visited) >= limit:
+        raise HeaderError("continuation blocks loop or are too many")
+    visited.add(at)
+    return at, n
