@@ -14,6 +14,7 @@ difference), ``internal`` (any other exception: exit 1) and a refusal with anoth
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 import shutil
@@ -147,6 +148,13 @@ def damaged_files(
         data = damage(rng, bodies[src], kind)
         if data is not None and data != bodies[src].data:
             yield src, kind, data
+
+
+def nth_case(seed: int, index: int) -> tuple[Path, str, bytes]:
+    """Case ``index`` of a worker seeded ``seed`` (``main`` numbers them from 0): a forbidden
+    outcome a benchmark run reports, made again for a test."""
+    bodies = {p: anatomy(p) for p in sources()}
+    return next(itertools.islice(damaged_files(random.Random(seed), bodies), index, None))
 
 
 def tensor_hashes(path: Path) -> dict[str, str]:

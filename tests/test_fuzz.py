@@ -4,7 +4,6 @@ line; never an internal error, a signal, a hang, a leftover temporary or a chang
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import random
@@ -178,17 +177,16 @@ def test_an_object_header_hdf5_cannot_read_while_editing_is_a_one_line_refusal(
 def test_an_enum_type_damaged_past_h5pys_reach_is_a_one_line_refusal(tmp_path):
     """Found by ``benchmarks/fuzz_damage.py`` (seed 1006, case 146): object-header damage gave a
     bool tensor an enum type whose member names h5py cannot sort, and the rewrite's chunk copy
-    raised TypeError making the output dataset (an internal error)."""
-    bodies = {p: fuzz_damage.anatomy(p) for p in fuzz_damage.sources()}
-    files = fuzz_damage.damaged_files(random.Random(1006), bodies)
-    src, kind, data = next(itertools.islice(files, 146, None))
+    raised TypeError making the output dataset (an internal error). A bool is h5py's enum
+    exactly, so the boundary now refuses the type before anything is copied."""
+    src, kind, data = fuzz_damage.nth_case(1006, 146)
     assert (src.name, kind) == ("release-2.0.mdl", "object_header")
     case = tmp_path / "checkpoint_1.mdl"
     case.write_bytes(data)
     out = tmp_path / "out"
     res = upgrade(case, UpgradeOptions(output_dir=out, inputs={"drop_dataloader_state": True}))
     assert res.status == "failed" and res.exit_code == 2, res.error
-    assert "cannot copy the chunks of dataset 'model.mask'" in res.error
+    assert "'/model.mask' has a 1-byte enum type whose layout is not the standard one" in res.error
 
 
 @pytest.mark.parametrize(
@@ -219,3 +217,23 @@ def test_a_damaged_attribute_name_in_a_legacy_header_is_refused(
     with pytest.raises(CorruptCheckpointError, match=dataset), read_checkpoint(path):
         pass
     one_line_error(run_cli("inspect", path), 2, dataset, "damaged")
+
+
+@pytest.mark.parametrize(
+    ("seed", "index", "source", "why"),
+    [
+        (3002, 70, "release-2.10.mdl", r"'model\.scale': its data at byte 29100 lies inside"),
+        (5001, 54, "dtypes.mdl", "'/special_f32' has a 4-byte float type whose layout is not"),
+    ],
+)
+def test_the_fuzz_benchmarks_wrong_outcomes_are_refused(tmp_path, seed, index, source, why):
+    """The cases ``benchmarks/fuzz_damage.py`` reported as ``wrong`` (success with other
+    values), each one byte or three of an unchecksummed object header: a 0-d tensor's data
+    address moved into a B-tree node (read its zeros), a float32's precision and bit offset
+    changed (HDF5 converted the values)."""
+    src, kind, data = fuzz_damage.nth_case(seed, index)
+    assert (src.name, kind) == (source, "object_header")
+    case = tmp_path / "checkpoint_1.mdl"
+    case.write_bytes(data)
+    with pytest.raises(CorruptCheckpointError, match=why):
+        fuzz_damage.tensor_hashes(case)
