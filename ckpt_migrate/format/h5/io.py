@@ -240,13 +240,22 @@ def prefetch(path: Path, addresses: list[int]) -> None:
 
 
 def open_dataset(group: h5py.Group, name: str) -> h5py.Dataset | None:
-    """``group.get(name)`` if it is a dataset, else None, without the ``File`` object h5py
-    builds on every lookup (half of its 90 µs; a checkpoint has thousands of datasets)."""
+    """``group.get(name)`` if it is a dataset, None if there is nothing of that name, without
+    the ``File`` object h5py builds on every lookup (half of its 90 µs; a checkpoint has
+    thousands of datasets). Anything else there is damage: a dataset whose dataspace message's
+    type was changed in its unchecksummed header reads as a named datatype (issue #36)."""
     try:
         oid = h5py.h5o.open(group.id, name.encode())
     except KeyError:
         return None
-    return h5py.Dataset(oid) if isinstance(oid, h5py.h5d.DatasetID) else None
+    if isinstance(oid, h5py.h5d.DatasetID):
+        return h5py.Dataset(oid)
+    kind = "group" if isinstance(oid, h5py.h5g.GroupID) else "named datatype"
+    raise CorruptCheckpointError(
+        group.file.filename,
+        f"{name!r} is a {kind} where a dataset belongs",
+        "the file is damaged; use another copy",
+    )
 
 
 def datasets_not_in(group: h5py.Group, used: set[str], *, recursive: bool) -> list[str]:
