@@ -249,3 +249,31 @@ def test_a_number_type_damaged_in_its_header_is_refused(tmp_path, field, offset,
     with pytest.raises(CorruptCheckpointError, match="'/special_f32' has a 4-byte float type"):
         cm.load(src)
     one_line_error(run_cli("verify", src, src), 2, "special_f32", "not the standard one")
+
+
+def test_the_metadata_map_reads_at_most_twice_the_file(tmp_path, monkeypatch):
+    """A small file cannot buy a long walk: B-tree nodes may each claim entries up to the end
+    of the file, so the map stops once its reads pass twice the file's size."""
+    import os
+
+    from ckpt_migrate.format.h5 import metadata
+
+    src = tmp_path / "checkpoint_1.mdl"
+    cm.save({f"w{i}": np.ones((64, 4), np.float32) for i in range(40)}, src, "2.10")
+    read: list[int] = []
+    real = os.pread
+    monkeypatch.setattr(metadata.os, "pread", lambda fd, n, at: read.append(n) or real(fd, n, at))
+    with h5py.File(src, "r") as f:
+        full = metadata_extents(f, _objects(f))
+        read.clear()
+        monkeypatch.setattr(metadata._File, "__init__", _tiny_budget(metadata._File.__init__))
+        cut = metadata_extents(f, _objects(f))
+    assert sum(read) <= 4096 + 8192 and len(cut) < len(full)
+
+
+def _tiny_budget(init):
+    def patched(self, fd, size):
+        init(self, fd, size)
+        self.unread = 4096  # as if the file were tiny next to what its nodes claim
+
+    return patched

@@ -13,8 +13,8 @@ Only what this module knows is mapped: superblock versions 0–3 with 8-byte off
 object header versions 1 and 2 (read by ``h5.headers``), data layout message version 3,
 version-1 B-trees. Anything else (dense attribute or link storage, the newer chunk indexes, a
 structure that does not parse or whose checksum fails) is left out, so the map can miss metadata
-but never claims data. Every read is bounded by the file size, every node is visited once, and
-the count of nodes by what the file's size can hold.
+but never claims data. Every read lies inside the file, all of them together stay under twice its
+size, every node is visited once, and the count of nodes by what the file's size can hold.
 """
 
 from __future__ import annotations
@@ -48,9 +48,13 @@ class _File:
         self.seen: set[int] = set()
         self.limit = size // 8 + 16  # no more structures than the file can hold
         self.budget = self.limit
+        # every structure is read once and none overlaps another, so a file that makes this
+        # read more than twice its size (nodes claiming the rest of the file) is not mapped on
+        self.unread = 2 * size + (1 << 20)
 
     def read(self, at: int, n: int) -> bytes:
-        if at < 0 or n < 0 or at + n > self.size:
+        self.unread -= max(n, 0)
+        if at < 0 or n < 0 or at + n > self.size or self.unread < 0:
             raise _Stop
         data = os.pread(self.fd, n, at)
         if len(data) != n:
