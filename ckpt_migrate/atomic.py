@@ -282,10 +282,19 @@ def io_error(target: Path, exc: OSError) -> CkptIOError:
 def check_writable(directory: Path) -> None:
     """Raise ``CkptIOError`` (exit 5) now, before any work, if no file can be created in
     ``directory`` (or, if it does not exist yet, in the nearest parent that does, where it will
-    be created). The probe is an unnamed file (``O_TMPFILE``) or a temporary removed at once."""
+    be created). The probe is an unnamed file (``O_TMPFILE``), which a kill cannot strand, or
+    where the filesystem has none a named temporary removed at once."""
     existing = directory
     while not existing.exists() and existing.parent != existing:
         existing = existing.parent
+    unnamed = getattr(os, "O_TMPFILE", 0)
+    if unnamed:
+        try:  # a file with no name: a kill at any moment leaves nothing behind
+            os.close(os.open(existing, unnamed | os.O_WRONLY, 0o600))
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):
+                raise io_error(directory, exc) from None
     try:
         fd, name = tempfile.mkstemp(dir=existing, prefix=".ckpt-migrate-probe.")
     except OSError as exc:

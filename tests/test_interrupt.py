@@ -22,7 +22,7 @@ import pytest
 from conftest import sha256_file
 
 import ckpt_migrate as cm
-from ckpt_migrate.atomic import Interrupt
+from ckpt_migrate.atomic import Interrupt, check_writable
 from ckpt_migrate.cli import console
 from ckpt_migrate.engine import upgrade as engine
 from ckpt_migrate.format.read import read_checkpoint
@@ -178,3 +178,18 @@ def test_sigint_in_upgrade_dir_stops_the_whole_run(big, tmp_path):
     assert "file 2 of 2" not in err and took < 3
     assert list(out.iterdir()) == []
     assert sha256_file(src) == digest
+
+
+def test_the_writability_probe_leaves_no_name_a_kill_could_strand(tmp_path, monkeypatch):
+    """A SIGKILL between creating the probe and removing it must leave nothing in the output
+    directory (a run of upgrade-dir killed there left a ``.ckpt-migrate-probe.*`` file). The
+    probe is an unnamed O_TMPFILE file, so even a removal that never happens leaves none."""
+    if not getattr(os, "O_TMPFILE", 0):
+        pytest.skip("this platform has no O_TMPFILE; the probe is a named temporary there")
+
+    def never(path, *args, **kwargs):
+        raise AssertionError(f"the probe was named ({path}); a kill here would strand it")
+
+    monkeypatch.setattr(os, "unlink", never)
+    check_writable(tmp_path)
+    assert list(tmp_path.iterdir()) == []
