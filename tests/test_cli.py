@@ -149,6 +149,16 @@ def test_upgrade_of_a_missing_file_is_bad_input(tmp_path):
     one_line_error(proc, 2, "no such file")
 
 
+def test_a_command_line_problem_is_said_once_not_once_per_file(tmp_path):
+    """``upgrade a.mdl b.mdl`` without a destination: the command line is wrong, not each file,
+    so one line (it was printed once per path)."""
+    src = FIXTURES / "release-2.0.mdl"
+    proc = run_cli("upgrade", src, src)
+    one_line_error(proc, 2, "say where the upgraded file goes; pass --output-dir DIR or --inplace")
+    proc = run_cli("upgrade", src, src, "--inplace", "--output-dir", tmp_path)
+    one_line_error(proc, 2, "--inplace and --output-dir exclude each other")
+
+
 def test_names_from_files_never_reach_the_terminal_raw(tmp_path):
     """A file or key name with terminal escapes is shown escaped, in results and in errors."""
     evil = tmp_path / "\x1b]0;pwned\x07\x1b[2Jckpt.mdl"

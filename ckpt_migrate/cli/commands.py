@@ -20,7 +20,12 @@ from ckpt_migrate.config.upgrade import ConfigAlongside, ConfigOutcome
 from ckpt_migrate.engine import plan as planner
 from ckpt_migrate.engine.extents import METHODS, Choice
 from ckpt_migrate.engine.plan import check as check_file
-from ckpt_migrate.engine.upgrade import Progress, UpgradeOptions, UpgradeResult
+from ckpt_migrate.engine.upgrade import (
+    Progress,
+    UpgradeOptions,
+    UpgradeResult,
+    check_destination,
+)
 from ckpt_migrate.engine.upgrade import upgrade as upgrade_file
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.format import deep_check as deep
@@ -224,6 +229,7 @@ def upgrade(
     if any(s3.is_url(p) for p in [*paths, output_dir]):
         yield from _upgrade_objects(paths, output_dir, opts, alongside)
         return
+    check_destination(opts)
     for path in paths:
         res = upgrade_file(path, opts, progress)
         yield res, alongside.run(res) if alongside is not None else None

@@ -142,13 +142,19 @@ def upgrade(
     return result
 
 
-def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: Progress | None):
+def check_destination(opts: UpgradeOptions) -> None:
+    """Raise ``UsageError`` unless ``opts`` says where an upgraded file goes (once per command,
+    before any file: the problem is the command line's, not each file's)."""
     if opts.inplace and (opts.output_dir is not None or opts.output is not None):
         raise UsageError(None, "--inplace and --output-dir exclude each other")
     if not opts.inplace and opts.output_dir is None and opts.output is None and not opts.dry_run:
         raise UsageError(
             None, "say where the upgraded file goes", "pass --output-dir DIR or --inplace"
         )
+
+
+def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: Progress | None):
+    check_destination(opts)
     if opts.inplace:  # through a symlink: upgrade the file it names, and keep the link
         src = src.resolve()
     lock = contextlib.nullcontext() if opts.dry_run else lock_source(src)
