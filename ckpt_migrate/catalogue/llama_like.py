@@ -11,6 +11,7 @@ renames at any hop.
 
 from __future__ import annotations
 
+from ckpt_migrate.catalogue import llama_config
 from ckpt_migrate.catalogue.layouts import DECODER, MOE_KEYS, POST_NORM_KEYS
 from ckpt_migrate.catalogue.mup import DECODER_MUP
 from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
@@ -56,6 +57,7 @@ LLAMA = Record(
         {"llama": "LlamaForCausalLM", "llama-headless": "LlamaModel"},
         mup=DECODER_MUP,  # llama.py lines 1022, 1142: supports_mup_conversion
         hf_dropped=(_ROTARY_BUFFER,),
+        config=llama_config.LLAMA_CONFIG,
     ),
 )
 
@@ -73,6 +75,7 @@ MISTRAL = Record(
         {"mistral": "MistralForCausalLM", "mistral-headless": "MistralModel"},
         mup=DECODER_MUP,  # mistral.py lines 30-92: LLaMA's converters
         hf_dropped=(_ROTARY_BUFFER,),
+        config=llama_config.MISTRAL_CONFIG,
     ),
 )
 
@@ -101,6 +104,7 @@ MIXTRAL = Record(
         ("mixtral",),
         {"mixtral": "MixtralForCausalLM", "mixtral-headless": "MixtralModel"},
         hf_dropped=(_ROTARY_BUFFER,),
+        config=llama_config.MIXTRAL_CONFIG,
     ),
 )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpt_migrate.catalogue.config import Step
 from ckpt_migrate.catalogue.mup import Mup
 
 
@@ -118,6 +119,7 @@ class Hf:
     cs_fields: dict[str, Any] = field(default_factory=dict)  # composite's own CS config fields
     mup: Mup | None = None  # its muP; with multipliers: the export folds them (hf/mup.py)
     mup_native: tuple[str, ...] = ()  # muP-named fields its HF config carries itself
+    config: tuple[Step, ...] = ()  # its config table (``catalogue/config.py``)
 
 
 @dataclass(frozen=True)
