@@ -38,11 +38,13 @@ class Layout:
 @dataclass(frozen=True)
 class Name:
     """One model name Model Zoo 2.10's converter registry knows (``registry.py``, tag
-    Release_2.10.0, lines 173-333), spelled as there."""
+    Release_2.10.0, lines 173-333), spelled as there; or (``position`` None) one only this
+    tool's Hugging Face rules serve (an HF model type of an existing CS layout)."""
 
     name: str
     registry: str | None  # trainer.init.model.name (registry.yaml / _model_aliases); None: none
-    position: int  # its place in registry.py's listing: the converters, then the aliases
+    position: int | None  # its place in registry.py's listing (converters, then aliases);
+    # None: a name Model Zoo does not have, served by this tool's Hugging Face rules only
     since: str | None = None  # oldest release its converters convert from (None: alias_of's)
     alias_of: str | None = None  # the registry key whose converter list an alias shares
     headless: bool = False  # the model without lm_head (Model Zoo's *Model_HF_CS* converters)

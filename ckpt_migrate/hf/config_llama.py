@@ -151,6 +151,12 @@ def _no_biases(s: State) -> None:
         raise MappingError("head_dim: must be hidden_size // num_attention_heads for CS")
 
 
+def _head_dim(s: State) -> None:
+    """``head_dim`` written out, for the HF config classes that do not derive it from the
+    hidden size and heads; on import :func:`_no_biases` checks it is the head size."""
+    s.out["head_dim"] = s.src["hidden_size"] // s.src["num_heads"]
+
+
 def _glu_to_hf(s: State, hf: str) -> None:
     """llama.py lines 743-770: CS GLU nonlinearities are HF's gated activations."""
     if s.src["nonlinearity"] not in _GLU_CS_TO_HF:
@@ -227,6 +233,28 @@ def _moe_to_cs(s: State) -> None:
     }
 
 
+def _layer_types(window: Any, layers: int) -> list[str]:
+    """The ``layer_types`` transformers makes by default: every layer sliding when there is a
+    window, else every one full."""
+    return ["sliding_attention" if window is not None else "full_attention"] * layers
+
+
+def _uniform_layer_types_to_hf(s: State) -> None:
+    """transformers' ``layer_types`` (a kind of attention per layer) written out: CS Mistral's
+    sliding window applies to every layer alike."""
+    window = s.src.get("attention_sliding_window_length")
+    s.out["layer_types"] = _layer_types(window, s.src["num_hidden_layers"])
+
+
+def _uniform_layer_types_to_cs(s: State) -> None:
+    """Only the default ``layer_types`` converts: the CS model has one kind of attention."""
+    want = _layer_types(s.src.get("sliding_window"), s.src["num_hidden_layers"])
+    if s.src.get("layer_types") not in (None, want):
+        raise MappingError(
+            "layer_types: CS applies one kind of attention (sliding window or none) to every layer"
+        )
+
+
 OPS: dict[str, tuple[Fn, Fn]] = {
     "rms norm flag": (_rms_norm_flag, None),
     "known fields": (_known_fields, None),
@@ -239,4 +267,6 @@ OPS: dict[str, tuple[Fn, Fn]] = {
     "rope": (_rope_to_hf, _rope_to_cs),
     "kv heads": (_kv_heads_to_hf, _kv_heads_to_cs),
     "moe": (_moe_to_hf, _moe_to_cs),
+    "uniform layer types": (_uniform_layer_types_to_hf, _uniform_layer_types_to_cs),
+    "head dim": (_head_dim, None),
 }
