@@ -18,7 +18,7 @@ from ckpt_migrate.catalogue.gpt2_like import BTLM, GPT2, JAIS, SANTACODER, STARC
 from ckpt_migrate.catalogue.gptj_like import BLOOM, CODEGEN, FALCON, GPT_NEOX, GPTJ
 from ckpt_migrate.catalogue.keyless import CLIP_VIT, DPO, DRAGON, LLAVA, MMSIMPLE_LLAVA
 from ckpt_migrate.catalogue.layouts import BERT_ENCODER, DECODER, ENCODER_DECODER, LAYOUTS
-from ckpt_migrate.catalogue.llama_like import GEMMA2, LLAMA, MISTRAL, MIXTRAL
+from ckpt_migrate.catalogue.llama_like import GEMMA2, LLAMA, MINISTRAL, MISTRAL, MIXTRAL
 from ckpt_migrate.catalogue.record import (
     Absent,
     Drop,
@@ -93,6 +93,7 @@ RECORDS: tuple[Record, ...] = (
     ESM2,
     LLAVA,
     MMSIMPLE_LLAVA,
+    MINISTRAL,
 )
 
 
