@@ -19,10 +19,11 @@ CS, HF = "cs", "hf"  # the side a config is read from
 @dataclass(frozen=True)
 class Renames:
     """(HF key, CS key) pairs copied each way when the source has the key; ``skip_none``: a
-    null value is not copied."""
+    null value is not copied; ``side``: copied only reading that side."""
 
     pairs: tuple[tuple[str, str], ...]
     skip_none: bool = False
+    side: str | None = None
 
 
 @dataclass(frozen=True)

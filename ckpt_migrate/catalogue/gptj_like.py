@@ -12,6 +12,7 @@ CodeGen is GPT-J's CS model (``registry.py`` line 344, ``"codegen": "gptj"``).
 
 from __future__ import annotations
 
+from ckpt_migrate.catalogue import gptj_config
 from ckpt_migrate.catalogue.layouts import DECODER
 from ckpt_migrate.catalogue.mup import DECODER_MUP, GPTJ_MUP
 from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
@@ -56,6 +57,7 @@ GPTJ = Record(
         by_architecture=True,
         # buffers older transformers saved, which Model Zoo skips (gptj_hf_cs.py lines 151-155)
         hf_dropped=(Drop(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)", _BUFFER),),
+        config=gptj_config.GPTJ_CONFIG,
     ),
 )
 
@@ -120,6 +122,7 @@ CODEGEN = Record(
         hf_dropped=(
             Drop(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias|causal_mask)", _BUFFER),
         ),
+        config=gptj_config.CODEGEN_CONFIG,
     ),
 )
 

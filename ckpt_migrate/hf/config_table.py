@@ -63,6 +63,8 @@ def _state(side: str, config: Mapping[str, Any], name: str) -> State:
 
 
 def _renames(step: Renames, s: State) -> None:
+    if step.side not in (None, s.side):
+        return
     for hf_key, cs_key in step.pairs:
         key, to = (cs_key, hf_key) if s.side == CS else (hf_key, cs_key)
         if key in s.src and not (step.skip_none and s.src[key] is None):
