@@ -182,3 +182,90 @@ CODEGEN_CONFIG = gptj_style_config(
     gptj_fixed(**GPTJ_STYLE_FIXED, use_bias_in_output=True),
     (Op("codegen heads"),),
 )
+
+# GPT-NeoX (gpt_neox_hf_cs.py lines 656-870 and 1011-1093): Model Zoo's HF defaults (lines
+# 791-807, 1030-1034), the parallel residual and attention biases HF must have, the rotary
+# fraction ``rotary_pct`` = ``rotary_dim`` / head size (lines 866-870), base 10000 (lines
+# 752-759), linear RoPE scaling only (lines 1041-1089), the post-conversion CS defaults (lines
+# 835-847).
+GPT_NEOX_CONFIG = (
+    Op("architecture", {"model_type": True}),
+    Defaults(
+        HF,
+        {
+            "vocab_size": 50432,
+            "hidden_size": 6144,
+            "num_hidden_layers": 44,
+            "num_attention_heads": 64,
+            "intermediate_size": 24576,
+            "hidden_act": "gelu",
+            "max_position_embeddings": 2048,
+            "initializer_range": 0.02,
+            "layer_norm_eps": 1e-5,
+            "tie_word_embeddings": False,
+            "use_parallel_residual": True,
+            "attention_dropout": 0.0,
+            "hidden_dropout": 0.0,
+            "attention_bias": True,
+        },
+    ),
+    Fixed(HF, {"model_type": "gpt_neox"}, "{key}: expected {want!r}, got {got!r}"),
+    Fixed(HF, {"use_parallel_residual": True}, "{key}: CS GPT-NeoX needs the parallel residual"),
+    Fixed(HF, {"attention_bias": True}, "{key}: CS GPT-NeoX needs attention biases"),
+    Op("refuse mup", {"as_name": "gpt-neox"}),
+    Defaults(CS, GPTJ_CS_DEFAULTS),
+    Fixed(
+        CS,
+        gptj_fixed(
+            embedding_dropout_rate=0.0,
+            use_untied_layer_norm=True,
+            use_projection_bias_in_attention=True,
+            use_ffn_bias_in_attention=True,
+            use_bias_in_output=False,
+        ),
+        "{key}: HF GPT-NeoX needs {want!r}, got {got!r}",
+    ),
+    Required(
+        CS,
+        ("rotary_dim", "hidden_size", "num_heads"),
+        "{key}: a CS GPT-NeoX config must give it",
+    ),
+    Op("neox rope"),
+    Renames(
+        (
+            ("vocab_size", "vocab_size"),
+            ("hidden_size", "hidden_size"),
+            ("num_attention_heads", "num_heads"),
+            ("num_hidden_layers", "num_hidden_layers"),
+            ("max_position_embeddings", "max_position_embeddings"),
+            ("intermediate_size", "filter_size"),
+            ("hidden_act", "nonlinearity"),
+            ("layer_norm_eps", "layer_norm_epsilon"),
+            ("attention_dropout", "attention_dropout_rate"),
+            ("hidden_dropout", "residual_dropout_rate"),
+        )
+    ),
+    Op("neox rotary dim"),
+    Renames(
+        (
+            ("initializer_range", "initializer_range"),
+            ("tie_word_embeddings", "share_embedding_weights"),
+        )
+    ),
+    Written(CS, {"use_parallel_residual": True, "attention_bias": True}),
+    Written(HF, {"position_embedding_type": "rotary"}),
+    Op("neox scaling factor"),
+    Written(
+        HF,
+        {
+            "attention_type": "scaled_dot_product",
+            "use_untied_layer_norm": True,
+            "use_projection_bias_in_attention": True,
+            "use_ffn_bias_in_attention": True,
+            "use_ffn_bias": True,
+            "use_bias_in_output": False,
+            "embedding_dropout_rate": 0.0,
+        },
+    ),
+    Op("neox scaling type"),
+)

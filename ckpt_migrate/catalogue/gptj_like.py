@@ -99,6 +99,7 @@ GPT_NEOX = Record(
                 _BUFFER,
             ),
         ),
+        config=gptj_config.GPT_NEOX_CONFIG,
     ),
 )
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_migrate import catalogue
-from ckpt_migrate.catalogue.config import CS
 from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.mapping import MappingError
 
@@ -104,17 +103,6 @@ def _multi_query_to_cs(s: State) -> None:
         s.out["extra_attention_params"] = {"num_kv_groups": 1}
 
 
-def _codegen_heads(s: State) -> None:
-    """salesforce_codegen_hf_cs.py lines 731-739: HF CodeGen packs Q, K, V in 4 shards (mp_num),
-    so at least 4 heads and a hidden size 4 divides."""
-    field, hidden = ("num_heads", "hidden_size") if s.side == CS else ("n_head", "n_embd")
-    heads = s.src[field]
-    if heads < 4:
-        raise MappingError(f"{field}: HF CodeGen needs at least 4 heads, got {heads}")
-    if s.src[hidden] % 4:
-        raise MappingError(f"{field}: the hidden size {s.src[hidden]} must split into 4 shards")
-
-
 def _positions(s: State, allowed: tuple[str, ...]) -> None:
     """The position embeddings the HF class implements (btlm_hf_cs.py lines 150-160)."""
     kind = s.src.get("position_embedding_type", "learned")
@@ -171,7 +159,6 @@ OPS: dict[str, tuple[Fn, Fn]] = {
     "attention type": (_attention_to_hf, _attention_to_cs),
     "multi query": (_multi_query_to_hf, _multi_query_to_cs),
     "positions": (_positions, _positions),
-    "codegen heads": (_codegen_heads, _codegen_heads),
     "swiglu": (_swiglu, None),
     "alibi scaling": (_alibi_to_hf, _alibi_to_cs),
     "mup output": (_mup_output_to_hf, _mup_output_to_cs),

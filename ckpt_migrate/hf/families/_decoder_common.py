@@ -13,6 +13,9 @@ from typing import Any
 from ckpt_migrate.catalogue.gptj_config import GPTJ_CS_DEFAULTS as GPTJ_CS_DEFAULTS
 from ckpt_migrate.catalogue.gptj_config import gptj_fixed as gptj_fixed
 from ckpt_migrate.hf import mup
+from ckpt_migrate.hf.config_gptj import check_scaling_type as check_scaling_type
+from ckpt_migrate.hf.config_gptj import hf_rope as hf_rope
+from ckpt_migrate.hf.config_gptj import rope_factor as rope_factor
 from ckpt_migrate.hf.mapping import MappingError, Shape
 
 Shapes = Mapping[str, Shape]  # tensor name -> shape
@@ -104,29 +107,3 @@ def require(cs: Config, keys: Sequence[str], label: str) -> None:
     for key in keys:
         if key not in cs:
             raise MappingError(f"{key}: a CS {label} config must give it")
-
-
-def rope_factor(params: Config, legacy: Config) -> float:
-    """The linear RoPE scaling factor (1 without scaling) of transformers 5 ``rope_parameters``
-    or the older ``rope_scaling``; any other kind is refused (Model Zoo: gpt_neox_hf_cs.py lines
-    1041-1080, falcon_180b.py lines 642-681, which only the linear kind is carried of)."""
-    kind = params.get("rope_type", legacy.get("type", legacy.get("rope_type", "default")))
-    if kind not in ("default", "linear"):
-        raise MappingError(f"rope_parameters: rope_type {kind!r} is not supported")
-    return params.get("factor", legacy.get("factor", 1.0)) if kind == "linear" else 1.0
-
-
-def check_scaling_type(cs: Config) -> None:
-    """Only linear position scaling converts (``pos_scaling_type`` absent means linear)."""
-    if cs.get("pos_scaling_type", "linear") != "linear":
-        raise MappingError(f"pos_scaling_type: {cs['pos_scaling_type']!r} is not supported")
-
-
-def hf_rope(factor: float, **fields: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(``rope_parameters``, ``rope_scaling``): ``fields`` and the kind, linear with ``factor``
-    when it is not 1; ``rope_scaling`` is null without scaling, as Model Zoo writes it
-    (``convert_pi``), else the same mapping (transformers 5 reads it as an alias)."""
-    rope: dict[str, Any] = {**fields, "rope_type": "default"}
-    if factor != 1.0:
-        rope.update(rope_type="linear", factor=factor)
-    return rope, dict(rope) if rope["rope_type"] == "linear" else None

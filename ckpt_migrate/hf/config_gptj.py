@@ -1,0 +1,115 @@
+"""The named operations of the GPT-J backbone families' config tables
+(``catalogue/gptj_config.py``: GPT-J, CodeGen, GPT-NeoX), each a pair as in ``config_ops.py``:
+(exporting, importing), and the RoPE helpers Falcon and BLOOM share. Model Zoo (tag
+Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``):
+``salesforce_codegen_hf_cs.py``, ``gpt_neox_hf_cs.py``, ``falcon_180b.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ckpt_migrate.catalogue.config import CS
+from ckpt_migrate.hf.config_ops import Fn, State
+from ckpt_migrate.hf.mapping import MappingError
+
+Config = Mapping[str, Any]
+
+
+def rope_factor(params: Config, legacy: Config) -> float:
+    """The linear RoPE scaling factor (1 without scaling) of transformers 5 ``rope_parameters``
+    or the older ``rope_scaling``; any other kind is refused (Model Zoo: gpt_neox_hf_cs.py lines
+    1041-1080, falcon_180b.py lines 642-681, which only the linear kind is carried of)."""
+    kind = params.get("rope_type", legacy.get("type", legacy.get("rope_type", "default")))
+    if kind not in ("default", "linear"):
+        raise MappingError(f"rope_parameters: rope_type {kind!r} is not supported")
+    return params.get("factor", legacy.get("factor", 1.0)) if kind == "linear" else 1.0
+
+
+def check_scaling_type(cs: Config) -> None:
+    """Only linear position scaling converts (``pos_scaling_type`` absent means linear)."""
+    if cs.get("pos_scaling_type", "linear") != "linear":
+        raise MappingError(f"pos_scaling_type: {cs['pos_scaling_type']!r} is not supported")
+
+
+def hf_rope(factor: float, **fields: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(``rope_parameters``, ``rope_scaling``): ``fields`` and the kind, linear with ``factor``
+    when it is not 1; ``rope_scaling`` is null without scaling, as Model Zoo writes it
+    (``convert_pi``), else the same mapping (transformers 5 reads it as an alias)."""
+    rope: dict[str, Any] = {**fields, "rope_type": "default"}
+    if factor != 1.0:
+        rope.update(rope_type="linear", factor=factor)
+    return rope, dict(rope) if rope["rope_type"] == "linear" else None
+
+
+def _codegen_heads(s: State) -> None:
+    """salesforce_codegen_hf_cs.py lines 731-739: HF CodeGen packs Q, K, V in 4 shards (mp_num),
+    so at least 4 heads and a hidden size 4 divides."""
+    field, hidden = ("num_heads", "hidden_size") if s.side == CS else ("n_head", "n_embd")
+    heads = s.src[field]
+    if heads < 4:
+        raise MappingError(f"{field}: HF CodeGen needs at least 4 heads, got {heads}")
+    if s.src[hidden] % 4:
+        raise MappingError(f"{field}: the hidden size {s.src[hidden]} must split into 4 shards")
+
+
+def _neox_rope(hf: Config) -> tuple[float, float, float]:
+    """(theta, rotary fraction, linear scaling factor) from transformers 5 ``rope_parameters``
+    or the older ``rotary_pct`` / ``rotary_emb_base`` / ``rope_scaling`` fields.
+
+    Model Zoo: gpt_neox_hf_cs.py lines 752-759 (``rotary_pct``, base 10000 asserted) and
+    1041-1080 (``rope_scaling``; only the linear kind is carried here)."""
+    params = dict(hf.get("rope_parameters") or {})
+    legacy = dict(hf.get("rope_scaling") or {})
+    theta = params.get("rope_theta", hf.get("rotary_emb_base", 10000.0))
+    fraction = params.get("partial_rotary_factor", hf.get("rotary_pct", 0.25))
+    factor = rope_factor(params, legacy)
+    if theta != 10000:
+        raise MappingError(f"rope_parameters: rope_theta must be 10000 (Model Zoo), got {theta}")
+    return float(theta), float(fraction), float(factor)
+
+
+def _neox_rope_to_hf(s: State) -> None:
+    """gpt_neox_hf_cs.py lines 866-870 and 1082-1089: ``rotary_pct`` = ``rotary_dim`` / head
+    size, written both as transformers 5 ``rope_parameters`` and as the older ``rotary_pct`` /
+    ``rotary_emb_base`` / ``rope_scaling`` fields (null without scaling, as Model Zoo writes it;
+    with scaling the ``rope_parameters`` mapping, which transformers 5 reads as its alias)."""
+    if s.src["rotary_dim"] % 2:
+        raise MappingError(f"rotary_dim: must be even, got {s.src['rotary_dim']}")
+    check_scaling_type(s.src)
+    fraction = s.src["rotary_dim"] / (s.src["hidden_size"] // s.src["num_heads"])
+    rope, scaling = hf_rope(
+        s.src["pos_scaling_factor"], rope_theta=10000.0, partial_rotary_factor=fraction
+    )
+    s.out.update(
+        rope_parameters=rope, rotary_pct=fraction, rotary_emb_base=10000, rope_scaling=scaling
+    )
+
+
+def _neox_rope_to_cs(s: State) -> None:
+    _neox_rope(s.src)
+
+
+def _neox_rotary_dim(s: State) -> None:
+    """The rotary fraction of the head size."""
+    head_size = s.src["hidden_size"] // s.src["num_attention_heads"]
+    s.out["rotary_dim"] = int(head_size * _neox_rope(s.src)[1])
+
+
+def _neox_scaling_factor(s: State) -> None:
+    s.out["pos_scaling_factor"] = _neox_rope(s.src)[2]
+
+
+def _neox_scaling_type(s: State) -> None:
+    if _neox_rope(s.src)[2] != 1.0:
+        s.out["pos_scaling_type"] = "linear"
+
+
+OPS: dict[str, tuple[Fn, Fn]] = {
+    "codegen heads": (_codegen_heads, _codegen_heads),
+    "neox rope": (_neox_rope_to_hf, _neox_rope_to_cs),
+    "neox rotary dim": (None, _neox_rotary_dim),
+    "neox scaling factor": (None, _neox_scaling_factor),
+    "neox scaling type": (None, _neox_scaling_type),
+}
