@@ -269,3 +269,92 @@ GPT_NEOX_CONFIG = (
     ),
     Op("neox scaling type"),
 )
+
+# BLOOM (bloom_hf_cs.py lines 460-715): Model Zoo's defaults each side (lines 612-628), the CS
+# fields HF BLOOM can express at one value only when present (lines 470-609, 915-924;
+# ``embedding_layer_norm`` always, through its default), ``n_embed`` an alias of
+# ``hidden_size``, the post-conversion CS defaults (lines 630-641); ``embedding_dropout_rate:
+# 0.0`` is written too so that the CS config converts back (Model Zoo would default it to
+# ``dropout_rate``).
+BLOOM_CS_DEFAULTS: dict[str, Any] = {"share_embedding_weights": True, "embedding_layer_norm": False}
+BLOOM_CONFIG = (
+    Op("architecture", {"model_type": True}),
+    Defaults(
+        HF,
+        {
+            "tie_word_embeddings": True,
+            "vocab_size": 250880,
+            "hidden_size": 64,
+            "n_layer": 2,
+            "n_head": 8,
+            "layer_norm_epsilon": 1e-5,
+            "initializer_range": 0.02,
+            "apply_residual_connection_post_layernorm": False,
+            "hidden_dropout": 0.0,
+            "attention_dropout": 0.0,
+        },
+    ),
+    Fixed(HF, {"model_type": "bloom"}, "{key}: expected {want!r}, got {got!r}"),
+    Op("n_embed"),
+    Fixed(HF, {"apply_residual_connection_post_layernorm": False}, "{key}: CS BLOOM needs false"),
+    Op("refuse mup", {"as_name": "bloom"}),
+    Defaults(CS, BLOOM_CS_DEFAULTS),
+    Fixed(
+        CS,
+        {
+            "position_embedding_type": "alibi",
+            "use_position_embedding": True,
+            "embedding_layer_norm": True,
+            "attention_type": "scaled_dot_product",
+            "attention_module": "aiayn_attention",
+            "use_rms_norm": False,
+            "use_projection_bias_in_attention": True,
+            "use_ffn_bias_in_attention": True,
+            "use_ffn_bias": True,
+            "nonlinearity": "gelu",
+            "norm_first": True,
+            "use_bias_in_output": False,
+            "fixed_sparse_attention": None,
+            "use_ff_layer1_dropout": False,
+            "alibi_trainable_slopes": False,
+            "norm_type": "layernorm",
+        },
+        "{key}: HF BLOOM needs {want!r}, got {got!r}",
+    ),
+    Required(
+        CS,
+        ("hidden_size", "num_heads", "num_hidden_layers", "vocab_size", "dropout_rate"),
+        "{key}: a CS BLOOM config must give it",
+    ),
+    Op("bloom widths"),
+    Op("dropouts"),
+    Defaults(CS, {"layer_norm_epsilon": 1e-5, "initializer_range": 0.02}),
+    Renames(
+        (
+            ("vocab_size", "vocab_size"),
+            ("hidden_size", "hidden_size"),
+            ("n_head", "num_heads"),
+            ("n_layer", "num_hidden_layers"),
+            ("tie_word_embeddings", "share_embedding_weights"),
+            ("layer_norm_epsilon", "layer_norm_epsilon"),
+            ("initializer_range", "initializer_range"),
+            ("attention_dropout", "attention_dropout_rate"),
+            ("hidden_dropout", "dropout_rate"),
+        )
+    ),
+    Op("bloom filter size"),
+    Written(CS, {"apply_residual_connection_post_layernorm": False}),
+    Written(
+        HF,
+        {
+            "embedding_dropout_rate": 0.0,
+            "position_embedding_type": "alibi",
+            "use_ffn_bias_in_attention": True,
+            "use_projection_bias_in_attention": True,
+            "use_ffn_bias": True,
+            "use_bias_in_output": False,
+            "attention_type": "scaled_dot_product",
+            "embedding_layer_norm": True,
+        },
+    ),
+)

@@ -159,6 +159,7 @@ BLOOM = Record(
         # ALiBi slopes, which HF computes (bloom_hf_cs.py lines 970-982; the second name is
         # the 2.0 spelling)
         cs_dropped=(_ALIBI_SLOPES,),
+        config=gptj_config.BLOOM_CONFIG,
     ),
 )
 

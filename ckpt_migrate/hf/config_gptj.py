@@ -1,8 +1,8 @@
 """The named operations of the GPT-J backbone families' config tables
-(``catalogue/gptj_config.py``: GPT-J, CodeGen, GPT-NeoX), each a pair as in ``config_ops.py``:
-(exporting, importing), and the RoPE helpers Falcon and BLOOM share. Model Zoo (tag
+(``catalogue/gptj_config.py``: GPT-J, CodeGen, GPT-NeoX, BLOOM), each a pair as in
+``config_ops.py``: (exporting, importing), and the RoPE helpers Falcon shares. Model Zoo (tag
 Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``):
-``salesforce_codegen_hf_cs.py``, ``gpt_neox_hf_cs.py``, ``falcon_180b.py``.
+``salesforce_codegen_hf_cs.py``, ``gpt_neox_hf_cs.py``, ``bloom_hf_cs.py``, ``falcon_180b.py``.
 """
 
 from __future__ import annotations
@@ -106,10 +106,37 @@ def _neox_scaling_type(s: State) -> None:
         s.out["pos_scaling_type"] = "linear"
 
 
+def _n_embed(s: State) -> None:
+    """bloom_hf_cs.py: ``n_embed`` is an older spelling of ``hidden_size``."""
+    if s.src.get("n_embed") is not None:
+        s.src["hidden_size"] = s.src["n_embed"]
+
+
+def _bloom_widths(s: State) -> None:
+    """bloom_hf_cs.py lines 470-690: HF BLOOM's MLP is 4 * hidden wide, its attention
+    hidden-wide, and it has no embedding dropout (which defaults to ``dropout_rate``, lines
+    685-687)."""
+    cs = s.src
+    if cs.get("filter_size", 4 * cs["hidden_size"]) != 4 * cs["hidden_size"]:
+        raise MappingError("filter_size: HF BLOOM needs 4 * hidden_size")
+    if cs.get("attention_inner_dim") not in (None, cs["hidden_size"]):
+        raise MappingError("attention_inner_dim: HF BLOOM needs it equal to hidden_size")
+    if cs.get("embedding_dropout_rate", cs["dropout_rate"]) != 0.0:
+        raise MappingError("embedding_dropout_rate: HF BLOOM has no embedding dropout")
+
+
+def _bloom_filter_size(s: State) -> None:
+    """bloom_hf_cs.py lines 700-715: ``filter_size`` = 4 * ``hidden_size``."""
+    s.out["filter_size"] = 4 * s.src["hidden_size"]
+
+
 OPS: dict[str, tuple[Fn, Fn]] = {
     "codegen heads": (_codegen_heads, _codegen_heads),
     "neox rope": (_neox_rope_to_hf, _neox_rope_to_cs),
     "neox rotary dim": (None, _neox_rotary_dim),
     "neox scaling factor": (None, _neox_scaling_factor),
     "neox scaling type": (None, _neox_scaling_type),
+    "n_embed": (None, _n_embed),
+    "bloom widths": (_bloom_widths, None),
+    "bloom filter size": (None, _bloom_filter_size),
 }
