@@ -358,3 +358,116 @@ BLOOM_CONFIG = (
         },
     ),
 )
+
+
+# Falcon (falcon_180b.py lines 134-551 and 612-693): Model Zoo's defaults each side, rotary
+# positions only, GELU, an MLP 4 * hidden wide, one bias switch for all linear layers, its
+# layouts (multi-query, per-head, the new decoder architecture with KV groups and two norms),
+# linear RoPE scaling only, the post-conversion CS defaults (lines 314-330). Written to HF as
+# Model Zoo writes them: the three CS bias switches under their CS names besides ``bias``.
+FALCON_HF_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 65024,
+    "hidden_size": 4544,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 71,
+    "layer_norm_epsilon": 1e-5,
+    "initializer_range": 0.02,
+    "hidden_dropout": 0.0,
+    "attention_dropout": 0.0,
+    "num_kv_heads": None,
+    "alibi": False,
+    "new_decoder_architecture": False,
+    "multi_query": True,
+    "parallel_attn": True,
+    "bias": False,
+    "max_position_embeddings": 2048,
+    "rope_scaling": None,
+    "num_ln_in_parallel_attn": None,
+    "ffn_hidden_size": None,
+    "activation": "gelu",
+    "tie_word_embeddings": True,
+}
+# Model Zoo: falcon_180b.py lines 292-305 and 636-640, CS defaults filled in first.
+FALCON_CS_DEFAULTS: dict[str, Any] = {
+    "position_embedding_type": "rotary",
+    "rope_theta": 10000.0,
+    "embedding_dropout_rate": 0.1,
+    "share_embedding_weights": True,
+    "nonlinearity": "gelu",
+    "max_position_embeddings": 1024,
+    "attention_module": "aiayn_attention",
+    "attention_type": "scaled_dot_product",
+    "use_untied_layer_norm": False,
+    "extra_attention_params": {"num_kv_groups": 1},
+    "pos_scaling_factor": 1.0,
+    "use_bias_in_output": False,
+    "use_projection_bias_in_attention": True,
+    "use_ffn_bias_in_attention": True,
+    "use_ffn_bias": False,
+    "attention_dropout_rate": 0.0,
+    "residual_dropout_rate": 0.0,
+    "layer_norm_epsilon": 1e-5,
+    "initializer_range": 0.02,
+    "norm_type": "layernorm",
+}
+FALCON_CONFIG = (
+    Op("architecture", {"model_type": True}),
+    Defaults(HF, FALCON_HF_DEFAULTS),
+    Fixed(HF, {"model_type": "falcon"}, "{key}: expected {want!r}, got {got!r}"),
+    Op("refuse mup", {"as_name": "falcon"}),
+    Required(
+        CS, ("hidden_size", "num_heads", "filter_size"), "{key}: a CS Falcon config must give it"
+    ),
+    Defaults(CS, FALCON_CS_DEFAULTS),
+    Fixed(  # falcon_180b.py lines 181-264 and 502-512
+        CS,
+        {
+            "position_embedding_type": "rotary",
+            "nonlinearity": "gelu",
+            "use_bias_in_output": False,
+            "attention_module": "multiquery_attention",
+            "attention_type": "scaled_dot_product",
+            "embedding_dropout_rate": 0.0,
+            "norm_type": "layernorm",
+        },
+        "{key}: HF Falcon needs {want!r}, got {got!r}",
+    ),
+    Op("falcon layout"),
+    Renames((("vocab_size", "vocab_size"), ("hidden_size", "hidden_size"))),
+    Renames((("ffn_hidden_size", "filter_size"),), side=CS),
+    Op("falcon filter size"),
+    Renames((("num_attention_heads", "num_heads"),)),
+    Op("falcon kv groups"),
+    Renames(
+        (
+            ("num_hidden_layers", "num_hidden_layers"),
+            ("max_position_embeddings", "max_position_embeddings"),
+        )
+    ),
+    Written(HF, {"position_embedding_type": "rotary"}),
+    Op("falcon rope"),
+    Op("falcon rotary dim"),
+    Renames(
+        (
+            ("tie_word_embeddings", "share_embedding_weights"),
+            ("attention_dropout", "attention_dropout_rate"),
+            ("hidden_dropout", "residual_dropout_rate"),
+            ("layer_norm_epsilon", "layer_norm_epsilon"),
+            ("initializer_range", "initializer_range"),
+        )
+    ),
+    Op("falcon biases"),
+    Written(
+        HF,
+        {
+            "embedding_dropout_rate": 0.0,
+            "nonlinearity": "gelu",
+            "attention_module": "multiquery_attention",
+            "attention_type": "scaled_dot_product",
+            "loss_scaling": "num_tokens",
+            "use_bias_in_output": False,
+        },
+    ),
+    Op("falcon scaling type"),
+    Written(CS, {"activation": "gelu", "alibi": False, "parallel_attn": True}),
+)

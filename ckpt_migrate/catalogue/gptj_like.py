@@ -192,5 +192,6 @@ FALCON = Record(
         by_architecture=True,
         # ALiBi slopes, which HF computes (falcon_180b.py lines 42-47 and 719-723)
         cs_dropped=(_ALIBI_SLOPES,),
+        config=gptj_config.FALCON_CONFIG,
     ),
 )
