@@ -15,6 +15,16 @@ from typing import Any
 
 CS, HF = "cs", "hf"  # the side a config is read from
 
+# (HF key, CS key): the sizes transformers' LLaMA-style and GPT-NeoX configs spell alike.
+DECODER_SIZES: tuple[tuple[str, str], ...] = (
+    ("vocab_size", "vocab_size"),
+    ("hidden_size", "hidden_size"),
+    ("num_attention_heads", "num_heads"),
+    ("num_hidden_layers", "num_hidden_layers"),
+    ("max_position_embeddings", "max_position_embeddings"),
+    ("intermediate_size", "filter_size"),
+)
+
 
 @dataclass(frozen=True)
 class Renames:

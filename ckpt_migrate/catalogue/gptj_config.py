@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckpt_migrate.catalogue.config import CS, HF, Defaults, Fixed, Op, Renames, Required, Written
+from ckpt_migrate.catalogue.config import (
+    CS,
+    DECODER_SIZES,
+    HF,
+    Defaults,
+    Fixed,
+    Op,
+    Renames,
+    Required,
+    Written,
+)
 
 # The CS GPT-J model's defaults (GPT-J, CodeGen and GPT-NeoX), as Model Zoo fills them in before
 # converting: gptj_hf_cs.py lines 529-546, salesforce_codegen_hf_cs.py lines 689-706,
@@ -233,12 +243,7 @@ GPT_NEOX_CONFIG = (
     Op("neox rope"),
     Renames(
         (
-            ("vocab_size", "vocab_size"),
-            ("hidden_size", "hidden_size"),
-            ("num_attention_heads", "num_heads"),
-            ("num_hidden_layers", "num_hidden_layers"),
-            ("max_position_embeddings", "max_position_embeddings"),
-            ("intermediate_size", "filter_size"),
+            *DECODER_SIZES,
             ("hidden_act", "nonlinearity"),
             ("layer_norm_eps", "layer_norm_epsilon"),
             ("attention_dropout", "attention_dropout_rate"),

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckpt_migrate.catalogue.config import CS, HF, Defaults, Fixed, Op, Renames, Required, Written
+from ckpt_migrate.catalogue.config import (
+    CS,
+    DECODER_SIZES,
+    HF,
+    Defaults,
+    Fixed,
+    Op,
+    Renames,
+    Required,
+    Written,
+)
 
 # Model Zoo llama.py lines 693-706: HF fields absent from config.json take these values.
 HF_DEFAULTS: dict[str, Any] = {
@@ -112,16 +122,7 @@ def llama_config(
         Op("rotary dim is the head size"),
         Op("kv heads default"),
         Op("no biases"),
-        Renames(
-            (
-                ("vocab_size", "vocab_size"),
-                ("hidden_size", "hidden_size"),
-                ("num_attention_heads", "num_heads"),
-                ("num_hidden_layers", "num_hidden_layers"),
-                ("max_position_embeddings", "max_position_embeddings"),
-                ("intermediate_size", "filter_size"),
-            )
-        ),
+        Renames(DECODER_SIZES),
         Op("glu activation", {"hf": "hidden_act"}),
         Renames(
             (("rms_norm_eps", "layer_norm_epsilon"), ("initializer_range", "initializer_range"))
