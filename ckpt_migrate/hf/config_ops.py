@@ -44,9 +44,8 @@ def _architecture(
     record, hf = s.record, s.record.hf
     assert hf is not None
     headless = next(n.headless for n in record.names if n.name == s.name)
-    if classes is None:
-        classes = (hf.architectures[record.name], hf.architectures[f"{record.name}-headless"])
-    s.out["architectures"] = [classes[headless]]
+    key = f"{record.name}-headless" if headless else record.name
+    s.out["architectures"] = [classes[headless] if classes else hf.architectures[key]]
     if model_type:
         s.out["model_type"] = hf.model_types[0]
 
@@ -151,6 +150,47 @@ def _mup_output_to_cs(s: State) -> None:
         s.out["output_logits_scale"] = s.src["mup_output_alpha"] * s.src["mup_width_scale"]
 
 
+def _one_class(s: State) -> None:
+    """A ``config.json`` naming another class than the name's (CLIP-ViT: Model Zoo's converter
+    is ``CLIPVisionModelWithProjection``'s, registry.py line 223, whose ``visual_projection``
+    is the CS classifier)."""
+    hf = s.record.hf
+    assert hf is not None
+    wanted = hf.architectures[s.name]
+    for cls in s.src.get("architectures") or [wanted]:
+        if cls != wanted:
+            raise MappingError(
+                f"architectures={cls!r}: Model Zoo's {s.name} converter is {wanted}'s "
+                "(registry.py line 223), whose visual_projection is the CS classifier"
+            )
+
+
+def _square_to_hf(s: State, pairs: tuple[tuple[str, str], ...]) -> None:
+    """vit.py lines 576-589: a CS ``[s, s]`` is HF ``s``; a non-square one is refused."""
+    for h, c in pairs:
+        if c in s.src:
+            width, height = s.src[c]
+            if width != height:
+                raise MappingError(f"{c}={s.src[c]!r}: HF CLIP needs a square {h}")
+            s.out[h] = width
+
+
+def _square_to_cs(s: State, pairs: tuple[tuple[str, str], ...]) -> None:
+    s.out.update({c: [s.src[h], s.src[h]] for h, c in pairs})
+
+
+def _activation_to_hf(s: State, spellings: dict[str, str]) -> None:
+    """``nonlinearity`` <-> ``hidden_act`` where the spellings differ (``spellings``: HF ->
+    CS; vit.py lines 591-623)."""
+    if "nonlinearity" in s.src:
+        to_hf = {cs: hf for hf, cs in spellings.items()}
+        s.out["hidden_act"] = to_hf.get(s.src["nonlinearity"], s.src["nonlinearity"])
+
+
+def _activation_to_cs(s: State, spellings: dict[str, str]) -> None:
+    s.out["nonlinearity"] = spellings.get(s.src["hidden_act"], s.src["hidden_act"])
+
+
 OPS: dict[str, tuple[Fn, Fn]] = {
     "refuse mup": (_refuse_mup, None),
     "architecture": (_architecture, None),
@@ -162,4 +202,7 @@ OPS: dict[str, tuple[Fn, Fn]] = {
     "swiglu": (_swiglu, None),
     "alibi scaling": (_alibi_to_hf, _alibi_to_cs),
     "mup output": (_mup_output_to_hf, _mup_output_to_cs),
+    "one class": (None, _one_class),
+    "square": (_square_to_hf, _square_to_cs),
+    "activation": (_activation_to_hf, _activation_to_cs),
 }
