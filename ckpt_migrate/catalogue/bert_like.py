@@ -10,6 +10,7 @@ positions, but Model Zoo has no CS↔CS key rules for it: no key table here eith
 
 from __future__ import annotations
 
+from ckpt_migrate.catalogue import bert_config
 from ckpt_migrate.catalogue.layouts import BERT_ENCODER
 from ckpt_migrate.catalogue.mup import BERT_MUP, BY_LAYOUT
 from ckpt_migrate.catalogue.record import Absent, Drop, Hf, Name, Record, Signature
@@ -121,5 +122,6 @@ ESM2 = Record(
                 ("position_embedding_type", "rotary", "absolute"),
             ),
         ),
+        config=bert_config.ESM2_CONFIG,
     ),
 )

@@ -170,12 +170,15 @@ def _glu_to_cs(s: State, hf: str) -> None:
     s.out["nonlinearity"] = _GLU_HF_TO_CS[s.src[hf]]
 
 
-def _bool_to_hf(s: State, hf: str, cs: str) -> None:
-    s.out[hf] = bool(s.src[cs])
+def _bool_to_hf(s: State, hf: str, cs: str, side: str | None = None) -> None:
+    """A field copied as a bool (``side``: only reading that side)."""
+    if side in (None, s.side):
+        s.out[hf] = bool(s.src[cs])
 
 
-def _bool_to_cs(s: State, hf: str, cs: str) -> None:
-    s.out[cs] = bool(s.src[hf])
+def _bool_to_cs(s: State, hf: str, cs: str, side: str | None = None) -> None:
+    if side in (None, s.side):
+        s.out[cs] = bool(s.src[hf])
 
 
 # MoE settings HF Mixtral's router cannot express (softmax over the experts, top-k, renormalised

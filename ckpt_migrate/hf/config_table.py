@@ -5,8 +5,8 @@ section, :func:`to_cs` reading ``config.json``, step by step in the table's orde
 A step reads the *source* (the config given, with the table's defaults filled in as the steps
 reach them) and writes the *output*. The named operations are each a pair: what the operation
 does exporting (CS -> HF) and importing (HF -> CS), in ``config_ops.py`` (the GPT-2-like
-families'), ``config_gptj.py`` (the GPT-J backbone's) and ``config_llama.py`` (the LLaMA-like
-families').
+families'), ``config_gptj.py`` (the GPT-J backbone's), ``config_llama.py`` (the LLaMA-like
+families') and ``config_bert.py`` (the BERT-like families').
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from ckpt_migrate.catalogue.config import (
     Required,
     Written,
 )
-from ckpt_migrate.hf import config_gptj, config_llama, config_ops
+from ckpt_migrate.hf import config_bert, config_gptj, config_llama, config_ops
 from ckpt_migrate.hf.config_ops import State
 from ckpt_migrate.hf.mapping import MappingError
 
-OPS = {**config_ops.OPS, **config_gptj.OPS, **config_llama.OPS}
+OPS = {**config_ops.OPS, **config_gptj.OPS, **config_llama.OPS, **config_bert.OPS}
 
 
 def to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.catalogue.bert_config import BERT_HF_DEFAULTS
 from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families._bert_common import (
     bitwise_equal,  # noqa: F401 (the tied-copy check, tested as bert.bitwise_equal)
@@ -70,20 +71,7 @@ RENAMED = (
     ("layer_norm_epsilon", "layer_norm_eps"),
     ("initializer_range", "initializer_range"),
 )
-# HF defaults Model Zoo fills in before converting (bert.py lines 933-947).
-HF_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 30522,
-    "hidden_size": 768,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "intermediate_size": 3072,
-    "hidden_act": "gelu",
-    "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1,
-    "max_position_embeddings": 512,
-    "layer_norm_eps": 1e-12,
-    "tie_word_embeddings": True,
-}
+HF_DEFAULTS = BERT_HF_DEFAULTS  # Model Zoo fills them in before converting
 # CS defaults Model Zoo fills in (bert.py lines 948-953).
 CS_DEFAULTS: dict[str, Any] = {"share_embedding_weights": True, "encoder_nonlinearity": "gelu"}
 # CS fields with the one value HF BERT can express (assert_factory_fn rules, bert.py lines
