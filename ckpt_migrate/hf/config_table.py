@@ -6,7 +6,7 @@ A step reads the *source* (the config given, with the table's defaults filled in
 reach them) and writes the *output*. The named operations are each a pair: what the operation
 does exporting (CS -> HF) and importing (HF -> CS), in ``config_ops.py`` (the GPT-2-like
 families'), ``config_gptj.py`` (the GPT-J backbone's), ``config_llama.py`` (the LLaMA-like
-families') and ``config_bert.py`` (the BERT-like families').
+families'), ``config_bert.py`` (the BERT-like families') and ``config_t5.py`` (T5's).
 """
 
 from __future__ import annotations
@@ -25,11 +25,17 @@ from ckpt_migrate.catalogue.config import (
     Required,
     Written,
 )
-from ckpt_migrate.hf import config_bert, config_gptj, config_llama, config_ops
+from ckpt_migrate.hf import config_bert, config_gptj, config_llama, config_ops, config_t5
 from ckpt_migrate.hf.config_ops import State
 from ckpt_migrate.hf.mapping import MappingError
 
-OPS = {**config_ops.OPS, **config_gptj.OPS, **config_llama.OPS, **config_bert.OPS}
+OPS = {
+    **config_ops.OPS,
+    **config_gptj.OPS,
+    **config_llama.OPS,
+    **config_bert.OPS,
+    **config_t5.OPS,
+}
 
 
 def to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:

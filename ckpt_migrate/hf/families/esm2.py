@@ -47,7 +47,6 @@ from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
-ARCHITECTURES = catalogue.hf_architectures(__name__)
 
 
 CS_DEFAULTS, HF_DEFAULTS = ESM2_CS_DEFAULTS, ESM2_HF_DEFAULTS  # what the context reads
