@@ -67,6 +67,15 @@ ESM2_CS_DEFAULTS: dict[str, Any] = {
     "embedding_layer_norm": True,
     "position_embedding_type": "learned",
 }
+# CS fields BERT-like HF encoders can express with one value only (bert.py lines 900-929).
+ENCODER_FIXED: dict[str, Any] = {
+    "attention_type": "scaled_dot_product",
+    "use_projection_bias_in_attention": True,
+    "use_ffn_bias_in_attention": True,
+    "use_ffn_bias": True,
+    "use_ffn_bias_in_mlm": True,
+    "use_output_bias_in_mlm": True,
+}
 # CS fields with the one value HF ESM can express: esm2.py lines 368-379 and 400-403, bert.py
 # lines 900-929; ``norm_first`` and ``attention_module`` are ours (HF ESM is a pre-LN encoder
 # with plain multi-head attention; Model Zoo does not check them).
@@ -74,12 +83,7 @@ _ESM2_CS_FIXED: dict[str, Any] = {
     "encoder_nonlinearity": "gelu",
     "use_final_layer_norm": True,
     "disable_nsp": True,
-    "attention_type": "scaled_dot_product",
-    "use_projection_bias_in_attention": True,
-    "use_ffn_bias_in_attention": True,
-    "use_ffn_bias": True,
-    "use_ffn_bias_in_mlm": True,
-    "use_output_bias_in_mlm": True,
+    **ENCODER_FIXED,
     "norm_first": True,
     "attention_module": "aiayn_attention",
 }

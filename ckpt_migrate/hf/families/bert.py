@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckpt_migrate import catalogue
-from ckpt_migrate.catalogue.bert_config import BERT_HF_DEFAULTS
+from ckpt_migrate.catalogue.bert_config import BERT_HF_DEFAULTS, ENCODER_FIXED
 from ckpt_migrate.hf import mup
 from ckpt_migrate.hf.families._bert_common import (
     bitwise_equal,  # noqa: F401 (the tied-copy check, tested as bert.bitwise_equal)
@@ -78,12 +78,7 @@ CS_DEFAULTS: dict[str, Any] = {"share_embedding_weights": True, "encoder_nonline
 # 900-929), plus BertModelConfig layout fields a HF BERT cannot have (ours: Model Zoo fails on
 # them as unmatched keys).
 CS_REQUIRED: dict[str, Any] = {
-    "attention_type": "scaled_dot_product",
-    "use_projection_bias_in_attention": True,
-    "use_ffn_bias_in_attention": True,
-    "use_ffn_bias": True,
-    "use_ffn_bias_in_mlm": True,
-    "use_output_bias_in_mlm": True,
+    **ENCODER_FIXED,
     "norm_first": False,
     "embedding_layer_norm": True,
     "attention_module": "aiayn_attention",
