@@ -127,3 +127,112 @@ ESM2_CONFIG = (
         HF, {"use_final_layer_norm": True, "disable_nsp": True, "freeze_ffn_bias_in_glu": False}
     ),
 )
+
+
+# BERT (ConfigConverter_Bert_HF_CS17/21, bert.py lines 814-1082 and 1223-1235, and the
+# fine-tuning ConfigConverter_*_HF_CS21, bert_finetune.py lines 213-722) and RoBERTa
+# (ConfigConverter_Roberta_HF_CS21, roberta.py lines 225-364), on the same encoder rules.
+# CS model field <-> HF config field, copied as they are (ConfigConverter_Bert_HF_CS17, bert.py
+# lines 822-930). Model Zoo copies a field only when the source config has it.
+BERT_RENAMED = (
+    ("vocab_size", "vocab_size"),
+    ("max_position_embeddings", "max_position_embeddings"),
+    ("share_embedding_weights", "tie_word_embeddings"),
+    ("hidden_size", "hidden_size"),
+    ("num_heads", "num_attention_heads"),
+    ("num_hidden_layers", "num_hidden_layers"),
+    ("filter_size", "intermediate_size"),
+    ("encoder_nonlinearity", "hidden_act"),
+    ("dropout_rate", "hidden_dropout_prob"),
+    ("attention_dropout_rate", "attention_probs_dropout_prob"),
+    ("layer_norm_epsilon", "layer_norm_eps"),
+    ("initializer_range", "initializer_range"),
+)
+# CS defaults Model Zoo fills in (bert.py lines 948-953).
+BERT_CS_DEFAULTS: dict[str, Any] = {"share_embedding_weights": True, "encoder_nonlinearity": "gelu"}
+# CS fields with the one value HF BERT can express (assert_factory_fn rules, bert.py lines
+# 900-929), plus BertModelConfig layout fields a HF BERT cannot have (ours: Model Zoo fails on
+# them as unmatched keys).
+_BERT_CS_FIXED: dict[str, Any] = {
+    **ENCODER_FIXED,
+    "norm_first": False,
+    "embedding_layer_norm": True,
+    "attention_module": "aiayn_attention",
+}
+# HF fields Model Zoo requires (bert.py lines 884-895).
+_BERT_HF_FIXED: dict[str, Any] = {
+    "type_vocab_size": 2,
+    "is_decoder": False,
+    "add_cross_attention": False,
+}
+
+# Defaults Model Zoo fills in before converting (roberta.py lines 240-255).
+ROBERTA_HF_DEFAULTS: dict[str, Any] = {
+    **BERT_HF_DEFAULTS,
+    "vocab_size": 50265,
+    "position_embedding_type": "absolute",
+    "type_vocab_size": 2,
+    "pad_token_id": 1,
+}
+ROBERTA_CS_DEFAULTS: dict[str, Any] = {
+    **BERT_CS_DEFAULTS,
+    "disable_nsp": False,
+    "pad_token_id": 0,
+    "mask_padding_in_positional_embed": False,
+}
+# The one value HF RoBERTa can express (roberta.py lines 225-236).
+_ROBERTA_CS_FIXED = {"disable_nsp": True, "mask_padding_in_positional_embed": True}
+_ROBERTA_HF_FIXED = {"is_decoder": False, "add_cross_attention": False}
+
+_ONLY_HF = "{key}={got!r}: only {want!r} converts to HF"
+_ONLY_CS = "{key}={got!r}: only {want!r} converts to CS"
+
+
+def _encoder(*between: Any) -> tuple:
+    """The encoder rules BERT and RoBERTa share (bert.py lines 814-931): muP refused (not
+    folded: catalogue/mup.py BERT_MUP), the fixed fields, the renames, learned positions as HF
+    ``absolute``; ``between``: steps after the checks, before the renames."""
+    return (
+        Op("refuse mup", {"as_name": "bert"}),
+        Fixed(CS, _BERT_CS_FIXED, _ONLY_HF),
+        *between,
+        Renames(tuple((hf, cs) for cs, hf in BERT_RENAMED)),
+        Op("bert positions"),
+    )
+
+
+BERT_CONFIG = (
+    Op("architecture", {"model_type": True}),
+    Fixed(HF, {"model_type": "bert"}, "{key}={got!r}: expected {want!r}"),
+    Defaults(HF, BERT_HF_DEFAULTS),
+    Defaults(CS, BERT_CS_DEFAULTS),
+    Fixed(HF, _BERT_HF_FIXED, _ONLY_CS),
+    Op("bert pooler and mlm"),
+    Op("bert nsp"),
+    *_encoder(),
+    Op("bert heads"),
+    Written(HF, {"pooler_nonlinearity": "tanh"}),
+    Op("mlm nonlinearity"),
+    Op("bert pretraining"),
+)
+ROBERTA_CONFIG = (
+    Op("architecture", {"model_type": True}),
+    Fixed(HF, {"model_type": "roberta"}, "{key}={got!r}: expected {want!r}"),
+    Defaults(HF, ROBERTA_HF_DEFAULTS),
+    Defaults(CS, ROBERTA_CS_DEFAULTS),
+    Fixed(CS, _ROBERTA_CS_FIXED, _ONLY_HF),
+    Fixed(HF, _ROBERTA_HF_FIXED, _ONLY_CS),
+    Op("roberta mlm"),
+    Required(CS, ("max_position_embeddings",), "{key}: required to size HF's position table"),
+    *_encoder(),
+    Op("roberta positions"),
+    Written(
+        HF,
+        {
+            "disable_nsp": True,
+            "mask_padding_in_positional_embed": True,
+            "mlm_nonlinearity": "gelu",
+            "pooler_nonlinearity": "tanh",
+        },
+    ),
+)

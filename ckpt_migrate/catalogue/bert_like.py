@@ -68,6 +68,7 @@ BERT = Record(
                 models=("bert",),
             ),
         ),
+        config=bert_config.BERT_CONFIG,
     ),
 )
 
@@ -90,6 +91,7 @@ ROBERTA = Record(
                 "no CS RoBERTa counterpart (Model Zoo drops it)",
             ),
         ),
+        config=bert_config.ROBERTA_CONFIG,
     ),
 )
 

@@ -44,8 +44,11 @@ def _architecture(
     record, hf = s.record, s.record.hf
     assert hf is not None
     headless = next(n.headless for n in record.names if n.name == s.name)
-    key = f"{record.name}-headless" if headless else record.name
-    s.out["architectures"] = [classes[headless] if classes else hf.architectures[key]]
+    if classes is None:  # a name's own class first (BERT's fine-tuning models)
+        key = f"{record.name}-headless" if headless else record.name
+        s.out["architectures"] = [hf.architectures.get(s.name) or hf.architectures[key]]
+    else:
+        s.out["architectures"] = [classes[headless]]
     if model_type:
         s.out["model_type"] = hf.model_types[0]
 

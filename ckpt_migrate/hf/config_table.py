@@ -61,8 +61,9 @@ def source(side: str, config: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 def _state(side: str, config: Mapping[str, Any], name: str) -> State:
     record = catalogue.by_name(name)
-    if record is None or record.hf is None or not record.hf.config:
-        raise MappingError(f"{name}: no Hugging Face config table")
+    served = record is not None and any(n.name == name and n.hf for n in record.names)
+    if record is None or record.hf is None or not record.hf.config or not served:
+        raise MappingError(f"{name}: no Hugging Face config table (not served by the HF rules)")
     state = State(side, dict(config), {}, name, record)
     for step in record.hf.config:
         _STEPS[type(step)](step, state)
