@@ -9,7 +9,9 @@ from collections import Counter
 import hf_config_golden
 import pytest
 
-from ckpt_migrate.hf import families
+from ckpt_migrate import catalogue
+from ckpt_migrate.catalogue.config import Op
+from ckpt_migrate.hf import config_table, families
 from ckpt_migrate.hf.families import compose
 
 CASES = hf_config_golden.load()
@@ -31,3 +33,18 @@ def test_every_rules_module_and_direction_has_cases() -> None:
 def test_config_is_bit_identical(case) -> None:
     module = families.by_name()[case["name"]]
     assert hf_config_golden.facts(module, case) == case["facts"]
+
+
+def test_every_table_step_is_known_and_every_operation_used() -> None:
+    """A table names only operations the interpreter has, and every operation is some table's
+    (no dead operation)."""
+    used = {
+        step.name
+        for record in catalogue.RECORDS
+        if record.hf is not None
+        for step in record.hf.config
+        if isinstance(step, Op)
+    }
+    assert used <= set(config_table.OPS)
+    assert set(config_table.OPS) <= used
+    assert all(pair != (None, None) for pair in config_table.OPS.values())
