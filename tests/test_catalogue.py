@@ -8,6 +8,7 @@ import pytest
 
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf import families
+from ckpt_migrate.hf.import_ import _model_from_config
 from ckpt_migrate.models.names import MODEL_NAMES, MODELZOO_NAMES, resolve_name
 
 
@@ -78,3 +79,11 @@ def test_same_keys_and_steps_name_existing_families():
     for record in catalogue.RECORDS:
         assert record.same_keys_as in names | {None}
         assert record.steps_of in names | {None}
+
+
+def test_import_names_the_model_of_the_model_type_not_of_the_rules_module(tmp_path):
+    """One rules module serves several model types (LLaMA's: llama, mistral): a config.json
+    without a known architecture names the first model of its own type's record."""
+    assert _model_from_config(tmp_path, {"model_type": "mistral"}) == "mistral"
+    assert _model_from_config(tmp_path, {"model_type": "llama"}) == "llama"
+    assert catalogue.hf_name({"architectures": ["GPT2Model"]}) == "gpt2-headless"

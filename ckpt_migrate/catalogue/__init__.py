@@ -18,7 +18,7 @@ from ckpt_migrate.catalogue.gpt2_like import BTLM, GPT2, JAIS, SANTACODER, STARC
 from ckpt_migrate.catalogue.gptj_like import BLOOM, CODEGEN, FALCON, GPT_NEOX, GPTJ
 from ckpt_migrate.catalogue.keyless import CLIP_VIT, DPO, DRAGON, LLAVA, MMSIMPLE_LLAVA
 from ckpt_migrate.catalogue.layouts import BERT_ENCODER, DECODER, ENCODER_DECODER, LAYOUTS
-from ckpt_migrate.catalogue.llama_like import GEMMA2, LLAMA, MISTRAL, MIXTRAL
+from ckpt_migrate.catalogue.llama_like import GEMMA2, LLAMA, MINISTRAL, MISTRAL, MIXTRAL
 from ckpt_migrate.catalogue.record import (
     Absent,
     Drop,
@@ -59,10 +59,12 @@ __all__ = [
     "hf_classes",
     "hf_model_types",
     "hf_modules",
+    "hf_name",
     "hf_name_of",
     "hf_names",
     "hf_support",
     "layout_families",
+    "model_names",
     "modelzoo_names",
     "parts_of",
 ]
@@ -91,6 +93,7 @@ RECORDS: tuple[Record, ...] = (
     ESM2,
     LLAVA,
     MMSIMPLE_LLAVA,
+    MINISTRAL,
 )
 
 
@@ -114,8 +117,13 @@ def by_family(family: str) -> Record:
 
 def modelzoo_names() -> tuple[tuple[Name, Record], ...]:
     """Every Model Zoo converter name with its record, in Model Zoo's order."""
-    pairs = [(n, r) for r in RECORDS for n in r.names]
-    return tuple(sorted(pairs, key=lambda p: p[0].position))
+    pairs = [(n, r) for n, r in model_names() if n.position is not None]
+    return tuple(sorted(pairs, key=lambda p: p[0].position or 0))
+
+
+def model_names() -> tuple[tuple[Name, Record], ...]:
+    """Every model name with its record: Model Zoo's and those only this tool serves."""
+    return tuple((n, r) for r in RECORDS for n in r.names)
 
 
 def by_name(name: str) -> Record | None:
@@ -186,7 +194,7 @@ def hf_support(name: str) -> str:
     return "; ".join([line, *hf.notes])
 
 
-def _hf_name(config: dict) -> str | None:
+def hf_name(config: dict) -> str | None:
     """The Model Zoo name an HF ``config.json`` describes: its architecture, else the first
     name served for its ``model_type``."""
     named = hf_name_of(config.get("architectures") or [])
@@ -206,6 +214,6 @@ def parts_of(record: Record, config: dict) -> list[tuple[Part, str | None]]:
         return []
     out = []
     for part in record.hf.parts:
-        name = part.name or (part.name_field and config.get(part.name_field)) or _hf_name(config)
+        name = part.name or (part.name_field and config.get(part.name_field)) or hf_name(config)
         out.append((part, None if name is None else str(name)))
     return out

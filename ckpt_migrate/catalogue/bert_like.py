@@ -10,6 +10,7 @@ positions, but Model Zoo has no CS↔CS key rules for it: no key table here eith
 
 from __future__ import annotations
 
+from ckpt_migrate.catalogue import bert_config
 from ckpt_migrate.catalogue.layouts import BERT_ENCODER
 from ckpt_migrate.catalogue.mup import BERT_MUP, BY_LAYOUT
 from ckpt_migrate.catalogue.record import Absent, Drop, Hf, Name, Record, Signature
@@ -67,6 +68,7 @@ BERT = Record(
                 models=("bert",),
             ),
         ),
+        config=bert_config.BERT_CONFIG,
     ),
 )
 
@@ -89,6 +91,7 @@ ROBERTA = Record(
                 "no CS RoBERTa counterpart (Model Zoo drops it)",
             ),
         ),
+        config=bert_config.ROBERTA_CONFIG,
     ),
 )
 
@@ -121,5 +124,6 @@ ESM2 = Record(
                 ("position_embedding_type", "rotary", "absolute"),
             ),
         ),
+        config=bert_config.ESM2_CONFIG,
     ),
 )

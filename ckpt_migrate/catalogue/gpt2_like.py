@@ -10,6 +10,7 @@ Names, registry names and the oldest release converted: ``registry.py`` lines 17
 
 from __future__ import annotations
 
+from ckpt_migrate.catalogue import gpt2_config
 from ckpt_migrate.catalogue.layouts import DECODER
 from ckpt_migrate.catalogue.mup import DECODER_MUP
 from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
@@ -44,6 +45,7 @@ GPT2 = Record(
         {"gpt2": "GPT2LMHeadModel", "gpt2-headless": "GPT2Model"},
         by_architecture=True,
         mup=DECODER_MUP,  # gpt2_hf_cs.py lines 1053, 1119: supports_mup_conversion
+        config=gpt2_config.GPT2_CONFIG,
         # the causal-mask buffers older transformers saved (gpt2_hf_cs.py line 306)
         hf_dropped=(
             Drop(
@@ -71,6 +73,20 @@ BTLM = Record(
         ("btlm",),
         {"btlm": "BTLMLMHeadModel", "btlm-headless": "BTLMModel"},
         mup_native=_NATIVE_MUP,
+        config=gpt2_config.btlm_config(
+            "btlm",
+            # btlm_hf_cs.py lines 189-201.
+            {
+                "use_cache": True,
+                "auto_map": {
+                    "AutoConfig": "cerebras/btlm-3b-8k-base--configuration_btlm.BTLMConfig",
+                    "AutoModel": "cerebras/btlm-3b-8k-base--modeling_btlm.BTLMModel",
+                    "AutoModelForCausalLM": (
+                        "cerebras/btlm-3b-8k-base--modeling_btlm.BTLMLMHeadModel"
+                    ),
+                },
+            },
+        ),
     ),
 )
 
@@ -83,6 +99,30 @@ JAIS = Record(
         ("jais",),
         {"jais": "JAISLMHeadModel", "jais-headless": "JAISModel"},
         mup_native=_NATIVE_MUP,
+        config=gpt2_config.btlm_config(
+            "jais",
+            # jais_hf_cs.py lines 189-204.
+            {
+                "_name_or_path": "inceptionai/jais-30b-v3",
+                "use_cache": True,
+                "auto_map": {
+                    "AutoConfig": "inceptionai/jais-30b-v3--configuration_jais.JAISConfig",
+                    "AutoModel": "inceptionai/jais-30b-v3--modeling_jais.JAISModel",
+                    "AutoModelForCausalLM": (
+                        "inceptionai/jais-30b-v3--modeling_jais.JAISLMHeadModel"
+                    ),
+                    "AutoModelForQuestionAnswering": (
+                        "inceptionai/jais-30b-v3--modeling_jais.JAISForQuestionAnswering"
+                    ),
+                    "AutoModelForSequenceClassification": (
+                        "inceptionai/jais-30b-v3--modeling_jais.JAISForSequenceClassification"
+                    ),
+                    "AutoModelForTokenClassification": (
+                        "inceptionai/jais-30b-v3--modeling_jais.JAISForTokenClassification"
+                    ),
+                },
+            },
+        ),
     ),
 )
 
@@ -99,7 +139,12 @@ STARCODER = Record(
         Name("sqlcoder", None, 50, alias_of="starcoder"),
         Name("sqlcoder-headless", None, 51, alias_of="starcoder-headless", headless=True),
     ),
-    hf=Hf("starcoder", ("gpt_bigcode",), mup=DECODER_MUP),  # starcoder.py lines 687, 795
+    hf=Hf(
+        "starcoder",
+        ("gpt_bigcode",),
+        mup=DECODER_MUP,  # starcoder.py lines 687, 795
+        config=gpt2_config.STARCODER_CONFIG,
+    ),
 )
 
 SANTACODER = Record(
@@ -111,5 +156,5 @@ SANTACODER = Record(
     ),
     # model_type "gpt2" with remote code: told apart by --model only; muP: santacoder.py
     # lines 435, 543
-    hf=Hf("santacoder", mup=DECODER_MUP),
+    hf=Hf("santacoder", mup=DECODER_MUP, config=gpt2_config.SANTACODER_CONFIG),
 )

@@ -12,6 +12,7 @@ CodeGen is GPT-J's CS model (``registry.py`` line 344, ``"codegen": "gptj"``).
 
 from __future__ import annotations
 
+from ckpt_migrate.catalogue import gptj_config
 from ckpt_migrate.catalogue.layouts import DECODER
 from ckpt_migrate.catalogue.mup import DECODER_MUP, GPTJ_MUP
 from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
@@ -56,6 +57,7 @@ GPTJ = Record(
         by_architecture=True,
         # buffers older transformers saved, which Model Zoo skips (gptj_hf_cs.py lines 151-155)
         hf_dropped=(Drop(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)", _BUFFER),),
+        config=gptj_config.GPTJ_CONFIG,
     ),
 )
 
@@ -97,6 +99,7 @@ GPT_NEOX = Record(
                 _BUFFER,
             ),
         ),
+        config=gptj_config.GPT_NEOX_CONFIG,
     ),
 )
 
@@ -120,6 +123,7 @@ CODEGEN = Record(
         hf_dropped=(
             Drop(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias|causal_mask)", _BUFFER),
         ),
+        config=gptj_config.CODEGEN_CONFIG,
     ),
 )
 
@@ -155,6 +159,7 @@ BLOOM = Record(
         # ALiBi slopes, which HF computes (bloom_hf_cs.py lines 970-982; the second name is
         # the 2.0 spelling)
         cs_dropped=(_ALIBI_SLOPES,),
+        config=gptj_config.BLOOM_CONFIG,
     ),
 )
 
@@ -187,5 +192,6 @@ FALCON = Record(
         by_architecture=True,
         # ALiBi slopes, which HF computes (falcon_180b.py lines 42-47 and 719-723)
         cs_dropped=(_ALIBI_SLOPES,),
+        config=gptj_config.FALCON_CONFIG,
     ),
 )

@@ -9,7 +9,72 @@ lines 173-378 (CLIP-ViT runs as ``vision_transformer``, MM-Simple-LLaVA as
 
 from __future__ import annotations
 
+from ckpt_migrate.catalogue.config import CS, HF, Defaults, Fixed, Op, Renames, Written
 from ckpt_migrate.catalogue.record import Drop, Hf, Name, Part, Record
+
+# CLIP-ViT's config table (Model Zoo ConfigConverter_CLIPViT_HF_CS21, clip_vit.py lines
+# 414-516 on vit.py's rules): the HF fields copied as they are (vit.py lines 443-507, clip_vit.py
+# lines 432-444), HF defaults (vit.py lines 522-540 less clip_vit.py lines 463-478), the CS
+# fields HF CLIP can express only so (vit.py lines 437-441 and 478-504, clip_vit.py lines
+# 414-455; its CS defaults, lines 480-495 and 501-516; ``norm_first``, ``prepend_cls_token``
+# and no pooler are ours: CLIP is pre-LN with a class token and no pooler, which Model Zoo
+# writes, lines 501-516, without checking them); a CS ``[s, s]`` image or patch is HF ``s``;
+# ``dropout_rate`` 0 written (HF CLIP has no hidden dropout; Model Zoo drops the CS one, lines
+# 450-451).
+_CLIP_FIXED = {
+    "use_post_embed_layer_norm": True,
+    "use_embed_proj_bias": False,
+    "use_bias_in_output": False,
+    "position_embedding_type": "learned",
+    "attention_type": "scaled_dot_product",
+    "use_projection_bias_in_attention": True,
+    "use_ffn_bias_in_attention": True,
+    "use_ffn_bias": True,
+    "use_conv_patchified_embedding": True,
+    "prepend_cls_token": True,
+    "use_encoder_pooler_layer": False,
+    "norm_first": True,
+}
+_CLIP_CONFIG = (
+    Op("architecture", {"model_type": True}),
+    Defaults(
+        HF,
+        {
+            "attention_dropout": 0.0,
+            "hidden_act": "quick_gelu",
+            "hidden_size": 768,
+            "image_size": 224,
+            "initializer_range": 0.02,
+            "intermediate_size": 3072,
+            "layer_norm_eps": 1e-5,
+            "num_attention_heads": 12,
+            "num_channels": 3,
+            "num_hidden_layers": 12,
+            "patch_size": 32,
+            "projection_dim": 512,
+        },
+    ),
+    Fixed(HF, {"model_type": "clip_vision_model"}, "{key}={got!r}: expected {want!r}"),
+    Op("one class"),
+    Defaults(CS, {**_CLIP_FIXED, "num_classes": 512}),
+    Fixed(CS, _CLIP_FIXED, "{key}={got!r}: only {want!r} converts to HF CLIP"),
+    Renames(
+        (
+            ("hidden_size", "hidden_size"),
+            ("num_hidden_layers", "num_hidden_layers"),
+            ("layer_norm_eps", "layer_norm_epsilon"),
+            ("num_attention_heads", "num_heads"),
+            ("attention_dropout", "attention_dropout_rate"),
+            ("intermediate_size", "filter_size"),
+            ("initializer_range", "initializer_range"),
+            ("num_channels", "num_channels"),
+            ("projection_dim", "num_classes"),
+        )
+    ),
+    Op("square", {"pairs": (("image_size", "image_size"), ("patch_size", "patch_size"))}),
+    Op("activation", {"spellings": {"silu": "swiglu", "gelu_pytorch_tanh": "gelu_new"}}),
+    Written(HF, {**_CLIP_FIXED, "dropout_rate": 0.0}),
+)
 
 # Hugging Face: CLIPVisionModelWithProjection (clip_vit.py, registry.py line 223)
 CLIP_VIT = Record(
@@ -30,6 +95,7 @@ CLIP_VIT = Record(
             "differs from Model Zoo: export refuses a CS config HF CLIP cannot express "
             "(norm_first false, a pooler, no class token), which Model Zoo converts unchecked",
         ),
+        config=_CLIP_CONFIG,
     ),
 )
 # Hugging Face: the policy model alone, as a model of its own family (dpo.py lines 60-141, 297-303:

@@ -11,6 +11,8 @@ renames at any hop.
 
 from __future__ import annotations
 
+from ckpt_migrate.catalogue import llama_config
+from ckpt_migrate.catalogue.config import Op
 from ckpt_migrate.catalogue.layouts import DECODER, MOE_KEYS, POST_NORM_KEYS
 from ckpt_migrate.catalogue.mup import DECODER_MUP
 from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
@@ -56,6 +58,7 @@ LLAMA = Record(
         {"llama": "LlamaForCausalLM", "llama-headless": "LlamaModel"},
         mup=DECODER_MUP,  # llama.py lines 1022, 1142: supports_mup_conversion
         hf_dropped=(_ROTARY_BUFFER,),
+        config=llama_config.LLAMA_CONFIG,
     ),
 )
 
@@ -73,6 +76,7 @@ MISTRAL = Record(
         {"mistral": "MistralForCausalLM", "mistral-headless": "MistralModel"},
         mup=DECODER_MUP,  # mistral.py lines 30-92: LLaMA's converters
         hf_dropped=(_ROTARY_BUFFER,),
+        config=llama_config.MISTRAL_CONFIG,
     ),
 )
 
@@ -101,6 +105,7 @@ MIXTRAL = Record(
         ("mixtral",),
         {"mixtral": "MixtralForCausalLM", "mixtral-headless": "MixtralModel"},
         hf_dropped=(_ROTARY_BUFFER,),
+        config=llama_config.MIXTRAL_CONFIG,
     ),
 )
 
@@ -131,5 +136,32 @@ GEMMA2 = Record(
         mup_native=("embeddings_scale", "attention_logits_alpha"),
         by_architecture=True,
         hf_dropped=(Drop(r".*inv_freq", "a rotary buffer Hugging Face regenerates"),),
+    ),
+)
+
+# Ministral (HF ``MinistralForCausalLM``, transformers' ``models/ministral``): Mistral's config
+# (``MinistralConfig`` subclasses ``MistralConfig``) and Mistral's decoder layer without the
+# projection biases Qwen2's has, plus ``layer_types``; its config needs ``head_dim`` given. Not
+# a Model Zoo name: a CS checkpoint of it is a Mistral one (``steps_of``), converted by the LLaMA
+# rules.
+MINISTRAL = Record(
+    "ministral",
+    DECODER,
+    names=(
+        Name("ministral", "mistral", None),
+        Name("ministral-headless", "mistral", None, headless=True),
+    ),
+    steps_of="mistral",
+    hf=Hf(
+        "llama",
+        ("ministral",),
+        {"ministral": "MinistralForCausalLM", "ministral-headless": "MinistralModel"},
+        mup=DECODER_MUP,
+        hf_dropped=(_ROTARY_BUFFER,),
+        config=llama_config.llama_config(
+            "ministral",
+            10000.0,
+            (*llama_config.SLIDING_WINDOW, Op("uniform layer types"), Op("head dim")),
+        ),
     ),
 )

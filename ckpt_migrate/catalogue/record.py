@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckpt_migrate.catalogue.config import Step
 from ckpt_migrate.catalogue.mup import Mup
 
 
@@ -37,11 +38,13 @@ class Layout:
 @dataclass(frozen=True)
 class Name:
     """One model name Model Zoo 2.10's converter registry knows (``registry.py``, tag
-    Release_2.10.0, lines 173-333), spelled as there."""
+    Release_2.10.0, lines 173-333), spelled as there; or (``position`` None) one only this
+    tool's Hugging Face rules serve (an HF model type of an existing CS layout)."""
 
     name: str
     registry: str | None  # trainer.init.model.name (registry.yaml / _model_aliases); None: none
-    position: int  # its place in registry.py's listing: the converters, then the aliases
+    position: int | None  # its place in registry.py's listing (converters, then aliases);
+    # None: a name Model Zoo does not have, served by this tool's Hugging Face rules only
     since: str | None = None  # oldest release its converters convert from (None: alias_of's)
     alias_of: str | None = None  # the registry key whose converter list an alias shares
     headless: bool = False  # the model without lm_head (Model Zoo's *Model_HF_CS* converters)
@@ -118,6 +121,7 @@ class Hf:
     cs_fields: dict[str, Any] = field(default_factory=dict)  # composite's own CS config fields
     mup: Mup | None = None  # its muP; with multipliers: the export folds them (hf/mup.py)
     mup_native: tuple[str, ...] = ()  # muP-named fields its HF config carries itself
+    config: tuple[Step, ...] = ()  # its config table (``catalogue/config.py``)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converte
 
 from __future__ import annotations
 
+from ckpt_migrate.catalogue import t5_config
 from ckpt_migrate.catalogue.layouts import ENCODER_DECODER
 from ckpt_migrate.catalogue.mup import T5_MUP
 from ckpt_migrate.catalogue.record import Absent, Drop, Hf, Name, NormFlag, Record, Signature
@@ -64,5 +65,6 @@ T5 = Record(
                 "without its trained values (random, or tied to the lm_head)",
             ),
         ),
+        config=t5_config.T5_CONFIG,
     ),
 )

@@ -26,8 +26,8 @@ from ckpt_migrate.errors import CorruptCheckpointError, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.tree import DataSource, DictNode, Leaf, TensorLeaf
 from ckpt_migrate.format.write import write_checkpoint
-from ckpt_migrate.hf import families, unconverted
 from ckpt_migrate.hf import safetensors_io as st
+from ckpt_migrate.hf import unconverted
 from ckpt_migrate.hf.arrays import LastRead, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, Out, identity, missing_inputs, unused_inputs
 from ckpt_migrate.hf.rules import (
@@ -170,18 +170,16 @@ def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
 
 
 def _model_from_config(src: Path, cfg: dict[str, Any]) -> str:
-    """The model name ``config.json`` implies: its architecture, else its ``model_type``."""
-    named = catalogue.hf_name_of(cfg.get("architectures") or [])
-    if named is not None:
-        return named
-    module = families.by_model_type().get(str(cfg.get("model_type")))
-    if module is None:
+    """The model name ``config.json`` implies: its architecture, else the first name of the
+    record of its ``model_type`` (not of the rules module: one module serves several types)."""
+    named = catalogue.hf_name(cfg)
+    if named is None:
         raise UsageError(
             src / "config.json",
             f"no Hugging Face rules for model_type {cfg.get('model_type')!r}",
             "pass --model",
         )
-    return module.NAMES[0]
+    return named
 
 
 def _tensors(src: Path) -> dict[str, Any]:

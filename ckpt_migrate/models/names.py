@@ -60,9 +60,11 @@ _ALIAS_OF: dict[str, str] = {
     n.name: n.alias_of for n, _ in catalogue.modelzoo_names() if n.alias_of is not None
 }
 
-# Further names this tool accepts: registry spellings and common aliases.
+# Further names this tool accepts: registry spellings and common aliases, and the names only
+# its Hugging Face rules serve (a CS checkpoint of the family they name).
 _MORE_NAMES: dict[str, tuple[str, str | None]] = {
-    name: (r.family, registry) for r in catalogue.RECORDS for name, registry in r.more_names
+    **{name: (r.family, registry) for r in catalogue.RECORDS for name, registry in r.more_names},
+    **{n.name: (r.family, n.registry) for n, r in catalogue.model_names() if n.position is None},
 }
 
 # name (lower case) -> (family, registry name or None)

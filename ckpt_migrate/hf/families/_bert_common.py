@@ -25,13 +25,6 @@ def check_name(name: str, names: Sequence[str]) -> None:
         raise MappingError(f"model name {name!r} is not one of {', '.join(names)}")
 
 
-def expect(config: Mapping[str, Any], required: Mapping[str, Any], side: str) -> None:
-    """A field present in ``config`` must have the one value the other side can express."""
-    for key, value in required.items():
-        if key in config and config[key] != value:
-            raise MappingError(f"{key}={config[key]!r}: only {value!r} converts to {side}")
-
-
 def with_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
     return {**defaults, **config}
 

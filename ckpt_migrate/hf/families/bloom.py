@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.catalogue.gptj_config import BLOOM_CS_DEFAULTS
+from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.layouts.gptj_like import cs_config, decoder_context, decoder_table, qkv_row
-from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.mapping import Shape
 from ckpt_migrate.hf.ops import Ctx, fused_qkv, made_on_import
 from ckpt_migrate.hf.table import plans, row
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
@@ -35,46 +37,8 @@ from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
-MODEL_TYPE = HF_MODEL_TYPES[0]
-# The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = catalogue.hf_architectures(__name__)
-LABEL = "BLOOM"  # in messages
 
-# Model Zoo: bloom_hf_cs.py lines 612-625, HF defaults filled in first.
-HF_DEFAULTS: dict[str, Any] = {
-    "tie_word_embeddings": True,
-    "vocab_size": 250880,
-    "hidden_size": 64,
-    "n_layer": 2,
-    "n_head": 8,
-    "layer_norm_epsilon": 1e-5,
-    "initializer_range": 0.02,
-    "apply_residual_connection_post_layernorm": False,
-    "hidden_dropout": 0.0,
-    "attention_dropout": 0.0,
-}
-# Model Zoo: bloom_hf_cs.py lines 626-628, CS defaults filled in first.
-CS_DEFAULTS: dict[str, Any] = {"share_embedding_weights": True, "embedding_layer_norm": False}
-# Model Zoo: bloom_hf_cs.py lines 470-609 and 915-924, CS fields that must hold these values
-# when present (``embedding_layer_norm`` always, through its default).
-CS_FIXED: dict[str, Any] = {
-    "position_embedding_type": "alibi",
-    "use_position_embedding": True,
-    "embedding_layer_norm": True,
-    "attention_type": "scaled_dot_product",
-    "attention_module": "aiayn_attention",
-    "use_rms_norm": False,
-    "use_projection_bias_in_attention": True,
-    "use_ffn_bias_in_attention": True,
-    "use_ffn_bias": True,
-    "nonlinearity": "gelu",
-    "norm_first": True,
-    "use_bias_in_output": False,
-    "fixed_sparse_attention": None,
-    "use_ff_layer1_dropout": False,
-    "alibi_trainable_slopes": False,
-    "norm_type": "layernorm",
-}
+CS_DEFAULTS = BLOOM_CS_DEFAULTS  # what the tensor context reads the CS config over
 # (HF name inside ``h.N.``, CS name inside ``transformer_decoder.layers.N.``).
 # Model Zoo: bloom_hf_cs.py lines 47-53 (dense) and 236-275 (norms, mlp).
 LAYER_PAIRS = dc.megatron_layer(
@@ -94,74 +58,7 @@ TOP_PAIRS = (
 SLOPES = "embedding_layer.position_embed_helper.slopes"  # 2.1+ (Model Zoo line 975)
 
 
-def _check_cs(cs: Mapping[str, Any]) -> None:
-    """Reject CS settings HF BLOOM cannot express, naming the field (Model Zoo lines 470-690)."""
-    merged = {**CS_DEFAULTS, **cs}
-    fixed = {k: v for k, v in CS_FIXED.items() if k in merged}
-    dc.check_cs(cs, LABEL, fixed, CS_DEFAULTS, name=NAMES[0])
-    required = ("hidden_size", "num_heads", "num_hidden_layers", "vocab_size", "dropout_rate")
-    dc.require(cs, required, LABEL)
-    if cs.get("filter_size", 4 * cs["hidden_size"]) != 4 * cs["hidden_size"]:
-        raise MappingError("filter_size: HF BLOOM needs 4 * hidden_size")
-    if cs.get("attention_inner_dim") not in (None, cs["hidden_size"]):
-        raise MappingError("attention_inner_dim: HF BLOOM needs it equal to hidden_size")
-    # Model Zoo lines 685-687: the embedding dropout defaults to dropout_rate, and must be 0.
-    if cs.get("embedding_dropout_rate", cs["dropout_rate"]) != 0.0:
-        raise MappingError("embedding_dropout_rate: HF BLOOM has no embedding dropout")
-
-
-def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Model Zoo: bloom_hf_cs.py lines 460-715 (rules, defaults, ``n_embed`` alias, post
-    ``filter_size`` = 4 * ``hidden_size``). ``embedding_dropout_rate: 0.0`` is written too so
-    that the CS config converts back (Model Zoo would default it to ``dropout_rate``)."""
-    dc.check_name(name, NAMES)
-    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, MODEL_TYPE)
-    if hf.get("n_embed") is not None:
-        hf["hidden_size"] = hf["n_embed"]
-    if hf["apply_residual_connection_post_layernorm"]:
-        raise MappingError("apply_residual_connection_post_layernorm: CS BLOOM needs false")
-    return {
-        "vocab_size": hf["vocab_size"],
-        "hidden_size": hf["hidden_size"],
-        "num_heads": hf["n_head"],
-        "num_hidden_layers": hf["n_layer"],
-        "share_embedding_weights": hf["tie_word_embeddings"],
-        "layer_norm_epsilon": hf["layer_norm_epsilon"],
-        "initializer_range": hf["initializer_range"],
-        "attention_dropout_rate": hf["attention_dropout"],
-        "dropout_rate": hf["hidden_dropout"],
-        "filter_size": 4 * hf["hidden_size"],
-        "embedding_dropout_rate": 0.0,
-        # Model Zoo: bloom_hf_cs.py lines 630-641, the post-conversion CS defaults.
-        "position_embedding_type": "alibi",
-        "use_ffn_bias_in_attention": True,
-        "use_projection_bias_in_attention": True,
-        "use_ffn_bias": True,
-        "use_bias_in_output": False,
-        "attention_type": "scaled_dot_product",
-        "embedding_layer_norm": True,
-    }
-
-
-def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Model Zoo: bloom_hf_cs.py lines 460-715 read from CS to HF (``attention_dropout``
-    defaults to ``dropout_rate``, lines 688-689)."""
-    dc.check_name(name, NAMES)
-    _check_cs(cs_model)
-    cs = {**CS_DEFAULTS, **cs_model}
-    return {
-        **dc.hf_header(ARCHITECTURES, name, MODEL_TYPE),
-        "vocab_size": cs["vocab_size"],
-        "hidden_size": cs["hidden_size"],
-        "n_layer": cs["num_hidden_layers"],
-        "n_head": cs["num_heads"],
-        "layer_norm_epsilon": cs.get("layer_norm_epsilon", 1e-5),
-        "initializer_range": cs.get("initializer_range", 0.02),
-        "hidden_dropout": cs["dropout_rate"],
-        "attention_dropout": cs.get("attention_dropout_rate", cs["dropout_rate"]),
-        "apply_residual_connection_post_layernorm": False,
-        "tie_word_embeddings": cs["share_embedding_weights"],
-    }
+config_to_hf, config_to_cs = config_table.to_hf, config_table.to_cs
 
 
 def alibi_slopes(heads: int) -> list[float]:

@@ -9,9 +9,10 @@ jais_hf_cs.py is the same converter with other names).
 
 muP: ``output_logits_scale = mup_output_alpha * mup_width_scale``; ``mup_width_scale`` is the
 CS *optimizer*'s ``adjust_learning_rate.decoder_kernel`` (btlm_hf_cs.py lines 203-283).
-:func:`cs_optimizer` gives that section; :func:`config_to_hf` reads ``decoder_kernel`` from the
+:func:`cs_optimizer` gives that section; ``config_to_hf`` reads ``decoder_kernel`` from the
 model section when the pipeline copies it there, as Model Zoo does (lines 209-228), else 1.0
-(Model Zoo's default, lines 186-187; HF logits are the same: BTLM multiplies the two).
+(Model Zoo's default, lines 186-187; HF logits are the same: BTLM multiplies the two). The
+config rules are the record's table (``catalogue/gpt2_config.py``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_migrate import catalogue
-from ckpt_migrate.hf import mup
-from ckpt_migrate.hf.families import _gpt2_layout as layout
+from ckpt_migrate.hf import config_table
+from ckpt_migrate.hf.config_ops import swiglu
 from ckpt_migrate.hf.layouts import gpt2_like
-from ckpt_migrate.hf.layouts.gpt2_like import layout_context
-from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.layouts.gpt2_like import check_name, layout_context
+from ckpt_migrate.hf.mapping import Shape
 from ckpt_migrate.hf.ops import Ctx
 from ckpt_migrate.hf.table import TO_HF, plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
@@ -35,101 +36,25 @@ from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 @dataclass(frozen=True)
 class Spec:
-    """What differs between BTLM and JAIS."""
+    """What differs between BTLM and JAIS on the tensor side: the names served."""
 
     names: tuple[str, ...]
-    model_type: str
-    architectures: tuple[str, str]  # (LM head class, headless class)
-    hf_post: Mapping[str, Any]
 
 
-def spec_of(module: str, hf_post: Mapping[str, Any]) -> Spec:
-    """The :class:`Spec` of the rules module ``module`` (its ``__name__``): names, model type
-    and classes from the catalogue."""
-    names = catalogue.hf_names(module)
-    model_type = catalogue.hf_model_types(module)[0]
-    return Spec(names, model_type, catalogue.hf_classes(model_type), hf_post)
+def spec_of(module: str) -> Spec:
+    """The :class:`Spec` of the rules module ``module`` (its ``__name__``)."""
+    return Spec(catalogue.hf_names(module))
 
 
-BTLM = spec_of(
-    __name__,
-    # btlm_hf_cs.py lines 189-201.
-    {
-        "use_cache": True,
-        "auto_map": {
-            "AutoConfig": "cerebras/btlm-3b-8k-base--configuration_btlm.BTLMConfig",
-            "AutoModel": "cerebras/btlm-3b-8k-base--modeling_btlm.BTLMModel",
-            "AutoModelForCausalLM": "cerebras/btlm-3b-8k-base--modeling_btlm.BTLMLMHeadModel",
-        },
-    },
-)
+BTLM = spec_of(__name__)
 NAMES: tuple[str, ...] = BTLM.names
-HF_MODEL_TYPES: tuple[str, ...] = (BTLM.model_type,)
-
-# (HF, CS) renames of btlm_hf_cs.py lines 150-182, ahead of the GPT-2 rules.
-RENAMES: tuple[tuple[str, str], ...] = (
-    ("position_embedding_type", "position_embedding_type"),
-    ("mup_scale_qk_dot_by_d", "scale_qk_dot_by_d"),
-    ("mup_embeddings_scale", "embeddings_scale"),
-    ("scale_attn_by_inverse_layer_idx", "scale_qk_dot_by_layer_idx"),
-    *layout.GPT2_RENAMES,
-)
-CS_FIXED = {k: v for k, v in layout.GPT2_CS_FIXED.items() if k != "position_embedding_type"}
-POSITIONS = ("alibi", "learned")  # what the HF class implements
-
-
-def config_to_cs(hf_config: Mapping[str, Any], name: str, spec: Spec = BTLM) -> dict[str, Any]:
-    """Model Zoo: btlm_hf_cs.py lines 141-283 and 299-351 on top of the GPT-2 rules:
-    ``alibi_scaling`` -> ``pos_scaling_factor`` (null -> 1.0, fixed linear factor only),
-    ``mup_output_alpha * mup_width_scale`` -> ``output_logits_scale``, muP and ALiBi fields
-    renamed."""
-    layout.check_name(name, spec.names)
-    hf = {"mup_width_scale": 1.0, "alibi_scaling": None, **hf_config}
-    cs = layout.gpt2_config_to_cs(hf, RENAMES, (spec.model_type,))
-    _check_positions(cs.get("position_embedding_type", "learned"))
-    scaling = hf["alibi_scaling"]
-    if scaling is not None and scaling.get("train_seq_len") is not None:
-        raise MappingError("alibi_scaling.train_seq_len (dynamic linear scaling) is not supported")
-    cs["pos_scaling_factor"] = 1.0 if scaling is None else scaling["factor"]
-    if "mup_output_alpha" in hf:
-        cs["output_logits_scale"] = hf["mup_output_alpha"] * hf["mup_width_scale"]
-    return cs
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+config_to_hf, config_to_cs = config_table.to_hf, config_table.to_cs
 
 
 def cs_optimizer(hf_config: Mapping[str, Any]) -> dict[str, Any]:
     """The CS ``optimizer`` fields BTLM's muP needs (btlm_hf_cs.py lines 252-259)."""
     return {"adjust_learning_rate": {"decoder_kernel": hf_config.get("mup_width_scale", 1.0)}}
-
-
-def config_to_hf(cs_model: Mapping[str, Any], name: str, spec: Spec = BTLM) -> dict[str, Any]:
-    """Model Zoo: btlm_hf_cs.py lines 141-351, CS -> HF: ``pos_scaling_factor`` 1.0 -> null,
-    else ``{type: linear, factor}``; ``output_logits_scale / decoder_kernel`` ->
-    ``mup_output_alpha`` and ``decoder_kernel`` -> ``mup_width_scale`` (lines 263-280)."""
-    headless = layout.check_name(name, spec.names)
-    cs = {"decoder_kernel": 1.0, "pos_scaling_factor": 1.0, **cs_model}
-    mup.refuse(cs, name)  # 2.3+ muP beyond the HF class's own (catalogue: mup_native)
-    _check_positions(cs.get("position_embedding_type", "learned"))
-    _glu(cs.get("nonlinearity", "gelu"))
-    hf = layout.gpt2_config_to_hf(cs, RENAMES, CS_FIXED)
-    factor = cs["pos_scaling_factor"]
-    hf["alibi_scaling"] = None if factor == 1.0 else {"type": "linear", "factor": factor}
-    if "output_logits_scale" in cs:
-        hf["mup_output_alpha"] = cs["output_logits_scale"] / cs["decoder_kernel"]
-        hf["mup_width_scale"] = cs["decoder_kernel"]
-    arch = spec.architectures[1 if headless else 0]
-    post = {"model_type": spec.model_type, **spec.hf_post}
-    return {**hf, "architectures": [arch], **{k: v for k, v in post.items() if k not in hf}}
-
-
-def _check_positions(kind: str) -> None:
-    if kind not in POSITIONS:
-        raise MappingError(f"position_embedding_type={kind!r} is not supported (only {POSITIONS})")
-
-
-def _glu(activation: str) -> bool:
-    if activation.endswith("glu") and activation != "swiglu":
-        raise MappingError(f"nonlinearity={activation!r} is not supported (HF has swiglu only)")
-    return activation == "swiglu"
 
 
 TABLE = gpt2_like.BTLM
@@ -146,12 +71,12 @@ def context(
     gives): ALiBi slopes (``relative_pe.slopes`` -> ``embedding_layer.position_embed_helper
     .slopes``, lines 386-394) or learned positions, and SwiGLU's ``mlp.c_fc2`` (lines 50-60).
     No ``attn.bias`` buffers are generated (``generate_hf_biases=False``, line 65)."""
-    headless = layout.check_name(name, spec.names)
-    hf_config = config_to_hf(config, name, spec) if direction == TO_HF else config
+    headless = check_name(name, spec.names)
+    hf_config = config_to_hf(config, name) if direction == TO_HF else config
     layers = hf_config["n_layer"]
     alibi = hf_config.get("position_embedding_type", "learned") == "alibi"
     flags = {"alibi"} if alibi else {"learned"}
-    if _glu(hf_config.get("activation_function", "gelu_new")):
+    if swiglu(hf_config.get("activation_function", "gelu_new")):
         flags.add("glu")
     return layout_context(direction, shapes, config, headless, layers, frozenset(flags))
 

@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue
-from ckpt_migrate.hf.families._bert_common import check_name, expect, layers_of
+from ckpt_migrate.hf import config_table
+from ckpt_migrate.hf.families._bert_common import layers_of
 from ckpt_migrate.hf.layouts.bert_like import inputs_on_side
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.mapping import Out, Shape
 from ckpt_migrate.hf.ops import Ctx, Op
 from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Table, pair, plans, row
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
@@ -32,98 +33,8 @@ from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
-MODEL_TYPE = HF_MODEL_TYPES[0]
-ARCHITECTURES = catalogue.hf_architectures(__name__)
 
-# (CS field, HF field) copied as they are (vit.py lines 443-507, clip_vit.py lines 432-444).
-RENAMED = (
-    ("hidden_size", "hidden_size"),
-    ("num_hidden_layers", "num_hidden_layers"),
-    ("layer_norm_epsilon", "layer_norm_eps"),
-    ("num_heads", "num_attention_heads"),
-    ("attention_dropout_rate", "attention_dropout"),
-    ("filter_size", "intermediate_size"),
-    ("initializer_range", "initializer_range"),
-    ("num_channels", "num_channels"),
-    ("num_classes", "projection_dim"),
-)
-SQUARE = (("image_size", "image_size"), ("patch_size", "patch_size"))  # CS [s, s] <-> HF s
-# HF defaults Model Zoo fills in (vit.py lines 522-540 less clip_vit.py lines 463-478).
-HF_DEFAULTS: dict[str, Any] = {
-    "attention_dropout": 0.0,
-    "hidden_act": "quick_gelu",
-    "hidden_size": 768,
-    "image_size": 224,
-    "initializer_range": 0.02,
-    "intermediate_size": 3072,
-    "layer_norm_eps": 1e-5,
-    "num_attention_heads": 12,
-    "num_channels": 3,
-    "num_hidden_layers": 12,
-    "patch_size": 32,
-    "projection_dim": 512,
-}
-# The CS fields HF CLIP can express only so (assert rules, vit.py lines 437-441 and 478-504,
-# clip_vit.py lines 414-455; its CS defaults, lines 480-495 and 501-516). ``norm_first``,
-# ``prepend_cls_token`` and no pooler are ours: CLIP is pre-LN with a class token and no pooler
-# (Model Zoo writes them, lines 501-516, without checking them).
-CS_FIXED: dict[str, Any] = {
-    "use_post_embed_layer_norm": True,
-    "use_embed_proj_bias": False,
-    "use_bias_in_output": False,
-    "position_embedding_type": "learned",
-    "attention_type": "scaled_dot_product",
-    "use_projection_bias_in_attention": True,
-    "use_ffn_bias_in_attention": True,
-    "use_ffn_bias": True,
-    "use_conv_patchified_embedding": True,
-    "prepend_cls_token": True,
-    "use_encoder_pooler_layer": False,
-    "norm_first": True,
-}
-CS_WRITTEN = {**CS_FIXED, "dropout_rate": 0.0}  # clip_vit.py lines 501-516
-# hidden_act <-> nonlinearity where the spellings differ (vit.py lines 591-623)
-_ACT_TO_CS = {"silu": "swiglu", "gelu_pytorch_tanh": "gelu_new"}
-_ACT_TO_HF = {cs: hf for hf, cs in _ACT_TO_CS.items()}
-
-
-def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Model Zoo: ConfigConverter_CLIPViT_HF_CS21, HF -> CS (``dropout_rate`` 0: HF CLIP has
-    no hidden dropout)."""
-    check_name(name, NAMES)
-    hf = {**HF_DEFAULTS, **hf_config}
-    if hf.get("model_type", MODEL_TYPE) != MODEL_TYPE:
-        raise MappingError(f"model_type={hf['model_type']!r}: expected {MODEL_TYPE!r}")
-    wanted = ARCHITECTURES[name]
-    for cls in hf.get("architectures") or [wanted]:
-        if cls != wanted:
-            raise MappingError(
-                f"architectures={cls!r}: Model Zoo's {name} converter is {wanted}'s "
-                "(registry.py line 223), whose visual_projection is the CS classifier"
-            )
-    out = {cs: hf[h] for cs, h in RENAMED}
-    out.update({cs: [hf[h], hf[h]] for cs, h in SQUARE})
-    out["nonlinearity"] = _ACT_TO_CS.get(hf["hidden_act"], hf["hidden_act"])
-    return {**out, **CS_WRITTEN}
-
-
-def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The same converter, CS -> HF. CS ``dropout_rate`` has no HF CLIP field (dropped, lines
-    450-451); a non-square image or patch is refused (vit.py lines 576-589)."""
-    check_name(name, NAMES)
-    cs = {**CS_FIXED, "num_classes": 512, **cs_model}
-    expect(cs, CS_FIXED, "HF CLIP")
-    out: dict[str, Any] = {"architectures": [ARCHITECTURES[name]], "model_type": MODEL_TYPE}
-    out.update({h: cs[c] for c, h in RENAMED if c in cs})
-    for c, h in SQUARE:
-        if c in cs:
-            width, height = cs[c]
-            if width != height:
-                raise MappingError(f"{c}={cs[c]!r}: HF CLIP needs a square {h}")
-            out[h] = width
-    if "nonlinearity" in cs:
-        out["hidden_act"] = _ACT_TO_HF.get(cs["nonlinearity"], cs["nonlinearity"])
-    return out
+config_to_hf, config_to_cs = config_table.to_hf, config_table.to_cs
 
 
 def _rolled(shift: int) -> Callable[[Sequence[str], Sequence[str], Ctx], list[Out]]:

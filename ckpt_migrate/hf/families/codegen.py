@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.catalogue.gptj_config import GPTJ_CS_DEFAULTS
+from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.layouts.gptj_like import cs_config, decoder_context, decoder_table, qkv_row
-from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.mapping import Shape
 from ckpt_migrate.hf.ops import Ctx, fused_qkv
 from ckpt_migrate.hf.table import plans
 from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
@@ -35,24 +37,10 @@ from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
-MODEL_TYPE = HF_MODEL_TYPES[0]
-# The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = catalogue.hf_architectures(__name__)
-LABEL = "CodeGen"  # in messages
 MP_NUM = 4  # HF CodeGen hard-codes 4 shards (Model Zoo line 40)
 QKV_ORDER = {"q": 0, "v": 1, "k": 2}  # within a shard (Model Zoo lines 132-142)
 
-# Model Zoo: salesforce_codegen_hf_cs.py lines 672-688, HF defaults filled in before converting.
-HF_DEFAULTS = dc.gptj_style_hf_defaults(dropout=0.0)
-# Model Zoo: salesforce_codegen_hf_cs.py lines 689-706, CS defaults filled in before converting,
-# with the CS GPT-J model's own for the fields Model Zoo's CS config leaves out
-# (``position_embedding_type``: its rule, lines 563-566, only checks a value the CS config gives).
-CS_DEFAULTS = dc.GPTJ_CS_DEFAULTS
-# Model Zoo: salesforce_codegen_hf_cs.py lines 563-669 and 829-840, CS fields that must hold
-# these values: the ones every GPT-J-backbone converter fixes (:func:`dc.gptj_fixed`), GPT-J-style
-# blocks', and a head bias. HF CodeGen hard-codes RoPE base 10000 (``rope_theta``; Model Zoo does
-# not check it).
-CS_FIXED = dc.gptj_fixed(**dc.GPTJ_STYLE_FIXED, use_bias_in_output=True)
+CS_DEFAULTS = GPTJ_CS_DEFAULTS  # what the tensor context reads the CS config over
 # (HF name inside a block ``h.N.``, CS name inside ``transformer_decoder.layers.N.``; Q, K and V
 # are packed, :func:`_layout`). Model Zoo: salesforce_codegen_hf_cs.py lines 63-69 (out_proj) and
 # 275-303 (norm, ffn: GPT-J-style names).
@@ -66,30 +54,7 @@ QKV_NOTES = ("of the mp_num=4 packed qkv_proj", "Q, V, K packed per mp_num=4 sha
 TOP_PAIRS = dc.GPTJ_STYLE_TOP
 
 
-def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Model Zoo: salesforce_codegen_hf_cs.py lines 552-740 (rules, defaults, ``n_inner`` = 4 *
-    ``n_embd``, ``n_head`` >= 4). ``n_ctx`` is not carried (HF CodeGen does not use it)."""
-    dc.check_name(name, NAMES)
-    hf = dc.hf_with_defaults(hf_config, HF_DEFAULTS, MODEL_TYPE)
-    _check_heads("n_head", hf["n_head"], hf["n_embd"])
-    return dc.gptj_style_to_cs(hf, LABEL)
-
-
-def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Model Zoo: salesforce_codegen_hf_cs.py lines 552-740 read from CS to HF."""
-    dc.check_name(name, NAMES)
-    dc.check_cs(cs_model, LABEL, CS_FIXED, CS_DEFAULTS, name=NAMES[0])
-    _check_heads("num_heads", cs_model["num_heads"], cs_model["hidden_size"])
-    fields = dc.gptj_style_to_hf(cs_model, CS_DEFAULTS, LABEL)
-    return {**dc.hf_header(ARCHITECTURES, name, MODEL_TYPE), **fields}
-
-
-def _check_heads(field: str, heads: int, hidden: int) -> None:
-    """Model Zoo: salesforce_codegen_hf_cs.py lines 731-739, HF needs ``n_head`` >= 4."""
-    if heads < MP_NUM:
-        raise MappingError(f"{field}: HF CodeGen needs at least {MP_NUM} heads, got {heads}")
-    if hidden % MP_NUM:
-        raise MappingError(f"{field}: the hidden size {hidden} must split into {MP_NUM} shards")
+config_to_hf, config_to_cs = config_table.to_hf, config_table.to_cs
 
 
 def _unpack(x: np.ndarray, which: str) -> np.ndarray:

@@ -24,8 +24,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.catalogue.llama_config import CS_IGNORED
 from ckpt_migrate.hf import mup
-from ckpt_migrate.hf.families import llama
+from ckpt_migrate.hf.config_llama import kv_heads_cs
 from ckpt_migrate.hf.layouts import llama_like
 from ckpt_migrate.hf.mapping import MappingError, Shape
 from ckpt_migrate.hf.ops import Ctx
@@ -147,7 +148,7 @@ def _refuse_unsupported(cs_model: Mapping[str, Any], cs: Mapping[str, Any]) -> N
             raise MappingError(f"{key}={cs[key]!r}: HF Gemma 2 cannot express it")
     known = CS_MAPPED | CS_FIXED.keys() | CS_NEUTRAL.keys() | mup.fields(NAMES[0])
     for key in cs_model:
-        if key not in known | llama.CS_IGNORED:
+        if key not in known | CS_IGNORED:
             raise MappingError(f"{key}: CS model field not supported by the HF Gemma 2 mapping")
 
 
@@ -185,10 +186,10 @@ def cs_checked(cs_model: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def kv_heads(cs: Mapping[str, Any]) -> int:
-    """Model Zoo gemma2.py lines 565-589, LLaMA's rule (:func:`llama.kv_heads_cs`):
+    """Model Zoo gemma2.py lines 565-589, LLaMA's rule (``config_llama.kv_heads_cs``):
     ``aiayn_attention`` is MHA, ``multiquery_attention`` has
     ``extra_attention_params.num_kv_groups`` key/value heads."""
-    return llama.kv_heads_cs(cs, "Gemma 2")
+    return kv_heads_cs(cs, "Gemma 2")
 
 
 def query_pre_attn_scalar(cs: Mapping[str, Any]) -> int | float:

@@ -5,9 +5,10 @@ Release_2.10.0 (``Converter_GPT2LMHeadModel_HF_CS21`` and ``Converter_GPT2Model_
 on the CS17 rules, lines 45-475 and 1035-1130; config rules ``ConfigConverter_GPT2Model_HF_CS17``
 lines 477-660, refined by ``*_HF_CS18`` / ``*_HF_CS20`` / ``*_HF_CS21``, lines 668-1032).
 
-muP: Model Zoo converts a muP GPT-2 to standard parametrisation on the way to HF
-(``supports_mup_conversion``; ``mup.py``); so does ``export-hf``, before these rules run
-(``hf/mup.py``), so a muP config reaching :func:`config_to_hf` is refused naming the field.
+The config rules are the record's table (``catalogue/gpt2_config.py``), run by
+``hf/config_table.py``. muP: Model Zoo converts a muP GPT-2 to standard parametrisation on the
+way to HF (``supports_mup_conversion``; ``mup.py``); so does ``export-hf``, before the rules run
+(``hf/mup.py``), so a muP config reaching ``config_to_hf`` is refused naming the field.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckpt_migrate import catalogue
-from ckpt_migrate.hf import mup
-from ckpt_migrate.hf.families._gpt2_layout import GPT2_CS_FIXED, GPT2_RENAMES
+from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.layouts import gpt2_like
 from ckpt_migrate.hf.layouts.gpt2_like import hf_prefix
 from ckpt_migrate.hf.mapping import (
@@ -32,100 +32,15 @@ from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
-MODEL_TYPE = HF_MODEL_TYPES[0]
 ARCHITECTURES = catalogue.hf_architectures(__name__)
 _NAME_OF = {cls: name for name, cls in ARCHITECTURES.items()}
-_LM_HEAD, _HEADLESS = _NAME_OF["GPT2LMHeadModel"], _NAME_OF["GPT2Model"]
-
-# The config fields copied as they are: the GPT-2 rules' ``GPT2_RENAMES`` (_gpt2_layout.py).
-# CS fields HF GPT-2 can only express with one value: the GPT-2 rules' ``GPT2_CS_FIXED``
-# (Model Zoo's assert_factory_fn rules, gpt2_hf_cs.py lines 487-593 and 920-923; ``norm_type``
-# checked after the others here), plus the architecture fields of GPT2ModelConfig a GPT-2 HF
-# model cannot have at all (ours; Model Zoo fails on them as unmatched keys).
-_CS_REQUIRED: dict[str, Any] = {
-    **{k: v for k, v in GPT2_CS_FIXED.items() if k != "norm_type"},
-    "norm_type": GPT2_CS_FIXED["norm_type"],
-    "use_rms_norm": False,
-    "scale_qk_dot_by_layer_idx": False,
-    "attention_sliding_window_length": None,
-    "position_embedding_offset": 0,
-    "pos_scaling_factor": 1.0,
-}
-# HF fields Model Zoo requires to be False (lines 586-593), and cross attention (extra weights).
-_HF_REQUIRED = {
-    "scale_attn_by_inverse_layer_idx": False,
-    "reorder_and_upcast_attn": False,
-    "add_cross_attention": False,
-}
-
-# --------------------------------------------------------------------------- config
+_HEADLESS = _NAME_OF["GPT2Model"]
+config_to_hf, config_to_cs = config_table.to_hf, config_table.to_cs
 
 
 def _check_name(name: str) -> None:
     if name not in NAMES:
         raise MappingError(f"the gpt2 family does not serve model {name!r}")
-
-
-def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The ``config.json`` of ``cs_model`` (the CS ``model:`` section).
-
-    Model Zoo: gpt2_hf_cs.py lines 477-660; CS-side defaults ``share_embedding_weights: True``
-    and the dropout rates defaulting to ``dropout_rate`` (``pre_config_convert``, lines
-    640-656); ``attention_type`` becomes ``scale_attn_weights`` (lines 609-638)."""
-    _check_name(name)
-    cs = dict(cs_model)
-    mup.refuse(cs, name)
-    for key, want in _CS_REQUIRED.items():
-        if key in cs and cs[key] != want and not (want is None and cs[key] in ({}, [])):
-            raise MappingError(
-                f"model.{key} = {cs[key]!r}: Hugging Face GPT-2 supports only {want!r}"
-            )
-    cs.setdefault("share_embedding_weights", True)
-    if "dropout_rate" in cs:
-        cs.setdefault("embedding_dropout_rate", cs["dropout_rate"])
-        cs.setdefault("attention_dropout_rate", cs["dropout_rate"])
-    hf: dict[str, Any] = {"architectures": [ARCHITECTURES[name]], "model_type": MODEL_TYPE}
-    for hf_key, cs_key in GPT2_RENAMES:
-        if cs.get(cs_key) is not None:
-            hf[hf_key] = cs[cs_key]
-    attention = cs.get("attention_type", "scaled_dot_product")
-    if attention not in ("scaled_dot_product", "dot_product"):
-        raise MappingError(
-            f"model.attention_type = {attention!r}: only scaled_dot_product and dot_product "
-            "convert to Hugging Face GPT-2"
-        )
-    hf["scale_attn_weights"] = attention == "scaled_dot_product"
-    for key in ("hidden_size", "num_heads", "num_hidden_layers", "vocab_size"):
-        if key not in cs:
-            raise MappingError(f"model.{key} is missing from the config")
-    return hf
-
-
-def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The CS ``model:`` section of ``config.json``.
-
-    Model Zoo: gpt2_hf_cs.py lines 477-660: ``n_inner`` None means ``4 * n_embd`` (line 649),
-    ``tie_word_embeddings`` defaults to True (line 598), ``use_bias_in_output: False`` is added
-    (line 607), ``scale_attn_weights`` becomes ``attention_type``."""
-    _check_name(name)
-    hf = dict(hf_config)
-    if hf.get("model_type", MODEL_TYPE) != MODEL_TYPE:
-        raise MappingError(f"config.json model_type = {hf['model_type']!r}, not gpt2")
-    for key, want in _HF_REQUIRED.items():
-        if hf.get(key, want) != want:
-            raise MappingError(f"config.json {key} = {hf[key]!r}: only {want!r} converts")
-    if hf.get("n_inner") is None:
-        hf["n_inner"] = 4 * hf["n_embd"]
-    hf.setdefault("tie_word_embeddings", True)
-    cs: dict[str, Any] = {}
-    for hf_key, cs_key in GPT2_RENAMES:
-        if hf.get(hf_key) is not None:
-            cs[cs_key] = hf[hf_key]
-    cs["attention_type"] = (
-        "scaled_dot_product" if hf.get("scale_attn_weights", True) else "dot_product"
-    )
-    cs["use_bias_in_output"] = False
-    return cs
 
 
 # --------------------------------------------------------------------------- tensors

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.catalogue.gptj_config import GPTJ_CS_DEFAULTS
+from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.families import _decoder_common as dc
 from ckpt_migrate.hf.layouts.gptj_like import cs_config, decoder_context, decoder_table
 from ckpt_migrate.hf.mapping import Shape
@@ -29,21 +31,8 @@ from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
 NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
 HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
-MODEL_TYPE = HF_MODEL_TYPES[0]
-# The transformers class of each name (``config.json`` ``architectures``).
-ARCHITECTURES = catalogue.hf_architectures(__name__)
-LABEL = "GPT-J"  # in messages
 
-# Model Zoo: gptj_hf_cs.py lines 512-528, HF defaults filled in before converting.
-HF_DEFAULTS = dc.gptj_style_hf_defaults(dropout=0.1)
-# Model Zoo: gptj_hf_cs.py lines 529-546, CS defaults filled in before converting, with the CS
-# GPT-J model's own for the fields Model Zoo's CS config leaves out (``position_embedding_type``:
-# its rule, lines 402-406, is ``exists="right"``).
-CS_DEFAULTS = dc.GPTJ_CS_DEFAULTS
-# Model Zoo: gptj_hf_cs.py lines 451-509 and 742-751, CS fields that must hold these values: the
-# ones every GPT-J-backbone converter fixes (:func:`dc.gptj_fixed`) and GPT-J-style blocks'. HF
-# GPT-J hard-codes RoPE base 10000 (``rope_theta``; Model Zoo does not check it).
-CS_FIXED = dc.gptj_fixed(**dc.GPTJ_STYLE_FIXED)
+CS_DEFAULTS = GPTJ_CS_DEFAULTS  # what the tensor context reads the CS config over
 # (HF name inside a block ``h.N.``, CS name inside ``transformer_decoder.layers.N.``).
 # Model Zoo: gptj_hf_cs.py lines 39-71 (attention) and 112-148 (norm, ffn: GPT-J-style names).
 LAYER_PAIRS = dc.gptj_style_layer(
@@ -54,21 +43,7 @@ LAYER_PAIRS = dc.gptj_style_layer(
 TOP_PAIRS = dc.GPTJ_STYLE_TOP
 
 
-def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Model Zoo: gptj_hf_cs.py lines 391-621 (rules, defaults, ``n_inner`` = 4 * ``n_embd``)."""
-    dc.check_name(name, NAMES)
-    return dc.gptj_style_to_cs(dc.hf_with_defaults(hf_config, HF_DEFAULTS, MODEL_TYPE), LABEL)
-
-
-def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Model Zoo: gptj_hf_cs.py lines 391-621 read from CS to HF. ``use_bias_in_output`` is
-    copied under its CS name as Model Zoo does (rule lines 485-488, default false from lines
-    529-546); transformers keeps it as an unused attribute (HF GPT-J always has a head bias)."""
-    dc.check_name(name, NAMES)
-    dc.check_cs(cs_model, LABEL, CS_FIXED, CS_DEFAULTS, name=NAMES[0])
-    fields = dc.gptj_style_to_hf(cs_model, CS_DEFAULTS, LABEL)
-    bias = dc.get(cs_model, "use_bias_in_output", CS_DEFAULTS)
-    return {**dc.hf_header(ARCHITECTURES, name, MODEL_TYPE), **fields, "use_bias_in_output": bias}
+config_to_hf, config_to_cs = config_table.to_hf, config_table.to_cs
 
 
 TABLE = decoder_table(TOP_PAIRS, LAYER_PAIRS)

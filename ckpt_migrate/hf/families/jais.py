@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ckpt_migrate import catalogue
+from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.families import btlm
 from ckpt_migrate.hf.mapping import Shape
 from ckpt_migrate.hf.ops import Ctx
@@ -25,46 +27,11 @@ from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
 from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
 from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
 
-JAIS = btlm.spec_of(
-    __name__,
-    # jais_hf_cs.py lines 189-204.
-    {
-        "_name_or_path": "inceptionai/jais-30b-v3",
-        "use_cache": True,
-        "auto_map": {
-            "AutoConfig": "inceptionai/jais-30b-v3--configuration_jais.JAISConfig",
-            "AutoModel": "inceptionai/jais-30b-v3--modeling_jais.JAISModel",
-            "AutoModelForCausalLM": "inceptionai/jais-30b-v3--modeling_jais.JAISLMHeadModel",
-            "AutoModelForQuestionAnswering": (
-                "inceptionai/jais-30b-v3--modeling_jais.JAISForQuestionAnswering"
-            ),
-            "AutoModelForSequenceClassification": (
-                "inceptionai/jais-30b-v3--modeling_jais.JAISForSequenceClassification"
-            ),
-            "AutoModelForTokenClassification": (
-                "inceptionai/jais-30b-v3--modeling_jais.JAISForTokenClassification"
-            ),
-        },
-    },
-)
+JAIS = btlm.spec_of(__name__)
 NAMES: tuple[str, ...] = JAIS.names
-HF_MODEL_TYPES: tuple[str, ...] = (JAIS.model_type,)
-
-
-def config_to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Model Zoo: jais_hf_cs.py lines 141-354 (as btlm.config_to_cs)."""
-    return btlm.config_to_cs(hf_config, name, JAIS)
-
-
-def cs_optimizer(hf_config: Mapping[str, Any]) -> dict[str, Any]:
-    """The muP ``decoder_kernel`` for the CS optimizer section (see the module note)."""
-    return btlm.cs_optimizer(hf_config)
-
-
-def config_to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """Model Zoo: jais_hf_cs.py lines 141-354, CS -> HF (as btlm.config_to_hf)."""
-    return btlm.config_to_hf(cs_model, name, JAIS)
-
+HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
+config_to_hf, config_to_cs = config_table.to_hf, config_table.to_cs
+cs_optimizer = btlm.cs_optimizer  # the muP decoder_kernel (see the module note)
 
 TABLE = btlm.TABLE
 

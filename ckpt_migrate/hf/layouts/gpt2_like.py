@@ -11,11 +11,11 @@ classes, none for the headless ``*Model`` ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ckpt_migrate.hf.heads import GPT2_HEAD, LAYOUT_HEAD
-from ckpt_migrate.hf.mapping import Shape
+from ckpt_migrate.hf.mapping import MappingError, Shape
 from ckpt_migrate.hf.ops import (
     CAUSAL_MASK,
     CONV1D,
@@ -206,3 +206,10 @@ def tie_map(cs: Mapping[str, Shape], tied: bool) -> dict[str, str]:
     if tied and EMBEDDING in cs:
         ties["lm_head.weight"] = EMBEDDING
     return {k: v for k, v in ties.items() if k in cs and v in cs}
+
+
+def check_name(name: str, names: Sequence[str]) -> bool:
+    """Whether ``name`` (one of ``names``) is the headless model; MappingError if unknown."""
+    if name not in names:
+        raise MappingError(f"model name {name!r} is not one of {', '.join(names)}")
+    return name.endswith("-headless")

@@ -1,0 +1,123 @@
+"""The one interpreter of the Hugging Face config tables (``catalogue/config.py``): a family's
+record declares its table (``Hf.config``), :func:`to_hf` runs it reading the CS ``model:``
+section, :func:`to_cs` reading ``config.json``, step by step in the table's order.
+
+A step reads the *source* (the config given, with the table's defaults filled in as the steps
+reach them) and writes the *output*. The named operations are each a pair: what the operation
+does exporting (CS -> HF) and importing (HF -> CS), in ``config_ops.py`` (the GPT-2-like
+families'), ``config_gptj.py`` (the GPT-J backbone's), ``config_llama.py`` (the LLaMA-like
+families'), ``config_bert.py`` (the BERT-like families') and ``config_t5.py`` (T5's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ckpt_migrate import catalogue
+from ckpt_migrate.catalogue.config import (
+    CS,
+    HF,
+    Defaults,
+    Fixed,
+    Op,
+    Renames,
+    Required,
+    Written,
+)
+from ckpt_migrate.hf import config_bert, config_gptj, config_llama, config_ops, config_t5
+from ckpt_migrate.hf.config_ops import State
+from ckpt_migrate.hf.mapping import MappingError
+
+OPS = {
+    **config_ops.OPS,
+    **config_gptj.OPS,
+    **config_llama.OPS,
+    **config_bert.OPS,
+    **config_t5.OPS,
+}
+
+
+def to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """``config.json`` of ``name`` from its CS ``model:`` section."""
+    return run(CS, cs_model, name)
+
+
+def to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The CS ``model:`` section of ``name`` from its ``config.json``."""
+    return run(HF, hf_config, name)
+
+
+def run(side: str, config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The output of ``name``'s table read from ``side``."""
+    return _state(side, config, name).out
+
+
+def source(side: str, config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The config given, with the defaults the table filled in, once the table accepted it
+    (what a tensor table's context reads)."""
+    return _state(side, config, name).src
+
+
+def _state(side: str, config: Mapping[str, Any], name: str) -> State:
+    record = catalogue.by_name(name)
+    served = record is not None and any(n.name == name and n.hf for n in record.names)
+    if record is None or record.hf is None or not record.hf.config or not served:
+        raise MappingError(f"{name}: no Hugging Face config table (not served by the HF rules)")
+    state = State(side, dict(config), {}, name, record)
+    for step in record.hf.config:
+        _STEPS[type(step)](step, state)
+    return state
+
+
+def _renames(step: Renames, s: State) -> None:
+    if step.side not in (None, s.side):
+        return
+    for hf_key, cs_key in step.pairs:
+        key, to = (cs_key, hf_key) if s.side == CS else (hf_key, cs_key)
+        if key in s.src and not (step.skip_none and s.src[key] is None):
+            s.out[to] = s.src[key]
+
+
+def _defaults(step: Defaults, s: State) -> None:
+    if step.side == s.side:
+        s.src = {**step.values, **s.src}
+
+
+def _fixed(step: Fixed, s: State) -> None:
+    if step.side != s.side:
+        return
+    for key, want in step.values.items():
+        got = s.src.get(key, want)
+        if got in (want,) or (step.empty_is_none and want is None and got in ({}, [])):
+            continue
+        raise MappingError(step.message.format(key=key, got=got, want=want, allowed=(want,)))
+
+
+def _written(step: Written, s: State) -> None:
+    if step.side == s.side:
+        s.out.update({k: v for k, v in step.values.items() if k not in s.out})
+
+
+def _required(step: Required, s: State) -> None:
+    if step.side == s.side:
+        for key in step.keys:
+            if key not in s.src:
+                raise MappingError(step.message.format(key=key))
+
+
+def _op(step: Op, s: State) -> None:
+    export, import_ = OPS[step.name]
+    fn = export if s.side == CS else import_
+    if fn is not None:
+        fn(s, **step.args)
+
+
+_STEPS: dict[type, Callable[[Any, State], None]] = {
+    Renames: _renames,
+    Defaults: _defaults,
+    Fixed: _fixed,
+    Written: _written,
+    Required: _required,
+    Op: _op,
+}
