@@ -40,7 +40,7 @@ import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import h5py
 import numpy as np
@@ -59,6 +59,7 @@ from ckpt_migrate.format.h5.boundary import (
 )
 from ckpt_migrate.format.h5.io import bounded_metadata_cache, forbid_plugin_loading, prefetch
 
+Scope = Literal["full", "outline", "root"]
 STALL_SECONDS = float(os.environ.get("CKPT_MIGRATE_STALL_SECONDS", "10"))
 _TICK = b"."
 _FIRST = b"M"  # the first part is done: "M<stored>,<declared>;" (see _walk)
@@ -83,8 +84,13 @@ class Findings:
     rest: Rest | None = None
 
 
-def preflight(path: Path, *, defer: bool = False) -> Findings | None:
+def preflight(path: Path, *, defer: bool = False, scope: Scope = "full") -> Findings | None:
     """Raise ``CorruptCheckpointError`` if reading ``path``'s metadata crashes or hangs HDF5.
+
+    ``scope``: what the caller will read through HDF5, and so what the child tries first:
+    ``"full"`` every object (below), ``"outline"`` the root's attributes and every link but
+    no object behind one, ``"root"`` only the root attributes ``preflight_outline.ROOT_NAMES``
+    (``preflight_outline``: one child; ``Findings.datasets`` is then empty).
 
     Returns what the walk found (``Findings``), or None when a child met a problem it does
     not name (a damaged structure, a budget exceeded): the parent's own checks, which are safe
@@ -95,10 +101,10 @@ def preflight(path: Path, *, defer: bool = False) -> Findings | None:
     walk is HDF5 work on one object at a time, and the parent waits for it. A walk begun
     earlier by :func:`start` for the same, unchanged file is collected instead."""
     try:
-        walk = _early.pop(_identity(path), None)
+        walk = _early.pop(_identity(path), None) if scope == "full" else None
     except OSError:  # gone: the reader names it
         walk = None
-    walk = walk or _Walk.begin(path)
+    walk = walk or _Walk.begin(path, scope)
     try:
         if defer and (first := walk.follow(path, _FIRST)) is not None:
             return Findings(first, walk.facts_found(), Rest(walk))
@@ -162,11 +168,12 @@ class _Walk:
     words: bytes = b""  # what the children said, ticks left out
 
     @classmethod
-    def begin(cls, path: Path) -> _Walk:
+    def begin(cls, path: Path, scope: Scope = "full") -> _Walk:
         read_end, write_end = os.pipe()
         walk = cls([], read_end, [])
+        workers = WORKERS if scope == "full" else 1
         try:
-            for part in range(WORKERS):
+            for part in range(workers):
                 walk.facts.append(_anonymous_file())
                 pid = os.fork()
                 if pid == 0:  # a child: walk, report, and never return into the caller's code
@@ -174,7 +181,12 @@ class _Walk:
                     try:
                         faulthandler.disable()  # a crash here is the finding, reported above
                         os.close(read_end)
-                        _walk(path, write_end, part, WORKERS, walk.facts[part])
+                        if scope == "full":
+                            _walk(path, write_end, part, WORKERS, walk.facts[part])
+                        else:
+                            from ckpt_migrate.format.h5 import preflight_outline
+
+                            preflight_outline.walk(path, write_end, scope == "outline")
                     except BaseException:
                         code = 1  # a Python-level error: the parent's own reading reports it
                     finally:

@@ -1,0 +1,68 @@
+"""The preflight child of a reader that opens no object behind a link (issue 33).
+
+``preflight(path, scope=...)`` forks one child that runs :func:`walk`: it tries, through HDF5,
+exactly what such a reader reads through HDF5, so that a crash or an endless loop in HDF5's C
+code (``preflight``'s docstring) ends the child, not the command:
+
+* ``"root"`` (``check``): the root attributes named in :data:`ROOT_NAMES`, those present;
+* ``"outline"`` (``inspect``, ``plan``, a dry run of a chain that edits only the root): every
+  root attribute (the leaves' ``__metadata__`` strings by ``attrtable``, the pure-Python
+  one-pass reader whose reads are bounded by the file's size, as ``preflight`` does) and every
+  link of the root (its name and whether it leaves the file), without opening an object.
+
+A dataset never opened cannot make HDF5 crash; one that a reader of the outline later needs
+after all (a tensor's data, an array's stored dtype) is read only after the full walk
+(``format.read``'s ``_WalkFirst``). Progress is ticked every 1,000 attributes or links.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import h5py
+
+from ckpt_migrate.format.h5.boundary import link_problem
+from ckpt_migrate.format.h5.io import bounded_metadata_cache, forbid_plugin_loading, link_names
+from ckpt_migrate.format.h5.preflight import (
+    _END,
+    _FIRST,
+    _SECOND,
+    _TICK,
+    _read_attributes,
+    _read_root_attributes,
+    _Refused,
+)
+
+# What a reader of the release alone reads of the root (``format.read.read_release``).
+ROOT_NAMES = ("__version__", "__cstorch_version__", "__spec__", "__SUCCESS__")
+
+
+def walk(path: Path, tick: int, links: bool) -> None:
+    """Try the root's attributes (all of them with ``links``, else ``ROOT_NAMES``) and, with
+    ``links``, visit every link; then say the walk's two parts are done (nothing stored
+    measured: ``Findings.stored`` is 0 and means nothing for these scopes)."""
+    forbid_plugin_loading()
+    with bounded_metadata_cache(h5py.File(path, "r", locking=False, rdcc_nbytes=0)) as f:
+        if links:
+            _read_root_attributes(f, path, tick)
+            _visit_links(f, path, tick)
+        else:
+            names = [n.encode() for n in ROOT_NAMES if h5py.h5a.exists(f.id, n.encode())]
+            _read_attributes(f.id, tick, names=names)
+    os.write(tick, b"%s0,0%s%s0%s" % (_FIRST, _END, _SECOND, _END))
+
+
+def _visit_links(f: h5py.File, path: Path, tick: int) -> None:
+    """Every link of the root (``io.link_names``), no object opened."""
+    seen = 0
+
+    def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
+        nonlocal seen
+        if link_problem(path, "", info) is not None:
+            raise _Refused  # a link out of the file: never followed
+        seen += 1
+        if seen % 1000 == 0:
+            os.write(tick, _TICK)
+
+    link_names(f, take)
