@@ -48,7 +48,9 @@ from ckpt_migrate.format.h5.root import lookup3, superblock_offset
 TICK_EVERY = 1000
 MAX_CHUNKS = 1 << 20  # continuation blocks of one header (each holds at least one message)
 HEAPS_KEPT = 8  # global heap collections kept in memory (``_File.heaps``)
-BATCH = 64  # direct blocks verified together (``lookup3_many``) and then decoded
+# Direct blocks read before they are verified together (``lookup3_many``: one numpy pass per
+# block size, each costing about as much whatever the count) and their objects taken.
+BATCH_BYTES = 32 << 20
 _UNDEF = (1 << 64) - 1
 _ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 _VLEN_CLASS, _STRING = 9, 1
@@ -212,7 +214,8 @@ class _Heap:
     take: Callable[[bytes], None]
     blocks: list[bytes] = field(default_factory=list)  # direct blocks to verify
     stored: list[int] = field(default_factory=list)  # and their checksums
-    objects: list[bytes] = field(default_factory=list)  # theirs, to take once verified
+    objects: list[memoryview] = field(default_factory=list)  # theirs, taken once verified
+    pending: int = 0  # bytes of blocks read since the last flush
     taken: int = 0
 
     def row_size(self, row: int) -> int:
@@ -223,8 +226,9 @@ class _Heap:
         if lookup3_many(self.blocks) != self.stored:
             raise Unknown("a fractal heap direct block: checksum mismatch")
         objects, self.objects, self.blocks, self.stored = self.objects, [], [], []
+        self.pending = 0
         for one in objects:
-            self.take(one)
+            self.take(bytes(one))
         self.taken += len(objects)
 
     def direct(self, f: _File, at: int, size: int) -> None:
@@ -235,15 +239,18 @@ class _Heap:
             raise Unknown(f"no fractal heap direct block at {at}")
         if self.checksum:  # verified together (``lookup3_many``), the field read as zero
             self.stored.append(struct.unpack_from("<I", block, head)[0])
-            self.blocks.append(block[:head] + bytes(4) + block[head + 4 :])
+            block = block[:head] + bytes(4) + block[head + 4 :]  # (objects lie past it)
+            self.blocks.append(block)
+        view = memoryview(block)
         pos = head + self.checksum
         while pos + 8 <= size and block[pos] in (1, 2, 3):
             n = _attribute_size(block, pos)
             if n is None or pos + n > size:
                 break
-            self.objects.append(block[pos : pos + n])
+            self.objects.append(view[pos : pos + n])
             pos += n
-        if len(self.blocks) >= BATCH or len(self.objects) >= BATCH * 1024:
+        self.pending += size
+        if self.pending >= BATCH_BYTES:
             self.flush()
 
     def indirect(self, f: _File, at: int, rows: int) -> None:
