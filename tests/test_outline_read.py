@@ -186,3 +186,16 @@ def test_check_still_refuses_an_unfinished_save(tmp_path):
     with h5py.File(src, "r+") as f:
         del f.attrs["__SUCCESS__"]
     one_line_error(run_cli("check", src), 2, "no __SUCCESS__ marker")
+
+
+@pytest.mark.parametrize("name", ["model.layers.0.w", "", "a-b_c", "é", 'q"x', "a\\b", "x y"])
+def test_a_leafs_own_spec_is_the_json_cstorch_writes(name):
+    """``single_leaf_spec`` puts a plain name in place: the same text as ``json.dumps``."""
+    from ckpt_migrate.format.v05 import treespec
+
+    node = {
+        "type": "builtins.dict",
+        "context": json.dumps([name]),
+        "children_spec": [{"type": None, "context": None, "children_spec": []}],
+    }
+    assert treespec.single_leaf_spec(name) == json.dumps([1, node])
