@@ -89,7 +89,8 @@ def preflight(path: Path, *, defer: bool = False, scope: Scope = "full") -> Find
 
     ``scope``: what the caller will read through HDF5, and so what the child tries first:
     ``"full"`` every object (below), ``"outline"`` the root's attributes and every link but
-    no object behind one, ``"root"`` only the root attributes ``preflight_outline.ROOT_NAMES``
+    no object behind one, ``"root"`` only the release's root attributes
+    (``preflight_outline.ROOT_NAMES``)
     (``preflight_outline``: one child; ``Findings.datasets`` is then empty).
 
     Returns what the walk found (``Findings``), or None when a child met a problem it does
