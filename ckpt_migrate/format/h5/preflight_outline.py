@@ -6,10 +6,14 @@ code (``preflight``'s docstring) ends the child, not the command:
 
 * ``"root"`` (``check``): the root attributes named in :data:`ROOT_NAMES`, those present,
   and whether ``__spec__`` is;
-* ``"outline"`` (``inspect``, ``plan``, a dry run of a chain that edits only the root): every
-  root attribute (the leaves' ``__metadata__`` strings by ``attrtable``, the pure-Python
-  one-pass reader whose reads are bounded by the file's size, as ``preflight`` does) and every
-  link of the root (its name and whether it leaves the file), without opening an object.
+* ``"outline"`` (``inspect``, ``plan``, a dry run of a chain that edits only the root): the
+  root attributes named in :data:`OUTLINE_NAMES`, those present, the root's object info and
+  creation properties (``attrtable.root_texts`` asks for them), and every link of the root
+  (its name and whether it leaves the file), without opening an object. The leaves'
+  ``__metadata__`` strings are read by ``attrtable`` alone, the pure-Python one-pass reader
+  whose reads are bounded by the file's size; a root it cannot read, or a leaf it has no text
+  for, makes the outline read give way to the full one (``facts.OutlineTooShort``), which
+  reads them through HDF5 after the full walk.
 
 A dataset never opened cannot make HDF5 crash; one that a reader of the outline later needs
 after all (a tensor's data, an array's stored dtype) is read only after the full walk
@@ -31,28 +35,36 @@ from ckpt_migrate.format.h5.preflight import (
     _SECOND,
     _TICK,
     _read_attributes,
-    _read_root_attributes,
     _Refused,
 )
+from ckpt_migrate.format.h5.root import superblock_offset
+from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 
 # What a reader of the release alone reads of the root (``format.read.read_release``): these
 # values, and whether ``__spec__`` is there (its value, 27 MB at 150k leaves, is not read).
 ROOT_NAMES = ("__version__", "__cstorch_version__", "__SUCCESS__")
+# And what the outline read reads of the root through HDF5 (``format.read.read_outline``).
+OUTLINE_NAMES = (*ROOT_NAMES, "__spec__", PROVENANCE_ATTR)
 
 
 def walk(path: Path, tick: int, links: bool) -> None:
-    """Try the root's attributes (all of them with ``links``, else ``ROOT_NAMES``) and, with
-    ``links``, visit every link; then say the walk's two parts are done (nothing stored
-    measured: ``Findings.stored`` is 0 and means nothing for these scopes)."""
+    """Try the root's attributes (``OUTLINE_NAMES`` with ``links``, else ``ROOT_NAMES``)
+    and, with ``links``, what ``attrtable`` asks HDF5 and every link; then say the walk's two
+    parts are done (nothing stored measured: ``Findings.stored`` is 0 and means nothing for
+    these scopes)."""
     forbid_plugin_loading()
     with bounded_metadata_cache(h5py.File(path, "r", locking=False, rdcc_nbytes=0)) as f:
         if links:
-            _read_root_attributes(f, path, tick)
-            _visit_links(f, path, tick)
+            f.id.get_create_plist().get_sizes()
+            superblock_offset(f)
+            h5py.h5o.get_info(f.id)
         else:
             h5py.h5a.exists(f.id, b"__spec__")
-            names = [n.encode() for n in ROOT_NAMES if h5py.h5a.exists(f.id, n.encode())]
-            _read_attributes(f.id, tick, names=names)
+        wanted = OUTLINE_NAMES if links else ROOT_NAMES
+        names = [n.encode() for n in wanted if h5py.h5a.exists(f.id, n.encode())]
+        _read_attributes(f.id, tick, names=names)
+        if links:
+            _visit_links(f, path, tick)
     os.write(tick, b"%s0,0%s%s0%s" % (_FIRST, _END, _SECOND, _END))
 
 

@@ -85,10 +85,14 @@ def read(
 
     table = attrtable.root_texts(f, path, keep=keep)
     names.clear()
+    if table is None and facts.links is not None:
+        raise OutlineTooShort("a root attrtable does not read")  # (by name after the walk)
 
     def decode(ref: LeafRef) -> Leaf:
         leaf = None if table is None else table.pop(f"{ref.name}{_SUFFIX}", None)
         if leaf is None or isinstance(leaf, str):  # not in the table: read by name
+            if facts.links is not None:
+                raise OutlineTooShort(ref.name)
             md_all = _leaf_metadata(f, ref.name, path)
             leaf = _decode_leaf(f, handle, ref.name, md_all, used, links, facts)
         first[ref.name] = leaf
