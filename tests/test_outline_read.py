@@ -8,12 +8,12 @@ still refuse it); the preflight child tries exactly what the outline reads."""
 from __future__ import annotations
 
 import json
-import lzma
 from pathlib import Path
 
 import h5py
 import pytest
 from conftest import REAL, one_line_error, run_cli
+from test_attrtable import _unpacked
 
 from ckpt_migrate.cli import commands
 from ckpt_migrate.errors import CkptError, CorruptCheckpointError
@@ -25,14 +25,6 @@ from ckpt_migrate.format.write import write_checkpoint
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REAL_XZ = sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz"))
 READS_IN_FULL = {"scalars_misc.mdl"}  # a leaf whose dataset must be opened (an array)
-
-
-def _unpacked(tmp_path: Path, p: Path) -> Path:
-    if p.suffix != ".xz":
-        return p
-    out = tmp_path / p.name[:-3]
-    out.write_bytes(lzma.decompress(p.read_bytes()))
-    return out
 
 
 def _full_inspect(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:

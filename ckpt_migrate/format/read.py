@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import h5py
 
@@ -66,12 +68,21 @@ def read_checkpoint(
     handle = H5Handle(p, f)
     if found is not None and found.rest is not None:
         handle.pending = _Verdict(found.rest, f, p)
-    try:
+
+    def full() -> Checkpoint:
         stored, facts = (None, {}) if found is None else (found.stored, found.datasets)
         if isolate and found is None:  # the children met a problem: named here
             stored = check_self_contained(f, p)
         proven = tensors_proven and not isolate
         return _read(p, f, handle, release, stored, Facts(facts, proven))
+
+    return _closed_on_error(p, handle, full)
+
+
+def _closed_on_error(p: Path, handle: H5Handle, read: Callable[[], Any]) -> Any:
+    """``read()``; if it fails, the handle is closed (damage HDF5 reports is named so)."""
+    try:
+        return read()
     except DAMAGED_HDF5 as exc:
         handle.close()
         raise damaged(p, exc) from None
@@ -94,18 +105,15 @@ def read_outline(p: Path, release: str | None = None) -> Checkpoint | None:
     f = open_read(p)
     handle = H5Handle(p, f)
     handle.pending = _WalkFirst(p, f)
-    try:
-        links = link_names(f)
-        return _read(p, f, handle, release, None, Facts(links=links))
-    except OutlineTooShort:
-        handle.close()
-        return None
-    except DAMAGED_HDF5 as exc:
-        handle.close()
-        raise damaged(p, exc) from None
-    except BaseException:
-        handle.close()
-        raise
+
+    def outline() -> Checkpoint | None:
+        try:
+            return _read(p, f, handle, release, None, Facts(links=link_names(f)))
+        except OutlineTooShort:
+            handle.close()
+            return None
+
+    return _closed_on_error(p, handle, outline)
 
 
 def read_release(p: Path, release: str | None = None) -> releases.Detected:
