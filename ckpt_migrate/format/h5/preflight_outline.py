@@ -29,15 +29,8 @@ import h5py
 
 from ckpt_migrate.format.h5.boundary import link_problem
 from ckpt_migrate.format.h5.io import bounded_metadata_cache, forbid_plugin_loading, link_names
-from ckpt_migrate.format.h5.preflight import (
-    _END,
-    _FIRST,
-    _SECOND,
-    _TICK,
-    _read_attributes,
-    _Refused,
-)
 from ckpt_migrate.format.h5.root import superblock_offset
+from ckpt_migrate.format.h5.walkreads import END, FIRST, SECOND, TICK, Refused, read_attributes
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 
 # What a reader of the release alone reads of the root (``format.read.read_release``): these
@@ -62,10 +55,10 @@ def walk(path: Path, tick: int, links: bool) -> None:
             h5py.h5a.exists(f.id, b"__spec__")
         wanted = OUTLINE_NAMES if links else ROOT_NAMES
         names = [n.encode() for n in wanted if h5py.h5a.exists(f.id, n.encode())]
-        _read_attributes(f.id, tick, names=names)
+        read_attributes(f.id, tick, names=names)
         if links:
             _visit_links(f, path, tick)
-    os.write(tick, b"%s0,0%s%s0%s" % (_FIRST, _END, _SECOND, _END))
+    os.write(tick, b"%s0,0%s%s0%s" % (FIRST, END, SECOND, END))
 
 
 def _visit_links(f: h5py.File, path: Path, tick: int) -> None:
@@ -75,9 +68,9 @@ def _visit_links(f: h5py.File, path: Path, tick: int) -> None:
     def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
         nonlocal seen
         if link_problem(path, "", info) is not None:
-            raise _Refused  # a link out of the file: never followed
+            raise Refused  # a link out of the file: never followed
         seen += 1
         if seen % 1000 == 0:
-            os.write(tick, _TICK)
+            os.write(tick, TICK)
 
     link_names(f, take)
