@@ -227,7 +227,7 @@ def _upgrade_locked(
     # is made, which reads none of them: their verdict is awaited before anything is published
     # (``walked``), and by any read of tensor data. A dry run of a chain that edits only the
     # root (or of a file already current) reads the outline only (``read_planned``): it does
-    # not pre-try each dataset as the real run does (docs/commands.md, "What each command reads").
+    # not pre-try each dataset as the real run does (README, "What each command reads").
     out_dir = opts.output.parent if opts.output is not None else opts.output_dir
     ckpt, plan = read_planned(
         src,
