@@ -191,3 +191,29 @@ def test_a_leafs_own_spec_is_the_json_cstorch_writes(name):
         "children_spec": [{"type": None, "context": None, "children_spec": []}],
     }
     assert treespec.single_leaf_spec(name) == json.dumps([1, node])
+
+
+@pytest.mark.parametrize(
+    ("release", "target"), [("2.5", "2.10"), ("2.10", "2.5"), ("2.10", "2.10")]
+)
+def test_a_dry_run_from_the_outline_says_what_the_full_read_says(
+    tmp_path, monkeypatch, release, target
+):
+    """Root-only chains both ways and a file already current: the same report (changes,
+    warnings, plan), the outline read standing in for the full one."""
+    from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+
+    src = _ours(tmp_path, release)
+
+    def dry_run() -> dict:
+        done = upgrade(src, UpgradeOptions(target=target, dry_run=True)).to_json()
+        done.pop("seconds")
+        if done.get("plan"):
+            done["plan"].pop("free_available")  # (other writers on the disk)
+        return done
+
+    outlined = dry_run()
+    with monkeypatch.context() as m:
+        m.setattr(reader, "read_outline", lambda p, release=None: None)
+        assert dry_run() == outlined
+    assert outlined["status"] == ("current" if release == target else "planned")
