@@ -7,7 +7,7 @@ into an endless loop (fuzz seed 5), a damaged attribute crashed it with SIGSEGV 
 metadata walk every reader needs anyway (every link, every attribute value, every chunk index) is
 done first in a child process. The child reports progress through a pipe; the parent refuses
 the file (exit 2) if the child dies by a signal or makes no progress for
-:data:`STALLSECONDS` (10, or ``CKPT_MIGRATE_STALLSECONDS``: raise it for metadata on a
+:data:`STALL_SECONDS` (10, or ``CKPT_MIGRATE_STALL_SECONDS``: raise it for metadata on a
 filesystem that can pause for longer). A legitimate file costs one extra pass over its
 metadata (measured in benchmarks/README.md); of its data, only datasets of one number
 (shape ``()``, never chunked) are read, their values handed to the reader.
@@ -68,7 +68,7 @@ from ckpt_migrate.format.h5.walkreads import (
 )
 
 Scope = Literal["full", "outline", "root"]
-STALLSECONDS = float(os.environ.get("CKPT_MIGRATE_STALLSECONDS", "10"))
+STALL_SECONDS = float(os.environ.get("CKPT_MIGRATE_STALL_SECONDS", "10"))
 FIX = "the file is damaged; use another copy"
 
 
@@ -205,17 +205,17 @@ class _Walk:
     def follow(self, path: Path, until: bytes | None) -> int | None:
         """Read the children's ticks and words until each has said ``until`` (then return the
         bytes stored that they reported with it) or all have closed the pipe (None). Raises
-        ``CorruptCheckpointError`` if they make no progress for :data:`STALLSECONDS`."""
+        ``CorruptCheckpointError`` if they make no progress for :data:`STALL_SECONDS`."""
         while True:
             if until is not None:
                 said = [w for w in self.words.split(END) if w.startswith(until)]
                 if len(said) == len(self.pids):
                     return sum(sum(int(n) for n in w[1:].split(b",")) for w in said)
-            ready, _, _ = select.select([self.read_end], [], [], STALLSECONDS)
+            ready, _, _ = select.select([self.read_end], [], [], STALL_SECONDS)
             if not ready:
                 raise CorruptCheckpointError(
                     path,
-                    f"HDF5 made no progress reading the file's metadata for {STALLSECONDS:.0f} s",
+                    f"HDF5 made no progress reading the file's metadata for {STALL_SECONDS:.0f} s",
                     FIX,
                 )
             data = os.read(self.read_end, 65536)
