@@ -122,7 +122,7 @@ def test_the_reader_asks_hdf5_for_no_leaf_metadata_of_a_real_file(tmp_path, monk
         return [(r.name, repr(getattr(r.leaf, "shape", r.leaf))) for r in iter_leaves(ckpt.root)]
 
     with monkeypatch.context() as m:
-        m.setattr(attrtable, "root_texts", lambda f, path: None)
+        m.setattr(attrtable, "root_texts", lambda f, path, **kw: None)
         with read_checkpoint(path) as ckpt:
             by_name = outline(ckpt)
     calls = []

@@ -63,8 +63,9 @@ def _begin_upgrade_reading(args: list[str]) -> None:
     """For ``upgrade`` of one file, its walk starts before typer loads (a tenth of a second
     sooner): an argument that is no option and names an existing HDF5 file is taken for it.
     A guess that is wrong (a rare option value) costs a walk nobody collects; the command line
-    is parsed by typer as ever."""
-    if len(args) < 2 or args[0] != "upgrade":
+    is parsed by typer as ever. A dry run may read the outline only (``engine.plan.
+    read_planned``): no walk is begun for it."""
+    if len(args) < 2 or args[0] != "upgrade" or "--dry-run" in args or "-n" in args:
         return
     files = [Path(a) for a in args[1:] if not a.startswith("-") and os.path.isfile(a)]
     if len(files) == 1:

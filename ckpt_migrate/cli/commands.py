@@ -59,10 +59,14 @@ def inspect(
     path: str | Path, *, everything: bool = True, depth: int | None = None
 ) -> dict[str, Any]:
     """``everything``: the whole outline; else a summary (``depth`` levels, default
-    SUMMARY_DEPTH, and SUMMARY_CHILDREN entries per container unless a depth is given)."""
+    SUMMARY_DEPTH, and SUMMARY_CHILDREN entries per container unless a depth is given).
+
+    A format 0.5 file is read from its root and its links (``read_outline``, issue 33): each
+    leaf as its metadata declares it, its dataset not opened; other files, and a 0.5 file
+    the outline does not answer, are read in full."""
     if depth is not None and depth < 0:
         raise UsageError(None, f"--depth must be 0 or more, not {depth}")
-    with read_checkpoint(path) as ckpt:
+    with read_checkpoint(path, outline=True) as ckpt:
         data = outline.report(ckpt)
         data["outline_summary"] = not everything
         if everything:
@@ -144,8 +148,13 @@ def plan(
     output_dir: Path | None = None,
     inputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    with read_checkpoint(path, release=source_release) as ckpt:
-        data = planner.make_plan(ckpt, target, output_dir=output_dir, inputs=inputs).to_json()
+    """The hops, the family and the disk an upgrade costs, read from the outline
+    (``read_outline``) unless the bytes to write depend on what the datasets store."""
+    ckpt, made = planner.read_planned(
+        Path(path), target, release=source_release, output_dir=output_dir, inputs=inputs
+    )
+    with ckpt:
+        data = made.to_json()
         choice = choose_family(ckpt.root, (inputs or {}).get("model"))
         data["model"] = choice.to_json()
         return data

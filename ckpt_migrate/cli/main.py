@@ -244,8 +244,8 @@ def upgrade_cmd(
     With --config, the run's params.yaml is upgraded alongside, from the checkpoint's release
     to the same target, and every config change is reported.
     """
-    if len(paths) == 1:  # its metadata walk runs while the verbs are imported
-        cli.begin_reading(paths[0])
+    if len(paths) == 1 and not dry_run:  # (a dry run may read the outline only)
+        cli.begin_reading(paths[0])  # its metadata walk runs while the verbs are imported
     inputs = cli.commands.step_inputs(hop_inputs_given(ctx), config=config, model=model)
     worst = 0
     with console.progress(not (as_json or quiet), progress_mode) as progress:

@@ -39,7 +39,10 @@ InplaceOpt = Annotated[
 DryRunOpt = Annotated[
     bool,
     typer.Option(
-        "--dry-run", "-n", help="Preview: every change and check of the real run; write nothing."
+        "--dry-run",
+        "-n",
+        help="Preview: every change and check of the real run, write nothing (a chain that "
+        "edits only the root reads the root and links, not each dataset).",
     ),
 ]
 ProgressOpt = Annotated[

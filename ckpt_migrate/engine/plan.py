@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from ckpt_migrate.errors import NewerThanToolError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.outline import tensor_bytes
-from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.read import read_checkpoint, read_release
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import iter_leaves
 from ckpt_migrate.hops import graph
@@ -74,6 +75,12 @@ class Plan:
         )
 
     @property
+    def needs_stored_bytes(self) -> bool:
+        """Whether ``bytes_to_write`` depends on the bytes the datasets store (``metadata_bytes``),
+        which only the full walk measures: a rewrite's output, a clone's unshared part."""
+        return not self.current and (self.strategy == "rewrite" or self.copy_method == "clone")
+
+    @property
     def output_bytes(self) -> int:
         """An upper bound of the output's size, within 1.2 times it plus 1 MiB: a patched copy
         is the source (its old metadata stays as free space) and the new metadata, a rewrite
@@ -130,14 +137,19 @@ class Plan:
 
 
 def source_release(ckpt: Checkpoint) -> Release:
-    if ckpt.release is None:
+    assert ckpt.path is not None
+    return known_release(ckpt.detected, ckpt.path)
+
+
+def known_release(detected: releases.Detected, path: Path) -> Release:
+    if detected.release is None:
         raise NewerThanToolError(
-            ckpt.path,
-            f"written by release {ckpt.detected.label}, newer than this tool knows "
+            path,
+            f"written by release {detected.label}, newer than this tool knows "
             f"(newest {releases.LATEST.name})",
             "upgrade ckpt-migrate",
         )
-    return ckpt.release
+    return detected.release
 
 
 def make_plan(
@@ -175,18 +187,51 @@ def make_plan(
     )
 
 
+def read_planned(
+    path: Path,
+    target: str,
+    *,
+    release: str | None = None,
+    defer_chunks: bool = False,
+    outline: bool = True,
+    enough: Callable[[Plan], bool] = lambda plan: True,
+    **options: Any,
+) -> tuple[Checkpoint, Plan]:
+    """The checkpoint at ``path`` and its plan (``make_plan``'s ``options``): read from its
+    outline (``read_checkpoint(outline=True)``) when the plan made from it is ``enough`` for
+    the caller and needs no measure of the stored bytes (``Plan.needs_stored_bytes``), else
+    read in full and planned again. The caller closes the checkpoint."""
+    ckpt = read_checkpoint(path, release=release, defer_chunks=defer_chunks, outline=outline)
+    try:
+        plan = make_plan(ckpt, target, **options)
+        if ckpt.outline and (plan.needs_stored_bytes or not enough(plan)):
+            ckpt.close()
+            ckpt = read_checkpoint(path, release=release, defer_chunks=defer_chunks)
+            plan = make_plan(ckpt, target, **options)
+    except BaseException:
+        ckpt.close()
+        raise
+    return ckpt, plan
+
+
 def check(path: str | Path, target: str = "latest", source_release: str | None = None) -> dict:
-    """For CI: is ``path`` at ``target``? (exit 0 current, 10 upgrade needed, 3 newer than tool)."""
-    with read_checkpoint(path, release=source_release) as ckpt:
-        plan = make_plan(ckpt, target)
-        return {
-            "path": str(path),
-            "release": plan.source_release.name,
-            "target": plan.target_release.name,
-            "current": plan.current,
-            "downgrade": plan.target_release.version < plan.source_release.version,
-            "hops": [f"{h.source}→{h.target}" for h in plan.hops],
-        }
+    """For CI: is ``path`` at ``target``? (exit 0 current, 10 upgrade needed, 3 newer than tool).
+
+    Its question is the release, so it reads the root's release attributes and nothing else
+    (``read_release``: the tree, the leaves' metadata and the datasets are neither read nor
+    checked since issue 33; ``inspect`` reads the structure, ``check --deep`` every tensor)."""
+    p = Path(path)
+    src = known_release(read_release(p, source_release), p)
+    tgt = releases.get(target)
+    hops = graph.load().path(src, tgt)
+    return {
+        "path": str(path),
+        "release": src.name,
+        "target": tgt.name,
+        "current": not hops,
+        "downgrade": tgt.version < src.version,
+        "hops": [f"{h.source}→{h.target}" for h in hops],
+    }
 
 
 def free_space(directory: Path) -> int | None:

@@ -29,7 +29,7 @@ from ckpt_migrate.atomic import (
 from ckpt_migrate.engine import rootedit
 from ckpt_migrate.engine.copypatch import Output, Written, file_digest, write
 from ckpt_migrate.engine.extents import Choice
-from ckpt_migrate.engine.plan import Plan, make_plan
+from ckpt_migrate.engine.plan import Plan, read_planned
 from ckpt_migrate.engine.splitcopy import Progress, SplitCopy
 from ckpt_migrate.engine.verify import verify_full, verify_index, write_manifest
 from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, VerificationError
@@ -37,7 +37,6 @@ from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.deep_check import check_tensors
 from ckpt_migrate.format.h5.io import damaged
-from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.write import prepare
 from ckpt_migrate.hops.hop import Hop, Operation, StepContext
@@ -232,12 +231,22 @@ def _upgrade_locked(
 ) -> None:
     # The chunk indexes are walked (for damage, budgets, data past the end) while the output
     # is made, which reads none of them: their verdict is awaited before anything is published
-    # (``walked``), and by any read of tensor data.
-    with read_checkpoint(src, release=opts.source_release, defer_chunks=True) as ckpt:
-        out_dir = opts.output.parent if opts.output is not None else opts.output_dir
-        plan = make_plan(
-            ckpt, opts.target, output_dir=out_dir, inputs=opts.inputs, copy_method=opts.copy_method
-        )
+    # (``walked``), and by any read of tensor data. A dry run of a chain that edits only the
+    # root (or of a file already current) reads the outline only (``read_planned``): it does
+    # not pre-try each dataset as the real run does (README, "What each command reads").
+    out_dir = opts.output.parent if opts.output is not None else opts.output_dir
+    ckpt, plan = read_planned(
+        src,
+        opts.target,
+        release=opts.source_release,
+        defer_chunks=True,
+        outline=opts.dry_run and not opts.deep_check,
+        enough=lambda plan: plan.root_only or (plan.current and not opts.edits),
+        output_dir=out_dir,
+        inputs=opts.inputs,
+        copy_method=opts.copy_method,
+    )
+    with ckpt:
         if plan.current and opts.edits:
             plan.hops = [Hop.at(plan.target_release.name, opts.edits)]
         result.from_release, result.to_release = plan.source_release.name, plan.target_release.name
@@ -247,7 +256,8 @@ def _upgrade_locked(
         if opts.deep_check:
             _require_intact(ckpt, progress)
         if plan.current:
-            ckpt.handle.walked()
+            if not ckpt.outline:
+                ckpt.handle.walked()
             result.status = "current"
             if opts.output_dir is not None or opts.output is not None:
                 _place_current(src, opts, result)
@@ -275,7 +285,8 @@ def _upgrade_locked(
                 ctx.root, plan.target_release, allow_missing=opts.allow_missing, path=src
             )
             result.warnings.extend(notes)
-            ckpt.handle.walked()  # a file the real run refuses fails its dry run too
+            if not ckpt.outline:  # a file the real run refuses fails its dry run too
+                ckpt.handle.walked()
             result.status, result.plan = "planned", plan.to_json()
             return
         assert target is not None

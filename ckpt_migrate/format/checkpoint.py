@@ -21,6 +21,7 @@ class Checkpoint:
     had_tensor_scalar_dict: bool = False  # 1.7-era spec node, read as a plain dict
     handle: Any = None  # h5io.H5Handle kept open for lazy reads
     data_bytes: int | None = 0  # bytes the datasets store, the rest is metadata (None: unmeasured)
+    outline: bool = False  # read from the root and links alone (``read.read_outline``)
 
     @property
     def release(self) -> Release | None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import h5py
 
@@ -11,8 +13,15 @@ from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets, provenance, releases
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5.boundary import check_self_contained
-from ckpt_migrate.format.h5.facts import Facts
-from ckpt_migrate.format.h5.io import DAMAGED_HDF5, H5Handle, attr_text, damaged, open_read
+from ckpt_migrate.format.h5.facts import Facts, OutlineTooShort
+from ckpt_migrate.format.h5.io import (
+    DAMAGED_HDF5,
+    H5Handle,
+    attr_text,
+    damaged,
+    link_names,
+    open_read,
+)
 from ckpt_migrate.format.h5.preflight import FIX, Rest, preflight
 from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.v05 import read as read_v05
@@ -25,6 +34,7 @@ def read_checkpoint(
     isolate: bool = True,
     tensors_proven: bool = False,
     defer_chunks: bool = False,
+    outline: bool = False,
 ) -> Checkpoint:
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
@@ -39,8 +49,15 @@ def read_checkpoint(
     comes at ``handle.walked()``, which every read of data calls (an upgrade by clone reads
     none, and calls it before publishing), and ``data_bytes`` counts chunked datasets by
     their declared bytes meanwhile.
+
+    ``outline`` (issue 33): for a format 0.5 file, read the root and the links only
+    (``read_outline``), falling back to the full read when that does not suffice.
     """
     p = Path(path)
+    if outline and isolate:
+        ckpt = read_outline(p, release)
+        if ckpt is not None:
+            return ckpt
     found = preflight(p, defer=defer_chunks) if isolate else None
     try:
         f = open_read(p)
@@ -51,18 +68,87 @@ def read_checkpoint(
     handle = H5Handle(p, f)
     if found is not None and found.rest is not None:
         handle.pending = _Verdict(found.rest, f, p)
-    try:
+
+    def full() -> Checkpoint:
         stored, facts = (None, {}) if found is None else (found.stored, found.datasets)
         if isolate and found is None:  # the children met a problem: named here
             stored = check_self_contained(f, p)
         proven = tensors_proven and not isolate
         return _read(p, f, handle, release, stored, Facts(facts, proven))
+
+    return _closed_on_error(p, handle, full)
+
+
+def _closed_on_error(p: Path, handle: H5Handle, read: Callable[[], Any]) -> Any:
+    """``read()``; if it fails, the handle is closed (damage HDF5 reports is named so)."""
+    try:
+        return read()
     except DAMAGED_HDF5 as exc:
         handle.close()
         raise damaged(p, exc) from None
     except BaseException:
         handle.close()
         raise
+
+
+def read_outline(p: Path, release: str | None = None) -> Checkpoint | None:
+    """A format 0.5 checkpoint read from its root and its links alone, no dataset opened:
+    every leaf as its ``__metadata__`` declares it (a tensor's dtype and shape), a tensor's
+    dataset known to exist by a link of its name but not checked against its metadata, and
+    the datasets' storage (chunk indexes, stored bytes: ``data_bytes`` None) not walked. The
+    preflight child tries exactly that first (``preflight(scope="outline")``); any read of
+    tensor data waits for the full walk (``_WalkFirst``). None when the outline does not
+    answer (a legacy format, a leaf whose dataset must be opened, a link that is no leaf's,
+    a problem the child met): the caller reads the file in full, which names any problem."""
+    if preflight(p, scope="outline") is None:
+        return None
+    f = open_read(p)
+    handle = H5Handle(p, f)
+    handle.pending = _WalkFirst(p, f)
+
+    def outline() -> Checkpoint | None:
+        try:
+            return _read(p, f, handle, release, None, Facts(links=link_names(f)))
+        except OutlineTooShort:
+            handle.close()
+            return None
+
+    return _closed_on_error(p, handle, outline)
+
+
+def read_release(p: Path, release: str | None = None) -> releases.Detected:
+    """The release of the checkpoint at ``p`` from its root attributes alone (``check``):
+    ``__version__`` and ``__cstorch_version__``, the ``__spec__`` a Cerebras file has, and in
+    format 0.5 the ``__SUCCESS__`` marker of a finished save. The preflight child reads those
+    first (``preflight(scope="root")``); nothing else of the file is read or checked. When
+    the child meets a problem, the file is read in full, which names it."""
+    if preflight(p, scope="root") is None:
+        with read_checkpoint(p, release=release) as ckpt:
+            return ckpt.detected
+    try:
+        with open_read(p) as f:
+            detected = _detect(p, f, release)
+            if detected.format >= 0.5:
+                read_v05.require_success(f, p)
+            return detected
+    except DAMAGED_HDF5 as exc:
+        raise damaged(p, exc) from None
+
+
+class _WalkFirst:
+    """``H5Handle.pending`` of an outline read: the full preflight walk, run before the
+    first dataset is opened; a problem it meets is named by the parent's own checks."""
+
+    def __init__(self, path: Path, f: h5py.File) -> None:
+        self.path, self.f = path, f
+
+    def wait(self) -> None:
+        if preflight(self.path) is None:
+            check_self_contained(self.f, self.path)
+            raise CorruptCheckpointError(self.path, "its datasets cannot be read", FIX)
+
+    def cancel(self) -> None:
+        pass
 
 
 class _Verdict:
@@ -89,6 +175,33 @@ def _read(
     data_bytes: int | None,
     facts: Facts,
 ) -> Checkpoint:
+    detected = _detect(p, f, release)
+    if facts.links is not None and detected.format < 0.5:
+        raise OutlineTooShort("a legacy format")  # its scalars and shapes are in datasets
+    tensor_scalar_dict = False
+    if detected.format >= 0.5:
+        root, unreferenced, warnings = read_v05.read(f, handle, facts)
+    else:
+        root, unreferenced, warnings, tensor_scalar_dict = read_legacy.read(
+            f, handle, detected.format, facts
+        )
+    budgets.check_declared(root, p, os.stat(p).st_size)
+    return Checkpoint(
+        root,
+        detected,
+        p,
+        unreferenced,
+        provenance.read(f.attrs),
+        warnings,
+        tensor_scalar_dict,
+        handle,
+        data_bytes,
+        outline=facts.links is not None,
+    )
+
+
+def _detect(p: Path, f: h5py.File, release: str | None) -> releases.Detected:
+    """The file's release from its root attributes (``release``: the user's ``--from``)."""
     version = f.attrs.get("__version__")
     cstorch = f.attrs.get("__cstorch_version__")
     try:
@@ -113,22 +226,4 @@ def _read(
                 "name a release of the file's format",
             )
         detected = releases.Detected(detected.format, detected.cstorch_version, forced)
-    tensor_scalar_dict = False
-    if detected.format >= 0.5:
-        root, unreferenced, warnings = read_v05.read(f, handle, facts)
-    else:
-        root, unreferenced, warnings, tensor_scalar_dict = read_legacy.read(
-            f, handle, detected.format, facts
-        )
-    budgets.check_declared(root, p, os.stat(p).st_size)
-    return Checkpoint(
-        root,
-        detected,
-        p,
-        unreferenced,
-        provenance.read(f.attrs),
-        warnings,
-        tensor_scalar_dict,
-        handle,
-        data_bytes,
-    )
+    return detected

@@ -32,9 +32,11 @@ from __future__ import annotations
 import math
 import os
 import struct
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import h5py
 from h5py import h5o
@@ -45,6 +47,10 @@ from ckpt_migrate.format.h5.root import lookup3, superblock_offset
 
 TICK_EVERY = 1000
 MAX_CHUNKS = 1 << 20  # continuation blocks of one header (each holds at least one message)
+HEAPS_KEPT = 8  # global heap collections kept in memory (``_File.heaps``)
+# Direct blocks read before they are verified together (``lookup3_many``: one numpy pass per
+# block size, each costing about as much whatever the count) and their objects taken.
+BATCH_BYTES = 32 << 20
 _UNDEF = (1 << 64) - 1
 _ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 _VLEN_CLASS, _STRING = 9, 1
@@ -52,6 +58,7 @@ _SCALAR_V2 = 0
 
 
 Tick = Callable[[], object]
+Keep = Callable[[str, "str | None"], Any]
 
 
 def _nothing() -> None:
@@ -73,7 +80,9 @@ class _File:
     size: int
     tick: Tick = _nothing
     spent: int = 0
-    heaps: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    # The last global heap collections read, by address: a writer fills one collection after
+    # the other, so a few suffice (all of them held the leaves' texts twice over, issue 33).
+    heaps: OrderedDict[int, dict[int, bytes]] = field(default_factory=OrderedDict)
     visited: set[int] = field(default_factory=set)
 
     def read(self, at: int, n: int) -> bytes:
@@ -91,20 +100,26 @@ class _File:
         objects = self.heaps.get(collection)
         if objects is None:
             objects = self.heaps[collection] = _collection(self, collection)
+            if len(self.heaps) > HEAPS_KEPT:
+                self.heaps.popitem(last=False)
+        else:
+            self.heaps.move_to_end(collection)
         try:
             return objects[index]
         except KeyError:
             raise Unknown(f"no object {index} in the heap collection at {collection}") from None
 
 
-def root_texts(f: h5py.File, path: Path, tick: Tick = _nothing) -> dict[str, str | None] | None:
+def root_texts(
+    f: h5py.File, path: Path, tick: Tick = _nothing, keep: Keep | None = None
+) -> dict[str, Any] | None:
     """``read_texts`` of the root group of ``f``, opened on ``path`` by HDF5's default driver,
     when it has as many attributes as HDF5 counts; else None. ``tick`` is called every
     ``TICK_EVERY`` attributes (the preflight's sign of progress)."""
     if f.driver != "sec2" or f.id.get_create_plist().get_sizes() != (8, 8):
         return None
     try:
-        table = read_texts(path, h5o.get_info(f.id).addr, superblock_offset(f), tick)
+        table = read_texts(path, h5o.get_info(f.id).addr, superblock_offset(f), tick, keep)
     except OSError:
         return None
     if table is None or len(table) != h5o.get_info(f.id).num_attrs:
@@ -113,41 +128,52 @@ def root_texts(f: h5py.File, path: Path, tick: Tick = _nothing) -> dict[str, str
 
 
 def read_texts(
-    path: Path, address: int, base: int = 0, tick: Tick = _nothing
-) -> dict[str, str | None] | None:
+    path: Path, address: int, base: int = 0, tick: Tick = _nothing, keep: Keep | None = None
+) -> dict[str, Any] | None:
     """Every attribute of the object whose header is at ``address`` in ``path`` (relative to
     the superblock's base address ``base``, with 8-byte offsets and lengths): name -> the text
     of a scalar variable-length string, None for any other attribute. None when the header is
-    not one this reader knows (the caller then reads the attributes by h5py)."""
+    not one this reader knows (the caller then reads the attributes by h5py).
+
+    ``keep(name, text or None)``: what the table holds instead of each text, called as each
+    is read (after its block's checksum is verified): a reader of 150k leaves keeps what it
+    makes of each text, not all the texts at once. Its exceptions pass through; the caller
+    must expect a table of None even after ``keep`` has seen every attribute."""
     fd = os.open(path, os.O_RDONLY)
     try:
         f = _File(fd, base, os.fstat(fd).st_size - base, tick)
-        return _attributes(f, address, tick)
+        return _attributes(f, address, tick, keep)
     except Unknown:
         return None
     finally:
         os.close(fd)
 
 
-def _attributes(f: _File, address: int, tick: Tick) -> dict[str, str | None]:
-    found: dict[str, str | None] = {}
+def _attributes(f: _File, address: int, tick: Tick, keep: Keep | None) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    def take(body: bytes) -> None:
+        name, value = _attribute(f, body)
+        if name in found:
+            raise Unknown(f"attribute {name!r} twice")
+        found[name] = value if keep is None else keep(name, value)
+        if len(found) % TICK_EVERY == 0:
+            tick()
+
     for kind, body in _messages(f, address):
-        bodies = _dense(f, body) if kind == _ATTRIBUTE_INFO else [body]
-        for one in bodies:
-            name, value = _attribute(f, one)
-            if name in found:
-                raise Unknown(f"attribute {name!r} twice")
-            found[name] = value
-            if len(found) % TICK_EVERY == 0:
-                tick()
+        if kind == _ATTRIBUTE_INFO:
+            _dense(f, body, take)
+        else:
+            take(body)
     return found
 
 
-def _dense(f: _File, info: bytes) -> list[bytes]:
-    """The attribute messages of dense storage (§IV.A.2.v): every object of the fractal heap
-    (§III.G) the attribute info message names, read block by block in address order. The heap
-    must hold managed objects only, laid end to end (as HDF5 appends them); the caller's count
-    check against HDF5's catches a heap with holes."""
+def _dense(f: _File, info: bytes, take: Callable[[bytes], None]) -> None:
+    """The attribute messages of dense storage (§IV.A.2.v), each to ``take``: every object of
+    the fractal heap (§III.G) the attribute info message names, read block by block in address
+    order, ``BATCH`` blocks at a time verified then taken. The heap must hold managed objects
+    only, laid end to end (as HDF5 appends them); the caller's count check against HDF5's
+    catches a heap with holes."""
     if len(info) < 2 or info[0] != 0:
         raise Unknown("attribute info message")
     pos = 2 + (2 if info[1] & 0x01 else 0)
@@ -160,17 +186,14 @@ def _dense(f: _File, info: bytes) -> list[bytes]:
     width, start, top, bits, _rows, root, rows = struct.unpack_from("<HQQHHQH", h, 110)
     if filters or huge or tiny or width == 0 or not _power_of_two(start) or top < start:
         raise Unknown("a fractal heap with filters, huge or tiny objects")
-    geometry = _Heap(heap, width, start, top, (bits + 7) // 8, 4 if flags & 0x02 else 0)
-    objects: list[bytes] = []
+    geometry = _Heap(heap, width, start, top, (bits + 7) // 8, 4 if flags & 0x02 else 0, take)
     if rows == 0:
-        geometry.direct(f, root, start, objects)
+        geometry.direct(f, root, start)
     else:
-        geometry.indirect(f, root, rows, objects)
-    if len(objects) != managed:
+        geometry.indirect(f, root, rows)
+    geometry.flush()
+    if geometry.taken != managed:
         raise Unknown("the fractal heap holds objects this reader did not find")
-    if lookup3_many(geometry.blocks) != geometry.stored:
-        raise Unknown("a fractal heap direct block: checksum mismatch")
-    return objects
 
 
 def _power_of_two(n: int) -> bool:
@@ -188,13 +211,27 @@ class _Heap:
     top: int
     offset_bytes: int
     checksum: int
+    take: Callable[[bytes], None]
     blocks: list[bytes] = field(default_factory=list)  # direct blocks to verify
     stored: list[int] = field(default_factory=list)  # and their checksums
+    objects: list[memoryview] = field(default_factory=list)  # theirs, taken once verified
+    pending: int = 0  # bytes of blocks read since the last flush
+    taken: int = 0
 
     def row_size(self, row: int) -> int:
         return self.start if row == 0 else self.start << (row - 1)
 
-    def direct(self, f: _File, at: int, size: int, objects: list[bytes]) -> None:
+    def flush(self) -> None:
+        """Verify the blocks read since the last flush, then take their objects."""
+        if lookup3_many(self.blocks) != self.stored:
+            raise Unknown("a fractal heap direct block: checksum mismatch")
+        objects, self.objects, self.blocks, self.stored = self.objects, [], [], []
+        self.pending = 0
+        for one in objects:
+            self.take(bytes(one))
+        self.taken += len(objects)
+
+    def direct(self, f: _File, at: int, size: int) -> None:
         f.tick()  # a block holds up to about 600 attributes
         block = f.read(at, size)
         head = 5 + 8 + self.offset_bytes
@@ -202,16 +239,21 @@ class _Heap:
             raise Unknown(f"no fractal heap direct block at {at}")
         if self.checksum:  # verified together (``lookup3_many``), the field read as zero
             self.stored.append(struct.unpack_from("<I", block, head)[0])
-            self.blocks.append(block[:head] + bytes(4) + block[head + 4 :])
+            block = block[:head] + bytes(4) + block[head + 4 :]  # (objects lie past it)
+            self.blocks.append(block)
+        view = memoryview(block)
         pos = head + self.checksum
         while pos + 8 <= size and block[pos] in (1, 2, 3):
             n = _attribute_size(block, pos)
             if n is None or pos + n > size:
                 break
-            objects.append(block[pos : pos + n])
+            self.objects.append(view[pos : pos + n])
             pos += n
+        self.pending += size
+        if self.pending >= BATCH_BYTES:
+            self.flush()
 
-    def indirect(self, f: _File, at: int, rows: int, objects: list[bytes]) -> None:
+    def indirect(self, f: _File, at: int, rows: int) -> None:
         direct_rows = (self.top // self.start).bit_length() + 1
         head = 5 + 8 + self.offset_bytes
         n = self.width * rows
@@ -227,13 +269,13 @@ class _Heap:
             row = i // self.width
             size = self.row_size(row)
             if row < direct_rows:
-                self.direct(f, child, size, objects)
+                self.direct(f, child, size)
             else:  # an indirect block of as many rows as span its size
                 sub = (size // (self.start * self.width)).bit_length()
                 if len(f.visited) >= MAX_CHUNKS or child in f.visited:
                     raise Unknown("fractal heap blocks loop or are too many")
                 f.visited.add(child)
-                self.indirect(f, child, sub, objects)
+                self.indirect(f, child, sub)
 
 
 def _attribute_size(block: bytes, pos: int) -> int | None:

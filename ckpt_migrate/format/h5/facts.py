@@ -26,10 +26,14 @@ class DatasetFacts:
 class Facts:
     """``datasets``: by name from the root, as the walk wrote them. ``proven``: the caller
     proves every tensor's dataset itself (the engine's read-back of its own output: by address
-    or hash), so a format 0.5 tensor may be taken from its metadata alone."""
+    or hash), so a format 0.5 tensor may be taken from its metadata alone. ``links``: an
+    outline read (``read_checkpoint(outline=True)``): the names of the file's links, and no
+    dataset may be opened; a format 0.5 tensor is taken from its metadata if a link of its
+    name exists (``OutlineTooShort`` where a leaf needs its dataset opened)."""
 
     datasets: dict[str, Any] = field(default_factory=dict)
     proven: bool = False
+    links: frozenset[str] | None = None
 
     def dataset(self, name: str) -> DatasetFacts | None:
         raw = self.datasets.get(name)
@@ -52,3 +56,8 @@ class Facts:
         ):
             value = None
         return DatasetFacts(address, dtype, shape, attrs, None if value is None else (value[0],))
+
+
+class OutlineTooShort(Exception):
+    """An outline read met what only the full walk may read (a dataset to open, a legacy
+    format, a link that is no leaf's): ``read_checkpoint`` reads the file in full instead."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -202,6 +202,24 @@ class H5Handle:
             if self._file is not None and self._file.id.valid:
                 self._file.close()
             self._file = None
+
+
+def link_names(
+    f: h5py.File, each: Callable[[bytes, h5py.h5l.LinkInfo], object] | None = None
+) -> frozenset[str]:
+    """The names of the root's links (``each`` called with every one), in HDF5's own order
+    (by name, HDF5 first sorts every link of a group: seconds at 150k), no object opened:
+    ``H5Literate`` reads the links alone, where ``H5Lvisit`` reads every object's header to
+    find the groups to descend into."""
+    names: list[bytes] = []
+
+    def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
+        names.append(name)
+        if each is not None:
+            each(name, info)
+
+    f.id.links.iterate(take, info=True, order=h5py.h5.ITER_NATIVE)
+    return frozenset(n.decode("utf-8", "surrogateescape") for n in names)
 
 
 def object_addresses(group: h5py.Group) -> dict[str, int]:

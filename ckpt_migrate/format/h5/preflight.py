@@ -40,17 +40,15 @@ import signal
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import h5py
 import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets
-from ckpt_migrate.format.h5 import attrtable
+from ckpt_migrate.format.h5 import attrtable, preflight_outline
 from ckpt_migrate.format.h5.boundary import (
-    ALLOWED_TYPE_CLASSES,
-    attribute_names,
     dataset_problem,
     dataset_storage,
     declared_bytes,
@@ -58,12 +56,19 @@ from ckpt_migrate.format.h5.boundary import (
     storage_problem,
 )
 from ckpt_migrate.format.h5.io import bounded_metadata_cache, forbid_plugin_loading, prefetch
+from ckpt_migrate.format.h5.walkreads import (
+    END,
+    FIRST,
+    NUMBERS,
+    SECOND,
+    TICK,
+    Refused,
+    numpy_type,
+    read_attributes,
+)
 
+Scope = Literal["full", "outline", "root"]
 STALL_SECONDS = float(os.environ.get("CKPT_MIGRATE_STALL_SECONDS", "10"))
-_TICK = b"."
-_FIRST = b"M"  # the first part is done: "M<stored>,<declared>;" (see _walk)
-_SECOND = b"="  # the second part is done: "=<stored>;"
-_END = b";"
 FIX = "the file is damaged; use another copy"
 
 
@@ -83,8 +88,14 @@ class Findings:
     rest: Rest | None = None
 
 
-def preflight(path: Path, *, defer: bool = False) -> Findings | None:
+def preflight(path: Path, *, defer: bool = False, scope: Scope = "full") -> Findings | None:
     """Raise ``CorruptCheckpointError`` if reading ``path``'s metadata crashes or hangs HDF5.
+
+    ``scope``: what the caller will read through HDF5, and so what the child tries first:
+    ``"full"`` every object (below), ``"outline"`` the root's attributes and every link but
+    no object behind one, ``"root"`` only the release's root attributes
+    (``preflight_outline.ROOT_NAMES``)
+    (``preflight_outline``: one child; ``Findings.datasets`` is then empty).
 
     Returns what the walk found (``Findings``), or None when a child met a problem it does
     not name (a damaged structure, a budget exceeded): the parent's own checks, which are safe
@@ -95,12 +106,12 @@ def preflight(path: Path, *, defer: bool = False) -> Findings | None:
     walk is HDF5 work on one object at a time, and the parent waits for it. A walk begun
     earlier by :func:`start` for the same, unchanged file is collected instead."""
     try:
-        walk = _early.pop(_identity(path), None)
+        walk = _early.pop(_identity(path), None) if scope == "full" else None
     except OSError:  # gone: the reader names it
         walk = None
-    walk = walk or _Walk.begin(path)
+    walk = walk or _Walk.begin(path, scope)
     try:
-        if defer and (first := walk.follow(path, _FIRST)) is not None:
+        if defer and (first := walk.follow(path, FIRST)) is not None:
             return Findings(first, walk.facts_found(), Rest(walk))
         found = walk.conclude(path)
     except BaseException:
@@ -162,11 +173,12 @@ class _Walk:
     words: bytes = b""  # what the children said, ticks left out
 
     @classmethod
-    def begin(cls, path: Path) -> _Walk:
+    def begin(cls, path: Path, scope: Scope = "full") -> _Walk:
         read_end, write_end = os.pipe()
         walk = cls([], read_end, [])
+        workers = WORKERS if scope == "full" else 1
         try:
-            for part in range(WORKERS):
+            for part in range(workers):
                 walk.facts.append(_anonymous_file())
                 pid = os.fork()
                 if pid == 0:  # a child: walk, report, and never return into the caller's code
@@ -174,7 +186,10 @@ class _Walk:
                     try:
                         faulthandler.disable()  # a crash here is the finding, reported above
                         os.close(read_end)
-                        _walk(path, write_end, part, WORKERS, walk.facts[part])
+                        if scope == "full":
+                            _walk(path, write_end, part, WORKERS, walk.facts[part])
+                        else:
+                            preflight_outline.walk(path, write_end, scope == "outline")
                     except BaseException:
                         code = 1  # a Python-level error: the parent's own reading reports it
                     finally:
@@ -193,7 +208,7 @@ class _Walk:
         ``CorruptCheckpointError`` if they make no progress for :data:`STALL_SECONDS`."""
         while True:
             if until is not None:
-                said = [w for w in self.words.split(_END) if w.startswith(until)]
+                said = [w for w in self.words.split(END) if w.startswith(until)]
                 if len(said) == len(self.pids):
                     return sum(sum(int(n) for n in w[1:].split(b",")) for w in said)
             ready, _, _ = select.select([self.read_end], [], [], STALL_SECONDS)
@@ -207,7 +222,7 @@ class _Walk:
             if not data:
                 return None
             if len(self.words) < 4096:  # a child says a few words; more is not worth keeping
-                self.words += data.replace(_TICK, b"")
+                self.words += data.replace(TICK, b"")
 
     def conclude(self, path: Path) -> Findings | None:
         """Wait for every child to end and judge the walk: ``Findings``, or None for a problem
@@ -221,9 +236,9 @@ class _Walk:
                 raise CorruptCheckpointError(
                     path, f"HDF5 crashed ({name}) reading the file's metadata", FIX
                 )
-        words = [w for w in self.words.split(_END) if w]
-        firsts = [w for w in words if w.startswith(_FIRST)]
-        seconds = [w for w in words if w.startswith(_SECOND)]
+        words = [w for w in self.words.split(END) if w]
+        firsts = [w for w in words if w.startswith(FIRST)]
+        seconds = [w for w in words if w.startswith(SECOND)]
         if any(os.WEXITSTATUS(status) for status in statuses) or not (
             len(firsts) == len(seconds) == len(statuses)
         ):
@@ -276,10 +291,6 @@ def _cancel_early() -> None:
 WORKERS = max(1, min(2, len(os.sched_getaffinity(0))))
 
 
-class _Refused(Exception):
-    """A dataset the parent's checks will refuse: the child stops walking."""
-
-
 def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
     """Read the metadata of every ``parts``-th object from the ``part``-th (the root's
     attributes in part 0), write their facts (``Findings.datasets``) to ``facts_fd`` and say
@@ -305,13 +316,13 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
 
         def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
             if link_problem(path, "", info) is not None:
-                raise _Refused  # a link out of the file: never followed
+                raise Refused  # a link out of the file: never followed
             if info.type == h5py.h5l.TYPE_HARD and info.u not in objects:
                 objects.add(info.u)  # an object under several names (a tie) counts once
                 if len(objects) % parts == part:
                     mine.append((name, info.u))
                 if len(objects) % 1000 == 0:  # 150k links take seconds on a busy machine
-                    os.write(tick, _TICK)
+                    os.write(tick, TICK)
 
         # In HDF5's own order: by name, HDF5 first builds a sorted table of a group's links, and
         # a root of 150k links took it longer than the stall limit on a busy machine.
@@ -320,17 +331,17 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
         for i, (name, address) in enumerate(mine):
             obj = h5py.h5o.open(f.id, name)
             if not isinstance(obj, h5py.h5d.DatasetID):
-                _read_attributes(obj, tick)
+                read_attributes(obj, tick)
             else:
                 scalars: dict[str, Any] = {}
-                _read_attributes(obj, tick, scalars)
+                read_attributes(obj, tick, scalars)
                 dcpl, tid, space = obj.get_create_plist(), obj.get_type(), obj.get_space()
                 if dataset_problem(obj, path, "", dcpl, tid) is not None:
-                    raise _Refused  # before its storage is looked at
+                    raise Refused  # before its storage is looked at
                 if dcpl.get_layout() == h5py.h5d.CHUNKED:
                     size = declared_bytes(obj, space, tid)
                     if budgets.dataset_problem(size, file_bytes) is not None:
-                        raise _Refused  # more than the whole file could expand to
+                        raise Refused  # more than the whole file could expand to
                     later.append(name)
                     declared += size
                     value = None
@@ -339,16 +350,16 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
                     value = _scalar_value(obj, space, tid)
                 facts[name.decode("utf-8", "surrogateescape")] = {
                     "u": address,
-                    "d": _numpy_type(tid).str,
+                    "d": numpy_type(tid).str,
                     "s": _shape(space),
                     "a": scalars,
                     **({} if value is None else {"v": value}),
                 }
             if i % 8 == 0:  # progress, every eighth object
-                os.write(tick, _TICK)
+                os.write(tick, TICK)
         with os.fdopen(os.dup(facts_fd), "w") as fh:
             fh.write(json.dumps(facts))  # (json.dump encodes in Python, dumps in C)
-        os.write(tick, b"%s%d,%d%s" % (_FIRST, stored, declared, _END))
+        os.write(tick, b"%s%d,%d%s" % (FIRST, stored, declared, END))
         os.nice(10)  # the rest runs beside the parent's work, which comes first
         rest = 0
         for i, name in enumerate(later):
@@ -356,15 +367,15 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
             rest += _measure(obj, obj.get_create_plist(), file_bytes)
             del obj
             if i % 8 == 0:
-                os.write(tick, _TICK)
-    os.write(tick, b"%s%d%s" % (_SECOND, rest, _END))
+                os.write(tick, TICK)
+    os.write(tick, b"%s%d%s" % (SECOND, rest, END))
 
 
 def _measure(obj: h5py.h5d.DatasetID, dcpl: h5py.h5p.PropDCID, file_bytes: int) -> int:
-    """The bytes a dataset stores; ``_Refused`` if it breaks a budget or lies past the end."""
+    """The bytes a dataset stores; ``Refused`` if it breaks a budget or lies past the end."""
     size, end = dataset_storage(obj, dcpl)
     if storage_problem(obj, size, end, file_bytes) is not None:
-        raise _Refused
+        raise Refused
     return size
 
 
@@ -374,9 +385,9 @@ def _scalar_value(
     """``[value]`` of a dataset holding one number or boolean (shape ``()``), as the reader's
     ``ds[()]`` and ``.item()`` make it: step counts and the like, which the reader would
     otherwise open one by one."""
-    if space.get_simple_extent_type() != h5py.h5s.SCALAR or tid.get_class() not in _NUMBERS:
+    if space.get_simple_extent_type() != h5py.h5s.SCALAR or tid.get_class() not in NUMBERS:
         return None
-    dtype = _numpy_type(tid)
+    dtype = numpy_type(tid)
     if dtype.kind not in "biuf":
         return None
     out = np.empty((), dtype=dtype)
@@ -391,75 +402,23 @@ def _shape(space: h5py.h5s.SpaceID) -> list[int] | None:
     return list(space.shape)
 
 
-_VLEN_STR = h5py.h5t.py_create(h5py.string_dtype())
-
-
 def _read_root_attributes(f: h5py.File, path: Path, tick: int) -> None:
     """The root's attributes by HDF5, but the leaves' ``__metadata__`` strings, which the reader
     takes from ``attrtable`` (so HDF5 never reads them: nothing to try first here, and a
     look-up by name in a version-1 header scans the whole list, O(n²) for all of them)."""
-    table = attrtable.root_texts(f, path, lambda: os.write(tick, _TICK))
+    table = attrtable.root_texts(f, path, lambda: os.write(tick, TICK), keep=_leaf_text)
     if table is None:
-        _read_attributes(f.id, tick)
+        read_attributes(f.id, tick)
         return
     # The table's names are HDF5's (as many; HDF5's list by name costs 8 µs an attribute).
-    rest = [k for k, v in table.items() if v is None or not k.endswith(".__metadata__")]
-    _read_attributes(f.id, tick, names=[k.encode("utf-8", "surrogateescape") for k in rest])
+    rest = [k for k, v in table.items() if v is not _TAKEN]
+    read_attributes(f.id, tick, names=[k.encode("utf-8", "surrogateescape") for k in rest])
 
 
-def _read_attributes(
-    obj: h5py.h5o.ObjectID,
-    tick: int,
-    scalars: dict[str, Any] | None = None,
-    names: list[bytes] | None = None,
-) -> None:
-    """Read every attribute's value (or those in ``names``) as HDF5 stores it:
-    variable-length strings through their heap (where damage made HDF5 loop or crash),
-    anything else as raw bytes (no conversion to numpy types, which is h5py's work and half the
-    cost). ``scalars`` collects the scalar strings, numbers and booleans as Python values (the
-    facts a reader looks for)."""
-    for i, name in enumerate(attribute_names(obj) if names is None else names):
-        if i % 1000 == 999:
-            os.write(tick, _TICK)
-        attr = h5py.h5a.open(obj, name)
-        tid = attr.get_type()
-        kind = tid.get_class()
-        if kind not in ALLOWED_TYPE_CLASSES:
-            raise _Refused  # never read: the boundary refuses it by its type
-        space = attr.get_space()
-        extent = space.get_simple_extent_type()
-        if extent == h5py.h5s.NULL:
-            continue
-        if kind == h5py.h5t.STRING and tid.is_variable_str():
-            out = np.empty(space.shape, dtype=object)
-            attr.read(out, mtype=_VLEN_STR)
-        elif scalars is not None and extent == h5py.h5s.SCALAR and kind in _NUMBERS:
-            out = np.empty((), dtype=_numpy_type(tid))
-            attr.read(out)
-        else:
-            attr.read(np.empty(space.shape, dtype=f"V{tid.get_size()}"), mtype=tid)
-            out = None
-        if scalars is not None and out is not None and out.shape == ():
-            value = out[()]
-            if isinstance(value, bytes):
-                value = value.decode("utf-8", "surrogateescape")
-            if isinstance(value, (str, np.bool_, np.integer, np.floating)):
-                scalars[name.decode("utf-8", "surrogateescape")] = (
-                    value if isinstance(value, str) else value.item()
-                )
+_TAKEN = True  # (in the table: a leaf's text, which the reader takes from the table too)
 
 
-_NUMBERS = frozenset({h5py.h5t.INTEGER, h5py.h5t.FLOAT, h5py.h5t.ENUM})
-_NUMPY_TYPES: list[tuple[h5py.h5t.TypeID, np.dtype]] = []
-
-
-def _numpy_type(tid: h5py.h5t.TypeID) -> np.dtype:
-    """h5py's numpy dtype for an HDF5 type: a checkpoint has a handful of types, and the
-    conversion costs more than comparing types (``H5Tequal``)."""
-    for known, dtype in _NUMPY_TYPES:
-        if known == tid:
-            return dtype
-    dtype = tid.dtype
-    if len(_NUMPY_TYPES) < 64:
-        _NUMPY_TYPES.append((tid, dtype))
-    return dtype
+def _leaf_text(name: str, text: str | None) -> bool | None:
+    """The table keeps no text (150k leaves' texts: 340 MB, issue 33), only which are the
+    leaves' ``__metadata__`` strings."""
+    return _TAKEN if text is not None and name.endswith(".__metadata__") else None

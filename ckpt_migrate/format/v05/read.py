@@ -16,7 +16,7 @@ from ckpt_migrate.errors import CorruptCheckpointError, KeyCollisionError, Unsup
 from ckpt_migrate.format import budgets, dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import attrtable
-from ckpt_migrate.format.h5.facts import Facts
+from ckpt_migrate.format.h5.facts import Facts, OutlineTooShort
 from ckpt_migrate.format.h5.io import (
     H5Handle,
     attr_bool,
@@ -42,6 +42,7 @@ from ckpt_migrate.format.tree import (
 )
 from ckpt_migrate.format.v05 import treespec as treespec_json
 
+_SUFFIX = ".__metadata__"
 # Serializers whose value lives outside this file (FORMAT.md §4.4); kept as references.
 _EXTERNAL = {"DeferredObject", "DeferredNumpyArray", "DeferredSafeTensor", "DeferredFileTensor"}
 
@@ -55,18 +56,8 @@ def read(
     its own output: by its address, or its hash): tensors are then taken from their metadata."""
     facts = facts or Facts()
     path = handle.path
-    if not attr_bool(f.attrs.get("__SUCCESS__", False)):
-        raise CorruptCheckpointError(
-            path, "partially written checkpoint (no __SUCCESS__ marker)", "the save did not finish"
-        )
-    try:
-        spec = json.loads(attr_text(f.attrs["__spec__"]))
-        treespec = spec[1]
-    except RecursionError:
-        raise budgets.too_deep(path, "__spec__") from None
-    except (KeyError, ValueError, TypeError, IndexError):
-        raise CorruptCheckpointError(path, "format 0.5 file without a readable __spec__") from None
-    root = treespec_json.parse(treespec, path)
+    require_success(f, path)
+    root = _parse_spec(f, path)
     collisions = name_collisions(root)
     if collisions:
         name = sorted(collisions)[0]
@@ -81,32 +72,74 @@ def read(
     first: dict[str, Leaf] = {}
     links: dict[str, str] = {}
 
-    texts = attrtable.root_texts(f, path)
+    names = {ref.name for ref in iter_leaves(root)}
+
+    def keep(key: str, text: str | None) -> Any:
+        """A leaf's metadata decoded as the table is read (its text is not kept: 150k texts
+        held 340 MB, issue 33); the decoding is repeated below if the table comes to None."""
+        name = key[: -len(_SUFFIX)] if key.endswith(_SUFFIX) else None
+        if text is None or name not in names:
+            return text
+        md_all = _parse_metadata(text, key, path)
+        return _decode_leaf(f, handle, name, md_all, used, links, facts)
+
+    table = attrtable.root_texts(f, path, keep=keep)
+    names.clear()
+    if table is None and facts.links is not None:
+        raise OutlineTooShort("a root attrtable does not read")  # (by name after the walk)
 
     def decode(ref: LeafRef) -> Leaf:
-        md_all = _leaf_metadata(f, ref.name, path, texts)
-        leaf = _decode_leaf(f, handle, ref.name, md_all, used, links, facts)
+        leaf = None if table is None else table.pop(f"{ref.name}{_SUFFIX}", None)
+        if leaf is None or isinstance(leaf, str):  # not in the table: read by name
+            if facts.links is not None:
+                raise OutlineTooShort(ref.name)
+            md_all = _leaf_metadata(f, ref.name, path)
+            leaf = _decode_leaf(f, handle, ref.name, md_all, used, links, facts)
         first[ref.name] = leaf
         return leaf
 
     root = map_leaves(root, decode)
     if links:
         root = _resolve_links(root, links, first, path)
+    if facts.links is not None:
+        if not facts.links <= used:  # only an open tells a dataset from a group
+            raise OutlineTooShort("links that are no leaf's")
+        return root, [], []
     unreferenced = datasets_not_in(f, used, recursive=True)
     return root, unreferenced, []
 
 
-def _leaf_metadata(
-    f: h5py.File, name: str, path: Path, texts: dict[str, str | None] | None
-) -> dict[str, Any]:
-    """The leaf's ``__metadata__`` document: from the root's attribute table read in one pass
-    (``attrtable``) where it has the text, else read by name."""
-    key = f"{name}.__metadata__"
-    text = texts.get(key) if texts is not None else None
-    if text is None:
-        text = h5attrs.get_text(f, key)
+def require_success(f: h5py.File, path: Path) -> None:
+    """cstorch sets ``__SUCCESS__`` last: a file without it is a save that did not finish."""
+    if not attr_bool(f.attrs.get("__SUCCESS__", False)):
+        raise CorruptCheckpointError(
+            path, "partially written checkpoint (no __SUCCESS__ marker)", "the save did not finish"
+        )
+
+
+def _parse_spec(f: h5py.File, path: Path) -> Node:
+    """The root's ``__spec__`` as a tree (its JSON document freed before the leaves are read:
+    120 MB at 150k leaves)."""
+    try:
+        treespec = json.loads(attr_text(f.attrs["__spec__"]))[1]
+    except RecursionError:
+        raise budgets.too_deep(path, "__spec__") from None
+    except (KeyError, ValueError, TypeError, IndexError):
+        raise CorruptCheckpointError(path, "format 0.5 file without a readable __spec__") from None
+    return treespec_json.parse(treespec, path)
+
+
+def _leaf_metadata(f: h5py.File, name: str, path: Path) -> dict[str, Any]:
+    """The leaf's ``__metadata__`` document read by name (where the root's attribute table,
+    read in one pass by ``attrtable``, does not have it)."""
+    key = f"{name}{_SUFFIX}"
+    text = h5attrs.get_text(f, key)
     if text is None:
         raise CorruptCheckpointError(path, f"leaf {name!r} has no {key} attribute")
+    return _parse_metadata(text, key, path)
+
+
+def _parse_metadata(text: Any, key: str, path: Path) -> dict[str, Any]:
     try:
         md = json.loads(attr_text(text))
     except ValueError:
@@ -185,11 +218,15 @@ def _decode_object(
         known = facts.dataset(name)
         if facts.proven:
             used.add(name)
+        elif facts.links is not None:  # an outline read: the metadata, and a link of its name
+            if name not in facts.links:  # (in a group, or missing: the full read says which)
+                raise OutlineTooShort(name)
+            used.add(name)
         elif known is not None:
             used.add(name)
             _check_storage(known.dtype, known.shape, dtype, shape, path, name)
         else:
-            ds = _dataset(f, name, path, used)
+            ds = _dataset(f, name, path, used, facts)
             _check_storage(ds.dtype, ds.shape, dtype, shape, path, name)
         return TensorLeaf(dtype, shape, H5Data(handle, name))
     if kind == "NumpyArraySerializer":
@@ -200,7 +237,7 @@ def _decode_object(
             stored, shape = known.dtype, known.shape
             is_bf16 = attr_bool(known.attrs.get("is_bfloat16", default))
         else:
-            ds = _dataset(f, name, path, used)
+            ds = _dataset(f, name, path, used, facts)
             stored, shape = ds.dtype, tuple(ds.shape)
             is_bf16 = attr_bool(h5attrs.get_value(ds, "is_bfloat16", default))
         try:
@@ -223,7 +260,7 @@ def _decode_object(
     if kind == "NoneSerializer":
         return ValueLeaf(None)
     if kind == "ObjectSerializer":
-        ds = _dataset(f, name, path, used)
+        ds = _dataset(f, name, path, used, facts)
         raw = ds.attrs.get("__BYTES__")
         if raw is None:
             raise CorruptCheckpointError(path, f"object {name!r} has no __BYTES__ payload")
@@ -237,7 +274,11 @@ def _decode_object(
     )
 
 
-def _dataset(f: h5py.File, name: str, path: Path, used: set[str]) -> h5py.Dataset:
+def _dataset(
+    f: h5py.File, name: str, path: Path, used: set[str], facts: Facts | None = None
+) -> h5py.Dataset:
+    if facts is not None and facts.links is not None:
+        raise OutlineTooShort(name)  # never opened before the full walk has tried it
     obj = open_dataset(f, name)
     if obj is None:
         raise CorruptCheckpointError(

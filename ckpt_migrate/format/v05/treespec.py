@@ -9,6 +9,7 @@ JSON: no module named in it is ever imported (torch's own decoder imports module
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ from ckpt_migrate.format.tree import (
 
 PROTOCOL = 1
 _LEAF_JSON = {"type": None, "context": None, "children_spec": []}
+_PLAIN = re.compile(r"[A-Za-z0-9_.\-]*")  # characters ``json.dumps`` leaves as they are
+_SINGLE_HEAD, _SINGLE_TAIL = json.dumps(
+    [PROTOCOL, {"type": "builtins.dict", "context": '["@"]', "children_spec": [_LEAF_JSON]}]
+).split("@")
 _SEQ_TYPES = {"builtins.list": "list", "builtins.tuple": "tuple", "builtins.set": "set"}
 
 
@@ -139,7 +144,10 @@ def dumps(node: Node) -> str:
 
 def single_leaf_spec(name: str) -> str:
     """The spec ``cstorch.save`` writes into a leaf's ``__metadata__``: a dict of one leaf,
-    ``name``; each leaf of a checkpoint has its own."""
+    ``name``; each leaf of a checkpoint has its own. A name JSON writes as it is (the common
+    case) is put in place: two ``json.dumps`` calls per leaf were 10 % of reading 150k leaves."""
+    if _PLAIN.fullmatch(name):
+        return _SINGLE_HEAD + name + _SINGLE_TAIL
     node = {"type": "builtins.dict", "context": json.dumps([name]), "children_spec": [_LEAF_JSON]}
     return json.dumps([PROTOCOL, node])
 

@@ -1,0 +1,219 @@
+"""The outline read (issue 33): ``inspect``, ``plan`` and a dry run of a root-only chain read a
+format 0.5 checkpoint's root and links, ``check`` its release attributes, and none of them
+opens a dataset. Checked: the same answers as the full read on the real library's files and
+this tool's; no dataset opened (counted, and shown on a file whose dataset headers HDF5
+cannot read: the commands that answer from the outline answer, those that read the datasets
+still refuse it); the preflight child tries exactly what the outline reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import pytest
+from conftest import REAL, one_line_error, run_cli
+from test_attrtable import _unpacked
+
+from ckpt_migrate.cli import commands
+from ckpt_migrate.errors import CkptError, CorruptCheckpointError
+from ckpt_migrate.format import read as reader
+from ckpt_migrate.format.h5 import preflight
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.write import write_checkpoint
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+REAL_XZ = sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz"))
+READS_IN_FULL = {"scalars_misc.mdl"}  # a leaf whose dataset must be opened (an array)
+
+
+def _full_inspect(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    with monkeypatch.context() as m:
+        m.setattr(reader, "read_outline", lambda p, release=None: None)
+        return commands.inspect(path)
+
+
+def _ours(tmp_path: Path, release: str) -> Path:
+    """The real basic checkpoint as this tool writes it for ``release``."""
+    out = tmp_path / f"ours-{release}.mdl"
+    with read_checkpoint(REAL / "basic.mdl") as ckpt:
+        write_checkpoint(ckpt.root, out, release)
+    return out
+
+
+@pytest.mark.parametrize("src", sorted(REAL.glob("*.mdl")) + REAL_XZ, ids=lambda p: p.name)
+def test_inspect_answers_as_the_full_read(src, tmp_path, monkeypatch):
+    path = _unpacked(tmp_path, src)
+    try:
+        full = _full_inspect(path, monkeypatch)
+    except CkptError as exc:  # (a key collision: refused by both)
+        with pytest.raises(type(exc), match="shared by several keys"):
+            commands.inspect(path)
+        return
+    assert commands.inspect(path) == full
+    with read_checkpoint(path, outline=True) as ckpt:
+        assert ckpt.outline == (src.name not in READS_IN_FULL)
+
+
+def test_this_tools_files_and_plans_answer_as_the_full_read(tmp_path, monkeypatch):
+    src = _ours(tmp_path, "2.5")
+    assert commands.inspect(src) == _full_inspect(src, monkeypatch)
+    outlined, checked = commands.plan(src, "2.10"), commands.check(src, "2.10")
+    with monkeypatch.context() as m:
+        m.setattr(reader, "read_outline", lambda p, release=None: None)
+        full = commands.plan(src, "2.10")
+        with reader.read_checkpoint(src) as ckpt:
+            assert checked["release"] == ckpt.release.name
+    for plan in (outlined, full):
+        plan.pop("free_available")  # (other writers on the disk)
+    assert outlined == full
+    assert outlined["hops"] and not outlined["datasets_changed"]
+    assert checked["hops"] == [f"{h['from']}→{h['to']}" for h in outlined["hops"]]
+
+
+def test_no_dataset_is_opened(tmp_path, monkeypatch):
+    """h5py opens an object by ``h5o.open``: an outline read makes no such call in this
+    process (the full read opens the datasets its preflight child could not vouch for)."""
+    src = _ours(tmp_path, "2.5")
+    opened: list[bytes] = []
+    real_open = h5py.h5o.open
+
+    def counting(loc, name, *args, **kwargs):
+        if name not in (b"/", b"."):  # (h5py's File opens its root group)
+            opened.append(name)
+        return real_open(loc, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.h5o, "open", counting)
+    with read_checkpoint(src, outline=True) as ckpt:
+        assert ckpt.outline and ckpt.data_bytes is None
+    assert opened == []
+    commands.check(src, "2.10")
+    assert opened == []
+    with read_checkpoint(src, isolate=False) as ckpt:  # (the count counts: without a walk
+        # before it, the full read opens every tensor's dataset here)
+        assert not ckpt.outline
+    assert opened
+
+
+def _unreadable_dataset_headers(tmp_path: Path, release: str) -> tuple[Path, str]:
+    """This tool's file for ``release`` with every tensor dataset's object header overwritten
+    at its start (its version or signature): HDF5 cannot open one, the root is intact."""
+    path = _ours(tmp_path, release)
+    with h5py.File(path, "r") as f:
+        names = [n for n in f if isinstance(f[n], h5py.Dataset) and f[n].shape != ()]
+        addresses = [h5py.h5o.get_info(f[n].id).addr for n in names]
+    with open(path, "r+b") as fh:
+        for address in addresses:
+            fh.seek(address)
+            fh.write(b"\xff\xff\xff\xff")
+    return path, names[0]
+
+
+def test_what_each_command_reads_of_a_file_whose_datasets_cannot_be_opened(tmp_path):
+    """The outline answers ``inspect``, ``plan``, ``check`` and the dry run of a root-only
+    chain (2.5 -> 2.10), and is true of the file: its root. Every command that reads a
+    dataset refuses it as before, in one line: ``check --deep``, the upgrade itself,
+    ``verify``, ``to-torch``; and a tensor read after an outline read waits for the full walk."""
+    src, name = _unreadable_dataset_headers(tmp_path, "2.5")
+    inspected = run_cli("inspect", src, "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    leaves = {e["name"]: e["value"] for e in json.loads(inspected.stdout)["leaves"]}
+    assert leaves[name].startswith("tensor ")
+    assert run_cli("plan", src, "--to", "2.10").returncode == 0
+    assert run_cli("check", src, "--to", "2.10").returncode == 10
+    dry = run_cli("upgrade", src, "--to", "2.10", "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout.splitlines()[0])["status"] == "planned"
+
+    one_line_error(run_cli("check", src, "--deep"), 2, str(src))
+    out = tmp_path / "out"
+    one_line_error(run_cli("upgrade", src, "--to", "2.10", "-o", out), 2, str(src))
+    one_line_error(run_cli("verify", src, src), 2, str(src))
+    one_line_error(run_cli("to-torch", src, tmp_path / "t.pt"), 2, str(src))
+    with read_checkpoint(src, outline=True) as ckpt:
+        assert ckpt.outline
+        with pytest.raises(CorruptCheckpointError, match="damaged"):
+            ckpt.handle.read_dataset(name)
+
+
+def test_a_chain_that_changes_datasets_dry_runs_on_the_full_read(tmp_path):
+    """2.4 -> 2.10 rewrites every dataset (format 0.4 -> 0.5): a legacy file is read in full,
+    and its dry run refuses a file the real run refuses."""
+    src, _ = _unreadable_dataset_headers(tmp_path, "2.4")
+    one_line_error(run_cli("upgrade", src, "--to", "2.10", "--dry-run"), 2, str(src))
+    one_line_error(run_cli("inspect", src), 2, str(src))
+
+
+def test_the_outline_child_tries_what_the_outline_reads(tmp_path, monkeypatch):
+    """A crash of HDF5 on the outline's reads ends the child, not the command: the child
+    runs the outline walk (not the full one), and a child killed by a signal is named."""
+    src = _ours(tmp_path, "2.10")
+    walked: list[str] = []
+    real_walk = preflight._walk
+
+    def spy(*args, **kwargs):
+        walked.append("full")
+        return real_walk(*args, **kwargs)
+
+    monkeypatch.setattr(preflight, "_walk", spy)
+    found = preflight.preflight(src, scope="outline")
+    assert found is not None and found.datasets == {} and walked == []
+
+    from ckpt_migrate.format.h5 import preflight_outline
+
+    def crash(path, tick, links):
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    monkeypatch.setattr(preflight_outline, "walk", crash)
+    with pytest.raises(CorruptCheckpointError, match="crashed"):
+        read_checkpoint(src, outline=True)
+    with pytest.raises(CorruptCheckpointError, match="crashed"):
+        commands.check(src)
+
+
+def test_check_still_refuses_an_unfinished_save(tmp_path):
+    src = _ours(tmp_path, "2.10")
+    with h5py.File(src, "r+") as f:
+        del f.attrs["__SUCCESS__"]
+    one_line_error(run_cli("check", src), 2, "no __SUCCESS__ marker")
+
+
+@pytest.mark.parametrize("name", ["model.layers.0.w", "", "a-b_c", "é", 'q"x', "a\\b", "x y"])
+def test_a_leafs_own_spec_is_the_json_cstorch_writes(name):
+    """``single_leaf_spec`` puts a plain name in place: the same text as ``json.dumps``."""
+    from ckpt_migrate.format.v05 import treespec
+
+    node = {
+        "type": "builtins.dict",
+        "context": json.dumps([name]),
+        "children_spec": [{"type": None, "context": None, "children_spec": []}],
+    }
+    assert treespec.single_leaf_spec(name) == json.dumps([1, node])
+
+
+@pytest.mark.parametrize(
+    ("release", "target"), [("2.5", "2.10"), ("2.10", "2.5"), ("2.10", "2.10")]
+)
+def test_a_dry_run_from_the_outline_says_what_the_full_read_says(
+    tmp_path, monkeypatch, release, target
+):
+    """Root-only chains both ways and a file already current: the same report (changes,
+    warnings, plan), the outline read standing in for the full one."""
+    from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+
+    src = _ours(tmp_path, release)
+
+    def dry_run() -> dict:
+        done = upgrade(src, UpgradeOptions(target=target, dry_run=True)).to_json()
+        done.pop("seconds")
+        if done.get("plan"):
+            done["plan"].pop("free_available")  # (other writers on the disk)
+        return done
+
+    outlined = dry_run()
+    with monkeypatch.context() as m:
+        m.setattr(reader, "read_outline", lambda p, release=None: None)
+        assert dry_run() == outlined
+    assert outlined["status"] == ("current" if release == target else "planned")
