@@ -535,20 +535,30 @@ def losses(stdout: str) -> dict[int, str]:
     return {int(s): loss for s, loss in re.findall(r"^step (\d+) loss (\S+)$", stdout, re.M)}
 
 
+@pytest.fixture(scope="module")
+def straight_losses(tmp_path_factory) -> dict[int, str]:
+    """The README script's 20 steps run straight through, never killed: the loss of each step
+    (the same for every kill below, so run once for the module)."""
+    tmp = tmp_path_factory.mktemp("straight")
+    straight = run_tiny([readme_script(tmp), tmp / "straight", 20])
+    assert straight.returncode == 0, straight.stderr
+    expected = losses(straight.stdout)
+    assert sorted(expected) == list(range(1, 21))
+    return expected
+
+
 @pytest.mark.parametrize(
     ("kill_at", "resumed_from"),
     [("step:13", 10), ("publish:15", 10)],
     ids=["killed-at-a-training-step", "killed-in-the-middle-of-a-save"],
 )
-def test_readme_example_resumes_with_the_identical_next_loss(tmp_path, kill_at, resumed_from):
+def test_readme_example_resumes_with_the_identical_next_loss(
+    tmp_path, straight_losses, kill_at, resumed_from
+):
     script = readme_script(tmp_path)
     killer = tmp_path / "killer.py"
     killer.write_text(KILLER)
-
-    straight = run_tiny([script, tmp_path / "straight", 20])
-    assert straight.returncode == 0, straight.stderr
-    expected = losses(straight.stdout)
-    assert sorted(expected) == list(range(1, 21))
+    expected = straight_losses
 
     md = tmp_path / "killed"
     first = run_tiny([killer, script, md, 20], {"KILL_AT": kill_at})
