@@ -265,6 +265,13 @@ def test_llava_reads_transformers_5_tower_names(tmp_path):
     assert not [n for n in _tensors(tmp_path / "hf" / "image_model") if "vision_model" in n]
     import_hf(tmp_path / "hf", tmp_path / "b.mdl", model="llava")
     _same(_cs(tmp_path / "a.mdl"), _cs(tmp_path / "b.mdl"))
+    # a tower saved with its projection: the projection is dropped (llava.py lines 61-74)
+    transformers.CLIPVisionModelWithProjection(CLIP).save_pretrained(
+        tmp_path / "hf" / "image_model"
+    )
+    result = import_hf(tmp_path / "hf", tmp_path / "c.mdl", model="llava")
+    assert set(result.dropped) == {"image_model/visual_projection.weight"}
+    assert _cs(tmp_path / "c.mdl").keys() == _cs(tmp_path / "a.mdl").keys()
 
 
 def test_mmsimple_llava_round_trip_and_layout(tmp_path):

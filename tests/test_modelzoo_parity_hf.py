@@ -93,10 +93,50 @@ EXTRA_CASES = {
         ),
     ),
 }
+# The headless names: the base model of the family's case (Model Zoo's *Model_HF_CS
+# converters), and the other single-directory names transformers has classes for.
+HEADLESS = {
+    "gpt2": "GPT2Model",
+    "gptj": "GPTJModel",
+    "codegen": "CodeGenModel",
+    "gpt-neox": "GPTNeoXModel",
+    "falcon": "FalconModel",
+    "bloom": "BloomModel",
+    "llama": "LlamaModel",
+    "mistral": "MistralModel",
+    "mixtral": "MixtralModel",
+    "starcoder": "GPTBigCodeModel",
+}
+EXTRA_CASES |= {f"{name}-headless": (cls, CASES[name][1]) for name, cls in HEADLESS.items()}
+_BERT = CASES["bert"][1]
+EXTRA_CASES |= {
+    "bert-sequence-classifier": (
+        "BertForSequenceClassification",
+        transformers.BertConfig(
+            **{**_BERT.to_dict(), "problem_type": "single_label_classification"}
+        ),
+    ),
+    "bert-token-classifier": ("BertForTokenClassification", _BERT),
+    "bert-qa": ("BertForQuestionAnswering", _BERT),
+    "clip-vit": (
+        "CLIPVisionModelWithProjection",
+        transformers.CLIPVisionConfig(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=16,
+            patch_size=4,
+            projection_dim=24,
+        ),
+    ),
+    "dpo": CASES["llama"],  # the policy model (dpo.py lines 205-246)
+}
 # Model Zoo's converter fails on these inputs (not a difference of ours)
 MODELZOO_CANNOT_READ = {
-    "mixtral": "Model Zoo's mixtral converter fails on a sharded save_pretrained directory "
-    "(mixtral.py line 314, assert_already_converted: an expert not yet fused)",
+    name: "Model Zoo's mixtral converter fails on a sharded save_pretrained directory "
+    "(mixtral.py line 314, assert_already_converted: an expert not yet fused)"
+    for name in ("mixtral", "mixtral-headless")
 }
 
 
@@ -154,36 +194,55 @@ def _differences(theirs: dict, ours: dict, allowed: re.Pattern | None = None) ->
 
 @pytest.mark.parametrize("name", [*CASES, *EXTRA_CASES])
 def test_same_tensors_and_config_as_modelzoo_both_ways(name, tmp_path):
-    checkout, python = _environment()
+    _environment()
     if name in MODELZOO_CANNOT_READ:
         pytest.skip(MODELZOO_CANNOT_READ[name])
     cls_name, config = {**CASES, **EXTRA_CASES}[name]
     torch.manual_seed(0)
     getattr(transformers, cls_name)(config).save_pretrained(tmp_path / "hf", max_shard_size="200KB")
-    index = tmp_path / "hf" / "model.safetensors.index.json"
+    check_both_ways(tmp_path, name)
 
+
+def check_both_ways(tmp_path: Path, name: str, parts: tuple[str, ...] = ("",)) -> None:
+    """The HF model in ``tmp_path/hf`` (in the sub-directories ``parts``, Model Zoo's
+    component names, for a multi-model converter) through both tools, both directions."""
+    checkout, python = _environment()
+    hf = tmp_path / "hf"
+    source = hf if parts != ("",) else hf / "model.safetensors.index.json"
+    config = hf if parts != ("",) else hf / "config.json"  # base_converter.py lines 1264-1280
     args = ["--model", name, "--src-fmt", "hf", "--tgt-fmt", "cs-2.9"]
-    hf_config = tmp_path / "hf" / "config.json"
-    _modelzoo(checkout, python, "convert", index, *args, "--config", hf_config, "--output-dir",
+    _modelzoo(checkout, python, "convert", source, *args, "--config", config, "--output-dir",
               tmp_path / "mz")  # fmt: skip
-    theirs_cs = tmp_path / "mz" / "model_to_cs-2.9.mdl"
+    theirs_cs = next((tmp_path / "mz").glob("*.mdl"))
     ours_cs = tmp_path / "ours.mdl"
-    _ours("import-hf", tmp_path / "hf", ours_cs, "--release", "2.9", "--model", name, "-q")
+    _ours("import-hf", hf, ours_cs, "--release", "2.9", "--model", name, "-q")
     only_ours = {f"only ours: {n}" for n in CS_ONLY_OURS.get(name, set())}
     assert set(_differences(_model_tensors(theirs_cs), _model_tensors(ours_cs))) == only_ours
 
     source = ours_cs if name in HF_NAMES_DIFFER else theirs_cs
-    cs_config = tmp_path / "mz" / "config_to_cs-2.9.yaml"
+    cs_config = next((tmp_path / "mz").glob("*.yaml"))
     args = ["--model", name, "--src-fmt", "cs-2.9", "--tgt-fmt", "hf", "--export-safetensors"]
     _modelzoo(checkout, python, "convert", source, *args, "--config", cs_config,
               "--output-dir", tmp_path / "mzhf")  # fmt: skip
-    theirs_hf = next(p for p in (tmp_path / "mzhf").iterdir() if p.is_dir())
     ours_hf = tmp_path / "ourshf"
     _ours("export-hf", source, ours_hf, "--config", cs_config, "--model", name, "-q")
-    differences = _differences(_hf_tensors(theirs_hf), _hf_tensors(ours_hf), ON_PURPOSE)
+    differences: list[str] = []
+    for part in parts:
+        theirs_hf = _modelzoo_hf_dir(tmp_path / "mzhf", part)
+        found = _differences(_hf_tensors(theirs_hf), _hf_tensors(ours_hf / part), ON_PURPOSE)
+        differences += [f"{part}/{d}" if part else d for d in found]
+        theirs_json = json.loads((theirs_hf / "config.json").read_text())
+        ours_json = json.loads((ours_hf / part / "config.json").read_text())
+        differ = {
+            k for k, v in theirs_json.items() if ours_json.get(k, v) != v or k not in ours_json
+        }
+        allowed = CONFIG_ON_PURPOSE.get(name, set())
+        assert differ <= allowed, {k: (theirs_json[k], ours_json.get(k)) for k in differ}
     assert set(differences) == HF_NAMES_DIFFER.get(name, set())
-    theirs_json = json.loads((theirs_hf / "config.json").read_text())
-    ours_json = json.loads((ours_hf / "config.json").read_text())
-    differ = {k for k, v in theirs_json.items() if ours_json.get(k, v) != v or k not in ours_json}
-    allowed = CONFIG_ON_PURPOSE.get(name, set())
-    assert differ <= allowed, {k: (theirs_json[k], ours_json.get(k)) for k in differ}
+
+
+def _modelzoo_hf_dir(out: Path, part: str) -> Path:
+    """Where Model Zoo's CS -> HF wrote (a part: its component's directory, lines 1123-1163)."""
+    if part:
+        return next(p for p in out.rglob(part) if p.is_dir() and (p / "config.json").is_file())
+    return next(p for p in out.iterdir() if p.is_dir())
