@@ -328,3 +328,21 @@ def test_a_failed_export_leaves_nothing(tmp_path, monkeypatch):
     assert calls == ["q_encoder", "ctx_encoder"]
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_llava_text_model_without_llava_parts_is_named(tmp_path):
+    """A plain LLaMA as text_model/: Model Zoo assumes mm_hidden_size 64 (llava.py line 685)
+    and starts the projector from random values (lines 280-312); ours names what is missing."""
+    _save_llava(tmp_path / "hf")
+    file = tmp_path / "hf" / "text_model" / "model.safetensors"
+    tensors = safetensors_torch.load_file(file)
+    plain = {n: t for n, t in tensors.items() if "mm_projector" not in n}
+    safetensors_torch.save_file(plain, file, metadata={"format": "pt"})
+    config = tmp_path / "hf" / "text_model" / "config.json"
+    fields = json.loads(config.read_text())
+    proc = run_cli("import-hf", tmp_path / "hf", tmp_path / "m.mdl", "--model", "llava")
+    one_line_error(proc, 2, "no LLaVA projector", "model.mm_projector", "llava.py")
+    config.write_text(json.dumps({k: v for k, v in fields.items() if k != "mm_hidden_size"}))
+    with pytest.raises(Exception, match=r"mm_hidden_size: text_model/config\.json lacks"):
+        import_hf(tmp_path / "hf", tmp_path / "m.mdl", model="llava")
+    assert not (tmp_path / "m.mdl").exists()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_hf_multi_dir import BERT, CLIP, LlavaLlamaForCausalLM, _llava_text
 from test_hf_starcoder_btlm_jais import btlm_config, btlm_state, santacoder_config, santacoder_state
-from test_modelzoo_parity_hf import check_both_ways
+from test_modelzoo_parity_hf import SHARD, check_both_ways
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -54,15 +54,15 @@ def _save_state(directory: Path, state: dict, config: dict) -> None:
 def _save_dragon(hf: Path) -> None:
     for part in ("q_encoder", "ctx_encoder"):
         model = transformers.BertModel(BERT, add_pooling_layer=False)
-        model.save_pretrained(hf / part, max_shard_size="200KB")
+        model.save_pretrained(hf / part, max_shard_size=SHARD)
 
 
 def _save_llava(hf: Path) -> None:
     # with the projection: both tools drop it (llava.py lines 61-74); vision_model. names
     transformers.CLIPVisionModelWithProjection(CLIP).save_pretrained(
-        hf / "image_model", max_shard_size="200KB"
+        hf / "image_model", max_shard_size=SHARD
     )
-    LlavaLlamaForCausalLM(_llava_text()).save_pretrained(hf / "text_model", max_shard_size="200KB")
+    LlavaLlamaForCausalLM(_llava_text()).save_pretrained(hf / "text_model", max_shard_size=SHARD)
 
 
 # name -> (its HF sub-directories, Model Zoo's component names; the writer of them)

@@ -232,7 +232,7 @@ def _export(
         out_shapes = shapes_of(plan, shapes)
         entries = []
         for o in plan:
-            kind = out_dtype(o.inputs, dtypes, "float32")
+            kind = out_dtype(o.inputs, dtypes, o.dtype or "float32")
             kind = (dtype or kind) if kind in _FLOATS else kind
             entries.append(st.Entry(o.name, kind, out_shapes[o.name]))
     except MappingError as exc:
@@ -255,7 +255,9 @@ def _export(
         done = 0
         for o, e in zip(plan, entries):
             try:
-                array = cast(build_one(o, read), out_dtype(o.inputs, dtypes, "float32"), e.dtype)
+                array = cast(
+                    build_one(o, read), out_dtype(o.inputs, dtypes, o.dtype or "float32"), e.dtype
+                )
             except MappingError as exc:
                 raise mapping_failed(src, exc) from None
             yield o.name, array

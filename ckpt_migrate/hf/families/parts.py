@@ -94,10 +94,9 @@ def _bert_model_context(direction: str, shapes: Mapping[str, Shape], config: Con
 
 
 def _clip_vision_to_hf(cs: Config, name: str) -> dict[str, Any]:
-    """CLIP-ViT's config as a ``CLIPVisionModel`` (no projection)."""
-    out = clip_vit.config_to_hf(cs, "clip-vit")
-    out.pop("projection_dim", None)
-    return {**out, "architectures": ["CLIPVisionModel"]}
+    """CLIP-ViT's config as a ``CLIPVisionModel`` (no projection; ``projection_dim`` kept as
+    Model Zoo writes it, from ``num_classes``)."""
+    return {**clip_vit.config_to_hf(cs, "clip-vit"), "architectures": ["CLIPVisionModel"]}
 
 
 def _clip_vision_to_cs(hf: Config, name: str) -> dict[str, Any]:
@@ -105,9 +104,7 @@ def _clip_vision_to_cs(hf: Config, name: str) -> dict[str, Any]:
     603-604)."""
     hf = hf.get("vision_config", hf)
     proj = clip_vit.ARCHITECTURES["clip-vit"]
-    out = clip_vit.config_to_cs({**hf, "architectures": [proj]}, "clip-vit")
-    out.pop("num_classes", None)
-    return out
+    return clip_vit.config_to_cs({**hf, "architectures": [proj]}, "clip-vit")
 
 
 CLIP_VISION_TABLE = Table(
@@ -162,6 +159,20 @@ def _from_even(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
 # lines 164-191, ``convert_projector``).
 EVEN_SLOTS = Op("projector linear i <-> nn.Sequential slot 2i", _to_even, _from_even)
 
+
+def _projector_present(plan: list[Out], ctx: Ctx) -> list[Out]:
+    """A text model without the projector is refused: Model Zoo's import fills it with random
+    values (llava.py lines 280-312), which is no conversion of the file."""
+    missing = sorted({i for o in plan for i in o.inputs} - set(ctx.available))
+    if missing and ctx.dims["side"] == "HF":
+        raise MappingError(
+            f"text_model/ has no LLaVA projector ({missing[0]} is missing); Model Zoo would "
+            "start one from random values (llava.py lines 280-312): convert a LLaVA checkpoint "
+            "that has model.mm_projector.*"
+        )
+    return bert_like.inputs_on_side(plan, ctx)
+
+
 PROJECTOR_TABLE = Table(
     groups={
         "projector": Group(
@@ -170,7 +181,7 @@ PROJECTOR_TABLE = Table(
         )
     },
     order=dict.fromkeys((TO_HF, TO_CS), ("projector",)),
-    check=bert_like.inputs_on_side,
+    check=_projector_present,
 )
 _MLP = re.compile(r"mlp(\d+)x_gelu")
 # the CS fields ConfigConverter_LLaVA_HF_CS22 adds (llava.py lines 396-406)
@@ -183,6 +194,10 @@ LLAVA_CS_DEFAULTS: dict[str, Any] = {
 }
 # the HF fields ConfigConverter_LLaMaProjector_HF_CS22 writes (llava.py lines 699-716)
 LLAVA_HF_FIXED: dict[str, Any] = {
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+    "use_cache": True,
     "architectures": ["LlavaLlamaForCausalLM"],
     "model_type": "llava",
     "mm_use_im_patch_token": False,
@@ -202,11 +217,22 @@ LLAVA_HF_DEFAULTS: dict[str, Any] = {
 }
 
 
+def _need(config: Config, path: str) -> Any:
+    """The value at the dotted ``path`` (a number steps into a list), or MappingError."""
+    found: Any = config
+    for step in path.split("."):
+        try:
+            found = found[int(step)] if isinstance(found, list) else found[step]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise MappingError(f"{path}: missing from the config") from None
+    return found
+
+
 def _projector_layers(config: Config, direction: str) -> int:
     if direction == TO_HF:
         if "image_model_list" in config:  # MM-Simple's section (mm_simple.py lines 200-202)
-            return len(config["image_model_list"]["global_image_projection"]["layers_units"])
-        return len(config["projector"]["image_model"]["layers_units"])
+            return len(_need(config, "image_model_list.global_image_projection.layers_units"))
+        return len(_need(config, "projector.image_model.layers_units"))
     hf = {**LLAVA_HF_DEFAULTS, **config}
     found = _MLP.fullmatch(str(hf["mm_projector_type"]))
     if found is None:
@@ -220,7 +246,7 @@ def _llava_to_hf(cs: Config, name: str) -> dict[str, Any]:
     """The LLaVA fields of ``text_model/config.json`` from the composite's CS config
     (llava.py lines 606-622, 718-805): the projector type, the image tower's width, the
     selected layer (a non-negative CS index counts HF's embedding output: +1), ``freeze``."""
-    proj = cs["projector"]["image_model"]
+    proj = _need(cs, "projector.image_model")
     acts = list(proj.get("layers_activation", []))
     if proj.get("name") != "FeedForwardNetwork" or acts != ["gelu"] * (len(acts) - 1) + [None]:
         raise MappingError(
@@ -230,7 +256,7 @@ def _llava_to_hf(cs: Config, name: str) -> dict[str, Any]:
     return {
         **LLAVA_HF_FIXED,
         "mm_projector_type": f"mlp{len(acts)}x_gelu",
-        "mm_hidden_size": cs["image_model"]["hidden_size"],
+        "mm_hidden_size": _need(cs, "image_model.hidden_size"),
         "mm_vision_select_feature": cs.get("image_feature_select_mode", "patch"),
         "mm_vision_select_layer": layer if layer < 0 else layer + 1,
         "tune_mm_mlp_adapter": "^text_model" in cs.get("freeze", []),
@@ -239,6 +265,11 @@ def _llava_to_hf(cs: Config, name: str) -> dict[str, Any]:
 
 def _llava_to_cs(hf: Config, name: str) -> dict[str, Any]:
     """The composite's own CS fields from ``text_model/config.json`` (llava.py lines 492-539)."""
+    if "mm_hidden_size" not in hf:  # Model Zoo assumes 64 (llava.py line 685)
+        raise MappingError(
+            "mm_hidden_size: text_model/config.json lacks LLaVA's fields (mm_hidden_size, "
+            "mm_projector_type, ...): start from a LLaVA config.json (llava.py lines 351-367)"
+        )
     hf = {**LLAVA_HF_DEFAULTS, **hf}
     count = _projector_layers(hf, TO_CS)
     layer = int(hf["mm_vision_select_layer"])
@@ -267,10 +298,10 @@ def _llava_to_cs(hf: Config, name: str) -> dict[str, Any]:
 def _mmsimple_to_hf(cs: Config, name: str) -> dict[str, Any]:
     """MM-Simple's CS config read as LLaVA's (mm_simple.py lines 365-403, CS -> HF), then
     LLaVA's rules."""
-    images = cs["image_model_list"]
-    encoder = images["image_models"][0]["image_encoder"]
+    images = _need(cs, "image_model_list")
+    encoder = _need(images, "image_models.0.image_encoder")
     llava = {
-        "projector": {"image_model": images["global_image_projection"]},
+        "projector": {"image_model": _need(images, "global_image_projection")},
         "image_model": encoder,
         "image_feature_select_mode": images.get("image_feature_select_mode", "patch"),
         "image_feature_select_layer_idx": encoder.get("image_layer_idx", -2),
