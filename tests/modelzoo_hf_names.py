@@ -10,46 +10,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-HF_NAMES = (
-    "bert",
-    "bert-sequence-classifier",
-    "bert-token-classifier",
-    "bert-qa",
-    "bloom",
-    "bloom-headless",
-    "btlm",
-    "btlm-headless",
-    "clip-vit",
-    "codegen",
-    "codegen-headless",
-    "esm-2",
-    "dpo",
-    "dragon",
-    "falcon",
-    "falcon-headless",
-    "gemma2",
-    "gpt2",
-    "gpt2-headless",
-    "gptj",
-    "gptj-headless",
-    "gpt-neox",
-    "gpt-neox-headless",
-    "jais",
-    "llama",
-    "llama-headless",
-    "llava",
-    "mmsimple-llava",
-    "mistral",
-    "mistral-headless",
-    "mixtral",
-    "mixtral-headless",
-    "roberta",
-    "santacoder",
-    "santacoder-headless",
-    "starcoder",
-    "starcoder-headless",
-    "t5",
-)
+from test_modelzoo_names import MODELZOO_2_10
+
+# the converters' keys come first in that listing, the aliases after ``t5``
+CONVERTER_KEYS = MODELZOO_2_10[: MODELZOO_2_10.index("t5") + 1]
+HF_NAMES = tuple(n for n in CONVERTER_KEYS if n != "bert-summarization")
 
 REGISTRY = "src/cerebras/modelzoo/tools/checkpoint_converters/registry.py"
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from conftest import one_line_error, run_cli
 from test_hf_end_to_end import _tensors
+from test_hf_more_families import CLIP
 
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.context import ConfigContext
@@ -38,14 +39,6 @@ BERT = transformers.BertConfig(
     num_attention_heads=4,
     intermediate_size=64,
     max_position_embeddings=40,
-)
-CLIP = transformers.CLIPVisionConfig(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    image_size=16,
-    patch_size=4,
 )
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_hf_end_to_end import CASES
+from test_hf_more_families import CLIP
 from test_modelzoo_parity import MZ_SCRIPT, TIMEOUT_S, _environment
 
 from ckpt_migrate.format.read import read_checkpoint
@@ -73,6 +74,7 @@ CS_INITIALISED = {
         "mistral-headless",
         "btlm-headless",
         "santacoder-headless",
+        "mixtral-headless",
     )
 }
 # ... so Model Zoo's CS file of these lacks weights the HF model needs (our export zero-fills
@@ -144,30 +146,19 @@ EXTRA_CASES |= {
     ),
     "bert-token-classifier": ("BertForTokenClassification", _BERT),
     "bert-qa": ("BertForQuestionAnswering", _BERT),
-    "clip-vit": (
-        "CLIPVisionModelWithProjection",
-        transformers.CLIPVisionConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            image_size=16,
-            patch_size=4,
-            projection_dim=24,
-        ),
-    ),
+    "clip-vit": ("CLIPVisionModelWithProjection", CLIP),
     "dpo": CASES["llama"],  # the policy model (dpo.py lines 205-246)
 }
 # Model Zoo's converter fails on these inputs (not a difference of ours)
-MODELZOO_CANNOT_READ = {
-    name: "Model Zoo's mixtral converter fails on a sharded save_pretrained directory "
-    "(mixtral.py line 314, assert_already_converted: an expert not yet fused)"
-    for name in ("mixtral", "mixtral-headless")
+# Model Zoo's mixtral converter fails on a sharded save_pretrained directory (mixtral.py line
+# 314, assert_already_converted: an expert not yet fused): these are given one
+# pytorch_model.bin (the safetensors file's tensors), which it reads.
+ONE_FILE = ("mixtral", "mixtral-headless")
+# Model Zoo's HF -> CS fails on these: only its CS -> HF runs, from our CS file and config
+MODELZOO_CANNOT_IMPORT = {
+    "falcon-headless": "KeyError in post_model_convert (falcon_40b.py line 472 reads an "
+    "lm_head the headless model does not have)",
 }
-MODELZOO_CANNOT_READ["falcon-headless"] = (
-    "Model Zoo's falcon-headless HF -> CS fails with KeyError in post_model_convert "
-    "(falcon_40b.py line 472 reads an lm_head the headless model does not have)"
-)
 # Model Zoo's CS format name of these (dpo.py lines 155-166: cs-2.1-dpo ... cs-2.9-dpo)
 CS_FORMAT_SUFFIX = {"dpo": "-dpo"}
 
@@ -176,7 +167,14 @@ CS_FORMAT_SUFFIX = {"dpo": "-dpo"}
 # (``get_cs_model_name``, registry.py lines 381-390) and stops for a name neither
 # ``_model_aliases`` nor registry.yaml has; for those the script runs with that look-up
 # answering the name itself (the converters run unchanged).
-_UNREGISTERED = ("bert-qa", "btlm-headless", "santacoder-headless", "starcoder-headless", "dragon")
+_UNREGISTERED = (
+    "bert-qa",
+    "btlm-headless",
+    "santacoder-headless",
+    "starcoder-headless",
+    "mixtral-headless",
+    "dragon",
+)
 _LOOKUP_PATCH = (
     "import runpy, sys\n"
     "from cerebras.modelzoo.tools.checkpoint_converters import registry\n"
@@ -256,24 +254,26 @@ def check_both_ways(tmp_path: Path, name: str, parts: tuple[str, ...] = ("",)) -
     """The HF model in ``tmp_path/hf`` (in the sub-directories ``parts``, Model Zoo's
     component names, for a multi-model converter) through both tools, both directions."""
     checkout, python = _environment()
-    if name in MODELZOO_CANNOT_READ:
-        pytest.skip(MODELZOO_CANNOT_READ[name])
     cs_format = "cs-2.9" + CS_FORMAT_SUFFIX.get(name, "")
     hf = tmp_path / "hf"
-    source = hf if parts != ("",) else hf / "model.safetensors.index.json"
+    source = hf if parts != ("",) else _one_file(hf) if name in ONE_FILE else hf / INDEX
     config = hf if parts != ("",) else hf / "config.json"  # base_converter.py lines 1264-1280
-    args = ["--model", name, "--src-fmt", "hf", "--tgt-fmt", cs_format]
-    _modelzoo(checkout, python, "convert", source, *args, "--config", config, "--output-dir",
-              tmp_path / "mz")  # fmt: skip
-    theirs_cs = next((tmp_path / "mz").glob("*.mdl"))
-    ours_cs = tmp_path / "ours.mdl"
-    _ours("import-hf", hf, ours_cs, "--release", "2.9", "--model", name, "-q")
-    only_ours = {f"only ours: {n}" for n in CS_ONLY_OURS.get(name, set())}
-    only_ours |= {f"differs: {n}" for n in CS_INITIALISED.get(name, set())}
-    assert set(_differences(_model_tensors(theirs_cs), _model_tensors(ours_cs))) == only_ours
+    ours_cs, ours_yaml = tmp_path / "ours.mdl", tmp_path / "ours.yaml"
+    _ours("import-hf", hf, ours_cs, "--release", "2.9", "--model", name, "--config-out",
+          ours_yaml, "-q")  # fmt: skip
+    if name in MODELZOO_CANNOT_IMPORT:
+        theirs_cs, cs_config = ours_cs, ours_yaml
+    else:
+        args = ["--model", name, "--src-fmt", "hf", "--tgt-fmt", cs_format]
+        _modelzoo(checkout, python, "convert", source, *args, "--config", config,
+                  "--output-dir", tmp_path / "mz")  # fmt: skip
+        theirs_cs = next((tmp_path / "mz").glob("*.mdl"))
+        cs_config = next((tmp_path / "mz").glob("*.yaml"))
+        only_ours = {f"only ours: {n}" for n in CS_ONLY_OURS.get(name, set())}
+        only_ours |= {f"differs: {n}" for n in CS_INITIALISED.get(name, set())}
+        assert set(_differences(_model_tensors(theirs_cs), _model_tensors(ours_cs))) == only_ours
 
     source = ours_cs if name in HF_NAMES_DIFFER else theirs_cs
-    cs_config = next((tmp_path / "mz").glob("*.yaml"))
     args = ["--model", name, "--src-fmt", cs_format, "--tgt-fmt", "hf", "--export-safetensors"]
     _modelzoo(checkout, python, "convert", source, *args, "--config", cs_config,
               "--output-dir", tmp_path / "mzhf")  # fmt: skip
@@ -292,6 +292,18 @@ def check_both_ways(tmp_path: Path, name: str, parts: tuple[str, ...] = ("",)) -
         allowed = CONFIG_ON_PURPOSE.get(name, set())
         assert differ <= allowed, {k: (theirs_json[k], ours_json.get(k)) for k in differ}
     assert set(differences) == HF_NAMES_DIFFER.get(name, set())
+
+
+INDEX = "model.safetensors.index.json"
+
+
+def _one_file(hf: Path) -> Path:
+    """The sharded directory's tensors as one ``pytorch_model.bin`` beside them, sorted by
+    name as one safetensors file holds them (Model Zoo's mixtral rules need an expert's
+    ``w1`` before its ``w3``)."""
+    tensors = {n: torch.from_numpy(a.copy()) for n, a in sorted(_hf_tensors(hf).items())}
+    torch.save(tensors, hf / "pytorch_model.bin")
+    return hf / "pytorch_model.bin"
 
 
 def _modelzoo_hf_dir(out: Path, part: str) -> Path:
