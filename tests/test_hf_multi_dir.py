@@ -339,3 +339,12 @@ def test_llava_text_model_without_llava_parts_is_named(tmp_path):
     with pytest.raises(Exception, match=r"mm_hidden_size: text_model/config\.json lacks"):
         import_hf(tmp_path / "hf", tmp_path / "m.mdl", model="llava")
     assert not (tmp_path / "m.mdl").exists()
+
+
+def test_a_part_config_may_not_buy_layers(tmp_path):
+    """A part's config is checked as a model's is: no layer count beyond the file's tensors."""
+    _save_dragon(tmp_path / "hf")
+    config = tmp_path / "hf" / "ctx_encoder" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "num_hidden_layers": 10**9}))
+    with pytest.raises(Exception, match="num_hidden_layers is 1000000000, but the model has 74"):
+        import_hf(tmp_path / "hf", tmp_path / "m.mdl", model="dragon")
