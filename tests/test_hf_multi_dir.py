@@ -348,3 +348,15 @@ def test_a_part_config_may_not_buy_layers(tmp_path):
     config.write_text(json.dumps({**json.loads(config.read_text()), "num_hidden_layers": 10**9}))
     with pytest.raises(Exception, match="num_hidden_layers is 1000000000, but the model has 74"):
         import_hf(tmp_path / "hf", tmp_path / "m.mdl", model="dragon")
+
+
+def test_a_config_without_a_part_section_is_named(tmp_path):
+    _save_dragon(tmp_path / "hf")
+    params = tmp_path / "params.yaml"
+    import_hf(tmp_path / "hf", tmp_path / "m.mdl", model="dragon", config_out=params)
+    data, _ = yaml_edit.load(params.read_text(), params)
+    del ConfigContext(data).model_sections()[0][1]["ctx_encoder"]
+    params.write_text(yaml_edit.dump(data, yaml_edit.guess_style("")))
+    with pytest.raises(Exception, match="dragon: the model config has no ctx_encoder section"):
+        export(tmp_path / "m.mdl", tmp_path / "out", model="dragon", config=params)
+    assert not (tmp_path / "out").exists()

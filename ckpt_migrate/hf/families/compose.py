@@ -92,6 +92,8 @@ def _cs_section(name: str, cs_model: Mapping[str, Any], part: Part) -> dict[str,
     """A directory part's CS config: its section less the composite's own fields there."""
     own = catalogue.section(_record(name).hf.cs_fields, part.config)
     mine = catalogue.section(dict(cs_model), part.config)
+    if part.config is not None and not mine:
+        raise MappingError(f"{name}: the model config has no {part.config} section")
     return {k: v for k, v in mine.items() if part.config is None or k not in own}
 
 
