@@ -13,6 +13,8 @@ before CodeGen) and ``--model`` lists them; :func:`modelzoo_names` in Model Zoo'
 
 from __future__ import annotations
 
+from typing import Any
+
 from ckpt_migrate.catalogue.bert_like import BERT, ESM2, ROBERTA
 from ckpt_migrate.catalogue.gpt2_like import BTLM, GPT2, JAIS, SANTACODER, STARCODER
 from ckpt_migrate.catalogue.gptj_like import BLOOM, CODEGEN, FALCON, GPT_NEOX, GPTJ
@@ -217,3 +219,24 @@ def parts_of(record: Record, config: dict) -> list[tuple[Part, str | None]]:
         name = part.name or (part.name_field and config.get(part.name_field)) or hf_name(config)
         out.append((part, None if name is None else str(name)))
     return out
+
+
+def section(config: dict, key: str | None) -> dict:
+    """The part of a composite's config a ``Part`` reads: the CS model config's section at
+    the dotted ``key`` (``None``: all of it; a number steps into a list), or an HF
+    directory's ``config.json``."""
+    found: Any = config
+    for step in key.split(".") if key else ():
+        if isinstance(found, list) and step.isdigit() and int(step) < len(found):
+            found = found[int(step)]
+        else:
+            found = found.get(step) if isinstance(found, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def part_config(part: Part, config: dict, cs_side: bool) -> dict:
+    """What a part's rules read of the composite's config: CS, its section; HF, its
+    directory's ``config.json`` (``config`` then maps directories to theirs)."""
+    if cs_side:
+        return section(config, part.config)
+    return section(config, part.directory)

@@ -156,5 +156,16 @@ SANTACODER = Record(
     ),
     # model_type "gpt2" with remote code: told apart by --model only; muP: santacoder.py
     # lines 435, 543
-    hf=Hf("santacoder", mup=DECODER_MUP, config=gpt2_config.SANTACODER_CONFIG),
+    hf=Hf(
+        "santacoder",
+        mup=DECODER_MUP,
+        config=gpt2_config.SANTACODER_CONFIG,
+        # the causal-mask buffers Model Zoo's own export writes (santacoder.py lines 155-168)
+        hf_dropped=(
+            Drop(
+                r"(?:transformer\.)?h\.\d+\.attn\.(?:bias|masked_bias)",
+                "a causal-mask buffer Hugging Face regenerates",
+            ),
+        ),
+    ),
 )

@@ -94,7 +94,13 @@ class Part:
     key prefix and HF key prefix; ``name`` the name whose rules convert it, or ``None``: the
     one the CS config's ``name_field`` gives (HF side: ``config.json``'s architecture or
     ``model_type``), which must be one of ``names``. ``copies``: further CS prefixes the import
-    writes the same tensors under (DPO's reference model)."""
+    writes the same tensors under (DPO's reference model).
+
+    A composite of several Hugging Face models (Model Zoo's ``UnpackedHF_PackedCS``
+    converters, ``base_converter.py`` lines 1063-1296) puts each in a sub-directory: its
+    ``hf_prefix`` is ``<directory>/``. ``config``: the dotted key of the part's section in the
+    CS model config (``None``: the composite's own fields, the part's rules see them all).
+    ``inner_cs``: the CS prefix the part's rules write, which ``cs_prefix`` replaces."""
 
     cs_prefix: str
     hf_prefix: str = ""
@@ -102,6 +108,14 @@ class Part:
     name_field: str | None = None
     names: tuple[str, ...] = ()
     copies: tuple[str, ...] = ()
+    config: str | None = None
+    inner_cs: str = ""
+
+    @property
+    def directory(self) -> str | None:
+        """The HF sub-directory holding this part (``None``: the composite's own)."""
+        head, slash, _ = self.hf_prefix.partition("/")
+        return head if slash else None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ target, every file read back and checked, fsynced, then renamed into place.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, Usa
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import MissingLeaf, TensorLeaf, iter_leaves
-from ckpt_migrate.hf import absent, mup, unconverted
+from ckpt_migrate.hf import absent, directories, mup, unconverted
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hf.arrays import LastRead, build_one, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, missing_inputs, unused_inputs
@@ -217,7 +216,8 @@ def _export(
     check_layer_counts(src, cs_model, len(shapes))
     try:
         hf_config = module.config_to_hf(cs_model, name)
-        plan = module.plan_to_hf(shapes, cs_model, name)
+        dirs = directories.of(module, name)
+        plan = directories.grouped(module.plan_to_hf(shapes, cs_model, name), dirs)
         plan, result.missing = absent.apply(plan, stand, src, allow_missing)
         missing = missing_inputs(plan, shapes)
         if missing:
@@ -232,7 +232,7 @@ def _export(
         out_shapes = shapes_of(plan, shapes)
         entries = []
         for o in plan:
-            kind = out_dtype(o.inputs, dtypes, "float32")
+            kind = out_dtype(o.inputs, dtypes, o.dtype or "float32")
             kind = (dtype or kind) if kind in _FLOATS else kind
             entries.append(st.Entry(o.name, kind, out_shapes[o.name]))
     except MappingError as exc:
@@ -255,7 +255,9 @@ def _export(
         done = 0
         for o, e in zip(plan, entries):
             try:
-                array = cast(build_one(o, read), out_dtype(o.inputs, dtypes, "float32"), e.dtype)
+                array = cast(
+                    build_one(o, read), out_dtype(o.inputs, dtypes, o.dtype or "float32"), e.dtype
+                )
             except MappingError as exc:
                 raise mapping_failed(src, exc) from None
             yield o.name, array
@@ -265,13 +267,11 @@ def _export(
                 progress("export", done, total)
 
     with atomic_dir(out, force=force) as tmp:
-        written = st.write_stream(tmp, entries, arrays(), max_shard)
-        _check_ties(src, ties, leaves, digests)
-        hf_config.setdefault("dtype", _main_dtype(entries))
-        text = json.dumps(hf_config, indent=2, sort_keys=True) + "\n"
-        (tmp / "config.json").write_text(text, encoding="utf-8")
-        st.verify(tmp, entries, written)
-    result.files = sorted([*written.files, "config.json"])
+        written = directories.write(
+            tmp, dirs, hf_config, entries, arrays(), max_shard, _main_dtype,
+            lambda: _check_ties(src, ties, leaves, digests),
+        )  # fmt: skip
+    result.files = sorted(written.files)
     result.tensors, result.bytes = len(entries), written.total_size
     result.shards = sum(f.endswith(".safetensors") for f in written.files)
 

@@ -26,8 +26,8 @@ from ckpt_migrate.errors import CorruptCheckpointError, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.tree import DataSource, DictNode, Leaf, TensorLeaf
 from ckpt_migrate.format.write import write_checkpoint
+from ckpt_migrate.hf import directories, families, unconverted
 from ckpt_migrate.hf import safetensors_io as st
-from ckpt_migrate.hf import unconverted
 from ckpt_migrate.hf.arrays import LastRead, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, Out, identity, missing_inputs, unused_inputs
 from ckpt_migrate.hf.rules import (
@@ -93,10 +93,14 @@ def import_hf(
     _check_free(out, force)
     if config_out is not None:
         _check_free(Path(config_out), force)
-    hf_config = _read_config(src, None if config is None else Path(config))
-    name = canonical_name(model or _model_from_config(src, hf_config))
+    given = None if config is None else Path(config)
+    name = canonical_name(model) if model else _split_model(src)
+    dirs = directories.of(family_for(name), name) if name else directories.ONE
+    hf_config, stored = directories.read(
+        src, dirs, lambda d: _read_config(d, given if d == src else None), _tensors
+    )
+    name = name or canonical_name(_model_from_config(src, hf_config))
     module = family_for(name)
-    stored = _tensors(src)
     shapes = {n: t.entry.shape if isinstance(t, st.Stored) else t.shape for n, t in stored.items()}
     dtypes = {n: t.entry.dtype if isinstance(t, st.Stored) else t.dtype for n, t in stored.items()}
     check_layer_counts(src, hf_config, len(shapes))
@@ -167,6 +171,24 @@ def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CorruptCheckpointError(path, "is not a JSON object")
     return data
+
+
+def _split_model(src: Path) -> str | None:
+    """The model whose sub-directories ``src`` holds, when it has no ``config.json`` of its
+    own (Model Zoo's multi-model layouts, ``hf/directories.py``); None: not such a model."""
+    if not src.is_dir() or (src / "config.json").exists():
+        return None
+    fits = [
+        name
+        for name, module in families.by_name().items()
+        if directories.of(module, name) != directories.ONE
+        and all((src / d / "config.json").is_file() for d in directories.of(module, name))
+    ]
+    if len(fits) > 1:
+        raise UsageError(
+            src, f"its sub-directories fit {' and '.join(fits)}", f"pass --model {fits[0]}"
+        )
+    return fits[0] if fits else None
 
 
 def _model_from_config(src: Path, cfg: dict[str, Any]) -> str:

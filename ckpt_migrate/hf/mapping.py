@@ -48,6 +48,7 @@ class Out:
     shape: Shape | None = None
     infer: Infer | None = None
     note: str = field(default="", compare=False)  # what the step does, for --dry-run / reports
+    dtype: str | None = None  # of an output built from no input (else its inputs')
 
     def out_shape(self, shapes: Mapping[str, Shape]) -> Shape:
         """The output's shape from the input shapes (no data read)."""

@@ -337,8 +337,8 @@ def _causal_mask(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out
 
     bias, masked = dsts
     return [
-        Out(bias, (), mask, shape=(1, 1, positions, positions), note="generated"),
-        Out(masked, (), lambda: np.array(-1e4, np.float32), shape=()),
+        Out(bias, (), mask, shape=(1, 1, positions, positions), note="generated", dtype="uint8"),
+        Out(masked, (), lambda: np.array(-1e4, np.float32), shape=(), dtype="float32"),
     ]
 
 

@@ -73,15 +73,21 @@ _LAYER_COUNTS = (
 )
 
 
-def check_layer_counts(path: Path, config: Mapping[str, Any], tensors: int) -> None:
+def check_layer_counts(path: Path, config: Mapping[str, Any], tensors: int, depth: int = 4) -> None:
     """A config may not declare more layers than the file has tensors: the plan walks every
-    declared layer, so a crafted count would buy minutes of CPU before any tensor is missed."""
+    declared layer, so a crafted count would buy minutes of CPU before any tensor is missed.
+    Sections are checked too, ``depth`` levels down (a composite's parts,
+    ``hf/families/compose.py``, are at most four: MM-Simple's image encoder)."""
     for key in _LAYER_COUNTS:
         value = config.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= tensors:
             raise UnsupportedContentError(
                 path, f"{key} is {value}, but the model has {tensors} tensors"
             )
+    for value in config.values() if depth else ():
+        for section in value if isinstance(value, list) else [value]:
+            if isinstance(section, Mapping):
+                check_layer_counts(path, section, tensors, depth - 1)
 
 
 def plain(result: Any) -> dict[str, Any]:

@@ -65,21 +65,21 @@ def cs_ties(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> 
     for group in _groups(_record(name).ties, cs_model):
         present = [n for n in group if n in cs]
         ties.update({copy: present[0] for copy in present[1:]})
-    for prefix, inner, within in _parts(cs, cs_model, name, cs_side=True):
-        ties.update({prefix + c: prefix + o for c, o in cs_ties(within, cs_model, inner).items()})
+    for prefix, inner, within, cfg in _parts(cs, cs_model, name, cs_side=True):
+        ties.update({prefix + c: prefix + o for c, o in cs_ties(within, cfg, inner).items()})
     return ties
 
 
 def _parts(names: Mapping[str, Shape], config: Mapping[str, Any], name: str, cs_side: bool):
-    """(prefix, inner name, the names under the prefix without it) of each part of a
-    composite family whose inner name the config gives, one the part may hold (never the
-    composite itself: no recursion on a config naming it)."""
+    """(prefix, inner name, the names under the prefix without it, the part's config) of each
+    part of a composite family whose inner name the config gives, one the part may hold (never
+    the composite itself: no recursion on a config naming it)."""
     for part, inner in catalogue.parts_of(_record(name), dict(config)):
         prefix = part.cs_prefix if cs_side else part.hf_prefix
         allowed = inner in part.names if part.names else inner != name
         if inner is not None and allowed and catalogue.by_name(inner) is not None:
             within = {n[len(prefix) :]: s for n, s in names.items() if n.startswith(prefix)}
-            yield prefix, inner, within
+            yield prefix, inner, within, catalogue.part_config(part, dict(config), cs_side)
 
 
 def _matching(drops: tuple[Drop, ...], names: Mapping[str, Shape], config: Mapping[str, Any]):
@@ -101,8 +101,8 @@ def cs_dropped(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) 
     if name.endswith("-headless"):
         ties = cs_ties(cs, cs_model, name)
         out.update({n: HEADLESS_WHY for n in HEAD if n in cs and n not in ties})
-    for prefix, inner, within in _parts(cs, cs_model, name, cs_side=True):
-        out.update({prefix + n: why for n, why in cs_dropped(within, cs_model, inner).items()})
+    for prefix, inner, within, cfg in _parts(cs, cs_model, name, cs_side=True):
+        out.update({prefix + n: why for n, why in cs_dropped(within, cfg, inner).items()})
     return out
 
 
@@ -110,6 +110,6 @@ def hf_dropped(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str)
     """HF tensor -> why the import leaves it out."""
     side = _record(name).hf
     out = _matching(side.hf_dropped if side else (), hf, hf_config)
-    for prefix, inner, within in _parts(hf, hf_config, name, cs_side=False):
-        out.update({prefix + n: why for n, why in hf_dropped(within, hf_config, inner).items()})
+    for prefix, inner, within, cfg in _parts(hf, hf_config, name, cs_side=False):
+        out.update({prefix + n: why for n, why in hf_dropped(within, cfg, inner).items()})
     return out
