@@ -360,3 +360,16 @@ def test_a_config_without_a_part_section_is_named(tmp_path):
     with pytest.raises(Exception, match="dragon: the model config has no ctx_encoder section"):
         export(tmp_path / "m.mdl", tmp_path / "out", model="dragon", config=params)
     assert not (tmp_path / "out").exists()
+
+
+def test_one_given_config_for_a_model_of_sub_directories_is_refused(tmp_path):
+    """``import_hf(config=...)`` names one config.json; a Dragon+ is read from each
+    sub-directory's own, so a given one is refused rather than silently ignored."""
+    from ckpt_migrate.errors import UsageError
+    from ckpt_migrate.hf.import_ import import_hf
+
+    _save_dragon(tmp_path / "dragon")
+    given = tmp_path / "dragon" / "q_encoder" / "config.json"
+    with pytest.raises(UsageError, match=r"sub-directories \(q_encoder, ctx_encoder\)"):
+        import_hf(tmp_path / "dragon", tmp_path / "d.mdl", model="dragon", config=given)
+    assert not (tmp_path / "d.mdl").exists()

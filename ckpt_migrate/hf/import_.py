@@ -96,6 +96,13 @@ def import_hf(
     given = None if config is None else Path(config)
     name = canonical_name(model) if model else _split_model(src)
     dirs = directories.of(family_for(name), name) if name else directories.ONE
+    if given is not None and dirs != directories.ONE:
+        raise UsageError(
+            given,
+            f"{name} is read from the config.json of each of its sub-directories "
+            f"({', '.join(dirs)}), not from one given config",
+            "leave out config",
+        )
     hf_config, stored = directories.read(
         src, dirs, lambda d: _read_config(d, given if d == src else None), _tensors
     )
