@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.sources.mkdir(parents=True, exist_ok=True)
     rows = []
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         if args.fs == "xfs":
             from loopfs import mounted
