@@ -312,3 +312,31 @@ def test_unsupported_hf_config_field_is_named(field, value):
 def test_other_names_are_refused():
     with pytest.raises(MappingError, match="llama"):
         gemma2.config_to_cs({}, "llama")
+
+
+def test_a_bare_config_json_takes_model_zoos_hf_defaults():
+    """gemma2.py lines 438-464: the HF fields a ``config.json`` leaves out take Model Zoo's
+    defaults (no golden case leaves them out, so they are pinned here)."""
+    cs = gemma2.config_to_cs({"model_type": "gemma2"}, NAME)
+    assert (cs["vocab_size"], cs["hidden_size"], cs["num_hidden_layers"]) == (256000, 3072, 28)
+    assert (cs["num_heads"], cs["attention_module"], cs["filter_size"]) == (
+        16,
+        "aiayn_attention",
+        24576,
+    )
+    assert (cs["attention_inner_dim"], cs["rotary_dim"]) == (16 * 256, 256)
+    assert cs["attention_logits_alpha"] == (256 / 224) ** 0.5
+    assert cs["embeddings_scale"] == 3072**0.5 and cs["share_embedding_weights"] is True
+    assert (cs["max_position_embeddings"], cs["layer_norm_epsilon"]) == (8192, 1e-06)
+    assert (cs["final_logit_softcapping"], cs["attention_logit_softcapping"]) == (30.0, 50.0)
+    assert (cs["attention_sliding_window_length"], cs["nonlinearity"]) == (4096, "geglu")
+    assert cs["use_projection_bias_in_attention"] is False and cs["initializer_range"] == 0.02
+
+
+def test_an_embedding_dropout_of_zero_is_no_dropout():
+    """gemma2.py lines 359-433: ``embedding_dropout_rate`` may be null or 0.0."""
+    cs = gemma2.config_to_cs({"model_type": "gemma2"}, NAME)
+    with_zero = gemma2.config_to_hf({**cs, "embedding_dropout_rate": 0.0}, NAME)
+    assert with_zero == gemma2.config_to_hf(cs, NAME)
+    with pytest.raises(MappingError, match=r"embedding_dropout_rate=0.1: HF Gemma 2 needs \(None"):
+        gemma2.config_to_hf({**cs, "embedding_dropout_rate": 0.1}, NAME)

@@ -46,9 +46,9 @@ class Defaults:
 
 @dataclass(frozen=True)
 class Fixed:
-    """Fields a ``side`` config may hold with one value only (when it has them); refused with
-    ``message`` (``{key}``, ``{got}``, ``{want}``, ``{allowed}``: the one value in a tuple);
-    ``empty_is_none``: ``{}``/``[]`` pass for None."""
+    """Fields a ``side`` config may hold with one value only, or any of a tuple's (when it has
+    them); refused with ``message`` (``{key}``, ``{got}``, ``{want}``, ``{allowed}``: the one
+    value in a tuple); ``empty_is_none``: ``{}``/``[]`` pass for None."""
 
     side: str
     values: dict[str, Any]

@@ -11,7 +11,7 @@ renames at any hop.
 
 from __future__ import annotations
 
-from ckpt_migrate.catalogue import llama_config
+from ckpt_migrate.catalogue import gemma2_config, llama_config
 from ckpt_migrate.catalogue.config import Op
 from ckpt_migrate.catalogue.layouts import DECODER, MOE_KEYS, POST_NORM_KEYS
 from ckpt_migrate.catalogue.mup import DECODER_MUP
@@ -136,6 +136,7 @@ GEMMA2 = Record(
         mup_native=("embeddings_scale", "attention_logits_alpha"),
         by_architecture=True,
         hf_dropped=(Drop(r".*inv_freq", "a rotary buffer Hugging Face regenerates"),),
+        config=gemma2_config.GEMMA2_CONFIG,
     ),
 )
 

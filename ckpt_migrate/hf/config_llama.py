@@ -157,17 +157,21 @@ def _head_dim(s: State) -> None:
     s.out["head_dim"] = s.src["hidden_size"] // s.src["num_heads"]
 
 
-def _glu_to_hf(s: State, hf: str) -> None:
+def _glu_to_hf(s: State, hf: str, any_gelu: bool = False) -> None:
     """llama.py lines 743-770: CS GLU nonlinearities are HF's gated activations."""
     if s.src["nonlinearity"] not in _GLU_CS_TO_HF:
         raise MappingError(f"nonlinearity={s.src['nonlinearity']!r}: not a GLU activation HF maps")
     s.out[hf] = _GLU_CS_TO_HF[s.src["nonlinearity"]]
 
 
-def _glu_to_cs(s: State, hf: str) -> None:
-    if s.src[hf] not in _GLU_HF_TO_CS:
-        raise MappingError(f"{hf}={s.src[hf]!r}: not a GLU-able activation in CS")
-    s.out["nonlinearity"] = _GLU_HF_TO_CS[s.src[hf]]
+def _glu_to_cs(s: State, hf: str, any_gelu: bool = False) -> None:
+    """``any_gelu``: any ``gelu_*`` (Gemma 2's ``gelu_pytorch_tanh``) is CS ``geglu``, whose
+    GELU is the exact one, an approximation Model Zoo accepts (gemma2.py lines 674-688)."""
+    activation = s.src[hf]
+    base = "gelu" if any_gelu and activation.startswith("gelu_") else activation
+    if base not in _GLU_HF_TO_CS:
+        raise MappingError(f"{hf}={activation!r}: not a GLU-able activation in CS")
+    s.out["nonlinearity"] = _GLU_HF_TO_CS[base]
 
 
 def _bool_to_hf(s: State, hf: str, cs: str, side: str | None = None) -> None:

@@ -6,12 +6,14 @@ A step reads the *source* (the config given, with the table's defaults filled in
 reach them) and writes the *output*. The named operations are each a pair: what the operation
 does exporting (CS -> HF) and importing (HF -> CS), in ``config_ops.py`` (the GPT-2-like
 families'), ``config_gptj.py`` (the GPT-J backbone's), ``config_llama.py`` (the LLaMA-like
-families'), ``config_bert.py`` (the BERT-like families') and ``config_t5.py`` (T5's).
+families'), ``config_gemma2.py`` (Gemma 2's), ``config_bert.py`` (the BERT-like families') and
+``config_t5.py`` (T5's).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from ckpt_migrate import catalogue
@@ -25,7 +27,14 @@ from ckpt_migrate.catalogue.config import (
     Required,
     Written,
 )
-from ckpt_migrate.hf import config_bert, config_gptj, config_llama, config_ops, config_t5
+from ckpt_migrate.hf import (
+    config_bert,
+    config_gemma2,
+    config_gptj,
+    config_llama,
+    config_ops,
+    config_t5,
+)
 from ckpt_migrate.hf.config_ops import State
 from ckpt_migrate.hf.mapping import MappingError
 
@@ -35,6 +44,7 @@ OPS = {
     **config_llama.OPS,
     **config_bert.OPS,
     **config_t5.OPS,
+    **config_gemma2.OPS,
 }
 
 
@@ -46,6 +56,18 @@ def to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
 def to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The CS ``model:`` section of ``name`` from its ``config.json``."""
     return run(HF, hf_config, name)
+
+
+def _checked(side: str, names: tuple[str, ...], label: str, config: Mapping, name: str) -> dict:
+    if name not in names:
+        raise MappingError(f"{name}: not a {label} model name")
+    return run(side, config, name)
+
+
+def serving(names: tuple[str, ...], label: str) -> tuple[Callable, Callable]:
+    """:func:`to_hf` and :func:`to_cs` of a rules module that serves ``names`` only: another
+    name is refused as not one of the family's (``label``)."""
+    return partial(_checked, CS, names, label), partial(_checked, HF, names, label)
 
 
 def run(side: str, config: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -89,7 +111,8 @@ def _fixed(step: Fixed, s: State) -> None:
         return
     for key, want in step.values.items():
         got = s.src.get(key, want)
-        if got in (want,) or (step.empty_is_none and want is None and got in ({}, [])):
+        allowed = want if isinstance(want, tuple) else (want,)
+        if got in allowed or (step.empty_is_none and want is None and got in ({}, [])):
             continue
         raise MappingError(step.message.format(key=key, got=got, want=want, allowed=(want,)))
 
