@@ -373,3 +373,24 @@ def test_one_given_config_for_a_model_of_sub_directories_is_refused(tmp_path):
     with pytest.raises(UsageError, match=r"sub-directories \(q_encoder, ctx_encoder\)"):
         import_hf(tmp_path / "dragon", tmp_path / "d.mdl", model="dragon", config=given)
     assert not (tmp_path / "d.mdl").exists()
+
+
+def test_every_file_of_every_sub_directory_is_fsynced_before_the_rename(tmp_path, monkeypatch):
+    """The published directory is durable all the way down: each part's shards and
+    ``config.json``, and each sub-directory, are fsynced before the rename."""
+    from ckpt_migrate.hf import outdir
+
+    _save_dragon(tmp_path / "hf")
+    params = tmp_path / "params.yaml"
+    import_hf(tmp_path / "hf", tmp_path / "m.mdl", model="dragon", config_out=params)
+    real = outdir.fsync_path
+    seen: list[Path] = []
+    monkeypatch.setattr(outdir, "fsync_path", lambda p: (seen.append(Path(p)), real(p))[1])
+    monkeypatch.setattr(outdir, "fsync_dir", lambda p: (seen.append(Path(p)), real(p))[1])
+    export(tmp_path / "m.mdl", tmp_path / "out", model="dragon", config=params)
+    out = tmp_path / "out"
+    tmp = next(p for p in seen if p.name.startswith(".out.") and p.name.endswith(".tmp"))
+    synced_names = {p.relative_to(tmp) for p in seen if p != tmp and tmp in p.parents}
+    on_disk = {p.relative_to(out) for p in out.rglob("*")}
+    assert on_disk == synced_names
+    assert {Path("q_encoder/config.json"), Path("ctx_encoder"), Path("q_encoder")} <= on_disk

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_migrate.atomic import fsync_dir, fsync_path
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hf.mapping import Out
 
@@ -79,9 +78,6 @@ def write(
         text = json.dumps(config, indent=2, sort_keys=True) + "\n"
         (where / "config.json").write_text(text, encoding="utf-8")
         st.verify(where, mine, written)
-        if directory:  # atomic_dir fsyncs the top level's files only
-            fsync_path(where / "config.json")
-            fsync_dir(where)
         prefix = f"{directory}/" if directory else ""
         total.files += [prefix + f for f in (*written.files, "config.json")]
         total.total_size += written.total_size

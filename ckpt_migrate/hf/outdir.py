@@ -28,9 +28,10 @@ def check_output_dir(target: Path, force: bool) -> None:
 
 @contextlib.contextmanager
 def atomic_dir(target: Path, *, force: bool = False) -> Iterator[Path]:
-    """Yield an empty temporary directory beside ``target``; on success its files and itself
-    are fsynced and it is renamed to ``target`` (an existing one, with ``force``, is moved
-    aside first and removed after). On any error the temporary directory is removed."""
+    """Yield an empty temporary directory beside ``target``; on success every file and
+    directory in it, and itself, are fsynced and it is renamed to ``target`` (an existing one,
+    with ``force``, is moved aside first and removed after). On any error the temporary
+    directory is removed."""
     target = Path(target)
     check_output_dir(target, force)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
@@ -40,8 +41,11 @@ def atomic_dir(target: Path, *, force: bool = False) -> Iterator[Path]:
         raise io_error(target, exc) from None
     try:
         yield tmp
-        for child in tmp.iterdir():
-            fsync_path(child)
+        for where, subdirs, files in os.walk(tmp, topdown=False):  # a directory after its files
+            for name in files:
+                fsync_path(Path(where, name))
+            for name in subdirs:
+                fsync_dir(Path(where, name))
         fsync_dir(tmp)
         Interrupt.check()
         _publish_dir(tmp, target, force)
