@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,8 @@ class Edit:
     set: dict[str, str]
     removed: list[str]
     placed: dict[int, tuple[str, bool]]
+    # the leaves whose metadata is set: name -> (the leaf, the name of its first place)
+    leaves: Leaves = field(default_factory=dict)
 
 
 def _has_dataset(leaf: Leaf, name: str, first: str) -> bool:
@@ -99,6 +101,7 @@ def plan_edit(before: Leaves, ckpt: Checkpoint, root: Node, release: Release) ->
             edit.set[f"{name}.__metadata__"] = metadata_text(
                 name, leaf, None if first == name else first
             )
+            edit.leaves[name] = (leaf, first)
     for name, (leaf, first) in before.items():
         if name not in after:
             if _has_dataset(leaf, name, first):

@@ -26,7 +26,7 @@ from ckpt_migrate.atomic import (
     remove_stale_temporaries,
     same_file,
 )
-from ckpt_migrate.engine import rootedit
+from ckpt_migrate.engine import rootedit, rootverify
 from ckpt_migrate.engine.copypatch import Output, Written, file_digest, write
 from ckpt_migrate.engine.extents import Choice
 from ckpt_migrate.engine.plan import Plan, read_planned
@@ -36,7 +36,9 @@ from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, Verification
 from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.deep_check import check_tensors
-from ckpt_migrate.format.h5.io import damaged
+from ckpt_migrate.format.h5 import storagescan
+from ckpt_migrate.format.h5.io import damaged, root_addresses
+from ckpt_migrate.format.h5.root import superblock_offset
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.write import prepare
 from ckpt_migrate.hops.hop import Hop, Operation, StepContext
@@ -240,13 +242,15 @@ def _upgrade_locked(
         opts.target,
         release=opts.source_release,
         defer_chunks=True,
-        outline=opts.dry_run and not opts.deep_check,
+        outline=not opts.deep_check,
         enough=lambda plan: plan.root_only or (plan.current and not opts.edits),
         output_dir=out_dir,
         inputs=opts.inputs,
         copy_method=opts.copy_method,
     )
     with ckpt:
+        if ckpt.outline:
+            _require_self_contained(ckpt)
         if plan.current and opts.edits:
             plan.hops = [Hop.at(plan.target_release.name, opts.edits)]
         result.from_release, result.to_release = plan.source_release.name, plan.target_release.name
@@ -309,6 +313,8 @@ def _upgrade_locked(
             full = _reads_back(opts)
 
             def check_metadata(written: Written) -> None:
+                if edit is not None and not full and rootverify.verify_edit(src, tmp, edit):
+                    return
                 verify_index(ckpt, out_root, plan.target_release, tmp, written, full=full)
 
             edit = None
@@ -328,7 +334,8 @@ def _upgrade_locked(
                 verify_full(out_root, tmp, written, progress, hash_all=opts.manifest is not None)
             result.verified = "full" if full else "index"
             result.tensor_data = _tensor_data(opts, written)
-            ckpt.handle.walked()
+            if not (ckpt.outline and written.strategy == rootedit.STRATEGY):
+                ckpt.handle.walked()
             Interrupt.check()
             fsync_path(tmp)
             size = tmp.stat().st_size
@@ -359,6 +366,16 @@ def _upgrade_locked(
         finally:
             out.abort()
         result.status = "upgraded"
+
+
+def _require_self_contained(ckpt: Checkpoint) -> None:
+    """An outline read opened no dataset, and a root edit or the placing of a current file
+    copies them unread: what the copy would carry out of the file is refused from their
+    headers (``storagescan``), or, where those do not tell, by the full walk."""
+    handle = ckpt.handle
+    f = handle.file()
+    if not storagescan.scan(handle.path, root_addresses(f), superblock_offset(f)):
+        handle.walked()
 
 
 def _output_path(src: Path, output_dir: Path | None, *, create: bool, force: bool) -> Path:

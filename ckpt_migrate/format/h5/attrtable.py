@@ -178,6 +178,8 @@ def _dense(f: _File, info: bytes, take: Callable[[bytes], None]) -> None:
         raise Unknown("attribute info message")
     pos = 2 + (2 if info[1] & 0x01 else 0)
     heap = struct.unpack_from("<Q", info, pos)[0]
+    if heap == _UNDEF:  # no heap: the attributes are messages of the header (compact)
+        return
     h = f.read(heap, 146)
     if h[:5] != b"FRHP\0" or struct.unpack_from("<I", h, 142)[0] != lookup3(h[:142]):
         raise Unknown(f"no fractal heap at {heap}")

@@ -108,9 +108,9 @@ def check_self_contained(f: h5py.File, path: Path) -> int:
 def link_problem(path: Path, where: str, info: h5py.h5l.LinkInfo) -> CkptError | None:
     """Why a link (never resolved) is refused: it leads out of the file, or to code."""
     if info.type == h5py.h5l.TYPE_EXTERNAL:
-        return _unsafe(path, where, "is an external link to another file")
+        return unsafe(path, where, "is an external link to another file")
     if info.type not in (h5py.h5l.TYPE_HARD, h5py.h5l.TYPE_SOFT):
-        return _unsafe(path, where, f"is a user-defined link (type {info.type})")
+        return unsafe(path, where, f"is a user-defined link (type {info.type})")
     return None
 
 
@@ -141,7 +141,7 @@ def _odd_type(path: Path, what: str, tid: h5py.h5t.TypeID) -> CorruptCheckpointE
     )
 
 
-def _unsafe(path: Path, where: str, problem: str) -> UnsafeContentError:
+def unsafe(path: Path, where: str, problem: str) -> UnsafeContentError:
     return UnsafeContentError(path, f"dataset or link {where!r} {problem}", _FIX)
 
 
@@ -190,13 +190,13 @@ def dataset_problem(
         )
     dcpl = dcpl or obj.get_create_plist()
     if dcpl.get_layout() == h5py.h5d.VIRTUAL:
-        return _unsafe(path, where, "is a virtual dataset over other files")
+        return unsafe(path, where, "is a virtual dataset over other files")
     if dcpl.get_external_count():
-        return _unsafe(path, where, "stores its data in an external file")
+        return unsafe(path, where, "stores its data in an external file")
     for i in range(dcpl.get_nfilters()):
         code = dcpl.get_filter(i)[0]
         if code not in ALLOWED_FILTERS:
-            return _unsafe(path, where, f"uses HDF5 filter {code}, which checkpoints do not use")
+            return unsafe(path, where, f"uses HDF5 filter {code}, which checkpoints do not use")
     return None
 
 

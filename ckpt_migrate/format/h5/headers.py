@@ -41,12 +41,15 @@ class Header:
     blocks: list[tuple[int, int]] = field(default_factory=list)  # (address, length)
 
 
-def read_header(read: Read, address: int, visited: set[int], limit: int) -> Header:
+def read_header(
+    read: Read, address: int, visited: set[int], limit: int, *, verify: bool = True
+) -> Header:
     """The header at ``address``; ``visited`` holds the blocks already read (it gains this
-    header's), ``limit`` caps its size."""
+    header's), ``limit`` caps its size. ``verify=False`` skips the version-2 blocks' checksums
+    (``storagescan``: HDF5 itself refuses an object whose header fails its checksum)."""
     visited.add(address)
     if read(address, 4) == b"OHDR":
-        return _version_2(read, address, visited, limit)
+        return _version_2(read, address, visited, limit, verify)
     return _version_1(read, address, visited, limit)
 
 
@@ -71,7 +74,7 @@ def _version_1(read: Read, address: int, visited: set[int], limit: int) -> Heade
     return header
 
 
-def _version_2(read: Read, address: int, visited: set[int], limit: int) -> Header:
+def _version_2(read: Read, address: int, visited: set[int], limit: int, verify: bool) -> Header:
     head = read(address, 6 + 16 + 4 + 8)
     version, flags = head[4], head[5]
     if version != 2:
@@ -86,7 +89,8 @@ def _version_2(read: Read, address: int, visited: set[int], limit: int) -> Heade
     while chunks:
         at, n, pos = chunks.pop()
         data = read(at, n)
-        if n < 4 or struct.unpack_from("<I", data, n - 4)[0] != lookup3(data[: n - 4]):
+        stored = struct.unpack_from("<I", data, n - 4)[0] if n >= 4 else None
+        if stored is None or (verify and stored != lookup3(data[: n - 4])):
             raise HeaderError(f"object header block at {at}: checksum mismatch")
         end = n - 4
         while pos + 4 + order <= end:

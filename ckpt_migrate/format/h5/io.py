@@ -222,6 +222,19 @@ def link_names(
     return frozenset(n.decode("utf-8", "surrogateescape") for n in names)
 
 
+def root_addresses(f: h5py.File) -> dict[str, int]:
+    """``object_addresses`` of the root's own links (``link_names``: no object header read,
+    where ``H5Lvisit`` reads each one to find groups): a format 0.5 file's tensors."""
+    found: dict[str, int] = {}
+
+    def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
+        if info.type == h5py.h5l.TYPE_HARD:
+            found[name.decode("utf-8", "surrogateescape")] = info.u
+
+    link_names(f, take)
+    return found
+
+
 def object_addresses(group: h5py.Group) -> dict[str, int]:
     """The object each hard link under ``group`` names, by its address in the file, from the
     links alone (no object is opened: an upgrade checks one per tensor).

@@ -129,6 +129,16 @@ def _parse_spec(f: h5py.File, path: Path) -> Node:
     return treespec_json.parse(treespec, path)
 
 
+def leaf_from_text(f: h5py.File, handle: H5Handle, name: str, text: str) -> Leaf | str:
+    """The leaf ``name`` decoded from its ``__metadata__`` ``text`` alone, a tensor taken as the
+    text declares it (no dataset opened), or the name of its first place for a tie: what a
+    root edit wrote, read back (``engine.rootverify``)."""
+    md_all = _parse_metadata(text, f"{name}{_SUFFIX}", handle.path)
+    links: dict[str, str] = {}
+    leaf = _decode_leaf(f, handle, name, md_all, set(), links, Facts(proven=True))
+    return links.get(name, leaf)
+
+
 def _leaf_metadata(f: h5py.File, name: str, path: Path) -> dict[str, Any]:
     """The leaf's ``__metadata__`` document read by name (where the root's attribute table,
     read in one pass by ``attrtable``, does not have it)."""

@@ -1,0 +1,123 @@
+"""What a copy of a file would carry out of it, read from the datasets' object headers alone
+(issue 33).
+
+An upgrade that edits only the root (``engine.rootedit``) copies every dataset byte for byte
+and reads none, so the full preflight walk (every dataset opened through HDF5 in a child, its
+chunk index walked: about 0.3 ms a dataset) would be its largest cost. What the boundary must
+still refuse (``boundary``) is what the copy would carry that points outside the file: a
+dataset whose data is in external files (the External Data Files message, §IV.A.2.h of the
+HDF5 File Format Specification 3.0), a virtual dataset (the layout message's class 3,
+§IV.A.2.i) and a filter outside ``ALLOWED_FILTERS`` (the filter pipeline message, §IV.A.2.l),
+which a reader of the output would load as a plugin. External and user-defined links are
+refused by the outline's own walk of the links.
+
+This reads each dataset's header with ``headers`` (pure Python: no HDF5 code runs on it, every
+read bounded by the file's size) and looks at those three messages and the datatype's class:
+about 10 µs a dataset. A header it does not understand (a shared message, a version it does not
+know, one that contradicts itself) makes ``scan`` undecided, and the caller walks the file as
+before (``H5Handle.walked``). The chunk indexes and the stored bytes are not read: the copy
+does not read them either, and they reach the output as the source holds them.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+from ckpt_migrate.format.h5.boundary import ALLOWED_FILTERS, ALLOWED_TYPE_CLASSES, unsafe
+from ckpt_migrate.format.h5.headers import SHARED, HeaderError, Read, read_header
+
+_DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS = 0x03, 0x07, 0x08, 0x0B
+_VIRTUAL = 3
+_LIMIT = 1 << 10  # continuation blocks of one dataset's header
+
+
+class Undecided(Exception):
+    """A header this scan does not understand."""
+
+
+def scan(path: Path, datasets: dict[str, int], base: int = 0) -> bool:
+    """Raise ``UnsafeContentError`` for the first dataset of ``datasets`` (name -> its header's
+    address relative to ``base``, the superblock's) that points outside the file; True when
+    none does, False when a header was not understood (nothing concluded)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return False
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as view:
+
+            def read(at: int, n: int) -> bytes:
+                at += base
+                if at < 0 or n < 0 or at + n > size:
+                    raise HeaderError(f"{n} bytes at {at} are outside the file")
+                return view[at : at + n]
+
+            for name, address in datasets.items():
+                try:
+                    problem = _problem(read, address)
+                except (HeaderError, Undecided, struct.error):
+                    return False
+                if problem is not None:
+                    raise unsafe(path, f"/{name}", problem)
+    finally:
+        os.close(fd)
+    return True
+
+
+def _problem(read: Read, address: int) -> str | None:
+    """What the header at ``address`` carries out of the file, in ``boundary``'s words."""
+    header = read_header(read, address, set(), _LIMIT, verify=False)
+    for m in header.messages:
+        if m.kind not in (_DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS):
+            continue
+        if m.flags & SHARED:
+            raise Undecided("a shared message")
+        if m.kind == _EXTERNAL:
+            return "stores its data in an external file"
+        if m.kind == _LAYOUT and _layout_class(m.body) == _VIRTUAL:
+            return "is a virtual dataset over other files"
+        if m.kind == _DATATYPE and m.body[0] & 0x0F not in ALLOWED_TYPE_CLASSES:
+            raise Undecided("a type class checkpoints do not use")  # the walk names it
+        if m.kind == _FILTERS:
+            for code in _filter_ids(m.body):
+                if code not in ALLOWED_FILTERS:
+                    return f"uses HDF5 filter {code}, which checkpoints do not use"
+    return None
+
+
+def _layout_class(body: bytes) -> int:
+    """The layout class of a data layout message: its byte 2 in versions 1-2, 1 in 3-4."""
+    version = body[0]
+    if version in (1, 2):
+        return body[2]
+    if version in (3, 4):
+        return body[1]
+    raise Undecided(f"layout message version {version}")
+
+
+def _filter_ids(body: bytes) -> list[int]:
+    """The filter identifiers of a filter pipeline message (versions 1 and 2)."""
+    version, count = body[0], body[1]
+    pos = 8 if version == 1 else 2
+    if version not in (1, 2):
+        raise Undecided(f"filter pipeline message version {version}")
+    ids = []
+    for _ in range(count):
+        code = struct.unpack_from("<H", body, pos)[0]
+        ids.append(code)
+        if version == 1:
+            name_n, _flags, values = struct.unpack_from("<HHH", body, pos + 2)
+            pos += 8 + (name_n + 7) // 8 * 8 + 4 * (values + (values & 1))
+        else:
+            name_n = 0
+            if code >= 256:
+                name_n = struct.unpack_from("<H", body, pos + 2)[0]
+                pos += 2
+            _flags, values = struct.unpack_from("<HH", body, pos + 2)
+            pos += 6 + name_n + 4 * values
+        if pos > len(body):
+            raise Undecided("a filter pipeline message runs past its end")
+    return ids

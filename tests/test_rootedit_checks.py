@@ -1,0 +1,222 @@
+"""A root edit reads the source's outline and checks its output by what it changed (issue 33):
+no dataset opened, no chunk index walked, no tree re-read, and still every output that is not
+the source's root edited as planned is refused, and every dataset that points outside the file.
+
+The hostile files here are written by ``save`` at release 2.5, with torch tensors (whose
+datasets an outline read need not open), and then one tensor's dataset replaced through h5py
+(the library's own writer, not ours) by one that refers to a "secret" file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import h5py
+import hdf5plugin
+import numpy as np
+import pytest
+from conftest import one_line_error, run_cli
+from test_rootedit import _source
+
+from ckpt_migrate.engine import rootedit, rootverify
+from ckpt_migrate.engine import upgrade as engine
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.format import read as reader
+from ckpt_migrate.format.h5 import storagescan
+from ckpt_migrate.format.h5.io import object_addresses, open_read
+from ckpt_migrate.format.h5.root import superblock_offset
+
+torch = pytest.importorskip("torch")
+SECRET = b"TOP-SECRET-BYTES"
+HOSTILE = {
+    "external-absolute": "stores its data in an external file",
+    "external-relative": "stores its data in an external file",
+    "virtual": "is a virtual dataset over other files",
+    "filter": "uses HDF5 filter 307",
+}
+
+
+@pytest.fixture
+def full_walks(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every full preflight walk (every dataset opened in a child) the command makes."""
+    walks: list[Path] = []
+    real = reader.preflight
+
+    def counted(path: Path, **kw: Any):
+        if kw.get("scope", "full") == "full":
+            walks.append(path)
+        return real(path, **kw)
+
+    monkeypatch.setattr(reader, "preflight", counted)
+    return walks
+
+
+def _hostile(tmp_path: Path, kind: str) -> Path:
+    import ckpt_migrate as cm
+
+    src = tmp_path / "in" / "checkpoint_1.mdl"
+    src.parent.mkdir(parents=True)
+    state = {"model": {"w": torch.arange(16, dtype=torch.uint8), "v": torch.ones(3)}, "step": 3}
+    cm.save(state, src, "2.5")
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(SECRET)
+    with h5py.File(tmp_path / "secret.h5", "w") as g:
+        g["d"] = np.frombuffer(SECRET, dtype=np.uint8)
+    with h5py.File(src, "r+") as f:
+        attrs = dict(f["model.w"].attrs)
+        del f["model.w"]
+        if kind == "external-absolute":
+            f.create_dataset("model.w", (16,), np.uint8, external=[(str(secret), 0, 16)])
+        elif kind == "external-relative":
+            f.create_dataset("model.w", (16,), np.uint8, external=[("../secret.bin", 0, 16)])
+        elif kind == "virtual":
+            layout = h5py.VirtualLayout(shape=(16,), dtype=np.uint8)
+            layout[:] = h5py.VirtualSource(str(tmp_path / "secret.h5"), "d", shape=(16,))
+            f.create_virtual_dataset("model.w", layout)
+        else:
+            f.create_dataset("model.w", data=np.frombuffer(SECRET, np.uint8), **hdf5plugin.BZip2())
+        for key, value in attrs.items():
+            f["model.w"].attrs[key] = value
+    return src
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_root_edit_refuses_a_dataset_that_points_outside(tmp_path, kind, dry_run):
+    src = _hostile(tmp_path, kind)
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["upgrade", src, "--to", "2.10", "--output-dir", out]
+    proc = run_cli(*args, *(["--dry-run"] if dry_run else []))
+    one_line_error(proc, 2, "model.w", HOSTILE[kind], "was not read")
+    assert list(out.iterdir()) == []
+
+
+def test_the_scan_refuses_what_the_full_walk_refuses_in_either_header_version(tmp_path):
+    """Version-1 headers and filter pipelines (h5py's defaults, as the real library writes)
+    and version-2 ones (``libver="latest"``), against HDF5's own reading of the same file."""
+    for libver in ("earliest", "latest"):
+        path = tmp_path / f"{libver}.h5"
+        with h5py.File(path, "w", libver=libver) as f:
+            data = np.arange(64, dtype=np.float32)
+            f.create_dataset("plain", data=data)
+            f.create_dataset("lz4", data=data, chunks=(16,), **hdf5plugin.LZ4())
+            f.create_dataset("deflate", data=data, chunks=(16,), shuffle=True, compression=1)
+            f.create_dataset("bzip2", data=data, chunks=(16,), **hdf5plugin.BZip2())
+            f.create_dataset("ext", (4,), np.uint8, external=[("x.bin", 0, 4)])
+        with open_read(path) as f:
+            at, base = object_addresses(f), superblock_offset(f)
+            filters = {
+                name: [
+                    f[name].id.get_create_plist().get_filter(i)[0]
+                    for i in range(f[name].id.get_create_plist().get_nfilters())
+                ]
+                for name in at
+            }
+        assert filters["bzip2"] == [307] and filters["deflate"] == [2, 1]
+        for name in ("plain", "lz4", "deflate"):
+            assert storagescan.scan(path, {name: at[name]}, base), (libver, name)
+        with pytest.raises(Exception, match="filter 307"):
+            storagescan.scan(path, {"bzip2": at["bzip2"]}, base)
+        with pytest.raises(Exception, match="external file"):
+            storagescan.scan(path, {"ext": at["ext"]}, base)
+
+
+def test_a_header_the_scan_does_not_know_falls_back_to_the_full_walk(tmp_path, full_walks):
+    """A committed (shared) datatype: the scan cannot tell, the full walk decides (and here
+    accepts); a clean file needs no full walk at all."""
+    src = _source(tmp_path / "clean.mdl", experts=3)
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=tmp_path / "a"))
+    assert result.status == "upgraded" and result.strategy == rootedit.STRATEGY, result.error
+    assert full_walks == []
+
+    with h5py.File(src, "r+") as f:
+        name = "model.experts.0.w1.weight"
+        data, attrs = f[name][()], dict(f[name].attrs)
+        del f[name]
+        f["shared_type"] = np.dtype("<f4")
+        f.create_dataset(name, data=data, dtype=f["shared_type"])
+        for key, value in attrs.items():
+            f[name].attrs[key] = value
+        del f["shared_type"]  # the type stays committed, shared by the dataset's header
+    with open_read(src) as f:
+        assert not storagescan.scan(src, object_addresses(f), superblock_offset(f))
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=tmp_path / "b"))
+    assert result.status == "upgraded", result.error
+    assert full_walks == [src]
+
+
+def _corrupting(monkeypatch: pytest.MonkeyPatch, also) -> None:
+    """``edit_root`` that, once the edit is made, changes the output further by ``also``."""
+    real = rootedit.edit_root
+
+    def edit(path: Path, edit: rootedit.Edit) -> None:
+        real(path, edit)
+        with h5py.File(path, "r+", locking=False) as f:
+            also(f)
+
+    monkeypatch.setattr(rootedit, "edit_root", edit)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "an attribute the edit did not set",
+        "a dataset moved",
+        "a text attribute added",
+        "a number attribute added",
+        "an attribute removed",
+    ],
+)
+def test_a_root_edit_that_changed_more_than_planned_is_refused(tmp_path, monkeypatch, change):
+    src = _source(tmp_path / "src.mdl", experts=3)
+    key = "model.experts.1.w1.weight"
+
+    def also(f: h5py.File) -> None:
+        if change == "an attribute the edit did not set":
+            text = json.loads(f.attrs["note.__metadata__"])
+            text["note.__metadata__"]["string_value"] = "another run"
+            f.attrs["note.__metadata__"] = json.dumps(text)
+        elif change == "a dataset moved":  # (made first: HDF5 cannot reuse the old place)
+            f.create_dataset("moved", data=f[key][()])
+            f["moved"].attrs.update(dict(f[key].attrs))
+            del f[key]
+            f.move("moved", key)
+        elif change == "a text attribute added":
+            f.attrs["extra"] = "x"
+        elif change == "a number attribute added":
+            f.attrs["extra"] = 1
+        else:
+            del f.attrs["nothing.__metadata__"]
+
+    _corrupting(monkeypatch, also)
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=tmp_path / "out"))
+    assert result.status == "failed" and result.exit_code != 0, change
+    # A removed attribute leaves a hole in the root's heap, which the one-pass reader does
+    # not read: the tree's re-read refuses it instead.
+    words = "has no" if change == "an attribute removed" else "differ from the source"
+    assert words in (result.error or ""), result.error
+    assert not (tmp_path / "out" / src.name).exists()
+
+
+def test_the_output_is_checked_by_its_edit_not_by_reading_its_tree(tmp_path, monkeypatch):
+    """The tree's re-read (``verify_index``) runs only where the root cannot be read in one
+    pass; then it runs, and the output is still checked."""
+    src = _source(tmp_path / "src.mdl", experts=3)
+    calls: list[str] = []
+    real = engine.verify_index
+    monkeypatch.setattr(
+        engine, "verify_index", lambda *a, **k: calls.append("tree") or real(*a, **k)
+    )
+    _upgrade_ok(src, tmp_path / "a")
+    assert calls == []
+    monkeypatch.setattr(rootverify.attrtable, "root_texts", lambda *a, **k: None)
+    _upgrade_ok(src, tmp_path / "b")
+    assert calls == ["tree"]
+
+
+def _upgrade_ok(src: Path, out: Path):
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=out))
+    assert result.status == "upgraded" and result.strategy == rootedit.STRATEGY, result.error
+    return result, out / src.name
