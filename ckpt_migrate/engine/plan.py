@@ -8,10 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import h5py
+from h5py import h5o
+
 from ckpt_migrate.engine import extents
 from ckpt_migrate.errors import NewerThanToolError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.outline import tensor_bytes
 from ckpt_migrate.format.read import read_checkpoint, read_release
 from ckpt_migrate.format.releases import Release
@@ -78,7 +82,9 @@ class Plan:
     def needs_stored_bytes(self) -> bool:
         """Whether ``bytes_to_write`` depends on the bytes the datasets store (``metadata_bytes``),
         which only the full walk measures: a rewrite's output, a clone's unshared part."""
-        return not self.current and (self.strategy == "rewrite" or self.copy_method == "clone")
+        if self.current or self.root_only:  # a root edit rewrites the root's metadata only
+            return False
+        return self.strategy == "rewrite" or self.copy_method == "clone"
 
     @property
     def output_bytes(self) -> int:
@@ -180,11 +186,27 @@ def make_plan(
         output_dir=out_dir,
         free_bytes=free,
         inputs_given=dict(inputs or {}),
-        metadata_bytes=file_bytes - min(ckpt.data_bytes or 0, file_bytes),
+        metadata_bytes=(
+            _root_metadata_bytes(ckpt.handle.file())
+            if ckpt.outline
+            else file_bytes - min(ckpt.data_bytes or 0, file_bytes)
+        ),
         copy_method=extents.expected_method(copy_method, ckpt.path, out_dir),
         leaves=leaves,
         name_chars=names,
     )
+
+
+def _root_metadata_bytes(f: h5py.File) -> int:
+    """What an edit of the root may rewrite in place, from an outline read (which measures no
+    dataset): the root's header, its attributes' heap and index, and the global heap
+    collections of the texts it replaces, the largest being ``__spec__``'s (counted twice: its
+    collection may hold other texts), with room for a few leaves' texts."""
+    info = h5o.get_info(f.id)
+    spec = h5attrs.get_text(f, "__spec__")
+    spec = spec if isinstance(spec, str) else ""
+    attributes = info.meta_size.attr.index_size + info.meta_size.attr.heap_size
+    return info.hdr.space.total + attributes + 2 * len(spec.encode()) + (1 << 20)
 
 
 def read_planned(

@@ -167,16 +167,25 @@ def write(
 
 def edit_root(path: Path, edit: Edit) -> None:
     """Apply ``edit`` to the root attributes of ``path``; ``__SUCCESS__`` is written last, as
-    the real writer does (FORMAT.md §4.7)."""
+    the real writer does (FORMAT.md §4.7): in place where the source has it (it must, to be
+    read), so that no attribute is deleted but those the edit removes (a deleted attribute
+    stays in a dense root's heap, which the one-pass reader of ``rootverify`` cannot tell
+    from a live one)."""
     with h5py.File(path, "r+", locking=False) as f:
         oid = f.id
         for name in edit.removed:
             h5a.delete(oid, name.encode())
         for name, text in edit.set.items():
             _put_text(oid, name, text)
+        success = np.bool_(True)
         if h5a.exists(oid, SUCCESS.encode()):
+            attr = h5a.open(oid, SUCCESS.encode())
+            if attr.get_space().get_simple_extent_type() == h5s.SCALAR:
+                attr.write(np.asarray(success, dtype=attr.dtype))
+                return
+            del attr
             h5a.delete(oid, SUCCESS.encode())
-        h5attrs.create(oid, SUCCESS, np.bool_(True))
+        h5attrs.create(oid, SUCCESS, success)
 
 
 def _put_text(oid: h5py.h5o.ObjectID, name: str, text: str) -> None:
