@@ -37,7 +37,7 @@ from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.deep_check import check_tensors
 from ckpt_migrate.format.h5 import storagescan
-from ckpt_migrate.format.h5.io import damaged, root_addresses
+from ckpt_migrate.format.h5.io import damaged
 from ckpt_migrate.format.h5.root import superblock_offset
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.write import prepare
@@ -313,7 +313,7 @@ def _upgrade_locked(
             full = _reads_back(opts)
 
             def check_metadata(written: Written) -> None:
-                if edit is not None and not full and rootverify.verify_edit(src, tmp, edit):
+                if edit is not None and not full and rootverify.verify_edit(ckpt.handle, tmp, edit):
                     return
                 verify_index(ckpt, out_root, plan.target_release, tmp, written, full=full)
 
@@ -373,8 +373,8 @@ def _require_self_contained(ckpt: Checkpoint) -> None:
     copies them unread: what the copy would carry out of the file is refused from their
     headers (``storagescan``), or, where those do not tell, by the full walk."""
     handle = ckpt.handle
-    f = handle.file()
-    if not storagescan.scan(handle.path, root_addresses(f), superblock_offset(f)):
+    base = superblock_offset(handle.file())
+    if not storagescan.scan(handle.path, handle.addresses(), base):
         handle.walked()
 
 

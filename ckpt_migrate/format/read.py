@@ -19,8 +19,8 @@ from ckpt_migrate.format.h5.io import (
     H5Handle,
     attr_text,
     damaged,
-    link_names,
     open_read,
+    root_addresses,
 )
 from ckpt_migrate.format.h5.preflight import FIX, Rest, preflight
 from ckpt_migrate.format.legacy import read as read_legacy
@@ -108,7 +108,10 @@ def read_outline(p: Path, release: str | None = None) -> Checkpoint | None:
 
     def outline() -> Checkpoint | None:
         try:
-            return _read(p, f, handle, release, None, Facts(links=link_names(f)))
+            names, addresses = root_addresses(f)
+            ckpt = _read(p, f, handle, release, None, Facts(links=names))
+            handle.known_addresses(addresses)  # every link is a leaf's dataset (``_read``)
+            return ckpt
         except OutlineTooShort:
             handle.close()
             return None

@@ -152,7 +152,8 @@ class H5Handle:
 
     def addresses(self) -> dict[str, int]:
         """``object_addresses`` of the file, read once per handle: an upgrade's edit and its
-        verification both need them."""
+        verification both need them (an outline read, whose root holds leaves' datasets only,
+        takes them from its one pass over the links: ``known_addresses``)."""
         with self._lock:
             cached = self._addresses
         if cached is None:
@@ -160,6 +161,11 @@ class H5Handle:
             with self._lock:
                 self._addresses = cached
         return cached
+
+    def known_addresses(self, addresses: dict[str, int]) -> None:
+        """Take ``addresses`` as ``addresses()``'s answer: every hard link of the file."""
+        with self._lock:
+            self._addresses = addresses
 
     def walked(self) -> None:
         """Wait for the rest of the preflight walk, if it still runs (``read_checkpoint``
@@ -222,17 +228,17 @@ def link_names(
     return frozenset(n.decode("utf-8", "surrogateescape") for n in names)
 
 
-def root_addresses(f: h5py.File) -> dict[str, int]:
-    """``object_addresses`` of the root's own links (``link_names``: no object header read,
-    where ``H5Lvisit`` reads each one to find groups): a format 0.5 file's tensors."""
+def root_addresses(f: h5py.File) -> tuple[frozenset[str], dict[str, int]]:
+    """``link_names`` of the root, and ``object_addresses`` of its hard links, in one pass
+    (no object header read, where ``H5Lvisit`` reads each one to find groups): a format 0.5
+    file's tensors."""
     found: dict[str, int] = {}
 
     def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
         if info.type == h5py.h5l.TYPE_HARD:
             found[name.decode("utf-8", "surrogateescape")] = info.u
 
-    link_names(f, take)
-    return found
+    return link_names(f, take), found
 
 
 def object_addresses(group: h5py.Group) -> dict[str, int]:
