@@ -19,15 +19,17 @@ import pytest
 from conftest import one_line_error, run_cli
 from test_rootedit import _source
 
+from ckpt_migrate import cli
 from ckpt_migrate.engine import rootedit, rootverify
 from ckpt_migrate.engine import upgrade as engine
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.format import read as reader
-from ckpt_migrate.format.h5 import storagescan
+from ckpt_migrate.format.h5 import preflight, sniff, storagescan
 from ckpt_migrate.format.h5.io import object_addresses, open_read
 from ckpt_migrate.format.h5.root import superblock_offset
 
 torch = pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[1]
 SECRET = b"TOP-SECRET-BYTES"
 HOSTILE = {
     "external-absolute": "stores its data in an external file",
@@ -220,3 +222,45 @@ def _upgrade_ok(src: Path, out: Path):
     result = upgrade(src, UpgradeOptions(target="2.10", output_dir=out))
     assert result.status == "upgraded" and result.strategy == rootedit.STRATEGY, result.error
     return result, out / src.name
+
+
+def _real_26_29(tmp_path: Path) -> list[Path]:
+    """The files the real 2.6.0 and 2.9.0 libraries wrote (fixtures, xz-compressed)."""
+    import lzma
+
+    found = []
+    for packed in sorted((ROOT / "fixtures" / "real-cstorch-2.6-2.9").glob("*.mdl.xz")):
+        path = tmp_path / packed.name.removesuffix(".xz")
+        path.write_bytes(lzma.decompress(packed.read_bytes()))
+        found.append(path)
+    return found
+
+
+def test_the_sniff_tells_format_05_roots_from_legacy_ones(tmp_path):
+    """From the superblock and the root's header alone: the real 2.6-2.10 libraries' files
+    and ours at 2.5 and 2.10 (compact and dense roots) are format 0.5; 1.7-2.3 are not."""
+    fixtures = ROOT / "fixtures"
+    real = sorted((fixtures / "real-cstorch-2.10").glob("*.mdl")) + _real_26_29(tmp_path)
+    empty = fixtures / "real-cstorch-2.10" / "empty.mdl"  # no leaf: walked early (at no cost)
+    real.remove(empty)
+    assert not sniff.looks_like_format_05(empty)
+    ours_05 = [fixtures / "release-2.10.mdl", _source(tmp_path / "small.mdl", experts=1)]
+    ours_05.append(_source(tmp_path / "dense.mdl", experts=40))
+    legacy = [fixtures / f"release-{r}.mdl" for r in ("1.7", "1.8", "1.9", "2.0", "2.3")]
+    assert len(real) >= 6
+    assert all(sniff.looks_like_format_05(p) for p in real + ours_05)
+    assert not any(sniff.looks_like_format_05(p) for p in legacy)
+    junk = tmp_path / "junk.mdl"
+    junk.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(200))
+    assert not sniff.looks_like_format_05(junk)
+
+
+def test_the_command_line_walks_early_only_a_file_whose_upgrade_reads_every_dataset(
+    tmp_path, monkeypatch
+):
+    started: list[Path] = []
+    monkeypatch.setattr(preflight, "start", started.append)
+    cli.begin_reading(_source(tmp_path / "new.mdl", experts=2))
+    assert started == []
+    cli.begin_reading(ROOT / "fixtures" / "release-1.9.mdl")
+    assert started == [ROOT / "fixtures" / "release-1.9.mdl"]

@@ -52,19 +52,21 @@ def run() -> None:
 
 def begin_reading(path: Path) -> None:
     """Start the preflight walk of a local checkpoint file (``format.h5.preflight.start``) so
-    that it runs while ``commands`` and its imports load; the read collects it."""
+    that it runs while ``commands`` and its imports load; the read collects it. Not for a file
+    whose root looks like format 0.5 (``h5.sniff``), whose upgrade may read its outline only."""
     if path.is_file():
-        from ckpt_migrate.format.h5 import preflight
+        from ckpt_migrate.format.h5 import preflight, sniff
 
-        preflight.start(path)
+        if not sniff.looks_like_format_05(path):
+            preflight.start(path)
 
 
 def _begin_upgrade_reading(args: list[str]) -> None:
     """For ``upgrade`` of one file, its walk starts before typer loads (a tenth of a second
     sooner): an argument that is no option and names an existing HDF5 file is taken for it.
     A guess that is wrong (a rare option value) costs a walk nobody collects; the command line
-    is parsed by typer as ever. A dry run may read the outline only (``engine.plan.
-    read_planned``): no walk is begun for it."""
+    is parsed by typer as ever. A dry run, and the upgrade of a format 0.5 file, may read the
+    outline only (``engine.plan.read_planned``): no walk is begun for them (``h5.sniff``)."""
     if len(args) < 2 or args[0] != "upgrade" or "--dry-run" in args or "-n" in args:
         return
     files = [Path(a) for a in args[1:] if not a.startswith("-") and os.path.isfile(a)]
