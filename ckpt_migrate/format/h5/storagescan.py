@@ -31,6 +31,7 @@ from ckpt_migrate.format.h5.headers import SHARED, HeaderError, Read, read_heade
 _DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS = 0x03, 0x07, 0x08, 0x0B
 _VIRTUAL = 3
 _LIMIT = 1 << 10  # continuation blocks of one dataset's header
+_WINDOW = 64 << 10  # bytes read at once
 
 
 class Undecided(Exception):
@@ -45,13 +46,20 @@ def scan(path: Path, datasets: dict[str, int], base: int = 0) -> bool:
     try:
         size = os.fstat(fd).st_size
 
+        window = [0, b""]  # the last block read: neighbouring headers are read from it
+
         def read(at: int, n: int) -> bytes:
             # pread, not a map of the file: the pages a map touches count in the process's
             # memory (every page of a 666 MB file of 150k small tensors)
             at += base
             if at < 0 or n < 0 or at + n > size:
                 raise HeaderError(f"{n} bytes at {at} are outside the file")
-            data = os.pread(fd, n, at)
+            start, block = window
+            if not (start <= at and at + n <= start + len(block)):
+                block = os.pread(fd, max(n, _WINDOW), at)
+                window[:] = [at, block]
+                start = at
+            data = block[at - start : at - start + n]
             if len(data) != n:
                 raise HeaderError("short read")
             return data
