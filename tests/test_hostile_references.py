@@ -38,6 +38,13 @@ def hostile(tmp_path: Path, kind: str, release: str = "2.10") -> Path:
     src = tmp_path / "in" / "checkpoint_1.mdl"
     src.parent.mkdir(parents=True)
     cm.save({"model": {"w": np.arange(16, dtype=np.uint8)}, "step": 3}, src, release)
+    point_outside(src, kind, tmp_path)
+    return src
+
+
+def point_outside(src: Path, kind: str, tmp_path: Path) -> None:
+    """Replace the dataset ``model.w`` of ``src`` (16 bytes) by one of ``kind`` referring to
+    a secret file in ``tmp_path``, keeping its attributes."""
     secret = tmp_path / "secret.bin"
     secret.write_bytes(SECRET)
     secret_h5 = tmp_path / "secret.h5"
@@ -61,7 +68,6 @@ def hostile(tmp_path: Path, kind: str, release: str = "2.10") -> Path:
         if kind != "external-link":
             for key, value in attrs.items():
                 f["model.w"].attrs[key] = value
-    return src
 
 
 def assert_no_secret(directory: Path) -> None:

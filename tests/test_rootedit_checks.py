@@ -17,6 +17,7 @@ import hdf5plugin
 import numpy as np
 import pytest
 from conftest import one_line_error, run_cli
+from test_hostile_references import point_outside
 from test_rootedit import _source
 
 from ckpt_migrate import cli
@@ -30,7 +31,6 @@ from ckpt_migrate.format.h5.root import superblock_offset
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
-SECRET = b"TOP-SECRET-BYTES"
 HOSTILE = {
     "external-absolute": "stores its data in an external file",
     "external-relative": "stores its data in an external file",
@@ -61,25 +61,7 @@ def _hostile(tmp_path: Path, kind: str) -> Path:
     src.parent.mkdir(parents=True)
     state = {"model": {"w": torch.arange(16, dtype=torch.uint8), "v": torch.ones(3)}, "step": 3}
     cm.save(state, src, "2.5")
-    secret = tmp_path / "secret.bin"
-    secret.write_bytes(SECRET)
-    with h5py.File(tmp_path / "secret.h5", "w") as g:
-        g["d"] = np.frombuffer(SECRET, dtype=np.uint8)
-    with h5py.File(src, "r+") as f:
-        attrs = dict(f["model.w"].attrs)
-        del f["model.w"]
-        if kind == "external-absolute":
-            f.create_dataset("model.w", (16,), np.uint8, external=[(str(secret), 0, 16)])
-        elif kind == "external-relative":
-            f.create_dataset("model.w", (16,), np.uint8, external=[("../secret.bin", 0, 16)])
-        elif kind == "virtual":
-            layout = h5py.VirtualLayout(shape=(16,), dtype=np.uint8)
-            layout[:] = h5py.VirtualSource(str(tmp_path / "secret.h5"), "d", shape=(16,))
-            f.create_virtual_dataset("model.w", layout)
-        else:
-            f.create_dataset("model.w", data=np.frombuffer(SECRET, np.uint8), **hdf5plugin.BZip2())
-        for key, value in attrs.items():
-            f["model.w"].attrs[key] = value
+    point_outside(src, kind, tmp_path)
     return src
 
 
