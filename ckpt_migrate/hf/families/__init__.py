@@ -1,23 +1,90 @@
-"""The Hugging Face rules modules (the contract: ``ckpt_migrate.hf.mapping.Family``), found
-through the catalogue: each record's ``hf.module`` names the module that converts it."""
+"""The Hugging Face rules of every family (the contract: ``ckpt_migrate.hf.mapping.Family``),
+found through the catalogue. Each record's ``hf.module`` names its rules; records sharing that
+name are converted by one set of rules. A record that declares its tables (``Hf.tensors``,
+``Hf.config``) is served by :class:`Rules`, the one interpreter of both, with nothing of its
+own; the others by the module of that name in this package."""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from functools import partial
 from types import ModuleType
+from typing import Any
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.hf import config_table, unconverted
+from ckpt_migrate.hf.layouts import bert_like, gpt2_like, gptj_like, llama_like, t5
+from ckpt_migrate.hf.table import Table, plans
+
+# The modules a record's ``Tensors`` names its table and context in (``<module>.<name>``).
+_LAYOUTS = {
+    m.__name__.rsplit(".", 1)[-1]: m for m in (bert_like, gpt2_like, gptj_like, llama_like, t5)
+}
 
 
-def modules() -> list[ModuleType]:
-    return [importlib.import_module(f"{__name__}.{m}") for m in sorted(catalogue.hf_modules())]
+def _declared(dotted: str) -> Any:
+    module, _, name = dotted.partition(".")
+    return getattr(_LAYOUTS[module], name)
 
 
-def by_name() -> dict[str, ModuleType]:
-    """Model Zoo model name -> its family module."""
+class Rules:
+    """The rules of one ``hf.module`` name, read from its records: the names served, the
+    ``model_type``\\ s imported, each name's class; the config table run either way by
+    ``hf/config_table.py``, the tensor table by ``hf/table.py`` in the context the records
+    declare (``Hf.tensors``); the tensors left out or tied, by ``hf/unconverted.py``."""
+
+    def __init__(self, module: str) -> None:
+        hf = next(h for h in (r.hf for r in catalogue.RECORDS) if h and h.module == module)
+        self.__name__ = f"{__name__}.{module}"  # as a module of this package was named
+        self.NAMES: tuple[str, ...] = catalogue.hf_names(module)
+        self.HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(module)
+        self.ARCHITECTURES: dict[str, str] = catalogue.hf_architectures(module)
+        if hf.config_label:
+            self.config_to_hf, self.config_to_cs = config_table.serving(self.NAMES, hf.config_label)
+        else:
+            self.config_to_hf, self.config_to_cs = config_table.to_hf, config_table.to_cs
+        if hf.tensors is None:
+            raise ValueError(f"{module}: its records declare no tensor table")
+        self.TABLE: Table = _declared(hf.tensors.table)
+        self.context: Callable = partial(
+            _declared(hf.tensors.context), names=self.NAMES, **hf.tensors.params
+        )
+        self.plan_to_hf, self.plan_to_cs = plans(self.TABLE, self.context)
+        self.cs_ties = unconverted.cs_ties
+        self.cs_dropped = unconverted.cs_dropped
+        self.hf_dropped = unconverted.hf_dropped
+
+    def __repr__(self) -> str:
+        return f"<rules {self.__name__}>"
+
+
+def _declares_tables(module: str) -> bool:
+    return any(r.hf and r.hf.module == module and r.hf.tensors for r in catalogue.RECORDS)
+
+
+_RULES = {m: Rules(m) for m in catalogue.hf_modules() if _declares_tables(m)}
+
+
+def __getattr__(name: str) -> Rules:
+    """``from ckpt_migrate.hf.families import <rules name>``."""
+    if name in _RULES:
+        return _RULES[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def modules() -> list[ModuleType | Rules]:
+    return [
+        _RULES[m] if m in _RULES else importlib.import_module(f"{__name__}.{m}")
+        for m in sorted(catalogue.hf_modules())
+    ]
+
+
+def by_name() -> dict[str, ModuleType | Rules]:
+    """Model Zoo model name -> its rules."""
     return {name: module for module in modules() for name in module.NAMES}
 
 
-def by_model_type() -> dict[str, ModuleType]:
-    """``config.json`` ``model_type`` -> the family module that imports it."""
+def by_model_type() -> dict[str, ModuleType | Rules]:
+    """``config.json`` ``model_type`` -> the rules that import it."""
     return {t: module for module in modules() for t in module.HF_MODEL_TYPES}

@@ -26,7 +26,7 @@ from typing import Any
 from ckpt_migrate import catalogue
 from ckpt_migrate.catalogue.bert_config import BERT_CS_DEFAULTS, BERT_HF_DEFAULTS
 from ckpt_migrate.hf import config_table
-from ckpt_migrate.hf.families._bert_common import (
+from ckpt_migrate.hf.encoders import (
     bitwise_equal,  # noqa: F401 (the tied-copy check, tested as bert.bitwise_equal)
     check_name,
     layers_of,
@@ -70,7 +70,7 @@ def context(
     bert_finetune.py line 47); HF token classification and QA have no pooler. Tied, the word
     embeddings come from whichever of the two tied CS names the file has; on import the tied MLM
     decoder weight is written only when the HF file has it, as Model Zoo does, the MLM bias
-    always (ours on purpose, :func:`~ckpt_migrate.hf.families._bert_common.mlm_bias_to_cs`).
+    always (ours on purpose, :func:`~ckpt_migrate.hf.encoders.mlm_bias_to_cs`).
     HF's ``position_ids`` buffer, when an old file has it, is dropped (``HF_DROPPED``; bert.py
     lines 113-118)."""
     check_name(name, NAMES)

@@ -22,7 +22,7 @@ import numpy as np
 
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf import config_table
-from ckpt_migrate.hf.families._bert_common import layers_of
+from ckpt_migrate.hf.encoders import layers_of
 from ckpt_migrate.hf.layouts.bert_like import inputs_on_side
 from ckpt_migrate.hf.mapping import Out, Shape
 from ckpt_migrate.hf.ops import Ctx, Op

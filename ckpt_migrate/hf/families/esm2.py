@@ -32,7 +32,7 @@ from typing import Any
 from ckpt_migrate import catalogue
 from ckpt_migrate.catalogue.bert_config import ESM2_CS_DEFAULTS, ESM2_HF_DEFAULTS
 from ckpt_migrate.hf import config_table
-from ckpt_migrate.hf.families._bert_common import (
+from ckpt_migrate.hf.encoders import (
     check_name,
     layers_of,
     with_defaults,

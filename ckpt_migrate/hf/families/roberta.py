@@ -23,7 +23,7 @@ from ckpt_migrate import catalogue
 from ckpt_migrate.catalogue.bert_config import ROBERTA_CS_DEFAULTS, ROBERTA_HF_DEFAULTS
 from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.config_bert import num_segments
-from ckpt_migrate.hf.families._bert_common import check_name, layers_of, with_defaults
+from ckpt_migrate.hf.encoders import check_name, layers_of, with_defaults
 from ckpt_migrate.hf.layouts import bert_like
 from ckpt_migrate.hf.mapping import Shape
 from ckpt_migrate.hf.ops import Ctx

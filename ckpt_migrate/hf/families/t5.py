@@ -33,7 +33,7 @@ from ckpt_migrate import catalogue
 from ckpt_migrate.catalogue.t5_config import T5_CS_DEFAULTS, T5_HF_DEFAULTS
 from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.config_t5 import hf_scales_tied, nonlinearity_to_hf
-from ckpt_migrate.hf.families._bert_common import (
+from ckpt_migrate.hf.encoders import (
     check_name,
     layers_of,
     with_defaults,

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ckpt_migrate.hf.families._bert_common import (
+from ckpt_migrate.hf.encoders import (
     CS_MLM,
     finish,
     mlm_bias_to_cs,
@@ -73,15 +73,15 @@ def inputs_on_side(plan: list[Out], ctx: Ctx) -> list[Out]:
 
 
 def _mlm_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
-    """Word embeddings and the MLM decoder, CS -> HF (:func:`~ckpt_migrate.hf.families.
-    _bert_common.mlm_to_hf`: tied, from whichever tied CS name the file has)."""
+    """Word embeddings and the MLM decoder, CS -> HF (:func:`~ckpt_migrate.hf.encoders.
+    mlm_to_hf`: tied, from whichever tied CS name the file has)."""
     head = ctx.dims["mlm"]
     return mlm_to_hf(ctx.available, ctx.has("tied"), srcs[0], dsts[0], head)
 
 
 def _mlm_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
     """Word embeddings, the MLM decoder weight and its bias, HF -> CS
-    (:func:`~ckpt_migrate.hf.families._bert_common.mlm_weights_to_cs`, ``mlm_bias_to_cs``);
+    (:func:`~ckpt_migrate.hf.encoders.mlm_weights_to_cs`, ``mlm_bias_to_cs``);
     with ``zero bias``, a file without either bias gets a zero one of ``vocab_size`` (RoBERTa,
     roberta.py lines 183-192)."""
     head = ctx.dims["mlm"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ckpt_migrate.hf.families._bert_common import one_of, present, tied
+from ckpt_migrate.hf.encoders import one_of, present, tied
 from ckpt_migrate.hf.layouts.bert_like import inputs_on_side
 from ckpt_migrate.hf.mapping import MappingError, Out, rename
 from ckpt_migrate.hf.ops import Ctx, Op

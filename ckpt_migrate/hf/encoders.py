@@ -1,5 +1,5 @@
-"""Helpers the BERT, RoBERTa and T5 families share (kept out of family discovery by the leading
-underscore): config checks, tied copies, and the MLM decoder of BERT and RoBERTa.
+"""What the encoder families' tables and contexts share (BERT, RoBERTa, ESM-2, T5, CLIP-ViT):
+config checks, tied copies, and the MLM decoder of BERT and RoBERTa.
 
 Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``: the MLM
 decoder rules are ``bert.py`` lines 569-589 (``cls.predictions.decoder`` ->
