@@ -151,6 +151,8 @@ class Hf:
     config: tuple[Step, ...] = ()  # its config table (``catalogue/config.py``)
     tensors: Tensors | None = None  # its tensor table and context (None: a composite's parts)
     config_label: str | None = None  # refuse another name's config as not this family's
+    # CS optimizer fields its HF config carries: (dotted CS optimizer key, HF field, default)
+    cs_optimizer: tuple[tuple[str, str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

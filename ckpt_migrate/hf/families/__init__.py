@@ -7,7 +7,7 @@ own; the others by the module of that name in this package."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -51,9 +51,22 @@ class Rules:
             _declared(hf.tensors.context), names=self.NAMES, **hf.tensors.params
         )
         self.plan_to_hf, self.plan_to_cs = plans(self.TABLE, self.context)
+        self._optimizer = hf.cs_optimizer
         self.cs_ties = unconverted.cs_ties
         self.cs_dropped = unconverted.cs_dropped
         self.hf_dropped = unconverted.hf_dropped
+
+    def cs_optimizer(self, hf_config: Mapping[str, Any]) -> dict[str, Any]:
+        """The CS ``optimizer`` fields the HF config carries (the records' ``cs_optimizer``:
+        BTLM's muP ``decoder_kernel``, btlm_hf_cs.py lines 252-259)."""
+        out: dict[str, Any] = {}
+        for key, field, default in self._optimizer:
+            *path, last = key.split(".")
+            section = out
+            for step in path:
+                section = section.setdefault(step, {})
+            section[last] = hf_config.get(field, default)
+        return out
 
     def __repr__(self) -> str:
         return f"<rules {self.__name__}>"
