@@ -4,15 +4,22 @@ experts) and Gemma 2 (``gemma2.py``, the LLaMA rules with offset norms and more 
 
 ``{p}`` is ``model.`` for the ``*ForCausalLM`` classes, nothing for the base models (Model Zoo
 llama.py lines 502-517: ``EquivalentSubkey("model.", "")`` only in the LM-head converter).
+
+One context, :func:`decoder`, reads the config for all of them; each record declares what its
+table needs beyond LLaMA's (Mixtral's experts, Gemma 2's attention biases).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from ckpt_migrate.catalogue.config import CS
+from ckpt_migrate.hf import config_table
+from ckpt_migrate.hf.config_llama import kv_heads_cs
 from ckpt_migrate.hf.experts import EXPERTS
 from ckpt_migrate.hf.heads import LLAMA_HEAD
-from ckpt_migrate.hf.mapping import MappingError, Out
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape
 from ckpt_migrate.hf.ops import NORM_OFFSET, RENAME, SECOND_NAME, Ctx, Op, rotary, second_name
 from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Row, Table, row
 
@@ -105,3 +112,48 @@ GEMMA2 = llama_table(
 )
 # Mixtral: LLaMA's attention and norms, then the layer's router and experts (:data:`EXPERTS`).
 MIXTRAL = llama_table((*ATTENTION_AND_NORMS, row(L, H, EXPERTS)))
+
+_WAY = {TO_HF: "export", TO_CS: "import"}
+
+
+def decoder(
+    direction: str,
+    shapes: Mapping[str, Shape],
+    config: Mapping[str, Any],
+    name: str,
+    *,
+    names: Sequence[str],
+    label: str | None = None,
+    check_on: str = "export",
+    family: str = "LLaMA",
+    experts: bool = False,
+    bias: bool = False,
+) -> Ctx:
+    """The context of a :func:`llama_table`: the heads and key/value heads (rotary rows are
+    permuted per head; llama.py lines 157-294), the prefix, whether the head is tied
+    (``share_embedding_weights``) and the model headless, from the CS config the record's table
+    accepted (export) or the one it gives (import); with a ``label``, a name not of ``names``
+    is refused as not a ``label`` model name on ``check_on`` ("export" or "import"). With
+    ``experts``, their number and on import the FFN width (Mixtral: transformers 5's fused
+    ``gate_up_proj`` stacks gate and up rows, mixtral.py lines 172-300); with ``bias``,
+    whether the attention has biases (Gemma 2, gemma2.py lines 56-190). ``family`` names it
+    when its attention is refused."""
+    if label is not None and name not in names and check_on == _WAY[direction]:
+        raise MappingError(f"{name}: not a {label} model name")
+    if direction == TO_HF:
+        cfg = config_table.source(CS, config, name)
+    else:
+        cfg = config_table.to_cs(config, name)
+    dims: dict[str, Any] = {}
+    if experts:
+        dims["experts"] = int(cfg["moe"]["num_experts"])
+        if direction == TO_CS:
+            dims["inter"] = int(cfg["filter_size"])
+    dims |= {"heads": cfg["num_heads"], "kv": kv_heads_cs(cfg, family)}
+    headless = name.endswith("-headless")
+    flags = {"tied"} if cfg["share_embedding_weights"] else set()
+    flags |= ({"headless"} if headless else set()) | (
+        {"bias"} if bias and cfg["use_projection_bias_in_attention"] else set()
+    )
+    prefix = "" if headless else "model."
+    return Ctx(shapes, cfg["num_hidden_layers"], prefix, frozenset(flags), dims)
