@@ -11,7 +11,7 @@ composite of other rules (``hf/families/compose.py``), its parts declared here.
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.config import CS, HF, Defaults, Fixed, Op, Renames, Written
-from ckpt_migrate.catalogue.record import Drop, Hf, Name, Part, Record
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, Part, Record, Tensors
 
 # CLIP-ViT's config table (Model Zoo ConfigConverter_CLIPViT_HF_CS21, clip_vit.py lines
 # 414-516 on vit.py's rules): the HF fields copied as they are (vit.py lines 443-507, clip_vit.py
@@ -97,6 +97,7 @@ CLIP_VIT = Record(
             "(norm_first false, a pooler, no class token), which Model Zoo converts unchecked",
         ),
         config=_CLIP_CONFIG,
+        tensors=Tensors("vit.CLIP", "vit.context"),
     ),
 )
 # Hugging Face: the policy model alone, as a model of its own family (dpo.py lines 60-141, 297-303:

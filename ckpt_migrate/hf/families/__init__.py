@@ -14,18 +14,8 @@ from typing import Any
 
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf import config_table, unconverted
-from ckpt_migrate.hf.layouts import bert_like, gpt2_like, gptj_like, llama_like, t5
+from ckpt_migrate.hf.layouts import declared
 from ckpt_migrate.hf.table import Table, plans
-
-# The modules a record's ``Tensors`` names its table and context in (``<module>.<name>``).
-_LAYOUTS = {
-    m.__name__.rsplit(".", 1)[-1]: m for m in (bert_like, gpt2_like, gptj_like, llama_like, t5)
-}
-
-
-def _declared(dotted: str) -> Any:
-    module, _, name = dotted.partition(".")
-    return getattr(_LAYOUTS[module], name)
 
 
 class Rules:
@@ -46,9 +36,9 @@ class Rules:
             self.config_to_hf, self.config_to_cs = config_table.to_hf, config_table.to_cs
         if hf.tensors is None:
             raise ValueError(f"{module}: its records declare no tensor table")
-        self.TABLE: Table = _declared(hf.tensors.table)
+        self.TABLE: Table = declared(hf.tensors.table)
         self.context: Callable = partial(
-            _declared(hf.tensors.context), names=self.NAMES, **hf.tensors.params
+            declared(hf.tensors.context), names=self.NAMES, **hf.tensors.params
         )
         self.plan_to_hf, self.plan_to_cs = plans(self.TABLE, self.context)
         self._optimizer = hf.cs_optimizer

@@ -1,24 +1,32 @@
 """The tensor tables of the BERT-like layout: BERT and its fine-tuning heads, RoBERTa and
 ESM-2 (Model Zoo, tag Release_2.10.0: ``bert.py``, ``bert_finetune.py``, ``roberta.py``,
 ``esm2.py``, the latter two on the BERT rules they inherit).
+
+One context, :func:`encoder`, reads the config for all of them; each record declares its
+prefixes, the defaults it reads over, the flags of each of its names (BERT's heads) and the
+features of its config (:data:`FEATURES`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from ckpt_migrate.hf.config_bert import num_segments
 from ckpt_migrate.hf.encoders import (
     CS_MLM,
+    check_name,
     finish,
+    layers_of,
     mlm_bias_to_cs,
     mlm_to_hf,
     mlm_weights_to_cs,
     one_of,
     tied,
 )
-from ckpt_migrate.hf.mapping import Out, rename
+from ckpt_migrate.hf.mapping import Out, Shape, rename
 from ckpt_migrate.hf.ops import RENAME, Ctx, Op, rotary
 from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Row, Table, pair, row
 
@@ -253,3 +261,79 @@ ESM2 = Table(
     order={TO_HF: ("embeddings", "layers", "head"), TO_CS: ("embeddings", "layers", "head")},
     check=inputs_on_side,
 )
+
+
+# ----------------------------------------------------------------------------- the context
+Feature = Callable[[bool, Mapping[str, Any]], tuple[set[str], dict[str, Any]]]
+
+
+def _segments(to_hf: bool, cfg: Mapping[str, Any]):
+    """Segment embeddings, which a RoBERTa CS model may lack (HF then gets a zero table of one
+    row, roberta.py lines 413-434); an HF model always has them."""
+    return ({"segments"} if not to_hf or num_segments(cfg) > 0 else set()), {}
+
+
+def _rotary(to_hf: bool, cfg: Mapping[str, Any]):
+    """ESM-2's rotary positions: query and key rows permuted per head (esm2.py lines
+    127-215), or learned ones."""
+    rotary = cfg["position_embedding_type"] == "rotary"
+    heads = int(cfg["num_heads" if to_hf else "num_attention_heads"]) if rotary else 0
+    return ({"rotary"} if rotary else set()), {"heads": heads}
+
+
+def _embedding_norm(to_hf: bool, cfg: Mapping[str, Any]):
+    """ESM-2's embedding norm (``embedding_layer_norm``/``emb_layer_norm_before``)."""
+    return (
+        {"norm"} if cfg["embedding_layer_norm" if to_hf else "emb_layer_norm_before"] else set()
+    ), {}
+
+
+def _config(to_hf: bool, cfg: Mapping[str, Any]):
+    """The config itself (RoBERTa's MLM bias reads ``vocab_size``, roberta.py lines 183-192)."""
+    return set(), {"cfg": cfg}
+
+
+FEATURES: dict[str, Feature] = {
+    "segments": _segments,
+    "rotary": _rotary,
+    "embedding norm": _embedding_norm,
+    "config": _config,
+}
+
+
+def encoder(
+    direction: str,
+    shapes: Mapping[str, Shape],
+    config: Mapping[str, Any],
+    name: str,
+    *,
+    names: Sequence[str],
+    prefix: str,
+    cs_prefix: str,
+    defaults: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
+    flags: Sequence[str] = (),
+    by_name: Mapping[str, tuple[str, ...]] | None = None,
+    cs_prefixes: Mapping[str, str] | None = None,
+    features: Sequence[str] = (),
+    mlm: str | None = None,
+) -> Ctx:
+    """The context of a BERT-like table, either way: the layers, the word embeddings tied to
+    the MLM decoder (``share_embedding_weights``/``tie_word_embeddings``), read from the config
+    over the record's ``defaults`` (CS, HF); the HF ``prefix`` and the CS one (``cs_prefix``,
+    or a name's own in ``cs_prefixes``: BertPretrainModel names its encoder ``bert_encoder``,
+    the fine-tuning models ``bert``, bert.py line 544, bert_finetune.py line 47); the
+    record's ``flags``, those of the name (``by_name``: which heads it has) and those of its
+    ``features``; the MLM head's HF name (``mlm``)."""
+    check_name(name, names)
+    to_hf = direction == TO_HF
+    cfg = {**(defaults[0 if to_hf else 1] if defaults else {}), **config}
+    layers = layers_of(cfg, "num_hidden_layers", 12)
+    tied = cfg.get("share_embedding_weights" if to_hf else "tie_word_embeddings", True)
+    found = {*flags, *(by_name or {}).get(name, ()), *({"tied"} if tied else ())}
+    dims: dict[str, Any] = {"side": "CS" if to_hf else "HF"} | ({"mlm": mlm} if mlm else {})
+    for feature in features:
+        more, values = FEATURES[feature](to_hf, cfg)
+        found |= more
+        dims |= values
+    cs_at = (cs_prefixes or {}).get(name, cs_prefix)
+    return Ctx(shapes, layers, prefix, frozenset(found), dims, cs_prefix=cs_at)
