@@ -146,12 +146,12 @@ def _hf_sides(module: str | None = None) -> list[tuple[Record, Hf]]:
 
 
 def hf_names(module: str) -> tuple[str, ...]:
-    """The Model Zoo names an ``hf/families`` rules module serves."""
+    """The Model Zoo names the rules ``module`` (an ``Hf.module``) serve."""
     return tuple(n.name for r, _ in _hf_sides(module) for n in r.names if n.hf)
 
 
 def hf_model_types(module: str) -> tuple[str, ...]:
-    """The ``config.json`` ``model_type``\\ s an ``hf/families`` rules module imports."""
+    """The ``config.json`` ``model_type``\\ s the rules ``module`` import."""
     return tuple(t for _, hf in _hf_sides(module) for t in hf.model_types)
 
 
@@ -167,7 +167,7 @@ def hf_classes(model_type: str) -> tuple[str, str]:
 
 
 def hf_modules() -> tuple[str, ...]:
-    """The ``hf/families`` rules modules, each once."""
+    """The rules names (``Hf.module``), each once."""
     return tuple(dict.fromkeys(hf.module for _, hf in _hf_sides()))
 
 

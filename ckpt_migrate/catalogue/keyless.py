@@ -5,7 +5,7 @@ applies only its model-independent steps, as Model Zoo's fallback converters do
 Names and registry names: tag Release_2.10.0, ``tools/checkpoint_converters/registry.py``
 lines 173-378 (CLIP-ViT runs as ``vision_transformer``, MM-Simple-LLaVA as
 ``multimodal_simple``; Dragon has no registry entry). A Hugging Face side ``compose`` is a
-composite of other rules (``hf/families/compose.py``), its parts declared here.
+composite of other rules (``hf/compose.py``), its parts declared here.
 """
 
 from __future__ import annotations

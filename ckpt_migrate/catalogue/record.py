@@ -132,7 +132,7 @@ class Tensors:
 
 @dataclass(frozen=True)
 class Hf:
-    """The Hugging Face side: the name of its rules (``hf/families``; records sharing it are
+    """The Hugging Face side: the name of its rules (``hf/families.py``; records sharing it are
     converted by one set of rules), the ``config.json`` ``model_type``\\ s it imports, each
     name's architecture class, its tensors (``tensors``) and config (``config``) tables."""
 
@@ -144,7 +144,7 @@ class Hf:
     hf_dropped: tuple[Drop, ...] = ()  # HF tensors the import leaves out
     cs_absent: tuple[Absent, ...] = ()  # CS tensors Model Zoo's import leaves out
     notes: tuple[str, ...] = ()  # how it differs from Model Zoo (``list-converters``)
-    parts: tuple[Part, ...] = ()  # a composite: the models it holds (``hf/families/compose``)
+    parts: tuple[Part, ...] = ()  # a composite: the models it holds (``hf/compose.py``)
     cs_fields: dict[str, Any] = field(default_factory=dict)  # composite's own CS config fields
     mup: Mup | None = None  # its muP; with multipliers: the export folds them (hf/mup.py)
     mup_native: tuple[str, ...] = ()  # muP-named fields its HF config carries itself

@@ -77,7 +77,7 @@ def check_layer_counts(path: Path, config: Mapping[str, Any], tensors: int, dept
     """A config may not declare more layers than the file has tensors: the plan walks every
     declared layer, so a crafted count would buy minutes of CPU before any tensor is missed.
     Sections are checked too, ``depth`` levels down (a composite's parts,
-    ``hf/families/compose.py``, are at most four: MM-Simple's image encoder)."""
+    ``hf/compose.py``, are at most four: MM-Simple's image encoder)."""
     for key in _LAYER_COUNTS:
         value = config.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= tensors:

@@ -1,19 +1,19 @@
 """The Hugging Face rules of every family (the contract: ``ckpt_migrate.hf.mapping.Family``),
-found through the catalogue. Each record's ``hf.module`` names its rules; records sharing that
-name are converted by one set of rules. A record that declares its tables (``Hf.tensors``,
-``Hf.config``) is served by :class:`Rules`, the one interpreter of both, with nothing of its
-own; the others by the module of that name in this package."""
+read from the catalogue. Each record's ``hf.module`` names its rules; records sharing that name
+are converted by one set of rules: :class:`Rules`, the one interpreter of a record's tables
+(``Hf.tensors``, ``Hf.config``), or for composite records (``Hf.parts``) the one interpreter
+of parts, :class:`~ckpt_migrate.hf.compose.Composite`. ``families.<rules name>`` is that
+name's rules (``from ckpt_migrate.hf.families import gpt2``)."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from functools import partial
-from types import ModuleType
 from typing import Any
 
 from ckpt_migrate import catalogue
 from ckpt_migrate.hf import config_table, unconverted
+from ckpt_migrate.hf.compose import Composite
 from ckpt_migrate.hf.layouts import declared
 from ckpt_migrate.hf.table import Table, plans
 
@@ -26,7 +26,7 @@ class Rules:
 
     def __init__(self, module: str) -> None:
         hf = next(h for h in (r.hf for r in catalogue.RECORDS) if h and h.module == module)
-        self.__name__ = f"{__name__}.{module}"  # as a module of this package was named
+        self.__name__ = f"{__name__}.{module}"  # its name in this registry
         self.NAMES: tuple[str, ...] = catalogue.hf_names(module)
         self.HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(module)
         self.ARCHITECTURES: dict[str, str] = catalogue.hf_architectures(module)
@@ -62,32 +62,33 @@ class Rules:
         return f"<rules {self.__name__}>"
 
 
-def _declares_tables(module: str) -> bool:
-    return any(r.hf and r.hf.module == module and r.hf.tensors for r in catalogue.RECORDS)
+def _composite(module: str) -> bool:
+    return any(r.hf and r.hf.module == module and r.hf.parts for r in catalogue.RECORDS)
 
 
-_RULES = {m: Rules(m) for m in catalogue.hf_modules() if _declares_tables(m)}
+_RULES: dict[str, Rules | Composite] = {
+    m: Composite(m, f"{__name__}.{m}", lambda: by_name()) if _composite(m) else Rules(m)
+    for m in catalogue.hf_modules()
+}
 
 
-def __getattr__(name: str) -> Rules:
+def __getattr__(name: str) -> Rules | Composite:
     """``from ckpt_migrate.hf.families import <rules name>``."""
     if name in _RULES:
         return _RULES[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def modules() -> list[ModuleType | Rules]:
-    return [
-        _RULES[m] if m in _RULES else importlib.import_module(f"{__name__}.{m}")
-        for m in sorted(catalogue.hf_modules())
-    ]
+def modules() -> list[Rules | Composite]:
+    """The rules of every rules name, in name order."""
+    return [_RULES[m] for m in sorted(_RULES)]
 
 
-def by_name() -> dict[str, ModuleType | Rules]:
+def by_name() -> dict[str, Rules | Composite]:
     """Model Zoo model name -> its rules."""
-    return {name: module for module in modules() for name in module.NAMES}
+    return {name: rules for rules in modules() for name in rules.NAMES}
 
 
-def by_model_type() -> dict[str, ModuleType | Rules]:
+def by_model_type() -> dict[str, Rules | Composite]:
     """``config.json`` ``model_type`` -> the rules that import it."""
-    return {t: module for module in modules() for t in module.HF_MODEL_TYPES}
+    return {t: rules for rules in modules() for t in rules.HF_MODEL_TYPES}

@@ -44,7 +44,7 @@ _CLIP = CLIP_VIT.name
 
 
 @dataclass(frozen=True)
-class Rules:
+class PartRules:
     """A part's rules: the contract of ``hf/mapping.py``'s family modules."""
 
     config_to_hf: Callable[[Config, str], dict[str, Any]]
@@ -337,17 +337,17 @@ def _projector_context(direction: str, shapes: Mapping[str, Shape], config: Conf
     return Ctx(shapes, _projector_layers(config, direction), dims={"side": side})
 
 
-RULES: dict[str, Rules] = {
-    "bert-model": Rules(
+RULES: dict[str, PartRules] = {
+    "bert-model": PartRules(
         _bert_model_to_hf, _bert_model_to_cs, *plans(BERT_MODEL_TABLE, _bert_model_context)
     ),
-    "clip-vision": Rules(
+    "clip-vision": PartRules(
         _clip_vision_to_hf, _clip_vision_to_cs, _clip_vision_to_hf_plan, _clip_vision_plan_to_cs
     ),
-    "llava-projector": Rules(
+    "llava-projector": PartRules(
         _llava_to_hf, _llava_to_cs, *plans(PROJECTOR_TABLE, _projector_context)
     ),
-    "mmsimple-projector": Rules(
+    "mmsimple-projector": PartRules(
         _mmsimple_to_hf, _mmsimple_to_cs, *plans(PROJECTOR_TABLE, _projector_context)
     ),
 }
