@@ -37,10 +37,8 @@ class Rules:
         if hf.tensors is None:
             raise ValueError(f"{module}: its records declare no tensor table")
         self.TABLE: Table = declared(hf.tensors.table)
-        self.context: Callable = partial(
-            declared(hf.tensors.context), names=self.NAMES, **hf.tensors.params
-        )
-        self.plan_to_hf, self.plan_to_cs = plans(self.TABLE, self.context)
+        self.context: Callable = partial(declared(hf.tensors.context), **hf.tensors.params)
+        self.plan_to_hf, self.plan_to_cs = plans(self.TABLE, self.context, self.NAMES)
         self._optimizer = hf.cs_optimizer
         self.cs_ties = unconverted.cs_ties
         self.cs_dropped = unconverted.cs_dropped

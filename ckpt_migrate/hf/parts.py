@@ -35,7 +35,7 @@ from ckpt_migrate.hf.encoders import layers_of
 from ckpt_migrate.hf.layouts import bert_like, vit
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 from ckpt_migrate.hf.ops import Ctx, Op
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Table, pair, plans, row
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Table, pair, plans, row
 
 Config = Mapping[str, Any]
 # The Model Zoo names whose config rules the parts run: BERT's pretraining model, CLIP-ViT.
@@ -90,11 +90,10 @@ BERT_MODEL_TABLE = Table(
 )
 
 
-def _bert_model_context(direction: str, shapes: Mapping[str, Shape], config: Config, name: str):
-    cfg = config if direction == TO_HF else _bert_model_to_cs(config, name)
+def _bert_model_context(q: Query) -> Ctx:
+    cfg = q.config if q.to_hf else _bert_model_to_cs(q.config, q.name)
     layers = layers_of(cfg, "num_hidden_layers", 12)
-    side = "CS" if direction == TO_HF else "HF"
-    return Ctx(shapes, layers, "", frozenset({"segments"}), {"side": side})
+    return Ctx(q.shapes, layers, "", frozenset({"segments"}), {"side": "CS" if q.to_hf else "HF"})
 
 
 # --------------------------------------------------------------- clip-vision (LLaVA tower)
@@ -124,10 +123,10 @@ CLIP_VISION_TABLE = Table(
 )
 
 
-def _clip_vision_context(direction: str, shapes: Mapping[str, Shape], config: Config, name: str):
-    cfg = config if direction == TO_HF else _clip_vision_to_cs(config, name)
+def _clip_vision_context(q: Query) -> Ctx:
+    cfg = q.config if q.to_hf else _clip_vision_to_cs(q.config, q.name)
     layers = layers_of(cfg, "num_hidden_layers", 12)
-    return Ctx(shapes, layers, dims={"side": "CS" if direction == TO_HF else "HF"})
+    return Ctx(q.shapes, layers, dims={"side": "CS" if q.to_hf else "HF"})
 
 
 _clip_vision_to_hf_plan, _clip_vision_to_cs_plan = plans(CLIP_VISION_TABLE, _clip_vision_context)
@@ -332,9 +331,9 @@ def _mmsimple_to_cs(hf: Config, name: str) -> dict[str, Any]:
     return out
 
 
-def _projector_context(direction: str, shapes: Mapping[str, Shape], config: Config, name: str):
-    side = "CS" if direction == TO_HF else "HF"
-    return Ctx(shapes, _projector_layers(config, direction), dims={"side": side})
+def _projector_context(q: Query) -> Ctx:
+    side = "CS" if q.to_hf else "HF"
+    return Ctx(q.shapes, _projector_layers(q.config, q.direction), dims={"side": side})
 
 
 RULES: dict[str, PartRules] = {

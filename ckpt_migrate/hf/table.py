@@ -87,18 +87,54 @@ class Table:
 
 
 Plan = Callable[[Mapping[str, Shape], Mapping[str, Any], str], list[Out]]
-Context = Callable[[str, Mapping[str, Shape], Mapping[str, Any], str], Ctx]
 
 
-def plans(table: Table, context: Context) -> tuple[Plan, Plan]:
+@dataclass(frozen=True)
+class Query:
+    """What a context reads to build the :class:`~ckpt_migrate.hf.ops.Ctx` of a table: the
+    ``direction``, the source side's tensor ``shapes``, its ``config`` (the CS ``model:``
+    section exporting, ``config.json`` importing), the model ``name`` and the ``names`` its
+    rules serve."""
+
+    direction: str
+    shapes: Mapping[str, Shape]
+    config: Mapping[str, Any]
+    name: str
+    names: tuple[str, ...] = ()
+
+    @property
+    def to_hf(self) -> bool:
+        return self.direction == TO_HF
+
+
+Context = Callable[[Query], Ctx]
+Feature = Callable[[Query, Mapping[str, Any]], tuple[set[str], dict[str, Any]]]
+
+
+def features(
+    q: Query, cfg: Mapping[str, Any], chosen: Sequence[str], known: Mapping[str, Feature]
+) -> tuple[set[str], dict[str, Any]]:
+    """The flags and dims of the ``chosen`` features (a record's, named in ``known``) of the
+    config ``cfg``."""
+    flags: set[str] = set()
+    dims: dict[str, Any] = {}
+    for name in chosen:
+        more, values = known[name](q, cfg)
+        flags |= more
+        dims |= values
+    return flags, dims
+
+
+def plans(table: Table, context: Context, names: tuple[str, ...] = ()) -> tuple[Plan, Plan]:
     """A family's ``plan_to_hf`` and ``plan_to_cs`` (the contract of ``hf/mapping.py``):
-    ``table`` run each way in the ``context`` the family reads from the config."""
+    ``table`` run each way in the ``context`` the family reads from the config (``names``:
+    the names the rules serve)."""
 
     def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-        return table.plan(TO_HF, context(TO_HF, cs, cs_model, name))
+        return table.plan(TO_HF, context(Query(TO_HF, cs, cs_model, name, names)))
 
     def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-        return table.plan(TO_CS, context(TO_CS, hf, hf_config, name))
+        return table.plan(TO_CS, context(Query(TO_CS, hf, hf_config, name, names)))
 
     return plan_to_hf, plan_to_cs
 

@@ -9,7 +9,7 @@ features of its config (:data:`FEATURES`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,9 +26,10 @@ from ckpt_migrate.hf.encoders import (
     one_of,
     tied,
 )
-from ckpt_migrate.hf.mapping import Out, Shape, rename
+from ckpt_migrate.hf.mapping import Out, rename
 from ckpt_migrate.hf.ops import RENAME, Ctx, Op, rotary
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Row, Table, pair, row
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Feature, Group, Query, Row, Table, pair, row
+from ckpt_migrate.hf.table import features as read_features
 
 
 def _old_norm_names(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
@@ -264,31 +265,29 @@ ESM2 = Table(
 
 
 # ----------------------------------------------------------------------------- the context
-Feature = Callable[[bool, Mapping[str, Any]], tuple[set[str], dict[str, Any]]]
 
 
-def _segments(to_hf: bool, cfg: Mapping[str, Any]):
+def _segments(q: Query, cfg: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
     """Segment embeddings, which a RoBERTa CS model may lack (HF then gets a zero table of one
     row, roberta.py lines 413-434); an HF model always has them."""
-    return ({"segments"} if not to_hf or num_segments(cfg) > 0 else set()), {}
+    return ({"segments"} if not q.to_hf or num_segments(cfg) > 0 else set()), {}
 
 
-def _rotary(to_hf: bool, cfg: Mapping[str, Any]):
+def _rotary(q: Query, cfg: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
     """ESM-2's rotary positions: query and key rows permuted per head (esm2.py lines
     127-215), or learned ones."""
     rotary = cfg["position_embedding_type"] == "rotary"
-    heads = int(cfg["num_heads" if to_hf else "num_attention_heads"]) if rotary else 0
+    heads = int(cfg["num_heads" if q.to_hf else "num_attention_heads"]) if rotary else 0
     return ({"rotary"} if rotary else set()), {"heads": heads}
 
 
-def _embedding_norm(to_hf: bool, cfg: Mapping[str, Any]):
+def _embedding_norm(q: Query, cfg: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
     """ESM-2's embedding norm (``embedding_layer_norm``/``emb_layer_norm_before``)."""
-    return (
-        {"norm"} if cfg["embedding_layer_norm" if to_hf else "emb_layer_norm_before"] else set()
-    ), {}
+    norm = cfg["embedding_layer_norm" if q.to_hf else "emb_layer_norm_before"]
+    return ({"norm"} if norm else set()), {}
 
 
-def _config(to_hf: bool, cfg: Mapping[str, Any]):
+def _config(q: Query, cfg: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
     """The config itself (RoBERTa's MLM bias reads ``vocab_size``, roberta.py lines 183-192)."""
     return set(), {"cfg": cfg}
 
@@ -302,12 +301,8 @@ FEATURES: dict[str, Feature] = {
 
 
 def encoder(
-    direction: str,
-    shapes: Mapping[str, Shape],
-    config: Mapping[str, Any],
-    name: str,
+    q: Query,
     *,
-    names: Sequence[str],
     prefix: str,
     cs_prefix: str,
     defaults: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
@@ -323,17 +318,13 @@ def encoder(
     or a name's own in ``cs_prefixes``: BertPretrainModel names its encoder ``bert_encoder``,
     the fine-tuning models ``bert``, bert.py line 544, bert_finetune.py line 47); the
     record's ``flags``, those of the name (``by_name``: which heads it has) and those of its
-    ``features``; the MLM head's HF name (``mlm``)."""
-    check_name(name, names)
-    to_hf = direction == TO_HF
-    cfg = {**(defaults[0 if to_hf else 1] if defaults else {}), **config}
+    ``features`` (:data:`FEATURES`); the MLM head's HF name (``mlm``)."""
+    check_name(q.name, q.names)
+    cfg = {**(defaults[0 if q.to_hf else 1] if defaults else {}), **q.config}
     layers = layers_of(cfg, "num_hidden_layers", 12)
-    tied = cfg.get("share_embedding_weights" if to_hf else "tie_word_embeddings", True)
-    found = {*flags, *(by_name or {}).get(name, ()), *({"tied"} if tied else ())}
-    dims: dict[str, Any] = {"side": "CS" if to_hf else "HF"} | ({"mlm": mlm} if mlm else {})
-    for feature in features:
-        more, values = FEATURES[feature](to_hf, cfg)
-        found |= more
-        dims |= values
-    cs_at = (cs_prefixes or {}).get(name, cs_prefix)
-    return Ctx(shapes, layers, prefix, frozenset(found), dims, cs_prefix=cs_at)
+    tied = cfg.get("share_embedding_weights" if q.to_hf else "tie_word_embeddings", True)
+    found, dims = read_features(q, cfg, features, FEATURES)
+    found |= {*flags, *(by_name or {}).get(q.name, ()), *({"tied"} if tied else ())}
+    dims |= {"side": "CS" if q.to_hf else "HF"} | ({"mlm": mlm} if mlm else {})
+    cs_at = (cs_prefixes or {}).get(q.name, cs_prefix)
+    return Ctx(q.shapes, layers, prefix, frozenset(found), dims, cs_prefix=cs_at)

@@ -15,7 +15,7 @@ whose records list the ``features`` of their HF config it reads (:data:`FEATURES
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ckpt_migrate.hf import config_table
@@ -33,7 +33,20 @@ from ckpt_migrate.hf.ops import (
     Ctx,
     Op,
 )
-from ckpt_migrate.hf.table import BOTH, TO_CS, TO_HF, Group, Row, Table, checked, pair, row
+from ckpt_migrate.hf.table import (
+    BOTH,
+    TO_CS,
+    TO_HF,
+    Feature,
+    Group,
+    Query,
+    Row,
+    Table,
+    checked,
+    pair,
+    row,
+)
+from ckpt_migrate.hf.table import features as read_features
 
 L, H = "transformer_decoder.layers.{i}.", "{p}h.{i}."  # one layer, CS and HF
 EMBEDDING = "embedding_layer.word_embeddings.weight"
@@ -177,31 +190,6 @@ SANTACODER = on_gpt2_layout(
 BTLM = on_gpt2_layout(mlp(CONV1D, glu=True), (qkv("c_attn"),))
 
 
-def layout_context(
-    direction: str,
-    shapes: Mapping[str, Shape],
-    config: Mapping[str, Any],
-    headless: bool,
-    layers: int,
-    flags: frozenset[str] = frozenset(),
-    dims: Mapping[str, Any] | None = None,
-) -> Ctx:
-    """The context of a table :func:`on_gpt2_layout` builds: the head tied per the config
-    (``share_embedding_weights`` of the CS ``config`` on export, ``tie_word_embeddings`` of the
-    HF one on import); on import the HF attention buffers are dropped (gpt2_hf_cs.py lines
-    304-309), on export a headless model's CS ``lm_head`` (Model Zoo's ``*Model_HF_CS21``
-    note), and ``ln_f.*`` and a tied ``lm_head`` are ties (:func:`tie_map`)."""
-    key = "share_embedding_weights" if direction == TO_HF else "tie_word_embeddings"
-    tied = bool(config.get(key, True))
-    flags = flags | ({"tied"} if tied else set()) | ({"headless"} if headless else set())
-    if direction == TO_HF:
-        dropped, ties = (r"lm_head\.weight" if headless else None), tie_map(shapes, tied)
-    else:
-        dropped, ties = HF_ATTN_BUFFERS, {}
-    pre = hf_prefix(headless)
-    return Ctx(shapes, layers, pre, frozenset(flags), dims or {}, dropped, ties)
-
-
 def tie_map(cs: Mapping[str, Shape], tied: bool) -> dict[str, str]:
     """CS tensors that are copies of one the plan reads (no HF tensor of their own): ``ln_f.*``
     of ``transformer_decoder.norm.*`` (Model Zoo drops them on the way to HF, rule ``ln_f``
@@ -282,77 +270,69 @@ def _hf_shapes(hf_config: Mapping[str, Any], layers: int, pre: str) -> dict[str,
     return out
 
 
-def gpt2(
-    direction: str,
-    shapes: Mapping[str, Shape],
-    config: Mapping[str, Any],
-    name: str,
-    *,
-    names: Sequence[str],
-    headless: str,
-) -> Ctx:
+def gpt2(q: Query, *, headless: str) -> Ctx:
     """What the :data:`GPT2` table reads: the layers, the prefix (the ``headless`` name's
     class has none), whether the head is tied and the model headless, the shape of a new head;
     MappingError when a tensor's shape contradicts the config."""
-    if name not in names:
-        raise MappingError(f"the gpt2 family does not serve model {name!r}")
-    pre = hf_prefix(name == headless)
-    if direction == TO_HF:
+    if q.name not in q.names:
+        raise MappingError(f"the gpt2 family does not serve model {q.name!r}")
+    config, pre = q.config, hf_prefix(q.name == headless)
+    if q.to_hf:
         layers = _layers(config, "num_hidden_layers")
-        _check_shapes(shapes, _cs_shapes(config, layers))
+        _check_shapes(q.shapes, _cs_shapes(config, layers))
         tied, dims = config.get("share_embedding_weights", True), {}
     else:
         layers = _layers(config, "n_layer")
-        _check_shapes(shapes, _hf_shapes(config, layers, pre))
+        _check_shapes(q.shapes, _hf_shapes(config, layers, pre))
         tied = config.get("tie_word_embeddings", True)
         dims = {"head_shape": (int(config["vocab_size"]), int(config["n_embd"]))}
     flags = {"tied"} if tied else set()
-    flags |= {"headless"} if name == headless else set()
-    return Ctx(shapes, layers, pre, frozenset(flags), dims)
+    flags |= {"headless"} if q.name == headless else set()
+    return Ctx(q.shapes, layers, pre, frozenset(flags), dims)
 
 
 # ------------------------------------------------- the families built on the GPT-2 rules
-Feature = Callable[[str, Mapping[str, Shape], Mapping[str, Any], str], tuple[set[str], dict]]
 
 
-def _learned(direction: str, shapes: Mapping[str, Shape], hf: Mapping[str, Any], pre: str):
+def _learned(q: Query, hf: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
     """Learned positions, ``wpe`` (starcoder.py lines 696-707, santacoder.py)."""
     return {"learned"}, {}
 
 
-def _multi_query(direction: str, shapes: Mapping[str, Shape], hf: Mapping[str, Any], pre: str):
+def _multi_query(q: Query, hf: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
     """StarCoder's attention: multi-query (``mq``) or not, the heads and the rows of Q, K and V
     in an MQA ``c_attn`` (starcoder.py lines 98-168); on import MappingError when a ``c_attn``
     does not pack Q, K and V."""
     embed, heads, mq = hf["n_embd"], hf["n_head"], bool(hf["multi_query"])
     d_head = embed // heads
-    if direction == TO_CS:
+    if not q.to_hf:
         rows = embed + 2 * d_head if mq else 3 * embed
+        pre = hf_prefix(q.name.endswith("-headless"))
         for i in range(hf["n_layer"]):
             for suffix in BOTH:
                 src = f"{pre}h.{i}.attn.c_attn.{suffix}"
-                if src in shapes and shapes[src][0] != rows:
+                if src in q.shapes and q.shapes[src][0] != rows:
                     raise MappingError(
-                        f"{src}: {shapes[src]} does not pack Q, K and V ({rows} rows)"
+                        f"{src}: {q.shapes[src]} does not pack Q, K and V ({rows} rows)"
                     )
     dims = {"heads": heads, "rows": (0, embed, embed + d_head, embed + 2 * d_head)}
     return ({"mq"} if mq else set()), dims
 
 
-def _mask_positions(direction: str, shapes: Mapping[str, Shape], hf: Mapping[str, Any], pre: str):
+def _mask_positions(q: Query, hf: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
     """SantaCoder's generated causal mask: its positions, on export (santacoder.py lines
     156-168)."""
-    return set(), ({"positions": hf["n_positions"]} if direction == TO_HF else {})
+    return set(), ({"positions": hf["n_positions"]} if q.to_hf else {})
 
 
-def _alibi(direction: str, shapes: Mapping[str, Shape], hf: Mapping[str, Any], pre: str):
+def _alibi(q: Query, hf: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
     """BTLM's ALiBi slopes (``relative_pe.slopes`` -> ``embedding_layer.position_embed_helper
     .slopes``, btlm_hf_cs.py lines 386-394) or learned positions."""
     alibi = hf.get("position_embedding_type", "learned") == "alibi"
     return ({"alibi"} if alibi else {"learned"}), {}
 
 
-def _swiglu(direction: str, shapes: Mapping[str, Shape], hf: Mapping[str, Any], pre: str):
+def _swiglu(q: Query, hf: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
     """BTLM's SwiGLU second input ``mlp.c_fc2`` (btlm_hf_cs.py lines 50-60)."""
     return ({"glu"} if swiglu(hf.get("activation_function", "gelu_new")) else set()), {}
 
@@ -367,28 +347,26 @@ FEATURES: dict[str, Feature] = {
 
 
 def on_layout(
-    direction: str,
-    shapes: Mapping[str, Shape],
-    config: Mapping[str, Any],
-    name: str,
-    *,
-    names: Sequence[str],
-    features: Sequence[str],
-    hf_defaults: Mapping[str, Any] | None = None,
+    q: Query, *, features: Sequence[str], hf_defaults: Mapping[str, Any] | None = None
 ) -> Ctx:
     """The context of a table :func:`on_gpt2_layout` builds (StarCoder, SantaCoder, BTLM,
     JAIS): the layers and the record's ``features`` (:data:`FEATURES`), read from the HF
-    config (on export the one the record's config table gives) over ``hf_defaults``; the rest
-    is :func:`layout_context`'s."""
-    headless = check_name(name, names)
-    hf = config_table.to_hf(config, name) if direction == TO_HF else config
+    config (on export the one the record's config table gives) over ``hf_defaults``; the head
+    tied per the config (``share_embedding_weights`` of the CS config on export,
+    ``tie_word_embeddings`` of the HF one on import). On import the HF attention buffers are
+    dropped (gpt2_hf_cs.py lines 304-309), on export a headless model's CS ``lm_head`` (Model
+    Zoo's ``*Model_HF_CS21`` note), and ``ln_f.*`` and a tied ``lm_head`` are ties
+    (:func:`tie_map`)."""
+    headless = check_name(q.name, q.names)
+    hf = config_table.to_hf(q.config, q.name) if q.to_hf else q.config
     hf = {**(hf_defaults or {}), **hf}
-    flags: set[str] = set()
-    dims: dict[str, Any] = {}
-    for feature in features:
-        more, values = FEATURES[feature](direction, shapes, hf, hf_prefix(headless))
-        flags |= more
-        dims |= values
-    return layout_context(
-        direction, shapes, config, headless, hf["n_layer"], frozenset(flags), dims
-    )
+    flags, dims = read_features(q, hf, features, FEATURES)
+    key = "share_embedding_weights" if q.to_hf else "tie_word_embeddings"
+    tied = bool(q.config.get(key, True))
+    flags |= ({"tied"} if tied else set()) | ({"headless"} if headless else set())
+    if q.to_hf:
+        dropped, ties = (r"lm_head\.weight" if headless else None), tie_map(q.shapes, tied)
+    else:
+        dropped, ties = HF_ATTN_BUFFERS, {}
+    pre = hf_prefix(headless)
+    return Ctx(q.shapes, hf["n_layer"], pre, frozenset(flags), dims, dropped, ties)

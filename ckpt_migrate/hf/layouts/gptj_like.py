@@ -27,7 +27,7 @@ from ckpt_migrate.hf.fused import ALIBI_SLOPES, BLOOM_QKV, CODEGEN_QKV, FALCON_Q
 from ckpt_migrate.hf.heads import DECODER_HEAD
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs
 from ckpt_migrate.hf.ops import RENAME_EXISTING, SECOND_NAME, Ctx, Op
-from ckpt_migrate.hf.table import BOTH, TO_CS, TO_HF, Group, Row, Table, row
+from ckpt_migrate.hf.table import BOTH, TO_CS, TO_HF, Group, Query, Row, Table, row
 
 Pairs = Sequence[tuple[str, str]]  # (HF name, CS name)
 EMBED = "embedding_layer.word_embeddings.weight"
@@ -95,16 +95,14 @@ def inputs_exist(plan: list[Out], ctx: Ctx) -> list[Out]:
     return plan
 
 
-def cs_config(
-    direction: str, config: Mapping[str, Any], name: str, defaults: Mapping[str, Any]
-) -> Mapping[str, Any]:
+def cs_config(q: Query, defaults: Mapping[str, Any]) -> Mapping[str, Any]:
     """The CS config a :func:`decoder_context` reads: on import the one the record's config
-    table gives; on export ``config`` over the family's ``defaults``, once the table accepted
+    table gives; on export the config over the family's ``defaults``, once the table accepted
     it."""
-    if direction == TO_CS:
-        return config_table.to_cs(config, name)
-    config_table.to_hf(config, name)
-    return {**defaults, **config}
+    if not q.to_hf:
+        return config_table.to_cs(q.config, q.name)
+    config_table.to_hf(q.config, q.name)
+    return {**defaults, **q.config}
 
 
 def decoder_context(
@@ -140,12 +138,8 @@ def check_name(name: str, names: Sequence[str]) -> None:
 
 
 def decoder(
-    direction: str,
-    shapes: Mapping[str, Shape],
-    config: Mapping[str, Any],
-    name: str,
+    q: Query,
     *,
-    names: Sequence[str],
     defaults: Mapping[str, Any],
     prefix: str = "transformer.",
     bias: bool = False,
@@ -159,41 +153,34 @@ def decoder(
     transformers' ``save_pretrained`` still saves, read back as ``lm_head``; gpt_neox_hf_cs.py
     lines 568-574): an untied head is exported under it; on import ``lm_head`` is read unless
     only the legacy name is there."""
-    cfg = cs_config(direction, config, name, defaults)
+    cfg = cs_config(q, defaults)
     values: dict[str, Any] = {dim: cfg[field] for dim, field in (dims or {}).items()}
     if legacy_head is not None:
         values["hf_head"] = legacy_head
-        if direction == TO_CS and (legacy_head not in shapes or HEAD in shapes):
+        if not q.to_hf and (legacy_head not in q.shapes or HEAD in q.shapes):
             values["hf_head"] = HEAD
-    return decoder_context(shapes, cfg, name, prefix, bias=bias, dims=values)
+    return decoder_context(q.shapes, cfg, q.name, prefix, bias=bias, dims=values)
 
 
-def grouped(
-    direction: str,
-    shapes: Mapping[str, Shape],
-    config: Mapping[str, Any],
-    name: str,
-    *,
-    names: Sequence[str],
-) -> Ctx:
+def grouped(q: Query) -> Ctx:
     """Falcon's context (falcon_180b.py lines 36-131 and 568-588): norms untied or not
     (``ln_attn``/``ln_mlp`` or ``input_layernorm``), the linear layers' biases, and the rows of
     Q, K and V in the grouped fused ``query_key_value`` (:data:`~ckpt_migrate.hf.fused.
     FALCON_QKV`), from the CS config the table accepted or the one it gives."""
-    if direction == TO_CS:
-        cfg = config_table.to_cs(config, name)
+    if not q.to_hf:
+        cfg = config_table.to_cs(q.config, q.name)
         groups, bias = cfg["extra_attention_params"]["num_kv_groups"], cfg["use_ffn_bias"]
         untied = cfg["use_untied_layer_norm"]
     else:
-        check_name(name, names)
-        cfg = config_table.source(CS, config, name)
+        check_name(q.name, q.names)
+        cfg = config_table.source(CS, q.config, q.name)
         groups, untied = falcon_cs_layout(cfg)
         bias = bool(cfg["use_ffn_bias"])
     heads, head_dim = cfg["num_heads"], cfg["hidden_size"] // cfg["num_heads"]
     rows = {"q": heads * head_dim, "k": groups * head_dim, "v": groups * head_dim}
     dims = {"groups": groups, "head_dim": head_dim, "rows": rows}
     flags = frozenset(({"untied"} if untied else set()) | ({"bias"} if bias else set()))
-    return decoder_context(shapes, cfg, name, "transformer.", dims=dims, flags=flags)
+    return decoder_context(q.shapes, cfg, q.name, "transformer.", dims=dims, flags=flags)
 
 
 # ----------------------------------------------------------------------------- the tables

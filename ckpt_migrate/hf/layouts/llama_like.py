@@ -11,7 +11,7 @@ table needs beyond LLaMA's (Mixtral's experts, Gemma 2's attention biases).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ckpt_migrate.catalogue.config import CS
@@ -19,9 +19,9 @@ from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.config_llama import kv_heads_cs
 from ckpt_migrate.hf.experts import EXPERTS
 from ckpt_migrate.hf.heads import LLAMA_HEAD
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.mapping import MappingError, Out
 from ckpt_migrate.hf.ops import NORM_OFFSET, RENAME, SECOND_NAME, Ctx, Op, rotary, second_name
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Row, Table, row
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Row, Table, row
 
 L, H = "transformer_decoder.layers.{i}.", "{p}layers.{i}."  # one layer, CS and HF
 EMBED = "embedding_layer.word_embeddings.weight"
@@ -117,12 +117,8 @@ _WAY = {TO_HF: "export", TO_CS: "import"}
 
 
 def decoder(
-    direction: str,
-    shapes: Mapping[str, Shape],
-    config: Mapping[str, Any],
-    name: str,
+    q: Query,
     *,
-    names: Sequence[str],
     label: str | None = None,
     check_on: str = "export",
     family: str = "LLaMA",
@@ -138,22 +134,22 @@ def decoder(
     ``gate_up_proj`` stacks gate and up rows, mixtral.py lines 172-300); with ``bias``,
     whether the attention has biases (Gemma 2, gemma2.py lines 56-190). ``family`` names it
     when its attention is refused."""
-    if label is not None and name not in names and check_on == _WAY[direction]:
-        raise MappingError(f"{name}: not a {label} model name")
-    if direction == TO_HF:
-        cfg = config_table.source(CS, config, name)
+    if label is not None and q.name not in q.names and check_on == _WAY[q.direction]:
+        raise MappingError(f"{q.name}: not a {label} model name")
+    if q.to_hf:
+        cfg = config_table.source(CS, q.config, q.name)
     else:
-        cfg = config_table.to_cs(config, name)
+        cfg = config_table.to_cs(q.config, q.name)
     dims: dict[str, Any] = {}
     if experts:
         dims["experts"] = int(cfg["moe"]["num_experts"])
-        if direction == TO_CS:
+        if not q.to_hf:
             dims["inter"] = int(cfg["filter_size"])
     dims |= {"heads": cfg["num_heads"], "kv": kv_heads_cs(cfg, family)}
-    headless = name.endswith("-headless")
+    headless = q.name.endswith("-headless")
     flags = {"tied"} if cfg["share_embedding_weights"] else set()
     flags |= ({"headless"} if headless else set()) | (
         {"bias"} if bias and cfg["use_projection_bias_in_attention"] else set()
     )
     prefix = "" if headless else "model."
-    return Ctx(shapes, cfg["num_hidden_layers"], prefix, frozenset(flags), dims)
+    return Ctx(q.shapes, cfg["num_hidden_layers"], prefix, frozenset(flags), dims)

@@ -16,7 +16,7 @@ from ckpt_migrate.hf.encoders import check_name, layers_of, one_of, present, tie
 from ckpt_migrate.hf.layouts.bert_like import inputs_on_side
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 from ckpt_migrate.hf.ops import Ctx, Op
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Row, Table, row
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Row, Table, row
 
 
 def _embeddings_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
@@ -132,34 +132,26 @@ def _refuse_positions(cs: Mapping[str, Shape]) -> None:
             raise MappingError(f"{name}: position_embedding_type absolute has no HF T5 equivalent")
 
 
-def context(
-    direction: str,
-    shapes: Mapping[str, Shape],
-    config: Mapping[str, Any],
-    name: str,
-    *,
-    names: Sequence[str],
-    defaults: tuple[Mapping[str, Any], Mapping[str, Any]],
-) -> Ctx:
+def context(q: Query, *, defaults: tuple[Mapping[str, Any], Mapping[str, Any]]) -> Ctx:
     """Model Zoo: Converter_T5_HF_CS21 (t5.py lines 1341-1408, 1485-1489) either way: the
     encoder and decoder layer counts, gated feed-forward layers, the lm_head shared with the
     embeddings (``share_embedding_weights``; on import :func:`~ckpt_migrate.hf.config_t5.
     hf_scales_tied`), read over the record's ``defaults`` (CS, HF)."""
-    check_name(name, names)
-    if direction == TO_HF:
-        _refuse_positions(shapes)
-        cfg = {**defaults[0], **config}
+    check_name(q.name, q.names)
+    if q.to_hf:
+        _refuse_positions(q.shapes)
+        cfg = {**defaults[0], **q.config}
         keys = ("encoder_num_hidden_layers", "decoder_num_hidden_layers")
     else:
-        cfg = {**defaults[1], **config}
+        cfg = {**defaults[1], **q.config}
         keys = ("num_layers", "num_decoder_layers")
     enc = layers_of(cfg, keys[0], 6)
     dec = enc if cfg.get(keys[1]) is None else layers_of(cfg, keys[1], enc)
-    if direction == TO_HF:
+    if q.to_hf:
         gated = nonlinearity_to_hf(cfg).startswith("gated-")
         tied = cfg["share_embedding_weights"]
     else:
         gated, tied = str(cfg["feed_forward_proj"]).startswith("gated-"), hf_scales_tied(cfg)
     flags = {f for f, on in (("gated", gated), ("tied", tied)) if on}
-    dims = {"encoder": enc, "decoder": dec, "side": "CS" if direction == TO_HF else "HF"}
-    return Ctx(shapes, 0, "", frozenset(flags), dims)
+    dims = {"encoder": enc, "decoder": dec, "side": "CS" if q.to_hf else "HF"}
+    return Ctx(q.shapes, 0, "", frozenset(flags), dims)

@@ -12,17 +12,16 @@ lines 212-236), so its rows are rotated by one each way (:data:`CLASS_ROW`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.encoders import layers_of
 from ckpt_migrate.hf.layouts.bert_like import inputs_on_side
-from ckpt_migrate.hf.mapping import Out, Shape
+from ckpt_migrate.hf.mapping import Out
 from ckpt_migrate.hf.ops import Ctx, Op
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Table, pair, row
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Table, pair, row
 
 
 def _rolled(shift: int) -> Callable[[Sequence[str], Sequence[str], Ctx], list[Out]]:
@@ -92,18 +91,14 @@ CLIP = Table(
 )
 
 
-def context(
-    direction: str,
-    shapes: Mapping[str, Shape],
-    config: Mapping[str, Any],
-    name: str,
-    *,
-    names: Sequence[str],
-) -> Ctx:
+def context(q: Query) -> Ctx:
     """Model Zoo: Converter_CLIPViT_Projection_HF_CS21 either way: the layers, once the record's
     config table accepted the config (HF's ``position_ids`` buffer, when a file has it, is
     dropped: lines 39-41)."""
-    to_hf = direction == TO_HF
-    cfg = config_table.to_hf(config, name) if to_hf else config_table.to_cs(config, name)
-    layers = layers_of(config if to_hf else cfg, "num_hidden_layers", 12)
-    return Ctx(shapes, layers, dims={"side": "CS" if to_hf else "HF"})
+    if q.to_hf:
+        config_table.to_hf(q.config, q.name)
+        cfg = q.config
+    else:
+        cfg = config_table.to_cs(q.config, q.name)
+    layers = layers_of(cfg, "num_hidden_layers", 12)
+    return Ctx(q.shapes, layers, dims={"side": "CS" if q.to_hf else "HF"})
