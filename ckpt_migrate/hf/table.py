@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs
 from ckpt_migrate.hf.ops import RENAME, Ctx, Op
 
 TO_HF, TO_CS = "to_hf", "to_cs"
@@ -162,14 +162,36 @@ def _fill(patterns: tuple[str, ...], ctx: Ctx, layer: int, suffix: str) -> tuple
     return tuple(p.format(p=ctx.prefix, c=ctx.cs_prefix, i=layer, s=suffix) for p in patterns)
 
 
+def inputs_present(message: str, most: int | None = None) -> Check:
+    """A table's check that every input its plan reads exists, else MappingError(``message``)
+    formatted with the missing names (``first``; ``names``, the first ``most`` of them
+    comma-separated; ``count``) and the source side (``side``, ``ctx.dims["side"]``). Source
+    tensors no row reads are left to the pipeline's unused-tensor rule (``hf/unconverted.py``
+    names those Model Zoo drops) unless the table's check is :func:`checked`. Each layout
+    group words its message as its hand-written rules did; the golden plans hold them."""
+
+    def check(plan: list[Out], ctx: Ctx) -> list[Out]:
+        missing = missing_inputs(plan, ctx.available)
+        if missing:
+            names = ", ".join(missing[:most])
+            side = ctx.dims.get("side")
+            raise MappingError(
+                message.format(first=missing[0], names=names, count=len(missing), side=side)
+            )
+        return plan
+
+    return check
+
+
+_ALL_PRESENT = inputs_present("missing tensors: {names}")
+
+
 def checked(plan: list[Out], ctx: Ctx) -> list[Out]:
     """The plan, or MappingError naming the inputs it lacks or the source tensors no rule
     converts (those ``ctx.dropped`` full-matches are left out on purpose, ``ctx.ties`` are
     copies the pipeline checks)."""
     available = ctx.available
-    missing = sorted({i for out in plan for i in out.inputs} - set(available))
-    if missing:
-        raise MappingError(f"missing tensors: {', '.join(missing)}")
+    _ALL_PRESENT(plan, ctx)
     used = {i for out in plan for i in out.inputs} | set(ctx.ties)
     skip = re.compile(ctx.dropped) if ctx.dropped else None
     unknown = [n for n in available if n not in used and not (skip and skip.fullmatch(n))]

@@ -18,7 +18,6 @@ from ckpt_migrate.hf.config_bert import num_segments
 from ckpt_migrate.hf.encoders import (
     CS_MLM,
     check_name,
-    finish,
     layers_of,
     mlm_bias_to_cs,
     mlm_to_hf,
@@ -28,7 +27,18 @@ from ckpt_migrate.hf.encoders import (
 )
 from ckpt_migrate.hf.mapping import Out, rename
 from ckpt_migrate.hf.ops import RENAME, Ctx, Op, rotary
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Feature, Group, Query, Row, Table, pair, row
+from ckpt_migrate.hf.table import (
+    TO_CS,
+    TO_HF,
+    Feature,
+    Group,
+    Query,
+    Row,
+    Table,
+    inputs_present,
+    pair,
+    row,
+)
 from ckpt_migrate.hf.table import features as read_features
 
 
@@ -74,11 +84,9 @@ def _esm_head_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[
 ESM_HEAD = Op("ESM-2 MLM decoder", _esm_head_to_hf, _esm_head_to_cs)
 
 
-def inputs_on_side(plan: list[Out], ctx: Ctx) -> list[Out]:
-    """Every input the plan names must exist (the message names the source side,
-    ``ctx.dims["side"]``, "CS" or "HF"); source tensors no row reads are for the pipeline's
-    unused-tensor rule (``hf/unconverted.py`` names those Model Zoo drops)."""
-    return finish(plan, ctx.available, ctx.dims["side"])
+# Every input the plan names must exist (the message names the source side, ``ctx.dims["side"]``,
+# "CS" or "HF"): the check of the encoders' tables, CLIP-ViT's and T5's.
+inputs_on_side = inputs_present("{side} tensor {first} is missing ({count} missing)")
 
 
 def _mlm_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:

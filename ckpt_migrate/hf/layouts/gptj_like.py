@@ -25,9 +25,9 @@ from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.config_gptj import falcon_cs_layout
 from ckpt_migrate.hf.fused import ALIBI_SLOPES, BLOOM_QKV, CODEGEN_QKV, FALCON_QKV, NEOX_QKV
 from ckpt_migrate.hf.heads import DECODER_HEAD
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs
+from ckpt_migrate.hf.mapping import MappingError, Shape
 from ckpt_migrate.hf.ops import RENAME_EXISTING, SECOND_NAME, Ctx, Op
-from ckpt_migrate.hf.table import BOTH, TO_CS, TO_HF, Group, Query, Row, Table, row
+from ckpt_migrate.hf.table import BOTH, TO_CS, TO_HF, Group, Query, Row, Table, inputs_present, row
 
 Pairs = Sequence[tuple[str, str]]  # (HF name, CS name)
 EMBED = "embedding_layer.word_embeddings.weight"
@@ -50,7 +50,7 @@ def decoder_table(
     (read on export from the copy that exists; a third item is the row's ``when``), the
     ``attention`` rows (fused Q/K/V), the rows of tensors ``made`` on import, then the head
     (:data:`~ckpt_migrate.hf.heads.DECODER_HEAD`); on import the final norm's second name after
-    the renames. Every input must exist (:func:`inputs_exist`); source tensors no row reads are
+    the renames. Every input must exist; source tensors no row reads are
     left to the pipeline's unused-tensor rule."""
     hf_of = {cs: hf for hf, cs in top}
     heads = ((EMBED, HEAD, HEAD_BIAS), ("{p}" + hf_of[EMBED], HEAD, HEAD_BIAS))
@@ -75,7 +75,7 @@ def decoder_table(
             TO_HF: ("top", "layers", "attention", "made", "head"),
             TO_CS: ("top", "layers", "final norm's second name", "attention", "made", "head"),
         },
-        check=inputs_exist,
+        check=inputs_present("{first}: the checkpoint lacks this tensor"),
     )
 
 
@@ -84,15 +84,6 @@ def qkv_row(fused: str, op: Op, kinds: tuple[str, ...] = BOTH, when: str | None 
     ``{i}`` and ``{kind}`` fields) through ``op`` (:func:`~ckpt_migrate.hf.ops.fused_qkv`)."""
     cs = tuple(f"{L}self_attn.proj_{w}_dense_layer.{{s}}" for w in "qkv")
     return Row(cs, ("{p}" + fused.format(i="{i}", kind="{s}"),), op, kinds, when)
-
-
-def inputs_exist(plan: list[Out], ctx: Ctx) -> list[Out]:
-    """Every input the plan reads exists. Source tensors no rule reads are left to the
-    pipeline's ``unused_inputs`` check (``hf/unconverted.py`` names the expected ones)."""
-    missing = missing_inputs(plan, ctx.available)
-    if missing:
-        raise MappingError(f"{missing[0]}: the checkpoint lacks this tensor")
-    return plan
 
 
 def cs_config(q: Query, defaults: Mapping[str, Any]) -> Mapping[str, Any]:

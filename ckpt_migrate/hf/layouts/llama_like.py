@@ -19,9 +19,9 @@ from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.config_llama import kv_heads_cs
 from ckpt_migrate.hf.experts import EXPERTS
 from ckpt_migrate.hf.heads import LLAMA_HEAD
-from ckpt_migrate.hf.mapping import MappingError, Out
+from ckpt_migrate.hf.mapping import MappingError
 from ckpt_migrate.hf.ops import NORM_OFFSET, RENAME, SECOND_NAME, Ctx, Op, rotary, second_name
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Row, Table, row
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Row, Table, inputs_present, row
 
 L, H = "transformer_decoder.layers.{i}.", "{p}layers.{i}."  # one layer, CS and HF
 EMBED = "embedding_layer.word_embeddings.weight"
@@ -48,7 +48,7 @@ def llama_table(layer: Sequence[Row], norm: Op = RENAME) -> Table:
     """The embeddings, the final norm (through ``norm``; on import also under its second CS
     name ``ln_f``, Model Zoo llama.py lines 395-409), the head
     (:data:`~ckpt_migrate.hf.heads.LLAMA_HEAD`), then each layer's ``layer`` rows. Every input
-    must exist (:func:`inputs_present`); source tensors no row reads are for the pipeline to
+    must exist (refused naming five); source tensors no row reads are for the pipeline to
     report."""
     final = row("transformer_decoder.norm.weight", "{p}norm.weight", norm)
     copy = row(
@@ -67,16 +67,8 @@ def llama_table(layer: Sequence[Row], norm: Op = RENAME) -> Table:
             TO_HF: ("embeddings", "final norm", "head", "layers"),
             TO_CS: ("embeddings", "final norm", "final norm's second name", "head", "layers"),
         },
-        check=inputs_present,
+        check=inputs_present("missing tensors: {names}", most=5),
     )
-
-
-def inputs_present(plan: list[Out], ctx: Ctx) -> list[Out]:
-    """Refuse a plan that needs a tensor the source lacks (naming five)."""
-    missing = sorted({n for out in plan for n in out.inputs} - set(ctx.available))
-    if missing:
-        raise MappingError(f"missing tensors: {', '.join(missing[:5])}")
-    return plan
 
 
 LLAMA = llama_table(ATTENTION_AND_NORMS + MLP)
