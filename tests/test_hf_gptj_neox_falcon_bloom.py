@@ -8,7 +8,6 @@ the round-tripped tensors."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,7 +16,8 @@ import pytest
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from ckpt_migrate.hf import families, fused  # noqa: E402
+from ckpt_migrate.hf import families  # noqa: E402
+from ckpt_migrate.hf.fused import alibi_slopes  # noqa: E402
 from ckpt_migrate.hf.mapping import MappingError, run, unused_inputs  # noqa: E402
 from ckpt_migrate.hf.ops import interleave  # noqa: E402
 
@@ -468,9 +468,8 @@ def test_bloom_slopes_match_transformers(heads: int) -> None:
     in double precision and rounds once to float32, HF in float32 powers (within an ulp)."""
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
-    family = fused  # the ALiBi slopes' home
     alibi = build_alibi_tensor(torch.ones(1, 2), heads, torch.float32)  # [heads, 1, 2]
-    ours = np.asarray(family.alibi_slopes(heads), dtype=np.float32)
+    ours = np.asarray(alibi_slopes(heads), dtype=np.float32)
     np.testing.assert_allclose(ours, alibi[:, 0, 1].numpy(), rtol=2e-7, atol=0)
 
 
@@ -512,13 +511,12 @@ def _rope_pairs(x: np.ndarray, pos: int, rotary_dim: int) -> np.ndarray:
 def test_interleaving_turns_hf_rope_into_cs_rope(module: str) -> None:
     """Why Model Zoo permutes Q and K rows: the interleaved head rotated the CS way equals the
     HF head rotated the HF way, then interleaved."""
-    family = SimpleNamespace(_interleave=interleave)  # the rotary rows' operation (hf/ops.py)
     x = np.random.default_rng(0).normal(size=16)
     for rotary_dim in (8, 16):
-        swapped = family._interleave(x.reshape(1, -1), rotary_dim)[0]
+        swapped = interleave(x.reshape(1, -1), rotary_dim)[0]
         for pos in (0, 3, 17):
             hf = _rope_halves(x, pos, rotary_dim).reshape(1, -1)
-            expected = family._interleave(hf, rotary_dim)[0]
+            expected = interleave(hf, rotary_dim)[0]
             np.testing.assert_allclose(_rope_pairs(swapped, pos, rotary_dim), expected)
 
 
