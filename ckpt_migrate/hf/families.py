@@ -18,6 +18,11 @@ from ckpt_migrate.hf.layouts import declared
 from ckpt_migrate.hf.table import Table, plans
 
 
+def _shared(hf: catalogue.Hf) -> tuple[Any, ...]:
+    """What the records of one rules name must declare alike."""
+    return hf.tensors, hf.config_label, hf.cs_optimizer
+
+
 class Rules:
     """The rules of one ``hf.module`` name, read from its records: the names served, the
     ``model_type``\\ s imported, each name's class; the config table run either way by
@@ -25,7 +30,10 @@ class Rules:
     declare (``Hf.tensors``); the tensors left out or tied, by ``hf/unconverted.py``."""
 
     def __init__(self, module: str) -> None:
-        hf = next(h for h in (r.hf for r in catalogue.RECORDS) if h and h.module == module)
+        sides = [r.hf for r in catalogue.RECORDS if r.hf and r.hf.module == module]
+        hf = sides[0]
+        if any(_shared(h) != _shared(hf) for h in sides):
+            raise ValueError(f"{module}: its records declare different tensor rules")
         self.__name__ = f"{__name__}.{module}"  # its name in this registry
         self.NAMES: tuple[str, ...] = catalogue.hf_names(module)
         self.HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(module)

@@ -12,6 +12,11 @@ names its groups' order per direction (a group left out of one direction's order
 that way: another group's operation writes those tensors), and a group sorts its outputs by the
 axes it names per direction: ``layer``, ``row``, ``suffix`` and ``piece`` (which output of one
 operation).
+
+A table runs in a :class:`~ckpt_migrate.hf.ops.Ctx` (the layers, the prefix, the flags its rows'
+``when`` read, the dims its operations read) that a *context* builds from a :class:`Query` (the
+direction, the source side's shapes and config, the model name) and the parameters a catalogue
+record declares (``Hf.tensors``); one context serves each layout group (``hf/layouts/``).
 """
 
 from __future__ import annotations
