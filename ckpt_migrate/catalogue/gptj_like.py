@@ -13,7 +13,11 @@ CodeGen is GPT-J's CS model (``registry.py`` line 344, ``"codegen": "gptj"``).
 from __future__ import annotations
 
 from ckpt_migrate.catalogue import gptj_config
-from ckpt_migrate.catalogue.gptj_config import BLOOM_CS_DEFAULTS, GPTJ_CS_DEFAULTS
+from ckpt_migrate.catalogue.gptj_config import (
+    BLOOM_CS_DEFAULTS,
+    FALCON_CS_DEFAULTS,
+    GPTJ_CS_DEFAULTS,
+)
 from ckpt_migrate.catalogue.layouts import DECODER
 from ckpt_migrate.catalogue.mup import DECODER_MUP, GPTJ_MUP
 from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature, Tensors
@@ -218,6 +222,12 @@ FALCON = Record(
         # ALiBi slopes, which HF computes (falcon_180b.py lines 42-47 and 719-723)
         cs_dropped=(_ALIBI_SLOPES,),
         config=gptj_config.FALCON_CONFIG,
-        tensors=Tensors("gptj_like.FALCON", "gptj_like.grouped"),
+        # the grouped fused Q/K/V (falcon_40b.py lines 35-301), norms and biases
+        # (falcon_180b.py lines 36-131)
+        tensors=Tensors(
+            "gptj_like.FALCON",
+            _DECODER,
+            {"defaults": FALCON_CS_DEFAULTS, "features": ("grouped attention",), "check": True},
+        ),
     ),
 )

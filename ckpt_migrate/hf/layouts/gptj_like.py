@@ -5,9 +5,9 @@ Q/K/V, the final norm under its second CS name, the head (and its bias).
 
 Each table is its family's (HF, CS) name pairs, as Model Zoo's five converters spell them
 alike, built into a table by :func:`decoder_table`; the fused Q/K/V layouts are named operations
-(``hf/fused.py``). One context, :func:`decoder`, reads the config for all of them but Falcon's
-grouped attention (:func:`grouped`); their catalogue records name table and context
-(``Hf.tensors``). All these CS models register their final norm under
+(``hf/fused.py``). One context, :func:`decoder`, reads the config for all five (Falcon's
+grouped attention is a feature its record lists); their catalogue records name table and
+context (``Hf.tensors``). All these CS models register their final norm under
 two names, ``ln_f`` and ``transformer_decoder.norm`` (one module: ``models/nlp/gptj/
 gptj_model.py`` lines 535-538, which CodeGen, GPT-NeoX and Falcon use; ``models/nlp/gpt2/
 gpt2_model.py`` lines 910 and 965 for BLOOM). Model Zoo writes both on the way to CS
@@ -20,14 +20,25 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ckpt_migrate.catalogue.config import CS
 from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.config_gptj import falcon_cs_layout
 from ckpt_migrate.hf.fused import ALIBI_SLOPES, BLOOM_QKV, CODEGEN_QKV, FALCON_QKV, NEOX_QKV
 from ckpt_migrate.hf.heads import DECODER_HEAD
 from ckpt_migrate.hf.mapping import MappingError, Shape
 from ckpt_migrate.hf.ops import RENAME_EXISTING, SECOND_NAME, Ctx, Op
-from ckpt_migrate.hf.table import BOTH, TO_CS, TO_HF, Group, Query, Row, Table, inputs_present, row
+from ckpt_migrate.hf.table import (
+    BOTH,
+    TO_CS,
+    TO_HF,
+    Feature,
+    Group,
+    Query,
+    Row,
+    Table,
+    inputs_present,
+    row,
+)
+from ckpt_migrate.hf.table import features as read_features
 
 Pairs = Sequence[tuple[str, str]]  # (HF name, CS name)
 EMBED = "embedding_layer.word_embeddings.weight"
@@ -128,6 +139,21 @@ def check_name(name: str, names: Sequence[str]) -> None:
         raise MappingError(f"{name}: this family serves {', '.join(names)}")
 
 
+def _grouped(q: Query, cfg: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """Falcon's attention (falcon_180b.py lines 36-131 and 568-588): norms untied or not
+    (``ln_attn``/``ln_mlp`` or ``input_layernorm``), the linear layers' biases, and the rows of
+    Q, K and V in the grouped fused ``query_key_value`` (:data:`~ckpt_migrate.hf.fused.
+    FALCON_QKV`)."""
+    groups, untied = falcon_cs_layout(cfg)
+    heads, head_dim = cfg["num_heads"], cfg["hidden_size"] // cfg["num_heads"]
+    rows = {"q": heads * head_dim, "k": groups * head_dim, "v": groups * head_dim}
+    flags = ({"untied"} if untied else set()) | ({"bias"} if cfg["use_ffn_bias"] else set())
+    return flags, {"groups": groups, "head_dim": head_dim, "rows": rows}
+
+
+FEATURES: dict[str, Feature] = {"grouped attention": _grouped}
+
+
 def decoder(
     q: Query,
     *,
@@ -136,42 +162,28 @@ def decoder(
     bias: bool = False,
     dims: Mapping[str, str] | None = None,
     legacy_head: str | None = None,
+    features: Sequence[str] = (),
+    check: bool = False,
 ) -> Ctx:
-    """The context of GPT-J, CodeGen, GPT-NeoX and BLOOM (their records' ``Hf.tensors``):
-    the CS config (:func:`cs_config`, over the family's ``defaults``), the HF ``prefix``, a
-    head ``bias``, the ``dims`` the family's fused attention reads (dim -> CS config field).
+    """The context of the GPT-J backbone's families (their records' ``Hf.tensors``): the CS
+    config (:func:`cs_config`, over the family's ``defaults``; with ``check``, on export a name
+    not served is refused first), the HF ``prefix``, a head ``bias``, the ``dims`` the family's
+    fused attention reads (dim -> CS config field) and its ``features`` (:data:`FEATURES`).
     With a ``legacy_head`` (GPT-NeoX's ``embed_out.weight``, the name Model Zoo writes and
     transformers' ``save_pretrained`` still saves, read back as ``lm_head``; gpt_neox_hf_cs.py
     lines 568-574): an untied head is exported under it; on import ``lm_head`` is read unless
     only the legacy name is there."""
+    if check and q.to_hf:
+        check_name(q.name, q.names)
     cfg = cs_config(q, defaults)
-    values: dict[str, Any] = {dim: cfg[field] for dim, field in (dims or {}).items()}
+    flags, values = read_features(q, cfg, features, FEATURES)
+    values |= {dim: cfg[field] for dim, field in (dims or {}).items()}
     if legacy_head is not None:
         values["hf_head"] = legacy_head
         if not q.to_hf and (legacy_head not in q.shapes or HEAD in q.shapes):
             values["hf_head"] = HEAD
-    return decoder_context(q.shapes, cfg, q.name, prefix, bias=bias, dims=values)
-
-
-def grouped(q: Query) -> Ctx:
-    """Falcon's context (falcon_180b.py lines 36-131 and 568-588): norms untied or not
-    (``ln_attn``/``ln_mlp`` or ``input_layernorm``), the linear layers' biases, and the rows of
-    Q, K and V in the grouped fused ``query_key_value`` (:data:`~ckpt_migrate.hf.fused.
-    FALCON_QKV`), from the CS config the table accepted or the one it gives."""
-    if not q.to_hf:
-        cfg = config_table.to_cs(q.config, q.name)
-        groups, bias = cfg["extra_attention_params"]["num_kv_groups"], cfg["use_ffn_bias"]
-        untied = cfg["use_untied_layer_norm"]
-    else:
-        check_name(q.name, q.names)
-        cfg = config_table.source(CS, q.config, q.name)
-        groups, untied = falcon_cs_layout(cfg)
-        bias = bool(cfg["use_ffn_bias"])
-    heads, head_dim = cfg["num_heads"], cfg["hidden_size"] // cfg["num_heads"]
-    rows = {"q": heads * head_dim, "k": groups * head_dim, "v": groups * head_dim}
-    dims = {"groups": groups, "head_dim": head_dim, "rows": rows}
-    flags = frozenset(({"untied"} if untied else set()) | ({"bias"} if bias else set()))
-    return decoder_context(q.shapes, cfg, q.name, "transformer.", dims=dims, flags=flags)
+    ctx_flags = frozenset(flags)
+    return decoder_context(q.shapes, cfg, q.name, prefix, bias=bias, dims=values, flags=ctx_flags)
 
 
 # ----------------------------------------------------------------------------- the tables
