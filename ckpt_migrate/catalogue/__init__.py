@@ -3,7 +3,7 @@
 
 Every room that needs to know about a family reads it here: ``models/names`` (names, aliases,
 registry names), ``models/detect`` (key vocabulary, signatures), ``models/ties``,
-``config/upgrade`` (config markers), the hops' per-family rules, ``hf/`` (which rules module,
+``config/upgrade`` (config markers), the hops' per-family rules, ``hf/`` (which rules,
 model types, architectures) and ``convert_checkpoint.py list-converters``. No other module
 spells a family's name.
 
@@ -139,8 +139,8 @@ def by_name(name: str) -> Record | None:
 
 
 def _hf_sides(module: str | None = None) -> list[tuple[Record, Hf]]:
-    """(record, its HF side) of every record, or of those ``module`` (a rules module's
-    ``__name__`` or last segment) converts."""
+    """(record, its HF side) of every record, or of those ``module`` converts (a rules name,
+    ``Hf.module``, or a dotted name ending in one)."""
     short = None if module is None else module.rsplit(".", 1)[-1]
     return [(r, r.hf) for r in RECORDS if r.hf is not None and short in (None, r.hf.module)]
 

@@ -27,7 +27,7 @@ ONE = ("",)  # a model in one directory
 
 
 def of(module: Any, name: str) -> tuple[str, ...]:
-    """The sub-directories the rules module of ``name`` writes (``ONE``: none)."""
+    """The sub-directories the rules of ``name`` write (``ONE``: none)."""
     found = getattr(module, "directories", None)
     return (found(name) if found else ()) or ONE
 

@@ -45,7 +45,7 @@ _CLIP = CLIP_VIT.name
 
 @dataclass(frozen=True)
 class PartRules:
-    """A part's rules: the contract of ``hf/mapping.py``'s family modules."""
+    """A part's rules: the contract of ``hf/mapping.py`` (``Family``)."""
 
     config_to_hf: Callable[[Config, str], dict[str, Any]]
     config_to_cs: Callable[[Config, str], dict[str, Any]]
