@@ -20,7 +20,8 @@ part's CS config is the section ``Part.config`` of the composite's (``None``: it
 A part's rules are another Model Zoo name's, or a part's own (``hf/parts.py``).
 
 :class:`Composite` is the one interpreter of every composite record: the registry
-(``hf/families.py``) builds one per rules name whose records declare parts.
+(``hf/families.py``, through ``hf/served.py``) builds one per rules name whose records declare
+parts.
 """
 
 from __future__ import annotations

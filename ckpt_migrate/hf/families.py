@@ -1,100 +1,42 @@
-"""The Hugging Face rules of every family (the contract: ``ckpt_migrate.hf.mapping.Family``),
-read from the catalogue. Each record's ``hf.module`` names its rules; records sharing that name
-are converted by one set of rules: :class:`Rules`, the one interpreter of a record's tables
-(``Hf.tensors``, ``Hf.config``), or for composite records (``Hf.parts``) the one interpreter
-of parts, :class:`~ckpt_migrate.hf.compose.Composite`. ``families.<rules name>`` is that
-name's rules (``from ckpt_migrate.hf.families import gpt2``)."""
+"""The registry of the Hugging Face rules of every family (the contract:
+``ckpt_migrate.hf.mapping.Family``), read from the catalogue: ``families.<rules name>`` is the
+rules of that ``Hf.module`` name (``from ckpt_migrate.hf.families import gpt2``), and
+:func:`by_name`, :func:`by_model_type`, :func:`modules` find them. The rules are built on first
+use (``hf/served.py``): building them reads every layout's tables and config operations, which
+a command that converts no Hugging Face model does not pay (``cli/commands`` imports the
+pipeline, and so this module, for every command)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from functools import partial
-from typing import Any
+import importlib
+from functools import cache
 
-from ckpt_migrate import catalogue
-from ckpt_migrate.hf import config_table, unconverted
-from ckpt_migrate.hf.compose import Composite
-from ckpt_migrate.hf.layouts import declared
-from ckpt_migrate.hf.table import Table, plans
+from ckpt_migrate.hf.mapping import Family
 
 
-def _shared(hf: catalogue.Hf) -> tuple[Any, ...]:
-    """What the records of one rules name must declare alike."""
-    return hf.tensors, hf.config_label, hf.cs_optimizer
+@cache
+def _rules() -> dict[str, Family]:
+    served = importlib.import_module("ckpt_migrate.hf.served")
+    return served.build(__name__, by_name)
 
 
-class Rules:
-    """The rules of one ``hf.module`` name, read from its records: the names served, the
-    ``model_type``\\ s imported, each name's class; the config table run either way by
-    ``hf/config_table.py``, the tensor table by ``hf/table.py`` in the context the records
-    declare (``Hf.tensors``); the tensors left out or tied, by ``hf/unconverted.py``."""
-
-    def __init__(self, module: str) -> None:
-        sides = [r.hf for r in catalogue.RECORDS if r.hf and r.hf.module == module]
-        hf = sides[0]
-        if any(_shared(h) != _shared(hf) for h in sides):
-            raise ValueError(f"{module}: its records declare different tensor rules")
-        self.__name__ = f"{__name__}.{module}"  # its name in this registry
-        self.NAMES: tuple[str, ...] = catalogue.hf_names(module)
-        self.HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(module)
-        self.ARCHITECTURES: dict[str, str] = catalogue.hf_architectures(module)
-        if hf.config_label:
-            self.config_to_hf, self.config_to_cs = config_table.serving(self.NAMES, hf.config_label)
-        else:
-            self.config_to_hf, self.config_to_cs = config_table.to_hf, config_table.to_cs
-        if hf.tensors is None:
-            raise ValueError(f"{module}: its records declare no tensor table")
-        self.TABLE: Table = declared(hf.tensors.table)
-        self.context: Callable = partial(declared(hf.tensors.context), **hf.tensors.params)
-        self.plan_to_hf, self.plan_to_cs = plans(self.TABLE, self.context, self.NAMES)
-        self._optimizer = hf.cs_optimizer
-        self.cs_ties = unconverted.cs_ties
-        self.cs_dropped = unconverted.cs_dropped
-        self.hf_dropped = unconverted.hf_dropped
-
-    def cs_optimizer(self, hf_config: Mapping[str, Any]) -> dict[str, Any]:
-        """The CS ``optimizer`` fields the HF config carries (the records' ``cs_optimizer``:
-        BTLM's muP ``decoder_kernel``, btlm_hf_cs.py lines 252-259)."""
-        out: dict[str, Any] = {}
-        for key, field, default in self._optimizer:
-            *path, last = key.split(".")
-            section = out
-            for step in path:
-                section = section.setdefault(step, {})
-            section[last] = hf_config.get(field, default)
-        return out
-
-    def __repr__(self) -> str:
-        return f"<rules {self.__name__}>"
-
-
-def _composite(module: str) -> bool:
-    return any(r.hf and r.hf.module == module and r.hf.parts for r in catalogue.RECORDS)
-
-
-_RULES: dict[str, Rules | Composite] = {
-    m: Composite(m, f"{__name__}.{m}", lambda: by_name()) if _composite(m) else Rules(m)
-    for m in catalogue.hf_modules()
-}
-
-
-def __getattr__(name: str) -> Rules | Composite:
+def __getattr__(name: str) -> Family:
     """``from ckpt_migrate.hf.families import <rules name>``."""
-    if name in _RULES:
-        return _RULES[name]
+    if not name.startswith("__") and name in _rules():
+        return _rules()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def modules() -> list[Rules | Composite]:
+def modules() -> list[Family]:
     """The rules of every rules name, in name order."""
-    return [_RULES[m] for m in sorted(_RULES)]
+    return [_rules()[m] for m in sorted(_rules())]
 
 
-def by_name() -> dict[str, Rules | Composite]:
+def by_name() -> dict[str, Family]:
     """Model Zoo model name -> its rules."""
     return {name: rules for rules in modules() for name in rules.NAMES}
 
 
-def by_model_type() -> dict[str, Rules | Composite]:
+def by_model_type() -> dict[str, Family]:
     """``config.json`` ``model_type`` -> the rules that import it."""
     return {t: rules for rules in modules() for t in rules.HF_MODEL_TYPES}

@@ -112,7 +112,7 @@ def sections(src: str, dst: str, start: int, stop: int, axis: int = 0) -> Out:
 
 
 class Family(Protocol):
-    """What a family's rules provide (``hf/families.py``'s ``Rules`` and ``Composite``)."""
+    """What a family's rules provide (``hf/served.py``'s ``Rules`` and ``Composite``)."""
 
     NAMES: tuple[str, ...]  # Model Zoo model names it serves (``models/names.py`` spelling)
     HF_MODEL_TYPES: tuple[str, ...]  # ``config.json`` ``model_type`` values it imports
