@@ -31,6 +31,7 @@ from ckpt_migrate.format.read import read_checkpoint  # noqa: E402
 from ckpt_migrate.format.tree import DictNode, MemoryData, TensorLeaf, iter_leaves  # noqa: E402
 from ckpt_migrate.format.write import write_checkpoint  # noqa: E402
 from ckpt_migrate.hf import mapping  # noqa: E402
+from ckpt_migrate.hf.encoders import bitwise_equal  # noqa: E402
 from ckpt_migrate.hf.export import export  # noqa: E402
 from ckpt_migrate.hf.families import bert, roberta, t5  # noqa: E402
 from ckpt_migrate.hf.import_ import import_hf  # noqa: E402
@@ -619,9 +620,9 @@ def test_tied_check_is_bitwise() -> None:
     """Tied copies are compared bit for bit: NaNs (pruned weights of a sparse CS run) agree,
     a dtype change does not."""
     a = np.array([[1.0, np.nan], [0.0, 2.0]], np.float32)
-    assert bert.bitwise_equal(a, a.copy())
-    assert not bert.bitwise_equal(a, a.astype(np.float64))
-    assert not bert.bitwise_equal(a, np.where(np.isnan(a), 0, a))
+    assert bitwise_equal(a, a.copy())
+    assert not bitwise_equal(a, a.astype(np.float64))
+    assert not bitwise_equal(a, np.where(np.isnan(a), 0, a))
 
 
 def test_t5_relative_bias_past_block_0_is_dropped() -> None:
@@ -674,7 +675,7 @@ def test_save_pretrained_file_gives_model_zoos_cs_names(case_id: str) -> None:
     assert sorted(ties) == ([] if case.family is not t5 else sorted(TIED_CS["t5-v1.0"][1:]))
     back = _run(case.family.plan_to_hf(_shapes(cs), cs_model, case.name), cs)
     assert back.keys() == saved.keys()
-    assert all(bert.bitwise_equal(back[k], saved[k]) for k in saved)
+    assert all(bitwise_equal(back[k], saved[k]) for k in saved)
 
 
 def _cs_file(path: Path, tensors: dict[str, np.ndarray]) -> Path:
@@ -731,7 +732,7 @@ def test_export_reads_any_one_tied_copy_and_checks_the_rest(case_id: str, tmp_pa
         assert result.dropped == {}
         back = _hf_dir_tensors(tmp_path / f"hf-{label}")
         assert back.keys() == saved.keys(), label
-        assert all(bert.bitwise_equal(back[k], saved[k]) for k in saved), label
+        assert all(bitwise_equal(back[k], saved[k]) for k in saved), label
     changed = dict.fromkeys(names, one) | {names[-1]: one + 1}
     src = _cs_file(
         tmp_path / "differs.mdl", {k: v for k, v in cs.items() if k not in names} | changed

@@ -24,8 +24,8 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 from ckpt_migrate.hf import mapping  # noqa: E402
 from ckpt_migrate.hf.families import esm2  # noqa: E402
-from ckpt_migrate.hf.families.llama import interleave_rotary  # noqa: E402
 from ckpt_migrate.hf.mapping import MappingError  # noqa: E402
+from ckpt_migrate.hf.ops import interleave_rotary  # noqa: E402
 
 NAME = "esm-2"
 SMALL = dict(

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 from ckpt_migrate.hf.families import by_model_type, by_name, gemma2  # noqa: E402
 from ckpt_migrate.hf.mapping import MappingError, run, unused_inputs  # noqa: E402
+from ckpt_migrate.hf.ops import shift  # noqa: E402
 
 NAME = "gemma2"
 SMALL = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
@@ -189,14 +190,14 @@ def test_norm_offset_is_computed_as_torch_computes_it(dtype):
     as_numpy = (lambda t: t.view(torch.int16).numpy()) if bf16 else torch.Tensor.numpy
     for delta in (1.0, -1.0):
         want = as_numpy(w + delta * torch.ones_like(w))
-        got = gemma2.shift(as_numpy(w), delta)
+        got = shift(as_numpy(w), delta)
         assert got.dtype == want.dtype and np.array_equal(got, want), (dtype, delta)
 
 
 def test_a_norm_weight_small_against_one_does_not_come_back_bit_for_bit():
     """The documented limit of Model Zoo's fold: ``(w + 1) - 1`` rounds for small ``w``."""
     w = np.array([1e-9, 0.123456789, 0.0, 0.5], np.float32)
-    back = gemma2.shift(gemma2.shift(w, 1.0), -1.0)
+    back = shift(shift(w, 1.0), -1.0)
     assert back[2] == 0.0 and back[3] == 0.5
     assert back[0] != w[0] and abs(back[1] - w[1]) <= np.spacing(np.float32(1.0))
 

@@ -7,7 +7,6 @@ the round-tripped tensors."""
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +16,10 @@ import pytest
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
+from ckpt_migrate.hf import families  # noqa: E402
+from ckpt_migrate.hf.fused import alibi_slopes  # noqa: E402
 from ckpt_migrate.hf.mapping import MappingError, run, unused_inputs  # noqa: E402
+from ckpt_migrate.hf.ops import interleave  # noqa: E402
 
 L0 = "transformer_decoder.layers.0."
 ATTN = [f"{L0}self_attn.proj_{p}_dense_layer.weight" for p in ("q", "k", "v", "output")]
@@ -318,7 +320,7 @@ CASES = [
 
 
 def _family(case: Case):
-    return importlib.import_module(f"ckpt_migrate.hf.families.{case.module}")
+    return getattr(families, case.module)
 
 
 def _hf(case: Case):
@@ -466,14 +468,13 @@ def test_bloom_slopes_match_transformers(heads: int) -> None:
     in double precision and rounds once to float32, HF in float32 powers (within an ulp)."""
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
-    family = importlib.import_module("ckpt_migrate.hf.families.bloom")
     alibi = build_alibi_tensor(torch.ones(1, 2), heads, torch.float32)  # [heads, 1, 2]
-    ours = np.asarray(family.alibi_slopes(heads), dtype=np.float32)
+    ours = np.asarray(alibi_slopes(heads), dtype=np.float32)
     np.testing.assert_allclose(ours, alibi[:, 0, 1].numpy(), rtol=2e-7, atol=0)
 
 
 def test_falcon_refuses_alibi_and_sequential_blocks() -> None:
-    family = importlib.import_module("ckpt_migrate.hf.families.falcon")
+    family = families.falcon
     base = transformers.FalconConfig(**SMALL, hidden_size=64, num_attention_heads=4).to_dict()
     for key, value in (("alibi", True), ("parallel_attn", False)):
         with pytest.raises(MappingError, match=key):
@@ -481,7 +482,7 @@ def test_falcon_refuses_alibi_and_sequential_blocks() -> None:
 
 
 def test_neox_refuses_sequential_residual() -> None:
-    family = importlib.import_module("ckpt_migrate.hf.families.gpt_neox")
+    family = families.gpt_neox
     base = transformers.GPTNeoXConfig(**SMALL, hidden_size=64, num_attention_heads=4).to_dict()
     with pytest.raises(MappingError, match="use_parallel_residual"):
         family.config_to_cs({**base, "use_parallel_residual": False}, "gpt-neox")
@@ -510,13 +511,12 @@ def _rope_pairs(x: np.ndarray, pos: int, rotary_dim: int) -> np.ndarray:
 def test_interleaving_turns_hf_rope_into_cs_rope(module: str) -> None:
     """Why Model Zoo permutes Q and K rows: the interleaved head rotated the CS way equals the
     HF head rotated the HF way, then interleaved."""
-    family = importlib.import_module(f"ckpt_migrate.hf.families.{module}")
     x = np.random.default_rng(0).normal(size=16)
     for rotary_dim in (8, 16):
-        swapped = family._interleave(x.reshape(1, -1), rotary_dim)[0]
+        swapped = interleave(x.reshape(1, -1), rotary_dim)[0]
         for pos in (0, 3, 17):
             hf = _rope_halves(x, pos, rotary_dim).reshape(1, -1)
-            expected = family._interleave(hf, rotary_dim)[0]
+            expected = interleave(hf, rotary_dim)[0]
             np.testing.assert_allclose(_rope_pairs(swapped, pos, rotary_dim), expected)
 
 
@@ -597,7 +597,7 @@ def test_config_fields_model_zoo_writes() -> None:
     GPT-J's ``use_bias_in_output`` (gptj_hf_cs.py lines 485-488), Falcon's CS bias switches
     (falcon_180b.py lines 215-229) and a null ``rope_scaling`` (falcon_180b.py lines 682-684,
     gpt_neox_hf_cs.py lines 1082-1084)."""
-    gptj = importlib.import_module("ckpt_migrate.hf.families.gptj")
+    gptj = families.gptj
     _, _, _, _, cs_model, _, _ = _to_cs(next(c for c in CASES if c.id == "gptj"))
     assert gptj.config_to_hf(cs_model, "gptj")["use_bias_in_output"] is True
     for case_id, bias, scaled in (("falcon-mqa", False, False), ("falcon-gqa", True, True)):

@@ -14,6 +14,7 @@ save_file = pytest.importorskip("safetensors.numpy").save_file
 from ckpt_migrate.hf.experts import PER_EXPERT  # noqa: E402
 from ckpt_migrate.hf.families import by_model_type, by_name, llama, mixtral  # noqa: E402
 from ckpt_migrate.hf.mapping import MappingError, run, unused_inputs  # noqa: E402
+from ckpt_migrate.hf.ops import deinterleave_rotary, interleave_rotary  # noqa: E402
 
 SMALL = dict(
     vocab_size=128,
@@ -258,9 +259,9 @@ def test_interleaved_rotary_computes_the_same_scores():
         k = (x @ wk_.T).reshape(seq, heads, d).transpose(1, 0, 2)
         return rope(q) @ rope(k).transpose(0, 2, 1)
 
-    cq, ck = llama.interleave_rotary(wq, heads), llama.interleave_rotary(wk, heads)
+    cq, ck = interleave_rotary(wq, heads), interleave_rotary(wk, heads)
     np.testing.assert_allclose(scores(cq, ck, cs_rope), scores(wq, wk, hf_rope), rtol=1e-10)
-    assert np.array_equal(llama.deinterleave_rotary(cq, heads), wq)
+    assert np.array_equal(deinterleave_rotary(cq, heads), wq)
 
 
 def test_tied_head_in_the_state_dict_is_checked_and_not_written_back():

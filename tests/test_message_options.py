@@ -82,7 +82,10 @@ SOURCES = {
             for m in ["export", "safetensors_io", "rules", "arrays", "outdir", "table", "heads"]
         ),
         *(f"ckpt_migrate/hf/{m}.py" for m in ["ops", "experts"]),
-        "ckpt_migrate/hf/families/*.py",
+        *(
+            f"ckpt_migrate/hf/{m}.py"
+            for m in ["families", "served", "compose", "parts", "encoders", "fused"]
+        ),
         "ckpt_migrate/hf/layouts/*.py",
     ],
     "import-hf": [
@@ -93,7 +96,10 @@ SOURCES = {
             for m in ["import_", "safetensors_io", "rules", "arrays", "table", "heads"]
         ),
         *(f"ckpt_migrate/hf/{m}.py" for m in ["ops", "experts"]),
-        "ckpt_migrate/hf/families/*.py",
+        *(
+            f"ckpt_migrate/hf/{m}.py"
+            for m in ["families", "served", "compose", "parts", "encoders", "fused"]
+        ),
         "ckpt_migrate/hf/layouts/*.py",
         "ckpt_migrate/torch/hf_bin.py",
     ],

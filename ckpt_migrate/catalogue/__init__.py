@@ -3,7 +3,7 @@
 
 Every room that needs to know about a family reads it here: ``models/names`` (names, aliases,
 registry names), ``models/detect`` (key vocabulary, signatures), ``models/ties``,
-``config/upgrade`` (config markers), the hops' per-family rules, ``hf/`` (which rules module,
+``config/upgrade`` (config markers), the hops' per-family rules, ``hf/`` (which rules,
 model types, architectures) and ``convert_checkpoint.py list-converters``. No other module
 spells a family's name.
 
@@ -139,19 +139,19 @@ def by_name(name: str) -> Record | None:
 
 
 def _hf_sides(module: str | None = None) -> list[tuple[Record, Hf]]:
-    """(record, its HF side) of every record, or of those ``module`` (a rules module's
-    ``__name__`` or last segment) converts."""
+    """(record, its HF side) of every record, or of those ``module`` converts (a rules name,
+    ``Hf.module``, or a dotted name ending in one)."""
     short = None if module is None else module.rsplit(".", 1)[-1]
     return [(r, r.hf) for r in RECORDS if r.hf is not None and short in (None, r.hf.module)]
 
 
 def hf_names(module: str) -> tuple[str, ...]:
-    """The Model Zoo names an ``hf/families`` rules module serves."""
+    """The Model Zoo names the rules ``module`` (an ``Hf.module``) serve."""
     return tuple(n.name for r, _ in _hf_sides(module) for n in r.names if n.hf)
 
 
 def hf_model_types(module: str) -> tuple[str, ...]:
-    """The ``config.json`` ``model_type``\\ s an ``hf/families`` rules module imports."""
+    """The ``config.json`` ``model_type``\\ s the rules ``module`` import."""
     return tuple(t for _, hf in _hf_sides(module) for t in hf.model_types)
 
 
@@ -167,7 +167,7 @@ def hf_classes(model_type: str) -> tuple[str, str]:
 
 
 def hf_modules() -> tuple[str, ...]:
-    """The ``hf/families`` rules modules, each once."""
+    """The rules names (``Hf.module``), each once."""
     return tuple(dict.fromkeys(hf.module for _, hf in _hf_sides()))
 
 

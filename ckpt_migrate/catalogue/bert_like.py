@@ -11,9 +11,15 @@ positions, but Model Zoo has no CS↔CS key rules for it: no key table here eith
 from __future__ import annotations
 
 from ckpt_migrate.catalogue import bert_config
+from ckpt_migrate.catalogue.bert_config import (
+    ESM2_CS_DEFAULTS,
+    ESM2_HF_DEFAULTS,
+    ROBERTA_CS_DEFAULTS,
+    ROBERTA_HF_DEFAULTS,
+)
 from ckpt_migrate.catalogue.layouts import BERT_ENCODER
 from ckpt_migrate.catalogue.mup import BERT_MUP, BY_LAYOUT
-from ckpt_migrate.catalogue.record import Absent, Drop, Hf, Name, Record, Signature
+from ckpt_migrate.catalogue.record import Absent, Drop, Hf, Name, Record, Signature, Tensors
 
 BERT = Record(
     "bert",
@@ -69,6 +75,27 @@ BERT = Record(
             ),
         ),
         config=bert_config.BERT_CONFIG,
+        # renames only, either way (bert.py lines 1268-1299, bert_finetune.py lines 591-766):
+        # each name's heads (HF token classification and QA have no pooler); BertPretrainModel
+        # names its encoder bert_encoder, the fine-tuning models bert (bert.py line 544,
+        # bert_finetune.py line 47)
+        tensors=Tensors(
+            "bert_like.BERT",
+            "bert_like.encoder",
+            {
+                "prefix": "bert.",
+                "cs_prefix": "bert.",
+                "cs_prefixes": {"bert": "bert_encoder."},
+                "flags": ("segments",),
+                "by_name": {
+                    "bert": ("pooler", "mlm"),
+                    "bert-sequence-classifier": ("pooler", "classifier"),
+                    "bert-token-classifier": ("classifier",),
+                    "bert-qa": ("qa",),
+                },
+                "mlm": "cls.predictions",
+            },
+        ),
     ),
 )
 
@@ -92,6 +119,20 @@ ROBERTA = Record(
             ),
         ),
         config=bert_config.ROBERTA_CONFIG,
+        # the BERT encoder (no pooler) and the MLM transform under lm_head (roberta.py lines
+        # 50-69, 413-434); the MLM bias zeros of vocab_size when the file has none (lines 183-192)
+        tensors=Tensors(
+            "bert_like.ROBERTA",
+            "bert_like.encoder",
+            {
+                "prefix": "roberta.",
+                "cs_prefix": "bert_encoder.",
+                "defaults": (ROBERTA_CS_DEFAULTS, ROBERTA_HF_DEFAULTS),
+                "flags": ("zero bias",),
+                "features": ("segments", "config"),
+                "mlm": "lm_head",
+            },
+        ),
     ),
 )
 
@@ -125,5 +166,16 @@ ESM2 = Record(
             ),
         ),
         config=bert_config.ESM2_CONFIG,
+        # Converter_Esm2PretrainModel_HF_CS21 either way (esm2.py lines 253-348)
+        tensors=Tensors(
+            "bert_like.ESM2",
+            "bert_like.encoder",
+            {
+                "prefix": "esm.",
+                "cs_prefix": "bert_encoder.",
+                "defaults": (ESM2_CS_DEFAULTS, ESM2_HF_DEFAULTS),
+                "features": ("rotary", "embedding norm"),
+            },
+        ),
     ),
 )

@@ -11,9 +11,10 @@ Names, registry names and the oldest release converted: ``registry.py`` lines 17
 from __future__ import annotations
 
 from ckpt_migrate.catalogue import gpt2_config
+from ckpt_migrate.catalogue.gpt2_config import STARCODER_HF_DEFAULTS
 from ckpt_migrate.catalogue.layouts import DECODER
 from ckpt_migrate.catalogue.mup import DECODER_MUP
-from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature, Tensors
 
 GPT2 = Record(
     "gpt2",
@@ -46,6 +47,7 @@ GPT2 = Record(
         by_architecture=True,
         mup=DECODER_MUP,  # gpt2_hf_cs.py lines 1053, 1119: supports_mup_conversion
         config=gpt2_config.GPT2_CONFIG,
+        tensors=Tensors("gpt2_like.GPT2", "gpt2_like.gpt2", {"headless": "gpt2-headless"}),
         # the causal-mask buffers older transformers saved (gpt2_hf_cs.py line 306)
         hf_dropped=(
             Drop(
@@ -60,6 +62,11 @@ GPT2 = Record(
 # mup_embeddings_scale, mup_scale_qk_dot_by_d): Model Zoo does not fold them
 # (btlm_hf_cs.py / jais_hf_cs.py ``attempt_mup_to_sp`` false, lines 86, 123, 282-285).
 _NATIVE_MUP = ("embeddings_scale", "scale_qk_dot_by_d", "output_logits_scale")
+# BTLM's and JAIS's tensors (btlm_hf_cs.py lines 36-65, jais_hf_cs.py lines 36-65): ALiBi or
+# learned positions, SwiGLU's second input; the CS optimizer's ``decoder_kernel`` is HF's
+# ``mup_width_scale`` (btlm_hf_cs.py lines 252-259).
+_BTLM_TENSORS = Tensors("gpt2_like.BTLM", "gpt2_like.on_layout", {"features": ("alibi", "swiglu")})
+_BTLM_OPTIMIZER = (("adjust_learning_rate.decoder_kernel", "mup_width_scale", 1.0),)
 
 BTLM = Record(
     "btlm",
@@ -73,6 +80,8 @@ BTLM = Record(
         ("btlm",),
         {"btlm": "BTLMLMHeadModel", "btlm-headless": "BTLMModel"},
         mup_native=_NATIVE_MUP,
+        tensors=_BTLM_TENSORS,
+        cs_optimizer=_BTLM_OPTIMIZER,
         config=gpt2_config.btlm_config(
             "btlm",
             # btlm_hf_cs.py lines 189-201.
@@ -99,6 +108,8 @@ JAIS = Record(
         ("jais",),
         {"jais": "JAISLMHeadModel", "jais-headless": "JAISModel"},
         mup_native=_NATIVE_MUP,
+        tensors=_BTLM_TENSORS,
+        cs_optimizer=_BTLM_OPTIMIZER,
         config=gpt2_config.btlm_config(
             "jais",
             # jais_hf_cs.py lines 189-204.
@@ -144,6 +155,14 @@ STARCODER = Record(
         ("gpt_bigcode",),
         mup=DECODER_MUP,  # starcoder.py lines 687, 795
         config=gpt2_config.STARCODER_CONFIG,
+        tensors=Tensors(
+            "gpt2_like.STARCODER",
+            "gpt2_like.on_layout",
+            {
+                "features": ("learned positions", "multi-query"),
+                "hf_defaults": STARCODER_HF_DEFAULTS,
+            },
+        ),
     ),
 )
 
@@ -160,6 +179,11 @@ SANTACODER = Record(
         "santacoder",
         mup=DECODER_MUP,
         config=gpt2_config.SANTACODER_CONFIG,
+        tensors=Tensors(
+            "gpt2_like.SANTACODER",
+            "gpt2_like.on_layout",
+            {"features": ("learned positions", "causal mask")},
+        ),
         # the causal-mask buffers Model Zoo's own export writes (santacoder.py lines 155-168)
         hf_dropped=(
             Drop(

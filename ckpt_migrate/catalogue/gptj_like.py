@@ -13,9 +13,14 @@ CodeGen is GPT-J's CS model (``registry.py`` line 344, ``"codegen": "gptj"``).
 from __future__ import annotations
 
 from ckpt_migrate.catalogue import gptj_config
+from ckpt_migrate.catalogue.gptj_config import (
+    BLOOM_CS_DEFAULTS,
+    FALCON_CS_DEFAULTS,
+    GPTJ_CS_DEFAULTS,
+)
 from ckpt_migrate.catalogue.layouts import DECODER
 from ckpt_migrate.catalogue.mup import DECODER_MUP, GPTJ_MUP
-from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature, Tensors
 
 _BIASLESS = NormFlag("use_biasless_norm", "biasless-layernorm", None)
 _ALIBI_SLOPES = Drop(
@@ -23,6 +28,11 @@ _ALIBI_SLOPES = Drop(
     "ALiBi slopes, which HF computes itself",
 )
 _BUFFER = "a buffer Hugging Face regenerates"
+# The GPT-J backbone's one context (``hf/layouts/gptj_like.py``), over GPT-J's CS defaults;
+# GPT-J and CodeGen write the head's bias (gptj_hf_cs.py lines 305-309,
+# salesforce_codegen_hf_cs.py lines 466-470).
+_DECODER = "gptj_like.decoder"
+_WITH_HEAD_BIAS = {"defaults": GPTJ_CS_DEFAULTS, "bias": True}
 
 GPTJ = Record(
     "gptj",
@@ -58,6 +68,7 @@ GPTJ = Record(
         # buffers older transformers saved, which Model Zoo skips (gptj_hf_cs.py lines 151-155)
         hf_dropped=(Drop(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)", _BUFFER),),
         config=gptj_config.GPTJ_CONFIG,
+        tensors=Tensors("gptj_like.GPTJ", _DECODER, _WITH_HEAD_BIAS),
     ),
 )
 
@@ -100,6 +111,18 @@ GPT_NEOX = Record(
             ),
         ),
         config=gptj_config.GPT_NEOX_CONFIG,
+        # the fused Q/K/V's heads and rotary rows (gpt_neox_hf_cs.py lines 79-216); the untied
+        # head's name in HF files (lines 568-574)
+        tensors=Tensors(
+            "gptj_like.GPT_NEOX",
+            _DECODER,
+            {
+                "defaults": GPTJ_CS_DEFAULTS,
+                "prefix": "gpt_neox.",
+                "dims": {"heads": "num_heads", "rotary_dim": "rotary_dim"},
+                "legacy_head": "embed_out.weight",
+            },
+        ),
     ),
 )
 
@@ -124,6 +147,7 @@ CODEGEN = Record(
             Drop(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias|causal_mask)", _BUFFER),
         ),
         config=gptj_config.CODEGEN_CONFIG,
+        tensors=Tensors("gptj_like.CODEGEN", _DECODER, _WITH_HEAD_BIAS),
     ),
 )
 
@@ -160,6 +184,11 @@ BLOOM = Record(
         # the 2.0 spelling)
         cs_dropped=(_ALIBI_SLOPES,),
         config=gptj_config.BLOOM_CONFIG,
+        tensors=Tensors(
+            "gptj_like.BLOOM",
+            _DECODER,
+            {"defaults": BLOOM_CS_DEFAULTS, "dims": {"heads": "num_heads"}},  # lines 95-168
+        ),
     ),
 )
 
@@ -193,5 +222,12 @@ FALCON = Record(
         # ALiBi slopes, which HF computes (falcon_180b.py lines 42-47 and 719-723)
         cs_dropped=(_ALIBI_SLOPES,),
         config=gptj_config.FALCON_CONFIG,
+        # the grouped fused Q/K/V (falcon_40b.py lines 35-301), norms and biases
+        # (falcon_180b.py lines 36-131)
+        tensors=Tensors(
+            "gptj_like.FALCON",
+            _DECODER,
+            {"defaults": FALCON_CS_DEFAULTS, "features": ("grouped attention",), "check": True},
+        ),
     ),
 )

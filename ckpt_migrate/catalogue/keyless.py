@@ -5,13 +5,13 @@ applies only its model-independent steps, as Model Zoo's fallback converters do
 Names and registry names: tag Release_2.10.0, ``tools/checkpoint_converters/registry.py``
 lines 173-378 (CLIP-ViT runs as ``vision_transformer``, MM-Simple-LLaVA as
 ``multimodal_simple``; Dragon has no registry entry). A Hugging Face side ``compose`` is a
-composite of other rules (``hf/families/compose.py``), its parts declared here.
+composite of other rules (``hf/compose.py``), its parts declared here.
 """
 
 from __future__ import annotations
 
 from ckpt_migrate.catalogue.config import CS, HF, Defaults, Fixed, Op, Renames, Written
-from ckpt_migrate.catalogue.record import Drop, Hf, Name, Part, Record
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, Part, Record, Tensors
 
 # CLIP-ViT's config table (Model Zoo ConfigConverter_CLIPViT_HF_CS21, clip_vit.py lines
 # 414-516 on vit.py's rules): the HF fields copied as they are (vit.py lines 443-507, clip_vit.py
@@ -97,6 +97,7 @@ CLIP_VIT = Record(
             "(norm_first false, a pooler, no class token), which Model Zoo converts unchecked",
         ),
         config=_CLIP_CONFIG,
+        tensors=Tensors("vit.CLIP", "vit.context"),
     ),
 )
 # Hugging Face: the policy model alone, as a model of its own family (dpo.py lines 60-141, 297-303:

@@ -15,10 +15,13 @@ from ckpt_migrate.catalogue import gemma2_config, llama_config
 from ckpt_migrate.catalogue.config import Op
 from ckpt_migrate.catalogue.layouts import DECODER, MOE_KEYS, POST_NORM_KEYS
 from ckpt_migrate.catalogue.mup import DECODER_MUP
-from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature
+from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Signature, Tensors
 
 # The rotary buffers older transformers saved (llama.py lines 337-341; CS computes its own).
 _ROTARY_BUFFER = Drop(r".*\.rotary_emb\.inv_freq", "a rotary buffer Hugging Face regenerates")
+
+# LLaMA's tensors (llama.py lines 38-459), served with Mistral's and Ministral's.
+_LLAMA_TENSORS = Tensors("llama_like.LLAMA", "llama_like.decoder", {"label": "LLaMA/Mistral"})
 
 LLAMA = Record(
     "llama",
@@ -59,6 +62,7 @@ LLAMA = Record(
         mup=DECODER_MUP,  # llama.py lines 1022, 1142: supports_mup_conversion
         hf_dropped=(_ROTARY_BUFFER,),
         config=llama_config.LLAMA_CONFIG,
+        tensors=_LLAMA_TENSORS,
     ),
 )
 
@@ -77,6 +81,7 @@ MISTRAL = Record(
         mup=DECODER_MUP,  # mistral.py lines 30-92: LLaMA's converters
         hf_dropped=(_ROTARY_BUFFER,),
         config=llama_config.MISTRAL_CONFIG,
+        tensors=_LLAMA_TENSORS,
     ),
 )
 
@@ -106,6 +111,10 @@ MIXTRAL = Record(
         {"mixtral": "MixtralForCausalLM", "mixtral-headless": "MixtralModel"},
         hf_dropped=(_ROTARY_BUFFER,),
         config=llama_config.MIXTRAL_CONFIG,
+        # the experts fused across experts (mixtral.py lines 172-300)
+        tensors=Tensors(
+            "llama_like.MIXTRAL", "llama_like.decoder", {"label": "Mixtral", "experts": True}
+        ),
     ),
 )
 
@@ -137,6 +146,13 @@ GEMMA2 = Record(
         by_architecture=True,
         hf_dropped=(Drop(r".*inv_freq", "a rotary buffer Hugging Face regenerates"),),
         config=gemma2_config.GEMMA2_CONFIG,
+        config_label="Gemma 2",  # another name's config is refused
+        # attention biases and the norms' offset (gemma2.py lines 56-190)
+        tensors=Tensors(
+            "llama_like.GEMMA2",
+            "llama_like.decoder",
+            {"label": "Gemma 2", "check_on": "import", "family": "Gemma 2", "bias": True},
+        ),
     ),
 )
 
@@ -164,5 +180,6 @@ MINISTRAL = Record(
             10000.0,
             (*llama_config.SLIDING_WINDOW, Op("uniform layer types"), Op("head dim")),
         ),
+        tensors=_LLAMA_TENSORS,
     ),
 )

@@ -119,9 +119,22 @@ class Part:
 
 
 @dataclass(frozen=True)
+class Tensors:
+    """How a family's tensors convert: its ``table`` and the ``context`` that reads the config
+    for it, each named ``<module>.<name>`` of ``hf/layouts/`` (the context is shared by a
+    layout group), and the facts of this family the context reads (``params``: the CS
+    defaults, the HF prefix, the config fields the table's operations read ...)."""
+
+    table: str
+    context: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Hf:
-    """The Hugging Face side: the rules module of ``hf/families`` that converts it, the
-    ``config.json`` ``model_type``\\ s it imports, and each name's architecture class."""
+    """The Hugging Face side: the name of its rules (``hf/families.py``; records sharing it are
+    converted by one set of rules), the ``config.json`` ``model_type``\\ s it imports, each
+    name's architecture class, its tensors (``tensors``) and config (``config``) tables."""
 
     module: str
     model_types: tuple[str, ...] = ()
@@ -131,11 +144,15 @@ class Hf:
     hf_dropped: tuple[Drop, ...] = ()  # HF tensors the import leaves out
     cs_absent: tuple[Absent, ...] = ()  # CS tensors Model Zoo's import leaves out
     notes: tuple[str, ...] = ()  # how it differs from Model Zoo (``list-converters``)
-    parts: tuple[Part, ...] = ()  # a composite: the models it holds (``hf/families/compose``)
+    parts: tuple[Part, ...] = ()  # a composite: the models it holds (``hf/compose.py``)
     cs_fields: dict[str, Any] = field(default_factory=dict)  # composite's own CS config fields
     mup: Mup | None = None  # its muP; with multipliers: the export folds them (hf/mup.py)
     mup_native: tuple[str, ...] = ()  # muP-named fields its HF config carries itself
     config: tuple[Step, ...] = ()  # its config table (``catalogue/config.py``)
+    tensors: Tensors | None = None  # its tensor table and context (None: a composite's parts)
+    config_label: str | None = None  # refuse another name's config as not this family's
+    # CS optimizer fields its HF config carries: (dotted CS optimizer key, HF field, default)
+    cs_optimizer: tuple[tuple[str, str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

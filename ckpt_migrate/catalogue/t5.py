@@ -10,7 +10,17 @@ from __future__ import annotations
 from ckpt_migrate.catalogue import t5_config
 from ckpt_migrate.catalogue.layouts import ENCODER_DECODER
 from ckpt_migrate.catalogue.mup import T5_MUP
-from ckpt_migrate.catalogue.record import Absent, Drop, Hf, Name, NormFlag, Record, Signature
+from ckpt_migrate.catalogue.record import (
+    Absent,
+    Drop,
+    Hf,
+    Name,
+    NormFlag,
+    Record,
+    Signature,
+    Tensors,
+)
+from ckpt_migrate.catalogue.t5_config import T5_CS_DEFAULTS, T5_HF_DEFAULTS
 
 T5 = Record(
     "t5",
@@ -66,5 +76,6 @@ T5 = Record(
             ),
         ),
         config=t5_config.T5_CONFIG,
+        tensors=Tensors("t5.T5", "t5.context", {"defaults": (T5_CS_DEFAULTS, T5_HF_DEFAULTS)}),
     ),
 )

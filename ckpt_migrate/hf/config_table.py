@@ -65,7 +65,7 @@ def _checked(side: str, names: tuple[str, ...], label: str, config: Mapping, nam
 
 
 def serving(names: tuple[str, ...], label: str) -> tuple[Callable, Callable]:
-    """:func:`to_hf` and :func:`to_cs` of a rules module that serves ``names`` only: another
+    """:func:`to_hf` and :func:`to_cs` of rules that serve ``names`` only: another
     name is refused as not one of the family's (``label``)."""
     return partial(_checked, CS, names, label), partial(_checked, HF, names, label)
 

@@ -3,7 +3,7 @@
 lines 1063-1296: Dragon+, LLaVA) read and write one sub-directory per model, each with its own
 ``config.json`` and weights. Inside this tool such a model's HF names are
 ``<directory>/<name>`` and its config maps each directory to its ``config.json``
-(``hf/families/compose.py``); here they are split into directories and joined back.
+(``hf/compose.py``); here they are split into directories and joined back.
 
 The export streams every directory's tensors in one pass (the plan is ordered by directory),
 into sub-directories of the one temporary directory ``outdir.atomic_dir`` renames into place:
@@ -27,7 +27,7 @@ ONE = ("",)  # a model in one directory
 
 
 def of(module: Any, name: str) -> tuple[str, ...]:
-    """The sub-directories the rules module of ``name`` writes (``ONE``: none)."""
+    """The sub-directories the rules of ``name`` write (``ONE``: none)."""
     found = getattr(module, "directories", None)
     return (found(name) if found else ()) or ONE
 

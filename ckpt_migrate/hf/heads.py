@@ -3,11 +3,14 @@ shares it with the embeddings, newly initialised when a headless HF model has no
 
 A head row's names are ``(embedding, head)`` on each side. The flags of ``ctx`` say whether the
 config ties the two (``tied``) and whether the HF model is a headless ``*Model`` class
-(``headless``). Two dialects: GPT-2's own rules (the embedding is a row of its own both ways, a
-tied head imported as the embedding under a second name, a fresh head float32 of the config's
-shape) and those of the families built on the GPT-2 layout (the head writes the HF embedding, a
-tied head is imported as a copy, a fresh head takes the embedding's shape and dtype); the
-golden plans (``tests/test_hf_golden.py``) hold both.
+(``headless``). Four dialects, as Model Zoo's converters differ: GPT-2's own rules (the embedding
+is a row of its own both ways, a tied head imported as the embedding under a second name, a
+fresh head float32 of the config's shape); those of the families built on the GPT-2 layout (the
+head writes the HF embedding, a tied head is imported as a copy, a fresh head takes the
+embedding's shape and dtype); the GPT-J backbone's (a head bias, a head the HF file names
+otherwise); LLaMA's (a tied head the file keeps is checked equal). They share the export of an
+untied head and the fresh head's draw (:func:`random_head`, :func:`normal_head`); which of them
+decides first on import differs, and the golden plans (``tests/test_hf_golden.py``) hold each.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ def normal_head(shape: Shape, dtype: Any) -> np.ndarray:
     return np.random.default_rng(0).normal(0.0, 0.02, shape).astype(dtype)
 
 
-def _gpt2_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+def _untied_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
     """An untied LM head is renamed; a tied one is not written (``save_pretrained`` leaves tied
-    weights out); the headless model has none (gpt2_hf_cs.py line 302, dropped)."""
+    weights out) and not read (a tie); the headless model has none (gpt2_hf_cs.py line 302,
+    dropped; Model Zoo llama.py lines 502-517)."""
     if ctx.has("!tied") and ctx.has("!headless"):
         return [rename(srcs[1], dsts[1])]
     return []
@@ -47,17 +51,12 @@ def _gpt2_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]
     if ctx.has("tied"):
         return [rename(wte, cs_head)]
     if ctx.has("headless"):
-        shape = tuple(ctx.dims["head_shape"])
-
-        def build() -> np.ndarray:
-            return normal_head(shape, np.float32)
-
-        return [Out(cs_head, (), build, shape=shape, note="initialised")]
+        return [random_head(cs_head, tuple(ctx.dims["head_shape"]), "initialised")]
     raise MappingError("lm_head.weight is missing and tie_word_embeddings is false")
 
 
 # GPT-2's own head rules (gpt2_hf_cs.py).
-GPT2_HEAD = Op("GPT-2 LM head", _gpt2_to_hf, _gpt2_to_cs)
+GPT2_HEAD = Op("GPT-2 LM head", _untied_to_hf, _gpt2_to_cs)
 
 
 def _layout_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
@@ -106,16 +105,16 @@ def _fresh_like(embedding: str, head: str) -> Out:
 LAYOUT_HEAD = Op("GPT-2 layout LM head", _layout_to_hf, _layout_to_cs)
 
 
-def random_head(name: str, vocab: int, hidden: int) -> Out:
-    """An untied head HF lacks, drawn N(0, 0.02) in float32 as Model Zoo does (gptj_hf_cs.py
-    lines 222-226, salesforce_codegen_hf_cs.py lines 384-392, gpt_neox_hf_cs.py lines 485-490,
-    falcon_40b.py lines 471-478, bloom_hf_cs.py lines 378-382); seeded here, so repeatable."""
-    shape = (vocab, hidden)
+def random_head(name: str, shape: Shape, note: str = "N(0, 0.02)") -> Out:
+    """An untied head HF lacks, drawn N(0, 0.02) in float32 (:func:`normal_head`) as Model Zoo
+    does (gpt2_hf_cs.py lines 367-394, gptj_hf_cs.py lines 222-226,
+    salesforce_codegen_hf_cs.py lines 384-392, gpt_neox_hf_cs.py lines 485-490, falcon_40b.py
+    lines 471-478, bloom_hf_cs.py lines 378-382)."""
 
     def build() -> np.ndarray:
-        return np.random.default_rng(0).normal(0.0, 0.02, shape).astype(np.float32)
+        return normal_head(shape, np.float32)
 
-    return Out(name, (), build, shape=shape, note="N(0, 0.02)")
+    return Out(name, (), build, shape=shape, note=note)
 
 
 def zero_bias(name: str, size: int) -> Out:
@@ -151,7 +150,7 @@ def _decoder_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[O
         source = hf_head if hf_head in ctx.available or ctx.has("!tied") else embed
         return [rename(source, head)] + ([rename(hf_bias, bias)] if ctx.has("head bias") else [])
     new = rename(embed, head) if ctx.has("tied") else None
-    outs = [new or random_head(head, cs["vocab_size"], cs["hidden_size"])]
+    outs = [new or random_head(head, (cs["vocab_size"], cs["hidden_size"]))]
     return outs + ([zero_bias(bias, cs["vocab_size"])] if ctx.has("head bias") else [])
 
 
@@ -174,14 +173,6 @@ def tied(keep: str, also: str, dst: str) -> Out:
     )
 
 
-def _llama_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
-    """An untied head renamed (Model Zoo llama.py lines 502-517); a tied head is not written
-    (``save_pretrained`` leaves it out) and not read (a tie); the base model has none."""
-    if ctx.has("!headless") and ctx.has("!tied"):
-        return [rename(srcs[1], dsts[1])]
-    return []
-
-
 def _llama_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
     """A tied head is the embeddings under a second name (checked equal when the HF file keeps
     it); the base model has no head, so it gets the embeddings (tied) or a random one (Model
@@ -195,4 +186,4 @@ def _llama_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out
 
 
 # The head rules of LLaMA, Mistral, Mixtral and Gemma 2: names (embedding, head) each side.
-LLAMA_HEAD = Op("LLaMA LM head", _llama_to_hf, _llama_to_cs)
+LLAMA_HEAD = Op("LLaMA LM head", _untied_to_hf, _llama_to_cs)

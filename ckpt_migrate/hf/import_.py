@@ -200,7 +200,7 @@ def _split_model(src: Path) -> str | None:
 
 def _model_from_config(src: Path, cfg: dict[str, Any]) -> str:
     """The model name ``config.json`` implies: its architecture, else the first name of the
-    record of its ``model_type`` (not of the rules module: one module serves several types)."""
+    record of its ``model_type`` (not of its rules: one set of rules serves several types)."""
     named = catalogue.hf_name(cfg)
     if named is None:
         raise UsageError(

@@ -1,12 +1,12 @@
 """The contract between the Hugging Face pipeline and the per-family rules.
 
-A family module in ``ckpt_migrate/hf/families/`` maps one model family both ways. It never
-reads a tensor: from the tensor names and shapes of one side and the model config it returns a
+A family's rules (``ckpt_migrate/hf/families.py``) map one model family both ways. They never
+read a tensor: from the tensor names and shapes of one side and the model config they return a
 *plan*, a list of :class:`Out`, each naming the input tensors one output tensor is built from
 and a numpy function that builds it. The pipeline walks the plan one output at a time, reading
-only that output's inputs, so peak memory stays near the largest tensor. Most families build
-their plans from a declared tensor table (``hf/table.py``, the tables in ``hf/layouts/``, the
-operations in ``hf/ops.py``); the contract below is the same either way.
+only that output's inputs, so peak memory stays near the largest tensor. A family builds its
+plans from a declared tensor table (``hf/table.py``, the tables in ``hf/layouts/``, the
+operations in ``hf/ops.py``; a composite from its parts', ``hf/compose.py``).
 
 CS names are the model state's names *without* the ``model.`` prefix, as Cerebras releases 2.1
 to 2.10 spell them (the key layout is the same across those releases: the 2.0 -> 2.1 renames
@@ -112,7 +112,7 @@ def sections(src: str, dst: str, start: int, stop: int, axis: int = 0) -> Out:
 
 
 class Family(Protocol):
-    """What a module of ``ckpt_migrate/hf/families/`` provides (module-level names)."""
+    """What a family's rules provide (``hf/served.py``'s ``Rules`` and ``Composite``)."""
 
     NAMES: tuple[str, ...]  # Model Zoo model names it serves (``models/names.py`` spelling)
     HF_MODEL_TYPES: tuple[str, ...]  # ``config.json`` ``model_type`` values it imports

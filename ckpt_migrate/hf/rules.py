@@ -1,23 +1,23 @@
 """Which Hugging Face rules convert a model, and what the pipeline asks of them: the rules
-module (through the catalogue's ``hf.module``), the tensors no rule converts, and the layer
+(``hf/families.py``, by the catalogue's ``hf.module``), the tensors no rule converts, and the layer
 counts a config may declare. Shared by export and import."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from ckpt_migrate.errors import UnsupportedContentError, UsageError
 from ckpt_migrate.hf import families
-from ckpt_migrate.hf.mapping import MappingError
+from ckpt_migrate.hf.mapping import Family, MappingError
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
-def family_for(name: str) -> ModuleType:
-    """The family module that serves model ``name``; a one-line error naming ``--model``."""
+def family_for(name: str) -> Family:
+    """The rules that serve model ``name`` (``hf/families.py``); a one-line error naming
+    ``--model``."""
     table = families.by_name()
     if canonical_name(name) in table:
         return table[canonical_name(name)]
@@ -30,7 +30,7 @@ def family_for(name: str) -> ModuleType:
 
 
 def canonical_name(name: str) -> str:
-    """``name`` as the family modules spell it (model names are case-insensitive)."""
+    """``name`` as the rules spell it (model names are case-insensitive)."""
     folded = {k.lower(): k for k in families.by_name()}
     return folded.get(name.strip().lower(), name)
 
@@ -77,7 +77,7 @@ def check_layer_counts(path: Path, config: Mapping[str, Any], tensors: int, dept
     """A config may not declare more layers than the file has tensors: the plan walks every
     declared layer, so a crafted count would buy minutes of CPU before any tensor is missed.
     Sections are checked too, ``depth`` levels down (a composite's parts,
-    ``hf/families/compose.py``, are at most four: MM-Simple's image encoder)."""
+    ``hf/compose.py``, are at most four: MM-Simple's image encoder)."""
     for key in _LAYER_COUNTS:
         value = config.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= tensors:

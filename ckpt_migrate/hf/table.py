@@ -12,6 +12,11 @@ names its groups' order per direction (a group left out of one direction's order
 that way: another group's operation writes those tensors), and a group sorts its outputs by the
 axes it names per direction: ``layer``, ``row``, ``suffix`` and ``piece`` (which output of one
 operation).
+
+A table runs in a :class:`~ckpt_migrate.hf.ops.Ctx` (the layers, the prefix, the flags its rows'
+``when`` read, the dims its operations read) that a *context* builds from a :class:`Query` (the
+direction, the source side's shapes and config, the model name) and the parameters a catalogue
+record declares (``Hf.tensors``); one context serves each layout group (``hf/layouts/``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs
 from ckpt_migrate.hf.ops import RENAME, Ctx, Op
 
 TO_HF, TO_CS = "to_hf", "to_cs"
@@ -87,18 +92,54 @@ class Table:
 
 
 Plan = Callable[[Mapping[str, Shape], Mapping[str, Any], str], list[Out]]
-Context = Callable[[str, Mapping[str, Shape], Mapping[str, Any], str], Ctx]
 
 
-def plans(table: Table, context: Context) -> tuple[Plan, Plan]:
+@dataclass(frozen=True)
+class Query:
+    """What a context reads to build the :class:`~ckpt_migrate.hf.ops.Ctx` of a table: the
+    ``direction``, the source side's tensor ``shapes``, its ``config`` (the CS ``model:``
+    section exporting, ``config.json`` importing), the model ``name`` and the ``names`` its
+    rules serve."""
+
+    direction: str
+    shapes: Mapping[str, Shape]
+    config: Mapping[str, Any]
+    name: str
+    names: tuple[str, ...] = ()
+
+    @property
+    def to_hf(self) -> bool:
+        return self.direction == TO_HF
+
+
+Context = Callable[[Query], Ctx]
+Feature = Callable[[Query, Mapping[str, Any]], tuple[set[str], dict[str, Any]]]
+
+
+def features(
+    q: Query, cfg: Mapping[str, Any], chosen: Sequence[str], known: Mapping[str, Feature]
+) -> tuple[set[str], dict[str, Any]]:
+    """The flags and dims of the ``chosen`` features (a record's, named in ``known``) of the
+    config ``cfg``."""
+    flags: set[str] = set()
+    dims: dict[str, Any] = {}
+    for name in chosen:
+        more, values = known[name](q, cfg)
+        flags |= more
+        dims |= values
+    return flags, dims
+
+
+def plans(table: Table, context: Context, names: tuple[str, ...] = ()) -> tuple[Plan, Plan]:
     """A family's ``plan_to_hf`` and ``plan_to_cs`` (the contract of ``hf/mapping.py``):
-    ``table`` run each way in the ``context`` the family reads from the config."""
+    ``table`` run each way in the ``context`` the family reads from the config (``names``:
+    the names the rules serve)."""
 
     def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-        return table.plan(TO_HF, context(TO_HF, cs, cs_model, name))
+        return table.plan(TO_HF, context(Query(TO_HF, cs, cs_model, name, names)))
 
     def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-        return table.plan(TO_CS, context(TO_CS, hf, hf_config, name))
+        return table.plan(TO_CS, context(Query(TO_CS, hf, hf_config, name, names)))
 
     return plan_to_hf, plan_to_cs
 
@@ -126,14 +167,36 @@ def _fill(patterns: tuple[str, ...], ctx: Ctx, layer: int, suffix: str) -> tuple
     return tuple(p.format(p=ctx.prefix, c=ctx.cs_prefix, i=layer, s=suffix) for p in patterns)
 
 
+def inputs_present(message: str, most: int | None = None) -> Check:
+    """A table's check that every input its plan reads exists, else MappingError(``message``)
+    formatted with the missing names (``first``; ``names``, the first ``most`` of them
+    comma-separated; ``count``) and the source side (``side``, ``ctx.dims["side"]``). Source
+    tensors no row reads are left to the pipeline's unused-tensor rule (``hf/unconverted.py``
+    names those Model Zoo drops) unless the table's check is :func:`checked`. Each layout
+    group words its message as its hand-written rules did; the golden plans hold them."""
+
+    def check(plan: list[Out], ctx: Ctx) -> list[Out]:
+        missing = missing_inputs(plan, ctx.available)
+        if missing:
+            names = ", ".join(missing[:most])
+            side = ctx.dims.get("side")
+            raise MappingError(
+                message.format(first=missing[0], names=names, count=len(missing), side=side)
+            )
+        return plan
+
+    return check
+
+
+_ALL_PRESENT = inputs_present("missing tensors: {names}")
+
+
 def checked(plan: list[Out], ctx: Ctx) -> list[Out]:
     """The plan, or MappingError naming the inputs it lacks or the source tensors no rule
     converts (those ``ctx.dropped`` full-matches are left out on purpose, ``ctx.ties`` are
     copies the pipeline checks)."""
     available = ctx.available
-    missing = sorted({i for out in plan for i in out.inputs} - set(available))
-    if missing:
-        raise MappingError(f"missing tensors: {', '.join(missing)}")
+    _ALL_PRESENT(plan, ctx)
     used = {i for out in plan for i in out.inputs} | set(ctx.ties)
     skip = re.compile(ctx.dropped) if ctx.dropped else None
     unknown = [n for n in available if n not in used and not (skip and skip.fullmatch(n))]

@@ -1,17 +1,24 @@
 """The tensor tables of the BERT-like layout: BERT and its fine-tuning heads, RoBERTa and
 ESM-2 (Model Zoo, tag Release_2.10.0: ``bert.py``, ``bert_finetune.py``, ``roberta.py``,
 ``esm2.py``, the latter two on the BERT rules they inherit).
+
+One context, :func:`encoder`, reads the config for all of them; each record declares its
+prefixes, the defaults it reads over, the flags of each of its names (BERT's heads) and the
+features of its config (:data:`FEATURES`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from ckpt_migrate.hf.families._bert_common import (
+from ckpt_migrate.hf.config_bert import num_segments
+from ckpt_migrate.hf.encoders import (
     CS_MLM,
-    finish,
+    check_name,
+    layers_of,
     mlm_bias_to_cs,
     mlm_to_hf,
     mlm_weights_to_cs,
@@ -20,7 +27,19 @@ from ckpt_migrate.hf.families._bert_common import (
 )
 from ckpt_migrate.hf.mapping import Out, rename
 from ckpt_migrate.hf.ops import RENAME, Ctx, Op, rotary
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Row, Table, pair, row
+from ckpt_migrate.hf.table import (
+    TO_CS,
+    TO_HF,
+    Feature,
+    Group,
+    Query,
+    Row,
+    Table,
+    inputs_present,
+    pair,
+    row,
+)
+from ckpt_migrate.hf.table import features as read_features
 
 
 def _old_norm_names(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
@@ -65,23 +84,21 @@ def _esm_head_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[
 ESM_HEAD = Op("ESM-2 MLM decoder", _esm_head_to_hf, _esm_head_to_cs)
 
 
-def inputs_on_side(plan: list[Out], ctx: Ctx) -> list[Out]:
-    """Every input the plan names must exist (the message names the source side,
-    ``ctx.dims["side"]``, "CS" or "HF"); source tensors no row reads are for the pipeline's
-    unused-tensor rule (``hf/unconverted.py`` names those Model Zoo drops)."""
-    return finish(plan, ctx.available, ctx.dims["side"])
+# Every input the plan names must exist (the message names the source side, ``ctx.dims["side"]``,
+# "CS" or "HF"): the check of the encoders' tables, CLIP-ViT's and T5's.
+inputs_on_side = inputs_present("{side} tensor {first} is missing ({count} missing)")
 
 
 def _mlm_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
-    """Word embeddings and the MLM decoder, CS -> HF (:func:`~ckpt_migrate.hf.families.
-    _bert_common.mlm_to_hf`: tied, from whichever tied CS name the file has)."""
+    """Word embeddings and the MLM decoder, CS -> HF (:func:`~ckpt_migrate.hf.encoders.
+    mlm_to_hf`: tied, from whichever tied CS name the file has)."""
     head = ctx.dims["mlm"]
     return mlm_to_hf(ctx.available, ctx.has("tied"), srcs[0], dsts[0], head)
 
 
 def _mlm_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
     """Word embeddings, the MLM decoder weight and its bias, HF -> CS
-    (:func:`~ckpt_migrate.hf.families._bert_common.mlm_weights_to_cs`, ``mlm_bias_to_cs``);
+    (:func:`~ckpt_migrate.hf.encoders.mlm_weights_to_cs`, ``mlm_bias_to_cs``);
     with ``zero bias``, a file without either bias gets a zero one of ``vocab_size`` (RoBERTa,
     roberta.py lines 183-192)."""
     head = ctx.dims["mlm"]
@@ -253,3 +270,69 @@ ESM2 = Table(
     order={TO_HF: ("embeddings", "layers", "head"), TO_CS: ("embeddings", "layers", "head")},
     check=inputs_on_side,
 )
+
+
+# ----------------------------------------------------------------------------- the context
+
+
+def _segments(q: Query, cfg: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """Segment embeddings, which a RoBERTa CS model may lack (HF then gets a zero table of one
+    row, roberta.py lines 413-434); an HF model always has them."""
+    return ({"segments"} if not q.to_hf or num_segments(cfg) > 0 else set()), {}
+
+
+def _rotary(q: Query, cfg: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """ESM-2's rotary positions: query and key rows permuted per head (esm2.py lines
+    127-215), or learned ones."""
+    rotary = cfg["position_embedding_type"] == "rotary"
+    heads = int(cfg["num_heads" if q.to_hf else "num_attention_heads"]) if rotary else 0
+    return ({"rotary"} if rotary else set()), {"heads": heads}
+
+
+def _embedding_norm(q: Query, cfg: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """ESM-2's embedding norm (``embedding_layer_norm``/``emb_layer_norm_before``)."""
+    norm = cfg["embedding_layer_norm" if q.to_hf else "emb_layer_norm_before"]
+    return ({"norm"} if norm else set()), {}
+
+
+def _config(q: Query, cfg: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """The config itself (RoBERTa's MLM bias reads ``vocab_size``, roberta.py lines 183-192)."""
+    return set(), {"cfg": cfg}
+
+
+FEATURES: dict[str, Feature] = {
+    "segments": _segments,
+    "rotary": _rotary,
+    "embedding norm": _embedding_norm,
+    "config": _config,
+}
+
+
+def encoder(
+    q: Query,
+    *,
+    prefix: str,
+    cs_prefix: str,
+    defaults: tuple[Mapping[str, Any], Mapping[str, Any]] | None = None,
+    flags: Sequence[str] = (),
+    by_name: Mapping[str, tuple[str, ...]] | None = None,
+    cs_prefixes: Mapping[str, str] | None = None,
+    features: Sequence[str] = (),
+    mlm: str | None = None,
+) -> Ctx:
+    """The context of a BERT-like table, either way: the layers, the word embeddings tied to
+    the MLM decoder (``share_embedding_weights``/``tie_word_embeddings``), read from the config
+    over the record's ``defaults`` (CS, HF); the HF ``prefix`` and the CS one (``cs_prefix``,
+    or a name's own in ``cs_prefixes``: BertPretrainModel names its encoder ``bert_encoder``,
+    the fine-tuning models ``bert``, bert.py line 544, bert_finetune.py line 47); the
+    record's ``flags``, those of the name (``by_name``: which heads it has) and those of its
+    ``features`` (:data:`FEATURES`); the MLM head's HF name (``mlm``)."""
+    check_name(q.name, q.names)
+    cfg = {**(defaults[0 if q.to_hf else 1] if defaults else {}), **q.config}
+    layers = layers_of(cfg, "num_hidden_layers", 12)
+    tied = cfg.get("share_embedding_weights" if q.to_hf else "tie_word_embeddings", True)
+    found, dims = read_features(q, cfg, features, FEATURES)
+    found |= {*flags, *(by_name or {}).get(q.name, ()), *({"tied"} if tied else ())}
+    dims |= {"side": "CS" if q.to_hf else "HF"} | ({"mlm": mlm} if mlm else {})
+    cs_at = (cs_prefixes or {}).get(q.name, cs_prefix)
+    return Ctx(q.shapes, layers, prefix, frozenset(found), dims, cs_prefix=cs_at)

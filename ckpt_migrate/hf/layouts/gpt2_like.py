@@ -7,6 +7,10 @@ jais_hf_cs.py lines 36-38) and differ in the attention and the MLP.
 
 ``{p}`` is the HF body's prefix: ``transformer.`` for the ``*LMHeadModel``/``*ForCausalLM``
 classes, none for the headless ``*Model`` ones.
+
+Two contexts read the config for them: GPT-2's own (:func:`gpt2`, which checks every tensor's
+shape against the config), and :func:`on_layout` for the families built on the GPT-2 rules,
+whose records list the ``features`` of their HF config it reads (:data:`FEATURES`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ckpt_migrate.hf import config_table
+from ckpt_migrate.hf.config_ops import swiglu
 from ckpt_migrate.hf.heads import GPT2_HEAD, LAYOUT_HEAD
 from ckpt_migrate.hf.mapping import MappingError, Shape
 from ckpt_migrate.hf.ops import (
@@ -27,7 +33,20 @@ from ckpt_migrate.hf.ops import (
     Ctx,
     Op,
 )
-from ckpt_migrate.hf.table import BOTH, TO_CS, TO_HF, Group, Row, Table, checked, pair, row
+from ckpt_migrate.hf.table import (
+    BOTH,
+    TO_CS,
+    TO_HF,
+    Feature,
+    Group,
+    Query,
+    Row,
+    Table,
+    checked,
+    pair,
+    row,
+)
+from ckpt_migrate.hf.table import features as read_features
 
 L, H = "transformer_decoder.layers.{i}.", "{p}h.{i}."  # one layer, CS and HF
 EMBEDDING = "embedding_layer.word_embeddings.weight"
@@ -171,31 +190,6 @@ SANTACODER = on_gpt2_layout(
 BTLM = on_gpt2_layout(mlp(CONV1D, glu=True), (qkv("c_attn"),))
 
 
-def layout_context(
-    direction: str,
-    shapes: Mapping[str, Shape],
-    config: Mapping[str, Any],
-    headless: bool,
-    layers: int,
-    flags: frozenset[str] = frozenset(),
-    dims: Mapping[str, Any] | None = None,
-) -> Ctx:
-    """The context of a table :func:`on_gpt2_layout` builds: the head tied per the config
-    (``share_embedding_weights`` of the CS ``config`` on export, ``tie_word_embeddings`` of the
-    HF one on import); on import the HF attention buffers are dropped (gpt2_hf_cs.py lines
-    304-309), on export a headless model's CS ``lm_head`` (Model Zoo's ``*Model_HF_CS21``
-    note), and ``ln_f.*`` and a tied ``lm_head`` are ties (:func:`tie_map`)."""
-    key = "share_embedding_weights" if direction == TO_HF else "tie_word_embeddings"
-    tied = bool(config.get(key, True))
-    flags = flags | ({"tied"} if tied else set()) | ({"headless"} if headless else set())
-    if direction == TO_HF:
-        dropped, ties = (r"lm_head\.weight" if headless else None), tie_map(shapes, tied)
-    else:
-        dropped, ties = HF_ATTN_BUFFERS, {}
-    pre = hf_prefix(headless)
-    return Ctx(shapes, layers, pre, frozenset(flags), dims or {}, dropped, ties)
-
-
 def tie_map(cs: Mapping[str, Shape], tied: bool) -> dict[str, str]:
     """CS tensors that are copies of one the plan reads (no HF tensor of their own): ``ln_f.*``
     of ``transformer_decoder.norm.*`` (Model Zoo drops them on the way to HF, rule ``ln_f``
@@ -213,3 +207,166 @@ def check_name(name: str, names: Sequence[str]) -> bool:
     if name not in names:
         raise MappingError(f"model name {name!r} is not one of {', '.join(names)}")
     return name.endswith("-headless")
+
+
+# --------------------------------------------------------------------------- GPT-2's context
+
+
+def _layers(cfg: Mapping[str, Any], key: str) -> int:
+    if not isinstance(cfg.get(key), int):
+        raise MappingError(f"the config has no integer {key}")
+    return int(cfg[key])
+
+
+def _dims(cfg: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[int, ...]:
+    try:
+        return tuple(int(cfg[k]) for k in keys)
+    except (KeyError, TypeError, ValueError):
+        raise MappingError(f"the config needs integer {', '.join(keys)}") from None
+
+
+def _check_shapes(have: Mapping[str, Shape], want: Mapping[str, Shape]) -> None:
+    """A tensor whose shape contradicts the config (a wrong config, or another model)."""
+    for key, shape in want.items():
+        if key in have and tuple(have[key]) != shape:
+            raise MappingError(f"{key} has shape {tuple(have[key])}, the config implies {shape}")
+
+
+def _cs_shapes(cs_model: Mapping[str, Any], layers: int) -> dict[str, Shape]:
+    v, h = _dims(cs_model, ("vocab_size", "hidden_size"))
+    f = int(cs_model.get("filter_size") or 4 * h)
+    out = {EMBEDDING: (v, h), "lm_head.weight": (v, h)}
+    if cs_model.get("max_position_embeddings") is not None:
+        p = int(cs_model["max_position_embeddings"])
+        out["embedding_layer.position_embeddings.embed.weight"] = (p, h)
+    for i in range(layers):
+        pre = f"transformer_decoder.layers.{i}."
+        for x in ("q", "k", "v", "output"):
+            out[f"{pre}self_attn.proj_{x}_dense_layer.weight"] = (h, h)
+            out[f"{pre}self_attn.proj_{x}_dense_layer.bias"] = (h,)
+        for norm in ("norm1", "norm3"):
+            out[f"{pre}{norm}.weight"] = out[f"{pre}{norm}.bias"] = (h,)
+        out[f"{pre}ffn.ffn.0.linear_layer.weight"] = (f, h)
+        out[f"{pre}ffn.ffn.0.linear_layer.bias"] = (f,)
+        out[f"{pre}ffn.ffn.1.linear_layer.weight"] = (h, f)
+        out[f"{pre}ffn.ffn.1.linear_layer.bias"] = (h,)
+    out["transformer_decoder.norm.weight"] = out["transformer_decoder.norm.bias"] = (h,)
+    return out
+
+
+def _hf_shapes(hf_config: Mapping[str, Any], layers: int, pre: str) -> dict[str, Shape]:
+    v, h, p = _dims(hf_config, ("vocab_size", "n_embd", "n_positions"))
+    f = int(hf_config.get("n_inner") or 4 * h)
+    out = {f"{pre}wte.weight": (v, h), f"{pre}wpe.weight": (p, h), "lm_head.weight": (v, h)}
+    for i in range(layers):
+        b = f"{pre}h.{i}."
+        out |= {f"{b}attn.c_attn.weight": (h, 3 * h), f"{b}attn.c_attn.bias": (3 * h,)}
+        out |= {f"{b}attn.c_proj.weight": (h, h), f"{b}attn.c_proj.bias": (h,)}
+        out |= {f"{b}mlp.c_fc.weight": (h, f), f"{b}mlp.c_fc.bias": (f,)}
+        out |= {f"{b}mlp.c_proj.weight": (f, h), f"{b}mlp.c_proj.bias": (h,)}
+        for norm in ("ln_1", "ln_2"):
+            out[f"{b}{norm}.weight"] = out[f"{b}{norm}.bias"] = (h,)
+    out[f"{pre}ln_f.weight"] = out[f"{pre}ln_f.bias"] = (h,)
+    return out
+
+
+def gpt2(q: Query, *, headless: str) -> Ctx:
+    """What the :data:`GPT2` table reads: the layers, the prefix (the ``headless`` name's
+    class has none), whether the head is tied and the model headless, the shape of a new head;
+    MappingError when a tensor's shape contradicts the config."""
+    if q.name not in q.names:
+        raise MappingError(f"the gpt2 family does not serve model {q.name!r}")
+    config, pre = q.config, hf_prefix(q.name == headless)
+    if q.to_hf:
+        layers = _layers(config, "num_hidden_layers")
+        _check_shapes(q.shapes, _cs_shapes(config, layers))
+        tied, dims = config.get("share_embedding_weights", True), {}
+    else:
+        layers = _layers(config, "n_layer")
+        _check_shapes(q.shapes, _hf_shapes(config, layers, pre))
+        tied = config.get("tie_word_embeddings", True)
+        dims = {"head_shape": (int(config["vocab_size"]), int(config["n_embd"]))}
+    flags = {"tied"} if tied else set()
+    flags |= {"headless"} if q.name == headless else set()
+    return Ctx(q.shapes, layers, pre, frozenset(flags), dims)
+
+
+# ------------------------------------------------- the families built on the GPT-2 rules
+
+
+def _learned(q: Query, hf: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """Learned positions, ``wpe`` (starcoder.py lines 696-707, santacoder.py)."""
+    return {"learned"}, {}
+
+
+def _multi_query(q: Query, hf: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """StarCoder's attention: multi-query (``mq``) or not, the heads and the rows of Q, K and V
+    in an MQA ``c_attn`` (starcoder.py lines 98-168); on import MappingError when a ``c_attn``
+    does not pack Q, K and V."""
+    embed, heads, mq = hf["n_embd"], hf["n_head"], bool(hf["multi_query"])
+    d_head = embed // heads
+    if not q.to_hf:
+        rows = embed + 2 * d_head if mq else 3 * embed
+        pre = hf_prefix(q.name.endswith("-headless"))
+        for i in range(hf["n_layer"]):
+            for suffix in BOTH:
+                src = f"{pre}h.{i}.attn.c_attn.{suffix}"
+                if src in q.shapes and q.shapes[src][0] != rows:
+                    raise MappingError(
+                        f"{src}: {q.shapes[src]} does not pack Q, K and V ({rows} rows)"
+                    )
+    dims = {"heads": heads, "rows": (0, embed, embed + d_head, embed + 2 * d_head)}
+    return ({"mq"} if mq else set()), dims
+
+
+def _mask_positions(q: Query, hf: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """SantaCoder's generated causal mask: its positions, on export (santacoder.py lines
+    156-168)."""
+    return set(), ({"positions": hf["n_positions"]} if q.to_hf else {})
+
+
+def _alibi(q: Query, hf: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """BTLM's ALiBi slopes (``relative_pe.slopes`` -> ``embedding_layer.position_embed_helper
+    .slopes``, btlm_hf_cs.py lines 386-394) or learned positions."""
+    alibi = hf.get("position_embedding_type", "learned") == "alibi"
+    return ({"alibi"} if alibi else {"learned"}), {}
+
+
+def _swiglu(q: Query, hf: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """BTLM's SwiGLU second input ``mlp.c_fc2`` (btlm_hf_cs.py lines 50-60)."""
+    return ({"glu"} if swiglu(hf.get("activation_function", "gelu_new")) else set()), {}
+
+
+FEATURES: dict[str, Feature] = {
+    "learned positions": _learned,
+    "multi-query": _multi_query,
+    "causal mask": _mask_positions,
+    "alibi": _alibi,
+    "swiglu": _swiglu,
+}
+
+
+def on_layout(
+    q: Query, *, features: Sequence[str], hf_defaults: Mapping[str, Any] | None = None
+) -> Ctx:
+    """The context of a table :func:`on_gpt2_layout` builds (StarCoder, SantaCoder, BTLM,
+    JAIS): the layers and the record's ``features`` (:data:`FEATURES`), read from the HF
+    config (on export the one the record's config table gives) over ``hf_defaults``; the head
+    tied per the config (``share_embedding_weights`` of the CS config on export,
+    ``tie_word_embeddings`` of the HF one on import). On import the HF attention buffers are
+    dropped (gpt2_hf_cs.py lines 304-309), on export a headless model's CS ``lm_head`` (Model
+    Zoo's ``*Model_HF_CS21`` note), and ``ln_f.*`` and a tied ``lm_head`` are ties
+    (:func:`tie_map`)."""
+    headless = check_name(q.name, q.names)
+    hf = config_table.to_hf(q.config, q.name) if q.to_hf else q.config
+    hf = {**(hf_defaults or {}), **hf}
+    flags, dims = read_features(q, hf, features, FEATURES)
+    key = "share_embedding_weights" if q.to_hf else "tie_word_embeddings"
+    tied = bool(q.config.get(key, True))
+    flags |= ({"tied"} if tied else set()) | ({"headless"} if headless else set())
+    if q.to_hf:
+        dropped, ties = (r"lm_head\.weight" if headless else None), tie_map(q.shapes, tied)
+    else:
+        dropped, ties = HF_ATTN_BUFFERS, {}
+    pre = hf_prefix(headless)
+    return Ctx(q.shapes, hf["n_layer"], pre, frozenset(flags), dims, dropped, ties)

@@ -3,8 +3,11 @@ Release_2.10.0: ``gptj_hf_cs.py``, ``salesforce_codegen_hf_cs.py``, ``gpt_neox_h
 whose rules Model Zoo's converters spell alike: renamed (HF, CS) pairs, the family's fused
 Q/K/V, the final norm under its second CS name, the head (and its bias).
 
-The families declare their (HF, CS) name pairs (``TOP_PAIRS``, ``LAYER_PAIRS``); a table is
-built from them by :func:`decoder_table`. All these CS models register their final norm under
+Each table is its family's (HF, CS) name pairs, as Model Zoo's five converters spell them
+alike, built into a table by :func:`decoder_table`; the fused Q/K/V layouts are named operations
+(``hf/fused.py``). One context, :func:`decoder`, reads the config for all five (Falcon's
+grouped attention is a feature its record lists); their catalogue records name table and
+context (``Hf.tensors``). All these CS models register their final norm under
 two names, ``ln_f`` and ``transformer_decoder.norm`` (one module: ``models/nlp/gptj/
 gptj_model.py`` lines 535-538, which CodeGen, GPT-NeoX and Falcon use; ``models/nlp/gpt2/
 gpt2_model.py`` lines 910 and 965 for BLOOM). Model Zoo writes both on the way to CS
@@ -14,13 +17,28 @@ gpt2_model.py`` lines 910 and 965 for BLOOM). Model Zoo writes both on the way t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ckpt_migrate.hf import config_table
+from ckpt_migrate.hf.config_gptj import falcon_cs_layout
+from ckpt_migrate.hf.fused import ALIBI_SLOPES, BLOOM_QKV, CODEGEN_QKV, FALCON_QKV, NEOX_QKV
 from ckpt_migrate.hf.heads import DECODER_HEAD
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs
+from ckpt_migrate.hf.mapping import MappingError, Shape
 from ckpt_migrate.hf.ops import RENAME_EXISTING, SECOND_NAME, Ctx, Op
-from ckpt_migrate.hf.table import BOTH, TO_CS, TO_HF, Group, Row, Table, row
+from ckpt_migrate.hf.table import (
+    BOTH,
+    TO_CS,
+    TO_HF,
+    Feature,
+    Group,
+    Query,
+    Row,
+    Table,
+    inputs_present,
+    row,
+)
+from ckpt_migrate.hf.table import features as read_features
 
 Pairs = Sequence[tuple[str, str]]  # (HF name, CS name)
 EMBED = "embedding_layer.word_embeddings.weight"
@@ -43,7 +61,7 @@ def decoder_table(
     (read on export from the copy that exists; a third item is the row's ``when``), the
     ``attention`` rows (fused Q/K/V), the rows of tensors ``made`` on import, then the head
     (:data:`~ckpt_migrate.hf.heads.DECODER_HEAD`); on import the final norm's second name after
-    the renames. Every input must exist (:func:`inputs_exist`); source tensors no row reads are
+    the renames. Every input must exist; source tensors no row reads are
     left to the pipeline's unused-tensor rule."""
     hf_of = {cs: hf for hf, cs in top}
     heads = ((EMBED, HEAD, HEAD_BIAS), ("{p}" + hf_of[EMBED], HEAD, HEAD_BIAS))
@@ -68,7 +86,7 @@ def decoder_table(
             TO_HF: ("top", "layers", "attention", "made", "head"),
             TO_CS: ("top", "layers", "final norm's second name", "attention", "made", "head"),
         },
-        check=inputs_exist,
+        check=inputs_present("{first}: the checkpoint lacks this tensor"),
     )
 
 
@@ -79,30 +97,14 @@ def qkv_row(fused: str, op: Op, kinds: tuple[str, ...] = BOTH, when: str | None 
     return Row(cs, ("{p}" + fused.format(i="{i}", kind="{s}"),), op, kinds, when)
 
 
-def inputs_exist(plan: list[Out], ctx: Ctx) -> list[Out]:
-    """Every input the plan reads exists. Source tensors no rule reads are left to the
-    pipeline's ``unused_inputs`` check (``hf/unconverted.py`` names the expected ones)."""
-    missing = missing_inputs(plan, ctx.available)
-    if missing:
-        raise MappingError(f"{missing[0]}: the checkpoint lacks this tensor")
-    return plan
-
-
-def cs_config(
-    direction: str,
-    config: Mapping[str, Any],
-    name: str,
-    to_cs: Callable[[Mapping[str, Any], str], Mapping[str, Any]],
-    to_hf: Callable[[Mapping[str, Any], str], Any],
-    defaults: Mapping[str, Any],
-) -> Mapping[str, Any]:
-    """The CS config a :func:`decoder_context` reads: on import the one the family's
-    ``to_cs`` (``config_to_cs``) gives; on export ``config`` over the family's ``defaults``,
-    once its ``to_hf`` (``config_to_hf``) accepted it."""
-    if direction == TO_CS:
-        return to_cs(config, name)
-    to_hf(config, name)
-    return {**defaults, **config}
+def cs_config(q: Query, defaults: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The CS config a :func:`decoder_context` reads: on import the one the record's config
+    table gives; on export the config over the family's ``defaults``, once the table accepted
+    it."""
+    if not q.to_hf:
+        return config_table.to_cs(q.config, q.name)
+    config_table.to_hf(q.config, q.name)
+    return {**defaults, **q.config}
 
 
 def decoder_context(
@@ -129,3 +131,169 @@ def decoder_context(
     all_dims = {"cs": cs, "copies": copies, **(dims or {})}
     pre = "" if headless else prefix
     return Ctx(shapes, layers, pre, frozenset(flags), all_dims)
+
+
+def check_name(name: str, names: Sequence[str]) -> None:
+    """Refuse a model name the family does not serve."""
+    if name not in names:
+        raise MappingError(f"{name}: this family serves {', '.join(names)}")
+
+
+def _grouped(q: Query, cfg: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
+    """Falcon's attention (falcon_180b.py lines 36-131 and 568-588): norms untied or not
+    (``ln_attn``/``ln_mlp`` or ``input_layernorm``), the linear layers' biases, and the rows of
+    Q, K and V in the grouped fused ``query_key_value`` (:data:`~ckpt_migrate.hf.fused.
+    FALCON_QKV`)."""
+    groups, untied = falcon_cs_layout(cfg)
+    heads, head_dim = cfg["num_heads"], cfg["hidden_size"] // cfg["num_heads"]
+    rows = {"q": heads * head_dim, "k": groups * head_dim, "v": groups * head_dim}
+    flags = ({"untied"} if untied else set()) | ({"bias"} if cfg["use_ffn_bias"] else set())
+    return flags, {"groups": groups, "head_dim": head_dim, "rows": rows}
+
+
+FEATURES: dict[str, Feature] = {"grouped attention": _grouped}
+
+
+def decoder(
+    q: Query,
+    *,
+    defaults: Mapping[str, Any],
+    prefix: str = "transformer.",
+    bias: bool = False,
+    dims: Mapping[str, str] | None = None,
+    legacy_head: str | None = None,
+    features: Sequence[str] = (),
+    check: bool = False,
+) -> Ctx:
+    """The context of the GPT-J backbone's families (their records' ``Hf.tensors``): the CS
+    config (:func:`cs_config`, over the family's ``defaults``; with ``check``, on export a name
+    not served is refused first), the HF ``prefix``, a head ``bias``, the ``dims`` the family's
+    fused attention reads (dim -> CS config field) and its ``features`` (:data:`FEATURES`).
+    With a ``legacy_head`` (GPT-NeoX's ``embed_out.weight``, the name Model Zoo writes and
+    transformers' ``save_pretrained`` still saves, read back as ``lm_head``; gpt_neox_hf_cs.py
+    lines 568-574): an untied head is exported under it; on import ``lm_head`` is read unless
+    only the legacy name is there."""
+    if check and q.to_hf:
+        check_name(q.name, q.names)
+    cfg = cs_config(q, defaults)
+    flags, values = read_features(q, cfg, features, FEATURES)
+    values |= {dim: cfg[field] for dim, field in (dims or {}).items()}
+    if legacy_head is not None:
+        values["hf_head"] = legacy_head
+        if not q.to_hf and (legacy_head not in q.shapes or HEAD in q.shapes):
+            values["hf_head"] = HEAD
+    ctx_flags = frozenset(flags)
+    return decoder_context(q.shapes, cfg, q.name, prefix, bias=bias, dims=values, flags=ctx_flags)
+
+
+# ----------------------------------------------------------------------------- the tables
+# (HF name, CS name[, when]) pairs: the HF names inside a block ``{p}<block>.N.``, the CS ones
+# inside ``transformer_decoder.layers.N.``; the top pairs under ``{p}``.
+
+
+def params(modules: Pairs, kinds: Sequence[str] = BOTH) -> list[tuple[str, str]]:
+    """(HF, CS) names of each (HF, CS) module's parameters ``kinds``."""
+    return [(f"{hf}.{kind}", f"{cs}.{kind}") for hf, cs in modules for kind in kinds]
+
+
+def gptj_style_layer(*attention: tuple[str, str]) -> list[tuple[str, str]]:
+    """(HF, CS) names inside a GPT-J-style block: the norm, the family's ``attention`` pairs,
+    the MLP (Model Zoo: gptj_hf_cs.py lines 112-148, salesforce_codegen_hf_cs.py 275-303)."""
+    mlp = [("mlp.fc_in", "ffn.ffn.0.linear_layer"), ("mlp.fc_out", "ffn.ffn.1.linear_layer")]
+    return [*params([("ln_1", "norm1")]), *attention, *params(mlp)]
+
+
+def megatron_layer(dense: str, norms: Pairs) -> list[tuple[str, str]]:
+    """(HF, CS) names inside a block of GPT-NeoX and BLOOM: the ``norms``, the attention's
+    output ``dense`` and the MLP."""
+    linear = [
+        (dense, "self_attn.proj_output_dense_layer"),
+        ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"),
+        ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer"),
+    ]
+    return params(norms) + params(linear)
+
+
+# HF GPT-J-style names (GPT-J, CodeGen) of the embeddings and the final norm. Model Zoo:
+# gptj_hf_cs.py lines 86-101, salesforce_codegen_hf_cs.py lines 249-264.
+GPTJ_STYLE_TOP: Pairs = (
+    ("wte.weight", EMBED),
+    ("ln_f.weight", "transformer_decoder.norm.weight"),
+    ("ln_f.bias", "transformer_decoder.norm.bias"),
+)
+_OUT_PROJ = ("attn.out_proj.weight", "self_attn.proj_output_dense_layer.weight")
+
+# GPT-J: renames only; HF GPT-J rotates every two channels exactly like CS rotary (gptj_hf_cs.py
+# lines 39-71 attention, 112-148 norm and ffn).
+GPTJ = decoder_table(
+    GPTJ_STYLE_TOP,
+    gptj_style_layer(
+        *((f"attn.{p}_proj.weight", f"self_attn.proj_{p}_dense_layer.weight") for p in "qkv"),
+        _OUT_PROJ,
+    ),
+)
+# CodeGen: Q, V, K packed per shard into ``qkv_proj`` (no bias; salesforce_codegen_hf_cs.py lines
+# 42-62), ``out_proj`` (lines 63-69), GPT-J-style names otherwise (lines 275-303).
+CODEGEN = decoder_table(
+    GPTJ_STYLE_TOP,
+    gptj_style_layer(_OUT_PROJ),
+    attention=[qkv_row("h.{i}.attn.qkv_proj.{kind}", CODEGEN_QKV, ("weight",))],
+)
+# GPT-NeoX: embeddings and final norm (gpt_neox_hf_cs.py lines 335-354), dense (41-47), norms
+# and ffn (365-406), Q/K/V fused per head (48-68).
+GPT_NEOX = decoder_table(
+    (
+        ("embed_in.weight", EMBED),
+        ("final_layer_norm.weight", "transformer_decoder.norm.weight"),
+        ("final_layer_norm.bias", "transformer_decoder.norm.bias"),
+    ),
+    megatron_layer(
+        "attention.dense", [("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3")]
+    ),
+    "layers",
+    [qkv_row("layers.{i}.attention.query_key_value.{kind}", NEOX_QKV)],
+)
+# BLOOM: embeddings, their norm and the final norm (bloom_hf_cs.py lines 209-226, 276-282),
+# dense (47-53), norms and mlp (236-275), Q/K/V fused per head (54-74); the ALiBi slopes made on
+# import, 2.1+ name (lines 387-391, 975).
+BLOOM = decoder_table(
+    (
+        ("word_embeddings.weight", EMBED),
+        ("word_embeddings_layernorm.weight", "embedding_ln_f.weight"),
+        ("word_embeddings_layernorm.bias", "embedding_ln_f.bias"),
+        ("ln_f.weight", "transformer_decoder.norm.weight"),
+        ("ln_f.bias", "transformer_decoder.norm.bias"),
+    ),
+    megatron_layer(
+        "self_attention.dense",
+        [("input_layernorm", "norm1"), ("post_attention_layernorm", "norm3")],
+    ),
+    attention=[qkv_row("h.{i}.self_attention.query_key_value.{kind}", BLOOM_QKV)],
+    made=[row("embedding_layer.position_embed_helper.slopes", (), ALIBI_SLOPES)],
+)
+# Falcon: embeddings (falcon_40b.py lines 334-342), final norm (395-401); norms two with untied
+# layer norms, else one (falcon_180b.py lines 48-127), mlp (falcon_40b.py lines 372-393; dense via
+# the attention rules, lines 41-47), the linear layers' biases only with ``use_ffn_bias``; Q, K,
+# V fused per KV group (lines 48-68).
+_FALCON_LINEAR = (
+    ("self_attention.dense", "self_attn.proj_output_dense_layer"),
+    ("mlp.dense_h_to_4h", "ffn.ffn.0.linear_layer"),
+    ("mlp.dense_4h_to_h", "ffn.ffn.1.linear_layer"),
+)
+_FALCON_QKV = "h.{i}.self_attention.query_key_value.{kind}"
+FALCON = decoder_table(
+    (("word_embeddings.weight", EMBED), *GPTJ_STYLE_TOP[1:]),
+    (
+        *((*pair, "untied") for pair in params([("ln_attn", "norm1"), ("ln_mlp", "norm3")])),
+        *((*pair, "!untied") for pair in params([("input_layernorm", "norm1")])),
+        *(
+            (f"{h}.{k}", f"{c}.{k}", "bias" if k == "bias" else None)
+            for h, c in _FALCON_LINEAR
+            for k in BOTH
+        ),
+    ),
+    attention=[
+        qkv_row(_FALCON_QKV, FALCON_QKV, ("weight",)),
+        qkv_row(_FALCON_QKV, FALCON_QKV, ("bias",), when="bias"),
+    ],
+)

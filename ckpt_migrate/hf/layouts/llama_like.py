@@ -4,17 +4,24 @@ experts) and Gemma 2 (``gemma2.py``, the LLaMA rules with offset norms and more 
 
 ``{p}`` is ``model.`` for the ``*ForCausalLM`` classes, nothing for the base models (Model Zoo
 llama.py lines 502-517: ``EquivalentSubkey("model.", "")`` only in the LM-head converter).
+
+One context, :func:`decoder`, reads the config for all of them; each record declares what its
+table needs beyond LLaMA's (Mixtral's experts, Gemma 2's attention biases).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from ckpt_migrate.catalogue.config import CS
+from ckpt_migrate.hf import config_table
+from ckpt_migrate.hf.config_llama import kv_heads_cs
 from ckpt_migrate.hf.experts import EXPERTS
 from ckpt_migrate.hf.heads import LLAMA_HEAD
-from ckpt_migrate.hf.mapping import MappingError, Out
+from ckpt_migrate.hf.mapping import MappingError
 from ckpt_migrate.hf.ops import NORM_OFFSET, RENAME, SECOND_NAME, Ctx, Op, rotary, second_name
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Row, Table, row
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Row, Table, inputs_present, row
 
 L, H = "transformer_decoder.layers.{i}.", "{p}layers.{i}."  # one layer, CS and HF
 EMBED = "embedding_layer.word_embeddings.weight"
@@ -41,7 +48,7 @@ def llama_table(layer: Sequence[Row], norm: Op = RENAME) -> Table:
     """The embeddings, the final norm (through ``norm``; on import also under its second CS
     name ``ln_f``, Model Zoo llama.py lines 395-409), the head
     (:data:`~ckpt_migrate.hf.heads.LLAMA_HEAD`), then each layer's ``layer`` rows. Every input
-    must exist (:func:`inputs_present`); source tensors no row reads are for the pipeline to
+    must exist (refused naming five); source tensors no row reads are for the pipeline to
     report."""
     final = row("transformer_decoder.norm.weight", "{p}norm.weight", norm)
     copy = row(
@@ -60,16 +67,8 @@ def llama_table(layer: Sequence[Row], norm: Op = RENAME) -> Table:
             TO_HF: ("embeddings", "final norm", "head", "layers"),
             TO_CS: ("embeddings", "final norm", "final norm's second name", "head", "layers"),
         },
-        check=inputs_present,
+        check=inputs_present("missing tensors: {names}", most=5),
     )
-
-
-def inputs_present(plan: list[Out], ctx: Ctx) -> list[Out]:
-    """Refuse a plan that needs a tensor the source lacks (naming five)."""
-    missing = sorted({n for out in plan for n in out.inputs} - set(ctx.available))
-    if missing:
-        raise MappingError(f"missing tensors: {', '.join(missing[:5])}")
-    return plan
 
 
 LLAMA = llama_table(ATTENTION_AND_NORMS + MLP)
@@ -105,3 +104,44 @@ GEMMA2 = llama_table(
 )
 # Mixtral: LLaMA's attention and norms, then the layer's router and experts (:data:`EXPERTS`).
 MIXTRAL = llama_table((*ATTENTION_AND_NORMS, row(L, H, EXPERTS)))
+
+_WAY = {TO_HF: "export", TO_CS: "import"}
+
+
+def decoder(
+    q: Query,
+    *,
+    label: str | None = None,
+    check_on: str = "export",
+    family: str = "LLaMA",
+    experts: bool = False,
+    bias: bool = False,
+) -> Ctx:
+    """The context of a :func:`llama_table`: the heads and key/value heads (rotary rows are
+    permuted per head; llama.py lines 157-294), the prefix, whether the head is tied
+    (``share_embedding_weights``) and the model headless, from the CS config the record's table
+    accepted (export) or the one it gives (import); with a ``label``, a name not of ``names``
+    is refused as not a ``label`` model name on ``check_on`` ("export" or "import"). With
+    ``experts``, their number and on import the FFN width (Mixtral: transformers 5's fused
+    ``gate_up_proj`` stacks gate and up rows, mixtral.py lines 172-300); with ``bias``,
+    whether the attention has biases (Gemma 2, gemma2.py lines 56-190). ``family`` names it
+    when its attention is refused."""
+    if label is not None and q.name not in q.names and check_on == _WAY[q.direction]:
+        raise MappingError(f"{q.name}: not a {label} model name")
+    if q.to_hf:
+        cfg = config_table.source(CS, q.config, q.name)
+    else:
+        cfg = config_table.to_cs(q.config, q.name)
+    dims: dict[str, Any] = {}
+    if experts:
+        dims["experts"] = int(cfg["moe"]["num_experts"])
+        if not q.to_hf:
+            dims["inter"] = int(cfg["filter_size"])
+    dims |= {"heads": cfg["num_heads"], "kv": kv_heads_cs(cfg, family)}
+    headless = q.name.endswith("-headless")
+    flags = {"tied"} if cfg["share_embedding_weights"] else set()
+    flags |= ({"headless"} if headless else set()) | (
+        {"bias"} if bias and cfg["use_projection_bias_in_attention"] else set()
+    )
+    prefix = "" if headless else "model."
+    return Ctx(q.shapes, cfg["num_hidden_layers"], prefix, frozenset(flags), dims)

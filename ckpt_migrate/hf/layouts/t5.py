@@ -2,18 +2,21 @@
 (``transformer``, ``ul2``, ``flan-ul2``). Model Zoo, tag Release_2.10.0, ``t5.py``: layer rules
 ``Converter_T5_CS16_CS17`` lines 40-380, HF specifics ``Converter_T5_HF_CS17`` lines 612-697,
 tying ``Converter_T5_CS18_CS20`` lines 1064-1178, the 2.1 relative-bias rename lines 1248-1302.
-Every tensor is renamed; the shared embeddings are one operation.
+Every tensor is renamed; the shared embeddings are one operation. Its context is :func:`context`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ckpt_migrate.hf.families._bert_common import one_of, present, tied
+from ckpt_migrate.hf.config_t5 import hf_scales_tied, nonlinearity_to_hf
+from ckpt_migrate.hf.encoders import check_name, layers_of, one_of, present, tied
 from ckpt_migrate.hf.layouts.bert_like import inputs_on_side
-from ckpt_migrate.hf.mapping import MappingError, Out, rename
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 from ckpt_migrate.hf.ops import Ctx, Op
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Row, Table, row
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Row, Table, row
 
 
 def _embeddings_to_hf(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
@@ -119,3 +122,36 @@ T5 = Table(
     order={TO_HF: _ORDER, TO_CS: _ORDER},
     check=inputs_on_side,
 )
+
+
+def _refuse_positions(cs: Mapping[str, Shape]) -> None:
+    """Learned or sinusoidal absolute positions (the ``transformer`` model) have no HF T5 home
+    (t5.py lines 707-728)."""
+    for name in cs:
+        if re.fullmatch(r"(?:encoder|decoder)_embeddings\.position_embeddings\..*", name):
+            raise MappingError(f"{name}: position_embedding_type absolute has no HF T5 equivalent")
+
+
+def context(q: Query, *, defaults: tuple[Mapping[str, Any], Mapping[str, Any]]) -> Ctx:
+    """Model Zoo: Converter_T5_HF_CS21 (t5.py lines 1341-1408, 1485-1489) either way: the
+    encoder and decoder layer counts, gated feed-forward layers, the lm_head shared with the
+    embeddings (``share_embedding_weights``; on import :func:`~ckpt_migrate.hf.config_t5.
+    hf_scales_tied`), read over the record's ``defaults`` (CS, HF)."""
+    check_name(q.name, q.names)
+    if q.to_hf:
+        _refuse_positions(q.shapes)
+        cfg = {**defaults[0], **q.config}
+        keys = ("encoder_num_hidden_layers", "decoder_num_hidden_layers")
+    else:
+        cfg = {**defaults[1], **q.config}
+        keys = ("num_layers", "num_decoder_layers")
+    enc = layers_of(cfg, keys[0], 6)
+    dec = enc if cfg.get(keys[1]) is None else layers_of(cfg, keys[1], enc)
+    if q.to_hf:
+        gated = nonlinearity_to_hf(cfg).startswith("gated-")
+        tied = cfg["share_embedding_weights"]
+    else:
+        gated, tied = str(cfg["feed_forward_proj"]).startswith("gated-"), hf_scales_tied(cfg)
+    flags = {f for f, on in (("gated", gated), ("tied", tied)) if on}
+    dims = {"encoder": enc, "decoder": dec, "side": "CS" if q.to_hf else "HF"}
+    return Ctx(q.shapes, 0, "", frozenset(flags), dims)

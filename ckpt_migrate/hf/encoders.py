@@ -1,5 +1,5 @@
-"""Helpers the BERT, RoBERTa and T5 families share (kept out of family discovery by the leading
-underscore): config checks, tied copies, and the MLM decoder of BERT and RoBERTa.
+"""What the encoder families' tables and contexts share (BERT, RoBERTa, ESM-2, T5, CLIP-ViT):
+config checks, tied copies, and the MLM decoder of BERT and RoBERTa.
 
 Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``: the MLM
 decoder rules are ``bert.py`` lines 569-589 (``cls.predictions.decoder`` ->
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs, rename
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 
 CS_MLM = "bert_mlm_head.classifier.ffn.0.linear_layer"
 
@@ -88,18 +88,8 @@ def one_of(copies: Sequence[str], available: Mapping[str, Shape]) -> tuple[str, 
     save holds every name of a tied module; Model Zoo's HF -> CS leaves the copies out."""
     found = present(copies, available)
     if not found:
-        return copies[0], {}  # finish() names it missing
+        return copies[0], {}  # the table's check names it missing
     return found[0], {c: found[0] for c in found[1:]}
-
-
-def finish(plan: list[Out], source: Mapping[str, Shape], side: str) -> list[Out]:
-    """Every input the plan names must exist. Source tensors no rule reads are left for
-    ``mapping.unused_inputs`` to report (the pipeline refuses them unless told to drop them);
-    the ones Model Zoo itself drops are listed by the ``hf_dropped`` hook."""
-    missing = missing_inputs(plan, source)
-    if missing:
-        raise MappingError(f"{side} tensor {missing[0]} is missing ({len(missing)} missing)")
-    return plan
 
 
 # ----------------------------------------------------------------------------- MLM decoder

@@ -1,40 +1,27 @@
-"""CLIP-ViT: Cerebras ``ViTClassificationModel`` (``vit_model.`` + ``classifier``) <-> Hugging
-Face ``CLIPVisionModelWithProjection`` (``vision_model.`` + ``visual_projection``).
+"""The tensor table of CLIP-ViT: Cerebras ``ViTClassificationModel`` (``vit_model.`` +
+``classifier``) <-> Hugging Face ``CLIPVisionModelWithProjection`` (``vision_model.`` +
+``visual_projection``), and its context.
 
 Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``:
 ``clip_vit.py`` (tensor rules ``Converter_CLIPViT_Core_HF_CS21`` lines 34-210, the position
 table's row order lines 212-236, the projection as the CS classifier
-``Converter_CLIPViT_Projection_HF_CS21`` lines 249-272, config rules
-``ConfigConverter_CLIPViT_HF_CS21`` lines 406-523 over ``vit.py``'s
-``ConfigConverter_ViT_Core_HF_CS21`` lines 429-673 and ``ConfigConverter_ViT_HF_CS21`` lines
-676-700). ``registry.py`` line 223 serves ``clip-vit`` with the projection converter only.
-
-Every tensor is renamed but the position table: HF keeps the class token's row first, CS last
-(``position_embeddings_convert``, lines 212-236), so its rows are rotated by one each way.
+``Converter_CLIPViT_Projection_HF_CS21`` lines 249-272). Every tensor is renamed but the
+position table: HF keeps the class token's row first, CS last (``position_embeddings_convert``,
+lines 212-236), so its rows are rotated by one each way (:data:`CLASS_ROW`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ckpt_migrate import catalogue
 from ckpt_migrate.hf import config_table
-from ckpt_migrate.hf.families._bert_common import layers_of
+from ckpt_migrate.hf.encoders import layers_of
 from ckpt_migrate.hf.layouts.bert_like import inputs_on_side
-from ckpt_migrate.hf.mapping import Out, Shape
+from ckpt_migrate.hf.mapping import Out
 from ckpt_migrate.hf.ops import Ctx, Op
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Table, pair, plans, row
-from ckpt_migrate.hf.unconverted import cs_dropped as cs_dropped
-from ckpt_migrate.hf.unconverted import cs_ties as cs_ties
-from ckpt_migrate.hf.unconverted import hf_dropped as hf_dropped
-
-NAMES: tuple[str, ...] = catalogue.hf_names(__name__)
-HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(__name__)
-
-config_to_hf, config_to_cs = config_table.to_hf, config_table.to_cs
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Table, pair, row
 
 
 def _rolled(shift: int) -> Callable[[Sequence[str], Sequence[str], Ctx], list[Out]]:
@@ -68,7 +55,7 @@ _LAYER_C, _LAYER_H = _C + "encoder.transformer_encoder.layers.{i}.", _H + "encod
 
 # Renames (clip_vit.py lines 38-209 under ``vision_model.``/``vit_model.``, lines 253-270; the
 # projection, lines 262-270, has no bias in HF CLIP), the position table last.
-TABLE = Table(
+CLIP = Table(
     groups={
         "embeddings": Group(
             (
@@ -104,15 +91,14 @@ TABLE = Table(
 )
 
 
-def context(
-    direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
-) -> Ctx:
-    """Model Zoo: Converter_CLIPViT_Projection_HF_CS21 either way: the layers (HF's
-    ``position_ids`` buffer, when a file has it, is dropped: lines 39-41)."""
-    to_hf = direction == TO_HF
-    cfg = config_to_hf(config, name) if to_hf else config_to_cs(config, name)
-    layers = layers_of(config if to_hf else cfg, "num_hidden_layers", 12)
-    return Ctx(shapes, layers, dims={"side": "CS" if to_hf else "HF"})
-
-
-plan_to_hf, plan_to_cs = plans(TABLE, context)
+def context(q: Query) -> Ctx:
+    """Model Zoo: Converter_CLIPViT_Projection_HF_CS21 either way: the layers, once the record's
+    config table accepted the config (HF's ``position_ids`` buffer, when a file has it, is
+    dropped: lines 39-41)."""
+    if q.to_hf:
+        config_table.to_hf(q.config, q.name)
+        cfg = q.config
+    else:
+        cfg = config_table.to_cs(q.config, q.name)
+    layers = layers_of(cfg, "num_hidden_layers", 12)
+    return Ctx(q.shapes, layers, dims={"side": "CS" if q.to_hf else "HF"})

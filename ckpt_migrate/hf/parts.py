@@ -27,19 +27,25 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ckpt_migrate import catalogue
-from ckpt_migrate.hf.families import bert, clip_vit
-from ckpt_migrate.hf.layouts import bert_like
+from ckpt_migrate.catalogue.bert_config import BERT_HF_DEFAULTS
+from ckpt_migrate.catalogue.bert_like import BERT
+from ckpt_migrate.catalogue.keyless import CLIP_VIT
+from ckpt_migrate.hf import config_table
+from ckpt_migrate.hf.encoders import layers_of
+from ckpt_migrate.hf.layouts import bert_like, vit
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 from ckpt_migrate.hf.ops import Ctx, Op
-from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Table, pair, plans, row
+from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Table, pair, plans, row
 
 Config = Mapping[str, Any]
+# The Model Zoo names whose config rules the parts run: BERT's pretraining model, CLIP-ViT.
+_PRETRAINING = {cls: name for name, cls in BERT.hf.architectures.items()}["BertForPreTraining"]
+_CLIP = CLIP_VIT.name
 
 
 @dataclass(frozen=True)
-class Rules:
-    """A part's rules: the contract of ``hf/mapping.py``'s family modules."""
+class PartRules:
+    """A part's rules: the contract of ``hf/mapping.py`` (``Family``)."""
 
     config_to_hf: Callable[[Config, str], dict[str, Any]]
     config_to_cs: Callable[[Config, str], dict[str, Any]]
@@ -53,8 +59,8 @@ class Rules:
 def _bert_model_to_hf(cs: Config, name: str) -> dict[str, Any]:
     """BERT's config (its pretraining converter, as dragon_plus.py line 292) as a ``BertModel``;
     ``add_pooling_layer`` -> ``projection_dim`` (lines 333-337)."""
-    out = bert.config_to_hf(
-        {k: v for k, v in cs.items() if k != "add_pooling_layer"}, bert.PRETRAINING
+    out = config_table.to_hf(
+        {k: v for k, v in cs.items() if k != "add_pooling_layer"}, _PRETRAINING
     )
     out["architectures"] = ["BertModel"]
     if "add_pooling_layer" in cs:
@@ -64,10 +70,10 @@ def _bert_model_to_hf(cs: Config, name: str) -> dict[str, Any]:
 
 def _bert_model_to_cs(hf: Config, name: str) -> dict[str, Any]:
     """The reverse; a pooler width other than ``hidden_size`` is refused (lines 322-331)."""
-    out = bert.config_to_cs(hf, bert.PRETRAINING)
+    out = config_table.to_cs(hf, _PRETRAINING)
     if "projection_dim" in hf:
         width = hf["projection_dim"]
-        if width and width != hf.get("hidden_size", bert.HF_DEFAULTS["hidden_size"]):
+        if width and width != hf.get("hidden_size", BERT_HF_DEFAULTS["hidden_size"]):
             raise MappingError(f"projection_dim={width}: CS's pooler is hidden_size wide")
         out["add_pooling_layer"] = bool(width)
     return out
@@ -84,11 +90,10 @@ BERT_MODEL_TABLE = Table(
 )
 
 
-def _bert_model_context(direction: str, shapes: Mapping[str, Shape], config: Config, name: str):
-    cfg = config if direction == TO_HF else _bert_model_to_cs(config, name)
-    layers = bert.layers_of(cfg, "num_hidden_layers", 12)
-    side = "CS" if direction == TO_HF else "HF"
-    return Ctx(shapes, layers, "", frozenset({"segments"}), {"side": side})
+def _bert_model_context(q: Query) -> Ctx:
+    cfg = q.config if q.to_hf else _bert_model_to_cs(q.config, q.name)
+    layers = layers_of(cfg, "num_hidden_layers", 12)
+    return Ctx(q.shapes, layers, "", frozenset({"segments"}), {"side": "CS" if q.to_hf else "HF"})
 
 
 # --------------------------------------------------------------- clip-vision (LLaVA tower)
@@ -97,31 +102,31 @@ def _bert_model_context(direction: str, shapes: Mapping[str, Shape], config: Con
 def _clip_vision_to_hf(cs: Config, name: str) -> dict[str, Any]:
     """CLIP-ViT's config as a ``CLIPVisionModel`` (no projection; ``projection_dim`` kept as
     Model Zoo writes it, from ``num_classes``)."""
-    return {**clip_vit.config_to_hf(cs, "clip-vit"), "architectures": ["CLIPVisionModel"]}
+    return {**config_table.to_hf(cs, _CLIP), "architectures": ["CLIPVisionModel"]}
 
 
 def _clip_vision_to_cs(hf: Config, name: str) -> dict[str, Any]:
     """CLIP-ViT's config rules; a ``CLIPConfig`` gives its ``vision_config`` (llava.py lines
     603-604)."""
     hf = hf.get("vision_config", hf)
-    proj = catalogue.hf_architectures(clip_vit.__name__)["clip-vit"]
-    return clip_vit.config_to_cs({**hf, "architectures": [proj]}, "clip-vit")
+    proj = CLIP_VIT.hf.architectures[_CLIP]
+    return config_table.to_cs({**hf, "architectures": [proj]}, _CLIP)
 
 
 CLIP_VISION_TABLE = Table(
     groups={
-        **clip_vit.TABLE.groups,
-        "tail": Group(clip_vit.TABLE.groups["tail"].rows[:1]),  # post_layernorm, no projection
+        **vit.CLIP.groups,
+        "tail": Group(vit.CLIP.groups["tail"].rows[:1]),  # post_layernorm, no projection
     },
-    order=clip_vit.TABLE.order,
-    check=clip_vit.TABLE.check,
+    order=vit.CLIP.order,
+    check=vit.CLIP.check,
 )
 
 
-def _clip_vision_context(direction: str, shapes: Mapping[str, Shape], config: Config, name: str):
-    cfg = config if direction == TO_HF else _clip_vision_to_cs(config, name)
-    layers = clip_vit.layers_of(cfg, "num_hidden_layers", 12)
-    return Ctx(shapes, layers, dims={"side": "CS" if direction == TO_HF else "HF"})
+def _clip_vision_context(q: Query) -> Ctx:
+    cfg = q.config if q.to_hf else _clip_vision_to_cs(q.config, q.name)
+    layers = layers_of(cfg, "num_hidden_layers", 12)
+    return Ctx(q.shapes, layers, dims={"side": "CS" if q.to_hf else "HF"})
 
 
 _clip_vision_to_hf_plan, _clip_vision_to_cs_plan = plans(CLIP_VISION_TABLE, _clip_vision_context)
@@ -326,22 +331,22 @@ def _mmsimple_to_cs(hf: Config, name: str) -> dict[str, Any]:
     return out
 
 
-def _projector_context(direction: str, shapes: Mapping[str, Shape], config: Config, name: str):
-    side = "CS" if direction == TO_HF else "HF"
-    return Ctx(shapes, _projector_layers(config, direction), dims={"side": side})
+def _projector_context(q: Query) -> Ctx:
+    side = "CS" if q.to_hf else "HF"
+    return Ctx(q.shapes, _projector_layers(q.config, q.direction), dims={"side": side})
 
 
-RULES: dict[str, Rules] = {
-    "bert-model": Rules(
+RULES: dict[str, PartRules] = {
+    "bert-model": PartRules(
         _bert_model_to_hf, _bert_model_to_cs, *plans(BERT_MODEL_TABLE, _bert_model_context)
     ),
-    "clip-vision": Rules(
+    "clip-vision": PartRules(
         _clip_vision_to_hf, _clip_vision_to_cs, _clip_vision_to_hf_plan, _clip_vision_plan_to_cs
     ),
-    "llava-projector": Rules(
+    "llava-projector": PartRules(
         _llava_to_hf, _llava_to_cs, *plans(PROJECTOR_TABLE, _projector_context)
     ),
-    "mmsimple-projector": Rules(
+    "mmsimple-projector": PartRules(
         _mmsimple_to_hf, _mmsimple_to_cs, *plans(PROJECTOR_TABLE, _projector_context)
     ),
 }
