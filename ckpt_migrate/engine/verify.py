@@ -2,13 +2,16 @@
 
 ``index`` (the default): the re-read tree must equal the planned one, and every reused tensor
 must index the same stored chunks as the source, so its bytes are the source's bytes by
-construction; new tensors are hashed. ``full`` also compares every reused tensor's stored bytes
-with the source's (``verify_full``); with a manifest it hashes every tensor of the output and of
-the source instead, and the manifest lists the hashes.
+construction. A tensor written anew whose dataset is stored as its source's (its chunks copied
+as stored bytes: ``h5.tensor``) is compared as stored, chunk for chunk and byte for byte
+(``copied_pieces``); any other is decoded and hashed. ``full`` also compares every reused
+tensor's stored bytes with the source's (``verify_full``); with a manifest it hashes every
+tensor of the output and of the source instead, and the manifest lists the hashes.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -30,6 +33,7 @@ from ckpt_migrate.format.compare import (
     tensor_sha256,
 )
 from ckpt_migrate.format.h5.io import object_addresses, open_read
+from ckpt_migrate.format.h5.stored import copied_pieces
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import H5Data, Node, TensorLeaf, iter_leaves
 
@@ -39,8 +43,9 @@ def verify_index(
 ) -> None:
     """Metadata-only checks: the tree reads back as planned and every reused tensor is the very
     stored object of the source (so its bytes are the source's bytes by construction)."""
-    check_written(tmp, root, release, tensors_proven=True)  # by address or hash, below
+    check_written(tmp, root, release, tensors_proven=True)  # by address, bytes or hash, below
     seen: set[int] = set()
+    pieces: dict[Path, list[Piece]] = {}  # source -> stored pieces of tensors written anew
     with open_read(tmp) as out:
         at = object_addresses(out) if not full else {}
         for ref in iter_leaves(root):
@@ -51,8 +56,13 @@ def verify_index(
             seen.add(id(leaf))
             assert isinstance(leaf, TensorLeaf)
             name, reused = entry
-            if not reused:  # written by HDF5 just now, so complete: hash it
-                _check_hash(tmp, ref.name, leaf, out[name], written)
+            if not reused:  # written by HDF5 just now: compared as stored, else hashed
+                copied = _copied(tmp, ref.name, leaf, out, name)
+                if copied is None:
+                    _check_hash(tmp, ref.name, leaf, out[name], written)
+                else:
+                    pieces.setdefault(copied[0], []).extend(copied[1])
+                    written.proven.add(id(leaf))
             elif not full:
                 data = leaf.data
                 assert isinstance(data, H5Data)
@@ -61,6 +71,24 @@ def verify_index(
                     raise VerificationError(
                         tmp, f"tensor {ref.name!r} does not hold its source data"
                     )
+    for source, each in pieces.items():
+        compare_pieces(tmp, source, each)
+
+
+def _copied(
+    tmp: Path, name: str, leaf: TensorLeaf, out: h5py.File, at: str
+) -> tuple[Path, list[Piece]] | None:
+    """The source file and the stored pieces of a tensor written anew at ``at`` whose dataset
+    is stored as its source's (``copied_pieces``); None if it is not, or has no source
+    dataset."""
+    data = leaf.data
+    if not isinstance(data, H5Data):
+        return None
+    source = data.handle.dataset_id(data.name)
+    found = copied_pieces(h5py.h5d.open(out.id, at.encode()), source)
+    if found is None:
+        return None
+    return data.handle.path, [(a, b, n, name) for a, b, n in found]
 
 
 def verify_full(
@@ -96,6 +124,8 @@ def verify_full(
                 continue
             first[id(leaf)] = ref.name
             name, reused = written.placed[id(leaf)]
+            if id(leaf) in written.proven and not hash_all:
+                continue  # its stored bytes were compared with its source's (verify_index)
             if reused and not hash_all:
                 data = leaf.data
                 assert isinstance(data, H5Data)
@@ -187,6 +217,41 @@ def _compare_stored(
         os.close(fd_out)
         os.close(fd_src)
     return done
+
+
+Piece = tuple[int, int, int, str]  # offset in the output, offset in the source, size, tensor
+
+
+def compare_pieces(tmp: Path, source: Path, pieces: list[Piece]) -> None:
+    """The bytes of ``tmp`` in every piece must be ``source``'s at the piece's offset there
+    (read in source order, in blocks of at most ``COMPARE_BLOCK``), and no two pieces of
+    ``tmp`` may overlap: HDF5 never stores two chunks in one place, and a chunk index entry
+    moved onto another chunk reads that one's bytes."""
+    _apart(tmp, pieces)
+    fd_out, fd_src = os.open(tmp, os.O_RDONLY), os.open(source, os.O_RDONLY)
+    try:
+        for at, there, size, name in sorted(pieces, key=lambda p: p[1]):
+            for pos in range(0, size, COMPARE_BLOCK):
+                n = min(COMPARE_BLOCK, size - pos)
+                mine, theirs = os.pread(fd_out, n, at + pos), os.pread(fd_src, n, there + pos)
+                if len(mine) != n or len(theirs) != n:
+                    raise VerificationError(tmp, f"tensor {name!r}: its stored data is cut short")
+                if mine != theirs:
+                    first = next(i for i in range(n) if mine[i] != theirs[i])
+                    what = f"differs from its source (stored byte at {at + pos + first:,})"
+                    raise VerificationError(tmp, f"tensor {name!r} {what}")
+    finally:
+        os.close(fd_out)
+        os.close(fd_src)
+
+
+def _apart(tmp: Path, pieces: list[Piece]) -> None:
+    ordered = sorted(pieces)
+    for (a, _, size, name), (b, _, _, other) in itertools.pairwise(ordered):
+        if a + size > b:
+            raise VerificationError(
+                tmp, f"tensors {name!r} and {other!r} store data at the same bytes ({b:,})"
+            )
 
 
 def _read_exactly(fd: int, buffer: bytearray, n: int, offset: int, path: Path) -> None:
