@@ -12,6 +12,10 @@ run), or the error. Run it once per version, with
     python benchmarks/identical_outputs.py --work /var/tmp/w >after.json
     cmp before.json after.json
 
+An editable install of the project finds its own tree before ``PYTHONPATH``: run "before" with
+an interpreter whose site-packages lack it (and with ``migrations/`` linked into the extracted
+``ckpt_migrate/``, where the install maps it).
+
 The jobs: every checkpoint under ``fixtures/`` to 2.10 and down to 2.4 and 1.9 where it is
 newer, ``--real DIR`` (the real 2.6–2.9 files, decompressed) the same way, and ``--sweep DIR``
 (``bench_tensors``' sources, ``moe-*-small-*.mdl``) to 2.10.

@@ -220,3 +220,24 @@ def test_contiguous_datasets_stored_alike_give_their_one_piece(pair):
     assert copied_pieces(y, x) == [(y.get_offset(), x.get_offset(), 8)]
     z = b.create_dataset("z", shape=(), dtype=np.int64).id  # never written: no storage
     assert copied_pieces(z, x) is None
+
+
+def test_copied_pieces_that_share_bytes_of_the_output_are_refused(tmp_path):
+    """Two tensors whose chunk index entries point at the same bytes of the output (each
+    equal to its source's bytes, e.g. two zero tensors) decode right but are not what HDF5
+    writes: the verification refuses them, naming both."""
+    from ckpt_migrate.engine.verify import _Copied
+
+    out, src = tmp_path / "out", tmp_path / "src"
+    out.write_bytes(bytes(range(256)) * 4)
+    src.write_bytes(bytes(range(256)) * 4)
+    copied = _Copied(out)
+    try:
+        copied.compare(src, "a", [(0, 0, 300), (300, 300, 100)])
+        copied.compare(src, "b", [(600, 600, 100)])
+        copied.apart()  # apart: fine
+        copied.compare(src, "c", [(356, 100, 200)])  # bytes 356..556 equal 100..300 of src
+        with pytest.raises(VerificationError, match="tensors 'a' and 'c' store data at the same"):
+            copied.apart()
+    finally:
+        copied.close()

@@ -11,9 +11,10 @@ tensor of the output and of the source instead, and the manifest lists the hashe
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import json
 import os
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,8 @@ def verify_index(
     stored object of the source (so its bytes are the source's bytes by construction)."""
     check_written(tmp, root, release, tensors_proven=True)  # by address, bytes or hash, below
     seen: set[int] = set()
-    pieces: dict[Path, list[Piece]] = {}  # source -> stored pieces of tensors written anew
-    with open_read(tmp) as out:
+    copied = _Copied(tmp)
+    with contextlib.closing(copied), open_read(tmp) as out:
         at = object_addresses(out) if not full else {}
         for ref in iter_leaves(root):
             leaf = ref.leaf
@@ -57,12 +58,10 @@ def verify_index(
             assert isinstance(leaf, TensorLeaf)
             name, reused = entry
             if not reused:  # written by HDF5 just now: compared as stored, else hashed
-                copied = _copied(tmp, ref.name, leaf, out, name)
-                if copied is None:
-                    _check_hash(tmp, ref.name, leaf, out[name], written)
-                else:
-                    pieces.setdefault(copied[0], []).extend(copied[1])
+                if _compared(copied, ref.name, leaf, out, name):
                     written.proven.add(id(leaf))
+                else:
+                    _check_hash(tmp, ref.name, leaf, out[name], written)
             elif not full:
                 data = leaf.data
                 assert isinstance(data, H5Data)
@@ -71,24 +70,22 @@ def verify_index(
                     raise VerificationError(
                         tmp, f"tensor {ref.name!r} does not hold its source data"
                     )
-    for source, each in pieces.items():
-        compare_pieces(tmp, source, each)
+        copied.apart()
 
 
-def _copied(
-    tmp: Path, name: str, leaf: TensorLeaf, out: h5py.File, at: str
-) -> tuple[Path, list[Piece]] | None:
-    """The source file and the stored pieces of a tensor written anew at ``at`` whose dataset
-    is stored as its source's (``copied_pieces``); None if it is not, or has no source
-    dataset."""
+def _compared(copied: _Copied, name: str, leaf: TensorLeaf, out: h5py.File, at: str) -> bool:
+    """Whether the tensor written anew at ``at`` is stored as its source is
+    (``copied_pieces``), and then found to hold its bytes (else ``VerificationError``); False
+    if it is not stored so, or has no source dataset."""
     data = leaf.data
     if not isinstance(data, H5Data):
-        return None
+        return False
     source = data.handle.dataset_id(data.name)
     found = copied_pieces(h5py.h5d.open(out.id, at.encode()), source)
     if found is None:
-        return None
-    return data.handle.path, [(a, b, n, name) for a, b, n in found]
+        return False
+    copied.compare(data.handle.path, name, found)
+    return True
 
 
 def verify_full(
@@ -219,39 +216,57 @@ def _compare_stored(
     return done
 
 
-Piece = tuple[int, int, int, str]  # offset in the output, offset in the source, size, tensor
+class _Copied:
+    """Tensors written anew, compared as stored with their sources as they come: every byte of
+    each piece of ``tmp`` must be the source's at the piece's offset there (read in source
+    order, in blocks of at most ``COMPARE_BLOCK``). Their spans in ``tmp`` are kept, 20 bytes
+    a piece, to be found apart at the end (``apart``): HDF5 never stores two chunks in one
+    place, and a chunk index entry moved onto another chunk reads that one's bytes."""
 
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.fd = os.open(tmp, os.O_RDONLY)
+        self.sources: dict[Path, int] = {}
+        self.starts, self.ends, self.owners = array("Q"), array("Q"), array("I")
+        self.names: list[str] = []
 
-def compare_pieces(tmp: Path, source: Path, pieces: list[Piece]) -> None:
-    """The bytes of ``tmp`` in every piece must be ``source``'s at the piece's offset there
-    (read in source order, in blocks of at most ``COMPARE_BLOCK``), and no two pieces of
-    ``tmp`` may overlap: HDF5 never stores two chunks in one place, and a chunk index entry
-    moved onto another chunk reads that one's bytes."""
-    _apart(tmp, pieces)
-    fd_out, fd_src = os.open(tmp, os.O_RDONLY), os.open(source, os.O_RDONLY)
-    try:
-        for at, there, size, name in sorted(pieces, key=lambda p: p[1]):
+    def compare(self, source: Path, name: str, pieces: list[tuple[int, int, int]]) -> None:
+        fd = self.sources.get(source)
+        if fd is None:
+            fd = self.sources[source] = os.open(source, os.O_RDONLY)
+        self.names.append(name)
+        for at, there, size in sorted(pieces, key=lambda p: p[1]):
             for pos in range(0, size, COMPARE_BLOCK):
                 n = min(COMPARE_BLOCK, size - pos)
-                mine, theirs = os.pread(fd_out, n, at + pos), os.pread(fd_src, n, there + pos)
+                mine, theirs = os.pread(self.fd, n, at + pos), os.pread(fd, n, there + pos)
                 if len(mine) != n or len(theirs) != n:
-                    raise VerificationError(tmp, f"tensor {name!r}: its stored data is cut short")
+                    what = "its stored data is cut short"
+                    raise VerificationError(self.tmp, f"tensor {name!r}: {what}")
                 if mine != theirs:
                     first = next(i for i in range(n) if mine[i] != theirs[i])
                     what = f"differs from its source (stored byte at {at + pos + first:,})"
-                    raise VerificationError(tmp, f"tensor {name!r} {what}")
-    finally:
-        os.close(fd_out)
-        os.close(fd_src)
+                    raise VerificationError(self.tmp, f"tensor {name!r} {what}")
+            self.starts.append(at)
+            self.ends.append(at + size)
+            self.owners.append(len(self.names) - 1)
 
-
-def _apart(tmp: Path, pieces: list[Piece]) -> None:
-    ordered = sorted(pieces)
-    for (a, _, size, name), (b, _, _, other) in itertools.pairwise(ordered):
-        if a + size > b:
+    def apart(self) -> None:
+        starts = np.frombuffer(self.starts, np.uint64)
+        if starts.size < 2:
+            return
+        order = np.argsort(starts, kind="stable")
+        ends = np.frombuffer(self.ends, np.uint64)[order]
+        clash = np.flatnonzero(ends[:-1] > starts[order][1:])
+        if clash.size:
+            i, j = (int(order[k]) for k in (clash[0], clash[0] + 1))
+            name, other = self.names[self.owners[i]], self.names[self.owners[j]]
             raise VerificationError(
-                tmp, f"tensors {name!r} and {other!r} store data at the same bytes ({b:,})"
+                self.tmp, f"tensors {name!r} and {other!r} store data at the same bytes"
             )
+
+    def close(self) -> None:
+        for fd in (self.fd, *self.sources.values()):
+            os.close(fd)
 
 
 def _read_exactly(fd: int, buffer: bytearray, n: int, offset: int, path: Path) -> None:
