@@ -81,8 +81,8 @@ class Layout:
         if odd or (LZ4 in filters and DEFLATE in filters):
             raise UnsupportedContentError(
                 filename(dsid),
-                f"dataset {_name(dsid)!r} uses the HDF5 filter pipeline {filters}, whose chunks "
-                "cannot be checked before decoding",
+                f"dataset {dataset_name(dsid)!r} uses the HDF5 filter pipeline {filters}, whose "
+                "chunks cannot be checked before decoding",
                 "rewrite it with LZ4 (filter 32004) or without compression",
             )
         size = math.prod(chunks) * dsid.get_type().get_size()
@@ -137,7 +137,9 @@ def check_chunks(dsid: h5d.DatasetID, layout: Layout, sl: tuple[slice, ...] = ()
             problem = _stored_chunks(dsid, layout, index)
     if problem is not None:
         where, why = problem
-        raise CorruptCheckpointError(path, f"tensor {_name(dsid)!r}, chunk {where}: {why}", _FIX)
+        raise CorruptCheckpointError(
+            path, f"tensor {dataset_name(dsid)!r}, chunk {where}: {why}", _FIX
+        )
     return [index.where(i) for i in range(len(index.offsets))]
 
 
@@ -173,8 +175,8 @@ def _check_contiguous(dsid: h5d.DatasetID) -> None:
     if at is not None and np.isin(np.uint64(at), overlaps.shared_starts(dsid)):
         raise CorruptCheckpointError(
             filename(dsid),
-            f"tensor {_name(dsid)!r}: its data at byte {at} lies inside other data or the file's "
-            "metadata",
+            f"tensor {dataset_name(dsid)!r}: its data at byte {at} lies inside other data or the "
+            "file's metadata",
             _FIX,
         )
 
@@ -404,6 +406,7 @@ def _rows(sl: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[int, int]:
     return (start, max(start, stop))
 
 
-def _name(dsid: h5d.DatasetID) -> str:
+def dataset_name(dsid: h5d.DatasetID) -> str:
+    """Its path in its file, without the leading ``/``."""
     name = h5py.h5i.get_name(dsid)
     return os.fsdecode(name or b"").lstrip("/")

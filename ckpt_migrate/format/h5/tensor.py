@@ -122,7 +122,7 @@ def _copy_chunks(f: h5py.Group, name: str, sid: h5d.DatasetID, layout: chunks.La
     except DAMAGED_HDF5 as exc:
         raise CorruptCheckpointError(
             chunks.filename(sid),
-            f"cannot copy the chunks of dataset {name!r} ({exc})",
+            f"cannot copy the chunks of dataset {chunks.dataset_name(sid)!r} ({exc})",
             "the file may be damaged; use another copy",
         ) from None
     return dst
