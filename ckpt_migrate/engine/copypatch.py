@@ -33,7 +33,7 @@ from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.io import H5Handle, bounded_metadata_cache, prefetch
-from ckpt_migrate.format.h5.tensor import write_tensor
+from ckpt_migrate.format.h5.tensor import place_tensor
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import H5Data, Leaf, Node, TensorLeaf, iter_leaves
@@ -150,6 +150,9 @@ class Written:
     tensors: int = 0
     source_xxh3_128: str | None = None
     hashes: dict[str, str] = field(default_factory=dict)  # leaf name -> sha256 (full verify)
+    # id(leaf) of the tensors written anew whose stored bytes the verification found equal to
+    # their source's (``h5.stored``): proven without a hash
+    proven: set[int] = field(default_factory=set)
     copy_method: str | None = None  # extents.Method: how the source's bytes got there
     bytes_shared: int = 0  # of the source's bytes, shared with it rather than written
     bytes_own: int = 0  # of the source's bytes, written (copied, unshared) for the output
@@ -222,9 +225,9 @@ def write(
         # writes anything (nothing to gain from overlapping them here).
         handle.walked()
 
-        def place(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:
+        def place(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
             placed[id(leaf)] = (name, False)
-            return write_tensor(f, name, leaf)
+            return place_tensor(f, name, leaf)
 
         hashing = out.start_digest()
         attributes = root_attributes(root, plan.target_release, extra)
@@ -346,21 +349,21 @@ def _patch(
         new_root = h5root.create_fresh_root(f, attributes)
         at = dict(reused)
 
-        def place(g: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:
+        def place(g: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
             current = at.pop(id(leaf), None)
             if current is None:
                 placed[id(leaf)] = (name, False)
-                return write_tensor(g, name, leaf)
+                return place_tensor(g, name, leaf)
             parent = name.rpartition("/")[0]
             if parent:
                 g.require_group(parent)
             # A second hard link, not a move: unlinking from the old root (unreachable once
             # the new one is in the superblock) would rewrite its heap and B-tree for nothing.
             g.id.links.create_hard(name.encode(), f.id, current.encode())
-            ds = h5py.Dataset(h5py.h5d.open(g.id, name.encode()))
-            h5attrs.delete_all(ds.id)
+            dsid = h5py.h5d.open(g.id, name.encode())
+            h5attrs.delete_all(dsid)
             placed[id(leaf)] = (name, True)
-            return ds
+            return dsid
 
         write_tree(new_root, root, release, extra, _leaf_progress(root, progress, "patch"), place)
         if at:

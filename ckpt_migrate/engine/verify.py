@@ -2,15 +2,19 @@
 
 ``index`` (the default): the re-read tree must equal the planned one, and every reused tensor
 must index the same stored chunks as the source, so its bytes are the source's bytes by
-construction; new tensors are hashed. ``full`` also compares every reused tensor's stored bytes
-with the source's (``verify_full``); with a manifest it hashes every tensor of the output and of
-the source instead, and the manifest lists the hashes.
+construction. A tensor written anew whose dataset is stored as its source's (its chunks copied
+as stored bytes: ``h5.tensor``) is compared as stored, chunk for chunk and byte for byte
+(``copied_pieces``); any other is decoded and hashed. ``full`` also compares every reused
+tensor's stored bytes with the source's (``verify_full``); with a manifest it hashes every
+tensor of the output and of the source instead, and the manifest lists the hashes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ from ckpt_migrate.format.compare import (
     tensor_sha256,
 )
 from ckpt_migrate.format.h5.io import object_addresses, open_read
+from ckpt_migrate.format.h5.stored import copied_pieces
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import H5Data, Node, TensorLeaf, iter_leaves
 
@@ -39,9 +44,10 @@ def verify_index(
 ) -> None:
     """Metadata-only checks: the tree reads back as planned and every reused tensor is the very
     stored object of the source (so its bytes are the source's bytes by construction)."""
-    check_written(tmp, root, release, tensors_proven=True)  # by address or hash, below
+    check_written(tmp, root, release, tensors_proven=True)  # by address, bytes or hash, below
     seen: set[int] = set()
-    with open_read(tmp) as out:
+    copied = _Copied(tmp)
+    with contextlib.closing(copied), open_read(tmp) as out:
         at = object_addresses(out) if not full else {}
         for ref in iter_leaves(root):
             leaf = ref.leaf
@@ -51,8 +57,11 @@ def verify_index(
             seen.add(id(leaf))
             assert isinstance(leaf, TensorLeaf)
             name, reused = entry
-            if not reused:  # written by HDF5 just now, so complete: hash it
-                _check_hash(tmp, ref.name, leaf, out[name], written)
+            if not reused:  # written by HDF5 just now: compared as stored, else hashed
+                if _compared(copied, ref.name, leaf, out, name):
+                    written.proven.add(id(leaf))
+                else:
+                    _check_hash(tmp, ref.name, leaf, out[name], written)
             elif not full:
                 data = leaf.data
                 assert isinstance(data, H5Data)
@@ -61,6 +70,22 @@ def verify_index(
                     raise VerificationError(
                         tmp, f"tensor {ref.name!r} does not hold its source data"
                     )
+        copied.apart()
+
+
+def _compared(copied: _Copied, name: str, leaf: TensorLeaf, out: h5py.File, at: str) -> bool:
+    """Whether the tensor written anew at ``at`` is stored as its source is
+    (``copied_pieces``), and then found to hold its bytes (else ``VerificationError``); False
+    if it is not stored so, or has no source dataset."""
+    data = leaf.data
+    if not isinstance(data, H5Data):
+        return False
+    source = data.handle.dataset_id(data.name)
+    found = copied_pieces(h5py.h5d.open(out.id, at.encode()), source)
+    if found is None:
+        return False
+    copied.compare(data.handle.path, name, found)
+    return True
 
 
 def verify_full(
@@ -96,6 +121,8 @@ def verify_full(
                 continue
             first[id(leaf)] = ref.name
             name, reused = written.placed[id(leaf)]
+            if id(leaf) in written.proven and not hash_all:
+                continue  # its stored bytes were compared with its source's (verify_index)
             if reused and not hash_all:
                 data = leaf.data
                 assert isinstance(data, H5Data)
@@ -187,6 +214,59 @@ def _compare_stored(
         os.close(fd_out)
         os.close(fd_src)
     return done
+
+
+class _Copied:
+    """Tensors written anew, compared as stored with their sources as they come: every byte of
+    each piece of ``tmp`` must be the source's at the piece's offset there (read in source
+    order, in blocks of at most ``COMPARE_BLOCK``). Their spans in ``tmp`` are kept, 20 bytes
+    a piece, to be found apart at the end (``apart``): HDF5 never stores two chunks in one
+    place, and a chunk index entry moved onto another chunk reads that one's bytes."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.fd = os.open(tmp, os.O_RDONLY)
+        self.sources: dict[Path, int] = {}
+        self.starts, self.ends, self.owners = array("Q"), array("Q"), array("I")
+        self.names: list[str] = []
+
+    def compare(self, source: Path, name: str, pieces: list[tuple[int, int, int]]) -> None:
+        fd = self.sources.get(source)
+        if fd is None:
+            fd = self.sources[source] = os.open(source, os.O_RDONLY)
+        self.names.append(name)
+        for at, there, size in sorted(pieces, key=lambda p: p[1]):
+            for pos in range(0, size, COMPARE_BLOCK):
+                n = min(COMPARE_BLOCK, size - pos)
+                mine, theirs = os.pread(self.fd, n, at + pos), os.pread(fd, n, there + pos)
+                if len(mine) != n or len(theirs) != n:
+                    what = "its stored data is cut short"
+                    raise VerificationError(self.tmp, f"tensor {name!r}: {what}")
+                if mine != theirs:
+                    first = next(i for i in range(n) if mine[i] != theirs[i])
+                    what = f"differs from its source (stored byte at {at + pos + first:,})"
+                    raise VerificationError(self.tmp, f"tensor {name!r} {what}")
+            self.starts.append(at)
+            self.ends.append(at + size)
+            self.owners.append(len(self.names) - 1)
+
+    def apart(self) -> None:
+        starts = np.frombuffer(self.starts, np.uint64)
+        if starts.size < 2:
+            return
+        order = np.argsort(starts, kind="stable")
+        ends = np.frombuffer(self.ends, np.uint64)[order]
+        clash = np.flatnonzero(ends[:-1] > starts[order][1:])
+        if clash.size:
+            i, j = (int(order[k]) for k in (clash[0], clash[0] + 1))
+            name, other = self.names[self.owners[i]], self.names[self.owners[j]]
+            raise VerificationError(
+                self.tmp, f"tensors {name!r} and {other!r} store data at the same bytes"
+            )
+
+    def close(self) -> None:
+        for fd in (self.fd, *self.sources.values()):
+            os.close(fd)
 
 
 def _read_exactly(fd: int, buffer: bytearray, n: int, offset: int, path: Path) -> None:

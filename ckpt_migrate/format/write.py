@@ -19,7 +19,7 @@ from ckpt_migrate.errors import KeyCollisionError, MissingLeavesError, Unsupport
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.compare import check_written
 from ckpt_migrate.format.h5 import root as h5root
-from ckpt_migrate.format.h5.tensor import PlaceTensor, write_tensor
+from ckpt_migrate.format.h5.tensor import PlaceTensor, place_tensor
 from ckpt_migrate.format.legacy import write as write_legacy
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
@@ -137,7 +137,7 @@ def write_tree(
     release: Release,
     extra_attrs: dict[str, str] | None = None,
     on_leaf: Callable[[str, Leaf], None] | None = None,
-    place: PlaceTensor = write_tensor,
+    place: PlaceTensor = place_tensor,
 ) -> None:
     """Write an already prepared tree into ``f``, the root group to be (no checks, no atomicity)."""
     module = write_legacy if release.legacy else write_v05

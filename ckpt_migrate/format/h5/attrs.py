@@ -22,7 +22,8 @@ _SCALAR = h5s.create(h5s.SCALAR)
 _TYPES: dict[Any, h5t.TypeID] = {}
 
 
-def _type(dtype: np.dtype) -> h5t.TypeID:
+def hdf5_type(dtype: np.dtype) -> h5t.TypeID:
+    """``h5t.py_create(dtype, logical=True)``, the type h5py stores a ``dtype`` as, made once."""
     key = (dtype.str, dtype.metadata and tuple(dtype.metadata.items()))
     tid = _TYPES.get(key)
     if tid is None:
@@ -30,7 +31,7 @@ def _type(dtype: np.dtype) -> h5t.TypeID:
     return tid
 
 
-_STR_TYPE = _type(_STR_DTYPE)
+_STR_TYPE = hdf5_type(_STR_DTYPE)
 
 
 def as_array(value: Any) -> np.ndarray:
@@ -59,7 +60,7 @@ def prepare(name: str, value: Any) -> Prepared:
     if not data.flags.c_contiguous:  # (np.ascontiguousarray would make a scalar 1-d)
         data = data.copy(order="C")
     space = _SCALAR if data.shape == () else h5s.create_simple(data.shape)
-    return Prepared(name.encode(), _type(data.dtype), space, data, h5t.py_create(data.dtype))
+    return Prepared(name.encode(), hdf5_type(data.dtype), space, data, h5t.py_create(data.dtype))
 
 
 def text_memtype() -> h5t.TypeID:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import h5py
 import numpy as np
+from h5py import h5d
 
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format.h5 import overlaps
@@ -53,6 +54,7 @@ _FRAME_HEAD = struct.Struct(">QI")
 _BLOCK_HEAD = struct.Struct(">I")
 _HEAD = _FRAME_HEAD.size + _BLOCK_HEAD.size  # a frame's header and its first block's size
 
+Chunks = list[tuple[int, ...]]  # chunk coordinates
 Read = Callable[[int, int], bytes]  # (offset in the chunk, count) -> bytes
 Problem = tuple[tuple[int, ...], str] | None  # (the chunk, why it is refused)
 
@@ -67,23 +69,24 @@ class Layout:
     filters: tuple[int, ...]  # in the order the writer applied them
 
     @classmethod
-    def of(cls, ds: h5py.Dataset) -> Layout | None:
+    def of(cls, ds: h5py.Dataset | h5d.DatasetID) -> Layout | None:
         """The layout of ``ds``, or None if it is not chunked (nothing to check)."""
-        dcpl = ds.id.get_create_plist()
-        if dcpl.get_layout() != h5py.h5d.CHUNKED:
+        dsid = ds if isinstance(ds, h5d.DatasetID) else ds.id
+        dcpl = dsid.get_create_plist()
+        if dcpl.get_layout() != h5d.CHUNKED:
             return None
         chunks = tuple(dcpl.get_chunk())
         filters = tuple(dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters()))
         odd = [f for f in filters if f not in CHECKED_FILTERS]
         if odd or (LZ4 in filters and DEFLATE in filters):
             raise UnsupportedContentError(
-                ds.file.filename,
-                f"dataset {_name(ds)!r} uses the HDF5 filter pipeline {filters}, whose chunks "
-                "cannot be checked before decoding",
+                filename(dsid),
+                f"dataset {dataset_name(dsid)!r} uses the HDF5 filter pipeline {filters}, whose "
+                "chunks cannot be checked before decoding",
                 "rewrite it with LZ4 (filter 32004) or without compression",
             )
-        size = math.prod(chunks) * ds.id.get_type().get_size()
-        return cls(tuple(ds.shape), chunks, size, filters)
+        size = math.prod(chunks) * dsid.get_type().get_size()
+        return cls(tuple(dsid.shape), chunks, size, filters)
 
     @property
     def strides(self) -> np.ndarray:
@@ -113,37 +116,67 @@ def check_read(ds: h5py.Dataset, sl: tuple[slice, ...]) -> None:
     """Refuse (``CorruptCheckpointError``, naming the file, the tensor and the chunk) to read
     the selection ``sl`` (``()``: everything; else a slice of the first axis, as
     ``h5.io.iter_slabs`` makes them) of ``ds`` if a chunk it needs is damaged (module doc)."""
-    layout = Layout.of(ds)
-    f = ds.file
+    layout = Layout.of(ds.id)
     if layout is None:
-        _check_contiguous(ds, f)
+        _check_contiguous(ds.id)
         return
+    check_chunks(ds.id, layout, sl)
+
+
+def check_chunks(dsid: h5d.DatasetID, layout: Layout, sl: tuple[slice, ...] = ()) -> Chunks:
+    """``check_read`` of a chunked dataset whose ``layout`` the caller has; the coordinates
+    of the chunks checked, in the order of the chunk index."""
+    path = filename(dsid)
     rows = _rows(sl, layout.shape)
-    index = _Index.of(ds, layout, rows)
-    problem = _index_problem(layout, rows, index, overlaps.shared_starts(f))
+    index = _Index.of(dsid, layout, rows)
+    problem = _index_problem(layout, rows, index, overlaps.shared_starts(dsid))
     if problem is None and index.offsets.size:
-        if layout.filters == (LZ4,) and f.id.get_create_plist().get_userblock() == 0:
-            problem = _frames_in_file(f.filename, layout, index)
+        if layout.filters == (LZ4,) and _userblock(dsid, path) == 0:
+            problem = _frames_in_file(path, layout, index)
         else:
-            problem = _stored_chunks(ds, layout, index)
+            problem = _stored_chunks(dsid, layout, index)
     if problem is not None:
         where, why = problem
         raise CorruptCheckpointError(
-            f.filename, f"tensor {_name(ds)!r}, chunk {where}: {why}", _FIX
+            path, f"tensor {dataset_name(dsid)!r}, chunk {where}: {why}", _FIX
         )
+    return [index.where(i) for i in range(len(index.offsets))]
 
 
-def _check_contiguous(ds: h5py.Dataset, f: h5py.File) -> None:
+def filename(oid: h5py.h5o.ObjectID) -> str:
+    """The name of the file ``oid`` lies in (without the ``File`` object ``Dataset.file``
+    makes, about 25 µs)."""
+    return os.fsdecode(h5py.h5f.get_name(oid))
+
+
+_USERBLOCKS: dict[tuple[int, ...], int] = {}
+
+
+def _userblock(oid: h5py.h5o.ObjectID, path: str) -> int:
+    """The userblock size of the file ``oid`` lies in, asked of HDF5 once per file (40 µs a
+    time), kept by inode, size and time as ``overlaps`` keeps its findings."""
+    st = os.stat(path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    found = _USERBLOCKS.get(key)
+    if found is None:
+        found = h5py.h5i.get_file_id(oid).get_create_plist().get_userblock()
+        if len(_USERBLOCKS) >= 8:
+            _USERBLOCKS.pop(next(iter(_USERBLOCKS)))
+        _USERBLOCKS[key] = found
+    return found
+
+
+def _check_contiguous(dsid: h5d.DatasetID) -> None:
     """A contiguous dataset's data must not start inside other data or the file's metadata
     (its address is eight unchecksummed bytes of its object header)."""
-    if ds.id.get_create_plist().get_layout() != h5py.h5d.CONTIGUOUS:
+    if dsid.get_create_plist().get_layout() != h5d.CONTIGUOUS:
         return
-    at = ds.id.get_offset()
-    if at is not None and np.isin(np.uint64(at), overlaps.shared_starts(f)):
+    at = dsid.get_offset()
+    if at is not None and np.isin(np.uint64(at), overlaps.shared_starts(dsid)):
         raise CorruptCheckpointError(
-            f.filename,
-            f"tensor {_name(ds)!r}: its data at byte {at} lies inside other data or the file's "
-            "metadata",
+            filename(dsid),
+            f"tensor {dataset_name(dsid)!r}: its data at byte {at} lies inside other data or the "
+            "file's metadata",
             _FIX,
         )
 
@@ -158,7 +191,7 @@ class _Index:
     masks: np.ndarray  # bit i set: filter i was skipped for the chunk
 
     @classmethod
-    def of(cls, ds: h5py.Dataset, layout: Layout, rows: tuple[int, int]) -> _Index:
+    def of(cls, dsid: h5d.DatasetID, layout: Layout, rows: tuple[int, int]) -> _Index:
         coords, offsets, sizes, masks = array("Q"), array("Q"), array("Q"), array("Q")
         low = rows[0] - layout.chunks[0]
 
@@ -170,7 +203,7 @@ class _Index:
                 sizes.append(info.size)
                 masks.append(info.filter_mask)
 
-        ds.id.chunk_iter(visit)
+        dsid.chunk_iter(visit)
         arrays = [np.frombuffer(a, np.uint64) for a in (coords, offsets, sizes, masks)]
         arrays[0] = arrays[0].reshape(len(offsets), len(layout.shape))
         return cls(*arrays)
@@ -246,12 +279,12 @@ def _frames_in_file(path: str, layout: Layout, index: _Index) -> Problem:
     return None
 
 
-def _stored_chunks(ds: h5py.Dataset, layout: Layout, index: _Index) -> Problem:
+def _stored_chunks(dsid: h5d.DatasetID, layout: Layout, index: _Index) -> Problem:
     """Any other pipeline: each chunk read as stored and its filters undone far enough to know
     the length it decodes to (``chunk_problem``)."""
     for i in range(len(index.offsets)):
         where = index.where(i)
-        mask, data = ds.id.read_direct_chunk(where)
+        mask, data = dsid.read_direct_chunk(where)
         why = chunk_problem(layout, mask, data)
         if why is not None:
             return where, why
@@ -373,5 +406,7 @@ def _rows(sl: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[int, int]:
     return (start, max(start, stop))
 
 
-def _name(ds: h5py.Dataset) -> str:
-    return (ds.name or "").lstrip("/")
+def dataset_name(dsid: h5d.DatasetID) -> str:
+    """Its path in its file, without the leading ``/``."""
+    name = h5py.h5i.get_name(dsid)
+    return os.fsdecode(name or b"").lstrip("/")

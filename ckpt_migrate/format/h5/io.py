@@ -193,6 +193,20 @@ class H5Handle:
             raise CorruptCheckpointError(self.path, f"{name!r} is a group, expected a dataset")
         return obj
 
+    def dataset_id(self, name: str) -> h5py.h5d.DatasetID:
+        """``dataset(name).id`` without the ``Dataset`` and ``File`` objects h5py builds on a
+        lookup through a group (about 60 µs of the 100 µs it costs)."""
+        self.walked()
+        try:
+            oid = h5py.h5o.open(self.file().id, name.encode())
+        except KeyError:
+            raise CorruptCheckpointError(
+                self.path, f"dataset {name!r} has gone from the file", "was it modified?"
+            ) from None
+        if not isinstance(oid, h5py.h5d.DatasetID):
+            raise CorruptCheckpointError(self.path, f"{name!r} is not a dataset")
+        return oid
+
     def read_dataset(self, name: str) -> np.ndarray:
         arr = np.asarray(read_slab(self.dataset(name), ()))
         if arr.dtype.byteorder == ">":

@@ -24,16 +24,20 @@ _SHARED_FILES = 8
 _LAST = (1 << 64) - 1
 
 
-def shared_starts(f: h5py.File) -> np.ndarray:
+def shared_starts(f: h5py.File | h5py.h5o.ObjectID) -> np.ndarray:
     """Where stored data of ``f`` starts that overlaps other stored data: a chunk whose index
     entry was moved onto another chunk (of any dataset) decodes to that one's values, and two
     chunks of incompressible data store the same number of bytes. HDF5 never stores two
     pieces of data in one place. Computed with one walk of every chunk index per file (kept,
-    by inode, size and mtime, for the next reads; normally empty). Sorted, unsigned."""
-    st = os.stat(f.filename)
+    by inode, size and mtime, for the next reads; normally empty). Sorted, unsigned. ``f``:
+    the file, or any object in it."""
+    path = f.filename if isinstance(f, h5py.File) else os.fsdecode(h5py.h5f.get_name(f))
+    st = os.stat(path)
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     found = _SHARED.get(key)
     if found is None:
+        if not isinstance(f, h5py.File):
+            f = h5py.File(h5py.h5i.get_file_id(f))
         found = _overlapping(*_stored_extents(f))
         if len(_SHARED) >= _SHARED_FILES:
             _SHARED.pop(next(iter(_SHARED)))

@@ -17,7 +17,7 @@ import numpy as np
 
 from ckpt_migrate.errors import UnsupportedContentError
 from ckpt_migrate.format import dtypes
-from ckpt_migrate.format.h5.tensor import PlaceTensor, write_tensor
+from ckpt_migrate.format.h5.tensor import PlaceTensor, place_tensor
 from ckpt_migrate.format.legacy.spec_encode import encode_spec
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
@@ -40,7 +40,7 @@ def write(
     release: Release,
     extra_attrs: dict[str, str],
     on_leaf: Callable[[str, Leaf], None] | None = None,
-    place: PlaceTensor = write_tensor,
+    place: PlaceTensor = place_tensor,
 ) -> None:
     fmt = release.format
     # 2.0+ cannot unpickle the 1.x TensorScalarDict class: only 1.7/1.8 files may name it.
@@ -79,7 +79,7 @@ def _write_leaf(
 ) -> bool:
     """Write one leaf; False for a missing leaf (the spec names it, the file has no data)."""
     if isinstance(leaf, TensorLeaf):
-        ds = place(f, stored, leaf)
+        ds = h5py.Dataset(place(f, stored, leaf))
         if leaf.numpy and fmt >= 0.3:
             _tag(ds, "NumpyArrayH5Type", fmt)
         else:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
-from ckpt_migrate.format.h5.tensor import PlaceTensor, write_tensor
+from ckpt_migrate.format.h5.tensor import PlaceTensor, place_tensor
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
     FullTensorLeaf,
@@ -128,7 +128,7 @@ def write(
     release: Release,
     extra_attrs: dict[str, str],
     on_leaf: Callable[[str, Leaf], None] | None = None,
-    place: PlaceTensor = write_tensor,
+    place: PlaceTensor = place_tensor,
 ) -> None:
     f.attrs["__spec__"] = treespec_json.root_spec_text(root)
     f.attrs["__version__"] = np.float64(FORMAT_VERSION)
@@ -179,7 +179,7 @@ def _write_value(
     known (a tensor's)."""
     if isinstance(leaf, TensorLeaf):
         md, key, prepared = _tensor_kind(leaf.dtype, leaf.shape, leaf.numpy)
-        oid = place(f, name, leaf).id
+        oid = place(f, name, leaf)
         for attr in prepared:
             h5attrs.create_prepared(oid, attr)
         return md, key

@@ -1,0 +1,243 @@
+"""Verifying tensors written anew (issue #33): a tensor whose chunks were copied as stored is
+compared with its source as stored (``h5.stored``), chunk index and every byte, not decoded and
+hashed; as strict as the hash, and wrong on no legitimate file."""
+
+from __future__ import annotations
+
+import lzma
+import shutil
+from pathlib import Path
+
+import h5py
+import hdf5plugin
+import numpy as np
+import pytest
+from conftest import FIXTURES
+from test_upgrade import _hashed_datasets
+
+import ckpt_migrate as cm
+from ckpt_migrate.cli import commands
+from ckpt_migrate.engine import upgrade as engine
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.errors import VerificationError
+from ckpt_migrate.format.h5.stored import copied_pieces
+
+REAL_2_6 = FIXTURES / "real-cstorch-2.6-2.9"
+
+
+def _small_checkpoint(path: Path, release: str = "2.0") -> Path:
+    """Many small tensors (so that a 2.x -> 2.10 upgrade rewrites the file) and step counts."""
+    import torch
+
+    g = torch.Generator().manual_seed(33)
+    model = {f"w{i}": torch.randn(8, 8, generator=g) for i in range(24)}
+    model["big"] = torch.randn(64, 300, generator=g)
+    steps = {f"s{i}": torch.tensor(i + 7) for i in range(4)}
+    cm.save({"model": model, "optimizer": {"step": steps}, "global_step": 5}, path, release)
+    return path
+
+
+def _identical(a: Path, b: Path) -> None:
+    result = commands.verify(a, b)
+    assert result["identical"], result["differences"][:5]
+
+
+@pytest.mark.parametrize("release", ["1.9", "2.0", "2.4"])
+def test_a_rewrite_compares_its_copied_tensors_as_stored_and_decodes_none(
+    tmp_path, monkeypatch, release
+):
+    src = _small_checkpoint(tmp_path / "src.mdl", release)
+    hashed = _hashed_datasets(monkeypatch)
+    out = tmp_path / "out" / "src.mdl"
+    opts = UpgradeOptions(
+        target="2.10", output_dir=out.parent, inputs={"drop_dataloader_state": True}
+    )
+    result = upgrade(src, opts)
+    assert (result.status, result.strategy) == ("upgraded", "rewrite"), result.error
+    assert result.tensors == 29
+    assert hashed == []
+    _identical(src, out)
+
+
+def _flip_before_verify(monkeypatch, tensor: str, where: str) -> None:
+    """Change one stored byte of ``tensor`` in the output after it is written, before it is
+    verified (and published): its first, a middle or its last stored byte."""
+    real = engine.verify_index
+
+    def flip_then_verify(ckpt, root, release, tmp, written, *, full):
+        with h5py.File(tmp, "r", locking=False) as f:
+            dsid = f[tensor].id
+            if f[tensor].chunks is None:
+                start, size = dsid.get_offset(), dsid.get_storage_size()
+            else:
+                info = dsid.get_chunk_info(dsid.get_num_chunks() - 1)
+                start, size = info.byte_offset, info.size
+        at = start + {"first": 0, "middle": size // 2, "last": size - 1}[where]
+        with open(tmp, "r+b") as fh:
+            fh.seek(at)
+            byte = fh.read(1)
+            fh.seek(at)
+            fh.write(bytes([byte[0] ^ 0x10]))
+        real(ckpt, root, release, tmp, written, full=full)
+
+    monkeypatch.setattr(engine, "verify_index", flip_then_verify)
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+@pytest.mark.parametrize("tensor", ["model.w17", "model.big", "optimizer.step.s2"])
+@pytest.mark.parametrize("check", ["index", "full"])
+def test_a_changed_stored_byte_of_a_rewritten_tensor_fails_the_upgrade(
+    tmp_path, monkeypatch, where, tensor, check
+):
+    """One flipped bit anywhere in a chunk (or in a step count's contiguous data) of the
+    output: the upgrade fails naming the tensor and the byte, and publishes nothing."""
+    src = _small_checkpoint(tmp_path / "src.mdl")
+    _flip_before_verify(monkeypatch, tensor, where)
+    out = tmp_path / "out" / "src.mdl"
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=out.parent, verify=check))
+    assert result.status == "failed"
+    assert f"tensor {tensor!r} differs from its source (stored byte at" in result.error
+    assert result.exit_code == VerificationError(src, "").exit_code
+    assert not out.exists() and not list(out.parent.glob("*"))
+
+
+def test_a_manifest_still_hashes_every_rewritten_tensor(tmp_path, monkeypatch):
+    src = _small_checkpoint(tmp_path / "src.mdl")
+    hashed = _hashed_datasets(monkeypatch)
+    manifest = tmp_path / "m.json"
+    out = tmp_path / "out" / "src.mdl"
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=out.parent, manifest=manifest))
+    assert (result.status, result.strategy) == ("upgraded", "rewrite"), result.error
+    assert len(hashed) == 2 * 29 or len(set(hashed)) == 29  # output and source, each tensor
+    assert manifest.exists()
+
+
+def _real_sources(tmp_path: Path) -> list[tuple[Path, str]]:
+    """Real files whose upgrade or downgrade rewrites every dataset."""
+    gpt2 = tmp_path / "gpt2-2.6.0.mdl"
+    with lzma.open(REAL_2_6 / "gpt2-2.6.0.mdl.xz") as fh, gpt2.open("wb") as out:
+        shutil.copyfileobj(fh, out)
+    return [
+        (FIXTURES / "release-1.9.mdl", "2.10"),
+        (FIXTURES / "release-2.0.mdl", "2.10"),
+        (FIXTURES / "release-2.3.mdl", "2.10"),
+        (FIXTURES / "models" / "llama-1.9" / "checkpoint_100.mdl", "2.10"),
+        (FIXTURES / "models" / "t5-2.0" / "checkpoint_100.mdl", "2.10"),
+        (FIXTURES / "real-cstorch-2.10" / "basic.mdl", "2.4"),
+        (FIXTURES / "real-cstorch-2.10" / "tied.mdl", "2.4"),
+        (gpt2, "2.4"),
+    ]
+
+
+@pytest.mark.parametrize("check", ["index", "full"])
+def test_real_files_rewritten_pass_the_stored_comparison(tmp_path, monkeypatch, check):
+    """The real writers' files (auto-chunked LZ4, bf16, ties, scalars), rewritten: every one
+    verifies, most tensors without a hash (the rest, e.g. bf16 stored as int16 by 1.x and as
+    uint16 since, hashed)."""
+    hashed = _hashed_datasets(monkeypatch)
+    proven = 0
+    real = engine.verify_index
+
+    def count(ckpt, root, release, tmp, written, *, full):
+        nonlocal proven
+        real(ckpt, root, release, tmp, written, full=full)
+        proven += len(written.proven)
+
+    monkeypatch.setattr(engine, "verify_index", count)
+    tensors = 0
+    for i, (src, to) in enumerate(_real_sources(tmp_path)):
+        out = tmp_path / f"out{i}" / src.name
+        opts = UpgradeOptions(
+            target=to, output_dir=out.parent, verify=check, inputs={"drop_dataloader_state": True}
+        )
+        result = upgrade(src, opts)
+        assert (result.status, result.strategy) == ("upgraded", "rewrite"), (src, result.error)
+        tensors += result.tensors
+    assert proven > tensors // 2
+    # each other tensor hashed in the output, and in the source unless a hop made it
+    assert tensors - proven <= len(hashed) <= 2 * (tensors - proven)
+
+
+# --------------------------------------------------------------------------- h5.stored
+
+
+def _dataset(f: h5py.File, name: str, data: np.ndarray, **kw) -> h5py.h5d.DatasetID:
+    return f.create_dataset(name, data=data, **kw).id
+
+
+@pytest.fixture
+def pair(tmp_path):
+    data = np.arange(60 * 70, dtype=np.float32).reshape(60, 70)
+    with h5py.File(tmp_path / "a.h5", "w") as a, h5py.File(tmp_path / "b.h5", "w") as b:
+        yield a, b, data
+
+
+def test_stored_alike_datasets_give_every_chunk_once(pair):
+    a, b, data = pair
+    lz4 = dict(hdf5plugin.LZ4())
+    x = _dataset(a, "x", data, chunks=(16, 70), **lz4)
+    b.create_dataset("pad", data=np.zeros(1000))  # the same chunks at other offsets
+    y = _dataset(b, "y", data, chunks=(16, 70), **lz4)
+    pieces = copied_pieces(y, x)
+    assert pieces is not None and len(pieces) == 4
+    assert all(p[0] != p[1] for p in pieces)
+    assert [p[2] for p in pieces] == [x.get_chunk_info(i).size for i in range(4)]
+
+
+LZ4 = dict(hdf5plugin.LZ4())
+
+
+@pytest.mark.parametrize(
+    ("other", "dtype", "change"),
+    [
+        ({"chunks": (8, 70), **LZ4}, np.float32, None),  # another chunk shape
+        ({"chunks": (16, 70), "compression": "gzip"}, np.float32, None),  # another pipeline
+        ({"chunks": (16, 70), **LZ4}, np.float64, None),  # another type
+        ({"chunks": (16, 70), **LZ4}, ">f4", None),  # another byte order
+        ({}, np.float32, None),  # contiguous
+        ({"chunks": (16, 70), **LZ4}, np.float32, "missing"),  # a chunk left to the fill value
+        ({"chunks": (16, 70), **LZ4}, np.float32, "mask"),  # a chunk stored unfiltered
+    ],
+    ids=["chunks", "pipeline", "type", "byte-order", "contiguous", "missing", "mask"],
+)
+def test_datasets_stored_otherwise_are_left_to_the_hash(pair, other, dtype, change):
+    a, b, data = pair
+    x = _dataset(a, "x", data, chunks=(16, 70), **LZ4)
+    if change is None:
+        y = _dataset(b, "y", data.astype(dtype), **other)
+    else:
+        y = b.create_dataset("y", shape=data.shape, dtype=data.dtype, **other).id
+        for i in range(3 if change == "missing" else 4):
+            info = x.get_chunk_info(i)
+            mask, raw = x.read_direct_chunk(info.chunk_offset)
+            y.write_direct_chunk(info.chunk_offset, raw, 1 if change == "mask" and i == 2 else mask)
+    assert copied_pieces(y, x) is None
+
+
+def test_contiguous_datasets_stored_alike_give_their_one_piece(pair):
+    a, b, _ = pair
+    x, y = _dataset(a, "x", np.int64(7)), _dataset(b, "y", np.int64(7))
+    assert copied_pieces(y, x) == [(y.get_offset(), x.get_offset(), 8)]
+    z = b.create_dataset("z", shape=(), dtype=np.int64).id  # never written: no storage
+    assert copied_pieces(z, x) is None
+
+
+def test_copied_pieces_that_share_bytes_of_the_output_are_refused(tmp_path):
+    """Two tensors whose chunk index entries point at the same bytes of the output (each
+    equal to its source's bytes, e.g. two zero tensors) decode right but are not what HDF5
+    writes: the verification refuses them, naming both."""
+    from ckpt_migrate.engine.verify import _Copied
+
+    out, src = tmp_path / "out", tmp_path / "src"
+    out.write_bytes(bytes(range(256)) * 4)
+    src.write_bytes(bytes(range(256)) * 4)
+    copied = _Copied(out)
+    try:
+        copied.compare(src, "a", [(0, 0, 300), (300, 300, 100)])
+        copied.compare(src, "b", [(600, 600, 100)])
+        copied.apart()  # apart: fine
+        copied.compare(src, "c", [(356, 100, 200)])  # bytes 356..556 equal 100..300 of src
+        with pytest.raises(VerificationError, match="tensors 'a' and 'c' store data at the same"):
+            copied.apart()
+    finally:
+        copied.close()
