@@ -233,9 +233,10 @@ def _upgrade_locked(
 ) -> None:
     # The chunk indexes are walked (for damage, budgets, data past the end) while the output
     # is made, which reads none of them: their verdict is awaited before anything is published
-    # (``walked``), and by any read of tensor data. A dry run of a chain that edits only the
-    # root (or of a file already current) reads the outline only (``read_planned``): it does
-    # not pre-try each dataset as the real run does (README, "What each command reads").
+    # (``walked``), and by any read of tensor data. A chain that edits only the root (or a
+    # file already current), dry run or not, reads the outline only (``read_planned``) and
+    # copies the datasets unread: their headers are scanned for what the copy would carry out
+    # of the file instead (``_require_self_contained``; README, "What each command reads").
     out_dir = opts.output.parent if opts.output is not None else opts.output_dir
     ckpt, plan = read_planned(
         src,
