@@ -28,7 +28,7 @@ from ckpt_migrate.errors import (
 from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.compare import check_written, tensor_sha256
 from ckpt_migrate.format.h5 import root as h5root
-from ckpt_migrate.format.h5.tensor import write_tensor
+from ckpt_migrate.format.h5.tensor import place_tensor
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
@@ -252,14 +252,14 @@ def _write_h5(
     done = 0
     hashes: dict[str, str] = {}
 
-    def place(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:
+    def place(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
         nonlocal done
         array = leaf.data.read()
         if verify == "full":
             h = hashlib.sha256()
             storage_hash(array, h)
             hashes[name] = h.hexdigest()
-        ds = write_tensor(f, name, TensorLeaf(leaf.dtype, leaf.shape, MemoryData(array)))
+        ds = place_tensor(f, name, TensorLeaf(leaf.dtype, leaf.shape, MemoryData(array)))
         del array
         done += leaf.nbytes
         if progress is not None:

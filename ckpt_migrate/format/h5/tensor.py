@@ -32,11 +32,6 @@ from ckpt_migrate.format.tree import H5Data, TensorLeaf
 PlaceTensor = Callable[[h5py.Group, str, TensorLeaf], h5d.DatasetID]
 
 
-def write_tensor(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.Dataset:
-    """``place_tensor``, as an h5py ``Dataset``."""
-    return h5py.Dataset(place_tensor(f, name, leaf))
-
-
 def place_tensor(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5d.DatasetID:
     """Create dataset ``name`` holding ``leaf``'s data in its storage dtype, as the real writers do:
 
