@@ -243,7 +243,8 @@ def _upgrade_locked(
         opts.target,
         release=opts.source_release,
         defer_chunks=True,
-        outline=not opts.deep_check,
+        # (the object store's staging opens every dataset for its data ranges: read in full)
+        outline=not opts.deep_check and opts.copy_method != "sparse",
         enough=lambda plan: plan.root_only or (plan.current and not opts.edits),
         output_dir=out_dir,
         inputs=opts.inputs,

@@ -23,6 +23,7 @@ from ckpt_migrate.format.h5.io import (
     root_addresses,
 )
 from ckpt_migrate.format.h5.preflight import FIX, Rest, preflight
+from ckpt_migrate.format.h5.sniff import looks_like_format_05
 from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.v05 import read as read_v05
 
@@ -100,8 +101,8 @@ def read_outline(p: Path, release: str | None = None) -> Checkpoint | None:
     tensor data waits for the full walk (``_WalkFirst``). None when the outline does not
     answer (a legacy format, a leaf whose dataset must be opened, a link that is no leaf's,
     a problem the child met): the caller reads the file in full, which names any problem."""
-    if preflight(p, scope="outline") is None:
-        return None
+    if not looks_like_format_05(p) or preflight(p, scope="outline") is None:
+        return None  # (a legacy root is known by its header: no child forked for it)
     f = open_read(p)
     handle = H5Handle(p, f)
     handle.pending = _WalkFirst(p, f)

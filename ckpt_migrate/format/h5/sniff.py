@@ -6,8 +6,11 @@ own imports (``preflight.start``), a tenth of a second sooner for an upgrade tha
 dataset. A format 0.5 file's upgrade between 2.5 and 2.10 reads only its outline, and there the
 early walk would be two children reading every dataset for nobody, on the cores the outline
 read needs (at 150k tensors: 100 s of CPU and 700 MB). So the early walk skips a file whose
-root looks like format 0.5: attributes in dense storage (legacy roots hold two or three), or
-one named ``<leaf>.__metadata__``. A wrong guess costs only time: the reader walks the file
+root looks like format 0.5: attributes in dense storage (legacy roots hold two or three), one
+named ``<leaf>.__metadata__``, or the ``__SUCCESS__`` marker only format 0.5 writes (FORMAT.md
+§4.7; a checkpoint with no leaf has nothing else). And the outline read
+(``format.read.read_outline``) is not tried on a file that does not look so: a legacy file's
+outline cannot answer, and trying it cost a forked child per command. A wrong guess costs only time: the reader walks the file
 when it needs to.
 
 Superblock layouts: HDF5 File Format Specification 3.0, §II.A; the root's object header and
@@ -27,6 +30,7 @@ from ckpt_migrate.format.h5.root import SIGNATURE
 _ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 _UNDEF = (1 << 64) - 1
 _SUFFIX = b".__metadata__"
+_SUCCESS = b"__SUCCESS__"
 _LIMIT = 64  # continuation blocks of the root's header read at most
 
 
@@ -54,7 +58,7 @@ def looks_like_format_05(path: Path) -> bool:
         if root is None:
             return False
         header = read_header(lambda at, n: read(base + at, n), root, set(), _LIMIT)
-        return any(_is_leaf_metadata(m.kind, m.body) for m in header.messages)
+        return any(_marks_format_05(m.kind, m.body) for m in header.messages)
     except (HeaderError, struct.error, OSError):
         return False
     finally:
@@ -86,9 +90,9 @@ def _root_address(read, base: int) -> int | None:
     return None
 
 
-def _is_leaf_metadata(kind: int, body: bytes) -> bool:
+def _marks_format_05(kind: int, body: bytes) -> bool:
     """An attribute info message naming a heap (dense storage), or an attribute message whose
-    name ends in ``.__metadata__``."""
+    name ends in ``.__metadata__`` or is ``__SUCCESS__``."""
     if kind == _ATTRIBUTE_INFO and len(body) >= 2:
         pos = 2 + (2 if body[1] & 0x01 else 0)
         return struct.unpack_from("<Q", body, pos)[0] != _UNDEF
@@ -97,4 +101,4 @@ def _is_leaf_metadata(kind: int, body: bytes) -> bool:
     version, name_n = body[0], struct.unpack_from("<H", body, 2)[0]
     start = 9 if version == 3 else 8
     name = body[start : start + name_n].rstrip(b"\0")
-    return name.endswith(_SUFFIX)
+    return name.endswith(_SUFFIX) or name == _SUCCESS
