@@ -10,8 +10,8 @@ root looks like format 0.5: attributes in dense storage (legacy roots hold two o
 named ``<leaf>.__metadata__``, or the ``__SUCCESS__`` marker only format 0.5 writes (FORMAT.md
 §4.7; a checkpoint with no leaf has nothing else). And the outline read
 (``format.read.read_outline``) is not tried on a file that does not look so: a legacy file's
-outline cannot answer, and trying it cost a forked child per command. A wrong guess costs only time: the reader walks the file
-when it needs to.
+outline cannot answer, and trying it cost a forked child per command. A wrong guess costs
+only time: the reader walks the file when it needs to.
 
 Superblock layouts: HDF5 File Format Specification 3.0, §II.A; the root's object header and
 its attribute messages: §IV.A.1, §IV.A.2.m, §IV.A.2.v (``headers``). Every read is bounded by
