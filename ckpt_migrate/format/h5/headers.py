@@ -10,6 +10,7 @@ its block, or a version-2 block whose checksum does not match is a :class:`Heade
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,28 @@ Read = Callable[[int, int], bytes]  # (address, count) -> exactly count bytes, o
 
 class HeaderError(Exception):
     """A header this module does not know, or one that contradicts itself."""
+
+
+def file_reader(fd: int, size: int, base: int = 0, window: int = 0) -> Read:
+    """A ``Read`` of the open file ``fd`` of ``size`` bytes, at addresses relative to ``base``
+    (the superblock's), refusing any byte outside the file. ``window``: bytes read at once,
+    the later reads inside them answered from memory (neighbouring headers); ``pread``, not a
+    map of the file, whose touched pages would count in the process's memory."""
+    block, start = b"", 0
+
+    def read(at: int, n: int) -> bytes:
+        nonlocal block, start
+        at += base
+        if at < 0 or n < 0 or at + n > size:
+            raise HeaderError(f"{n} bytes at {at} are outside the file")
+        if not (start <= at and at + n <= start + len(block)):
+            block, start = os.pread(fd, max(n, window), at), at
+        data = block[at - start : at - start + n]
+        if len(data) != n:
+            raise HeaderError("short read")
+        return data
+
+    return read
 
 
 @dataclass(frozen=True)

@@ -104,24 +104,31 @@ def switch_root(path: Path, superblock_at: int, old: int, new: int) -> None:
         head = os.pread(fd, 128, superblock_at)
         if head[:8] != SIGNATURE:
             raise ValueError(f"no HDF5 superblock at byte {superblock_at}")
-        version = head[8]
-        if version in (0, 1):
-            size = head[13]
-            at = 24 + (4 if version == 1 else 0) + 5 * size  # root symbol table entry's address
-            _check(head, at, size, old)
+        at, size = root_field(head)
+        _check(head, at, size, old)
+        if head[8] in (0, 1):
             # Address, then cache type 0 ("nothing cached"), reserved word and scratch-pad: the
             # entry HDF5 itself writes for a root without a cached symbol table.
             os.pwrite(fd, new.to_bytes(size, "little") + bytes(24), superblock_at + at)
-        elif version in (2, 3):
-            size = head[9]
-            at = 12 + 3 * size
-            _check(head, at, size, old)
+        else:
             body = head[:at] + new.to_bytes(size, "little")
             os.pwrite(fd, body[at:] + struct.pack("<I", lookup3(body)), superblock_at + at)
-        else:
-            raise ValueError(f"superblock version {version} is not known")
     finally:
         os.close(fd)
+
+
+def root_field(head: bytes) -> tuple[int, int]:
+    """Where a superblock (its first bytes ``head``) names the root group's object header:
+    (the field's offset in the superblock, the file's size of offsets). Versions 0-1 name it
+    in the root's symbol table entry, 2-3 directly; ValueError for any other."""
+    version = head[8]
+    if version in (0, 1):
+        size = head[13]
+        return 24 + (4 if version == 1 else 0) + 5 * size, size
+    if version in (2, 3):
+        size = head[9]
+        return 12 + 3 * size, size
+    raise ValueError(f"superblock version {version} is not known")
 
 
 def _check(head: bytes, at: int, size: int, old: int) -> None:

@@ -24,8 +24,8 @@ import os
 import struct
 from pathlib import Path
 
-from ckpt_migrate.format.h5.headers import HeaderError, read_header
-from ckpt_migrate.format.h5.root import SIGNATURE
+from ckpt_migrate.format.h5.headers import HeaderError, Read, file_reader, read_header
+from ckpt_migrate.format.h5.root import SIGNATURE, root_field
 
 _ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 _UNDEF = (1 << 64) - 1
@@ -42,51 +42,29 @@ def looks_like_format_05(path: Path) -> bool:
         return False
     try:
         size = os.fstat(fd).st_size
-
-        def read(at: int, n: int) -> bytes:
-            if at < 0 or n < 0 or at + n > size:
-                raise HeaderError(f"{n} bytes at {at} are outside the file")
-            data = os.pread(fd, n, at)
-            if len(data) != n:
-                raise HeaderError("short read")
-            return data
-
+        read = file_reader(fd, size)
         base = _superblock(read, size)
         if base is None:
             return False
-        root = _root_address(read, base)
-        if root is None:
+        at, width = root_field(read(base, 96))
+        if width != 8:  # (``headers`` reads 8-byte offsets only)
             return False
-        header = read_header(lambda at, n: read(base + at, n), root, set(), _LIMIT)
+        root = struct.unpack_from("<Q", read(base + at, 8))[0]
+        header = read_header(file_reader(fd, size, base), root, set(), _LIMIT)
         return any(_marks_format_05(m.kind, m.body) for m in header.messages)
-    except (HeaderError, struct.error, OSError):
+    except (HeaderError, ValueError, struct.error, OSError):
         return False
     finally:
         os.close(fd)
 
 
-def _superblock(read, size: int) -> int | None:
+def _superblock(read: Read, size: int) -> int | None:
     """Where the superblock starts: at 0 or past a user block of 512, 1024, 2048... bytes."""
     at = 0
     while at + len(SIGNATURE) <= size:
         if read(at, len(SIGNATURE)) == SIGNATURE:
             return at
         at = 512 if at == 0 else at * 2
-    return None
-
-
-def _root_address(read, base: int) -> int | None:
-    """The root group's object header address (relative to ``base``), 8-byte offsets only."""
-    head = read(base, 96)
-    version = head[8]
-    if version in (0, 1):
-        if head[13] != 8:
-            return None
-        return struct.unpack_from("<Q", head, 24 + (4 if version == 1 else 0) + 5 * 8)[0]
-    if version in (2, 3):
-        if head[9] != 8:
-            return None
-        return struct.unpack_from("<Q", head, 12 + 3 * 8)[0]
     return None
 
 

@@ -26,7 +26,7 @@ import struct
 from pathlib import Path
 
 from ckpt_migrate.format.h5.boundary import ALLOWED_FILTERS, ALLOWED_TYPE_CLASSES, unsafe
-from ckpt_migrate.format.h5.headers import SHARED, HeaderError, Read, read_header
+from ckpt_migrate.format.h5.headers import SHARED, HeaderError, Read, file_reader, read_header
 
 _DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS = 0x03, 0x07, 0x08, 0x0B
 _VIRTUAL = 3
@@ -44,26 +44,7 @@ def scan(path: Path, datasets: dict[str, int], base: int = 0) -> bool:
     none does, False when a header was not understood (nothing concluded)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
-
-        window = [0, b""]  # the last block read: neighbouring headers are read from it
-
-        def read(at: int, n: int) -> bytes:
-            # pread, not a map of the file: the pages a map touches count in the process's
-            # memory (every page of a 666 MB file of 150k small tensors)
-            at += base
-            if at < 0 or n < 0 or at + n > size:
-                raise HeaderError(f"{n} bytes at {at} are outside the file")
-            start, block = window
-            if not (start <= at and at + n <= start + len(block)):
-                block = os.pread(fd, max(n, _WINDOW), at)
-                window[:] = [at, block]
-                start = at
-            data = block[at - start : at - start + n]
-            if len(data) != n:
-                raise HeaderError("short read")
-            return data
-
+        read = file_reader(fd, os.fstat(fd).st_size, base, window=_WINDOW)
         for name, address in datasets.items():
             try:
                 problem = _problem(read, address)
