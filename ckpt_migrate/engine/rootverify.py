@@ -32,7 +32,7 @@ import numpy as np
 from ckpt_migrate.engine.rootedit import SUCCESS, Edit, Leaves
 from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format.compare import missing_as_none, signature
-from ckpt_migrate.format.h5 import attrtable
+from ckpt_migrate.format.h5 import attrtable, linktable
 from ckpt_migrate.format.h5.io import H5Handle, open_read, root_addresses
 from ckpt_migrate.format.tree import DictNode, Leaf
 from ckpt_migrate.format.v05.read import leaf_from_text
@@ -78,6 +78,8 @@ class _Pass:
                 return False
             self.values = {name: f.attrs[name] for name in self.other}
             self.success = f.attrs.get(SUCCESS)
+            if links is None:
+                links = linktable.of_root(f, path)
             self.links = root_addresses(f)[1] if links is None else links
             if leaves and not _decodes_as_planned(f, path, leaves, self.texts):
                 raise VerificationError(path, "the written file does not hold the expected tree")

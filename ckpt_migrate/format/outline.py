@@ -10,6 +10,7 @@ from ckpt_migrate.format.tree import (
     ExternalLeaf,
     FullTensorLeaf,
     Leaf,
+    LeafRef,
     MissingLeaf,
     NamedTupleNode,
     Node,
@@ -94,13 +95,12 @@ def tensor_bytes(root: Node) -> int:
 
 
 def report(ckpt: Checkpoint) -> dict[str, Any]:
-    refs = list(iter_leaves(ckpt.root))
-    firsts = first_positions(ckpt.root)
+    firsts: dict[int, LeafRef] = {}  # (``tree.first_positions``, in the same walk)
     by_dtype: dict[str, dict[str, int]] = {}
     leaves = []
-    for ref in refs:
+    for ref in iter_leaves(ckpt.root):
         leaf = ref.leaf
-        first = firsts[id(leaf)]
+        first = firsts.setdefault(id(leaf), ref)
         entry: dict[str, Any] = {"name": ref.name, "value": describe_leaf(leaf)}
         if first.path != ref.path:
             entry["tied_to"] = first.name
@@ -115,7 +115,7 @@ def report(ckpt: Checkpoint) -> dict[str, Any]:
         "release_label": ckpt.detected.label,
         "format": ckpt.format,
         "cstorch_version": ckpt.detected.cstorch_version,
-        "leaf_count": len(refs),
+        "leaf_count": len(leaves),
         "bytes_by_dtype": by_dtype,
         "tensor_bytes": sum(d["bytes"] for d in by_dtype.values()),
         "missing": ckpt.missing,

@@ -12,6 +12,7 @@ import h5py
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets, provenance, releases
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.h5 import linktable
 from ckpt_migrate.format.h5.boundary import check_self_contained
 from ckpt_migrate.format.h5.facts import Facts, OutlineTooShort
 from ckpt_migrate.format.h5.io import (
@@ -20,7 +21,6 @@ from ckpt_migrate.format.h5.io import (
     attr_text,
     damaged,
     open_read,
-    root_addresses,
 )
 from ckpt_migrate.format.h5.preflight import FIX, Rest, preflight
 from ckpt_migrate.format.h5.sniff import looks_like_format_05
@@ -97,7 +97,8 @@ def read_outline(p: Path, release: str | None = None) -> Checkpoint | None:
     every leaf as its ``__metadata__`` declares it (a tensor's dtype and shape), a tensor's
     dataset known to exist by a link of its name but not checked against its metadata, and
     the datasets' storage (chunk indexes, stored bytes: ``data_bytes`` None) not walked. The
-    preflight child tries exactly that first (``preflight(scope="outline")``); any read of
+    links are read from the file's bytes (``linktable``), the root's attributes through HDF5
+    once the preflight child has tried them (``preflight(scope="outline")``); any read of
     tensor data waits for the full walk (``_WalkFirst``). None when the outline does not
     answer (a legacy format, a leaf whose dataset must be opened, a link that is no leaf's,
     a problem the child met): the caller reads the file in full, which names any problem."""
@@ -109,8 +110,10 @@ def read_outline(p: Path, release: str | None = None) -> Checkpoint | None:
 
     def outline() -> Checkpoint | None:
         try:
-            names, addresses = root_addresses(f)
-            ckpt = _read(p, f, handle, release, None, Facts(links=names))
+            addresses = linktable.of_root(f, p)
+            if addresses is None:  # a link that is not a hard link, or not read: in full
+                raise OutlineTooShort("the root's links")
+            ckpt = _read(p, f, handle, release, None, Facts(links=frozenset(addresses)))
             handle.known_addresses(addresses)  # every link is a leaf's dataset (``_read``)
             return ckpt
         except OutlineTooShort:

@@ -11,6 +11,7 @@ keys, positions for sequences and namedtuples, and no name at all for an empty c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -127,7 +128,7 @@ class TensorLeaf:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * by_name(self.dtype).storage.itemsize
+        return math.prod(self.shape) * by_name(self.dtype).storage.itemsize
 
 
 @dataclass(frozen=True, eq=False)

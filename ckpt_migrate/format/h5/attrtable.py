@@ -41,17 +41,14 @@ from typing import Any
 import h5py
 from h5py import h5o
 
+from ckpt_migrate.format.h5 import fractalheap
+from ckpt_migrate.format.h5.fractalheap import UNDEF, Unknown
 from ckpt_migrate.format.h5.headers import SHARED, HeaderError, read_header
-from ckpt_migrate.format.h5.lookup3 import lookup3_many
-from ckpt_migrate.format.h5.root import lookup3, superblock_offset
+from ckpt_migrate.format.h5.root import root_header
 
 TICK_EVERY = 1000
 MAX_CHUNKS = 1 << 20  # continuation blocks of one header (each holds at least one message)
 HEAPS_KEPT = 8  # global heap collections kept in memory (``_File.heaps``)
-# Direct blocks read before they are verified together (``lookup3_many``: one numpy pass per
-# block size, each costing about as much whatever the count) and their objects taken.
-BATCH_BYTES = 32 << 20
-_UNDEF = (1 << 64) - 1
 _ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 _VLEN_CLASS, _STRING = 9, 1
 _SCALAR_V2 = 0
@@ -63,10 +60,6 @@ Keep = Callable[[str, "str | None"], Any]
 
 def _nothing() -> None:
     pass
-
-
-class Unknown(Exception):
-    """The header holds something this reader does not know: read it by h5py."""
 
 
 @dataclass
@@ -116,10 +109,11 @@ def root_texts(
     """``read_texts`` of the root group of ``f``, opened on ``path`` by HDF5's default driver,
     when it has as many attributes as HDF5 counts; else None. ``tick`` is called every
     ``TICK_EVERY`` attributes (the preflight's sign of progress)."""
-    if f.driver != "sec2" or f.id.get_create_plist().get_sizes() != (8, 8):
+    at = root_header(f)
+    if at is None:
         return None
     try:
-        table = read_texts(path, h5o.get_info(f.id).addr, superblock_offset(f), tick, keep)
+        table = read_texts(path, at[0], at[1], tick, keep)
     except OSError:
         return None
     if table is None or len(table) != h5o.get_info(f.id).num_attrs:
@@ -170,119 +164,23 @@ def _attributes(f: _File, address: int, tick: Tick, keep: Keep | None) -> dict[s
 
 def _dense(f: _File, info: bytes, take: Callable[[bytes], None]) -> None:
     """The attribute messages of dense storage (§IV.A.2.v), each to ``take``: every object of
-    the fractal heap (§III.G) the attribute info message names, read block by block in address
-    order, ``BATCH`` blocks at a time verified then taken. The heap must hold managed objects
-    only, laid end to end (as HDF5 appends them); the caller's count check against HDF5's
-    catches a heap with holes."""
+    the fractal heap the attribute info message names (``fractalheap.walk``). The caller's
+    count check against HDF5's catches attributes this reader did not find."""
     if len(info) < 2 or info[0] != 0:
         raise Unknown("attribute info message")
     pos = 2 + (2 if info[1] & 0x01 else 0)
     heap = struct.unpack_from("<Q", info, pos)[0]
-    if heap == _UNDEF:  # no heap: the attributes are messages of the header (compact)
+    if heap == UNDEF:  # no heap: the attributes are messages of the header (compact)
         return
-    h = f.read(heap, 146)
-    if h[:5] != b"FRHP\0" or struct.unpack_from("<I", h, 142)[0] != lookup3(h[:142]):
-        raise Unknown(f"no fractal heap at {heap}")
-    filters, flags = struct.unpack_from("<HB", h, 7)
-    managed, huge, tiny = (struct.unpack_from("<Q", h, at)[0] for at in (70, 86, 102))
-    width, start, top, bits, _rows, root, rows = struct.unpack_from("<HQQHHQH", h, 110)
-    if filters or huge or tiny or width == 0 or not _power_of_two(start) or top < start:
-        raise Unknown("a fractal heap with filters, huge or tiny objects")
-    geometry = _Heap(heap, width, start, top, (bits + 7) // 8, 4 if flags & 0x02 else 0, take)
-    if rows == 0:
-        geometry.direct(f, root, start)
-    else:
-        geometry.indirect(f, root, rows)
-    geometry.flush()
-    if geometry.taken != managed:
-        raise Unknown("the fractal heap holds objects this reader did not find")
-
-
-def _power_of_two(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
-@dataclass
-class _Heap:
-    """A fractal heap's doubling table: ``width`` blocks a row, row 0 and 1 of ``start`` bytes,
-    each later row twice the one before; rows of blocks past ``top`` are indirect blocks."""
-
-    header: int
-    width: int
-    start: int
-    top: int
-    offset_bytes: int
-    checksum: int
-    take: Callable[[bytes], None]
-    blocks: list[bytes] = field(default_factory=list)  # direct blocks to verify
-    stored: list[int] = field(default_factory=list)  # and their checksums
-    objects: list[memoryview] = field(default_factory=list)  # theirs, taken once verified
-    pending: int = 0  # bytes of blocks read since the last flush
-    taken: int = 0
-
-    def row_size(self, row: int) -> int:
-        return self.start if row == 0 else self.start << (row - 1)
-
-    def flush(self) -> None:
-        """Verify the blocks read since the last flush, then take their objects."""
-        if lookup3_many(self.blocks) != self.stored:
-            raise Unknown("a fractal heap direct block: checksum mismatch")
-        objects, self.objects, self.blocks, self.stored = self.objects, [], [], []
-        self.pending = 0
-        for one in objects:
-            self.take(bytes(one))
-        self.taken += len(objects)
-
-    def direct(self, f: _File, at: int, size: int) -> None:
-        f.tick()  # a block holds up to about 600 attributes
-        block = f.read(at, size)
-        head = 5 + 8 + self.offset_bytes
-        if block[:5] != b"FHDB\0" or struct.unpack_from("<Q", block, 5)[0] != self.header:
-            raise Unknown(f"no fractal heap direct block at {at}")
-        if self.checksum:  # verified together (``lookup3_many``), the field read as zero
-            self.stored.append(struct.unpack_from("<I", block, head)[0])
-            block = block[:head] + bytes(4) + block[head + 4 :]  # (objects lie past it)
-            self.blocks.append(block)
-        view = memoryview(block)
-        pos = head + self.checksum
-        while pos + 8 <= size and block[pos] in (1, 2, 3):
-            n = _attribute_size(block, pos)
-            if n is None or pos + n > size:
-                break
-            self.objects.append(view[pos : pos + n])
-            pos += n
-        self.pending += size
-        if self.pending >= BATCH_BYTES:
-            self.flush()
-
-    def indirect(self, f: _File, at: int, rows: int) -> None:
-        direct_rows = (self.top // self.start).bit_length() + 1
-        head = 5 + 8 + self.offset_bytes
-        n = self.width * rows
-        block = f.read(at, head + 8 * n + 4)
-        if block[:5] != b"FHIB\0" or struct.unpack_from("<Q", block, 5)[0] != self.header:
-            raise Unknown(f"no fractal heap indirect block at {at}")
-        if struct.unpack_from("<I", block, head + 8 * n)[0] != lookup3(block[: head + 8 * n]):
-            raise Unknown(f"fractal heap indirect block at {at}: checksum mismatch")
-        for i in range(n):
-            child = struct.unpack_from("<Q", block, head + 8 * i)[0]
-            if child == _UNDEF:
-                continue
-            row = i // self.width
-            size = self.row_size(row)
-            if row < direct_rows:
-                self.direct(f, child, size)
-            else:  # an indirect block of as many rows as span its size
-                sub = (size // (self.start * self.width)).bit_length()
-                if len(f.visited) >= MAX_CHUNKS or child in f.visited:
-                    raise Unknown("fractal heap blocks loop or are too many")
-                f.visited.add(child)
-                self.indirect(f, child, sub)
+    fractalheap.walk(f.read, f.visited, heap, _attribute_size, take, f.tick)
 
 
 def _attribute_size(block: bytes, pos: int) -> int | None:
     """The length of the attribute message at ``pos`` from its own fields: name, datatype and
-    dataspace (each padded to 8 bytes in version 1) and the data they size."""
+    dataspace (each padded to 8 bytes in version 1) and the data they size; None where no
+    attribute message starts (the block's free space)."""
+    if pos + 8 > len(block) or block[pos] not in (1, 2, 3):
+        return None
     version, _flags, name_n, type_n, space_n = struct.unpack_from("<BBHHH", block, pos)
     pad = _pad8 if version == 1 else _same
     at = pos + 8 + (1 if version == 3 else 0) + pad(name_n)
@@ -353,7 +251,7 @@ def _attribute(f: _File, body: bytes) -> tuple[str, str | None]:
     if len(data) != 16:
         raise Unknown("attribute data")
     length, collection, index = struct.unpack("<IQI", data)
-    if collection in (0, _UNDEF):  # a null string
+    if collection in (0, UNDEF):  # a null string
         return name, None
     text = f.heap_object(collection, index)
     if len(text) < length:

@@ -142,6 +142,15 @@ def superblock_offset(f: h5py.File) -> int:
     return f.id.get_create_plist().get_userblock()
 
 
+def root_header(f: h5py.File) -> tuple[int, int] | None:
+    """(the root's object header address, the superblock's base) of ``f`` for the readers of
+    the file's bytes (``attrtable``, ``linktable``): None unless it is open by HDF5's default
+    driver with the 8-byte offsets and lengths they read."""
+    if f.driver != "sec2" or f.id.get_create_plist().get_sizes() != (8, 8):
+        return None
+    return h5o.get_info(f.id).addr, superblock_offset(f)
+
+
 _MASK = 0xFFFFFFFF
 
 

@@ -57,8 +57,8 @@ def read(
     facts = facts or Facts()
     path = handle.path
     require_success(f, path)
-    root = _parse_spec(f, path)
-    collisions = name_collisions(root)
+    root, names, shared = _parse_spec(f, path)
+    collisions = name_collisions(root) if shared else None
     if collisions:
         name = sorted(collisions)[0]
         raise KeyCollisionError(
@@ -72,7 +72,7 @@ def read(
     first: dict[str, Leaf] = {}
     links: dict[str, str] = {}
 
-    names = {ref.name for ref in iter_leaves(root)}
+    singles = _Singles()
 
     def keep(key: str, text: str | None) -> Any:
         """A leaf's metadata decoded as the table is read (its text is not kept: 150k texts
@@ -80,8 +80,15 @@ def read(
         name = key[: -len(_SUFFIX)] if key.endswith(_SUFFIX) else None
         if text is None or name not in names:
             return text
-        md_all = _parse_metadata(text, key, path)
-        return _decode_leaf(f, handle, name, md_all, used, links, facts)
+        template = singles.template(name, text)
+        m = singles.known.get(template) if template is not None else None
+        if m is None:
+            md_all = _parse_metadata(text, key, path)
+            spec = md_all["__spec__"][1]
+            if template is None or spec != treespec_json.single_leaf_spec(name):
+                return _decode_leaf(f, handle, name, md_all, used, links, facts)
+            m = singles.learn(template, _meta(md_all, name, name, path))
+        return _decode_single(f, handle, name, m, used, links, facts)
 
     table = attrtable.root_texts(f, path, keep=keep)
     names.clear()
@@ -109,6 +116,32 @@ def read(
     return root, unreferenced, []
 
 
+class _Singles:
+    """The metadata of leaves serialized alone, by their document with the leaf's name taken
+    out: the thousands of tensors of a checkpoint share a few dtypes and shapes, so a few
+    documents, each decoded from JSON once (half of reading a leaf at 150k leaves, issue 33).
+    Only a name JSON writes as it is, found exactly in the four places cstorch writes it (the
+    spec's structure and string, ``__objects__``, the metadata's key), is taken out: nothing
+    else in the document can then depend on it, and the spec and ``__objects__`` of any text
+    of the same template are the single leaf's of its own name."""
+
+    LIMIT = 4096  # templates kept (distinct dtypes, shapes and serializers)
+
+    def __init__(self) -> None:
+        self.known: dict[str, dict[str, Any]] = {}
+
+    @staticmethod
+    def template(name: str, text: str) -> str | None:
+        if not treespec_json.plain(name) or "\0" in text or text.count(name) != 4:
+            return None
+        return text.replace(name, "\0")
+
+    def learn(self, template: str, m: dict[str, Any]) -> dict[str, Any]:
+        if len(self.known) < self.LIMIT:
+            self.known[template] = m
+        return m
+
+
 def require_success(f: h5py.File, path: Path) -> None:
     """cstorch sets ``__SUCCESS__`` last: a file without it is a save that did not finish."""
     if not attr_bool(f.attrs.get("__SUCCESS__", False)):
@@ -117,16 +150,17 @@ def require_success(f: h5py.File, path: Path) -> None:
         )
 
 
-def _parse_spec(f: h5py.File, path: Path) -> Node:
-    """The root's ``__spec__`` as a tree (its JSON document freed before the leaves are read:
-    120 MB at 150k leaves)."""
+def _parse_spec(f: h5py.File, path: Path) -> tuple[Node, set[str], bool]:
+    """The root's ``__spec__`` as a tree, its leaves' names and whether two share one
+    (``treespec.parse_named``; its JSON document freed before the leaves are read: 120 MB at
+    150k leaves)."""
     try:
         treespec = json.loads(attr_text(f.attrs["__spec__"]))[1]
     except RecursionError:
         raise budgets.too_deep(path, "__spec__") from None
     except (KeyError, ValueError, TypeError, IndexError):
         raise CorruptCheckpointError(path, "format 0.5 file without a readable __spec__") from None
-    return treespec_json.parse(treespec, path)
+    return treespec_json.parse_named(treespec, path)
 
 
 def leaf_from_text(f: h5py.File, handle: H5Handle, name: str, text: str) -> Leaf | str:
@@ -171,33 +205,16 @@ def _decode_leaf(
     path = handle.path
     objects = set(md_all["__objects__"])
     spec = md_all["__spec__"][1]
-    per_leaf: Node | None = None
-    refs: list[LeafRef] = []
     # The spec cstorch writes for a plain leaf needs no parsing (a third of reading a leaf).
-    single = spec == treespec_json.single_leaf_spec(name) and name in objects
-    if not single:
-        per_leaf = treespec_json.parse(spec, path)
-        refs = list(iter_leaves(per_leaf))
-        single = len(refs) == 1 and refs[0].name == name and name in objects
+    if spec == treespec_json.single_leaf_spec(name) and name in objects:
+        return _decode_single(f, handle, name, _meta(md_all, name, name, path), used, links, facts)
+    per_leaf = treespec_json.parse(spec, path)
+    refs = list(iter_leaves(per_leaf))
+    if len(refs) == 1 and refs[0].name == name and name in objects:
+        return _decode_single(f, handle, name, _meta(md_all, name, name, path), used, links, facts)
 
     def meta(sub: str) -> dict[str, Any]:
-        try:
-            m = md_all[f"{sub}.__metadata__"]
-        except KeyError:
-            raise CorruptCheckpointError(path, f"leaf {name!r}: no metadata for {sub!r}") from None
-        if not isinstance(m, dict):
-            raise CorruptCheckpointError(path, f"leaf {name!r}: metadata of {sub!r} is not a dict")
-        return m
-
-    if single:
-        m = meta(name)
-        if m.get("__TYPE__") == "LinkedObject":
-            target = m.get("key")
-            if not isinstance(target, str):
-                raise CorruptCheckpointError(path, f"leaf {name!r}: LinkedObject without a key")
-            links[name] = target
-            return ValueLeaf(None)  # placeholder, replaced by the target leaf
-        return _decode_object(f, handle, name, m, used, facts)
+        return _meta(md_all, name, sub, path)
 
     # Nested serialization: NestedObject(object, metadata) records (§4.3).
     top = per_leaf.items[0][1] if isinstance(per_leaf, DictNode) and per_leaf.items else None
@@ -213,6 +230,36 @@ def _decode_leaf(
                 return FullTensorLeaf(dtype, full.shape, full.fill_value)
         return ExternalLeaf(kind or "nested", {"metadata": md_all})
     raise UnsupportedContentError(path, f"leaf {name!r} has a serialization layout not understood")
+
+
+def _meta(md_all: dict[str, Any], name: str, sub: str, path: Path) -> dict[str, Any]:
+    """The metadata of ``sub`` in leaf ``name``'s document."""
+    try:
+        m = md_all[f"{sub}.__metadata__"]
+    except KeyError:
+        raise CorruptCheckpointError(path, f"leaf {name!r}: no metadata for {sub!r}") from None
+    if not isinstance(m, dict):
+        raise CorruptCheckpointError(path, f"leaf {name!r}: metadata of {sub!r} is not a dict")
+    return m
+
+
+def _decode_single(
+    f: h5py.File,
+    handle: H5Handle,
+    name: str,
+    m: dict[str, Any],
+    used: set[str],
+    links: dict[str, str],
+    facts: Facts,
+) -> Leaf:
+    """A leaf serialized alone (``m``: its metadata), or a placeholder for a tie's link."""
+    if m.get("__TYPE__") == "LinkedObject":
+        target = m.get("key")
+        if not isinstance(target, str):
+            raise CorruptCheckpointError(handle.path, f"leaf {name!r}: LinkedObject without a key")
+        links[name] = target
+        return ValueLeaf(None)  # placeholder, replaced by the target leaf
+    return _decode_object(f, handle, name, m, used, facts)
 
 
 def _decode_object(
@@ -309,7 +356,7 @@ def _torch_dtype(m: dict[str, Any], path: Path, name: str) -> str:
 
 def _shape(m: dict[str, Any], path: Path, name: str) -> tuple[int, ...]:
     try:
-        return tuple(int(d) for d in m["shapes"][0])
+        return tuple(map(int, m["shapes"][0]))
     except (KeyError, IndexError, TypeError, ValueError):
         raise CorruptCheckpointError(path, f"tensor {name!r} metadata has no shapes") from None
 

@@ -1,0 +1,155 @@
+"""The managed objects of a fractal heap, read block by block (HDF5 File Format Specification
+3.0, §III.G), for the one-pass readers of a group's dense storage: ``attrtable`` (attribute
+messages, §IV.A.2.v) and ``linktable`` (link messages, §IV.A.2.c).
+
+HDF5 appends a heap's objects end to end in its direct blocks, so each object's length is read
+from its own fields (the caller's ``SizeOf``); the heap's count of managed objects then proves
+none was missed (a heap with a hole, where an object was deleted, is :class:`Unknown`). Heaps
+with filters, huge or tiny objects are :class:`Unknown` too: the caller then asks HDF5. Every
+checksum is verified (the direct blocks together: ``lookup3_many``), every block is read once,
+and at most ``MAX_BLOCKS`` of them.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ckpt_migrate.format.h5.lookup3 import lookup3_many
+from ckpt_migrate.format.h5.root import lookup3
+
+MAX_BLOCKS = 1 << 20
+# Direct blocks read before they are verified together (``lookup3_many``: one numpy pass per
+# block size, each costing about as much whatever the count) and their objects taken.
+BATCH_BYTES = 32 << 20
+UNDEF = (1 << 64) - 1
+
+Read = Callable[[int, int], bytes]  # (address, count) -> exactly count bytes, or raise
+SizeOf = Callable[[bytes, int], "int | None"]  # the object at a position: its length, or None
+Take = Callable[[bytes], None]
+
+
+class Unknown(Exception):
+    """A structure this reader does not know, or one that contradicts itself."""
+
+
+def _nothing() -> None:
+    pass
+
+
+def walk(
+    read: Read,
+    visited: set[int],
+    heap: int,
+    size_of: SizeOf,
+    take: Take,
+    tick: Callable[[], object] = _nothing,
+) -> None:
+    """Every managed object of the heap whose header is at ``heap``, in address order, to
+    ``take``, each only after its block's checksum is verified. ``visited``: the blocks read
+    (shared with the caller's other reads, against loops)."""
+    h = read(heap, 146)
+    if h[:5] != b"FRHP\0" or struct.unpack_from("<I", h, 142)[0] != lookup3(h[:142]):
+        raise Unknown(f"no fractal heap at {heap}")
+    filters, flags = struct.unpack_from("<HB", h, 7)
+    managed, huge, tiny = (struct.unpack_from("<Q", h, at)[0] for at in (70, 86, 102))
+    width, start, top, bits, _rows, root, rows = struct.unpack_from("<HQQHHQH", h, 110)
+    if filters or huge or tiny or width == 0 or not _power_of_two(start) or top < start:
+        raise Unknown("a fractal heap with filters, huge or tiny objects")
+    blocks = _Heap(read, visited, tick, heap, width, start, top, (bits + 7) // 8, size_of, take)
+    blocks.checksum = 4 if flags & 0x02 else 0
+    if rows == 0:
+        if root != UNDEF:
+            blocks.direct(root, start)
+    else:
+        blocks.indirect(root, rows)
+    blocks.flush()
+    if blocks.taken != managed:
+        raise Unknown("the fractal heap holds objects this reader did not find")
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+@dataclass
+class _Heap:
+    """A fractal heap's doubling table: ``width`` blocks a row, row 0 and 1 of ``start`` bytes,
+    each later row twice the one before; rows of blocks past ``top`` are indirect blocks."""
+
+    read: Read
+    visited: set[int]
+    tick: Callable[[], object]
+    header: int
+    width: int
+    start: int
+    top: int
+    offset_bytes: int
+    size_of: SizeOf
+    take: Take
+    checksum: int = 0
+    blocks: list[bytes] = field(default_factory=list)  # direct blocks to verify
+    stored: list[int] = field(default_factory=list)  # and their checksums
+    objects: list[memoryview] = field(default_factory=list)  # theirs, taken once verified
+    pending: int = 0  # bytes of blocks read since the last flush
+    taken: int = 0
+
+    def row_size(self, row: int) -> int:
+        return self.start if row == 0 else self.start << (row - 1)
+
+    def flush(self) -> None:
+        """Verify the blocks read since the last flush, then take their objects."""
+        if lookup3_many(self.blocks) != self.stored:
+            raise Unknown("a fractal heap direct block: checksum mismatch")
+        objects, self.objects, self.blocks, self.stored = self.objects, [], [], []
+        self.pending = 0
+        for one in objects:
+            self.take(bytes(one))
+        self.taken += len(objects)
+
+    def direct(self, at: int, size: int) -> None:
+        self.tick()  # a block holds up to about 600 attributes
+        block = self.read(at, size)
+        head = 5 + 8 + self.offset_bytes
+        if block[:5] != b"FHDB\0" or struct.unpack_from("<Q", block, 5)[0] != self.header:
+            raise Unknown(f"no fractal heap direct block at {at}")
+        if self.checksum:  # verified together (``lookup3_many``), the field read as zero
+            self.stored.append(struct.unpack_from("<I", block, head)[0])
+            block = block[:head] + bytes(4) + block[head + 4 :]  # (objects lie past it)
+            self.blocks.append(block)
+        view = memoryview(block)
+        pos = head + self.checksum
+        while pos < size:
+            n = self.size_of(block, pos)
+            if n is None or pos + n > size:
+                break
+            self.objects.append(view[pos : pos + n])
+            pos += n
+        self.pending += size
+        if self.pending >= BATCH_BYTES:
+            self.flush()
+
+    def indirect(self, at: int, rows: int) -> None:
+        direct_rows = (self.top // self.start).bit_length() + 1
+        head = 5 + 8 + self.offset_bytes
+        n = self.width * rows
+        block = self.read(at, head + 8 * n + 4)
+        if block[:5] != b"FHIB\0" or struct.unpack_from("<Q", block, 5)[0] != self.header:
+            raise Unknown(f"no fractal heap indirect block at {at}")
+        if struct.unpack_from("<I", block, head + 8 * n)[0] != lookup3(block[: head + 8 * n]):
+            raise Unknown(f"fractal heap indirect block at {at}: checksum mismatch")
+        for i in range(n):
+            child = struct.unpack_from("<Q", block, head + 8 * i)[0]
+            if child == UNDEF:
+                continue
+            row = i // self.width
+            size = self.row_size(row)
+            if row < direct_rows:
+                self.direct(child, size)
+            else:  # an indirect block of as many rows as span its size
+                sub = (size // (self.start * self.width)).bit_length()
+                if len(self.visited) >= MAX_BLOCKS or child in self.visited:
+                    raise Unknown("fractal heap blocks loop or are too many")
+                self.visited.add(child)
+                self.indirect(child, sub)

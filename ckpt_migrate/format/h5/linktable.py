@@ -1,0 +1,193 @@
+"""A group's links in one pass over the file's bytes (issue 33): each link's name and the
+address of the object it names, no HDF5 code run and no object opened.
+
+HDF5's own iteration (``H5Literate``) calls back into Python once per link and, for dense
+storage, first builds and sorts a table of every link: about 1 s at 150k links before the
+first callback, and only safe once a forked child has survived the same calls (``preflight``).
+This reads what checkpoint writers write (HDF5 File Format Specification 3.0): the old-style
+group of h5py's defaults, a symbol table (§IV.A.2.r: a version-1 B-tree of group nodes,
+§III.A.1, whose leaves are symbol table nodes, §III.B, naming links in a local heap, §III.D),
+and the new-style group, link messages (§IV.A.2.g) in the header (compact) or as the objects
+of a fractal heap (dense: the link info message, §IV.A.2.c; ``fractalheap``).
+
+Only hard links are answered: a soft, external or user-defined link, like anything this
+reader does not know (other offset sizes, a shared message, a structure that contradicts
+itself, a loop), makes ``links`` return None, and the caller reads the file in full,
+which names any problem. Every read lies inside the file, every node and block is read once,
+and no more of them than the file's size can hold.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import h5py
+
+from ckpt_migrate.format.h5 import fractalheap
+from ckpt_migrate.format.h5.fractalheap import UNDEF, Unknown
+from ckpt_migrate.format.h5.headers import SHARED, HeaderError, Read, file_reader, read_header
+from ckpt_migrate.format.h5.root import root_header
+
+_LINK_INFO, _LINK, _SYMBOL_TABLE = 0x02, 0x06, 0x11
+_HARD = 0
+_ENTRY = 40  # a symbol table entry: name offset, header address, cache type, scratch pad
+_SOFT_CACHE = 2  # an entry's cache type for a soft link
+_WINDOW = 64 << 10
+_MAX_DEPTH = 64
+
+
+class _Links:
+    def __init__(self, read: Read, size: int) -> None:
+        self.read = read
+        self.visited: set[int] = set()
+        self.limit = size // 8 + 16  # no more structures than the file can hold
+        self.found: dict[str, int] = {}
+
+    def visit(self, address: int) -> None:
+        if address in self.visited or len(self.visited) >= self.limit:
+            raise Unknown("group structures loop or are too many")
+        self.visited.add(address)
+
+    def add(self, name: bytes, address: int) -> None:
+        key = name.decode("utf-8", "surrogateescape")
+        if key in self.found:
+            raise Unknown(f"link {key!r} twice")
+        self.found[key] = address
+
+
+def of_root(f: h5py.File, path: Path) -> dict[str, int] | None:
+    """``links`` of the root group of ``f`` (open on ``path``), when their count is HDF5's
+    (``H5Gget_info``, which reads the group's index, not its links); else None."""
+    at = root_header(f)
+    if at is None:
+        return None
+    found = links(path, *at)
+    if found is None or len(found) != f.id.get_num_objs():
+        return None
+    return found
+
+
+def links(path: Path, address: int, base: int = 0) -> dict[str, int] | None:
+    """Every link of the group whose object header is at ``address`` in ``path`` (relative to
+    the superblock's ``base``; 8-byte offsets and lengths): name -> the address of the object
+    it names. None when a link is not a hard link or the structure is not one this knows."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        links = _Links(file_reader(fd, size, base, window=_WINDOW), size)
+        try:
+            _group(links, address)
+        except (Unknown, HeaderError, struct.error, UnicodeDecodeError):
+            return None
+        return links.found
+    finally:
+        os.close(fd)
+
+
+def _group(links: _Links, address: int) -> None:
+    header = read_header(links.read, address, links.visited, links.limit)
+    for m in header.messages:
+        if m.kind not in (_LINK_INFO, _LINK, _SYMBOL_TABLE):
+            continue
+        if m.flags & SHARED:
+            raise Unknown("a shared link message")
+        if m.kind == _LINK:
+            _take_link(links, m.body)
+        elif m.kind == _LINK_INFO:
+            _dense(links, m.body)
+        else:
+            _symbol_table(links, m.body)
+
+
+def _dense(links: _Links, info: bytes) -> None:
+    """The link messages of the fractal heap a link info message names (none: compact)."""
+    if len(info) < 18 or info[0] != 0:
+        raise Unknown("link info message")
+    heap = struct.unpack_from("<Q", info, 2 + (8 if info[1] & 0x01 else 0))[0]
+    if heap != UNDEF:
+        fractalheap.walk(
+            links.read, links.visited, heap, _link_size, lambda body: _take_link(links, body)
+        )
+
+
+def _link_fields(body: bytes, pos: int = 0) -> tuple[int, int, int]:
+    """(link type, where the name starts, its length) of the link message at ``pos``."""
+    version, flags = body[pos], body[pos + 1]
+    if version != 1:
+        raise Unknown(f"link message version {version}")
+    at = pos + 2
+    kind = _HARD
+    if flags & 0x08:
+        kind, at = body[at], at + 1
+    at += (8 if flags & 0x04 else 0) + (1 if flags & 0x10 else 0)
+    width = 1 << (flags & 0x03)
+    length = int.from_bytes(body[at : at + width], "little")
+    return kind, at + width, length
+
+
+def _link_size(block: bytes, pos: int) -> int | None:
+    """The length of the link message at ``pos`` of a heap block; None where none starts."""
+    if pos + 2 > len(block) or block[pos] != 1:
+        return None
+    kind, at, length = _link_fields(block, pos)
+    at += length
+    if kind == _HARD:
+        return at + 8 - pos
+    return at + 2 + int.from_bytes(block[at : at + 2], "little") - pos
+
+
+def _take_link(links: _Links, body: bytes) -> None:
+    kind, at, length = _link_fields(body)
+    if kind != _HARD:
+        raise Unknown("a soft, external or user-defined link")
+    if at + length + 8 > len(body) or length == 0:
+        raise Unknown("a link message runs past its end")
+    links.add(body[at : at + length], struct.unpack_from("<Q", body, at + length)[0])
+
+
+def _symbol_table(links: _Links, body: bytes) -> None:
+    """The links of an old-style group: its B-tree's symbol table nodes, names in its heap."""
+    if len(body) < 16:
+        raise Unknown("symbol table message")
+    tree, heap = struct.unpack_from("<QQ", body)
+    head = links.read(heap, 32)
+    if head[:4] != b"HEAP" or head[4] != 0:
+        raise Unknown(f"no local heap at {heap}")
+    size, _free, data = struct.unpack_from("<QQQ", head, 8)
+    names = links.read(data, size)
+    _btree(links, tree, names, 0)
+
+
+def _btree(links: _Links, at: int, names: bytes, depth: int) -> None:
+    """A version-1 B-tree node of a group (type 0) and its subtree (§III.A.1)."""
+    links.visit(at)
+    head = links.read(at, 24)
+    if head[:4] != b"TREE" or head[4] != 0 or depth > _MAX_DEPTH:
+        raise Unknown(f"no group B-tree node at {at}")
+    level, used = head[5], struct.unpack_from("<H", head, 6)[0]
+    body = links.read(at + 24, used * 16 + 8)  # key, child, key, child, ..., key
+    for i in range(used):
+        child = struct.unpack_from("<Q", body, 8 + 16 * i)[0]
+        if level > 0:
+            _btree(links, child, names, depth + 1)
+        else:
+            _symbol_node(links, child, names)
+
+
+def _symbol_node(links: _Links, at: int, names: bytes) -> None:
+    links.visit(at)
+    head = links.read(at, 8)
+    if head[:5] != b"SNOD\x01":
+        raise Unknown(f"no symbol table node at {at}")
+    count = struct.unpack_from("<H", head, 6)[0]
+    entries = links.read(at + 8, count * _ENTRY)
+    for i in range(count):
+        offset, address, cache = struct.unpack_from("<QQI", entries, i * _ENTRY)
+        if cache == _SOFT_CACHE:
+            raise Unknown("a soft link")
+        end = names.find(b"\0", offset)
+        if end <= offset:
+            raise Unknown("a link name outside the group's heap")
+        links.add(names[offset:end], address)

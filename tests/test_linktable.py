@@ -1,0 +1,133 @@
+"""The root's links in one pass over the file's bytes (``linktable``, issue 33), checked
+against HDF5's own iteration on the files the real libraries wrote (old-style groups: a
+symbol table), on every group layout HDF5 writes (symbol table of one node and of a B-tree
+of several levels, compact and dense link messages), and on roots it must not answer for
+(a soft or external link, a damaged or looping structure): None there, never a guess."""
+
+from __future__ import annotations
+
+import lzma
+import struct
+from pathlib import Path
+
+import h5py
+import pytest
+
+from ckpt_migrate.errors import UnsafeContentError
+from ckpt_migrate.format.h5 import linktable
+from ckpt_migrate.format.h5.io import root_addresses
+from ckpt_migrate.format.h5.root import root_header
+from ckpt_migrate.format.read import read_checkpoint
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+REAL = sorted((FIXTURES / "real-cstorch-2.10").glob("*.mdl"))
+REAL_XZ = sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz"))
+
+
+def _by_hdf5(path: Path) -> dict[str, int]:
+    with h5py.File(path, "r") as f:
+        return root_addresses(f)[1]
+
+
+def _links(path: Path) -> dict[str, int] | None:
+    with h5py.File(path, "r") as f:
+        return linktable.of_root(f, path)
+
+
+def _group(path: Path, count: int, **kw) -> Path:
+    with h5py.File(path, "w", **kw) as f:
+        for i in range(count):
+            f.create_dataset(f"layer.{i}.weight", data=[i])
+    return path
+
+
+@pytest.mark.parametrize("src", REAL + REAL_XZ, ids=lambda p: p.name)
+def test_the_real_librarys_roots_read_as_hdf5_reads_them(src, tmp_path):
+    path = src
+    if src.suffix == ".xz":
+        path = tmp_path / src.name[:-3]
+        path.write_bytes(lzma.decompress(src.read_bytes()))
+    assert _links(path) == _by_hdf5(path)
+
+
+@pytest.mark.parametrize(
+    ("count", "kw"),
+    [
+        (3, {}),  # a symbol table of one node
+        (2000, {}),  # a B-tree of several levels
+        (3, {"libver": "latest"}),  # compact link messages in the header
+        (2000, {"libver": "latest"}),  # dense: a fractal heap and its name index
+        (200, {"track_order": True}),  # dense, with creation order
+    ],
+    ids=["stab-small", "stab-btree", "compact", "dense", "dense-ordered"],
+)
+def test_every_group_layout_reads_as_hdf5_reads_it(tmp_path, count, kw):
+    path = _group(tmp_path / "g.h5", count, **kw)
+    found = _links(path)
+    assert found is not None and len(found) == count
+    assert found == _by_hdf5(path)
+
+
+@pytest.mark.parametrize("kind", ["soft", "external"])
+def test_a_link_that_is_not_hard_is_not_answered(tmp_path, kind):
+    for kw in ({}, {"libver": "latest"}):
+        path = _group(tmp_path / "g.h5", 40, **kw)
+        with h5py.File(path, "a") as f:
+            if kind == "soft":
+                f["alias"] = h5py.SoftLink("/layer.0.weight")
+            else:
+                f["away"] = h5py.ExternalLink("/etc/passwd", "/x")
+        assert _links(path) is None
+
+
+def _root_tree(path: Path) -> int:
+    """The address of the root's group B-tree (a file h5py wrote by its defaults)."""
+    with h5py.File(path, "r") as f:
+        address, base = root_header(f)
+    data = path.read_bytes()
+    at = base + address + 16  # past the version-1 header's prefix
+    while True:
+        kind, size = struct.unpack_from("<HH", data, at)
+        if kind == 0x11:
+            return base + struct.unpack_from("<Q", data, at + 8)[0]
+        at += 8 + size
+
+
+def test_a_looping_or_damaged_b_tree_gives_up(tmp_path):
+    path = _group(tmp_path / "g.h5", 2000)
+    tree = _root_tree(path)
+    data = bytearray(path.read_bytes())
+    assert data[tree : tree + 4] == b"TREE" and data[tree + 5] >= 1  # an internal node
+    looped = bytearray(data)
+    looped[tree + 32 : tree + 40] = struct.pack("<Q", tree)  # its first child: itself
+    (tmp_path / "loop.h5").write_bytes(bytes(looped))
+    assert linktable.links(tmp_path / "loop.h5", tree) is None
+    outside = bytearray(data)
+    outside[tree + 32 : tree + 40] = struct.pack("<Q", len(data) * 4)
+    (tmp_path / "out.h5").write_bytes(bytes(outside))
+    assert linktable.links(tmp_path / "out.h5", tree) is None
+    gone = bytearray(data)
+    gone[tree : tree + 4] = b"XXXX"
+    (tmp_path / "gone.h5").write_bytes(bytes(gone))
+    assert linktable.links(tmp_path / "gone.h5", tree) is None
+
+
+@pytest.mark.parametrize("kind", ["soft", "external"])
+def test_the_outline_read_gives_way_to_the_full_read_for_a_link_not_hard(tmp_path, kind):
+    """The real library's file with a link added to its root: the outline does not answer,
+    and the full read refuses the external link (and reads past the dangling soft one) as it
+    always did, naming it."""
+    path = tmp_path / "basic.mdl"
+    path.write_bytes((FIXTURES / "real-cstorch-2.10" / "basic.mdl").read_bytes())
+    with h5py.File(path, "a") as f:
+        if kind == "soft":
+            f["alias"] = h5py.SoftLink("/nowhere")
+        else:
+            f["away"] = h5py.ExternalLink("/etc/passwd", "/x")
+    assert _links(path) is None
+    if kind == "external":
+        with pytest.raises(UnsafeContentError, match="'/away' is an external link"):
+            read_checkpoint(path, outline=True)
+    else:
+        with read_checkpoint(path, outline=True) as ckpt:
+            assert not ckpt.outline  # read in full
