@@ -52,6 +52,11 @@ HEAPS_KEPT = 8  # global heap collections kept in memory (``_File.heaps``)
 _ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 _VLEN_CLASS, _STRING = 9, 1
 _SCALAR_V2 = 0
+_HEAD = struct.Struct("<BBHHH")  # an attribute message's version, flags and field sizes
+_STRING_REF = struct.Struct("<IQI")  # a variable-length string: length, heap collection, index
+# Datatype and dataspace messages seen (few distinct ones: every leaf's is the same string).
+_TAILS: dict[tuple[bytes, bytes], tuple[bool, int] | None] = {}
+_TAILS_KEPT = 1024
 
 
 Tick = Callable[[], object]
@@ -181,16 +186,41 @@ def _attribute_size(block: bytes, pos: int) -> int | None:
     attribute message starts (the block's free space)."""
     if pos + 8 > len(block) or block[pos] not in (1, 2, 3):
         return None
-    version, _flags, name_n, type_n, space_n = struct.unpack_from("<BBHHH", block, pos)
-    pad = _pad8 if version == 1 else _same
-    at = pos + 8 + (1 if version == 3 else 0) + pad(name_n)
-    dtype = block[at : at + type_n]
-    space = block[at + pad(type_n) : at + pad(type_n) + space_n]
+    _name_at, _name_n, data_at, tail = _fields(block, pos)
+    return None if tail is None else data_at - pos + tail[1]
+
+
+def _fields(block: bytes, pos: int) -> tuple[int, int, int, tuple[bool, int] | None]:
+    """(where the name starts, its length with its NUL, where the data starts, ``_tail`` of the
+    datatype and dataspace) of the attribute message at ``pos`` (version 1, 2 or 3)."""
+    version, _flags, name_n, type_n, space_n = _HEAD.unpack_from(block, pos)
+    if version == 1:  # each field padded to 8 bytes
+        name_at = pos + 8
+        type_at = name_at + ((name_n + 7) & ~7)
+        space_at = type_at + ((type_n + 7) & ~7)
+        data_at = space_at + ((space_n + 7) & ~7)
+    else:
+        name_at = pos + (9 if version == 3 else 8)
+        type_at = name_at + name_n
+        space_at = type_at + type_n
+        data_at = space_at + space_n
+    key = block[type_at : type_at + type_n], block[space_at : space_at + space_n]
+    tail = _TAILS.get(key)
+    if tail is None:
+        tail = _tail(*key)
+        if len(_TAILS) < _TAILS_KEPT:
+            _TAILS[key] = tail
+    return name_at, name_n, data_at, tail
+
+
+def _tail(dtype: bytes, space: bytes) -> tuple[bool, int] | None:
+    """(whether the attribute is a scalar variable-length string, the bytes of its data) of a
+    datatype and dataspace message; None when their size is not known."""
     elements = _elements(space)
     if len(dtype) < 8 or elements is None:
         return None
     element = struct.unpack_from("<I", dtype, 4)[0]
-    return at - pos + pad(type_n) + pad(space_n) + element * elements
+    return _is_vlen_string(dtype) and _is_scalar(space), element * elements
 
 
 def _elements(space: bytes) -> int | None:
@@ -225,32 +255,24 @@ def _attribute(f: _File, body: bytes) -> tuple[str, str | None]:
     """(name, text or None) of one attribute message."""
     if len(body) < 8:
         raise Unknown("short attribute message")
-    version, flags, name_n, type_n, space_n = struct.unpack_from("<BBHHH", body)
-    if version == 1:
-        pad, pos = _pad8, 8
-    elif version in (2, 3):
-        if flags & 0x03:
-            raise Unknown("attribute with a shared datatype or dataspace")
-        pad, pos = _same, 8 + (1 if version == 3 else 0)
-    else:
+    version, flags = body[0], body[1]
+    if version not in (1, 2, 3):
         raise Unknown(f"attribute message version {version}")
-    raw = body[pos : pos + name_n]
+    if version != 1 and flags & 0x03:
+        raise Unknown("attribute with a shared datatype or dataspace")
+    name_at, name_n, data_at, tail = _fields(body, 0)
+    raw = body[name_at : name_at + name_n]
     if len(raw) != name_n or not raw.endswith(b"\0"):
         raise Unknown("attribute name")
-    name = raw[:-1].decode("utf-8", "surrogateescape")
-    pos += pad(name_n)
-    dtype = body[pos : pos + type_n]
-    pos += pad(type_n)
-    space = body[pos : pos + space_n]
-    pos += pad(space_n)
-    if len(space) != space_n or len(dtype) != type_n:
+    if data_at > len(body):
         raise Unknown("attribute message runs past its end")
-    if not (_is_vlen_string(dtype) and _is_scalar(space)):
+    name = raw[:-1].decode("utf-8", "surrogateescape")
+    if tail is None or not tail[0]:
         return name, None
-    data = body[pos : pos + 16]
+    data = body[data_at : data_at + 16]
     if len(data) != 16:
         raise Unknown("attribute data")
-    length, collection, index = struct.unpack("<IQI", data)
+    length, collection, index = _STRING_REF.unpack(data)
     if collection in (0, UNDEF):  # a null string
         return name, None
     text = f.heap_object(collection, index)
@@ -266,10 +288,6 @@ def _as_text(raw: bytes) -> str:
 
 def _pad8(n: int) -> int:
     return (n + 7) & ~7
-
-
-def _same(n: int) -> int:
-    return n
 
 
 def _is_vlen_string(dtype: bytes) -> bool:
