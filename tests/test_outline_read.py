@@ -29,7 +29,7 @@ READS_IN_FULL = {"scalars_misc.mdl"}  # a leaf whose dataset must be opened (an 
 
 def _full_inspect(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     with monkeypatch.context() as m:
-        m.setattr(reader, "read_outline", lambda p, release=None: None)
+        m.setattr(reader, "read_outline", lambda p, *args: None)
         return commands.inspect(path)
 
 
@@ -60,7 +60,7 @@ def test_this_tools_files_and_plans_answer_as_the_full_read(tmp_path, monkeypatc
     assert commands.inspect(src) == _full_inspect(src, monkeypatch)
     outlined, checked = commands.plan(src, "2.10"), commands.check(src, "2.10")
     with monkeypatch.context() as m:
-        m.setattr(reader, "read_outline", lambda p, release=None: None)
+        m.setattr(reader, "read_outline", lambda p, *args: None)
         full = commands.plan(src, "2.10")
         with reader.read_checkpoint(src) as ckpt:
             assert checked["release"] == ckpt.release.name
@@ -214,7 +214,7 @@ def test_a_dry_run_from_the_outline_says_what_the_full_read_says(
 
     outlined = dry_run()
     with monkeypatch.context() as m:
-        m.setattr(reader, "read_outline", lambda p, release=None: None)
+        m.setattr(reader, "read_outline", lambda p, *args: None)
         assert dry_run() == outlined
     assert outlined["status"] == ("current" if release == target else "planned")
 

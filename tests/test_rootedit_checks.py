@@ -25,9 +25,10 @@ from ckpt_migrate.engine import rootedit, rootverify
 from ckpt_migrate.engine import upgrade as engine
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.format import read as reader
-from ckpt_migrate.format.h5 import preflight, sniff, storagescan
+from ckpt_migrate.format.h5 import attrtable, preflight, sniff, storagescan
 from ckpt_migrate.format.h5.io import object_addresses, open_read, root_addresses
 from ckpt_migrate.format.h5.root import superblock_offset
+from ckpt_migrate.format.h5.rootdigest import RootDigest
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -255,3 +256,32 @@ def test_the_scan_understands_every_header_the_real_libraries_wrote(tmp_path):
             _, addresses = root_addresses(f)
             base = superblock_offset(f)
         assert storagescan.scan(path, addresses, base), path.name
+
+
+def test_the_source_root_is_read_once_its_digest_taken_as_it_is_read(tmp_path, monkeypatch):
+    """The verification compares the output with the digest the reader took of the source's
+    root (``H5Handle.root_digest``), not with a second read of the source; an output changed
+    beyond the plan is still refused (``test_a_root_edit_that_changed_more_than_planned``)."""
+    src = _source(tmp_path / "src.mdl", experts=3)
+    reads: list[str] = []
+    real = attrtable.root_texts
+
+    def counted(f: h5py.File, path: Path, *a: Any, **k: Any):
+        reads.append(Path(path).name)
+        return real(f, path, *a, **k)
+
+    monkeypatch.setattr(attrtable, "root_texts", counted)
+    _upgrade_ok(src, tmp_path / "a")
+    assert reads.count(src.name) == 1 and len(reads) == 2  # the source once, the output once
+
+
+def test_a_digest_gives_back_the_pairs_not_taken_out():
+    whole, rest = RootDigest(), RootDigest()
+    whole.add("__spec__", "[1]")
+    whole.add("w.__metadata__", '{"t": 1}', keep_pair=False)  # a tensor's: not kept
+    whole.add("__SUCCESS__", None)
+    rest.add("w.__metadata__", '{"t": 1}')
+    taken = whole.without({"__spec__", "__SUCCESS__", "added.__metadata__"})
+    assert taken is not None and (taken.digest, taken.count) == (rest.digest, rest.count)
+    assert taken.other == []
+    assert whole.without({"w.__metadata__"}) is None  # cannot be taken out: read both files

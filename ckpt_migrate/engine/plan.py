@@ -216,19 +216,22 @@ def read_planned(
     release: str | None = None,
     defer_chunks: bool = False,
     outline: bool = True,
+    root_digest: bool = False,
     enough: Callable[[Plan], bool] = lambda plan: True,
     **options: Any,
 ) -> tuple[Checkpoint, Plan]:
     """The checkpoint at ``path`` and its plan (``make_plan``'s ``options``): read from its
     outline (``read_checkpoint(outline=True)``) when the plan made from it is ``enough`` for
     the caller and needs no measure of the stored bytes (``Plan.needs_stored_bytes``), else
-    read in full and planned again. The caller closes the checkpoint."""
-    ckpt = read_checkpoint(path, release=release, defer_chunks=defer_chunks, outline=outline)
+    read in full and planned again. ``root_digest``: ``read_checkpoint``'s. The caller closes
+    the checkpoint."""
+    read = {"release": release, "defer_chunks": defer_chunks, "root_digest": root_digest}
+    ckpt = read_checkpoint(path, outline=outline, **read)
     try:
         plan = make_plan(ckpt, target, **options)
         if ckpt.outline and (plan.needs_stored_bytes or not enough(plan)):
             ckpt.close()
-            ckpt = read_checkpoint(path, release=release, defer_chunks=defer_chunks)
+            ckpt = read_checkpoint(path, **read)
             plan = make_plan(ckpt, target, **options)
     except BaseException:
         ckpt.close()

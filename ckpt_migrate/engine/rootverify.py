@@ -5,10 +5,12 @@ so its output is right when (1) every link of the root names the object the sour
 that name names (``io.root_addresses``: same header, so same type, shape, chunk index and
 bytes), (2) every root attribute the edit set holds exactly the text it set, every one it
 removed is gone, and (3) every other root attribute is the source's, name and value. (3) is
-compared as a multiset digest of ``(name, text)`` pairs, each file read in one pass by
-``attrtable``, so neither file's leaves are decoded nor kept: about 25 µs of CPU an attribute
-with its hash (4.6 s for the 188k attributes of a 150k-tensor root), where re-reading the
-output's tree and comparing it cost three times that (issue 33). Attributes that are not
+compared as a multiset digest of ``(name, text)`` pairs (``rootdigest``): the source's taken
+by its reader as it read the root (``H5Handle.root_digest``, the edited pairs taken out), the
+output's read in one pass by ``attrtable``, its leaves neither decoded nor kept; re-reading
+the output's tree and comparing it cost three times that (issue 33). Where the source's
+digest cannot give back an edited pair (a tensor's metadata, whose pair it does not keep),
+the source's root is read again. Attributes that are not
 text (the writer's ``__SUCCESS__`` and any other number) are few, compared by value through
 h5py.
 
@@ -22,7 +24,6 @@ caller re-reads the whole tree as before (``verify.verify_index``).
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +35,19 @@ from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format.compare import missing_as_none, signature
 from ckpt_migrate.format.h5 import attrtable, linktable
 from ckpt_migrate.format.h5.io import H5Handle, open_read, root_addresses
+from ckpt_migrate.format.h5.rootdigest import RootDigest
 from ckpt_migrate.format.tree import DictNode, Leaf
 from ckpt_migrate.format.v05.read import leaf_from_text
-
-_MOD = 1 << 128
 
 
 class _Pass:
     """One file's root attributes, as ``attrtable`` reads them: the digest of the pairs not
-    ``excluded``, their count, the names of those that are not text, and the texts of the
-    ``excluded`` ones."""
+    ``excluded`` (``RootDigest``), the values of those that are not text, and the texts of
+    the ``excluded`` ones."""
 
-    def __init__(self, excluded: set[str]) -> None:
+    def __init__(self, excluded: set[str], digest: RootDigest | None = None) -> None:
         self.excluded = excluded
-        self.digest = self.count = 0
-        self.other: list[str] = []
+        self.digest = digest or RootDigest(remember=False)
         self.texts: dict[str, str | None] = {}
         self.values: dict[str, Any] = {}
         self.success: Any = None
@@ -57,15 +56,8 @@ class _Pass:
     def keep(self, name: str, text: str | None) -> None:
         if name in self.excluded:
             self.texts[name] = text
-            return
-        if text is None:
-            self.other.append(name)
-        pair = name.encode("utf-8", "surrogatepass") + b"\0"
-        if text is not None:
-            pair += b"\1" + text.encode("utf-8", "surrogatepass")
-        value = int.from_bytes(hashlib.blake2b(pair, digest_size=16).digest(), "little")
-        self.digest = (self.digest + value) % _MOD
-        self.count += 1
+        else:
+            self.digest.add(name, text)
 
     def read(
         self, path: Path, leaves: Leaves | None = None, links: dict[str, int] | None = None
@@ -76,7 +68,7 @@ class _Pass:
         with open_read(path) as f:
             if attrtable.root_texts(f, path, keep=self.keep) is None:
                 return False
-            self.values = {name: f.attrs[name] for name in self.other}
+            self.values = {name: f.attrs[name] for name in self.digest.other}
             self.success = f.attrs.get(SUCCESS)
             if links is None:
                 links = linktable.of_root(f, path)
@@ -88,7 +80,8 @@ class _Pass:
     def same(self, other: _Pass) -> bool:
         """Whether the pairs not excluded, the values that are not text and the links of both
         files are the same."""
-        if (self.digest, self.count, self.links) != (other.digest, other.count, other.links):
+        mine, theirs = self.digest, other.digest
+        if (mine.digest, mine.count, self.links) != (theirs.digest, theirs.count, other.links):
             return False
         if self.values.keys() != other.values.keys():
             return False
@@ -122,13 +115,29 @@ def _signature(leaf: Leaf) -> Any:
     return signature(missing_as_none(DictNode([("", leaf)])))
 
 
+def _source_pass(source: H5Handle, excluded: set[str], links: dict[str, int]) -> _Pass | None:
+    """The source's pass: from the digest its reader took (``H5Handle.root_digest``), with
+    the edited pairs taken out, else read again; None when ``attrtable`` cannot read it."""
+    taken = source.root_digest
+    digest = None if taken is None else taken.without(excluded)
+    if digest is None:
+        before = _Pass(excluded)
+        return before if before.read(source.path, links=links) else None
+    before = _Pass(excluded, digest)
+    f = source.file()
+    before.values = {name: f.attrs[name] for name in digest.other}
+    before.links = links
+    return before
+
+
 def verify_edit(source: H5Handle, tmp: Path, edit: Edit) -> bool:
     """Check ``tmp`` against the file of ``source`` and ``edit`` (raises ``VerificationError``);
     False when ``attrtable`` cannot read a root, and nothing was concluded."""
     excluded = {*edit.set, *edit.removed, SUCCESS}
-    before, after = _Pass(excluded), _Pass(excluded)
     links = {name: at for name, at in source.addresses().items() if "/" not in name}  # the root's
-    if not (before.read(source.path, links=links) and after.read(tmp, edit.leaves)):
+    before = _source_pass(source, excluded, links)
+    after = _Pass(excluded)
+    if before is None or not after.read(tmp, edit.leaves):
         return False
     for name, text in edit.set.items():
         if after.texts.get(name) != text:

@@ -245,6 +245,7 @@ def _upgrade_locked(
         defer_chunks=True,
         # (the object store's staging opens every dataset for its data ranges: read in full)
         outline=not opts.deep_check and opts.copy_method != "sparse",
+        root_digest=True,  # (a root edit's verification compares its output with it)
         enough=lambda plan: plan.root_only or (plan.current and not opts.edits),
         output_dir=out_dir,
         inputs=opts.inputs,

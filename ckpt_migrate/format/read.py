@@ -23,6 +23,7 @@ from ckpt_migrate.format.h5.io import (
     open_read,
 )
 from ckpt_migrate.format.h5.preflight import FIX, Rest, preflight
+from ckpt_migrate.format.h5.rootdigest import RootDigest
 from ckpt_migrate.format.h5.sniff import looks_like_format_05
 from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.v05 import read as read_v05
@@ -36,6 +37,7 @@ def read_checkpoint(
     tensors_proven: bool = False,
     defer_chunks: bool = False,
     outline: bool = False,
+    root_digest: bool = False,
 ) -> Checkpoint:
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
@@ -53,10 +55,12 @@ def read_checkpoint(
 
     ``outline`` (issue 33): for a format 0.5 file, read the root and the links only
     (``read_outline``), falling back to the full read when that does not suffice.
+    ``root_digest``: take the digest of a format 0.5 root's attributes as they are read
+    (``H5Handle.root_digest``; None when they were not read in one pass).
     """
     p = Path(path)
     if outline and isolate:
-        ckpt = read_outline(p, release)
+        ckpt = read_outline(p, release, root_digest)
         if ckpt is not None:
             return ckpt
     found = preflight(p, defer=defer_chunks) if isolate else None
@@ -67,6 +71,7 @@ def read_checkpoint(
             found.rest.cancel()
         raise
     handle = H5Handle(p, f)
+    handle.root_digest = RootDigest() if root_digest else None
     if found is not None and found.rest is not None:
         handle.pending = _Verdict(found.rest, f, p)
 
@@ -92,7 +97,9 @@ def _closed_on_error(p: Path, handle: H5Handle, read: Callable[[], Any]) -> Any:
         raise
 
 
-def read_outline(p: Path, release: str | None = None) -> Checkpoint | None:
+def read_outline(
+    p: Path, release: str | None = None, root_digest: bool = False
+) -> Checkpoint | None:
     """A format 0.5 checkpoint read from its root and its links alone, no dataset opened:
     every leaf as its ``__metadata__`` declares it (a tensor's dtype and shape), a tensor's
     dataset known to exist by a link of its name but not checked against its metadata, and
@@ -106,6 +113,7 @@ def read_outline(p: Path, release: str | None = None) -> Checkpoint | None:
         return None  # (a legacy root is known by its header: no child forked for it)
     f = open_read(p)
     handle = H5Handle(p, f)
+    handle.root_digest = RootDigest() if root_digest else None
     handle.pending = _WalkFirst(p, f)
 
     def outline() -> Checkpoint | None:
@@ -186,6 +194,8 @@ def _read(
     if facts.links is not None and detected.format < 0.5:
         raise OutlineTooShort("a legacy format")  # its scalars and shapes are in datasets
     tensor_scalar_dict = False
+    if detected.format < 0.5:
+        handle.root_digest = None  # (a legacy root holds no leaves' texts)
     if detected.format >= 0.5:
         root, unreferenced, warnings = read_v05.read(f, handle, facts)
     else:

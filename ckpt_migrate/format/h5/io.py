@@ -149,6 +149,9 @@ class H5Handle:
         self.pending: Any = None
         self._pending_lock = threading.Lock()
         self._addresses: dict[str, int] | None = None
+        # The root's attributes as a ``rootdigest.RootDigest``, taken by the reader when asked
+        # (``read_checkpoint(root_digest=True)``): a root edit's verification compares with it.
+        self.root_digest: Any = None
 
     def addresses(self) -> dict[str, int]:
         """``object_addresses`` of the file, read once per handle: an upgrade's edit and its

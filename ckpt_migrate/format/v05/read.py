@@ -74,9 +74,18 @@ def read(
 
     singles = _Singles()
 
+    digest = handle.root_digest
+
     def keep(key: str, text: str | None) -> Any:
         """A leaf's metadata decoded as the table is read (its text is not kept: 150k texts
-        held 340 MB, issue 33); the decoding is repeated below if the table comes to None."""
+        held 340 MB, issue 33); the decoding is repeated below if the table comes to None.
+        Every pair goes into the root's digest, if the caller asked for it."""
+        kept = leaf_of(key, text)
+        if digest is not None:  # (an edit never takes a tensor's metadata out of it)
+            digest.add(key, text, keep_pair=not isinstance(kept, TensorLeaf))
+        return kept
+
+    def leaf_of(key: str, text: str | None) -> Any:
         name = key[: -len(_SUFFIX)] if key.endswith(_SUFFIX) else None
         if text is None or name not in names:
             return text
@@ -91,6 +100,8 @@ def read(
         return _decode_single(f, handle, name, m, used, links, facts)
 
     table = attrtable.root_texts(f, path, keep=keep)
+    if table is None:
+        handle.root_digest = None  # (not every pair was seen)
     names.clear()
     if table is None and facts.links is not None:
         raise OutlineTooShort("a root attrtable does not read")  # (by name after the walk)

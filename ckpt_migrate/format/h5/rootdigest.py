@@ -1,0 +1,65 @@
+"""A group's attributes as one multiset digest of ``(name, text)`` pairs (issue 33).
+
+The sum modulo 2¹²⁸ of each pair's BLAKE2b digest: independent of order, and a pair can be
+taken out again by subtracting its own. ``engine.rootverify`` compares a root edit's output
+with its source this way; the source's digest is taken while the reader reads the root
+(``read_checkpoint(root_digest=True)``), so the source's 188k attributes are not read twice.
+A pair is a scalar string attribute's name and text, or a name alone for any other attribute
+(``attrtable``'s None), whose value is then compared through h5py (``other``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+_MOD = 1 << 128
+
+
+def pair_hash(name: str, text: str | None) -> int:
+    pair = name.encode("utf-8", "surrogatepass") + b"\0"
+    if text is not None:
+        pair += b"\1" + text.encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(pair, digest_size=16).digest(), "little")
+
+
+class RootDigest:
+    """The digest and count of the pairs added, the names of those that are not text, and
+    (``keep_pairs``) each pair's own digest by name, so that any of them can be taken out; a
+    name not kept is remembered by its hash only (``seen``): an edit of such an attribute
+    cannot be taken out, and the caller reads both files instead."""
+
+    def __init__(self, remember: bool = True) -> None:
+        self.remember = remember  # (a digest only compared, never taken from, needs no names)
+        self.digest = self.count = 0
+        self.other: list[str] = []
+        self.pairs: dict[str, int] = {}
+        self.hashes: set[int] = set()
+
+    def add(self, name: str, text: str | None, keep_pair: bool = True) -> None:
+        value = pair_hash(name, text)
+        self.digest = (self.digest + value) % _MOD
+        self.count += 1
+        if text is None:
+            self.other.append(name)
+        if not self.remember:
+            return
+        if keep_pair:
+            self.pairs[name] = value
+        else:
+            self.hashes.add(hash(name))
+
+    def without(self, names: set[str]) -> RootDigest | None:
+        """The digest of the pairs whose name is not in ``names``; None when one of them was
+        added without its pair kept."""
+        out = RootDigest()
+        out.digest, out.count = self.digest, self.count
+        out.other = [n for n in self.other if n not in names]
+        for name in names:
+            value = self.pairs.get(name)
+            if value is None:
+                if hash(name) in self.hashes:
+                    return None
+                continue
+            out.digest = (out.digest - value) % _MOD
+            out.count -= 1
+        return out
