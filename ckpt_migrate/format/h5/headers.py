@@ -20,6 +20,9 @@ from ckpt_migrate.format.h5.root import lookup3
 CONTINUATION = 0x10
 SHARED = 0x02  # a message flag: the body is a reference to a message stored elsewhere
 
+_V1_MESSAGE = struct.Struct("<HHB")  # a version-1 message's type, length and flags
+_V2_MESSAGE = struct.Struct("<BHB")
+
 Read = Callable[[int, int], bytes]  # (address, count) -> exactly count bytes, or raise
 
 
@@ -65,18 +68,27 @@ class Header:
 
 
 def read_header(
-    read: Read, address: int, visited: set[int], limit: int, *, verify: bool = True
+    read: Read,
+    address: int,
+    visited: set[int],
+    limit: int,
+    *,
+    verify: bool = True,
+    kinds: frozenset[int] | None = None,
 ) -> Header:
     """The header at ``address``; ``visited`` holds the blocks already read (it gains this
     header's), ``limit`` caps its size. ``verify=False`` skips the version-2 blocks' checksums
-    (``storagescan``: HDF5 itself refuses an object whose header fails its checksum)."""
+    (``storagescan``: HDF5 itself refuses an object whose header fails its checksum).
+    ``kinds``: the message types kept (others are stepped over; continuations followed)."""
     visited.add(address)
     if read(address, 4) == b"OHDR":
-        return _version_2(read, address, visited, limit, verify)
-    return _version_1(read, address, visited, limit)
+        return _version_2(read, address, visited, limit, verify, kinds)
+    return _version_1(read, address, visited, limit, kinds)
 
 
-def _version_1(read: Read, address: int, visited: set[int], limit: int) -> Header:
+def _version_1(
+    read: Read, address: int, visited: set[int], limit: int, kinds: frozenset[int] | None
+) -> Header:
     head = read(address, 16)
     if head[0] != 1:
         raise HeaderError(f"object header version {head[0]}")
@@ -87,8 +99,13 @@ def _version_1(read: Read, address: int, visited: set[int], limit: int) -> Heade
         at, n = chunks.pop()
         data, pos = read(at, n), 0
         while pos + 8 <= n:
-            kind, length, flags = struct.unpack_from("<HHB", data, pos)
+            kind, length, flags = _V1_MESSAGE.unpack_from(data, pos)
             pos += 8
+            if kinds is not None and kind not in kinds and kind != CONTINUATION:
+                if pos + length > n:
+                    raise HeaderError("a message runs past its block")
+                pos += length
+                continue
             more = _message(header, kind, flags, data[pos : pos + length], length, visited, limit)
             if more is not None:
                 header.blocks.append(more)
@@ -97,7 +114,14 @@ def _version_1(read: Read, address: int, visited: set[int], limit: int) -> Heade
     return header
 
 
-def _version_2(read: Read, address: int, visited: set[int], limit: int, verify: bool) -> Header:
+def _version_2(
+    read: Read,
+    address: int,
+    visited: set[int],
+    limit: int,
+    verify: bool,
+    kinds: frozenset[int] | None,
+) -> Header:
     head = read(address, 6 + 16 + 4 + 8)
     version, flags = head[4], head[5]
     if version != 2:
@@ -117,8 +141,13 @@ def _version_2(read: Read, address: int, visited: set[int], limit: int, verify: 
             raise HeaderError(f"object header block at {at}: checksum mismatch")
         end = n - 4
         while pos + 4 + order <= end:
-            kind, length, mflags = struct.unpack_from("<BHB", data, pos)
+            kind, length, mflags = _V2_MESSAGE.unpack_from(data, pos)
             pos += 4 + order
+            if kinds is not None and kind not in kinds and kind != CONTINUATION:
+                if pos + length > end:
+                    raise HeaderError("a message runs past its block")
+                pos += length
+                continue
             more = _message(header, kind, mflags, data[pos : pos + length], length, visited, limit)
             if more is not None:
                 if read(more[0], 4) != b"OCHK":  # signature, messages, checksum

@@ -30,6 +30,7 @@ from ckpt_migrate.format.h5.headers import SHARED, HeaderError, Read, file_reade
 
 _DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS = 0x03, 0x07, 0x08, 0x0B
 _VIRTUAL = 3
+_KINDS = frozenset((_DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS))
 _LIMIT = 1 << 10  # continuation blocks of one dataset's header
 _WINDOW = 64 << 10  # bytes read at once
 
@@ -59,10 +60,8 @@ def scan(path: Path, datasets: dict[str, int], base: int = 0) -> bool:
 
 def _problem(read: Read, address: int) -> str | None:
     """What the header at ``address`` carries out of the file, in ``boundary``'s words."""
-    header = read_header(read, address, set(), _LIMIT, verify=False)
+    header = read_header(read, address, set(), _LIMIT, verify=False, kinds=_KINDS)
     for m in header.messages:
-        if m.kind not in (_DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS):
-            continue
         if m.flags & SHARED:
             raise Undecided("a shared message")
         if m.kind == _EXTERNAL:
