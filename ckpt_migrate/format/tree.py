@@ -26,7 +26,7 @@ Key = str | int
 # --------------------------------------------------------------------------- containers
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class DictNode:
     items: list[tuple[Key, Node]] = field(default_factory=list)
     ordered: bool = False  # collections.OrderedDict rather than dict
@@ -58,13 +58,13 @@ class DictNode:
         return None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SeqNode:
     kind: Literal["list", "tuple", "set"]
     items: list[Node] = field(default_factory=list)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class NamedTupleNode:
     """A namedtuple: only its class name and field names are kept, never the class itself."""
 
@@ -82,6 +82,8 @@ Container = DictNode | SeqNode | NamedTupleNode
 class DataSource:
     """Where a tensor's bytes are. ``read()`` returns the array in its *storage* dtype."""
 
+    __slots__ = ()  # (150k tensors' sources: no dictionary each)
+
     def read(self) -> np.ndarray:
         raise NotImplementedError
 
@@ -89,7 +91,7 @@ class DataSource:
         raise NotImplementedError
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class MemoryData(DataSource):
     array: np.ndarray
 
@@ -100,7 +102,7 @@ class MemoryData(DataSource):
         return "in memory"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class H5Data(DataSource):
     """A dataset in an HDF5 file, opened through a shared handle only when data is asked for."""
 
@@ -117,7 +119,7 @@ class H5Data(DataSource):
 # --------------------------------------------------------------------------- leaves
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class TensorLeaf:
     """A torch tensor, or a numpy array when ``numpy`` is true. No data is read until asked for."""
 
@@ -131,7 +133,7 @@ class TensorLeaf:
         return math.prod(self.shape) * by_name(self.dtype).storage.itemsize
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class FullTensorLeaf:
     """A constant tensor (``DeferredFullTensor``): shape, dtype and one fill value, no data."""
 
@@ -140,14 +142,14 @@ class FullTensorLeaf:
     fill_value: bool | int | float | None  # None: uninitialised
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class ValueLeaf:
     """A Python None, bool, int (any size), float (incl. nan, inf, -0.0) or str."""
 
     value: bool | int | float | str | None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class OpaqueLeaf:
     """A pickled object, kept as its bytes: never unpickled unless the caller opts in."""
 
@@ -155,14 +157,14 @@ class OpaqueLeaf:
     type_hint: str = ""  # what the file says it is, if anything
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class MissingLeaf:
     """The spec names this leaf but the file has no data (1.x tied weights, crashed saves)."""
 
     name: str
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class ExternalLeaf:
     """A reference to data outside this file (another checkpoint, a raw file, a graph).
 
@@ -204,7 +206,7 @@ def children(node: Container) -> list[tuple[Key, Node]]:
 # --------------------------------------------------------------------------- walking and names
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LeafRef:
     name: str  # dotted leaf name (recurse_spec)
     path: tuple[Key, ...]  # keys from the root

@@ -36,8 +36,9 @@ from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 # What a reader of the release alone reads of the root (``format.read.read_release``): these
 # values, and whether ``__spec__`` is there (its value, 27 MB at 150k leaves, is not read).
 ROOT_NAMES = ("__version__", "__cstorch_version__", "__SUCCESS__")
-# And what the outline read reads of the root through HDF5 (``format.read.read_outline``).
-OUTLINE_NAMES = (*ROOT_NAMES, "__spec__", PROVENANCE_ATTR)
+# And what the outline read reads of the root through HDF5 (``format.read.read_outline``;
+# ``__spec__`` and the leaves' texts are read by ``attrtable``).
+OUTLINE_NAMES = (*ROOT_NAMES, PROVENANCE_ATTR)
 
 
 def walk(path: Path, tick: int, links: bool) -> None:
@@ -50,8 +51,7 @@ def walk(path: Path, tick: int, links: bool) -> None:
         if links:
             root_header(f)
             f.id.get_num_objs()
-        else:
-            h5py.h5a.exists(f.id, b"__spec__")
+        h5py.h5a.exists(f.id, b"__spec__")
         wanted = OUTLINE_NAMES if links else ROOT_NAMES
         names = [n.encode() for n in wanted if h5py.h5a.exists(f.id, n.encode())]
         read_attributes(f.id, tick, names=names)

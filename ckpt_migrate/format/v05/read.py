@@ -6,13 +6,19 @@ Only root attributes and dataset attributes are read here; tensor data stays on 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 
-from ckpt_migrate.errors import CorruptCheckpointError, KeyCollisionError, UnsupportedContentError
+from ckpt_migrate.errors import (
+    CkptError,
+    CorruptCheckpointError,
+    KeyCollisionError,
+    UnsupportedContentError,
+)
 from ckpt_migrate.format import budgets, dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import attrtable
@@ -43,7 +49,11 @@ from ckpt_migrate.format.tree import (
 from ckpt_migrate.format.v05 import treespec as treespec_json
 
 _SUFFIX = ".__metadata__"
+# Where the treespec string of ``json.dumps([structure, treespec], indent=4)`` starts and ends
+# (a string in JSON holds no raw line break, so the last ",\n    " is the one before it).
+_LAST_ELEMENT, _DOCUMENT_END = ',\n    "', '"\n]'
 # Serializers whose value lives outside this file (FORMAT.md §4.4); kept as references.
+_TENSORS = {"TorchTensorSerializer", "NumpyArraySerializer"}
 _EXTERNAL = {"DeferredObject", "DeferredNumpyArray", "DeferredSafeTensor", "DeferredFileTensor"}
 
 
@@ -57,7 +67,25 @@ def read(
     facts = facts or Facts()
     path = handle.path
     require_success(f, path)
-    root, names, shared = _parse_spec(f, path)
+    singles = _Singles()
+    digest = handle.root_digest
+
+    def keep(key: str, text: str | None) -> Any:
+        """A leaf's metadata parsed as the table is read (its text is not kept: 150k texts
+        held 340 MB, issue 33), decoded once the spec names the leaf; other attributes' texts
+        (the spec's among them) as they are. Every pair goes into the root's digest, if the
+        caller asked for it."""
+        pending = _pending(key, text, singles, path)
+        if digest is not None:  # (an edit never takes a tensor's metadata out of it)
+            digest.add(key, text, keep_pair=pending is None or not pending.tensor)
+        return text if pending is None else pending
+
+    table = attrtable.root_texts(f, path, keep=keep)
+    if table is None:
+        handle.root_digest = None  # (not every pair was seen)
+        if facts.links is not None:
+            raise OutlineTooShort("a root attrtable does not read")  # (by name after the walk)
+    root, shared = _parse_spec(f, path, None if table is None else table.pop("__spec__", None))
     collisions = name_collisions(root) if shared else None
     if collisions:
         name = sorted(collisions)[0]
@@ -72,43 +100,11 @@ def read(
     first: dict[str, Leaf] = {}
     links: dict[str, str] = {}
 
-    singles = _Singles()
-
-    digest = handle.root_digest
-
-    def keep(key: str, text: str | None) -> Any:
-        """A leaf's metadata decoded as the table is read (its text is not kept: 150k texts
-        held 340 MB, issue 33); the decoding is repeated below if the table comes to None.
-        Every pair goes into the root's digest, if the caller asked for it."""
-        kept = leaf_of(key, text)
-        if digest is not None:  # (an edit never takes a tensor's metadata out of it)
-            digest.add(key, text, keep_pair=not isinstance(kept, TensorLeaf))
-        return kept
-
-    def leaf_of(key: str, text: str | None) -> Any:
-        name = key[: -len(_SUFFIX)] if key.endswith(_SUFFIX) else None
-        if text is None or name not in names:
-            return text
-        template = singles.template(name, text)
-        m = singles.known.get(template) if template is not None else None
-        if m is None:
-            md_all = _parse_metadata(text, key, path)
-            spec = md_all["__spec__"][1]
-            if template is None or spec != treespec_json.single_leaf_spec(name):
-                return _decode_leaf(f, handle, name, md_all, used, links, facts)
-            m = singles.learn(template, _meta(md_all, name, name, path))
-        return _decode_single(f, handle, name, m, used, links, facts)
-
-    table = attrtable.root_texts(f, path, keep=keep)
-    if table is None:
-        handle.root_digest = None  # (not every pair was seen)
-    names.clear()
-    if table is None and facts.links is not None:
-        raise OutlineTooShort("a root attrtable does not read")  # (by name after the walk)
-
     def decode(ref: LeafRef) -> Leaf:
-        leaf = None if table is None else table.pop(f"{ref.name}{_SUFFIX}", None)
-        if leaf is None or isinstance(leaf, str):  # not in the table: read by name
+        kept = None if table is None else table.pop(f"{ref.name}{_SUFFIX}", None)
+        if isinstance(kept, _Pending):
+            leaf = kept.decode(f, handle, ref.name, used, links, facts)
+        else:  # not in the table: read by name
             if facts.links is not None:
                 raise OutlineTooShort(ref.name)
             md_all = _leaf_metadata(f, ref.name, path)
@@ -125,6 +121,58 @@ def read(
         return root, [], []
     unreferenced = datasets_not_in(f, used, recursive=True)
     return root, unreferenced, []
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A ``<leaf>.__metadata__`` text as the table read it: parsed (a single leaf's metadata
+    ``m``, or the whole document ``md_all``, or the error parsing met), decoded when the spec
+    names the leaf (``decode``); an attribute no leaf is named by is never decoded."""
+
+    m: dict[str, Any] | None = None
+    md_all: dict[str, Any] | None = None
+    error: CkptError | None = None
+
+    @property
+    def tensor(self) -> bool:
+        return self.m is not None and self.m.get("__TYPE__") in _TENSORS
+
+    def decode(
+        self,
+        f: h5py.File,
+        handle: H5Handle,
+        name: str,
+        used: set[str],
+        links: dict[str, str],
+        facts: Facts,
+    ) -> Leaf:
+        if self.error is not None:
+            raise self.error
+        if self.m is not None:
+            return _decode_single(f, handle, name, self.m, used, links, facts)
+        assert self.md_all is not None
+        return _decode_leaf(f, handle, name, self.md_all, used, links, facts)
+
+
+def _pending(key: str, text: str | None, singles: _Singles, path: Path) -> _Pending | None:
+    """What the table keeps of the attribute ``key``'s ``text``: a ``_Pending`` for a leaf's
+    metadata, None for any other attribute."""
+    if text is None or not key.endswith(_SUFFIX):
+        return None
+    name = key[: -len(_SUFFIX)]
+    template = singles.template(name, text)
+    m = singles.known.get(template) if template is not None else None
+    if m is not None:
+        return _Pending(m=m)
+    try:
+        md_all = _parse_metadata(text, key, path)
+        spec = md_all["__spec__"]
+        single = isinstance(spec, list) and len(spec) > 1
+        if template is None or not single or spec[1] != treespec_json.single_leaf_spec(name):
+            return _Pending(md_all=md_all)
+        return _Pending(m=singles.learn(template, _meta(md_all, name, name, path)))
+    except CkptError as exc:
+        return _Pending(error=exc)
 
 
 class _Singles:
@@ -161,17 +209,36 @@ def require_success(f: h5py.File, path: Path) -> None:
         )
 
 
-def _parse_spec(f: h5py.File, path: Path) -> tuple[Node, set[str], bool]:
-    """The root's ``__spec__`` as a tree, its leaves' names and whether two share one
-    (``treespec.parse_named``; its JSON document freed before the leaves are read: 120 MB at
-    150k leaves)."""
+def _parse_spec(f: h5py.File, path: Path, text: str | None) -> tuple[Node, bool]:
+    """The root's ``__spec__`` (``text``, as the attribute table read it, else read through
+    h5py: five times its size in memory at once, 27 MB at 150k leaves) as a tree, and whether
+    two leaves share a name (``treespec.parse_named``)."""
     try:
-        treespec = json.loads(attr_text(f.attrs["__spec__"]))[1]
+        text = attr_text(f.attrs["__spec__"]) if text is None else text
+        treespec = _treespec_string(text)
     except RecursionError:
         raise budgets.too_deep(path, "__spec__") from None
     except (KeyError, ValueError, TypeError, IndexError):
         raise CorruptCheckpointError(path, "format 0.5 file without a readable __spec__") from None
-    return treespec_json.parse_named(treespec, path)
+    del text
+    root, _names, shared = treespec_json.parse_named(treespec, path)
+    return root, shared
+
+
+def _treespec_string(text: str) -> Any:
+    """Element 1 of the ``__spec__`` document ``[structure, treespec]``. As cstorch writes it
+    (``json.dumps(..., indent=4)``) the treespec string is the last line but one, so the
+    structure (a JSON object per container: 30 MB at 150k leaves) is not decoded; any other
+    layout is decoded whole."""
+    head, sep, tail = text.rpartition(_LAST_ELEMENT)
+    if sep and tail.endswith(_DOCUMENT_END) and head.startswith("["):
+        try:
+            value = json.loads(tail[1 : -len(_DOCUMENT_END)])
+        except ValueError:
+            value = None
+        if isinstance(value, str):
+            return value
+    return json.loads(text)[1]
 
 
 def leaf_from_text(f: h5py.File, handle: H5Handle, name: str, text: str) -> Leaf | str:
