@@ -20,9 +20,11 @@ from ckpt_migrate.errors import CkptError, CorruptCheckpointError
 from ckpt_migrate.format import read as reader
 from ckpt_migrate.format.h5 import preflight
 from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import iter_leaves
 from ckpt_migrate.format.write import write_checkpoint
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+REAL_DIR = FIXTURES / "real-cstorch-2.10"
 REAL_XZ = sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz"))
 READS_IN_FULL = {"scalars_misc.mdl"}  # a leaf whose dataset must be opened (an array)
 
@@ -238,3 +240,27 @@ def test_a_small_root_with_attribute_info_but_no_heap_is_read_from_its_outline(t
         assert outline.outline and not full.outline
         names = [r.name for r in iter_leaves(full.root)]
         assert names == [r.name for r in iter_leaves(outline.root)] == ["w", "step"]
+
+
+def _with_attribute(tmp_path: Path, name: str, text: str) -> Path:
+    """The real library's basic file with one root attribute set to ``text``."""
+    path = tmp_path / "basic.mdl"
+    path.write_bytes((REAL_DIR / "basic.mdl").read_bytes())
+    with h5py.File(path, "a") as f:
+        f.attrs[name] = text
+    return path
+
+
+@pytest.mark.parametrize("outline", [True, False])
+def test_a_leafs_unreadable_metadata_is_named_and_a_strays_is_not_decoded(tmp_path, outline):
+    """Every ``*.__metadata__`` text is parsed as the root is read, but only a leaf's is
+    decoded: a leaf's broken JSON is refused, naming it; an attribute no leaf is named by is
+    never judged (as when the leaves were decoded by name)."""
+    path = _with_attribute(tmp_path, "model.w.__metadata__", "{not json")
+    with pytest.raises(CorruptCheckpointError, match=r"'model\.w\.__metadata__' is not valid JSON"):
+        read_checkpoint(path, outline=outline)
+    path = _with_attribute(tmp_path, "no.such.leaf.__metadata__", "{not json")
+    with read_checkpoint(path, outline=outline) as ckpt:
+        assert [r.name for r in iter_leaves(ckpt.root)] == [
+            r.name for r in iter_leaves(read_checkpoint(REAL_DIR / "basic.mdl").root)
+        ]

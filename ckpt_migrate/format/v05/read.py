@@ -49,9 +49,6 @@ from ckpt_migrate.format.tree import (
 from ckpt_migrate.format.v05 import treespec as treespec_json
 
 _SUFFIX = ".__metadata__"
-# Where the treespec string of ``json.dumps([structure, treespec], indent=4)`` starts and ends
-# (a string in JSON holds no raw line break, so the last ",\n    " is the one before it).
-_LAST_ELEMENT, _DOCUMENT_END = ',\n    "', '"\n]'
 # Serializers whose value lives outside this file (FORMAT.md §4.4); kept as references.
 _TENSORS = {"TorchTensorSerializer", "NumpyArraySerializer"}
 _EXTERNAL = {"DeferredObject", "DeferredNumpyArray", "DeferredSafeTensor", "DeferredFileTensor"}
@@ -215,7 +212,7 @@ def _parse_spec(f: h5py.File, path: Path, text: str | None) -> tuple[Node, bool]
     two leaves share a name (``treespec.parse_named``)."""
     try:
         text = attr_text(f.attrs["__spec__"]) if text is None else text
-        treespec = _treespec_string(text)
+        treespec = json.loads(text)[1]
     except RecursionError:
         raise budgets.too_deep(path, "__spec__") from None
     except (KeyError, ValueError, TypeError, IndexError):
@@ -223,22 +220,6 @@ def _parse_spec(f: h5py.File, path: Path, text: str | None) -> tuple[Node, bool]
     del text
     root, _names, shared = treespec_json.parse_named(treespec, path)
     return root, shared
-
-
-def _treespec_string(text: str) -> Any:
-    """Element 1 of the ``__spec__`` document ``[structure, treespec]``. As cstorch writes it
-    (``json.dumps(..., indent=4)``) the treespec string is the last line but one, so the
-    structure (a JSON object per container: 30 MB at 150k leaves) is not decoded; any other
-    layout is decoded whole."""
-    head, sep, tail = text.rpartition(_LAST_ELEMENT)
-    if sep and tail.endswith(_DOCUMENT_END) and head.startswith("["):
-        try:
-            value = json.loads(tail[1 : -len(_DOCUMENT_END)])
-        except ValueError:
-            value = None
-        if isinstance(value, str):
-            return value
-    return json.loads(text)[1]
 
 
 def leaf_from_text(f: h5py.File, handle: H5Handle, name: str, text: str) -> Leaf | str:
