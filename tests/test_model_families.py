@@ -12,7 +12,7 @@ from ckpt_migrate.cli import commands
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import DictNode
-from ckpt_migrate.models.detect import choose_family, detect_family
+from ckpt_migrate.models.detect import FEATURES, choose_family, detect_family, key_lines
 from ckpt_migrate.models.keys import model_keys
 from ckpt_migrate.models.names import FAMILIES, MODEL_NAMES, canonical_family, resolve_name
 
@@ -289,3 +289,17 @@ def test_unknown_family_warns_only_when_a_rename_may_be_missed(tmp_path):
     said = [w for w in warnings if "model family unknown" in w]
     assert len(said) == 1 and "embedding_layer.position_embeddings.weight" in said[0], warnings
     assert "--model" in said[0] and "nothing is missed" not in said[0]
+
+
+@pytest.mark.parametrize("release", ["1.9", "2.0"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "t5"])
+def test_one_expression_finds_the_key_a_match_per_key_finds(family, release):
+    """``Feature.first_key`` over the keys as lines (one regular expression for 150k keys)
+    names the same first key as matching each key in turn, prefixed keys and all."""
+    keys = fixture_keys(f"{family}-{release}")
+    keys = [*keys, *(f"model.{k}" for k in keys[:5]), "model.", "a..b", "x.7.y"]
+    lines = key_lines(keys)
+    assert lines is not None
+    for feature in FEATURES.values():
+        assert feature.first_key(keys, lines) == feature.first_key(keys)
+    assert key_lines(["a\nb"]) is None  # (a key holding a line break: matched key by key)

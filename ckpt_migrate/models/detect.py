@@ -19,6 +19,8 @@ not model-specific, and the model-specific ones say they were skipped.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,9 +64,28 @@ class Feature:
     what: str  # for the evidence: what the keys show
     patterns: tuple[str, ...]
 
-    def first_key(self, keys: list[str]) -> str | None:
+    def first_key(self, keys: list[str], lines: str | None = None) -> str | None:
+        """The first of ``keys`` (without or with the ``model.`` prefix) a pattern matches.
+        ``lines``: the keys without that prefix, one per line (``key_lines``): then one
+        regular expression scans them all (150k keys: ms, where a match per key took s)."""
+        if lines is not None:
+            found = _one_regex(self.patterns).search(lines)
+            return None if found is None else keys[lines.count("\n", 0, found.start())]
         compiled = [KeyPattern(p) for p in self.patterns]
         return next((k for k in keys if matches_any(k, compiled) is not None), None)
+
+
+def key_lines(keys: list[str]) -> str | None:
+    """``keys`` without their ``model.`` prefix, one per line, for ``Feature.first_key``;
+    None when a key holds a line break."""
+    lines = "\n".join(split_prefix(k)[1] for k in keys)
+    return None if lines.count("\n") != len(keys) - 1 else lines
+
+
+@functools.cache
+def _one_regex(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One expression for a key matching any of ``patterns``, anchored to whole lines."""
+    return re.compile("|".join(f"^{KeyPattern(p).expression}$" for p in patterns), re.MULTILINE)
 
 
 FEATURES: dict[str, Feature] = {
@@ -154,7 +175,8 @@ def detect_family(keys: Iterable[str]) -> FamilyGuess:
     for key in keys:
         original.setdefault(split_prefix(key)[1], key)
     bare = list(original)
-    found = {name: original.get(f.first_key(bare) or "") for name, f in FEATURES.items()}
+    lines = key_lines(bare)
+    found = {name: original.get(f.first_key(bare, lines) or "") for name, f in FEATURES.items()}
     scores: dict[str, float] = {}
     for family in (f for f in FAMILIES if f in SIGNATURES):
         anchors, expected = SIGNATURES[family]

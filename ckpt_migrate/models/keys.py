@@ -56,6 +56,15 @@ class KeyPattern:
             raise ValueError(f"{self.text!r}: '**' may only be the last segment")
         return [re.compile(_segment_regex(p)) for p in parts], rest
 
+    @cached_property
+    def expression(self) -> str:
+        """One regular expression of a whole key matching the pattern (segments joined by
+        dots: no segment's own expression matches a dot), for scanning many keys at once."""
+        parts = self.text.split(".")
+        rest = parts[-1] == "**"
+        body = r"\.".join(f"(?:{_segment_regex(p)})" for p in (parts[:-1] if rest else parts))
+        return body + (r"(?:\..*)?" if rest else "")
+
     def match(self, key: str) -> list[str] | None:
         """The captures if ``key`` matches (without any ``model.`` prefix handling), else None."""
         segments = key.split(".")
