@@ -6,7 +6,7 @@ Only root attributes and dataset attributes are read here; tensor data stays on 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,31 +93,41 @@ def read(
             "re-save the state dict from its source without keys whose dotted forms collide",
         )
 
-    used: set[str] = set()
+    reading = _Reading(f, handle, facts)
     first: dict[str, Leaf] = {}
-    links: dict[str, str] = {}
 
     def decode(ref: LeafRef) -> Leaf:
         kept = None if table is None else table.pop(f"{ref.name}{_SUFFIX}", None)
         if isinstance(kept, _Pending):
-            leaf = kept.decode(f, handle, ref.name, used, links, facts)
+            leaf = kept.decode(reading, ref.name)
         else:  # not in the table: read by name
             if facts.links is not None:
                 raise OutlineTooShort(ref.name)
-            md_all = _leaf_metadata(f, ref.name, path)
-            leaf = _decode_leaf(f, handle, ref.name, md_all, used, links, facts)
+            leaf = _decode_leaf(reading, ref.name, _leaf_metadata(f, ref.name, path))
         first[ref.name] = leaf
         return leaf
 
     root = map_leaves(root, decode)
-    if links:
-        root = _resolve_links(root, links, first, path)
+    if reading.links:
+        root = _resolve_links(root, reading.links, first, path)
     if facts.links is not None:
-        if not facts.links <= used:  # only an open tells a dataset from a group
+        if not facts.links <= reading.used:  # only an open tells a dataset from a group
             raise OutlineTooShort("links that are no leaf's")
         return root, [], []
-    unreferenced = datasets_not_in(f, used, recursive=True)
+    unreferenced = datasets_not_in(f, reading.used, recursive=True)
     return root, unreferenced, []
+
+
+@dataclass(slots=True)
+class _Reading:
+    """What decoding the leaves reads (the file, its handle, what the walk found) and what it
+    records: the datasets the leaves use, and each tie's target by its name."""
+
+    f: h5py.File
+    handle: H5Handle
+    facts: Facts
+    used: set[str] = field(default_factory=set)
+    links: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -134,21 +144,13 @@ class _Pending:
     def tensor(self) -> bool:
         return self.m is not None and self.m.get("__TYPE__") in _TENSORS
 
-    def decode(
-        self,
-        f: h5py.File,
-        handle: H5Handle,
-        name: str,
-        used: set[str],
-        links: dict[str, str],
-        facts: Facts,
-    ) -> Leaf:
+    def decode(self, reading: _Reading, name: str) -> Leaf:
         if self.error is not None:
             raise self.error
         if self.m is not None:
-            return _decode_single(f, handle, name, self.m, used, links, facts)
+            return _decode_single(reading, name, self.m)
         assert self.md_all is not None
-        return _decode_leaf(f, handle, name, self.md_all, used, links, facts)
+        return _decode_leaf(reading, name, self.md_all)
 
 
 def _pending(key: str, text: str | None, singles: _Singles, path: Path) -> _Pending | None:
@@ -226,10 +228,9 @@ def leaf_from_text(f: h5py.File, handle: H5Handle, name: str, text: str) -> Leaf
     """The leaf ``name`` decoded from its ``__metadata__`` ``text`` alone, a tensor taken as the
     text declares it (no dataset opened), or the name of its first place for a tie: what a
     root edit wrote, read back (``engine.rootverify``)."""
-    md_all = _parse_metadata(text, f"{name}{_SUFFIX}", handle.path)
-    links: dict[str, str] = {}
-    leaf = _decode_leaf(f, handle, name, md_all, set(), links, Facts(proven=True))
-    return links.get(name, leaf)
+    reading = _Reading(f, handle, Facts(proven=True))
+    leaf = _decode_leaf(reading, name, _parse_metadata(text, f"{name}{_SUFFIX}", handle.path))
+    return reading.links.get(name, leaf)
 
 
 def _leaf_metadata(f: h5py.File, name: str, path: Path) -> dict[str, Any]:
@@ -252,25 +253,17 @@ def _parse_metadata(text: Any, key: str, path: Path) -> dict[str, Any]:
     return md
 
 
-def _decode_leaf(
-    f: h5py.File,
-    handle: H5Handle,
-    name: str,
-    md_all: dict[str, Any],
-    used: set[str],
-    links: dict[str, str],
-    facts: Facts,
-) -> Leaf:
-    path = handle.path
+def _decode_leaf(reading: _Reading, name: str, md_all: dict[str, Any]) -> Leaf:
+    path = reading.handle.path
     objects = set(md_all["__objects__"])
     spec = md_all["__spec__"][1]
     # The spec cstorch writes for a plain leaf needs no parsing (a third of reading a leaf).
     if spec == treespec_json.single_leaf_spec(name) and name in objects:
-        return _decode_single(f, handle, name, _meta(md_all, name, name, path), used, links, facts)
+        return _decode_single(reading, name, _meta(md_all, name, name, path))
     per_leaf = treespec_json.parse(spec, path)
     refs = list(iter_leaves(per_leaf))
     if len(refs) == 1 and refs[0].name == name and name in objects:
-        return _decode_single(f, handle, name, _meta(md_all, name, name, path), used, links, facts)
+        return _decode_single(reading, name, _meta(md_all, name, name, path))
 
     def meta(sub: str) -> dict[str, Any]:
         return _meta(md_all, name, sub, path)
@@ -302,28 +295,21 @@ def _meta(md_all: dict[str, Any], name: str, sub: str, path: Path) -> dict[str, 
     return m
 
 
-def _decode_single(
-    f: h5py.File,
-    handle: H5Handle,
-    name: str,
-    m: dict[str, Any],
-    used: set[str],
-    links: dict[str, str],
-    facts: Facts,
-) -> Leaf:
+def _decode_single(reading: _Reading, name: str, m: dict[str, Any]) -> Leaf:
     """A leaf serialized alone (``m``: its metadata), or a placeholder for a tie's link."""
     if m.get("__TYPE__") == "LinkedObject":
         target = m.get("key")
         if not isinstance(target, str):
-            raise CorruptCheckpointError(handle.path, f"leaf {name!r}: LinkedObject without a key")
-        links[name] = target
+            raise CorruptCheckpointError(
+                reading.handle.path, f"leaf {name!r}: LinkedObject without a key"
+            )
+        reading.links[name] = target
         return ValueLeaf(None)  # placeholder, replaced by the target leaf
-    return _decode_object(f, handle, name, m, used, facts)
+    return _decode_object(reading, name, m)
 
 
-def _decode_object(
-    f: h5py.File, handle: H5Handle, name: str, m: dict[str, Any], used: set[str], facts: Facts
-) -> Leaf:
+def _decode_object(reading: _Reading, name: str, m: dict[str, Any]) -> Leaf:
+    handle, facts, used = reading.handle, reading.facts, reading.used
     path = handle.path
     kind = m.get("__TYPE__")
     if kind is None:
@@ -342,7 +328,7 @@ def _decode_object(
             used.add(name)
             _check_storage(known.dtype, known.shape, dtype, shape, path, name)
         else:
-            ds = _dataset(f, name, path, used, facts)
+            ds = _dataset(reading, name)
             _check_storage(ds.dtype, ds.shape, dtype, shape, path, name)
         return TensorLeaf(dtype, shape, H5Data(handle, name))
     if kind == "NumpyArraySerializer":
@@ -353,7 +339,7 @@ def _decode_object(
             stored, shape = known.dtype, known.shape
             is_bf16 = attr_bool(known.attrs.get("is_bfloat16", default))
         else:
-            ds = _dataset(f, name, path, used, facts)
+            ds = _dataset(reading, name)
             stored, shape = ds.dtype, tuple(ds.shape)
             is_bf16 = attr_bool(h5attrs.get_value(ds, "is_bfloat16", default))
         try:
@@ -376,7 +362,7 @@ def _decode_object(
     if kind == "NoneSerializer":
         return ValueLeaf(None)
     if kind == "ObjectSerializer":
-        ds = _dataset(f, name, path, used, facts)
+        ds = _dataset(reading, name)
         raw = ds.attrs.get("__BYTES__")
         if raw is None:
             raise CorruptCheckpointError(path, f"object {name!r} has no __BYTES__ payload")
@@ -390,17 +376,15 @@ def _decode_object(
     )
 
 
-def _dataset(
-    f: h5py.File, name: str, path: Path, used: set[str], facts: Facts | None = None
-) -> h5py.Dataset:
-    if facts is not None and facts.links is not None:
+def _dataset(reading: _Reading, name: str) -> h5py.Dataset:
+    if reading.facts.links is not None:
         raise OutlineTooShort(name)  # never opened before the full walk has tried it
-    obj = open_dataset(f, name)
+    obj = open_dataset(reading.f, name)
     if obj is None:
         raise CorruptCheckpointError(
-            path, f"leaf {name!r} has no dataset", "the file is incomplete"
+            reading.handle.path, f"leaf {name!r} has no dataset", "the file is incomplete"
         )
-    used.add(name)
+    reading.used.add(name)
     return obj
 
 
