@@ -246,6 +246,14 @@ def first_positions(root: Node) -> dict[int, LeafRef]:
 
 def name_collisions(root: Node) -> dict[str, list[tuple[Key, ...]]]:
     """Names more than one position would get (``"a.b"`` vs ``a -> b``, ``1`` vs ``"1"``)."""
+    names: set[str] = set()
+    for ref in iter_leaves(root):  # (most trees have none: no list of paths per name)
+        if ref.name in names:
+            break
+        names.add(ref.name)
+    else:
+        return {}
+    names.clear()
     by_name: dict[str, list[tuple[Key, ...]]] = {}
     for ref in iter_leaves(root):
         by_name.setdefault(ref.name, []).append(ref.path)
