@@ -1243,3 +1243,64 @@ def test_any_checkpoint_error_is_one_line() -> None:
         with pytest.raises(CkptError) as exc:
             decode_spec(data)
         one_line(exc)
+
+
+def _json_reference(node):
+    """The ``__spec__`` document built as dictionaries and written by ``json.dumps`` (the
+    writer's former way), the oracle for the piece-by-piece writer."""
+    from ckpt_migrate.format.tree import DictNode, is_leaf
+
+    def spec(n):
+        if is_leaf(n):
+            return {"type": None, "context": None, "children_spec": []}
+        if isinstance(n, DictNode):
+            kind = "collections.OrderedDict" if n.ordered else "builtins.dict"
+            return {
+                "type": kind,
+                "context": json.dumps(n.keys()),
+                "children_spec": [spec(v) for _, v in n.items],
+            }
+        return {
+            "type": f"builtins.{n.kind}",
+            "context": "null",
+            "children_spec": [spec(v) for v in n.items],
+        }
+
+    def shape(n):
+        if is_leaf(n):
+            return "*"
+        if isinstance(n, DictNode):
+            return {k: shape(v) for k, v in n.items}
+        if n.kind == "set":
+            raise TypeError
+        return [shape(v) for v in n.items]
+
+    try:
+        structure = shape(node)
+    except TypeError:
+        structure = None
+    return json.dumps([structure, json.dumps([1, spec(node)])], indent=4)
+
+
+def test_the_spec_is_written_as_json_dumps_writes_it():
+    from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
+    from ckpt_migrate.format.v05 import treespec
+
+    leaf = ValueLeaf(1)
+    trees = [
+        leaf,
+        DictNode([]),
+        SeqNode("list", []),
+        DictNode(
+            [
+                ('é"\n\\', leaf),
+                (3, SeqNode("tuple", [leaf, DictNode([])])),
+                ("x", SeqNode("list", [SeqNode("list", []), leaf])),
+            ],
+            ordered=True,
+        ),
+        DictNode([("s", SeqNode("set", [leaf])), ("t", leaf)]),
+        SeqNode("tuple", [DictNode([("a", leaf), (0, leaf)])]),
+    ]
+    for tree in trees:
+        assert treespec.root_spec_text(tree) == _json_reference(tree)

@@ -32,6 +32,8 @@ _SINGLE_HEAD, _SINGLE_TAIL = json.dumps(
     [PROTOCOL, {"type": "builtins.dict", "context": '["@"]', "children_spec": [_LEAF_JSON]}]
 ).split("@")
 _SEQ_TYPES = {"builtins.list": "list", "builtins.tuple": "tuple", "builtins.set": "set"}
+_SEQ_NAMES = {kind: name for name, kind in _SEQ_TYPES.items()}
+_LEAF_TEXT = json.dumps(_LEAF_JSON)
 
 
 def parse(text: str, path: str | Path | None = None) -> Node:
@@ -131,19 +133,27 @@ def _json_context(context: Any, path: str | Path | None) -> Any:
 # --------------------------------------------------------------------------- writing
 
 
-def to_json_node(node: Node) -> dict[str, Any]:
-    """``_treespec_to_json`` of torch for our tree (key order type, context, children_spec)."""
+def dumps(node: Node) -> str:
+    """``treespec_dumps``: the protocol-1 JSON string, ``json.dumps([1, {"type": ...,
+    "context": ..., "children_spec": [...]}])`` written piece by piece (no dictionary per
+    node: 225k of them at 150k leaves)."""
+    out = [f"[{PROTOCOL}, "]
+    _treespec(node, out)
+    out.append("]")
+    return "".join(out)
+
+
+def _treespec(node: Node, out: list[str]) -> None:
+    """torch's ``_treespec_to_json`` of ``node`` (key order type, context, children_spec)."""
     if is_leaf(node):
-        return dict(_LEAF_JSON)
+        out.append(_LEAF_TEXT)
+        return
     if isinstance(node, DictNode):
         kind = "collections.OrderedDict" if node.ordered else "builtins.dict"
-        context = json.dumps(node.keys())
+        context = json.dumps(json.dumps(node.keys()))
         kids = [v for _, v in node.items]
     elif isinstance(node, SeqNode):
-        kind = {"list": "builtins.list", "tuple": "builtins.tuple", "set": "builtins.set"}[
-            node.kind
-        ]
-        context, kids = "null", node.items
+        kind, context, kids = _SEQ_NAMES[node.kind], '"null"', node.items
     else:
         raise UnsupportedContentError(
             None,
@@ -151,12 +161,12 @@ def to_json_node(node: Node) -> dict[str, Any]:
             "with the real library can)",
             "it is written as a tuple instead; call as_tuples() first",
         )
-    return {"type": kind, "context": context, "children_spec": [to_json_node(k) for k in kids]}
-
-
-def dumps(node: Node) -> str:
-    """``treespec_dumps``: the protocol-1 JSON string."""
-    return json.dumps([PROTOCOL, to_json_node(node)])
+    out.append(f'{{"type": "{kind}", "context": {context}, "children_spec": [')
+    for i, kid in enumerate(kids):
+        if i:
+            out.append(", ")
+        _treespec(kid, out)
+    out.append("]}")
 
 
 def plain(name: str) -> bool:
@@ -174,26 +184,50 @@ def single_leaf_spec(name: str) -> str:
     return json.dumps([PROTOCOL, node])
 
 
-def structure(node: Node) -> Any:
-    """Element 0 of ``__spec__``: the tree with ``"*"`` leaves, or None if JSON cannot hold it."""
-
-    def build(n: Node) -> Any:
-        if is_leaf(n):
-            return "*"
-        if isinstance(n, DictNode):
-            return {k: build(v) for k, v in n.items}
-        if isinstance(n, SeqNode) and n.kind == "set":
-            raise TypeError("set")
-        return [build(v) for v in n.items]  # type: ignore[union-attr]
-
-    try:
-        return build(node)
-    except TypeError:
-        return None
-
-
 def root_spec_text(node: Node) -> str:
-    return json.dumps([structure(node), dumps(node)], indent=4)
+    """The root's ``__spec__``: ``json.dumps([structure, dumps(node)], indent=4)``, the
+    structure being the tree with ``"*"`` leaves, or null if JSON cannot hold it (a set),
+    written piece by piece like ``dumps``."""
+    out = ["[\n    "]
+    try:
+        _structure(node, 1, out)
+    except TypeError:
+        out[1:] = ["null"]
+    out.append(",\n    ")
+    out.append(json.dumps(dumps(node)))
+    out.append("\n]")
+    return "".join(out)
+
+
+def _structure(node: Node, level: int, out: list[str]) -> None:
+    """``json.dumps(..., indent=4)`` of the structure of ``node`` at depth ``level``."""
+    if is_leaf(node):
+        out.append('"*"')
+        return
+    if isinstance(node, SeqNode) and node.kind == "set":
+        raise TypeError("set")
+    if isinstance(node, DictNode):
+        entries = [(_key(k), v) for k, v in node.items]
+        opening, closing = "{", "}"
+    else:
+        entries = [(None, v) for v in node.items]  # type: ignore[union-attr]
+        opening, closing = "[", "]"
+    if not entries:
+        out.append(opening + closing)
+        return
+    inner = "\n" + "    " * (level + 1)
+    out.append(opening)
+    for i, (key, value) in enumerate(entries):
+        out.append(("," if i else "") + inner)
+        if key is not None:
+            out.append(key + ": ")
+        _structure(value, level + 1, out)
+    out.append("\n" + "    " * level + closing)
+
+
+def _key(key: Key) -> str:
+    """A dict key as ``json.dumps`` writes it (an int as its decimal string)."""
+    return json.dumps(key if isinstance(key, str) else str(key))
 
 
 def as_tuples(node: Node) -> Node:
