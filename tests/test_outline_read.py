@@ -264,3 +264,25 @@ def test_a_leafs_unreadable_metadata_is_named_and_a_strays_is_not_decoded(tmp_pa
         assert [r.name for r in iter_leaves(ckpt.root)] == [
             r.name for r in iter_leaves(read_checkpoint(REAL_DIR / "basic.mdl").root)
         ]
+
+
+def test_the_parent_reads_through_hdf5_only_what_the_outline_child_tried(tmp_path, monkeypatch):
+    """An outline read's parent opens through HDF5 only the root attributes the child tried
+    first (``preflight_outline.OUTLINE_NAMES``): ``__spec__`` and the leaves' texts come from
+    the one-pass reader, the plan's in-place bound from the size the reader saw."""
+    from ckpt_migrate.format.h5 import preflight_outline
+
+    src = _ours(tmp_path, "2.5")
+    opened: list[str] = []
+    real = h5py.h5a.open
+
+    def spy(*args, **kwargs):
+        name = kwargs.get("name", args[1] if len(args) > 1 else None)
+        if name is not None:
+            opened.append(name.decode() if isinstance(name, bytes) else name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(h5py.h5a, "open", spy)
+    assert commands.inspect(src)["leaf_count"] > 0
+    assert commands.plan(src, "2.10", output_dir=tmp_path / "out")["datasets_changed"] is False
+    assert opened and set(opened) <= set(preflight_outline.OUTLINE_NAMES), opened

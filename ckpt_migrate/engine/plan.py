@@ -15,7 +15,6 @@ from ckpt_migrate.engine import extents
 from ckpt_migrate.errors import NewerThanToolError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.checkpoint import Checkpoint
-from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.outline import tensor_bytes
 from ckpt_migrate.format.read import read_checkpoint, read_release
 from ckpt_migrate.format.releases import Release
@@ -187,7 +186,7 @@ def make_plan(
         free_bytes=free,
         inputs_given=dict(inputs or {}),
         metadata_bytes=(
-            _root_metadata_bytes(ckpt.handle.file())
+            _root_metadata_bytes(ckpt.handle.file(), ckpt.handle.spec_bytes)
             if ckpt.outline
             else file_bytes - min(ckpt.data_bytes or 0, file_bytes)
         ),
@@ -197,16 +196,15 @@ def make_plan(
     )
 
 
-def _root_metadata_bytes(f: h5py.File) -> int:
+def _root_metadata_bytes(f: h5py.File, spec_bytes: int | None) -> int:
     """What an edit of the root may rewrite in place, from an outline read (which measures no
     dataset): the root's header, its attributes' heap and index, and the global heap
-    collections of the texts it replaces, the largest being ``__spec__``'s (counted twice: its
-    collection may hold other texts), with room for a few leaves' texts."""
+    collections of the texts it replaces, the largest being ``__spec__``'s (``spec_bytes``,
+    as the reader read it; counted twice: its collection may hold other texts), with room for
+    a few leaves' texts."""
     info = h5o.get_info(f.id)
-    spec = h5attrs.get_text(f, "__spec__")
-    spec = spec if isinstance(spec, str) else ""
     attributes = info.meta_size.attr.index_size + info.meta_size.attr.heap_size
-    return info.hdr.space.total + attributes + 2 * len(spec.encode()) + (1 << 20)
+    return info.hdr.space.total + attributes + 2 * (spec_bytes or 0) + (1 << 20)
 
 
 def read_planned(

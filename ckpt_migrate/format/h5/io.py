@@ -152,6 +152,8 @@ class H5Handle:
         # The root's attributes as a ``rootdigest.RootDigest``, taken by the reader when asked
         # (``read_checkpoint(root_digest=True)``): a root edit's verification compares with it.
         self.root_digest: Any = None
+        # The size of the root's ``__spec__`` text in bytes, as a format 0.5 reader read it.
+        self.spec_bytes: int | None = None
 
     def addresses(self) -> dict[str, int]:
         """``object_addresses`` of the file, read once per handle: an upgrade's edit and its

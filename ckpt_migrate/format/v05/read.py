@@ -82,7 +82,7 @@ def read(
         handle.root_digest = None  # (not every pair was seen)
         if facts.links is not None:
             raise OutlineTooShort("a root attrtable does not read")  # (by name after the walk)
-    root, shared = _parse_spec(f, path, None if table is None else table.pop("__spec__", None))
+    root, shared = _parse_spec(handle, None if table is None else table.pop("__spec__", None))
     collisions = name_collisions(root) if shared else None
     if collisions:
         name = sorted(collisions)[0]
@@ -208,12 +208,14 @@ def require_success(f: h5py.File, path: Path) -> None:
         )
 
 
-def _parse_spec(f: h5py.File, path: Path, text: str | None) -> tuple[Node, bool]:
+def _parse_spec(handle: H5Handle, text: str | None) -> tuple[Node, bool]:
     """The root's ``__spec__`` (``text``, as the attribute table read it, else read through
     h5py: five times its size in memory at once, 27 MB at 150k leaves) as a tree, and whether
-    two leaves share a name (``treespec.parse_named``)."""
+    two leaves share a name (``treespec.parse_named``). Its size goes to the handle."""
+    path = handle.path
     try:
-        text = attr_text(f.attrs["__spec__"]) if text is None else text
+        text = attr_text(handle.file().attrs["__spec__"]) if text is None else text
+        handle.spec_bytes = len(text) if text.isascii() else len(text.encode())
         treespec = json.loads(text)[1]
     except RecursionError:
         raise budgets.too_deep(path, "__spec__") from None
