@@ -1,24 +1,15 @@
-"""The rules of the models a multi-directory composite holds that are no Model Zoo name of their
-own: each is an existing family's tensor table, less what the part lacks, and its config table
-(``catalogue/parts_config.py``, run by ``hf/config_table.py``). A catalogue ``Part`` names them
-(``Part.name``) as it names a Model Zoo family.
+"""The tensor rules of the models a multi-directory composite holds that are no Model Zoo name
+of their own: each is an existing family's table, less what the part lacks; their config tables
+are ``catalogue/parts_config.py``'s (run by ``hf/config_table.py``). A catalogue ``Part`` names
+them (``Part.name``) as it names a Model Zoo family.
 
 Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``:
-
-* ``bert-model`` (Dragon+'s query and context encoders, ``dragon_plus.py`` lines 47-111: a
-  ``BertModel``, ``Converter_BertModel_WithoutOptionalModel_HF_CS21``'s renames with no
-  ``bert.``/``bert_encoder.`` prefix; the pooler is dropped both ways, lines 85-91 and 117-120;
-  config ``ConfigConverter_Dragon_HF_CS`` lines 289-337: BERT's plus ``projection_dim`` <->
-  ``add_pooling_layer``, ``architectures: [BertModel]``).
-* ``clip-vision`` (LLaVA's image tower, ``llava.py`` lines 48-78: HF ``CLIPVisionModel``,
-  ``Converter_CLIPViT_Core_HF_CS21``; CLIP-ViT's table without ``visual_projection``, config
-  ``ConfigConverter_CLIPViT_HF_CS21``).
-* ``llava-projector`` (``llava.py`` lines 135-191: HF ``model.mm_projector.{2i}`` <-> CS
-  ``ffn.{i}.linear_layer``, the even ``nn.Sequential`` slots being LLaVA's linears) and the
-  LLaVA config fields of the text model's ``config.json`` (``ConfigConverter_LLaMaProjector_
-  HF_CS22`` lines 626-838, ``ConfigConverter_LLaVA_HF_CS22`` lines 377-623).
-* ``mmsimple-projector``: the same projector and config fields in MM-Simple LLaVA's CS config
-  layout (``mm_simple.py`` lines 288-452).
+``bert-model`` is ``dragon_plus.py`` lines 47-111 (a ``BertModel``: BERT's renames with no
+``bert.``/``bert_encoder.`` prefix, the pooler dropped both ways, lines 85-91 and 117-120);
+``clip-vision`` ``llava.py`` lines 48-78 (CLIP-ViT's table without ``visual_projection``);
+the projectors ``llava.py`` lines 135-191 (HF ``model.mm_projector.{2i}`` <-> CS
+``ffn.{i}.linear_layer``: LLaVA's linears are the even ``nn.Sequential`` slots), under
+MM-Simple LLaVA's prefix too (``mm_simple.py`` lines 288-452).
 """
 
 from __future__ import annotations
