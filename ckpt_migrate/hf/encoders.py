@@ -25,10 +25,6 @@ def check_name(name: str, names: Sequence[str]) -> None:
         raise MappingError(f"model name {name!r} is not one of {', '.join(names)}")
 
 
-def with_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    return {**defaults, **config}
-
-
 def layers_of(config: Mapping[str, Any], key: str, default: int) -> int:
     value = config.get(key, default)
     if not isinstance(value, int) or value < 0:

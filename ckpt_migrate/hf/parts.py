@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from ckpt_migrate.hf import config_table
@@ -54,10 +55,12 @@ BERT_MODEL_TABLE = Table(
 )
 
 
-def _bert_model_context(q: Query) -> Ctx:
+def _layers_context(q: Query, flags: frozenset[str] = frozenset()) -> Ctx:
+    """The layers of an encoder part (on import, once its config table accepted the config)
+    and ``flags``."""
     cfg = q.config if q.to_hf else config_table.to_cs(q.config, q.name)
     layers = layers_of(cfg, "num_hidden_layers", 12)
-    return Ctx(q.shapes, layers, "", frozenset({"segments"}), {"side": "CS" if q.to_hf else "HF"})
+    return Ctx(q.shapes, layers, "", flags, {"side": "CS" if q.to_hf else "HF"})
 
 
 # --------------------------------------------------------------- clip-vision (LLaVA tower)
@@ -73,13 +76,7 @@ CLIP_VISION_TABLE = Table(
 )
 
 
-def _clip_vision_context(q: Query) -> Ctx:
-    cfg = q.config if q.to_hf else config_table.to_cs(q.config, q.name)
-    layers = layers_of(cfg, "num_hidden_layers", 12)
-    return Ctx(q.shapes, layers, dims={"side": "CS" if q.to_hf else "HF"})
-
-
-_clip_vision_to_hf_plan, _clip_vision_to_cs_plan = plans(CLIP_VISION_TABLE, _clip_vision_context)
+_clip_vision_to_hf_plan, _clip_vision_to_cs_plan = plans(CLIP_VISION_TABLE, _layers_context)
 _TOWER = "vision_model."
 
 
@@ -146,9 +143,12 @@ def _projector_context(q: Query) -> Ctx:
     return Ctx(q.shapes, projector_layers(q.config, q.to_hf), dims={"side": side})
 
 
+_BERT_MODEL_CONTEXT = partial(_layers_context, flags=frozenset({"segments"}))
 _CONFIG = (config_table.to_hf, config_table.to_cs)  # each part's table (catalogue/parts_config)
 RULES: dict[str, PartRules] = {
-    "bert-model": PartRules(*_CONFIG, *plans(BERT_MODEL_TABLE, _bert_model_context)),
+    "bert-model": PartRules(
+        *_CONFIG, *plans(BERT_MODEL_TABLE, partial(_layers_context, flags=frozenset({"segments"})))
+    ),
     "clip-vision": PartRules(*_CONFIG, _clip_vision_to_hf_plan, _clip_vision_plan_to_cs),
     "llava-projector": PartRules(*_CONFIG, *plans(PROJECTOR_TABLE, _projector_context)),
     "mmsimple-projector": PartRules(*_CONFIG, *plans(PROJECTOR_TABLE, _projector_context)),
