@@ -54,16 +54,6 @@ OPS = {
 }
 
 
-def to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """``config.json`` of ``name`` from its CS ``model:`` section."""
-    return run(CS, cs_model, name)
-
-
-def to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The CS ``model:`` section of ``name`` from its ``config.json``."""
-    return run(HF, hf_config, name)
-
-
 def _checked(side: str, names: tuple[str, ...], label: str, config: Mapping, name: str) -> dict:
     if name not in names:
         raise MappingError(f"{name}: not a {label} model name")
@@ -79,6 +69,11 @@ def serving(names: tuple[str, ...], label: str) -> tuple[Callable, Callable]:
 def run(side: str, config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The output of ``name``'s table read from ``side``."""
     return _state(side, config, name).out
+
+
+# ``to_hf(cs_model, name)``: ``config.json`` of ``name`` from its CS ``model:`` section;
+# ``to_cs(hf_config, name)``: its CS ``model:`` section from its ``config.json``.
+to_hf, to_cs = partial(run, CS), partial(run, HF)
 
 
 def source(side: str, config: Mapping[str, Any], name: str) -> dict[str, Any]:
