@@ -23,17 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckpt_migrate.catalogue.bert_config import BERT_HF_DEFAULTS
-from ckpt_migrate.catalogue.config import (
-    CS,
-    HF,
-    Defaults,
-    Like,
-    Op,
-    Renames,
-    Required,
-    Step,
-    Written,
-)
+from ckpt_migrate.catalogue.config import CS, HF, Defaults, Like, Op, Renames, Required, Written
 from ckpt_migrate.catalogue.keyless import CLIP_VIT
 
 # the CS fields ConfigConverter_LLaVA_HF_CS22 adds (llava.py lines 396-406)
@@ -68,7 +58,7 @@ LLAVA_HF_DEFAULTS: dict[str, Any] = {
     "tune_mm_mlp_adapter": False,
 }
 
-PART_CONFIGS: dict[str, tuple[Step, ...]] = {
+PART_CONFIGS: dict[str, tuple] = {  # part name -> its steps (``config.Step``)
     "bert-model": (
         Like("bert", skip=("add_pooling_layer",)),
         Written(CS, {"architectures": ["BertModel"]}, over=True),
