@@ -9,11 +9,12 @@ A case is one call: ``target`` ``part`` (a part's rules, by its name in ``hf/par
 (``plan_to_hf`` / ``plan_to_cs``; facts as ``hf_golden.facts``), the direction, the config and
 (plans) the source shapes.
 
-The cases are the calls the HF tests make, each config answer fed back the other way (the round
-trip), each plan with one source tensor left out (a projector's, where it has one), and
-for the parts' config rules the variants :data:`VARIANTS` derives from the recorded
-configs (each branch of the hand-written rules: a pooler or none, a selected layer before or
-after the embeddings, the refusals)::
+The cases are the calls the HF tests make in process, DPO's from its policies' own golden cases
+(:func:`dpo_cases`: its tests run the command line), each config answer fed back the other way
+(the round trip), each plan with one source tensor left out (a projector's, where it has one),
+and for the parts' config rules the variants :data:`VARIANTS` derives from the recorded configs
+(each branch of the hand-written rules: a pooler or none, a selected layer before or after the
+embeddings, the refusals). Record from the code whose behaviour is the reference::
 
     HF_COMPOSITE_GOLDEN_RECORD=$PWD/tests/data/hf_composite_golden.json.gz PYTHONPATH=tests \\
         .venv/bin/python -m pytest -q -p hf_composite_golden tests/test_hf_multi_dir.py \\
