@@ -99,14 +99,12 @@ Plan = Callable[[Mapping[str, Shape], Mapping[str, Any], str], list[Out]]
 class Query:
     """What a context reads to build the :class:`~ckpt_migrate.hf.ops.Ctx` of a table: the
     ``direction``, the source side's tensor ``shapes``, its ``config`` (the CS ``model:``
-    section exporting, ``config.json`` importing), the model ``name`` and the ``names`` its
-    rules serve."""
+    section exporting, ``config.json`` importing) and the model ``name``."""
 
     direction: str
     shapes: Mapping[str, Shape]
     config: Mapping[str, Any]
     name: str
-    names: tuple[str, ...] = ()
 
     @property
     def to_hf(self) -> bool:
@@ -147,8 +145,11 @@ def plan(
     config: Mapping[str, Any],
     name: str,
 ) -> list[Out]:
-    """``table``'s plan of ``direction`` from the source side's ``shapes`` and ``config``."""
-    return table.plan(direction, context(Query(direction, shapes, config, name, names)))
+    """``table``'s plan of ``direction`` from the source side's ``shapes`` and ``config``; a
+    name the rules do not serve (``names``, when given) is refused."""
+    if names and name not in names:
+        raise MappingError(f"model name {name!r} is not one of {', '.join(names)}")
+    return table.plan(direction, context(Query(direction, shapes, config, name)))
 
 
 def _run(group: Group, direction: str, ctx: Ctx) -> list[Out]:
