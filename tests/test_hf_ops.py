@@ -10,7 +10,7 @@ import pytest
 from ckpt_migrate.hf import families
 from ckpt_migrate.hf.experts import EXPERTS
 from ckpt_migrate.hf.families import compose
-from ckpt_migrate.hf.mapping import run
+from ckpt_migrate.hf.mapping import MappingError, run
 from ckpt_migrate.hf.ops import (
     CONV1D,
     FUSED_CONV1D,
@@ -23,6 +23,7 @@ from ckpt_migrate.hf.ops import (
     rotary,
 )
 from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Row, Table, pair
+from ckpt_migrate.hf.table import plan as table_plan
 
 RNG = np.random.default_rng(7)
 QKV = ("q", "k", "v")
@@ -117,4 +118,16 @@ def test_every_family_plans_through_its_table() -> None:
             continue
         assert hasattr(module, "TABLE"), module.__name__
         for plan in (module.plan_to_hf, module.plan_to_cs):
-            assert plan.__qualname__.startswith("plans."), (module.__name__, plan.__qualname__)
+            assert getattr(plan, "func", None) is table_plan, (module.__name__, plan)
+
+
+@pytest.mark.parametrize("direction", [TO_HF, TO_CS])
+def test_a_name_the_rules_do_not_serve_is_refused_by_the_interpreter(direction) -> None:
+    """One check, the interpreter's, for every rules and both ways (before, each layout group's
+    context had its own, some one way only, GPT-J's and BLOOM's none)."""
+    for module in families.modules():
+        if module is compose:
+            continue
+        plan = getattr(module, f"plan_{direction}")
+        with pytest.raises(MappingError, match=r"model name 'no-such-model' is not one of "):
+            plan({}, {}, "no-such-model")

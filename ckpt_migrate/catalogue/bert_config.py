@@ -118,7 +118,9 @@ ESM2_CONFIG = (
     Op("token dropout needs a mask token"),
     Op("esm rotary dim"),
     Renames(tuple((hf, cs) for cs, hf in _ESM2_RENAMED)),
-    Op("esm encoder nonlinearity"),
+    # bert.py lines 856-859: ``hidden_act`` is the encoder's nonlinearity (ESM's rule only
+    # asserts gelu, so there is no HF field written back)
+    Renames((("hidden_act", "encoder_nonlinearity"),), side=HF),
     Op("bool", {"hf": "emb_layer_norm_before", "cs": "embedding_layer_norm", "side": HF}),
     Op("esm positions"),
     Op("rope theta", {"default": 10000.0}),  # CS BertModelConfig and HF EsmConfig default

@@ -38,10 +38,12 @@ class Renames:
 
 @dataclass(frozen=True)
 class Defaults:
-    """Values a ``side`` config lacks, filled in before the later steps read it."""
+    """Values a ``side`` config lacks, filled in before the later steps read it; ``over``: the
+    values replace the config's own."""
 
     side: str
     values: dict[str, Any]
+    over: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,10 +60,12 @@ class Fixed:
 
 @dataclass(frozen=True)
 class Written:
-    """Fields written on the side opposite ``side`` (reading ``side``) unless a step wrote them."""
+    """Fields written on the side opposite ``side`` (reading ``side``) unless a step wrote them
+    (``over``: whatever a step wrote)."""
 
     side: str
     values: dict[str, Any]
+    over: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,15 @@ class Required:
 
 
 @dataclass(frozen=True)
+class Like:
+    """The table of ``name`` (a Model Zoo name's, or a part's) run on the config, its output
+    written; ``skip``: CS fields that table does not read (the including table's own)."""
+
+    name: str
+    skip: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Op:
     """A named operation (``hf/config_ops.py``) with its arguments."""
 
@@ -81,4 +94,4 @@ class Op:
     args: dict[str, Any] = field(default_factory=dict)
 
 
-Step = Renames | Defaults | Fixed | Written | Required | Op
+Step = Renames | Defaults | Fixed | Written | Required | Like | Op

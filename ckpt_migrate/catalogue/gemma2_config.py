@@ -151,7 +151,8 @@ GEMMA2_CONFIG = (
     Op("bool", {"hf": "attention_bias", "cs": "use_projection_bias_in_attention"}),
     Op("bool", {"hf": "attention_bias", "cs": "use_ffn_bias_in_attention", "side": HF}),
     Renames((("initializer_range", "initializer_range"),)),
-    Op("gemma2 rotary dim"),
+    # lines 755-765: ``rotary_dim`` is ``head_dim`` (exporting, the attention checks hold it)
+    Renames((("head_dim", "rotary_dim"),), side=HF),
     Op("gemma2 embeddings scale"),
     Op("gemma2 query scalar"),
     Written(HF, _CS_WRITTEN),

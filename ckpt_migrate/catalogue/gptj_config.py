@@ -347,7 +347,7 @@ BLOOM_CONFIG = (
             ("hidden_dropout", "dropout_rate"),
         )
     ),
-    Op("bloom filter size"),
+    Op("filter size"),
     Written(CS, {"apply_residual_connection_post_layernorm": False}),
     Written(
         HF,
@@ -440,7 +440,7 @@ FALCON_CONFIG = (
     Op("falcon layout"),
     Renames((("vocab_size", "vocab_size"), ("hidden_size", "hidden_size"))),
     Renames((("ffn_hidden_size", "filter_size"),), side=CS),
-    Op("falcon filter size"),
+    Op("filter size"),
     Renames((("num_attention_heads", "num_heads"),)),
     Op("falcon kv groups"),
     Renames(
@@ -451,7 +451,7 @@ FALCON_CONFIG = (
     ),
     Written(HF, {"position_embedding_type": "rotary"}),
     Op("falcon rope"),
-    Op("falcon rotary dim"),
+    Op("rotary dim"),
     Renames(
         (
             ("tie_word_embeddings", "share_embedding_weights"),

@@ -227,7 +227,7 @@ FALCON = Record(
         tensors=Tensors(
             "gptj_like.FALCON",
             _DECODER,
-            {"defaults": FALCON_CS_DEFAULTS, "features": ("grouped attention",), "check": True},
+            {"defaults": FALCON_CS_DEFAULTS, "features": ("grouped attention",)},
         ),
     ),
 )

@@ -21,7 +21,7 @@ from ckpt_migrate.catalogue.record import Drop, Hf, Name, NormFlag, Record, Sign
 _ROTARY_BUFFER = Drop(r".*\.rotary_emb\.inv_freq", "a rotary buffer Hugging Face regenerates")
 
 # LLaMA's tensors (llama.py lines 38-459), served with Mistral's and Ministral's.
-_LLAMA_TENSORS = Tensors("llama_like.LLAMA", "llama_like.decoder", {"label": "LLaMA/Mistral"})
+_LLAMA_TENSORS = Tensors("llama_like.LLAMA", "llama_like.decoder")
 
 LLAMA = Record(
     "llama",
@@ -112,9 +112,7 @@ MIXTRAL = Record(
         hf_dropped=(_ROTARY_BUFFER,),
         config=llama_config.MIXTRAL_CONFIG,
         # the experts fused across experts (mixtral.py lines 172-300)
-        tensors=Tensors(
-            "llama_like.MIXTRAL", "llama_like.decoder", {"label": "Mixtral", "experts": True}
-        ),
+        tensors=Tensors("llama_like.MIXTRAL", "llama_like.decoder", {"experts": True}),
     ),
 )
 
@@ -151,7 +149,7 @@ GEMMA2 = Record(
         tensors=Tensors(
             "llama_like.GEMMA2",
             "llama_like.decoder",
-            {"label": "Gemma 2", "check_on": "import", "family": "Gemma 2", "bias": True},
+            {"family": "Gemma 2", "bias": True},
         ),
     ),
 )

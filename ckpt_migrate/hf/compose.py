@@ -28,13 +28,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from ckpt_migrate import catalogue
 from ckpt_migrate.catalogue import Part
+from ckpt_migrate.catalogue.config import CS, HF
 from ckpt_migrate.hf import parts as part_rules
 from ckpt_migrate.hf import unconverted
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.table import TO_CS, TO_HF
 
 
 def prefixed(out: Out, inputs: str, output: str, strip: tuple[str, str] = ("", "")) -> Out:
@@ -91,6 +94,10 @@ class Composite:
         self.NAMES: tuple[str, ...] = catalogue.hf_names(module)
         self.HF_MODEL_TYPES: tuple[str, ...] = catalogue.hf_model_types(module)
         self._rules = rules
+        # the contract's four (hf/mapping.py Family): each direction of the one interpreter
+        for direction in (TO_HF, TO_CS):
+            setattr(self, "config_" + direction, partial(self.config, direction))
+            setattr(self, "plan_" + direction, partial(self.plan, direction))
         self.cs_ties = unconverted.cs_ties
         self.cs_dropped = unconverted.cs_dropped
         self.hf_dropped = unconverted.hf_dropped
@@ -133,12 +140,6 @@ class Composite:
             raise MappingError(f"{name}: the model config has no {part.config} section")
         return {k: v for k, v in mine.items() if part.config is None or k not in own}
 
-    def _one(self, name: str, config: Mapping[str, Any]) -> tuple[Part, str, Any]:
-        parts = self._parts(name, config)
-        if len(parts) != 1:
-            raise MappingError(f"{name}: no config rule for a composite of {len(parts)} models")
-        return parts[0]
-
     def _inner_config(self, name: str, cs_model: Mapping[str, Any]) -> dict[str, Any]:
         """The part's own CS config: the composite's fields and the part's name field left
         out."""
@@ -146,60 +147,63 @@ class Composite:
         own = {*record.hf.cs_fields, *(p.name_field for p in record.hf.parts if p.name_field)}
         return {k: v for k, v in cs_model.items() if k not in own}
 
-    def config_to_hf(self, cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
-        """The part's ``config.json`` (dpo.py lines 248-258: the family's own converter); with
-        directories, each directory's (its parts' configs merged in order)."""
-        if not self.directories(name):
-            _, inner, rules = self._one(name, cs_model)
-            return rules.config_to_hf(self._inner_config(name, cs_model), inner)
-        out: dict[str, dict[str, Any]] = {d: {} for d in self.directories(name)}
-        for part, inner, rules in self._parts(name, cs_model):
-            cfg = self._cs_section(name, cs_model, part)
-            out[part.directory].update(rules.config_to_hf(cfg, inner))
-        return out
-
-    def config_to_cs(self, hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
-        """The part's CS config, its name under ``name_field`` and the composite's own fields;
-        with directories, each part's CS config at its section."""
-        if self.directories(name):
-            out: dict[str, Any] = {}
-            for part, inner, rules in self._parts(name, hf_config):
-                cs = rules.config_to_cs(_hf_view(part, inner, hf_config), inner)
-                out = _merged(out, _nested(part.config, cs))
-            return _merged(out, self._record(name).hf.cs_fields)
-        part, inner, rules = self._one(name, hf_config)
-        out = rules.config_to_cs(hf_config, inner)
-        if part.name_field:
-            out[part.name_field] = inner
-        return {**out, **self._record(name).hf.cs_fields}
-
-    def plan_to_hf(
-        self, cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str
-    ) -> list[Out]:
-        """Each part's plan on the CS tensors under its prefix, carried to the HF one (copies,
-        such as DPO's reference model, are not read: ``hf.cs_dropped``)."""
+    def _view(self, side: str, name: str, config: Mapping[str, Any], part: Part, inner: str) -> Any:
+        """What a part's rules read of the composite's ``side`` config: CS, its section (one
+        HF directory: the composite's config less its own fields); HF, its directory's
+        ``config.json`` (one HF directory: all of it)."""
         split = bool(self.directories(name))
-        cfg = self._inner_config(name, cs_model)
+        if side == CS:
+            return (
+                self._cs_section(name, config, part) if split else self._inner_config(name, config)
+            )
+        return _hf_view(part, inner, config) if split else config
+
+    def config(self, direction: str, config: Mapping[str, Any], name: str) -> dict[str, Any]:
+        """Each part's config converted by its rules and placed on the other side: HF, in its
+        directory's ``config.json`` (the parts sharing one merged in order); CS, at its section,
+        its name under ``name_field``, with the composite's own fields. With one HF directory,
+        one part (dpo.py lines 248-258: the family's own converter)."""
+        src, dst = _SIDES[direction]
+        found = self._parts(name, config)
+        if not self.directories(name) and len(found) != 1:
+            raise MappingError(f"{name}: no config rule for a composite of {len(found)} models")
+        out: dict[str, Any] = {}
+        for part, inner, rules in found:
+            view = self._view(src, name, config, part, inner)
+            converted = getattr(rules, "config_" + direction)(view, inner)
+            if dst == HF:
+                (out.setdefault(part.directory, {}) if part.directory else out).update(converted)
+                continue
+            out = _merged(out, _nested(part.config, converted))
+            if part.name_field:
+                out[part.name_field] = inner
+        return _merged(out, self._record(name).hf.cs_fields) if dst == CS else out
+
+    def plan(
+        self, direction: str, shapes: Mapping[str, Shape], config: Mapping[str, Any], name: str
+    ) -> list[Out]:
+        """Each part's plan on the source tensors under its prefix, carried to its prefix on the
+        other side (CS: also to each of its ``copies``, such as DPO's reference model, which
+        the export does not read: ``hf.cs_dropped``)."""
+        src, dst = _SIDES[direction]
         plan: list[Out] = []
-        for part, inner, rules in self._parts(name, cs_model):
-            if split:
-                cfg = self._cs_section(name, cs_model, part)
-            inner_plan = rules.plan_to_hf(_within(cs, part.cs_prefix, part.inner_cs), cfg, inner)
-            strip = (part.inner_cs, "")
-            plan += [prefixed(o, part.cs_prefix, part.hf_prefix, strip) for o in inner_plan]
+        for part, inner, rules in self._parts(name, config):
+            view = self._view(src, name, config, part, inner)
+            (head, own), (_, inner_dst) = _prefix(part, src), _prefix(part, dst)
+            got = getattr(rules, "plan_" + direction)(_within(shapes, head, own), view, inner)
+            for target in _targets(part, dst):
+                plan += [prefixed(o, head, target, (own, inner_dst)) for o in got]
         return plan
 
-    def plan_to_cs(
-        self, hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str
-    ) -> list[Out]:
-        """Each part's plan on the HF tensors under its prefix, written under its CS prefix and
-        again under each of its ``copies``."""
-        split = bool(self.directories(name))
-        plan: list[Out] = []
-        for part, inner, rules in self._parts(name, hf_config):
-            cfg = _hf_view(part, inner, hf_config) if split else hf_config
-            inner_plan = rules.plan_to_cs(_within(hf, part.hf_prefix), cfg, inner)
-            strip = ("", part.inner_cs)
-            for cs_prefix in (part.cs_prefix, *part.copies):
-                plan += [prefixed(o, part.hf_prefix, cs_prefix, strip) for o in inner_plan]
-        return plan
+
+_SIDES = {TO_HF: (CS, HF), TO_CS: (HF, CS)}  # direction -> (source side, target side)
+
+
+def _prefix(part: Part, side: str) -> tuple[str, str]:
+    """(the part's key prefix on ``side``, the prefix its rules write there)."""
+    return (part.cs_prefix, part.inner_cs) if side == CS else (part.hf_prefix, "")
+
+
+def _targets(part: Part, side: str) -> tuple[str, ...]:
+    """The prefixes a part's tensors are written under on ``side``."""
+    return (part.cs_prefix, *part.copies) if side == CS else (part.hf_prefix,)

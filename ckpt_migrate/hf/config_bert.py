@@ -44,12 +44,6 @@ def _esm_rotary_dim(s: State) -> None:
         )
 
 
-def _encoder_nonlinearity(s: State) -> None:
-    """bert.py lines 856-859: ``hidden_act`` is the encoder's nonlinearity (ESM's rule only
-    asserts gelu, so there is no HF field written back)."""
-    s.out["encoder_nonlinearity"] = s.src["hidden_act"]
-
-
 def _esm_positions_to_hf(s: State) -> None:
     """esm2.py lines 494-569: rotary stays rotary; learned needs
     ``mask_padding_in_positional_embed`` and becomes absolute, whose table HF sizes MSL +
@@ -265,7 +259,6 @@ OPS: dict[str, tuple[Fn, Fn]] = {
     "esm heads": (_esm_heads, None),
     "token dropout needs a mask token": (_token_dropout, _token_dropout),
     "esm rotary dim": (_esm_rotary_dim, None),
-    "esm encoder nonlinearity": (None, _encoder_nonlinearity),
     "esm positions": (_esm_positions_to_hf, _esm_positions_to_cs),
     "rope theta": (_rope_theta, _rope_theta),
     "bert pooler and mlm": (_pooler_and_mlm, None),

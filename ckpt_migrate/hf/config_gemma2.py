@@ -102,12 +102,6 @@ def _head_dim_to_cs(s: State) -> None:
     s.out["attention_inner_dim"] = s.src["head_dim"] * s.src["num_attention_heads"]
 
 
-def _rotary_dim_to_cs(s: State) -> None:
-    """gemma2.py lines 755-765: ``rotary_dim`` is ``head_dim`` (exporting, the attention
-    checks hold it to the head size)."""
-    s.out["rotary_dim"] = s.src["head_dim"]
-
-
 def _embeddings_scale_to_cs(s: State) -> None:
     """gemma2.py lines 755-765: Gemma scales its embeddings by ``sqrt(hidden_size)``
     (exporting, the attention checks hold ``embeddings_scale`` to it)."""
@@ -139,7 +133,6 @@ OPS: dict[str, tuple[Fn, Fn]] = {
     "gemma2 kv heads": (_kv_heads_to_hf, _kv_heads_to_cs),
     "gemma2 rope": (_rope_to_hf, _rope_to_cs),
     "gemma2 head dim": (_head_dim_to_hf, _head_dim_to_cs),
-    "gemma2 rotary dim": (None, _rotary_dim_to_cs),
     "gemma2 embeddings scale": (None, _embeddings_scale_to_cs),
     "gemma2 query scalar": (_query_scalar_to_hf, _query_scalar_to_cs),
 }

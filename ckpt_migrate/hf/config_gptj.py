@@ -125,8 +125,9 @@ def _bloom_widths(s: State) -> None:
         raise MappingError("embedding_dropout_rate: HF BLOOM has no embedding dropout")
 
 
-def _bloom_filter_size(s: State) -> None:
-    """bloom_hf_cs.py lines 700-715: ``filter_size`` = 4 * ``hidden_size``."""
+def _filter_size(s: State) -> None:
+    """bloom_hf_cs.py lines 700-715, falcon_180b.py lines 449-465: ``filter_size`` = 4 *
+    ``hidden_size``."""
     s.out["filter_size"] = 4 * s.src["hidden_size"]
 
 
@@ -205,10 +206,6 @@ def _falcon_layout_to_cs(s: State) -> None:
     _falcon_rope(s.src)
 
 
-def _falcon_filter_size(s: State) -> None:
-    s.out["filter_size"] = 4 * s.src["hidden_size"]
-
-
 def _falcon_kv_groups(s: State) -> None:
     s.out["extra_attention_params"] = {"num_kv_groups": falcon_hf_layout(s.src)[0]}
 
@@ -224,11 +221,6 @@ def _falcon_rope_to_hf(s: State) -> None:
 def _falcon_rope_to_cs(s: State) -> None:
     theta, factor = _falcon_rope(s.src)
     s.out.update(rope_theta=theta, pos_scaling_factor=factor)
-
-
-def _falcon_rotary_dim(s: State) -> None:
-    """Post-conversion ``rotary_dim`` = head size."""
-    s.out["rotary_dim"] = s.src["hidden_size"] // s.src["num_attention_heads"]
 
 
 def _falcon_biases_to_hf(s: State) -> None:
@@ -256,12 +248,10 @@ OPS: dict[str, tuple[Fn, Fn]] = {
     "neox scaling type": (None, _neox_scaling_type),
     "n_embed": (None, _n_embed),
     "bloom widths": (_bloom_widths, None),
-    "bloom filter size": (None, _bloom_filter_size),
+    "filter size": (None, _filter_size),
     "falcon layout": (_falcon_layout_to_hf, _falcon_layout_to_cs),
-    "falcon filter size": (None, _falcon_filter_size),
     "falcon kv groups": (None, _falcon_kv_groups),
     "falcon rope": (_falcon_rope_to_hf, _falcon_rope_to_cs),
-    "falcon rotary dim": (None, _falcon_rotary_dim),
     "falcon biases": (_falcon_biases_to_hf, _falcon_biases_to_cs),
     "falcon scaling type": (None, _falcon_scaling_type),
 }

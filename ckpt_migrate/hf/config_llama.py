@@ -136,7 +136,7 @@ def _rotary_is_head_size(s: State) -> None:
 
 
 def _rotary_dim(s: State) -> None:
-    """llama.py lines 817-819: ``rotary_dim`` is the head size."""
+    """llama.py lines 817-819, falcon_180b.py: ``rotary_dim`` is the head size."""
     s.out["rotary_dim"] = s.src["hidden_size"] // s.src["num_attention_heads"]
 
 

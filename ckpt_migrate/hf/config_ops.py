@@ -26,7 +26,7 @@ class State:
     src: dict[str, Any]
     out: dict[str, Any]
     name: str
-    record: catalogue.Record
+    record: catalogue.Record | None  # None: a part's table (catalogue/parts_config.py)
 
 
 def _refuse_mup(s: State, as_name: str | None = None) -> None:

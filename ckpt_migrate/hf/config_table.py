@@ -1,5 +1,6 @@
 """The one interpreter of the Hugging Face config tables (``catalogue/config.py``): a family's
-record declares its table (``Hf.config``), :func:`to_hf` runs it reading the CS ``model:``
+record declares its table (``Hf.config``), a composite's part its own (``catalogue/
+parts_config.py``, run by the part's name), :func:`to_hf` runs it reading the CS ``model:``
 section, :func:`to_cs` reading ``config.json``, step by step in the table's order.
 
 A step reads the *source* (the config given, with the table's defaults filled in as the steps
@@ -22,17 +23,21 @@ from ckpt_migrate.catalogue.config import (
     HF,
     Defaults,
     Fixed,
+    Like,
     Op,
     Renames,
     Required,
+    Step,
     Written,
 )
+from ckpt_migrate.catalogue.parts_config import PART_CONFIGS
 from ckpt_migrate.hf import (
     config_bert,
     config_gemma2,
     config_gptj,
     config_llama,
     config_ops,
+    config_parts,
     config_t5,
 )
 from ckpt_migrate.hf.config_ops import State
@@ -45,17 +50,8 @@ OPS = {
     **config_bert.OPS,
     **config_t5.OPS,
     **config_gemma2.OPS,
+    **config_parts.OPS,
 }
-
-
-def to_hf(cs_model: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """``config.json`` of ``name`` from its CS ``model:`` section."""
-    return run(CS, cs_model, name)
-
-
-def to_cs(hf_config: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The CS ``model:`` section of ``name`` from its ``config.json``."""
-    return run(HF, hf_config, name)
 
 
 def _checked(side: str, names: tuple[str, ...], label: str, config: Mapping, name: str) -> dict:
@@ -75,19 +71,34 @@ def run(side: str, config: Mapping[str, Any], name: str) -> dict[str, Any]:
     return _state(side, config, name).out
 
 
+# ``to_hf(cs_model, name)``: ``config.json`` of ``name`` from its CS ``model:`` section;
+# ``to_cs(hf_config, name)``: its CS ``model:`` section from its ``config.json``.
+to_hf, to_cs = partial(run, CS), partial(run, HF)
+
+
 def source(side: str, config: Mapping[str, Any], name: str) -> dict[str, Any]:
     """The config given, with the defaults the table filled in, once the table accepted it
     (what a tensor table's context reads)."""
     return _state(side, config, name).src
 
 
+def tables() -> dict[str, tuple[Step, ...]]:
+    """Every config table: each served name's (its record's) and each part's."""
+    served = {n.name: r.hf.config for n, r in catalogue.model_names() if r.hf and n.hf}
+    return {**{n: t for n, t in served.items() if t}, **PART_CONFIGS}
+
+
 def _state(side: str, config: Mapping[str, Any], name: str) -> State:
     record = catalogue.by_name(name)
     served = record is not None and any(n.name == name and n.hf for n in record.names)
-    if record is None or record.hf is None or not record.hf.config or not served:
+    if name in PART_CONFIGS:
+        table, record = PART_CONFIGS[name], None
+    elif record is None or record.hf is None or not record.hf.config or not served:
         raise MappingError(f"{name}: no Hugging Face config table (not served by the HF rules)")
+    else:
+        table = record.hf.config
     state = State(side, dict(config), {}, name, record)
-    for step in record.hf.config:
+    for step in table:
         _STEPS[type(step)](step, state)
     return state
 
@@ -103,7 +114,7 @@ def _renames(step: Renames, s: State) -> None:
 
 def _defaults(step: Defaults, s: State) -> None:
     if step.side == s.side:
-        s.src = {**step.values, **s.src}
+        s.src = {**s.src, **step.values} if step.over else {**step.values, **s.src}
 
 
 def _fixed(step: Fixed, s: State) -> None:
@@ -119,7 +130,12 @@ def _fixed(step: Fixed, s: State) -> None:
 
 def _written(step: Written, s: State) -> None:
     if step.side == s.side:
-        s.out.update({k: v for k, v in step.values.items() if k not in s.out})
+        s.out.update({k: v for k, v in step.values.items() if step.over or k not in s.out})
+
+
+def _like(step: Like, s: State) -> None:
+    skip = step.skip if s.side == CS else ()
+    s.out.update(run(s.side, {k: v for k, v in s.src.items() if k not in skip}, step.name))
 
 
 def _required(step: Required, s: State) -> None:
@@ -142,5 +158,6 @@ _STEPS: dict[type, Callable[[Any, State], None]] = {
     Fixed: _fixed,
     Written: _written,
     Required: _required,
+    Like: _like,
     Op: _op,
 }

@@ -20,15 +20,6 @@ from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 CS_MLM = "bert_mlm_head.classifier.ffn.0.linear_layer"
 
 
-def check_name(name: str, names: Sequence[str]) -> None:
-    if name not in names:
-        raise MappingError(f"model name {name!r} is not one of {', '.join(names)}")
-
-
-def with_defaults(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    return {**defaults, **config}
-
-
 def layers_of(config: Mapping[str, Any], key: str, default: int) -> int:
     value = config.get(key, default)
     if not isinstance(value, int) or value < 0:

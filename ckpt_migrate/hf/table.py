@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, missing_inputs
@@ -98,14 +99,12 @@ Plan = Callable[[Mapping[str, Shape], Mapping[str, Any], str], list[Out]]
 class Query:
     """What a context reads to build the :class:`~ckpt_migrate.hf.ops.Ctx` of a table: the
     ``direction``, the source side's tensor ``shapes``, its ``config`` (the CS ``model:``
-    section exporting, ``config.json`` importing), the model ``name`` and the ``names`` its
-    rules serve."""
+    section exporting, ``config.json`` importing) and the model ``name``."""
 
     direction: str
     shapes: Mapping[str, Shape]
     config: Mapping[str, Any]
     name: str
-    names: tuple[str, ...] = ()
 
     @property
     def to_hf(self) -> bool:
@@ -132,16 +131,25 @@ def features(
 
 def plans(table: Table, context: Context, names: tuple[str, ...] = ()) -> tuple[Plan, Plan]:
     """A family's ``plan_to_hf`` and ``plan_to_cs`` (the contract of ``hf/mapping.py``):
-    ``table`` run each way in the ``context`` the family reads from the config (``names``:
-    the names the rules serve)."""
+    ``table`` run each way (:func:`plan`) in the ``context`` the family reads from the config
+    (``names``: the names the rules serve)."""
+    return partial(plan, TO_HF, table, context, names), partial(plan, TO_CS, table, context, names)
 
-    def plan_to_hf(cs: Mapping[str, Shape], cs_model: Mapping[str, Any], name: str) -> list[Out]:
-        return table.plan(TO_HF, context(Query(TO_HF, cs, cs_model, name, names)))
 
-    def plan_to_cs(hf: Mapping[str, Shape], hf_config: Mapping[str, Any], name: str) -> list[Out]:
-        return table.plan(TO_CS, context(Query(TO_CS, hf, hf_config, name, names)))
-
-    return plan_to_hf, plan_to_cs
+def plan(
+    direction: str,
+    table: Table,
+    context: Context,
+    names: tuple[str, ...],
+    shapes: Mapping[str, Shape],
+    config: Mapping[str, Any],
+    name: str,
+) -> list[Out]:
+    """``table``'s plan of ``direction`` from the source side's ``shapes`` and ``config``; a
+    name the rules do not serve (``names``, when given) is refused."""
+    if names and name not in names:
+        raise MappingError(f"model name {name!r} is not one of {', '.join(names)}")
+    return table.plan(direction, context(Query(direction, shapes, config, name)))
 
 
 def _run(group: Group, direction: str, ctx: Ctx) -> list[Out]:

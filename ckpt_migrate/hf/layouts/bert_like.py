@@ -17,7 +17,6 @@ import numpy as np
 from ckpt_migrate.hf.config_bert import num_segments
 from ckpt_migrate.hf.encoders import (
     CS_MLM,
-    check_name,
     layers_of,
     mlm_bias_to_cs,
     mlm_to_hf,
@@ -327,7 +326,6 @@ def encoder(
     the fine-tuning models ``bert``, bert.py line 544, bert_finetune.py line 47); the
     record's ``flags``, those of the name (``by_name``: which heads it has) and those of its
     ``features`` (:data:`FEATURES`); the MLM head's HF name (``mlm``)."""
-    check_name(q.name, q.names)
     cfg = {**(defaults[0 if q.to_hf else 1] if defaults else {}), **q.config}
     layers = layers_of(cfg, "num_hidden_layers", 12)
     tied = cfg.get("share_embedding_weights" if q.to_hf else "tie_word_embeddings", True)

@@ -202,13 +202,6 @@ def tie_map(cs: Mapping[str, Shape], tied: bool) -> dict[str, str]:
     return {k: v for k, v in ties.items() if k in cs and v in cs}
 
 
-def check_name(name: str, names: Sequence[str]) -> bool:
-    """Whether ``name`` (one of ``names``) is the headless model; MappingError if unknown."""
-    if name not in names:
-        raise MappingError(f"model name {name!r} is not one of {', '.join(names)}")
-    return name.endswith("-headless")
-
-
 # --------------------------------------------------------------------------- GPT-2's context
 
 
@@ -274,8 +267,6 @@ def gpt2(q: Query, *, headless: str) -> Ctx:
     """What the :data:`GPT2` table reads: the layers, the prefix (the ``headless`` name's
     class has none), whether the head is tied and the model headless, the shape of a new head;
     MappingError when a tensor's shape contradicts the config."""
-    if q.name not in q.names:
-        raise MappingError(f"the gpt2 family does not serve model {q.name!r}")
     config, pre = q.config, hf_prefix(q.name == headless)
     if q.to_hf:
         layers = _layers(config, "num_hidden_layers")
@@ -357,7 +348,7 @@ def on_layout(
     dropped (gpt2_hf_cs.py lines 304-309), on export a headless model's CS ``lm_head`` (Model
     Zoo's ``*Model_HF_CS21`` note), and ``ln_f.*`` and a tied ``lm_head`` are ties
     (:func:`tie_map`)."""
-    headless = check_name(q.name, q.names)
+    headless = q.name.endswith("-headless")
     hf = config_table.to_hf(q.config, q.name) if q.to_hf else q.config
     hf = {**(hf_defaults or {}), **hf}
     flags, dims = read_features(q, hf, features, FEATURES)

@@ -24,7 +24,7 @@ from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.config_gptj import falcon_cs_layout
 from ckpt_migrate.hf.fused import ALIBI_SLOPES, BLOOM_QKV, CODEGEN_QKV, FALCON_QKV, NEOX_QKV
 from ckpt_migrate.hf.heads import DECODER_HEAD
-from ckpt_migrate.hf.mapping import MappingError, Shape
+from ckpt_migrate.hf.mapping import Shape
 from ckpt_migrate.hf.ops import RENAME_EXISTING, SECOND_NAME, Ctx, Op
 from ckpt_migrate.hf.table import (
     BOTH,
@@ -133,12 +133,6 @@ def decoder_context(
     return Ctx(shapes, layers, pre, frozenset(flags), all_dims)
 
 
-def check_name(name: str, names: Sequence[str]) -> None:
-    """Refuse a model name the family does not serve."""
-    if name not in names:
-        raise MappingError(f"{name}: this family serves {', '.join(names)}")
-
-
 def _grouped(q: Query, cfg: Mapping[str, Any]) -> tuple[set[str], dict[str, Any]]:
     """Falcon's attention (falcon_180b.py lines 36-131 and 568-588): norms untied or not
     (``ln_attn``/``ln_mlp`` or ``input_layernorm``), the linear layers' biases, and the rows of
@@ -163,18 +157,15 @@ def decoder(
     dims: Mapping[str, str] | None = None,
     legacy_head: str | None = None,
     features: Sequence[str] = (),
-    check: bool = False,
 ) -> Ctx:
     """The context of the GPT-J backbone's families (their records' ``Hf.tensors``): the CS
-    config (:func:`cs_config`, over the family's ``defaults``; with ``check``, on export a name
-    not served is refused first), the HF ``prefix``, a head ``bias``, the ``dims`` the family's
-    fused attention reads (dim -> CS config field) and its ``features`` (:data:`FEATURES`).
+    config (:func:`cs_config`, over the family's ``defaults``), the HF ``prefix``, a head
+    ``bias``, the ``dims`` the family's fused attention reads (dim -> CS config field) and its
+    ``features`` (:data:`FEATURES`).
     With a ``legacy_head`` (GPT-NeoX's ``embed_out.weight``, the name Model Zoo writes and
     transformers' ``save_pretrained`` still saves, read back as ``lm_head``; gpt_neox_hf_cs.py
     lines 568-574): an untied head is exported under it; on import ``lm_head`` is read unless
     only the legacy name is there."""
-    if check and q.to_hf:
-        check_name(q.name, q.names)
     cfg = cs_config(q, defaults)
     flags, values = read_features(q, cfg, features, FEATURES)
     values |= {dim: cfg[field] for dim, field in (dims or {}).items()}

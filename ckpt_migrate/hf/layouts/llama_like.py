@@ -19,7 +19,6 @@ from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.config_llama import kv_heads_cs
 from ckpt_migrate.hf.experts import EXPERTS
 from ckpt_migrate.hf.heads import LLAMA_HEAD
-from ckpt_migrate.hf.mapping import MappingError
 from ckpt_migrate.hf.ops import NORM_OFFSET, RENAME, SECOND_NAME, Ctx, Op, rotary, second_name
 from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Row, Table, inputs_present, row
 
@@ -105,14 +104,10 @@ GEMMA2 = llama_table(
 # Mixtral: LLaMA's attention and norms, then the layer's router and experts (:data:`EXPERTS`).
 MIXTRAL = llama_table((*ATTENTION_AND_NORMS, row(L, H, EXPERTS)))
 
-_WAY = {TO_HF: "export", TO_CS: "import"}
-
 
 def decoder(
     q: Query,
     *,
-    label: str | None = None,
-    check_on: str = "export",
     family: str = "LLaMA",
     experts: bool = False,
     bias: bool = False,
@@ -120,14 +115,10 @@ def decoder(
     """The context of a :func:`llama_table`: the heads and key/value heads (rotary rows are
     permuted per head; llama.py lines 157-294), the prefix, whether the head is tied
     (``share_embedding_weights``) and the model headless, from the CS config the record's table
-    accepted (export) or the one it gives (import); with a ``label``, a name not of ``names``
-    is refused as not a ``label`` model name on ``check_on`` ("export" or "import"). With
-    ``experts``, their number and on import the FFN width (Mixtral: transformers 5's fused
-    ``gate_up_proj`` stacks gate and up rows, mixtral.py lines 172-300); with ``bias``,
-    whether the attention has biases (Gemma 2, gemma2.py lines 56-190). ``family`` names it
-    when its attention is refused."""
-    if label is not None and q.name not in q.names and check_on == _WAY[q.direction]:
-        raise MappingError(f"{q.name}: not a {label} model name")
+    accepted (export) or the one it gives (import). With ``experts``, their number and on
+    import the FFN width (Mixtral: transformers 5's fused ``gate_up_proj`` stacks gate and up
+    rows, mixtral.py lines 172-300); with ``bias``, whether the attention has biases (Gemma 2,
+    gemma2.py lines 56-190). ``family`` names it when its attention is refused."""
     if q.to_hf:
         cfg = config_table.source(CS, q.config, q.name)
     else:

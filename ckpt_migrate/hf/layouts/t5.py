@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ckpt_migrate.hf.config_t5 import hf_scales_tied, nonlinearity_to_hf
-from ckpt_migrate.hf.encoders import check_name, layers_of, one_of, present, tied
+from ckpt_migrate.hf.encoders import layers_of, one_of, present, tied
 from ckpt_migrate.hf.layouts.bert_like import inputs_on_side
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
 from ckpt_migrate.hf.ops import Ctx, Op
@@ -137,7 +137,6 @@ def context(q: Query, *, defaults: tuple[Mapping[str, Any], Mapping[str, Any]]) 
     encoder and decoder layer counts, gated feed-forward layers, the lm_head shared with the
     embeddings (``share_embedding_weights``; on import :func:`~ckpt_migrate.hf.config_t5.
     hf_scales_tied`), read over the record's ``defaults`` (CS, HF)."""
-    check_name(q.name, q.names)
     if q.to_hf:
         _refuse_positions(q.shapes)
         cfg = {**defaults[0], **q.config}
