@@ -78,11 +78,12 @@ def _problem(read: Read, address: int) -> str | None:
 
 
 def _layout_class(body: bytes) -> int:
-    """The layout class of a data layout message: its byte 2 in versions 1-2, 1 in 3-4."""
+    """The layout class of a data layout message: its byte 2 in versions 1-2, 1 in 3-5 (5:
+    what HDF5 2.0 writes with the latest format, the class where version 4 has it)."""
     version = body[0]
     if version in (1, 2):
         return body[2]
-    if version in (3, 4):
+    if version in (3, 4, 5):
         return body[1]
     raise Undecided(f"layout message version {version}")
 
