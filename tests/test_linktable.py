@@ -68,15 +68,20 @@ def test_every_group_layout_reads_as_hdf5_reads_it(tmp_path, count, kw):
     assert found == _by_hdf5(path)
 
 
+def _add_link(path: Path, kind: str, target: str) -> None:
+    """A soft link ``alias`` to ``target``, or an external link ``away`` to another file."""
+    with h5py.File(path, "a") as f:
+        if kind == "soft":
+            f["alias"] = h5py.SoftLink(target)
+        else:
+            f["away"] = h5py.ExternalLink("/etc/passwd", "/x")
+
+
 @pytest.mark.parametrize("kind", ["soft", "external"])
 def test_a_link_that_is_not_hard_is_not_answered(tmp_path, kind):
     for kw in ({}, {"libver": "latest"}):
         path = _group(tmp_path / "g.h5", 40, **kw)
-        with h5py.File(path, "a") as f:
-            if kind == "soft":
-                f["alias"] = h5py.SoftLink("/layer.0.weight")
-            else:
-                f["away"] = h5py.ExternalLink("/etc/passwd", "/x")
+        _add_link(path, kind, "/layer.0.weight")
         assert _links(path) is None
 
 
@@ -119,11 +124,7 @@ def test_the_outline_read_gives_way_to_the_full_read_for_a_link_not_hard(tmp_pat
     always did, naming it."""
     path = tmp_path / "basic.mdl"
     path.write_bytes((FIXTURES / "real-cstorch-2.10" / "basic.mdl").read_bytes())
-    with h5py.File(path, "a") as f:
-        if kind == "soft":
-            f["alias"] = h5py.SoftLink("/nowhere")
-        else:
-            f["away"] = h5py.ExternalLink("/etc/passwd", "/x")
+    _add_link(path, kind, "/nowhere")
     assert _links(path) is None
     if kind == "external":
         with pytest.raises(UnsafeContentError, match="'/away' is an external link"):
