@@ -12,6 +12,11 @@ lock: the file's bytes are the same (``benchmarks/identical_outputs.py``), and t
 attributes of a dataset took 113 µs through h5py and 50 µs so (``bench_h5_floor.py``'s
 machine, an upgrade's clone of 6,096 datasets).
 
+And the checksum of HDF5's version-2 metadata, Bob Jenkins' lookup3 (``H5_checksum_lookup3``,
+H5checksum.c, which the library exports): a reader of a root of 7,652 attributes verified its
+heap's blocks (0.5 MB) in 0.27-0.41 s with numpy (``lookup3.lookup3_many``) and pure Python; in C
+that is under a millisecond. Where the library does not export it, the Python stays.
+
 Only values whose memory layout is plain are written so: numbers and booleans (numpy's bytes,
 in the memory type h5py would pass), and variable-length UTF-8 strings (``char *`` pointers, in
 the attribute's own type, which is what h5py's conversion hands to ``H5Awrite``). Anything else,
@@ -48,6 +53,29 @@ def _bind() -> tuple[Any, Any, Any] | None:
 
 
 _CALLS = _bind()
+
+
+def _bind_checksum() -> Any:
+    try:
+        lookup3 = ctypes.CDLL(h5a.__file__).H5_checksum_lookup3
+    except (OSError, AttributeError):
+        return None
+    lookup3.restype = ctypes.c_uint32
+    lookup3.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32]
+    return lookup3
+
+
+_LOOKUP3 = _bind_checksum()
+
+
+def lookup3(data: bytes, seed: int = 0) -> int | None:
+    """lookup3 ``hashlittle`` of ``data`` by HDF5's own code, None where it is not exported
+    (then ``root.lookup3``, in Python, computes it)."""
+    if _LOOKUP3 is None:
+        return None
+    if not isinstance(data, bytes):
+        data = bytes(data)
+    return _LOOKUP3(data, len(data), seed)
 
 
 class Value:
