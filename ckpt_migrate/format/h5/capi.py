@@ -3,14 +3,14 @@ library h5py itself loaded (issue #33).
 
 A format 0.5 dataset carries seven attributes, and an upgrade from a 1.x release writes them on
 every tensor (6,096 in the deep benchmark, 150k in a fine-grained MoE). Through h5py each
-attribute costs about 16 µs, of which HDF5's work is under half: the rest is h5py's objects
-around it (an ``AttrID`` registered in its weak registry, the attribute's type and space
-fetched again to decide on a conversion buffer). Here the same three calls that ``h5a.create``
+attribute costs about 16 µs, a good part of it h5py's objects around HDF5's work (an ``AttrID``
+registered in its weak registry, the attribute's type and space fetched again to decide on a
+conversion buffer). Here the same three calls that ``h5a.create``
 and ``AttrID.write`` make, with the same arguments (``H5Acreate_by_name(loc, ".", name, type,
 space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)``, ``H5Awrite``, ``H5Aclose``), under h5py's own
 lock: the file's bytes are the same (``benchmarks/identical_outputs.py``), and the seven
-attributes of a dataset took 113 µs through h5py and 50 µs so (``bench_h5_floor.py``'s
-machine, an upgrade's clone of 6,096 datasets).
+attributes of a dataset cost 43-70 µs less CPU so (about 40 %; a clone of the deep benchmark's
+6,096 datasets re-attributed as an upgrade does, runs interleaved on a shared 2-core machine).
 
 And the checksum of HDF5's version-2 metadata, Bob Jenkins' lookup3 (``H5_checksum_lookup3``,
 H5checksum.c, which the library exports): a reader of a root of 7,652 attributes verified its
