@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -66,15 +67,24 @@ def evict(path: Path) -> None:
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def timed(argv: list[str], mnt: Path, src: Path) -> tuple[float, int, str]:
+def timed(argv: list[str], mnt: Path, src: Path) -> tuple[float, int, float, str]:
+    """Wall seconds, bytes the device wrote, and CPU seconds (user + system) of the command and
+    every process it waited for (the preflight children of an upgrade)."""
     evict(src)
     before = device_written(mnt)
+    cpu = _children_cpu()
     start = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, env=ENV)
     seconds = time.perf_counter() - start
+    cpu = _children_cpu() - cpu
     if proc.returncode:
         raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()}")
-    return seconds, device_written(mnt) - before, proc.stdout
+    return seconds, device_written(mnt) - before, cpu, proc.stdout
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def one_size(mnt: Path, size: int, repeat: int, check: bool, shape: str) -> dict:
@@ -85,19 +95,19 @@ def one_size(mnt: Path, size: int, repeat: int, check: bool, shape: str) -> dict
     gen = bench_upgrade.generate(src, size, shape)
     subprocess.run([CLI, "--version"], capture_output=True, env=ENV)  # bytecode cached
     file_bytes = src.stat().st_size
-    runs: dict[str, list[tuple[float, int]]] = {}
+    runs: dict[str, list[tuple[float, int, float]]] = {}
     facts: dict = {}
     for _ in range(repeat):
-        s, w, _ = timed(["sh", "-c", f"cp --reflink=never {src} {dst} && sync {dst}"], mnt, src)
-        runs.setdefault("cp --reflink=never + sync", []).append((s, w))
+        s, w, c, _ = timed(["sh", "-c", f"cp --reflink=never {src} {dst} && sync {dst}"], mnt, src)
+        runs.setdefault("cp --reflink=never + sync", []).append((s, w, c))
         dst.unlink()
-        s, w, _ = timed(["cp", "--reflink=always", str(src), str(dst)], mnt, src)
-        runs.setdefault("cp --reflink=always", []).append((s, w))
+        s, w, c, _ = timed(["cp", "--reflink=always", str(src), str(dst)], mnt, src)
+        runs.setdefault("cp --reflink=always", []).append((s, w, c))
         dst.unlink()
         argv = [CLI, "upgrade", str(src), "--output-dir", str(out), "--json"]
         argv.append("--drop-dataloader-state")
-        s, w, stdout = timed(argv, mnt, src)
-        runs.setdefault("ckpt-migrate upgrade", []).append((s, w))
+        s, w, c, stdout = timed(argv, mnt, src)
+        runs.setdefault("ckpt-migrate upgrade", []).append((s, w, c))
         res = json.loads(stdout.splitlines()[-1])
         facts["copy_method"], facts["bytes_shared"] = res["copy_method"], res["bytes_shared"]
         facts["reported_written"] = res["bytes_written"]
@@ -123,16 +133,17 @@ def one_size(mnt: Path, size: int, repeat: int, check: bool, shape: str) -> dict
         target.unlink()
         subprocess.run(["cp", "--reflink=always", str(src), str(dst)], check=True)
         argv = [CLI, "upgrade", str(dst), "--inplace", "--json", "--drop-dataloader-state"]
-        s, w, stdout = timed(argv, mnt, dst)
-        runs.setdefault("ckpt-migrate upgrade --inplace", []).append((s, w))
+        s, w, c, stdout = timed(argv, mnt, dst)
+        runs.setdefault("ckpt-migrate upgrade --inplace", []).append((s, w, c))
         facts["inplace_copy_method"] = json.loads(stdout.splitlines()[-1])["copy_method"]
         for p in work.glob("copy.mdl*"):
             p.unlink()
     src.unlink()
     medians = {
         name: {
-            "seconds": statistics.median(s for s, _ in values),
-            "device_bytes_written": int(statistics.median(w for _, w in values)),
+            "seconds": statistics.median(s for s, _, _ in values),
+            "device_bytes_written": int(statistics.median(w for _, w, _ in values)),
+            "cpu_seconds": statistics.median(c for _, _, c in values),
             "runs": values,
         }
         for name, values in runs.items()
@@ -203,8 +214,8 @@ def print_row(kind: str, r: dict) -> None:
                 f"written {100 * m['written_fraction']:.2f} %"
             )
         print(
-            f"  {name:34s} {m['seconds']:8.2f} s  wrote {m['device_bytes_written'] / 1e6:10.1f}"
-            f" MB{extra}",
+            f"  {name:34s} {m['seconds']:8.2f} s  CPU {m['cpu_seconds']:6.2f} s  wrote "
+            f"{m['device_bytes_written'] / 1e6:10.1f} MB{extra}",
             file=sys.stderr,
         )
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from h5py import h5f, h5p
 
+from ckpt_migrate.format.h5 import capi
 from ckpt_migrate.format.h5 import root as h5root
 
 
@@ -96,5 +97,16 @@ def test_lookup3_is_hdf5s_superblock_checksum(tmp_path: Path, libver: str):
 
 def test_lookup3_known_values():
     # lookup3.c's driver: hashlittle("", 0, 0) and "Four score and seven years ago" with seed 0.
-    assert h5root.lookup3(b"") == 0xDEADBEEF
-    assert h5root.lookup3(b"Four score and seven years ago") == 0x17770551
+    for lookup3 in (h5root.lookup3, h5root.lookup3_python):
+        assert lookup3(b"") == 0xDEADBEEF
+        assert lookup3(b"Four score and seven years ago") == 0x17770551
+
+
+def test_hdf5s_lookup3_is_ours():
+    """HDF5's exported function (``capi.lookup3``) and the Python one agree, seeds included."""
+    rng = np.random.default_rng(5)
+    for n in (0, 1, 11, 12, 13, 100, 4095, 65536):
+        data = rng.bytes(n)
+        for seed in (0, 1, 0xFFFFFFFF):
+            assert capi.lookup3(data, seed) == h5root.lookup3_python(data, seed)
+    assert capi.lookup3(bytearray(b"abc")) == h5root.lookup3_python(b"abc")

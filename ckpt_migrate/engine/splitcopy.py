@@ -143,12 +143,17 @@ class SplitCopy:
             argv += [str(self.fd_in), str(self.fd_out), str(self.size), str(BLOCK), _XXHASH_DIR]
             mode = ["direct" if direct else "cached"] + (["kernel"] if kernel else [])
             argv += [",".join(mode), str(min(lead, BLOCK))]
+            # A session of its own: a terminal's Ctrl-C goes to the parent alone, which aborts
+            # (and kills this worker). In the parent's process group the signal could reach the
+            # worker while it still imports, before it ignores SIGINT: a KeyboardInterrupt
+            # traceback on the shared stderr (seen under load in test_interrupt).
             self._proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
                 pass_fds=(self.fd_in, self.fd_out),
+                start_new_session=True,
             )
         except BaseException:
             self._close()

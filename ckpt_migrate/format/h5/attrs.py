@@ -16,6 +16,8 @@ import h5py
 import numpy as np
 from h5py import h5a, h5s, h5t
 
+from ckpt_migrate.format.h5 import capi
+
 _STR_DTYPE = h5py.string_dtype()
 _STR_MEMTYPE = h5t.py_create(_STR_DTYPE)
 _SCALAR = h5s.create(h5s.SCALAR)
@@ -53,6 +55,10 @@ class Prepared:
     space: h5s.SpaceID
     data: np.ndarray
     mtype: h5t.TypeID  # the type of ``data`` in memory (h5py makes it anew on every write)
+    # Created by HDF5's calls directly (``capi``): then ``raw`` is ``data`` laid out for them
+    # (None for an empty value, nothing to write)
+    direct: bool
+    raw: capi.Value | None
 
 
 def prepare(name: str, value: Any) -> Prepared:
@@ -60,7 +66,10 @@ def prepare(name: str, value: Any) -> Prepared:
     if not data.flags.c_contiguous:  # (np.ascontiguousarray would make a scalar 1-d)
         data = data.copy(order="C")
     space = _SCALAR if data.shape == () else h5s.create_simple(data.shape)
-    return Prepared(name.encode(), hdf5_type(data.dtype), space, data, h5t.py_create(data.dtype))
+    tid, mtype = hdf5_type(data.dtype), h5t.py_create(data.dtype)
+    raw = capi.layout(data, mtype, tid) if data.size else None
+    direct = capi.available() and (raw is not None or not data.size)
+    return Prepared(name.encode(), tid, space, data, mtype, direct, raw)
 
 
 def text_memtype() -> h5t.TypeID:
@@ -71,6 +80,9 @@ def text_memtype() -> h5t.TypeID:
 def create(oid: h5py.h5o.ObjectID, name: str, value: Any) -> None:
     """Create attribute ``name`` (which must not exist) on the object ``oid``."""
     if isinstance(value, str):  # (a root's one per leaf: 13 µs this way, 19 through prepare)
+        raw = capi.text(value, _STR_TYPE)
+        if raw is not None and capi.create(oid, name.encode(), _STR_TYPE, _SCALAR, raw):
+            return
         attr = h5a.create(oid, name.encode(), _STR_TYPE, _SCALAR)
         attr.write(np.array(value, dtype=_STR_DTYPE), mtype=_STR_MEMTYPE)
         return
@@ -78,6 +90,8 @@ def create(oid: h5py.h5o.ObjectID, name: str, value: Any) -> None:
 
 
 def create_prepared(oid: h5py.h5o.ObjectID, p: Prepared) -> None:
+    if p.direct and capi.create(oid, p.name, p.tid, p.space, p.raw):
+        return
     attr = h5a.create(oid, p.name, p.tid, p.space)
     if p.data.size:
         attr.write(p.data, mtype=p.mtype)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ckpt_migrate.format.h5 import capi
 from ckpt_migrate.format.h5.root import lookup3
 
 # Below this many buffers of one length, the one-buffer form is as fast.
@@ -65,7 +66,10 @@ def _final(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 
 def lookup3_many(buffers: Sequence[bytes]) -> list[int]:
-    """``lookup3(buffer)`` (seed 0) of every buffer, in order."""
+    """``lookup3(buffer)`` (seed 0) of every buffer, in order: one by one where HDF5's own
+    function does it (``capi.lookup3``), else side by side in numpy."""
+    if capi.lookup3(b"") is not None:
+        return [lookup3(data) for data in buffers]
     out: list[int] = [0] * len(buffers)
     by_length: dict[int, list[int]] = {}
     for i, data in enumerate(buffers):

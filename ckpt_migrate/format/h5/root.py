@@ -24,6 +24,8 @@ from pathlib import Path
 import h5py
 from h5py import h5f, h5g, h5o, h5p
 
+from ckpt_migrate.format.h5 import capi
+
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 FRESH_ROOT = "__ckpt_migrate_new_root__"
 
@@ -159,7 +161,16 @@ def _rot(x: int, k: int) -> int:
 
 
 def lookup3(data: bytes, seed: int = 0) -> int:
-    """Bob Jenkins' ``hashlittle`` (lookup3.c), the checksum of HDF5's version-2+ metadata."""
+    """Bob Jenkins' ``hashlittle`` (lookup3.c), the checksum of HDF5's version-2+ metadata: by
+    HDF5's own function where the library exports it (``capi``), else here (1 µs per 12 bytes)."""
+    done = capi.lookup3(data, seed)
+    if done is not None:
+        return done
+    return lookup3_python(data, seed)
+
+
+def lookup3_python(data: bytes, seed: int = 0) -> int:
+    """:func:`lookup3` in Python."""
     a = b = c = (0xDEADBEEF + len(data) + seed) & _MASK
     n = len(data)
     if n == 0:
