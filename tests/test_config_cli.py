@@ -103,13 +103,15 @@ def test_an_existing_config_output_is_refused_before_anything_is_written(tmp_pat
     out = tmp_path / "out"
     out.mkdir()
     (out / "params.yaml").write_text("mine: 1\n")
-    proc = run_cli("upgrade", FIXTURES / "release-2.0.mdl", "--output-dir", out, "--config", cfg)
+    src = tmp_path / "release-2.0.mdl"  # a private copy: an upgrade locks its source
+    shutil.copyfile(FIXTURES / "release-2.0.mdl", src)
+    proc = run_cli("upgrade", src, "--output-dir", out, "--config", cfg)
     one_line_error(proc, 2, str(out / "params.yaml"), "refusing to overwrite", "--config-out")
     assert sorted(p.name for p in out.iterdir()) == ["params.yaml"]
     assert (out / "params.yaml").read_text() == "mine: 1\n"
     proc = run_cli(
         "upgrade",
-        FIXTURES / "release-2.0.mdl",
+        src,
         "--output-dir",
         out,
         "--config",
@@ -134,9 +136,11 @@ def test_config_out_and_inplace_default_name(tmp_path):
     custom.parent.mkdir()
     out = tmp_path / "o"
     out.mkdir()
+    src = tmp_path / "release-2.0.mdl"  # a private copy: an upgrade locks its source
+    shutil.copyfile(FIXTURES / "release-2.0.mdl", src)
     proc = run_cli(
         "upgrade",
-        FIXTURES / "release-2.0.mdl",
+        src,
         "--output-dir",
         out,
         "--to",

@@ -9,6 +9,7 @@ write anywhere else), or a directory without write permission otherwise.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -52,7 +53,9 @@ def test_an_unwritable_output_dir_is_exit_5_before_any_work(unwritable, tmp_path
 
 def test_a_missing_output_dir_is_created(tmp_path):
     out = tmp_path / "a" / "b"
-    proc = run_cli("upgrade", FIXTURES / "release-2.0.mdl", "-o", out)
+    src = tmp_path / "release-2.0.mdl"  # a private copy: an upgrade locks its source
+    shutil.copyfile(FIXTURES / "release-2.0.mdl", src)
+    proc = run_cli("upgrade", src, "-o", out)
     assert proc.returncode == 0, proc.stderr
     assert release_of(out / "release-2.0.mdl") == "2.10"
     dry = tmp_path / "dry"

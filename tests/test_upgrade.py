@@ -555,14 +555,16 @@ def test_a_file_at_the_target_is_reported_current_and_put_into_the_output_dir(tm
 
 
 def test_an_existing_output_is_never_overwritten(tmp_path):
-    src = FIXTURES / "release-2.0.mdl"
-    existing = tmp_path / src.name
+    src = fixture("2.0", tmp_path / "src")  # (the shared fixture is locked by other tests' runs)
+    out = tmp_path / "out"
+    out.mkdir()
+    existing = out / src.name
     existing.write_bytes(b"precious")
-    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", tmp_path, "--json")
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", out, "--json")
     res = only_result(proc)
     assert res["status"] == "failed" and res["exit_code"] == 2
     assert "already exists" in res["error"]
-    assert existing.read_bytes() == b"precious" and listing(tmp_path) == {src.name}
+    assert existing.read_bytes() == b"precious" and listing(out) == {src.name}
     assert proc.returncode == 2, proc.stderr
 
 
@@ -826,7 +828,7 @@ def flatten(obj, prefix: str = "") -> dict:
 def test_manifest_holds_the_sha256_of_each_tensors_raw_bytes(tmp_path):
     import torch
 
-    src = FIXTURES / "release-2.0.mdl"
+    src = fixture("2.0", tmp_path / "src")
     manifest = tmp_path / "manifest.json"
     out = tmp_path / "out"
     out.mkdir()
