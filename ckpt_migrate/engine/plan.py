@@ -187,7 +187,7 @@ def make_plan(
         inputs_given=dict(inputs or {}),
         metadata_bytes=(
             _root_metadata_bytes(ckpt.handle.file(), ckpt.handle.spec_bytes)
-            if ckpt.outline
+            if ckpt.outline and ckpt.handle.spec_bytes is not None  # (every 0.5 read sets it)
             else file_bytes - min(ckpt.data_bytes or 0, file_bytes)
         ),
         copy_method=extents.expected_method(copy_method, ckpt.path, out_dir),
@@ -196,7 +196,7 @@ def make_plan(
     )
 
 
-def _root_metadata_bytes(f: h5py.File, spec_bytes: int | None) -> int:
+def _root_metadata_bytes(f: h5py.File, spec_bytes: int) -> int:
     """What an edit of the root may rewrite in place, from an outline read (which measures no
     dataset): the root's header, its attributes' heap and index, and the global heap
     collections of the texts it replaces, the largest being ``__spec__``'s (``spec_bytes``,
@@ -204,7 +204,7 @@ def _root_metadata_bytes(f: h5py.File, spec_bytes: int | None) -> int:
     a few leaves' texts."""
     info = h5o.get_info(f.id)
     attributes = info.meta_size.attr.index_size + info.meta_size.attr.heap_size
-    return info.hdr.space.total + attributes + 2 * (spec_bytes or 0) + (1 << 20)
+    return info.hdr.space.total + attributes + 2 * spec_bytes + (1 << 20)
 
 
 def read_planned(

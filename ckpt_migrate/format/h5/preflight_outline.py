@@ -41,18 +41,19 @@ ROOT_NAMES = ("__version__", "__cstorch_version__", "__SUCCESS__")
 OUTLINE_NAMES = (*ROOT_NAMES, PROVENANCE_ATTR)
 
 
-def walk(path: Path, tick: int, links: bool) -> None:
-    """Try the root's attributes (``OUTLINE_NAMES`` with ``links``, else ``ROOT_NAMES``)
-    and, with ``links``, what ``attrtable`` and ``linktable`` ask HDF5; then say the walk's
+def walk(path: Path, tick: int, outline: bool) -> None:
+    """Try the root's attributes (``OUTLINE_NAMES`` for the ``outline`` scope, else
+    ``ROOT_NAMES``) and, for the outline, what ``attrtable`` and ``linktable`` ask HDF5 (the
+    root's object info, creation properties and link count); then say the walk's
     two parts are done (nothing stored measured: ``Findings.stored`` is 0 and means nothing
     for these scopes)."""
     forbid_plugin_loading()
     with bounded_metadata_cache(h5py.File(path, "r", locking=False, rdcc_nbytes=0)) as f:
-        if links:
+        if outline:
             root_header(f)
             f.id.get_num_objs()
         h5py.h5a.exists(f.id, b"__spec__")
-        wanted = OUTLINE_NAMES if links else ROOT_NAMES
+        wanted = OUTLINE_NAMES if outline else ROOT_NAMES
         names = [n.encode() for n in wanted if h5py.h5a.exists(f.id, n.encode())]
         read_attributes(f.id, tick, names=names)
     os.write(tick, b"%s0,0%s%s0%s" % (FIRST, END, SECOND, END))
