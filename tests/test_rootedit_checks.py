@@ -285,3 +285,33 @@ def test_a_digest_gives_back_the_pairs_not_taken_out():
     assert taken is not None and (taken.digest, taken.count) == (rest.digest, rest.count)
     assert taken.other == []
     assert whole.without({"w.__metadata__"}) is None  # cannot be taken out: read both files
+
+
+def test_the_real_librarys_files_are_checked_against_the_digest_of_their_first_read(
+    tmp_path, monkeypatch
+):
+    """The files the real 2.6 and 2.9 libraries wrote (version-1 roots, attributes in the
+    header), upgraded to 2.10 by a root edit: the source is read once and its digest taken
+    then; an output with one more root attribute than planned is refused, nothing published."""
+    reads: list[str] = []
+    real = attrtable.root_texts
+
+    def counted(f: h5py.File, path: Path, *a: Any, **k: Any):
+        reads.append(Path(path).name)
+        return real(f, path, *a, **k)
+
+    monkeypatch.setattr(attrtable, "root_texts", counted)
+    (tmp_path / "in").mkdir()
+    sources = _real_26_29(tmp_path / "in")
+    assert sources
+    for src in sources:
+        reads.clear()
+        _upgrade_ok(src, tmp_path / "ok" / src.stem)
+        assert reads.count(src.name) == 1, (src.name, reads)
+    _corrupting(monkeypatch, lambda f: f.attrs.__setitem__("extra", "x"))
+    for src in sources:
+        out = tmp_path / "bad" / src.stem
+        result = upgrade(src, UpgradeOptions(target="2.10", output_dir=out))
+        assert result.status == "failed", src.name
+        assert "differ from the source" in (result.error or ""), result.error
+        assert not (out / src.name).exists()
