@@ -63,7 +63,10 @@ def of_root(f: h5py.File, path: Path) -> dict[str, int] | None:
     at = root_header(f)
     if at is None:
         return None
-    found = links(path, *at)
+    try:
+        found = links(path, *at)
+    except OSError:  # (the full read names it)
+        return None
     if found is None or len(found) != f.id.get_num_objs():
         return None
     return found
@@ -79,7 +82,7 @@ def links(path: Path, address: int, base: int = 0) -> dict[str, int] | None:
         links = _Links(file_reader(fd, size, base, window=_WINDOW), size)
         try:
             _group(links, address)
-        except (Unknown, HeaderError, struct.error, UnicodeDecodeError):
+        except (Unknown, HeaderError, struct.error):
             return None
         return links.found
     finally:
