@@ -20,9 +20,11 @@ from ckpt_migrate.format.h5.lookup3 import lookup3_many
 from ckpt_migrate.format.h5.root import lookup3
 
 MAX_BLOCKS = 1 << 20
-# Direct blocks read before they are verified together (``lookup3_many``: one numpy pass per
-# block size, each costing about as much whatever the count) and their objects taken.
-BATCH_BYTES = 32 << 20
+# Direct blocks read before they are verified together (``lookup3_many``: HDF5's own C
+# function where it is exported, else one numpy pass per block size) and their objects taken.
+# Their objects are found only then, each taken as a slice of its block: 32 MiB of blocks and
+# a view per object (150k of them) were the largest transient of a 150k-leaf read (issue 33).
+BATCH_BYTES = 4 << 20
 UNDEF = (1 << 64) - 1
 
 Read = Callable[[int, int], bytes]  # (address, count) -> exactly count bytes, or raise
@@ -91,7 +93,7 @@ class _Heap:
     checksum: int = 0
     blocks: list[bytes] = field(default_factory=list)  # direct blocks to verify
     stored: list[int] = field(default_factory=list)  # and their checksums
-    objects: list[memoryview] = field(default_factory=list)  # theirs, taken once verified
+    read_blocks: list[bytes] = field(default_factory=list)  # their objects taken once verified
     pending: int = 0  # bytes of blocks read since the last flush
     taken: int = 0
 
@@ -102,11 +104,22 @@ class _Heap:
         """Verify the blocks read since the last flush, then take their objects."""
         if lookup3_many(self.blocks) != self.stored:
             raise Unknown("a fractal heap direct block: checksum mismatch")
-        objects, self.objects, self.blocks, self.stored = self.objects, [], [], []
+        read_blocks, self.read_blocks, self.blocks, self.stored = self.read_blocks, [], [], []
         self.pending = 0
-        for one in objects:
-            self.take(bytes(one))
-        self.taken += len(objects)
+        for block in read_blocks:
+            self._objects(block)
+
+    def _objects(self, block: bytes) -> None:
+        """Take the objects of a verified direct block, end to end from its header's end."""
+        size, size_of, take = len(block), self.size_of, self.take
+        pos = 5 + 8 + self.offset_bytes + self.checksum
+        while pos < size:
+            n = size_of(block, pos)
+            if n is None or pos + n > size:
+                break
+            take(block[pos : pos + n])
+            self.taken += 1
+            pos += n
 
     def direct(self, at: int, size: int) -> None:
         self.tick()  # a block holds up to about 600 attributes
@@ -118,14 +131,7 @@ class _Heap:
             self.stored.append(struct.unpack_from("<I", block, head)[0])
             block = block[:head] + bytes(4) + block[head + 4 :]  # (objects lie past it)
             self.blocks.append(block)
-        view = memoryview(block)
-        pos = head + self.checksum
-        while pos < size:
-            n = self.size_of(block, pos)
-            if n is None or pos + n > size:
-                break
-            self.objects.append(view[pos : pos + n])
-            pos += n
+        self.read_blocks.append(block)
         self.pending += size
         if self.pending >= BATCH_BYTES:
             self.flush()

@@ -36,12 +36,12 @@ from ckpt_migrate.format.tree import (
     FullTensorLeaf,
     H5Data,
     Leaf,
-    LeafRef,
     NamedTupleNode,
     Node,
     OpaqueLeaf,
     TensorLeaf,
     ValueLeaf,
+    fill_missing,
     iter_leaves,
     map_leaves,
     name_collisions,
@@ -96,18 +96,18 @@ def read(
     reading = _Reading(f, handle, facts)
     first: dict[str, Leaf] = {}
 
-    def decode(ref: LeafRef) -> Leaf:
-        kept = None if table is None else table.pop(f"{ref.name}{_SUFFIX}", None)
+    def decode(name: str) -> Leaf:
+        kept = None if table is None else table.pop(f"{name}{_SUFFIX}", None)
         if isinstance(kept, _Pending):
-            leaf = kept.decode(reading, ref.name)
+            leaf = kept.decode(reading, name)
         else:  # not in the table: read by name
             if facts.links is not None:
-                raise OutlineTooShort(ref.name)
-            leaf = _decode_leaf(reading, ref.name, _leaf_metadata(f, ref.name, path))
-        first[ref.name] = leaf
+                raise OutlineTooShort(name)
+            leaf = _decode_leaf(reading, name, _leaf_metadata(f, name, path))
+        first[name] = leaf
         return leaf
 
-    root = map_leaves(root, decode)
+    root = fill_missing(root, decode)
     if reading.links:
         root = _resolve_links(root, reading.links, first, path)
     if facts.links is not None:
