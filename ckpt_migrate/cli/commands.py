@@ -67,7 +67,7 @@ def inspect(
     if depth is not None and depth < 0:
         raise UsageError(None, f"--depth must be 0 or more, not {depth}")
     with read_checkpoint(path, outline=True) as ckpt:
-        data = outline.report(ckpt)
+        data = outline.report(ckpt, leaves=everything)
         data["outline_summary"] = not everything
         if everything:
             data["outline"] = outline.outline_lines(ckpt.root)

@@ -121,7 +121,7 @@ def read_outline(
             addresses = linktable.of_root(f, p)
             if addresses is None:  # a link that is not a hard link, or not read: in full
                 raise OutlineTooShort("the root's links")
-            ckpt = _read(p, f, handle, release, None, Facts(links=frozenset(addresses)))
+            ckpt = _read(p, f, handle, release, None, Facts(links=addresses.keys()))
             handle.known_addresses(addresses)  # every link is a leaf's dataset (``_read``)
             return ckpt
         except OutlineTooShort:

@@ -244,6 +244,32 @@ def first_positions(root: Node) -> dict[int, LeafRef]:
     return seen
 
 
+def tied_positions(root: Node) -> dict[int, LeafRef]:
+    """``first_positions`` of the leaves found at more than one position (a tie) only: what an
+    outline or a report needs to say "tied to", without a position kept for each of 188k
+    leaves (issue 33)."""
+    seen: set[int] = set()
+    tied: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, DictNode):
+            stack.extend(value for _, value in node.items)
+        elif isinstance(node, (SeqNode, NamedTupleNode)):
+            stack.extend(node.items)
+        elif id(node) in seen:
+            tied.add(id(node))
+        else:
+            seen.add(id(node))
+    del seen
+    firsts: dict[int, LeafRef] = {}
+    if tied:
+        for ref in iter_leaves(root):
+            if id(ref.leaf) in tied:
+                firsts.setdefault(id(ref.leaf), ref)
+    return firsts
+
+
 def name_collisions(root: Node) -> dict[str, list[tuple[Key, ...]]]:
     """Names more than one position would get (``"a.b"`` vs ``a -> b``, ``1`` vs ``"1"``)."""
     names: set[str] = set()

@@ -7,6 +7,7 @@ look right is not used: the reader opens the dataset as it always did.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ class Facts:
 
     datasets: dict[str, Any] = field(default_factory=dict)
     proven: bool = False
-    links: frozenset[str] | None = None
+    links: AbstractSet[str] | None = None  # (the link table's keys, not a copy of 150k)
 
     def dataset(self, name: str) -> DatasetFacts | None:
         raw = self.datasets.get(name)

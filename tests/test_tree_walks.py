@@ -1,0 +1,92 @@
+"""The tree walks a 150k-leaf read relies on (issue 33): leaves decoded in place in flatten
+order, ties found without a position kept per leaf, and an ``inspect`` summary that leaves
+out the per-leaf report but not its totals."""
+
+from __future__ import annotations
+
+from conftest import REAL
+
+from ckpt_migrate.cli import commands
+from ckpt_migrate.format.outline import outline_lines, report
+from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import (
+    DictNode,
+    MissingLeaf,
+    NamedTupleNode,
+    SeqNode,
+    ValueLeaf,
+    fill_missing,
+    first_positions,
+    iter_leaves,
+    map_leaves,
+    tied_positions,
+)
+
+
+def _spec_like():
+    """Every container kind, nested, with leaves at several depths (as a parsed spec: each
+    leaf a ``MissingLeaf`` of its own name)."""
+    return DictNode(
+        [
+            ("a", MissingLeaf("a")),
+            (
+                "b",
+                SeqNode(
+                    "list",
+                    [
+                        MissingLeaf("b.0"),
+                        DictNode([("c", MissingLeaf("b.1.c"))]),
+                        MissingLeaf("b.2"),
+                    ],
+                ),
+            ),
+            ("t", NamedTupleNode("P", ("_0", "_1"), [MissingLeaf("t.0"), SeqNode("tuple", [])])),
+            (7, MissingLeaf("7")),
+        ]
+    )
+
+
+def test_fill_missing_decodes_in_flatten_order_in_place():
+    order: list[str] = []
+
+    def decode(name: str) -> ValueLeaf:
+        order.append(name)
+        return ValueLeaf(name)
+
+    root = _spec_like()
+    expected = map_leaves(_spec_like(), lambda ref: ValueLeaf(ref.name))
+    filled = fill_missing(root, decode)
+    assert filled is root  # (no second tree)
+    assert (
+        order
+        == [ref.name for ref in iter_leaves(expected)]
+        == ["a", "b.0", "b.1.c", "b.2", "t.0", "7"]
+    )
+    assert [(r.name, r.leaf.value) for r in iter_leaves(filled)] == [
+        (r.name, r.leaf.value) for r in iter_leaves(expected)
+    ]
+    assert not any(isinstance(r.leaf, MissingLeaf) for r in iter_leaves(filled))
+    assert fill_missing(MissingLeaf(""), decode).value == ""  # a root that is a leaf
+
+
+def test_tied_positions_are_the_first_positions_of_ties_only():
+    shared, other = ValueLeaf(1), ValueLeaf(2)
+    root = DictNode([("x", shared), ("y", SeqNode("list", [other, shared])), ("z", shared)])
+    ties = tied_positions(root)
+    assert list(ties) == [id(shared)]
+    assert ties[id(shared)] == first_positions(root)[id(shared)]
+    assert ties[id(shared)].name == "x"
+    assert tied_positions(_spec_like()) == {}
+
+
+def test_an_inspect_summary_keeps_the_totals_and_the_ties_without_every_leaf():
+    path = REAL / "tied.mdl"
+    with read_checkpoint(path) as ckpt:
+        full, summary = report(ckpt), report(ckpt, leaves=False)
+        lines = outline_lines(ckpt.root)
+    assert "leaves" not in summary
+    assert summary == {k: v for k, v in full.items() if k != "leaves"}
+    assert summary["leaf_count"] == len(full["leaves"]) == 7
+    assert any("(tied to model.embed.weight)" in line for line in lines)
+    assert "leaves" not in commands.inspect(path, everything=False)
+    assert len(commands.inspect(path)["leaves"]) == 7
