@@ -1304,3 +1304,24 @@ def test_the_spec_is_written_as_json_dumps_writes_it():
     ]
     for tree in trees:
         assert treespec.root_spec_text(tree) == _json_reference(tree)
+
+
+def test_the_spec_written_in_chunks_is_the_same_text(monkeypatch):
+    """The pieces joined every few (``SPILL_EVERY``), the treespec escaped chunk by chunk:
+    the text is still ``json.dumps``'s, wherever a chunk ends (an escape, a non-ASCII key)."""
+    from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
+    from ckpt_migrate.format.v05 import treespec
+
+    leaf = ValueLeaf(1)
+    keys = ['é"\n\\', "plain.name", "ü\U0001f600", 'q"', "-", ""]
+    tree = DictNode(
+        [
+            (f"{k}{i}" if i % 2 else k * (i + 1), SeqNode("list", [leaf, DictNode([(i, leaf)])]))
+            for i, k in enumerate(keys * 5)
+        ]
+    )
+    expected = _json_reference(tree)
+    for every in (1, 2, 3, 7, 4096):
+        monkeypatch.setattr(treespec, "SPILL_EVERY", every)
+        assert treespec.root_spec_text(tree) == expected
+        assert treespec.dumps(tree) == json.dumps([1, json.loads(json.loads(expected)[1])[1]])

@@ -38,7 +38,15 @@ from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
-from ckpt_migrate.format.tree import H5Data, Leaf, Node, OpaqueLeaf, TensorLeaf, iter_leaves
+from ckpt_migrate.format.tree import (
+    H5Data,
+    Leaf,
+    Node,
+    OpaqueLeaf,
+    TensorLeaf,
+    iter_leaves,
+    tied_positions,
+)
 from ckpt_migrate.format.v05 import treespec as treespec_json
 from ckpt_migrate.format.v05.write import metadata_text
 
@@ -49,13 +57,34 @@ SUCCESS = "__SUCCESS__"
 Leaves = dict[str, tuple[Leaf, str]]
 
 
-def snapshot(root: Node) -> Leaves:
-    """The leaves of ``root`` by name, taken before the hops edit it (the leaf objects are
-    kept, so an identity compared later is the same object's)."""
-    first: dict[int, str] = {}
-    return {
-        ref.name: (ref.leaf, first.setdefault(id(ref.leaf), ref.name)) for ref in iter_leaves(root)
-    }
+@dataclass
+class Snapshot:
+    """The leaves of a tree by name, taken before the hops edit it (the leaf objects are kept,
+    so an identity compared later is the same object's), and the first place of each tie.
+    A tensor's name is its dataset's own string, not a copy: 150k of them (issue 33)."""
+
+    leaves: dict[str, Leaf]
+    firsts: dict[str, str]  # a tie's name -> the name of its first place
+
+    def get(self, name: str) -> tuple[Leaf, str] | None:
+        leaf = self.leaves.get(name)
+        return None if leaf is None else (leaf, self.firsts.get(name, name))
+
+
+def snapshot(root: Node) -> Snapshot:
+    """``Snapshot`` of ``root``."""
+    ties = tied_positions(root)
+    leaves: dict[str, Leaf] = {}
+    firsts: dict[str, str] = {}
+    for ref in iter_leaves(root):
+        leaf, name = ref.leaf, ref.name
+        first = ties.get(id(leaf))
+        if first is not None and first.path != ref.path:
+            firsts[name] = first.name
+        elif isinstance(leaf, TensorLeaf) and isinstance(leaf.data, H5Data):
+            name = leaf.data.name if leaf.data.name == name else name
+        leaves[name] = leaf
+    return Snapshot(leaves, firsts)
 
 
 @dataclass
@@ -74,7 +103,7 @@ def _has_dataset(leaf: Leaf, name: str, first: str) -> bool:
     return isinstance(leaf, (TensorLeaf, OpaqueLeaf)) and first == name
 
 
-def plan_edit(before: Leaves, ckpt: Checkpoint, root: Node, release: Release) -> Edit | None:
+def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) -> Edit | None:
     """The root edit that turns the source into ``root`` as ``release`` writes it, or None
     when the hops changed a dataset after all (one added, removed, renamed or replaced, a tie
     moved to another first place), the source holds datasets no leaf names (the copy-patch
@@ -82,10 +111,16 @@ def plan_edit(before: Leaves, ckpt: Checkpoint, root: Node, release: Release) ->
     its attributes' creation order (``h5root.tracks_order``)."""
     if ckpt.unreferenced:
         return None
-    after = snapshot(root)
+    ties = tied_positions(root)
     edit = Edit({}, [], {})
-    for name, (leaf, first) in after.items():
+    kept = 0  # the leaves of ``before`` still named (names are unique: ``prepare`` refused
+    # collisions)
+    for ref in iter_leaves(root):
+        name, leaf = ref.name, ref.leaf
+        tie = ties.get(id(leaf))
+        first = name if tie is None else tie.name
         old = before.get(name)
+        kept += old is not None
         same = old is not None and old[0] is leaf and old[1] == first
         if _has_dataset(leaf, name, first):
             if not same:
@@ -102,11 +137,14 @@ def plan_edit(before: Leaves, ckpt: Checkpoint, root: Node, release: Release) ->
                 name, leaf, None if first == name else first
             )
             edit.leaves[name] = (leaf, first)
-    for name, (leaf, first) in before.items():
-        if name not in after:
-            if _has_dataset(leaf, name, first):
-                return None
-            edit.removed.append(f"{name}.__metadata__")
+    if kept != len(before.leaves):  # some were removed: those with a dataset must stay
+        after = {ref.name for ref in iter_leaves(root)}
+        for name in before.leaves:
+            if name not in after:
+                leaf, first = before.get(name)  # type: ignore[misc]
+                if _has_dataset(leaf, name, first):
+                    return None
+                edit.removed.append(f"{name}.__metadata__")
     edit.set["__spec__"] = treespec_json.root_spec_text(root)
     edit.set["__cstorch_version__"] = release.cstorch_version or f"{release.name}.0"
     # Every attribute set may be a new one, and the provenance record and __SUCCESS__ are.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,17 +157,60 @@ def _json_context(context: Any, path: str | Path | None) -> Any:
 # --------------------------------------------------------------------------- writing
 
 
+# Pieces of a text joined into one chunk at a time (``_Text``).
+SPILL_EVERY = 4096
+
+
+class _Text:
+    """A long text written piece by piece, its pieces joined every ``SPILL_EVERY`` of them
+    (each chunk through ``encode``): the 27 MB ``__spec__`` of 188k leaves was a million small
+    strings held at once, then twice more as the treespec and its JSON string (issue 33)."""
+
+    __slots__ = ("append", "chunks", "encode", "pieces")
+
+    def __init__(self, encode: Callable[[str], str] | None = None) -> None:
+        self.pieces: list[str] = []
+        self.append = self.pieces.append
+        self.chunks: list[str] = []
+        self.encode = encode
+
+    def spill(self) -> None:
+        """Join the pieces so far, if there are enough of them (called between nodes)."""
+        if len(self.pieces) >= SPILL_EVERY:
+            self._join()
+
+    def _join(self) -> None:
+        chunk = "".join(self.pieces)
+        self.pieces.clear()
+        self.chunks.append(chunk if self.encode is None else self.encode(chunk))
+
+    def text(self) -> str:
+        self._join()
+        return "".join(self.chunks)
+
+
+def _json_string_body(text: str) -> str:
+    """``json.dumps(text)`` without its quotes: the escaping is character by character, so
+    that of a whole text is that of its chunks put end to end."""
+    return json.dumps(text)[1:-1]
+
+
 def dumps(node: Node) -> str:
     """``treespec_dumps``: the protocol-1 JSON string, ``json.dumps([1, {"type": ...,
     "context": ..., "children_spec": [...]}])`` written piece by piece (no dictionary per
     node: 225k of them at 150k leaves)."""
-    out = [f"[{PROTOCOL}, "]
+    out = _Text()
+    _dump_into(node, out)
+    return out.text()
+
+
+def _dump_into(node: Node, out: _Text) -> None:
+    out.append(f"[{PROTOCOL}, ")
     _treespec(node, out)
     out.append("]")
-    return "".join(out)
 
 
-def _treespec(node: Node, out: list[str]) -> None:
+def _treespec(node: Node, out: _Text) -> None:
     """torch's ``_treespec_to_json`` of ``node`` (key order type, context, children_spec)."""
     if is_leaf(node):
         out.append(_LEAF_TEXT)
@@ -190,6 +234,7 @@ def _treespec(node: Node, out: list[str]) -> None:
             out.append(", ")
         _treespec(kid, out)
     out.append("]}")
+    out.spill()
 
 
 def plain(name: str) -> bool:
@@ -210,19 +255,20 @@ def single_leaf_spec(name: str) -> str:
 def root_spec_text(node: Node) -> str:
     """The root's ``__spec__``: ``json.dumps([structure, dumps(node)], indent=4)``, the
     structure being the tree with ``"*"`` leaves, or null if JSON cannot hold it (a set),
-    written piece by piece like ``dumps``."""
-    out = ["[\n    "]
+    written piece by piece like ``dumps``, the treespec escaped as a JSON string chunk by
+    chunk (``_json_string_body``)."""
     try:
-        _structure(node, 1, out)
+        structure = _Text()
+        _structure(node, 1, structure)
+        head = structure.text()
     except TypeError:
-        out[1:] = ["null"]
-    out.append(",\n    ")
-    out.append(json.dumps(dumps(node)))
-    out.append("\n]")
-    return "".join(out)
+        head = "null"
+    spec = _Text(_json_string_body)
+    _dump_into(node, spec)
+    return "".join(("[\n    ", head, ',\n    "', spec.text(), '"\n]'))
 
 
-def _structure(node: Node, level: int, out: list[str]) -> None:
+def _structure(node: Node, level: int, out: _Text) -> None:
     """``json.dumps(..., indent=4)`` of the structure of ``node`` at depth ``level``."""
     if is_leaf(node):
         out.append('"*"')
@@ -230,27 +276,33 @@ def _structure(node: Node, level: int, out: list[str]) -> None:
     if isinstance(node, SeqNode) and node.kind == "set":
         raise TypeError("set")
     if isinstance(node, DictNode):
-        entries = [(_key(k), v) for k, v in node.items]
+        entries = node.items
         opening, closing = "{", "}"
     else:
-        entries = [(None, v) for v in node.items]  # type: ignore[union-attr]
+        entries = node.items  # type: ignore[union-attr]
         opening, closing = "[", "]"
     if not entries:
         out.append(opening + closing)
         return
     inner = "\n" + "    " * (level + 1)
     out.append(opening)
-    for i, (key, value) in enumerate(entries):
+    keyed = opening == "{"
+    for i, entry in enumerate(entries):
         out.append(("," if i else "") + inner)
-        if key is not None:
-            out.append(key + ": ")
+        if keyed:
+            key, value = entry
+            out.append(_key(key) + ": ")
+        else:
+            value = entry
         _structure(value, level + 1, out)
     out.append("\n" + "    " * level + closing)
+    out.spill()
 
 
 def _key(key: Key) -> str:
     """A dict key as ``json.dumps`` writes it (an int as its decimal string)."""
-    return json.dumps(key if isinstance(key, str) else str(key))
+    text = key if isinstance(key, str) else str(key)
+    return f'"{text}"' if plain(text) else json.dumps(text)
 
 
 def as_tuples(node: Node) -> Node:
