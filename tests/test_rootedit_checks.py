@@ -315,3 +315,34 @@ def test_the_real_librarys_files_are_checked_against_the_digest_of_their_first_r
         assert result.status == "failed", src.name
         assert "differ from the source" in (result.error or ""), result.error
         assert not (out / src.name).exists()
+
+
+def test_the_preflight_child_scans_the_datasets_while_the_parent_reads(tmp_path, monkeypatch):
+    """The storage scan runs in the outline's preflight child, on the second core, while the
+    parent reads the root (150k headers: 2-3 s, issue 33): the parent scans no header itself.
+    A child that dies while it scans costs the parent its own scan, not the upgrade."""
+    import os
+    import signal
+
+    src = _source(tmp_path / "src.mdl", experts=3)
+    log = tmp_path / "scans"
+    real, parent = storagescan.scan, os.getpid()
+
+    def logged(*a: Any, **k: Any) -> bool:
+        with open(log, "a") as fh:
+            fh.write("parent\n" if os.getpid() == parent else "child\n")
+        return real(*a, **k)
+
+    monkeypatch.setattr(storagescan, "scan", logged)
+    _upgrade_ok(src, tmp_path / "a")
+    assert log.read_text().split() == ["child"]
+
+    def dies(*a: Any, **k: Any) -> bool:
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return logged(*a, **k)
+
+    log.unlink()
+    monkeypatch.setattr(storagescan, "scan", dies)
+    _upgrade_ok(src, tmp_path / "b")
+    assert log.read_text().split() == ["parent"]

@@ -215,16 +215,17 @@ def read_planned(
     defer_chunks: bool = False,
     outline: bool = True,
     root_digest: bool = False,
+    storage_scan: bool = False,
     enough: Callable[[Plan], bool] = lambda plan: True,
     **options: Any,
 ) -> tuple[Checkpoint, Plan]:
     """The checkpoint at ``path`` and its plan (``make_plan``'s ``options``): read from its
     outline (``read_checkpoint(outline=True)``) when the plan made from it is ``enough`` for
     the caller and needs no measure of the stored bytes (``Plan.needs_stored_bytes``), else
-    read in full and planned again. ``root_digest``: ``read_checkpoint``'s. The caller closes
-    the checkpoint."""
+    read in full and planned again. ``root_digest``, ``storage_scan``: ``read_checkpoint``'s.
+    The caller closes the checkpoint."""
     read = {"release": release, "defer_chunks": defer_chunks, "root_digest": root_digest}
-    ckpt = read_checkpoint(path, outline=outline, **read)
+    ckpt = read_checkpoint(path, outline=outline, storage_scan=storage_scan, **read)
     try:
         plan = make_plan(ckpt, target, **options)
         if ckpt.outline and (plan.needs_stored_bytes or not enough(plan)):

@@ -246,6 +246,7 @@ def _upgrade_locked(
         # (the object store's staging opens every dataset for its data ranges: read in full)
         outline=not opts.deep_check and opts.copy_method != "sparse",
         root_digest=True,  # (a root edit's verification compares its output with it)
+        storage_scan=True,  # (``_require_self_contained``, on the second core meanwhile)
         enough=lambda plan: plan.root_only or (plan.current and not opts.edits),
         output_dir=out_dir,
         inputs=opts.inputs,
@@ -376,6 +377,8 @@ def _require_self_contained(ckpt: Checkpoint) -> None:
     copies them unread: what the copy would carry out of the file is refused from their
     headers (``storagescan``), or, where those do not tell, by the full walk."""
     handle = ckpt.handle
+    if handle.storage_scanned():  # (the outline's preflight child scanned them)
+        return
     base = superblock_offset(handle.file())
     if not storagescan.scan(handle.path, handle.addresses(), base):
         handle.walked()

@@ -38,6 +38,7 @@ def read_checkpoint(
     defer_chunks: bool = False,
     outline: bool = False,
     root_digest: bool = False,
+    storage_scan: bool = False,
 ) -> Checkpoint:
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
@@ -56,11 +57,13 @@ def read_checkpoint(
     ``outline`` (issue 33): for a format 0.5 file, read the root and the links only
     (``read_outline``), falling back to the full read when that does not suffice.
     ``root_digest``: take the digest of a format 0.5 root's attributes as they are read
-    (``H5Handle.root_digest``; None when they were not read in one pass).
+    (``H5Handle.root_digest``; None when they were not read in one pass). ``storage_scan``:
+    an outline read's preflight child goes on to scan the datasets' storage for what a copy
+    would carry out of the file (``H5Handle.storage_scanned``) while this process reads.
     """
     p = Path(path)
     if outline and isolate:
-        ckpt = read_outline(p, release, root_digest)
+        ckpt = read_outline(p, release, root_digest, storage_scan)
         if ckpt is not None:
             return ckpt
     found = preflight(p, defer=defer_chunks) if isolate else None
@@ -98,21 +101,31 @@ def _closed_on_error(p: Path, handle: H5Handle, read: Callable[[], Any]) -> Any:
 
 
 def read_outline(
-    p: Path, release: str | None = None, root_digest: bool = False
+    p: Path, release: str | None = None, root_digest: bool = False, storage_scan: bool = False
 ) -> Checkpoint | None:
     """A format 0.5 checkpoint read from its root and its links alone, no dataset opened:
     every leaf as its ``__metadata__`` declares it (a tensor's dtype and shape), a tensor's
     dataset known to exist by a link of its name but not checked against its metadata, and
     the datasets' storage (chunk indexes, stored bytes: ``data_bytes`` None) not walked. The
     links are read from the file's bytes (``linktable``), the root's attributes through HDF5
-    once the preflight child has tried them (``preflight(scope="outline")``); any read of
+    once the preflight child has tried them (``preflight(scope="outline")``; with
+    ``storage_scan`` its ``"storage"`` scope, which goes on to scan the datasets); any read of
     tensor data waits for the full walk (``_WalkFirst``). None when the outline does not
     answer (a legacy format, a leaf whose dataset must be opened, a link that is no leaf's,
     a problem the child met): the caller reads the file in full, which names any problem."""
-    if not looks_like_format_05(p) or preflight(p, scope="outline") is None:
+    if not looks_like_format_05(p):
         return None  # (a legacy root is known by its header: no child forked for it)
-    f = open_read(p)
+    tried = preflight(p, scope="storage" if storage_scan else "outline", defer=storage_scan)
+    if tried is None:
+        return None
+    try:
+        f = open_read(p)
+    except BaseException:
+        if tried.rest is not None:
+            tried.rest.cancel()
+        raise
     handle = H5Handle(p, f)
+    handle.storage = tried.rest
     handle.root_digest = RootDigest() if root_digest else None
     handle.pending = _WalkFirst(p, f)
 

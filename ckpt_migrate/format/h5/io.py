@@ -15,7 +15,7 @@ import h5py
 import hdf5plugin
 import numpy as np
 
-from ckpt_migrate.errors import CkptIOError, CorruptCheckpointError, NotACheckpointError
+from ckpt_migrate.errors import CkptError, CkptIOError, CorruptCheckpointError, NotACheckpointError
 from ckpt_migrate.format.h5 import chunks
 
 LZ4_FILTER_ID = 32004
@@ -154,6 +154,9 @@ class H5Handle:
         self.root_digest: Any = None
         # The size of the root's ``__spec__`` text in bytes, as a format 0.5 reader read it.
         self.spec_bytes: int | None = None
+        # An outline read's scan of the datasets' storage, still running in its preflight
+        # child (``read_checkpoint(storage_scan=True)``): a ``preflight.Rest``.
+        self.storage: Any = None
 
     def addresses(self) -> dict[str, int]:
         """``object_addresses`` of the file, read once per handle: an upgrade's edit and its
@@ -179,6 +182,19 @@ class H5Handle:
             pending, self.pending = self.pending, None
             if pending is not None:
                 pending.wait()
+
+    def storage_scanned(self) -> bool:
+        """Whether the preflight child's scan of the datasets' storage (``H5Handle.storage``)
+        found nothing a copy would carry out of the file. False when none ran, or it found
+        something, stalled or died: the caller then scans itself, and names what it finds."""
+        with self._pending_lock:
+            rest, self.storage = self.storage, None
+        if rest is None:
+            return False
+        try:
+            return rest.finish(self.path) is not None
+        except CkptError:
+            return False
 
     def file(self) -> h5py.File:
         with self._lock:
@@ -221,8 +237,10 @@ class H5Handle:
     def close(self) -> None:
         with self._pending_lock:
             pending, self.pending = self.pending, None
-            if pending is not None:
-                pending.cancel()
+            storage, self.storage = self.storage, None
+        for running in (pending, storage):
+            if running is not None:
+                running.cancel()
         with self._lock:
             if self._file is not None and self._file.id.valid:
                 self._file.close()

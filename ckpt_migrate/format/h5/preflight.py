@@ -67,7 +67,7 @@ from ckpt_migrate.format.h5.walkreads import (
     read_attributes,
 )
 
-Scope = Literal["full", "outline", "root"]
+Scope = Literal["full", "outline", "storage", "root"]
 STALL_SECONDS = float(os.environ.get("CKPT_MIGRATE_STALL_SECONDS", "10"))
 FIX = "the file is damaged; use another copy"
 
@@ -93,7 +93,9 @@ def preflight(path: Path, *, defer: bool = False, scope: Scope = "full") -> Find
 
     ``scope``: what the caller will read through HDF5, and so what the child tries first:
     ``"full"`` every object (below), ``"outline"`` the root's attributes and every link but
-    no object behind one, ``"root"`` only the release's root attributes
+    no object behind one, ``"storage"`` the outline, then as its second part what a copy of
+    the datasets would carry out of the file, from their headers' bytes (``storagescan``: an
+    upgrade that edits only the root), ``"root"`` only the release's root attributes
     (``preflight_outline.ROOT_NAMES``)
     (``preflight_outline``: one child; ``Findings.datasets`` is then empty).
 
@@ -189,7 +191,7 @@ class _Walk:
                         if scope == "full":
                             _walk(path, write_end, part, WORKERS, walk.facts[part])
                         else:
-                            preflight_outline.walk(path, write_end, scope == "outline")
+                            preflight_outline.walk(path, write_end, scope)
                     except BaseException:
                         code = 1  # a Python-level error: the parent's own reading reports it
                     finally:

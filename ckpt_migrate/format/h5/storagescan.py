@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from ckpt_migrate.format.h5.boundary import ALLOWED_FILTERS, ALLOWED_TYPE_CLASSES, unsafe
@@ -33,20 +34,26 @@ _VIRTUAL = 3
 _KINDS = frozenset((_DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS))
 _LIMIT = 1 << 10  # continuation blocks of one dataset's header
 _WINDOW = 64 << 10  # bytes read at once
+TICK_EVERY = 1000
 
 
 class Undecided(Exception):
     """A header this scan does not understand."""
 
 
-def scan(path: Path, datasets: dict[str, int], base: int = 0) -> bool:
+def scan(
+    path: Path, datasets: dict[str, int], base: int = 0, tick: Callable[[], object] | None = None
+) -> bool:
     """Raise ``UnsafeContentError`` for the first dataset of ``datasets`` (name -> its header's
     address relative to ``base``, the superblock's) that points outside the file; True when
-    none does, False when a header was not understood (nothing concluded)."""
+    none does, False when a header was not understood (nothing concluded). ``tick`` is called
+    every ``TICK_EVERY`` datasets (a preflight child's sign of progress)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         read = file_reader(fd, os.fstat(fd).st_size, base, window=_WINDOW)
-        for name, address in datasets.items():
+        for i, (name, address) in enumerate(datasets.items()):
+            if tick is not None and i % TICK_EVERY == 0:
+                tick()
             try:
                 problem = _problem(read, address)
             except (HeaderError, Undecided, struct.error):
