@@ -54,6 +54,8 @@ _VLEN_CLASS, _STRING = 9, 1
 _SCALAR_V2 = 0
 _HEAD = struct.Struct("<BBHHH")  # an attribute message's version, flags and field sizes
 _STRING_REF = struct.Struct("<IQI")  # a variable-length string: length, heap collection, index
+# An attribute message's (name's start, its length with its NUL, the data's start, ``_tail``)
+Fields = tuple[int, int, int, "tuple[bool, int] | None"]
 # Datatype and dataspace messages seen (few distinct ones: every leaf's is the same string).
 _TAILS: dict[tuple[bytes, bytes], tuple[bool, int] | None] = {}
 _TAILS_KEPT = 1024
@@ -151,25 +153,40 @@ def read_texts(
 def _attributes(f: _File, address: int, tick: Tick, keep: Keep | None) -> dict[str, Any]:
     found: dict[str, Any] = {}
 
-    def take(body: bytes) -> None:
-        name, value = _attribute(f, body)
+    def take(name: str, value: str | None) -> None:
         if name in found:
             raise Unknown(f"attribute {name!r} twice")
         found[name] = value if keep is None else keep(name, value)
         if len(found) % TICK_EVERY == 0:
             tick()
 
+    def take_at(block: bytes, pos: int) -> int | None:
+        """The attribute message at ``pos`` of a heap block, its fields read once: its
+        length, from its name, datatype and dataspace (each padded to 8 bytes in version 1)
+        and the data they size; None where none starts (the block's free space)."""
+        if pos + 8 > len(block) or block[pos] not in (1, 2, 3):
+            return None
+        fields = _fields(block, pos)
+        tail = fields[3]
+        if tail is None:
+            return None
+        end = fields[2] + tail[1]
+        if end > len(block):
+            return None
+        take(*_attribute(f, block, pos, end, fields))
+        return end - pos
+
     for kind, body in _messages(f, address):
         if kind == _ATTRIBUTE_INFO:
-            _dense(f, body, take)
+            _dense(f, body, take_at)
         else:
-            take(body)
+            take(*_attribute(f, body, 0, len(body)))
     return found
 
 
-def _dense(f: _File, info: bytes, take: Callable[[bytes], None]) -> None:
-    """The attribute messages of dense storage (§IV.A.2.v), each to ``take``: every object of
-    the fractal heap the attribute info message names (``fractalheap.walk``). The caller's
+def _dense(f: _File, info: bytes, take_at: fractalheap.TakeAt) -> None:
+    """The attribute messages of dense storage (§IV.A.2.v), each to ``take_at``: every object
+    of the fractal heap the attribute info message names (``fractalheap.walk``). The caller's
     count check against HDF5's catches attributes this reader did not find."""
     if len(info) < 2 or info[0] != 0:
         raise Unknown("attribute info message")
@@ -177,20 +194,10 @@ def _dense(f: _File, info: bytes, take: Callable[[bytes], None]) -> None:
     heap = struct.unpack_from("<Q", info, pos)[0]
     if heap == UNDEF:  # no heap: the attributes are messages of the header (compact)
         return
-    fractalheap.walk(f.read, f.visited, heap, _attribute_size, take, f.tick)
+    fractalheap.walk(f.read, f.visited, heap, take_at, f.tick)
 
 
-def _attribute_size(block: bytes, pos: int) -> int | None:
-    """The length of the attribute message at ``pos`` from its own fields: name, datatype and
-    dataspace (each padded to 8 bytes in version 1) and the data they size; None where no
-    attribute message starts (the block's free space)."""
-    if pos + 8 > len(block) or block[pos] not in (1, 2, 3):
-        return None
-    _name_at, _name_n, data_at, tail = _fields(block, pos)
-    return None if tail is None else data_at - pos + tail[1]
-
-
-def _fields(block: bytes, pos: int) -> tuple[int, int, int, tuple[bool, int] | None]:
+def _fields(block: bytes, pos: int) -> Fields:
     """(where the name starts, its length with its NUL, where the data starts, ``_tail`` of the
     datatype and dataspace) of the attribute message at ``pos`` (version 1, 2 or 3)."""
     version, _flags, name_n, type_n, space_n = _HEAD.unpack_from(block, pos)
@@ -251,28 +258,29 @@ def _messages(f: _File, address: int) -> list[tuple[int, bytes]]:
     return found
 
 
-def _attribute(f: _File, body: bytes) -> tuple[str, str | None]:
-    """(name, text or None) of one attribute message."""
-    if len(body) < 8:
+def _attribute(
+    f: _File, data: bytes, pos: int, end: int, fields: Fields | None = None
+) -> tuple[str, str | None]:
+    """(name, text or None) of the attribute message from ``pos`` to ``end`` of ``data``
+    (``fields``: its ``_fields``, if the caller read them)."""
+    if end - pos < 8:
         raise Unknown("short attribute message")
-    version, flags = body[0], body[1]
+    version, flags = data[pos], data[pos + 1]
     if version not in (1, 2, 3):
         raise Unknown(f"attribute message version {version}")
     if version != 1 and flags & 0x03:
         raise Unknown("attribute with a shared datatype or dataspace")
-    name_at, name_n, data_at, tail = _fields(body, 0)
-    raw = body[name_at : name_at + name_n]
-    if len(raw) != name_n or not raw.endswith(b"\0"):
+    name_at, name_n, data_at, tail = fields or _fields(data, pos)
+    if name_n < 1 or name_at + name_n > end or data[name_at + name_n - 1] != 0:
         raise Unknown("attribute name")
-    if data_at > len(body):
+    if data_at > end:
         raise Unknown("attribute message runs past its end")
-    name = raw[:-1].decode("utf-8", "surrogateescape")
+    name = data[name_at : name_at + name_n - 1].decode("utf-8", "surrogateescape")
     if tail is None or not tail[0]:
         return name, None
-    data = body[data_at : data_at + 16]
-    if len(data) != 16:
+    if data_at + 16 > end:
         raise Unknown("attribute data")
-    length, collection, index = _STRING_REF.unpack(data)
+    length, collection, index = _STRING_REF.unpack_from(data, data_at)
     if collection in (0, UNDEF):  # a null string
         return name, None
     text = f.heap_object(collection, index)

@@ -3,7 +3,8 @@
 messages, §IV.A.2.v) and ``linktable`` (link messages, §IV.A.2.c).
 
 HDF5 appends a heap's objects end to end in its direct blocks, so each object's length is read
-from its own fields (the caller's ``SizeOf``); the heap's count of managed objects then proves
+from its own fields (the caller's ``TakeAt``, which takes the object as it reads them); the
+heap's count of managed objects then proves
 none was missed (a heap with a hole, where an object was deleted, is :class:`Unknown`). Heaps
 with filters, huge or tiny objects are :class:`Unknown` too: the caller then asks HDF5. Every
 checksum is verified (the direct blocks together: ``lookup3_many``), every block is read once,
@@ -28,8 +29,9 @@ BATCH_BYTES = 4 << 20
 UNDEF = (1 << 64) - 1
 
 Read = Callable[[int, int], bytes]  # (address, count) -> exactly count bytes, or raise
-SizeOf = Callable[[bytes, int], "int | None"]  # the object at a position: its length, or None
-Take = Callable[[bytes], None]
+# (a verified block, a position) -> the length of the object there, taken; None where none
+# starts or it would run past the block (nothing taken)
+TakeAt = Callable[[bytes, int], "int | None"]
 
 
 class Unknown(Exception):
@@ -44,13 +46,12 @@ def walk(
     read: Read,
     visited: set[int],
     heap: int,
-    size_of: SizeOf,
-    take: Take,
+    take_at: TakeAt,
     tick: Callable[[], object] = _nothing,
 ) -> None:
     """Every managed object of the heap whose header is at ``heap``, in address order, to
-    ``take``, each only after its block's checksum is verified. ``visited``: the blocks read
-    (shared with the caller's other reads, against loops)."""
+    ``take_at``, each only after its block's checksum is verified. ``visited``: the blocks
+    read (shared with the caller's other reads, against loops)."""
     h = read(heap, 146)
     if h[:5] != b"FRHP\0" or struct.unpack_from("<I", h, 142)[0] != lookup3(h[:142]):
         raise Unknown(f"no fractal heap at {heap}")
@@ -59,7 +60,7 @@ def walk(
     width, start, top, bits, _rows, root, rows = struct.unpack_from("<HQQHHQH", h, 110)
     if filters or huge or tiny or width == 0 or not _power_of_two(start) or top < start:
         raise Unknown("a fractal heap with filters, huge or tiny objects")
-    blocks = _Heap(read, visited, tick, heap, width, start, top, (bits + 7) // 8, size_of, take)
+    blocks = _Heap(read, visited, tick, heap, width, start, top, (bits + 7) // 8, take_at)
     blocks.checksum = 4 if flags & 0x02 else 0
     if rows == 0:
         if root != UNDEF:
@@ -88,8 +89,7 @@ class _Heap:
     start: int
     top: int
     offset_bytes: int
-    size_of: SizeOf
-    take: Take
+    take_at: TakeAt
     checksum: int = 0
     blocks: list[bytes] = field(default_factory=list)  # direct blocks to verify
     stored: list[int] = field(default_factory=list)  # and their checksums
@@ -111,13 +111,12 @@ class _Heap:
 
     def _objects(self, block: bytes) -> None:
         """Take the objects of a verified direct block, end to end from its header's end."""
-        size, size_of, take = len(block), self.size_of, self.take
+        size, take_at = len(block), self.take_at
         pos = 5 + 8 + self.offset_bytes + self.checksum
         while pos < size:
-            n = size_of(block, pos)
-            if n is None or pos + n > size:
+            n = take_at(block, pos)
+            if n is None:
                 break
-            take(block[pos : pos + n])
             self.taken += 1
             pos += n
 

@@ -110,9 +110,7 @@ def _dense(links: _Links, info: bytes) -> None:
         raise Unknown("link info message")
     heap = struct.unpack_from("<Q", info, 2 + (8 if info[1] & 0x01 else 0))[0]
     if heap != UNDEF:
-        fractalheap.walk(
-            links.read, links.visited, heap, _link_size, lambda body: _take_link(links, body)
-        )
+        fractalheap.walk(links.read, links.visited, heap, lambda b, at: _link_at(links, b, at))
 
 
 def _link_fields(body: bytes, pos: int = 0) -> tuple[int, int, int]:
@@ -139,6 +137,15 @@ def _link_size(block: bytes, pos: int) -> int | None:
     if kind == _HARD:
         return at + 8 - pos
     return at + 2 + int.from_bytes(block[at : at + 2], "little") - pos
+
+
+def _link_at(links: _Links, block: bytes, pos: int) -> int | None:
+    """Take the link message at ``pos`` of a heap block (``fractalheap.TakeAt``)."""
+    n = _link_size(block, pos)
+    if n is None or pos + n > len(block):
+        return None
+    _take_link(links, block[pos : pos + n])
+    return n
 
 
 def _take_link(links: _Links, body: bytes) -> None:
