@@ -14,7 +14,12 @@ code (``preflight``'s docstring) ends the child, not the command:
   one-pass readers whose reads are bounded by the file's size; a root they cannot read, a
   link that is not a hard link, or a leaf with no text makes the outline read give way to
   the full one (``facts.OutlineTooShort``), which reads them through HDF5 after the full
-  walk.
+  walk;
+* ``"storage"`` (an upgrade of a chain that edits only the root): the outline's first part,
+  then, as the walk's second part, every dataset's header scanned for what a copy would carry
+  out of the file (``storagescan``: the file's bytes, no HDF5 code run on them), on the second
+  core while the parent reads the root; it reports only a clean scan, and the parent scans
+  again itself to name anything else (``H5Handle.storage_scanned``).
 
 A dataset never opened cannot make HDF5 crash; one that a reader of the outline later needs
 after all (a tensor's data, an array's stored dtype) is read only after the full walk
