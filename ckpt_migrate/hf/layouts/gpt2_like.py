@@ -20,7 +20,7 @@ from typing import Any
 
 from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.config_ops import swiglu
-from ckpt_migrate.hf.heads import GPT2_HEAD, LAYOUT_HEAD
+from ckpt_migrate.hf.heads import Head, lm_head
 from ckpt_migrate.hf.mapping import MappingError, Shape
 from ckpt_migrate.hf.ops import (
     CAUSAL_MASK,
@@ -53,6 +53,19 @@ EMBEDDING = "embedding_layer.word_embeddings.weight"
 HEADS = ((EMBEDDING, "lm_head.weight"), ("{p}wte.weight", "lm_head.weight"))  # CS, HF
 # HF attention buffers the GPT-2 rules drop (gpt2_hf_cs.py lines 304-309, exists="left").
 HF_ATTN_BUFFERS = r"(?:transformer\.)?h\.\d+\.attn\.(?:masked_bias|bias)"
+# GPT-2's own head (gpt2_hf_cs.py): a tied head imported as the embedding under a second name
+# (lines 768-790), a fresh one float32 of the config's shape (lines 367-394).
+GPT2_HEAD = lm_head(
+    "GPT-2 LM head",
+    Head(missing="lm_head.weight is missing and tie_word_embeddings is false"),
+)
+# The head of the families built on the GPT-2 layout (StarCoder, SantaCoder, BTLM, JAIS): the
+# head row writes the HF embedding, a tied head is imported as a copy of it (gpt2_hf_cs.py
+# lines 777-781 and 386-387), a fresh one takes its shape and dtype (lines 388-390).
+LAYOUT_HEAD = lm_head(
+    "GPT-2 layout LM head",
+    Head(True, "copy", "like", "lm_head.weight: missing and tie_word_embeddings is false"),
+)
 
 
 def qkv(fused: str, op: Op = FUSED_CONV1D, letters: str = "qkv", when: str | None = None) -> Row:
@@ -88,7 +101,7 @@ def mlp(op: Op, glu: bool = False) -> tuple[Row, ...]:
 # and, on import, ``ln_f`` too (one module at two places, gpt2_model.py lines 911 and 962-972;
 # ``replace_final_norm``, lines 323-337); Q, K, V fused into Conv1D ``c_attn`` (lines 113-202;
 # the ``attn.bias``/``attn.masked_bias`` buffers it generates are not written: transformers 5
-# no longer has them); the head (:data:`~ckpt_migrate.hf.heads.GPT2_HEAD`).
+# no longer has them); the head (:data:`GPT2_HEAD`).
 GPT2 = Table(
     groups={
         "embeddings": Group(
@@ -136,7 +149,7 @@ def on_gpt2_layout(block: tuple[Row, ...], attention: tuple[Row, ...]) -> Table:
     (starcoder.py lines 696-707), ``ln_f``, BTLM's ALiBi slopes (btlm_hf_cs.py lines 386-394),
     per layer ``ln_1``/``ln_2`` (-> ``norm1``/``norm3``, gpt2_hf_cs.py lines 259-276) then
     ``block``, then ``attention``; on import ``ln_f`` under its second name too; the head
-    (:data:`~ckpt_migrate.hf.heads.LAYOUT_HEAD`, which writes ``wte`` on export). Checked: a
+    (:data:`LAYOUT_HEAD`, which writes ``wte`` on export). Checked: a
     source tensor no row reads is an error (:func:`~ckpt_migrate.hf.table.checked`)."""
     positions = "embedding_layer.position_embeddings.embed.weight"
     slopes = "embedding_layer.position_embed_helper.slopes"
