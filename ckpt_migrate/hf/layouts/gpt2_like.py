@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ckpt_migrate.hf import config_table
+from ckpt_migrate.hf import config_table, unconverted
 from ckpt_migrate.hf.config_ops import swiglu
 from ckpt_migrate.hf.heads import Head, lm_head
 from ckpt_migrate.hf.mapping import MappingError, Shape
@@ -203,18 +203,6 @@ SANTACODER = on_gpt2_layout(
 BTLM = on_gpt2_layout(mlp(CONV1D, glu=True), (qkv("c_attn"),))
 
 
-def tie_map(cs: Mapping[str, Shape], tied: bool) -> dict[str, str]:
-    """CS tensors that are copies of one the plan reads (no HF tensor of their own): ``ln_f.*``
-    of ``transformer_decoder.norm.*`` (Model Zoo drops them on the way to HF, rule ``ln_f``
-    ``exists="right"``, gpt2_hf_cs.py line 303), and a tied ``lm_head.weight`` of the
-    embedding. Only those the file has: a Trainer-saved checkpoint (and ours) holds both, Model
-    Zoo's 2.1+ converted one no tied head."""
-    ties = {f"ln_f.{s}": f"transformer_decoder.norm.{s}" for s in BOTH}
-    if tied and EMBEDDING in cs:
-        ties["lm_head.weight"] = EMBEDDING
-    return {k: v for k, v in ties.items() if k in cs and v in cs}
-
-
 # --------------------------------------------------------------------------- GPT-2's context
 
 
@@ -360,7 +348,7 @@ def on_layout(
     ``tie_word_embeddings`` of the HF one on import). On import the HF attention buffers are
     dropped (gpt2_hf_cs.py lines 304-309), on export a headless model's CS ``lm_head`` (Model
     Zoo's ``*Model_HF_CS21`` note), and ``ln_f.*`` and a tied ``lm_head`` are ties
-    (:func:`tie_map`)."""
+    (the record's ties, :func:`~ckpt_migrate.hf.unconverted.cs_ties`)."""
     headless = q.name.endswith("-headless")
     hf = config_table.to_hf(q.config, q.name) if q.to_hf else q.config
     hf = {**(hf_defaults or {}), **hf}
@@ -369,7 +357,8 @@ def on_layout(
     tied = bool(q.config.get(key, True))
     flags |= ({"tied"} if tied else set()) | ({"headless"} if headless else set())
     if q.to_hf:
-        dropped, ties = (r"lm_head\.weight" if headless else None), tie_map(q.shapes, tied)
+        dropped = r"lm_head\.weight" if headless else None
+        ties = unconverted.cs_ties(q.shapes, q.config, q.name)
     else:
         dropped, ties = HF_ATTN_BUFFERS, {}
     pre = hf_prefix(headless)
