@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate.errors import UsageError
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape
+from ckpt_migrate.hf.mapping import MappingError, Shape
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -24,17 +24,24 @@ def cast(array: np.ndarray, src: str, dst: str | None) -> np.ndarray:
     bf16 <- float32 rounds to nearest even, as torch does; ints and bools are never cast."""
     if dst is None or dst == src or src not in FLOAT_DTYPES:
         return array
-    if src == "bfloat16":
-        bits = array.view(np.uint16).astype(np.uint32) << 16
-        value = bits.view(np.float32)
-    else:
-        value = array.astype(np.float32)
+    value = bf16_to_f32(array) if src == "bfloat16" else array.astype(np.float32)
     if dst == "bfloat16":
-        bits = value.astype(np.float32).view(np.uint32)
-        rounded = bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
-        rounded = np.where(np.isnan(value), bits | np.uint32(0x400000), rounded)
-        return (rounded >> 16).astype(np.uint16).view(np.int16)
+        return f32_to_bf16(value)
     return value.astype(np.float16 if dst == "float16" else np.float32)
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bf16 stored as its 16-bit pattern, as float32."""
+    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(value: np.ndarray, like: Any = np.int16) -> np.ndarray:
+    """float32 as bf16's 16-bit pattern (viewed as ``like``), rounded to nearest even as torch
+    rounds (NaN stays NaN)."""
+    bits = value.view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
+    rounded = np.where(np.isnan(value), bits | np.uint32(0x400000), rounded)
+    return (rounded >> 16).astype(np.uint16).view(like)
 
 
 def out_dtype(inputs: tuple[str, ...], dtypes: Mapping[str, str], default: str) -> str:
@@ -63,18 +70,6 @@ class LastRead:
             array.flags.writeable = False
             self._name, self._array = name, array
         return self._array
-
-
-def build_one(out: Out, read: Callable[[str], np.ndarray]) -> np.ndarray:
-    """``mapping.run`` for one output (same checks). A plain call, not a generator: no
-    suspended frame keeps the previous output alive while the next one is built."""
-    inputs = [read(name) for name in out.inputs]
-    expected = out.out_shape({n: tuple(x.shape) for n, x in zip(out.inputs, inputs)})
-    value = out.build(*inputs)
-    del inputs
-    if tuple(value.shape) != tuple(expected):
-        raise MappingError(f"{out.name}: built shape {value.shape}, expected {expected}")
-    return value
 
 
 def shapes_of(plan: list[Any], shapes: Mapping[str, Shape]) -> dict[str, Shape]:

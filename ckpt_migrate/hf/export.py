@@ -30,8 +30,8 @@ from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import MissingLeaf, TensorLeaf, iter_leaves
 from ckpt_migrate.hf import absent, directories, mup, unconverted
 from ckpt_migrate.hf import safetensors_io as st
-from ckpt_migrate.hf.arrays import LastRead, build_one, cast, check_dtype, out_dtype, shapes_of
-from ckpt_migrate.hf.mapping import MappingError, missing_inputs, unused_inputs
+from ckpt_migrate.hf.arrays import LastRead, cast, check_dtype, out_dtype, shapes_of
+from ckpt_migrate.hf.mapping import MappingError, build_one, missing_inputs, unused_inputs
 from ckpt_migrate.hf.outdir import atomic_dir, check_output_dir
 from ckpt_migrate.hf.rules import (
     Progress,

@@ -1,11 +1,12 @@
 """The fused attention layouts of the GPT-J backbone's Hugging Face models, each a named
 operation that knows its inverse (:func:`~ckpt_migrate.hf.ops.fused_qkv`): CodeGen's Q, V, K
-packed per model-parallel shard, GPT-NeoX's and BLOOM's Q, K, V fused per head, Falcon's per
-KV group; and BLOOM's ALiBi slopes, which HF recomputes and CS stores.
+packed per model-parallel shard; GPT-NeoX's and BLOOM's Q, K, V fused per head and Falcon's per
+KV group, one operation (:func:`per_group`); and BLOOM's ALiBi slopes, which HF recomputes and
+CS stores.
 
 Model Zoo, tag Release_2.10.0, ``src/cerebras/modelzoo/tools/checkpoint_converters/``:
 ``salesforce_codegen_hf_cs.py``, ``gpt_neox_hf_cs.py``, ``bloom_hf_cs.py``, ``falcon_40b.py``
-(cited per function). The tables that use them are in ``hf/layouts/gptj_like.py``.
+(cited per declaration). The tables that use them are in ``hf/layouts/gptj_like.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_migrate.hf.ops import deinterleave, fused_qkv, interleave, made_on_import
+from ckpt_migrate.hf.ops import Op, Rows, deinterleave, fused_qkv, interleave, made_on_import
 
 # --------------------------------------------------------------------------- CodeGen
 
@@ -50,103 +51,61 @@ CODEGEN_QKV = fused_qkv(
     ("of the mp_num=4 packed qkv_proj", "Q, V, K packed per mp_num=4 shard"),
 )
 
-# --------------------------------------------------------------------------- GPT-NeoX
+# ------------------------------------------------------------- GPT-NeoX, BLOOM and Falcon
 
 
-def _neox_unfuse(x: np.ndarray, which: str, dims: Mapping[str, Any]) -> np.ndarray:
-    """gpt_neox_hf_cs.py lines 156-216, ``query_key_value`` viewed as [heads, 3, head_size,
-    ...]; Q and K get their rotary rows interleaved (lines 79-104,
-    :func:`~ckpt_migrate.hf.ops.interleave`), V not."""
-    heads, rotary_dim = dims["heads"], dims["rotary_dim"]
-    t = x.reshape(heads, 3, -1, *x.shape[1:])[:, "qkv".index(which)]
-    if which != "v":
-        t = interleave(t, rotary_dim)
-    return np.ascontiguousarray(t.reshape(-1, *x.shape[1:]))
+def per_group(
+    groups: str, rotary: str | None, notes: tuple[str, str], rows: Rows | None = None
+) -> Op:
+    """Q, K, V fused per group (``ctx.dims[groups]`` groups): each group's query heads, then its
+    key head, then its value head, ``dims["head_dim"]`` rows a head (default: a third of a
+    group, one query head). With ``rotary``, the first ``dims[rotary]`` rows of each Q and K
+    head are de-interleaved into HF's halves (:func:`~ckpt_migrate.hf.ops.deinterleave`)."""
+
+    def unfuse(x: np.ndarray, which: str, dims: Mapping[str, Any]) -> np.ndarray:
+        rest = x.shape[1:]
+        t = x.reshape(dims[groups], -1, *rest)
+        size = dims.get("head_dim", t.shape[1] // 3)
+        start = {"q": 0, "k": t.shape[1] - 2 * size, "v": t.shape[1] - size}[which]
+        part = t[:, start : t.shape[1] - 2 * size if which == "q" else start + size]
+        part = part.reshape(-1, size, *rest)
+        if rotary is not None and which != "v":
+            part = interleave(part, dims[rotary])
+        return np.ascontiguousarray(part.reshape(-1, *rest))
+
+    def fuse(q: np.ndarray, k: np.ndarray, v: np.ndarray, dims: Mapping[str, Any]) -> np.ndarray:
+        rest, count = q.shape[1:], dims[groups]
+        if rotary is not None:
+            size = dims.get("head_dim", q.shape[0] // count)
+            q, k = (deinterleave(t.reshape(-1, size, *rest), dims[rotary]) for t in (q, k))
+        parts = [t.reshape(count, -1, *rest) for t in (q, k, v)]
+        return np.concatenate(parts, axis=1).reshape(-1, *rest)
+
+    return fused_qkv(unfuse, fuse, notes, rows)
 
 
-def _neox_fuse(q: np.ndarray, k: np.ndarray, v: np.ndarray, dims: Mapping[str, Any]) -> np.ndarray:
-    """gpt_neox_hf_cs.py lines 218-303, the inverse of :func:`_neox_unfuse` (lines 106-136,
-    :func:`~ckpt_migrate.hf.ops.deinterleave`)."""
-    heads, rotary_dim = dims["heads"], dims["rotary_dim"]
-    rest = q.shape[1:]
-    parts = [t.reshape(heads, -1, *rest) for t in (q, k, v)]
-    parts[0] = deinterleave(parts[0], rotary_dim)
-    parts[1] = deinterleave(parts[1], rotary_dim)
-    return np.concatenate(parts, axis=1).reshape(-1, *rest)
-
-
-NEOX_QKV = fused_qkv(
-    _neox_unfuse,
-    _neox_fuse,
+# GPT-NeoX: per head, rotary rows (gpt_neox_hf_cs.py lines 79-136, 156-303).
+NEOX_QKV = per_group(
+    "heads",
+    "rotary_dim",
     (
         "of the per-head fused query_key_value",
         "Q, K, V fused per head, rotary rows de-interleaved",
     ),
 )
-
-# --------------------------------------------------------------------------- Falcon
-
-
-def _falcon_unfuse(x: np.ndarray, which: str, dims: Mapping[str, Any]) -> np.ndarray:
-    """falcon_40b.py lines 128-201, ``query_key_value`` viewed as [groups, group size + 2,
-    head_dim, ...]: the group's query heads, then its key, then its value; Q and K get their
-    rotary rows interleaved (lines 71-95, :func:`~ckpt_migrate.hf.ops.interleave`)."""
-    groups, head_dim = dims["groups"], dims["head_dim"]
-    rest = x.shape[1:]
-    t = x.reshape(groups, -1, head_dim, *rest)
-    size = t.shape[1] - 2
-    part = {"q": t[:, :size], "k": t[:, size : size + 1], "v": t[:, size + 1 :]}[which]
-    part = part.reshape(-1, head_dim, *rest)
-    if which != "v":
-        part = interleave(part, head_dim)
-    return np.ascontiguousarray(part.reshape(-1, *rest))
-
-
-def _falcon_fuse(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, dims: Mapping[str, Any]
-) -> np.ndarray:
-    """falcon_40b.py lines 203-283, the inverse of :func:`_falcon_unfuse` (lines 97-126,
-    :func:`~ckpt_migrate.hf.ops.deinterleave`)."""
-    groups, head_dim = dims["groups"], dims["head_dim"]
-    rest = q.shape[1:]
-    q = deinterleave(q.reshape(-1, head_dim, *rest), head_dim)
-    k = deinterleave(k.reshape(-1, head_dim, *rest), head_dim)
-    parts = [t.reshape(groups, -1, head_dim, *rest) for t in (q, k, v)]
-    return np.concatenate(parts, axis=1).reshape(-1, *rest)
-
-
-FALCON_QKV = fused_qkv(
-    _falcon_unfuse,
-    _falcon_fuse,
+# Falcon: per KV group, whole heads rotate (falcon_40b.py lines 71-126, 128-283).
+FALCON_QKV = per_group(
+    "groups",
+    "head_dim",
     (
         "of the grouped fused query_key_value",
         "Q, K, V fused per KV group, rotary rows de-interleaved",
     ),
     lambda _, which, dims: dims["rows"][which],
 )
-
-# --------------------------------------------------------------------------- BLOOM
-
-
-def _bloom_unfuse(x: np.ndarray, which: str, dims: Mapping[str, Any]) -> np.ndarray:
-    """bloom_hf_cs.py lines 95-127, ``query_key_value`` viewed as [heads, 3, head_dim, ...];
-    Q, K, V are 0, 1, 2."""
-    heads = dims["heads"]
-    part = x.reshape(heads, 3, -1, *x.shape[1:])[:, "qkv".index(which)]
-    return np.ascontiguousarray(part).reshape(-1, *x.shape[1:])
-
-
-def _bloom_fuse(q: np.ndarray, k: np.ndarray, v: np.ndarray, dims: Mapping[str, Any]) -> np.ndarray:
-    """bloom_hf_cs.py lines 129-168, the inverse of :func:`_bloom_unfuse`."""
-    heads = dims["heads"]
-    parts = [t.reshape(heads, 1, -1, *t.shape[1:]) for t in (q, k, v)]
-    return np.concatenate(parts, axis=1).reshape(-1, *q.shape[1:])
-
-
-BLOOM_QKV = fused_qkv(
-    _bloom_unfuse,
-    _bloom_fuse,
-    ("of the per-head fused query_key_value", "Q, K, V fused per head"),
+# BLOOM: per head, no rotary (bloom_hf_cs.py lines 95-168).
+BLOOM_QKV = per_group(
+    "heads", None, ("of the per-head fused query_key_value", "Q, K, V fused per head")
 )
 
 

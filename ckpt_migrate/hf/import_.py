@@ -29,7 +29,14 @@ from ckpt_migrate.format.write import write_checkpoint
 from ckpt_migrate.hf import directories, families, unconverted
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hf.arrays import LastRead, cast, check_dtype, out_dtype, shapes_of
-from ckpt_migrate.hf.mapping import MappingError, Out, identity, missing_inputs, unused_inputs
+from ckpt_migrate.hf.mapping import (
+    MappingError,
+    Out,
+    build_one,
+    identity,
+    missing_inputs,
+    unused_inputs,
+)
 from ckpt_migrate.hf.rules import (
     Progress,
     canonical_name,
@@ -228,15 +235,11 @@ class Built(DataSource):
 
     out: Out
     stored: Callable[[str], np.ndarray]  # an HF tensor by name (one LastRead for the plan)
-    shape: tuple[int, ...]
     src_dtype: str
     dtype: str
 
     def read(self) -> np.ndarray:
-        value = self.out.build(*(self.stored(i) for i in self.out.inputs))
-        if tuple(value.shape) != self.shape:
-            raise MappingError(f"{self.out.name}: built shape {value.shape}, expected {self.shape}")
-        return cast(value, self.src_dtype, self.dtype)
+        return cast(build_one(self.out, self.stored), self.src_dtype, self.dtype)
 
     def describe(self) -> str:
         return f"{self.out.name} from {', '.join(self.out.inputs) or 'nothing'}"
@@ -254,7 +257,7 @@ def _model_tree(plan, stored, shapes, kinds, dtype, rel, family) -> DictNode:
         key = o.inputs if o.build is identity and o.inputs else None
         leaf = same.get(key) if key else None
         if leaf is None:
-            data = Built(o, read, shapes[o.name], kind, target)
+            data = Built(o, read, kind, target)
             leaf = TensorLeaf(target, shapes[o.name], data)
             if key:
                 same[key] = leaf

@@ -147,13 +147,20 @@ def run(plan: Sequence[Out], read: Callable[[str], np.ndarray]):
         if out.name in seen:
             raise MappingError(f"the plan writes {out.name} twice")
         seen.add(out.name)
-        inputs = [read(name) for name in out.inputs]
-        expected = out.out_shape({n: tuple(x.shape) for n, x in zip(out.inputs, inputs)})
-        value = out.build(*inputs)
-        del inputs
-        if tuple(value.shape) != expected:
-            raise MappingError(f"{out.name}: built shape {value.shape}, expected {expected}")
-        yield out.name, value
+        yield out.name, build_one(out, read)
+
+
+def build_one(out: Out, read: Callable[[str], np.ndarray]) -> np.ndarray:
+    """One output of a plan, its shape checked against the one the plan gives. A plain call,
+    not a generator: no suspended frame keeps the previous output alive while the next one is
+    built."""
+    inputs = [read(name) for name in out.inputs]
+    expected = out.out_shape({n: tuple(x.shape) for n, x in zip(out.inputs, inputs)})
+    value = out.build(*inputs)
+    del inputs
+    if tuple(value.shape) != expected:
+        raise MappingError(f"{out.name}: built shape {value.shape}, expected {expected}")
+    return value
 
 
 def unused_inputs(plan: Sequence[Out], available: Mapping[str, Shape]) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate.hf.arrays import bf16_to_f32, f32_to_bf16
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename, sections, transpose
 
 
@@ -67,7 +68,7 @@ def _each(make: Callable[[str, str], Out]) -> Builder:
     return build
 
 
-def _nothing(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
+def nothing(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
     return []
 
 
@@ -94,13 +95,13 @@ def _rename_existing(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list
 RENAME_EXISTING = Op("rename (of the copy that exists)", _rename_existing, _each(rename))
 # A second CS name of one tensor (GPT-2's ``ln_f`` beside ``transformer_decoder.norm``): written
 # on import, a tie on export (``hf/unconverted.py`` checks it equals the first).
-SECOND_NAME = Op("second CS name", _nothing, _each(rename))
+SECOND_NAME = Op("second CS name", nothing, _each(rename))
 
 
 def second_name(op: Op) -> Op:
     """A second CS name of one tensor built by ``op`` on import (Gemma 2's ``ln_f``, shifted
     like ``transformer_decoder.norm``); nothing on export (a tie)."""
-    return Op(f"second CS name by {op.name}", _nothing, op.backward)
+    return Op(f"second CS name by {op.name}", nothing, op.backward)
 
 
 # ---- rotary -----------------------------------------------------------------------------------
@@ -165,24 +166,12 @@ def rotary(heads: str) -> Op:
 # ---- Gemma 2's norm offset --------------------------------------------------------------------
 
 
-def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-
-def _f32_to_bf16(value: np.ndarray, like: np.dtype) -> np.ndarray:
-    """Round to nearest even, as torch does (NaN stays NaN)."""
-    bits = value.view(np.uint32)
-    rounded = bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
-    rounded = np.where(np.isnan(value), bits | np.uint32(0x400000), rounded)
-    return (rounded >> 16).astype(np.uint16).view(like)
-
-
 def shift(x: np.ndarray, delta: float) -> np.ndarray:
     """``x + delta`` in ``x``'s dtype as torch's ``weight + torch.ones_like(weight)`` computes it
     (Model Zoo gemma2.py lines 172-181): float16/32 with numpy's correctly rounded add, bf16
     (stored as its 16-bit pattern) added in float32 and rounded to nearest even."""
     if x.dtype in (np.int16, np.uint16):
-        return _f32_to_bf16(_bf16_to_f32(x) + np.float32(delta), x.dtype)
+        return f32_to_bf16(bf16_to_f32(x) + np.float32(delta), x.dtype)
     if x.dtype.kind != "f":
         raise MappingError(f"a norm weight of dtype {x.dtype} cannot hold Gemma 2's offset")
     return (x + x.dtype.type(delta)).astype(x.dtype)
@@ -343,7 +332,7 @@ def _causal_mask(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out
 
 
 # HF buffers with no CS tensor: generated on export, left out on import.
-CAUSAL_MASK = Op("generated causal mask", _causal_mask, _nothing)
+CAUSAL_MASK = Op("generated causal mask", _causal_mask, nothing)
 
 
 def made_on_import(make: Callable[[Mapping[str, Any]], np.ndarray], note: str) -> Op:
@@ -355,4 +344,4 @@ def made_on_import(make: Callable[[Mapping[str, Any]], np.ndarray], note: str) -
         value = make(ctx.dims)
         return [Out(dsts[0], (), value.copy, shape=value.shape, note=note)]
 
-    return Op(note, _nothing, backward)
+    return Op(note, nothing, backward)

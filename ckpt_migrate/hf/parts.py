@@ -143,7 +143,6 @@ def _projector_context(q: Query) -> Ctx:
     return Ctx(q.shapes, projector_layers(q.config, q.to_hf), dims={"side": side})
 
 
-_BERT_MODEL_CONTEXT = partial(_layers_context, flags=frozenset({"segments"}))
 _CONFIG = (config_table.to_hf, config_table.to_cs)  # each part's table (catalogue/parts_config)
 RULES: dict[str, PartRules] = {
     "bert-model": PartRules(

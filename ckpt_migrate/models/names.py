@@ -76,7 +76,6 @@ MODEL_NAMES: dict[str, tuple[str, str | None]] = {
 NAME_FROM_FAMILY: dict[str, str] = {
     r.name: r.registry for r in catalogue.families() if r.registry is not None
 }
-ALIASES: dict[str, str] = {n: fam for n, (fam, _) in MODEL_NAMES.items() if n not in FAMILIES}
 
 
 def known_names() -> str:

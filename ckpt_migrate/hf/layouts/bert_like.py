@@ -25,7 +25,7 @@ from ckpt_migrate.hf.encoders import (
     tied,
 )
 from ckpt_migrate.hf.mapping import Out, rename
-from ckpt_migrate.hf.ops import RENAME, Ctx, Op, rotary
+from ckpt_migrate.hf.ops import RENAME, Ctx, Op, nothing, rotary
 from ckpt_migrate.hf.table import (
     TO_CS,
     TO_HF,
@@ -131,11 +131,7 @@ def _zero_segments(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[O
     return [Out(dsts[0], (srcs[0],), build, infer=lambda s: (1, s[1]), note=note)]
 
 
-def _nothing(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
-    return []
-
-
-ZERO_SEGMENTS = Op("zero segment embeddings", _zero_segments, _nothing)
+ZERO_SEGMENTS = Op("zero segment embeddings", _zero_segments, nothing)
 
 E, BL, BH = "{c}embedding_layer.", "{c}transformer_encoder.layers.{i}.", "{p}encoder.layer.{i}."
 WORD = ("{c}embedding_layer.word_embeddings.weight", "{p}embeddings.word_embeddings.weight")

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ckpt_migrate.hf import config_table
+from ckpt_migrate.hf import config_table, unconverted
 from ckpt_migrate.hf.config_ops import swiglu
-from ckpt_migrate.hf.heads import GPT2_HEAD, LAYOUT_HEAD
+from ckpt_migrate.hf.heads import Head, lm_head
 from ckpt_migrate.hf.mapping import MappingError, Shape
 from ckpt_migrate.hf.ops import (
     CAUSAL_MASK,
@@ -53,6 +53,19 @@ EMBEDDING = "embedding_layer.word_embeddings.weight"
 HEADS = ((EMBEDDING, "lm_head.weight"), ("{p}wte.weight", "lm_head.weight"))  # CS, HF
 # HF attention buffers the GPT-2 rules drop (gpt2_hf_cs.py lines 304-309, exists="left").
 HF_ATTN_BUFFERS = r"(?:transformer\.)?h\.\d+\.attn\.(?:masked_bias|bias)"
+# GPT-2's own head (gpt2_hf_cs.py): a tied head imported as the embedding under a second name
+# (lines 768-790), a fresh one float32 of the config's shape (lines 367-394).
+GPT2_HEAD = lm_head(
+    "GPT-2 LM head",
+    Head(missing="lm_head.weight is missing and tie_word_embeddings is false"),
+)
+# The head of the families built on the GPT-2 layout (StarCoder, SantaCoder, BTLM, JAIS): the
+# head row writes the HF embedding, a tied head is imported as a copy of it (gpt2_hf_cs.py
+# lines 777-781 and 386-387), a fresh one takes its shape and dtype (lines 388-390).
+LAYOUT_HEAD = lm_head(
+    "GPT-2 layout LM head",
+    Head(True, "copy", "like", "lm_head.weight: missing and tie_word_embeddings is false"),
+)
 
 
 def qkv(fused: str, op: Op = FUSED_CONV1D, letters: str = "qkv", when: str | None = None) -> Row:
@@ -88,7 +101,7 @@ def mlp(op: Op, glu: bool = False) -> tuple[Row, ...]:
 # and, on import, ``ln_f`` too (one module at two places, gpt2_model.py lines 911 and 962-972;
 # ``replace_final_norm``, lines 323-337); Q, K, V fused into Conv1D ``c_attn`` (lines 113-202;
 # the ``attn.bias``/``attn.masked_bias`` buffers it generates are not written: transformers 5
-# no longer has them); the head (:data:`~ckpt_migrate.hf.heads.GPT2_HEAD`).
+# no longer has them); the head (:data:`GPT2_HEAD`).
 GPT2 = Table(
     groups={
         "embeddings": Group(
@@ -136,7 +149,7 @@ def on_gpt2_layout(block: tuple[Row, ...], attention: tuple[Row, ...]) -> Table:
     (starcoder.py lines 696-707), ``ln_f``, BTLM's ALiBi slopes (btlm_hf_cs.py lines 386-394),
     per layer ``ln_1``/``ln_2`` (-> ``norm1``/``norm3``, gpt2_hf_cs.py lines 259-276) then
     ``block``, then ``attention``; on import ``ln_f`` under its second name too; the head
-    (:data:`~ckpt_migrate.hf.heads.LAYOUT_HEAD`, which writes ``wte`` on export). Checked: a
+    (:data:`LAYOUT_HEAD`, which writes ``wte`` on export). Checked: a
     source tensor no row reads is an error (:func:`~ckpt_migrate.hf.table.checked`)."""
     positions = "embedding_layer.position_embeddings.embed.weight"
     slopes = "embedding_layer.position_embed_helper.slopes"
@@ -188,18 +201,6 @@ SANTACODER = on_gpt2_layout(
 # and ALiBi slopes instead of ``wpe`` when the config says so; no ``attn.bias`` buffers
 # (``generate_hf_biases=False``, line 65).
 BTLM = on_gpt2_layout(mlp(CONV1D, glu=True), (qkv("c_attn"),))
-
-
-def tie_map(cs: Mapping[str, Shape], tied: bool) -> dict[str, str]:
-    """CS tensors that are copies of one the plan reads (no HF tensor of their own): ``ln_f.*``
-    of ``transformer_decoder.norm.*`` (Model Zoo drops them on the way to HF, rule ``ln_f``
-    ``exists="right"``, gpt2_hf_cs.py line 303), and a tied ``lm_head.weight`` of the
-    embedding. Only those the file has: a Trainer-saved checkpoint (and ours) holds both, Model
-    Zoo's 2.1+ converted one no tied head."""
-    ties = {f"ln_f.{s}": f"transformer_decoder.norm.{s}" for s in BOTH}
-    if tied and EMBEDDING in cs:
-        ties["lm_head.weight"] = EMBEDDING
-    return {k: v for k, v in ties.items() if k in cs and v in cs}
 
 
 # --------------------------------------------------------------------------- GPT-2's context
@@ -347,7 +348,7 @@ def on_layout(
     ``tie_word_embeddings`` of the HF one on import). On import the HF attention buffers are
     dropped (gpt2_hf_cs.py lines 304-309), on export a headless model's CS ``lm_head`` (Model
     Zoo's ``*Model_HF_CS21`` note), and ``ln_f.*`` and a tied ``lm_head`` are ties
-    (:func:`tie_map`)."""
+    (the record's ties, :func:`~ckpt_migrate.hf.unconverted.cs_ties`)."""
     headless = q.name.endswith("-headless")
     hf = config_table.to_hf(q.config, q.name) if q.to_hf else q.config
     hf = {**(hf_defaults or {}), **hf}
@@ -356,7 +357,8 @@ def on_layout(
     tied = bool(q.config.get(key, True))
     flags |= ({"tied"} if tied else set()) | ({"headless"} if headless else set())
     if q.to_hf:
-        dropped, ties = (r"lm_head\.weight" if headless else None), tie_map(q.shapes, tied)
+        dropped = r"lm_head\.weight" if headless else None
+        ties = unconverted.cs_ties(q.shapes, q.config, q.name)
     else:
         dropped, ties = HF_ATTN_BUFFERS, {}
     pre = hf_prefix(headless)

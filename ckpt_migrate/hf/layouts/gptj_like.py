@@ -23,7 +23,7 @@ from typing import Any
 from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.config_gptj import falcon_cs_layout
 from ckpt_migrate.hf.fused import ALIBI_SLOPES, BLOOM_QKV, CODEGEN_QKV, FALCON_QKV, NEOX_QKV
-from ckpt_migrate.hf.heads import DECODER_HEAD
+from ckpt_migrate.hf.heads import lm_head
 from ckpt_migrate.hf.mapping import Shape
 from ckpt_migrate.hf.ops import RENAME_EXISTING, SECOND_NAME, Ctx, Op
 from ckpt_migrate.hf.table import (
@@ -47,6 +47,9 @@ HEAD_BIAS = "lm_head.bias"
 # The CS model's second name of its final norm (copy -> the name the plan reads), see above.
 LN_F = {f"ln_f.{p}": f"transformer_decoder.norm.{p}" for p in ("weight", "bias")}
 L = "transformer_decoder.layers.{i}."
+# The head of the GPT-J backbone's families: (embedding, head, head bias) each side; a tied head
+# is the embedding renamed, a fresh one float32 of the config's shape.
+DECODER_HEAD = lm_head("decoder LM head")
 
 
 def decoder_table(
@@ -60,7 +63,7 @@ def decoder_table(
     ``layer`` pairs inside each HF ``{p}{block}.N.`` and CS ``transformer_decoder.layers.N.``
     (read on export from the copy that exists; a third item is the row's ``when``), the
     ``attention`` rows (fused Q/K/V), the rows of tensors ``made`` on import, then the head
-    (:data:`~ckpt_migrate.hf.heads.DECODER_HEAD`); on import the final norm's second name after
+    (:data:`DECODER_HEAD`); on import the final norm's second name after
     the renames. Every input must exist; source tensors no row reads are
     left to the pipeline's unused-tensor rule."""
     hf_of = {cs: hf for hf, cs in top}

@@ -18,13 +18,16 @@ from ckpt_migrate.catalogue.config import CS
 from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.config_llama import kv_heads_cs
 from ckpt_migrate.hf.experts import EXPERTS
-from ckpt_migrate.hf.heads import LLAMA_HEAD
+from ckpt_migrate.hf.heads import Head, lm_head
 from ckpt_migrate.hf.ops import NORM_OFFSET, RENAME, SECOND_NAME, Ctx, Op, rotary, second_name
 from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Row, Table, inputs_present, row
 
 L, H = "transformer_decoder.layers.{i}.", "{p}layers.{i}."  # one layer, CS and HF
 EMBED = "embedding_layer.word_embeddings.weight"
 Q_ROTARY, K_ROTARY = rotary("heads"), rotary("kv")  # K has the key/value heads
+# The head of LLaMA, Mistral, Mixtral and Gemma 2: a tied head the HF file keeps is checked equal
+# to the embeddings, a fresh one takes their shape and dtype (Model Zoo llama.py lines 411-451).
+LLAMA_HEAD = lm_head("LLaMA LM head", Head(tie="checked", fresh="like"))
 
 # One LLaMA decoder layer: Model Zoo llama.py lines 42-69 and 342-390 (Q and K rows permuted
 # for rotary, lines 157-294).
@@ -46,7 +49,7 @@ MLP: tuple[Row, ...] = (
 def llama_table(layer: Sequence[Row], norm: Op = RENAME) -> Table:
     """The embeddings, the final norm (through ``norm``; on import also under its second CS
     name ``ln_f``, Model Zoo llama.py lines 395-409), the head
-    (:data:`~ckpt_migrate.hf.heads.LLAMA_HEAD`), then each layer's ``layer`` rows. Every input
+    (:data:`LLAMA_HEAD`), then each layer's ``layer`` rows. Every input
     must exist (refused naming five); source tensors no row reads are for the pipeline to
     report."""
     final = row("transformer_decoder.norm.weight", "{p}norm.weight", norm)
