@@ -140,6 +140,8 @@ class _Pending:
     m: dict[str, Any] | None = None
     md_all: dict[str, Any] | None = None
     error: CkptError | None = None
+    # A tensor's dtype and shape from ``m``, decoded once for every leaf of its template
+    typed: tuple[str, tuple[int, ...]] | None = None
 
     @property
     def tensor(self) -> bool:
@@ -149,7 +151,10 @@ class _Pending:
         if self.error is not None:
             raise self.error
         if self.m is not None:
-            return _decode_single(reading, name, self.m)
+            if self.typed is None and self.m.get("__TYPE__") == "TorchTensorSerializer":
+                path = reading.handle.path
+                self.typed = (_torch_dtype(self.m, path, name), _shape(self.m, path, name))
+            return _decode_single(reading, name, self.m, self.typed)
         assert self.md_all is not None
         return _decode_leaf(reading, name, self.md_all)
 
@@ -305,8 +310,14 @@ def _meta(md_all: dict[str, Any], name: str, sub: str, path: Path) -> dict[str, 
     return m
 
 
-def _decode_single(reading: _Reading, name: str, m: dict[str, Any]) -> Leaf:
-    """A leaf serialized alone (``m``: its metadata), or a placeholder for a tie's link."""
+def _decode_single(
+    reading: _Reading,
+    name: str,
+    m: dict[str, Any],
+    typed: tuple[str, tuple[int, ...]] | None = None,
+) -> Leaf:
+    """A leaf serialized alone (``m``: its metadata; ``typed``: a tensor's dtype and shape,
+    if already decoded from it), or a placeholder for a tie's link."""
     if m.get("__TYPE__") == "LinkedObject":
         target = m.get("key")
         if not isinstance(target, str):
@@ -315,26 +326,29 @@ def _decode_single(reading: _Reading, name: str, m: dict[str, Any]) -> Leaf:
             )
         reading.links[name] = target
         return ValueLeaf(None)  # placeholder, replaced by the target leaf
-    return _decode_object(reading, name, m)
+    return _decode_object(reading, name, m, typed)
 
 
-def _decode_object(reading: _Reading, name: str, m: dict[str, Any]) -> Leaf:
+def _decode_object(
+    reading: _Reading,
+    name: str,
+    m: dict[str, Any],
+    typed: tuple[str, tuple[int, ...]] | None = None,
+) -> Leaf:
     handle, facts, used = reading.handle, reading.facts, reading.used
     path = handle.path
     kind = m.get("__TYPE__")
     if kind is None:
         raise CorruptCheckpointError(path, f"leaf {name!r}: metadata without __TYPE__")
     if kind == "TorchTensorSerializer":
-        dtype = _torch_dtype(m, path, name)
-        shape = _shape(m, path, name)
-        known = facts.dataset(name)
+        dtype, shape = typed or (_torch_dtype(m, path, name), _shape(m, path, name))
         if facts.proven:
             used.add(name)
         elif facts.links is not None:  # an outline read: the metadata, and a link of its name
             if name not in facts.links:  # (in a group, or missing: the full read says which)
                 raise OutlineTooShort(name)
             used.add(name)
-        elif known is not None:
+        elif (known := facts.dataset(name)) is not None:
             used.add(name)
             _check_storage(known.dtype, known.shape, dtype, shape, path, name)
         else:
