@@ -80,6 +80,7 @@ def damaged(path: Path, exc: BaseException) -> CorruptCheckpointError:
 
 
 METADATA_CACHE_MAX = 1 << 20
+MAX_NAME_HEAP = 256 << 20  # (a heap HDF5 would read whole anyway; the cap only lets it stay)
 
 
 def bounded_metadata_cache(f: h5py.File) -> h5py.File:
@@ -89,14 +90,32 @@ def bounded_metadata_cache(f: h5py.File) -> h5py.File:
     The cap counts the headers' on-disk bytes, not their decoded form in memory, which is
     several times larger: at 4 MiB the cache held every header of a 3,567-object checkpoint
     and the benchmark upgrade's peak RSS grew from 163 to 190 MiB from 1,552 to 2,832 tensors;
-    at 1 MiB it is 142 MiB at both sizes, and no slower (256 KiB made the 6 GB patch slower)."""
+    at 1 MiB it is 142 MiB at both sizes, and no slower (256 KiB made the 6 GB patch slower).
+
+    The cap leaves room, beyond that, for twice the root's heap of link names
+    (``root_name_heap``): h5py's default root keeps every name in one local heap, which HDF5
+    reads whole for each look-up by name; a cache smaller than the heap evicted and read it
+    again on every look-up, 0.44 ms each at 62k links against 0.04 ms, so that a 50k-tensor
+    upgrade spent most of its time there, quadratic in the tensor count (issue 33). Twice:
+    a copy-patched output's new root takes as many names again."""
     config = f.id.get_mdc_config()
-    config.max_size = METADATA_CACHE_MAX
+    config.max_size = METADATA_CACHE_MAX + 2 * root_name_heap(f)
     config.min_size = min(config.min_size, METADATA_CACHE_MAX)
     config.initial_size = min(config.initial_size, METADATA_CACHE_MAX)
     config.set_initial_size = True
     f.id.set_mdc_config(config)
     return f
+
+
+def root_name_heap(f: h5py.File) -> int:
+    """The bytes of the heap that holds the root group's link names (``H5Oget_info``'s
+    ``meta_size.obj.heap_size``: an old-style group's local heap, a new-style one's fractal
+    heap), at most ``MAX_NAME_HEAP``."""
+    try:
+        heap = h5py.h5o.get_info(f.id).meta_size.obj.heap_size
+    except (OSError, RuntimeError, ValueError):  # (the readers name a damaged root)
+        return 0
+    return min(heap, MAX_NAME_HEAP)
 
 
 def _short(exc: BaseException) -> str:
