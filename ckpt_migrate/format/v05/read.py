@@ -50,6 +50,7 @@ from ckpt_migrate.format.tree import (
 from ckpt_migrate.format.v05 import treespec as treespec_json
 
 _SUFFIX = ".__metadata__"
+Typed = tuple[str, tuple[int, ...]]  # a tensor's dtype and shape, decoded from its metadata
 # Serializers whose value lives outside this file (FORMAT.md §4.4); kept as references.
 _TENSORS = {"TorchTensorSerializer", "NumpyArraySerializer"}
 _EXTERNAL = {"DeferredObject", "DeferredNumpyArray", "DeferredSafeTensor", "DeferredFileTensor"}
@@ -141,7 +142,7 @@ class _Pending:
     md_all: dict[str, Any] | None = None
     error: CkptError | None = None
     # A tensor's dtype and shape from ``m``, decoded once for every leaf of its template
-    typed: tuple[str, tuple[int, ...]] | None = None
+    typed: Typed | None = None
 
     @property
     def tensor(self) -> bool:
@@ -311,10 +312,7 @@ def _meta(md_all: dict[str, Any], name: str, sub: str, path: Path) -> dict[str, 
 
 
 def _decode_single(
-    reading: _Reading,
-    name: str,
-    m: dict[str, Any],
-    typed: tuple[str, tuple[int, ...]] | None = None,
+    reading: _Reading, name: str, m: dict[str, Any], typed: Typed | None = None
 ) -> Leaf:
     """A leaf serialized alone (``m``: its metadata; ``typed``: a tensor's dtype and shape,
     if already decoded from it), or a placeholder for a tie's link."""
@@ -330,10 +328,7 @@ def _decode_single(
 
 
 def _decode_object(
-    reading: _Reading,
-    name: str,
-    m: dict[str, Any],
-    typed: tuple[str, tuple[int, ...]] | None = None,
+    reading: _Reading, name: str, m: dict[str, Any], typed: Typed | None = None
 ) -> Leaf:
     handle, facts, used = reading.handle, reading.facts, reading.used
     path = handle.path
