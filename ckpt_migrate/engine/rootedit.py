@@ -113,8 +113,8 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
         return None
     ties = tied_positions(root)
     edit = Edit({}, [], {})
-    kept = 0  # the leaves of ``before`` still named (names are unique: ``prepare`` refused
-    # collisions)
+    # The leaves of ``before`` still named (each once: ``prepare`` refused colliding names).
+    kept = 0
     for ref in iter_leaves(root):
         name, leaf = ref.name, ref.leaf
         tie = ties.get(id(leaf))
