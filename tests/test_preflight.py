@@ -289,3 +289,78 @@ def test_a_chunk_index_is_measured_in_flat_memory(tmp_path):
         tracemalloc.stop()
     assert stored == 50_000 and 0 < end <= path.stat().st_size
     assert peak < 1 << 20, peak  # a list of 50,000 chunk records would take several MiB
+
+
+def _odd_float32() -> h5py.h5t.TypeID:
+    """A 4-byte float whose exponent bias is 126: the class and size of the standard float32,
+    not its layout (``boundary.type_problem`` refuses it)."""
+    tid = h5py.h5t.IEEE_F32LE.copy()
+    tid.set_ebias(126)
+    return tid
+
+
+def test_the_facts_of_a_type_are_hdf5s_and_kept_apart_by_its_encoding():
+    """``walkreads.type_facts`` remembers a type by its encoding: every answer is what HDF5
+    says of the type itself, the first time and after, and a type with the class and size of a
+    standard one but another layout is refused even once the standard one is known."""
+    from ckpt_migrate.format.h5.walkreads import numpy_type, type_facts
+
+    types = [h5py.h5t.py_create(np.dtype(o + c)) for o in "<>" for c in ("f2", "f4", "i8", "u1")]
+    types += [
+        h5py.h5t.py_create(np.dtype(bool)),
+        h5py.h5t.py_create(h5py.string_dtype()),
+        h5py.h5t.py_create(np.dtype("S7")),
+        h5py.h5t.py_create(np.dtype("V5")),
+        h5py.h5t.py_create(np.dtype([("a", "<f4"), ("b", "<i2")])),
+        _odd_float32(),
+    ]
+    for _ in range(2):  # the first answer, then the remembered one
+        for tid in types:
+            kind = tid.get_class()
+            allowed = kind in boundary.ALLOWED_TYPE_CLASSES
+            number = allowed and kind in (h5py.h5t.INTEGER, h5py.h5t.FLOAT, h5py.h5t.ENUM)
+            facts = type_facts(tid)
+            assert facts.allowed == allowed
+            assert facts.vlen_str == (kind == h5py.h5t.STRING and tid.is_variable_str())
+            assert facts.number == (numpy_type(tid) if number else None)
+            assert facts.size == tid.get_size()
+            assert facts.refused == (boundary.type_problem(tid, Path("x"), "") is not None)
+    assert type_facts(types[2]).refused is False  # float32, known
+    assert type_facts(_odd_float32()).refused is True
+
+
+def test_the_walk_asks_about_each_type_once(tmp_path, monkeypatch):
+    """A checkpoint has a handful of types for thousands of datasets: the walk judges each
+    type once (``boundary.type_problem``: ``H5Tequal`` against the standard number types) and
+    finds the same facts as before."""
+    from ckpt_migrate.format.h5 import walkreads
+
+    src = _lz4_checkpoint(tmp_path / "c.mdl", "1.9")
+    expected = preflight.preflight(src)
+    walkreads._TYPE_FACTS.clear()
+    asked: list[int] = []
+    judge = walkreads.type_problem
+    monkeypatch.setattr(walkreads, "type_problem", lambda *a: asked.append(1) or judge(*a))
+    monkeypatch.setattr(preflight, "WORKERS", 1)
+    r, w = os.pipe()
+    facts = preflight._anonymous_file()
+    try:
+        preflight._walk(src, w, 0, 1, facts)
+        os.close(w)
+        said = b""
+        while chunk := os.read(r, 65536):
+            said += chunk
+        os.lseek(facts, 0, os.SEEK_SET)
+        found = json.loads(os.read(facts, 1 << 24))
+    finally:
+        os.close(r)
+        os.close(facts)
+    with h5py.File(src, "r") as f:  # the types of every dataset and attribute, the root's too
+        objects = [f]
+        f.visititems(lambda _n, o: objects.append(o))
+        kinds = {o.id.get_type().encode() for o in objects if isinstance(o, h5py.Dataset)}
+        kinds.update(o.attrs.get_id(a).get_type().encode() for o in objects for a in o.attrs)
+    assert 0 < len(asked) <= len(kinds) < len(found)
+    assert expected is not None and found == expected.datasets
+    first, rest = said.replace(b".", b"").split(b";")[:2]  # "M<stored>,<declared>", "=<rest>"
+    assert int(first[1:].split(b",")[0]) + int(rest[1:]) == expected.stored

@@ -177,7 +177,15 @@ def dataset_problem(
     """Why a dataset is refused by its type or its storage description (metadata only): a type
     class checkpoints never use, a virtual dataset, external raw storage, an unknown filter.
     ``dcpl``, ``tid``: its creation property list and type, if the caller has them already."""
-    tid = tid or obj.get_type()
+    return type_problem(tid or obj.get_type(), path, where) or description_problem(
+        dcpl or obj.get_create_plist(), path, where
+    )
+
+
+def type_problem(tid: h5py.h5t.TypeID, path: Path, where: str) -> CkptError | None:
+    """Why a dataset of type ``tid`` is refused: a type class checkpoints never use, or a
+    number type whose layout is not a standard one. A function of the type alone (the
+    preflight children remember it by the type's encoding)."""
     if tid.get_class() not in ALLOWED_TYPE_CLASSES:
         return _odd_type(path, f"dataset {where!r}", tid)
     standard = _STANDARD_NUMBERS.get((tid.get_class(), tid.get_size()))
@@ -188,7 +196,12 @@ def dataset_problem(
             f"{_NUMBER_CLASSES[tid.get_class()]} type whose layout is not the standard one",
             budgets.FIX,
         )
-    dcpl = dcpl or obj.get_create_plist()
+    return None
+
+
+def description_problem(dcpl: h5py.h5p.PropDCID, path: Path, where: str) -> CkptError | None:
+    """Why a dataset is refused by its storage description: a virtual dataset, external raw
+    storage, a filter outside :data:`ALLOWED_FILTERS`."""
     if dcpl.get_layout() == h5py.h5d.VIRTUAL:
         return unsafe(path, where, "is a virtual dataset over other files")
     if dcpl.get_external_count():
@@ -222,16 +235,21 @@ def dataset_storage(
     return total, end
 
 
-def storage_problem(ds: h5py.h5d.DatasetID, stored: int, end: int, file_bytes: int) -> str | None:
+def storage_problem(
+    ds: h5py.h5d.DatasetID, stored: int, end: int, file_bytes: int, declared: int | None = None
+) -> str | None:
     """Why a dataset storing ``stored`` bytes, the last at ``end``, cannot be read from a file of
-    ``file_bytes``: it declares more than ``stored`` could expand to, or lies past the end."""
+    ``file_bytes``: it declares more than ``stored`` could expand to, or lies past the end.
+    ``declared``: its :func:`declared_bytes`, if the caller has it already."""
     if end > file_bytes:
         return (
             f"has stored data that lies past the end of the file (byte {end:,} of {file_bytes:,})"
         )
-    if ds.get_space().get_simple_extent_type() != h5py.h5s.SIMPLE:
-        return None
-    return budgets.dataset_problem(declared_bytes(ds), stored)
+    if declared is None:
+        if ds.get_space().get_simple_extent_type() != h5py.h5s.SIMPLE:
+            return None
+        declared = declared_bytes(ds)
+    return budgets.dataset_problem(declared, stored)
 
 
 def declared_bytes(

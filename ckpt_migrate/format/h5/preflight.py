@@ -34,6 +34,7 @@ import atexit
 import contextlib
 import faulthandler
 import json
+import math
 import os
 import select
 import signal
@@ -49,9 +50,8 @@ from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets
 from ckpt_migrate.format.h5 import attrtable, preflight_outline
 from ckpt_migrate.format.h5.boundary import (
-    dataset_problem,
     dataset_storage,
-    declared_bytes,
+    description_problem,
     link_problem,
     storage_problem,
 )
@@ -59,12 +59,12 @@ from ckpt_migrate.format.h5.io import bounded_metadata_cache, forbid_plugin_load
 from ckpt_migrate.format.h5.walkreads import (
     END,
     FIRST,
-    NUMBERS,
     SECOND,
     TICK,
     Refused,
     numpy_type,
     read_attributes,
+    type_facts,
 )
 
 Scope = Literal["full", "outline", "storage", "root"]
@@ -307,7 +307,7 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
     # The chunked datasets whose index the second part walks, by name: an open dataset keeps
     # its header and index in memory (41 MB per thousand datasets of a 12k-tensor checkpoint,
     # issue 33), so they are opened again then, one at a time.
-    later: list[bytes] = []
+    later: list[tuple[bytes, int]] = []  # (and the bytes each declares)
     # HDF5's metadata cache capped as the readers cap theirs: at its default (32 MiB of headers
     # on disk, several times that decoded) each child grew by 7.5 KB per dataset, to 600-760 MB
     # at 150k tensors (issue 33).
@@ -335,28 +335,13 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
             if not isinstance(obj, h5py.h5d.DatasetID):
                 read_attributes(obj, tick)
             else:
-                scalars: dict[str, Any] = {}
-                read_attributes(obj, tick, scalars)
-                dcpl, tid, space = obj.get_create_plist(), obj.get_type(), obj.get_space()
-                if dataset_problem(obj, path, "", dcpl, tid) is not None:
-                    raise Refused  # before its storage is looked at
-                if dcpl.get_layout() == h5py.h5d.CHUNKED:
-                    size = declared_bytes(obj, space, tid)
-                    if budgets.dataset_problem(size, file_bytes) is not None:
-                        raise Refused  # more than the whole file could expand to
-                    later.append(name)
+                fact, size, chunked = _dataset(obj, address, path, file_bytes, tick)
+                facts[name.decode("utf-8", "surrogateescape")] = fact
+                if chunked:
+                    later.append((name, size))
                     declared += size
-                    value = None
                 else:
-                    stored += _measure(obj, dcpl, file_bytes)  # (before its value is read)
-                    value = _scalar_value(obj, space, tid)
-                facts[name.decode("utf-8", "surrogateescape")] = {
-                    "u": address,
-                    "d": numpy_type(tid).str,
-                    "s": _shape(space),
-                    "a": scalars,
-                    **({} if value is None else {"v": value}),
-                }
+                    stored += size
             if i % 8 == 0:  # progress, every eighth object
                 os.write(tick, TICK)
         with os.fdopen(os.dup(facts_fd), "w") as fh:
@@ -364,44 +349,57 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
         os.write(tick, b"%s%d,%d%s" % (FIRST, stored, declared, END))
         os.nice(10)  # the rest runs beside the parent's work, which comes first
         rest = 0
-        for i, name in enumerate(later):
+        for i, (name, size) in enumerate(later):
             obj = h5py.h5o.open(f.id, name)
-            rest += _measure(obj, obj.get_create_plist(), file_bytes)
+            rest += _measure(obj, obj.get_create_plist(), file_bytes, size)
             del obj
             if i % 8 == 0:
                 os.write(tick, TICK)
     os.write(tick, b"%s%d%s" % (SECOND, rest, END))
 
 
-def _measure(obj: h5py.h5d.DatasetID, dcpl: h5py.h5p.PropDCID, file_bytes: int) -> int:
+def _dataset(
+    obj: h5py.h5d.DatasetID, address: int, path: Path, file_bytes: int, tick: int
+) -> tuple[dict[str, Any], int, bool]:
+    """A dataset's facts (``Findings.datasets``), the bytes it declares
+    (chunked: its chunk index is measured in the second part) or stores (otherwise), and
+    whether it is chunked. ``Refused`` if the boundary or a budget refuses it."""
+    scalars: dict[str, Any] = {}
+    read_attributes(obj, tick, scalars)
+    dcpl, tid, space = obj.get_create_plist(), obj.get_type(), obj.get_space()
+    kind = type_facts(tid)
+    if kind.refused or description_problem(dcpl, path, "") is not None:
+        raise Refused  # before its storage is looked at
+    extent = space.get_simple_extent_type()
+    shape = None if extent == h5py.h5s.NULL else () if extent == h5py.h5s.SCALAR else space.shape
+    declared = math.prod(shape) * kind.size if extent == h5py.h5s.SIMPLE else 0
+    fact: dict[str, Any] = {
+        "u": address,
+        "d": numpy_type(tid).str if kind.number is None else kind.number.str,
+        "s": None if shape is None else list(shape),
+        "a": scalars,
+    }
+    if dcpl.get_layout() == h5py.h5d.CHUNKED:
+        if budgets.dataset_problem(declared, file_bytes) is not None:
+            raise Refused  # more than the whole file could expand to
+        return fact, declared, True
+    size = _measure(obj, dcpl, file_bytes, declared)  # (before its value is read)
+    if extent == h5py.h5s.SCALAR and kind.number is not None and kind.number.kind in "biuf":
+        # one number or boolean (a step count), as the reader's ``ds[()].item()`` makes it
+        out = np.empty((), dtype=kind.number)
+        obj.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
+        fact["v"] = [out.item()]
+    return fact, size, False
+
+
+def _measure(
+    obj: h5py.h5d.DatasetID, dcpl: h5py.h5p.PropDCID, file_bytes: int, declared: int
+) -> int:
     """The bytes a dataset stores; ``Refused`` if it breaks a budget or lies past the end."""
     size, end = dataset_storage(obj, dcpl)
-    if storage_problem(obj, size, end, file_bytes) is not None:
+    if storage_problem(obj, size, end, file_bytes, declared) is not None:
         raise Refused
     return size
-
-
-def _scalar_value(
-    obj: h5py.h5d.DatasetID, space: h5py.h5s.SpaceID, tid: h5py.h5t.TypeID
-) -> list[Any] | None:
-    """``[value]`` of a dataset holding one number or boolean (shape ``()``), as the reader's
-    ``ds[()]`` and ``.item()`` make it: step counts and the like, which the reader would
-    otherwise open one by one."""
-    if space.get_simple_extent_type() != h5py.h5s.SCALAR or tid.get_class() not in NUMBERS:
-        return None
-    dtype = numpy_type(tid)
-    if dtype.kind not in "biuf":
-        return None
-    out = np.empty((), dtype=dtype)
-    obj.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
-    return [out.item()]
-
-
-def _shape(space: h5py.h5s.SpaceID) -> list[int] | None:
-    """A dataset's shape as h5py's ``shape`` gives it (None for an empty dataspace)."""
-    if space.get_simple_extent_type() == h5py.h5s.NULL:
-        return None
-    return list(space.shape)
 
 
 def _read_root_attributes(f: h5py.File, path: Path, tick: int) -> None:
