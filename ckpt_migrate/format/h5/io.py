@@ -83,7 +83,7 @@ METADATA_CACHE_MAX = 1 << 20
 MAX_NAME_HEAP = 256 << 20  # (a heap HDF5 would read whole anyway; the cap only lets it stay)
 
 
-def bounded_metadata_cache(f: h5py.File, heaps: int = 1) -> h5py.File:
+def bounded_metadata_cache(f: h5py.File, names: int | None = None) -> h5py.File:
     """Cap HDF5's metadata cache (32 MiB by default, per open file): an upgrade visits each
     object header once, so a bigger cache only makes memory grow with the tensor count.
 
@@ -92,8 +92,10 @@ def bounded_metadata_cache(f: h5py.File, heaps: int = 1) -> h5py.File:
     and the benchmark upgrade's peak RSS grew from 163 to 190 MiB from 1,552 to 2,832 tensors;
     at 1 MiB it is 142 MiB at both sizes, and no slower (256 KiB made the 6 GB patch slower).
 
-    The cap leaves room, beyond that, for the root's heap of link names (``root_name_heap``;
-    ``heaps`` of that size: a copy-patched output's new root takes as many names again): h5py's
+    The cap leaves room, beyond that, for the root's heap of link names (``names`` bytes,
+    by default ``root_name_heap``; a file being written passes 0, its cache as it was: the
+    order HDF5 flushes metadata in decides where it writes, and outputs stay the same bytes;
+    that file's look-ups by name keep the cost below): h5py's
     default root keeps every name in one local heap, which HDF5 reads whole for each look-up by
     name; a cache smaller than the heap evicted and read it again on every look-up, 0.44 ms
     each at 62k links against 0.04 ms, so that a 50k-tensor upgrade spent most of its time
@@ -101,7 +103,8 @@ def bounded_metadata_cache(f: h5py.File, heaps: int = 1) -> h5py.File:
     every look-up, stays in it, and the headers keep the 1 MiB they had (room for twice the
     heap held 105 MiB more of headers at 62k objects)."""
     config = f.id.get_mdc_config()
-    config.max_size = METADATA_CACHE_MAX + heaps * root_name_heap(f)
+    names = root_name_heap(f) if names is None else names
+    config.max_size = METADATA_CACHE_MAX + names
     config.min_size = min(config.min_size, METADATA_CACHE_MAX)
     config.initial_size = min(config.initial_size, METADATA_CACHE_MAX)
     config.set_initial_size = True
