@@ -258,11 +258,9 @@ def test_the_scan_understands_every_header_the_real_libraries_wrote(tmp_path):
         assert storagescan.scan(path, addresses, base), path.name
 
 
-def test_the_source_root_is_read_once_its_digest_taken_as_it_is_read(tmp_path, monkeypatch):
-    """The verification compares the output with the digest the reader took of the source's
-    root (``H5Handle.root_digest``), not with a second read of the source; an output changed
-    beyond the plan is still refused (``test_a_root_edit_that_changed_more_than_planned``)."""
-    src = _source(tmp_path / "src.mdl", experts=3)
+@pytest.fixture
+def root_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of every file whose root attributes are read in one pass (``root_texts``)."""
     reads: list[str] = []
     real = attrtable.root_texts
 
@@ -271,6 +269,16 @@ def test_the_source_root_is_read_once_its_digest_taken_as_it_is_read(tmp_path, m
         return real(f, path, *a, **k)
 
     monkeypatch.setattr(attrtable, "root_texts", counted)
+    return reads
+
+
+def test_the_source_root_is_read_once_its_digest_taken_as_it_is_read(tmp_path, root_reads):
+    """The verification compares the output with the digest the reader took of the source's
+    root (``H5Handle.root_digest``), not with a second read of the source; an output changed
+    beyond the plan is still refused (``test_a_root_edit_that_changed_more_than_planned``)."""
+    src = _source(tmp_path / "src.mdl", experts=3)
+    reads = root_reads
+    reads.clear()  # (the save's own read-back of what it wrote)
     _upgrade_ok(src, tmp_path / "a")
     assert reads.count(src.name) == 1 and len(reads) == 2  # the source once, the output once
 
@@ -288,19 +296,12 @@ def test_a_digest_gives_back_the_pairs_not_taken_out():
 
 
 def test_the_real_librarys_files_are_checked_against_the_digest_of_their_first_read(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, root_reads
 ):
     """The files the real 2.6 and 2.9 libraries wrote (version-1 roots, attributes in the
     header), upgraded to 2.10 by a root edit: the source is read once and its digest taken
     then; an output with one more root attribute than planned is refused, nothing published."""
-    reads: list[str] = []
-    real = attrtable.root_texts
-
-    def counted(f: h5py.File, path: Path, *a: Any, **k: Any):
-        reads.append(Path(path).name)
-        return real(f, path, *a, **k)
-
-    monkeypatch.setattr(attrtable, "root_texts", counted)
+    reads = root_reads
     (tmp_path / "in").mkdir()
     sources = _real_26_29(tmp_path / "in")
     assert sources
@@ -336,6 +337,13 @@ def test_the_preflight_child_scans_the_datasets_while_the_parent_reads(tmp_path,
     monkeypatch.setattr(storagescan, "scan", logged)
     _upgrade_ok(src, tmp_path / "a")
     assert log.read_text().split() == ["child"]
+    (tmp_path / "in").mkdir()
+    real_files = _real_26_29(tmp_path / "in")  # what the real 2.6 and 2.9 libraries wrote
+    assert real_files
+    for path in real_files:
+        log.unlink()
+        _upgrade_ok(path, tmp_path / "real" / path.stem)
+        assert log.read_text().split() == ["child"], path.name
 
     def dies(*a: Any, **k: Any) -> bool:
         if os.getpid() != parent:
