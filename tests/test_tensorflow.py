@@ -571,6 +571,21 @@ def test_help_and_import_never_load_tensorflow():
     assert "usage: tensorflow-to-h5 [-h]" in out.stdout and "saver_path" in out.stdout
 
 
+def test_refusals_of_the_inputs_come_before_tensorflow_is_loaded(tmp_path):
+    code = (
+        "import sys\nimport ckpt_migrate as cm\nfrom ckpt_migrate.errors import CkptError\n"
+        f"for call in (lambda: cm.tf_to_h5({str(tmp_path / 'nope')!r}, 'x.h5'),\n"
+        f"             lambda: cm.h5_to_tf({str(tmp_path / 'notes.txt')!r}, 'o')):\n"
+        "    try:\n        call()\n    except CkptError as exc:\n        print(exc)\n"
+        "print('LOADED' if 'tensorflow' in sys.modules else 'CLEAN')"
+    )
+    (tmp_path / "notes.txt").write_text("hello")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    lines = out.stdout.splitlines()
+    assert lines[-1] == "CLEAN", out.stdout + out.stderr
+    assert "no TensorFlow checkpoint here" in lines[0] and "not an HDF5 file" in lines[1]
+
+
 def test_parse_size():
     assert parse_size("4096") == 4096
     assert parse_size("256MB") == parse_size("256M") == 256_000_000

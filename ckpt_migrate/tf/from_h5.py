@@ -47,6 +47,7 @@ from ckpt_migrate.tf.saver import (
     compile_patterns,
     import_tensorflow,
     parse_size,
+    require_tensorflow,
 )
 from ckpt_migrate.tf.stage import (
     SaverOutput,
@@ -92,7 +93,7 @@ def h5_to_tf(
         raise UsageError(None, f"--verify must be structure or full, not {verify!r}")
     limit = parse_size(max_shard_bytes)
     excludes = compile_patterns(exclude, "--exclude")
-    tf = import_tensorflow()
+    require_tensorflow()
     src = Path(h5_path)
     with read_checkpoint(src) as ckpt:
         report = H5ToTfReport(src, [])
@@ -111,6 +112,7 @@ def h5_to_tf(
         ]
         for prefix, _, _ in targets:
             refuse_existing(prefix)
+        tf = import_tensorflow()
         staged: list[Staged] = []
         try:
             for prefix, sel, vs in targets:

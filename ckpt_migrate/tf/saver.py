@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import os
 import re
 import sys
@@ -80,6 +81,28 @@ class TensorFlowMissingError(CkptError):
     """The command needs TensorFlow, which is not installed."""
 
 
+def _missing(detail: str = "") -> TensorFlowMissingError:
+    return TensorFlowMissingError(
+        None,
+        f"TensorFlow checkpoints need TensorFlow, which is not installed{detail}",
+        f"install it with: {INSTALL_HINT}",
+    )
+
+
+def require_tensorflow() -> None:
+    """The one-line error of ``import_tensorflow`` when TensorFlow is absent, without importing it.
+
+    Importing TensorFlow costs 3–5 s: a conversion asks this first, checks its inputs, and imports
+    TensorFlow only once there is work for it, so a mistyped path is refused at once.
+    """
+    try:
+        found = importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise _missing()
+
+
 def import_tensorflow() -> Any:
     """``tensorflow``, or a one-line error saying how to install it."""
     try:
@@ -87,11 +110,7 @@ def import_tensorflow() -> Any:
     except ImportError as exc:
         name = getattr(exc, "name", None)
         detail = "" if name == "tensorflow" else f" ({str(exc).splitlines()[0][:160]})"
-        raise TensorFlowMissingError(
-            None,
-            f"TensorFlow checkpoints need TensorFlow, which is not installed{detail}",
-            f"install it with: {INSTALL_HINT}",
-        ) from None
+        raise _missing(detail) from None
     return tf
 
 

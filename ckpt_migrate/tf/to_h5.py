@@ -49,6 +49,7 @@ from ckpt_migrate.tf.saver import (
     import_tensorflow,
     op_message,
     open_reader,
+    require_tensorflow,
     resolve_saver_path,
     storage_hash,
 )
@@ -122,8 +123,9 @@ def tf_to_h5(
             target, "already exists; refusing to overwrite it", "choose another output"
         )
     excludes = compile_patterns(exclude, "--exclude")
-    tf = import_tensorflow()
+    require_tensorflow()
     prefixes = [resolve_saver_path(p) for p in paths]
+    tf = import_tensorflow()
 
     items: dict[str, Leaf] = {}
     origin: dict[str, str] = {}
