@@ -11,7 +11,7 @@ process under GNU ``/usr/bin/time`` (wall, CPU of the process and its children, 
 * ``cp --reflink=never SRC DST && sync DST`` and, where the filesystem shares extents,
   ``cp --reflink=always SRC DST``: the yardsticks, in the same run;
 * ``ckpt-migrate upgrade SRC -o OUT --json`` to 2.10 (its JSON says the strategy and the copy
-  method), and ``upgrade --dry-run``;
+  method), ``verify SRC OUT`` right after it, and ``upgrade --dry-run``;
 * ``ckpt-migrate inspect``, ``plan --to 2.10``, ``check``.
 
 Medians are reported, with the per-tensor cost of the upgrade and its ratio to the yardsticks.
@@ -69,6 +69,8 @@ def commands(src: Path, work: Path, reflink: bool, release: str) -> dict[str, li
     cmds = {
         "cp + sync": [*sh, f'cp --reflink=never "{src}" "{dst}" && sync "{dst}"'],
         "upgrade": [*up, "-o", str(out), "--json"],
+        # the source against the upgrade's output, leaf by leaf (run right after the upgrade)
+        "verify": [CLI, "verify", str(src), str(out / src.name), "--json", "-q"],
         "dry-run": [*up, "--dry-run", "--json"],
         "inspect": [CLI, "inspect", str(src), "--json"],
         "plan": [CLI, "plan", str(src), "--to", TARGET, "--json"],
@@ -99,16 +101,19 @@ def one_case(src: Path, shape: MoEShape, work: Path, repeat: int, release: str) 
     extra: dict[str, Any] = {}
     for _ in range(repeat):
         for name, argv in commands(src, work, reflink, release).items():
-            shutil.rmtree(work / "out", ignore_errors=True)
+            if name != "verify":
+                shutil.rmtree(work / "out", ignore_errors=True)
             (work / "copy.mdl").unlink(missing_ok=True)
             os.sync()
             m = bench_upgrade.run_measured(argv, work)
             if m.returncode not in (0, 10):  # check: 10 = an upgrade is needed
                 why = (m.stderr or m.stdout)[-2000:]
                 raise SystemExit(f"{name} failed ({m.returncode}): {why}")
+            if name == "verify":
+                extra["identical"] = json.loads(m.stdout).get("identical")
             if name == "upgrade":
                 done = json.loads(m.stdout.splitlines()[0])
-                extra = {k: done.get(k) for k in ("strategy", "copy_method", "bytes_written")}
+                extra |= {k: done.get(k) for k in ("strategy", "copy_method", "bytes_written")}
             runs.setdefault(name, []).append(m)
     row: dict[str, Any] = {"tensors": shape.tensors, "file_bytes": src.stat().st_size, **extra}
     for name, ms in runs.items():
@@ -128,10 +133,11 @@ def one_case(src: Path, shape: MoEShape, work: Path, repeat: int, release: str) 
 def print_table(rows: list[dict[str, Any]], file: Any = sys.stdout) -> None:
     print(
         "| release | tensors | size | strategy (method) | upgrade s (cpu) | µs/tensor | "
-        "× cp+sync | × reflink | RSS MiB | dry-run s | inspect s | plan s | check s |",
+        "× cp+sync | × reflink | RSS MiB | verify s (MiB) | dry-run s | inspect s | plan s | "
+        "check s |",
         file=file,
     )
-    print("|" + "---|" * 13, file=file)
+    print("|" + "---|" * 14, file=file)
     for r in rows:
         s = {k: f"{v['seconds']:.2f}" for k, v in r.items() if isinstance(v, dict)}
         print(
@@ -140,6 +146,7 @@ def print_table(rows: list[dict[str, Any]], file: Any = sys.stdout) -> None:
             f"{r['upgrade']['seconds']:.2f} ({r['upgrade']['cpu_seconds']:.2f}) | "
             f"{r['upgrade_us_per_tensor']} | {r['x_cp_sync']} | {r.get('x_cp_reflink', '—')} | "
             f"{max(v['rss_mib'] for v in r.values() if isinstance(v, dict)):.0f} | "
+            f"{s['verify']} ({r['verify']['rss_mib']:.0f}) | "
             f"{s['dry-run']} | {s['inspect']} | {s['plan']} | {s['check']} |",
             file=file,
         )

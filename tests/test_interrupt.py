@@ -193,3 +193,24 @@ def test_the_writability_probe_leaves_no_name_a_kill_could_strand(tmp_path, monk
     monkeypatch.setattr(os, "unlink", never)
     check_writable(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_line_and_its_end_are_one_write(monkeypatch):
+    """A progress line is written with its newline in one call: a Ctrl-C between two writes
+    left ``patch: 28 of 37 tensors (75%)interrupted`` on one line (seen under load)."""
+    from ckpt_migrate.cli.console import PlainProgress, echo
+
+    writes: list[str] = []
+
+    class Stream:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Stream())
+    PlainProgress(0)("patch", 28, 37)
+    echo("interrupted", err=True)
+    assert writes == ["patch: 28 of 37 tensors (75%)\n", "interrupted\n"]

@@ -44,7 +44,11 @@ def _escape(m: re.Match[str]) -> str:
 
 
 def echo(text: str, err: bool = False) -> None:
-    print(safe(text), file=sys.stderr if err else sys.stdout, flush=True)
+    stream = sys.stderr if err else sys.stdout
+    # One write, the newline with it: ``print`` writes the two apart, and a Ctrl-C landing
+    # between them left a progress line unended, the ``interrupted`` line glued to its tail.
+    stream.write(safe(text) + "\n")
+    stream.flush()
 
 
 def on_interrupt(signum: int, frame: Any) -> None:
