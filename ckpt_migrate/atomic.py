@@ -2,7 +2,7 @@
 
 A crash at any moment leaves at most a ``<name>.<8 hex>.tmp`` file (never a file at the target
 name), and an existing target is never truncated or replaced unless the caller asks for it.
-Also the one advisory lock (``exclusive_lock``) and the one link-or-copy (``link_or_copy``) the
+Also the one advisory lock (``advisory_lock``) and the one link-or-copy (``link_or_copy``) the
 engine, ``upgrade-dir`` and the manager share.
 """
 
@@ -344,9 +344,10 @@ def link_or_copy(src: Path, target: Path, copy: Callable[[Path, Path], None]) ->
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path, busy: str) -> Iterator[None]:
+def advisory_lock(path: Path, busy: str, *, shared: bool = False) -> Iterator[None]:
     """Hold an advisory flock on ``path`` (a file or a directory) while the block runs; when
-    another process holds it, fail at once with ``busy`` as the problem."""
+    another process holds a lock that excludes it, fail at once with ``busy`` as the problem.
+    ``shared`` locks (readers) coexist with each other, never with the exclusive one."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -355,7 +356,7 @@ def exclusive_lock(path: Path, busy: str) -> Iterator[None]:
         raise io_error(path, exc) from None
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             raise UsageError(path, busy, "wait for it to finish") from None
         yield

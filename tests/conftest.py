@@ -149,10 +149,3 @@ def real_layout_19(tmp_path_factory) -> Path:
     import real_layout
 
     return real_layout.write(tmp_path_factory.mktemp("real-layout") / "checkpoint_100.mdl")
-
-
-def pytest_xdist_auto_num_workers(config) -> int:
-    """``-n auto``: one worker more than the cores. Many tests wait on subprocesses, forked
-    preflight children, sleeps at random moments or a local S3 server, and a core left idle then
-    is taken by the extra worker (measured on 2 cores: see ``.ci/run``)."""
-    return (os.cpu_count() or 1) + 1

@@ -8,6 +8,7 @@ compares what they print.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,9 @@ CASES = [
 
 @pytest.mark.parametrize(("release", "extra"), CASES)
 def test_dry_run_prints_the_real_runs_change_lines(tmp_path, release, extra):
-    src = FIXTURES / f"release-{release}.mdl"
+    # a copy: an upgrade locks its source, and another test may be upgrading the fixture itself
+    src = tmp_path / f"release-{release}.mdl"
+    shutil.copyfile(FIXTURES / src.name, src)
     out = tmp_path / "out"
     out.mkdir()
     dry = run_cli("upgrade", src, "--output-dir", out, "--dry-run", *extra)

@@ -455,13 +455,34 @@ def test_a_second_upgrade_of_the_same_file_is_refused(tmp_path):
     out.mkdir()
     fd = os.open(src, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # as a running upgrade holds it
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as an in-place upgrade holds it
         proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", out)
         one_line_error(proc, 2, "another ckpt-migrate process", str(src))
         assert listing(out) == set()
     finally:
         os.close(fd)
     assert run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", out).returncode == 0
+
+
+def test_upgrades_that_only_read_the_file_run_side_by_side(tmp_path):
+    """An upgrade to an output of its own holds a shared lock on the source: another such
+    upgrade proceeds (each output is published without replacing anything), an in-place
+    upgrade of the same file is refused."""
+    src = fixture("2.0", tmp_path / "src")
+    before = sha256_file(src)
+    out = tmp_path / "out"
+    out.mkdir()
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # as an upgrade to another output holds it
+        proc = run_cli("upgrade", "--drop-dataloader-state", src, "--output-dir", out)
+        assert proc.returncode == 0, proc.stderr
+        assert release_of(out / src.name) == "2.10"
+        inplace = run_cli("upgrade", "--drop-dataloader-state", src, "--inplace")
+        one_line_error(inplace, 2, "another ckpt-migrate process", str(src))
+    finally:
+        os.close(fd)
+    assert sha256_file(src) == before and listing(src.parent) == {src.name}
 
 
 # --------------------------------------------------------------------------- 5. --inplace

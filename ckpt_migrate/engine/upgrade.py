@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from ckpt_migrate.atomic import (
     Interrupt,
+    advisory_lock,
     as_os_error,
     atomic_output,
     check_writable,
-    exclusive_lock,
     fsync_path,
     io_error,
     link_or_copy,
@@ -158,7 +158,7 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
     check_destination(opts)
     if opts.inplace:  # through a symlink: upgrade the file it names, and keep the link
         src = src.resolve()
-    lock = contextlib.nullcontext() if opts.dry_run else lock_source(src)
+    lock = contextlib.nullcontext() if opts.dry_run else lock_source(src, opts.inplace)
     with lock:
         _upgrade_locked(src, opts, result, progress)
 
@@ -437,9 +437,12 @@ def _provenance(plan: Plan, src: Path) -> dict[str, Any]:
     )
 
 
-def lock_source(src: Path) -> contextlib.AbstractContextManager[None]:
-    """Refuse a second upgrade of the same file while this one runs."""
-    return exclusive_lock(src, "another ckpt-migrate process is upgrading this file")
+def lock_source(src: Path, inplace: bool) -> contextlib.AbstractContextManager[None]:
+    """Refuse an in-place upgrade of a file another upgrade is reading or replacing, and any
+    upgrade of a file being upgraded in place. Upgrades that only read the file (each to its
+    own output, which is published without replacing anything) run side by side."""
+    busy = "another ckpt-migrate process is upgrading this file"
+    return advisory_lock(src, busy, shared=not inplace)
 
 
 def _may_edit_root(plan: Plan) -> bool:

@@ -38,7 +38,7 @@ import h5py
 
 from ckpt_migrate.atomic import (
     Interrupt,
-    exclusive_lock,
+    advisory_lock,
     io_error,
     remove_stale_temporaries,
 )
@@ -419,6 +419,6 @@ def _listdir(directory: Path) -> list[Path]:
 
 def _dir_lock(directory: Path) -> contextlib.AbstractContextManager[None]:
     """One ``upgrade-dir`` at a time writes into a directory."""
-    return exclusive_lock(
+    return advisory_lock(
         directory, "another ckpt-migrate upgrade-dir is writing into this directory"
     )
