@@ -30,6 +30,7 @@ from ckpt_migrate.format.tree import (
     ExternalLeaf,
     FullTensorLeaf,
     H5Data,
+    Leaf,
     MissingLeaf,
     NamedTupleNode,
     Node,
@@ -40,6 +41,7 @@ from ckpt_migrate.format.tree import (
     first_positions,
     iter_leaves,
     map_leaves,
+    tied_positions,
 )
 
 
@@ -132,24 +134,35 @@ def compare_trees(
 
     Returns (differences, number of tensors compared). ``progress`` hears of the first
     checkpoint's tensor bytes compared so far (phase ``verify``).
+
+    The second's leaves are kept by name; the first's are walked, not kept, and a tie is known
+    by the tied leaves' first positions alone (issue 33: a dict of each tree's positions and a
+    first position for every leaf held about 90 MiB more at 188k leaves).
     """
-    la = {r.name: r for r in iter_leaves(a)}
-    lb = {r.name: r for r in iter_leaves(b)}
-    diffs: list[Difference] = []
-    for name in la.keys() - lb.keys():
-        diffs.append(Difference(name, "only in the first"))
-    for name in lb.keys() - la.keys():
-        diffs.append(Difference(name, "only in the second"))
-    sa, sb = first_positions(a), first_positions(b)
-    compared = 0
-    total = sum(r.leaf.nbytes for n, r in la.items() if n in lb and isinstance(r.leaf, TensorLeaf))
-    done = 0
-    for name in (n for n in la if n in lb):
-        x, y = la[name].leaf, lb[name].leaf
+    lb: dict[str, Leaf] = {r.name: r.leaf for r in iter_leaves(b)}
+    ta, tb = tied_positions(a), tied_positions(b)
+    names_a: set[str] = set()
+    total = 0
+    for ref in iter_leaves(a):
+        names_a.add(ref.name)
+        if isinstance(ref.leaf, TensorLeaf) and ref.name in lb:
+            total += ref.leaf.nbytes
+    diffs = [Difference(name, "only in the second") for name in lb if name not in names_a]
+    compared = done = 0
+    for ref in iter_leaves(a):
+        name, x = ref.name, ref.leaf
+        if name not in names_a:  # a name the tree gives twice: compared once
+            continue
+        names_a.discard(name)
+        y = lb.get(name)
+        if y is None:
+            diffs.append(Difference(name, "only in the first"))
+            continue
         if progress is not None and isinstance(x, TensorLeaf):
             progress("verify", done, total)
             done += x.nbytes
-        tx, ty = sa[id(x)].name, sb[id(y)].name
+        tx = ta[id(x)].name if id(x) in ta else name
+        ty = tb[id(y)].name if id(y) in tb else name
         if (tx != name) != (ty != name) or (tx != name and tx != ty):
             diffs.append(Difference(name, f"tied to {tx!r} vs {ty!r}"))
         if isinstance(x, TensorLeaf) and isinstance(y, TensorLeaf):
