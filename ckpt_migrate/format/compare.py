@@ -137,7 +137,7 @@ def compare_trees(
 
     The second's leaves are kept by name; the first's are walked, not kept, and a tie is known
     by the tied leaves' first positions alone (issue 33: a dict of each tree's positions and a
-    first position for every leaf held about 90 MiB more at 188k leaves).
+    first position for every leaf took ``verify``'s peak at 188k leaves from 475 to 654 MiB).
     """
     lb: dict[str, Leaf] = {r.name: r.leaf for r in iter_leaves(b)}
     ta, tb = tied_positions(a), tied_positions(b)
