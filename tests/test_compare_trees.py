@@ -7,11 +7,19 @@ reported when it kept both.
 
 from __future__ import annotations
 
+import lzma
+import shutil
+
 import numpy as np
+from conftest import FIXTURES, REAL
 
 import ckpt_migrate as cm
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.format.compare import compare_trees
 from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import TensorLeaf, iter_leaves, tied_positions
+
+REAL_2X = FIXTURES / "real-cstorch-2.6-2.9"
 
 
 def test_every_kind_of_difference_both_ways(tmp_path):
@@ -57,3 +65,31 @@ def test_every_kind_of_difference_both_ways(tmp_path):
         ("x", "('value', ('int', 2)) vs ('value', ('int', 1))"),
     ]
     assert n == m == 5 and itself == [] and k == 6  # tensors both sides hold
+
+
+def test_the_real_librarys_files_against_their_upgrades(tmp_path):
+    """Files the real cerebras.pytorch wrote, whose ties are its own ``LinkedObject`` entries
+    (the 2.9 trainer's: 44, scalars among them; 2.10's ``tied.mdl``: a tied embedding): each
+    against itself and against its upgrade (2.9 -> 2.10, a root edit) or downgrade (2.10 ->
+    2.0, a rewrite). Ties are kept, every tensor is compared, and the only differences are the
+    upgrade's own ``__metadata__`` record, named the other way round when the order is."""
+    trainer = tmp_path / "trainer.mdl"
+    trainer.write_bytes(lzma.decompress((REAL_2X / "trainer-2.9.0.mdl.xz").read_bytes()))
+    tied = tmp_path / "tied.mdl"
+    shutil.copyfile(REAL / "tied.mdl", tied)
+    for src, target, added in ((trainer, "2.10", True), (tied, "2.0", False)):
+        out = tmp_path / target
+        assert upgrade(src, UpgradeOptions(target=target, output_dir=out)).status == "upgraded"
+        with read_checkpoint(src) as a, read_checkpoint(out / src.name) as b:
+            tensors = sum(isinstance(r.leaf, TensorLeaf) for r in iter_leaves(a.root))
+            assert len(tied_positions(a.root)) == len(tied_positions(b.root)) > 0
+            assert compare_trees(a.root, a.root) == ([], tensors)
+            there, n = compare_trees(a.root, b.root)
+            back, m = compare_trees(b.root, a.root)
+        assert n == m == tensors > 0
+        assert bool(there) == added
+        assert all(d.name.startswith("__metadata__.") for d in there)
+        assert {(d.name, d.what) for d in there} == {
+            (d.name, d.what.replace("first", "second")) for d in back
+        }
+        assert {d.what for d in there} <= {"only in the second"}
