@@ -90,3 +90,29 @@ def test_a_root_of_many_names_keeps_its_name_heap_in_the_cache(tmp_path):
         for name in names[::10]:
             h5py.h5o.open(f.id, name.encode())
         assert f.id.get_mdc_hit_rate() > 0.9
+
+
+def test_a_group_being_filled_keeps_its_name_heap_in_the_cache(tmp_path):
+    """The copy-patch links every tensor into a fresh root while it looks each one up in the
+    old: a cache with room for the old root's heap alone evicted the new one's, wrote it whole
+    and read it again for the next link (half the look-ups missed: 7.4 s for these 10k links,
+    against 0.09 s; 136 s against 39 s for a 50k-tensor upgrade, issue 33)."""
+    path = tmp_path / "names.h5"
+    names = [f"model.layers.{i}.{'x' * 100}.weight" for i in range(10_000)]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("d", data=np.zeros(4))
+        for name in names:
+            f[name] = f["d"]
+    with h5io.bounded_metadata_cache(h5py.File(path, "r+")) as f:
+        fresh = f.create_group("fresh")
+        room = h5io.GroupNameRoom(f, fresh)
+        f.id.reset_mdc_hit_rate_stats()
+        for name in names:
+            room.added()
+            fresh.id.links.create_hard(name.encode(), f.id, name.encode())
+        heap = h5py.h5o.get_info(fresh.id).meta_size.obj.heap_size
+        assert heap > h5io.METADATA_CACHE_MAX
+        assert f.id.get_mdc_hit_rate() > 0.9
+        # the room is the two heaps' (and a quarter more for the growing one), no more
+        cap = f.id.get_mdc_config().max_size
+        assert cap <= h5io.METADATA_CACHE_MAX + h5io.root_name_heap(f) + heap * 5 // 4

@@ -32,7 +32,7 @@ from ckpt_migrate.errors import UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
-from ckpt_migrate.format.h5.io import H5Handle, bounded_metadata_cache, prefetch
+from ckpt_migrate.format.h5.io import GroupNameRoom, H5Handle, bounded_metadata_cache, prefetch
 from ckpt_migrate.format.h5.tensor import place_tensor
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
@@ -344,15 +344,15 @@ def _patch(
     attributes = root_attributes(root, release, extra)
     if not h5root.tracks_order(attributes):
         h5root.create_wide_root(tmp)
-    # (Its cache as before issue 33's room for the root's names: the order HDF5 flushes its
-    # metadata in decides where the edit's bytes go, and the outputs stay the same bytes.)
-    with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False), 0) as f:
+    with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False)) as f:
         superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
         new_root = h5root.create_fresh_root(f, attributes)
         at = dict(reused)
+        room = GroupNameRoom(f, new_root)  # (the old root's names are looked up meanwhile)
 
         def place(g: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
             current = at.pop(id(leaf), None)
+            room.added()
             if current is None:
                 placed[id(leaf)] = (name, False)
                 return place_tensor(g, name, leaf)

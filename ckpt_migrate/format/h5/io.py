@@ -93,9 +93,8 @@ def bounded_metadata_cache(f: h5py.File, names: int | None = None) -> h5py.File:
     at 1 MiB it is 142 MiB at both sizes, and no slower (256 KiB made the 6 GB patch slower).
 
     The cap leaves room, beyond that, for the root's heap of link names (``names`` bytes,
-    by default ``root_name_heap``; a file being written passes 0, its cache as it was: the
-    order HDF5 flushes metadata in decides where it writes, and outputs stay the same bytes;
-    that file's look-ups by name keep the cost below): h5py's
+    by default ``root_name_heap``; a group being filled needs room for its own heap as it
+    grows: ``GroupNameRoom``): h5py's
     default root keeps every name in one local heap, which HDF5 reads whole for each look-up by
     name; a cache smaller than the heap evicted and read it again on every look-up, 0.44 ms
     each at 62k links against 0.04 ms, so that a 50k-tensor upgrade spent most of its time
@@ -110,6 +109,35 @@ def bounded_metadata_cache(f: h5py.File, names: int | None = None) -> h5py.File:
     config.set_initial_size = True
     f.id.set_mdc_config(config)
     return f
+
+
+class GroupNameRoom:
+    """Room in ``f``'s metadata cache (``bounded_metadata_cache``) for the heap of link names
+    of ``group``, a group being filled, beside the room for the root's: each link added dirties
+    that heap, and a cache too small for both evicted it, wrote it whole and read it again for
+    the next link. A 50k-tensor copy-patch moved 359 GB through the page cache that way (79 GB
+    of it written) and took 136 s against 39 s (issue 33; benchmarks/README.md, eighth
+    session). The room follows the heap as it grows (asked of HDF5 every ``EVERY`` links), so
+    that the object headers keep the 1 MiB they have: room for the heap's final size from the
+    start held 130 MiB more of them at 50k."""
+
+    EVERY = 256
+
+    def __init__(self, f: h5py.File, group: h5py.Group) -> None:
+        self._f, self._group = f, group
+        self._root = root_name_heap(f)
+        self._links = 0
+        self._heap = -1
+
+    def added(self) -> None:
+        """Count a link added to the group; every ``EVERY``, fit the room to its heap."""
+        self._links += 1
+        if self._links % self.EVERY:
+            return
+        heap = min(h5py.h5o.get_info(self._group.id).meta_size.obj.heap_size, MAX_NAME_HEAP)
+        if heap != self._heap:
+            self._heap = heap
+            bounded_metadata_cache(self._f, self._root + heap + heap // 4)
 
 
 def root_name_heap(f: h5py.File) -> int:
