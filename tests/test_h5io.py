@@ -116,3 +116,19 @@ def test_a_group_being_filled_keeps_its_name_heap_in_the_cache(tmp_path):
         # the room is the two heaps' (and a quarter more for the growing one), no more
         cap = f.id.get_mdc_config().max_size
         assert cap <= h5io.METADATA_CACHE_MAX + h5io.root_name_heap(f) + heap * 5 // 4
+
+
+def test_a_new_style_group_gets_no_room(tmp_path):
+    """A group keeping its names in a fractal heap (as ``create_wide_root`` makes one) finds a
+    name through a B-tree of hashes and reads the heap block by block: room for the whole heap
+    would only hold more object headers."""
+    with h5io.bounded_metadata_cache(h5py.File(tmp_path / "new.h5", "w", libver="latest")) as f:
+        f.create_dataset("d", data=np.zeros(4))
+        fresh = f.create_group("fresh")
+        cap = f.id.get_mdc_config().max_size
+        room = h5io.GroupNameRoom(f, fresh)
+        for i in range(3 * room.EVERY):
+            room.added()
+            fresh[f"model.layers.{i}.{'x' * 100}.weight"] = f["d"]
+        assert h5py.h5o.get_info(fresh.id).meta_size.obj.heap_size > 0
+        assert f.id.get_mdc_config().max_size == cap

@@ -80,6 +80,7 @@ def damaged(path: Path, exc: BaseException) -> CorruptCheckpointError:
 
 
 METADATA_CACHE_MAX = 1 << 20
+SYMBOL_TABLE_MESSAGE = 0x11  # (an old-style group's: its B-tree and local heap of names)
 MAX_NAME_HEAP = 256 << 20  # (a heap HDF5 would read whole anyway; the cap only lets it stay)
 
 
@@ -119,7 +120,9 @@ class GroupNameRoom:
     of it written) and took 136 s against 39 s (issue 33; benchmarks/README.md, eighth
     session). The room follows the heap as it grows (asked of HDF5 every ``EVERY`` links), so
     that the object headers keep the 1 MiB they have: room for the heap's final size from the
-    start held 130 MiB more of them at 50k."""
+    start held 130 MiB more of them at 50k. A new-style group (its names in a fractal heap,
+    found through a B-tree of their hashes: ``create_wide_root``'s) is read block by block and
+    needs none."""
 
     EVERY = 256
 
@@ -128,11 +131,13 @@ class GroupNameRoom:
         self._root = root_name_heap(f)
         self._links = 0
         self._heap = -1
+        present = h5py.h5o.get_info(group.id).hdr.mesg.present
+        self._local = bool(present & 1 << SYMBOL_TABLE_MESSAGE)
 
     def added(self) -> None:
         """Count a link added to the group; every ``EVERY``, fit the room to its heap."""
         self._links += 1
-        if self._links % self.EVERY:
+        if self._links % self.EVERY or not self._local:
             return
         heap = min(h5py.h5o.get_info(self._group.id).meta_size.obj.heap_size, MAX_NAME_HEAP)
         if heap != self._heap:
