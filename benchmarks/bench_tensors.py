@@ -136,8 +136,8 @@ def one_case(src: Path, shape: MoEShape, work: Path, repeat: int, release: str) 
 def print_table(rows: list[dict[str, Any]], file: Any = sys.stdout) -> None:
     print(
         "| release | tensors | size | strategy (method) | upgrade s (cpu) | µs/tensor | "
-        "× cp+sync | × reflink | RSS MiB | verify s (MiB) | dry-run s | inspect s | plan s | "
-        "check s |",
+        "× cp+sync | × reflink | upgrade RSS MiB | verify s (MiB) | dry-run s | inspect s | "
+        "plan s | check s |",
         file=file,
     )
     print("|" + "---|" * 14, file=file)
@@ -148,7 +148,7 @@ def print_table(rows: list[dict[str, Any]], file: Any = sys.stdout) -> None:
             f"{r.get('strategy')} ({r.get('copy_method')}) | "
             f"{r['upgrade']['seconds']:.2f} ({r['upgrade']['cpu_seconds']:.2f}) | "
             f"{r['upgrade_us_per_tensor']} | {r['x_cp_sync']} | {r.get('x_cp_reflink', '—')} | "
-            f"{max(v['rss_mib'] for v in r.values() if isinstance(v, dict)):.0f} | "
+            f"{r['upgrade']['rss_mib']:.0f} | "
             f"{s['verify']} ({r['verify']['rss_mib']:.0f}) | "
             f"{s['dry-run']} | {s['inspect']} | {s['plan']} | {s['check']} |",
             file=file,
