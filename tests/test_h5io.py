@@ -132,3 +132,21 @@ def test_a_new_style_group_gets_no_room(tmp_path):
             fresh[f"model.layers.{i}.{'x' * 100}.weight"] = f["d"]
         assert h5py.h5o.get_info(fresh.id).meta_size.obj.heap_size > 0
         assert f.id.get_mdc_config().max_size == cap
+
+
+def test_heaps_that_fit_leave_the_cache_as_it_was(tmp_path):
+    """While both heaps of names fit in the 1 MiB, the cache keeps its size (and the file being
+    written its bytes: HDF5's flush order decides where metadata goes)."""
+    path = tmp_path / "few.h5"
+    names = [f"model.layers.{i}.weight" for i in range(2_000)]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("d", data=np.zeros(4))
+        for name in names:
+            f[name] = f["d"]
+    with h5io.bounded_metadata_cache(h5py.File(path, "r+"), 0) as f:
+        fresh = f.create_group("fresh")
+        room = h5io.GroupNameRoom(f, fresh)
+        for name in names:
+            room.added()
+            fresh.id.links.create_hard(name.encode(), f.id, name.encode())
+        assert f.id.get_mdc_config().max_size == h5io.METADATA_CACHE_MAX

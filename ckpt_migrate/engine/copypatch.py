@@ -344,7 +344,8 @@ def _patch(
     attributes = root_attributes(root, release, extra)
     if not h5root.tracks_order(attributes):
         h5root.create_wide_root(tmp)
-    with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False)) as f:
+    # (1 MiB until the two roots' heaps of names outgrow it: ``GroupNameRoom``)
+    with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False), 0) as f:
         superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
         new_root = h5root.create_fresh_root(f, attributes)
         at = dict(reused)

@@ -94,8 +94,8 @@ def bounded_metadata_cache(f: h5py.File, names: int | None = None) -> h5py.File:
     at 1 MiB it is 142 MiB at both sizes, and no slower (256 KiB made the 6 GB patch slower).
 
     The cap leaves room, beyond that, for the root's heap of link names (``names`` bytes,
-    by default ``root_name_heap``; a group being filled needs room for its own heap as it
-    grows: ``GroupNameRoom``): h5py's
+    by default ``root_name_heap``; a file being written passes 0 and leaves it, and the room
+    for the group it fills, to ``GroupNameRoom``): h5py's
     default root keeps every name in one local heap, which HDF5 reads whole for each look-up by
     name; a cache smaller than the heap evicted and read it again on every look-up, 0.44 ms
     each at 62k links against 0.04 ms, so that a 50k-tensor upgrade spent most of its time
@@ -113,16 +113,19 @@ def bounded_metadata_cache(f: h5py.File, names: int | None = None) -> h5py.File:
 
 
 class GroupNameRoom:
-    """Room in ``f``'s metadata cache (``bounded_metadata_cache``) for the heap of link names
-    of ``group``, a group being filled, beside the room for the root's: each link added dirties
-    that heap, and a cache too small for both evicted it, wrote it whole and read it again for
-    the next link. A 50k-tensor copy-patch moved 359 GB through the page cache that way (79 GB
-    of it written) and took 136 s against 39 s (issue 33; benchmarks/README.md, eighth
-    session). The room follows the heap as it grows (asked of HDF5 every ``EVERY`` links), so
-    that the object headers keep the 1 MiB they have: room for the heap's final size from the
-    start held 130 MiB more of them at 50k. A new-style group (its names in a fractal heap,
-    found through a B-tree of their hashes: ``create_wide_root``'s) is read block by block and
-    needs none."""
+    """Room in ``f``'s metadata cache (``bounded_metadata_cache``) for the root's heap of link
+    names and for the one of ``group``, a group being filled, once the two no longer fit in
+    the cache's 1 MiB: each link added dirties the group's heap, each look-up by name loads the
+    root's, and a cache too small for both evicted one for the other, writing the group's whole
+    and reading both again for the next link. A 50k-tensor copy-patch moved 359 GB through the
+    page cache that way (79 GB of it written) and took 136 s against 39 s (issue 33;
+    benchmarks/README.md, eighth session). While both fit, the cache stays as it was, and so
+    do the bytes of the file being written (the order HDF5 flushes its metadata in decides
+    where it goes). The room follows the heap as it grows (asked of HDF5 every ``EVERY``
+    links), so that the object headers keep the 1 MiB they have: room for the heap's final
+    size from the start held 130 MiB more of them at 50k. A new-style group (its names in a
+    fractal heap, found through a B-tree of their hashes: ``create_wide_root``'s) is read block
+    by block and needs none."""
 
     EVERY = 256
 
@@ -130,9 +133,10 @@ class GroupNameRoom:
         self._f, self._group = f, group
         self._root = root_name_heap(f)
         self._links = 0
-        self._heap = -1
+        self._given = False
         present = h5py.h5o.get_info(group.id).hdr.mesg.present
         self._local = bool(present & 1 << SYMBOL_TABLE_MESSAGE)
+        self._fit(0)
 
     def added(self) -> None:
         """Count a link added to the group; every ``EVERY``, fit the room to its heap."""
@@ -141,7 +145,12 @@ class GroupNameRoom:
             return
         heap = min(h5py.h5o.get_info(self._group.id).meta_size.obj.heap_size, MAX_NAME_HEAP)
         if heap != self._heap:
-            self._heap = heap
+            self._fit(heap)
+
+    def _fit(self, heap: int) -> None:
+        self._heap = heap
+        if self._given or self._root + heap > METADATA_CACHE_MAX:
+            self._given = True
             bounded_metadata_cache(self._f, self._root + heap + heap // 4)
 
 
