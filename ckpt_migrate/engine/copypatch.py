@@ -32,7 +32,13 @@ from ckpt_migrate.errors import UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
-from ckpt_migrate.format.h5.io import GroupNameRoom, H5Handle, bounded_metadata_cache, prefetch
+from ckpt_migrate.format.h5.io import (
+    GroupNameRoom,
+    H5Handle,
+    bounded_metadata_cache,
+    prefetch,
+    root_name_heap,
+)
 from ckpt_migrate.format.h5.tensor import place_tensor
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
@@ -344,16 +350,18 @@ def _patch(
     attributes = root_attributes(root, release, extra)
     if not h5root.tracks_order(attributes):
         h5root.create_wide_root(tmp)
-    # (1 MiB until the two roots' heaps of names outgrow it: ``GroupNameRoom``)
+    # (1 MiB until the two roots' heaps of names outgrow it: ``GroupNameRoom``; the old root's
+    # heap measured in the source, whose bytes it is)
+    old_names = root_name_heap(source.file())
     with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False), 0) as f:
         superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
         new_root = h5root.create_fresh_root(f, attributes)
         at = dict(reused)
-        room = GroupNameRoom(f, new_root)  # (the old root's names are looked up meanwhile)
+        room = GroupNameRoom(f, old_names, local=h5root.tracks_order(attributes))
 
         def place(g: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
             current = at.pop(id(leaf), None)
-            room.added()
+            room.added(name)
             if current is None:
                 placed[id(leaf)] = (name, False)
                 return place_tensor(g, name, leaf)

@@ -80,7 +80,6 @@ def damaged(path: Path, exc: BaseException) -> CorruptCheckpointError:
 
 
 METADATA_CACHE_MAX = 1 << 20
-SYMBOL_TABLE_MESSAGE = 0x11  # (an old-style group's: its B-tree and local heap of names)
 MAX_NAME_HEAP = 256 << 20  # (a heap HDF5 would read whole anyway; the cap only lets it stay)
 
 
@@ -114,44 +113,48 @@ def bounded_metadata_cache(f: h5py.File, names: int | None = None) -> h5py.File:
 
 class GroupNameRoom:
     """Room in ``f``'s metadata cache (``bounded_metadata_cache``) for the root's heap of link
-    names and for the one of ``group``, a group being filled, once the two no longer fit in
-    the cache's 1 MiB: each link added dirties the group's heap, each look-up by name loads the
-    root's, and a cache too small for both evicted one for the other, writing the group's whole
-    and reading both again for the next link. A 50k-tensor copy-patch moved 359 GB through the
-    page cache that way (79 GB of it written) and took 136 s against 39 s (issue 33;
-    benchmarks/README.md, eighth session). While both fit, the cache stays as it was, and so
-    do the bytes of the file being written (the order HDF5 flushes its metadata in decides
-    where it goes). The room follows the heap as it grows (asked of HDF5 every ``EVERY``
-    links), so that the object headers keep the 1 MiB they have: room for the heap's final
-    size from the start held 130 MiB more of them at 50k. A new-style group (its names in a
-    fractal heap, found through a B-tree of their hashes: ``create_wide_root``'s) is read block
-    by block and needs none."""
+    names (``root_heap`` bytes, measured elsewhere) and for the one of a group being filled,
+    once the two no longer fit in the cache's 1 MiB: each link added dirties the group's heap,
+    each look-up by name loads the root's, and a cache too small for both evicted one for the
+    other, writing the group's whole and reading both again for the next link. A 50k-tensor
+    copy-patch moved 359 GB through the page cache that way (79 GB of it written) and took
+    105 s against 35 s (issue 33; benchmarks/README.md, eighth session).
+
+    The group's heap is reckoned from the names added (each stored with its terminating zero,
+    8-byte aligned; HDF5 doubles a full heap, so up to twice that), not asked of HDF5: the
+    question walks the group's B-tree through the same cache, and the order HDF5 flushes its
+    metadata in decides where it writes, so asking changed the bytes of outputs whose heaps
+    fitted. Until they no longer fit, the cache (and so the file) stays as it was. The room
+    follows the heap as it grows (every ``EVERY`` links), so that the object headers keep the
+    1 MiB they have: room for the heap's final size from the start held 130 MiB more of them
+    at 50k. A new-style group (``local`` false: its names in a fractal heap, found through a
+    B-tree of their hashes, as ``create_wide_root`` makes one) is read block by block and
+    needs none."""
 
     EVERY = 256
 
-    def __init__(self, f: h5py.File, group: h5py.Group) -> None:
-        self._f, self._group = f, group
-        self._root = root_name_heap(f)
-        self._links = 0
+    def __init__(self, f: h5py.File, root_heap: int, *, local: bool) -> None:
+        self._f, self._root, self._local = f, root_heap, local
+        self._names = self._links = 0
+        self._groups: set[str] = set()
         self._given = False
-        present = h5py.h5o.get_info(group.id).hdr.mesg.present
-        self._local = bool(present & 1 << SYMBOL_TABLE_MESSAGE)
-        self._fit(0)
 
-    def added(self) -> None:
-        """Count a link added to the group; every ``EVERY``, fit the room to its heap."""
-        self._links += 1
-        if self._links % self.EVERY or not self._local:
+    def added(self, name: str) -> None:
+        """Count the link ``name`` (a path from the group) adds; every ``EVERY``, fit the room."""
+        if not self._local:
             return
-        heap = min(h5py.h5o.get_info(self._group.id).meta_size.obj.heap_size, MAX_NAME_HEAP)
-        if heap != self._heap:
-            self._fit(heap)
-
-    def _fit(self, heap: int) -> None:
-        self._heap = heap
-        if self._given or self._root + heap > METADATA_CACHE_MAX:
-            self._given = True
-            bounded_metadata_cache(self._f, self._root + heap + heap // 4)
+        top, slash, _ = name.partition("/")
+        if slash:  # a link into a group of the group: the group's own name, once
+            if top in self._groups:
+                return
+            self._groups.add(top)
+        self._names += (len(top.encode("utf-8", "surrogateescape")) + 8) // 8 * 8
+        self._links += 1
+        if self._links % self.EVERY == 0:
+            heap = min(2 * self._names, MAX_NAME_HEAP)
+            if self._given or self._root + heap > METADATA_CACHE_MAX:
+                self._given = True
+                bounded_metadata_cache(self._f, self._root + heap)
 
 
 def root_name_heap(f: h5py.File) -> int:
