@@ -123,7 +123,7 @@ def test_a_group_being_filled_keeps_its_name_heap_in_the_cache(tmp_path):
     """The copy-patch links every tensor into a fresh root while it looks each one up in the
     old: a cache with room for the old root's heap alone evicted the new one's, wrote it whole
     and read it again for the next link (half the look-ups missed: 7.4 s for these 10k links,
-    against 0.09 s; 105 s against 35 s for a 50k-tensor upgrade, issue 33)."""
+    against 0.09 s; 105 s against 30 s for a 50k-tensor upgrade, issue 33)."""
     path = tmp_path / "names.h5"
     names = [f"model.layers.{i}.{'x' * 100}.weight" for i in range(10_000)]
     _names_file(path, names)

@@ -118,7 +118,7 @@ class GroupNameRoom:
     each look-up by name loads the root's, and a cache too small for both evicted one for the
     other, writing the group's whole and reading both again for the next link. A 50k-tensor
     copy-patch moved 359 GB through the page cache that way (79 GB of it written) and took
-    105 s against 35 s (issue 33; benchmarks/README.md, eighth session).
+    105 s against 30 s (issue 33; benchmarks/README.md, eighth session).
 
     The group's heap is reckoned from the names added (each stored with its terminating zero,
     8-byte aligned; HDF5 doubles a full heap, so up to twice that), not asked of HDF5: the
