@@ -101,7 +101,7 @@ def _fill(path, names: list[str], room: bool) -> h5py.File:
     """Link every name of the root into a fresh group, through a 1 MiB cache, counting each
     link with ``GroupNameRoom`` when ``room``, as the copy-patch does; the file stays open."""
     f = h5io.bounded_metadata_cache(h5py.File(path, "r+"), 0)
-    heap = h5io.root_name_heap(f)
+    heap = h5io.root_name_heap(f, local_only=True)  # (an old-style root: all of it)
     fresh = f.create_group("fresh")
     counted = h5io.GroupNameRoom(f, heap, local=True)
     f.id.reset_mdc_hit_rate_stats()
@@ -156,7 +156,7 @@ def test_only_an_old_style_fresh_root_gets_room(tmp_path):
     while the root attributes track their order: an old-style group, its names in one local
     heap (a symbol table message). Past that it is ``create_wide_root``'s, new-style, whose
     names are found by their hashes and read block by block."""
-    symbol_table = 1 << 0x11
+    symbol_table = 1 << h5io.SYMBOL_TABLE_MESSAGE
     path = tmp_path / "roots.h5"
     with h5py.File(path, "w") as f:
         assert h5root.tracks_order(10)
@@ -171,3 +171,9 @@ def test_only_an_old_style_fresh_root_gets_room(tmp_path):
     with h5py.File(path, "r+") as f:
         fresh = h5root.create_fresh_root(f, wide)
         assert not h5py.h5o.get_info(fresh.id).hdr.mesg.present & symbol_table
+    # nor an old root of that kind: ``local_only`` counts none of its heap
+    with h5py.File(path, "w", libver="latest") as f:
+        for i in range(100):
+            f[f"model.layers.{i}.{'x' * 100}.weight"] = 1
+        assert h5io.root_name_heap(f) > 0
+        assert h5io.root_name_heap(f, local_only=True) == 0

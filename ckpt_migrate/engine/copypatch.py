@@ -352,7 +352,7 @@ def _patch(
         h5root.create_wide_root(tmp)
     # (1 MiB until the two roots' heaps of names outgrow it: ``GroupNameRoom``; the old root's
     # heap measured in the source, whose bytes it is)
-    old_names = root_name_heap(source.file())
+    old_names = root_name_heap(source.file(), local_only=True)
     with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False), 0) as f:
         superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
         new_root = h5root.create_fresh_root(f, attributes)

@@ -80,6 +80,7 @@ def damaged(path: Path, exc: BaseException) -> CorruptCheckpointError:
 
 
 METADATA_CACHE_MAX = 1 << 20
+SYMBOL_TABLE_MESSAGE = 0x11  # (an old-style group's: the B-tree and local heap of its names)
 MAX_NAME_HEAP = 256 << 20  # (a heap HDF5 would read whole anyway; the cap only lets it stay)
 
 
@@ -157,15 +158,18 @@ class GroupNameRoom:
                 bounded_metadata_cache(self._f, self._root + heap)
 
 
-def root_name_heap(f: h5py.File) -> int:
+def root_name_heap(f: h5py.File, *, local_only: bool = False) -> int:
     """The bytes of the heap that holds the root group's link names (``H5Oget_info``'s
     ``meta_size.obj.heap_size``: an old-style group's local heap, a new-style one's fractal
-    heap), at most ``MAX_NAME_HEAP``."""
+    heap, or 0 for that with ``local_only``: it is read block by block), at most
+    ``MAX_NAME_HEAP``."""
     try:
-        heap = h5py.h5o.get_info(f.id).meta_size.obj.heap_size
+        info = h5py.h5o.get_info(f.id)
     except (OSError, RuntimeError, ValueError):  # (the readers name a damaged root)
         return 0
-    return min(heap, MAX_NAME_HEAP)
+    if local_only and not info.hdr.mesg.present & 1 << SYMBOL_TABLE_MESSAGE:
+        return 0
+    return min(info.meta_size.obj.heap_size, MAX_NAME_HEAP)
 
 
 def _short(exc: BaseException) -> str:
