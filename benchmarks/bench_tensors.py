@@ -106,9 +106,9 @@ def one_case(src: Path, shape: MoEShape, work: Path, repeat: int, release: str) 
             (work / "copy.mdl").unlink(missing_ok=True)
             os.sync()
             m = bench_upgrade.run_measured(argv, work)
-            # check: 10 = an upgrade is needed; verify: 4 = differences (the upgrade's own
-            # __metadata__ entries, recorded in the row)
-            if m.returncode not in (0, 10, 4) or (m.returncode == 4 and name != "verify"):
+            # verify: 4 = differences (the upgrade's own __metadata__ entries, recorded in the
+            # row); check: 10 = an upgrade is needed
+            if m.returncode not in ((0, 4) if name == "verify" else (0, 10)):
                 why = (m.stderr or m.stdout)[-2000:]
                 raise SystemExit(f"{name} failed ({m.returncode}): {why}")
             if name == "verify":
