@@ -36,7 +36,8 @@ def read_attributes(
     variable-length strings through their heap (where damage made HDF5 loop or crash),
     anything else as raw bytes (no conversion to numpy types, which is h5py's work and half the
     cost). ``scalars`` collects the scalar strings, numbers and booleans as Python values (the
-    facts a reader looks for)."""
+    facts a reader looks for), and a full tensor's ``shape``, a short vector of integers
+    (``is_shape``), as a list."""
     for i, name in enumerate(attribute_names(obj) if names is None else names):
         if i % 1000 == 999:
             os.write(tick, TICK)
@@ -56,6 +57,11 @@ def read_attributes(
         elif scalars is not None and extent == h5py.h5s.SCALAR and kind.number is not None:
             out = np.empty((), dtype=kind.number)
             attr.read(out)
+        elif scalars is not None and name == SHAPE and is_shape(kind.number, shape):
+            out = np.empty(shape, dtype=kind.number)
+            attr.read(out)
+            scalars["shape"] = out.tolist()
+            continue
         else:
             attr.read(np.empty(shape, dtype=f"V{kind.size}"), mtype=tid)
             out = None
@@ -67,6 +73,15 @@ def read_attributes(
                 scalars[name.decode("utf-8", "surrogateescape")] = (
                     value if isinstance(value, str) else value.item()
                 )
+
+
+SHAPE = b"shape"  # a full tensor's shape (``DeferredFullTensor``, FORMAT.md §3.3)
+MAX_RANK = 64
+
+
+def is_shape(number: np.dtype | None, shape: tuple[int, ...]) -> bool:
+    """Whether an attribute of ``number`` type and ``shape`` can be a tensor's shape."""
+    return number is not None and number.kind in "iu" and len(shape) == 1 and shape[0] <= MAX_RANK
 
 
 class TypeFacts(NamedTuple):

@@ -16,7 +16,7 @@ import numpy as np
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
-from ckpt_migrate.format.h5.facts import DatasetFacts, Facts
+from ckpt_migrate.format.h5.facts import DatasetFacts, Facts, OutlineTooShort
 from ckpt_migrate.format.h5.io import (
     H5Handle,
     attr_bool,
@@ -58,7 +58,9 @@ def read(
 ) -> tuple[Node, list[str], list[str], bool]:
     """Return (tree, datasets not named by the spec, warnings, spec had TensorScalarDict).
     ``facts``: what the preflight walk learnt of the datasets (a tensor is then built without
-    opening its dataset again)."""
+    opening its dataset again); with ``facts.links`` (an outline read: the facts read from the
+    datasets' headers, ``h5.headerfacts``) no dataset may be opened, and a leaf its facts do
+    not describe is ``OutlineTooShort``."""
     facts = facts or Facts()
     path = handle.path
     if "__spec__" not in f.attrs:
@@ -87,6 +89,10 @@ def read(
             assert known is not None
             used.add(stored)
             return shared.setdefault(known.address, leaf)
+        if facts.links is not None:
+            if stored not in facts.links:
+                return MissingLeaf(ref.name)
+            raise OutlineTooShort(f"dataset {stored!r}")
         ds = open_dataset(f, stored)
         if ds is None:
             return MissingLeaf(ref.name)
@@ -97,7 +103,10 @@ def read(
         return shared[ident]
 
     root = map_leaves(info.root, decode)
-    unreferenced = datasets_not_in(f, used, recursive=False)
+    if facts.links is not None:  # (every link is a dataset's: ``headerfacts`` answers no other)
+        unreferenced = sorted(name for name in facts.links if name not in used)
+    else:
+        unreferenced = datasets_not_in(f, used, recursive=False)
     return root, unreferenced, [], info.had_tensor_scalar_dict
 
 
@@ -115,14 +124,32 @@ def _decode_dataset(ds: h5py.Dataset, stored: str, handle: H5Handle, fmt: float,
     return _decode_flagged(ds, stored, handle, name)
 
 
-def _from_facts(
-    known: DatasetFacts, stored: str, handle: H5Handle, fmt: float
-) -> TensorLeaf | ValueLeaf | None:
-    """The leaf ``_decode_tagged`` makes of a tagged tensor or scalar dataset, from the walk's
-    facts; None for anything else (the dataset is then opened and decoded as ever)."""
+def _from_facts(known: DatasetFacts, stored: str, handle: H5Handle, fmt: float) -> Leaf | None:
+    """The leaf ``_decode_tagged`` makes of a tagged tensor, scalar, string, None or pickled
+    object dataset, from the walk's facts; None for anything else (the dataset is then opened
+    and decoded as ever)."""
     tag = known.attrs.get("__H5_TYPE__")
     if tag == "ScalarH5Type":
         return None if known.value is None else ValueLeaf(known.value[0])  # as _scalar
+    if tag == "StringH5Type":
+        text = known.attrs.get("string_value")
+        return ValueLeaf(text) if isinstance(text, str) else None
+    if tag == "NoneH5Type":
+        return ValueLeaf(None)
+    if tag == "ObjectH5Type":
+        text = known.attrs.get("object_value")
+        return _object(text) if isinstance(text, str) else None
+    if tag == "DeferredFullTensor":
+        shape, fill = known.attrs.get("shape"), known.attrs.get("fill_value")
+        bf16 = known.attrs.get("is_bfloat16", False)
+        if not isinstance(shape, list) or type(fill) not in (int, float, bool):
+            return None
+        if not isinstance(bf16, bool):
+            return None
+        try:
+            return _full_leaf(known.dtype, bf16, shape, fill)
+        except (TypeError, ValueError):
+            return None  # the reader names it
     if tag not in ("TorchTensorH5Type", "NumpyArrayH5Type") or known.shape is None:
         return None
     bf16 = known.attrs.get("is_bfloat16", False)
@@ -173,14 +200,10 @@ def _decode_tagged(
     if tag == "NoneH5Type":
         return ValueLeaf(None)
     if tag == "ObjectH5Type":
-        try:
-            payload = bytes.fromhex(attr_text(attrs["object_value"]))
-        except (KeyError, ValueError):
-            raise CorruptCheckpointError(
-                handle.path, f"object {name!r} has no hex payload"
-            ) from None
-        is_scalar, value = scalar_payload(payload)
-        return ValueLeaf(value) if is_scalar else OpaqueLeaf(payload, "dill")
+        leaf = _object(attr_text(attrs["object_value"])) if "object_value" in attrs else None
+        if leaf is None:
+            raise CorruptCheckpointError(handle.path, f"object {name!r} has no hex payload")
+        return leaf
     if tag in ("DeferredFullTensor", "FullTensorH5Type"):
         return _full(ds, handle, name)
     if tag == "DeferredH5Tensor" and attr_bool(attrs.get("link_to_self", False)):
@@ -200,21 +223,39 @@ def _decode_tagged(
     )
 
 
+def _object(text: str) -> ValueLeaf | OpaqueLeaf | None:
+    """A pickled object's leaf from its hex text: a plain scalar decoded, anything else kept
+    as opaque bytes (never unpickled); None for text that is not hex."""
+    try:
+        payload = bytes.fromhex(text)
+    except ValueError:
+        return None
+    is_scalar, value = scalar_payload(payload)
+    return ValueLeaf(value) if is_scalar else OpaqueLeaf(payload, "dill")
+
+
 def _full(ds: h5py.Dataset, handle: H5Handle, name: str) -> FullTensorLeaf:
     attrs = ds.attrs
     try:
-        shape = tuple(int(d) for d in np.asarray(attrs["shape"]).reshape(-1))
-        fill: Any = np.asarray(attrs["fill_value"]).reshape(()).item()
+        shape, fill = attrs["shape"], attrs["fill_value"]
     except KeyError:
         raise CorruptCheckpointError(
             handle.path, f"full tensor {name!r} lacks shape/fill_value"
         ) from None
-    dt = dtypes.from_storage(ds.dtype, attr_bool(attrs.get("is_bfloat16", False)))
+    return _full_leaf(ds.dtype, attrs.get("is_bfloat16", False), shape, fill)
+
+
+def _full_leaf(stored: np.dtype, bf16: Any, shape: Any, fill: Any) -> FullTensorLeaf:
+    """A full tensor of ``shape`` (any array of its sizes) filled with ``fill``, stored as
+    ``stored`` (bf16: int16 with ``is_bfloat16``)."""
+    dims = tuple(int(d) for d in np.asarray(shape).reshape(-1))
+    fill = np.asarray(fill).reshape(()).item()
+    dt = dtypes.from_storage(stored, attr_bool(bf16))
     if dt.name == "bool":
         fill = bool(fill)
     elif dt.name.startswith(("int", "uint")):
         fill = int(fill)
-    return FullTensorLeaf(dt.name, shape, fill)
+    return FullTensorLeaf(dt.name, dims, fill)
 
 
 # The flags the 0.1/0.2 writers set on an untagged dataset (FORMAT.md §3.4). Their v1 object
