@@ -61,12 +61,13 @@ def inspect(
     """``everything``: the whole outline; else a summary (``depth`` levels, default
     SUMMARY_DEPTH, and SUMMARY_CHILDREN entries per container unless a depth is given).
 
-    A format 0.5 file is read from its root and its links (``read_outline``, issue 33): each
-    leaf as its metadata declares it, its dataset not opened; other files, and a 0.5 file
-    the outline does not answer, are read in full."""
+    A file is read from its root and its links (``read_outline``, issue 33), its datasets not
+    opened: in format 0.5 each leaf as its metadata declares it, in a legacy format as its
+    dataset's header describes it (``h5.headerfacts``); a file the outline does not answer is
+    read in full."""
     if depth is not None and depth < 0:
         raise UsageError(None, f"--depth must be 0 or more, not {depth}")
-    with read_checkpoint(path, outline=True) as ckpt:
+    with read_checkpoint(path, outline=True, legacy_outline=True) as ckpt:
         data = outline.report(ckpt, leaves=everything)
         data["outline_summary"] = not everything
         if everything:
@@ -149,9 +150,15 @@ def plan(
     inputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The hops, the family and the disk an upgrade costs, read from the outline
-    (``read_outline``) unless the bytes to write depend on what the datasets store."""
+    (``read_outline``, a legacy file's too) unless the bytes to write depend on what the
+    datasets store and the outline did not measure them."""
     ckpt, made = planner.read_planned(
-        Path(path), target, release=source_release, output_dir=output_dir, inputs=inputs
+        Path(path),
+        target,
+        release=source_release,
+        legacy_outline=True,
+        output_dir=output_dir,
+        inputs=inputs,
     )
     with ckpt:
         data = made.to_json()

@@ -216,19 +216,28 @@ def read_planned(
     outline: bool = True,
     root_digest: bool = False,
     storage_scan: bool = False,
+    legacy_outline: bool = False,
     enough: Callable[[Plan], bool] = lambda plan: True,
     **options: Any,
 ) -> tuple[Checkpoint, Plan]:
     """The checkpoint at ``path`` and its plan (``make_plan``'s ``options``): read from its
     outline (``read_checkpoint(outline=True)``) when the plan made from it is ``enough`` for
-    the caller and needs no measure of the stored bytes (``Plan.needs_stored_bytes``), else
-    read in full and planned again. ``root_digest``, ``storage_scan``: ``read_checkpoint``'s.
-    The caller closes the checkpoint."""
+    the caller and needs no measure of the stored bytes (``Plan.needs_stored_bytes``) that the
+    outline lacks (a legacy file's has it), else read in full and planned again.
+    ``root_digest``, ``storage_scan``, ``legacy_outline``: ``read_checkpoint``'s. The caller
+    closes the checkpoint."""
     read = {"release": release, "defer_chunks": defer_chunks, "root_digest": root_digest}
-    ckpt = read_checkpoint(path, outline=outline, storage_scan=storage_scan, **read)
+    ckpt = read_checkpoint(
+        path,
+        outline=outline,
+        storage_scan=storage_scan,
+        legacy_outline=legacy_outline,
+        **read,
+    )
     try:
         plan = make_plan(ckpt, target, **options)
-        if ckpt.outline and (plan.needs_stored_bytes or not enough(plan)):
+        unmeasured = plan.needs_stored_bytes and ckpt.data_bytes is None
+        if ckpt.outline and (unmeasured or not enough(plan)):
             ckpt.close()
             ckpt = read_checkpoint(path, **read)
             plan = make_plan(ckpt, target, **options)

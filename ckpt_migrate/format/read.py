@@ -12,7 +12,7 @@ import h5py
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets, provenance, releases
 from ckpt_migrate.format.checkpoint import Checkpoint
-from ckpt_migrate.format.h5 import linktable
+from ckpt_migrate.format.h5 import headerfacts, linktable
 from ckpt_migrate.format.h5.boundary import check_self_contained
 from ckpt_migrate.format.h5.facts import Facts, OutlineTooShort
 from ckpt_migrate.format.h5.io import (
@@ -23,6 +23,7 @@ from ckpt_migrate.format.h5.io import (
     open_read,
 )
 from ckpt_migrate.format.h5.preflight import FIX, Rest, preflight
+from ckpt_migrate.format.h5.root import superblock_offset
 from ckpt_migrate.format.h5.rootdigest import RootDigest
 from ckpt_migrate.format.h5.sniff import looks_like_format_05
 from ckpt_migrate.format.legacy import read as read_legacy
@@ -39,6 +40,7 @@ def read_checkpoint(
     outline: bool = False,
     root_digest: bool = False,
     storage_scan: bool = False,
+    legacy_outline: bool = False,
 ) -> Checkpoint:
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
@@ -60,10 +62,12 @@ def read_checkpoint(
     (``H5Handle.root_digest``; None when they were not read in one pass). ``storage_scan``:
     an outline read's preflight child goes on to scan the datasets' storage for what a copy
     would carry out of the file (``H5Handle.storage_scanned``) while this process reads.
+    ``legacy_outline`` (with ``outline``): a legacy file's outline too, its datasets described
+    from their headers (``read_outline``), for a reader that reads no tensor data.
     """
     p = Path(path)
     if outline and isolate:
-        ckpt = read_outline(p, release, root_digest, storage_scan)
+        ckpt = read_outline(p, release, root_digest, storage_scan, legacy_outline)
         if ckpt is not None:
             return ckpt
     found = preflight(p, defer=defer_chunks) if isolate else None
@@ -101,7 +105,11 @@ def _closed_on_error(p: Path, handle: H5Handle, read: Callable[[], Any]) -> Any:
 
 
 def read_outline(
-    p: Path, release: str | None = None, root_digest: bool = False, storage_scan: bool = False
+    p: Path,
+    release: str | None = None,
+    root_digest: bool = False,
+    storage_scan: bool = False,
+    legacy: bool = False,
 ) -> Checkpoint | None:
     """A format 0.5 checkpoint read from its root and its links alone, no dataset opened:
     every leaf as its ``__metadata__`` declares it (a tensor's dtype and shape), a tensor's
@@ -112,10 +120,18 @@ def read_outline(
     ``storage_scan`` its ``"storage"`` scope, which goes on to scan the datasets); any read of
     tensor data waits for the full walk (``_WalkFirst``). None when the outline does not
     answer (a legacy format, a leaf whose dataset must be opened, a link that is no leaf's,
-    a problem the child met): the caller reads the file in full, which names any problem."""
-    if not looks_like_format_05(p):
-        return None  # (a legacy root is known by its header: no child forked for it)
-    tried = preflight(p, scope="storage" if storage_scan else "outline", defer=storage_scan)
+    a problem the child met): the caller reads the file in full, which names any problem.
+
+    ``legacy``: a legacy file (formats 0.1-0.4) is read so too, each dataset's facts (its
+    dtype, shape, attributes and a scalar's value, as the full walk would find them) and the
+    bytes the datasets store read from their headers (``headerfacts``), no dataset opened;
+    ``storage_scan`` does not apply to it. Without ``legacy``, a legacy root is known by its
+    header and no child is forked for it."""
+    is_legacy = not looks_like_format_05(p)
+    if is_legacy and not legacy:
+        return None
+    scan = storage_scan and not is_legacy
+    tried = preflight(p, scope="storage" if scan else "outline", defer=scan)
     if tried is None:
         return None
     try:
@@ -134,7 +150,13 @@ def read_outline(
             addresses = linktable.of_root(f, p)
             if addresses is None:  # a link that is not a hard link, or not read: in full
                 raise OutlineTooShort("the root's links")
-            ckpt = _read(p, f, handle, release, None, Facts(links=addresses.keys()))
+            facts, stored = Facts(links=addresses.keys()), None
+            if is_legacy:
+                found = headerfacts.scan(p, addresses, superblock_offset(f))
+                if found is None:
+                    raise OutlineTooShort("the datasets' headers")
+                facts, stored = Facts(found[0], links=addresses.keys()), found[1]
+            ckpt = _read(p, f, handle, release, stored, facts)
             handle.known_addresses(addresses)  # every link is a leaf's dataset (``_read``)
             return ckpt
         except OutlineTooShort:
@@ -204,7 +226,7 @@ def _read(
     facts: Facts,
 ) -> Checkpoint:
     detected = _detect(p, f, release)
-    if facts.links is not None and detected.format < 0.5:
+    if facts.links is not None and detected.format < 0.5 and not facts.datasets:
         raise OutlineTooShort("a legacy format")  # its scalars and shapes are in datasets
     tensor_scalar_dict = False
     if detected.format < 0.5:

@@ -48,12 +48,12 @@ from ckpt_migrate.format.h5.root import root_header
 
 TICK_EVERY = 1000
 MAX_CHUNKS = 1 << 20  # continuation blocks of one header (each holds at least one message)
-HEAPS_KEPT = 8  # global heap collections kept in memory (``_File.heaps``)
+HEAPS_KEPT = 8  # global heap collections kept in memory (``HeapFile.heaps``)
 _ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 _VLEN_CLASS, _STRING = 9, 1
 _SCALAR_V2 = 0
 _HEAD = struct.Struct("<BBHHH")  # an attribute message's version, flags and field sizes
-_STRING_REF = struct.Struct("<IQI")  # a variable-length string: length, heap collection, index
+STRING_REF = struct.Struct("<IQI")  # a variable-length string: length, heap collection, index
 # An attribute message's (name's start, its length with its NUL, the data's start, ``_tail``)
 Fields = tuple[int, int, int, "tuple[bool, int] | None"]
 # Datatype and dataspace messages seen (few distinct ones: every leaf's is the same string).
@@ -70,7 +70,7 @@ def _nothing() -> None:
 
 
 @dataclass
-class _File:
+class HeapFile:
     """The file from its superblock's base (addresses count from there), every byte read
     counted: header chunks and heap collections do not overlap, so a file that makes this read
     more than twice its size is not one a writer made."""
@@ -142,7 +142,7 @@ def read_texts(
     must expect a table of None even after ``keep`` has seen every attribute."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        f = _File(fd, base, os.fstat(fd).st_size - base, tick)
+        f = HeapFile(fd, base, os.fstat(fd).st_size - base, tick)
         return _attributes(f, address, tick, keep)
     except Unknown:
         return None
@@ -150,7 +150,7 @@ def read_texts(
         os.close(fd)
 
 
-def _attributes(f: _File, address: int, tick: Tick, keep: Keep | None) -> dict[str, Any]:
+def _attributes(f: HeapFile, address: int, tick: Tick, keep: Keep | None) -> dict[str, Any]:
     found: dict[str, Any] = {}
 
     def take(name: str, value: str | None) -> None:
@@ -184,7 +184,7 @@ def _attributes(f: _File, address: int, tick: Tick, keep: Keep | None) -> dict[s
     return found
 
 
-def _dense(f: _File, info: bytes, take_at: fractalheap.TakeAt) -> None:
+def _dense(f: HeapFile, info: bytes, take_at: fractalheap.TakeAt) -> None:
     """The attribute messages of dense storage (§IV.A.2.v), each to ``take_at``: every object
     of the fractal heap the attribute info message names (``fractalheap.walk``). The caller's
     count check against HDF5's catches attributes this reader did not find."""
@@ -227,7 +227,7 @@ def _tail(dtype: bytes, space: bytes) -> tuple[bool, int] | None:
     if len(dtype) < 8 or elements is None:
         return None
     element = struct.unpack_from("<I", dtype, 4)[0]
-    return _is_vlen_string(dtype) and _is_scalar(space), element * elements
+    return is_vlen_string(dtype) and _is_scalar(space), element * elements
 
 
 def _elements(space: bytes) -> int | None:
@@ -242,7 +242,7 @@ def _elements(space: bytes) -> int | None:
     return math.prod(struct.unpack_from(f"<{rank}Q", space, first))
 
 
-def _messages(f: _File, address: int) -> list[tuple[int, bytes]]:
+def _messages(f: HeapFile, address: int) -> list[tuple[int, bytes]]:
     """(type, body) of every attribute or attribute info message of the header at
     ``address``, continuations followed (each block once)."""
     try:
@@ -259,7 +259,7 @@ def _messages(f: _File, address: int) -> list[tuple[int, bytes]]:
 
 
 def _attribute(
-    f: _File, data: bytes, pos: int, end: int, fields: Fields | None = None
+    f: HeapFile, data: bytes, pos: int, end: int, fields: Fields | None = None
 ) -> tuple[str, str | None]:
     """(name, text or None) of the attribute message from ``pos`` to ``end`` of ``data``
     (``fields``: its ``_fields``, if the caller read them)."""
@@ -280,16 +280,16 @@ def _attribute(
         return name, None
     if data_at + 16 > end:
         raise Unknown("attribute data")
-    length, collection, index = _STRING_REF.unpack_from(data, data_at)
+    length, collection, index = STRING_REF.unpack_from(data, data_at)
     if collection in (0, UNDEF):  # a null string
         return name, None
     text = f.heap_object(collection, index)
     if len(text) < length:
         raise Unknown("string longer than its heap object")
-    return name, _as_text(text[:length])
+    return name, as_text(text[:length])
 
 
-def _as_text(raw: bytes) -> str:
+def as_text(raw: bytes) -> str:
     """As h5py gives it: a C string (to the first NUL), decoded as UTF-8."""
     return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
@@ -298,7 +298,7 @@ def _pad8(n: int) -> int:
     return (n + 7) & ~7
 
 
-def _is_vlen_string(dtype: bytes) -> bool:
+def is_vlen_string(dtype: bytes) -> bool:
     """A variable-length string datatype (class 9, type 1)."""
     return len(dtype) >= 8 and dtype[0] & 0x0F == _VLEN_CLASS and dtype[1] & 0x0F == _STRING
 
@@ -310,7 +310,7 @@ def _is_scalar(space: bytes) -> bool:
     return space[0] == 1 or (space[0] == 2 and space[3] == _SCALAR_V2)
 
 
-def _collection(f: _File, at: int) -> dict[int, bytes]:
+def _collection(f: HeapFile, at: int) -> dict[int, bytes]:
     """The objects of the global heap collection at ``at``, by index."""
     head = f.read(at, 16)
     if head[:5] != b"GCOL\x01":

@@ -7,7 +7,8 @@ code (``preflight``'s docstring) ends the child, not the command:
 * ``"root"`` (``check``): the root attributes named in :data:`ROOT_NAMES`, those present,
   and whether ``__spec__`` is;
 * ``"outline"`` (``inspect``, ``plan``, a dry run of a chain that edits only the root): the
-  root attributes named in :data:`OUTLINE_NAMES`, those present, the root's object info,
+  root attributes named in :data:`OUTLINE_NAMES`, those present (and a legacy root's
+  ``__spec__``, which a legacy file's reader reads through HDF5), the root's object info,
   creation properties and link count (``attrtable.root_texts`` and ``linktable.of_root`` ask
   for them), without opening an object or iterating the links. The leaves' ``__metadata__``
   strings and the root's links are read by ``attrtable`` and ``linktable`` alone, pure-Python
@@ -61,8 +62,10 @@ def walk(path: Path, tick: int, scope: str) -> None:
         if outline:
             root_header(f)
             f.id.get_num_objs()
-        h5py.h5a.exists(f.id, b"__spec__")
+        spec = h5py.h5a.exists(f.id, b"__spec__")
         wanted = OUTLINE_NAMES if outline else ROOT_NAMES
+        if outline and spec and not h5py.h5a.exists(f.id, b"__SUCCESS__"):
+            wanted = (*wanted, "__spec__")  # a legacy root's structure, which its reader reads
         names = [n.encode() for n in wanted if h5py.h5a.exists(f.id, n.encode())]
         read_attributes(f.id, tick, names=names)
         os.write(tick, b"%s0,0%s" % (FIRST, END))

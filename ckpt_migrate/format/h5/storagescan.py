@@ -78,7 +78,7 @@ def _problem(read: Read, address: int) -> str | None:
         if m.kind == _DATATYPE and m.body[0] & 0x0F not in ALLOWED_TYPE_CLASSES:
             raise Undecided("a type class checkpoints do not use")  # the walk names it
         if m.kind == _FILTERS:
-            for code in _filter_ids(m.body):
+            for code in filter_ids(m.body):
                 if code not in ALLOWED_FILTERS:
                     return f"uses HDF5 filter {code}, which checkpoints do not use"
     return None
@@ -95,7 +95,7 @@ def _layout_class(body: bytes) -> int:
     raise Undecided(f"layout message version {version}")
 
 
-def _filter_ids(body: bytes) -> list[int]:
+def filter_ids(body: bytes) -> list[int]:
     """The filter identifiers of a filter pipeline message (versions 1 and 2)."""
     version, count = body[0], body[1]
     pos = 8 if version == 1 else 2

@@ -1,0 +1,220 @@
+"""A legacy file's outline (issue 33): ``inspect`` and ``plan`` describe a release 1.9-2.4
+checkpoint's datasets from their object headers' bytes (``h5.headerfacts``), no dataset opened
+and no full walk forked. Checked on files this tool did not write (the fixtures' legacy files,
+a 1.9 file laid out as the 1.9 library wrote it: LZ4 auto-chunked, bf16 stored as int16):
+the facts are the full walk's, byte for byte; ``inspect`` and ``plan`` answer as the full
+read; what the scan does not answer (a group, external storage, a string dataset, the flags
+of formats 0.1/0.2) is read in full, and refused as before where it was refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import FIXTURES
+
+from ckpt_migrate.cli import commands
+from ckpt_migrate.errors import CkptError
+from ckpt_migrate.format import read as reader
+from ckpt_migrate.format.h5 import headerfacts, linktable, preflight
+from ckpt_migrate.format.h5.root import root_header
+from ckpt_migrate.format.read import read_checkpoint
+
+LEGACY = sorted(
+    p
+    for p in FIXTURES.rglob("*.mdl")
+    if "real-cstorch" not in str(p) and p.name != "release-2.10.mdl"
+)
+FLAGGED = {"release-1.7.mdl", "release-1.8.mdl"}  # formats 0.1/0.2: untagged, read in full
+
+
+def _ids(p: Path) -> str:
+    return str(p.relative_to(FIXTURES))
+
+
+def _scanned(path: Path) -> headerfacts.Found | None:
+    with h5py.File(path, "r") as f:
+        at = root_header(f)
+        links = linktable.of_root(f, path)
+    assert at is not None and links is not None
+    return headerfacts.scan(path, links, at[1])
+
+
+def _as_walk_said(path: Path) -> None:
+    """The scan's facts and stored bytes are the full preflight walk's (JSON text, so that a
+    NaN equals a NaN); the scan names every link, a tie's second name too."""
+    walk = preflight.preflight(path)
+    found = _scanned(path)
+    assert walk is not None and found is not None
+    facts, stored = found
+    assert stored == walk.stored
+    for name, fact in walk.datasets.items():
+        assert json.dumps(facts[name], sort_keys=True) == json.dumps(fact, sort_keys=True), name
+    addresses = {fact["u"] for fact in walk.datasets.values()}
+    assert {fact["u"] for fact in facts.values()} == addresses
+
+
+@pytest.mark.parametrize("path", LEGACY, ids=_ids)
+def test_header_facts_are_the_walks(path):
+    _as_walk_said(path)
+
+
+def test_a_file_laid_out_as_the_19_library_wrote_it(real_layout_19):
+    _as_walk_said(real_layout_19)
+    with read_checkpoint(real_layout_19, outline=True, legacy_outline=True) as ckpt:
+        assert ckpt.outline and ckpt.data_bytes is not None
+        dtypes = {leaf.dtype for leaf in _tensors(ckpt.root)}
+        assert "bfloat16" in dtypes  # (int16 with ``is_bfloat16``, from the attribute)
+
+
+def _tensors(root):
+    from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
+
+    return [ref.leaf for ref in iter_leaves(root) if isinstance(ref.leaf, TensorLeaf)]
+
+
+def _in_full(monkeypatch: pytest.MonkeyPatch, call, *args, **kwargs):
+    with monkeypatch.context() as m:
+        m.setattr(reader, "read_outline", lambda p, *a: None)
+        return call(*args, **kwargs)
+
+
+@pytest.mark.parametrize("path", LEGACY, ids=_ids)
+def test_inspect_and_plan_answer_as_the_full_read(path, monkeypatch):
+    assert commands.inspect(path) == _in_full(monkeypatch, commands.inspect, path)
+    outlined = commands.plan(path, "2.10")
+    full = _in_full(monkeypatch, commands.plan, path, "2.10")
+    for plan in (outlined, full):
+        plan.pop("free_available")  # (other writers on the disk)
+    assert outlined == full
+    with read_checkpoint(path, outline=True, legacy_outline=True) as ckpt:
+        assert ckpt.outline == (path.name not in FLAGGED)
+    with read_checkpoint(path, outline=True) as ckpt:  # (the upgrade's: 0.5 files only)
+        assert not ckpt.outline
+
+
+def test_no_dataset_is_opened_and_no_full_walk_is_forked(real_layout_19, monkeypatch):
+    """Through HDF5 the parent opens no object and reads only the root attributes the
+    outline child tried (its ``__spec__`` too, for a legacy root); the child runs the outline
+    walk, not the full one."""
+    from ckpt_migrate.format.h5 import preflight_outline
+
+    opened: list[bytes] = []
+    attributes: list[str] = []
+    walked: list[str] = []
+    real_open, real_attr, real_walk = h5py.h5o.open, h5py.h5a.open, preflight._walk
+
+    def open_spy(loc, name, *args, **kwargs):
+        if name not in (b"/", b"."):
+            opened.append(name)
+        return real_open(loc, name, *args, **kwargs)
+
+    def attr_spy(*args, **kwargs):
+        name = kwargs.get("name", args[1] if len(args) > 1 else None)
+        if name is not None:
+            attributes.append(name.decode() if isinstance(name, bytes) else name)
+        return real_attr(*args, **kwargs)
+
+    def walk_spy(*args, **kwargs):
+        walked.append("full")
+        return real_walk(*args, **kwargs)
+
+    monkeypatch.setattr(h5py.h5o, "open", open_spy)
+    monkeypatch.setattr(h5py.h5a, "open", attr_spy)
+    monkeypatch.setattr(preflight, "_walk", walk_spy)
+    assert commands.inspect(real_layout_19)["leaf_count"] > 0
+    assert commands.plan(real_layout_19, "2.10")["datasets_changed"] is True
+    assert opened == [] and walked == []
+    assert attributes and set(attributes) <= {*preflight_outline.OUTLINE_NAMES, "__spec__"}
+
+
+def test_a_tensor_read_after_the_outline_waits_for_the_full_walk(real_layout_19, monkeypatch):
+    scopes: list[str] = []
+    real = reader.preflight
+
+    def spy(path, *args, scope="full", **kwargs):
+        scopes.append(scope)
+        return real(path, *args, scope=scope, **kwargs)
+
+    monkeypatch.setattr(reader, "preflight", spy)
+    with read_checkpoint(real_layout_19, outline=True, legacy_outline=True) as ckpt:
+        leaf = _tensors(ckpt.root)[0]
+        assert scopes == ["outline"]
+        assert leaf.data.read() is not None
+    assert scopes == ["outline", "full"]
+
+
+def test_the_parallel_scan_is_the_sequential_one(real_layout_19, monkeypatch):
+    monkeypatch.setattr(headerfacts, "WORKERS", 1)
+    alone = _scanned(real_layout_19)
+    monkeypatch.setattr(headerfacts, "WORKERS", 2)
+    monkeypatch.setattr(headerfacts, "PARALLEL", 1)
+    shared = _scanned(real_layout_19)
+    assert alone is not None and shared is not None
+    assert json.dumps(shared) == json.dumps(alone)  # (the same order of names too)
+    assert list(shared[0]) == list(alone[0])
+
+
+def _with(tmp_path: Path, name: str, make) -> Path:
+    """The 2.0 fixture with one more root member, made by ``make(f)``."""
+    path = tmp_path / f"{name}.mdl"
+    shutil.copy(FIXTURES / "release-2.0.mdl", path)
+    with h5py.File(path, "r+") as f:
+        make(f)
+    return path
+
+
+STRANGERS = {
+    "group": lambda f: f.create_group("stray"),
+    "string": lambda f: f.create_dataset("stray", data=np.array(b"text", dtype="S4")),
+    "compound": lambda f: f.create_dataset("stray", data=np.zeros(2, "i4,f4")),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STRANGERS))
+def test_what_the_scan_does_not_answer_is_read_in_full(kind, tmp_path, monkeypatch):
+    path = _with(tmp_path, kind, STRANGERS[kind])
+    assert _scanned(path) is None
+    try:
+        full = _in_full(monkeypatch, commands.inspect, path)
+    except CkptError as exc:
+        with pytest.raises(type(exc)):
+            commands.inspect(path)
+        return
+    assert commands.inspect(path) == full
+
+
+def test_external_storage_is_refused_as_before(tmp_path, monkeypatch):
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(bytes(64))
+    path = _with(
+        tmp_path,
+        "external",
+        lambda f: f.create_dataset("stray", shape=(16,), dtype="f4", external=[(outside, 0, 64)]),
+    )
+    assert _scanned(path) is None
+    with pytest.raises(CkptError, match="external") as full:
+        _in_full(monkeypatch, commands.inspect, path)
+    with pytest.raises(type(full.value), match="external"):
+        commands.inspect(path)
+
+
+def test_every_byte_the_scan_reads_is_counted(tmp_path):
+    """Headers and chunk indexes do not overlap: reading more than twice the file is not a
+    file a writer made, and the scan stops there (a small file buys no minutes)."""
+    path = tmp_path / "bytes"
+    path.write_bytes(bytes(1 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        scan = headerfacts._Reader(fd, 1 << 20, 0)
+        for _ in range(3):  # (twice the file, and a mebibyte of slack)
+            scan.read(0, 1 << 20)
+        with pytest.raises(headerfacts.Undecided):
+            scan.read(0, 1)
+    finally:
+        os.close(fd)
