@@ -218,3 +218,23 @@ def test_every_byte_the_scan_reads_is_counted(tmp_path):
             scan.read(0, 1)
     finally:
         os.close(fd)
+
+
+def test_equal_attribute_sets_are_shared_but_never_confused(tmp_path):
+    """The scan keeps one dict for datasets whose attributes are the same; True and 1, -0.0
+    and 0.0 are equal in Python and stay apart."""
+
+    def make(f):
+        for i, value in enumerate([True, 1, -0.0, 0.0, True]):
+            f.create_dataset(f"stray{i}", data=np.zeros(2, "f4")).attrs["x"] = value
+
+    facts, _ = _scanned(_with(tmp_path, "values", make))
+    seen = [facts[f"stray{i}"]["a"]["x"] for i in range(5)]
+    assert [(type(v), str(v)) for v in seen] == [
+        (bool, "True"),
+        (int, "1"),
+        (float, "-0.0"),
+        (float, "0.0"),
+        (bool, "True"),
+    ]
+    assert facts["stray0"]["a"] is facts["stray4"]["a"]

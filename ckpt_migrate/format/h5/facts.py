@@ -41,8 +41,8 @@ class Facts:
         if not isinstance(raw, dict):
             return None
         try:
-            dtype = np.dtype(raw["d"])
-            shape = None if raw["s"] is None else tuple(int(n) for n in raw["s"])
+            dtype = _dtype(raw["d"])
+            shape = None if raw["s"] is None else tuple(map(int, raw["s"]))
             address, attrs = int(raw["u"]), raw["a"]
         except (KeyError, TypeError, ValueError):
             return None
@@ -62,3 +62,16 @@ class Facts:
 class OutlineTooShort(Exception):
     """An outline read met what only the full walk may read (a dataset to open, a legacy
     format, a link that is no leaf's): ``read_checkpoint`` reads the file in full instead."""
+
+
+_DTYPES: dict[str, np.dtype] = {}
+
+
+def _dtype(text: str) -> np.dtype:
+    """``np.dtype(text)``, remembered: a checkpoint has a handful (1 µs a tensor otherwise)."""
+    known = _DTYPES.get(text) if isinstance(text, str) else None
+    if known is None:
+        known = np.dtype(text)
+        if isinstance(text, str) and len(_DTYPES) < 256:
+            _DTYPES[text] = known
+    return known

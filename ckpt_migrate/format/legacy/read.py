@@ -7,6 +7,7 @@ restricted unpickler of ``spec_unpickler`` (never by pickle/dill). Each leaf is 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -41,6 +42,9 @@ from ckpt_migrate.format.tree import (
     ValueLeaf,
     map_leaves,
 )
+
+# The names ``quote(name, safe="")`` leaves as they are (its always-safe characters): most.
+_UNQUOTED = re.compile(r"[A-Za-z0-9_.~-]*")
 
 # Tags whose data lives outside this file or needs the Cerebras runtime (FORMAT.md §3.3).
 _EXTERNAL_TAGS = {
@@ -82,7 +86,7 @@ def read(
     shared: dict[int, Leaf] = {}  # hard links to one HDF5 object (by address) become one leaf
 
     def decode(ref: LeafRef) -> Leaf:
-        stored = quote(ref.name, safe="")
+        stored = ref.name if _UNQUOTED.fullmatch(ref.name) else quote(ref.name, safe="")
         known = facts.dataset(stored)
         leaf = None if known is None else _from_facts(known, stored, handle, fmt)
         if leaf is not None:
