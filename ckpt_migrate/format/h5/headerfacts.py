@@ -148,8 +148,8 @@ def scan(path: Path, datasets: dict[str, int], base: int = 0) -> Found | None:
     other = marshal.loads(data) if data and os.WIFEXITED(status) else None
     if mine is None or other is None:
         return None
-    facts = {**mine[0], **other[0]}
-    return {name: facts[name] for name in datasets}, mine[1] + other[1]
+    mine[0].update(other[0])  # (in another order than ``datasets``: the facts are looked up)
+    return mine[0], mine[1] + other[1]
 
 
 def _odd(address: int) -> bool:
@@ -191,7 +191,7 @@ class _Reader:
         self.file_bytes, self.base = size, base
         self.described: dict[tuple[int, bytes], Any] = {}  # (``_described``)
         self.attributes: dict[bytes, tuple[str, Any]] = {}  # (``_attribute``)
-        self.shared: dict[tuple[type, tuple, tuple], Any] = {}  # (``_shared``)
+        self.shared: dict[tuple[type, Any, tuple], Any] = {}  # (``_shared``)
 
     def read(self, at: int, n: int) -> bytes:
         self.spent += n
@@ -223,7 +223,7 @@ class _Reader:
             raise Undecided("a budget the walk enforces")
         fact: dict[str, Any] = {
             "u": address,
-            "d": dtype.str,
+            "d": self._shared(str, dtype.str),
             "s": None if shape is None else self._shared(list, shape),
             "a": self._shared(dict, tuple(scalars.items()), tuple(map(type, scalars.values()))),
         }
@@ -233,8 +233,8 @@ class _Reader:
             fact["v"] = [np.frombuffer(value, dtype, 1)[0].item()]
         return fact, stored
 
-    def _shared(self, make: type, key: tuple, types: tuple = ()) -> Any:
-        """One ``make(key)`` (a list, a dict) for equal keys of the same ``types`` (True equals
+    def _shared(self, make: type, key: Any, types: tuple = ()) -> Any:
+        """One ``make(key)`` (a str, list, dict) for equal keys of the same ``types`` (True equals
         1), which the facts only read: at 188k datasets a dict and a list each cost 60 MB.
         Never for a float (-0.0 equals 0.0)."""
         if float in types:
