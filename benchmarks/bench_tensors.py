@@ -20,6 +20,11 @@ noisy, CPU time less so.
 
     python benchmarks/bench_tensors.py --counts 1k,12k --releases 2.5,2.4 --sizes small
     python benchmarks/bench_tensors.py --fs xfs --counts 12k,150k --releases 2.5 --json
+    python benchmarks/bench_tensors.py --read-side --against /var/tmp/base --counts 150k
+
+``--read-side`` runs only the commands that write nothing (``inspect``, ``plan``, the dry run,
+``check``), and ``--against TREE`` each of them on another tree of the project too (by
+``PYTHONPATH``, interleaved with this one's runs: a before and after on the same machine load).
 """
 
 from __future__ import annotations
@@ -79,6 +84,59 @@ def commands(src: Path, work: Path, reflink: bool, release: str) -> dict[str, li
     if reflink:
         cmds["cp --reflink"] = [*sh, f'cp --reflink=always "{src}" "{dst}"']
     return cmds
+
+
+READ_SIDE = ("inspect", "plan", "dry-run", "check")  # (issue 33, item 4: at most 1 s each)
+
+
+def read_side(src: Path, work: Path, release: str, against: Path | None) -> dict[str, list[str]]:
+    """The commands that write nothing, and with ``against`` each also run on that tree of
+    the project (``PYTHONPATH``), named ``<command> before``, interleaved with the current."""
+    cmds = {k: v for k, v in commands(src, work, False, release).items() if k in READ_SIDE}
+    if against is not None:
+        for name in READ_SIDE:
+            cmds[f"{name} before"] = ["env", f"PYTHONPATH={against}", *cmds[name]]
+    return cmds
+
+
+def read_side_case(
+    src: Path, shape: MoEShape, work: Path, repeat: int, release: str, against: Path | None
+) -> dict[str, Any]:
+    runs: dict[str, list[bench_upgrade.Measured]] = {}
+    for _ in range(repeat):
+        for name, argv in read_side(src, work, release, against).items():
+            m = bench_upgrade.run_measured(argv, work)
+            if m.returncode not in (0, 10):  # check: 10 = an upgrade is needed
+                why = (m.stderr or m.stdout)[-2000:]
+                raise SystemExit(f"{name} failed ({m.returncode}): {why}")
+            runs.setdefault(name, []).append(m)
+    row: dict[str, Any] = {"tensors": shape.tensors, "file_bytes": src.stat().st_size}
+    for name, ms in runs.items():
+        row[name] = {
+            "seconds": statistics.median(m.seconds for m in ms),
+            "cpu_seconds": statistics.median(m.cpu_seconds for m in ms),
+            "rss_mib": max(m.maxrss_mib for m in ms),
+        }
+    return row
+
+
+def print_read_side(rows: list[dict[str, Any]], file: Any = sys.stdout) -> None:
+    """Seconds (CPU seconds, peak RSS MiB) of each command; ``before → now`` when measured
+    against another tree."""
+
+    def figures(m: dict[str, float]) -> str:
+        return f"{m['seconds']:.2f} ({m['cpu_seconds']:.2f}, {m['rss_mib']:.0f})"
+
+    def cell(r: dict[str, Any], name: str) -> str:
+        before = r.get(f"{name} before")
+        now = figures(r[name])
+        return now if before is None else f"{figures(before)} → {now}"
+
+    print("| release | tensors | size | " + " | ".join(READ_SIDE) + " |", file=file)
+    print("|" + "---|" * (3 + len(READ_SIDE)), file=file)
+    for r in rows:
+        cells = " | ".join(cell(r, name) for name in READ_SIDE)
+        print(f"| {r['release']} | {r['tensors']:,} | {r['size']} | {cells} |", file=file)
 
 
 def can_reflink(work: Path) -> bool:
@@ -165,7 +223,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, default=None, help="the filesystem under test")
     ap.add_argument("--fs", choices=["here", "xfs"], default="here")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--read-side",
+        action="store_true",
+        help="only the commands that write nothing: " + ", ".join(READ_SIDE),
+    )
+    ap.add_argument(
+        "--against",
+        type=Path,
+        default=None,
+        help="with --read-side: also run each command on this tree of the project, interleaved",
+    )
     args = ap.parse_args(argv)
+    show = print_read_side if args.read_side else print_table
     args.sources.mkdir(parents=True, exist_ok=True)
     rows = []
     if args.workdir is not None:
@@ -187,14 +257,17 @@ def main(argv: list[str] | None = None) -> int:
                     local = work / src.name
                     shutil.copyfile(src, local)
                     before = loadavg()
-                    row = one_case(local, shape, work, args.repeat, release)
+                    if args.read_side:
+                        row = read_side_case(local, shape, work, args.repeat, release, args.against)
+                    else:
+                        row = one_case(local, shape, work, args.repeat, release)
                     row.update(release=release, size=size, load=[before, loadavg()])
                     rows.append(row)
-                    print_table([row], sys.stderr)
+                    show([row], sys.stderr)
                     shutil.rmtree(work)
     if args.json:
         print(json.dumps(rows, indent=1))
-    print_table(rows, sys.stderr if args.json else sys.stdout)
+    show(rows, sys.stderr if args.json else sys.stdout)
     return 0
 
 
