@@ -136,17 +136,24 @@ def scan(path: Path, datasets: dict[str, int], base: int = 0) -> Found | None:
         finally:
             os._exit(code)
     os.close(write_end)
+    status = None
     try:
         mine = _scan(path, [(n, a) for n, a in datasets.items() if not _odd(a)], base)
+        if mine is None:
+            return None
         with os.fdopen(os.dup(read_end), "rb") as handed:
             data = handed.read()
+        status = os.waitpid(pid, 0)[1]  # (it has handed its part over: it ends by itself)
     finally:
         os.close(read_end)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)  # (done already, unless this process was interrupted)
-        _, status = os.waitpid(pid, 0)
-    other = marshal.loads(data) if data and os.WIFEXITED(status) else None
-    if mine is None or other is None:
+        if status is None:  # this process gave up on it (its own part, an interruption)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+        return None
+    other = marshal.loads(data)
+    if other is None:
         return None
     mine[0].update(other[0])  # (in another order than ``datasets``: the facts are looked up)
     return mine[0], mine[1] + other[1]
