@@ -75,7 +75,7 @@ _WINDOW = 64 << 10
 _KEPT = 4096  # distinct messages remembered
 _MAX_BLOCK = 1 << 20  # bytes of one header block (a dataset's is under a kilobyte)
 _V1_MESSAGE = struct.Struct("<HHB")  # a version-1 header message's type, length and flags
-PARALLEL = 20_000
+PARALLEL = 4_000  # datasets from which a second process scans half (12k: plan 1.22 -> 0.97 s)
 WORKERS = max(1, min(2, len(os.sched_getaffinity(0))))
 
 
