@@ -163,6 +163,50 @@ def test_the_parallel_scan_is_the_sequential_one(real_layout_19, monkeypatch):
         assert json.dumps(shared, sort_keys=True) == json.dumps(alone, sort_keys=True)
 
 
+def test_the_scan_beside_the_spec_answers_as_the_full_read(real_layout_19, monkeypatch):
+    """The outline read's scan runs in a second process while the spec is decoded, its facts
+    collected at the reader's first look-up."""
+    monkeypatch.setattr(headerfacts, "WORKERS", 2)
+    monkeypatch.setattr(headerfacts, "PARALLEL", 1)
+    begun: list[headerfacts.Scan] = []
+    forked: list[bool] = []
+    real = headerfacts.Scan
+
+    def spy(*args, **kwargs):
+        begun.append(real(*args, **kwargs))
+        forked.append(begun[-1].pid is not None)
+        return begun[-1]
+
+    monkeypatch.setattr(headerfacts, "Scan", spy)
+    outlined = commands.inspect(real_layout_19)
+    assert forked == [True] and begun[0].pid is None  # (collected, its child waited for)
+    assert outlined == _in_full(monkeypatch, commands.inspect, real_layout_19)
+
+
+def test_a_scan_given_up_on_leaves_no_child(real_layout_19, monkeypatch):
+    """A spec that cannot be read ends the outline read before the facts are looked up: the
+    scan's child is ended and waited for, and the full read names the problem."""
+    monkeypatch.setattr(headerfacts, "WORKERS", 2)
+    monkeypatch.setattr(headerfacts, "PARALLEL", 1)
+    begun: list[headerfacts.Scan] = []
+    real = headerfacts.Scan
+
+    def spy(*args, **kwargs):
+        begun.append(real(*args, **kwargs))
+        return begun[-1]
+
+    def broken(*args, **kwargs):
+        raise CkptError(real_layout_19, "a spec that cannot be read")
+
+    monkeypatch.setattr(headerfacts, "Scan", spy)
+    from ckpt_migrate.format.legacy import read as legacy
+
+    monkeypatch.setattr(legacy, "decode_spec_info", broken)
+    with pytest.raises(CkptError, match="cannot be read"):
+        commands.inspect(real_layout_19)
+    assert begun and all(scan.pid is None for scan in begun)
+
+
 def _with(tmp_path: Path, name: str, make) -> Path:
     """The 2.0 fixture with one more root member, made by ``make(f)``."""
     path = tmp_path / f"{name}.mdl"

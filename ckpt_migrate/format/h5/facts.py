@@ -7,6 +7,7 @@ look right is not used: the reader opens the dataset as it always did.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,11 +31,14 @@ class Facts:
     or hash), so a format 0.5 tensor may be taken from its metadata alone. ``links``: an
     outline read (``read_checkpoint(outline=True)``): the names of the file's links, and no
     dataset may be opened; a format 0.5 tensor is taken from its metadata if a link of its
-    name exists (``OutlineTooShort`` where a leaf needs its dataset opened)."""
+    name exists (``OutlineTooShort`` where a leaf needs its dataset opened). ``described``: a
+    legacy file's outline, whose ``datasets`` are read from their headers (``headerfacts``,
+    perhaps still being read: a mapping that waits for them at its first look-up)."""
 
-    datasets: dict[str, Any] = field(default_factory=dict)
+    datasets: Mapping[str, Any] = field(default_factory=dict)
     proven: bool = False
     links: AbstractSet[str] | None = None  # (the link table's keys, not a copy of 150k)
+    described: bool = False  # a legacy outline's: ``datasets`` read from the headers
 
     def dataset(self, name: str) -> DatasetFacts | None:
         raw = self.datasets.get(name)
