@@ -21,7 +21,7 @@ from conftest import FIXTURES
 from ckpt_migrate.cli import commands
 from ckpt_migrate.errors import CkptError
 from ckpt_migrate.format import read as reader
-from ckpt_migrate.format.h5 import headerfacts, linktable, preflight
+from ckpt_migrate.format.h5 import headerfacts, headerscan, linktable, preflight
 from ckpt_migrate.format.h5.root import root_header
 from ckpt_migrate.format.read import read_checkpoint
 
@@ -37,12 +37,12 @@ def _ids(p: Path) -> str:
     return str(p.relative_to(FIXTURES))
 
 
-def _scanned(path: Path) -> headerfacts.Found | None:
+def _scanned(path: Path) -> headerscan.Found | None:
     with h5py.File(path, "r") as f:
         at = root_header(f)
         links = linktable.of_root(f, path)
     assert at is not None and links is not None
-    return headerfacts.scan(path, links, at[1])
+    return headerscan.scan(path, links, at[1])
 
 
 def _as_walk_said(path: Path) -> None:
@@ -152,11 +152,11 @@ def test_a_tensor_read_after_the_outline_waits_for_the_full_walk(real_layout_19,
 def test_the_parallel_scan_is_the_sequential_one(real_layout_19, monkeypatch):
     """Every time: the child's part is collected once it has ended by itself (it was once
     killed as it ended, and the scan then did not answer)."""
-    monkeypatch.setattr(headerfacts, "WORKERS", 1)
+    monkeypatch.setattr(headerscan, "WORKERS", 1)
     alone = _scanned(real_layout_19)
     assert alone is not None
-    monkeypatch.setattr(headerfacts, "WORKERS", 2)
-    monkeypatch.setattr(headerfacts, "PARALLEL", 1)
+    monkeypatch.setattr(headerscan, "WORKERS", 2)
+    monkeypatch.setattr(headerscan, "PARALLEL", 1)
     for _ in range(20):
         shared = _scanned(real_layout_19)
         assert shared is not None
@@ -166,18 +166,18 @@ def test_the_parallel_scan_is_the_sequential_one(real_layout_19, monkeypatch):
 def test_the_scan_beside_the_spec_answers_as_the_full_read(real_layout_19, monkeypatch):
     """The outline read's scan runs in a second process while the spec is decoded, its facts
     collected at the reader's first look-up."""
-    monkeypatch.setattr(headerfacts, "WORKERS", 2)
-    monkeypatch.setattr(headerfacts, "PARALLEL", 1)
-    begun: list[headerfacts.Scan] = []
+    monkeypatch.setattr(headerscan, "WORKERS", 2)
+    monkeypatch.setattr(headerscan, "PARALLEL", 1)
+    begun: list[headerscan.Scan] = []
     forked: list[bool] = []
-    real = headerfacts.Scan
+    real = headerscan.Scan
 
     def spy(*args, **kwargs):
         begun.append(real(*args, **kwargs))
         forked.append(begun[-1].pid is not None)
         return begun[-1]
 
-    monkeypatch.setattr(headerfacts, "Scan", spy)
+    monkeypatch.setattr(headerscan, "Scan", spy)
     outlined = commands.inspect(real_layout_19)
     assert forked == [True] and begun[0].pid is None  # (collected, its child waited for)
     assert outlined == _in_full(monkeypatch, commands.inspect, real_layout_19)
@@ -186,10 +186,10 @@ def test_the_scan_beside_the_spec_answers_as_the_full_read(real_layout_19, monke
 def test_a_scan_given_up_on_leaves_no_child(real_layout_19, monkeypatch):
     """A spec that cannot be read ends the outline read before the facts are looked up: the
     scan's child is ended and waited for, and the full read names the problem."""
-    monkeypatch.setattr(headerfacts, "WORKERS", 2)
-    monkeypatch.setattr(headerfacts, "PARALLEL", 1)
-    begun: list[headerfacts.Scan] = []
-    real = headerfacts.Scan
+    monkeypatch.setattr(headerscan, "WORKERS", 2)
+    monkeypatch.setattr(headerscan, "PARALLEL", 1)
+    begun: list[headerscan.Scan] = []
+    real = headerscan.Scan
 
     def spy(*args, **kwargs):
         begun.append(real(*args, **kwargs))
@@ -198,7 +198,7 @@ def test_a_scan_given_up_on_leaves_no_child(real_layout_19, monkeypatch):
     def broken(*args, **kwargs):
         raise CkptError(real_layout_19, "a spec that cannot be read")
 
-    monkeypatch.setattr(headerfacts, "Scan", spy)
+    monkeypatch.setattr(headerscan, "Scan", spy)
     from ckpt_migrate.format.legacy import read as legacy
 
     monkeypatch.setattr(legacy, "decode_spec_info", broken)
@@ -258,7 +258,7 @@ def test_every_byte_the_scan_reads_is_counted(tmp_path):
     path.write_bytes(bytes(1 << 20))
     fd = os.open(path, os.O_RDONLY)
     try:
-        scan = headerfacts._Reader(fd, 1 << 20, 0)
+        scan = headerfacts.HeaderReader(fd, 1 << 20, 0)
         for _ in range(3):  # (twice the file, and a mebibyte of slack)
             scan.read(0, 1 << 20)
         with pytest.raises(headerfacts.Undecided):

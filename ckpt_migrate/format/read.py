@@ -12,7 +12,7 @@ import h5py
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets, provenance, releases
 from ckpt_migrate.format.checkpoint import Checkpoint
-from ckpt_migrate.format.h5 import headerfacts, linktable
+from ckpt_migrate.format.h5 import headerscan, linktable
 from ckpt_migrate.format.h5.boundary import check_self_contained
 from ckpt_migrate.format.h5.facts import Facts, OutlineTooShort
 from ckpt_migrate.format.h5.io import (
@@ -153,8 +153,8 @@ def read_outline(
             if not is_legacy:
                 ckpt = _read(p, f, handle, release, None, Facts(links=addresses.keys()))
             else:  # (the datasets' headers are scanned while the spec is decoded)
-                begun = headerfacts.Scan(p, addresses, superblock_offset(f), SPEC_SHARE)
-                later = headerfacts.Later(begun)
+                begun = headerscan.Scan(p, addresses, superblock_offset(f), SPEC_SHARE)
+                later = headerscan.Later(begun)
                 try:
                     facts = Facts(later, links=addresses.keys(), described=True)
                     ckpt = _read(p, f, handle, release, None, facts)
@@ -171,7 +171,7 @@ def read_outline(
 
 
 # The share of a legacy outline's datasets whose headers a second process scans while this one
-# decodes the spec, then scans the rest (``headerfacts.Scan``): about as long, at 150k tensors.
+# decodes the spec, then scans the rest (``headerscan.Scan``): about as long, at 150k tensors.
 SPEC_SHARE = 0.7
 
 

@@ -23,19 +23,14 @@ that the reader cannot tell them apart:
   ``ALLOWED_FILTERS``), a budget the walk enforces (``budgets.dataset_problem``, data past the
   end of the file), and anything not understood (a shared message, another version, a group
   behind a link, an attribute value it cannot decode, a header that contradicts itself) make
-  :func:`scan` answer None: the caller reads the file in full, which names any problem.
+  ``HeaderReader.dataset`` raise ``Undecided``: the caller (``headerscan``) reads the file in
+  full, which names any problem.
 """
 
 from __future__ import annotations
 
-import contextlib
-import marshal
 import math
-import os
-import signal
 import struct
-from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import h5py
@@ -49,8 +44,7 @@ from ckpt_migrate.format.h5.attrtable import (
     is_vlen_string,
 )
 from ckpt_migrate.format.h5.boundary import ALLOWED_FILTERS, ALLOWED_TYPE_CLASSES
-from ckpt_migrate.format.h5.facts import OutlineTooShort
-from ckpt_migrate.format.h5.fractalheap import UNDEF, Unknown
+from ckpt_migrate.format.h5.fractalheap import UNDEF
 from ckpt_migrate.format.h5.headers import (
     CONTINUATION,
     SHARED,
@@ -76,8 +70,6 @@ _WINDOW = 64 << 10
 _KEPT = 4096  # distinct messages remembered
 _MAX_BLOCK = 1 << 20  # bytes of one header block (a dataset's is under a kilobyte)
 _V1_MESSAGE = struct.Struct("<HHB")  # a version-1 header message's type, length and flags
-PARALLEL = 4_000  # datasets from which a second process scans half (12k: plan 1.22 -> 0.97 s)
-WORKERS = max(1, min(2, len(os.sched_getaffinity(0))))
 
 
 def _standard_numbers() -> dict[bytes, list[tuple[bytes, np.dtype]]]:
@@ -110,149 +102,7 @@ def number_type(body: bytes, exact: bool) -> np.dtype | None:
     return None
 
 
-Found = tuple[dict[str, dict[str, Any]], int]  # (facts by name, bytes stored)
-
-
-def scan(path: Path, datasets: dict[str, int], base: int = 0) -> Found | None:
-    """The facts of every dataset of ``datasets`` (name -> its header's address relative to
-    ``base``, the superblock's) in ``preflight.Findings``' shape, and the bytes they store (each
-    object once: a tie's names share it); None when one is not answered (the module's
-    docstring). A :class:`Scan` collected at once."""
-    begun = Scan(path, datasets, base, share=0.5)
-    try:
-        return begun.result()
-    finally:
-        begun.cancel()
-
-
-class Scan:
-    """A scan begun, collected by :meth:`result` (``scan``'s answer).
-
-    From :data:`PARALLEL` datasets on, with a second core, a forked child begins at once on
-    the ``share`` of the objects that ``_part`` deals it (a tie's names stay together), and
-    ``result`` reads the rest in this process: the work is Python's, about 28 µs a dataset,
-    5.3 s at 188k on one core. A caller with other work to do meanwhile (the legacy reader
-    decodes the spec) gives the child the larger share."""
-
-    def __init__(self, path: Path, datasets: dict[str, int], base: int, share: float) -> None:
-        self.path, self.datasets, self.base = path, datasets, base
-        self.pid: int | None = None
-        self.read_end = -1
-        self.cut = int(share * 256)
-        if len(datasets) < PARALLEL or WORKERS < 2:
-            return
-        theirs = [(n, a) for n, a in datasets.items() if _part(a) < self.cut]
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: scan its part, hand it over, and never return into the caller
-            code = 1
-            try:
-                os.close(read_end)
-                with os.fdopen(write_end, "wb") as out:
-                    out.write(marshal.dumps(_scan(path, theirs, base)))
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write_end)
-        self.pid, self.read_end = pid, read_end
-
-    def result(self) -> Found | None:
-        if self.pid is None:
-            return _scan(self.path, self.datasets.items(), self.base)
-        try:
-            rest = [(n, a) for n, a in self.datasets.items() if _part(a) >= self.cut]
-            mine = _scan(self.path, rest, self.base)
-            if mine is None:
-                return None
-            with os.fdopen(os.dup(self.read_end), "rb") as handed:
-                data = handed.read()
-            status = self.cancel(kill=False)  # (it has handed its part over: it ends by itself)
-        finally:
-            self.cancel()
-        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-            return None
-        other = marshal.loads(data)
-        if other is None:
-            return None
-        mine[0].update(other[0])  # (in another order than ``datasets``: the facts are looked up)
-        return mine[0], mine[1] + other[1]
-
-    def cancel(self, kill: bool = True) -> int:
-        """Wait for the child to end (``kill``: end it first, the caller gives up on it); its
-        exit status (0 when there is none). Idempotent."""
-        if self.pid is None:
-            return 0
-        pid, self.pid = self.pid, None
-        os.close(self.read_end)
-        if kill:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return os.waitpid(pid, 0)[1]
-
-
-class Later(Mapping[str, Any]):
-    """The facts of a scan begun (``Scan``), collected at the first look-up: the legacy reader
-    decodes the spec meanwhile, and holds the facts only once the spec's records are gone.
-    ``OutlineTooShort`` when the scan does not answer."""
-
-    def __init__(self, begun: Scan) -> None:
-        self.begun = begun
-        self.found: Found | None = None
-
-    def _facts(self) -> dict[str, dict[str, Any]]:
-        if self.found is None:
-            self.found = self.begun.result()
-            if self.found is None:
-                raise OutlineTooShort("the datasets' headers")
-        return self.found[0]
-
-    def __getitem__(self, name: str) -> dict[str, Any]:
-        return self._facts()[name]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self._facts().get(name, default)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._facts())
-
-    def __len__(self) -> int:
-        return len(self._facts())
-
-    def stored(self) -> int:
-        """The bytes the datasets store."""
-        self._facts()
-        assert self.found is not None
-        return self.found[1]
-
-
-def _part(address: int) -> int:
-    """A byte that deals addresses out evenly, whatever their alignment (Fibonacci hashing)."""
-    return (address * 0x9E3779B1 >> 16) & 0xFF
-
-
-def _scan(path: Path, datasets: Iterable[tuple[str, int]], base: int) -> Found | None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        reader = _Reader(fd, os.fstat(fd).st_size, base)
-        facts: dict[str, dict[str, Any]] = {}
-        known: dict[int, dict[str, Any]] = {}
-        stored = 0
-        for name, address in datasets:
-            fact = known.get(address)
-            if fact is None:
-                try:
-                    fact, size_stored = reader.dataset(address)
-                except (Undecided, HeaderError, Unknown, struct.error, ValueError):
-                    return None
-                known[address] = fact
-                stored += size_stored
-            facts[name] = fact
-        return facts, stored
-    finally:
-        os.close(fd)
-
-
-class _Reader:
+class HeaderReader:
     """The datasets' headers and chunk indexes of one file, every byte read counted: they do
     not overlap, so a file that makes this read more than twice its size (blocks named by
     many headers, say) is not one a writer made, and is not answered."""
