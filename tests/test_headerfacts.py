@@ -207,6 +207,26 @@ def test_a_scan_given_up_on_leaves_no_child(real_layout_19, monkeypatch):
     assert begun and all(scan.pid is None for scan in begun)
 
 
+def test_a_scan_that_does_not_answer_is_collected_once():
+    """Every look-up of a scan that did not answer is ``OutlineTooShort``; it is not run
+    again (a second run would scan every header in this process)."""
+    from ckpt_migrate.format.h5.facts import OutlineTooShort
+
+    class Unanswered:
+        runs = 0
+
+        def result(self):
+            self.runs += 1
+            return None
+
+    begun = Unanswered()
+    later = headerscan.Later(begun)  # type: ignore[arg-type]
+    for _ in range(3):
+        with pytest.raises(OutlineTooShort):
+            later.get("x")
+    assert begun.runs == 1
+
+
 def _with(tmp_path: Path, name: str, make) -> Path:
     """The 2.0 fixture with one more root member, made by ``make(f)``."""
     path = tmp_path / f"{name}.mdl"

@@ -23,8 +23,8 @@ that the reader cannot tell them apart:
   ``ALLOWED_FILTERS``), a budget the walk enforces (``budgets.dataset_problem``, data past the
   end of the file), and anything not understood (a shared message, another version, a group
   behind a link, an attribute value it cannot decode, a header that contradicts itself) make
-  ``HeaderReader.dataset`` raise ``Undecided``: the caller (``headerscan``) reads the file in
-  full, which names any problem.
+  ``HeaderReader.dataset`` raise ``Undecided``, and the scan (``headerscan``) answers None:
+  the file is then read in full, which names any problem.
 """
 
 from __future__ import annotations

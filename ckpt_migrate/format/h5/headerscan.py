@@ -28,8 +28,8 @@ Found = tuple[dict[str, dict[str, Any]], int]  # (facts by name, bytes stored)
 def scan(path: Path, datasets: dict[str, int], base: int = 0) -> Found | None:
     """The facts of every dataset of ``datasets`` (name -> its header's address relative to
     ``base``, the superblock's) in ``preflight.Findings``' shape, and the bytes they store (each
-    object once: a tie's names share it); None when one is not answered (the module's
-    docstring). A :class:`Scan` collected at once."""
+    object once: a tie's names share it); None when one is not answered (``headerfacts``'
+    docstring says which). A :class:`Scan` collected at once."""
     begun = Scan(path, datasets, base, share=0.5)
     try:
         return begun.result()
@@ -104,18 +104,20 @@ class Scan:
 
 class Later(Mapping[str, Any]):
     """The facts of a scan begun (``Scan``), collected at the first look-up: the legacy reader
-    decodes the spec meanwhile, and holds the facts only once the spec's records are gone.
-    ``OutlineTooShort`` when the scan does not answer."""
+    decodes the spec meanwhile, and holds the facts only once the pickle's records have been
+    let go. ``OutlineTooShort`` at every look-up when the scan does not answer."""
 
     def __init__(self, begun: Scan) -> None:
         self.begun = begun
         self.found: Found | None = None
+        self.collected = False
 
     def _facts(self) -> dict[str, dict[str, Any]]:
-        if self.found is None:
+        if not self.collected:
+            self.collected = True
             self.found = self.begun.result()
-            if self.found is None:
-                raise OutlineTooShort("the datasets' headers")
+        if self.found is None:
+            raise OutlineTooShort("the datasets' headers")
         return self.found[0]
 
     def __getitem__(self, name: str) -> dict[str, Any]:
@@ -133,7 +135,7 @@ class Later(Mapping[str, Any]):
     def stored(self) -> int:
         """The bytes the datasets store."""
         self._facts()
-        assert self.found is not None
+        assert self.found is not None  # (else ``_facts`` raised)
         return self.found[1]
 
 
