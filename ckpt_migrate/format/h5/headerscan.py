@@ -156,7 +156,7 @@ def _scan(path: Path, datasets: Iterable[tuple[str, int]], base: int) -> Found |
             if fact is None:
                 try:
                     fact, size_stored = reader.dataset(address)
-                except (Undecided, HeaderError, Unknown, struct.error, ValueError):
+                except (Undecided, HeaderError, Unknown, struct.error, ValueError, IndexError):
                     return None
                 known[address] = fact
                 stored += size_stored
