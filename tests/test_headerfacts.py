@@ -328,3 +328,21 @@ def test_damaged_headers_are_answered_or_left_to_the_full_read(tmp_path):
         path.write_bytes(damaged)
         answers.add(headerscan.scan(path, links, at[1]) is None)
     assert answers == {True, False}
+
+
+def test_attributes_kept_in_order_are_read_compact_and_left_dense(tmp_path):
+    """A dataset that tracks its attributes' creation order has an attribute info message:
+    with its attributes in the header it is answered as the walk answers it; with them in
+    dense storage (a fractal heap) it is left to the full read."""
+
+    def compact(f):
+        ds = f.create_dataset("stray", data=np.zeros(2, "f4"), track_order=True)
+        ds.attrs["__H5_TYPE__"] = "TorchTensorH5Type"
+
+    def dense(f):
+        ds = f.create_dataset("stray", data=np.zeros(2, "f4"), track_order=True)
+        for i in range(20):
+            ds.attrs[f"a{i}"] = i
+
+    _as_walk_said(_with(tmp_path, "compact", compact))
+    assert _scanned(_with(tmp_path, "dense", dense)) is None

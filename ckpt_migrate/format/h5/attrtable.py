@@ -188,29 +188,25 @@ def _dense(f: HeapFile, info: bytes, take_at: fractalheap.TakeAt) -> None:
     """The attribute messages of dense storage (§IV.A.2.v), each to ``take_at``: every object
     of the fractal heap the attribute info message names (``fractalheap.walk``). The caller's
     count check against HDF5's catches attributes this reader did not find."""
-    if len(info) < 2 or info[0] != 0:
-        raise Unknown("attribute info message")
-    pos = 2 + (2 if info[1] & 0x01 else 0)
-    heap = struct.unpack_from("<Q", info, pos)[0]
+    heap = attribute_heap(info)
     if heap == UNDEF:  # no heap: the attributes are messages of the header (compact)
         return
     fractalheap.walk(f.read, f.visited, heap, take_at, f.tick)
 
 
+def attribute_heap(info: bytes) -> int:
+    """The fractal heap an attribute info message names (``UNDEF``: none, the attributes are
+    messages of the header); ``Unknown`` for a message this reader does not know."""
+    if len(info) < 10 or info[0] != 0:
+        raise Unknown("attribute info message")
+    pos = 2 + (2 if info[1] & 0x01 else 0)
+    return struct.unpack_from("<Q", info, pos)[0]
+
+
 def _fields(block: bytes, pos: int) -> Fields:
     """(where the name starts, its length with its NUL, where the data starts, ``_tail`` of the
     datatype and dataspace) of the attribute message at ``pos`` (version 1, 2 or 3)."""
-    version, _flags, name_n, type_n, space_n = _HEAD.unpack_from(block, pos)
-    if version == 1:  # each field padded to 8 bytes
-        name_at = pos + 8
-        type_at = name_at + ((name_n + 7) & ~7)
-        space_at = type_at + ((type_n + 7) & ~7)
-        data_at = space_at + ((space_n + 7) & ~7)
-    else:
-        name_at = pos + (9 if version == 3 else 8)
-        type_at = name_at + name_n
-        space_at = type_at + type_n
-        data_at = space_at + space_n
+    name_at, name_n, type_at, type_n, space_at, space_n, data_at = message_fields(block, pos)
     key = block[type_at : type_at + type_n], block[space_at : space_at + space_n]
     tail = _TAILS.get(key)
     if tail is None:
@@ -218,6 +214,24 @@ def _fields(block: bytes, pos: int) -> Fields:
         if len(_TAILS) < _TAILS_KEPT:
             _TAILS[key] = tail
     return name_at, name_n, data_at, tail
+
+
+def message_fields(block: bytes, pos: int = 0) -> tuple[int, int, int, int, int, int, int]:
+    """Where the attribute message at ``pos`` keeps its parts: (the name's start, its length
+    with its NUL, the datatype's start, its length, the dataspace's start, its length, the
+    data's start). Version 1 pads each part to 8 bytes; version 3 has an encoding byte first."""
+    version, _flags, name_n, type_n, space_n = _HEAD.unpack_from(block, pos)
+    if version == 1:
+        name_at = pos + 8
+        type_at = name_at + _pad8(name_n)
+        space_at = type_at + _pad8(type_n)
+        data_at = space_at + _pad8(space_n)
+    else:
+        name_at = pos + (9 if version == 3 else 8)
+        type_at = name_at + name_n
+        space_at = type_at + type_n
+        data_at = space_at + space_n
+    return name_at, name_n, type_at, type_n, space_at, space_n, data_at
 
 
 def _tail(dtype: bytes, space: bytes) -> tuple[bool, int] | None:

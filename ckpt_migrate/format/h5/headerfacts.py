@@ -41,14 +41,14 @@ from ckpt_migrate.format.h5.attrtable import (
     STRING_REF,
     HeapFile,
     as_text,
+    attribute_heap,
     is_vlen_string,
+    message_fields,
 )
 from ckpt_migrate.format.h5.boundary import ALLOWED_FILTERS, ALLOWED_TYPE_CLASSES
 from ckpt_migrate.format.h5.fractalheap import UNDEF
 from ckpt_migrate.format.h5.headers import (
-    CONTINUATION,
     SHARED,
-    HeaderError,
     Read,
     file_reader,
     read_header,
@@ -68,8 +68,6 @@ _LIMIT = 1 << 10  # continuation blocks of one dataset's header
 _MAX_DEPTH = 64  # levels of a chunk B-tree
 _WINDOW = 64 << 10
 _KEPT = 4096  # distinct messages remembered
-_MAX_BLOCK = 1 << 20  # bytes of one header block (a dataset's is under a kilobyte)
-_V1_MESSAGE = struct.Struct("<HHB")  # a version-1 header message's type, length and flags
 
 
 def _standard_numbers() -> dict[bytes, list[tuple[bytes, np.dtype]]]:
@@ -126,13 +124,15 @@ class HeaderReader:
         """(its facts, the bytes it stores) of the dataset whose header is at ``address``."""
         found: dict[int, Any] = {}
         scalars: dict[str, Any] = {}
-        for kind, flags, body in self._messages(address):
+        header = read_header(self.read, address, set(), _LIMIT, kinds=_KINDS)
+        for kind, flags, body in header.messages:
             if flags & SHARED or kind in _GROUP or kind == _EXTERNAL:
                 raise Undecided("a shared message, a group, or external storage")
             if kind == _ATTRIBUTE:
                 self._attribute(body, scalars)
             elif kind == _ATTRIBUTE_INFO:
-                _compact_only(body)
+                if attribute_heap(body) != UNDEF:
+                    raise Undecided("attributes in dense storage")
             elif kind in found:
                 raise Undecided(f"message {kind} twice")
             else:
@@ -171,33 +171,6 @@ class HeaderReader:
             if len(self.shared) < _KEPT:
                 self.shared[make, key, types] = known
         return known
-
-    def _messages(self, address: int) -> list[tuple[int, int, bytes]]:
-        """(type, flags, body) of the header's messages of ``_KINDS``: a version-1 header
-        (what h5py's defaults write for every dataset) read here, its continuation blocks
-        followed (each once, at most ``_LIMIT``), any other by ``headers.read_header``."""
-        head = self.read(address, 16)
-        if head[0] != 1:
-            header = read_header(self.read, address, set(), _LIMIT, kinds=_KINDS)
-            return [(m.kind, m.flags, m.body) for m in header.messages]
-        blocks, seen, found = [(address + 16, struct.unpack_from("<I", head, 8)[0])], set(), []
-        while blocks:
-            at, size = blocks.pop()
-            if at in seen or len(seen) >= _LIMIT or size > _MAX_BLOCK:
-                raise Undecided("header blocks loop, are too many or too large")
-            seen.add(at)
-            data, pos = self.read(at, size), 0
-            while pos + 8 <= size:
-                kind, length, flags = _V1_MESSAGE.unpack_from(data, pos)
-                pos += 8
-                if pos + length > size:
-                    raise HeaderError("a message runs past its block")
-                if kind == CONTINUATION:
-                    blocks.append(struct.unpack_from("<QQ", data, pos))
-                elif kind in _KINDS:
-                    found.append((kind, flags, data[pos : pos + length]))
-                pos += length
-        return found
 
     def _described(self, kind: int, body: bytes) -> Any:
         """A datatype message's numpy dtype, a dataspace message's shape, or a filter
@@ -278,11 +251,7 @@ class HeaderReader:
         (``walkreads.read_attributes``): other shapes are stepped over, other types of a
         scalar not answered. What the message's name, type and shape say is remembered by
         their bytes (every tensor's ``__H5_TYPE__`` has the same, its text elsewhere)."""
-        version, _flags, name_n, type_n, space_n = _ATTRIBUTE_HEAD.unpack_from(body)
-        if version == 1:  # each field padded to 8 bytes
-            data_at = 8 + ((name_n + 7) & ~7) + ((type_n + 7) & ~7) + ((space_n + 7) & ~7)
-        else:
-            data_at = (9 if version == 3 else 8) + name_n + type_n + space_n
+        data_at = message_fields(body)[6]
         key = body[:data_at]
         known = self.attributes.get(key)
         if known is None:
@@ -313,20 +282,16 @@ class HeaderReader:
 
 
 _TEXT = np.dtype(object)  # (``_attribute_kind``: a variable-length string)
-_ATTRIBUTE_HEAD = struct.Struct("<BBHHH")  # version, flags and the sizes of name, type, space
 
 
 def _attribute_kind(head: bytes) -> tuple[str, Any]:
     """(name, what its value is read as) of an attribute message up to its data: ``_TEXT``,
     a number's dtype, (an integer dtype, a length) for a full tensor's ``shape``, or None for a
     value not collected (another array, or none)."""
-    version, flags, name_n, type_n, space_n = _ATTRIBUTE_HEAD.unpack_from(head)
+    version, flags = head[0], head[1]
     if version not in (1, 2, 3) or (version != 1 and flags & 0x03):
         raise Undecided("attribute message version or shared parts")
-    pad = (lambda n: (n + 7) & ~7) if version == 1 else (lambda n: n)
-    name_at = 9 if version == 3 else 8
-    type_at = name_at + pad(name_n)
-    space_at = type_at + pad(type_n)
+    name_at, name_n, type_at, type_n, space_at, space_n, _ = message_fields(head)
     if name_n < 1 or space_at + space_n > len(head) or head[name_at + name_n - 1] != 0:
         raise Undecided("attribute message fields")
     name = head[name_at : name_at + name_n - 1].decode("utf-8", "surrogateescape")
@@ -349,15 +314,6 @@ def _attribute_kind(head: bytes) -> tuple[str, Any]:
     if number is None and kind == h5py.h5t.ENUM:
         raise Undecided("an enum other than bool")
     return name, number  # (a fixed-length string or opaque bytes: not collected)
-
-
-def _compact_only(info: bytes) -> None:
-    """An attribute info message naming no heap (attributes in the header), else Undecided."""
-    if len(info) < 10 or info[0] != 0:
-        raise Undecided("attribute info message")
-    heap = struct.unpack_from("<Q", info, 2 + (2 if info[1] & 0x01 else 0))[0]
-    if heap != UNDEF:
-        raise Undecided("attributes in dense storage")
 
 
 def _shape(space: bytes) -> tuple[int, ...] | None:
