@@ -208,6 +208,19 @@ def test_a_scan_given_up_on_leaves_no_child(real_layout_19, monkeypatch):
     assert begun and all(scan.pid is None for scan in begun)
 
 
+def test_a_scan_without_a_second_process_reads_them_all(real_layout_19, monkeypatch):
+    """When no process can be forked, the scan reads every header in this one."""
+    monkeypatch.setattr(headerscan, "WORKERS", 2)
+    monkeypatch.setattr(headerscan, "PARALLEL", 1)
+    alone = _scanned(real_layout_19)
+
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    assert json.dumps(_scanned(real_layout_19), sort_keys=True) == json.dumps(alone, sort_keys=True)
+
+
 def test_a_scan_that_does_not_answer_is_collected_once():
     """Every look-up of a scan that did not answer is ``OutlineTooShort``; it is not run
     again (a second run would scan every header in this process)."""

@@ -55,7 +55,12 @@ class Scan:
             return
         theirs = [(n, a) for n, a in datasets.items() if _part(a) < self.cut]
         read_end, write_end = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # (no process to spare: this one scans them all)
+            os.close(read_end)
+            os.close(write_end)
+            return
         if pid == 0:  # the child: scan its part, hand it over, and never return into the caller
             code = 1
             try:
