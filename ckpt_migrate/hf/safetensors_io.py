@@ -103,8 +103,15 @@ def file_names(count: int) -> list[str]:
     return [f"model-{i:05d}-of-{count:05d}.safetensors" for i in range(1, count + 1)]
 
 
+DATA_ALIGNMENT = 64
+
+
 def header_bytes(entries: list[Entry], metadata: Mapping[str, str]) -> bytes:
-    """The length-prefixed JSON header, padded with spaces to a multiple of 8 bytes."""
+    """The length-prefixed JSON header, padded with spaces (as the format allows) so that the
+    tensor data begins on a 64-byte boundary. A loader that maps the file (``transformers`` 5
+    does) then hands the kernels tensors aligned as ones the process allocated: on 8-byte
+    alignment alone a CLIP model reloaded from the export computed outputs 2.4e-7 apart from
+    the same weights in memory (vectorised loops split differently)."""
     header: dict[str, object] = {"__metadata__": dict(metadata)}
     offset = 0
     for e in entries:
@@ -115,7 +122,7 @@ def header_bytes(entries: list[Entry], metadata: Mapping[str, str]) -> bytes:
         }
         offset += e.nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
+    text += b" " * (-(len(text) + 8) % DATA_ALIGNMENT)
     return struct.pack("<Q", len(text)) + text
 
 
