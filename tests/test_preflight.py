@@ -343,9 +343,9 @@ def test_the_walk_asks_about_each_type_once(tmp_path, monkeypatch):
     monkeypatch.setattr(walkreads, "type_problem", lambda *a: asked.append(1) or judge(*a))
     monkeypatch.setattr(preflight, "WORKERS", 1)
     r, w = os.pipe()
-    facts = preflight._anonymous_file()
+    facts, extents = preflight._anonymous_file(), preflight._anonymous_file()
     try:
-        preflight._walk(src, w, 0, 1, facts)
+        preflight._walk(src, w, 0, 1, facts, extents)
         os.close(w)
         said = b""
         while chunk := os.read(r, 65536):
@@ -355,6 +355,7 @@ def test_the_walk_asks_about_each_type_once(tmp_path, monkeypatch):
     finally:
         os.close(r)
         os.close(facts)
+        os.close(extents)
     with h5py.File(src, "r") as f:  # the types of every dataset and attribute, the root's too
         objects = [f]
         f.visititems(lambda _n, o: objects.append(o))

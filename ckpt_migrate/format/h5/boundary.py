@@ -23,6 +23,7 @@ import numpy as np
 from ckpt_migrate.errors import CkptError, CorruptCheckpointError, UnsafeContentError
 from ckpt_migrate.format import budgets
 from ckpt_migrate.format.h5.io import DAMAGED_HDF5, damaged
+from ckpt_migrate.format.h5.overlaps import Extents
 
 # The filters checkpoints use: LZ4 (hdf5plugin) and HDF5's built-in lossless ones, each of
 # whose stored chunks ``h5.chunks`` can check before it is decoded (szip, nbit and
@@ -214,22 +215,28 @@ def description_problem(dcpl: h5py.h5p.PropDCID, path: Path, where: str) -> Ckpt
 
 
 def dataset_storage(
-    ds: h5py.h5d.DatasetID, dcpl: h5py.h5p.PropDCID | None = None
+    ds: h5py.h5d.DatasetID, dcpl: h5py.h5p.PropDCID | None = None, extents: Extents | None = None
 ) -> tuple[int, int]:
     """(bytes stored, end of the last stored byte) of a dataset: one walk of its chunk index
-    (HDF5's own storage size walks it too), or its contiguous block."""
+    (HDF5's own storage size walks it too), or its contiguous block. ``extents``: where each
+    stored piece lies is added to it too (``overlaps.remember``)."""
     if (dcpl or ds.get_create_plist()).get_layout() != h5py.h5d.CHUNKED:
         size = ds.get_storage_size()
         offset = ds.get_offset()
+        if extents is not None and offset is not None:
+            extents.add(offset, offset + size)
         return size, 0 if offset is None else offset + size
     # Summed as the index is walked: memory stays flat however many chunks a file declares
-    # (a list of them would let a small file with a huge index buy gigabytes).
+    # (a list of them would let a small file with a huge index buy gigabytes; the caller
+    # that asks for ``extents`` keeps 16 bytes a chunk, as the overlap map always has).
     total = end = 0
 
     def chunk(info: h5py.h5d.StoreInfo) -> None:
         nonlocal total, end
         total += info.size
         end = max(end, info.byte_offset + info.size)
+        if extents is not None:
+            extents.chunk(info)
 
     ds.chunk_iter(chunk)
     return total, end

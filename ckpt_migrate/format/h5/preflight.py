@@ -15,8 +15,9 @@ metadata (measured in benchmarks/README.md); of its data, only datasets of one n
 The children also take the boundary's checks (``boundary``: links, types, storage
 descriptions) and walk the chunk indexes, measuring what each dataset stores (the
 decompression budget, and stored bytes inside the file). A clean walk hands the total and each
-dataset's facts (``Findings``) to the parent, which then neither repeats those checks nor
-walks a chunk index; a walk that met a problem leaves naming it to the parent's own
+dataset's facts (``Findings``) to the parent, and where every stored piece lies to
+``overlaps`` (``overlaps.remember``), so that the parent neither repeats those checks nor walks
+a chunk index; a walk that met a problem leaves naming it to the parent's own
 ``check_self_contained``.
 
 A walk comes in two parts. The first reads every object and attribute; the second walks the
@@ -39,7 +40,8 @@ import os
 import select
 import signal
 import tempfile
-from dataclasses import dataclass
+from array import array
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,7 +50,7 @@ import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets
-from ckpt_migrate.format.h5 import attrtable, preflight_outline
+from ckpt_migrate.format.h5 import attrtable, overlaps, preflight_outline
 from ckpt_migrate.format.h5.boundary import (
     dataset_storage,
     description_problem,
@@ -172,6 +174,10 @@ class _Walk:
     pids: list[int]
     read_end: int
     facts: list[int]  # one anonymous file per child, where it writes its datasets' facts
+    # one per child too, where it writes where the stored pieces of its objects lie and the
+    # objects' addresses (``overlaps.remember``), and the file's identity when the walk began
+    extents: list[int] = field(default_factory=list)
+    identity: tuple[int, ...] | None = None
     words: bytes = b""  # what the children said, ticks left out
 
     @classmethod
@@ -180,8 +186,11 @@ class _Walk:
         walk = cls([], read_end, [])
         workers = WORKERS if scope == "full" else 1
         try:
+            with contextlib.suppress(OSError):  # (gone: the reader names it)
+                walk.identity = _identity(path)
             for part in range(workers):
                 walk.facts.append(_anonymous_file())
+                walk.extents.append(_anonymous_file())
                 pid = os.fork()
                 if pid == 0:  # a child: walk, report, and never return into the caller's code
                     code = 0
@@ -189,7 +198,9 @@ class _Walk:
                         faulthandler.disable()  # a crash here is the finding, reported above
                         os.close(read_end)
                         if scope == "full":
-                            _walk(path, write_end, part, WORKERS, walk.facts[part])
+                            _walk(
+                                path, write_end, part, WORKERS, walk.facts[part], walk.extents[part]
+                            )
                         else:
                             preflight_outline.walk(path, write_end, scope)
                     except BaseException:
@@ -247,6 +258,7 @@ class _Walk:
             return None
         stored = sum(int(w[1:].split(b",")[0]) for w in firsts)
         stored += sum(int(w[1:]) for w in seconds)
+        self._remember_extents(path)
         return Findings(stored, self.facts_found())
 
     def facts_found(self) -> dict[str, dict[str, Any]]:
@@ -257,6 +269,26 @@ class _Walk:
                 datasets.update(json.loads(fh.read() or b"{}"))
         return datasets
 
+    def _remember_extents(self, path: Path) -> None:
+        """Hand ``overlaps`` where the children found the stored pieces, and the objects (a
+        reader's chunk checks then do not walk every index again), if the file is still the
+        one walked; a child's account cut short leaves ``overlaps`` to walk it itself."""
+        data, objects = overlaps.Extents(), array("Q")
+        try:
+            if self.identity is None or _identity(path) != self.identity:
+                return
+            for fd in self.extents:
+                with os.fdopen(os.dup(fd), "rb") as fh:
+                    fh.seek(0)
+                    raw = fh.read()
+                at = data.extend_from_bytes(raw)
+                if (len(raw) - at) % 8:
+                    return
+                objects.frombytes(raw[at:])
+        except (OSError, ValueError):
+            return
+        overlaps.remember(self.identity, data, set(objects))
+
     def cancel(self) -> None:
         """No child may walk on after its parent has gone (Ctrl-C) or given up on it.
         Idempotent: every child is waited for, every descriptor closed."""
@@ -266,10 +298,10 @@ class _Walk:
         for pid in self.pids:
             os.waitpid(pid, 0)
         self.pids = []
-        for fd in [self.read_end, *self.facts]:
+        for fd in [self.read_end, *self.facts, *self.extents]:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self.read_end, self.facts = -1, []
+        self.read_end, self.facts, self.extents = -1, [], []
 
 
 def _anonymous_file() -> int:
@@ -293,15 +325,17 @@ def _cancel_early() -> None:
 WORKERS = max(1, min(2, len(os.sched_getaffinity(0))))
 
 
-def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
+def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int, extents_fd: int) -> None:
     """Read the metadata of every ``parts``-th object from the ``part``-th (the root's
     attributes in part 0), write their facts (``Findings.datasets``) to ``facts_fd`` and say
     ``M<stored>,<declared>;`` (the bytes stored by the datasets measured so far, and declared
-    by those left for the second part); then walk the chunk indexes left and say
-    ``=<stored>;``."""
+    by those left for the second part); then walk the chunk indexes left, write where the
+    stored pieces of these objects lie, and the objects' addresses (the root's in part 0), to
+    ``extents_fd`` and say ``=<stored>;``."""
     forbid_plugin_loading()
     file_bytes = os.stat(path).st_size
     stored = declared = 0
+    pieces = overlaps.Extents()
     objects: set[int] = set()
     facts: dict[str, dict[str, Any]] = {}
     # The chunked datasets whose index the second part walks, by name: an open dataset keeps
@@ -335,7 +369,7 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
             if not isinstance(obj, h5py.h5d.DatasetID):
                 read_attributes(obj, tick)
             else:
-                fact, size, chunked = _dataset(obj, address, path, file_bytes, tick)
+                fact, size, chunked = _dataset(obj, address, path, file_bytes, tick, pieces)
                 facts[name.decode("utf-8", "surrogateescape")] = fact
                 if chunked:
                     later.append((name, size))
@@ -351,15 +385,25 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int) -> None:
         rest = 0
         for i, (name, size) in enumerate(later):
             obj = h5py.h5o.open(f.id, name)
-            rest += _measure(obj, obj.get_create_plist(), file_bytes, size)
+            rest += _measure(obj, obj.get_create_plist(), file_bytes, size, pieces)
             del obj
             if i % 8 == 0:
                 os.write(tick, TICK)
+        addresses = array("Q", [address for _, address in mine])
+        if part == 0:
+            addresses.append(h5py.h5o.get_info(f.id).addr)
+    with os.fdopen(os.dup(extents_fd), "wb") as fh:
+        fh.write(pieces.to_bytes() + addresses.tobytes())
     os.write(tick, b"%s%d%s" % (SECOND, rest, END))
 
 
 def _dataset(
-    obj: h5py.h5d.DatasetID, address: int, path: Path, file_bytes: int, tick: int
+    obj: h5py.h5d.DatasetID,
+    address: int,
+    path: Path,
+    file_bytes: int,
+    tick: int,
+    pieces: overlaps.Extents,
 ) -> tuple[dict[str, Any], int, bool]:
     """A dataset's facts (``Findings.datasets``), the bytes it declares
     (chunked: its chunk index is measured in the second part) or stores (otherwise), and
@@ -383,7 +427,7 @@ def _dataset(
         if budgets.dataset_problem(declared, file_bytes) is not None:
             raise Refused  # more than the whole file could expand to
         return fact, declared, True
-    size = _measure(obj, dcpl, file_bytes, declared)  # (before its value is read)
+    size = _measure(obj, dcpl, file_bytes, declared, pieces)  # (before its value is read)
     if extent == h5py.h5s.SCALAR and kind.number is not None and kind.number.kind in "biuf":
         # one number or boolean (a step count), as the reader's ``ds[()].item()`` makes it
         out = np.empty((), dtype=kind.number)
@@ -393,10 +437,15 @@ def _dataset(
 
 
 def _measure(
-    obj: h5py.h5d.DatasetID, dcpl: h5py.h5p.PropDCID, file_bytes: int, declared: int
+    obj: h5py.h5d.DatasetID,
+    dcpl: h5py.h5p.PropDCID,
+    file_bytes: int,
+    declared: int,
+    pieces: overlaps.Extents,
 ) -> int:
-    """The bytes a dataset stores; ``Refused`` if it breaks a budget or lies past the end."""
-    size, end = dataset_storage(obj, dcpl)
+    """The bytes a dataset stores (where each piece lies added to ``pieces``); ``Refused`` if
+    it breaks a budget or lies past the end."""
+    size, end = dataset_storage(obj, dcpl, pieces)
     if storage_problem(obj, size, end, file_bytes, declared) is not None:
         raise Refused
     return size

@@ -1,0 +1,136 @@
+"""The overlap map (``h5.overlaps``) taken from the preflight children's walk (issue 33): they
+walk every chunk index anyway, each over its share of the objects, so the reader does not walk
+them all again. What they hand over must be what the reader's own walk finds, extent for
+extent, on files the project did not write and on damaged ones."""
+
+from __future__ import annotations
+
+import lzma
+import struct
+from collections import Counter
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import FIXTURES
+from test_chunks import _contiguous_address, _index_entry, _patch
+
+import ckpt_migrate as cm
+from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.format.h5 import overlaps, preflight
+from ckpt_migrate.format.h5.metadata import metadata_extents
+
+
+def _pairs(starts: np.ndarray, ends: np.ndarray) -> Counter:
+    return Counter(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+def _walked(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter, np.ndarray]:
+    """(the stored pieces the children handed over with the metadata they name mapped, the
+    overlap starts the reader then finds without a walk of its own)."""
+    seen = []
+    remember = overlaps.remember
+    monkeypatch.setattr(overlaps, "remember", lambda *a: (seen.append(a), remember(*a)))
+    overlaps._SHARED.clear()
+    assert preflight.preflight(path) is not None, path
+    monkeypatch.setattr(overlaps, "remember", remember)
+    assert len(seen) == 1, path
+    key, data, objects = seen[0]
+    assert key == overlaps.file_key(path)
+    pieces = _pairs(data.starts_array(), data.ends_array())
+    with h5py.File(path, "r", locking=False) as f:
+        pieces.update(metadata_extents(f, objects))
+        with monkeypatch.context() as m:
+            m.setattr(overlaps, "_stored_extents", _no_second_walk)
+            starts = overlaps.shared_starts(f)
+    return pieces, starts
+
+
+def _direct(path: Path) -> tuple[Counter, np.ndarray]:
+    with h5py.File(path, "r", locking=False) as f:
+        starts, ends = overlaps._stored_extents(f)
+    return _pairs(starts, ends), overlaps._overlapping(starts, ends)
+
+
+def _real_files(tmp_path: Path) -> list[Path]:
+    found = []
+    for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz")):
+        found.append(tmp_path / packed.name[:-3])
+        found[-1].write_bytes(lzma.decompress(packed.read_bytes()))
+    return found
+
+
+def test_the_walk_hands_over_what_the_reader_would_find(tmp_path, monkeypatch):
+    """Every checkpoint the project ships (the real library's 2.6-2.10 files, Model Zoo's key
+    layouts, every release's legacy layouts) and a file of many tied and scalar tensors: the
+    same stored pieces as the reader's own walk, each once, and the objects whose metadata it
+    maps."""
+    made = tmp_path / "many.mdl"
+    rng = np.random.default_rng(0)
+    shared = rng.random((40, 8), dtype=np.float32)
+    state = {f"w{i}": rng.random((i + 1, 8), dtype=np.float32) for i in range(60)}
+    state |= {"tied_a": shared, "tied_b": shared, "step": 7, "scale": np.float32(2.5)}
+    cm.save({"model": state}, made, "2.0")
+    files = sorted(FIXTURES.rglob("*.mdl")) + _real_files(tmp_path) + [made]
+    assert len(files) > 20
+    for path in files:
+        pieces, starts = _walked(path, monkeypatch)
+        direct, direct_starts = _direct(path)
+        assert pieces == direct, path
+        assert np.array_equal(starts, direct_starts), path
+
+
+def test_a_chunk_moved_onto_another_tensors_chunk_is_found_by_the_walk(tmp_path, monkeypatch):
+    """The children each walk a share of the datasets: two tensors' chunks in different shares
+    still meet in one map, and the read refuses the moved one as before."""
+    src = tmp_path / "two.mdl"
+    rng = np.random.default_rng(1)
+    state = {k: rng.random((4, 4), dtype=np.float32) for k in ("a", "b", "c", "d")}
+    cm.save(state, src)
+    at, _ = _index_entry(src, "a", 0)
+    _, other = _index_entry(src, "d", 0)
+    _patch(src, at + 8 + 8 * 3, struct.pack("<Q", other.byte_offset))
+    _, starts = _walked(src, monkeypatch)
+    _, direct_starts = _direct(src)
+    assert other.byte_offset in starts.tolist()
+    assert np.array_equal(starts, direct_starts)
+    monkeypatch.setattr(overlaps, "_stored_extents", _no_second_walk)
+    with pytest.raises(CorruptCheckpointError, match=r"'a', chunk \(0, 0\): shares its stored"):
+        cm.load(src)["a"].sum()
+
+
+def test_data_moved_into_metadata_is_found_by_the_walk(tmp_path, monkeypatch):
+    """A 0-d tensor's address moved into a chunk index node: the metadata the children map
+    holds it, and the read refuses it without a walk of its own."""
+    src = tmp_path / "checkpoint_1.mdl"
+    rng = np.random.default_rng(0)
+    cm.save({"w": rng.random((64, 64), dtype=np.float32), "scale": np.float32(3.5)}, src, "2.10")
+    at, _ = _contiguous_address(src, "scale")
+    inside = src.read_bytes().index(b"TREE") + 600
+    _patch(src, at, struct.pack("<Q", inside))
+    _, starts = _walked(src, monkeypatch)
+    assert inside in starts.tolist()
+    monkeypatch.setattr(overlaps, "_stored_extents", _no_second_walk)
+    with pytest.raises(CorruptCheckpointError, match="'scale': its data at byte"):
+        cm.load(src)
+
+
+def test_a_file_changed_after_the_walk_is_walked_again(tmp_path, monkeypatch):
+    """The children's map is kept for the file they walked: a file rewritten meanwhile (another
+    size or time) is mapped by the reader itself."""
+    src = tmp_path / "c.mdl"
+    cm.save({"w": np.ones((8, 8), np.float32)}, src)
+    walk = preflight._Walk.begin(src)
+    cm.save({"w": np.ones((16, 8), np.float32)}, tmp_path / "other.mdl")
+    (tmp_path / "other.mdl").replace(src)
+    overlaps._SHARED.clear()
+    try:
+        walk.conclude(src)
+    finally:
+        walk.cancel()
+    assert overlaps.file_key(src) not in overlaps._SHARED
+
+
+def _no_second_walk(f: h5py.File) -> None:
+    raise AssertionError("the reader walked every chunk index again")
