@@ -112,15 +112,16 @@ class Layout:
         return max(0, first) * rest
 
 
-def check_read(ds: h5py.Dataset, sl: tuple[slice, ...]) -> None:
+def check_read(dsid: h5d.DatasetID, sl: tuple[slice, ...]) -> None:
     """Refuse (``CorruptCheckpointError``, naming the file, the tensor and the chunk) to read
     the selection ``sl`` (``()``: everything; else a slice of the first axis, as
-    ``h5.io.iter_slabs`` makes them) of ``ds`` if a chunk it needs is damaged (module doc)."""
-    layout = Layout.of(ds.id)
+    ``h5.io.iter_slabs`` makes them) of the dataset ``dsid`` if a chunk it needs is damaged
+    (module doc)."""
+    layout = Layout.of(dsid)
     if layout is None:
-        _check_contiguous(ds.id)
+        _check_contiguous(dsid)
         return
-    check_chunks(ds.id, layout, sl)
+    check_chunks(dsid, layout, sl)
 
 
 def check_chunks(dsid: h5d.DatasetID, layout: Layout, sl: tuple[slice, ...] = ()) -> Chunks:

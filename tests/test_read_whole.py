@@ -1,0 +1,93 @@
+"""A whole tensor read by HDF5 straight into an array (``h5.io.read_whole``, issue 33) is what
+``read_slab`` (h5py's ``Dataset``) gives: the same type, shape and bytes, on files the real
+library wrote, on every shipped fixture and on types the project does not write itself, and
+the same one-line refusal of a damaged chunk."""
+
+from __future__ import annotations
+
+import lzma
+import struct
+from pathlib import Path
+
+import h5py
+import hdf5plugin
+import numpy as np
+import pytest
+from conftest import FIXTURES
+from test_chunks import _index_entry, _patch
+
+import ckpt_migrate as cm
+from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.format.h5.io import H5Handle, read_slab, read_whole
+
+
+def _datasets(f: h5py.File) -> list[str]:
+    names: list[str] = []
+    f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+    return names
+
+
+def _same(f: h5py.File, path: Path, name: str) -> bool:
+    """Whether ``read_whole`` gives ``read_slab``'s array, or declines (None)."""
+    fast = read_whole(h5py.h5o.open(f.id, name.encode()), path, name)
+    if fast is None:
+        return False
+    slow = np.asarray(read_slab(f[name], ()))
+    assert fast.dtype == slow.dtype and fast.shape == slow.shape, name
+    assert fast.tobytes() == slow.tobytes(), name
+    return True
+
+
+def test_every_shipped_dataset_reads_as_through_h5py(tmp_path):
+    files = sorted(FIXTURES.rglob("*.mdl"))
+    for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz")):
+        files.append(tmp_path / packed.name[:-3])
+        files[-1].write_bytes(lzma.decompress(packed.read_bytes()))
+    taken = 0
+    for path in files:
+        with h5py.File(path, "r", locking=False) as f:
+            taken += sum(_same(f, path, name) for name in _datasets(f))
+    assert taken > 500
+
+
+def test_types_the_project_does_not_write(tmp_path):
+    """Big-endian, bool, complex, enum and half floats, scalars, chunked with LZ4 and deflate:
+    read directly; strings, compounds, no elements and the null dataspace are left to h5py."""
+    path = tmp_path / "types.h5"
+    rng = np.random.default_rng(0)
+    enum = h5py.enum_dtype({"a": 0, "b": 1}, basetype="i1")
+    with h5py.File(path, "w") as f:
+        f["be"] = rng.random((3, 5)).astype(">f4")
+        f["bool"] = rng.random(7) > 0.5
+        f["complex"] = rng.random(4) + 1j * rng.random(4)
+        f.create_dataset("enum", data=np.array([0, 1, 1], "i1"), dtype=enum)
+        f["half"] = rng.random(9).astype(np.float16)
+        f["scalar"] = np.int64(-3)
+        f.create_dataset(
+            "lz4", data=rng.random((64, 8), np.float32), chunks=(16, 8), **hdf5plugin.LZ4()
+        )
+        f.create_dataset(
+            "deflate", data=np.arange(100, dtype="<u2"), chunks=(30,), compression="gzip"
+        )
+        f["text"] = "hello"
+        f["pair"] = np.array([(1, 2.0)], dtype=[("i", "i4"), ("x", "f8")])
+        f["none"] = np.zeros((0, 4), np.float32)
+        f["empty"] = h5py.Empty("f4")
+    with h5py.File(path, "r") as f:
+        direct = {name for name in _datasets(f) if _same(f, path, name)}
+    assert direct == {"be", "bool", "complex", "enum", "half", "scalar", "lz4", "deflate"}
+
+
+def test_a_damaged_chunk_is_the_same_refusal(tmp_path):
+    src = tmp_path / "c.mdl"
+    rng = np.random.default_rng(0)
+    cm.save({"model": {"w": rng.random((64, 64), dtype=np.float32)}}, src, "2.0")
+    at, info = _index_entry(src, "model.w", 0)
+    _patch(src, at, struct.pack("<I", info.size // 2))
+    handle = H5Handle(src)
+    with pytest.raises(CorruptCheckpointError, match=r"'model.w', chunk \(0, 0\): its LZ4") as e:
+        handle.read_dataset("model.w")
+    handle.close()
+    with h5py.File(src, "r", locking=False) as f, pytest.raises(CorruptCheckpointError) as slow:
+        read_slab(f["model.w"], ())
+    assert str(e.value) == str(slow.value)
