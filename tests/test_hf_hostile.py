@@ -4,13 +4,16 @@ is one clean line with exit 2, quickly, and nothing is written."""
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import time
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
-from conftest import one_line_error, run_cli
+from conftest import MODELS, one_line_error, run_cli
+from test_chunks import _index_entry, _patch
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -75,3 +78,22 @@ def test_a_huge_config_is_not_read(tmp_path):
         f.truncate(17 << 20)  # sparse: 17 MiB of zeros
     proc = run_cli("import-hf", src, tmp_path / "out.mdl", "--model", "gpt2")
     one_line_error(proc, 2, "config.json", "not a config")
+
+
+def test_a_checkpoint_whose_chunk_lies_past_its_end_exports_nothing(tmp_path):
+    """The export reads the tree while the preflight walks the chunk indexes: a chunk whose
+    address points past the end of the file is refused, in one line, before any tensor is
+    read, and no output directory is left."""
+    src = tmp_path / "checkpoint_100.mdl"
+    shutil.copyfile(MODELS / "gpt2-2.0" / "checkpoint_100.mdl", src)
+    with h5py.File(src, "r") as f:
+        names: list[str] = []
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        name = next(n for n in names if f[n].chunks is not None)
+        ndim = len(f[name].shape)
+    at, _ = _index_entry(src, name, 0)
+    _patch(src, at + 8 + 8 * (ndim + 1), struct.pack("<Q", src.stat().st_size + (1 << 20)))
+    out = tmp_path / "hf"
+    proc = run_cli("export-hf", src, out, "--config", MODELS / "gpt2-2.0" / "params.yaml")
+    one_line_error(proc, 2, "past the end of the file")
+    assert not out.exists()

@@ -100,7 +100,9 @@ def export(
             src, "config.json needs the run's model config", "pass --config params.yaml"
         )
     config_text = read_text(Path(config))
-    with read_checkpoint(src, release=source_release) as ckpt:
+    # (the hops and the mapping's plan are made while the preflight walks the chunk indexes;
+    # the first tensor read waits for its verdict)
+    with read_checkpoint(src, release=source_release, defer_chunks=True) as ckpt:
         plan_ = make_plan(ckpt, releases.LATEST.name)
         opts = UpgradeOptions(
             target=releases.LATEST.name,

@@ -11,7 +11,9 @@ bytes (a larger tensor gets a shard of its own) and ``model.safetensors.index.js
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import struct
 from collections.abc import Iterable, Iterator, Mapping
@@ -72,9 +74,9 @@ class Entry:
     dtype: str  # torch dtype name
     shape: tuple[int, ...]
 
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * by_name(self.dtype).storage.itemsize
+    @functools.cached_property
+    def nbytes(self) -> int:  # (asked eight times a tensor: np.prod took 2 s of 150k)
+        return math.prod(self.shape) * by_name(self.dtype).storage.itemsize
 
 
 def shard(entries: list[Entry], max_size: int) -> list[list[Entry]]:
