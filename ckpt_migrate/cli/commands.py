@@ -396,7 +396,11 @@ def _upgrade_prefix(
 def verify(
     a: str | Path, b: str | Path, *, allclose: bool = False, progress: Progress | None = None
 ) -> dict[str, Any]:
-    with read_checkpoint(a) as left, read_checkpoint(b) as right:
+    # (each tree is read while the preflight walks its chunk indexes; a tensor read waits)
+    with (
+        read_checkpoint(a, defer_chunks=True) as left,
+        read_checkpoint(b, defer_chunks=True) as right,
+    ):
         diffs, compared = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
     return {
         "left": str(a),
