@@ -4,6 +4,7 @@ and the one-line error check every error path is held to."""
 from __future__ import annotations
 
 import hashlib
+import lzma
 import os
 import signal
 import subprocess
@@ -103,6 +104,16 @@ def release_of(path: Path) -> str:
     with read_checkpoint(path) as ckpt:
         assert ckpt.release is not None
         return ckpt.release.name
+
+
+def shipped_checkpoints(tmp_path: Path) -> list[Path]:
+    """Every checkpoint under ``fixtures/``, and the real library's 2.6-2.9 files decompressed
+    into ``tmp_path``."""
+    found = sorted(FIXTURES.rglob("*.mdl"))
+    for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz")):
+        found.append(tmp_path / packed.name[:-3])
+        found[-1].write_bytes(lzma.decompress(packed.read_bytes()))
+    return found
 
 
 def sha256_file(path: Path) -> str:

@@ -5,7 +5,6 @@ extent, on files the project did not write and on damaged ones."""
 
 from __future__ import annotations
 
-import lzma
 import struct
 from collections import Counter
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES
+from conftest import shipped_checkpoints
 from test_chunks import _contiguous_address, _index_entry, _patch
 
 import ckpt_migrate as cm
@@ -53,14 +52,6 @@ def _direct(path: Path) -> tuple[Counter, np.ndarray]:
     return _pairs(starts, ends), overlaps._overlapping(starts, ends)
 
 
-def _real_files(tmp_path: Path) -> list[Path]:
-    found = []
-    for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz")):
-        found.append(tmp_path / packed.name[:-3])
-        found[-1].write_bytes(lzma.decompress(packed.read_bytes()))
-    return found
-
-
 def test_the_walk_hands_over_what_the_reader_would_find(tmp_path, monkeypatch):
     """Every checkpoint the project ships (the real library's 2.6-2.10 files, Model Zoo's key
     layouts, every release's legacy layouts) and a file of many tied and scalar tensors: the
@@ -72,7 +63,7 @@ def test_the_walk_hands_over_what_the_reader_would_find(tmp_path, monkeypatch):
     state = {f"w{i}": rng.random((i + 1, 8), dtype=np.float32) for i in range(60)}
     state |= {"tied_a": shared, "tied_b": shared, "step": 7, "scale": np.float32(2.5)}
     cm.save({"model": state}, made, "2.0")
-    files = sorted(FIXTURES.rglob("*.mdl")) + _real_files(tmp_path) + [made]
+    files = [*shipped_checkpoints(tmp_path), made]
     assert len(files) > 20
     for path in files:
         pieces, starts = _walked(path, monkeypatch)

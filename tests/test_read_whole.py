@@ -5,7 +5,6 @@ the same one-line refusal of a damaged chunk."""
 
 from __future__ import annotations
 
-import lzma
 import struct
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import h5py
 import hdf5plugin
 import numpy as np
 import pytest
-from conftest import FIXTURES
+from conftest import shipped_checkpoints
 from test_chunks import _index_entry, _patch
 
 import ckpt_migrate as cm
@@ -42,12 +41,8 @@ def _same(f: h5py.File, path: Path, name: str) -> bool:
 
 
 def test_every_shipped_dataset_reads_as_through_h5py(tmp_path):
-    files = sorted(FIXTURES.rglob("*.mdl"))
-    for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz")):
-        files.append(tmp_path / packed.name[:-3])
-        files[-1].write_bytes(lzma.decompress(packed.read_bytes()))
     taken = 0
-    for path in files:
+    for path in shipped_checkpoints(tmp_path):
         with h5py.File(path, "r", locking=False) as f:
             taken += sum(_same(f, path, name) for name in _datasets(f))
     assert taken > 500
@@ -99,12 +94,8 @@ def test_a_damaged_chunk_is_the_same_refusal(tmp_path):
 def test_a_tensors_hash_is_its_slabs_hash(tmp_path):
     """``verify``'s hash of a tensor read whole is the hash of its slabs (``dataset_sha256``),
     for every tensor of every shipped checkpoint, the real library's 2.6-2.9 files among them."""
-    files = sorted(FIXTURES.rglob("*.mdl"))
-    for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz")):
-        files.append(tmp_path / packed.name[:-3])
-        files[-1].write_bytes(lzma.decompress(packed.read_bytes()))
     hashed = 0
-    for path in files:
+    for path in shipped_checkpoints(tmp_path):
         try:
             ckpt = read_checkpoint(path)
         except CkptError:
