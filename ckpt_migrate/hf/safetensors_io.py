@@ -178,7 +178,7 @@ def write_stream(
     if next(source, None) is not None:
         raise VerificationError(None, "more tensors were built than planned")
     if len(names) > 1:
-        params = sum(int(np.prod(e.shape, dtype=np.int64)) for e in entries)
+        params = sum(math.prod(e.shape) for e in entries)
         index = {  # as transformers 5 writes it (modeling_utils.py, save_pretrained)
             "metadata": {"total_parameters": params, "total_size": out.total_size},
             "weight_map": out.weight_map,
@@ -202,7 +202,7 @@ class Stored:
 
     def read(self) -> np.ndarray:
         storage = by_name(self.entry.dtype).storage
-        count = int(np.prod(self.entry.shape, dtype=np.int64))
+        count = math.prod(self.entry.shape)
         with open(self.path, "rb") as fh:
             fh.seek(self.offset)
             data = np.fromfile(fh, dtype=storage, count=count)

@@ -5,6 +5,7 @@ Importing this module registers the hdf5plugin filters (real checkpoints use LZ4
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -484,7 +485,7 @@ def iter_slabs(shape: tuple[int, ...], itemsize: int) -> Iterator[tuple[slice, .
     if not shape:
         yield ()
         return
-    row = max(1, int(np.prod(shape[1:], dtype=np.int64)) * itemsize)
+    row = max(1, math.prod(shape[1:]) * itemsize)
     step = max(1, COPY_BLOCK_BYTES // row)
     for start in range(0, shape[0], step):
         yield (slice(start, min(start + step, shape[0])),)
