@@ -108,3 +108,24 @@ def test_a_tensors_hash_is_its_slabs_hash(tmp_path):
                     assert tensor_sha256(leaf) == slabs, (path, ref.name)
                     hashed += 1
     assert hashed > 500
+
+
+def test_what_h5py_cannot_describe_or_is_too_large_is_left_to_read_slab(tmp_path):
+    """A type h5py has no numpy type for (its error) and a tensor over ``max_bytes``: None,
+    so that ``read_slab`` reads it, or names what is wrong, as before."""
+
+    class Undescribed:
+        shape = (2,)
+
+        @property
+        def dtype(self):
+            raise TypeError("no conversion path for the dataset's type")
+
+    assert read_whole(Undescribed(), tmp_path / "x.mdl", "x") is None
+    path = tmp_path / "big.h5"
+    with h5py.File(path, "w") as f:
+        f["w"] = np.ones((4, 4), np.float32)
+    with h5py.File(path, "r") as f:
+        dsid = h5py.h5o.open(f.id, b"w")
+        assert read_whole(dsid, path, "w", max_bytes=63) is None
+        assert read_whole(dsid, path, "w", max_bytes=64).sum() == 16

@@ -94,9 +94,7 @@ def tensor_sha256(leaf: TensorLeaf) -> str:
     storage = dtypes.by_name(leaf.dtype).storage
     if isinstance(src, H5Data):
         dsid = src.handle.dataset_id(src.name)
-        whole = None
-        if dsid.shape is not None and math.prod(dsid.shape) * storage.itemsize <= COPY_BLOCK_BYTES:
-            whole = read_whole(dsid, src.handle.path, src.name)
+        whole = read_whole(dsid, src.handle.path, src.name, max_bytes=COPY_BLOCK_BYTES)
         if whole is None:
             return dataset_sha256(src.handle.dataset(src.name), leaf.dtype)
         return hashlib.sha256(_le_bytes(whole, storage)).hexdigest()

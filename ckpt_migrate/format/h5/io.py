@@ -441,15 +441,23 @@ def read_slab(ds: h5py.Dataset, sl: tuple[slice, ...]) -> Any:
         raise _undecodable(ds.file.filename, ds.name.lstrip("/"), exc) from None
 
 
-def read_whole(dsid: h5py.h5d.DatasetID, path: str | Path, name: str) -> np.ndarray | None:
+def read_whole(
+    dsid: h5py.h5d.DatasetID, path: str | Path, name: str, max_bytes: int | None = None
+) -> np.ndarray | None:
     """``read_slab`` of the whole dataset ``dsid`` (``name`` in ``path``), as an array, where it
     holds numbers or booleans, read by HDF5 straight into an array of its type: the same checks
     and the same values, without the ``Dataset``, selection and reader objects h5py builds
     around a read (about 0.1 ms a tensor: a sixteenth of a 15k-tensor export, issue 33). None
-    for anything else (strings, compound and empty types, no elements): read it by
-    ``read_slab``."""
-    dtype, shape = dsid.dtype, dsid.shape
+    for anything else (strings, compound and empty types, no elements, a type or space h5py
+    cannot describe, more than ``max_bytes``): read it by ``read_slab``, which names what is
+    wrong."""
+    try:
+        dtype, shape = dsid.dtype, dsid.shape
+    except DAMAGED_HDF5:
+        return None
     if dtype.kind not in _PLAIN or dtype.fields is not None or shape is None or 0 in shape:
+        return None
+    if max_bytes is not None and math.prod(shape) * dtype.itemsize > max_bytes:
         return None
     try:
         chunks.check_read(dsid, ())
