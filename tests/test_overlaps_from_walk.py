@@ -18,6 +18,7 @@ from test_chunks import _contiguous_address, _index_entry, _patch
 import ckpt_migrate as cm
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.h5 import overlaps, preflight
+from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.metadata import metadata_extents
 
 
@@ -36,7 +37,7 @@ def _walked(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter, np.nd
     monkeypatch.setattr(overlaps, "remember", remember)
     assert len(seen) == 1, path
     key, data, objects = seen[0]
-    assert key == overlaps.file_key(path)
+    assert key == file_identity(path)
     pieces = _pairs(data.starts_array(), data.ends_array())
     with h5py.File(path, "r", locking=False) as f:
         pieces.update(metadata_extents(f, objects))
@@ -120,7 +121,7 @@ def test_a_file_changed_after_the_walk_is_walked_again(tmp_path, monkeypatch):
         walk.conclude(src)
     finally:
         walk.cancel()
-    assert overlaps.file_key(src) not in overlaps._SHARED
+    assert file_identity(src) not in overlaps._SHARED
 
 
 def _no_second_walk(f: h5py.File) -> None:

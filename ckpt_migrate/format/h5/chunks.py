@@ -46,6 +46,7 @@ from h5py import h5d
 
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format.h5 import overlaps
+from ckpt_migrate.format.h5.identity import file_identity
 
 DEFLATE, SHUFFLE, FLETCHER32, LZ4 = 1, 2, 3, 32004
 CHECKED_FILTERS = frozenset({DEFLATE, SHUFFLE, FLETCHER32, LZ4})
@@ -155,9 +156,8 @@ _USERBLOCKS: dict[tuple[int, ...], int] = {}
 
 def _userblock(oid: h5py.h5o.ObjectID, path: str) -> int:
     """The userblock size of the file ``oid`` lies in, asked of HDF5 once per file (40 µs a
-    time), kept by inode, size and time as ``overlaps`` keeps its findings."""
-    st = os.stat(path)
-    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    time), kept by the file's identity as ``overlaps`` keeps its findings."""
+    key = file_identity(path)
     found = _USERBLOCKS.get(key)
     if found is None:
         found = h5py.h5i.get_file_id(oid).get_create_plist().get_userblock()

@@ -20,6 +20,7 @@ from array import array
 import h5py
 import numpy as np
 
+from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.metadata import metadata_extents
 
 _SHARED: dict[tuple[int, ...], np.ndarray | _Walked] = {}
@@ -35,7 +36,7 @@ def shared_starts(f: h5py.File | h5py.h5o.ObjectID) -> np.ndarray:
     by inode, size and mtime, for the next reads; normally empty). Sorted, unsigned. ``f``:
     the file, or any object in it."""
     path = f.filename if isinstance(f, h5py.File) else os.fsdecode(h5py.h5f.get_name(f))
-    key = file_key(path)
+    key = file_identity(path)
     found = _SHARED.get(key)
     if isinstance(found, np.ndarray):
         return found
@@ -46,17 +47,12 @@ def shared_starts(f: h5py.File | h5py.h5o.ObjectID) -> np.ndarray:
     return found
 
 
-def file_key(path: str | os.PathLike[str]) -> tuple[int, ...]:
-    """The file's identity as the findings are kept by: device, inode, size and mtime."""
-    st = os.stat(path)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 def remember(key: tuple[int, ...], data: Extents, objects: set[int]) -> None:
-    """Keep what a walk made elsewhere found of the file ``key`` names (``preflight``'s
-    children walk every chunk index anyway, each over its share of the objects): ``data``, the
-    stored pieces of every object, each object once, and ``objects``, the addresses of the
-    root and of every object linked, whose metadata ``shared_starts`` maps when first asked."""
+    """Keep what a walk made elsewhere found of the file whose ``file_identity`` is ``key``
+    (``preflight``'s children walk every chunk index anyway, each over its share of the
+    objects): ``data``, the stored pieces of every object, each object once, and ``objects``,
+    the addresses of the root and of every object linked, whose metadata ``shared_starts``
+    maps when first asked."""
     _keep(key, _Walked(data, objects))
 
 

@@ -57,6 +57,7 @@ from ckpt_migrate.format.h5.boundary import (
     link_problem,
     storage_problem,
 )
+from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.io import bounded_metadata_cache, forbid_plugin_loading, prefetch
 from ckpt_migrate.format.h5.walkreads import (
     END,
@@ -110,7 +111,7 @@ def preflight(path: Path, *, defer: bool = False, scope: Scope = "full") -> Find
     walk is HDF5 work on one object at a time, and the parent waits for it. A walk begun
     earlier by :func:`start` for the same, unchanged file is collected instead."""
     try:
-        walk = _early.pop(_identity(path), None) if scope == "full" else None
+        walk = _early.pop(file_identity(path), None) if scope == "full" else None
     except OSError:  # gone: the reader names it
         walk = None
     walk = walk or _Walk.begin(path, scope)
@@ -153,18 +154,13 @@ def start(path: Path) -> None:
     """Begin ``preflight(path)`` now, for a caller that has other work (its imports) to do
     before it reads ``path``; a file that cannot be opened is left to the reader to name."""
     try:
-        identity = _identity(path)
+        identity = file_identity(path)
         if not h5py.is_hdf5(str(path)):
             return
     except OSError:
         return
     if identity not in _early:
         _early[identity] = _Walk.begin(path)
-
-
-def _identity(path: Path) -> tuple[int, ...]:
-    st = os.stat(path)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass
@@ -187,7 +183,7 @@ class _Walk:
         workers = WORKERS if scope == "full" else 1
         try:
             with contextlib.suppress(OSError):  # (gone: the reader names it)
-                walk.identity = _identity(path)
+                walk.identity = file_identity(path)
             for part in range(workers):
                 walk.facts.append(_anonymous_file())
                 walk.extents.append(_anonymous_file())
@@ -275,7 +271,7 @@ class _Walk:
         one walked; a child's account cut short leaves ``overlaps`` to walk it itself."""
         data, objects = overlaps.Extents(), array("Q")
         try:
-            if self.identity is None or _identity(path) != self.identity:
+            if self.identity is None or file_identity(path) != self.identity:
                 return
             for fd in self.extents:
                 with os.fdopen(os.dup(fd), "rb") as fh:
