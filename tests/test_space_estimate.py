@@ -2,7 +2,7 @@
 times it plus 1 MiB, so that a job that fits is never refused for space (issue #31: a 24.6 MB
 1.9 file of 2,562 leaves reserved 67.6 MB for a 28.6 MB output).
 
-The sweep crosses leaf counts (10 to 2,000 here; 10,000 and 30,000 in
+The sweep crosses leaf counts (10 to 1,000 here; 10,000 and 30,000 in
 ``benchmarks/bench_space.py``), tiny and realistic tensors (the rewrite and the copy-patch
 strategies, and the root edit of 2.5 -> 2.10), short and long names, both target formats
 (0.4 and 0.5) and downgrades, on files written as the real writers lay them out (LZ4,
@@ -74,7 +74,7 @@ TINY, REALISTIC = (4,), (64, 64)
         (300, TINY, False),
         (300, REALISTIC, False),
         (300, REALISTIC, True),
-        (2000, TINY, True),  # metadata is the whole output: the estimate's hardest case
+        (1000, TINY, True),  # metadata is the whole output: the estimate's hardest case
     ],
 )
 def test_the_reservation_bounds_the_output(tmp_path, leaves, shape, long):
