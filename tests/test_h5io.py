@@ -13,10 +13,13 @@ import pytest
 
 import ckpt_migrate as cm
 from ckpt_migrate.engine import upgrade as engine
+from ckpt_migrate.format import releases
 from ckpt_migrate.format.h5 import io as h5io
+from ckpt_migrate.format.h5 import metadata_cache
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import iter_leaves
+from ckpt_migrate.format.write import prepare, write_tree
 
 TENSORS = 3000  # their object headers together are larger than METADATA_CACHE_MAX
 # Enough data per tensor that an upgrade keeps the file and patches its metadata (copy-patch)
@@ -49,7 +52,7 @@ def test_the_cache_holds_at_most_its_cap_where_hdf5s_default_holds_more(many_ten
         default = read_every_header(f)
     with h5io.open_read(many_tensors) as f:
         cap = f.id.get_mdc_config().max_size
-        assert cap == h5io.METADATA_CACHE_MAX + h5io.root_name_heap(f)
+        assert cap == metadata_cache.METADATA_CACHE_MAX + metadata_cache.root_name_heap(f)
         capped = read_every_header(f)
     assert default > cap >= capped
 
@@ -57,7 +60,7 @@ def test_the_cache_holds_at_most_its_cap_where_hdf5s_default_holds_more(many_ten
 def test_the_reader_and_the_upgrade_work_within_the_cap(many_tensors, tmp_path):
     with read_checkpoint(many_tensors) as ckpt:
         assert sum(1 for _ in iter_leaves(ckpt.root)) == TENSORS + 1
-        assert cache_bytes(ckpt.handle.file()) <= h5io.METADATA_CACHE_MAX
+        assert cache_bytes(ckpt.handle.file()) <= metadata_cache.METADATA_CACHE_MAX
     out = tmp_path / "out"
     out.mkdir()
     result = engine.upgrade(
@@ -84,9 +87,9 @@ def test_a_root_of_many_names_keeps_its_name_heap_in_the_cache(tmp_path):
         for name in names:
             f[name] = f["d"]
     with h5io.open_read(path) as f:
-        heap = h5io.root_name_heap(f)
-        assert heap > h5io.METADATA_CACHE_MAX
-        assert f.id.get_mdc_config().max_size >= h5io.METADATA_CACHE_MAX + heap
+        heap = metadata_cache.root_name_heap(f)
+        assert heap > metadata_cache.METADATA_CACHE_MAX
+        assert f.id.get_mdc_config().max_size >= metadata_cache.METADATA_CACHE_MAX + heap
         f.id.reset_mdc_hit_rate_stats()
         for name in names[::10]:
             h5py.h5o.open(f.id, name.encode())
@@ -100,10 +103,10 @@ def _heap_bytes(names: list[str]) -> int:
 def _fill(path, names: list[str], room: bool) -> h5py.File:
     """Link every name of the root into a fresh group, through a 1 MiB cache, counting each
     link with ``GroupNameRoom`` when ``room``, as the copy-patch does; the file stays open."""
-    f = h5io.bounded_metadata_cache(h5py.File(path, "r+"), 0)
-    heap = h5io.root_name_heap(f, local_only=True)  # (an old-style root: all of it)
+    f = metadata_cache.bounded_metadata_cache(h5py.File(path, "r+"), 0)
+    heap = metadata_cache.root_name_heap(f, local_only=True)  # (an old-style root: all of it)
     fresh = f.create_group("fresh")
-    counted = h5io.GroupNameRoom(f, heap, local=True)
+    counted = metadata_cache.GroupNameRoom(f, heap, local=True)
     f.id.reset_mdc_hit_rate_stats()
     for name in names:
         if room:
@@ -130,11 +133,15 @@ def test_a_group_being_filled_keeps_its_name_heap_in_the_cache(tmp_path):
     with _fill(path, names, room=True) as f:
         assert f.id.get_mdc_hit_rate() > 0.9  # (before the heap is asked for: a walk of its own)
         heap = h5py.h5o.get_info(f["fresh"].id).meta_size.obj.heap_size
-        assert heap > h5io.METADATA_CACHE_MAX
+        assert heap > metadata_cache.METADATA_CACHE_MAX
         # HDF5 doubles a full heap: the reckoning's bound holds, and the room is no more
         assert heap <= 2 * _heap_bytes(names)
-        root = f.id.get_mdc_config().max_size - h5io.METADATA_CACHE_MAX - 2 * _heap_bytes(names)
-        assert 0 < root <= h5io.root_name_heap(f)
+        root = (
+            f.id.get_mdc_config().max_size
+            - metadata_cache.METADATA_CACHE_MAX
+            - 2 * _heap_bytes(names)
+        )
+        assert 0 < root <= metadata_cache.root_name_heap(f)
 
 
 def test_heaps_that_fit_leave_the_file_as_it_was(tmp_path):
@@ -147,7 +154,7 @@ def test_heaps_that_fit_leave_the_file_as_it_was(tmp_path):
     paths[1].write_bytes(paths[0].read_bytes())
     for path, room in zip(paths, (True, False)):
         with _fill(path, names, room) as f:
-            assert f.id.get_mdc_config().max_size == h5io.METADATA_CACHE_MAX
+            assert f.id.get_mdc_config().max_size == metadata_cache.METADATA_CACHE_MAX
     assert paths[0].read_bytes() == paths[1].read_bytes()
 
 
@@ -156,7 +163,7 @@ def test_only_an_old_style_fresh_root_gets_room(tmp_path):
     while the root attributes track their order: an old-style group, its names in one local
     heap (a symbol table message). Past that it is ``create_wide_root``'s, new-style, whose
     names are found by their hashes and read block by block."""
-    symbol_table = 1 << h5io.SYMBOL_TABLE_MESSAGE
+    symbol_table = 1 << metadata_cache.SYMBOL_TABLE_MESSAGE
     path = tmp_path / "roots.h5"
     with h5py.File(path, "w") as f:
         assert h5root.tracks_order(10)
@@ -175,5 +182,25 @@ def test_only_an_old_style_fresh_root_gets_room(tmp_path):
     with h5py.File(path, "w", libver="latest") as f:
         for i in range(100):
             f[f"model.layers.{i}.{'x' * 100}.weight"] = 1
-        assert h5io.root_name_heap(f) > 0
-        assert h5io.root_name_heap(f, local_only=True) == 0
+        assert metadata_cache.root_name_heap(f) > 0
+        assert metadata_cache.root_name_heap(f, local_only=True) == 0
+
+
+def test_a_new_file_is_written_through_the_capped_cache(many_tensors, tmp_path):
+    """Every writer creates its file with ``create_file`` (the rewrite, ``save``, ``import-hf``,
+    the TensorFlow converter): each object header is written once, and HDF5's default cache
+    held 350 MB of a 150k-tensor rewrite's 1.1 GB (issue 33). Capped as a reader's is."""
+    release = releases.get("2.10")
+    with read_checkpoint(many_tensors) as ckpt:
+        tree, _ = prepare(ckpt.root, release, path=many_tensors)
+        sizes = {}
+        for name, create in (
+            ("default", lambda p: h5py.File(p, "w")),
+            ("ours", lambda p: h5root.create_file(p, exclusive=True)),
+        ):
+            with create(tmp_path / f"{name}.mdl") as f:
+                write_tree(f, tree, release)
+                sizes[name] = cache_bytes(f)
+                if name == "ours":
+                    assert f.id.get_mdc_config().max_size == metadata_cache.METADATA_CACHE_MAX
+    assert sizes["default"] > metadata_cache.METADATA_CACHE_MAX >= sizes["ours"]

@@ -32,11 +32,10 @@ from ckpt_migrate.errors import UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
-from ckpt_migrate.format.h5.io import (
+from ckpt_migrate.format.h5.io import H5Handle, prefetch
+from ckpt_migrate.format.h5.metadata_cache import (
     GroupNameRoom,
-    H5Handle,
     bounded_metadata_cache,
-    prefetch,
     root_name_heap,
 )
 from ckpt_migrate.format.h5.tensor import place_tensor

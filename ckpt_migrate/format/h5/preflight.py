@@ -58,7 +58,8 @@ from ckpt_migrate.format.h5.boundary import (
     storage_problem,
 )
 from ckpt_migrate.format.h5.identity import file_identity
-from ckpt_migrate.format.h5.io import bounded_metadata_cache, forbid_plugin_loading, prefetch
+from ckpt_migrate.format.h5.io import forbid_plugin_loading, prefetch
+from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
 from ckpt_migrate.format.h5.walkreads import (
     END,
     FIRST,

@@ -36,7 +36,8 @@ import h5py
 
 from ckpt_migrate.errors import CkptError
 from ckpt_migrate.format.h5 import linktable, storagescan
-from ckpt_migrate.format.h5.io import bounded_metadata_cache, forbid_plugin_loading
+from ckpt_migrate.format.h5.io import forbid_plugin_loading
+from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
 from ckpt_migrate.format.h5.root import root_header, superblock_offset
 from ckpt_migrate.format.h5.walkreads import END, FIRST, SECOND, TICK, read_attributes
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
