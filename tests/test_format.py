@@ -338,11 +338,12 @@ def test_release_table_orders_versions_with_packaging():
 
 
 def test_fixtures_are_what_make_fixtures_writes(tmp_path):
-    sys.path.insert(0, str(FIXTURES.parent / "scripts"))
+    scripts = str(FIXTURES.parent / "scripts")
+    sys.path.insert(0, scripts)
     try:
         import make_fixtures
-    finally:
-        sys.path.pop(0)
+    finally:  # (not ``pop(0)``: make_fixtures puts the project's root before it)
+        sys.path.remove(scripts)
     for release in make_fixtures.FIXTURE_RELEASES:
         fresh = make_fixtures.write_fixture(release, tmp_path)
         with read_checkpoint(fresh) as a, read_checkpoint(FIXTURES / fresh.name) as b:

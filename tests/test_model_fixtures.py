@@ -137,11 +137,12 @@ def _hash(leaf):
 
 
 def test_fixtures_are_what_make_model_fixtures_writes(tmp_path):
-    sys.path.insert(0, str(ROOT / "scripts"))
+    scripts = str(ROOT / "scripts")
+    sys.path.insert(0, scripts)
     try:
         import make_model_fixtures
-    finally:
-        sys.path.pop(0)
+    finally:  # (not ``pop(0)``: the script may put the project's root before it)
+        sys.path.remove(scripts)
     from ckpt_migrate.format.compare import signature
 
     for family in make_model_fixtures.FAMILIES:

@@ -4,7 +4,7 @@ out the per-leaf report but not its totals."""
 
 from __future__ import annotations
 
-from conftest import REAL
+from conftest import FIXTURES, REAL
 
 from ckpt_migrate.cli import commands
 from ckpt_migrate.format.outline import outline_lines, report
@@ -90,3 +90,33 @@ def test_an_inspect_summary_keeps_the_totals_and_the_ties_without_every_leaf():
     assert any("(tied to model.embed.weight)" in line for line in lines)
     assert "leaves" not in commands.inspect(path, everything=False)
     assert len(commands.inspect(path)["leaves"]) == 7
+
+
+def test_reading_leaves_no_cycle_for_the_collector():
+    """``cli.run``'s collector thresholds leave the cycles of a command's long-lived heap for
+    the exit; a recursive walk nested in ``map_leaves`` held itself, and through the reader's
+    ``decode`` the facts of every dataset: 170 MB of a 150k-tensor upgrade, all its write and
+    verification long. Reading a legacy and a format 0.5 file and mapping their trees leave
+    nothing behind that only the cycle collector would free."""
+    import gc
+
+    paths = [FIXTURES / "release-1.9.mdl", FIXTURES / "release-2.3.mdl", REAL / "basic.mdl"]
+
+    def read_all() -> None:
+        for path in paths:
+            with read_checkpoint(path) as ckpt:
+                map_leaves(ckpt.root, lambda ref: ref.leaf)
+
+    read_all()  # (what a first read creates once, types and caches, is not counted)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        read_all()
+        found = gc.collect()
+        left = sorted({type(o).__qualname__ for o in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert found == 0, left

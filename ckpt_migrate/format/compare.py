@@ -54,22 +54,23 @@ def _value(v: Any) -> Any:
 
 def signature(root: Node, *, numpy_as_tensor: bool = False, hash_tensors: bool = False) -> Any:
     """Everything about a tree as comparable data; tensor bytes only with ``hash_tensors``."""
-    tied = tied_positions(root)
+    return _signature(root, (), tied_positions(root), numpy_as_tensor, hash_tensors)
 
-    def walk(n: Node, path: tuple) -> Any:
-        if isinstance(n, DictNode):
-            return (
-                "dict",
-                n.ordered,
-                [(type(k).__name__, k, walk(v, (*path, k))) for k, v in n.items],
-            )
-        if isinstance(n, SeqNode):
-            return (n.kind, [walk(v, (*path, i)) for i, v in enumerate(n.items)])
-        if isinstance(n, NamedTupleNode):
-            return ("namedtuple", n.name, [walk(v, (*path, i)) for i, v in enumerate(n.items)])
-        return _leaf_signature(n, path, tied, numpy_as_tensor, hash_tensors)
 
-    return walk(root, ())
+def _signature(
+    n: Node, path: tuple, tied: dict[int, LeafRef], numpy_as_tensor: bool, hash_tensors: bool
+) -> Any:
+    # (a module function: a nested one calling itself holds itself, see ``tree.map_leaves``)
+    def walk(child: Node, key: Any) -> Any:
+        return _signature(child, (*path, key), tied, numpy_as_tensor, hash_tensors)
+
+    if isinstance(n, DictNode):
+        return ("dict", n.ordered, [(type(k).__name__, k, walk(v, k)) for k, v in n.items])
+    if isinstance(n, SeqNode):
+        return (n.kind, [walk(v, i) for i, v in enumerate(n.items)])
+    if isinstance(n, NamedTupleNode):
+        return ("namedtuple", n.name, [walk(v, i) for i, v in enumerate(n.items)])
+    return _leaf_signature(n, path, tied, numpy_as_tensor, hash_tensors)
 
 
 def same_signature(a: Node, b: Node, *, numpy_as_tensor: bool = False) -> bool:
