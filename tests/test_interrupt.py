@@ -86,11 +86,14 @@ def test_sigint_at_moments_spread_over_the_run(big, tmp_path):
     src, digest = big
     out = tmp_path / "out"
     out.mkdir()
-    start_at = time.monotonic()
-    proc = start(["upgrade", src, "-o", out, "--verify", "full"], SLOW)
-    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
-    total = time.monotonic() - start_at
-    (out / src.name).unlink()
+    runs = []
+    for _ in range(2):  # (the quicker of two: a run slowed by other work spreads the moments
+        start_at = time.monotonic()  # past the end of the next, which then finishes first)
+        proc = start(["upgrade", src, "-o", out, "--verify", "full"], SLOW)
+        assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+        runs.append(time.monotonic() - start_at)
+        (out / src.name).unlink()
+    total = min(runs)
     outcomes = []
     for delay in np.linspace(0.1, 0.9 * total, 6):
         proc = start(["upgrade", src, "-o", out, "--verify", "full"], SLOW)
