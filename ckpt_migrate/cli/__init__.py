@@ -39,9 +39,9 @@ def run() -> None:
     Its heap is one checkpoint's tree, built once and kept: the collector looks for cycles
     among young objects every 100,000 allocations instead of 700 (300 collections, 0.07 s of
     a 12 GB upgrade), and the exit skips the interpreter's last collection of a heap nothing
-    will use again (``gc.freeze``: 0.06 s). A cycle in that heap is thus never collected before
-    the exit: nothing the command drops may hold itself (a nested walk that calls itself does,
-    see ``tree.map_leaves``). numpy's OpenBLAS, loaded later, is asked for one
+    will use again (``gc.freeze``: 0.06 s). A cycle that outlives the young collections thus
+    waits for the exit: nothing the command drops may hold itself (a nested walk that calls
+    itself does, see ``tree.map_leaves``). numpy's OpenBLAS, loaded later, is asked for one
     thread unless the user says otherwise: it starts one per core that spins waiting for work
     (0.1 s of CPU a command, which the preflight children need); the tool multiplies no
     matrices."""
