@@ -22,8 +22,9 @@ def bounded_metadata_cache(f: h5py.File, names: int | None = None) -> h5py.File:
     at 1 MiB it is 142 MiB at both sizes, and no slower (256 KiB made the 6 GB patch slower).
 
     The cap leaves room, beyond that, for the root's heap of link names (``names`` bytes,
-    by default ``root_name_heap``; a file being written passes 0 and leaves it, and the room
-    for the group it fills, to ``GroupNameRoom``): h5py's
+    by default ``root_name_heap``; a file being written passes 0, its own root's heap being
+    the one it fills: the copy-patch, which also looks names up in the old root as it fills
+    a new one, gives both room with ``GroupNameRoom``): h5py's
     default root keeps every name in one local heap, which HDF5 reads whole for each look-up by
     name; a cache smaller than the heap evicted and read it again on every look-up, 0.44 ms
     each at 62k links against 0.04 ms, so that a 50k-tensor upgrade spent most of its time
