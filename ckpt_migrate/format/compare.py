@@ -61,16 +61,14 @@ def _signature(
     n: Node, path: tuple, tied: dict[int, LeafRef], numpy_as_tensor: bool, hash_tensors: bool
 ) -> Any:
     # (a module function: a nested one calling itself holds itself, see ``tree.map_leaves``)
-    def walk(child: Node, key: Any) -> Any:
-        return _signature(child, (*path, key), tied, numpy_as_tensor, hash_tensors)
-
+    rest = (tied, numpy_as_tensor, hash_tensors)
     if isinstance(n, DictNode):
-        return ("dict", n.ordered, [(type(k).__name__, k, walk(v, k)) for k, v in n.items])
-    if isinstance(n, SeqNode):
-        return (n.kind, [walk(v, i) for i, v in enumerate(n.items)])
-    if isinstance(n, NamedTupleNode):
-        return ("namedtuple", n.name, [walk(v, i) for i, v in enumerate(n.items)])
-    return _leaf_signature(n, path, tied, numpy_as_tensor, hash_tensors)
+        items = [(type(k).__name__, k, _signature(v, (*path, k), *rest)) for k, v in n.items]
+        return ("dict", n.ordered, items)
+    if isinstance(n, (SeqNode, NamedTupleNode)):
+        subs = [_signature(v, (*path, i), *rest) for i, v in enumerate(n.items)]
+        return (n.kind, subs) if isinstance(n, SeqNode) else ("namedtuple", n.name, subs)
+    return _leaf_signature(n, path, *rest)
 
 
 def same_signature(a: Node, b: Node, *, numpy_as_tensor: bool = False) -> bool:
