@@ -19,18 +19,52 @@ from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``ckpt-migrate`` command (see ``cli.main``)."""
+    """The ``ckpt-migrate`` command (see ``cli.main``).
+
+    A Ctrl-C while it starts (the imports, the walk begun early) ends as it does later: one
+    ``interrupted`` line and 130, even where it reached us as another error (``_interrupted``)."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _pressed_while_starting)
     try:
-        _begin_upgrade_reading(sys.argv[1:] if argv is None else argv)
-        app = importlib.import_module(f"{__name__}.main")
-    except KeyboardInterrupt:  # Ctrl-C while starting: the same one line as later
+        try:
+            _begin_upgrade_reading(sys.argv[1:] if argv is None else argv)
+            app = importlib.import_module(f"{__name__}.main")
+        finally:  # the command's own handler takes over (``console.run_guarded``)
+            if signal.getsignal(signal.SIGINT) is _pressed_while_starting:
+                signal.signal(signal.SIGINT, previous)
+        return app.main(argv)
+    except (KeyboardInterrupt, Exception) as exc:
+        if not (_PRESSED or _interrupted(exc)):
+            raise
         print("interrupted", file=sys.stderr, flush=True)
         exec("None")  # see console.forget_unhandled_interrupt: exit 130, not by SIGINT
         return 130
-    try:
-        return app.main(argv)
     finally:  # the outcome is printed: a Ctrl-C while the interpreter exits changes nothing
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+_PRESSED: list[bool] = []
+
+
+def _pressed_while_starting(signum: int, frame: Any) -> None:
+    """SIGINT before the command runs: noted, since a library that catches the
+    KeyboardInterrupt may turn it into an error of its own (numpy's import does: an ImportError
+    that no longer names it)."""
+    _PRESSED.append(True)
+    raise KeyboardInterrupt
+
+
+def _interrupted(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a Ctrl-C or an error it caused: Python 3.11 wraps a KeyboardInterrupt
+    raised while a class is created (``__set_name__``, as ``platform`` does during numpy's
+    import) in a RuntimeError."""
+    seen = 0
+    while exc is not None and seen < 100:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def run() -> None:
