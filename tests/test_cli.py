@@ -200,7 +200,7 @@ def test_shell_completion_is_offered_and_completes_verbs_and_options():
     assert "--install-completion" in run_cli("--help").stdout
     env = {**os.environ, "_CKPT_MIGRATE_COMPLETE": "complete_bash", "COMP_CWORD": "2"}
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from ckpt_migrate.cli import main; sys.exit(main())"],
+        [sys.executable, "-c", "import sys; from ckpt_migrate.cli import entry; sys.exit(entry())"],
         env={**env, "COMP_WORDS": "ckpt-migrate upgrade --dr"},
         capture_output=True,
         text=True,

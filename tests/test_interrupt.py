@@ -226,7 +226,7 @@ def test_a_line_and_its_end_are_one_write(monkeypatch):
 
 @pytest.fixture
 def console_main(monkeypatch):
-    """``cli.main`` run in this process, its startup step replaced; SIGINT's handler restored
+    """``cli.entry`` run in this process, its startup step replaced; SIGINT's handler restored
     after (the console script ignores SIGINT once its outcome is printed)."""
     import ckpt_migrate.cli as cli
 
@@ -236,7 +236,7 @@ def console_main(monkeypatch):
 
     def run(starting) -> int:
         monkeypatch.setattr(cli, "_begin_upgrade_reading", starting)
-        return cli.main(["upgrade", "x.mdl"])
+        return cli.entry(["upgrade", "x.mdl"])
 
     yield run
     signal.signal(signal.SIGINT, handler)

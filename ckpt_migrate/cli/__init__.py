@@ -1,10 +1,10 @@
 """Every console script: ``ckpt-migrate``, ``tensorflow-to-h5``, ``h5-to-tensorflow``.
 
-A lazy face: ``main`` (which ``run``, the ``ckpt-migrate`` entry point, calls; ``cli.tf`` does
-not load typer), ``commands`` (the verbs and everything they import, loaded when a command
-runs, not for ``--help``) and ``hop_inputs`` (the hops' declared inputs, loaded when a verb
-that runs hops parses its options); ``begin_reading`` starts a checkpoint's metadata walk
-before that import.
+A lazy face: ``entry`` (which ``run``, the ``ckpt-migrate`` entry point, calls) loads ``main``
+(the typer app; ``cli.tf`` does not load typer), ``commands`` (the verbs' work and everything
+it imports, loaded when a command runs, not for ``--help``) and ``hop_inputs`` (the hops'
+declared inputs, loaded when a verb that runs hops parses its options); ``begin_reading``
+starts a checkpoint's metadata walk before those imports.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The ``ckpt-migrate`` command (see ``cli.main``).
+def entry(argv: list[str] | None = None) -> int:
+    """The ``ckpt-migrate`` command (its verbs: ``cli.main``). Not named ``main``: the import of
+    that submodule would take the name over in this package.
 
     A Ctrl-C while it starts (the imports, the walk begun early) ends as it does later: one
     ``interrupted`` line and 130, even where it reached us as another error (``_interrupted``)."""
@@ -68,7 +69,7 @@ def _interrupted(exc: BaseException | None) -> bool:
 
 
 def run() -> None:
-    """The console script and ``python -m ckpt_migrate``: ``main`` for a short-lived process.
+    """The console script and ``python -m ckpt_migrate``: ``entry`` for a short-lived process.
 
     Its heap is one checkpoint's tree, built once and kept: the collector looks for cycles
     among young objects every 100,000 allocations instead of 700 (300 collections, 0.07 s of
@@ -81,7 +82,7 @@ def run() -> None:
     matrices."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     gc.set_threshold(100_000, 50, 100)
-    code = main()
+    code = entry()
     gc.freeze()
     sys.exit(code)
 

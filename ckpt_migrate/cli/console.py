@@ -96,7 +96,7 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
     finally:
         # Restored, not ignored: a caller in the same process (a test, a library user) keeps
         # its Ctrl-C, and so do the processes it starts (SIG_IGN would be inherited). The
-        # console script ignores it once the outcome is printed (``cli.main``).
+        # console script ignores it once the outcome is printed (``cli.entry``).
         if signal.getsignal(signal.SIGINT) is on_interrupt:
             signal.signal(signal.SIGINT, previous)
         if Interrupt.pressed:
