@@ -64,11 +64,11 @@ def write(
     total = st.Written()
     configs = {"": hf_config} if dirs == ONE else hf_config
     for directory in dirs:
-        mine = [
+        mine = entries if dirs == ONE else [
             st.Entry(_bare(e.name, directory), e.dtype, e.shape)
             for e in entries
-            if _dir(e.name) == directory or dirs == ONE
-        ]
+            if _dir(e.name) == directory
+        ]  # fmt: skip
         where = tmp / directory if directory else tmp
         where.mkdir(exist_ok=True)
         some = ((_bare(n, directory), a) for n, a in islice(arrays, len(mine)))

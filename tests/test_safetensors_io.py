@@ -1,0 +1,88 @@
+"""The safetensors writer's header and its read-back check (``hf.safetensors_io``).
+
+The header is written entry by entry and the check compares it as bytes (issue 33: a parsed or
+a built dictionary of 150k entries took 200 MB): the text must stay what ``json.dumps`` of the
+header as one object gives, which the real ``safetensors`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from ckpt_migrate.errors import VerificationError
+from ckpt_migrate.hf import safetensors_io as st
+
+safetensors = pytest.importorskip("safetensors")
+
+NAMES = ["a.b", 'q"uote', "\u00fcn\u00ef\u2603", "back\\slash", "tab\t", "", "x" * 300]
+
+
+def _as_one_object(entries: list[st.Entry], metadata: dict[str, str]) -> bytes:
+    header: dict[str, object] = {"__metadata__": metadata}
+    offset = 0
+    for e in entries:
+        end = offset + e.nbytes
+        header[e.name] = {"dtype": st.ST_DTYPES[e.dtype], "shape": list(e.shape),
+                          "data_offsets": [offset, end]}  # fmt: skip
+        offset = end
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(len(text) + 8) % st.DATA_ALIGNMENT)
+    return struct.pack("<Q", len(text)) + text
+
+
+@pytest.mark.parametrize("metadata", [{}, {"format": "pt"}, {"format": "pt", "\u00fc": '"x'}])
+def test_the_header_is_json_dumps_of_one_object(metadata):
+    rng = np.random.default_rng(0)
+    dtypes = sorted(st.ST_DTYPES)
+    entries = [
+        st.Entry(name, dtypes[rng.integers(len(dtypes))], tuple(rng.integers(0, 6, i % 4)))
+        for i, name in enumerate(NAMES)
+    ]
+    entries = [st.Entry(e.name, e.dtype, tuple(int(d) for d in e.shape)) for e in entries]
+    assert st.header_bytes(entries, metadata) == _as_one_object(entries, metadata)
+    assert st.header_bytes([], metadata) == _as_one_object([], metadata)
+
+
+def test_a_name_planned_twice_is_refused():
+    twice = [st.Entry("w", "float32", (2,)), st.Entry("w", "float32", (3,))]
+    with pytest.raises(VerificationError, match="planned twice"):
+        st.header_bytes(twice, {})
+    with pytest.raises(VerificationError, match="planned twice"):
+        st.header_bytes([st.Entry("__metadata__", "float32", (1,))], {})
+
+
+def _written(tmp_path):
+    arrays = {name or "empty": np.arange(6, dtype=np.float32).reshape(2, 3) + i
+              for i, name in enumerate(NAMES)}  # fmt: skip
+    entries = [st.Entry(n, "float32", a.shape) for n, a in arrays.items()]
+    written = st.write_stream(tmp_path, entries, iter(arrays.items()), 10**9)
+    return entries, written, arrays
+
+
+def test_the_written_file_is_what_safetensors_reads_and_passes_the_check(tmp_path):
+    entries, written, arrays = _written(tmp_path)
+    st.verify(tmp_path, entries, written)
+    with safetensors.safe_open(str(tmp_path / st.SINGLE), framework="numpy") as f:
+        assert list(f.keys()) == sorted(arrays)  # (safe_open lists them sorted)
+        for name, array in arrays.items():
+            np.testing.assert_array_equal(f.get_tensor(name), array)
+
+
+def test_a_changed_header_or_tensor_byte_fails_the_check(tmp_path):
+    entries, written, _ = _written(tmp_path)
+    path = tmp_path / st.SINGLE
+    good = path.read_bytes()
+    at = good.index(b'"shape":[2,3]') + len('"shape":[')
+    path.write_bytes(good[:at] + b"3,2" + good[at + 3 :])  # still a valid safetensors file
+    with pytest.raises(VerificationError, match="header differs"):
+        st.verify(tmp_path, entries, written)
+    path.write_bytes(good[:-1] + bytes([good[-1] ^ 1]))
+    with pytest.raises(VerificationError, match="bytes read back differ"):
+        st.verify(tmp_path, entries, written)
+    path.write_bytes(good[:100])
+    with pytest.raises(VerificationError, match="header differs"):
+        st.verify(tmp_path, entries, written)
