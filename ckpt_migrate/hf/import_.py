@@ -137,6 +137,9 @@ def import_hf(
     family = resolve_name(name)[0]
     model_node = _model_tree(plan, stored, out_shapes, kinds, dtype, rel, family)
     total = sum({id(leaf): leaf.nbytes for _, leaf in model_node.items}.values())
+    # The tree holds what its tensors are built from; the tables by name go before the write,
+    # whose read-back builds a tree of its own (at 150k tensors, tens of MB: issue 33).
+    del stored, shapes, dtypes, plan, out_shapes, kinds
 
     seen: set[int] = set()
 
