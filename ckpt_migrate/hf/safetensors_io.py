@@ -314,12 +314,15 @@ def verify(directory: Path, entries: list[Entry], written: Written) -> None:
     safe_open = require("safetensors", "hf").safe_open
 
     expected = {e.name: e for e in entries}
+    by_file: dict[str | None, list[Entry]] = {}
+    for e in entries:
+        by_file.setdefault(written.weight_map.get(e.name), []).append(e)
     seen: set[str] = set()
     for fname in written.files:
         if not fname.endswith(".safetensors"):
             continue
         path = directory / fname
-        mine = [e for e in entries if written.weight_map.get(e.name) == fname]
+        mine = by_file.get(fname, [])
         start = _header_checked(path, written.headers.get(fname))
         with safe_open(str(path), framework="numpy") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
