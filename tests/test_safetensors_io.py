@@ -47,12 +47,17 @@ def test_the_header_is_json_dumps_of_one_object(metadata):
     assert b"".join(st.header_parts([], metadata)) == _as_one_object([], metadata)
 
 
-def test_a_name_planned_twice_is_refused():
-    twice = [st.Entry("w", "float32", (2,)), st.Entry("w", "float32", (3,))]
+def test_a_name_planned_twice_is_refused(tmp_path):
+    """Also when the two land in different shards (each header alone would be valid)."""
+    a = np.zeros(4, np.float32)
+    twice = [st.Entry("w", "float32", (4,)), st.Entry("v", "float32", (4,))]
+    twice.append(st.Entry("w", "float32", (4,)))
     with pytest.raises(VerificationError, match="planned twice"):
-        st.header_parts(twice, {})
+        st.write_stream(tmp_path, twice, ((e.name, a) for e in twice), 16)
+    reserved = [st.Entry("__metadata__", "float32", (4,))]
     with pytest.raises(VerificationError, match="planned twice"):
-        st.header_parts([st.Entry("__metadata__", "float32", (1,))], {})
+        st.write_stream(tmp_path, reserved, iter([("__metadata__", a)]), 16)
+    assert list(tmp_path.iterdir()) == []  # refused before any file is written
 
 
 def _written(tmp_path):

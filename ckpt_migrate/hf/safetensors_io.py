@@ -122,11 +122,7 @@ def header_parts(entries: list[Entry], metadata: Mapping[str, str]) -> list[byte
     never joined: the object and its joined text held 100 and 49 MB more at 112k entries than
     the pieces (issue 33)."""
     parts = [json.dumps({"__metadata__": dict(metadata)}, separators=(",", ":"))[:-1].encode()]
-    seen = {"__metadata__"}
     for e, (begin, end) in zip(entries, _offsets(entries)):
-        if e.name in seen:
-            raise VerificationError(None, f"{e.name}: planned twice in one safetensors file")
-        seen.add(e.name)
         shape = ",".join(map(str, e.shape))
         tag = ST_DTYPES[e.dtype]
         parts.append(
@@ -166,6 +162,17 @@ def _raw(array: np.ndarray, e: Entry) -> memoryview:
     return memoryview(flat.view(np.uint8))
 
 
+def _check_names(entries: list[Entry]) -> None:
+    """Each name once, and none the header's own: an export's plan is built output by output
+    (``mapping.build_one``), and a name given twice would be one header entry (the text of one
+    object) over two tensors' bytes, or one index entry for two shards."""
+    seen = {"__metadata__"}
+    for e in entries:
+        if e.name in seen:
+            raise VerificationError(None, f"{e.name}: planned twice for one safetensors model")
+        seen.add(e.name)
+
+
 def write_stream(
     directory: Path,
     entries: list[Entry],
@@ -176,6 +183,7 @@ def write_stream(
     """Write ``arrays`` (yielded in ``entries`` order) into ``directory`` as safetensors shards
     and, for several shards, the index. Holds one array at a time."""
     meta = {"format": "pt", **(metadata or {})}
+    _check_names(entries)
     groups = shard(entries, max_shard_size)
     names = file_names(len(groups))
     out = Written(files=list(names))
