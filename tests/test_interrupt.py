@@ -225,7 +225,7 @@ def test_a_line_and_its_end_are_one_write(monkeypatch):
 
 
 @pytest.fixture
-def console_main(monkeypatch):
+def entry_in_process(monkeypatch):
     """``cli.entry`` run in this process, its startup step replaced; SIGINT's handler restored
     after (the console script ignores SIGINT once its outcome is printed)."""
     import ckpt_migrate.cli as cli
@@ -242,7 +242,7 @@ def console_main(monkeypatch):
     signal.signal(signal.SIGINT, handler)
 
 
-def test_ctrl_c_while_a_class_is_created_at_startup(console_main, capsys):
+def test_ctrl_c_while_a_class_is_created_at_startup(entry_in_process, capsys):
     """Ctrl-C during the startup imports can land in a ``__set_name__`` (``platform`` defines a
     class with a cached_property while numpy loads; CI caught it there), which Python 3.11
     reports as a RuntimeError caused by the KeyboardInterrupt: still one line and 130."""
@@ -254,11 +254,11 @@ def test_ctrl_c_while_a_class_is_created_at_startup(console_main, capsys):
     def starting(args):
         type("uname_result", (), {"processor": Pressed()})
 
-    assert console_main(starting) == 130
+    assert entry_in_process(starting) == 130
     assert capsys.readouterr().err == "interrupted\n"
 
 
-def test_ctrl_c_at_startup_that_a_library_turned_into_its_own_error(console_main, capsys):
+def test_ctrl_c_at_startup_that_a_library_turned_into_its_own_error(entry_in_process, capsys):
     """numpy's import, interrupted, raises an ImportError that no longer names the
     KeyboardInterrupt (seen when SIGINT was sent 50 ms after the start): the press is noted."""
 
@@ -270,13 +270,13 @@ def test_ctrl_c_at_startup_that_a_library_turned_into_its_own_error(console_main
             pass  # (C code clears it, no context kept)
         raise ImportError("PyCapsule_Import could not import module")
 
-    assert console_main(starting) == 130
+    assert entry_in_process(starting) == 130
     assert capsys.readouterr().err == "interrupted\n"
 
 
-def test_an_error_at_startup_is_no_interrupt(console_main):
+def test_an_error_at_startup_is_no_interrupt(entry_in_process):
     def starting(args):
         raise RuntimeError("not an interrupt")
 
     with pytest.raises(RuntimeError, match="not an interrupt"):
-        console_main(starting)
+        entry_in_process(starting)
