@@ -252,3 +252,48 @@ def test_on_a_filesystem_that_shares_extents_the_root_edit_is_a_clone(tmp_path_f
             assert _dataset_headers(out) == _dataset_headers(src)
     except RuntimeError as exc:
         pytest.skip(f"cannot make an xfs filesystem here: {exc}")
+
+
+def test_an_index_verified_root_edit_keeps_a_count_of_its_tensors_not_their_places(
+    tmp_path, monkeypatch
+):
+    """``Written.placed`` (an entry per tensor: 29 MB at 150k) is made only where a check reads
+    it: the tree's re-read, the full verification. Made there, it names every tensor at its
+    first place (a tie's other places not), each the source's dataset of its own name."""
+    src = _source(tmp_path / "src.mdl", experts=5)
+    edits: list[rootedit.Edit] = []
+    real = rootedit.edit_root
+    monkeypatch.setattr(
+        rootedit, "edit_root", lambda path, edit: edits.append(edit) or real(path, edit)
+    )
+    result, _ = _upgrade(src, tmp_path / "index")
+    assert result.strategy == rootedit.STRATEGY and result.tensors == 4 * 5
+    assert edits[-1].placed == {} and edits[-1].tensors == 4 * 5
+    result, _ = _upgrade(src, tmp_path / "full", verify="full")
+    assert result.verified == "full"
+    placed = edits[-1].placed
+    names = sorted(name for name, reused in placed.values() if reused)
+    assert len(placed) == 4 * 5 and "model.lm_head.weight" not in names
+    assert "model.experts.0.w1.weight" in names and "optimizer.state.4.step" in names
+
+
+def test_the_texts_hdf5_is_handed_are_stored_as_h5py_stores_them(tmp_path, monkeypatch):
+    """A text rewritten in place by HDF5's own call (its UTF-8 bytes, no copy) leaves the same
+    file as h5py's write of the same text (``capi.write`` refused: the path taken where the
+    library's own calls cannot be found)."""
+    src = _source(tmp_path / "src.mdl", experts=2)
+    texts = {"note.__metadata__": "ünïcode json", "__cstorch_version__": "2.10.0"}
+    outs = []
+    for via in ("capi", "h5py"):
+        out = tmp_path / f"{via}.mdl"
+        out.write_bytes(src.read_bytes())
+        with monkeypatch.context() as m:
+            if via == "h5py":
+                m.setattr(rootedit.capi, "write", lambda attr, value: False)
+            raw = {name: rootedit._utf8(text) for name, text in texts.items()}
+            rootedit.edit_root(out, rootedit.Edit(raw, [], DictNode([])))
+        outs.append(out.read_bytes())
+        with h5py.File(out, "r") as f:
+            assert f.attrs["__cstorch_version__"] == "2.10.0"
+            assert f.attrs["note.__metadata__"] == "ünïcode json"
+    assert outs[0] == outs[1]

@@ -18,7 +18,10 @@ tensor count. Whether the hops really left every dataset alone is checked on the
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +38,7 @@ from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import Progress, data_ranges
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.h5 import capi
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
@@ -89,14 +93,31 @@ def snapshot(root: Node) -> Snapshot:
 
 @dataclass
 class Edit:
-    """What the output's root needs: attributes to set (name -> text), attributes to remove,
-    and every tensor, which stays the source's dataset of the same name (``Written.placed``)."""
+    """What the output's root needs: attributes to set (name -> its text, as the UTF-8 bytes
+    HDF5 stores: ``__spec__`` is 27 MB at 150k leaves, held once, issue 33), attributes to
+    remove, and every tensor of ``root`` (``tensors`` of them), which stays the source's
+    dataset of the same name."""
 
-    set: dict[str, str]
+    set: dict[str, bytes]
     removed: list[str]
-    placed: dict[int, tuple[str, bool]]
+    root: Node
+    tensors: int = 0
     # the leaves whose metadata is set: name -> (the leaf, the name of its first place)
     leaves: Leaves = field(default_factory=dict)
+    # ``Written.placed`` of the output, made only where a check needs it (``place_all``): its
+    # 150k entries were 29 MB a root edit held for nothing but their count (issue 33)
+    placed: dict[int, tuple[str, bool]] = field(default_factory=dict)
+
+    def place_all(self) -> dict[int, tuple[str, bool]]:
+        """Fill ``placed`` (and return it): every tensor at its first place, at its own name
+        (``plan_edit`` proved each is the source's dataset of that name)."""
+        if len(self.placed) < self.tensors:
+            ties = tied_positions(self.root)
+            for ref in iter_leaves(self.root):
+                tie = ties.get(id(ref.leaf))
+                if isinstance(ref.leaf, TensorLeaf) and (tie is None or tie.name == ref.name):
+                    self.placed[id(ref.leaf)] = (ref.name, True)
+        return self.placed
 
 
 def _has_dataset(leaf: Leaf, name: str, first: str) -> bool:
@@ -112,7 +133,7 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
     if ckpt.unreferenced:
         return None
     ties = tied_positions(root)
-    edit = Edit({}, [], {})
+    edit = Edit({}, [], root)
     # The leaves of ``before`` still named (each once: ``prepare`` refused colliding names).
     kept = 0
     for ref in iter_leaves(root):
@@ -131,11 +152,10 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
                     isinstance(data, H5Data) and data.handle is ckpt.handle and data.name == name
                 ):
                     return None
-                edit.placed[id(leaf)] = (name, True)
+                edit.tensors += 1
         elif not same:
-            edit.set[f"{name}.__metadata__"] = metadata_text(
-                name, leaf, None if first == name else first
-            )
+            text = metadata_text(name, leaf, None if first == name else first)
+            edit.set[f"{name}.__metadata__"] = _utf8(text)
             edit.leaves[name] = (leaf, first)
     if kept != len(before.leaves):  # some were removed: those with a dataset must stay
         after = {ref.name for ref in iter_leaves(root)}
@@ -145,8 +165,8 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
                 if _has_dataset(leaf, name, first):
                     return None
                 edit.removed.append(f"{name}.__metadata__")
-    edit.set["__spec__"] = treespec_json.root_spec_text(root)
-    edit.set["__cstorch_version__"] = release.cstorch_version or f"{release.name}.0"
+    edit.set["__spec__"] = _utf8(treespec_json.root_spec_text(root))
+    edit.set["__cstorch_version__"] = _utf8(release.cstorch_version or f"{release.name}.0")
     # Every attribute set may be a new one, and the provenance record and __SUCCESS__ are.
     return edit if _order_room(ckpt.handle.file(), len(edit.set) + 2) else None
 
@@ -178,10 +198,10 @@ def write(
     """Make ``out.tmp`` the source (a clone, else one copy: ``extents``), edit its root as
     ``edit`` says and run ``check_metadata`` on it (``copypatch.write``'s contract)."""
     entries = pending_provenance(ckpt, record)
-    edit.set[PROVENANCE_ATTR] = json.dumps(entries)
+    edit.set[PROVENANCE_ATTR] = _utf8(json.dumps(entries))
     ranges = None
     if copy_method == "sparse":  # the object store's staging: all but the data, which it shares
-        names = sorted({name for name, _ in edit.placed.values()})
+        names = sorted({name for name, _ in edit.place_all().values()})
         ranges = data_ranges(ckpt.handle.dataset(name) for name in names)
     shared = out.share(plan, copy_method, ranges)
     digest: str | None = None
@@ -194,13 +214,25 @@ def write(
         written.strategy, written.placed = STRATEGY, edit.placed
         if progress is not None:
             progress("copy", plan.file_bytes, plan.file_bytes)
-    written.tensors = len(edit.placed)
+    written.tensors = edit.tensors
+    _give_back_freed_memory()
     edit_root(out.tmp, edit)
     if written.copy_method == "clone":
         start_writeback(out.tmp)
     check_metadata(written)
     finish(out.tmp, plan, written, entries, digest)
     return written
+
+
+def _give_back_freed_memory() -> None:
+    """Hand the pages glibc's heap holds free back to the system (``malloc_trim``; elsewhere
+    nothing) before HDF5 rewrites the spec, its largest allocation: it holds the old and the new
+    text's heap collections and a conversion buffer at once (90 MB at 150k leaves). What the
+    read freed, in blocks too small to be their own mappings, was still resident: 33 MB at
+    150k leaves, measured just before this point, and so on top of that peak (issue 33)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).malloc_trim(0)
 
 
 def edit_root(path: Path, edit: Edit) -> None:
@@ -226,17 +258,29 @@ def edit_root(path: Path, edit: Edit) -> None:
         h5attrs.create(oid, SUCCESS, success)
 
 
-def _put_text(oid: h5py.h5o.ObjectID, name: str, text: str) -> None:
-    """Set the string attribute ``name``: a variable-length string is rewritten in place (it
-    keeps its place in the creation order), anything else replaced."""
+def _put_text(oid: h5py.h5o.ObjectID, name: str, raw: bytes) -> None:
+    """Set the string attribute ``name`` to the UTF-8 text ``raw``: a variable-length string
+    is rewritten in place (it keeps its place in the creation order), anything else replaced.
+    HDF5 is handed ``raw`` itself (``capi``): through h5py, a copy of it (27 MB for the spec
+    at 150k leaves) was made first."""
     key = name.encode()
     if h5a.exists(oid, key):
         attr = h5a.open(oid, key)
         tid = attr.get_type()
         is_text = tid.get_class() == h5t.STRING and tid.is_variable_str()
         if is_text and attr.get_space().get_simple_extent_type() == h5s.SCALAR:
-            attr.write(h5attrs.as_array(text), mtype=h5attrs.text_memtype())
+            if not capi.write(attr, capi.text(raw, tid)):
+                attr.write(h5attrs.as_array(_text(raw)), mtype=h5attrs.text_memtype())
             return
         del attr
         h5a.delete(oid, key)
-    h5attrs.create(oid, name, text)
+    h5attrs.create(oid, name, _text(raw))
+
+
+def _utf8(text: str) -> bytes:
+    """As h5py stores a ``str`` (strictly: it refuses a lone surrogate, which JSON escapes)."""
+    return text.encode("utf-8")
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8")

@@ -139,8 +139,9 @@ def verify_edit(source: H5Handle, tmp: Path, edit: Edit) -> bool:
     after = _Pass(excluded)
     if before is None or not after.read(tmp, edit.leaves):
         return False
-    for name, text in edit.set.items():
-        if after.texts.get(name) != text:
+    for name, raw in edit.set.items():
+        text = after.texts.get(name)
+        if text is None or text.encode("utf-8", "surrogateescape") != raw:
             raise VerificationError(tmp, f"root attribute {name!r} does not hold what was written")
     for name in edit.removed:
         if name in after.texts:

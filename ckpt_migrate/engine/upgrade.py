@@ -319,6 +319,8 @@ def _upgrade_locked(
             def check_metadata(written: Written) -> None:
                 if edit is not None and not full and rootverify.verify_edit(ckpt.handle, tmp, edit):
                     return
+                if edit is not None:  # the tree's re-read checks every tensor's place
+                    edit.place_all()
                 verify_index(ckpt, out_root, plan.target_release, tmp, written, full=full)
 
             edit = None
@@ -335,6 +337,8 @@ def _upgrade_locked(
             result.tensors = written.tensors
             Interrupt.check()
             if full:
+                if edit is not None:
+                    edit.place_all()
                 verify_full(out_root, tmp, written, progress, hash_all=opts.manifest is not None)
             result.verified = "full" if full else "index"
             result.tensor_data = _tensor_data(opts, written)

@@ -113,10 +113,11 @@ def layout(data: np.ndarray, mtype: h5py.h5t.TypeID, file_type: h5py.h5t.TypeID)
 _UTF8 = h5py.check_string_dtype(h5py.string_dtype())  # variable-length UTF-8
 
 
-def text(value: str, file_type: h5py.h5t.TypeID) -> Value | None:
-    """A scalar variable-length string attribute's value, as :func:`layout` lays it out."""
-    raw = _utf8(value)
-    if _CALLS is None or raw is None:
+def text(value: str | bytes, file_type: h5py.h5t.TypeID) -> Value | None:
+    """A scalar variable-length string attribute's value, as :func:`layout` lays it out
+    (``bytes``: the UTF-8 text itself, handed to HDF5 without a copy)."""
+    raw = _utf8(value) if isinstance(value, str) else value
+    if _CALLS is None or raw is None or b"\0" in raw:
         return None
     pointer = ctypes.c_char_p(raw)
     return Value(file_type.id, ctypes.addressof(pointer), (pointer, raw))
@@ -143,6 +144,17 @@ def create(
     if not written:  # as if never made: the caller's h5py calls then raise
         h5a.delete(oid, name)
     return written
+
+
+def write(attr: h5a.AttrID, value: Value | None) -> bool:
+    """``H5Awrite`` of ``value`` to the open attribute ``attr``; False where there is no value
+    or HDF5 refused (the caller then writes it through h5py, which raises the error HDF5
+    reports)."""
+    if value is None:
+        return False
+    assert _CALLS is not None
+    with _LOCK:
+        return _CALLS[1](attr.id, value.mtype, value.address) >= 0
 
 
 def available() -> bool:
