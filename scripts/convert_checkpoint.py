@@ -329,19 +329,16 @@ def key_rules(family: str) -> list[tuple[str, list[Any]]]:
 
 
 def diff(args: argparse.Namespace) -> int:
-
-    data = verify(
-        args.left_checkpoint,
-        args.right_checkpoint,
-        allclose=args.tensor_comparison_op == "allclose",
-    )
+    allclose = args.tensor_comparison_op == "allclose"
+    data = verify(args.left_checkpoint, args.right_checkpoint, allclose=allclose)
     for d in data["differences"]:
         print(f"{d['name']}: {d['what']}")
-    how = "allclose" if args.tensor_comparison_op == "allclose" else "equal (sha256)"
+    how = "allclose" if allclose else "equal"
+    compared = f"{data['tensors_compared']} tensors compared ({how}){render.compared_how(data)}"
     if data["identical"]:
-        print(f"{data['tensors_compared']} tensors compared ({how}): checkpoints are identical")
+        print(f"{compared}: checkpoints are identical")
         return 0
-    print(f"{data['tensors_compared']} tensors compared ({how}): {len(data['differences'])} diff")
+    print(f"{compared}: {len(data['differences'])} diff")
     return EXIT_VERIFY_FAILED
 
 

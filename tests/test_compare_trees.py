@@ -11,7 +11,7 @@ import lzma
 import shutil
 
 import numpy as np
-from conftest import FIXTURES, REAL
+from conftest import FIXTURES, REAL, run_cli
 
 import ckpt_migrate as cm
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
@@ -45,9 +45,9 @@ def test_every_kind_of_difference_both_ways(tmp_path):
     cm.save(first, tmp_path / "a.mdl")
     cm.save(second, tmp_path / "b.mdl")
     with read_checkpoint(tmp_path / "a.mdl") as a, read_checkpoint(tmp_path / "b.mdl") as b:
-        there, n = compare_trees(a.root, b.root)
-        back, m = compare_trees(b.root, a.root)
-        itself, k = compare_trees(a.root, a.root)
+        there, n, _ = compare_trees(a.root, b.root)
+        back, m, _ = compare_trees(b.root, a.root)
+        itself, k, _ = compare_trees(a.root, a.root)
     assert [(d.name, d.what) for d in there] == [
         ("d", "float32[2] vs float64[2]"),
         ("e", "tensor data differs"),
@@ -83,9 +83,9 @@ def test_the_real_librarys_files_against_their_upgrades(tmp_path):
         with read_checkpoint(src) as a, read_checkpoint(out / src.name) as b:
             tensors = sum(isinstance(r.leaf, TensorLeaf) for r in iter_leaves(a.root))
             assert len(tied_positions(a.root)) == len(tied_positions(b.root)) > 0
-            assert compare_trees(a.root, a.root) == ([], tensors)
-            there, n = compare_trees(a.root, b.root)
-            back, m = compare_trees(b.root, a.root)
+            assert compare_trees(a.root, a.root)[:2] == ([], tensors)
+            there, n, _ = compare_trees(a.root, b.root)
+            back, m, _ = compare_trees(b.root, a.root)
         assert n == m == tensors > 0
         assert bool(there) == added
         assert all(d.name.startswith("__metadata__.") for d in there)
@@ -93,3 +93,80 @@ def test_the_real_librarys_files_against_their_upgrades(tmp_path):
             (d.name, d.what.replace("first", "second")) for d in back
         }
         assert {d.what for d in there} <= {"only in the second"}
+
+
+def test_an_upgrades_tensors_are_equal_as_stored_and_not_decoded(tmp_path, monkeypatch):
+    """An upgrade stores every tensor as its source does (a root edit keeps the source's
+    datasets, a rewrite copies their chunks as stored): ``verify`` finds each equal by its
+    stored bytes and decodes neither file, but where a tensor stores no bytes or the upgrade
+    changed it. Sources the real library and the 1.9 writer made: a root edit (2.9 -> 2.10),
+    a rewrite down (2.10 -> 2.0), and 1.9 -> 2.10, whose 2.0 hop sets a scheduler's
+    ``last_epoch`` and whose fixture holds an empty (0, 3) tensor."""
+    trainer = tmp_path / "trainer.mdl"
+    trainer.write_bytes(lzma.decompress((REAL_2X / "trainer-2.9.0.mdl.xz").read_bytes()))
+    tied = tmp_path / "tied.mdl"
+    shutil.copyfile(REAL / "tied.mdl", tied)
+    legacy = tmp_path / "release-1.9.mdl"
+    shutil.copyfile(FIXTURES / "release-1.9.mdl", legacy)
+    import ckpt_migrate.format.compare as compare
+
+    real = compare.tensor_sha256
+    for src, target in ((trainer, "2.10"), (tied, "2.0"), (legacy, "2.10")):
+        out = tmp_path / target / src.name
+        opts = UpgradeOptions(target=target, output_dir=out.parent)
+        opts.inputs["drop_dataloader_state"] = True  # (1.9: its side files are not the point)
+        result = upgrade(src, opts)
+        assert result.status == "upgraded", result.error
+        decoded: list[tuple[int, ...]] = []
+        with monkeypatch.context() as m:
+            m.setattr(
+                compare,
+                "tensor_sha256",
+                lambda leaf, seen=decoded: seen.append(leaf.shape) or real(leaf),
+            )
+            with read_checkpoint(src) as a, read_checkpoint(out) as b:
+                found = compare_trees(a.root, b.root)
+        changed = [d.name for d in found.differences if d.what == "tensor data differs"]
+        if src is legacy:
+            assert changed == ["lr_scheduler._schedulers.1.last_epoch"]
+            assert sorted(decoded) == [(), (), (0, 3), (0, 3)]
+        else:
+            assert decoded == [] and changed == []
+        assert found.stored == found.tensors - len(decoded) // 2 > 0, (src.name, found)
+
+
+def test_stored_bytes_that_differ_are_decoded_before_they_differ(tmp_path, monkeypatch):
+    """Two tensors stored alike (same type, shape, chunks, sizes) whose bytes differ may still
+    hold the same values (another LZ4 writer): both are decoded and hashed, and only then is
+    it a difference. Tensors not stored alike (another chunk shape) are hashed too."""
+    w = np.arange(64, dtype=np.float32)
+    cm.save({"same": w, "other": w.copy(), "chunked": w.copy()}, tmp_path / "a.mdl")
+    cm.save({"same": w, "other": w[::-1].copy(), "chunked": w.copy()}, tmp_path / "b.mdl")
+    import h5py
+
+    with h5py.File(tmp_path / "b.mdl", "r+") as f:  # the same values, other chunks
+        attrs = dict(f["chunked"].attrs)
+        del f["chunked"]
+        f.create_dataset("chunked", data=w, chunks=(16,))
+        f["chunked"].attrs.update(attrs)
+    import ckpt_migrate.format.compare as compare
+
+    hashed: list[str] = []
+    real = compare.tensor_sha256
+    monkeypatch.setattr(compare, "tensor_sha256", lambda leaf: hashed.append(leaf) or real(leaf))
+    with read_checkpoint(tmp_path / "a.mdl") as a, read_checkpoint(tmp_path / "b.mdl") as b:
+        found = compare_trees(a.root, b.root)
+    assert [(d.name, d.what) for d in found.differences] == [("other", "tensor data differs")]
+    assert (found.tensors, found.stored, len(hashed)) == (3, 1, 4)
+
+
+def test_verify_says_which_tensors_it_compared_as_stored(tmp_path):
+    """The real 2.10 library's ``tied.mdl`` against its rewrite down to 2.0."""
+    src = tmp_path / "tied.mdl"
+    shutil.copyfile(REAL / "tied.mdl", src)
+    assert upgrade(src, UpgradeOptions(target="2.0", output_dir=tmp_path / "out")).error is None
+    proc = run_cli("verify", src, tmp_path / "out" / src.name)
+    assert proc.returncode == 0, proc.stderr
+    with read_checkpoint(src) as a:
+        n = sum(isinstance(r.leaf, TensorLeaf) for r in iter_leaves(a.root))  # (a tie: twice)
+    assert f"{n} tensors compared ({n} equal as stored, not decoded): identical" in proc.stdout

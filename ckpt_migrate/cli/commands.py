@@ -401,13 +401,14 @@ def verify(
         read_checkpoint(a, defer_chunks=True) as left,
         read_checkpoint(b, defer_chunks=True) as right,
     ):
-        diffs, compared = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
+        found = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
     return {
         "left": str(a),
         "right": str(b),
-        "tensors_compared": compared,
-        "identical": not diffs,
-        "differences": [{"name": d.name, "what": d.what} for d in diffs],
+        "tensors_compared": found.tensors,
+        "tensors_equal_as_stored": found.stored,  # (neither decoded: ``compare_trees``)
+        "identical": not found.differences,
+        "differences": [{"name": d.name, "what": d.what} for d in found.differences],
     }
 
 

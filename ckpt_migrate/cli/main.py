@@ -409,7 +409,8 @@ def verify_cmd(
     progress_mode: ProgressOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
-    """Compare two checkpoints leaf by leaf (tensors by sha256, or --allclose)."""
+    """Compare two checkpoints leaf by leaf (tensors stored alike by their stored bytes, the
+    others by sha256; or --allclose)."""
     with console.progress(not (as_json or quiet), progress_mode) as progress:
         data = cli.commands.verify(a, b, allclose=allclose, progress=progress)
     render.emit_json(data) if as_json else render.verify(data)

@@ -235,7 +235,16 @@ def verify(data: dict[str, Any]) -> None:
     for d in data["differences"]:
         echo(f"{d['name']}: {d['what']}")
     verdict = "identical" if data["identical"] else f"{len(data['differences'])} difference(s)"
-    echo(f"{data['tensors_compared']} tensors compared: {verdict}")
+    echo(f"{data['tensors_compared']} tensors compared{compared_how(data)}: {verdict}")
+
+
+def compared_how(data: dict[str, Any]) -> str:
+    """How ``verify`` compared the tensors, where any were equal as stored (not decoded)."""
+    stored, total = data["tensors_equal_as_stored"], data["tensors_compared"]
+    if not stored:
+        return ""
+    rest = f", {total - stored} decoded and hashed" if stored < total else ""
+    return f" ({stored} equal as stored, not decoded{rest})"
 
 
 def tf_to_h5(data: dict[str, Any]) -> None:

@@ -10,20 +10,28 @@ Three levels, cheapest first:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import h5py
 import numpy as np
 
 from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format import dtypes
-from ckpt_migrate.format.h5.io import COPY_BLOCK_BYTES, iter_slabs, read_slab, read_whole
+from ckpt_migrate.format.h5.io import (
+    COPY_BLOCK_BYTES,
+    check_whole,
+    iter_slabs,
+    read_slab,
+    read_whole,
+)
+from ckpt_migrate.format.h5.stored import SameBytes
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
@@ -169,6 +177,12 @@ class Difference:
         return f"{self.name}: {self.what}"
 
 
+class Comparison(NamedTuple):
+    differences: list[Difference]
+    tensors: int  # compared
+    stored: int  # of them, found equal by their stored bytes, neither decoded
+
+
 def compare_trees(
     a: Node,
     b: Node,
@@ -177,11 +191,20 @@ def compare_trees(
     rtol: float = 1e-5,
     atol: float = 1e-8,
     progress: Callable[[str, int, int], None] | None = None,
-) -> tuple[list[Difference], int]:
-    """Leaf-by-leaf comparison of two checkpoints (tensors by hash, or by value with allclose).
+) -> Comparison:
+    """Leaf-by-leaf comparison of two checkpoints (tensors by value with allclose; else by their
+    stored bytes where both files store a tensor alike, ``h5.stored``, and by hash otherwise).
 
-    Returns (differences, number of tensors compared). ``progress`` hears of the first
-    checkpoint's tensor bytes compared so far (phase ``verify``).
+    Returns the differences and the number of tensors compared, and of those found equal
+    by their stored bytes. ``progress`` hears of the first checkpoint's tensor bytes compared
+    so far (phase ``verify``).
+
+    Two tensors stored alike (type, shape, filters, the same chunks listed, the whole grid)
+    with the same stored bytes decode to the same values, so neither is decoded: an upgrade's
+    output is stored as its source is (its datasets the source's, or their chunks copied as
+    stored), and decoding and hashing both files was most of a 12k-tensor ``verify`` (issue
+    33). Stored bytes that differ are not a difference yet: another LZ4 writer stores the same
+    values otherwise, so then both are decoded and hashed.
 
     The second's leaves are kept by name; the first's are walked, not kept, and a tie is known
     by the tied leaves' first positions alone (issue 33: with a dict of each tree's positions and
@@ -196,42 +219,59 @@ def compare_trees(
         if isinstance(ref.leaf, TensorLeaf) and ref.name in lb:
             total += ref.leaf.nbytes
     diffs = [Difference(name, "only in the second") for name in lb if name not in names_a]
-    compared = done = 0
-    for ref in iter_leaves(a):
-        name, x = ref.name, ref.leaf
-        if name not in names_a:  # a name the tree gives twice: compared once
-            continue
-        names_a.discard(name)
-        y = lb.get(name)
-        if y is None:
-            diffs.append(Difference(name, "only in the first"))
-            continue
-        if progress is not None and isinstance(x, TensorLeaf):
-            progress("verify", done, total)
-            done += x.nbytes
-        tx = ta[id(x)].name if id(x) in ta else name
-        ty = tb[id(y)].name if id(y) in tb else name
-        if (tx != name) != (ty != name) or (tx != name and tx != ty):
-            diffs.append(Difference(name, f"tied to {tx!r} vs {ty!r}"))
-        if isinstance(x, TensorLeaf) and isinstance(y, TensorLeaf):
-            compared += 1
-            if (x.dtype, x.shape) != (y.dtype, y.shape):
-                diffs.append(
-                    Difference(name, f"{x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}")
-                )
-            elif allclose:
-                if not _allclose(x, y, rtol, atol):
-                    diffs.append(Difference(name, "values differ beyond tolerance"))
-            elif tensor_sha256(x) != tensor_sha256(y):
-                diffs.append(Difference(name, "tensor data differs"))
-        else:
-            one = signature(DictNode([("x", x)]))
-            two = signature(DictNode([("x", y)]))
-            if one != two:
-                diffs.append(Difference(name, f"{one[2][0][2]} vs {two[2][0][2]}"))
+    compared = done = by_stored = 0
+    same_bytes = SameBytes()
+    with contextlib.closing(same_bytes):
+        for ref in iter_leaves(a):
+            name, x = ref.name, ref.leaf
+            if name not in names_a:  # a name the tree gives twice: compared once
+                continue
+            names_a.discard(name)
+            y = lb.get(name)
+            if y is None:
+                diffs.append(Difference(name, "only in the first"))
+                continue
+            if progress is not None and isinstance(x, TensorLeaf):
+                progress("verify", done, total)
+                done += x.nbytes
+            tx = ta[id(x)].name if id(x) in ta else name
+            ty = tb[id(y)].name if id(y) in tb else name
+            if (tx != name) != (ty != name) or (tx != name and tx != ty):
+                diffs.append(Difference(name, f"tied to {tx!r} vs {ty!r}"))
+            if isinstance(x, TensorLeaf) and isinstance(y, TensorLeaf):
+                compared += 1
+                if (x.dtype, x.shape) != (y.dtype, y.shape):
+                    diffs.append(
+                        Difference(name, f"{x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}")
+                    )
+                elif allclose:
+                    if not _allclose(x, y, rtol, atol):
+                        diffs.append(Difference(name, "values differ beyond tolerance"))
+                elif _stored_equal(same_bytes, x, y):
+                    by_stored += 1
+                elif tensor_sha256(x) != tensor_sha256(y):
+                    diffs.append(Difference(name, "tensor data differs"))
+            else:
+                one = signature(DictNode([("x", x)]))
+                two = signature(DictNode([("x", y)]))
+                if one != two:
+                    diffs.append(Difference(name, f"{one[2][0][2]} vs {two[2][0][2]}"))
     if progress is not None:
         progress("verify", done, total)
-    return sorted(diffs, key=lambda d: d.name), compared
+    return Comparison(sorted(diffs, key=lambda d: d.name), compared, by_stored)
+
+
+def _stored_equal(same_bytes: SameBytes, x: TensorLeaf, y: TensorLeaf) -> bool:
+    """Whether both tensors are datasets stored alike with the same stored bytes. The first's
+    chunks are checked first, as its decoding would check them (``h5.chunks``): a damaged
+    chunk is an error here too, not a match with a copy of it (the second's, listed alike,
+    hold the same bytes)."""
+    a, b = x.data, y.data
+    if not isinstance(a, H5Data) or not isinstance(b, H5Data):
+        return False
+    one, two = a.handle.dataset_id(a.name), b.handle.dataset_id(b.name)
+    check_whole(one, a.handle.path, a.name)
+    return bool(same_bytes.equal(one, a.handle.path, two, b.handle.path))
 
 
 def _allclose(x: TensorLeaf, y: TensorLeaf, rtol: float, atol: float) -> bool:

@@ -367,13 +367,22 @@ def read_whole(
         return None
     if max_bytes is not None and math.prod(shape) * dtype.itemsize > max_bytes:
         return None
+    check_whole(dsid, path, name)
     try:
-        chunks.check_read(dsid, ())
         out = np.empty(shape, dtype)
         dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
     except DAMAGED_HDF5 as exc:
         raise _undecodable(path, name, exc) from None
     return out
+
+
+def check_whole(dsid: h5py.h5d.DatasetID, path: str | Path, name: str) -> None:
+    """The check ``read_whole`` makes of every chunk of ``dsid`` before it decodes them
+    (``h5.chunks``), and names as it does: for a caller that compares their stored bytes."""
+    try:
+        chunks.check_read(dsid, ())
+    except DAMAGED_HDF5 as exc:
+        raise _undecodable(path, name, exc) from None
 
 
 _PLAIN = frozenset("biufc")
