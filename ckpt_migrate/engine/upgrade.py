@@ -336,9 +336,7 @@ def _upgrade_locked(
             result.strategy = written.strategy
             result.tensors = written.tensors
             Interrupt.check()
-            if full:
-                if edit is not None:
-                    edit.place_all()
+            if full:  # (a root edit's places were made for ``check_metadata``)
                 verify_full(out_root, tmp, written, progress, hash_all=opts.manifest is not None)
             result.verified = "full" if full else "index"
             result.tensor_data = _tensor_data(opts, written)
