@@ -11,6 +11,7 @@ import lzma
 import shutil
 
 import numpy as np
+import pytest
 from conftest import FIXTURES, REAL, run_cli
 
 import ckpt_migrate as cm
@@ -170,3 +171,29 @@ def test_verify_says_which_tensors_it_compared_as_stored(tmp_path):
     with read_checkpoint(src) as a:
         n = sum(isinstance(r.leaf, TensorLeaf) for r in iter_leaves(a.root))  # (a tie: twice)
     assert f"{n} tensors compared ({n} equal as stored, not decoded): identical" in proc.stdout
+
+
+def test_a_read_that_fails_while_comparing_stored_bytes_is_one_error_naming_the_files(
+    tmp_path, monkeypatch
+):
+    """An I/O error reading the stored bytes (a failing disk) is the command's I/O error,
+    naming both files, not an internal one."""
+    src = tmp_path / "tied.mdl"
+    shutil.copyfile(REAL / "tied.mdl", src)
+    assert upgrade(src, UpgradeOptions(target="2.0", output_dir=tmp_path / "out")).error is None
+    import errno
+
+    from ckpt_migrate.errors import CkptIOError
+    from ckpt_migrate.format.h5 import stored
+
+    def failing(*args):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(stored, "first_difference", failing)  # (the chunk checks read first)
+    expected = r"tied\.mdl failed \(Input/output error\)"
+    with (
+        read_checkpoint(src) as a,
+        read_checkpoint(tmp_path / "out" / src.name) as b,
+        pytest.raises(CkptIOError, match=expected),
+    ):
+        compare_trees(a.root, b.root)

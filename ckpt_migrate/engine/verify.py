@@ -34,7 +34,7 @@ from ckpt_migrate.format.compare import (
     tensor_sha256,
 )
 from ckpt_migrate.format.h5.io import object_addresses, open_read
-from ckpt_migrate.format.h5.stored import copied_pieces
+from ckpt_migrate.format.h5.stored import Pieces, copied_pieces, first_difference
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import H5Data, Node, TensorLeaf, iter_leaves
 
@@ -230,22 +230,20 @@ class _Copied:
         self.starts, self.ends, self.owners = array("Q"), array("Q"), array("I")
         self.names: list[str] = []
 
-    def compare(self, source: Path, name: str, pieces: list[tuple[int, int, int]]) -> None:
+    def compare(self, source: Path, name: str, pieces: Pieces) -> None:
         fd = self.sources.get(source)
         if fd is None:
             fd = self.sources[source] = os.open(source, os.O_RDONLY)
         self.names.append(name)
-        for at, there, size in sorted(pieces, key=lambda p: p[1]):
-            for pos in range(0, size, COMPARE_BLOCK):
-                n = min(COMPARE_BLOCK, size - pos)
-                mine, theirs = os.pread(self.fd, n, at + pos), os.pread(fd, n, there + pos)
-                if len(mine) != n or len(theirs) != n:
-                    what = "its stored data is cut short"
-                    raise VerificationError(self.tmp, f"tensor {name!r}: {what}")
-                if mine != theirs:
-                    first = next(i for i in range(n) if mine[i] != theirs[i])
-                    what = f"differs from its source (stored byte at {at + pos + first:,})"
-                    raise VerificationError(self.tmp, f"tensor {name!r} {what}")
+        pieces = sorted(pieces, key=lambda p: p[1])  # (read in source order)
+        found = first_difference(self.fd, fd, pieces, COMPARE_BLOCK)
+        if found is not None:
+            at, short = found
+            if short:
+                raise VerificationError(self.tmp, f"tensor {name!r}: its stored data is cut short")
+            what = f"differs from its source (stored byte at {at:,})"
+            raise VerificationError(self.tmp, f"tensor {name!r} {what}")
+        for at, _, size in pieces:
             self.starts.append(at)
             self.ends.append(at + size)
             self.owners.append(len(self.names) - 1)

@@ -22,10 +22,13 @@ from typing import Any
 import h5py
 from h5py import h5d
 
+from ckpt_migrate.errors import CkptIOError
+
 Index = list[tuple[tuple[int, ...], int, int, int]]  # (chunk offset, filter mask, address, size)
+Pieces = list[tuple[int, int, int]]  # (offset in one file, offset in the other, size)
 
 
-def copied_pieces(out: h5d.DatasetID, src: h5d.DatasetID) -> list[tuple[int, int, int]] | None:
+def copied_pieces(out: h5d.DatasetID, src: h5d.DatasetID) -> Pieces | None:
     """``(offset in out's file, offset in src's file, size)`` of every piece of stored data,
     in chunk order, if ``out`` is stored as ``src`` is (module doc): then the two decode alike
     exactly when those bytes are equal. None if it is not (a tensor written by decoding its
@@ -51,9 +54,7 @@ def copied_pieces(out: h5d.DatasetID, src: h5d.DatasetID) -> list[tuple[int, int
     return [(x[2], y[2], x[3]) for x, y in zip(mine, theirs, strict=True)]
 
 
-def _contiguous(
-    out: h5d.DatasetID, src: h5d.DatasetID, size: int
-) -> list[tuple[int, int, int]] | None:
+def _contiguous(out: h5d.DatasetID, src: h5d.DatasetID, size: int) -> Pieces | None:
     """The one piece of two contiguous datasets of ``size`` bytes, if both store it whole."""
     at, there = out.get_offset(), src.get_offset()
     if at is None or there is None or size == 0:
@@ -88,10 +89,24 @@ def _complete(index: Index, shape: tuple[int, ...], chunks: tuple[int, ...]) -> 
     )
 
 
+def first_difference(fd: int, other: int, pieces: Pieces, block: int) -> tuple[int, bool] | None:
+    """None if every piece's bytes at its first offset in ``fd`` are those at its second in
+    ``other``, read in blocks of at most ``block`` bytes, in the order given; else (the offset
+    in ``fd`` of the first byte that differs, whether a read there came up short)."""
+    for at, there, size in pieces:
+        for pos in range(0, size, block):
+            n = min(block, size - pos)
+            mine, theirs = os.pread(fd, n, at + pos), os.pread(other, n, there + pos)
+            if len(mine) != n or len(theirs) != n:
+                return at + pos, True
+            if mine != theirs:
+                return at + pos + next(i for i in range(n) if mine[i] != theirs[i]), False
+    return None
+
+
 class SameBytes:
     """Whether two datasets stored alike hold the same stored bytes (module doc): then they
-    decode to the same values, and neither is decoded. Each piece is read from both files in
-    blocks of at most ``BLOCK`` bytes; the files stay open until ``close``."""
+    decode to the same values, and neither is decoded. The files stay open until ``close``."""
 
     BLOCK = 4 << 20
 
@@ -105,14 +120,12 @@ class SameBytes:
         pieces = copied_pieces(b, a)
         if pieces is None:
             return None
-        fa, fb = self._fd(a_path), self._fd(b_path)
-        for at_b, at_a, size in pieces:
-            for pos in range(0, size, self.BLOCK):
-                n = min(self.BLOCK, size - pos)
-                mine = os.pread(fa, n, at_a + pos)
-                if len(mine) != n or mine != os.pread(fb, n, at_b + pos):
-                    return False
-        return True
+        try:
+            found = first_difference(self._fd(b_path), self._fd(a_path), pieces, self.BLOCK)
+        except OSError as exc:
+            what = f"reading stored data here or in {a_path} failed ({exc.strerror or exc})"
+            raise CkptIOError(b_path, what) from None
+        return found is None
 
     def _fd(self, path: Path) -> int:
         fd = self._fds.get(path)
