@@ -91,3 +91,19 @@ def test_a_changed_header_or_tensor_byte_fails_the_check(tmp_path):
     path.write_bytes(good[:100])
     with pytest.raises(VerificationError, match="header differs"):
         st.verify(tmp_path, entries, written)
+
+
+def test_the_header_is_checked_in_slabs(tmp_path, monkeypatch):
+    """The header is hashed as it is read, a slab at a time (at 112k tensors it is tens of MB):
+    slabs of 7 bytes pass the file as written and refuse one with a header byte changed, or
+    cut inside its header."""
+    entries, written, _ = _written(tmp_path)
+    monkeypatch.setattr(st, "SLAB_BYTES", 7)
+    st.verify(tmp_path, entries, written)
+    path = tmp_path / st.SINGLE
+    good = path.read_bytes()
+    at = good.index(b'"dtype"')
+    for bad in (good[:at] + b"'" + good[at + 1 :], good[: at + 3]):
+        path.write_bytes(bad)
+        with pytest.raises(VerificationError, match="header differs"):
+            st.verify(tmp_path, entries, written)

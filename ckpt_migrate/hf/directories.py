@@ -48,6 +48,15 @@ def _bare(name: str, directory: str) -> str:
     return name[len(directory) + 1 :] if directory else name
 
 
+def _entries_in(entries: list[st.Entry], directory: str) -> list[st.Entry]:
+    """The entries of one directory of a model split in several, named from there."""
+    return [
+        st.Entry(_bare(e.name, directory), e.dtype, e.shape)
+        for e in entries
+        if _dir(e.name) == directory
+    ]
+
+
 def write(
     tmp: Path,
     dirs: tuple[str, ...],
@@ -64,11 +73,7 @@ def write(
     total = st.Written()
     configs = {"": hf_config} if dirs == ONE else hf_config
     for directory in dirs:
-        mine = entries if dirs == ONE else [
-            st.Entry(_bare(e.name, directory), e.dtype, e.shape)
-            for e in entries
-            if _dir(e.name) == directory
-        ]  # fmt: skip
+        mine = entries if dirs == ONE else _entries_in(entries, directory)
         where = tmp / directory if directory else tmp
         where.mkdir(exist_ok=True)
         some = ((_bare(n, directory), a) for n, a in islice(arrays, len(mine)))

@@ -350,14 +350,19 @@ def verify(directory: Path, entries: list[Entry], written: Written) -> None:
 
 
 def _header_checked(path: Path, digest: bytes | None) -> int:
-    """Where the data of ``path`` begins, once its header hashes as the one written."""
+    """Where the data of ``path`` begins, once its header, read in slabs, hashes as the one
+    written (the length prefix included)."""
     h = xxhash.xxh3_128()
     with open(path, "rb") as fh:
         prefix = fh.read(8)
         h.update(prefix)
-        length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else -1
-        header = fh.read(length) if 0 <= length <= 100_000_000 else b""
-        h.update(header)
-    if len(header) != length or h.digest() != digest:
+        length = left = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else 0
+        while left > 0:
+            block = fh.read(min(left, SLAB_BYTES))
+            if not block:
+                break
+            h.update(block)
+            left -= len(block)
+    if len(prefix) != 8 or left or h.digest() != digest:
         raise VerificationError(path, "its header differs from the one written")
     return 8 + length
