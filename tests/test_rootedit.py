@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 from pathlib import Path
 from typing import Any
 
@@ -277,12 +278,25 @@ def test_an_index_verified_root_edit_keeps_a_count_of_its_tensors_not_their_plac
     assert "model.experts.0.w1.weight" in names and "optimizer.state.4.step" in names
 
 
-def test_the_texts_hdf5_is_handed_are_stored_as_h5py_stores_them(tmp_path, monkeypatch):
+@pytest.mark.parametrize("source", ["ours", "trainer-2.9.0", "gpt2-2.6.0"])
+def test_the_texts_hdf5_is_handed_are_stored_as_h5py_stores_them(tmp_path, monkeypatch, source):
     """A text rewritten in place by HDF5's own call (its UTF-8 bytes, no copy) leaves the same
     file as h5py's write of the same text (``capi.write`` refused: the path taken where the
-    library's own calls cannot be found)."""
-    src = _source(tmp_path / "src.mdl", experts=2)
-    texts = {"note.__metadata__": "ünïcode json", "__cstorch_version__": "2.10.0"}
+    library's own calls cannot be found): on a root this tool wrote and on the real 2.9 and
+    2.6 libraries' roots, their own ``__spec__`` rewritten among the texts."""
+    if source == "ours":
+        src = _source(tmp_path / "src.mdl", experts=2)
+    else:
+        src = tmp_path / f"{source}.mdl"
+        packed = ROOT / "fixtures" / "real-cstorch-2.6-2.9" / f"{source}.mdl.xz"
+        src.write_bytes(lzma.decompress(packed.read_bytes()))
+    with h5py.File(src, "r") as f:
+        spec = f.attrs["__spec__"]
+    texts = {
+        "note.__metadata__": "ünïcode json",
+        "__cstorch_version__": "2.10.0",
+        "__spec__": spec.replace("[", "[ ", 1),
+    }
     outs = []
     for via in ("capi", "h5py"):
         out = tmp_path / f"{via}.mdl"
@@ -294,6 +308,5 @@ def test_the_texts_hdf5_is_handed_are_stored_as_h5py_stores_them(tmp_path, monke
             rootedit.edit_root(out, rootedit.Edit(raw, [], DictNode([])))
         outs.append(out.read_bytes())
         with h5py.File(out, "r") as f:
-            assert f.attrs["__cstorch_version__"] == "2.10.0"
-            assert f.attrs["note.__metadata__"] == "ünïcode json"
+            assert {name: f.attrs[name] for name in texts} == texts
     assert outs[0] == outs[1]
