@@ -21,6 +21,7 @@ from loopfs import mounted, unavailable
 from ckpt_migrate.engine import rootedit
 from ckpt_migrate.engine import upgrade as engine
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.tree import DictNode, MemoryData, SeqNode, TensorLeaf, ValueLeaf
 from ckpt_migrate.format.write import write_checkpoint
 
@@ -310,3 +311,25 @@ def test_the_texts_hdf5_is_handed_are_stored_as_h5py_stores_them(tmp_path, monke
         with h5py.File(out, "r") as f:
             assert {name: f.attrs[name] for name in texts} == texts
     assert outs[0] == outs[1]
+
+
+def test_a_structure_the_hops_left_alone_is_not_written_again(tmp_path, monkeypatch):
+    """The real 2.10 library's ``tied.mdl`` (no Trainer ``__metadata__``: no hop changes its
+    structure) down to 2.6: its ``__spec__`` is known unchanged by its pair in the reader's
+    digest, so the edit sets only the release and the provenance record; a chain that adds a
+    ``__metadata__`` entry writes the new structure."""
+    edits: list[rootedit.Edit] = []
+    real = rootedit.edit_root
+    monkeypatch.setattr(
+        rootedit, "edit_root", lambda path, edit: edits.append(edit) or real(path, edit)
+    )
+    src = REAL / "tied.mdl"
+    result, out = _upgrade(src, tmp_path / "tied", "2.6")
+    assert result.strategy == rootedit.STRATEGY and result.verified == "index"
+    assert set(edits[-1].set) == {"__cstorch_version__", PROVENANCE_ATTR}
+    with h5py.File(src, "r") as before, h5py.File(out, "r") as after:
+        assert after.attrs["__spec__"] == before.attrs["__spec__"]
+        assert after.attrs["__cstorch_version__"] == "2.6.0"
+    assert _logical(out) == _logical(_patched(src, tmp_path / "patch", monkeypatch, "2.6"))
+    _upgrade(_source(tmp_path / "src.mdl", experts=2), tmp_path / "ours")
+    assert "__spec__" in edits[-1].set

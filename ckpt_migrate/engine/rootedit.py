@@ -5,9 +5,10 @@ root attribute ``__cstorch_version__`` alone; the hops between them change only 
 values (the ``__metadata__`` list: ``hops.trainer_metadata``), which format 0.5 keeps in root
 attributes (``__spec__`` and one ``<leaf>.__metadata__`` per leaf), never in a dataset. For
 such a chain (``Plan.root_only``) the output is a clone of the source (or one copy of it,
-``extents``) whose root attributes are edited: the structure, the release, the metadata of the
-leaves the hops added, changed or removed, and the provenance record. Every dataset, its
-attributes, its chunk index and its bytes stay the source's, where they were.
+``extents``) whose root attributes are edited: the structure (where it changed), the release,
+the metadata of the leaves the hops added, changed or removed, and the provenance record.
+Every dataset, its attributes, its chunk index and its bytes stay the source's, where they
+were.
 
 The copy-patch (``copypatch``) instead links every dataset into a new root group and rewrites
 its attributes: about 0.15 ms per tensor, which made a 12k-tensor upgrade 2.4 → 2.10 cost 18
@@ -129,7 +130,8 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
     when the hops changed a dataset after all (one added, removed, renamed or replaced, a tie
     moved to another first place), the source holds datasets no leaf names (the copy-patch
     leaves those behind; a root edit would keep them) or the source's root has no room left in
-    its attributes' creation order (``h5root.tracks_order``)."""
+    its attributes' creation order (``h5root.tracks_order``). ``__spec__`` is set only where the
+    structure changed: the source's text is known by its pair in the reader's digest."""
     if ckpt.unreferenced:
         return None
     ties = tied_positions(root)
@@ -165,7 +167,10 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
                 if _has_dataset(leaf, name, first):
                     return None
                 edit.removed.append(f"{name}.__metadata__")
-    edit.set["__spec__"] = _utf8(treespec_json.root_spec_text(root))
+    spec = _utf8(treespec_json.root_spec_text(root))
+    digest = ckpt.handle.root_digest
+    if digest is None or not digest.holds("__spec__", spec):
+        edit.set["__spec__"] = spec
     edit.set["__cstorch_version__"] = _utf8(release.cstorch_version or f"{release.name}.0")
     # Every attribute set may be a new one, and the provenance record and __SUCCESS__ are.
     return edit if _order_room(ckpt.handle.file(), len(edit.set) + 2) else None

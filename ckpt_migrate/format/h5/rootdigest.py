@@ -15,10 +15,11 @@ import hashlib
 _MOD = 1 << 128
 
 
-def pair_hash(name: str, text: str | None) -> int:
+def pair_hash(name: str, text: str | bytes | None) -> int:
+    """A pair's digest; ``text`` may be given as its UTF-8 bytes."""
     pair = name.encode("utf-8", "surrogatepass") + b"\0"
     if text is not None:
-        pair += b"\1" + text.encode("utf-8", "surrogatepass")
+        pair += b"\1" + (text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
     return int.from_bytes(hashlib.blake2b(pair, digest_size=16).digest(), "little")
 
 
@@ -47,6 +48,11 @@ class RootDigest:
             self.pairs[name] = value
         else:
             self.hashes.add(hash(name))
+
+    def holds(self, name: str, raw: bytes) -> bool:
+        """Whether the pair added as ``name`` is the text ``raw`` (its UTF-8 bytes)."""
+        value = self.pairs.get(name)
+        return value is not None and value == pair_hash(name, raw)
 
     def without(self, names: set[str]) -> RootDigest | None:
         """The digest of the pairs whose name is not in ``names``; None when one of them was
