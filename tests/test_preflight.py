@@ -4,6 +4,7 @@ and what the readers take from it instead of opening datasets again."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import random
 import string
@@ -351,7 +352,7 @@ def test_the_walk_asks_about_each_type_once(tmp_path, monkeypatch):
         while chunk := os.read(r, 65536):
             said += chunk
         os.lseek(facts, 0, os.SEEK_SET)
-        found = json.loads(os.read(facts, 1 << 24))
+        found = marshal.loads(os.read(facts, 1 << 24))
     finally:
         os.close(r)
         os.close(facts)
@@ -365,3 +366,35 @@ def test_the_walk_asks_about_each_type_once(tmp_path, monkeypatch):
     assert expected is not None and found == expected.datasets
     first, rest = said.replace(b".", b"").split(b";")[:2]  # "M<stored>,<declared>", "=<rest>"
     assert int(first[1:].split(b",")[0]) + int(rest[1:]) == expected.stored
+
+
+def test_the_facts_handed_over_share_what_datasets_share_and_are_read_once(tmp_path, monkeypatch):
+    """A checkpoint's thousands of tensors have a few dtypes, shapes and tags: the walk hands
+    each over once (``marshal`` keeps an object shared; as JSON, every dataset's own copies
+    were 925 bytes a dataset at 188k), and the facts equal the datasets' own. A deferred walk's
+    facts are read once, after its first part: finishing the rest does not read them again."""
+    src = tmp_path / "many.mdl"
+    weights = {f"w{i}": np.full((4, 2), i, np.float32) for i in range(300)}
+    cm.save({"model": weights, "step": 3}, src, "2.0")
+    found = preflight.preflight(src)
+    assert found is not None
+    facts = [fact for name, fact in found.datasets.items() if name.startswith("model")]
+    assert len(facts) == 300
+    assert len({id(fact["a"]) for fact in facts}) <= preflight.WORKERS  # (one per child)
+    assert len({id(fact["s"]) for fact in facts}) <= preflight.WORKERS
+    with h5py.File(src, "r") as f:
+        for name, fact in found.datasets.items():
+            ds = f[name]
+            assert fact["u"] == h5py.h5o.get_info(ds.id).addr
+            assert (fact["d"], fact["s"]) == (ds.dtype.str, list(ds.shape))
+            assert fact["a"] == {
+                k: ds.attrs[k].item() if hasattr(ds.attrs[k], "item") else ds.attrs[k]
+                for k in ds.attrs
+            }
+    loads: list[int] = []
+    real = preflight._Walk.facts_found
+    monkeypatch.setattr(preflight._Walk, "facts_found", lambda w: loads.append(1) or real(w))
+    deferred = preflight.preflight(src, defer=True)
+    assert deferred is not None and deferred.rest is not None
+    assert deferred.rest.finish(src) == found.stored
+    assert len(loads) == 1 and deferred.datasets == found.datasets

@@ -46,6 +46,7 @@ from ckpt_migrate.format.h5.attrtable import (
     message_fields,
 )
 from ckpt_migrate.format.h5.boundary import ALLOWED_FILTERS, ALLOWED_TYPE_CLASSES
+from ckpt_migrate.format.h5.facts import Shared
 from ckpt_migrate.format.h5.fractalheap import UNDEF
 from ckpt_migrate.format.h5.headers import (
     SHARED,
@@ -112,7 +113,7 @@ class HeaderReader:
         self.file_bytes, self.base = size, base
         self.described: dict[tuple[int, bytes], Any] = {}  # (``_described``)
         self.attributes: dict[bytes, tuple[str, Any]] = {}  # (``_attribute``)
-        self.shared: dict[tuple[type, Any, tuple], Any] = {}  # (``_shared``)
+        self.shared = Shared()
 
     def read(self, at: int, n: int) -> bytes:
         self.spent += n
@@ -144,33 +145,12 @@ class HeaderReader:
         stored, end, value = self._storage(found[_LAYOUT], declared)
         if end > self.file_bytes or budgets.dataset_problem(declared, stored) is not None:
             raise Undecided("a budget the walk enforces")
-        fact: dict[str, Any] = {
-            "u": address,
-            "d": self._shared(str, dtype.str),
-            "s": None if shape is None else self._shared(list, shape),
-            "a": self._shared(dict, tuple(scalars.items()), tuple(map(type, scalars.values()))),
-        }
+        fact = self.shared.fact(address, dtype.str, shape, scalars)
         if shape == () and dtype.kind in "biuf":
             if value is None or len(value) < dtype.itemsize:
                 raise Undecided("a scalar with no stored value")
             fact["v"] = [np.frombuffer(value, dtype, 1)[0].item()]
         return fact, stored
-
-    def _shared(self, make: type, key: Any, types: tuple = ()) -> Any:
-        """One ``make(key)`` (a str, list, dict) for equal keys of the same ``types`` (True equals
-        1), which the facts only read: at 188k datasets a dict and a list each cost 60 MB.
-        Never for a float (-0.0 equals 0.0)."""
-        if float in types:
-            return make(key)
-        try:
-            known = self.shared.get((make, key, types))
-        except TypeError:  # (a full tensor's shape, a list)
-            return make(key)
-        if known is None:
-            known = make(key)
-            if len(self.shared) < _KEPT:
-                self.shared[make, key, types] = known
-        return known
 
     def _described(self, kind: int, body: bytes) -> Any:
         """A datatype message's numpy dtype, a dataspace message's shape, or a filter

@@ -34,7 +34,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import faulthandler
-import json
+import marshal
 import math
 import os
 import select
@@ -57,6 +57,7 @@ from ckpt_migrate.format.h5.boundary import (
     link_problem,
     storage_problem,
 )
+from ckpt_migrate.format.h5.facts import Shared
 from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.io import forbid_plugin_loading, prefetch
 from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
@@ -140,7 +141,7 @@ class Rest:
         if walk is None:
             raise RuntimeError("the walk was already finished or cancelled")
         try:
-            found = walk.conclude(path)
+            found = walk.conclude(path, facts=False)  # (the reader took them after the first part)
         finally:
             walk.cancel()
         return None if found is None else found.stored
@@ -234,9 +235,10 @@ class _Walk:
             if len(self.words) < 4096:  # a child says a few words; more is not worth keeping
                 self.words += data.replace(TICK, b"")
 
-    def conclude(self, path: Path) -> Findings | None:
-        """Wait for every child to end and judge the walk: ``Findings``, or None for a problem
-        the parent's own checks are to name; ``CorruptCheckpointError`` for a crash or a hang."""
+    def conclude(self, path: Path, facts: bool = True) -> Findings | None:
+        """Wait for every child to end and judge the walk: ``Findings`` (without the datasets'
+        facts unless ``facts``), or None for a problem the parent's own checks are to name;
+        ``CorruptCheckpointError`` for a crash or a hang."""
         self.follow(path, None)
         statuses = [os.waitpid(pid, 0)[1] for pid in self.pids]
         self.pids = []
@@ -256,14 +258,15 @@ class _Walk:
         stored = sum(int(w[1:].split(b",")[0]) for w in firsts)
         stored += sum(int(w[1:]) for w in seconds)
         self._remember_extents(path)
-        return Findings(stored, self.facts_found())
+        return Findings(stored, self.facts_found() if facts else {})
 
     def facts_found(self) -> dict[str, dict[str, Any]]:
         datasets: dict[str, dict[str, Any]] = {}
         for fd in self.facts:
             with os.fdopen(os.dup(fd), "rb") as fh:
                 fh.seek(0)
-                datasets.update(json.loads(fh.read() or b"{}"))
+                raw = fh.read()
+            datasets.update(marshal.loads(raw) if raw else {})
         return datasets
 
     def _remember_extents(self, path: Path) -> None:
@@ -335,6 +338,7 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int, extents_f
     pieces = overlaps.Extents()
     objects: set[int] = set()
     facts: dict[str, dict[str, Any]] = {}
+    shared = Shared()  # (handed over by ``marshal``, which keeps an object shared once)
     # The chunked datasets whose index the second part walks, by name: an open dataset keeps
     # its header and index in memory (41 MB per thousand datasets of a 12k-tensor checkpoint,
     # issue 33), so they are opened again then, one at a time.
@@ -366,7 +370,7 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int, extents_f
             if not isinstance(obj, h5py.h5d.DatasetID):
                 read_attributes(obj, tick)
             else:
-                fact, size, chunked = _dataset(obj, address, path, file_bytes, tick, pieces)
+                fact, size, chunked = _dataset(obj, address, path, file_bytes, tick, pieces, shared)
                 facts[name.decode("utf-8", "surrogateescape")] = fact
                 if chunked:
                     later.append((name, size))
@@ -375,8 +379,8 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int, extents_f
                     stored += size
             if i % 8 == 0:  # progress, every eighth object
                 os.write(tick, TICK)
-        with os.fdopen(os.dup(facts_fd), "w") as fh:
-            fh.write(json.dumps(facts))  # (json.dump encodes in Python, dumps in C)
+        with os.fdopen(os.dup(facts_fd), "wb") as fh:
+            fh.write(marshal.dumps(facts))
         os.write(tick, b"%s%d,%d%s" % (FIRST, stored, declared, END))
         os.nice(10)  # the rest runs beside the parent's work, which comes first
         rest = 0
@@ -401,6 +405,7 @@ def _dataset(
     file_bytes: int,
     tick: int,
     pieces: overlaps.Extents,
+    shared: Shared,
 ) -> tuple[dict[str, Any], int, bool]:
     """A dataset's facts (``Findings.datasets``), the bytes it declares
     (chunked: its chunk index is measured in the second part) or stores (otherwise), and
@@ -414,12 +419,8 @@ def _dataset(
     extent = space.get_simple_extent_type()
     shape = None if extent == h5py.h5s.NULL else () if extent == h5py.h5s.SCALAR else space.shape
     declared = math.prod(shape) * kind.size if extent == h5py.h5s.SIMPLE else 0
-    fact: dict[str, Any] = {
-        "u": address,
-        "d": numpy_type(tid).str if kind.number is None else kind.number.str,
-        "s": None if shape is None else list(shape),
-        "a": scalars,
-    }
+    dtype = numpy_type(tid).str if kind.number is None else kind.number.str
+    fact = shared.fact(address, dtype, shape, scalars)
     if dcpl.get_layout() == h5py.h5d.CHUNKED:
         if budgets.dataset_problem(declared, file_bytes) is not None:
             raise Refused  # more than the whole file could expand to
