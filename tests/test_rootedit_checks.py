@@ -8,6 +8,7 @@ datasets an outline read need not open), and then one tensor's dataset replaced 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from ckpt_migrate.format import read as reader
 from ckpt_migrate.format.h5 import attrtable, preflight, sniff, storagescan
 from ckpt_migrate.format.h5.io import object_addresses, open_read, root_addresses
 from ckpt_migrate.format.h5.root import superblock_offset
-from ckpt_migrate.format.h5.rootdigest import RootDigest
+from ckpt_migrate.format.h5.rootdigest import RootDigest, pair_hash
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -293,6 +294,28 @@ def test_a_digest_gives_back_the_pairs_not_taken_out():
     assert taken is not None and (taken.digest, taken.count) == (rest.digest, rest.count)
     assert taken.other == []
     assert whole.without({"w.__metadata__"}) is None  # cannot be taken out: read both files
+
+
+def test_a_pair_is_hashed_as_its_joined_bytes_however_long_its_text():
+    """A long text is hashed a slice at a time (the 27 MB ``__spec__`` was copied four times
+    over): the digest is still that of the pair's bytes, name, NUL, 1 and UTF-8 text (lone
+    surrogates as written), given as text or as bytes; ``holds`` tells a text it was given."""
+    text = "ü\udc80a\U0001f600" * 400_000  # (over a slice of 2**20 characters)
+    for name, value in [("__spec__", text), ("__spec__", text[1:]), ("n", ""), ("\udcff", "x")]:
+        raw = value.encode("utf-8", "surrogatepass")
+        pair = name.encode("utf-8", "surrogatepass") + b"\0\1" + raw
+        want = int.from_bytes(hashlib.blake2b(pair, digest_size=16).digest(), "little")
+        assert pair_hash(name, value) == pair_hash(name, raw) == want
+    none = name.encode("utf-8", "surrogatepass") + b"\0"
+    assert pair_hash(name, None) == int.from_bytes(
+        hashlib.blake2b(none, digest_size=16).digest(), "little"
+    )
+    digest = RootDigest()
+    digest.add("__spec__", text)
+    assert digest.holds("__spec__", text) and digest.holds(
+        "__spec__", text.encode("utf-8", "surrogatepass")
+    )
+    assert not digest.holds("__spec__", text[1:]) and not digest.holds("other", text)
 
 
 def test_the_real_librarys_files_are_checked_against_the_digest_of_their_first_read(

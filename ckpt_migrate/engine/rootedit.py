@@ -167,10 +167,11 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
                 if _has_dataset(leaf, name, first):
                     return None
                 edit.removed.append(f"{name}.__metadata__")
-    spec = _utf8(treespec_json.root_spec_text(root))
+    spec = treespec_json.root_spec_text(root)
     digest = ckpt.handle.root_digest
-    if digest is None or not digest.holds("__spec__", spec):
-        edit.set["__spec__"] = spec
+    if digest is None or not digest.holds("__spec__", spec):  # (compared before it is encoded)
+        edit.set["__spec__"] = _utf8(spec)
+    del spec
     edit.set["__cstorch_version__"] = _utf8(release.cstorch_version or f"{release.name}.0")
     # Every attribute set may be a new one, and the provenance record and __SUCCESS__ are.
     return edit if _order_room(ckpt.handle.file(), len(edit.set) + 2) else None

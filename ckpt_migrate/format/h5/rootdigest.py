@@ -13,14 +13,22 @@ from __future__ import annotations
 import hashlib
 
 _MOD = 1 << 128
+_SLICE = 1 << 20  # characters of a text encoded at once
 
 
 def pair_hash(name: str, text: str | bytes | None) -> int:
-    """A pair's digest; ``text`` may be given as its UTF-8 bytes."""
-    pair = name.encode("utf-8", "surrogatepass") + b"\0"
+    """A pair's digest; ``text`` may be given as its UTF-8 bytes. Hashed piece by piece, a
+    long text encoded a slice at a time (UTF-8 encodes each code point alone): the pair joined
+    into one string first held four copies of a 27 MB ``__spec__`` at once."""
+    hashed = hashlib.blake2b(name.encode("utf-8", "surrogatepass") + b"\0", digest_size=16)
     if text is not None:
-        pair += b"\1" + (text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
-    return int.from_bytes(hashlib.blake2b(pair, digest_size=16).digest(), "little")
+        hashed.update(b"\1")
+        if isinstance(text, bytes):
+            hashed.update(text)
+        else:
+            for at in range(0, len(text), _SLICE):
+                hashed.update(text[at : at + _SLICE].encode("utf-8", "surrogatepass"))
+    return int.from_bytes(hashed.digest(), "little")
 
 
 class RootDigest:
@@ -49,10 +57,10 @@ class RootDigest:
         else:
             self.hashes.add(hash(name))
 
-    def holds(self, name: str, raw: bytes) -> bool:
-        """Whether the pair added as ``name`` is the text ``raw`` (its UTF-8 bytes)."""
+    def holds(self, name: str, text: str | bytes) -> bool:
+        """Whether the pair added as ``name`` is ``text`` (or its UTF-8 bytes)."""
         value = self.pairs.get(name)
-        return value is not None and value == pair_hash(name, raw)
+        return value is not None and value == pair_hash(name, text)
 
     def without(self, names: set[str]) -> RootDigest | None:
         """The digest of the pairs whose name is not in ``names``; None when one of them was
