@@ -69,6 +69,33 @@ def test_fill_missing_decodes_in_flatten_order_in_place():
     assert fill_missing(MissingLeaf(""), decode).value == ""  # a root that is a leaf
 
 
+def test_leaves_mapped_in_place_are_the_copys_in_the_trees_own_containers():
+    """``map_leaves(in_place=True)`` (a legacy spec just decoded): the same leaves, names and
+    paths as the copy, in the root's own containers; a leaf under two places (a tie) is mapped
+    once and stays one object; a root that is a leaf is mapped too."""
+    shared = MissingLeaf("a")
+    root = _spec_like()
+    root.items.append(("again", shared))
+    root.items[0] = ("a", shared)
+    containers = [id(root), id(root.items[1][1]), id(root.items[2][1])]
+    seen: list[tuple[str, tuple]] = []
+
+    def fn(ref):
+        seen.append((ref.name, ref.path))
+        return ValueLeaf(ref.name)
+
+    copy = map_leaves(_spec_like(), lambda ref: ValueLeaf(ref.name))
+    mapped = map_leaves(root, fn, in_place=True)
+    assert mapped is root
+    assert [id(root), id(root.items[1][1]), id(root.items[2][1])] == containers
+    assert [(r.name, r.leaf.value) for r in iter_leaves(mapped)][:-1] == [
+        (r.name, r.leaf.value) for r in iter_leaves(copy)
+    ]
+    assert root.items[0][1] is root.items[-1][1] and seen.count(("a", ("a",))) == 1
+    assert ("again", ("again",)) not in seen  # (the tie: its first place's leaf)
+    assert map_leaves(MissingLeaf(""), fn, in_place=True).value == ""
+
+
 def test_tied_positions_are_the_first_positions_of_ties_only():
     shared, other = ValueLeaf(1), ValueLeaf(2)
     root = DictNode([("x", shared), ("y", SeqNode("list", [other, shared])), ("z", shared)])

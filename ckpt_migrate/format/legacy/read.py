@@ -101,7 +101,7 @@ def read(
             shared[ident] = _decode_dataset(ds, stored, handle, fmt, ref.name)
         return shared[ident]
 
-    root = map_leaves(info.root, decode)
+    root = map_leaves(info.root, decode, in_place=True)
     if facts.links is not None:  # (every link is a dataset's: ``headerfacts`` answers no other)
         unreferenced = sorted(name for name in facts.links if name not in used)
     else:
