@@ -40,7 +40,7 @@ def _walked(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter, np.nd
     assert key == file_identity(path)
     pieces = _pairs(data.starts_array(), data.ends_array())
     with h5py.File(path, "r", locking=False) as f:
-        pieces.update(metadata_extents(f, objects))
+        pieces.update(zip(*metadata_extents(f, objects), strict=True))
         with monkeypatch.context() as m:
             m.setattr(overlaps, "_stored_extents", _no_second_walk)
             starts = overlaps.shared_starts(f)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import struct
+from array import array
 from collections.abc import Iterable, Iterator
 
 import h5py
@@ -40,11 +41,12 @@ class _Stop(Exception):
 
 
 class _File:
-    """Bounded reads of one file, and the extents found so far."""
+    """Bounded reads of one file, and the extents found so far (their starts and ends as
+    arrays: a pair of ints each was 48 bytes, 36 MB at 150k tensors)."""
 
     def __init__(self, fd: int, size: int) -> None:
         self.fd, self.size = fd, size
-        self.extents: list[tuple[int, int]] = []
+        self.starts, self.ends = array("Q"), array("Q")
         self.seen: set[int] = set()
         self.limit = size // 8 + 16  # no more structures than the file can hold
         self.budget = self.limit
@@ -72,7 +74,8 @@ class _File:
 
     def add(self, at: int, n: int) -> None:
         if n > 0:
-            self.extents.append((at, at + n))
+            self.starts.append(at)
+            self.ends.append(min(at + n, _UNDEFINED))
 
 
 class _Sizes:
@@ -83,22 +86,22 @@ class _Sizes:
     chunk_k = 32
 
 
-def metadata_extents(f: h5py.File, objects: Iterable[int]) -> list[tuple[int, int]]:
-    """(start, end) of the metadata of ``f`` that belongs to the superblock and to the objects
-    at the addresses ``objects`` (their headers, chunk indexes and group structures)."""
+def metadata_extents(f: h5py.File, objects: Iterable[int]) -> tuple[array, array]:
+    """The starts and ends of the metadata of ``f`` that belongs to the superblock and to the
+    objects at the addresses ``objects`` (their headers, chunk indexes and group structures)."""
     fd = os.open(f.filename, os.O_RDONLY)
     try:
         mapped = _File(fd, os.fstat(fd).st_size)
         try:
             sizes = _superblock(mapped)
         except _Stop:
-            return []
+            return array("Q"), array("Q")
         for address in objects:
             try:
                 _object(mapped, address, sizes)
             except _Stop:
                 continue
-        return mapped.extents
+        return mapped.starts, mapped.ends
     finally:
         os.close(fd)
 

@@ -63,12 +63,8 @@ class _Walked:
         self.data, self.objects = data, objects
 
     def overlapping(self, f: h5py.File) -> np.ndarray:
-        mapped = Extents()
-        for start, end in metadata_extents(f, self.objects):
-            mapped.add(start, end)
-        starts = np.concatenate([self.data.starts_array(), mapped.starts_array()])
-        ends = np.concatenate([self.data.ends_array(), mapped.ends_array()])
-        return _overlapping(starts, ends)
+        self.data.extend(*metadata_extents(f, self.objects))
+        return _overlapping(self.data.starts_array(), self.data.ends_array())
 
 
 def _keep(key: tuple[int, ...], found: np.ndarray | _Walked) -> None:
@@ -87,6 +83,11 @@ class Extents:
     def add(self, start: int, end: int) -> None:
         self.starts.append(start)
         self.ends.append(min(end, _LAST))
+
+    def extend(self, starts: array, ends: array) -> None:
+        """Add the extents of ``starts`` and ``ends`` (each end at most 2**64 - 1)."""
+        self.starts.extend(starts)
+        self.ends.extend(ends)
 
     def chunk(self, info: h5py.h5d.StoreInfo) -> None:
         """A ``chunk_iter`` callback."""
@@ -134,8 +135,7 @@ def _stored_extents(f: h5py.File) -> tuple[np.ndarray, np.ndarray]:
             found.add(obj.get_offset(), obj.get_offset() + obj.get_storage_size())
 
     f.id.links.visit(visit, info=True)
-    for start, end in metadata_extents(f, objects):
-        found.add(start, end)
+    found.extend(*metadata_extents(f, objects))
     return found.starts_array(), found.ends_array()
 
 
