@@ -287,7 +287,7 @@ class _Walk:
                 objects.frombytes(raw[at:])
         except (OSError, ValueError):
             return
-        overlaps.remember(self.identity, data, set(objects))
+        overlaps.remember(self.identity, data, objects)
 
     def cancel(self) -> None:
         """No child may walk on after its parent has gone (Ctrl-C) or given up on it.
