@@ -63,8 +63,11 @@ class _Walked:
         self.data, self.objects = data, objects
 
     def overlapping(self, f: h5py.File) -> np.ndarray:
-        self.data.extend(*metadata_extents(f, self.objects))
-        return _overlapping(self.data.starts_array(), self.data.ends_array())
+        """(The walk's own extents are left as they are: two threads may ask at once.)"""
+        mapped_starts, mapped_ends = metadata_extents(f, self.objects)
+        starts = np.concatenate([self.data.starts_array(), np.frombuffer(mapped_starts, np.uint64)])
+        ends = np.concatenate([self.data.ends_array(), np.frombuffer(mapped_ends, np.uint64)])
+        return _overlapping(starts, ends)
 
 
 def _keep(key: tuple[int, ...], found: np.ndarray | _Walked) -> None:
