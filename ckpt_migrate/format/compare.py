@@ -219,7 +219,7 @@ def compare_trees(
         if isinstance(ref.leaf, TensorLeaf) and ref.name in lb:
             total += ref.leaf.nbytes
     diffs = [Difference(name, "only in the second") for name in lb if name not in names_a]
-    compared = done = by_stored = 0
+    compared = done = 0
     same_bytes = SameBytes()
     with contextlib.closing(same_bytes):
         for ref in iter_leaves(a):
@@ -240,25 +240,34 @@ def compare_trees(
                 diffs.append(Difference(name, f"tied to {tx!r} vs {ty!r}"))
             if isinstance(x, TensorLeaf) and isinstance(y, TensorLeaf):
                 compared += 1
-                if (x.dtype, x.shape) != (y.dtype, y.shape):
-                    diffs.append(
-                        Difference(name, f"{x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}")
-                    )
-                elif allclose:
-                    if not _allclose(x, y, rtol, atol):
-                        diffs.append(Difference(name, "values differ beyond tolerance"))
-                elif _stored_equal(same_bytes, x, y):
-                    by_stored += 1
-                elif tensor_sha256(x) != tensor_sha256(y):
-                    diffs.append(Difference(name, "tensor data differs"))
+                what = _tensor_difference(x, y, same_bytes, allclose, rtol, atol)
             else:
-                one = signature(DictNode([("x", x)]))
-                two = signature(DictNode([("x", y)]))
-                if one != two:
-                    diffs.append(Difference(name, f"{one[2][0][2]} vs {two[2][0][2]}"))
+                what = _value_difference(x, y)
+            if what is not None:
+                diffs.append(Difference(name, what))
     if progress is not None:
         progress("verify", done, total)
-    return Comparison(sorted(diffs, key=lambda d: d.name), compared, by_stored)
+    return Comparison(sorted(diffs, key=lambda d: d.name), compared, same_bytes.matched)
+
+
+def _tensor_difference(
+    x: TensorLeaf, y: TensorLeaf, same_bytes: SameBytes, allclose: bool, rtol: float, atol: float
+) -> str | None:
+    """What differs between two tensors, None if nothing: by value (``allclose``), else by
+    their stored bytes where both files store them alike, else by their data's hash."""
+    if (x.dtype, x.shape) != (y.dtype, y.shape):
+        return f"{x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+    if allclose:
+        return None if _allclose(x, y, rtol, atol) else "values differ beyond tolerance"
+    if _stored_equal(same_bytes, x, y) or tensor_sha256(x) == tensor_sha256(y):
+        return None
+    return "tensor data differs"
+
+
+def _value_difference(x: Leaf, y: Leaf) -> str | None:
+    one = signature(DictNode([("x", x)]))
+    two = signature(DictNode([("x", y)]))
+    return None if one == two else f"{one[2][0][2]} vs {two[2][0][2]}"
 
 
 def _stored_equal(same_bytes: SameBytes, x: TensorLeaf, y: TensorLeaf) -> bool:

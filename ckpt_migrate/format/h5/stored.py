@@ -106,12 +106,14 @@ def first_difference(fd: int, other: int, pieces: Pieces, block: int) -> tuple[i
 
 class SameBytes:
     """Whether two datasets stored alike hold the same stored bytes (module doc): then they
-    decode to the same values, and neither is decoded. The files stay open until ``close``."""
+    decode to the same values, and neither is decoded. The files stay open until ``close``;
+    ``matched`` counts the pairs found equal."""
 
     BLOCK = 4 << 20
 
     def __init__(self) -> None:
         self._fds: dict[Path, int] = {}
+        self.matched = 0
 
     def equal(self, a: h5d.DatasetID, a_path: Path, b: h5d.DatasetID, b_path: Path) -> bool | None:
         """True if ``b`` is stored as ``a`` is and its stored bytes are ``a``'s, False if it is
@@ -125,6 +127,7 @@ class SameBytes:
         except OSError as exc:
             what = f"reading stored data here or in {a_path} failed ({exc.strerror or exc})"
             raise CkptIOError(b_path, what) from None
+        self.matched += found is None
         return found is None
 
     def _fd(self, path: Path) -> int:
