@@ -4,6 +4,7 @@ and what the readers take from it instead of opening datasets again."""
 from __future__ import annotations
 
 import json
+import lzma
 import marshal
 import os
 import random
@@ -14,7 +15,7 @@ from urllib.parse import quote
 import h5py
 import numpy as np
 import pytest
-from conftest import sha256_file
+from conftest import FIXTURES, REAL, sha256_file
 from test_upgrade import fixture
 
 import ckpt_migrate as cm
@@ -398,3 +399,41 @@ def test_the_facts_handed_over_share_what_datasets_share_and_are_read_once(tmp_p
     assert deferred is not None and deferred.rest is not None
     assert deferred.rest.finish(src) == found.stored
     assert len(loads) == 1 and deferred.datasets == found.datasets
+
+
+def _real_files(tmp_path: Path) -> list[Path]:
+    """The real 2.10 library's files, the real 2.6 and 2.9 releases' (decompressed), and the
+    legacy layouts' fixtures (tagged datasets, whose attributes the facts carry)."""
+    found = sorted(REAL.glob("*.mdl")) + [FIXTURES / f"release-{r}.mdl" for r in ("1.9", "2.0")]
+    for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz")):
+        path = tmp_path / packed.name.removesuffix(".xz")
+        path.write_bytes(lzma.decompress(packed.read_bytes()))
+        found.append(path)
+    return found
+
+
+def test_the_facts_of_the_real_libraries_files_are_their_datasets_own(tmp_path):
+    """On every file the real 2.6, 2.9 and 2.10 libraries wrote, and the legacy layouts: each
+    dataset's facts, handed
+    over shared, are its own address, dtype and shape, and each scalar attribute the walk
+    keeps is the dataset's own value; equal attribute sets are one object within a child."""
+    files = _real_files(tmp_path)
+    assert len(files) > 10
+    kept = 0
+    for path in files:
+        found = preflight.preflight(path)
+        assert found is not None, path
+        with h5py.File(path, "r") as f:
+            for name, fact in found.datasets.items():
+                ds = f[name]
+                assert fact["u"] == h5py.h5o.get_info(ds.id).addr, (path, name)
+                shape = None if ds.shape is None else list(ds.shape)  # (an empty dataspace)
+                assert (fact["d"], fact["s"]) == (ds.dtype.str, shape), (path, name)
+                kept += len(fact["a"])
+                for key, value in fact["a"].items():
+                    own = ds.attrs[key]
+                    assert value == np.asarray(own).tolist(), (path, key)
+        kinds = {repr(sorted(fact["a"].items())) for fact in found.datasets.values()}
+        objects = {id(fact["a"]) for fact in found.datasets.values()}
+        assert len(objects) <= preflight.WORKERS * len(kinds), path
+    assert kept > 0  # (the legacy tags among them)
