@@ -23,6 +23,7 @@ from ckpt_migrate.cli import commands
 from ckpt_migrate.errors import CkptError
 from ckpt_migrate.format import read as reader
 from ckpt_migrate.format.h5 import headerfacts, headerscan, linktable, preflight
+from ckpt_migrate.format.h5.facts import ADDRESS, ATTRS
 from ckpt_migrate.format.h5.root import root_header
 from ckpt_migrate.format.read import read_checkpoint
 
@@ -56,8 +57,8 @@ def _as_walk_said(path: Path) -> None:
     assert stored == walk.stored
     for name, fact in walk.datasets.items():
         assert json.dumps(facts[name], sort_keys=True) == json.dumps(fact, sort_keys=True), name
-    addresses = {fact["u"] for fact in walk.datasets.values()}
-    assert {fact["u"] for fact in facts.values()} == addresses
+    addresses = {fact[ADDRESS] for fact in walk.datasets.values()}
+    assert {fact[ADDRESS] for fact in facts.values()} == addresses
 
 
 @pytest.mark.parametrize("path", LEGACY, ids=_ids)
@@ -310,7 +311,7 @@ def test_equal_attribute_sets_are_shared_but_never_confused(tmp_path):
             f.create_dataset(f"stray{i}", data=np.zeros(2, "f4")).attrs["x"] = value
 
     facts, _ = _scanned(_with(tmp_path, "values", make))
-    seen = [facts[f"stray{i}"]["a"]["x"] for i in range(5)]
+    seen = [facts[f"stray{i}"][ATTRS]["x"] for i in range(5)]
     assert [(type(v), str(v)) for v in seen] == [
         (bool, "True"),
         (int, "1"),
@@ -318,7 +319,7 @@ def test_equal_attribute_sets_are_shared_but_never_confused(tmp_path):
         (float, "0.0"),
         (bool, "True"),
     ]
-    assert facts["stray0"]["a"] is facts["stray4"]["a"]
+    assert facts["stray0"][ATTRS] is facts["stray4"][ATTRS]
 
 
 def test_damaged_headers_are_answered_or_left_to_the_full_read(tmp_path):
@@ -359,3 +360,47 @@ def test_attributes_kept_in_order_are_read_compact_and_left_dense(tmp_path):
 
     _as_walk_said(_with(tmp_path, "compact", compact))
     assert _scanned(_with(tmp_path, "dense", dense)) is None
+
+
+def _leaves_and_ties(root) -> list[tuple[str, str, str]]:
+    """Each leaf's name and kind, and the first name of the leaf object it is (a tie's)."""
+    from ckpt_migrate.format.tree import iter_leaves
+
+    first: dict[int, str] = {}
+    return [
+        (ref.name, type(ref.leaf).__name__, first.setdefault(id(ref.leaf), ref.name))
+        for ref in iter_leaves(root)
+    ]
+
+
+@pytest.mark.parametrize("path", [p for p in LEGACY if p.name not in FLAGGED], ids=_ids)
+def test_the_outline_ties_and_leaves_out_what_the_full_read_does(path, tmp_path, monkeypatch):
+    """The outline lets go of each dataset's facts as its leaf takes them, shares a leaf only
+    among the names of one dataset (``Facts.aliased``), and names the datasets no leaf took
+    as not in the spec: as the full read does, with a second name of a tensor's dataset and
+    a dataset of its own added that the spec does not name."""
+    copy = tmp_path / path.name
+    shutil.copy(path, copy)
+    with h5py.File(path, "r") as f:  # (a tie written as two names of one dataset)
+        tied = bool(linktable.aliased(h5py.h5o.get_info(f[n].id).addr for n in f))
+    with h5py.File(copy, "a") as f:
+        tensor = next(n for n in f if f[n].ndim > 0 and f[n].dtype.kind == "f")
+        f["zz_second_name"] = f[tensor]
+        f["zz_own"] = np.zeros(3, np.float32)
+    laters: list[headerscan.Later] = []
+    real = headerscan.Later
+    monkeypatch.setattr(headerscan, "Later", lambda *a: laters.append(real(*a)) or laters[-1])
+    with read_checkpoint(copy, outline=True, legacy_outline=True) as outlined:
+        assert outlined.outline
+        assert laters and sorted(laters[0]) == outlined.unreferenced
+        got = (_leaves_and_ties(outlined.root), outlined.unreferenced)
+    with read_checkpoint(copy) as full:
+        assert not full.outline
+        assert got == (_leaves_and_ties(full.root), full.unreferenced)
+    assert {"zz_second_name", "zz_own"} <= set(got[1])
+    assert (len({tie for _, _, tie in got[0]}) < len(got[0])) == tied
+
+
+def test_aliased_are_the_addresses_named_more_than_once():
+    assert linktable.aliased([]) == frozenset()
+    assert linktable.aliased([5, 1, 9, 1, 5, 5, 7]) == {1, 5}

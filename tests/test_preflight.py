@@ -23,7 +23,7 @@ from ckpt_migrate import cli
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.compare import signature
 from ckpt_migrate.format.h5 import boundary, io, preflight
-from ckpt_migrate.format.h5.facts import Facts
+from ckpt_migrate.format.h5.facts import ADDRESS, ATTRS, DTYPE, SHAPE, Facts
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
 from ckpt_migrate.format.v05.write import _leaf_json, _leaf_json_slow
@@ -167,12 +167,14 @@ def test_the_readers_build_tensors_and_numbers_from_the_facts_without_opening_a_
     [
         None,
         "x",
-        {"u": 1, "d": "<f4", "s": [2], "a": []},  # attrs not a dict
-        {"u": 1, "d": "|O", "s": [2], "a": {}},  # strings: the reader's to decode
-        {"u": 1, "d": "no-such-dtype", "s": [2], "a": {}},
-        {"u": "one", "d": "<f4", "s": [2], "a": {}},
-        {"u": 1, "d": "<f4", "s": ["2x"], "a": {}},
-        {"d": "<f4", "s": [2], "a": {}},
+        (1, "<f4", [2], []),  # attrs not a dict
+        (1, "|O", [2], {}),  # strings: the reader's to decode
+        (1, "no-such-dtype", [2], {}),
+        ("one", "<f4", [2], {}),
+        (1, "<f4", ["2x"], {}),
+        ("<f4", [2], {}),
+        (1, "<f4", [2], {}, [3], "more"),
+        {"u": 1, "d": "<f4", "s": [2], "a": {}},  # (not a tuple)
     ],
 )
 def test_facts_that_do_not_look_right_are_not_used(raw):
@@ -192,7 +194,7 @@ def test_facts_that_do_not_look_right_are_not_used(raw):
     ],
 )
 def test_a_value_that_does_not_look_right_is_not_used(dtype, shape, v):
-    known = Facts({"x": {"u": 1, "d": dtype, "s": shape, "a": {}, "v": v}}).dataset("x")
+    known = Facts({"x": (1, dtype, shape, {}, v)}).dataset("x")
     assert known is not None and known.value is None
 
 
@@ -381,14 +383,14 @@ def test_the_facts_handed_over_share_what_datasets_share_and_are_read_once(tmp_p
     assert found is not None
     facts = [fact for name, fact in found.datasets.items() if name.startswith("model")]
     assert len(facts) == 300
-    assert len({id(fact["a"]) for fact in facts}) <= preflight.WORKERS  # (one per child)
-    assert len({id(fact["s"]) for fact in facts}) <= preflight.WORKERS
+    assert len({id(fact[ATTRS]) for fact in facts}) <= preflight.WORKERS  # (one per child)
+    assert len({id(fact[SHAPE]) for fact in facts}) <= preflight.WORKERS
     with h5py.File(src, "r") as f:
         for name, fact in found.datasets.items():
             ds = f[name]
-            assert fact["u"] == h5py.h5o.get_info(ds.id).addr
-            assert (fact["d"], fact["s"]) == (ds.dtype.str, list(ds.shape))
-            assert fact["a"] == {
+            assert fact[ADDRESS] == h5py.h5o.get_info(ds.id).addr
+            assert (fact[DTYPE], fact[SHAPE]) == (ds.dtype.str, list(ds.shape))
+            assert fact[ATTRS] == {
                 k: ds.attrs[k].item() if hasattr(ds.attrs[k], "item") else ds.attrs[k]
                 for k in ds.attrs
             }
@@ -426,14 +428,14 @@ def test_the_facts_of_the_real_libraries_files_are_their_datasets_own(tmp_path):
         with h5py.File(path, "r") as f:
             for name, fact in found.datasets.items():
                 ds = f[name]
-                assert fact["u"] == h5py.h5o.get_info(ds.id).addr, (path, name)
+                assert fact[ADDRESS] == h5py.h5o.get_info(ds.id).addr, (path, name)
                 shape = None if ds.shape is None else list(ds.shape)  # (an empty dataspace)
-                assert (fact["d"], fact["s"]) == (ds.dtype.str, shape), (path, name)
-                kept += len(fact["a"])
-                for key, value in fact["a"].items():
+                assert (fact[DTYPE], fact[SHAPE]) == (ds.dtype.str, shape), (path, name)
+                kept += len(fact[ATTRS])
+                for key, value in fact[ATTRS].items():
                     own = ds.attrs[key]
                     assert value == np.asarray(own).tolist(), (path, key)
-        kinds = {repr(sorted(fact["a"].items())) for fact in found.datasets.values()}
-        objects = {id(fact["a"]) for fact in found.datasets.values()}
+        kinds = {repr(sorted(fact[ATTRS].items())) for fact in found.datasets.values()}
+        objects = {id(fact[ATTRS]) for fact in found.datasets.values()}
         assert len(objects) <= preflight.WORKERS * len(kinds), path
     assert kept > 0  # (the legacy tags among them)

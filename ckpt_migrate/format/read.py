@@ -84,6 +84,7 @@ def read_checkpoint(
 
     def full() -> Checkpoint:
         stored, facts = (None, {}) if found is None else (found.stored, found.datasets)
+        # (the facts are this read's own: a legacy reader lets go of each as it takes it)
         if isolate and found is None:  # the children met a problem: named here
             stored = check_self_contained(f, p)
         proven = tensors_proven and not isolate
@@ -152,16 +153,18 @@ def read_outline(
                 raise OutlineTooShort("the root's links")
             if not is_legacy:
                 ckpt = _read(p, f, handle, release, None, Facts(links=addresses.keys()))
+                handle.known_addresses(addresses)  # every link is a leaf's dataset (``_read``)
             else:  # (the datasets' headers are scanned while the spec is decoded)
                 begun = headerscan.Scan(p, addresses, superblock_offset(f), SPEC_SHARE)
                 later = headerscan.Later(begun)
                 try:
-                    facts = Facts(later, links=addresses.keys(), described=True)
+                    aliased = linktable.aliased(addresses.values())
+                    facts = Facts(later, links=addresses.keys(), described=True, aliased=aliased)
                     ckpt = _read(p, f, handle, release, None, facts)
                     ckpt.data_bytes = later.stored()
                 finally:
                     begun.cancel()
-            handle.known_addresses(addresses)  # every link is a leaf's dataset (``_read``)
+                # (not kept: its readers read no data, and 150k links are 27 MB)
             return ckpt
         except OutlineTooShort:
             handle.close()

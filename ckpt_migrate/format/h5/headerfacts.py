@@ -121,7 +121,7 @@ class HeaderReader:
             raise Undecided("the headers are larger than the file")
         return self._read(at, n)
 
-    def dataset(self, address: int) -> tuple[dict[str, Any], int]:
+    def dataset(self, address: int) -> tuple[tuple, int]:
         """(its facts, the bytes it stores) of the dataset whose header is at ``address``."""
         found: dict[int, Any] = {}
         scalars: dict[str, Any] = {}
@@ -145,12 +145,12 @@ class HeaderReader:
         stored, end, value = self._storage(found[_LAYOUT], declared)
         if end > self.file_bytes or budgets.dataset_problem(declared, stored) is not None:
             raise Undecided("a budget the walk enforces")
-        fact = self.shared.fact(address, dtype.str, shape, scalars)
+        number = None
         if shape == () and dtype.kind in "biuf":
             if value is None or len(value) < dtype.itemsize:
                 raise Undecided("a scalar with no stored value")
-            fact["v"] = [np.frombuffer(value, dtype, 1)[0].item()]
-        return fact, stored
+            number = np.frombuffer(value, dtype, 1)[0].item()
+        return self.shared.fact(address, dtype.str, shape, scalars, number), stored
 
     def _described(self, kind: int, body: bytes) -> Any:
         """A datatype message's numpy dtype, a dataspace message's shape, or a filter

@@ -19,8 +19,10 @@ and no more of them than the file's size can hold.
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 
 import h5py
@@ -70,6 +72,13 @@ def of_root(f: h5py.File, path: Path) -> dict[str, int] | None:
     if found is None or len(found) != f.id.get_num_objs():
         return None
     return found
+
+
+def aliased(addresses: Iterable[int]) -> frozenset[int]:
+    """The addresses that occur more than once in ``addresses`` (a link table's: the objects
+    more than one name links, hard links; usually none)."""
+    ordered = sorted(addresses)
+    return frozenset(a for a, b in itertools.pairwise(ordered) if a == b)
 
 
 def links(path: Path, address: int, base: int = 0) -> dict[str, int] | None:

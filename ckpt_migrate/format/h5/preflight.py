@@ -80,16 +80,16 @@ FIX = "the file is damaged; use another copy"
 @dataclass(frozen=True)
 class Findings:
     """What a clean walk learnt: the bytes the datasets store, and each dataset's facts (by
-    its name from the root: ``{"u": address, "d": numpy dtype string, "s": shape or None,
-    "a": {attribute: scalar value}}``, and ``"v": [value]`` for a number or boolean of shape
-    ``()``) for the readers, which then need not open it.
+    its name from the root: ``facts.Shared.fact``'s tuple of its address, numpy dtype string,
+    shape or None, ``{attribute: scalar value}``, and ``[value]`` for a number or boolean of
+    shape ``()``) for the readers, which then need not open it.
 
     ``rest``: the second part of the walk, still running (``preflight(defer=True)``); until it
     has finished (``Rest.finish``), ``stored`` counts the chunked datasets by their declared
     bytes (an estimate: LZ4 may store less, edge chunks more)."""
 
     stored: int
-    datasets: dict[str, dict[str, Any]]
+    datasets: dict[str, tuple]
     rest: Rest | None = None
 
 
@@ -260,8 +260,8 @@ class _Walk:
         self._remember_extents(path)
         return Findings(stored, self.facts_found() if facts else {})
 
-    def facts_found(self) -> dict[str, dict[str, Any]]:
-        datasets: dict[str, dict[str, Any]] = {}
+    def facts_found(self) -> dict[str, tuple]:
+        datasets: dict[str, tuple] = {}
         for fd in self.facts:
             with os.fdopen(os.dup(fd), "rb") as fh:
                 fh.seek(0)
@@ -337,7 +337,7 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int, extents_f
     stored = declared = 0
     pieces = overlaps.Extents()
     objects: set[int] = set()
-    facts: dict[str, dict[str, Any]] = {}
+    facts: dict[str, tuple] = {}
     shared = Shared()  # (handed over by ``marshal``, which keeps an object shared once)
     # The chunked datasets whose index the second part walks, by name: an open dataset keeps
     # its header and index in memory (41 MB per thousand datasets of a 12k-tensor checkpoint,
@@ -406,7 +406,7 @@ def _dataset(
     tick: int,
     pieces: overlaps.Extents,
     shared: Shared,
-) -> tuple[dict[str, Any], int, bool]:
+) -> tuple[tuple, int, bool]:
     """A dataset's facts (``Findings.datasets``), the bytes it declares
     (chunked: its chunk index is measured in the second part) or stores (otherwise), and
     whether it is chunked. ``Refused`` if the boundary or a budget refuses it."""
@@ -420,18 +420,18 @@ def _dataset(
     shape = None if extent == h5py.h5s.NULL else () if extent == h5py.h5s.SCALAR else space.shape
     declared = math.prod(shape) * kind.size if extent == h5py.h5s.SIMPLE else 0
     dtype = numpy_type(tid).str if kind.number is None else kind.number.str
-    fact = shared.fact(address, dtype, shape, scalars)
     if dcpl.get_layout() == h5py.h5d.CHUNKED:
         if budgets.dataset_problem(declared, file_bytes) is not None:
             raise Refused  # more than the whole file could expand to
-        return fact, declared, True
+        return shared.fact(address, dtype, shape, scalars), declared, True
     size = _measure(obj, dcpl, file_bytes, declared, pieces)  # (before its value is read)
+    value = None
     if extent == h5py.h5s.SCALAR and kind.number is not None and kind.number.kind in "biuf":
         # one number or boolean (a step count), as the reader's ``ds[()].item()`` makes it
         out = np.empty((), dtype=kind.number)
         obj.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
-        fact["v"] = [out.item()]
-    return fact, size, False
+        value = out.item()
+    return shared.fact(address, dtype, shape, scalars, value), size, False
 
 
 def _measure(

@@ -77,16 +77,20 @@ def read(
 
     # Every open h5py.Dataset costs memory HDF5 does not give back, so each dataset is opened
     # while its leaf is decoded and closed right after.
-    used: set[str] = set()
+    used: set[str] = set()  # (not in a legacy outline: there the facts not taken are the rest)
     shared: dict[int, Leaf] = {}  # hard links to one HDF5 object (by address) become one leaf
+    aliased = facts.aliased
 
     def decode(ref: LeafRef) -> Leaf:
         stored = ref.name if _UNQUOTED.fullmatch(ref.name) else quote(ref.name, safe="")
-        known = facts.dataset(stored)
+        known = facts.take(stored)
         leaf = None if known is None else _from_facts(known, stored, handle, fmt)
         if leaf is not None:
             assert known is not None
-            used.add(stored)
+            if not facts.described:
+                used.add(stored)
+            if aliased is not None and known.address not in aliased:
+                return leaf
             return shared.setdefault(known.address, leaf)
         if facts.links is not None:
             if stored not in facts.links:
@@ -102,7 +106,9 @@ def read(
         return shared[ident]
 
     root = map_leaves(info.root, decode, in_place=True)
-    if facts.links is not None:  # (every link is a dataset's: ``headerfacts`` answers no other)
+    if facts.described:  # (``headerscan`` gave every link's facts; each leaf took its own)
+        unreferenced = sorted(facts.datasets)
+    elif facts.links is not None:  # (every link is a dataset's: ``headerfacts`` answers no other)
         unreferenced = sorted(name for name in facts.links if name not in used)
     else:
         unreferenced = datasets_not_in(f, used, recursive=False)
