@@ -206,3 +206,24 @@ def test_shell_completion_is_offered_and_completes_verbs_and_options():
         text=True,
     )
     assert "--dry-run" in proc.stdout.split(), proc.stdout + proc.stderr
+
+
+def test_json_is_written_as_it_is_encoded_and_reads_as_before(capsys, monkeypatch):
+    """``emit_json`` writes the indented JSON a piece at a time (never the whole text, nor
+    ``json.dumps``' million pieces, at 150k tensors), with the same text, unprintables shown
+    as escapes, across pieces' edges, ending in one newline."""
+    from ckpt_migrate.cli import console, render
+
+    data = {
+        "leaves": [{"name": f"w{i}\x07", "value": "tensor float32[4, 2]"} for i in range(3000)],
+        "path": "/x/\udcff.mdl",
+        "n": 1.5,
+    }
+    writes: list[int] = []
+    real = console.sys.stdout.write
+    monkeypatch.setattr(console.sys.stdout, "write", lambda t: writes.append(len(t)) or real(t))
+    render.emit_json(data)
+    out = capsys.readouterr().out
+    assert out == console.safe(json.dumps(data, indent=2, default=str)) + "\n"
+    assert json.loads(out) == data  # (ASCII text: the escapes are JSON's own)
+    assert len(writes) > 3 and max(writes) < 2 * (1 << 16)

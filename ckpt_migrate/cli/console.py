@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ckpt_migrate.atomic import Interrupt
@@ -48,6 +48,21 @@ def echo(text: str, err: bool = False) -> None:
     # One write, the newline with it: ``print`` writes the two apart, and a Ctrl-C landing
     # between them left a progress line unended, the ``interrupted`` line glued to its tail.
     stream.write(safe(text) + "\n")
+    stream.flush()
+
+
+def echo_pieces(pieces: Iterable[str], size: int = 1 << 16) -> None:
+    """``echo`` of the text ``pieces`` make, written ``size`` characters at a time as they
+    come: a long text (the JSON of 150k tensors, 19 MB) is never held whole, nor its pieces."""
+    stream, held, count = sys.stdout, [], 0
+    for piece in pieces:
+        held.append(piece)
+        count += len(piece)
+        if count >= size:
+            stream.write(safe("".join(held)))
+            held, count = [], 0
+    held.append("\n")
+    stream.write(safe("".join(held)))
     stream.flush()
 
 
