@@ -127,6 +127,24 @@ def test_missing_leaves_are_marked_listed_and_refused_by_load(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_missing_leaves_read_as_none_and_a_tree_without_them_is_itself():
+    """``missing_as_none`` (what format 0.5 writes): the tree itself where nothing is missing
+    (the written file's check copies no containers), a copy with None where something is."""
+    from ckpt_migrate.format.tree import MissingLeaf, ValueLeaf
+
+    with read_checkpoint(REAL / "tied.mdl") as ckpt:
+        assert verify.missing_as_none(ckpt.root) is ckpt.root
+    with read_checkpoint(FIXTURES / "release-1.9.mdl") as ckpt:
+        mapped = verify.missing_as_none(ckpt.root)
+        before = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+        after = {r.name: r.leaf for r in iter_leaves(mapped)}
+    assert mapped is not ckpt.root and before.keys() == after.keys()
+    assert isinstance(before["model.lm_head.weight"], MissingLeaf)
+    assert isinstance(after["model.lm_head.weight"], ValueLeaf)
+    assert after["model.lm_head.weight"].value is None
+    assert all(after[n] is leaf for n, leaf in before.items() if n != "model.lm_head.weight")
+
+
 def test_ties_are_one_leaf_object():
     with read_checkpoint(REAL / "tied.mdl") as ckpt:
         by_name = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
