@@ -27,7 +27,7 @@ from ckpt_migrate.engine.upgrade import UpgradeOptions, apply_hops
 from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
-from ckpt_migrate.format.tree import MissingLeaf, TensorLeaf, iter_leaves
+from ckpt_migrate.format.tree import DictNode, MissingLeaf, TensorLeaf, iter_leaves
 from ckpt_migrate.hf import absent, directories, mup, unconverted
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hf.arrays import LastRead, cast, check_dtype, out_dtype, shapes_of
@@ -122,6 +122,10 @@ def export(
         cs_model = _model_config(config_text, Path(config), plan_.source_release.name, name)
         result = ExportResult(src, out, name, plan_.source_release.name)
         result.warnings += ctx.warnings
+        # Only the model's tensors go on: the trees are let go of before the mapping's plan
+        # is made and the shards written (their containers and every other leaf, issue 33)
+        ckpt.root = ctx.root = DictNode([])
+        del ctx
         _export(
             module,
             name,
