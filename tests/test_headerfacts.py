@@ -363,22 +363,25 @@ def test_attributes_kept_in_order_are_read_compact_and_left_dense(tmp_path):
 
 
 def _leaves_and_ties(root) -> list[tuple[str, str, str]]:
-    """Each leaf's name and kind, and the first name of the leaf object it is (a tie's)."""
+    """Each leaf's name and description (dtype and shape, or value), and the first name of
+    the leaf object it is (a tie's)."""
+    from ckpt_migrate.format.outline import describe_leaf
     from ckpt_migrate.format.tree import iter_leaves
 
     first: dict[int, str] = {}
     return [
-        (ref.name, type(ref.leaf).__name__, first.setdefault(id(ref.leaf), ref.name))
+        (ref.name, describe_leaf(ref.leaf), first.setdefault(id(ref.leaf), ref.name))
         for ref in iter_leaves(root)
     ]
 
 
-@pytest.mark.parametrize("path", [p for p in LEGACY if p.name not in FLAGGED], ids=_ids)
-def test_the_outline_ties_and_leaves_out_what_the_full_read_does(path, tmp_path, monkeypatch):
-    """The outline lets go of each dataset's facts as its leaf takes them, shares a leaf only
-    among the names of one dataset (``Facts.aliased``), and names the datasets no leaf took
-    as not in the spec: as the full read does, with a second name of a tensor's dataset and
-    a dataset of its own added that the spec does not name."""
+def _outline_as_full(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The outline of ``path``, with a second name of a tensor's dataset and a dataset of its
+    own added that the spec does not name, and the header scan shared with a second process
+    (its facts handed over without their names): the same leaves, ties and unreferenced
+    datasets as the full read, and the facts no leaf took are those datasets'."""
+    monkeypatch.setattr(headerscan, "WORKERS", 2)
+    monkeypatch.setattr(headerscan, "PARALLEL", 1)
     copy = tmp_path / path.name
     shutil.copy(path, copy)
     with h5py.File(path, "r") as f:  # (a tie written as two names of one dataset)
@@ -401,6 +404,37 @@ def test_the_outline_ties_and_leaves_out_what_the_full_read_does(path, tmp_path,
     assert (len({tie for _, _, tie in got[0]}) < len(got[0])) == tied
 
 
+@pytest.mark.parametrize("path", [p for p in LEGACY if p.name not in FLAGGED], ids=_ids)
+def test_the_outline_ties_and_leaves_out_what_the_full_read_does(path, tmp_path, monkeypatch):
+    """The outline lets go of each dataset's facts as its leaf takes them and shares a leaf
+    only among the names of one dataset (``Facts.aliased``): ``_outline_as_full``."""
+    _outline_as_full(path, tmp_path, monkeypatch)
+
+
+def test_the_outline_of_a_file_laid_out_as_the_19_library_wrote_it_is_the_full_reads(
+    real_layout_19, tmp_path, monkeypatch
+):
+    """The same on a file laid out as the 1.9 library wrote it (auto-chunked LZ4, bf16 stored
+    as int16): ``_outline_as_full``."""
+    _outline_as_full(real_layout_19, tmp_path, monkeypatch)
+
+
 def test_aliased_are_the_addresses_named_more_than_once():
     assert linktable.aliased([]) == frozenset()
     assert linktable.aliased([5, 1, 9, 1, 5, 5, 7]) == {1, 5}
+
+
+def test_a_child_that_hands_over_another_count_of_facts_is_not_answered(
+    real_layout_19, monkeypatch
+):
+    """The child's facts come without names, in the order of the part dealt to it: fewer or
+    more than that part is no answer (the file is then read in full), never facts put on
+    the wrong names."""
+    monkeypatch.setattr(headerscan, "WORKERS", 2)
+    monkeypatch.setattr(headerscan, "PARALLEL", 1)
+    real = headerscan.marshal.loads
+    for change in (lambda facts: facts[:-1], lambda facts: [*facts, facts[0]]):
+        with monkeypatch.context() as m:
+            m.setattr(headerscan.marshal, "loads", lambda d, c=change: (c(real(d)[0]), real(d)[1]))
+            assert _scanned(real_layout_19) is None
+    assert _scanned(real_layout_19) is not None

@@ -416,9 +416,9 @@ def _real_files(tmp_path: Path) -> list[Path]:
 
 def test_the_facts_of_the_real_libraries_files_are_their_datasets_own(tmp_path):
     """On every file the real 2.6, 2.9 and 2.10 libraries wrote, and the legacy layouts: each
-    dataset's facts, handed
-    over shared, are its own address, dtype and shape, and each scalar attribute the walk
-    keeps is the dataset's own value; equal attribute sets are one object within a child."""
+    dataset's facts, handed over shared, are its own address, dtype and shape, and each scalar
+    attribute the walk keeps is the dataset's own value; equal attribute sets are one object
+    within a child."""
     files = _real_files(tmp_path)
     assert len(files) > 10
     kept = 0

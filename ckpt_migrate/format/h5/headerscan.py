@@ -53,7 +53,7 @@ class Scan:
         self.cut = int(share * 256)
         if len(datasets) < PARALLEL or WORKERS < 2:
             return
-        theirs = [(n, a) for n, a in datasets.items() if _part(a) < self.cut]
+        theirs = self._dealt(child=True)
         read_end, write_end = os.pipe()
         try:
             pid = os.fork()
@@ -78,8 +78,7 @@ class Scan:
         if self.pid is None:
             return _scan(self.path, self.datasets.items(), self.base)
         try:
-            rest = [(n, a) for n, a in self.datasets.items() if _part(a) >= self.cut]
-            mine = _scan(self.path, rest, self.base)
+            mine = _scan(self.path, self._dealt(child=False), self.base)
             if mine is None:
                 return None
             with os.fdopen(os.dup(self.read_end), "rb") as handed:
@@ -93,12 +92,19 @@ class Scan:
         del data
         if other is None:
             return None
-        # the child's facts named by this process's names (its own would be 9 MB more at 150k)
-        theirs = [n for n, a in self.datasets.items() if _part(a) < self.cut]
-        if len(theirs) != len(other[0]):
+        # The child's facts named by this process's names (its own would be 9 MB more at
+        # 150k), in another order than ``datasets``': the facts are looked up by name
+        try:
+            mine[0].update(zip((n for n, _ in self._dealt(child=True)), other[0], strict=True))
+        except ValueError:  # (not as many as were dealt to it)
             return None
-        mine[0].update(zip(theirs, other[0]))  # (another order than ``datasets``': looked up)
         return mine[0], mine[1] + other[1]
+
+    def _dealt(self, child: bool) -> list[tuple[str, int]]:
+        """The (name, address) of the datasets ``_part`` deals to the child, or to this
+        process, in ``datasets``' order (the child hands its facts over in it). A list: made
+        as the scan goes, the part's tuples landed among the facts, 3 MB more at 150k."""
+        return [(n, a) for n, a in self.datasets.items() if (_part(a) < self.cut) == child]
 
     def cancel(self, kill: bool = True) -> int:
         """Wait for the child to end (``kill``: end it first, the caller gives up on it); its

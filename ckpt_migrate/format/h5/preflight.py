@@ -82,7 +82,8 @@ class Findings:
     """What a clean walk learnt: the bytes the datasets store, and each dataset's facts (by
     its name from the root: ``facts.Shared.fact``'s tuple of its address, numpy dtype string,
     shape or None, ``{attribute: scalar value}``, and ``[value]`` for a number or boolean of
-    shape ``()``) for the readers, which then need not open it.
+    shape ``()``) for the readers, which then need not open it. A legacy reader takes each
+    as it builds its leaf (``Facts.take``): they are the reader's, read once.
 
     ``rest``: the second part of the walk, still running (``preflight(defer=True)``); until it
     has finished (``Rest.finish``), ``stored`` counts the chunked datasets by their declared
