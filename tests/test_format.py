@@ -388,3 +388,46 @@ def test_inspect_json_lists_missing_and_dtypes():
     assert data["bytes_by_dtype"]["bfloat16"]["tensors"] == 2
     assert any("MISSING" in line for line in data["outline"])
     json.dumps(data)
+
+
+def test_a_treespec_is_built_letting_go_of_its_json():
+    """``treespec.build`` empties the decoded JSON as it builds (a 150k-leaf spec's JSON and
+    its tree were whole at once), and builds what ``parse`` of the same text builds."""
+    from ckpt_migrate.format.tree import SeqNode
+    from ckpt_migrate.format.v05 import treespec
+
+    leaf = ValueLeaf(1)
+    root = DictNode(
+        [
+            ("model", DictNode([("w", leaf), ("b", leaf)], ordered=True)),
+            ("lists", SeqNode("list", [leaf, SeqNode("tuple", [leaf, DictNode([("x", leaf)])])])),
+            ("empty", DictNode([])),
+        ]
+    )
+    text = treespec.dumps(root)
+    decoded = treespec.decode(text)
+    nodes, stack = [], [decoded[1]]
+    while stack:  # every JSON node with children, before the build
+        node = stack.pop()
+        if node.kind is not None:
+            nodes.append(node)
+            stack.extend(node.kids)
+    built, names, shared = treespec.build(decoded)
+    assert decoded == [] and len(nodes) == 6
+    assert all(kid is None for node in nodes for kid in node.kids)
+    assert all(node.context is None for node in nodes if node.kind.endswith(("dict", "Dict")))
+    again, again_names, again_shared = treespec.parse_named(text)
+    assert verify.signature(built) == verify.signature(again)
+    assert (names, shared) == (again_names, again_shared)
+    assert names == {"model.w", "model.b", "lists.0", "lists.1.0", "lists.1.1.x"}
+
+
+@pytest.mark.parametrize(
+    "text", ["[1]", "[1, 2, 3]", "{}", "7", '{"1": 1, "2": 2}', '[2, {"type": null}]']
+)
+def test_a_treespec_that_is_no_protocol_node_pair_is_refused(text):
+    from ckpt_migrate.errors import CkptError
+    from ckpt_migrate.format.v05 import treespec
+
+    with pytest.raises(CkptError, match="treespec"):
+        treespec.parse(text, "f.mdl")

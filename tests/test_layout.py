@@ -29,6 +29,7 @@ RANKS: dict[str, int] = {
     "_version": 0,
     "errors": 0,
     "atomic": 1,
+    "heap": 1,
     "format": 2,
     "catalogue": 3,
     "hops": 3,

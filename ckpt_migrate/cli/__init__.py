@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ckpt_migrate import heap
+
 
 def entry(argv: list[str] | None = None) -> int:
     """The ``ckpt-migrate`` command (its verbs: ``cli.main``). Not named ``main``: the import of
@@ -81,9 +83,12 @@ def run() -> None:
     itself does, see ``tree.map_leaves``). numpy's OpenBLAS, loaded later, is asked for one
     thread unless the user says otherwise: it starts one per core that spins waiting for work
     (0.1 s of CPU a command, which the preflight children need); the tool multiplies no
-    matrices."""
+    matrices. glibc keeps its mapping threshold at 128 KiB (``heap``): a 150k-tensor
+    ``inspect`` of a format 0.5 file peaked at 275 MiB with glibc's rising threshold, 232 with
+    it fixed."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     gc.set_threshold(100_000, 50, 100)
+    heap.fix_mmap_threshold(128 << 10)
     code = entry()
     gc.freeze()
     sys.exit(code)

@@ -84,7 +84,7 @@ def read(
         handle.root_digest = None  # (not every pair was seen)
         if facts.links is not None:
             raise OutlineTooShort("a root attrtable does not read")  # (by name after the walk)
-    root, shared = _parse_spec(handle, None if table is None else table.pop("__spec__", None))
+    root, shared = _parse_spec(handle, table)
     collisions = name_collisions(root) if shared else None
     if collisions:
         name = sorted(collisions)[0]
@@ -222,21 +222,25 @@ def require_success(f: h5py.File, path: Path) -> None:
         )
 
 
-def _parse_spec(handle: H5Handle, text: str | None) -> tuple[Node, bool]:
-    """The root's ``__spec__`` (``text``, as the attribute table read it, else read through
-    h5py: five times its size in memory at once, 27 MB at 150k leaves) as a tree, and whether
-    two leaves share a name (``treespec.parse_named``). Its size goes to the handle."""
+def _parse_spec(handle: H5Handle, table: dict[str, Any] | None) -> tuple[Node, bool]:
+    """The root's ``__spec__`` (taken out of ``table``, the attributes as ``attrtable`` read
+    them, else read through h5py: five times its size in memory at once, 27 MB at 150k leaves)
+    as a tree, and whether two leaves share a name (``treespec.parse_named``). Its size goes
+    to the handle. Each text is let go of once decoded, before the tree is built."""
     path = handle.path
+    text = None if table is None else table.pop("__spec__", None)
     try:
         text = attr_text(handle.file().attrs["__spec__"]) if text is None else text
         handle.spec_bytes = len(text) if text.isascii() else len(text.encode())
         treespec = json.loads(text)[1]
+        del text
     except RecursionError:
         raise budgets.too_deep(path, "__spec__") from None
     except (KeyError, ValueError, TypeError, IndexError):
         raise CorruptCheckpointError(path, "format 0.5 file without a readable __spec__") from None
-    del text
-    root, _names, shared = treespec_json.parse_named(treespec, path)
+    decoded = treespec_json.decode(treespec, path)
+    del treespec
+    root, _names, shared = treespec_json.build(decoded, path)
     return root, shared
 
 
