@@ -50,7 +50,8 @@ def read_checkpoint(
     boundary checks: only for a file this process has just written from a source that passed
     them (its read-back of its own output); ``data_bytes`` is then None. ``tensors_proven``
     (with ``isolate=False``): the caller proves each tensor's dataset itself, by its address or
-    its hash, so format 0.5 tensors are taken as their metadata describes them, unopened.
+    its hash, so format 0.5 tensors are taken as their metadata describes them, unopened, and
+    its datasets no leaf names are not looked for (``unreferenced`` is empty).
     ``defer_chunks``: return before the preflight walk of the chunk indexes ends; its verdict
     comes at ``handle.walked()``, which every read of data calls (an upgrade by clone reads
     none, and calls it before publishing), and ``data_bytes`` counts chunked datasets by
