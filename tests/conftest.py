@@ -109,7 +109,13 @@ def release_of(path: Path) -> str:
 def shipped_checkpoints(tmp_path: Path) -> list[Path]:
     """Every checkpoint under ``fixtures/``, and the real library's 2.6-2.9 files decompressed
     into ``tmp_path``."""
-    found = sorted(FIXTURES.rglob("*.mdl"))
+    return sorted(FIXTURES.rglob("*.mdl")) + real_2x_files(tmp_path)
+
+
+def real_2x_files(tmp_path: Path) -> list[Path]:
+    """The real library's 2.6-2.9 files (``fixtures/real-cstorch-2.6-2.9``), decompressed into
+    ``tmp_path``."""
+    found = []
     for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz")):
         found.append(tmp_path / packed.name[:-3])
         found[-1].write_bytes(lzma.decompress(packed.read_bytes()))

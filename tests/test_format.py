@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, REAL
+from conftest import FIXTURES, REAL, real_2x_files
 from digest import digest, load_expected
 
 import ckpt_migrate as cm
@@ -390,6 +390,28 @@ def test_inspect_json_lists_missing_and_dtypes():
     json.dumps(data)
 
 
+def _real_05_files(tmp_path):
+    """The format 0.5 files the real library wrote: 2.10's shipped cases and the 2.6 GPT-2
+    and 2.9 Trainer checkpoints (decompressed into ``tmp_path``)."""
+    return [REAL / f"{c}.mdl" for c in REAL_CASES] + real_2x_files(tmp_path)
+
+
+def test_the_real_librarys_specs_are_built_letting_go_of_their_json(tmp_path):
+    """``decode`` then ``build`` of every ``__spec__`` the real library wrote gives what
+    ``parse_named`` gives, and empties the decoded document."""
+    from ckpt_migrate.format.v05 import treespec
+
+    for path in _real_05_files(tmp_path):
+        with h5py.File(path, "r", locking=False) as f:
+            inner = json.loads(f.attrs["__spec__"])[1]
+        decoded = treespec.decode(inner)
+        built, names, shared = treespec.build(decoded)
+        assert decoded == [], path.name
+        again, again_names, again_shared = treespec.parse_named(inner)
+        assert verify.signature(built) == verify.signature(again), path.name
+        assert (names, shared) == (again_names, again_shared), path.name
+
+
 def test_a_treespec_is_built_letting_go_of_its_json():
     """``treespec.build`` empties the decoded JSON as it builds (a 150k-leaf spec's JSON and
     its tree were whole at once), and builds what ``parse`` of the same text builds."""
@@ -436,21 +458,25 @@ def test_a_treespec_that_is_no_protocol_node_pair_is_refused(text):
 def test_the_engines_read_back_of_a_05_file_visits_no_link(tmp_path, monkeypatch):
     """The engine's read-back of its own output (``tensors_proven``) compares the tree alone,
     so the datasets no leaf names are not looked for: a visit of every link read each
-    object's header (63 MB, 3 s at 150k leaves). A full read still names a stray dataset."""
+    object's header (63 MB, 3 s at 150k leaves). A full read still names a stray dataset.
+    On this tool's 2.10 fixture and on every format 0.5 file the real library wrote."""
     from ckpt_migrate.format.v05 import read as read_v05
-
-    path = tmp_path / "stray.mdl"
-    shutil.copyfile(FIXTURES / "release-2.10.mdl", path)
-    with h5py.File(path, "r+") as f:
-        f.create_dataset("stray", data=np.arange(3))
-    with read_checkpoint(path) as full:
-        assert full.unreferenced == ["stray"]
-        want = verify.signature(full.root)
 
     def visited(*_args, **_kwargs):
         raise AssertionError("the read-back visited the links")
 
-    monkeypatch.setattr(read_v05, "datasets_not_in", visited)
-    with read_checkpoint(path, isolate=False, tensors_proven=True) as back:
-        assert back.unreferenced == []
-        assert verify.signature(back.root) == want
+    (tmp_path / "real").mkdir()
+    sources = [FIXTURES / "release-2.10.mdl", *_real_05_files(tmp_path / "real")]
+    for i, source in enumerate(sources):
+        path = tmp_path / f"{i}-{source.name}"
+        shutil.copyfile(source, path)
+        with h5py.File(path, "r+", locking=False) as f:
+            f.create_dataset("stray", data=np.arange(3))
+        with read_checkpoint(path) as full:
+            assert full.unreferenced == ["stray"], source.name
+            want = verify.signature(full.root)
+        with monkeypatch.context() as m:
+            m.setattr(read_v05, "datasets_not_in", visited)
+            with read_checkpoint(path, isolate=False, tensors_proven=True) as back:
+                assert back.unreferenced == [], source.name
+                assert verify.signature(back.root) == want, source.name

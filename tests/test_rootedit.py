@@ -327,8 +327,9 @@ def test_a_structure_the_hops_left_alone_is_not_written_again(tmp_path, monkeypa
     result, out = _upgrade(src, tmp_path / "tied", "2.6")
     assert result.strategy == rootedit.STRATEGY and result.verified == "index"
     assert set(edits[-1].set) == {"__cstorch_version__", PROVENANCE_ATTR}
-    # (without HDF5's file lock, as every reader here opens it: a fixture another test's tree
-    # still holds open, until the collector frees it, cannot be opened with other lock flags)
+    # (without HDF5's file lock, as every reader here opens it: ``cm.load``'s lazy tensors
+    # of another test, freed by the collector only, may still hold this fixture open without
+    # it, and HDF5 opens a file once per process with one set of lock flags)
     with h5py.File(src, "r", locking=False) as before, h5py.File(out, "r") as after:
         assert after.attrs["__spec__"] == before.attrs["__spec__"]
         assert after.attrs["__cstorch_version__"] == "2.6.0"

@@ -45,8 +45,10 @@ def verify_index(
     """Metadata-only checks: the tree reads back as planned and every reused tensor is the very
     stored object of the source (so its bytes are the source's bytes by construction)."""
     check_written(tmp, root, release, tensors_proven=True)  # by address, bytes or hash, below
-    tied, seen = tied_positions(root), set()  # (a tied tensor is checked at its first place:
-    # the others' ids alone, 150k of them, were 13 MB)
+    # A tied tensor is checked at its first place; only tied ones are remembered (every
+    # tensor's id, 150k of them, was 13 MB)
+    tied = tied_positions(root)
+    seen: set[int] = set()
     copied = _Copied(tmp)
     with contextlib.closing(copied), open_read(tmp) as out:
         at = object_addresses(out) if not full else {}
