@@ -9,7 +9,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, one_line_error, run_cli
+from conftest import FIXTURES, REAL, one_line_error, real_2x_files, run_cli
 
 import ckpt_migrate as cm
 from ckpt_migrate.errors import CorruptCheckpointError
@@ -284,3 +284,111 @@ def _tiny_budget(init):
         self.unread = 4096  # as if the file were tiny next to what its nodes claim
 
     return patched
+
+
+def _lz4_file(path: Path, rows: int, block: int = 0) -> None:
+    """One 64-column float32 tensor of ``rows // 8`` LZ4 chunks (``block``: the frame's block
+    size, 0 for one block a chunk), as the legacy writer stored them."""
+    import hdf5plugin
+
+    data = np.random.default_rng(rows).random((rows, 64), dtype=np.float32)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("w", data=data, chunks=(8, 64), **hdf5plugin.LZ4(nbytes=block))
+
+
+def _key_damage(at: int, info: h5py.h5d.StoreInfo, size: int) -> dict[str, tuple[int, bytes]]:
+    """Damage to one chunk's v1 B-tree key (size u32, filter mask u32, offsets u64 each, then
+    the chunk's address), by name: (where, the bytes written there)."""
+    coords, address = at + 8, at + 8 + 8 * 3
+    return {
+        "size halved": (at, struct.pack("<I", info.size // 2)),
+        "size grown": (at, struct.pack("<I", info.size + 16)),
+        "unfiltered": (at + 4, struct.pack("<I", 1)),
+        "off the grid": (coords, struct.pack("<Q", info.chunk_offset[0] + 1)),
+        "outside the extent": (coords, struct.pack("<Q", 1 << 20)),
+        "listed twice": (coords, struct.pack("<Q", 0)),
+        "address past the end": (address, struct.pack("<Q", size - 8)),
+    }
+
+
+def _frame_damage(info: h5py.h5d.StoreInfo) -> dict[str, tuple[int, bytes]]:
+    at = info.byte_offset
+    return {
+        "frame declares more": (at, struct.pack(">Q", 8 * 64 * 4 * 2)),
+        "block size 0": (at + 8, struct.pack(">I", 0)),
+        "first block stores 0": (at + 12, struct.pack(">I", 0)),
+        "first block stores more": (at + 12, struct.pack(">I", info.size)),
+    }
+
+
+def _verdict(path: Path) -> object:
+    from ckpt_migrate.format.h5 import chunks
+
+    with h5py.File(path, "r", locking=False) as f:
+        dsid = f["w"].id
+        try:
+            return chunks.check_chunks(dsid, chunks.Layout.of(dsid))
+        except (CorruptCheckpointError, RuntimeError) as exc:  # (HDF5's own, on both paths)
+            return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.mark.parametrize(("rows", "block"), [(8, 0), (16, 0), (96, 0), (16, 512), (96, 512)])
+def test_few_chunks_are_checked_as_many_are(tmp_path, monkeypatch, rows, block):
+    """An index of at most ``chunks.FEW`` entries is checked in plain Python, a longer one on
+    numpy arrays: for every kind of damage, each gives the same verdict (the same chunk and
+    words) on files laid out as the legacy writer laid them out (one chunk or several, one LZ4
+    block a chunk or several), and the same chunks on an undamaged one."""
+    from ckpt_migrate.format.h5 import chunks
+
+    clean = tmp_path / "clean.mdl"
+    _lz4_file(clean, rows, block)
+    last = rows // 8 - 1
+    at, info = _index_entry(clean, "w", last)
+    _, first = _index_entry(clean, "w", 0)
+    damage = {"none": (0, clean.read_bytes()[:1])}
+    damage |= _key_damage(at, info, clean.stat().st_size)
+    damage |= _frame_damage(info)
+    if last:
+        damage["moved onto the first chunk"] = (
+            at + 8 + 8 * 3,
+            struct.pack("<Q", first.byte_offset),
+        )
+    refused = 0
+    for name, (where, raw) in damage.items():
+        path = tmp_path / f"{name}.mdl"
+        path.write_bytes(clean.read_bytes())
+        _patch(path, where, raw)
+        verdicts = []
+        for few in (-1, 1 << 20):  # numpy for all, plain Python for all
+            monkeypatch.setattr(chunks, "FEW", few)
+            verdicts.append(_verdict(path))
+        assert verdicts[0] == verdicts[1], name
+        refused += isinstance(verdicts[0], str) and "CorruptCheckpointError" in verdicts[0]
+        if name == "none":
+            assert verdicts[0] == [(8 * i, 0) for i in range(rows // 8)]
+    assert refused >= len(damage) - 3, "most damage must be refused, or the test tests nothing"
+
+
+def test_few_chunks_of_the_real_librarys_files_are_checked_as_many_are(tmp_path, monkeypatch):
+    """Every chunked dataset the real libraries wrote (2.6-2.10) gives the same chunks by
+    both checks."""
+    from ckpt_migrate.format.h5 import chunks
+
+    checked = 0
+    for path in [*sorted(REAL.glob("*.mdl")), *real_2x_files(tmp_path)]:
+        with h5py.File(path, "r", locking=False) as f:
+            names: list[str] = []
+            f.visit(names.append)
+            for name in names:
+                if not isinstance(f[name], h5py.Dataset):
+                    continue
+                layout = chunks.Layout.of(f[name].id)
+                if layout is None:
+                    continue
+                found = []
+                for few in (-1, 1 << 20):
+                    monkeypatch.setattr(chunks, "FEW", few)
+                    found.append(chunks.check_chunks(f[name].id, layout))
+                assert found[0] == found[1], (path.name, name)
+                checked += 1
+    assert checked > 20

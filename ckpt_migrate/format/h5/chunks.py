@@ -31,6 +31,7 @@ twice. Other pipelines are read as stored
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -54,6 +55,9 @@ _FIX = "the file is damaged; use another copy"
 _FRAME_HEAD = struct.Struct(">QI")
 _BLOCK_HEAD = struct.Struct(">I")
 _HEAD = _FRAME_HEAD.size + _BLOCK_HEAD.size  # a frame's header and its first block's size
+_FIRST_BLOCK = struct.Struct(">QII")  # (the original size, the block size, the first's stored)
+# Index entries from which the checks run on numpy arrays: below, plain Python is faster.
+FEW = 8
 
 Chunks = list[tuple[int, ...]]  # chunk coordinates
 Read = Callable[[int, int], bytes]  # (offset in the chunk, count) -> bytes
@@ -131,10 +135,12 @@ def check_chunks(dsid: h5d.DatasetID, layout: Layout, sl: tuple[slice, ...] = ()
     path = filename(dsid)
     rows = _rows(sl, layout.shape)
     index = _Index.of(dsid, layout, rows)
-    problem = _index_problem(layout, rows, index, overlaps.shared_starts(dsid))
-    if problem is None and index.offsets.size:
+    few = len(index) <= FEW
+    shared = overlaps.shared_starts(dsid)
+    problem = (_few_index_problem if few else _index_problem)(layout, rows, index, shared)
+    if problem is None and len(index):
         if layout.filters == (LZ4,) and _userblock(dsid, path) == 0:
-            problem = _frames_in_file(path, layout, index)
+            problem = (_few_frames_in_file if few else _frames_in_file)(path, layout, index)
         else:
             problem = _stored_chunks(dsid, layout, index)
     if problem is not None:
@@ -142,7 +148,7 @@ def check_chunks(dsid: h5d.DatasetID, layout: Layout, sl: tuple[slice, ...] = ()
         raise CorruptCheckpointError(
             path, f"tensor {dataset_name(dsid)!r}, chunk {where}: {why}", _FIX
         )
-    return [index.where(i) for i in range(len(index.offsets))]
+    return [index.where(i) for i in range(len(index))]
 
 
 def filename(oid: h5py.h5o.ObjectID) -> str:
@@ -184,12 +190,14 @@ def _check_contiguous(dsid: h5d.DatasetID) -> None:
 
 @dataclass
 class _Index:
-    """The chunk index entries a selection needs, as arrays (a tensor may have 100,000)."""
+    """The chunk index entries a selection needs (a tensor may have 100,000), as HDF5 lists
+    them (``flat``: the coordinates, ``ndim`` a chunk), and as numpy arrays (``arrays``)."""
 
-    coords: np.ndarray  # (n, ndim) chunk offsets in elements
-    offsets: np.ndarray  # where each is stored, in bytes
-    sizes: np.ndarray
-    masks: np.ndarray  # bit i set: filter i was skipped for the chunk
+    ndim: int
+    flat: array  # the chunks' offsets in elements, one after the other
+    offsets: array  # where each is stored, in bytes
+    sizes: array
+    masks: array  # bit i set: filter i was skipped for the chunk
 
     @classmethod
     def of(cls, dsid: h5d.DatasetID, layout: Layout, rows: tuple[int, int]) -> _Index:
@@ -205,12 +213,20 @@ class _Index:
                 masks.append(info.filter_mask)
 
         dsid.chunk_iter(visit)
-        arrays = [np.frombuffer(a, np.uint64) for a in (coords, offsets, sizes, masks)]
-        arrays[0] = arrays[0].reshape(len(offsets), len(layout.shape))
-        return cls(*arrays)
+        return cls(len(layout.shape), coords, offsets, sizes, masks)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
 
     def where(self, i: int) -> tuple[int, ...]:
-        return tuple(int(x) for x in self.coords[i])
+        return tuple(self.flat[i * self.ndim : (i + 1) * self.ndim])
+
+    @functools.cached_property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(coordinates of shape ``(n, ndim)``, offsets, sizes, masks)."""
+        found = [np.frombuffer(a, np.uint64) for a in (self.flat, self.offsets, self.sizes)]
+        found[0] = found[0].reshape(len(self), self.ndim)
+        return found[0], found[1], found[2], np.frombuffer(self.masks, np.uint64)
 
 
 def _index_problem(
@@ -219,60 +235,88 @@ def _index_problem(
     """(chunk, why) the index entries cannot be the dataset's chunks: off the grid or outside
     the extent, listed twice, missing, unfiltered but not one chunk long, or sharing stored
     bytes with other data (``shared``)."""
+    coords, offsets, sizes, masks = index.arrays
     shape = np.array(layout.shape, np.uint64)
     chunks = np.array(layout.chunks, np.uint64)
-    off = ~((index.coords % chunks == 0) & (index.coords < shape)).all(axis=1)
+    off = ~((coords % chunks == 0) & (coords < shape)).all(axis=1)
     if off.any():
         return index.where(_first(off)), f"lies off the chunk grid of shape {layout.shape}"
-    places = np.sort((index.coords // chunks) @ layout.strides)  # each chunk's place, a number
+    places = np.sort((coords // chunks) @ layout.strides)  # each chunk's place, a number
     if (places[1:] == places[:-1]).any():
-        return _listed_twice(index), "is listed twice in the chunk index"
+        return _listed_twice(index), _TWICE
     if len(places) != layout.grid(rows):
-        seen = {index.where(i) for i in range(len(index.offsets))}
-        return _first_missing(layout, rows, seen), "is missing from the chunk index"
-    unfiltered = (index.masks & layout.all_skipped) == layout.all_skipped
-    wrong = unfiltered & (index.sizes != layout.chunk_bytes)
+        seen = {index.where(i) for i in range(len(index))}
+        return _first_missing(layout, rows, seen), _MISSING
+    unfiltered = (masks & layout.all_skipped) == layout.all_skipped
+    wrong = unfiltered & (sizes != layout.chunk_bytes)
     if wrong.any():
         i = _first(wrong)
-        return index.where(i), _raw_size(int(index.sizes[i]), layout)
-    moved = np.isin(index.offsets, shared) if shared.size else None
+        return index.where(i), _raw_size(int(sizes[i]), layout)
+    return _moved(index, offsets, shared)
+
+
+def _few_index_problem(
+    layout: Layout, rows: tuple[int, int], index: _Index, shared: np.ndarray
+) -> Problem:
+    """``_index_problem`` of at most :data:`FEW` entries, in plain Python: the same verdicts,
+    in the same order. Most tensors of a checkpoint are one chunk, and numpy's fixed cost per
+    call was most of checking one (issue 33)."""
+    wheres = [index.where(i) for i in range(len(index))]
+    for where in wheres:
+        if any(x % c or x >= n for x, c, n in zip(where, layout.chunks, layout.shape)):
+            return where, f"lies off the chunk grid of shape {layout.shape}"
+    if len(set(wheres)) != len(wheres):
+        return _listed_twice(index), _TWICE
+    if len(wheres) != layout.grid(rows):
+        return _first_missing(layout, rows, set(wheres)), _MISSING
+    skipped = layout.all_skipped
+    for where, mask, size in zip(wheres, index.masks, index.sizes):
+        if mask & skipped == skipped and size != layout.chunk_bytes:
+            return where, _raw_size(size, layout)
+    return _moved(index, np.frombuffer(index.offsets, np.uint64), shared) if shared.size else None
+
+
+def _moved(index: _Index, offsets: np.ndarray, shared: np.ndarray) -> Problem:
+    """The first entry whose stored bytes start where other data's overlap (``shared``)."""
+    moved = np.isin(offsets, shared) if shared.size else None
     if moved is not None and moved.any():
         i = _first(moved)
-        at = int(index.offsets[i])
+        at = int(offsets[i])
         return index.where(i), f"shares its stored bytes (at {at:,}) with other data"
     return None
+
+
+_TWICE = "is listed twice in the chunk index"
+_MISSING = "is missing from the chunk index"
 
 
 def _frames_in_file(path: str, layout: Layout, index: _Index) -> Problem:
     """The LZ4-only fast path: the first 16 bytes of every chunk (its frame header and first
     block size) read where they lie, checked together; a frame of several blocks (a writer
     with a block size below the chunk's) is walked block by block."""
-    lz4 = np.flatnonzero((index.masks & 1) == 0)  # the others were checked as unfiltered
-    short = index.sizes[lz4] < _HEAD
+    _, offsets, all_sizes, masks = index.arrays
+    lz4 = np.flatnonzero((masks & 1) == 0)  # the others were checked as unfiltered
+    short = all_sizes[lz4] < _HEAD
     if short.any():
         i = int(lz4[_first(short)])
-        return index.where(i), f"stores {int(index.sizes[i])} bytes, too few for an LZ4 frame"
+        return index.where(i), _too_short(int(all_sizes[i]))
     fd = os.open(path, os.O_RDONLY)
     try:
-        heads = [os.pread(fd, _HEAD, int(index.offsets[i])) for i in lz4]
+        heads = [os.pread(fd, _HEAD, int(offsets[i])) for i in lz4]
         ragged = [k for k, head in enumerate(heads) if len(head) != _HEAD]
         if ragged:
-            return index.where(int(lz4[ragged[0]])), "its LZ4 frame lies past the end of the file"
+            return index.where(int(lz4[ragged[0]])), _PAST_END
         head = np.frombuffer(b"".join(heads), np.uint8).reshape(len(lz4), _HEAD)
         original = head[:, :8].copy().view(">u8").ravel()
         block = head[:, 8:12].copy().view(">u4").ravel().astype(np.uint64)
         packed = head[:, 12:16].copy().view(">u4").ravel().astype(np.uint64)
-        sizes = index.sizes[lz4]
+        sizes = all_sizes[lz4]
         one_block = block >= original
         fine = (original == layout.chunk_bytes) & (block > 0) & one_block
         fine &= (packed > 0) & (packed <= original) & (sizes == packed + _HEAD)
         for k in np.flatnonzero(~fine):
             i = int(lz4[k])
-            read = _file_reader(fd, int(index.offsets[i]))
-            try:
-                why = frame_problem(read, int(index.sizes[i]), layout.chunk_bytes)
-            except _ShortRead:
-                why = "its LZ4 frame lies past the end of the file"
+            why = _frame_at(fd, int(offsets[i]), int(all_sizes[i]), layout.chunk_bytes)
             if why is not None:
                 return index.where(i), why
     finally:
@@ -280,10 +324,51 @@ def _frames_in_file(path: str, layout: Layout, index: _Index) -> Problem:
     return None
 
 
+def _few_frames_in_file(path: str, layout: Layout, index: _Index) -> Problem:
+    """``_frames_in_file`` of at most :data:`FEW` entries, in plain Python (as above)."""
+    lz4 = [i for i, mask in enumerate(index.masks) if not mask & 1]
+    for i in lz4:
+        if index.sizes[i] < _HEAD:
+            return index.where(i), _too_short(index.sizes[i])
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        heads = [os.pread(fd, _HEAD, index.offsets[i]) for i in lz4]
+        for i, head in zip(lz4, heads):
+            if len(head) != _HEAD:
+                return index.where(i), _PAST_END
+        for i, head in zip(lz4, heads):
+            original, block, packed = _FIRST_BLOCK.unpack(head)
+            size = index.sizes[i]
+            whole = original == layout.chunk_bytes and block >= original and block > 0
+            if whole and 0 < packed <= original and size == packed + _HEAD:
+                continue
+            why = _frame_at(fd, index.offsets[i], size, layout.chunk_bytes)
+            if why is not None:
+                return index.where(i), why
+    finally:
+        os.close(fd)
+    return None
+
+
+def _frame_at(fd: int, at: int, stored: int, expected: int) -> str | None:
+    """``frame_problem`` of the frame stored at byte ``at`` of the file ``fd``."""
+    try:
+        return frame_problem(_file_reader(fd, at), stored, expected)
+    except _ShortRead:
+        return _PAST_END
+
+
+_PAST_END = "its LZ4 frame lies past the end of the file"
+
+
+def _too_short(stored: int) -> str:
+    return f"stores {stored} bytes, too few for an LZ4 frame"
+
+
 def _stored_chunks(dsid: h5d.DatasetID, layout: Layout, index: _Index) -> Problem:
     """Any other pipeline: each chunk read as stored and its filters undone far enough to know
     the length it decodes to (``chunk_problem``)."""
-    for i in range(len(index.offsets)):
+    for i in range(len(index)):
         where = index.where(i)
         mask, data = dsid.read_direct_chunk(where)
         why = chunk_problem(layout, mask, data)
@@ -294,7 +379,7 @@ def _stored_chunks(dsid: h5d.DatasetID, layout: Layout, index: _Index) -> Proble
 
 def _listed_twice(index: _Index) -> tuple[int, ...]:
     seen: set[tuple[int, ...]] = set()
-    for i in range(len(index.offsets)):
+    for i in range(len(index)):
         where = index.where(i)
         if where in seen:
             return where
@@ -338,7 +423,7 @@ def frame_problem(read: Read, stored: int, expected: int) -> str | None:
     """Why an LZ4 frame of ``stored`` bytes, read through ``read``, does not decode to exactly
     ``expected`` bytes: its lengths walked as ``H5Zlz4.c`` walks them (module docstring)."""
     if stored < _FRAME_HEAD.size + _BLOCK_HEAD.size:
-        return f"stores {stored} bytes, too few for an LZ4 frame"
+        return _too_short(stored)
     original, block = _FRAME_HEAD.unpack(_exactly(read, 0, _FRAME_HEAD.size))
     if original != expected:
         return f"its LZ4 frame declares {original:,} bytes, the chunk holds {expected:,}"
