@@ -25,6 +25,7 @@ from ckpt_migrate.format.h5.io import (
     iter_slabs,
     lz4_options,
     read_slab,
+    read_whole,
 )
 from ckpt_migrate.format.tree import H5Data, TensorLeaf
 
@@ -45,6 +46,9 @@ def place_tensor(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5d.DatasetID:
         layout = _raw_copy_layout(sid, storage, shape)
         if layout is not None:
             return _copy_chunks(f, name, sid, layout)
+        value = None if shape else read_whole(sid, src.handle.path, src.name)
+        if value is not None:  # (a number, the optimizer's step counts among them)
+            return _scalar(f, name, _as_storage(value, storage))
         ds_src = h5py.Dataset(sid)
         if shape:
             dst = f.create_dataset(name, shape=shape, dtype=storage, **lz4_options())
@@ -57,7 +61,7 @@ def place_tensor(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5d.DatasetID:
     if array.shape != shape:
         raise ValueError(f"{name}: data has shape {array.shape}, leaf says {shape}")
     if not shape:
-        return f.create_dataset(name, data=array).id
+        return _scalar(f, name, array)
     dst = f.create_dataset(name, shape=shape, dtype=storage, **lz4_options())
     slabs = list(iter_slabs(shape, storage.itemsize)) if array.size else []
     if len(slabs) == 1:  # written by HDF5 whole, as ``dst[:] =`` does (h5py's checks of the
@@ -107,10 +111,7 @@ def _copy_chunks(f: h5py.Group, name: str, sid: h5d.DatasetID, layout: chunks.La
     try:
         # Copied as stored, so checked as a decode would check them
         stored = chunks.check_chunks(sid, layout)
-        group, leaf = f, name.encode()
-        if b"/" in leaf.lstrip(b"/"):
-            parent, leaf = leaf.rsplit(b"/", 1)
-            group = f.require_group(parent)
+        group, leaf = _parent(f, name)
         # A damaged header can declare a type h5py cannot make again (an enum with odd names)
         dst = h5d.create(
             group.id, leaf, h5attrs.hdf5_type(sid.dtype), _space(layout.shape), _lz4(layout.chunks)
@@ -127,6 +128,27 @@ def _copy_chunks(f: h5py.Group, name: str, sid: h5d.DatasetID, layout: chunks.La
     return dst
 
 
+def _scalar(f: h5py.Group, name: str, array: np.ndarray) -> h5d.DatasetID:
+    """A new 0-d dataset ``name`` holding ``array``, made by the calls
+    ``Group.create_dataset(name, data=array)`` makes (the same file, byte for byte), without
+    the Python around them: 0.4 ms of a step count's copy, a quarter of an MoE checkpoint's
+    tensors (issue 33)."""
+    group, leaf = _parent(f, name)
+    data = np.ascontiguousarray(array)
+    dst = h5d.create(group.id, leaf, h5attrs.hdf5_type(data.dtype), _space(()), _plain())
+    dst.write(h5s.ALL, h5s.ALL, data)
+    return dst
+
+
+def _parent(f: h5py.Group, name: str) -> tuple[h5py.Group, bytes]:
+    """The group a new dataset ``name`` goes into (made where missing), and its last name."""
+    group, leaf = f, name.encode()
+    if b"/" in leaf.lstrip(b"/"):
+        parent, leaf = leaf.rsplit(b"/", 1)
+        group = f.require_group(parent)
+    return group, leaf
+
+
 @functools.lru_cache(maxsize=256)
 def _space(shape: tuple[int, ...]) -> h5s.SpaceID:
     return h5s.create_simple(shape)
@@ -140,6 +162,15 @@ def _lz4(chunk: tuple[int, ...]) -> h5p.PropDCID:
     dcpl = h5p.create(h5p.DATASET_CREATE)
     dcpl.set_chunk(chunk)
     dcpl.set_filter(options["compression"], h5z.FLAG_OPTIONAL, options["compression_opts"])
+    dcpl.set_obj_track_times(False)
+    dcpl.set_attr_creation_order(0)
+    return dcpl
+
+
+@functools.lru_cache(maxsize=1)
+def _plain() -> h5p.PropDCID:
+    """The creation properties h5py gives ``create_dataset(name, data=a_scalar)``."""
+    dcpl = h5p.create(h5p.DATASET_CREATE)
     dcpl.set_obj_track_times(False)
     dcpl.set_attr_creation_order(0)
     return dcpl
