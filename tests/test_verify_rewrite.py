@@ -134,16 +134,19 @@ def test_real_files_rewritten_pass_the_stored_comparison(tmp_path, monkeypatch, 
     """The real writers' files (auto-chunked LZ4, bf16, ties, scalars), rewritten: every one
     verifies, most tensors without a hash (the rest, e.g. bf16 stored as int16 by 1.x and as
     uint16 since, hashed)."""
+    from ckpt_migrate.engine import verify
+
     hashed = _hashed_datasets(monkeypatch)
     proven = 0
-    real = engine.verify_index
+    real = verify._compared
 
-    def count(ckpt, root, release, tmp, written, *, full):
+    def count(*args):
         nonlocal proven
-        real(ckpt, root, release, tmp, written, full=full)
-        proven += len(written.proven)
+        found = real(*args)
+        proven += found
+        return found
 
-    monkeypatch.setattr(engine, "verify_index", count)
+    monkeypatch.setattr(verify, "_compared", count)
     tensors = 0
     for i, (src, to) in enumerate(_real_sources(tmp_path)):
         out = tmp_path / f"out{i}" / src.name
@@ -231,13 +234,14 @@ def test_copied_pieces_that_share_bytes_of_the_output_are_refused(tmp_path):
     out, src = tmp_path / "out", tmp_path / "src"
     out.write_bytes(bytes(range(256)) * 4)
     src.write_bytes(bytes(range(256)) * 4)
+    names = ["a", "not compared", "b", "c"]  # (each owner is known by its position)
     copied = _Copied(out)
     try:
-        copied.compare(src, "a", [(0, 0, 300), (300, 300, 100)])
-        copied.compare(src, "b", [(600, 600, 100)])
-        copied.apart()  # apart: fine
-        copied.compare(src, "c", [(356, 100, 200)])  # bytes 356..556 equal 100..300 of src
+        copied.compare(src, "a", 0, [(0, 0, 300), (300, 300, 100)])
+        copied.compare(src, "b", 2, [(600, 600, 100)])
+        copied.apart(names.__getitem__)  # apart: fine
+        copied.compare(src, "c", 3, [(356, 100, 200)])  # bytes 356..556 equal 100..300 of src
         with pytest.raises(VerificationError, match="tensors 'a' and 'c' store data at the same"):
-            copied.apart()
+            copied.apart(names.__getitem__)
     finally:
         copied.close()
