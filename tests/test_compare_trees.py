@@ -68,6 +68,27 @@ def test_every_kind_of_difference_both_ways(tmp_path):
     assert n == m == 5 and itself == [] and k == 6  # tensors both sides hold
 
 
+def test_a_name_the_first_tree_gives_twice_is_compared_and_reported_once():
+    """Keys whose dotted forms collide (a legacy writer's ``"a.b"`` beside ``"a"`` -> ``"b"``)
+    name one leaf twice: compared once where the second tree has it, one "only in the first"
+    where it does not, and the second's other names are still reported."""
+    from ckpt_migrate.format.tree import DictNode, ValueLeaf
+
+    def twice(value: int) -> DictNode:
+        return DictNode([("a.b", ValueLeaf(value)), ("a", DictNode([("b", ValueLeaf(value))]))])
+
+    assert [r.name for r in iter_leaves(twice(1))] == ["a.b", "a.b"]
+    same = compare_trees(twice(1), DictNode([("a.b", ValueLeaf(1)), ("c", ValueLeaf(2))]))
+    assert [(d.name, d.what) for d in same.differences] == [("c", "only in the second")]
+    other = compare_trees(twice(1), DictNode([("c", ValueLeaf(2))]))
+    assert [(d.name, d.what) for d in other.differences] == [
+        ("a.b", "only in the first"),
+        ("c", "only in the second"),
+    ]
+    changed = compare_trees(twice(1), DictNode([("a.b", ValueLeaf(3))]))
+    assert [d.name for d in changed.differences] == ["a.b"]
+
+
 def test_the_real_librarys_files_against_their_upgrades(tmp_path):
     """Files the real cerebras.pytorch wrote, whose ties are its own ``LinkedObject`` entries
     (the 2.9 trainer's: 44, scalars among them; 2.10's ``tied.mdl``: a tied embedding): each

@@ -206,29 +206,30 @@ def compare_trees(
     33). Stored bytes that differ are not a difference yet: another LZ4 writer stores the same
     values otherwise, so then both are decoded and hashed.
 
-    The second's leaves are kept by name; the first's are walked, not kept, and a tie is known
-    by the tied leaves' first positions alone (issue 33: with a dict of each tree's positions and
-    a first position for every leaf, ``verify``'s peak at 188k leaves was 654 MiB, now 475).
+    The second's leaves are kept by name (None once its name is seen in the first); the first's
+    are walked, not kept (nor their names: a set of them was 25 MB at 188k leaves), and a tie
+    is known by the tied leaves' first positions alone (issue 33: with a dict of each tree's
+    positions and a first position for every leaf, ``verify``'s peak at 188k leaves was 654
+    MiB, now 475).
     """
-    lb: dict[str, Leaf] = {r.name: r.leaf for r in iter_leaves(b)}
+    lb: dict[str, Leaf | None] = {r.name: r.leaf for r in iter_leaves(b)}
     ta, tb = tied_positions(a), tied_positions(b)
-    names_a: set[str] = set()
-    total = 0
-    for ref in iter_leaves(a):
-        names_a.add(ref.name)
-        if isinstance(ref.leaf, TensorLeaf) and ref.name in lb:
-            total += ref.leaf.nbytes
-    diffs = [Difference(name, "only in the second") for name in lb if name not in names_a]
+    total = sum(
+        ref.leaf.nbytes
+        for ref in iter_leaves(a)
+        if isinstance(ref.leaf, TensorLeaf) and ref.name in lb
+    )
+    diffs: list[Difference] = []
     compared = done = 0
     same_bytes = SameBytes()
     with contextlib.closing(same_bytes):
         for ref in iter_leaves(a):
             name, x = ref.name, ref.leaf
-            if name not in names_a:  # a name the tree gives twice: compared once
+            y = lb.get(name, _ABSENT)
+            if y is None:  # a name the tree gives twice: compared once
                 continue
-            names_a.discard(name)
-            y = lb.get(name)
-            if y is None:
+            lb[name] = None  # (seen: the second's names, not a set of the first's)
+            if y is _ABSENT:
                 diffs.append(Difference(name, "only in the first"))
                 continue
             if progress is not None and isinstance(x, TensorLeaf):
@@ -247,7 +248,11 @@ def compare_trees(
                 diffs.append(Difference(name, what))
     if progress is not None:
         progress("verify", done, total)
+    diffs.extend(Difference(n, "only in the second") for n, y in lb.items() if y is not None)
     return Comparison(sorted(diffs, key=lambda d: d.name), compared, same_bytes.matched)
+
+
+_ABSENT = ValueLeaf("a name the second tree lacks")
 
 
 def _tensor_difference(
