@@ -15,10 +15,9 @@ from ckpt_migrate.engine import extents
 from ckpt_migrate.errors import NewerThanToolError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.checkpoint import Checkpoint
-from ckpt_migrate.format.outline import tensor_bytes
+from ckpt_migrate.format.outline import sizes
 from ckpt_migrate.format.read import read_checkpoint, read_release
 from ckpt_migrate.format.releases import Release
-from ckpt_migrate.format.tree import iter_leaves
 from ckpt_migrate.hops import graph
 from ckpt_migrate.hops.hop import Hop
 
@@ -172,16 +171,14 @@ def make_plan(
     out_dir = output_dir or ckpt.path.parent
     free = free_space(out_dir)
     file_bytes = ckpt.path.stat().st_size
-    leaves = names = 0
-    for ref in iter_leaves(ckpt.root):
-        leaves, names = leaves + 1, names + len(ref.name)
+    tensors, leaves, names = sizes(ckpt.root)
     return Plan(
         source=ckpt.path,
         source_release=src,
         target_release=tgt,
         hops=hops,
         file_bytes=file_bytes,
-        tensor_bytes=tensor_bytes(ckpt.root),
+        tensor_bytes=tensors,
         output_dir=out_dir,
         free_bytes=free,
         inputs_given=dict(inputs or {}),

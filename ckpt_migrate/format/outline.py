@@ -86,11 +86,17 @@ def outline_lines(
     return lines
 
 
-def tensor_bytes(root: Node) -> int:
-    """The bytes of the tree's tensors, a tensor under several names (a tie) counted once:
-    ``report``'s ``tensor_bytes`` without describing every leaf."""
-    distinct = {id(ref.leaf): ref.leaf for ref in iter_leaves(root)}
-    return sum(leaf.nbytes for leaf in distinct.values() if isinstance(leaf, TensorLeaf))
+def sizes(root: Node) -> tuple[int, int, int]:
+    """(the bytes of the tree's tensors, a tensor under several names (a tie) counted once:
+    ``report``'s ``tensor_bytes`` without describing every leaf; how many leaves; the
+    characters of their names), in one pass (each took 0.2-0.3 s at 188k leaves, issue 33)."""
+    distinct: dict[int, TensorLeaf] = {}
+    leaves = names = 0
+    for ref in iter_leaves(root):
+        leaves, names = leaves + 1, names + len(ref.name)
+        if isinstance(ref.leaf, TensorLeaf):
+            distinct[id(ref.leaf)] = ref.leaf
+    return sum(leaf.nbytes for leaf in distinct.values()), leaves, names
 
 
 def report(ckpt: Checkpoint, *, leaves: bool = True) -> dict[str, Any]:
