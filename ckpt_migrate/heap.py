@@ -1,4 +1,4 @@
-"""glibc's heap, told to give large blocks back (issue 33).
+"""glibc's heap, told to give large blocks and free pages back (issue 33).
 
 By default glibc serves a block of 128 KiB or more as its own mapping, and raises that
 threshold to the size of each such block freed (up to 32 MiB). After a command frees one large
@@ -22,3 +22,11 @@ def fix_mmap_threshold(size: int) -> None:
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, size)
+
+
+def give_back_freed() -> None:
+    """Hand the pages glibc's heap holds free back to the system (``malloc_trim``; elsewhere
+    nothing): what was freed in blocks below the threshold stays resident until then."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).malloc_trim(0)

@@ -19,10 +19,7 @@ tensor count. Whether the hops really left every dataset alone is checked on the
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +29,7 @@ import h5py
 import numpy as np
 from h5py import h5, h5a, h5g, h5o, h5p, h5s, h5t
 
+from ckpt_migrate import heap
 from ckpt_migrate.atomic import start_writeback
 from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.copypatch import Output, Written, finish, pending_provenance
@@ -221,24 +219,16 @@ def write(
         if progress is not None:
             progress("copy", plan.file_bytes, plan.file_bytes)
     written.tensors = edit.tensors
-    _give_back_freed_memory()
+    # HDF5's rewrite of the spec is the edit's largest allocation: it holds the old and the new
+    # text's heap collections and a conversion buffer at once (90 MB at 150k leaves), on top of
+    # what the read freed in blocks too small to be their own mappings (33 MB, issue 33)
+    heap.give_back_freed()
     edit_root(out.tmp, edit)
     if written.copy_method == "clone":
         start_writeback(out.tmp)
     check_metadata(written)
     finish(out.tmp, plan, written, entries, digest)
     return written
-
-
-def _give_back_freed_memory() -> None:
-    """Hand the pages glibc's heap holds free back to the system (``malloc_trim``; elsewhere
-    nothing) before HDF5 rewrites the spec, its largest allocation: it holds the old and the new
-    text's heap collections and a conversion buffer at once (90 MB at 150k leaves). What the
-    read freed, in blocks too small to be their own mappings, was still resident: 33 MB at
-    150k leaves, measured just before this point, and so on top of that peak (issue 33)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).malloc_trim(0)
 
 
 def edit_root(path: Path, edit: Edit) -> None:
