@@ -101,6 +101,31 @@ def test_a_changed_stored_byte_of_a_rewritten_tensor_fails_the_upgrade(
     assert not out.exists() and not list(out.parent.glob("*"))
 
 
+def test_a_reused_tensor_linked_to_another_dataset_fails_the_upgrade(tmp_path, monkeypatch):
+    """The copy-patch links the source's datasets into the output; one of its names linked to
+    another dataset of the same type and shape (the read-back of its metadata cannot tell)
+    is found by the object's address, which the verification asks for only then."""
+    rng = np.random.default_rng(5)
+    src = tmp_path / "big.mdl"
+    model = {f"w{i}": rng.random((256, 256), dtype=np.float32) for i in range(3)}
+    cm.save({"model": model}, src, "2.0")
+    real = engine.verify_index
+
+    def relink_then_verify(ckpt, root, release, tmp, written, *, full):
+        with h5py.File(tmp, "r+", locking=False) as f:
+            del f["model.w0"]
+            f["model.w0"] = f["model.w1"]
+        real(ckpt, root, release, tmp, written, full=full)
+
+    monkeypatch.setattr(engine, "verify_index", relink_then_verify)
+    out = tmp_path / "out" / src.name
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=out.parent))
+    assert result.status == "failed"  # (by the check of a reused tensor alone, below)
+    assert "tensor 'model.w0' does not hold its source data" in result.error
+    assert result.exit_code == VerificationError(src, "").exit_code
+    assert not out.exists()
+
+
 def test_a_manifest_still_hashes_every_rewritten_tensor(tmp_path, monkeypatch):
     src = _small_checkpoint(tmp_path / "src.mdl")
     hashed = _hashed_datasets(monkeypatch)
