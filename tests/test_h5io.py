@@ -265,3 +265,47 @@ def test_a_new_file_is_written_through_the_capped_cache(many_tensors, tmp_path, 
         else:
             assert same_bytes(default) == same_bytes(ours), src.name
     assert compared == len(sources) - 2  # (two real files hold keys that collide in 0.5)
+
+
+def _long_names_tree(count: int, length: int):
+    """A tree of ``count`` scalars and small tensors whose names fill more than the cache's
+    1 MiB of link names (a checkpoint of tens of thousands of tensors, in a few thousand)."""
+    from ckpt_migrate.format.tree import DictNode, MemoryData, TensorLeaf, ValueLeaf
+
+    pad = "x" * length
+    leaves = []
+    for i in range(count):
+        data = TensorLeaf("float32", (2,), MemoryData(np.full(2, i, np.float32)))
+        leaves.append((f"{pad}.{i}", data if i % 2 else ValueLeaf(i)))
+    return DictNode([("model", DictNode(leaves))])
+
+
+@pytest.mark.parametrize(("release", "length"), [("2.4", 400), ("2.10", 1000)])
+def test_a_writer_filling_an_old_style_root_keeps_its_name_heap_in_the_cache(
+    tmp_path, release, length
+):
+    """Every writer fills the root ``create_file`` made, an old-style group (one local heap of
+    link names) while its attributes track their order: every format 0.1-0.4 file and a 0.5
+    file of up to about 50k leaves. Through the 1 MiB cache, each link added past a heap of
+    1 MiB evicted the heap, wrote it whole and read it again for the next one: quadratic (a
+    40k-tensor 2.4 source took 88 s to write and 252 MB on disk, its rewrite to 2.10 116 s,
+    against 60 s and 119 MB, 52 s with the room; issue 33). The writers tell ``names_room`` of
+    every link, so the cache makes room for the heap as it grows, and the file reads the same.
+    (Format 0.5 links only tensors, half the leaves: their names are longer.)"""
+    tree, rel = _long_names_tree(3000, length), releases.get(release)
+    attributes = root_attributes(tree, rel, {})
+    assert h5root.tracks_order(attributes)
+    found = []
+    for room in (True, False):
+        path = tmp_path / f"{room}.mdl"
+        with h5root.create_file(path, exclusive=True, attributes=attributes) as f:
+            f.id.reset_mdc_hit_rate_stats()
+            write_tree(f, tree, rel, room=h5root.names_room(f, attributes) if room else None)
+            heap = metadata_cache.root_name_heap(f, local_only=True)
+            found.append((f.id.get_mdc_hit_rate(), f.id.get_mdc_config().max_size, heap))
+        assert heap > metadata_cache.METADATA_CACHE_MAX
+    (hits, size, heap), (hits_without, size_without, _) = found
+    assert size >= heap > size_without == metadata_cache.METADATA_CACHE_MAX
+    assert hits > 0.95 > hits_without
+    assert _contents(tmp_path / "True.mdl") == _contents(tmp_path / "False.mdl")
+    assert (tmp_path / "True.mdl").stat().st_size < (tmp_path / "False.mdl").stat().st_size

@@ -34,7 +34,6 @@ from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.io import H5Handle, prefetch
 from ckpt_migrate.format.h5.metadata_cache import (
-    GroupNameRoom,
     bounded_metadata_cache,
     root_name_heap,
 )
@@ -238,9 +237,9 @@ def write(
         attributes = root_attributes(root, plan.target_release, extra)
         with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:  # the temporary
             reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
-            write_tree(
-                f, root, plan.target_release, extra, _leaf_progress(root, progress, "write"), place
-            )
+            progress_ = _leaf_progress(root, progress, "write")
+            room = h5root.names_room(f, attributes)
+            write_tree(f, root, plan.target_release, extra, progress_, place, room)
         written = Written("rewrite", placed, len(placed), copy_method="rewrite")
         check_metadata(written)
         digest = hashing.result()
@@ -356,11 +355,10 @@ def _patch(
         superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
         new_root = h5root.create_fresh_root(f, attributes)
         at = dict(reused)
-        room = GroupNameRoom(f, old_names, local=h5root.tracks_order(attributes))
+        room = h5root.names_room(f, attributes, old_names)
 
         def place(g: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
             current = at.pop(id(leaf), None)
-            room.added(name)
             if current is None:
                 placed[id(leaf)] = (name, False)
                 return place_tensor(g, name, leaf)
@@ -375,7 +373,8 @@ def _patch(
             placed[id(leaf)] = (name, True)
             return dsid
 
-        write_tree(new_root, root, release, extra, _leaf_progress(root, progress, "patch"), place)
+        progress_ = _leaf_progress(root, progress, "patch")
+        write_tree(new_root, root, release, extra, progress_, place, room)
         if at:
             raise VerificationError(tmp, f"{len(at)} reused dataset(s) were not placed")
         new_addr = h5root.object_address(new_root)

@@ -19,6 +19,7 @@ from ckpt_migrate.errors import KeyCollisionError, MissingLeavesError, Unsupport
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.compare import check_written
 from ckpt_migrate.format.h5 import root as h5root
+from ckpt_migrate.format.h5.metadata_cache import GroupNameRoom
 from ckpt_migrate.format.h5.tensor import PlaceTensor, place_tensor
 from ckpt_migrate.format.legacy import write as write_legacy
 from ckpt_migrate.format.releases import Release
@@ -138,10 +139,19 @@ def write_tree(
     extra_attrs: dict[str, str] | None = None,
     on_leaf: Callable[[str, Leaf], None] | None = None,
     place: PlaceTensor = place_tensor,
+    room: GroupNameRoom | None = None,
 ) -> None:
-    """Write an already prepared tree into ``f``, the root group to be (no checks, no atomicity)."""
+    """Write an already prepared tree into ``f``, the root group to be (no checks, no atomicity).
+    ``room``: told of every link the writing adds to ``f`` before it is added (the root of a
+    file ``h5root`` made: ``h5root.names_room``), so that the heap of an old-style root's
+    names stays in the metadata cache as it grows past it (issue 33)."""
     module = write_legacy if release.legacy else write_v05
-    module.write(f, root, release, extra_attrs or {}, on_leaf, place)
+    added = _nothing if room is None else room.added
+    module.write(f, root, release, extra_attrs or {}, on_leaf, place, added)
+
+
+def _nothing(name: str) -> None:
+    pass
 
 
 def root_attributes(root: Node, release: Release, extra_attrs: dict[str, str]) -> int:
@@ -188,6 +198,7 @@ def write_checkpoint(
     with atomic_output(target, replace=replace) as tmp:
         attributes = root_attributes(to_write, rel, extra_attrs or {})
         with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:
-            write_tree(f, to_write, rel, extra_attrs, count)
+            room = h5root.names_room(f, attributes)
+            write_tree(f, to_write, rel, extra_attrs, count, room=room)
         check_written(tmp, to_write, rel)
     return report

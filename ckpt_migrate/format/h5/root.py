@@ -25,7 +25,7 @@ import h5py
 from h5py import h5f, h5g, h5o, h5p
 
 from ckpt_migrate.format.h5 import capi
-from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
+from ckpt_migrate.format.h5.metadata_cache import GroupNameRoom, bounded_metadata_cache
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 FRESH_ROOT = "__ckpt_migrate_new_root__"
@@ -45,6 +45,14 @@ def tracks_order(attributes: int) -> bool:
     """Whether a root that will hold ``attributes`` attributes tracks their creation order
     (every checkpoint of fewer than about 64k leaves: attributes list in the order written)."""
     return attributes <= MAX_TRACKED_ATTRIBUTES - ORDER_HEADROOM
+
+
+def names_room(f: h5py.File, attributes: int, other_heap: int = 0) -> GroupNameRoom:
+    """The ``GroupNameRoom`` of a root that ``create_file`` or ``create_fresh_root`` made for
+    ``attributes`` attributes in ``f``: while it tracks their order it is an old-style group,
+    its link names in one local heap (``other_heap``: the bytes of another such heap the
+    writing looks names up in, in the same file)."""
+    return GroupNameRoom(f, other_heap, local=tracks_order(attributes))
 
 
 def create_fresh_root(f: h5py.File, attributes: int = 0) -> h5py.Group:

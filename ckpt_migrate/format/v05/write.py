@@ -129,7 +129,9 @@ def write(
     extra_attrs: dict[str, str],
     on_leaf: Callable[[str, Leaf], None] | None = None,
     place: PlaceTensor = place_tensor,
+    added: Callable[[str], None] = lambda name: None,
 ) -> None:
+    """``added(name)``: before each dataset is made (a tensor's, a pickled object's)."""
     f.attrs["__spec__"] = treespec_json.root_spec_text(root)
     f.attrs["__version__"] = np.float64(FORMAT_VERSION)
     f.attrs["__cstorch_version__"] = release.cstorch_version or f"{release.name}.0"
@@ -146,6 +148,8 @@ def write(
             md: dict[str, Any] = _linked(first_name[id(leaf)])
         else:
             first_name[id(leaf)] = name
+            if isinstance(leaf, (TensorLeaf, OpaqueLeaf)):
+                added(name)
             md, key = _write_value(f, name, leaf, place)
             if on_leaf is not None:
                 on_leaf(name, leaf)
