@@ -89,6 +89,11 @@ def read_checkpoint(
         if isolate and found is None:  # the children met a problem: named here
             stored = check_self_contained(f, p)
         proven = tensors_proven and not isolate
+        if proven and not looks_like_format_05(p):
+            try:  # (its datasets described from their headers, as a legacy outline's)
+                return _described(p, f, handle, release)
+            except OutlineTooShort:
+                pass
         return _read(p, f, handle, release, stored, Facts(facts, proven))
 
     return _closed_on_error(p, handle, full)
@@ -155,24 +160,44 @@ def read_outline(
             if not is_legacy:
                 ckpt = _read(p, f, handle, release, None, Facts(links=addresses.keys()))
                 handle.known_addresses(addresses)  # every link is a leaf's dataset (``_read``)
-            else:  # (the datasets' headers are scanned while the spec is decoded)
-                begun = headerscan.Scan(p, addresses, superblock_offset(f), SPEC_SHARE)
-                later = headerscan.Later(begun)
-                try:
-                    aliased = linktable.aliased(addresses.values())
-                    facts = Facts(later, links=addresses.keys(), described=True, aliased=aliased)
-                    ckpt = _read(p, f, handle, release, None, facts)
-                    ckpt.data_bytes = later.stored()
-                finally:
-                    begun.cancel()
-                # (not kept: 27 MB at 150k links, which ``addresses()`` reads again if asked;
-                # ``inspect`` and ``plan``, the readers of a legacy outline, do not ask)
-            return ckpt
+                return ckpt
+            # (not kept: 27 MB at 150k links, which ``addresses()`` reads again if asked;
+            # ``inspect`` and ``plan``, the readers of a legacy outline, do not ask)
+            return _described(p, f, handle, release, addresses)
         except OutlineTooShort:
             handle.close()
             return None
 
     return _closed_on_error(p, handle, outline)
+
+
+def _described(
+    p: Path,
+    f: h5py.File,
+    handle: H5Handle,
+    release: str | None,
+    addresses: dict[str, int] | None = None,
+) -> Checkpoint:
+    """A legacy file read with every dataset described from its header (``headerfacts``: its
+    dtype, shape, attributes and a scalar's value, as the full walk finds them), scanned while
+    the spec is decoded, no dataset opened: a legacy outline (``read_outline``), and the
+    engine's read-back of its own output, whose tensors it proves itself (through HDF5 each
+    dataset was 0.6 ms, and its first scalar's read a walk of every object of the file for
+    the overlap check of untrusted input). ``OutlineTooShort`` where that does not answer."""
+    if addresses is None:
+        addresses = linktable.of_root(f, p)
+        if addresses is None:
+            raise OutlineTooShort("the root's links")
+    begun = headerscan.Scan(p, addresses, superblock_offset(f), SPEC_SHARE)
+    later = headerscan.Later(begun)
+    try:
+        aliased = linktable.aliased(addresses.values())
+        facts = Facts(later, links=addresses.keys(), described=True, aliased=aliased)
+        ckpt = _read(p, f, handle, release, None, facts)
+        ckpt.data_bytes = later.stored()
+        return ckpt
+    finally:
+        begun.cancel()
 
 
 # The share of a legacy outline's datasets whose headers a second process scans while this one
