@@ -273,11 +273,11 @@ def test_copied_pieces_that_share_bytes_of_the_output_are_refused(tmp_path):
 
 
 def test_a_legacy_output_is_read_back_from_its_headers_as_strictly(tmp_path, monkeypatch):
-    """A rewrite into format 0.4 (2.10 -> 2.4) reads its output back with every dataset
-    described from its header (``format.read._described``, as a legacy outline is read), no
-    dataset decoded through h5py: 0.6 ms a dataset, and the first scalar's read a walk of every
-    object for the overlap check of untrusted input (issue 33). A value written wrong still
-    fails the upgrade, and nothing is published."""
+    """A rewrite into format 0.4 (2.10 -> 2.4), and ``save``, read their output back with every
+    dataset described from its header (``format.read._described``, as a legacy outline is
+    read), no dataset decoded through h5py: 0.6 ms a dataset, and the first scalar's read a
+    walk of every object for the overlap check of untrusted input (issue 33). A value written
+    wrong still fails the upgrade, and nothing is published."""
     from ckpt_migrate.format.legacy import read as read_legacy
     from ckpt_migrate.format.legacy import write as write_legacy
     from ckpt_migrate.format.tree import ValueLeaf
@@ -290,8 +290,10 @@ def test_a_legacy_output_is_read_back_from_its_headers_as_strictly(tmp_path, mon
     with monkeypatch.context() as m:
         m.setattr(read_legacy, "_decode_dataset", decoded)
         result = upgrade(src, UpgradeOptions(target="2.4", output_dir=tmp_path / "out"))
+        saved = _small_checkpoint(tmp_path / "saved.mdl", "2.4")  # (``save``'s read-back too)
     assert result.status == "upgraded", result.error
     _identical(src, tmp_path / "out" / src.name)
+    _identical(src, saved)
 
     real = write_legacy._write_leaf
 

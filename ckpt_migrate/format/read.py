@@ -48,7 +48,8 @@ def read_checkpoint(
     The boundary's checks are the preflight children's; the parent repeats them only to name a
     problem they met. ``isolate=False`` skips the forked :func:`preflight` pass and so the
     boundary checks: only for a file this process has just written from a source that passed
-    them (its read-back of its own output); ``data_bytes`` is then None. ``tensors_proven``
+    them (its read-back of its own output); ``data_bytes`` is then None, and a legacy file's
+    datasets are described from their headers (``_described``). ``tensors_proven``
     (with ``isolate=False``): the caller proves each tensor's dataset itself, by its address or
     its hash, so format 0.5 tensors are taken as their metadata describes them, unopened, and
     its datasets no leaf names are not looked for (``unreferenced`` is empty).
@@ -88,13 +89,12 @@ def read_checkpoint(
         # (the facts are this read's own: a legacy reader lets go of each as it takes it)
         if isolate and found is None:  # the children met a problem: named here
             stored = check_self_contained(f, p)
-        proven = tensors_proven and not isolate
-        if proven and not looks_like_format_05(p):
+        if not isolate and not looks_like_format_05(p):
             try:  # (its datasets described from their headers, as a legacy outline's)
                 return _described(p, f, handle, release)
             except OutlineTooShort:
                 pass
-        return _read(p, f, handle, release, stored, Facts(facts, proven))
+        return _read(p, f, handle, release, stored, Facts(facts, tensors_proven and not isolate))
 
     return _closed_on_error(p, handle, full)
 
@@ -181,8 +181,8 @@ def _described(
     """A legacy file read with every dataset described from its header (``headerfacts``: its
     dtype, shape, attributes and a scalar's value, as the full walk finds them), scanned while
     the spec is decoded, no dataset opened: a legacy outline (``read_outline``), and the
-    engine's read-back of its own output, whose tensors it proves itself (through HDF5 each
-    dataset was 0.6 ms, and its first scalar's read a walk of every object of the file for
+    read-back of a file this process has just written (``isolate=False``: through HDF5 each
+    dataset was 0.6 ms, and the first scalar's read a walk of every object of the file for
     the overlap check of untrusted input). ``OutlineTooShort`` where that does not answer."""
     if addresses is None:
         addresses = linktable.of_root(f, p)
