@@ -275,7 +275,7 @@ def test_copied_pieces_that_share_bytes_of_the_output_are_refused(tmp_path):
 def test_a_legacy_output_is_read_back_from_its_headers_as_strictly(tmp_path, monkeypatch):
     """A rewrite into format 0.4 (2.10 -> 2.4), and ``save``, read their output back with every
     dataset described from its header (``format.read._described``, as a legacy outline is
-    read), no dataset decoded through h5py: 0.6 ms a dataset, and the first scalar's read a
+    read), no dataset decoded through h5py: 0.5 ms a dataset, and the first scalar's read a
     walk of every object for the overlap check of untrusted input (issue 33). A value written
     wrong still fails the upgrade, and nothing is published."""
     from ckpt_migrate.format.legacy import read as read_legacy

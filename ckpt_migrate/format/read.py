@@ -182,7 +182,7 @@ def _described(
     dtype, shape, attributes and a scalar's value, as the full walk finds them), scanned while
     the spec is decoded, no dataset opened: a legacy outline (``read_outline``), and the
     read-back of a file this process has just written (``isolate=False``: through HDF5 each
-    dataset was 0.6 ms, and the first scalar's read a walk of every object of the file for
+    dataset was 0.5 ms, and the first scalar's read a walk of every object of the file for
     the overlap check of untrusted input). ``OutlineTooShort`` where that does not answer."""
     if addresses is None:
         addresses = linktable.of_root(f, p)
