@@ -147,7 +147,7 @@ def write_tree(
     names stays in the metadata cache as it grows past it (issue 33)."""
     module = write_legacy if release.legacy else write_v05
     added = _nothing if room is None else room.added
-    module.write(f, root, release, extra_attrs or {}, on_leaf, place, added)
+    module.write(f, root, release, extra_attrs or {}, on_leaf, place, added=added)
 
 
 def _nothing(name: str) -> None:

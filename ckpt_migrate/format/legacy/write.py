@@ -44,7 +44,8 @@ def write(
     extra_attrs: dict[str, str],
     on_leaf: Callable[[str, Leaf], None] | None = None,
     place: PlaceTensor = place_tensor,
-    added: Callable[[str], None] = lambda name: None,
+    *,
+    added: Callable[[str], None],
 ) -> None:
     """``added(name)``: before each link (a dataset, or a tie's second link) is made."""
     fmt = release.format

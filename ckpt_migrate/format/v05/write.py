@@ -129,7 +129,8 @@ def write(
     extra_attrs: dict[str, str],
     on_leaf: Callable[[str, Leaf], None] | None = None,
     place: PlaceTensor = place_tensor,
-    added: Callable[[str], None] = lambda name: None,
+    *,
+    added: Callable[[str], None],
 ) -> None:
     """``added(name)``: before each dataset is made (a tensor's, a pickled object's)."""
     f.attrs["__spec__"] = treespec_json.root_spec_text(root)
