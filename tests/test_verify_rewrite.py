@@ -23,6 +23,7 @@ from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format.h5.stored import copied_pieces
 
 REAL_2_6 = FIXTURES / "real-cstorch-2.6-2.9"
+REAL_2_10 = FIXTURES / "real-cstorch-2.10"
 
 
 def _small_checkpoint(path: Path, release: str = "2.0") -> Path:
@@ -276,7 +277,8 @@ def test_a_legacy_output_is_read_back_from_its_headers_as_strictly(tmp_path, mon
     """A rewrite into format 0.4 (2.10 -> 2.4), and ``save``, read their output back with every
     dataset described from its header (``format.read._described``, as a legacy outline is
     read), no dataset decoded through h5py: 0.5 ms a dataset, and the first scalar's read a
-    walk of every object for the overlap check of untrusted input (issue 33). A value written
+    walk of every object for the overlap check of untrusted input (issue 33); the real 2.6 and
+    2.10 libraries' files too (ties, bf16, nested keys, a dataloader's state). A value written
     wrong still fails the upgrade, and nothing is published."""
     from ckpt_migrate.format.legacy import read as read_legacy
     from ckpt_migrate.format.legacy import write as write_legacy
@@ -287,10 +289,21 @@ def test_a_legacy_output_is_read_back_from_its_headers_as_strictly(tmp_path, mon
     def decoded(*args):
         raise AssertionError("a dataset of the output was decoded through h5py")
 
+    real_files = [s for s, to in _real_sources(tmp_path) if to == "2.4"]
+    real_files += [REAL_2_10 / n for n in ("dtypes.mdl", "nested.mdl", "dataloader_map.mdl")]
     with monkeypatch.context() as m:
         m.setattr(read_legacy, "_decode_dataset", decoded)
         result = upgrade(src, UpgradeOptions(target="2.4", output_dir=tmp_path / "out"))
         saved = _small_checkpoint(tmp_path / "saved.mdl", "2.4")  # (``save``'s read-back too)
+        for i, path in enumerate(real_files):  # the real 2.6 and 2.10 libraries' files
+            opts = UpgradeOptions(
+                target="2.4",
+                output_dir=tmp_path / f"real{i}",
+                inputs={"drop_dataloader_state": True},
+            )
+            done = upgrade(path, opts)
+            assert (done.status, done.strategy) == ("upgraded", "rewrite"), (path, done.error)
+    assert len(real_files) == 6
     assert result.status == "upgraded", result.error
     _identical(src, tmp_path / "out" / src.name)
     _identical(src, saved)

@@ -238,8 +238,7 @@ def write(
         with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:  # the temporary
             reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
             progress_ = _leaf_progress(root, progress, "write")
-            room = h5root.names_room(f, attributes)
-            write_tree(f, root, plan.target_release, extra, progress_, place, room)
+            write_tree(f, root, plan.target_release, extra, progress_, place)
         written = Written("rewrite", placed, len(placed), copy_method="rewrite")
         check_metadata(written)
         digest = hashing.result()

@@ -142,16 +142,14 @@ def write_tree(
     room: GroupNameRoom | None = None,
 ) -> None:
     """Write an already prepared tree into ``f``, the root group to be (no checks, no atomicity).
-    ``room``: told of every link the writing adds to ``f`` before it is added (the root of a
-    file ``h5root`` made: ``h5root.names_room``), so that the heap of an old-style root's
-    names stays in the metadata cache as it grows past it (issue 33)."""
+    ``room`` is told of every link the writing adds to ``f``, before it is added, so that the
+    heap of an old-style root's names stays in the metadata cache as it grows past it (issue
+    33); by default the room of a root ``h5root`` made for the tree (``h5root.names_room``)."""
+    extra = extra_attrs or {}
+    if room is None:
+        room = h5root.names_room(f.file, root_attributes(root, release, extra))
     module = write_legacy if release.legacy else write_v05
-    added = _nothing if room is None else room.added
-    module.write(f, root, release, extra_attrs or {}, on_leaf, place, added=added)
-
-
-def _nothing(name: str) -> None:
-    pass
+    module.write(f, root, release, extra, on_leaf, place, added=room.added)
 
 
 def root_attributes(root: Node, release: Release, extra_attrs: dict[str, str]) -> int:
@@ -198,7 +196,6 @@ def write_checkpoint(
     with atomic_output(target, replace=replace) as tmp:
         attributes = root_attributes(to_write, rel, extra_attrs or {})
         with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:
-            room = h5root.names_room(f, attributes)
-            write_tree(f, to_write, rel, extra_attrs, count, room=room)
+            write_tree(f, to_write, rel, extra_attrs, count)
         check_written(tmp, to_write, rel)
     return report

@@ -271,8 +271,7 @@ def _write_h5(
     with atomic_output(target) as tmp:
         attributes = root_attributes(to_write, rel, extra_attrs)
         with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:
-            room = h5root.names_room(f, attributes)
-            write_tree(f, to_write, rel, extra_attrs, None, place, room)
+            write_tree(f, to_write, rel, extra_attrs, None, place)
         check_written(tmp, to_write, rel)
         if verify == "full":
             with read_checkpoint(tmp) as back:
