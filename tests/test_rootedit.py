@@ -259,7 +259,7 @@ def test_on_a_filesystem_that_shares_extents_the_root_edit_is_a_clone(tmp_path_f
 def test_an_index_verified_root_edit_keeps_a_count_of_its_tensors_not_their_places(
     tmp_path, monkeypatch
 ):
-    """``Written.placed`` (an entry per tensor: 29 MB at 150k) is made only where a check reads
+    """``Written.linked`` (an entry per tensor: 29 MB at 150k) is made only where a check reads
     it: the tree's re-read, the full verification. Made there, it names every tensor at its
     first place (a tie's other places not), each the source's dataset of its own name."""
     src = _source(tmp_path / "src.mdl", experts=5)
@@ -270,12 +270,12 @@ def test_an_index_verified_root_edit_keeps_a_count_of_its_tensors_not_their_plac
     )
     result, _ = _upgrade(src, tmp_path / "index")
     assert result.strategy == rootedit.STRATEGY and result.tensors == 4 * 5
-    assert edits[-1].placed == {} and edits[-1].tensors == 4 * 5
+    assert edits[-1].linked == {} and edits[-1].tensors == 4 * 5
     result, _ = _upgrade(src, tmp_path / "full", verify="full")
     assert result.verified == "full"
-    placed = edits[-1].placed
-    names = sorted(name for name, reused in placed.values() if reused)
-    assert len(placed) == 4 * 5 and "model.lm_head.weight" not in names
+    linked = edits[-1].linked
+    names = sorted(linked.values())
+    assert len(linked) == 4 * 5 and "model.lm_head.weight" not in names
     assert "model.experts.0.w1.weight" in names and "optimizer.state.4.step" in names
 
 

@@ -320,3 +320,88 @@ def test_a_legacy_output_is_read_back_from_its_headers_as_strictly(tmp_path, mon
     assert "does not hold the expected tree" in result.error
     assert result.exit_code == VerificationError(src, "").exit_code
     assert not list(out.glob("*"))
+
+
+def _read_back_of(monkeypatch) -> list:
+    """The trees ``compare.check_written`` reads back, as it compares them."""
+    from ckpt_migrate.format import compare
+
+    seen: list = []
+    real = compare.same_signature
+    monkeypatch.setattr(
+        compare, "same_signature", lambda a, b, **kw: seen.append(a) or real(a, b, **kw)
+    )
+    return seen
+
+
+@pytest.mark.parametrize("source", ["tied", "ours"])
+def test_the_read_back_holds_the_expected_trees_leaves(tmp_path, monkeypatch, source):
+    """A format 0.5 output read back for its check gives back the expected tree's own leaf
+    wherever it reads one alike (``compare._Alike``): one tree's leaves held, not two (29 MB
+    at 150k leaves, issue 33); the real 2.10 library's tied file and ours."""
+    from ckpt_migrate.format.compare import check_written
+    from ckpt_migrate.format.read import read_checkpoint
+    from ckpt_migrate.format.releases import get
+    from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
+    from ckpt_migrate.format.write import write_checkpoint
+
+    seen = _read_back_of(monkeypatch)
+    path = REAL_2_10 / "tied.mdl" if source == "tied" else _small_checkpoint(tmp_path / "s.mdl")
+    with read_checkpoint(path) as ckpt:
+        out = tmp_path / "out.mdl"
+        write_checkpoint(ckpt.root, out, "2.10")
+        check_written(out, ckpt.root, get("2.10"), tensors_proven=True)
+        tensors = [r for r in iter_leaves(ckpt.root) if isinstance(r.leaf, TensorLeaf)]
+        back = {r.name: r.leaf for r in iter_leaves(seen[-1])}
+    assert len(tensors) == (7 if source == "tied" else 29)
+    assert all(back[r.name] is r.leaf for r in tensors)
+
+
+def _tied_apart(root):
+    """``root`` with every later place of a tied tensor a tensor of its own (``map_leaves``
+    keeps ties: it maps each leaf once)."""
+    from ckpt_migrate.format.tree import DictNode, SeqNode, TensorLeaf
+
+    firsts: set[int] = set()
+
+    def untie(node):
+        if isinstance(node, DictNode):
+            return DictNode([(k, untie(v)) for k, v in node.items], node.ordered)
+        if isinstance(node, SeqNode):
+            return SeqNode(node.kind, [untie(v) for v in node.items])
+        if isinstance(node, TensorLeaf) and id(node) in firsts:
+            return TensorLeaf(node.dtype, node.shape, node.data, numpy=node.numpy)
+        firsts.add(id(node))
+        return node
+
+    return untie(root)
+
+
+@pytest.mark.parametrize("change", ["untied file", "tie not expected", "tied anew", "shape"])
+def test_the_read_back_that_keeps_the_expected_leaves_still_finds_each_difference(tmp_path, change):
+    """As strict as before it held the expected leaves: a file that unties the real library's
+    tie, or ties what the expected tree holds apart, or holds a tensor of another shape than
+    the expected one, fails the check."""
+    from ckpt_migrate.format.compare import check_written
+    from ckpt_migrate.format.read import read_checkpoint
+    from ckpt_migrate.format.releases import get
+    from ckpt_migrate.format.tree import TensorLeaf, iter_leaves, map_leaves
+    from ckpt_migrate.format.write import write_checkpoint
+
+    with read_checkpoint(REAL_2_10 / "tied.mdl") as ckpt:
+        root = ckpt.root
+        leaves = {r.name: r.leaf for r in iter_leaves(root)}
+        a, b = leaves["model.embed.weight"], leaves["not_tied"]  # (alike, apart)
+        assert (a.dtype, a.shape) == (b.dtype, b.shape) and a is not b
+        reshaped = TensorLeaf(a.dtype, (4, 6), a.data)
+        written, expected = {
+            "untied file": (_tied_apart(root), root),
+            "tie not expected": (root, _tied_apart(root)),
+            "tied anew": (map_leaves(root, lambda r: a if r.leaf is b else r.leaf), root),
+            "shape": (root, map_leaves(root, lambda r: reshaped if r.leaf is b else r.leaf)),
+        }[change]
+        out = tmp_path / "out.mdl"
+        write_checkpoint(written, out, "2.10")
+        check_written(out, written, get("2.10"), tensors_proven=True)
+        with pytest.raises(VerificationError, match="does not hold the expected tree"):
+            check_written(out, expected, get("2.10"), tensors_proven=True)

@@ -150,7 +150,7 @@ class Output:
 @dataclass
 class Written:
     strategy: str
-    placed: dict[int, tuple[str, bool]]  # id(leaf) -> (dataset path in output, reused)
+    placed: dict[int, str]  # id(leaf) -> its dataset in the output, written anew
     tensors: int = 0
     source_xxh3_128: str | None = None
     hashes: dict[str, str] = field(default_factory=dict)  # leaf name -> sha256 (full verify)
@@ -160,6 +160,18 @@ class Written:
     copy_method: str | None = None  # extents.Method: how the source's bytes got there
     bytes_shared: int = 0  # of the source's bytes, shared with it rather than written
     bytes_own: int = 0  # of the source's bytes, written (copied, unshared) for the output
+    # id(leaf) -> its dataset in the output, the source's own linked there (kept apart from
+    # ``placed``: a (name, reused) pair each was 8 MB at 150k tensors, issue 33)
+    linked: dict[int, str] = field(default_factory=dict)
+
+    def place(self, leaf: object) -> tuple[str, bool] | None:
+        """Where ``leaf`` is in the output and whether it is the source's dataset (None: it
+        has no dataset of its own, or is not at its first place)."""
+        name = self.placed.get(id(leaf))
+        if name is not None:
+            return name, False
+        name = self.linked.get(id(leaf))
+        return None if name is None else (name, True)
 
 
 def write(
@@ -182,7 +194,62 @@ def write(
     ordinary error. ``copy_method``: how the source's bytes get into the copy-patch output
     (``extents``); a rewrite always writes."""
     handle, tmp = ckpt.handle, out.tmp
-    reused: dict[int, str] = {}  # id(leaf) -> its dataset in the source (each used once)
+    reused, reused_bytes = _reusable(root, handle)
+    entries = pending_provenance(ckpt, record)
+    extra = {PROVENANCE_ATTR: json.dumps(entries)}
+    placed: dict[int, str] = {}
+    linked: dict[int, str] = {}
+    if reused_bytes >= 0.5 * plan.file_bytes:
+        # A staging file (sparse) is written but for the data; a clone needs no ranges.
+        ranges = _data_ranges(handle, reused) if copy_method == "sparse" else None
+        shared = out.share(plan, copy_method, ranges)
+        if shared is not None:
+            written = shared
+            written.placed, written.linked = placed, linked
+            if progress is not None:
+                progress("copy", plan.file_bytes, plan.file_bytes)
+            _patch(tmp, root, plan.target_release, reused, written, extra, progress, handle)
+            start_writeback(tmp)  # the edit's pages go to disk while it is verified
+            check_metadata(written)
+            digest = None  # the source's bytes were never read (see extents)
+        else:
+            copier = out.start_copy(
+                direct=not read_back, reserve=plan.output_bytes, choice=copy_method
+            )
+            copier.restrict(_data_ranges(handle, reused))
+            written = Written("copy-patch", placed, copy_method="copy", linked=linked)
+            written.bytes_own = plan.file_bytes
+            _patch(tmp, root, plan.target_release, reused, written, extra, progress, handle)
+            check_metadata(written)
+            digest = copier.finish(progress)
+        written.tensors = len(placed) + len(linked)
+    else:  # most of the data changes: write a new file instead
+        # It reads every chunk index and all the data: the walk's verdict first, before HDF5
+        # writes anything (nothing to gain from overlapping them here).
+        handle.walked()
+        reused.clear()  # (150k tensors' ids: 12 MB, kept through the read-back for nothing)
+
+        def place(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
+            placed[id(leaf)] = name
+            return place_tensor(f, name, leaf)
+
+        hashing = out.start_digest()
+        attributes = root_attributes(root, plan.target_release, extra)
+        with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:  # the temporary
+            reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
+            progress_ = _leaf_progress(root, progress, "write")
+            write_tree(f, root, plan.target_release, extra, progress_, place)
+        written = Written("rewrite", placed, len(placed), copy_method="rewrite")
+        check_metadata(written)
+        digest = hashing.result()
+    finish(tmp, plan, written, entries, digest)
+    return written
+
+
+def _reusable(root: Node, handle: H5Handle) -> tuple[dict[int, str], int]:
+    """Which tensors of ``root`` are a dataset of the source (id(leaf) -> its name, each
+    dataset used once), and their bytes."""
+    reused: dict[int, str] = {}
     taken: set[str] = set()
     reused_bytes = 0
     for ref in iter_leaves(root):
@@ -197,53 +264,7 @@ def write(
             reused[id(leaf)] = leaf.data.name
             taken.add(leaf.data.name)
             reused_bytes += leaf.nbytes
-    entries = pending_provenance(ckpt, record)
-    extra = {PROVENANCE_ATTR: json.dumps(entries)}
-    placed: dict[int, tuple[str, bool]] = {}
-    if reused_bytes >= 0.5 * plan.file_bytes:
-        # A staging file (sparse) is written but for the data; a clone needs no ranges.
-        ranges = _data_ranges(handle, reused) if copy_method == "sparse" else None
-        shared = out.share(plan, copy_method, ranges)
-        if shared is not None:
-            written = shared
-            written.placed = placed
-            if progress is not None:
-                progress("copy", plan.file_bytes, plan.file_bytes)
-            _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle)
-            start_writeback(tmp)  # the edit's pages go to disk while it is verified
-            check_metadata(written)
-            digest = None  # the source's bytes were never read (see extents)
-        else:
-            copier = out.start_copy(
-                direct=not read_back, reserve=plan.output_bytes, choice=copy_method
-            )
-            copier.restrict(_data_ranges(handle, reused))
-            written = Written("copy-patch", placed, copy_method="copy")
-            written.bytes_own = plan.file_bytes
-            _patch(tmp, root, plan.target_release, reused, placed, extra, progress, handle)
-            check_metadata(written)
-            digest = copier.finish(progress)
-        written.tensors = len(placed)
-    else:  # most of the data changes: write a new file instead
-        # It reads every chunk index and all the data: the walk's verdict first, before HDF5
-        # writes anything (nothing to gain from overlapping them here).
-        handle.walked()
-
-        def place(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
-            placed[id(leaf)] = (name, False)
-            return place_tensor(f, name, leaf)
-
-        hashing = out.start_digest()
-        attributes = root_attributes(root, plan.target_release, extra)
-        with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:  # the temporary
-            reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
-            progress_ = _leaf_progress(root, progress, "write")
-            write_tree(f, root, plan.target_release, extra, progress_, place)
-        written = Written("rewrite", placed, len(placed), copy_method="rewrite")
-        check_metadata(written)
-        digest = hashing.result()
-    finish(tmp, plan, written, entries, digest)
-    return written
+    return reused, reused_bytes
 
 
 def pending_provenance(ckpt: Checkpoint, record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -333,7 +354,7 @@ def _patch(
     root: Node,
     release: Release,
     reused: dict[int, str],
-    placed: dict[int, tuple[str, bool]],
+    written: Written,
     extra: dict[str, str],
     progress: Progress | None,
     source: H5Handle,
@@ -353,13 +374,13 @@ def _patch(
     with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False), 0) as f:
         superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
         new_root = h5root.create_fresh_root(f, attributes)
-        at = dict(reused)
+        at = reused  # (emptied as they are placed: a copy was 12 MB at 150k tensors)
         room = h5root.names_room(f, attributes, old_names)
 
         def place(g: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
             current = at.pop(id(leaf), None)
             if current is None:
-                placed[id(leaf)] = (name, False)
+                written.placed[id(leaf)] = name
                 return place_tensor(g, name, leaf)
             parent = name.rpartition("/")[0]
             if parent:
@@ -369,7 +390,7 @@ def _patch(
             g.id.links.create_hard(name.encode(), f.id, current.encode())
             dsid = h5py.h5d.open(g.id, name.encode())
             h5attrs.delete_all(dsid)
-            placed[id(leaf)] = (name, True)
+            written.linked[id(leaf)] = name
             return dsid
 
         progress_ = _leaf_progress(root, progress, "patch")

@@ -103,20 +103,20 @@ class Edit:
     tensors: int = 0
     # the leaves whose metadata is set: name -> (the leaf, the name of its first place)
     leaves: Leaves = field(default_factory=dict)
-    # ``Written.placed`` of the output, made only where a check needs it (``place_all``): its
+    # ``Written.linked`` of the output, made only where a check needs it (``place_all``): its
     # 150k entries were 29 MB a root edit held for nothing but their count (issue 33)
-    placed: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    linked: dict[int, str] = field(default_factory=dict)
 
-    def place_all(self) -> dict[int, tuple[str, bool]]:
-        """Fill ``placed`` (and return it): every tensor at its first place, at its own name
+    def place_all(self) -> dict[int, str]:
+        """Fill ``linked`` (and return it): every tensor at its first place, at its own name
         (``plan_edit`` proved each is the source's dataset of that name)."""
-        if len(self.placed) < self.tensors:
+        if len(self.linked) < self.tensors:
             ties = tied_positions(self.root)
             for ref in iter_leaves(self.root):
                 tie = ties.get(id(ref.leaf))
                 if isinstance(ref.leaf, TensorLeaf) and (tie is None or tie.name == ref.name):
-                    self.placed[id(ref.leaf)] = (ref.name, True)
-        return self.placed
+                    self.linked[id(ref.leaf)] = ref.name
+        return self.linked
 
 
 def _has_dataset(leaf: Leaf, name: str, first: str) -> bool:
@@ -205,17 +205,18 @@ def write(
     edit.set[PROVENANCE_ATTR] = _utf8(json.dumps(entries))
     ranges = None
     if copy_method == "sparse":  # the object store's staging: all but the data, which it shares
-        names = sorted({name for name, _ in edit.place_all().values()})
+        names = sorted(set(edit.place_all().values()))
         ranges = data_ranges(ckpt.handle.dataset(name) for name in names)
     shared = out.share(plan, copy_method, ranges)
     digest: str | None = None
     if shared is None:
         copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes, choice=copy_method)
         digest = copier.finish(progress)
-        written = Written(STRATEGY, edit.placed, copy_method="copy", bytes_own=plan.file_bytes)
+        written = Written(STRATEGY, {}, copy_method="copy", bytes_own=plan.file_bytes)
+        written.linked = edit.linked
     else:
         written = shared
-        written.strategy, written.placed = STRATEGY, edit.placed
+        written.strategy, written.linked = STRATEGY, edit.linked
         if progress is not None:
             progress("copy", plan.file_bytes, plan.file_bytes)
     written.tensors = edit.tensors

@@ -27,6 +27,7 @@ from ckpt_migrate.format.h5.root import superblock_offset
 from ckpt_migrate.format.h5.rootdigest import RootDigest
 from ckpt_migrate.format.h5.sniff import looks_like_format_05
 from ckpt_migrate.format.legacy import read as read_legacy
+from ckpt_migrate.format.tree import Leaf
 from ckpt_migrate.format.v05 import read as read_v05
 
 
@@ -41,6 +42,7 @@ def read_checkpoint(
     root_digest: bool = False,
     storage_scan: bool = False,
     legacy_outline: bool = False,
+    alike: Callable[[str, Leaf], Leaf] | None = None,
 ) -> Checkpoint:
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
@@ -52,7 +54,9 @@ def read_checkpoint(
     datasets are described from their headers (``_described``). ``tensors_proven``
     (with ``isolate=False``): the caller proves each tensor's dataset itself, by its address or
     its hash, so format 0.5 tensors are taken as their metadata describes them, unopened, and
-    its datasets no leaf names are not looked for (``unreferenced`` is empty).
+    its datasets no leaf names are not looked for (``unreferenced`` is empty); ``alike``
+    (with it) is handed each format 0.5 leaf as decoded, with its name, and the leaf it returns
+    is kept (the read-back's comparison: ``compare.check_written``).
     ``defer_chunks``: return before the preflight walk of the chunk indexes ends; its verdict
     comes at ``handle.walked()``, which every read of data calls (an upgrade by clone reads
     none, and calls it before publishing), and ``data_bytes`` counts chunked datasets by
@@ -94,7 +98,9 @@ def read_checkpoint(
                 return _described(p, f, handle, release)
             except OutlineTooShort:
                 pass
-        return _read(p, f, handle, release, stored, Facts(facts, tensors_proven and not isolate))
+        proven = tensors_proven and not isolate
+        facts_ = Facts(facts, proven, alike=alike if proven else None)
+        return _read(p, f, handle, release, stored, facts_)
 
     return _closed_on_error(p, handle, full)
 

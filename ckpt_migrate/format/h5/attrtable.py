@@ -29,6 +29,7 @@ has.
 
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import struct
@@ -82,7 +83,7 @@ class HeapFile:
     spent: int = 0
     # The last global heap collections read, by address: a writer fills one collection after
     # the other, so a few suffice (all of them held the leaves' texts twice over, issue 33).
-    heaps: OrderedDict[int, dict[int, bytes]] = field(default_factory=OrderedDict)
+    heaps: OrderedDict[int, Collection] = field(default_factory=OrderedDict)
     visited: set[int] = field(default_factory=set)
 
     def read(self, at: int, n: int) -> bytes:
@@ -96,18 +97,28 @@ class HeapFile:
             raise Unknown("short read")
         return data
 
-    def heap_object(self, collection: int, index: int) -> bytes:
-        objects = self.heaps.get(collection)
-        if objects is None:
-            objects = self.heaps[collection] = _collection(self, collection)
+    def heap_text(self, collection: int, index: int, length: int) -> str | None:
+        """The string of ``length`` bytes that is object ``index`` of the global heap
+        collection at ``collection``, as h5py gives it (to its first NUL, decoded as UTF-8);
+        None if the object is shorter. Decoded where the collection's bytes are: a 27 MB
+        ``__spec__`` copied three times on its way was most of the peak of a read of 150k
+        leaves (issue 33)."""
+        kept = self.heaps.get(collection)
+        if kept is None:
+            kept = self.heaps[collection] = _collection(self, collection)
             if len(self.heaps) > HEAPS_KEPT:
                 self.heaps.popitem(last=False)
         else:
             self.heaps.move_to_end(collection)
+        data, objects = kept
         try:
-            return objects[index]
+            start, n = objects[index]
         except KeyError:
             raise Unknown(f"no object {index} in the heap collection at {collection}") from None
+        if n < length:
+            return None
+        nul = data.find(b"\0", start, start + length)
+        return _utf8(memoryview(data)[start : start + length if nul < 0 else nul])
 
 
 def root_texts(
@@ -297,15 +308,14 @@ def _attribute(
     length, collection, index = STRING_REF.unpack_from(data, data_at)
     if collection in (0, UNDEF):  # a null string
         return name, None
-    text = f.heap_object(collection, index)
-    if len(text) < length:
+    text = f.heap_text(collection, index, length)
+    if text is None:
         raise Unknown("string longer than its heap object")
-    return name, as_text(text[:length])
+    return name, text
 
 
-def as_text(raw: bytes) -> str:
-    """As h5py gives it: a C string (to the first NUL), decoded as UTF-8."""
-    return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+def _utf8(raw: memoryview) -> str:
+    return codecs.utf_8_decode(raw, "surrogateescape", True)[0]
 
 
 def _pad8(n: int) -> int:
@@ -324,14 +334,18 @@ def _is_scalar(space: bytes) -> bool:
     return space[0] == 1 or (space[0] == 2 and space[3] == _SCALAR_V2)
 
 
-def _collection(f: HeapFile, at: int) -> dict[int, bytes]:
-    """The objects of the global heap collection at ``at``, by index."""
+# A global heap collection's bytes, and where each of its objects is in them (start, length)
+Collection = tuple[bytes, dict[int, tuple[int, int]]]
+
+
+def _collection(f: HeapFile, at: int) -> Collection:
+    """The global heap collection at ``at``: its bytes, and its objects' places by index."""
     head = f.read(at, 16)
     if head[:5] != b"GCOL\x01":
         raise Unknown(f"no global heap collection at {at}")
     size = struct.unpack_from("<Q", head, 8)[0]
     data = f.read(at, size)
-    objects: dict[int, bytes] = {}
+    objects: dict[int, tuple[int, int]] = {}
     pos = 16
     while pos + 16 <= size:
         index, _refs, n = struct.unpack_from("<HH4xQ", data, pos)
@@ -339,6 +353,6 @@ def _collection(f: HeapFile, at: int) -> dict[int, bytes]:
             break
         if pos + 16 + n > size:
             raise Unknown("a heap object runs past its collection")
-        objects[index] = data[pos + 16 : pos + 16 + n]
+        objects[index] = (pos + 16, n)
         pos += 16 + _pad8(n)
-    return objects
+    return data, objects

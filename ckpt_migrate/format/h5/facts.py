@@ -7,7 +7,7 @@ look right is not used: the reader opens the dataset as it always did.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,10 +36,12 @@ class Facts:
     perhaps still being read: ``headerscan.Later``, which waits for them at its first
     look-up). A legacy reader lets go of each dataset's facts as it takes them (``take``).
     ``aliased``: the addresses more than one link names (None: not known), where a reader
-    shares one leaf among the names."""
+    shares one leaf among the names. ``alike`` (with ``proven``): each leaf decoded is handed
+    to it with its name, and the leaf it returns is kept (``compare.check_written``)."""
 
     datasets: Mapping[str, Any] = field(default_factory=dict)
     proven: bool = False
+    alike: Callable[[str, Any], Any] | None = None
     links: AbstractSet[str] | None = None  # (the link table's keys, not a copy of 150k)
     described: bool = False  # a legacy outline's: ``datasets`` read from the headers
     aliased: AbstractSet[int] | None = None

@@ -40,7 +40,6 @@ from ckpt_migrate.format import budgets
 from ckpt_migrate.format.h5.attrtable import (
     STRING_REF,
     HeapFile,
-    as_text,
     attribute_heap,
     is_vlen_string,
     message_fields,
@@ -252,10 +251,10 @@ class HeaderReader:
             length, collection, index = STRING_REF.unpack_from(body, data_at)
             if collection in (0, UNDEF):
                 raise Undecided("a null string")
-            text = self.heap.heap_object(collection, index)
-            if len(text) < length:
+            text = self.heap.heap_text(collection, index, length)
+            if text is None:
                 raise Undecided("string longer than its heap object")
-            scalars[name] = as_text(text[:length])
+            scalars[name] = text
         else:
             raw = body[data_at : data_at + reads.itemsize]
             scalars[name] = np.frombuffer(raw, reads, 1)[0].item()
