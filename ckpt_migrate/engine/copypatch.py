@@ -40,8 +40,8 @@ from ckpt_migrate.format.h5.metadata_cache import (
 from ckpt_migrate.format.h5.tensor import place_tensor
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
-from ckpt_migrate.format.tree import H5Data, Leaf, Node, TensorLeaf, iter_leaves
-from ckpt_migrate.format.write import root_attributes, write_tree
+from ckpt_migrate.format.tree import H5Data, Leaf, LeafRef, Node, TensorLeaf, iter_leaves
+from ckpt_migrate.format.write import dataset_name, root_attributes, write_tree
 
 COPY_BLOCK = 64 << 20
 
@@ -105,7 +105,7 @@ class Output:
                     own = sum(p.length for p in extents.own)
                     return Written(
                         "copy-patch",
-                        {},
+                        set(),
                         copy_method=method,
                         bytes_shared=extents.size - own,
                         bytes_own=own,
@@ -116,7 +116,7 @@ class Output:
                 os.close(fd_out)
         finally:
             os.close(fd_in)
-        return Written("copy-patch", {}, copy_method=method, bytes_own=plan.file_bytes)
+        return Written("copy-patch", set(), copy_method=method, bytes_own=plan.file_bytes)
 
     def start_copy(self, *, direct: bool, reserve: int, choice: ext.Choice) -> SplitCopy:
         """The copy worker, allowed ``copy_file_range`` where that call can only copy, never
@@ -150,7 +150,11 @@ class Output:
 @dataclass
 class Written:
     strategy: str
-    placed: dict[int, str]  # id(leaf) -> its dataset in the output, written anew
+    # id(leaf) of the tensors written anew, and of the source's datasets linked into the
+    # output (``linked``), each at its first place; its dataset's name is the writer's
+    # (``format.write.dataset_name``): a name kept for each was 12 MB at 150k tensors, a
+    # (name, reused) pair 8 MB more (issue 33)
+    placed: set[int]
     tensors: int = 0
     source_xxh3_128: str | None = None
     hashes: dict[str, str] = field(default_factory=dict)  # leaf name -> sha256 (full verify)
@@ -160,18 +164,17 @@ class Written:
     copy_method: str | None = None  # extents.Method: how the source's bytes got there
     bytes_shared: int = 0  # of the source's bytes, shared with it rather than written
     bytes_own: int = 0  # of the source's bytes, written (copied, unshared) for the output
-    # id(leaf) -> its dataset in the output, the source's own linked there (kept apart from
-    # ``placed``: a (name, reused) pair each was 8 MB at 150k tensors, issue 33)
-    linked: dict[int, str] = field(default_factory=dict)
+    linked: set[int] = field(default_factory=set)
+    release: Release | None = None  # the output's, whose writer names the datasets
 
-    def place(self, leaf: object) -> tuple[str, bool] | None:
-        """Where ``leaf`` is in the output and whether it is the source's dataset (None: it
-        has no dataset of its own, or is not at its first place)."""
-        name = self.placed.get(id(leaf))
-        if name is not None:
-            return name, False
-        name = self.linked.get(id(leaf))
-        return None if name is None else (name, True)
+    def place(self, ref: LeafRef) -> tuple[str, bool] | None:
+        """The dataset of the tensor at ``ref``, its first place, in the output, and whether
+        it is the source's; None if it has none of its own."""
+        key = id(ref.leaf)
+        if key not in self.placed and key not in self.linked:
+            return None
+        assert self.release is not None
+        return dataset_name(self.release, ref.name), key in self.linked
 
 
 def write(
@@ -197,8 +200,8 @@ def write(
     reused, reused_bytes = _reusable(root, handle)
     entries = pending_provenance(ckpt, record)
     extra = {PROVENANCE_ATTR: json.dumps(entries)}
-    placed: dict[int, str] = {}
-    linked: dict[int, str] = {}
+    placed: set[int] = set()
+    linked: set[int] = set()
     if reused_bytes >= 0.5 * plan.file_bytes:
         # A staging file (sparse) is written but for the data; a clone needs no ranges.
         ranges = _data_ranges(handle, reused) if copy_method == "sparse" else None
@@ -206,6 +209,7 @@ def write(
         if shared is not None:
             written = shared
             written.placed, written.linked = placed, linked
+            written.release = plan.target_release
             if progress is not None:
                 progress("copy", plan.file_bytes, plan.file_bytes)
             _patch(tmp, root, plan.target_release, reused, written, extra, progress, handle)
@@ -218,6 +222,7 @@ def write(
             )
             copier.restrict(_data_ranges(handle, reused))
             written = Written("copy-patch", placed, copy_method="copy", linked=linked)
+            written.release = plan.target_release
             written.bytes_own = plan.file_bytes
             _patch(tmp, root, plan.target_release, reused, written, extra, progress, handle)
             check_metadata(written)
@@ -230,7 +235,7 @@ def write(
         reused.clear()  # (150k tensors' ids: 12 MB, kept through the read-back for nothing)
 
         def place(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
-            placed[id(leaf)] = name
+            placed.add(id(leaf))
             return place_tensor(f, name, leaf)
 
         hashing = out.start_digest()
@@ -240,6 +245,7 @@ def write(
             progress_ = _leaf_progress(root, progress, "write")
             write_tree(f, root, plan.target_release, extra, progress_, place)
         written = Written("rewrite", placed, len(placed), copy_method="rewrite")
+        written.release = plan.target_release
         check_metadata(written)
         digest = hashing.result()
     finish(tmp, plan, written, entries, digest)
@@ -380,7 +386,7 @@ def _patch(
         def place(g: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
             current = at.pop(id(leaf), None)
             if current is None:
-                written.placed[id(leaf)] = name
+                written.placed.add(id(leaf))
                 return place_tensor(g, name, leaf)
             parent = name.rpartition("/")[0]
             if parent:
@@ -390,7 +396,7 @@ def _patch(
             g.id.links.create_hard(name.encode(), f.id, current.encode())
             dsid = h5py.h5d.open(g.id, name.encode())
             h5attrs.delete_all(dsid)
-            written.linked[id(leaf)] = name
+            written.linked.add(id(leaf))
             return dsid
 
         progress_ = _leaf_progress(root, progress, "patch")

@@ -105,18 +105,19 @@ class Edit:
     leaves: Leaves = field(default_factory=dict)
     # ``Written.linked`` of the output, made only where a check needs it (``place_all``): its
     # 150k entries were 29 MB a root edit held for nothing but their count (issue 33)
-    linked: dict[int, str] = field(default_factory=dict)
+    linked: set[int] = field(default_factory=set)
 
-    def place_all(self) -> dict[int, str]:
-        """Fill ``linked`` (and return it): every tensor at its first place, at its own name
-        (``plan_edit`` proved each is the source's dataset of that name)."""
-        if len(self.linked) < self.tensors:
-            ties = tied_positions(self.root)
-            for ref in iter_leaves(self.root):
-                tie = ties.get(id(ref.leaf))
-                if isinstance(ref.leaf, TensorLeaf) and (tie is None or tie.name == ref.name):
-                    self.linked[id(ref.leaf)] = ref.name
-        return self.linked
+    def place_all(self) -> list[str]:
+        """Fill ``linked``: every tensor at its first place, at its own name (``plan_edit``
+        proved each is the source's dataset of that name); their names."""
+        names = []
+        ties = tied_positions(self.root)
+        for ref in iter_leaves(self.root):
+            tie = ties.get(id(ref.leaf))
+            if isinstance(ref.leaf, TensorLeaf) and (tie is None or tie.name == ref.name):
+                self.linked.add(id(ref.leaf))
+                names.append(ref.name)
+        return names
 
 
 def _has_dataset(leaf: Leaf, name: str, first: str) -> bool:
@@ -205,21 +206,21 @@ def write(
     edit.set[PROVENANCE_ATTR] = _utf8(json.dumps(entries))
     ranges = None
     if copy_method == "sparse":  # the object store's staging: all but the data, which it shares
-        names = sorted(set(edit.place_all().values()))
+        names = sorted(set(edit.place_all()))
         ranges = data_ranges(ckpt.handle.dataset(name) for name in names)
     shared = out.share(plan, copy_method, ranges)
     digest: str | None = None
     if shared is None:
         copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes, choice=copy_method)
         digest = copier.finish(progress)
-        written = Written(STRATEGY, {}, copy_method="copy", bytes_own=plan.file_bytes)
+        written = Written(STRATEGY, set(), copy_method="copy", bytes_own=plan.file_bytes)
         written.linked = edit.linked
     else:
         written = shared
         written.strategy, written.linked = STRATEGY, edit.linked
         if progress is not None:
             progress("copy", plan.file_bytes, plan.file_bytes)
-    written.tensors = edit.tensors
+    written.tensors, written.release = edit.tensors, plan.target_release
     # HDF5's rewrite of the spec is the edit's largest allocation: it holds the old and the new
     # text's heap collections and a conversion buffer at once (90 MB at 150k leaves), on top of
     # what the read freed in blocks too small to be their own mappings (33 MB, issue 33)

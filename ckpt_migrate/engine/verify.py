@@ -58,7 +58,7 @@ def verify_index(
         at: dict[str, int] | None = None
         for position, ref in enumerate(iter_leaves(root)):
             leaf = ref.leaf
-            entry = written.place(leaf)
+            entry = written.place(ref)
             if entry is None:
                 continue
             if id(leaf) in tied:
@@ -122,7 +122,7 @@ def verify_full(
     together; what is kept until then is each tensor's merged spans, not its chunk list. Tensors
     written anew, and every tensor with ``hash_all`` (a manifest lists their sha256), are
     decoded and hashed, and compared with their source's hash."""
-    refs = [ref for ref in iter_leaves(root) if written.place(ref.leaf) is not None]
+    refs = [ref for ref in iter_leaves(root) if written.place(ref) is not None]
     first: dict[int, str] = {}  # id(leaf) -> its first name: a tied tensor is read once
     spans: dict[Path, list[tuple[int, int, str]]] = {}  # source -> [start, end), tensor name
     hashed, ties = [], []
@@ -134,7 +134,7 @@ def verify_full(
                 ties.append((ref.name, first[id(leaf)]))
                 continue
             first[id(leaf)] = ref.name
-            place = written.place(leaf)
+            place = written.place(ref)
             assert place is not None
             name, reused = place
             if id(leaf) in written.proven and not hash_all:
@@ -153,7 +153,7 @@ def verify_full(
         for ref in hashed:
             leaf = ref.leaf
             assert isinstance(leaf, TensorLeaf)
-            place = written.place(leaf)
+            place = written.place(ref)
             assert place is not None
             _check_hash(tmp, ref.name, leaf, out[place[0]], written)
             done += leaf.nbytes

@@ -22,6 +22,7 @@ from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.metadata_cache import GroupNameRoom
 from ckpt_migrate.format.h5.tensor import PlaceTensor, place_tensor
 from ckpt_migrate.format.legacy import write as write_legacy
+from ckpt_migrate.format.legacy.names import stored_name
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
     ExternalLeaf,
@@ -150,6 +151,11 @@ def write_tree(
         room = h5root.names_room(f.file, root_attributes(root, release, extra))
     module = write_legacy if release.legacy else write_v05
     module.write(f, root, release, extra, on_leaf, place, added=room.added)
+
+
+def dataset_name(release: Release, name: str) -> str:
+    """The dataset ``write_tree`` gives the tensor of leaf ``name`` (at its first place)."""
+    return stored_name(name) if release.legacy else name
 
 
 def root_attributes(root: Node, release: Release, extra_attrs: dict[str, str]) -> int:

@@ -7,9 +7,7 @@ restricted unpickler of ``spec_unpickler`` (never by pickle/dill). Each leaf is 
 
 from __future__ import annotations
 
-import re
 from typing import Any
-from urllib.parse import quote
 
 import h5py
 import numpy as np
@@ -27,6 +25,7 @@ from ckpt_migrate.format.h5.io import (
     open_dataset,
     read_slab,
 )
+from ckpt_migrate.format.legacy.names import stored_name
 from ckpt_migrate.format.legacy.spec_decode import decode_spec_info
 from ckpt_migrate.format.pickled import scalar_payload
 from ckpt_migrate.format.tree import (
@@ -42,9 +41,6 @@ from ckpt_migrate.format.tree import (
     ValueLeaf,
     map_leaves,
 )
-
-# The names ``quote(name, safe="")`` leaves as they are (its always-safe characters): most.
-_UNQUOTED = re.compile(r"[A-Za-z0-9_.~-]*")
 
 # Tags whose data lives outside this file or needs the Cerebras runtime (FORMAT.md §3.3).
 _EXTERNAL_TAGS = {
@@ -82,7 +78,7 @@ def read(
     aliased = facts.aliased
 
     def decode(ref: LeafRef) -> Leaf:
-        stored = ref.name if _UNQUOTED.fullmatch(ref.name) else quote(ref.name, safe="")
+        stored = stored_name(ref.name)
         known = facts.take(stored)
         leaf = None if known is None else _from_facts(known, stored, handle, fmt)
         if leaf is not None:

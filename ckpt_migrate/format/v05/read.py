@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from ckpt_migrate.errors import (
     KeyCollisionError,
     UnsupportedContentError,
 )
-from ckpt_migrate.format import budgets, dtypes
+from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import attrtable
 from ckpt_migrate.format.h5.facts import Facts, OutlineTooShort
@@ -42,7 +43,6 @@ from ckpt_migrate.format.tree import (
     OpaqueLeaf,
     TensorLeaf,
     ValueLeaf,
-    fill_missing,
     iter_leaves,
     map_leaves,
     name_collisions,
@@ -78,6 +78,8 @@ def read(
         pending = _pending(key, text, singles, path)
         if digest is not None:  # (an edit never takes a tensor's metadata out of it)
             digest.add(key, text, keep_pair=pending is None or not pending.tensor)
+        if key == "__spec__" and text is not None:
+            return treespec_json.Spec.of(text, path)
         return text if pending is None else pending
 
     table = attrtable.root_texts(f, path, keep=keep)
@@ -85,17 +87,6 @@ def read(
         handle.root_digest = None  # (not every pair was seen)
         if facts.links is not None:
             raise OutlineTooShort("a root attrtable does not read")  # (by name after the walk)
-    root, shared = _parse_spec(handle, table)
-    collisions = name_collisions(root) if shared else None
-    if collisions:
-        name = sorted(collisions)[0]
-        raise KeyCollisionError(
-            path,
-            f"{len(collisions)} leaf name(s) are shared by several keys, e.g. {name!r}; "
-            "the writer kept only one value for each, so the file cannot be read faithfully",
-            "re-save the state dict from its source without keys whose dotted forms collide",
-        )
-
     reading = _Reading(f, handle, facts)
 
     def decode(name: str) -> Leaf:
@@ -108,7 +99,18 @@ def read(
             leaf = _decode_leaf(reading, name, _leaf_metadata(f, name, path))
         return leaf if facts.alike is None else facts.alike(name, leaf)
 
-    root = fill_missing(root, decode)
+    # Each leaf is decoded as the spec names it, its text let go of by the table: the table
+    # and the tree were both whole at once, 30 MB at 150k leaves (issue 33)
+    root, shared = _parse_spec(handle, table, decode)
+    collisions = name_collisions(root) if shared else None
+    if collisions:
+        name = sorted(collisions)[0]
+        raise KeyCollisionError(
+            path,
+            f"{len(collisions)} leaf name(s) are shared by several keys, e.g. {name!r}; "
+            "the writer kept only one value for each, so the file cannot be read faithfully",
+            "re-save the state dict from its source without keys whose dotted forms collide",
+        )
     if reading.links:
         root = _resolve_links(root, reading.links, path)
     if facts.links is not None:
@@ -225,25 +227,24 @@ def require_success(f: h5py.File, path: Path) -> None:
         )
 
 
-def _parse_spec(handle: H5Handle, table: dict[str, Any] | None) -> tuple[Node, bool]:
-    """The root's ``__spec__`` (taken out of ``table``, the attributes as ``attrtable`` read
-    them, else read through h5py: five times its size in memory at once, 27 MB at 150k leaves)
-    as a tree, and whether two leaves share a name (``treespec.parse_named``). Its size goes
-    to the handle. Each text is let go of once decoded, before the tree is built."""
-    path = handle.path
-    text = None if table is None else table.pop("__spec__", None)
-    try:
-        text = attr_text(handle.file().attrs["__spec__"]) if text is None else text
-        handle.spec_bytes = len(text) if text.isascii() else len(text.encode())
-        treespec = json.loads(text)[1]
-        del text
-    except RecursionError:
-        raise budgets.too_deep(path, "__spec__") from None
-    except (KeyError, ValueError, TypeError, IndexError):
-        raise CorruptCheckpointError(path, "format 0.5 file without a readable __spec__") from None
-    decoded = treespec_json.decode(treespec, path)
-    del treespec
-    root, _names, shared = treespec_json.build(decoded, path)
+def _parse_spec(
+    handle: H5Handle, table: dict[str, Any] | None, leaf: Callable[[str], Leaf]
+) -> tuple[Node, bool]:
+    """The root's ``__spec__`` (from ``table``, else through h5py: five times its size in
+    memory at once, 27 MB at 150k leaves) as a tree of ``leaf`` of each name, and whether two
+    leaves share a name (``treespec.parse_named``); its size goes to the handle."""
+    spec = None if table is None else table.pop("__spec__", None)
+    if not isinstance(spec, treespec_json.Spec):
+        try:
+            spec = treespec_json.Spec.of(attr_text(handle.file().attrs["__spec__"]), handle.path)
+        except (KeyError, TypeError):  # (as an unreadable text)
+            spec = treespec_json.Spec(0, error=treespec_json.Spec.unreadable(handle.path))
+    handle.spec_bytes = spec.nbytes
+    if spec.error is not None:
+        raise spec.error
+    decoded = treespec_json.decode(spec.treespec, handle.path)
+    spec.treespec = None
+    root, _names, shared = treespec_json.build(decoded, handle.path, leaf)
     return root, shared
 
 

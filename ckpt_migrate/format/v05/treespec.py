@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
+from ckpt_migrate.errors import CkptError, CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format import budgets
 from ckpt_migrate.format.tree import (
     DictNode,
@@ -62,17 +63,54 @@ def decode(text: str, path: str | Path | None = None) -> list[Any]:
     return decoded
 
 
-def build(decoded: list[Any], path: str | Path | None = None) -> tuple[Node, set[str], bool]:
-    """``decode``'s answer as a tree, its leaves' names and whether two share one. The JSON
-    nodes are let go of as their subtrees are built (``decoded`` is emptied): the decoded
-    document and the tree were both whole at once, 30 MB at 150k leaves (issue 33)."""
+def _dropped(pairs: list[tuple[str, Any]]) -> None:
+    return None
+
+
+@dataclass(slots=True)
+class Spec:
+    """A format 0.5 root's ``__spec__`` text decoded as JSON: its treespec string (decoded by
+    ``decode``), or the error met; ``nbytes``: the text's size. A reader decodes it as soon as
+    it has the text, which is then not held while the rest of the root is read (27 MB at 150k
+    leaves, issue 33)."""
+
+    nbytes: int
+    treespec: Any = None
+    error: CkptError | None = None
+
+    @staticmethod
+    def of(text: str, path: Path) -> Spec:
+        nbytes = len(text) if text.isascii() else len(text.encode())
+        try:
+            # (the first element, the leaves' names by module, is checked as JSON, not kept:
+            # 9 MB of the decode's peak at 150k leaves)
+            return Spec(nbytes, json.loads(text, object_pairs_hook=_dropped)[1])
+        except RecursionError:
+            return Spec(nbytes, error=budgets.too_deep(path, "__spec__"))
+        except (KeyError, ValueError, TypeError, IndexError):
+            return Spec(nbytes, error=Spec.unreadable(path))
+
+    @staticmethod
+    def unreadable(path: Path) -> CorruptCheckpointError:
+        return CorruptCheckpointError(path, "format 0.5 file without a readable __spec__")
+
+
+def build(
+    decoded: list[Any],
+    path: str | Path | None = None,
+    leaf: Callable[[str], Node] = MissingLeaf,
+) -> tuple[Node, set[str], bool]:
+    """``decode``'s answer as a tree, its leaves' names and whether two share one; each leaf
+    is ``leaf`` of its name, made in flatten order. The JSON nodes are let go of as their
+    subtrees are built (``decoded`` is emptied): the decoded document and the tree were both
+    whole at once, 30 MB at 150k leaves (issue 33)."""
     proto, node = decoded
     decoded.clear()
     if proto != PROTOCOL:
         raise UnsupportedContentError(
             path, f"treespec protocol {proto!r} is not supported (only {PROTOCOL})"
         )
-    parser = _Parser(path)
+    parser = _Parser(path, leaf)
     return parser.node(node, 0, ""), parser.names, parser.shared
 
 
@@ -104,8 +142,8 @@ class _Parser:
     """JSON nodes to tree nodes, within the node and depth budgets, each leaf named as it is
     made (the name ``tree.iter_leaves`` gives its position: a walk less per read, 150k leaves)."""
 
-    def __init__(self, path: str | Path | None):
-        self.path = path
+    def __init__(self, path: str | Path | None, leaf: Callable[[str], Node] = MissingLeaf):
+        self.path, self.leaf = path, leaf
         self.visited = 0
         self.names: set[str] = set()
         self.shared = False
@@ -129,7 +167,7 @@ class _Parser:
                 raise self.malformed("leaf has children")
             self.shared = self.shared or name in self.names
             self.names.add(name)
-            return MissingLeaf(name)
+            return self.leaf(name)
         prefix = f"{name}." if depth else ""
         deeper = depth + 1
         if kind in ("builtins.dict", "collections.OrderedDict"):

@@ -28,6 +28,7 @@ from ckpt_migrate.format.tree import (
     TensorLeaf,
     ValueLeaf,
     iter_leaves,
+    tied_positions,
 )
 from ckpt_migrate.format.v05 import treespec as treespec_json
 
@@ -97,10 +98,12 @@ def tensor_metadata(leaf: TensorLeaf) -> dict[str, Any]:
     return md
 
 
+# A kind of tensor's metadata dict, its JSON, and the attributes of its datasets, prepared
+TensorKind = tuple[dict[str, Any], str, tuple[h5attrs.Prepared, ...]]
+
+
 @functools.lru_cache(maxsize=4096)
-def _tensor_kind(
-    dtype: str, shape: tuple[int, ...], numpy: bool
-) -> tuple[dict[str, Any], str, tuple[h5attrs.Prepared, ...]]:
+def _tensor_kind(dtype: str, shape: tuple[int, ...], numpy: bool) -> TensorKind:
     """Once per kind of tensor (a checkpoint has few: one per shape and dtype):
     ``tensor_metadata`` (shared: read only), its JSON, and the dataset attributes cstorch
     copies from it (§4.9), prepared to be created on every dataset of that kind."""
@@ -137,31 +140,33 @@ def write(
     f.attrs["__version__"] = np.float64(FORMAT_VERSION)
     f.attrs["__cstorch_version__"] = release.cstorch_version or f"{release.name}.0"
 
-    # Each leaf's metadata dict (a tensor kind's is shared) and its JSON where known, by leaf
-    # name: its document is made as its attribute is written, at the end (the documents of
-    # 188k leaves held at once were 60 MB of a rewrite's peak, issue 33).
-    metadata: dict[str, tuple[dict[str, Any], str | None]] = {}
-    first_name: dict[int, str] = {}
+    # Each leaf's metadata dict (a tensor kind's is shared) and its JSON where known, in
+    # flatten order: its document is made as its attribute is written, at the end (the
+    # documents of 188k leaves held at once were 60 MB of a rewrite's peak; keyed by name and
+    # paired, 25 MB more, issue 33).
+    metadata: list[dict[str, Any] | TensorKind] = []
+    tied = tied_positions(root)
+    first_name: dict[int, str] = {}  # (a tied leaf's first place)
     for ref in iter_leaves(root):
         leaf, name = ref.leaf, ref.name
-        key: str | None = None  # json.dumps(md), where known
         if id(leaf) in first_name:
-            md: dict[str, Any] = _linked(first_name[id(leaf)])
-        else:
+            metadata.append(_linked(first_name[id(leaf)]))
+            continue
+        if id(leaf) in tied:
             first_name[id(leaf)] = name
-            if isinstance(leaf, (TensorLeaf, OpaqueLeaf)):
-                added(name)
-            md, key = _write_value(f, name, leaf, place)
-            if on_leaf is not None:
-                on_leaf(name, leaf)
-        metadata[name] = (md, key)
+        if isinstance(leaf, (TensorLeaf, OpaqueLeaf)):
+            added(name)
+        metadata.append(_write_value(f, name, leaf, place))
+        if on_leaf is not None:
+            on_leaf(name, leaf)
     del first_name
 
-    root = f.id
-    for name, (md, key) in metadata.items():
-        h5attrs.create(root, f"{name}.__metadata__", _leaf_json(name, md, key))
+    group = f.id
+    for ref, entry in zip(iter_leaves(root), metadata, strict=True):
+        md, key = (entry, None) if isinstance(entry, dict) else entry[:2]
+        h5attrs.create(group, f"{ref.name}.__metadata__", _leaf_json(ref.name, md, key))
     for key, text in extra_attrs.items():
-        h5attrs.create(root, key, text)
+        h5attrs.create(group, key, text)
     f.attrs["__SUCCESS__"] = np.bool_(True)
 
 
@@ -183,16 +188,16 @@ def metadata_text(name: str, leaf: Leaf, first: str | None) -> str:
 
 def _write_value(
     f: h5py.Group, name: str, leaf: Leaf, place: PlaceTensor
-) -> tuple[dict[str, Any], str | None]:
-    """Write ``leaf``'s dataset, if it has one; its metadata dict, and that dict's JSON when
-    known (a tensor's)."""
+) -> dict[str, Any] | TensorKind:
+    """Write ``leaf``'s dataset, if it has one; its metadata dict, or a tensor's kind (its
+    dict and that dict's JSON, shared by every tensor of the kind: ``_tensor_kind``)."""
     if isinstance(leaf, TensorLeaf):
-        md, key, prepared = _tensor_kind(leaf.dtype, leaf.shape, leaf.numpy)
+        kind = _tensor_kind(leaf.dtype, leaf.shape, leaf.numpy)
         oid = place(f, name, leaf)
-        for attr in prepared:
+        for attr in kind[2]:
             h5attrs.create_prepared(oid, attr)
-        return md, key
-    return _value_metadata(f, name, leaf), None
+        return kind
+    return _value_metadata(f, name, leaf)
 
 
 def _value_metadata(f: h5py.Group | None, name: str, leaf: Leaf) -> dict[str, Any]:
