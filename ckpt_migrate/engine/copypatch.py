@@ -196,7 +196,7 @@ def write(
     (``plan.output_bytes``) is allocated before HDF5 writes anything, so that a full disk is an
     ordinary error. ``copy_method``: how the source's bytes get into the copy-patch output
     (``extents``); a rewrite always writes."""
-    handle, tmp = ckpt.handle, out.tmp
+    handle, tmp, release = ckpt.handle, out.tmp, plan.target_release
     reused, reused_bytes = _reusable(root, handle)
     entries = pending_provenance(ckpt, record)
     extra = {PROVENANCE_ATTR: json.dumps(entries)}
@@ -209,10 +209,10 @@ def write(
         if shared is not None:
             written = shared
             written.placed, written.linked = placed, linked
-            written.release = plan.target_release
+            written.release = release
             if progress is not None:
                 progress("copy", plan.file_bytes, plan.file_bytes)
-            _patch(tmp, root, plan.target_release, reused, written, extra, progress, handle)
+            _patch(tmp, root, release, reused, written, extra, progress, handle)
             start_writeback(tmp)  # the edit's pages go to disk while it is verified
             check_metadata(written)
             digest = None  # the source's bytes were never read (see extents)
@@ -222,9 +222,8 @@ def write(
             )
             copier.restrict(_data_ranges(handle, reused))
             written = Written("copy-patch", placed, copy_method="copy", linked=linked)
-            written.release = plan.target_release
-            written.bytes_own = plan.file_bytes
-            _patch(tmp, root, plan.target_release, reused, written, extra, progress, handle)
+            written.release, written.bytes_own = release, plan.file_bytes
+            _patch(tmp, root, release, reused, written, extra, progress, handle)
             check_metadata(written)
             digest = copier.finish(progress)
         written.tensors = len(placed) + len(linked)
@@ -239,13 +238,12 @@ def write(
             return place_tensor(f, name, leaf)
 
         hashing = out.start_digest()
-        attributes = root_attributes(root, plan.target_release, extra)
+        attributes = root_attributes(root, release, extra)
         with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:  # the temporary
             reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
             progress_ = _leaf_progress(root, progress, "write")
-            write_tree(f, root, plan.target_release, extra, progress_, place)
-        written = Written("rewrite", placed, len(placed), copy_method="rewrite")
-        written.release = plan.target_release
+            write_tree(f, root, release, extra, progress_, place)
+        written = Written("rewrite", placed, len(placed), copy_method="rewrite", release=release)
         check_metadata(written)
         digest = hashing.result()
     finish(tmp, plan, written, entries, digest)
