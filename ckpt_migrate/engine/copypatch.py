@@ -105,7 +105,7 @@ class Output:
                     own = sum(p.length for p in extents.own)
                     return Written(
                         "copy-patch",
-                        set(),
+                        plan.target_release,
                         copy_method=method,
                         bytes_shared=extents.size - own,
                         bytes_own=own,
@@ -116,7 +116,9 @@ class Output:
                 os.close(fd_out)
         finally:
             os.close(fd_in)
-        return Written("copy-patch", set(), copy_method=method, bytes_own=plan.file_bytes)
+        return Written(
+            "copy-patch", plan.target_release, copy_method=method, bytes_own=plan.file_bytes
+        )
 
     def start_copy(self, *, direct: bool, reserve: int, choice: ext.Choice) -> SplitCopy:
         """The copy worker, allowed ``copy_file_range`` where that call can only copy, never
@@ -150,11 +152,12 @@ class Output:
 @dataclass
 class Written:
     strategy: str
+    release: Release  # the output's, whose writer names its datasets
     # id(leaf) of the tensors written anew, and of the source's datasets linked into the
     # output (``linked``), each at its first place; its dataset's name is the writer's
     # (``format.write.dataset_name``): a name kept for each was 12 MB at 150k tensors, a
     # (name, reused) pair 8 MB more (issue 33)
-    placed: set[int]
+    placed: set[int] = field(default_factory=set)
     tensors: int = 0
     source_xxh3_128: str | None = None
     hashes: dict[str, str] = field(default_factory=dict)  # leaf name -> sha256 (full verify)
@@ -165,7 +168,6 @@ class Written:
     bytes_shared: int = 0  # of the source's bytes, shared with it rather than written
     bytes_own: int = 0  # of the source's bytes, written (copied, unshared) for the output
     linked: set[int] = field(default_factory=set)
-    release: Release | None = None  # the output's, whose writer names the datasets
 
     def place(self, ref: LeafRef) -> tuple[str, bool] | None:
         """The dataset of the tensor at ``ref``, its first place, in the output, and whether
@@ -173,7 +175,6 @@ class Written:
         key = id(ref.leaf)
         if key not in self.placed and key not in self.linked:
             return None
-        assert self.release is not None
         return dataset_name(self.release, ref.name), key in self.linked
 
 
@@ -209,7 +210,6 @@ def write(
         if shared is not None:
             written = shared
             written.placed, written.linked = placed, linked
-            written.release = release
             if progress is not None:
                 progress("copy", plan.file_bytes, plan.file_bytes)
             _patch(tmp, root, release, reused, written, extra, progress, handle)
@@ -221,8 +221,8 @@ def write(
                 direct=not read_back, reserve=plan.output_bytes, choice=copy_method
             )
             copier.restrict(_data_ranges(handle, reused))
-            written = Written("copy-patch", placed, copy_method="copy", linked=linked)
-            written.release, written.bytes_own = release, plan.file_bytes
+            written = Written("copy-patch", release, placed, copy_method="copy", linked=linked)
+            written.bytes_own = plan.file_bytes
             _patch(tmp, root, release, reused, written, extra, progress, handle)
             check_metadata(written)
             digest = copier.finish(progress)
@@ -243,7 +243,7 @@ def write(
             reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
             progress_ = _leaf_progress(root, progress, "write")
             write_tree(f, root, release, extra, progress_, place)
-        written = Written("rewrite", placed, len(placed), copy_method="rewrite", release=release)
+        written = Written("rewrite", release, placed, len(placed), copy_method="rewrite")
         check_metadata(written)
         digest = hashing.result()
     finish(tmp, plan, written, entries, digest)

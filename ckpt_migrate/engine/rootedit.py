@@ -206,21 +206,21 @@ def write(
     edit.set[PROVENANCE_ATTR] = _utf8(json.dumps(entries))
     ranges = None
     if copy_method == "sparse":  # the object store's staging: all but the data, which it shares
-        names = sorted(set(edit.place_all()))
+        names = sorted(edit.place_all())
         ranges = data_ranges(ckpt.handle.dataset(name) for name in names)
     shared = out.share(plan, copy_method, ranges)
     digest: str | None = None
     if shared is None:
         copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes, choice=copy_method)
         digest = copier.finish(progress)
-        written = Written(STRATEGY, set(), copy_method="copy", bytes_own=plan.file_bytes)
-        written.linked = edit.linked
+        written = Written(STRATEGY, plan.target_release, copy_method="copy")
+        written.linked, written.bytes_own = edit.linked, plan.file_bytes
     else:
         written = shared
         written.strategy, written.linked = STRATEGY, edit.linked
         if progress is not None:
             progress("copy", plan.file_bytes, plan.file_bytes)
-    written.tensors, written.release = edit.tensors, plan.target_release
+    written.tensors = edit.tensors
     # HDF5's rewrite of the spec is the edit's largest allocation: it holds the old and the new
     # text's heap collections and a conversion buffer at once (90 MB at 150k leaves), on top of
     # what the read freed in blocks too small to be their own mappings (33 MB, issue 33)
