@@ -1,26 +1,42 @@
 """The tree walks a 150k-leaf read relies on (issue 33): leaves decoded in place in flatten
-order, ties found without a position kept per leaf, and an ``inspect`` summary that leaves
-out the per-leaf report but not its totals."""
+order, ties found without a position kept per leaf, an ``inspect`` summary that leaves out
+the per-leaf report but not its totals, and the checks before a write in one walk."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from conftest import FIXTURES, REAL
 
 from ckpt_migrate.cli import commands
+from ckpt_migrate.errors import (
+    CorruptCheckpointError,
+    KeyCollisionError,
+    MissingLeavesError,
+    UnsupportedContentError,
+)
+from ckpt_migrate.format import budgets, releases
 from ckpt_migrate.format.outline import outline_lines, report
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import (
     DictNode,
+    ExternalLeaf,
+    MemoryData,
     MissingLeaf,
     NamedTupleNode,
+    OpaqueLeaf,
     SeqNode,
+    TensorLeaf,
     ValueLeaf,
+    contains,
     fill_missing,
     first_positions,
     iter_leaves,
+    leaf_objects,
     map_leaves,
     tied_positions,
 )
+from ckpt_migrate.format.write import prepare
 
 
 def _spec_like():
@@ -147,3 +163,46 @@ def test_reading_leaves_no_cycle_for_the_collector():
         gc.garbage.clear()
         gc.enable()
     assert found == 0, left
+
+
+def test_leaf_objects_and_contains_see_every_position():
+    shared = ValueLeaf(1)
+    inner = NamedTupleNode("P", ("_0",), [shared])
+    root = DictNode([("x", shared), ("y", SeqNode("tuple", [DictNode([("n", inner)])]))])
+    assert sorted(map(id, leaf_objects(root))) == sorted([id(shared)] * 2)
+    assert contains(root, NamedTupleNode) and contains(root, ValueLeaf)
+    assert not contains(root, MissingLeaf)
+    assert list(leaf_objects(shared)) == [shared]
+
+
+def test_one_walk_of_prepare_names_what_the_walks_named_first():
+    """``prepare`` checks names, leaves and datasets in one walk: a collision is still named
+    before any leaf's problem, and of the leaves' problems the first in flatten order."""
+    external = ExternalLeaf("DeferredSafeTensor", {})
+    pickled = OpaqueLeaf(b"x")
+    collide = DictNode([("a.b", ValueLeaf(1)), ("z", external), ("a", DictNode([("b", pickled)]))])
+    with pytest.raises(KeyCollisionError, match=r"1 leaf name\(s\) would collide, e.g. 'a.b'"):
+        prepare(collide, releases.get("2.10"))
+    both = DictNode([("p", pickled), ("z", external)])
+    with pytest.raises(UnsupportedContentError, match="'p' is a pickled object"):
+        prepare(both, releases.get("1.7"))
+    with pytest.raises(UnsupportedContentError, match="'z' is a DeferredSafeTensor"):
+        prepare(both, releases.get("2.10"))
+    tensor = TensorLeaf("float32", (2,), MemoryData(np.zeros(2, np.float32)))
+    clash = DictNode([("w", tensor), ("w/x", tensor), ("m", MissingLeaf("m"))])
+    with pytest.raises(KeyCollisionError, match="needs group 'w', which is a tensor"):
+        prepare(clash, releases.get("2.10"))
+    with pytest.raises(MissingLeavesError, match="1 leaf/leaves named by the spec have no data: m"):
+        prepare(DictNode([("w", tensor), ("m", MissingLeaf("m"))]), releases.get("2.10"))
+
+
+def test_declared_sizes_name_a_negative_dimension_and_count_a_tie_once():
+    # 160 MiB of bfloat16 declared: under the slack once, over it counted twice
+    big = TensorLeaf("bfloat16", (80, 1 << 20), MemoryData(np.zeros(0, np.int16)))
+    budgets.check_declared(DictNode([("a", big), ("b", big)]), "f.mdl", 0)
+    other = TensorLeaf("bfloat16", (80, 1 << 20), MemoryData(np.zeros(0, np.int16)))
+    with pytest.raises(CorruptCheckpointError, match=r"320\.0 MiB in all"):
+        budgets.check_declared(DictNode([("a", big), ("b", other)]), "f.mdl", 0)
+    bad = TensorLeaf("float32", (2, -1), MemoryData(np.zeros(0, np.float32)))
+    with pytest.raises(CorruptCheckpointError, match=r"'b\.0' has a negative dimension \[2, -1\]"):
+        budgets.check_declared(DictNode([("a", big), ("b", SeqNode("list", [bad]))]), "f", 0)

@@ -33,6 +33,7 @@ from ckpt_migrate.format import outline, releases
 from ckpt_migrate.format.compare import compare_trees
 from ckpt_migrate.format.deep_check import DeepReport
 from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.format.tree import tied_positions
 from ckpt_migrate.hf import export as hf_export
 from ckpt_migrate.hf import import_ as hf_import
 from ckpt_migrate.hops import graph
@@ -68,15 +69,17 @@ def inspect(
     if depth is not None and depth < 0:
         raise UsageError(None, f"--depth must be 0 or more, not {depth}")
     with read_checkpoint(path, outline=True, legacy_outline=True) as ckpt:
-        data = outline.report(ckpt, leaves=everything)
+        ties = tied_positions(ckpt.root)
+        data = outline.report(ckpt, leaves=everything, ties=ties)
         data["outline_summary"] = not everything
         if everything:
-            data["outline"] = outline.outline_lines(ckpt.root)
+            data["outline"] = outline.outline_lines(ckpt.root, ties=ties)
         else:
             data["outline"] = outline.outline_lines(
                 ckpt.root,
                 max_depth=SUMMARY_DEPTH if depth is None else depth,
                 max_children=SUMMARY_CHILDREN if depth is None else None,
+                ties=ties,
             )
     return data
 

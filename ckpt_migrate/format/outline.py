@@ -10,6 +10,7 @@ from ckpt_migrate.format.tree import (
     ExternalLeaf,
     FullTensorLeaf,
     Leaf,
+    LeafRef,
     MissingLeaf,
     NamedTupleNode,
     Node,
@@ -54,11 +55,13 @@ def outline_lines(
     *,
     max_depth: int | None = None,
     max_children: int | None = None,
+    ties: dict[int, LeafRef] | None = None,
 ) -> list[str]:
     """An indented outline; a tie shows the name it is tied to. ``max_depth`` (the root is
     depth 0) and ``max_children`` (per container) shorten it to a summary: what is left out is
-    counted on a ``…`` line."""
-    ties = tied_positions(root)
+    counted on a ``…`` line. ``ties``: ``tied_positions(root)``, if the caller has it."""
+    if ties is None:
+        ties = tied_positions(root)
     lines: list[str] = []
 
     def walk(node: Node, label: str, depth: int, path: tuple) -> None:
@@ -99,24 +102,41 @@ def sizes(root: Node) -> tuple[int, int, int]:
     return sum(leaf.nbytes for leaf in distinct.values()), leaves, names
 
 
-def report(ckpt: Checkpoint, *, leaves: bool = True) -> dict[str, Any]:
+def report(
+    ckpt: Checkpoint, *, leaves: bool = True, ties: dict[int, LeafRef] | None = None
+) -> dict[str, Any]:
     """The release, the bytes by dtype and, with ``leaves``, a description of every leaf
-    (``inspect --json``; a summary leaves them out: 188k of them at 150k tensors)."""
-    ties = tied_positions(ckpt.root)
+    (``inspect --json``; a summary leaves them out: 188k of them at 150k tensors). ``ties``:
+    ``tied_positions`` of the tree, if the caller has it."""
+    if ties is None:
+        ties = tied_positions(ckpt.root)
     by_dtype: dict[str, dict[str, int]] = {}
     entries: list[dict[str, Any]] = []
+    missing: list[str] = []
+    # (a tensor's description by its kind, dtype and shape: a few distinct ones at 150k)
+    described: dict[tuple[bool, str, tuple[int, ...]], str] = {}
     count = 0
     for ref in iter_leaves(ckpt.root):
         leaf = ref.leaf
         count += 1
         first = ties.get(id(leaf))
         tied = first is not None and first.path != ref.path
-        if not tied and isinstance(leaf, TensorLeaf):
-            d = by_dtype.setdefault(leaf.dtype, {"tensors": 0, "bytes": 0})
-            d["tensors"] += 1
-            d["bytes"] += leaf.nbytes
+        if type(leaf) is TensorLeaf:
+            if not tied:
+                d = by_dtype.setdefault(leaf.dtype, {"tensors": 0, "bytes": 0})
+                d["tensors"] += 1
+                d["bytes"] += leaf.nbytes
+            if leaves:
+                key = (leaf.numpy, leaf.dtype, leaf.shape)
+                value = described.get(key)
+                if value is None:
+                    value = described[key] = describe_leaf(leaf)
+        elif leaves:
+            value = describe_leaf(leaf)
+        if type(leaf) is MissingLeaf:
+            missing.append(ref.name)
         if leaves:
-            entry: dict[str, Any] = {"name": ref.name, "value": describe_leaf(leaf)}
+            entry: dict[str, Any] = {"name": ref.name, "value": value}
             if tied:
                 entry["tied_to"] = first.name  # type: ignore[union-attr]
             entries.append(entry)
@@ -129,7 +149,7 @@ def report(ckpt: Checkpoint, *, leaves: bool = True) -> dict[str, Any]:
         "leaf_count": count,
         "bytes_by_dtype": by_dtype,
         "tensor_bytes": sum(d["bytes"] for d in by_dtype.values()),
-        "missing": ckpt.missing,
+        "missing": missing,
         "unreferenced_datasets": ckpt.unreferenced,
         "had_tensor_scalar_dict": ckpt.had_tensor_scalar_dict,
         "provenance": ckpt.provenance,
