@@ -154,10 +154,12 @@ class _Pending:
         return self.m is not None and self.m.get("__TYPE__") in _TENSORS
 
     def decode(self, reading: _Reading, name: str) -> Leaf:
+        if self.typed is not None:  # (most leaves: a tensor of a template decoded before)
+            return _tensor(reading, name, *self.typed)
         if self.error is not None:
             raise self.error
         if self.m is not None:
-            if self.typed is None and self.m.get("__TYPE__") == "TorchTensorSerializer":
+            if self.m.get("__TYPE__") == "TorchTensorSerializer":
                 path = reading.handle.path
                 self.typed = (_torch_dtype(self.m, path, name), _shape(self.m, path, name))
             return _decode_single(reading, name, self.m, self.typed)
@@ -344,20 +346,9 @@ def _decode_object(
     if kind is None:
         raise CorruptCheckpointError(path, f"leaf {name!r}: metadata without __TYPE__")
     if kind == "TorchTensorSerializer":
-        dtype, shape = typed or (_torch_dtype(m, path, name), _shape(m, path, name))
-        if facts.proven:  # (no dataset is looked for by what the leaves use: 150k names kept
-            pass  # for nothing were 8 MB of the read-back, issue 33)
-        elif facts.links is not None:  # an outline read: the metadata, and a link of its name
-            if name not in facts.links:  # (in a group, or missing: the full read says which)
-                raise OutlineTooShort(name)
-            used.add(name)
-        elif (known := facts.dataset(name)) is not None:
-            used.add(name)
-            _check_storage(known.dtype, known.shape, dtype, shape, path, name)
-        else:
-            ds = _dataset(reading, name)
-            _check_storage(ds.dtype, ds.shape, dtype, shape, path, name)
-        return TensorLeaf(dtype, shape, H5Data(handle, name))
+        return _tensor(
+            reading, name, *(typed or (_torch_dtype(m, path, name), _shape(m, path, name)))
+        )
     if kind == "NumpyArraySerializer":
         known = facts.dataset(name)
         default = m.get("is_bfloat16", False)
@@ -401,6 +392,25 @@ def _decode_object(
     raise UnsupportedContentError(
         path, f"leaf {name!r} uses serializer {kind!r}, which ckpt-migrate does not know"
     )
+
+
+def _tensor(reading: _Reading, name: str, dtype: str, shape: tuple[int, ...]) -> TensorLeaf:
+    """A ``TorchTensorSerializer`` leaf of ``dtype`` and ``shape`` (as its metadata declares
+    them), its dataset found as the read requires (``Facts``)."""
+    facts, used = reading.facts, reading.used
+    if facts.proven:  # (no dataset is looked for by what the leaves use: 150k names kept
+        pass  # for nothing were 8 MB of the read-back, issue 33)
+    elif facts.links is not None:  # an outline read: the metadata, and a link of its name
+        if name not in facts.links:  # (in a group, or missing: the full read says which)
+            raise OutlineTooShort(name)
+        used.add(name)
+    elif (known := facts.dataset(name)) is not None:
+        used.add(name)
+        _check_storage(known.dtype, known.shape, dtype, shape, reading.handle.path, name)
+    else:
+        ds = _dataset(reading, name)
+        _check_storage(ds.dtype, ds.shape, dtype, shape, reading.handle.path, name)
+    return TensorLeaf(dtype, shape, H5Data(reading.handle, name))
 
 
 def _dataset(reading: _Reading, name: str) -> h5py.Dataset:
