@@ -10,6 +10,7 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from ckpt_migrate.cli import jsontext
 from ckpt_migrate.cli.console import echo, echo_pieces, safe
 
 REPORT_FIELDS = ("bytes_read", "bytes_sent", "bytes_copied", "seconds")  # model_dir.report
@@ -22,8 +23,8 @@ if TYPE_CHECKING:
 
 
 def emit_json(data: Any) -> None:
-    """``data`` as indented JSON, written as it is encoded (``echo_pieces``)."""
-    echo_pieces(json.JSONEncoder(indent=2, default=str).iterencode(data))
+    """``data`` as indented JSON (``jsontext``), written as it is encoded (``echo_pieces``)."""
+    echo_pieces(jsontext.pieces(data))
 
 
 def inspect(data: dict[str, Any]) -> None:
