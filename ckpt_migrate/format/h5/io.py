@@ -18,7 +18,7 @@ import numpy as np
 
 from ckpt_migrate.errors import CkptError, CkptIOError, CorruptCheckpointError, NotACheckpointError
 from ckpt_migrate.format.h5 import chunks
-from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache, root_name_heap
+from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
 
 LZ4_FILTER_ID = 32004
 # Raw-chunk copy and slab streaming keep at most about this much tensor data in memory at once.
@@ -63,11 +63,7 @@ def open_read(path: str | Path) -> h5py.File:
         raise CorruptCheckpointError(
             p, f"HDF5 file cannot be opened ({_short(exc)})", "the file is probably truncated"
         ) from None
-    # Room for the root's names where HDF5 reads them whole (an old-style group's local heap);
-    # a new-style root's fractal heap is read block by block, and room for it (11 MB at 112k
-    # tensors) let the cache keep that much of the datasets' headers, 63 MB more decoded
-    # while an export read them (issue 33)
-    return bounded_metadata_cache(f, root_name_heap(f, local_only=True))
+    return bounded_metadata_cache(f)
 
 
 # What h5py raises when a file's HDF5 structures are damaged (a bad signature, an address past

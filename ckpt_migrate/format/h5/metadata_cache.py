@@ -22,17 +22,20 @@ def bounded_metadata_cache(f: h5py.File, names: int | None = None) -> h5py.File:
     at 1 MiB it is 142 MiB at both sizes, and no slower (256 KiB made the 6 GB patch slower).
 
     The cap leaves room, beyond that, for the root's heap of link names (``names`` bytes,
-    by default ``root_name_heap``; a file being written passes 0, its own root's heap being
-    the one it fills: the copy-patch, which also looks names up in the old root as it fills
-    a new one, gives both room with ``GroupNameRoom``): h5py's
-    default root keeps every name in one local heap, which HDF5 reads whole for each look-up by
-    name; a cache smaller than the heap evicted and read it again on every look-up, 0.44 ms
-    each at 62k links against 0.04 ms, so that a 50k-tensor upgrade spent most of its time
+    by default ``root_name_heap(local_only=True)``; a file being written passes 0, its own
+    root's heap being the one it fills: the copy-patch, which also looks names up in the old
+    root as it fills a new one, gives both room with ``GroupNameRoom``): h5py's default root
+    keeps every name in one local heap, which HDF5 reads whole for each look-up by name; a
+    cache smaller than the heap evicted and read it again on every look-up, 0.44 ms each at
+    62k links against 0.04 ms, so that a 50k-tensor upgrade spent most of its time
     there, quadratic in the tensor count (issue 33). No more room than that: the heap, used at
     every look-up, stays in it, and the headers keep the 1 MiB they had (room for twice the
-    heap held 105 MiB more of headers at 62k objects)."""
+    heap held 105 MiB more of headers at 62k objects). A new-style root keeps its names in a
+    fractal heap, read block by block, never whole: room for it only let the cache keep as
+    much more of the headers (11 MB of room at 112k tensors: 63 MB more held decoded while an
+    export read its tensors, issue 33)."""
     config = f.id.get_mdc_config()
-    names = root_name_heap(f) if names is None else names
+    names = root_name_heap(f, local_only=True) if names is None else names
     config.max_size = METADATA_CACHE_MAX + names
     config.min_size = min(config.min_size, METADATA_CACHE_MAX)
     config.initial_size = min(config.initial_size, METADATA_CACHE_MAX)
