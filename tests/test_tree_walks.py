@@ -36,6 +36,7 @@ from ckpt_migrate.format.tree import (
     map_leaves,
     tied_positions,
 )
+from ckpt_migrate.format.v05 import treespec
 from ckpt_migrate.format.write import prepare
 
 
@@ -206,3 +207,15 @@ def test_declared_sizes_name_a_negative_dimension_and_count_a_tie_once():
     bad = TensorLeaf("float32", (2, -1), MemoryData(np.zeros(0, np.float32)))
     with pytest.raises(CorruptCheckpointError, match=r"'b\.0' has a negative dimension \[2, -1\]"):
         budgets.check_declared(DictNode([("a", big), ("b", SeqNode("list", [bad]))]), "f", 0)
+
+
+def test_a_format_05_read_keeps_one_object_per_distinct_key():
+    """Each dict of a format 0.5 spec names its keys in its own JSON context: 150k leaves'
+    keys were 150k strings of a few dozen words (15 MB) until they were interned."""
+    layer = [("weight", ValueLeaf(1)), ("exp_avg_sq", ValueLeaf(2))]
+    tree = DictNode([(f"layer{i}", DictNode(list(layer))) for i in range(3)])
+    root = treespec.parse(treespec.dumps(tree))
+    layers = [node for _, node in root.items]
+    for at in (0, 1):
+        assert len({id(node.items[at][0]) for node in layers}) == 1
+    assert [k for k, _ in layers[2].items] == ["weight", "exp_avg_sq"]
