@@ -350,7 +350,7 @@ def _decode_object(
             reading, name, *(typed or (_torch_dtype(m, path, name), _shape(m, path, name)))
         )
     if kind == "NumpyArraySerializer":
-        known = facts.dataset(name)
+        known = facts.take(name)
         default = m.get("is_bfloat16", False)
         if known is not None and known.shape is not None:
             used.add(name)
@@ -404,7 +404,7 @@ def _tensor(reading: _Reading, name: str, dtype: str, shape: tuple[int, ...]) ->
         if name not in facts.links:  # (in a group, or missing: the full read says which)
             raise OutlineTooShort(name)
         used.add(name)
-    elif (known := facts.dataset(name)) is not None:
+    elif (known := facts.take(name)) is not None:  # (each leaf's, let go of as it is made)
         used.add(name)
         _check_storage(known.dtype, known.shape, dtype, shape, reading.handle.path, name)
     else:
