@@ -77,41 +77,27 @@ def _encode(o: Any, level: int, out: list[str], default: Callable[[Any], Any]) -
         out.append(_int(o))
     elif isinstance(o, float):
         out.append(_number(o))
-    elif isinstance(o, (list, tuple)):
+    elif isinstance(o, (list, tuple, dict)):
+        keyed = isinstance(o, dict)
         if not o:
-            out.append("[]")
+            out.append("{}" if keyed else "[]")
             return
         newline = "\n" + INDENT * (level + 1)
         between = "," + newline
-        out.append("[" + newline)
+        out.append(("{" if keyed else "[") + newline)
         first = True
-        for item in o:
+        for item in o.items() if keyed else o:
             if not first:
                 out.append(between)
             first = False
-            if type(item) is str:
+            if keyed:
+                key, item = item
+                out.append((_escape(key) if type(key) is str else _key(key)) + ": ")
+            if type(item) is str:  # (most values: an entry's name and description)
                 out.append(_escape(item))
             else:
                 _encode(item, level + 1, out, default)
-        out.append("\n" + INDENT * level + "]")
-    elif isinstance(o, dict):
-        if not o:
-            out.append("{}")
-            return
-        newline = "\n" + INDENT * (level + 1)
-        between = "," + newline
-        out.append("{" + newline)
-        first = True
-        for key, value in o.items():
-            if not first:
-                out.append(between)
-            first = False
-            out.append((_escape(key) if type(key) is str else _key(key)) + ": ")
-            if type(value) is str:  # (most values: an entry's name and description)
-                out.append(_escape(value))
-            else:
-                _encode(value, level + 1, out, default)
-        out.append("\n" + INDENT * level + "}")
+        out.append("\n" + INDENT * level + ("}" if keyed else "]"))
     else:
         _encode(default(o), level, out, default)
 

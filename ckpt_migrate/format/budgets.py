@@ -72,7 +72,7 @@ def check_declared(root: Node, path: str | Path, file_size: int) -> None:
     declared = 0
     seen: set[int] = set()
     itemsizes: dict[str, int] = {}
-    for leaf in leaf_objects(root):  # (named only if refused: 0.24 s less at 150k leaves)
+    for leaf in leaf_objects(root):  # (named only if refused: 0.24 -> 0.11 s at 188k leaves)
         if type(leaf) not in (TensorLeaf, FullTensorLeaf) or id(leaf) in seen:
             continue
         seen.add(id(leaf))

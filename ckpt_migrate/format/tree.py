@@ -187,7 +187,7 @@ def is_leaf(node: Node) -> bool:
 
 def contains(node: Node, kind: type | tuple[type, ...]) -> bool:
     """Whether ``node`` or anything below it is an instance of ``kind``."""
-    stack = [node]  # (not a generator per container: 0.1 s at 188k leaves)
+    stack = [node]  # (a stack, not a generator per container: 0.06 s at 188k leaves)
     while stack:
         node = stack.pop()
         if isinstance(node, kind):
