@@ -169,13 +169,14 @@ class Written:
     bytes_own: int = 0  # of the source's bytes, written (copied, unshared) for the output
     linked: set[int] = field(default_factory=set)
 
-    def place(self, ref: LeafRef) -> tuple[str, bool] | None:
-        """The dataset of the tensor at ``ref``, its first place, in the output, and whether
-        it is the source's; None if it has none of its own."""
-        key = id(ref.leaf)
-        if key not in self.placed and key not in self.linked:
-            return None
-        return dataset_name(self.release, ref.name), key in self.linked
+    def holds(self, leaf: Leaf) -> bool:
+        """Whether the tensor ``leaf`` has a dataset of its own in the output."""
+        return id(leaf) in self.placed or id(leaf) in self.linked
+
+    def place(self, ref: LeafRef) -> tuple[str, bool]:
+        """The dataset, in the output, of the tensor at ``ref`` (one it ``holds``, at its first
+        place), and whether it is the source's."""
+        return dataset_name(self.release, ref.name), id(ref.leaf) in self.linked
 
 
 def write(

@@ -58,15 +58,14 @@ def verify_index(
         at: dict[str, int] | None = None
         for position, ref in enumerate(iter_leaves(root)):
             leaf = ref.leaf
-            entry = written.place(ref)
-            if entry is None:
+            if not written.holds(leaf):
                 continue
             if id(leaf) in tied:
                 if id(leaf) in seen:
                     continue
                 seen.add(id(leaf))
             assert isinstance(leaf, TensorLeaf)
-            name, reused = entry
+            name, reused = written.place(ref)
             if not reused:  # written by HDF5 just now: compared as stored, else hashed
                 if _compared(copied, ref.name, position, leaf, out, name):
                     if full:  # (``verify_full`` reads no tensor twice; 150k ids: 10 MB)
@@ -122,7 +121,7 @@ def verify_full(
     together; what is kept until then is each tensor's merged spans, not its chunk list. Tensors
     written anew, and every tensor with ``hash_all`` (a manifest lists their sha256), are
     decoded and hashed, and compared with their source's hash."""
-    refs = [ref for ref in iter_leaves(root) if written.place(ref) is not None]
+    refs = [ref for ref in iter_leaves(root) if written.holds(ref.leaf)]
     first: dict[int, str] = {}  # id(leaf) -> its first name: a tied tensor is read once
     spans: dict[Path, list[tuple[int, int, str]]] = {}  # source -> [start, end), tensor name
     hashed, ties = [], []
@@ -134,9 +133,7 @@ def verify_full(
                 ties.append((ref.name, first[id(leaf)]))
                 continue
             first[id(leaf)] = ref.name
-            place = written.place(ref)
-            assert place is not None
-            name, reused = place
+            name, reused = written.place(ref)
             if id(leaf) in written.proven and not hash_all:
                 continue  # its stored bytes were compared with its source's (verify_index)
             if reused and not hash_all:
@@ -146,16 +143,14 @@ def verify_full(
                 at = spans.setdefault(data.handle.path, [])
                 at.extend((a, b, ref.name) for a, b in merge_spans(pieces))
             else:
-                hashed.append(ref)
+                hashed.append((ref, name))
         stored = sum(b - a for each in spans.values() for a, b, _ in each)
-        total = sum(ref.leaf.nbytes for ref in hashed) + stored
+        total = sum(ref.leaf.nbytes for ref, _ in hashed) + stored
         done = 0
-        for ref in hashed:
+        for ref, name in hashed:
             leaf = ref.leaf
             assert isinstance(leaf, TensorLeaf)
-            place = written.place(ref)
-            assert place is not None
-            _check_hash(tmp, ref.name, leaf, out[place[0]], written)
+            _check_hash(tmp, ref.name, leaf, out[name], written)
             done += leaf.nbytes
             if progress is not None:
                 progress("verify", done, total)
