@@ -118,6 +118,13 @@ def test_a_new_style_root_gets_no_room_for_its_names(tmp_path):
         for i in range(0, len(names), 7):
             assert f[names[i]][0] == i
         assert cache_bytes(f) <= metadata_cache.METADATA_CACHE_MAX
+    # The real 2.10 library's files (h5py's defaults: an old-style root, a local heap) keep
+    # the room for their names
+    for path in sorted(REAL.glob("*.mdl")):
+        with h5io.open_read(path) as f:
+            heap = metadata_cache.root_name_heap(f, local_only=True)
+            assert heap == metadata_cache.root_name_heap(f) > 0, path.name
+            assert f.id.get_mdc_config().max_size == metadata_cache.METADATA_CACHE_MAX + heap
 
 
 def _heap_bytes(names: list[str]) -> int:

@@ -219,3 +219,22 @@ def test_a_format_05_read_keeps_one_object_per_distinct_key():
     for at in (0, 1):
         assert len({id(node.items[at][0]) for node in layers}) == 1
     assert [k for k, _ in layers[2].items] == ["weight", "exp_avg_sq"]
+    # the real 2.10 library's file: each optimizer state's "step" and "exp_avg", one object
+    for name in ("dataloader_map.mdl", "nested.mdl"):
+        with read_checkpoint(REAL / name) as ckpt:
+            found: dict[str, set[int]] = {}
+            for node in _dicts(ckpt.root):
+                for key, _ in node.items:
+                    found.setdefault(key, set()).add(id(key))
+        assert len(found["step"]) == 1, name
+        assert all(len(ids) == 1 for ids in found.values())
+
+
+def _dicts(node):
+    if isinstance(node, DictNode):
+        yield node
+        for _, value in node.items:
+            yield from _dicts(value)
+    elif isinstance(node, (SeqNode, NamedTupleNode)):
+        for value in node.items:
+            yield from _dicts(value)
