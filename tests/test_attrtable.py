@@ -196,3 +196,25 @@ def test_many_checksums_at_once_are_the_one_buffer_ones(by, monkeypatch):
     buffers = [rng.bytes(n) for n in (0, 1, 11, 12, 13, 24, 25, 1024, 4096) for _ in range(10)]
     assert lookup3_many(buffers) == [h5root.lookup3_python(b) for b in buffers]
     assert lookup3_many([b"Four score and seven years ago"] * 9) == [0x17770551] * 9
+
+
+def test_a_collection_made_for_one_large_text_is_not_kept(tmp_path, monkeypatch):
+    """HDF5 makes a collection to fit a text larger than its usual ones (the spec: 27 MB at
+    150k leaves): the reader reads it for that text and does not keep it through the pass,
+    while the small collections the other texts share are kept; every text reads as h5py's."""
+    path = tmp_path / "large.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["__spec__"] = "ü" * (1 << 20)
+        for i in range(300):
+            f.attrs[f"l{i}.__metadata__"] = f"text {i}"
+    seen: list[attrtable.HeapFile] = []
+    real = attrtable.HeapFile.heap_text
+
+    def heap_text(self: attrtable.HeapFile, *args: int) -> str | None:
+        seen.append(self)
+        return real(self, *args)
+
+    monkeypatch.setattr(attrtable.HeapFile, "heap_text", heap_text)
+    assert _agrees(path) == 301
+    kept = seen[-1].heaps.values()
+    assert kept and all(len(data) <= attrtable.HEAP_KEPT_BYTES for data, _ in kept)

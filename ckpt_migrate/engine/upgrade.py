@@ -328,6 +328,7 @@ def _upgrade_locked(
             edit = None
             if before is not None:
                 edit = rootedit.plan_edit(before, ckpt, out_root, plan.target_release)
+                before = None  # (its 188k names at 150k leaves: 7 MB the write can use)
             args = (plan, out, record, progress, check_metadata)
             kw: dict[str, Any] = {"read_back": full, "copy_method": opts.copy_method}
             if edit is not None:  # the hops changed no dataset

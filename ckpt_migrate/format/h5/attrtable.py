@@ -50,6 +50,10 @@ from ckpt_migrate.format.h5.root import root_header
 TICK_EVERY = 1000
 MAX_CHUNKS = 1 << 20  # continuation blocks of one header (each holds at least one message)
 HEAPS_KEPT = 8  # global heap collections kept in memory (``HeapFile.heaps``)
+# A larger collection was made for one large text (HDF5 fills collections of 4 KiB and makes
+# one to fit an object that does not fit): read for it once, not kept (the 27 MB spec of 150k
+# leaves was held through the whole pass, issue 33).
+HEAP_KEPT_BYTES = 1 << 20
 _ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 _VLEN_CLASS, _STRING = 9, 1
 _SCALAR_V2 = 0
@@ -105,9 +109,11 @@ class HeapFile:
         leaves (issue 33)."""
         kept = self.heaps.get(collection)
         if kept is None:
-            kept = self.heaps[collection] = _collection(self, collection)
-            if len(self.heaps) > HEAPS_KEPT:
-                self.heaps.popitem(last=False)
+            kept = _collection(self, collection)
+            if len(kept[0]) <= HEAP_KEPT_BYTES:
+                self.heaps[collection] = kept
+                if len(self.heaps) > HEAPS_KEPT:
+                    self.heaps.popitem(last=False)
         else:
             self.heaps.move_to_end(collection)
         data, objects = kept
