@@ -18,7 +18,7 @@ import pytest
 from conftest import run_cli
 from loopfs import mounted, unavailable
 
-from ckpt_migrate.engine import rootattrs, rootedit
+from ckpt_migrate.engine import rootedit
 from ckpt_migrate.engine import upgrade as engine
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
@@ -315,8 +315,8 @@ def test_the_texts_hdf5_is_handed_are_stored_as_h5py_stores_them(tmp_path, monke
         out.write_bytes(src.read_bytes())
         with monkeypatch.context() as m:
             if via == "h5py":
-                m.setattr(rootattrs.capi, "write", lambda attr, value: False)
-            raw = {name: rootattrs.utf8(text) for name, text in texts.items()}
+                m.setattr(rootedit.capi, "write", lambda attr, value: False)
+            raw = {name: rootedit._utf8(text) for name, text in texts.items()}
             rootedit.edit_root(out, rootedit.Edit(raw, [], DictNode([])))
         outs.append(out.read_bytes())
         with h5py.File(out, "r") as f:

@@ -377,3 +377,38 @@ def test_the_preflight_child_scans_the_datasets_while_the_parent_reads(tmp_path,
     monkeypatch.setattr(storagescan, "scan", dies)
     _upgrade_ok(src, tmp_path / "b")
     assert log.read_text().split() == ["parent"]
+
+
+@pytest.mark.parametrize("name", ["__spec__", "__cstorch_version__"])
+def test_a_written_text_that_does_not_read_back_is_found(tmp_path, monkeypatch, name):
+    """Each text the edit set is compared as the check reads it (not kept: the spec is 27 MB
+    at 150k leaves): one character changed after the edit, in the spec or a short text, fails
+    the upgrade and leaves no output."""
+    src = _source(tmp_path / "src.mdl", experts=3)
+
+    def also(f: h5py.File) -> None:
+        text = f.attrs[name]
+        f.attrs[name] = text[:-2] + ("x" if text[-2] != "x" else "y") + text[-1]
+
+    _corrupting(monkeypatch, also)
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=tmp_path / "out"))
+    assert result.status == "failed" and result.exit_code != 0
+    assert f"root attribute {name!r} does not hold what was written" in (result.error or "")
+    assert not (tmp_path / "out" / src.name).exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "raw", "same"),
+    [
+        ("plain", b"plain", True),
+        ("ünïcödé" * 3, ("ünïcödé" * 3).encode(), True),
+        ("a\udcffb", b"a\xffb", True),  # an undecodable byte, as the reader escapes it
+        ("", b"", True),
+        ("abc", b"abd", False),
+        ("abc", b"abcd", False),
+        ("abcd", b"abc", False),
+        ("ü", b"u", False),
+    ],
+)
+def test_a_text_is_compared_with_its_bytes_a_slice_at_a_time(text, raw, same):
+    assert rootverify._encodes_as(text, raw, step=2) is same

@@ -26,16 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import h5py
-from h5py import h5, h5a, h5g, h5o, h5p
+import numpy as np
+from h5py import h5, h5a, h5g, h5o, h5p, h5s, h5t
 
 from ckpt_migrate import heap
 from ckpt_migrate.atomic import start_writeback
 from ckpt_migrate.engine import extents as ext
-from ckpt_migrate.engine import rootattrs
 from ckpt_migrate.engine.copypatch import Output, Written, finish, pending_provenance
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import Progress, data_ranges
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.h5 import capi
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
@@ -52,7 +54,7 @@ from ckpt_migrate.format.v05 import treespec as treespec_json
 from ckpt_migrate.format.v05.write import metadata_text
 
 STRATEGY = "root-edit"
-SUCCESS = rootattrs.SUCCESS
+SUCCESS = "__SUCCESS__"
 
 # leaf name -> (the leaf, the name of its first place: itself unless it is a tie)
 Leaves = dict[str, tuple[Leaf, str]]
@@ -154,7 +156,7 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
                 edit.tensors += 1
         elif not same:
             text = metadata_text(name, leaf, None if first == name else first)
-            edit.set[f"{name}.__metadata__"] = rootattrs.utf8(text)
+            edit.set[f"{name}.__metadata__"] = _utf8(text)
             edit.leaves[name] = (leaf, first)
     if kept != len(before.leaves):  # some were removed: those with a dataset must stay
         after = {ref.name for ref in iter_leaves(root)}
@@ -167,9 +169,9 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
     spec = treespec_json.root_spec_text(root)
     digest = ckpt.handle.root_digest
     if digest is None or not digest.holds("__spec__", spec):  # (compared before it is encoded)
-        edit.set["__spec__"] = rootattrs.utf8(spec)
+        edit.set["__spec__"] = _utf8(spec)
     del spec
-    edit.set["__cstorch_version__"] = rootattrs.utf8(release.cstorch_version or f"{release.name}.0")
+    edit.set["__cstorch_version__"] = _utf8(release.cstorch_version or f"{release.name}.0")
     # Every attribute set may be a new one, and the provenance record and __SUCCESS__ are.
     return edit if _order_room(ckpt.handle.file(), len(edit.set) + 2) else None
 
@@ -201,7 +203,7 @@ def write(
     """Make ``out.tmp`` the source (a clone, else one copy: ``extents``), edit its root as
     ``edit`` says and run ``check_metadata`` on it (``copypatch.write``'s contract)."""
     entries = pending_provenance(ckpt, record)
-    edit.set[PROVENANCE_ATTR] = rootattrs.utf8(json.dumps(entries))
+    edit.set[PROVENANCE_ATTR] = _utf8(json.dumps(entries))
     ranges = None
     if copy_method == "sparse":  # the object store's staging: all but the data, which it shares
         names = sorted(edit.place_all())
@@ -219,8 +221,9 @@ def write(
         if progress is not None:
             progress("copy", plan.file_bytes, plan.file_bytes)
     written.tensors = edit.tensors
-    # what the read freed in blocks too small to be their own mappings (33 MB at 150k leaves,
-    # issue 33), before the edit's own allocations
+    # HDF5's rewrite of the spec is the edit's largest allocation: it holds the old and the new
+    # text's heap collections and a conversion buffer at once (90 MB at 150k leaves), on top of
+    # what the read freed in blocks too small to be their own mappings (33 MB, issue 33)
     heap.give_back_freed()
     edit_root(out.tmp, edit)
     if written.copy_method == "clone":
@@ -231,6 +234,51 @@ def write(
 
 
 def edit_root(path: Path, edit: Edit) -> None:
-    """Apply ``edit`` to the root attributes of ``path`` (``rootattrs``: a large spec is
-    written by a process of its own, away from this one's tree)."""
-    rootattrs.write(path, edit.removed, edit.set)
+    """Apply ``edit`` to the root attributes of ``path``; ``__SUCCESS__`` is written last, as
+    the real writer does (FORMAT.md §4.7): in place where the source has it (it must, to be
+    read), so that no attribute is deleted but those the edit removes (a deleted attribute
+    stays in a dense root's heap, which the one-pass reader of ``rootverify`` cannot tell
+    from a live one)."""
+    with h5py.File(path, "r+", locking=False) as f:
+        oid = f.id
+        for name in edit.removed:
+            h5a.delete(oid, name.encode())
+        for name, text in edit.set.items():
+            _put_text(oid, name, text)
+        success = np.bool_(True)
+        if h5a.exists(oid, SUCCESS.encode()):
+            attr = h5a.open(oid, SUCCESS.encode())
+            if attr.get_space().get_simple_extent_type() == h5s.SCALAR:
+                attr.write(np.asarray(success, dtype=attr.dtype))
+                return
+            del attr
+            h5a.delete(oid, SUCCESS.encode())
+        h5attrs.create(oid, SUCCESS, success)
+
+
+def _put_text(oid: h5py.h5o.ObjectID, name: str, raw: bytes) -> None:
+    """Set the string attribute ``name`` to the UTF-8 text ``raw``: a variable-length string
+    is rewritten in place (it keeps its place in the creation order), anything else replaced.
+    HDF5 is handed ``raw`` itself (``capi``): through h5py, a copy of it (27 MB for the spec
+    at 150k leaves) was made first."""
+    key = name.encode()
+    if h5a.exists(oid, key):
+        attr = h5a.open(oid, key)
+        tid = attr.get_type()
+        is_text = tid.get_class() == h5t.STRING and tid.is_variable_str()
+        if is_text and attr.get_space().get_simple_extent_type() == h5s.SCALAR:
+            if not capi.write(attr, capi.text(raw, tid)):
+                attr.write(h5attrs.as_array(_text(raw)), mtype=h5attrs.text_memtype())
+            return
+        del attr
+        h5a.delete(oid, key)
+    h5attrs.create(oid, name, _text(raw))
+
+
+def _utf8(text: str) -> bytes:
+    """As h5py stores a ``str`` (strictly: it refuses a lone surrogate, which JSON escapes)."""
+    return text.encode("utf-8")
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8")
