@@ -50,9 +50,9 @@ from ckpt_migrate.format.h5.root import root_header
 TICK_EVERY = 1000
 MAX_CHUNKS = 1 << 20  # continuation blocks of one header (each holds at least one message)
 HEAPS_KEPT = 8  # global heap collections kept in memory (``HeapFile.heaps``)
-# A larger collection was made for one large text (HDF5 fills collections of 4 KiB and makes
-# one to fit an object that does not fit): read for it once, not kept (the 27 MB spec of 150k
-# leaves was held through the whole pass, issue 33).
+# A larger collection was made for one large text (HDF5 fills collections of 4 to 64 KiB, each
+# new one twice the last: 3,250 of them at 150k leaves, and makes one to fit an object larger
+# than that): read for it once, not kept (the 27 MB spec was held through the pass, issue 33).
 HEAP_KEPT_BYTES = 1 << 20
 _ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 _VLEN_CLASS, _STRING = 9, 1
