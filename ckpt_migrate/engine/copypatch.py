@@ -26,7 +26,6 @@ import xxhash
 
 from ckpt_migrate.atomic import create_temp, reserve, start_writeback
 from ckpt_migrate.engine import extents as ext
-from ckpt_migrate.engine.idset import IdSet
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import LEAD_BLOCK, Progress, SplitCopy, data_ranges
 from ckpt_migrate.errors import UsageError, VerificationError
@@ -158,17 +157,17 @@ class Written:
     # output (``linked``), each at its first place; its dataset's name is the writer's
     # (``format.write.dataset_name``): a name kept for each was 12 MB at 150k tensors, a
     # (name, reused) pair 8 MB more (issue 33)
-    placed: IdSet = field(default_factory=IdSet)
+    placed: set[int] = field(default_factory=set)
     tensors: int = 0
     source_xxh3_128: str | None = None
     hashes: dict[str, str] = field(default_factory=dict)  # leaf name -> sha256 (full verify)
     # id(leaf) of the tensors written anew whose stored bytes the verification found equal to
     # their source's (``h5.stored``): proven without a hash
-    proven: IdSet = field(default_factory=IdSet)
+    proven: set[int] = field(default_factory=set)
     copy_method: str | None = None  # extents.Method: how the source's bytes got there
     bytes_shared: int = 0  # of the source's bytes, shared with it rather than written
     bytes_own: int = 0  # of the source's bytes, written (copied, unshared) for the output
-    linked: IdSet = field(default_factory=IdSet)
+    linked: set[int] = field(default_factory=set)
 
     def holds(self, leaf: Leaf) -> bool:
         """Whether the tensor ``leaf`` has a dataset of its own in the output."""
@@ -203,7 +202,8 @@ def write(
     reused, reused_bytes = _reusable(root, handle)
     entries = pending_provenance(ckpt, record)
     extra = {PROVENANCE_ATTR: json.dumps(entries)}
-    placed, linked = IdSet(), IdSet()
+    placed: set[int] = set()
+    linked: set[int] = set()
     if reused_bytes >= 0.5 * plan.file_bytes:
         # A staging file (sparse) is written but for the data; a clone needs no ranges.
         ranges = _data_ranges(handle, reused) if copy_method == "sparse" else None

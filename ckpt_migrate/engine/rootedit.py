@@ -33,7 +33,6 @@ from ckpt_migrate import heap
 from ckpt_migrate.atomic import start_writeback
 from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.copypatch import Output, Written, finish, pending_provenance
-from ckpt_migrate.engine.idset import IdSet
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import Progress, data_ranges
 from ckpt_migrate.format.checkpoint import Checkpoint
@@ -106,7 +105,7 @@ class Edit:
     leaves: Leaves = field(default_factory=dict)
     # ``Written.linked`` of the output, made only where a check needs it (``place_all``): its
     # 150k entries were 29 MB a root edit held for nothing but their count (issue 33)
-    linked: IdSet = field(default_factory=IdSet)
+    linked: set[int] = field(default_factory=set)
 
     def place_all(self) -> list[str]:
         """Fill ``linked``: every tensor at its first place, at its own name (``plan_edit``
