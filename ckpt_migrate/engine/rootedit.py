@@ -221,9 +221,10 @@ def write(
         if progress is not None:
             progress("copy", plan.file_bytes, plan.file_bytes)
     written.tensors = edit.tensors
-    # HDF5's rewrite of the spec is the edit's largest allocation: it holds the old and the new
-    # text's heap collections and a conversion buffer at once (90 MB at 150k leaves), on top of
-    # what the read freed in blocks too small to be their own mappings (33 MB, issue 33)
+    # HDF5's rewrite of the spec is the edit's largest allocation: to free the old text it loads
+    # its heap collection, read whole and copied into a block half as large again (90 MB for a
+    # moment at 150k leaves), on top of what the read freed in blocks too small to be their own
+    # mappings (33 MB, issue 33)
     heap.give_back_freed()
     edit_root(out.tmp, edit)
     if written.copy_method == "clone":
