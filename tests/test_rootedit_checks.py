@@ -379,12 +379,30 @@ def test_the_preflight_child_scans_the_datasets_while_the_parent_reads(tmp_path,
     assert log.read_text().split() == ["parent"]
 
 
-@pytest.mark.parametrize("name", ["__spec__", "__cstorch_version__"])
-def test_a_written_text_that_does_not_read_back_is_found(tmp_path, monkeypatch, name):
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        ("ours", "__spec__"),
+        ("ours", "__cstorch_version__"),
+        ("trainer-2.9.0.mdl", "__spec__"),
+        ("trainer-2.9.0.mdl", "__cstorch_version__"),
+        ("gpt2-2.6.0.mdl", "__cstorch_version__"),  # (no Trainer metadata: its spec is kept)
+    ],
+)
+def test_a_written_text_that_does_not_read_back_is_found(tmp_path, monkeypatch, source, name):
     """Each text the edit set is compared as the check reads it (not kept: the spec is 27 MB
     at 150k leaves): one character changed after the edit, in the spec or a short text, fails
-    the upgrade and leaves no output."""
-    src = _source(tmp_path / "src.mdl", experts=3)
+    the upgrade and leaves no output; on a root this tool wrote and on the real 2.9 and 2.6
+    libraries' (where there is Trainer metadata, it gains a 2.10 entry: the spec is written)."""
+    if source == "ours":
+        src = _source(tmp_path / "src.mdl", experts=3)
+    else:
+        src = next(p for p in _real_26_29(tmp_path) if p.name == source)
+    edits: list[rootedit.Edit] = []
+    real = rootedit.edit_root
+    monkeypatch.setattr(rootedit, "edit_root", lambda p, e: edits.append(e) or real(p, e))
+    _upgrade_ok(src, tmp_path / "clean")
+    assert name in edits[-1].set  # (the text the check is to find changed is one it wrote)
 
     def also(f: h5py.File) -> None:
         text = f.attrs[name]
