@@ -16,7 +16,7 @@ from ckpt_migrate.errors import (
     UnsupportedContentError,
 )
 from ckpt_migrate.format import budgets, releases
-from ckpt_migrate.format.outline import outline_lines, report
+from ckpt_migrate.format.outline import outline_lines, report, sizes
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import (
     DictNode,
@@ -134,6 +134,48 @@ def test_an_inspect_summary_keeps_the_totals_and_the_ties_without_every_leaf():
     assert any("(tied to model.embed.weight)" in line for line in lines)
     assert "leaves" not in commands.inspect(path, everything=False)
     assert len(commands.inspect(path)["leaves"]) == 7
+
+
+def _sizes_by_names(root) -> tuple[int, int, int]:
+    """``outline.sizes`` as its docstring defines it, from ``iter_leaves``' names."""
+    distinct = {id(r.leaf): r.leaf for r in iter_leaves(root) if isinstance(r.leaf, TensorLeaf)}
+    names = [ref.name for ref in iter_leaves(root)]
+    return sum(t.nbytes for t in distinct.values()), len(names), sum(map(len, names))
+
+
+def _tensor(dtype: str, *shape: int) -> TensorLeaf:
+    return TensorLeaf(dtype, shape, MemoryData(np.zeros(0, np.float32)))
+
+
+@pytest.mark.parametrize(
+    "path",
+    # (but the two the reader refuses: their leaf names collide)
+    [
+        p
+        for p in [*sorted(REAL.glob("*.mdl")), *sorted(FIXTURES.glob("*.mdl"))]
+        if "collision" not in p.name
+    ],
+    ids=lambda p: p.name,
+)
+def test_sizes_counts_what_the_leaves_names_count(path, tmp_path):
+    """The plan's totals without building the names: the real library's files (ties, nested
+    and integer keys, empty trees) and the legacy fixtures, read in full and from the outline."""
+    for outline in (False, True):
+        with read_checkpoint(path, outline=outline) as ckpt:
+            assert sizes(ckpt.root) == _sizes_by_names(ckpt.root)
+    shared = _tensor("bfloat16", 3, 5)
+    root = DictNode(
+        [
+            ("w", shared),
+            (12, SeqNode("list", [_tensor("float32", 2), DictNode([("ab", shared)])] * 6)),
+            ("t", NamedTupleNode("P", ("_0", "_1"), [ValueLeaf(1), SeqNode("tuple", [])])),
+            ("é", DictNode([])),
+        ]
+    )
+    assert sizes(root) == _sizes_by_names(root)
+    assert sizes(_spec_like()) == _sizes_by_names(_spec_like()) == (0, 6, 16)
+    assert sizes(shared) == _sizes_by_names(shared) == (30, 1, 0)
+    assert sizes(DictNode([])) == (0, 0, 0)
 
 
 def test_reading_leaves_no_cycle_for_the_collector():

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from typing import Any
 
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.dtypes import by_name
 from ckpt_migrate.format.tree import (
+    LEAF_TYPES,
     DictNode,
     ExternalLeaf,
     FullTensorLeaf,
@@ -92,14 +96,39 @@ def outline_lines(
 def sizes(root: Node) -> tuple[int, int, int]:
     """(the bytes of the tree's tensors, a tensor under several names (a tie) counted once:
     ``report``'s ``tensor_bytes`` without describing every leaf; how many leaves; the
-    characters of their names), in one pass (each took 0.2-0.3 s at 188k leaves, issue 33)."""
+    characters of their names, ``iter_leaves``' names), in one pass that builds none of the
+    names, only their lengths (with the names and their paths it took 0.20 s at 188k leaves,
+    issue 33)."""
+    if isinstance(root, LEAF_TYPES):
+        return (root.nbytes if isinstance(root, TensorLeaf) else 0), 1, 0
     distinct: dict[int, TensorLeaf] = {}
     leaves = names = 0
-    for ref in iter_leaves(root):
-        leaves, names = leaves + 1, names + len(ref.name)
-        if isinstance(ref.leaf, TensorLeaf):
-            distinct[id(ref.leaf)] = ref.leaf
-    return sum(leaf.nbytes for leaf in distinct.values()), leaves, names
+    stack: list[tuple[Node, int]] = [(root, 0)]  # (a container, its children's name prefix)
+    while stack:
+        node, prefix = stack.pop()
+        items = node.items if type(node) is DictNode else enumerate(node.items)  # type: ignore[union-attr]
+        for key, child in items:
+            n = prefix + (len(key) if type(key) is str else len(str(key)))
+            if isinstance(child, LEAF_TYPES):
+                leaves, names = leaves + 1, names + n
+                if isinstance(child, TensorLeaf):
+                    distinct[id(child)] = child
+            else:
+                stack.append((child, n + 1))  # (its children's names: this one's and a dot)
+    return tensor_bytes(distinct.values()), leaves, names
+
+
+def tensor_bytes(tensors: Iterable[TensorLeaf]) -> int:
+    """The bytes of ``tensors``, each dtype's item size looked up once (a checkpoint has a few
+    dtypes and 150k tensors)."""
+    total = 0
+    itemsizes: dict[str, int] = {}
+    for leaf in tensors:
+        size = itemsizes.get(leaf.dtype)
+        if size is None:
+            size = itemsizes[leaf.dtype] = by_name(leaf.dtype).storage.itemsize
+        total += math.prod(leaf.shape) * size
+    return total
 
 
 def report(
