@@ -8,6 +8,8 @@ still refuse it); the preflight child tries exactly what the outline reads."""
 from __future__ import annotations
 
 import json
+import marshal
+import os
 from pathlib import Path
 
 import h5py
@@ -18,7 +20,7 @@ from test_attrtable import _unpacked
 from ckpt_migrate.cli import commands
 from ckpt_migrate.errors import CkptError, CorruptCheckpointError
 from ckpt_migrate.format import read as reader
-from ckpt_migrate.format.h5 import preflight
+from ckpt_migrate.format.h5 import linktable, preflight
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import iter_leaves
 from ckpt_migrate.format.write import write_checkpoint
@@ -162,7 +164,7 @@ def test_the_outline_child_tries_what_the_outline_reads(tmp_path, monkeypatch):
 
     from ckpt_migrate.format.h5 import preflight_outline
 
-    def crash(path, tick, links):
+    def crash(*args):
         import os
         import signal
 
@@ -286,3 +288,64 @@ def test_the_parent_reads_through_hdf5_only_what_the_outline_child_tried(tmp_pat
     assert commands.inspect(src)["leaf_count"] > 0
     assert commands.plan(src, "2.10", output_dir=tmp_path / "out")["datasets_changed"] is False
     assert opened and set(opened) <= set(preflight_outline.OUTLINE_NAMES), opened
+
+
+@pytest.mark.parametrize("src", sorted(REAL.glob("*.mdl")) + REAL_XZ, ids=lambda p: p.name)
+@pytest.mark.parametrize("scope", ["outline", "storage"])
+def test_the_outline_child_hands_over_the_links_this_process_would_read(src, scope, tmp_path):
+    """The real library's files (and the ones this tool writes): the child's links are the
+    ones ``linktable`` reads here, name for name and address for address."""
+    for path in (_unpacked(tmp_path, src), _ours(tmp_path, "2.5")):
+        found = preflight.preflight(path, scope=scope, defer=True)
+        assert found is not None and found.rest is not None
+        try:
+            with h5py.File(path, "r") as f:
+                assert found.rest.links(path) == linktable.of_root(f, path)
+        finally:
+            found.rest.cancel()
+
+
+def _only_in(parent: bool, real):
+    """``real``, but answering None in the parent (``parent``) or in a child (not)."""
+    pid = os.getpid()
+    return lambda *args: None if (os.getpid() == pid) == parent else real(*args)
+
+
+def test_an_outline_read_takes_the_links_from_its_child(tmp_path, monkeypatch):
+    src = _ours(tmp_path, "2.10")
+    expected = _full_inspect(src, monkeypatch)
+    monkeypatch.setattr(linktable, "of_root", _only_in(True, linktable.of_root))
+    with read_checkpoint(src, outline=True) as ckpt:
+        assert ckpt.outline  # (the parent read no link: the child's were taken)
+        assert ckpt.handle.addresses() == _child_links(src)
+    assert commands.inspect(src) == expected
+
+
+def _child_links(src: Path) -> dict[str, int] | None:
+    found = preflight.preflight(src, scope="outline", defer=True)
+    assert found is not None and found.rest is not None
+    try:
+        return found.rest.links(src)
+    finally:
+        found.rest.cancel()
+
+
+@pytest.mark.parametrize("written", [None, b"not marshal", "a string", {"x": 1}, {1: 2}])
+def test_links_the_child_did_not_hand_over_are_read_here(written, tmp_path, monkeypatch):
+    """No links, a file that is not ``marshal``'s, or not the links (another type, another
+    count, names that are no strings): the parent reads them itself, and the read is the
+    outline's as before."""
+    src = _ours(tmp_path, "2.10")
+    expected = _full_inspect(src, monkeypatch)
+    from ckpt_migrate.format.h5 import preflight_outline
+
+    with monkeypatch.context() as m:
+        if written is None:
+            m.setattr(linktable, "of_root", _only_in(False, linktable.of_root))
+        else:
+            raw = written if isinstance(written, bytes) else marshal.dumps(written)
+            m.setattr(preflight_outline.marshal, "dumps", lambda _: raw)
+        assert _child_links(src) is None
+        with read_checkpoint(src, outline=True) as ckpt:
+            assert ckpt.outline
+        assert commands.inspect(src) == expected

@@ -7,7 +7,7 @@ look right is not used: the reader opens the dataset as it always did.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,6 +121,40 @@ class Shared:
             self(dict, tuple(attrs.items()), tuple(map(type, attrs.values()))),
         )
         return fact if value is None else (*fact, [value])
+
+
+class LinksLater(AbstractSet[str]):
+    """The names of the root's links for an outline read (``Facts.links``), taken at their
+    first use from ``take`` (the preflight child's, read while this process reads the root's
+    attributes: ``format.read.read_outline``); ``found()``: each name and the address of its
+    object. ``OutlineTooShort`` when ``take`` gives none."""
+
+    def __init__(self, take: Callable[[], dict[str, int] | None]) -> None:
+        self._take: Callable[[], dict[str, int] | None] | None = take
+        self._found: dict[str, int] | None = None
+
+    def found(self) -> dict[str, int]:
+        if self._found is None:
+            take, self._take = self._take, None
+            found = None if take is None else take()
+            if found is None:
+                raise OutlineTooShort("the root's links")
+            self._found = found
+        return self._found
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.found()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.found())
+
+    def __len__(self) -> int:
+        return len(self.found())
+
+
+def link_names(links: AbstractSet[str]) -> AbstractSet[str]:
+    """``Facts.links`` as a plain set of names (a ``LinksLater``'s taken now)."""
+    return links.found().keys() if isinstance(links, LinksLater) else links
 
 
 class OutlineTooShort(Exception):

@@ -64,6 +64,7 @@ from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
 from ckpt_migrate.format.h5.walkreads import (
     END,
     FIRST,
+    LINKS,
     SECOND,
     TICK,
     Refused,
@@ -147,6 +148,28 @@ class Rest:
             walk.cancel()
         return None if found is None else found.stored
 
+    def links(self, path: Path) -> dict[str, int] | None:
+        """The root's links as an outline child read them (``preflight_outline``: each name
+        and the address of its object), once it has said so; None when it read none, ended or
+        stalled first, or wrote what they are not (the caller then reads them itself)."""
+        walk = self._walk
+        if walk is None or walk.links < 0:
+            return None
+        try:
+            count = walk.follow(path, LINKS)
+            with os.fdopen(os.dup(walk.links), "rb") as fh:
+                fh.seek(0)
+                found = marshal.loads(fh.read()) if count is not None and count >= 0 else None
+        except (CorruptCheckpointError, OSError, EOFError, ValueError, TypeError):
+            return None
+        if type(found) is not dict or len(found) != count:
+            return None
+        if not all(type(k) is str for k in found) or not all(
+            type(v) is int for v in found.values()
+        ):
+            return None
+        return found
+
     def cancel(self) -> None:
         if self._walk is not None:
             self._walk.cancel()
@@ -178,6 +201,7 @@ class _Walk:
     extents: list[int] = field(default_factory=list)
     identity: tuple[int, ...] | None = None
     words: bytes = b""  # what the children said, ticks left out
+    links: int = -1  # an outline child's: where it writes the root's links (``Rest.links``)
 
     @classmethod
     def begin(cls, path: Path, scope: Scope = "full") -> _Walk:
@@ -187,6 +211,8 @@ class _Walk:
         try:
             with contextlib.suppress(OSError):  # (gone: the reader names it)
                 walk.identity = file_identity(path)
+            if scope in ("outline", "storage"):
+                walk.links = _anonymous_file()
             for part in range(workers):
                 walk.facts.append(_anonymous_file())
                 walk.extents.append(_anonymous_file())
@@ -201,7 +227,7 @@ class _Walk:
                                 path, write_end, part, WORKERS, walk.facts[part], walk.extents[part]
                             )
                         else:
-                            preflight_outline.walk(path, write_end, scope)
+                            preflight_outline.walk(path, write_end, scope, walk.links)
                     except BaseException:
                         code = 1  # a Python-level error: the parent's own reading reports it
                     finally:
@@ -299,10 +325,10 @@ class _Walk:
         for pid in self.pids:
             os.waitpid(pid, 0)
         self.pids = []
-        for fd in [self.read_end, *self.facts, *self.extents]:
+        for fd in [self.read_end, *self.facts, *self.extents, self.links]:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self.read_end, self.facts, self.extents = -1, [], []
+        self.read_end, self.facts, self.extents, self.links = -1, [], [], -1
 
 
 def _anonymous_file() -> int:

@@ -16,6 +16,7 @@ from ckpt_migrate.format.h5.boundary import ALLOWED_TYPE_CLASSES, attribute_name
 TICK = b"."
 FIRST = b"M"  # the first part is done: "M<stored>,<declared>;" (see preflight._walk)
 SECOND = b"="  # the second part is done: "=<stored>;"
+LINKS = b"L"  # an outline child read the root's links: "L<count>;" (-1: it read none)
 END = b";"
 
 

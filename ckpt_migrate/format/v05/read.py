@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from ckpt_migrate.errors import (
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import attrtable
-from ckpt_migrate.format.h5.facts import Facts, OutlineTooShort
+from ckpt_migrate.format.h5.facts import Facts, OutlineTooShort, link_names
 from ckpt_migrate.format.h5.io import (
     H5Handle,
     attr_bool,
@@ -87,7 +88,9 @@ def read(
         handle.root_digest = None  # (not every pair was seen)
         if facts.links is not None:
             raise OutlineTooShort("a root attrtable does not read")  # (by name after the walk)
-    reading = _Reading(f, handle, facts)
+    # (an outline's links, read by its preflight child meanwhile: ``read_outline``)
+    names = None if facts.links is None else link_names(facts.links)
+    reading = _Reading(f, handle, facts, names=names)
 
     def decode(name: str) -> Leaf:
         kept = None if table is None else table.pop(f"{name}{_SUFFIX}", None)
@@ -113,8 +116,8 @@ def read(
         )
     if reading.links:
         root = _resolve_links(root, reading.links, path)
-    if facts.links is not None:
-        if not facts.links <= reading.used:  # only an open tells a dataset from a group
+    if reading.names is not None:
+        if not reading.names <= reading.used:  # only an open tells a dataset from a group
             raise OutlineTooShort("links that are no leaf's")
         return root, [], []
     if facts.proven:  # (the engine's read-back of its own output compares the tree alone: a
@@ -128,13 +131,15 @@ def read(
 @dataclass(slots=True)
 class _Reading:
     """What decoding the leaves reads (the file, its handle, what the walk found) and what it
-    records: the datasets the leaves use, and each tie's target by its name."""
+    records: the datasets the leaves use, and each tie's target by its name. ``names``: an
+    outline read's link names (``Facts.links``), taken once the root's attributes are read."""
 
     f: h5py.File
     handle: H5Handle
     facts: Facts
     used: set[str] = field(default_factory=set)
     links: dict[str, str] = field(default_factory=dict)
+    names: AbstractSet[str] | None = None
 
 
 @dataclass(slots=True)
@@ -400,8 +405,8 @@ def _tensor(reading: _Reading, name: str, dtype: str, shape: tuple[int, ...]) ->
     facts, used = reading.facts, reading.used
     if facts.proven:  # (no dataset is looked for by what the leaves use: 150k names kept
         pass  # for nothing were 8 MB of the read-back, issue 33)
-    elif facts.links is not None:  # an outline read: the metadata, and a link of its name
-        if name not in facts.links:  # (in a group, or missing: the full read says which)
+    elif reading.names is not None:  # an outline read: the metadata, and a link of its name
+        if name not in reading.names:  # (in a group, or missing: the full read says which)
             raise OutlineTooShort(name)
         used.add(name)
     elif (known := facts.take(name)) is not None:  # (each leaf's, let go of as it is made)
