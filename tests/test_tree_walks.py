@@ -178,6 +178,38 @@ def test_sizes_counts_what_the_leaves_names_count(path, tmp_path):
     assert sizes(DictNode([])) == (0, 0, 0)
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        p
+        for p in [*sorted(REAL.glob("*.mdl")), *sorted(FIXTURES.glob("*.mdl"))]
+        if "collision" not in p.name
+    ],
+    ids=lambda p: p.name,
+)
+def test_a_summary_counts_what_the_full_report_counts(path):
+    """The summary's totals are walked without the leaves' names: the same counts, bytes by
+    dtype (in the same order, a tie once), missing leaves, as the full report's."""
+    with read_checkpoint(path, outline=True) as ckpt:
+        full, summary = report(ckpt), report(ckpt, leaves=False)
+        assert summary == {k: v for k, v in full.items() if k != "leaves"}
+        assert list(summary["bytes_by_dtype"]) == list(full["bytes_by_dtype"])
+        shared = _tensor("bfloat16", 3, 5)
+        ckpt.root = DictNode(
+            [
+                ("a", MissingLeaf("a")),
+                ("w", shared),
+                ("s", SeqNode("list", [_tensor("float32", 2), shared, MissingLeaf("s.2")])),
+                ("i", _tensor("int64", 4)),
+            ]
+        )
+        full, summary = report(ckpt), report(ckpt, leaves=False)
+    assert summary == {k: v for k, v in full.items() if k != "leaves"}
+    assert summary["missing"] == ["a", "s.2"] and summary["leaf_count"] == 6
+    assert list(summary["bytes_by_dtype"]) == ["bfloat16", "float32", "int64"]
+    assert summary["bytes_by_dtype"]["bfloat16"] == {"tensors": 1, "bytes": 30}
+
+
 def test_reading_leaves_no_cycle_for_the_collector():
     """``cli.run``'s collector thresholds leave the cycles of a command's long-lived heap for
     the exit; a recursive walk nested in ``map_leaves`` held itself, and through the reader's

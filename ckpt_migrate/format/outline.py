@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from operator import itemgetter
 from typing import Any
 
 from ckpt_migrate.format.checkpoint import Checkpoint
@@ -139,36 +140,10 @@ def report(
     ``tied_positions`` of the tree, if the caller has it."""
     if ties is None:
         ties = tied_positions(ckpt.root)
-    by_dtype: dict[str, dict[str, int]] = {}
-    entries: list[dict[str, Any]] = []
-    missing: list[str] = []
-    # (a tensor's description by its kind, dtype and shape: a few distinct ones at 150k)
-    described: dict[tuple[bool, str, tuple[int, ...]], str] = {}
-    count = 0
-    for ref in iter_leaves(ckpt.root):
-        leaf = ref.leaf
-        count += 1
-        first = ties.get(id(leaf))
-        tied = first is not None and first.path != ref.path
-        if type(leaf) is TensorLeaf:
-            if not tied:
-                d = by_dtype.setdefault(leaf.dtype, {"tensors": 0, "bytes": 0})
-                d["tensors"] += 1
-                d["bytes"] += leaf.nbytes
-            if leaves:
-                key = (leaf.numpy, leaf.dtype, leaf.shape)
-                value = described.get(key)
-                if value is None:
-                    value = described[key] = describe_leaf(leaf)
-        elif leaves:
-            value = describe_leaf(leaf)
-        if type(leaf) is MissingLeaf:
-            missing.append(ref.name)
-        if leaves:
-            entry: dict[str, Any] = {"name": ref.name, "value": value}
-            if tied:
-                entry["tied_to"] = first.name  # type: ignore[union-attr]
-            entries.append(entry)
+    if leaves:
+        count, by_dtype, missing, entries = _described(ckpt.root, ties)
+    else:
+        count, by_dtype, missing = _totals(ckpt.root, ties)
     return {
         "path": str(ckpt.path),
         "release": ckpt.release.name if ckpt.release else None,
@@ -184,3 +159,95 @@ def report(
         "provenance": ckpt.provenance,
         **({"leaves": entries} if leaves else {}),
     }
+
+
+ByDtype = dict[str, dict[str, int]]
+
+
+def _described(
+    root: Node, ties: dict[int, LeafRef]
+) -> tuple[int, ByDtype, list[str], list[dict[str, Any]]]:
+    """``report``'s leaf count, tensors and bytes by dtype (a tie counted at its first
+    position), missing leaves' names, and every leaf's entry."""
+    by_dtype: ByDtype = {}
+    entries: list[dict[str, Any]] = []
+    missing: list[str] = []
+    # (a tensor's description by its kind, dtype and shape: a few distinct ones at 150k)
+    described: dict[tuple[bool, str, tuple[int, ...]], str] = {}
+    count = 0
+    for ref in iter_leaves(root):
+        leaf = ref.leaf
+        count += 1
+        first = ties.get(id(leaf))
+        tied = first is not None and first.path != ref.path
+        if type(leaf) is TensorLeaf:
+            if not tied:
+                d = by_dtype.setdefault(leaf.dtype, {"tensors": 0, "bytes": 0})
+                d["tensors"] += 1
+                d["bytes"] += leaf.nbytes
+            key = (leaf.numpy, leaf.dtype, leaf.shape)
+            value = described.get(key)
+            if value is None:
+                value = described[key] = describe_leaf(leaf)
+        else:
+            value = describe_leaf(leaf)
+        if type(leaf) is MissingLeaf:
+            missing.append(ref.name)
+        entry: dict[str, Any] = {"name": ref.name, "value": value}
+        if tied:
+            entry["tied_to"] = first.name  # type: ignore[union-attr]
+        entries.append(entry)
+    return count, by_dtype, missing, entries
+
+
+def _totals(root: Node, ties: dict[int, LeafRef]) -> tuple[int, ByDtype, list[str]]:
+    """``_described``'s counts for a summary, in flatten order but with no leaf's name or
+    path built (0.21 -> 0.07 s at 188k leaves, issue 33); the missing leaves' names are
+    looked for only when there is one."""
+    by_dtype: ByDtype = {}
+    itemsizes: dict[str, int] = {}
+    met: set[int] = set()  # (the tied tensors counted: at their first position)
+    count, any_missing = 0, False
+    for leaf in _in_order(root):
+        count += 1
+        kind = type(leaf)
+        if kind is TensorLeaf:
+            if id(leaf) in ties:
+                if id(leaf) in met:
+                    continue
+                met.add(id(leaf))
+            dtype = leaf.dtype  # type: ignore[union-attr]
+            d = by_dtype.get(dtype)
+            if d is None:
+                d = by_dtype[dtype] = {"tensors": 0, "bytes": 0}
+                itemsizes[dtype] = by_name(dtype).storage.itemsize
+            d["tensors"] += 1
+            d["bytes"] += math.prod(leaf.shape) * itemsizes[dtype]  # type: ignore[union-attr]
+        elif kind is MissingLeaf:
+            any_missing = True
+    missing = (
+        [r.name for r in iter_leaves(root) if type(r.leaf) is MissingLeaf] if any_missing else []
+    )
+    return count, by_dtype, missing
+
+
+def _in_order(root: Node) -> Iterator[Leaf]:
+    """Every leaf position's leaf, in ``iter_leaves``' (flatten) order, without its name."""
+    if isinstance(root, LEAF_TYPES):
+        yield root
+        return
+    stack = [_values(root)]
+    while stack:
+        for child in stack[-1]:
+            if isinstance(child, LEAF_TYPES):
+                yield child
+            else:
+                stack.append(_values(child))
+                break
+        else:
+            stack.pop()
+
+
+def _values(node: Node) -> Iterator[Node]:
+    items = node.items  # type: ignore[union-attr]
+    return map(itemgetter(1), items) if type(node) is DictNode else iter(items)
