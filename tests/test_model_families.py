@@ -303,3 +303,32 @@ def test_one_expression_finds_the_key_a_match_per_key_finds(family, release):
     for feature in FEATURES.values():
         assert feature.first_key(keys, lines) == feature.first_key(keys)
     assert key_lines(["a\nb"]) is None  # (a key holding a line break: matched key by key)
+
+
+def test_a_feature_whose_literal_text_no_key_holds_runs_no_expression(monkeypatch):
+    """Keys of another naming (a MoE checkpoint's Hugging Face-style names) are told from
+    each feature's literal text alone, as the expression would tell them: same answers."""
+    keys = [f"model.layers.{i}.moe.experts.{e}.w{{w}}.weight" for i in range(4) for e in range(8)]
+    keys = [k.replace("{w}", w) for k in keys for w in "123"] + ["lm_head.weight"]
+    lines = key_lines(keys)
+    from ckpt_migrate.models import detect
+
+    assert detect._literals(("a.{b,c}.d.#.e.f", "{x,y}", "*.bias", "p.**")) == (
+        "e.f",
+        None,
+        "bias",
+        "p",
+    )
+    for feature in FEATURES.values():
+        assert feature.first_key(keys, lines) == feature.first_key(keys) is None
+    searched: list[tuple[str, ...]] = []
+    real = detect._one_regex
+
+    def spy(patterns: tuple[str, ...]):
+        searched.append(patterns)
+        return real(patterns)
+
+    monkeypatch.setattr(detect, "_one_regex", spy)
+    assert detect_family(keys).family is None
+    # (only a feature with a pattern of no literal text is searched by its expression)
+    assert searched == [FEATURES["encoder_decoder_embeddings"].patterns]

@@ -69,6 +69,8 @@ class Feature:
         ``lines``: the keys without that prefix, one per line (``key_lines``): then one
         regular expression scans them all (150k keys: ms, where a match per key took s)."""
         if lines is not None:
+            if all(word is not None and word not in lines for word in _literals(self.patterns)):
+                return None  # (a key no pattern's literal text is in: no expression run)
             found = _one_regex(self.patterns).search(lines)
             return None if found is None else keys[lines.count("\n", 0, found.start())]
         compiled = [KeyPattern(p) for p in self.patterns]
@@ -80,6 +82,26 @@ def key_lines(keys: list[str]) -> str | None:
     None when a key holds a line break."""
     lines = "\n".join(split_prefix(k)[1] for k in keys)
     return None if lines.count("\n") != len(keys) - 1 else lines
+
+
+@functools.cache
+def _literals(patterns: tuple[str, ...]) -> tuple[str | None, ...]:
+    """Each pattern's longest run of literal segments (no ``{..}``, ``#``, ``*``, ``**``),
+    which every key it matches holds; None for a pattern with none. Looked for before the
+    expression, which took 4-5 ms a feature over 37k keys that none of them match."""
+    out: list[str | None] = []
+    for pattern in patterns:
+        runs, run = [], []
+        for segment in pattern.split("."):
+            if "{" in segment or segment in ("#", "*", "**"):
+                runs.append(".".join(run))
+                run = []
+            else:
+                run.append(segment)
+        runs.append(".".join(run))
+        longest = max(runs, key=len)
+        out.append(longest or None)
+    return tuple(out)
 
 
 @functools.cache
