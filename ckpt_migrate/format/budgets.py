@@ -72,12 +72,16 @@ def check_declared(root: Node, path: str | Path, file_size: int) -> None:
     declared = 0
     seen: set[int] = set()
     itemsizes: dict[str, int] = {}
-    for leaf in leaf_objects(root):  # (named only if refused: 0.24 -> 0.11 s at 188k leaves)
-        if type(leaf) not in (TensorLeaf, FullTensorLeaf) or id(leaf) in seen:
+    for leaf in leaf_objects(root):  # (named only if refused: 0.24 -> 0.10 s at 188k leaves)
+        kind = type(leaf)
+        if kind is not TensorLeaf and kind is not FullTensorLeaf:
             continue
-        seen.add(id(leaf))
+        at = id(leaf)
+        if at in seen:
+            continue
+        seen.add(at)
         shape = leaf.shape
-        if any(d < 0 for d in shape):
+        if shape and min(shape) < 0:
             name = next(ref.name for ref in iter_leaves(root) if ref.leaf is leaf)
             raise CorruptCheckpointError(
                 path, f"tensor {name!r} has a negative dimension {list(shape)}", FIX
