@@ -480,3 +480,32 @@ def test_the_engines_read_back_of_a_05_file_visits_no_link(tmp_path, monkeypatch
             with read_checkpoint(path, isolate=False, tensors_proven=True) as back:
                 assert back.unreferenced == [], source.name
                 assert verify.signature(back.root) == want, source.name
+
+
+def test_dicts_of_one_context_decode_it_once_and_each_is_checked():
+    """The optimizer's 37k state dicts share one context text: decoded once (its keys the
+    same objects in each dict), and a dict of that text with another count of children is
+    refused as before."""
+    from ckpt_migrate.format.v05 import treespec
+
+    states = [DictNode([("step", ValueLeaf(i)), ("exp_avg", ValueLeaf(i))]) for i in range(5)]
+    text = treespec.dumps(DictNode([(str(i), s) for i, s in enumerate(states)]))
+    calls: list[str] = []
+    real_loads = treespec.json.loads
+
+    def loads(s: str, *args, **kwargs):
+        calls.append(s)
+        return real_loads(s, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(treespec.json, "loads", loads)
+        built, names, _ = treespec.build(treespec.decode(text))
+    assert calls.count('["step", "exp_avg"]') == 1
+    assert verify.signature(built) == verify.signature(treespec.parse_named(text)[0])
+    assert len(names) == 10
+    assert len({id(node.items[0][0]) for _, node in built.items}) == 1  # (one key object)
+    doc = json.loads(text)
+    doc[1]["children_spec"][-1]["children_spec"].pop()  # (the last state: one child, two keys)
+    bad = json.dumps(doc)
+    with pytest.raises(CorruptCheckpointError, match="context does not match children"):
+        treespec.build(treespec.decode(bad))

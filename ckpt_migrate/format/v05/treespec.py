@@ -148,6 +148,9 @@ class _Parser:
         self.visited = 0
         self.names: set[str] = set()
         self.shared = False
+        # A short context's keys, checked, by its text: 37k optimizer states' dicts at 150k
+        # tensors share one (``["step", "exp_avg", "exp_avg_sq"]``), decoded 37k times
+        self.contexts: dict[str, tuple[Key, ...]] = {}
 
     def malformed(self, what: str = "has a malformed node") -> CorruptCheckpointError:
         return CorruptCheckpointError(self.path, f"__spec__ treespec {what}")
@@ -190,7 +193,12 @@ class _Parser:
             "(it would need importing code named by the file)",
         )
 
-    def dict_keys(self, kind: str, context: Any, count: int) -> list[Key]:
+    def dict_keys(self, kind: str, context: Any, count: int) -> tuple[Key, ...]:
+        known = self.contexts.get(context) if type(context) is str else None
+        if known is not None:
+            if len(known) != count:
+                raise self.malformed(f"{kind} context does not match children")
+            return known
         keys = _json_context(context, self.path)
         if not isinstance(keys, list) or len(keys) != count:
             raise self.malformed(f"{kind} context does not match children")
@@ -205,7 +213,14 @@ class _Parser:
                     f"__spec__ has a dict key {k!r} of type "
                     f"{type(k).__name__}; only str and int are supported",
                 )
-        return keys
+        known = tuple(keys)
+        if len(context) <= CONTEXT_KEPT_CHARS and len(self.contexts) < CONTEXTS_KEPT:
+            self.contexts[context] = known
+        return known
+
+
+CONTEXTS_KEPT = 4096  # distinct dict contexts remembered (``_Parser.dict_keys``)
+CONTEXT_KEPT_CHARS = 1024  # (the largest, a model's keys, is decoded once anyway)
 
 
 def _taken(kids: list[Any]) -> Iterator[Any]:
