@@ -269,6 +269,16 @@ def test_one_walk_of_prepare_names_what_the_walks_named_first():
         prepare(clash, releases.get("2.10"))
     with pytest.raises(MissingLeavesError, match="1 leaf/leaves named by the spec have no data: m"):
         prepare(DictNode([("w", tensor), ("m", MissingLeaf("m"))]), releases.get("2.10"))
+    later = DictNode([("w/x", tensor), ("w", tensor)])
+    with pytest.raises(KeyCollisionError, match="tensor 'w' clashes with a group of the same"):
+        prepare(later, releases.get("2.10"))
+    for bad in ("", ".", "a//b", "./b"):
+        with pytest.raises(UnsupportedContentError, match=f"name {bad!r} cannot be an HDF5"):
+            prepare(DictNode([("ok", tensor), (bad, tensor)]), releases.get("2.10"))
+    empty = r"an empty leaf name at \[''\] cannot be a dataset name in format 0.4"
+    with pytest.raises(UnsupportedContentError, match=empty):
+        prepare(DictNode([("ok", tensor), ("", tensor)]), releases.get("2.4"))
+    prepare(DictNode([("m", DictNode([("", tensor)]))]), releases.get("2.4"))  # ('m.')
 
 
 def test_declared_sizes_name_a_negative_dimension_and_count_a_tie_once():

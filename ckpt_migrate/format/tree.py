@@ -239,6 +239,26 @@ def iter_leaves(root: Node) -> Iterator[LeafRef]:
             stack.pop()
 
 
+def named_leaves(root: Node) -> Iterator[tuple[str, Leaf]]:
+    """``iter_leaves``' names and leaves, in its order, without the paths and references it
+    builds: for a question of the names alone (0.2 s of a walk at 188k leaves, issue 33)."""
+    if is_leaf(root):
+        yield "", root  # type: ignore[misc]
+        return
+    stack = [(iter(children(root)), "")]  # type: ignore[arg-type]
+    while stack:
+        entries, name = stack[-1]
+        for key, child in entries:
+            child_name = f"{name}.{key!s}" if len(stack) > 1 else str(key)
+            if isinstance(child, LEAF_TYPES):
+                yield child_name, child
+            else:
+                stack.append((iter(children(child)), child_name))  # type: ignore[arg-type]
+                break
+        else:
+            stack.pop()
+
+
 def leaf_objects(root: Node) -> Iterator[Leaf]:
     """Every leaf position's leaf, in no particular order and without its name (a tied leaf
     once per position): for a question of the leaves alone, a walk that does not build 188k

@@ -32,7 +32,6 @@ from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
     ExternalLeaf,
     Leaf,
-    LeafRef,
     MissingLeaf,
     NamedTupleNode,
     Node,
@@ -42,6 +41,7 @@ from ckpt_migrate.format.tree import (
     format_path,
     iter_leaves,
     name_collisions,
+    named_leaves,
 )
 from ckpt_migrate.format.v05 import treespec as treespec_json
 from ckpt_migrate.format.v05 import write as write_v05
@@ -72,14 +72,17 @@ def prepare(
     names: set[str] = set()
     collide = False
     problem: CkptError | None = None
-    for ref in iter_leaves(root):
-        if ref.name in names:
+    for name, leaf in named_leaves(root):  # (no paths built: named again if refused)
+        if name in names:
             collide = True
             break
-        names.add(ref.name)
+        names.add(name)
         if problem is None:
             try:
-                _check_leaf(ref, release, stored, missing, path)
+                if type(leaf) is TensorLeaf and not release.legacy:
+                    _check_h5_name(name, stored, path)  # (most leaves: nothing else to check)
+                else:
+                    _check_leaf(root, name, leaf, release, stored, missing, path)
             except CkptError as exc:
                 problem = exc
     del names, stored
@@ -108,31 +111,37 @@ def prepare(
 
 
 def _check_leaf(
-    ref: LeafRef, release: Release, stored: dict[str, str], missing: list[str], path: Path | None
+    root: Node,
+    name: str,
+    leaf: Leaf,
+    release: Release,
+    stored: dict[str, str],
+    missing: list[str],
+    path: Path | None,
 ) -> None:
-    """Raise if ``release``'s format cannot hold the leaf at ``ref``; a missing leaf's name
-    goes to ``missing``, a dataset's to ``stored`` (``_check_h5_name``)."""
-    leaf = ref.leaf
+    """Raise if ``release``'s format cannot hold ``leaf``, named ``name`` in ``root``; a
+    missing leaf's name goes to ``missing``, a dataset's to ``stored`` (``_check_h5_name``)."""
     if isinstance(leaf, ExternalLeaf):
         raise UnsupportedContentError(
             path,
-            f"leaf {ref.name!r} is a {leaf.kind} that refers to data outside the checkpoint; "
+            f"leaf {name!r} is a {leaf.kind} that refers to data outside the checkpoint; "
             "ckpt-migrate does not follow such references",
             "materialize it with the tool that made it",
         )
     if isinstance(leaf, MissingLeaf):
-        missing.append(ref.name)
+        missing.append(name)
     if release.format < 0.3 and isinstance(leaf, OpaqueLeaf):
         raise UnsupportedContentError(
             path,
-            f"leaf {ref.name!r} is a pickled object, which format {release.format} cannot hold",
+            f"leaf {name!r} is a pickled object, which format {release.format} cannot hold",
         )
     if not release.legacy and _has_dataset(leaf):
-        _check_h5_name(ref.name, stored, path)
-    if release.legacy and ref.name == "" and not isinstance(leaf, MissingLeaf):
+        _check_h5_name(name, stored, path)
+    if release.legacy and name == "" and not isinstance(leaf, MissingLeaf):
+        where = next(r.path for r in iter_leaves(root) if r.leaf is leaf and r.name == "")
         raise UnsupportedContentError(
             path,
-            f"an empty leaf name at {format_path(ref.path)} cannot be a dataset name in format "
+            f"an empty leaf name at {format_path(where)} cannot be a dataset name in format "
             f"{release.format}",
             "write release 2.5 or newer, or rename the key",
         )
@@ -144,6 +153,11 @@ def _has_dataset(leaf: Leaf) -> bool:
 
 def _check_h5_name(name: str, stored: dict[str, str], path) -> None:
     """0.5 datasets use the leaf name verbatim, so ``/`` makes groups; names must not clash."""
+    if "/" not in name and name and name != ".":  # (most names: no group to make)
+        if stored.get(name) == "group":
+            raise KeyCollisionError(path, f"tensor {name!r} clashes with a group of the same name")
+        stored[name] = "dataset"
+        return
     parts = name.split("/")
     if not name or "" in parts or "." in parts:
         raise UnsupportedContentError(
