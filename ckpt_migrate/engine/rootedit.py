@@ -48,6 +48,7 @@ from ckpt_migrate.format.tree import (
     OpaqueLeaf,
     TensorLeaf,
     iter_leaves,
+    named_leaves,
     tied_positions,
 )
 from ckpt_migrate.format.v05 import treespec as treespec_json
@@ -79,13 +80,16 @@ def snapshot(root: Node) -> Snapshot:
     ties = tied_positions(root)
     leaves: dict[str, Leaf] = {}
     firsts: dict[str, str] = {}
-    for ref in iter_leaves(root):
-        leaf, name = ref.leaf, ref.name
+    met: set[int] = set()  # (the ties' first places passed: in flatten order, the first met)
+    for name, leaf in named_leaves(root):
         first = ties.get(id(leaf))
-        if first is not None and first.path != ref.path:
+        if first is not None and id(leaf) in met:
             firsts[name] = first.name
-        elif isinstance(leaf, TensorLeaf) and isinstance(leaf.data, H5Data):
-            name = leaf.data.name if leaf.data.name == name else name
+        else:
+            if first is not None:
+                met.add(id(leaf))
+            if isinstance(leaf, TensorLeaf) and isinstance(leaf.data, H5Data):
+                name = leaf.data.name if leaf.data.name == name else name
         leaves[name] = leaf
     return Snapshot(leaves, firsts)
 
@@ -137,8 +141,7 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
     edit = Edit({}, [], root)
     # The leaves of ``before`` still named (each once: ``prepare`` refused colliding names).
     kept = 0
-    for ref in iter_leaves(root):
-        name, leaf = ref.name, ref.leaf
+    for name, leaf in named_leaves(root):
         tie = ties.get(id(leaf))
         first = name if tie is None else tie.name
         old = before.get(name)
@@ -159,7 +162,7 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
             edit.set[f"{name}.__metadata__"] = _utf8(text)
             edit.leaves[name] = (leaf, first)
     if kept != len(before.leaves):  # some were removed: those with a dataset must stay
-        after = {ref.name for ref in iter_leaves(root)}
+        after = {name for name, _ in named_leaves(root)}
         for name in before.leaves:
             if name not in after:
                 leaf, first = before.get(name)  # type: ignore[misc]
