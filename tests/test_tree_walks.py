@@ -206,6 +206,12 @@ def test_a_summary_counts_what_the_full_report_counts(path):
         full, summary = report(ckpt), report(ckpt, leaves=False)
     assert summary == {k: v for k, v in full.items() if k != "leaves"}
     assert summary["missing"] == ["a", "s.2"] and summary["leaf_count"] == 6
+    firsts = first_positions(ckpt.root)
+    assert [e.get("tied_to") for e in full["leaves"]] == [
+        None if firsts[id(r.leaf)].path == r.path else firsts[id(r.leaf)].name
+        for r in iter_leaves(ckpt.root)
+    ]
+    assert [e["name"] for e in full["leaves"]] == [r.name for r in iter_leaves(ckpt.root)]
     assert list(summary["bytes_by_dtype"]) == ["bfloat16", "float32", "int64"]
     assert summary["bytes_by_dtype"]["bfloat16"] == {"tensors": 1, "bytes": 30}
 

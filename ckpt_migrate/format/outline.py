@@ -24,6 +24,7 @@ from ckpt_migrate.format.tree import (
     TensorLeaf,
     ValueLeaf,
     iter_leaves,
+    named_leaves,
     tied_positions,
 )
 
@@ -175,11 +176,13 @@ def _described(
     # (a tensor's description by its kind, dtype and shape: a few distinct ones at 150k)
     described: dict[tuple[bool, str, tuple[int, ...]], str] = {}
     count = 0
-    for ref in iter_leaves(root):
-        leaf = ref.leaf
+    met: set[int] = set()  # (the ties' first places passed: in flatten order, the first met)
+    for name, leaf in named_leaves(root):
         count += 1
         first = ties.get(id(leaf))
-        tied = first is not None and first.path != ref.path
+        tied = first is not None and id(leaf) in met
+        if first is not None:
+            met.add(id(leaf))
         if type(leaf) is TensorLeaf:
             if not tied:
                 d = by_dtype.setdefault(leaf.dtype, {"tensors": 0, "bytes": 0})
@@ -192,8 +195,8 @@ def _described(
         else:
             value = describe_leaf(leaf)
         if type(leaf) is MissingLeaf:
-            missing.append(ref.name)
-        entry: dict[str, Any] = {"name": ref.name, "value": value}
+            missing.append(name)
+        entry: dict[str, Any] = {"name": name, "value": value}
         if tied:
             entry["tied_to"] = first.name  # type: ignore[union-attr]
         entries.append(entry)
