@@ -34,6 +34,7 @@ _TABLE = [
     DType("bool", np.dtype("bool"), 1),
 ]
 BY_NAME = {d.name: d for d in _TABLE}
+_ITEMSIZES = {d.name: d.storage.itemsize for d in _TABLE}
 
 
 def by_name(name: str) -> DType:
@@ -43,6 +44,12 @@ def by_name(name: str) -> DType:
         return BY_NAME[key]
     except KeyError:
         raise ValueError(f"unsupported tensor dtype {name!r}") from None
+
+
+def itemsize(name: str) -> int:
+    """``by_name(name).storage.itemsize``, one look-up: asked once per tensor (150k of them)."""
+    size = _ITEMSIZES.get(name)
+    return by_name(name).storage.itemsize if size is None else size
 
 
 def from_storage(np_dtype: np.dtype, is_bfloat16: bool = False) -> DType:

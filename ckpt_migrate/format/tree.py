@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Literal
 
 import numpy as np
 
-from ckpt_migrate.format.dtypes import by_name
+from ckpt_migrate.format.dtypes import itemsize
 
 Key = str | int
 
@@ -130,7 +131,7 @@ class TensorLeaf:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * by_name(self.dtype).storage.itemsize
+        return math.prod(self.shape) * itemsize(self.dtype)
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -260,18 +261,27 @@ def named_leaves(root: Node) -> Iterator[tuple[str, Leaf]]:
 
 
 def leaf_objects(root: Node) -> Iterator[Leaf]:
-    """Every leaf position's leaf, in no particular order and without its name (a tied leaf
-    once per position): for a question of the leaves alone, a walk that does not build 188k
-    names and paths (issue 33)."""
-    stack = [root]
+    """Every leaf position's leaf, in ``iter_leaves``' (flatten) order, without its name (a
+    tied leaf once per position): for a question of the leaves alone, a walk that does not
+    build 188k names and paths (issue 33)."""
+    if is_leaf(root):
+        yield root  # type: ignore[misc]
+        return
+    stack = [_values(root)]  # type: ignore[arg-type]
     while stack:
-        node = stack.pop()
-        if isinstance(node, DictNode):
-            stack.extend(value for _, value in node.items)
-        elif isinstance(node, (SeqNode, NamedTupleNode)):
-            stack.extend(node.items)
+        for child in stack[-1]:
+            if isinstance(child, LEAF_TYPES):
+                yield child
+            else:
+                stack.append(_values(child))  # type: ignore[arg-type]
+                break
         else:
-            yield node
+            stack.pop()
+
+
+def _values(node: Container) -> Iterator[Node]:
+    """A container's children, without their keys."""
+    return map(itemgetter(1), node.items) if type(node) is DictNode else iter(node.items)
 
 
 def first_positions(root: Node) -> dict[int, LeafRef]:
