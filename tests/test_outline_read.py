@@ -311,8 +311,13 @@ def _only_in(parent: bool, real):
     return lambda *args: None if (os.getpid() == pid) == parent else real(*args)
 
 
-def test_an_outline_read_takes_the_links_from_its_child(tmp_path, monkeypatch):
-    src = _ours(tmp_path, "2.10")
+@pytest.mark.parametrize(
+    "real", [REAL / "tied.mdl", *REAL_XZ, None], ids=lambda p: "ours" if p is None else p.name
+)
+def test_an_outline_read_takes_the_links_from_its_child(real, tmp_path, monkeypatch):
+    """The real library's files (a tie, the 2.6 and 2.9 trainers' files) and ours: read
+    with no link read by this process, they answer as the full read does."""
+    src = _ours(tmp_path, "2.10") if real is None else _unpacked(tmp_path, real)
     expected = _full_inspect(src, monkeypatch)
     monkeypatch.setattr(linktable, "of_root", _only_in(True, linktable.of_root))
     with read_checkpoint(src, outline=True) as ckpt:
