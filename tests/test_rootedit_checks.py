@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from test_hostile_references import point_outside
 from test_rootedit import _source
 
 from ckpt_migrate import cli
+from ckpt_migrate.cli.commands import verify
 from ckpt_migrate.engine import rootedit, rootverify
 from ckpt_migrate.engine import upgrade as engine
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
@@ -200,6 +202,67 @@ def test_the_output_is_checked_by_its_edit_not_by_reading_its_tree(tmp_path, mon
     monkeypatch.setattr(rootverify.attrtable, "root_texts", lambda *a, **k: None)
     _upgrade_ok(src, tmp_path / "b")
     assert calls == ["tree"]
+
+
+def test_the_spec_is_rewritten_without_the_tree_the_digest_or_the_links(tmp_path, monkeypatch):
+    """HDF5's rewrite of the spec is a root edit's peak (it loads the old text's heap
+    collection whole): the tree, the source's root digest and its links are let go of before
+    it, as the edit's check needs none of them (issue 33: 288 -> 206 MiB at 150k leaves)."""
+    src = _source(tmp_path / "src.mdl", experts=3)
+    seen: dict[str, Any] = {}
+    real_plan, real_edit = rootedit.plan_edit, rootedit.edit_root
+
+    def plan(before, ckpt, root, release):
+        seen["tree"], seen["handle"] = root, ckpt.handle
+        return real_plan(before, ckpt, root, release)
+
+    def edit(path: Path, planned: rootedit.Edit) -> None:
+        handle = seen["handle"]
+        # (no reference left but this test's own: ``seen`` and the call's argument)
+        seen["held"] = (sys.getrefcount(seen["tree"]) > 2, planned.root is not None)
+        seen["source"] = (handle.root_digest is not None, handle.knows_addresses)
+        seen["digest"] = planned.source_digest
+        real_edit(path, planned)
+
+    monkeypatch.setattr(rootedit, "plan_edit", plan)
+    monkeypatch.setattr(rootedit, "edit_root", edit)
+    _upgrade_ok(src, tmp_path / "a")
+    assert seen["held"] == (False, False) and seen["source"] == (False, False)
+    assert seen["digest"] is not None  # (the pairs the check compares, taken before)
+
+
+def test_an_output_root_the_check_cannot_read_is_read_back_against_the_edit_planned_again(
+    tmp_path, monkeypatch
+):
+    """Where the edit's check cannot read the output's root in one pass, the tree it let go
+    of is planned again from a second read of the source, and the output's tree is read back
+    against it (``verify_index``); a change beyond the plan is refused that way too."""
+    src = _source(tmp_path / "src.mdl", experts=3)
+    _, checked_by_its_edit = _upgrade_ok(src, tmp_path / "b")
+    real = attrtable.root_texts
+
+    def source_only(f: h5py.File, path: Path, *a: Any, **k: Any):
+        return real(f, path, *a, **k) if Path(path) == src else None
+
+    monkeypatch.setattr(attrtable, "root_texts", source_only)
+    trees: list[Any] = []
+    real_index = engine.verify_index
+    monkeypatch.setattr(
+        engine, "verify_index", lambda *a, **k: trees.append(a[1]) or real_index(*a, **k)
+    )
+    _, out = _upgrade_ok(src, tmp_path / "a")
+    assert len(trees) == 1 and trees[0] is not None
+    assert verify(out, checked_by_its_edit)["identical"]
+
+    def another_note(f: h5py.File) -> None:
+        text = json.loads(f.attrs["note.__metadata__"])
+        text["note.__metadata__"]["string_value"] = "another run"
+        f.attrs["note.__metadata__"] = json.dumps(text)
+
+    _corrupting(monkeypatch, another_note)
+    failed = upgrade(src, UpgradeOptions(target="2.10", output_dir=tmp_path / "c"))
+    assert failed.status == "failed" and "expected tree" in (failed.error or ""), failed.error
+    assert not (tmp_path / "c" / src.name).exists()
 
 
 def _upgrade_ok(src: Path, out: Path):

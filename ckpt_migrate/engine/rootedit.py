@@ -39,6 +39,8 @@ from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import capi
 from ckpt_migrate.format.h5 import root as h5root
+from ckpt_migrate.format.h5.io import H5Handle
+from ckpt_migrate.format.h5.rootdigest import RootDigest
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
@@ -103,17 +105,42 @@ class Edit:
 
     set: dict[str, bytes]
     removed: list[str]
-    root: Node
+    root: Node | None  # (None once let go of: ``let_go``)
     tensors: int = 0
     # the leaves whose metadata is set: name -> (the leaf, the name of its first place)
     leaves: Leaves = field(default_factory=dict)
     # ``Written.linked`` of the output, made only where a check needs it (``place_all``): its
     # 150k entries were 29 MB a root edit held for nothing but their count (issue 33)
     linked: set[int] = field(default_factory=set)
+    # The source's root digest without the edited pairs, once taken (``let_go``): None where
+    # they cannot be taken out of it (``RootDigest.without``)
+    source_digest: RootDigest | None = None
+    let_go_of: bool = False
+
+    @property
+    def edited(self) -> set[str]:
+        """The root attributes the edit writes or removes: those the check compares with
+        what was written, not with the source."""
+        return {*self.set, *self.removed, SUCCESS}
+
+    def let_go(self, source: H5Handle) -> None:
+        """Let go of what the edit's check (``rootverify.verify_edit``) does not need, before
+        HDF5 rewrites the spec, the command's peak (issue 33: 288 MiB at 150k leaves): the tree
+        (22 MiB; the caller drops its own references), the source's root digest, of which the
+        check needs only the pairs not edited (9 MiB of names' hashes), and the source's links
+        (20 MiB; read again from the file's bytes for the check, 0.25 s). Where the check
+        cannot read a root, the caller plans the edit again to read the tree back."""
+        self.root = None
+        digest = source.root_digest
+        self.source_digest = None if digest is None else digest.without(self.edited)
+        self.let_go_of = True
+        source.root_digest = None
+        source.forget_addresses()
 
     def place_all(self) -> list[str]:
         """Fill ``linked``: every tensor at its first place, at its own name (``plan_edit``
         proved each is the source's dataset of that name); their names."""
+        assert self.root is not None, "the tree was let go of (``let_go``)"
         names = []
         ties = tied_positions(self.root)
         for ref in iter_leaves(self.root):
@@ -169,10 +196,10 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
                 if _has_dataset(leaf, name, first):
                     return None
                 edit.removed.append(f"{name}.__metadata__")
-    spec = treespec_json.root_spec_text(root)
+    spec = treespec_json.root_spec_bytes(root)
     digest = ckpt.handle.root_digest
-    if digest is None or not digest.holds("__spec__", spec):  # (compared before it is encoded)
-        edit.set["__spec__"] = _utf8(spec)
+    if digest is None or not digest.holds("__spec__", spec):
+        edit.set["__spec__"] = spec
     del spec
     edit.set["__cstorch_version__"] = _utf8(release.cstorch_version or f"{release.name}.0")
     # Every attribute set may be a new one, and the provenance record and __SUCCESS__ are.
@@ -202,9 +229,11 @@ def write(
     *,
     read_back: bool = False,
     copy_method: ext.Choice = "auto",
+    let_go: bool = False,
 ) -> Written:
     """Make ``out.tmp`` the source (a clone, else one copy: ``extents``), edit its root as
-    ``edit`` says and run ``check_metadata`` on it (``copypatch.write``'s contract)."""
+    ``edit`` says and run ``check_metadata`` on it (``copypatch.write``'s contract);
+    ``let_go``: before the edit, of what its check does not need (``Edit.let_go``)."""
     entries = pending_provenance(ckpt, record)
     edit.set[PROVENANCE_ATTR] = _utf8(json.dumps(entries))
     ranges = None
@@ -228,6 +257,8 @@ def write(
     # its heap collection, read whole and copied into a block half as large again (90 MB for a
     # moment at 150k leaves), on top of what the read freed in blocks too small to be their own
     # mappings (33 MB, issue 33)
+    if let_go:
+        edit.let_go(ckpt.handle)
     heap.give_back_freed()
     edit_root(out.tmp, edit)
     if written.copy_method == "clone":

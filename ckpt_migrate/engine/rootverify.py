@@ -142,11 +142,16 @@ def _signature(leaf: Leaf) -> Any:
     return signature(missing_as_none(DictNode([("", leaf)])))
 
 
-def _source_pass(source: H5Handle, excluded: set[str], links: dict[str, int]) -> _Pass | None:
+def _source_pass(source: H5Handle, edit: Edit, links: dict[str, int]) -> _Pass | None:
     """The source's pass: from the digest its reader took (``H5Handle.root_digest``), with
-    the edited pairs taken out, else read again; None when ``attrtable`` cannot read it."""
-    taken = source.root_digest
-    digest = None if taken is None else taken.without(excluded)
+    the edited pairs taken out (``Edit.let_go`` may have done so), else read again; None when
+    ``attrtable`` cannot read it."""
+    excluded = edit.edited
+    if edit.let_go_of:
+        digest = edit.source_digest
+    else:
+        taken = source.root_digest
+        digest = None if taken is None else taken.without(excluded)
     if digest is None:
         before = _Pass(excluded)
         return before if before.read(source.path, links=links) else None
@@ -157,13 +162,22 @@ def _source_pass(source: H5Handle, excluded: set[str], links: dict[str, int]) ->
     return before
 
 
+def _root_links(source: H5Handle) -> dict[str, int]:
+    """The addresses of the source root's links: of those its reader kept, else read again
+    from the file's bytes (``linktable``; a root edit lets go of them: ``Edit.let_go``)."""
+    if not source.knows_addresses:
+        found = linktable.of_root(source.file(), source.path)
+        if found is not None:
+            return found
+    return {name: at for name, at in source.addresses().items() if "/" not in name}
+
+
 def verify_edit(source: H5Handle, tmp: Path, edit: Edit) -> bool:
     """Check ``tmp`` against the file of ``source`` and ``edit`` (raises ``VerificationError``);
     False when ``attrtable`` cannot read a root, and nothing was concluded."""
-    excluded = {*edit.set, *edit.removed, SUCCESS}
-    links = {name: at for name, at in source.addresses().items() if "/" not in name}  # the root's
-    before = _source_pass(source, excluded, links)
-    after = _Pass(excluded, written=edit.set)
+    links = _root_links(source)
+    before = _source_pass(source, edit, links)
+    after = _Pass(edit.edited, written=edit.set)
     if before is None or not after.read(tmp, edit.leaves):
         return False
     for name in edit.set:

@@ -39,7 +39,9 @@ from ckpt_migrate.format.deep_check import check_tensors
 from ckpt_migrate.format.h5 import storagescan
 from ckpt_migrate.format.h5.io import damaged
 from ckpt_migrate.format.h5.root import superblock_offset
+from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
+from ckpt_migrate.format.tree import DictNode
 from ckpt_migrate.format.write import prepare
 from ckpt_migrate.hops.hop import Hop, Operation, StepContext
 from ckpt_migrate.models.detect import FamilyChoice, choose_family
@@ -321,6 +323,9 @@ def _upgrade_locked(
             def check_metadata(written: Written) -> None:
                 if edit is not None and not full and rootverify.verify_edit(ckpt.handle, tmp, edit):
                     return
+                if out_root is None:  # (let go of for the root edit, below)
+                    _verify_planned_again(src, opts, plan, family, tmp, written)
+                    return
                 if edit is not None:  # the tree's re-read checks every tensor's place
                     edit.place_all()
                 verify_index(ckpt, out_root, plan.target_release, tmp, written, full=full)
@@ -332,7 +337,10 @@ def _upgrade_locked(
             args = (plan, out, record, progress, check_metadata)
             kw: dict[str, Any] = {"read_back": full, "copy_method": opts.copy_method}
             if edit is not None:  # the hops changed no dataset
-                written = rootedit.write(ckpt, edit, *args, **kw)
+                if not full:  # its check needs no tree (``Edit.let_go``): an empty one stands in
+                    ctx = out_root = None
+                    ckpt.root = DictNode([])
+                written = rootedit.write(ckpt, edit, *args, let_go=not full, **kw)
             else:
                 written = write(ckpt, out_root, *args, **kw)
             result.copy_method, result.bytes_shared = written.copy_method, written.bytes_shared
@@ -375,6 +383,30 @@ def _upgrade_locked(
         finally:
             out.abort()
         result.status = "upgraded"
+
+
+def _verify_planned_again(
+    src: Path,
+    opts: UpgradeOptions,
+    plan: Plan,
+    family: FamilyChoice,
+    tmp: Path,
+    written: Written,
+) -> None:
+    """The tree's re-read of a root edit's output (``verify_index``), where the edit's own
+    check cannot read a root (``rootverify.verify_edit``), against the edit planned again from
+    a second read of the source: the first plan's tree was let go of before the edit
+    (``Edit.let_go``)."""
+    with read_checkpoint(src, release=opts.source_release, outline=True) as again:
+        before = rootedit.snapshot(again.root)
+        ctx = apply_hops(again, plan, opts, family)
+        root, _ = prepare(ctx.root, plan.target_release, allow_missing=opts.allow_missing, path=src)
+        edit = rootedit.plan_edit(before, again, root, plan.target_release)
+        if edit is None:
+            raise VerificationError(src, "the source no longer reads as it did; was it modified?")
+        edit.place_all()
+        written.linked = edit.linked
+        verify_index(again, root, plan.target_release, tmp, written, full=False)
 
 
 def _require_self_contained(ckpt: Checkpoint) -> None:

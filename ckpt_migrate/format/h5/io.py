@@ -157,6 +157,17 @@ class H5Handle:
         with self._lock:
             self._addresses = addresses
 
+    def forget_addresses(self) -> None:
+        """Let go of ``addresses()``'s answer (20 MiB at 150k links): asked again, it is read
+        again."""
+        with self._lock:
+            self._addresses = None
+
+    @property
+    def knows_addresses(self) -> bool:
+        with self._lock:
+            return self._addresses is not None
+
     def walked(self) -> None:
         """Wait for the rest of the preflight walk, if it still runs (``read_checkpoint``
         with ``defer_chunks``): every read of data waits for its verdict."""

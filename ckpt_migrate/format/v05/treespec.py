@@ -8,6 +8,7 @@ JSON: no module named in it is ever imported (torch's own decoder imports module
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
@@ -251,13 +252,16 @@ class _Text:
     (each chunk through ``encode``): the 27 MB ``__spec__`` of 188k leaves was a million small
     strings held at once, then twice more as the treespec and its JSON string (issue 33)."""
 
-    __slots__ = ("append", "chunks", "encode", "pieces")
+    __slots__ = ("append", "chunks", "encode", "pieces", "sink")
 
-    def __init__(self, encode: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self, encode: Callable[[str], str] | None = None, sink: io.BytesIO | None = None
+    ) -> None:
         self.pieces: list[str] = []
         self.append = self.pieces.append
         self.chunks: list[str] = []
         self.encode = encode
+        self.sink = sink  # (where each chunk goes as UTF-8, if given, instead of ``chunks``)
 
     def spill(self) -> None:
         """Join the pieces so far, if there are enough of them (called between nodes)."""
@@ -267,7 +271,11 @@ class _Text:
     def _join(self) -> None:
         chunk = "".join(self.pieces)
         self.pieces.clear()
-        self.chunks.append(chunk if self.encode is None else self.encode(chunk))
+        chunk = chunk if self.encode is None else self.encode(chunk)
+        if self.sink is None:
+            self.chunks.append(chunk)
+        else:
+            self.sink.write(chunk.encode("utf-8"))
 
     def text(self) -> str:
         self._join()
@@ -339,18 +347,32 @@ def single_leaf_spec(name: str) -> str:
 
 def root_spec_text(node: Node) -> str:
     """The root's ``__spec__``: ``json.dumps([structure, dumps(node)], indent=4)``, the
-    structure being the tree with ``"*"`` leaves, or null if JSON cannot hold it (a set),
-    written piece by piece like ``dumps``, the treespec escaped as a JSON string chunk by
-    chunk (``_json_string_body``)."""
+    structure being the tree with ``"*"`` leaves, or null if JSON cannot hold it (a set)."""
+    return root_spec_bytes(node).decode("utf-8")
+
+
+def root_spec_bytes(node: Node) -> bytes:
+    """``root_spec_text`` as UTF-8, the bytes HDF5 stores, written piece by piece like
+    ``dumps`` into one buffer (``BytesIO.getvalue`` shares it), the treespec escaped as a JSON
+    string chunk by chunk (``_json_string_body``): the text's two halves, the text joined and
+    its encoding were up to 54 MB at once at 150k leaves, the peak of a root edit (issue 33)."""
+    out = io.BytesIO()
+    out.write(b"[\n    ")
+    start = out.tell()
     try:
-        structure = _Text()
+        structure = _Text(sink=out)
         _structure(node, 1, structure)
-        head = structure.text()
+        structure.text()
     except TypeError:
-        head = "null"
-    spec = _Text(_json_string_body)
+        out.seek(start)
+        out.truncate()
+        out.write(b"null")
+    out.write(b',\n    "')
+    spec = _Text(_json_string_body, sink=out)
     _dump_into(node, spec)
-    return "".join(("[\n    ", head, ',\n    "', spec.text(), '"\n]'))
+    spec.text()
+    out.write(b'"\n]')
+    return out.getvalue()
 
 
 def _structure(node: Node, level: int, out: _Text) -> None:
