@@ -125,7 +125,7 @@ class Edit:
 
     def let_go(self, source: H5Handle) -> None:
         """Let go of what the edit's check (``rootverify.verify_edit``) does not need, before
-        HDF5 rewrites the spec, the command's peak (issue 33: 288 MiB at 150k leaves): the tree
+        HDF5 rewrites the spec, the command's peak (issue 33: 282 MiB at 150k leaves): the tree
         (22 MiB; the caller drops its own references), the source's root digest, of which the
         check needs only the pairs not edited (9 MiB of names' hashes), and the source's links
         (20 MiB; read again from the file's bytes for the check, 0.25 s). Where the check
