@@ -24,6 +24,7 @@ caller re-reads the whole tree as before (``verify.verify_index``).
 
 from __future__ import annotations
 
+import marshal
 from pathlib import Path
 from typing import Any
 
@@ -162,9 +163,12 @@ def _source_pass(source: H5Handle, edit: Edit, links: dict[str, int]) -> _Pass |
     return before
 
 
-def _root_links(source: H5Handle) -> dict[str, int]:
-    """The addresses of the source root's links: of those its reader kept, else read again
-    from the file's bytes (``linktable``; a root edit lets go of them: ``Edit.let_go``)."""
+def _root_links(source: H5Handle, edit: Edit) -> dict[str, int]:
+    """The addresses of the source root's links: of those its reader kept (as bytes, where the
+    edit let go of them: ``Edit.let_go``), else read again from the file's bytes
+    (``linktable``)."""
+    if edit.source_links is not None:
+        return marshal.loads(edit.source_links)
     if not source.knows_addresses:
         found = linktable.of_root(source.file(), source.path)
         if found is not None:
@@ -175,7 +179,7 @@ def _root_links(source: H5Handle) -> dict[str, int]:
 def verify_edit(source: H5Handle, tmp: Path, edit: Edit) -> bool:
     """Check ``tmp`` against the file of ``source`` and ``edit`` (raises ``VerificationError``);
     False when ``attrtable`` cannot read a root, and nothing was concluded."""
-    links = _root_links(source)
+    links = _root_links(source, edit)
     before = _source_pass(source, edit, links)
     after = _Pass(edit.edited, written=edit.set)
     if before is None or not after.read(tmp, edit.leaves):
