@@ -167,8 +167,8 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
     when the hops changed a dataset after all (one added, removed, renamed or replaced, a tie
     moved to another first place), the source holds datasets no leaf names (the copy-patch
     leaves those behind; a root edit would keep them) or the source's root has no room left in
-    its attributes' creation order (``h5root.tracks_order``). ``__spec__`` is set only where the
-    structure changed: the source's text is known by its pair in the reader's digest."""
+    its attributes' creation order (``h5root.tracks_order``). Whether ``__spec__`` is set is
+    decided as the source is copied (``_decide_spec``)."""
     if ckpt.unreferenced:
         return None
     ties = tied_positions(root)
@@ -203,11 +203,7 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
                 if _has_dataset(leaf, name, first):
                     return None
                 edit.removed.append(f"{name}.__metadata__")
-    spec = treespec_json.root_spec_bytes(root)
-    digest = ckpt.handle.root_digest
-    if digest is None or not digest.holds("__spec__", spec):
-        edit.set["__spec__"] = spec
-    del spec
+    edit.set["__spec__"] = b""  # (its place in the order they are written: ``_decide_spec``)
     edit.set["__cstorch_version__"] = _utf8(release.cstorch_version or f"{release.name}.0")
     # Every attribute set may be a new one, and the provenance record and __SUCCESS__ are.
     return edit if _order_room(ckpt.handle.file(), len(edit.set) + 2) else None
@@ -248,9 +244,12 @@ def write(
         names = sorted(edit.place_all())
         ranges = data_ranges(ckpt.handle.dataset(name) for name in names)
     shared = out.share(plan, copy_method, ranges)
-    digest: str | None = None
+    copier = None
     if shared is None:
         copier = out.start_copy(direct=not read_back, reserve=plan.output_bytes, choice=copy_method)
+    _decide_spec(edit, ckpt.handle.root_digest)  # (while the copy runs: 0.3 s at 150k leaves)
+    digest: str | None = None
+    if copier is not None:
         digest = copier.finish(progress)
         written = Written(STRATEGY, plan.target_release, copy_method="copy")
         written.linked, written.bytes_own = edit.linked, plan.file_bytes
@@ -273,6 +272,17 @@ def write(
     check_metadata(written)
     finish(out.tmp, plan, written, entries, digest)
     return written
+
+
+def _decide_spec(edit: Edit, digest: RootDigest | None) -> None:
+    """``__spec__`` is set only where the structure changed: the source's text is known by its
+    pair in the reader's digest."""
+    assert edit.root is not None
+    spec = treespec_json.root_spec_bytes(edit.root)
+    if digest is not None and digest.holds("__spec__", spec):
+        del edit.set["__spec__"]
+    else:
+        edit.set["__spec__"] = spec
 
 
 def edit_root(path: Path, edit: Edit) -> None:
