@@ -32,6 +32,7 @@ from ckpt_migrate.format.h5 import attrtable, preflight, sniff, storagescan
 from ckpt_migrate.format.h5.io import object_addresses, open_read, root_addresses
 from ckpt_migrate.format.h5.root import superblock_offset
 from ckpt_migrate.format.h5.rootdigest import RootDigest, pair_hash
+from ckpt_migrate.format.tree import DictNode
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,11 +205,15 @@ def test_the_output_is_checked_by_its_edit_not_by_reading_its_tree(tmp_path, mon
     assert calls == ["tree"]
 
 
-def test_the_spec_is_rewritten_without_the_tree_the_digest_or_the_links(tmp_path, monkeypatch):
+@pytest.mark.parametrize("which", ["ours", "real 2.6 gpt2", "real 2.9 trainer"])
+def test_the_spec_is_rewritten_without_the_tree_the_digest_or_the_links(
+    tmp_path, monkeypatch, which
+):
     """HDF5's rewrite of the spec is a root edit's peak (it loads the old text's heap
     collection whole): the tree, the source's root digest and its links are let go of before
-    it, as the edit's check needs none of them (issue 33: 282 -> 206 MiB at 150k leaves)."""
-    src = _source(tmp_path / "src.mdl", experts=3)
+    it, as the edit's check needs none of them (issue 33: 282 -> 206 MiB at 150k leaves);
+    on our files and on the real library's."""
+    src = _source_named(tmp_path, which)
     seen: dict[str, Any] = {}
     real_plan, real_edit = rootedit.plan_edit, rootedit.edit_root
 
@@ -232,13 +237,32 @@ def test_the_spec_is_rewritten_without_the_tree_the_digest_or_the_links(tmp_path
     assert seen["digest"] is not None and isinstance(seen["links"], bytes)
 
 
+def test_a_spec_left_undecided_is_never_written(tmp_path):
+    src = _source(tmp_path / "src.mdl", experts=1)
+    out = tmp_path / "out.mdl"
+    out.write_bytes(src.read_bytes())
+    undecided = rootedit.Edit({"__spec__": rootedit._UNDECIDED}, [], DictNode([]))
+    with pytest.raises(RuntimeError, match="not decided"):
+        rootedit.edit_root(out, undecided)
+    assert out.read_bytes() == src.read_bytes()
+
+
+def _source_named(tmp_path: Path, which: str) -> Path:
+    if which == "ours":
+        return _source(tmp_path / "src.mdl", experts=3)
+    release, kind = which.removeprefix("real ").split()
+    return next(p for p in _real_26_29(tmp_path) if p.name.startswith(f"{kind}-{release}."))
+
+
+@pytest.mark.parametrize("which", ["ours", "real 2.6 gpt2", "real 2.9 trainer"])
 def test_an_output_root_the_check_cannot_read_is_read_back_against_the_edit_planned_again(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, which
 ):
     """Where the edit's check cannot read the output's root in one pass, the tree it let go
     of is planned again from a second read of the source, and the output's tree is read back
-    against it (``verify_index``); a change beyond the plan is refused that way too."""
-    src = _source(tmp_path / "src.mdl", experts=3)
+    against it (``verify_index``); a change beyond the plan is refused that way too. On our
+    files and on the real library's."""
+    src = _source_named(tmp_path, which)
     _, checked_by_its_edit = _upgrade_ok(src, tmp_path / "b")
     real = attrtable.root_texts
 
@@ -254,6 +278,8 @@ def test_an_output_root_the_check_cannot_read_is_read_back_against_the_edit_plan
     _, out = _upgrade_ok(src, tmp_path / "a")
     assert len(trees) == 1 and trees[0] is not None
     assert verify(out, checked_by_its_edit)["identical"]
+    if which != "ours":  # (the change below is to our file's own leaf)
+        return
 
     def another_note(f: h5py.File) -> None:
         text = json.loads(f.attrs["note.__metadata__"])

@@ -59,6 +59,9 @@ from ckpt_migrate.format.v05.write import metadata_text
 
 STRATEGY = "root-edit"
 SUCCESS = "__SUCCESS__"
+# ``__spec__``'s value until ``_decide_spec`` decides it (a place in the order the attributes
+# are written); ``edit_root`` refuses to write it
+_UNDECIDED = b"\0 the spec is not decided"
 
 # leaf name -> (the leaf, the name of its first place: itself unless it is a tie)
 Leaves = dict[str, tuple[Leaf, str]]
@@ -203,7 +206,7 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
                 if _has_dataset(leaf, name, first):
                     return None
                 edit.removed.append(f"{name}.__metadata__")
-    edit.set["__spec__"] = b""  # (its place in the order they are written: ``_decide_spec``)
+    edit.set["__spec__"] = _UNDECIDED  # (its place in the order they are written)
     edit.set["__cstorch_version__"] = _utf8(release.cstorch_version or f"{release.name}.0")
     # Every attribute set may be a new one, and the provenance record and __SUCCESS__ are.
     return edit if _order_room(ckpt.handle.file(), len(edit.set) + 2) else None
@@ -291,6 +294,8 @@ def edit_root(path: Path, edit: Edit) -> None:
     read), so that no attribute is deleted but those the edit removes (a deleted attribute
     stays in a dense root's heap, which the one-pass reader of ``rootverify`` cannot tell
     from a live one)."""
+    if edit.set.get("__spec__") is _UNDECIDED:
+        raise RuntimeError("the root edit's __spec__ was not decided (``_decide_spec``)")
     with h5py.File(path, "r+", locking=False) as f:
         oid = f.id
         for name in edit.removed:
