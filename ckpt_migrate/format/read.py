@@ -95,7 +95,7 @@ def read_checkpoint(
             stored = check_self_contained(f, p)
         if not isolate and not looks_like_format_05(p):
             try:  # (its datasets described from their headers, as a legacy outline's)
-                return _described(p, f, handle, release)
+                return _described(p, f, handle, release, alike=alike if tensors_proven else None)
             except OutlineTooShort:
                 pass
         proven = tensors_proven and not isolate
@@ -197,13 +197,15 @@ def _described(
     handle: H5Handle,
     release: str | None,
     addresses: dict[str, int] | None = None,
+    alike: Callable[[str, Any], Any] | None = None,
 ) -> Checkpoint:
     """A legacy file read with every dataset described from its header (``headerfacts``: its
     dtype, shape, attributes and a scalar's value, as the full walk finds them), scanned while
     the spec is decoded, no dataset opened: a legacy outline (``read_outline``), and the
     read-back of a file this process has just written (``isolate=False``: through HDF5 each
     dataset was 0.5 ms, and the first scalar's read a walk of every object of the file for
-    the overlap check of untrusted input). ``OutlineTooShort`` where that does not answer."""
+    the overlap check of untrusted input). ``OutlineTooShort`` where that does not answer.
+    ``alike``: as ``Facts.alike``, for that read-back."""
     if addresses is None:
         addresses = linktable.of_root(f, p)
         if addresses is None:
@@ -212,7 +214,7 @@ def _described(
     later = headerscan.Later(begun)
     try:
         aliased = linktable.aliased(addresses.values())
-        facts = Facts(later, links=addresses.keys(), described=True, aliased=aliased)
+        facts = Facts(later, links=addresses.keys(), described=True, aliased=aliased, alike=alike)
         ckpt = _read(p, f, handle, release, None, facts)
         ckpt.data_bytes = later.stored()
         return ckpt

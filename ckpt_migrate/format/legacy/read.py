@@ -7,6 +7,7 @@ restricted unpickler of ``spec_unpickler`` (never by pickle/dill). Each leaf is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import h5py
@@ -76,6 +77,16 @@ def read(
     used: set[str] = set()  # (not in a legacy outline: there the facts not taken are the rest)
     shared: dict[int, Leaf] = {}  # hard links to one HDF5 object (by address) become one leaf
     aliased = facts.aliased
+    alike = facts.alike or (lambda name, leaf: leaf)
+
+    def once(address: int, name: str, make: Callable[[], Leaf]) -> Leaf:
+        """The one leaf of the object at ``address``, made at its first place; ``alike`` hears
+        of every place, in flatten order, and of the leaf before the places share it."""
+        if address in shared:
+            alike(name, shared[address])
+            return shared[address]
+        leaf = shared[address] = alike(name, make())
+        return leaf
 
     def decode(ref: LeafRef) -> Leaf:
         stored = stored_name(ref.name)
@@ -86,20 +97,18 @@ def read(
             if not facts.described:
                 used.add(stored)
             if aliased is not None and known.address not in aliased:
-                return leaf
-            return shared.setdefault(known.address, leaf)
+                return alike(ref.name, leaf)
+            return once(known.address, ref.name, lambda: leaf)
         if facts.links is not None:
             if stored not in facts.links:
-                return MissingLeaf(ref.name)
+                return alike(ref.name, MissingLeaf(ref.name))
             raise OutlineTooShort(f"dataset {stored!r}")
         ds = open_dataset(f, stored)
         if ds is None:
-            return MissingLeaf(ref.name)
+            return alike(ref.name, MissingLeaf(ref.name))
         used.add(stored)
         ident = h5py.h5o.get_info(ds.id).addr
-        if ident not in shared:
-            shared[ident] = _decode_dataset(ds, stored, handle, fmt, ref.name)
-        return shared[ident]
+        return once(ident, ref.name, lambda: _decode_dataset(ds, stored, handle, fmt, ref.name))
 
     root = map_leaves(info.root, decode, in_place=True)
     if facts.described:  # (``headerscan`` gave every link's facts; each leaf took its own)
