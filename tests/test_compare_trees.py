@@ -89,6 +89,32 @@ def test_a_name_the_first_tree_gives_twice_is_compared_and_reported_once():
     assert [d.name for d in changed.differences] == ["a.b"]
 
 
+def test_trees_walked_side_by_side_then_by_name_find_every_difference():
+    """The trees are compared place by place while they name the same leaves, by name from
+    the first place where they part: a difference before and after that place is found, the
+    places past it are matched by name, and a name both trees give twice, differing at both
+    places, is reported once."""
+    from ckpt_migrate.format.tree import DictNode, ValueLeaf
+
+    def tree(first: int, extra: bool, last: int) -> DictNode:
+        items = [("a", ValueLeaf(first)), ("b", ValueLeaf(0))]
+        items += [("new", ValueLeaf(0))] if extra else []
+        return DictNode([*items, ("c", ValueLeaf(0)), ("z", ValueLeaf(last))])
+
+    found = compare_trees(tree(1, False, 1), tree(2, True, 2))
+    assert [(d.name, d.what) for d in found.differences] == [
+        ("a", "('value', ('int', 1)) vs ('value', ('int', 2))"),
+        ("new", "only in the second"),
+        ("z", "('value', ('int', 1)) vs ('value', ('int', 2))"),
+    ]
+    assert compare_trees(tree(1, True, 1), tree(1, True, 1)).differences == []
+
+    def twice(value: int) -> DictNode:
+        return DictNode([("a.b", ValueLeaf(value)), ("a", DictNode([("b", ValueLeaf(value))]))])
+
+    assert [d.name for d in compare_trees(twice(1), twice(2)).differences] == ["a.b"]
+
+
 def test_the_real_librarys_files_against_their_upgrades(tmp_path):
     """Files the real cerebras.pytorch wrote, whose ties are its own ``LinkedObject`` entries
     (the 2.9 trainer's: 44, scalars among them; 2.10's ``tied.mdl``: a tied embedding): each

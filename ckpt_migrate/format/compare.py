@@ -206,50 +206,71 @@ def compare_trees(
     33). Stored bytes that differ are not a difference yet: another LZ4 writer stores the same
     values otherwise, so then both are decoded and hashed.
 
-    The second's leaves are kept by name (None once its name is seen in the first); the first's
-    are walked, not kept (nor their names: a set of them was 25 MB at 188k leaves), and a tie
-    is known by the tied leaves' first positions alone (issue 33: with a dict of each tree's
-    positions and a first position for every leaf, ``verify``'s peak at 188k leaves was 654
-    MiB, now 475).
+    The two trees are walked side by side while they name the same leaves in the same order
+    (an upgrade's output and its source, a file and its copy), each place with its peer, and
+    nothing is kept (a dict of the second's 188k leaves by name was 8 MiB of ``verify``'s
+    peak, issue 33). From the first place where they part, the second's leaves are kept by
+    name (None once its name is seen in the first) and the first's walked, not kept: there a
+    name a tree gives twice is compared once.
+    A tie is known by the tied leaves' first positions alone (issue 33: with a dict of each
+    tree's positions and a first position for every leaf, ``verify``'s peak at 188k leaves
+    was 654 MiB, now 475).
     """
-    lb: dict[str, Leaf | None] = {r.name: r.leaf for r in iter_leaves(b)}
     ta, tb = tied_positions(a), tied_positions(b)
-    total = sum(
-        ref.leaf.nbytes
-        for ref in iter_leaves(a)
-        if isinstance(ref.leaf, TensorLeaf) and ref.name in lb
-    )
+    total = sum(ref.leaf.nbytes for ref in iter_leaves(a) if isinstance(ref.leaf, TensorLeaf))
     diffs: list[Difference] = []
     compared = done = 0
     same_bytes = SameBytes()
+
+    def pair(name: str, x: Leaf, y: Leaf) -> None:
+        nonlocal compared, done
+        if progress is not None and isinstance(x, TensorLeaf):
+            progress("verify", done, total)
+            done += x.nbytes
+        tx = ta[id(x)].name if id(x) in ta else name
+        ty = tb[id(y)].name if id(y) in tb else name
+        if (tx != name) != (ty != name) or (tx != name and tx != ty):
+            diffs.append(Difference(name, f"tied to {tx!r} vs {ty!r}"))
+        if isinstance(x, TensorLeaf) and isinstance(y, TensorLeaf):
+            compared += 1
+            what = _tensor_difference(x, y, same_bytes, allclose, rtol, atol)
+        else:
+            what = _value_difference(x, y)
+        if what is not None:
+            diffs.append(Difference(name, what))
+
     with contextlib.closing(same_bytes):
-        for ref in iter_leaves(a):
-            name, x = ref.name, ref.leaf
-            y = lb.get(name, _ABSENT)
-            if y is None:  # a name the tree gives twice: compared once
-                continue
-            lb[name] = None  # (seen: the second's names, not a set of the first's)
-            if y is _ABSENT:
-                diffs.append(Difference(name, "only in the first"))
-                continue
-            if progress is not None and isinstance(x, TensorLeaf):
-                progress("verify", done, total)
-                done += x.nbytes
-            tx = ta[id(x)].name if id(x) in ta else name
-            ty = tb[id(y)].name if id(y) in tb else name
-            if (tx != name) != (ty != name) or (tx != name and tx != ty):
-                diffs.append(Difference(name, f"tied to {tx!r} vs {ty!r}"))
-            if isinstance(x, TensorLeaf) and isinstance(y, TensorLeaf):
-                compared += 1
-                what = _tensor_difference(x, y, same_bytes, allclose, rtol, atol)
-            else:
-                what = _value_difference(x, y)
-            if what is not None:
-                diffs.append(Difference(name, what))
+        side_by_side = 0
+        for ra, rb in itertools.zip_longest(iter_leaves(a), iter_leaves(b)):
+            if ra is None or rb is None or ra.name != rb.name:
+                break
+            pair(ra.name, ra.leaf, rb.leaf)
+            side_by_side += 1
+        else:
+            side_by_side = -1  # (every place walked side by side)
+        if side_by_side >= 0:
+            lb: dict[str, Leaf | None] = {r.name: r.leaf for r in iter_leaves(b)}
+            for ref in itertools.islice(iter_leaves(a), side_by_side):
+                lb[ref.name] = None
+            for ref in itertools.islice(iter_leaves(a), side_by_side, None):
+                name, x = ref.name, ref.leaf
+                y = lb.get(name, _ABSENT)
+                if y is None:  # a name seen in the first already: compared once
+                    continue
+                lb[name] = None
+                if y is _ABSENT:
+                    diffs.append(Difference(name, "only in the first"))
+                    if isinstance(x, TensorLeaf):
+                        done += x.nbytes
+                    continue
+                pair(name, x, y)
+            diffs.extend(
+                Difference(n, "only in the second") for n, y in lb.items() if y is not None
+            )
     if progress is not None:
         progress("verify", done, total)
-    diffs.extend(Difference(n, "only in the second") for n, y in lb.items() if y is not None)
-    return Comparison(sorted(diffs, key=lambda d: d.name), compared, same_bytes.matched)
+    once = {(d.name, d.what): d for d in diffs}  # (a name given twice by both, side by side)
+    return Comparison(sorted(once.values(), key=lambda d: d.name), compared, same_bytes.matched)
 
 
 _ABSENT = ValueLeaf("a name the second tree lacks")
