@@ -67,7 +67,7 @@ def _checked(raw: Any) -> DatasetFacts | None:
         return None
     try:
         dtype = _dtype(raw[DTYPE])
-        shape = None if raw[SHAPE] is None else tuple(map(int, raw[SHAPE]))
+        shape = None if raw[SHAPE] is None else _shape(raw[SHAPE])
         address, attrs = int(raw[ADDRESS]), raw[ATTRS]
     except (TypeError, ValueError):
         return None
@@ -82,6 +82,18 @@ def _checked(raw: Any) -> DatasetFacts | None:
     ):
         value = None
     return DatasetFacts(address, dtype, shape, attrs, None if value is None else (value[0],))
+
+
+def _shape(dims: Any) -> tuple[int, ...]:
+    """One tuple for equal shapes: a checkpoint's thousands of tensors have a few (a tuple
+    each was 6 MiB of a legacy read at 150k tensors, issue 33)."""
+    shape = tuple(map(int, dims))
+    if len(_SHAPES) < Shared.KEPT:
+        return _SHAPES.setdefault(shape, shape)
+    return _SHAPES.get(shape, shape)
+
+
+_SHAPES: dict[tuple[int, ...], tuple[int, ...]] = {}
 
 
 class Shared:
