@@ -329,7 +329,7 @@ def _put_text(oid: h5py.h5o.ObjectID, name: str, raw: bytes) -> None:
             return
         del attr
         h5a.delete(oid, key)
-    h5attrs.create(oid, name, _text(raw))
+    h5attrs.create_text(oid, name, raw)
 
 
 def _utf8(text: str) -> bytes:

@@ -136,7 +136,7 @@ def write(
     added: Callable[[str], None],
 ) -> None:
     """``added(name)``: before each dataset is made (a tensor's, a pickled object's)."""
-    f.attrs["__spec__"] = treespec_json.root_spec_text(root)
+    h5attrs.create_text(f.id, "__spec__", treespec_json.root_spec_bytes(root))
     f.attrs["__version__"] = np.float64(FORMAT_VERSION)
     f.attrs["__cstorch_version__"] = release.cstorch_version or f"{release.name}.0"
 
