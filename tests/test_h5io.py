@@ -79,6 +79,30 @@ def test_the_reader_and_the_upgrade_work_within_the_cap(many_tensors, tmp_path):
     assert (result.strategy, result.verified, result.tensors) == ("copy-patch", "full", TENSORS)
 
 
+def test_a_handle_let_go_of_opens_its_file_again_and_refuses_another(many_tensors, tmp_path):
+    """``H5Handle.let_go`` closes the file, and HDF5's caches of it with it (an upgrade lets go
+    of its source while its output is read back); the next read opens it again, and a file
+    that replaced it meanwhile is refused, not read in its place."""
+    import shutil
+
+    from ckpt_migrate.errors import CorruptCheckpointError
+
+    path = tmp_path / "c.mdl"
+    shutil.copyfile(many_tensors, path)
+    with read_checkpoint(path) as ckpt:
+        leaves = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+        first = ckpt.handle.file()
+        assert leaves["model.layer7.weight"].data.read()[0] == 7
+        ckpt.handle.let_go()
+        assert not first.id.valid
+        assert leaves["model.layer9.weight"].data.read()[0] == 9  # opened again
+        ckpt.handle.let_go()
+        shutil.copyfile(path, tmp_path / "copy.mdl")
+        (tmp_path / "copy.mdl").replace(path)  # the same bytes, another file
+        with pytest.raises(CorruptCheckpointError, match="replaced while it was read"):
+            leaves["model.layer9.weight"].data.read()
+
+
 def test_a_root_of_many_names_keeps_its_name_heap_in_the_cache(tmp_path):
     """h5py's default root keeps every link name in one local heap, which HDF5 reads whole for
     each look-up by name: a cache smaller than the heap read it again on every look-up (0.44

@@ -432,3 +432,31 @@ def test_a_rewrite_finds_each_tensor_under_the_name_its_writer_gave_it(tmp_path,
     )
     assert (up.status, up.verified) == ("upgraded", check), up.error
     _identical(src, up.output)
+
+
+@pytest.mark.parametrize("release", ["2.10", "2.4"])
+def test_a_tensor_the_rewrite_did_not_write_fails_it(tmp_path, monkeypatch, release):
+    """Every tensor of a rewrite is looked for in its output (``Written.every_tensor``), not
+    only those its writer said it placed: a writer that skipped one (its metadata written, its
+    dataset not) fails the upgrade in either format, and nothing is published."""
+    from ckpt_migrate.engine import copypatch
+
+    src = _small_checkpoint(tmp_path / "src.mdl", "2.0" if release == "2.10" else "2.10")
+    real = copypatch.place_tensor
+
+    def skipping(f, name, leaf):
+        if not name.endswith("w3"):
+            return real(f, name, leaf)
+        return f.create_dataset(name + ".elsewhere", data=np.zeros(1, "f4")).id
+
+    monkeypatch.setattr(copypatch, "place_tensor", skipping)
+    out = tmp_path / "out"
+    result = upgrade(src, UpgradeOptions(target=release, output_dir=out))
+    assert (result.status, result.strategy) == ("failed", None), result
+    assert result.error.endswith(
+        "tensor 'model.w3' has no dataset 'model.w3'"
+        if release == "2.10"
+        else "the written file does not hold the expected tree"  # (read from the headers)
+    )
+    assert result.exit_code == VerificationError(src, "").exit_code
+    assert not list(out.glob("*.mdl"))

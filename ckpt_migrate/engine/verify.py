@@ -46,6 +46,7 @@ def verify_index(
 ) -> None:
     """Metadata-only checks: the tree reads back as planned and every reused tensor is the very
     stored object of the source (so its bytes are the source's bytes by construction)."""
+    ckpt.handle.let_go()  # (opened again for the tensors' checks, below)
     check_written(tmp, root, release, tensors_proven=True)  # by address, bytes or hash, below
     # A tied tensor is checked at its first place; only tied ones are remembered (every
     # tensor's id, 150k of them, was 13 MB)
@@ -67,11 +68,17 @@ def verify_index(
             assert isinstance(leaf, TensorLeaf)
             name, reused = written.place(ref)
             if not reused:  # written by HDF5 just now: compared as stored, else hashed
-                if _compared(copied, ref.name, position, leaf, out, name):
+                try:
+                    dsid = h5py.h5d.open(out.id, name.encode())
+                except KeyError:
+                    raise VerificationError(
+                        tmp, f"tensor {ref.name!r} has no dataset {name!r}"
+                    ) from None
+                if _compared(copied, ref.name, position, leaf, dsid):
                     if full:  # (``verify_full`` reads no tensor twice; 150k ids: 10 MB)
                         written.proven.add(id(leaf))
                 else:
-                    _check_hash(tmp, ref.name, leaf, out[name], written)
+                    _check_hash(tmp, ref.name, leaf, h5py.Dataset(dsid), written)
             elif not full:
                 data = leaf.data
                 assert isinstance(data, H5Data)
@@ -85,16 +92,16 @@ def verify_index(
 
 
 def _compared(
-    copied: _Copied, name: str, position: int, leaf: TensorLeaf, out: h5py.File, at: str
+    copied: _Copied, name: str, position: int, leaf: TensorLeaf, written: h5py.h5d.DatasetID
 ) -> bool:
-    """Whether the tensor written anew at ``at`` is stored as its source is
+    """Whether the tensor written anew as ``written`` is stored as its source is
     (``copied_pieces``), and then found to hold its bytes (else ``VerificationError``); False
     if it is not stored so, or has no source dataset."""
     data = leaf.data
     if not isinstance(data, H5Data):
         return False
     source = data.handle.dataset_id(data.name)
-    found = copied_pieces(h5py.h5d.open(out.id, at.encode()), source)
+    found = copied_pieces(written, source)
     if found is None:
         return False
     copied.compare(data.handle.path, name, position, found)

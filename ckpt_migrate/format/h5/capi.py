@@ -68,6 +68,28 @@ def _bind_checksum() -> Any:
 _LOOKUP3 = _bind_checksum()
 
 
+def _bind_garbage_collect() -> Any:
+    try:
+        collect = ctypes.CDLL(h5a.__file__).H5garbage_collect
+    except (OSError, AttributeError):
+        return None
+    collect.restype = ctypes.c_int
+    collect.argtypes = []
+    return collect
+
+
+_GARBAGE_COLLECT = _bind_garbage_collect()
+
+
+def garbage_collect() -> None:
+    """Hand the blocks HDF5 keeps on its free lists for reuse back to the C heap
+    (``H5garbage_collect``; where it is not exported, nothing): what a closed file's caches
+    held stays on them otherwise."""
+    if _GARBAGE_COLLECT is not None:
+        with _LOCK:
+            _GARBAGE_COLLECT()
+
+
 def lookup3(data: bytes, seed: int = 0) -> int | None:
     """lookup3 ``hashlittle`` of ``data`` by HDF5's own code, None where it is not exported
     (then ``root.lookup3``, in Python, computes it)."""
