@@ -193,6 +193,56 @@ def test_exported_tensor_data_begins_on_a_64_byte_boundary(tmp_path):
         assert safetensors_numpy.load_file(str(file))  # the reference reader takes the padding
 
 
+def test_the_source_is_closed_while_the_shards_are_read_back(tmp_path, monkeypatch):
+    """Once every tensor is read, the export closes the source's file while it reads its
+    shards back (``H5Handle.let_go``: its HDF5 caches were 25 MiB of a 112k-tensor export's
+    peak, issue 33); a read after that opens it again (``test_h5io``)."""
+    from ckpt_migrate.format.h5.io import H5Handle
+    from ckpt_migrate.hf import export as hf_export
+    from ckpt_migrate.hf import safetensors_io
+
+    handles: list = []
+    real_init, real_verify = H5Handle.__init__, safetensors_io.verify
+
+    def init(self, *args, **kwargs):
+        handles.append(self)
+        real_init(self, *args, **kwargs)
+
+    def verify(*args, **kwargs):
+        assert handles and all(h._file is None for h in handles)  # (closed, not yet reopened)
+        return real_verify(*args, **kwargs)
+
+    monkeypatch.setattr(H5Handle, "__init__", init)
+    monkeypatch.setattr(safetensors_io, "verify", verify)
+    src = MODELS / "gpt2-1.9"
+    result = hf_export.export(
+        src / "checkpoint_100.mdl", tmp_path / "hf", config=src / "params.yaml"
+    )
+    assert result.files and result.tensors > 0
+
+    # A head stored as a copy of the embedding: the tie's check reads both after the shards
+    # were read back, from the file opened again; a head that is no copy is refused then.
+    from ckpt_migrate.errors import UnsupportedContentError
+    from ckpt_migrate.format.tree import MemoryData, TensorLeaf, iter_leaves, map_leaves
+    from ckpt_migrate.format.write import write_checkpoint
+
+    for change, refused in ((0.0, False), (1.0, True)):
+        copy = tmp_path / f"copy{change}.mdl"
+        with read_checkpoint(src / "checkpoint_100.mdl") as ckpt:
+            leaves = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
+            emb = leaves["model.model.embedding_layer.word_embeddings.weight"]
+            head = TensorLeaf(emb.dtype, emb.shape, MemoryData(emb.data.read() + change))
+            root = map_leaves(ckpt.root, lambda r, h=head: h if "lm_head" in r.name else r.leaf)
+            write_checkpoint(root, copy, "1.9", allow_missing=True)  # (its tied norm)
+        out = tmp_path / f"hf{change}"
+        if refused:
+            with pytest.raises(UnsupportedContentError, match=r"lm_head\.weight differs from"):
+                hf_export.export(copy, out, config=src / "params.yaml")
+        else:
+            done = hf_export.export(copy, out, config=src / "params.yaml")
+            assert done.tensors == result.tensors
+
+
 def test_a_1_9_checkpoint_exports_in_one_command(tmp_path):
     src = MODELS / "gpt2-1.9"
     out = tmp_path / "hf"
