@@ -86,7 +86,7 @@ def read_checkpoint(
     handle = H5Handle(p, f)
     handle.root_digest = RootDigest() if root_digest else None
     if found is not None and found.rest is not None:
-        handle.pending = _Verdict(found.rest, f, p)
+        handle.pending = _Verdict(found.rest, handle)
 
     def full() -> Checkpoint:
         stored, facts = (None, {}) if found is None else (found.stored, found.datasets)
@@ -266,12 +266,13 @@ class _Verdict:
     """The rest of a preflight walk, as ``H5Handle.pending``: a problem it met is named by
     the parent's own checks, as for a walk that ended before the read."""
 
-    def __init__(self, rest: Rest, f: h5py.File, path: Path) -> None:
-        self.rest, self.f, self.path = rest, f, path
+    def __init__(self, rest: Rest, handle: H5Handle) -> None:
+        self.rest, self.handle, self.path = rest, handle, handle.path
 
     def wait(self) -> None:
         if self.rest.finish(self.path) is None:
-            check_self_contained(self.f, self.path)
+            # (through the handle: an upgrade closes the file while it reads its output back)
+            check_self_contained(self.handle.file(), self.path)
             raise CorruptCheckpointError(self.path, "its chunk indexes cannot be read", FIX)
 
     def cancel(self) -> None:
