@@ -656,6 +656,9 @@ CORRUPT_CASES: list[tuple[str, bytes, str]] = [
     ("unknown opcode", b"\x80\x04\xff.", "KeyError"),
     ("bad protocol", b"\x80\x09.", "unsupported pickle protocol"),
     ("memo miss", pkl(P.BINGET + b"\x07"), "Memo value not found"),
+    ("memo at a negative index", pkl(P.NONE + P.PUT + b"0\n" + P.GET + b"-1\n"), "index -1"),
+    ("memo out of order", pkl(P.NONE + P.BINPUT + b"\x05"), "memo index 5 out of order"),
+    ("memo far out of order", pkl(P.NONE + P.LONG_BINPUT + b"\xff" * 4), "out of order"),
     ("STOP missing", pkl(LEAF)[:-1], "truncated"),
     ("out-of-band buffer", pkl(P.NEXT_BUFFER), "out-of-band"),
 ]
@@ -1325,3 +1328,42 @@ def test_the_spec_written_in_chunks_is_the_same_text(monkeypatch):
         monkeypatch.setattr(treespec, "SPILL_EVERY", every)
         assert treespec.root_spec_text(tree) == expected
         assert treespec.dumps(tree) == json.dumps([1, json.loads(json.loads(expected)[1])[1]])
+
+
+def test_a_legacy_spec_is_read_from_the_file_not_through_h5py(tmp_path, monkeypatch):
+    """A legacy root's ``__spec__`` (a variable-length string) is read by ``attrtable``:
+    through h5py, HDF5's metadata cache kept the heap collection it came from for the rest of
+    the read (60 MiB at 150k tensors, issue 33). One stored otherwise (a fixed-length string)
+    is read by h5py as before, to the same tree; and the unpickler keeps no memo after it."""
+    import h5py
+    import numpy as np
+    from conftest import MODELS
+
+    from ckpt_migrate.format.legacy import read as legacy_read
+    from ckpt_migrate.format.legacy.spec_unpickler import SpecUnpickler
+    from ckpt_migrate.format.read import read_checkpoint
+    from ckpt_migrate.format.tree import iter_leaves
+
+    src = MODELS / "gpt2-1.9" / "checkpoint_100.mdl"
+    with read_checkpoint(src) as ckpt:
+        want = [(r.name, type(r.leaf).__name__) for r in iter_leaves(ckpt.root)]
+    fixed = tmp_path / "fixed.mdl"
+    fixed.write_bytes(src.read_bytes())
+    with h5py.File(fixed, "r+") as f:
+        text = f.attrs["__spec__"]
+        del f.attrs["__spec__"]
+        f.attrs["__spec__"] = np.bytes_(text.encode())  # a fixed-length string
+
+    through_h5py: list[str] = []
+    real_text = legacy_read.attr_text
+    monkeypatch.setattr(legacy_read, "attr_text", lambda v: through_h5py.append(1) or real_text(v))
+    memos: list[Any] = []
+    real_load = SpecUnpickler.load
+    monkeypatch.setattr(
+        SpecUnpickler, "load", lambda self: (real_load(self), memos.append(self.memo))[0]
+    )
+    for path, by_h5py in ((src, 0), (fixed, 1)):
+        with read_checkpoint(path) as ckpt:
+            assert [(r.name, type(r.leaf).__name__) for r in iter_leaves(ckpt.root)] == want
+        assert len(through_h5py) == by_h5py, path
+    assert memos and all(m == [] for m in memos)
