@@ -55,30 +55,21 @@ def _bind() -> tuple[Any, Any, Any] | None:
 _CALLS = _bind()
 
 
-def _bind_checksum() -> Any:
+def _symbol(name: str, restype: Any, argtypes: list[Any]) -> Any:
+    """The function ``name`` of the HDF5 library h5py loaded, typed; None where it is not
+    exported."""
     try:
-        lookup3 = ctypes.CDLL(h5a.__file__).H5_checksum_lookup3
+        function = getattr(ctypes.CDLL(h5a.__file__), name)
     except (OSError, AttributeError):
         return None
-    lookup3.restype = ctypes.c_uint32
-    lookup3.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32]
-    return lookup3
+    function.restype, function.argtypes = restype, argtypes
+    return function
 
 
-_LOOKUP3 = _bind_checksum()
-
-
-def _bind_garbage_collect() -> Any:
-    try:
-        collect = ctypes.CDLL(h5a.__file__).H5garbage_collect
-    except (OSError, AttributeError):
-        return None
-    collect.restype = ctypes.c_int
-    collect.argtypes = []
-    return collect
-
-
-_GARBAGE_COLLECT = _bind_garbage_collect()
+_LOOKUP3 = _symbol(
+    "H5_checksum_lookup3", ctypes.c_uint32, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint32]
+)
+_GARBAGE_COLLECT = _symbol("H5garbage_collect", ctypes.c_int, [])
 
 
 def garbage_collect() -> None:
