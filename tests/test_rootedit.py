@@ -21,6 +21,7 @@ from loopfs import mounted, unavailable
 from ckpt_migrate.engine import rootedit
 from ckpt_migrate.engine import upgrade as engine
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.format.h5 import capi
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.tree import (
     DictNode,
@@ -292,10 +293,11 @@ def test_an_index_verified_root_edit_keeps_a_count_of_its_tensors_not_their_plac
 
 @pytest.mark.parametrize("source", ["ours", "trainer-2.9.0", "gpt2-2.6.0"])
 def test_the_texts_hdf5_is_handed_are_stored_as_h5py_stores_them(tmp_path, monkeypatch, source):
-    """A text rewritten in place by HDF5's own call (its UTF-8 bytes, no copy) leaves the same
-    file as h5py's write of the same text (``capi.write`` refused: the path taken where the
-    library's own calls cannot be found): on a root this tool wrote and on the real 2.9 and
-    2.6 libraries' roots, their own ``__spec__`` rewritten among the texts."""
+    """A text rewritten in place, or created, by HDF5's own calls (its UTF-8 bytes, no copy)
+    leaves the same file as h5py's write of the same text (``capi.write`` and ``capi.create``
+    refused: the path taken where the library's own calls cannot be found): on a root this
+    tool wrote and on the real 2.9 and 2.6 libraries' roots, their own ``__spec__`` rewritten
+    among the texts."""
     if source == "ours":
         src = _source(tmp_path / "src.mdl", experts=2)
     else:
@@ -314,8 +316,9 @@ def test_the_texts_hdf5_is_handed_are_stored_as_h5py_stores_them(tmp_path, monke
         out = tmp_path / f"{via}.mdl"
         out.write_bytes(src.read_bytes())
         with monkeypatch.context() as m:
-            if via == "h5py":
-                m.setattr(rootedit.capi, "write", lambda attr, value: False)
+            if via == "h5py":  # (a new attribute's creation refused too: ``create_text``)
+                m.setattr(capi, "write", lambda attr, value: False)
+                m.setattr(capi, "create", lambda *args: False)
             raw = {name: rootedit._utf8(text) for name, text in texts.items()}
             rootedit.edit_root(out, rootedit.Edit(raw, [], DictNode([])))
         outs.append(out.read_bytes())

@@ -173,7 +173,7 @@ def _root_links(source: H5Handle, edit: Edit) -> dict[str, int]:
         found = linktable.of_root(source.file(), source.path)
         if found is not None:
             return found
-    return {name: at for name, at in source.addresses().items() if "/" not in name}
+    return source.root_addresses()
 
 
 def verify_edit(source: H5Handle, tmp: Path, edit: Edit) -> bool:

@@ -159,6 +159,10 @@ class H5Handle:
         with self._lock:
             self._addresses = addresses
 
+    def root_addresses(self) -> dict[str, int]:
+        """``addresses()`` of the root's own links (none of a group's members)."""
+        return {name: at for name, at in self.addresses().items() if "/" not in name}
+
     def forget_addresses(self) -> None:
         """Let go of ``addresses()``'s answer (20 MiB at 150k links): asked again, it is read
         again."""
