@@ -79,28 +79,42 @@ def test_the_reader_and_the_upgrade_work_within_the_cap(many_tensors, tmp_path):
     assert (result.strategy, result.verified, result.tensors) == ("copy-patch", "full", TENSORS)
 
 
-def test_a_handle_let_go_of_opens_its_file_again_and_refuses_another(many_tensors, tmp_path):
+@pytest.mark.parametrize("source", ["ours", "real 2.10", "real 2.9"])
+def test_a_handle_let_go_of_opens_its_file_again_and_refuses_another(
+    many_tensors, tmp_path, source
+):
     """``H5Handle.let_go`` closes the file, and HDF5's caches of it with it (an upgrade lets go
-    of its source while its output is read back); the next read opens it again, and a file
-    that replaced it meanwhile is refused, not read in its place."""
+    of its source while its output is read back); the next read opens it again and reads the
+    same values, and a file that replaced it meanwhile is refused, not read in its place: a
+    legacy file of ours, the real 2.10 library's and the real 2.9 trainer's."""
+    import lzma
     import shutil
 
     from ckpt_migrate.errors import CorruptCheckpointError
+    from ckpt_migrate.format.tree import TensorLeaf
 
     path = tmp_path / "c.mdl"
-    shutil.copyfile(many_tensors, path)
+    if source == "ours":
+        shutil.copyfile(many_tensors, path)
+    elif source == "real 2.10":
+        shutil.copyfile(REAL / "dtypes.mdl", path)
+    else:
+        xz = REAL.parent / "real-cstorch-2.6-2.9" / "trainer-2.9.0.mdl.xz"
+        path.write_bytes(lzma.decompress(xz.read_bytes()))
     with read_checkpoint(path) as ckpt:
-        leaves = {r.name: r.leaf for r in iter_leaves(ckpt.root)}
-        first = ckpt.handle.file()
-        assert leaves["model.layer7.weight"].data.read()[0] == 7
+        tensors = [r.leaf for r in iter_leaves(ckpt.root) if isinstance(r.leaf, TensorLeaf)]
+        first, last = tensors[0], tensors[-1]
+        want = first.data.read(), last.data.read()
+        opened = ckpt.handle.file()
         ckpt.handle.let_go()
-        assert not first.id.valid
-        assert leaves["model.layer9.weight"].data.read()[0] == 9  # opened again
+        assert not opened.id.valid
+        got = first.data.read(), last.data.read()  # opened again
+        assert [a.tobytes() for a in want] == [b.tobytes() for b in got]
         ckpt.handle.let_go()
         shutil.copyfile(path, tmp_path / "copy.mdl")
         (tmp_path / "copy.mdl").replace(path)  # the same bytes, another file
         with pytest.raises(CorruptCheckpointError, match="replaced while it was read"):
-            leaves["model.layer9.weight"].data.read()
+            last.data.read()
 
 
 def test_a_root_of_many_names_keeps_its_name_heap_in_the_cache(tmp_path):

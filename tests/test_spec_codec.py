@@ -1367,3 +1367,49 @@ def test_a_legacy_spec_is_read_from_the_file_not_through_h5py(tmp_path, monkeypa
             assert [(r.name, type(r.leaf).__name__) for r in iter_leaves(ckpt.root)] == want
         assert len(through_h5py) == by_h5py, path
     assert memos and all(m == [] for m in memos)
+
+
+def test_the_list_memo_decodes_every_spec_as_pickles_own_memo_does():
+    """The unpickler's memo is a list (``SpecUnpickler.load``); with pickle's own dictionary
+    and its stock handlers in its place, every spec decodes to the same tree: the real torch
+    2.4 + dill 0.3.8 pickle, FORMAT_EXAMPLES A.1, and the spec of every legacy file in
+    ``fixtures/`` (releases 1.7 to 2.3, the four model families' 1.9 and 2.0 files)."""
+    import h5py
+    from conftest import FIXTURES
+
+    from ckpt_migrate.format import compare
+    from ckpt_migrate.format.legacy import spec_decode
+    from ckpt_migrate.format.legacy.spec_unpickler import SpecUnpickler
+
+    memo_ops = (P.MEMOIZE, P.PUT, P.BINPUT, P.LONG_BINPUT, P.GET, P.BINGET, P.LONG_BINGET)
+
+    class DictMemo(SpecUnpickler):
+        dispatch = {  # noqa: RUF012 (the table pickle's load reads)
+            **SpecUnpickler.dispatch,
+            **{op[0]: pickle._Unpickler.dispatch[op[0]] for op in memo_ops},
+        }
+
+        def load(self):
+            self.memo = {}
+            loaded.append(self)
+            return pickle._Unpickler.load(self)
+
+    loaded: list[DictMemo] = []
+
+    specs = {"torch 2.4": TORCH24, "A.1": A1}
+    for path in sorted(FIXTURES.glob("**/*.mdl")):
+        with h5py.File(path, "r") as f:
+            if "__spec__" in f.attrs and not str(f.attrs["__spec__"]).lstrip().startswith("["):
+                specs[path.relative_to(FIXTURES).as_posix()] = bytes.fromhex(
+                    str(f.attrs["__spec__"]).strip()
+                )
+    assert len(specs) >= 12, sorted(specs)
+    for name, data in specs.items():
+        ours = decode_spec_info(data)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(spec_decode, "SpecUnpickler", DictMemo)
+            stock = decode_spec_info(data)
+        assert compare.signature(ours.root) == compare.signature(stock.root), name
+        assert names(ours.root) == names(stock.root), name
+        assert (ours.protocol, ours.style) == (stock.protocol, stock.style), name
+    assert len(loaded) == len(specs) and all(u.memo for u in loaded)  # (pickle's dict, used)
