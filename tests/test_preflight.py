@@ -439,3 +439,43 @@ def test_the_facts_of_the_real_libraries_files_are_their_datasets_own(tmp_path):
         objects = {id(fact[ATTRS]) for fact in found.datasets.values()}
         assert len(objects) <= preflight.WORKERS * len(kinds), path
     assert kept > 0  # (the legacy tags among them)
+
+
+def test_a_legacy_reader_decodes_its_spec_before_it_reads_the_facts(tmp_path, monkeypatch):
+    """The datasets' facts are read from the children's files at the first look-up
+    (``facts.Deferred``): a legacy reader decodes its spec first and holds the facts only once
+    the pickle's records are let go (both at once were the 1.9 → 2.10 rewrite's peak at 150k
+    tensors, issue 33). The files' descriptors are closed once read, or with the findings."""
+    import gc
+
+    from ckpt_migrate.format.legacy import read as legacy_read
+
+    src = fixture("1.9", tmp_path)
+    with read_checkpoint(src) as ckpt:
+        want = signature(ckpt.root)
+    events: list[str] = []
+    decode = legacy_read.decode_spec_info
+    monkeypatch.setattr(
+        legacy_read, "decode_spec_info", lambda *a, **k: events.append("spec") or decode(*a, **k)
+    )
+    collected = preflight._Written.collected
+    monkeypatch.setattr(
+        preflight._Written, "collected", lambda w: events.append("facts") or collected(w)
+    )
+    for defer in (False, True):
+        events.clear()
+        with read_checkpoint(src, defer_chunks=defer) as ckpt:
+            assert signature(ckpt.root) == want
+        assert events[0] == "spec" and "facts" in events, (defer, events)
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    found = preflight.preflight(src)
+    assert found is not None and len(found.datasets) > 10
+    assert open_fds() == before
+    unread = preflight.preflight(src)
+    del unread
+    gc.collect()
+    assert open_fds() == before

@@ -9,11 +9,10 @@ import marshal
 import os
 import signal
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
-from ckpt_migrate.format.h5.facts import OutlineTooShort
+from ckpt_migrate.format.h5.facts import Deferred, OutlineTooShort
 from ckpt_migrate.format.h5.fractalheap import Unknown
 from ckpt_migrate.format.h5.headerfacts import HeaderReader
 from ckpt_migrate.format.h5.headers import HeaderError
@@ -119,44 +118,27 @@ class Scan:
         return os.waitpid(pid, 0)[1]
 
 
-class Later(Mapping[str, Any]):
-    """The facts of a scan begun (``Scan``), collected at the first look-up: the legacy reader
-    decodes the spec meanwhile, and holds the facts only once the pickle's records have been
-    let go. ``OutlineTooShort`` at every look-up when the scan does not answer."""
+class Later(Deferred):
+    """The facts of a scan begun (``Scan``), collected at the first look-up (``Deferred``).
+    ``OutlineTooShort`` at every look-up when the scan does not answer."""
 
     def __init__(self, begun: Scan) -> None:
         self.begun = begun
         self.found: Found | None = None
-        self.collected = False
+        self.asked = False
 
-    def _facts(self) -> dict[str, tuple]:
-        if not self.collected:
-            self.collected = True
+    def collected(self) -> dict[str, tuple]:
+        if not self.asked:
+            self.asked = True
             self.found = self.begun.result()
         if self.found is None:
             raise OutlineTooShort("the datasets' headers")
         return self.found[0]
 
-    def __getitem__(self, name: str) -> tuple:
-        return self._facts()[name]
-
-    def pop(self, name: str, default: Any = None) -> Any:
-        """The facts of ``name``, let go of (``Facts.take``)."""
-        return self._facts().pop(name, default)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self._facts().get(name, default)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._facts())
-
-    def __len__(self) -> int:
-        return len(self._facts())
-
     def stored(self) -> int:
         """The bytes the datasets store."""
-        self._facts()
-        assert self.found is not None  # (else ``_facts`` raised)
+        self.collected()
+        assert self.found is not None  # (else ``collected`` raised)
         return self.found[1]
 
 
