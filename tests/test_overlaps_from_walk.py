@@ -126,3 +126,33 @@ def test_a_file_changed_after_the_walk_is_walked_again(tmp_path, monkeypatch):
 
 def _no_second_walk(f: h5py.File) -> None:
     raise AssertionError("the reader walked every chunk index again")
+
+
+def test_the_overlapping_starts_are_every_pair_of_extents_that_meet():
+    """``overlaps._overlapping`` sorts the arrays it is given where they are; what it finds
+    is what comparing every pair of extents finds: the start of each non-empty extent that
+    meets another (ties, nesting, empty extents and the last address included)."""
+    import random
+
+    rng = random.Random(33)
+    for case in range(300):
+        n = rng.randint(0, 40)
+        top = rng.choice([50, 1000, (1 << 64) - 1])
+        starts = [rng.randint(0, top - 1) for _ in range(n)]
+        ends = [min(s + rng.choice([0, 1, 3, 20, 400]), top) for s in starts]
+        if n and case % 7 == 0:
+            starts.append(starts[0])
+            ends.append(ends[0])  # the same extent twice
+        want = {
+            s
+            for i, (s, e) in enumerate(zip(starts, ends, strict=True))
+            if e > s
+            and any(
+                j != i and f > t and s < f and t < e
+                for j, (t, f) in enumerate(zip(starts, ends, strict=True))
+            )
+        }
+        found = overlaps._overlapping(
+            np.array(starts, dtype=np.uint64), np.array(ends, dtype=np.uint64)
+        )
+        assert sorted(want) == found.tolist(), case
