@@ -229,6 +229,21 @@ def test_the_metadata_map_never_claims_data(tmp_path):
         assert all(any(s <= a < e for s, e in mapped) for a in objects), path
 
 
+def test_the_metadata_map_visits_each_object_once_however_often_it_is_named(tmp_path):
+    """``metadata_extents`` takes each address once, and remembers an object's nodes only while
+    it reads it (issue 33): every structure of the shipped files is mapped once, and naming
+    every object twice (a tie names one dataset twice) maps the same."""
+    files = sorted(FIXTURES.rglob("*.mdl"))
+    assert len(files) > 20
+    for path in files:
+        with h5py.File(path, "r", locking=False) as f:
+            objects = _objects(f)
+            once = list(zip(*metadata_extents(f, objects), strict=True))
+            twice = list(zip(*metadata_extents(f, objects + objects[::-1]), strict=True))
+        assert once and len(set(once)) == len(once), path
+        assert sorted(twice) == sorted(once), path
+
+
 def _objects(f: h5py.File) -> list[int]:
     found = [h5py.h5o.get_info(f.id).addr]
     f.id.links.visit(lambda _n, i: found.append(i.u), info=True)
