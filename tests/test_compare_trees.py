@@ -220,6 +220,35 @@ def test_verify_says_which_tensors_it_compared_as_stored(tmp_path):
     assert f"{n} tensors compared ({n} equal as stored, not decoded): identical" in proc.stdout
 
 
+def test_verify_begins_the_second_files_walk_before_it_reads_the_first(tmp_path, monkeypatch):
+    """The second file's preflight children are forked before the first tree is built (forked
+    after, they held it too: 311 MiB at 150k tensors, issue 33); its read collects that walk,
+    and the answer is the same."""
+    from ckpt_migrate.cli import commands
+    from ckpt_migrate.format.h5 import preflight
+
+    src = tmp_path / "tied.mdl"
+    shutil.copyfile(REAL / "tied.mdl", src)
+    assert upgrade(src, UpgradeOptions(target="2.0", output_dir=tmp_path / "out")).error is None
+    out = tmp_path / "out" / src.name
+    plain = commands.verify(src, out)
+    events: list[tuple[str, str]] = []
+    begin, read = preflight._Walk.begin, commands.read_checkpoint
+    monkeypatch.setattr(
+        preflight._Walk,
+        "begin",
+        classmethod(lambda cls, p, *a: events.append(("walk", p.parent.name)) or begin(p, *a)),
+    )
+    monkeypatch.setattr(
+        commands,
+        "read_checkpoint",
+        lambda p, **k: events.append(("read", p.parent.name)) or read(p, **k),
+    )
+    assert commands.verify(src, out) == plain and plain["identical"]
+    assert events[:2] == [("walk", "out"), ("read", src.parent.name)], events
+    assert events.count(("walk", "out")) == 1, events  # (collected, not walked again)
+
+
 def test_a_read_that_fails_while_comparing_stored_bytes_is_one_error_naming_the_files(
     tmp_path, monkeypatch
 ):

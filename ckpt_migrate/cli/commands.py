@@ -32,6 +32,7 @@ from ckpt_migrate.format import deep_check as deep
 from ckpt_migrate.format import outline, releases
 from ckpt_migrate.format.compare import compare_trees
 from ckpt_migrate.format.deep_check import DeepReport
+from ckpt_migrate.format.h5 import preflight
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import tied_positions
 from ckpt_migrate.hf import export as hf_export
@@ -399,7 +400,10 @@ def _upgrade_prefix(
 def verify(
     a: str | Path, b: str | Path, *, allclose: bool = False, progress: Progress | None = None
 ) -> dict[str, Any]:
-    # (each tree is read while the preflight walks its chunk indexes; a tensor read waits)
+    # (each tree is read while the preflight walks its chunk indexes; a tensor read waits).
+    # The second file's walk begins first: its children, forked once the first tree was
+    # built, held it too (311 MiB at 150k tensors, the peak of the command, issue 33)
+    preflight.start(Path(b))
     with (
         read_checkpoint(a, defer_chunks=True) as left,
         read_checkpoint(b, defer_chunks=True) as right,
