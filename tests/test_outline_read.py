@@ -354,3 +354,39 @@ def test_links_the_child_did_not_hand_over_are_read_here(written, tmp_path, monk
         with read_checkpoint(src, outline=True) as ckpt:
             assert ckpt.outline
         assert commands.inspect(src) == expected
+
+
+def test_an_outline_that_does_not_suffice_is_let_go_of_before_the_full_read(tmp_path, monkeypatch):
+    """``read_planned``: where the outline's plan is not enough (a 2.5 → 2.4 rewrite), the
+    outline's tree is gone before the full read builds its own (both at once were 108 MiB of
+    that rewrite's peak at 150k leaves, issue 33); the plan is the full read's."""
+    import gc
+    import weakref
+
+    from ckpt_migrate.engine import plan as planner
+
+    src = _ours(tmp_path, "2.5")
+    roots: list[weakref.ref] = []
+    alive_at_second: list[bool] = []
+    real = planner.read_checkpoint
+
+    def read(path, **kwargs):
+        if roots:
+            gc.collect()
+            alive_at_second.append(any(ref() is not None for ref in roots))
+        ckpt = real(path, **kwargs)
+        roots.append(weakref.ref(ckpt))  # (what holds the tree; a node takes no weak ref)
+        return ckpt
+
+    def plan_of(*args, **kwargs):
+        plan = make_plan(*args, **kwargs)
+        roots.append(weakref.ref(plan))
+        return plan
+
+    make_plan = planner.make_plan
+    monkeypatch.setattr(planner, "read_checkpoint", read)
+    monkeypatch.setattr(planner, "make_plan", plan_of)
+    ckpt, plan = planner.read_planned(src, "2.4", enough=lambda plan: plan.root_only)
+    with ckpt:
+        assert not ckpt.outline and not plan.root_only
+    assert len(roots) == 4 and alive_at_second == [False]
