@@ -35,13 +35,12 @@ from ckpt_migrate.format.tree import (
     FullTensorLeaf,
     H5Data,
     Leaf,
-    LeafRef,
     MissingLeaf,
     Node,
     OpaqueLeaf,
     TensorLeaf,
     ValueLeaf,
-    map_leaves,
+    fill_missing,
 )
 
 # Tags whose data lives outside this file or needs the Cerebras runtime (FORMAT.md §3.3).
@@ -89,8 +88,8 @@ def read(
         leaf = shared[address] = alike(name, make())
         return leaf
 
-    def decode(ref: LeafRef) -> Leaf:
-        stored = stored_name(ref.name)
+    def decode(name: str) -> Leaf:
+        stored = stored_name(name)
         known = facts.take(stored)
         leaf = None if known is None else _from_facts(known, stored, handle, fmt)
         if leaf is not None:
@@ -98,20 +97,22 @@ def read(
             if not facts.described:
                 used.add(stored)
             if aliased is not None and known.address not in aliased:
-                return alike(ref.name, leaf)
-            return once(known.address, ref.name, lambda: leaf)
+                return alike(name, leaf)
+            return once(known.address, name, lambda: leaf)
         if facts.links is not None:
             if stored not in facts.links:
-                return alike(ref.name, MissingLeaf(ref.name))
+                return alike(name, MissingLeaf(name))
             raise OutlineTooShort(f"dataset {stored!r}")
         ds = open_dataset(f, stored)
         if ds is None:
-            return alike(ref.name, MissingLeaf(ref.name))
+            return alike(name, MissingLeaf(name))
         used.add(stored)
         ident = h5py.h5o.get_info(ds.id).addr
-        return once(ident, ref.name, lambda: _decode_dataset(ds, stored, handle, fmt, ref.name))
+        return once(ident, name, lambda: _decode_dataset(ds, stored, handle, fmt, name))
 
-    root = map_leaves(info.root, decode, in_place=True)
+    # (each placeholder replaced where it stands: a mapped copy's names, paths and memo of
+    # every leaf were the peak of a legacy read-back at 150k leaves, issue 33)
+    root = fill_missing(info.root, decode)
     if facts.described:  # (``headerscan`` gave every link's facts; each leaf took its own)
         unreferenced = sorted(facts.datasets)
     elif facts.links is not None:  # (every link is a dataset's: ``headerfacts`` answers no other)
