@@ -85,6 +85,7 @@ def _save_by_name(pickler: _SpecPickler, obj: Any) -> None:
 
 
 _STOCK = pickle._Pickler  # type: ignore[attr-defined]
+_ONE_PLACE = (dict, list, tuple, _Out)  # what the builder makes for one place, unless shared
 
 
 class _SpecPickler(pickle._Pickler):  # type: ignore[name-defined,misc]
@@ -107,9 +108,24 @@ class _SpecPickler(pickle._Pickler):  # type: ignore[name-defined,misc]
         type(copyreg._reconstructor): _save_by_name,  # type: ignore[attr-defined]
     }
 
-    def __init__(self, file: io.BytesIO, protocol: int, strings: dict[str, str]):
+    def __init__(
+        self, file: io.BytesIO, protocol: int, strings: dict[str, str], shared: list[_Out]
+    ):
         super().__init__(file, protocol)
         self.strings = strings  # the builder's, so module names are memoised by value too
+        self.shared = {id(out) for out in shared}
+        self.memoised = 0
+
+    def memoize(self, obj: Any) -> None:
+        """pickle's own, keeping in the memo only what the pickle may meet again: strings,
+        globals and the builder's shared objects (``_Builder.shared``). A spec, its state and
+        lists and a reduce's arguments are made for one place, and are numbered as pickle
+        numbers them but not remembered: a memo of every one was 31 MiB at 150k tensors,
+        the peak of a rewrite to a legacy release (issue 33)."""
+        idx, self.memoised = self.memoised, self.memoised + 1
+        self.write(self.put(idx))
+        if not isinstance(obj, _ONE_PLACE) or id(obj) in self.shared:
+            self.memo[id(obj)] = idx, obj
 
     def save_global(self, obj: Any, name: str | None = None) -> None:
         module, qualname = _OUT_GLOBALS[obj]
@@ -144,6 +160,11 @@ class _Builder:
 
     def s(self, text: str) -> str:
         return self.strings.setdefault(text, text)
+
+    def shared(self) -> list[_Out]:
+        """The objects made once and used at several places (everything else is one place's)."""
+        leaf = [] if self.shared_leaf is None else [self.shared_leaf]
+        return [*self.load_types.values(), *self.namedtuples.values(), *leaf]
 
     def reduce_out(self, func: type, args: tuple) -> _Out:
         out = _Out()
@@ -258,7 +279,7 @@ def encode_spec(root: Node, style: str = "plain", *, protocol: int = 4) -> bytes
     try:
         spec, _, _ = builder.build(root, ())
         buf = io.BytesIO()
-        _SpecPickler(buf, protocol, builder.strings).dump(spec)
+        _SpecPickler(buf, protocol, builder.strings, builder.shared()).dump(spec)
     except RecursionError:
         raise _unencodable("the tree is nested too deeply") from None
     return buf.getvalue()

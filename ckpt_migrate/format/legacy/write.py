@@ -8,6 +8,7 @@ link to the first dataset, as ``fix_checkpoint_spec`` and ``H5Saver.create_links
 
 from __future__ import annotations
 
+import binascii
 import functools
 import pickle
 from collections.abc import Callable
@@ -51,8 +52,9 @@ def write(
     """``added(name)``: before each link (a dataset, or a tie's second link) is made."""
     fmt = release.format
     # 2.0+ cannot unpickle the 1.x TensorScalarDict class: only 1.7/1.8 files may name it.
-    spec_root = root if fmt < 0.3 else plain_dicts(root)
-    f.attrs["__spec__"] = encode_spec(spec_root, release.spec_torch).hex()
+    spec = encode_spec(root if fmt < 0.3 else plain_dicts(root), release.spec_torch)
+    h5attrs.create_text(f.id, "__spec__", binascii.hexlify(spec))  # (HDF5 is handed the bytes)
+    del spec
     if release.name != "1.7":  # 1.7 files may lack __version__; absent means 0.1 (§1.3)
         f.attrs["__version__"] = np.float64(fmt)
     if release.cstorch_version:
