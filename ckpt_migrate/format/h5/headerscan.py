@@ -80,21 +80,25 @@ class Scan:
             mine = _scan(self.path, self._dealt(child=False), self.base)
             if mine is None:
                 return None
+            # (loaded as read: the bytes whole beside what they load, and a list of the
+            # child's names, were 7 MiB of a legacy read-back's peak at 150k, issue 33)
             with os.fdopen(os.dup(self.read_end), "rb") as handed:
-                data = handed.read()
+                try:
+                    other = marshal.load(handed)
+                except (EOFError, ValueError, TypeError):
+                    other = None
             status = self.cancel(kill=False)  # (it has handed its part over: it ends by itself)
         finally:
             self.cancel()
         if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
             return None
-        other = marshal.loads(data)
-        del data
         if other is None:
             return None
         # The child's facts named by this process's names (its own would be 9 MB more at
         # 150k), in another order than ``datasets``': the facts are looked up by name
+        theirs = (n for n, a in self.datasets.items() if _part(a) < self.cut)
         try:
-            mine[0].update(zip((n for n, _ in self._dealt(child=True)), other[0], strict=True))
+            mine[0].update(zip(theirs, other[0], strict=True))
         except ValueError:  # (not as many as were dealt to it)
             return None
         return mine[0], mine[1] + other[1]
