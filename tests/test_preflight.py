@@ -23,7 +23,7 @@ from ckpt_migrate import cli
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.compare import signature
 from ckpt_migrate.format.h5 import boundary, io, preflight
-from ckpt_migrate.format.h5.facts import ADDRESS, ATTRS, DTYPE, SHAPE, Facts
+from ckpt_migrate.format.h5.facts import ADDRESS, ATTRS, DTYPE, SHAPE, Facts, FromFiles
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
 from ckpt_migrate.format.v05.write import _leaf_json, _leaf_json_slow
@@ -458,10 +458,8 @@ def test_a_legacy_reader_decodes_its_spec_before_it_reads_the_facts(tmp_path, mo
     monkeypatch.setattr(
         legacy_read, "decode_spec_info", lambda *a, **k: events.append("spec") or decode(*a, **k)
     )
-    collected = preflight._Written.collected
-    monkeypatch.setattr(
-        preflight._Written, "collected", lambda w: events.append("facts") or collected(w)
-    )
+    collected = FromFiles.collected
+    monkeypatch.setattr(FromFiles, "collected", lambda w: events.append("facts") or collected(w))
     for defer in (False, True):
         events.clear()
         with read_checkpoint(src, defer_chunks=defer) as ckpt:

@@ -7,6 +7,10 @@ look right is not used: the reader opens the dataset as it always did.
 
 from __future__ import annotations
 
+import contextlib
+import marshal
+import os
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -192,6 +196,38 @@ class Deferred(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self.collected())
+
+
+class FromFiles(Deferred):
+    """The datasets' facts the preflight children wrote (``marshal``), read from their files
+    at the first look-up (``Deferred``; the files are this object's own descriptors, closed
+    once read or with it)."""
+
+    def __init__(self, fds: list[int]) -> None:
+        self._fds = fds
+        self._datasets: dict[str, tuple] | None = None
+        self._closing = weakref.finalize(self, _close_all, fds)
+
+    def collected(self) -> dict[str, tuple]:
+        if self._datasets is None:
+            datasets: dict[str, tuple] = {}
+            try:
+                for fd in self._fds:
+                    with os.fdopen(os.dup(fd), "rb") as fh:
+                        fh.seek(0)
+                        raw = fh.read()
+                    datasets.update(marshal.loads(raw) if raw else {})
+                    del raw
+            finally:
+                self._closing()
+            self._datasets = datasets
+        return self._datasets
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 class OutlineTooShort(Exception):

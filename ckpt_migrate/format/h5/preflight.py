@@ -40,7 +40,6 @@ import os
 import select
 import signal
 import tempfile
-import weakref
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,7 +58,7 @@ from ckpt_migrate.format.h5.boundary import (
     link_problem,
     storage_problem,
 )
-from ckpt_migrate.format.h5.facts import Deferred, Shared
+from ckpt_migrate.format.h5.facts import FromFiles, Shared
 from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.io import forbid_plugin_loading, prefetch
 from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
@@ -289,8 +288,8 @@ class _Walk:
         self._remember_extents(path)
         return Findings(stored, self.facts_found() if facts else {})
 
-    def facts_found(self) -> _Written:
-        return _Written([os.dup(fd) for fd in self.facts])
+    def facts_found(self) -> FromFiles:
+        return FromFiles([os.dup(fd) for fd in self.facts])
 
     def _remember_extents(self, path: Path) -> None:
         """Hand ``overlaps`` where the children found the stored pieces, and the objects (a
@@ -325,37 +324,6 @@ class _Walk:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.read_end, self.facts, self.extents, self.links = -1, [], [], -1
-
-
-class _Written(Deferred):
-    """The datasets' facts the children wrote, read from their files at the first look-up
-    (``Deferred``; the files are this object's own descriptors, closed once read)."""
-
-    def __init__(self, fds: list[int]) -> None:
-        self._fds = fds
-        self._datasets: dict[str, tuple] | None = None
-        self._closing = weakref.finalize(self, _close_all, fds)
-
-    def collected(self) -> dict[str, tuple]:
-        if self._datasets is None:
-            datasets: dict[str, tuple] = {}
-            try:
-                for fd in self._fds:
-                    with os.fdopen(os.dup(fd), "rb") as fh:
-                        fh.seek(0)
-                        raw = fh.read()
-                    datasets.update(marshal.loads(raw) if raw else {})
-                    del raw
-            finally:
-                self._closing()
-            self._datasets = datasets
-        return self._datasets
-
-
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
 
 
 def _anonymous_file() -> int:
