@@ -121,7 +121,7 @@ class _SpecPickler(pickle._Pickler):  # type: ignore[name-defined,misc]
         globals and the builder's shared objects (``_Builder.shared``). A spec, its state and
         lists and a reduce's arguments are made for one place, and are numbered as pickle
         numbers them but not remembered: a memo of every one was 31 MiB at 150k tensors,
-        the peak of a rewrite to a legacy release (issue 33)."""
+        the peak of a write to a legacy release (issue 33)."""
         idx, self.memoised = self.memoised, self.memoised + 1
         self.write(self.put(idx))
         if not isinstance(obj, _ONE_PLACE) or id(obj) in self.shared:
