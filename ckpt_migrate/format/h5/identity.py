@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 
-def file_identity(path: str | os.PathLike[str]) -> tuple[int, ...]:
+def file_identity(path: str | os.PathLike[str] | int) -> tuple[int, ...]:
+    """Of the file at ``path``, or of the one open as the descriptor ``path``."""
     st = os.stat(path)
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ckpt_migrate.errors import CkptError, CkptIOError, CorruptCheckpointError, NotACheckpointError
 from ckpt_migrate.format.h5 import capi, chunks
+from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
 
 LZ4_FILTER_ID = 32004
@@ -268,8 +269,7 @@ class H5Handle:
 
 
 def _identity(f: h5py.File) -> tuple[int, ...]:
-    st = os.fstat(f.id.get_vfd_handle())
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return file_identity(f.id.get_vfd_handle())
 
 
 def link_names(
