@@ -234,7 +234,7 @@ def read_planned(
     try:
         plan = make_plan(ckpt, target, **options)
         unmeasured = plan.needs_stored_bytes and ckpt.data_bytes is None
-        if not ckpt.outline or not (unmeasured or not enough(plan)):
+        if not ckpt.outline or (not unmeasured and enough(plan)):
             return ckpt, plan
     except BaseException:
         ckpt.close()

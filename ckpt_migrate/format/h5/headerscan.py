@@ -96,7 +96,7 @@ class Scan:
             return None
         # The child's facts named by this process's names (its own would be 9 MB more at
         # 150k), in another order than ``datasets``': the facts are looked up by name
-        theirs = (n for n, a in self.datasets.items() if _part(a) < self.cut)
+        theirs = (n for n, a in self.datasets.items() if self._childs(a))
         try:
             mine[0].update(zip(theirs, other[0], strict=True))
         except ValueError:  # (not as many as were dealt to it)
@@ -107,7 +107,11 @@ class Scan:
         """The (name, address) of the datasets ``_part`` deals to the child, or to this
         process, in ``datasets``' order (the child hands its facts over in it). A list: made
         as the scan goes, the part's tuples landed among the facts, 3 MB more at 150k."""
-        return [(n, a) for n, a in self.datasets.items() if (_part(a) < self.cut) == child]
+        return [(n, a) for n, a in self.datasets.items() if self._childs(a) == child]
+
+    def _childs(self, address: int) -> bool:
+        """Whether ``_part`` deals the object at ``address`` to the child."""
+        return _part(address) < self.cut
 
     def cancel(self, kill: bool = True) -> int:
         """Wait for the child to end (``kill``: end it first, the caller gives up on it); its
