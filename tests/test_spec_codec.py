@@ -20,7 +20,7 @@ import random
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -1395,13 +1395,28 @@ def test_a_legacy_spec_is_read_from_the_file_not_through_h5py(tmp_path, monkeypa
     assert memos and all(m == [] for m in memos)
 
 
+def _legacy_specs() -> dict[str, bytes]:
+    """The legacy specs the real libraries wrote: the torch 2.4 + dill 0.3.8 pickle,
+    FORMAT_EXAMPLES A.1, and that of every legacy file in ``fixtures/``."""
+    import h5py
+    from conftest import FIXTURES
+
+    specs = {"torch 2.4": TORCH24, "A.1": A1}
+    for path in sorted(FIXTURES.glob("**/*.mdl")):
+        with h5py.File(path, "r") as f:
+            if "__spec__" in f.attrs and not str(f.attrs["__spec__"]).lstrip().startswith("["):
+                specs[path.relative_to(FIXTURES).as_posix()] = bytes.fromhex(
+                    str(f.attrs["__spec__"]).strip()
+                )
+    assert len(specs) >= 12, sorted(specs)
+    return specs
+
+
 def test_the_list_memo_decodes_every_spec_as_pickles_own_memo_does():
     """The unpickler's memo is a list (``SpecUnpickler.load``); with pickle's own dictionary
     and its stock handlers in its place, every spec decodes to the same tree: the real torch
     2.4 + dill 0.3.8 pickle, FORMAT_EXAMPLES A.1, and the spec of every legacy file in
     ``fixtures/`` (releases 1.7 to 2.3, the four model families' 1.9 and 2.0 files)."""
-    import h5py
-    from conftest import FIXTURES
 
     from ckpt_migrate.format import compare
     from ckpt_migrate.format.legacy import spec_decode
@@ -1423,14 +1438,7 @@ def test_the_list_memo_decodes_every_spec_as_pickles_own_memo_does():
 
     loaded: list[DictMemo] = []
 
-    specs = {"torch 2.4": TORCH24, "A.1": A1}
-    for path in sorted(FIXTURES.glob("**/*.mdl")):
-        with h5py.File(path, "r") as f:
-            if "__spec__" in f.attrs and not str(f.attrs["__spec__"]).lstrip().startswith("["):
-                specs[path.relative_to(FIXTURES).as_posix()] = bytes.fromhex(
-                    str(f.attrs["__spec__"]).strip()
-                )
-    assert len(specs) >= 12, sorted(specs)
+    specs = _legacy_specs()
     for name, data in specs.items():
         ours = decode_spec_info(data)
         with pytest.MonkeyPatch.context() as m:
@@ -1447,17 +1455,9 @@ def test_the_memo_lets_go_of_each_leafs_state_once_it_is_built():
     them (``SpecUnpickler._let_go_of``): at 150k tensors they were 50 of the 90 MiB a 1.9
     spec's memo held until the end of the load (issue 33). Both styles of spec, with 300 leaves:
     at ``STOP`` the memo holds no leaf's state and no empty list, and the tree is whole."""
-    from ckpt_migrate.format.legacy.spec_unpickler import SpecUnpickler
 
     at_stop: list[Any] = []
-
-    class Watching(SpecUnpickler):
-        def _stop(self: Any) -> None:
-            at_stop.extend(self.memo)
-            SpecUnpickler.dispatch[P.STOP[0]](self)
-
-        dispatch = {**SpecUnpickler.dispatch, P.STOP[0]: _stop}  # noqa: RUF012
-
+    Watching = _watching(at_stop)
     tree = DictNode([(f"w{i}", DictNode([("a", leaf()), ("b", leaf())])) for i in range(150)])
     for style in ("plain", "dataclass"):
         at_stop.clear()
@@ -1472,3 +1472,48 @@ def test_the_memo_lets_go_of_each_leafs_state_once_it_is_built():
             m.setattr(spec_decode, "SpecUnpickler", Watching)
             assert names(decode_spec(encode_spec(tree, style))) == names(tree), style
         assert root.children and all(len(c.children) == 2 for c in root.children), style
+
+
+def _watching(at_stop: list[Any]) -> type:
+    """A ``SpecUnpickler`` that keeps, at ``STOP``, what its memo still holds."""
+    from ckpt_migrate.format.legacy.spec_unpickler import SpecUnpickler
+
+    class Watching(SpecUnpickler):
+        def _stop(self: Any) -> None:
+            at_stop.extend(self.memo)
+            SpecUnpickler.dispatch[P.STOP[0]](self)
+
+        dispatch = {**SpecUnpickler.dispatch, P.STOP[0]: _stop}  # noqa: RUF012
+
+    return Watching
+
+
+def test_the_memo_lets_go_of_the_leaf_states_the_real_writers_pickled():
+    """The same on the specs the real libraries wrote (``_legacy_specs``: torch 2.4 + dill,
+    FORMAT_EXAMPLES A.1, the legacy fixtures of releases 1.7 to 2.3 and the model families):
+    at ``STOP`` the memo holds no more states than the tree has containers and no empty
+    list but an empty dict's context; the watched decoding names the same leaves (pickle's
+    own memo and ``BUILD`` give the same trees: the test above)."""
+    at_stop: list[Any] = []
+    Watching = _watching(at_stop)
+    for name, data in _legacy_specs().items():
+        at_stop.clear()
+        Watching(io.BytesIO(data)).load()
+        tree = decode_spec(data)
+        containers = list(_containers(tree))
+        assert sum(type(o) is dict for o in at_stop) <= len(containers), name
+        # (an empty dict's context is an empty list, kept: only children lists are let go of)
+        empty = sum(not c.items for c in containers)
+        assert sum(type(o) is list and not o for o in at_stop) <= empty, name
+        with pytest.MonkeyPatch.context() as m:
+            from ckpt_migrate.format.legacy import spec_decode
+
+            m.setattr(spec_decode, "SpecUnpickler", Watching)
+            assert names(decode_spec(data)) == names(tree), name
+
+
+def _containers(node: Node) -> Iterator[Node]:
+    if isinstance(node, (DictNode, SeqNode, NamedTupleNode)):
+        yield node
+        for child in node.items:
+            yield from _containers(child[1] if isinstance(node, DictNode) else child)
