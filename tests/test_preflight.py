@@ -441,16 +441,21 @@ def test_the_facts_of_the_real_libraries_files_are_their_datasets_own(tmp_path):
     assert kept > 0  # (the legacy tags among them)
 
 
-def test_a_legacy_reader_decodes_its_spec_before_it_reads_the_facts(tmp_path, monkeypatch):
+@pytest.mark.parametrize("layout", ["ours", "the 1.9 library's"])
+def test_a_legacy_reader_decodes_its_spec_before_it_reads_the_facts(
+    layout, tmp_path, monkeypatch, real_layout_19
+):
     """The datasets' facts are read from the children's files at the first look-up
     (``facts.Deferred``): a legacy reader decodes its spec first and holds the facts only once
     the pickle's records are let go (both at once were the 1.9 → 2.10 rewrite's peak at 150k
-    tensors, issue 33). The files' descriptors are closed once read, or with the findings."""
+    tensors, issue 33). The files' descriptors are closed once read, or with the findings.
+    Our 1.9 fixture, and a file laid out as the 1.9 library wrote it (auto-chunked LZ4, bf16
+    stored as int16)."""
     import gc
 
     from ckpt_migrate.format.legacy import read as legacy_read
 
-    src = fixture("1.9", tmp_path)
+    src = fixture("1.9", tmp_path) if layout == "ours" else real_layout_19
     with read_checkpoint(src) as ckpt:
         want = signature(ckpt.root)
     events: list[str] = []
