@@ -76,7 +76,10 @@ def write(
         mine = entries if dirs == ONE else _entries_in(entries, directory)
         where = tmp / directory if directory else tmp
         where.mkdir(exist_ok=True)
-        some = ((_bare(n, directory), a) for n, a in islice(arrays, len(mine)))
+        # the last directory takes the rest, so that the writer's check for one more ends
+        # the generator (and whatever it holds) before the files are read back
+        rest = arrays if directory == dirs[-1] else islice(arrays, len(mine))
+        some = ((_bare(n, directory), a) for n, a in rest)
         written = st.write_stream(where, mine, some, max_shard)
         config = configs[directory]
         config.setdefault("dtype", main_dtype(mine))

@@ -118,7 +118,7 @@ def export(
         ctx = apply_hops(ckpt, plan_, opts, family)
         name = canonical_name(model or _detected_name(family, src, config_text, Path(config)))
         module = family_for(name)
-        leaves = _model_leaves(ctx.root, src)
+        leaves = [_model_leaves(ctx.root, src)]
         cs_model = _model_config(config_text, Path(config), plan_.source_release.name, name)
         result = ExportResult(src, out, name, plan_.source_release.name)
         result.warnings += ctx.warnings
@@ -126,10 +126,12 @@ def export(
         # is made and the shards written (their containers and every other leaf, issue 33)
         ckpt.root = ctx.root = DictNode([])
         del ctx
+        if ckpt.handle is not None:
+            ckpt.handle.ready_to_read()  # before the mapping's plan is made
         _export(
             module,
             name,
-            leaves,
+            leaves.pop(),  # handed over: this frame must not hold them while the files are checked
             cs_model,
             out,
             max_shard,
@@ -236,18 +238,49 @@ def _export(
         refuse_unused(src, unused, name, drop, "model tensor")
         dropped.update({n: "not converted (--drop-unmatched-keys)" for n in unused})
         out_shapes = shapes_of(plan, shapes)
-        entries = []
-        for o in plan:
-            kind = out_dtype(o.inputs, dtypes, o.dtype or "float32")
-            kind = (dtype or kind) if kind in _FLOATS else kind
-            entries.append(st.Entry(o.name, kind, out_shapes[o.name]))
+        entries = [st.Entry(o.name, _stored(o, dtypes, dtype), out_shapes[o.name]) for o in plan]
     except MappingError as exc:
         raise mapping_failed(src, exc) from None
     result.dropped = dropped
     result.warnings += [f"{n} left out: {why}" for n, why in dropped.items()]
-    tie_sources = {v for k, v in ties.items() if leaves[k] is not leaves[v]}
+    tied = {n: leaves[n] for pair in ties.items() for n in pair}
     digests: dict[str, str] = {}
-    total = sum(e.nbytes for e in entries)
+    built = _built(plan, entries, leaves, dtypes, ties, digests, src, progress)
+    # the generator alone holds the plan and the sources now, and lets go of them once the
+    # last tensor is written, before the files are read back (issue 33)
+    del plan, leaves, dtypes, shapes, out_shapes, stand
+    with atomic_dir(out, force=force) as tmp:
+        written = directories.write(
+            tmp, dirs, hf_config, entries, built, max_shard, _main_dtype,
+            lambda: _check_ties(src, ties, tied, digests),
+        )  # fmt: skip
+    result.files = sorted(written.files)
+    result.tensors, result.bytes = len(entries), written.total_size
+    result.shards = sum(f.endswith(".safetensors") for f in written.files)
+
+
+_FLOATS = ("float32", "float16", "bfloat16")
+
+
+def _stored(o: Any, dtypes: dict[str, str], dtype: str | None) -> str:
+    """The dtype output ``o`` is written in: its inputs', a float one cast to ``dtype``."""
+    kind = out_dtype(o.inputs, dtypes, o.dtype or "float32")
+    return (dtype or kind) if kind in _FLOATS else kind
+
+
+def _built(
+    plan: list[Any],
+    entries: list[st.Entry],
+    leaves: dict[str, TensorLeaf],
+    dtypes: dict[str, str],
+    ties: dict[str, str],
+    digests: dict[str, str],
+    src: Path,
+    progress: Progress | None,
+) -> Iterator[tuple[str, np.ndarray]]:
+    """The HF tensors in the plan's order, one at a time; an original of a tie is hashed as it
+    is read, for ``_check_ties``."""
+    tie_sources = {v for k, v in ties.items() if leaves[k] is not leaves[v]}
 
     def read_leaf(n: str) -> np.ndarray:
         array = leaves[n].data.read()
@@ -256,35 +289,21 @@ def _export(
         return array
 
     read = LastRead(read_leaf)
-
-    def arrays() -> Iterator[tuple[str, np.ndarray]]:
-        done = 0
-        for i, (o, e) in enumerate(zip(plan, entries), 1):
-            try:
-                array = cast(
-                    build_one(o, read), out_dtype(o.inputs, dtypes, o.dtype or "float32"), e.dtype
-                )
-            except MappingError as exc:
-                raise mapping_failed(src, exc) from None
-            if i == len(plan):
-                _let_go_of_sources(leaves)
-            yield o.name, array
-            del array  # before the next output is built
-            done += e.nbytes
-            if progress is not None:
-                progress("export", done, total)
-
-    with atomic_dir(out, force=force) as tmp:
-        written = directories.write(
-            tmp, dirs, hf_config, entries, arrays(), max_shard, _main_dtype,
-            lambda: _check_ties(src, ties, leaves, digests),
-        )  # fmt: skip
-    result.files = sorted(written.files)
-    result.tensors, result.bytes = len(entries), written.total_size
-    result.shards = sum(f.endswith(".safetensors") for f in written.files)
-
-
-_FLOATS = ("float32", "float16", "bfloat16")
+    done, total = 0, sum(e.nbytes for e in entries)
+    for i, (o, e) in enumerate(zip(plan, entries), 1):
+        try:
+            array = cast(
+                build_one(o, read), out_dtype(o.inputs, dtypes, o.dtype or "float32"), e.dtype
+            )
+        except MappingError as exc:
+            raise mapping_failed(src, exc) from None
+        if i == len(plan):
+            _let_go_of_sources(leaves)
+        yield o.name, array
+        del array  # before the next output is built
+        done += e.nbytes
+        if progress is not None:
+            progress("export", done, total)
 
 
 def _let_go_of_sources(leaves: dict[str, TensorLeaf]) -> None:

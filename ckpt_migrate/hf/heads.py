@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
+from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename, same_shape
 from ckpt_migrate.hf.ops import Ctx, Op
 
 
@@ -56,7 +56,7 @@ def _fresh(facts: Head, embedding: str, head: str, ctx: Ctx) -> Out:
     note = "new head, N(0, 0.02)"
     if facts.fresh == "like":
         build = lambda w: normal_head(w.shape, w.dtype)  # noqa: E731
-        return Out(head, (embedding,), build, infer=lambda s: s, note=note)
+        return Out(head, (embedding,), build, infer=same_shape, note=note)
     cs = ctx.dims.get("cs", {})
     shape = tuple(ctx.dims.get("head_shape") or (cs["vocab_size"], cs["hidden_size"]))
     return Out(head, (), partial(normal_head, shape, np.float32), shape=shape, note=note)
@@ -102,7 +102,7 @@ def _head_to_cs(facts: Head, embed: str, hf_head: str, head: str, ctx: Ctx) -> O
     if ctx.has("!headless") and hf_head in ctx.available:
         return rename(hf_head, head)
     if ctx.has("tied") and facts.tie == "copy":
-        return Out(head, (embed,), np.copy, infer=lambda s: s, note="tied to the embedding")
+        return Out(head, (embed,), np.copy, infer=same_shape, note="tied to the embedding")
     if ctx.has("tied"):
         return rename(embed, head)
     if ctx.has("headless"):

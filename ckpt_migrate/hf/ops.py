@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate.hf.arrays import bf16_to_f32, f32_to_bf16
-from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename, sections, transpose
+from ckpt_migrate.hf.mapping import (
+    MappingError,
+    Out,
+    Shape,
+    rename,
+    same_shape,
+    sections,
+    transpose,
+)
 
 
 @dataclass(frozen=True)
@@ -156,7 +164,7 @@ def rotary(heads: str) -> Op:
             n = int(ctx.dims[heads])
             note = f"rotary, {n} heads"
             make = lambda x: fn(x, n)  # noqa: E731
-            return [Out(d, (s,), make, infer=lambda s: s, note=note) for s, d in zip(srcs, dsts)]
+            return [Out(d, (s,), make, infer=same_shape, note=note) for s, d in zip(srcs, dsts)]
 
         return build
 
@@ -181,7 +189,7 @@ def _shifted(delta: float) -> Builder:
     def build(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> list[Out]:
         make = lambda x: shift(x, delta)  # noqa: E731
         note = f"{delta:+g}"
-        return [Out(d, (s,), make, infer=lambda s: s, note=note) for s, d in zip(srcs, dsts)]
+        return [Out(d, (s,), make, infer=same_shape, note=note) for s, d in zip(srcs, dsts)]
 
     return build
 

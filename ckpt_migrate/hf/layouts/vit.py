@@ -19,7 +19,7 @@ import numpy as np
 from ckpt_migrate.hf import config_table
 from ckpt_migrate.hf.encoders import layers_of
 from ckpt_migrate.hf.layouts.bert_like import inputs_on_side
-from ckpt_migrate.hf.mapping import Out
+from ckpt_migrate.hf.mapping import Out, same_shape
 from ckpt_migrate.hf.ops import Ctx, Op
 from ckpt_migrate.hf.table import TO_CS, TO_HF, Group, Query, Table, pair, row
 
@@ -30,7 +30,7 @@ def _rolled(shift: int) -> Callable[[Sequence[str], Sequence[str], Ctx], list[Ou
             return np.ascontiguousarray(np.roll(x, shift, axis=0))
 
         return [
-            Out(d, (s,), rows, infer=lambda shape: shape, note="class-token row moved")
+            Out(d, (s,), rows, infer=same_shape, note="class-token row moved")
             for s, d in zip(srcs, dsts, strict=True)
         ]
 
