@@ -223,9 +223,11 @@ def test_verify_says_which_tensors_it_compared_as_stored(tmp_path):
 def test_verify_begins_the_second_files_walk_before_it_reads_the_first(tmp_path, monkeypatch):
     """The second file's preflight children are forked before the first tree is built (forked
     after, they held it too: 311 MiB at 150k tensors, issue 33); its read collects that walk,
-    and the answer is the same."""
+    and the answer is the same. The first file is made ready to read (its map of overlapping
+    data) before the second tree is read, not beside it."""
     from ckpt_migrate.cli import commands
     from ckpt_migrate.format.h5 import preflight
+    from ckpt_migrate.format.h5.io import H5Handle
 
     src = tmp_path / "tied.mdl"
     shutil.copyfile(REAL / "tied.mdl", src)
@@ -244,8 +246,16 @@ def test_verify_begins_the_second_files_walk_before_it_reads_the_first(tmp_path,
         "read_checkpoint",
         lambda p, **k: events.append(("read", p.parent.name)) or read(p, **k),
     )
+    ready = H5Handle.ready_to_read
+    monkeypatch.setattr(
+        H5Handle,
+        "ready_to_read",
+        lambda self: events.append(("ready", self.path.parent.name)) or ready(self),
+    )
     assert commands.verify(src, out) == plain and plain["identical"]
-    assert events[:2] == [("walk", "out"), ("read", src.parent.name)], events
+    name = src.parent.name
+    assert events[:2] == [("walk", "out"), ("read", name)], events
+    assert events.index(("ready", name)) < events.index(("read", "out")), events
     assert events.count(("walk", "out")) == 1, events  # (collected, not walked again)
 
 

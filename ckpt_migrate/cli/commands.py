@@ -402,13 +402,15 @@ def verify(
 ) -> dict[str, Any]:
     # (each tree is read while the preflight walks its chunk indexes; a tensor read waits).
     # The second file's walk begins first: its children, forked once the first tree was
-    # built, held it too (311 MiB at 150k tensors, the peak of the command, issue 33)
+    # built, held it too (311 MiB at 150k tensors, the peak of the command, issue 33). The
+    # first file's map of overlapping data is made before the second tree is read, not beside
+    # it (290 -> 284 MiB).
     preflight.start(Path(b))
-    with (
-        read_checkpoint(a, defer_chunks=True) as left,
-        read_checkpoint(b, defer_chunks=True) as right,
-    ):
-        found = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
+    with read_checkpoint(a, defer_chunks=True) as left:
+        if left.handle is not None:
+            left.handle.ready_to_read()
+        with read_checkpoint(b, defer_chunks=True) as right:
+            found = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
     return {
         "left": str(a),
         "right": str(b),
