@@ -342,6 +342,8 @@ def _upgrade_locked(
                     ckpt.root = DictNode([])
                 written = rootedit.write(ckpt, edit, *args, let_go=not full, **kw)
             else:
+                if ckpt.handle is not None:  # (the source root's digest is a root edit's)
+                    ckpt.handle.root_digest = None
                 written = write(ckpt, out_root, *args, **kw)
             result.copy_method, result.bytes_shared = written.copy_method, written.bytes_shared
             result.strategy = written.strategy
