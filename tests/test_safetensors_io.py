@@ -107,3 +107,54 @@ def test_the_header_is_checked_in_slabs(tmp_path, monkeypatch):
         path.write_bytes(bad)
         with pytest.raises(VerificationError, match="header differs"):
             st.verify(tmp_path, entries, written)
+
+
+class _NoOffsetKeys:
+    """``safe_open`` as safetensors before 0.5 had it: ``keys`` (sorted), no ``offset_keys``."""
+
+    def __init__(self, *args, **kwargs):
+        self._f = safetensors.safe_open(*args, **kwargs)
+
+    def __enter__(self):
+        self._f.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._f.__exit__(*exc)
+
+    def keys(self):
+        return self._f.keys()
+
+    def get_slice(self, name):
+        return self._f.get_slice(name)
+
+
+@pytest.mark.parametrize("reader", ["offset_keys", "keys"])
+def test_the_listing_is_checked_against_the_plan(tmp_path, monkeypatch, reader):
+    """A file whose header is the one written, read with another plan: ``safe_open``'s
+    listing, walked beside the plan (in data order where the reader gives it), names the
+    tensor planned but not listed, the one listed but not planned, a shape that differs and,
+    in data order, a tensor listed where another was planned."""
+    if reader == "keys":
+        from types import SimpleNamespace
+
+        monkeypatch.setattr(st, "require", lambda *a: SimpleNamespace(safe_open=_NoOffsetKeys))
+    entries, written, _ = _written(tmp_path)
+    st.verify(tmp_path, entries, written)
+    extra = st.Entry("\uffffplanned", "float32", (2, 3))  # (last in either order)
+    written.weight_map[extra.name] = st.SINGLE
+    with pytest.raises(VerificationError, match="missing after writing: \uffffplanned"):
+        st.verify(tmp_path, [*entries, extra], written)
+    last = entries[-1] if reader == "offset_keys" else max(entries, key=lambda e: e.name)
+    kept = [e for e in entries if e is not last]
+    with pytest.raises(VerificationError, match="which it should not"):
+        st.verify(tmp_path, kept, written)
+    with pytest.raises(VerificationError, match="where \uffffplanned was planned"):
+        st.verify(tmp_path, [*kept, extra], written)
+    reshaped = [st.Entry(entries[0].name, "float32", (3, 2)), *entries[1:]]
+    with pytest.raises(VerificationError, match="dtype or shape differs"):
+        st.verify(tmp_path, reshaped, written)
+    swapped = [entries[1], entries[0], *entries[2:]]
+    if reader == "offset_keys":
+        with pytest.raises(VerificationError, match=r"where .* was planned"):
+            st.verify(tmp_path, swapped, written)

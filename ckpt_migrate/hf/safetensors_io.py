@@ -18,6 +18,7 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -320,17 +321,18 @@ def _digest_back(stored: Stored) -> bytes:
 
 def verify(directory: Path, entries: list[Entry], written: Written) -> None:
     """Check every written file: its header must be the bytes written (so each tensor lies
-    where the plan put it), ``safetensors.safe_open`` must list exactly the planned tensors
-    with their dtypes and shapes, and each tensor's bytes, read back a slab at a time, must
-    hash as they did while being written. The header is compared, not parsed: parsed, 150k
-    entries took 200 MB (issue 33)."""
+    where the plan put it), ``safetensors.safe_open`` must list exactly the planned tensors,
+    in the plan's order, with their dtypes and shapes, and each tensor's bytes, read back a
+    slab at a time, must hash as they did while being written. The header is compared, not
+    parsed: parsed, 150k entries took 200 MB (issue 33); and the listing is walked beside the
+    plan, not looked up in a copy of it by name (which ``safe_open``'s own parse of the header
+    then could not use)."""
     safe_open = require("safetensors", "hf").safe_open
 
-    expected = {e.name: e for e in entries}
     by_file: dict[str | None, list[Entry]] = {}
     for e in entries:
         by_file.setdefault(written.weight_map.get(e.name), []).append(e)
-    seen: set[str] = set()
+    checked = set()
     for fname in written.files:
         if not fname.endswith(".safetensors"):
             continue
@@ -338,20 +340,36 @@ def verify(directory: Path, entries: list[Entry], written: Written) -> None:
         mine = by_file.get(fname, [])
         start = _header_checked(path, written.headers.get(fname))
         with safe_open(str(path), framework="numpy") as f:
-            for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
-                e = expected.get(name)
-                piece = f.get_slice(name)
-                if e is None or written.weight_map.get(name) != fname:
-                    raise VerificationError(path, f"holds {name}, which it should not")
-                if piece.get_dtype() != ST_DTYPES[e.dtype] or tuple(piece.get_shape()) != e.shape:
-                    raise VerificationError(path, f"{name}: dtype or shape differs from the plan")
-                seen.add(name)
+            _check_listing(path, f, mine)
+        checked.add(fname)
         for e, (begin, _) in zip(mine, _offsets(mine)):
             if _digest_back(Stored(path, e, start + begin)) != written.hashes[e.name]:
                 raise VerificationError(path, f"{e.name}: the bytes read back differ")
-    if seen != set(expected):
-        missing = sorted(set(expected) - seen)[:3]
-        raise VerificationError(directory, f"tensors missing after writing: {', '.join(missing)}")
+    missing = [e.name for fname, es in by_file.items() if fname not in checked for e in es]
+    if missing:
+        raise VerificationError(
+            directory, f"tensors missing after writing: {', '.join(missing[:3])}"
+        )
+
+
+def _check_listing(path: Path, f: Any, mine: list[Entry]) -> None:
+    """``f`` (``safe_open`` of ``path``) lists the tensors ``mine``, each with its dtype and
+    shape: in the order of their data where the reader can say it (``offset_keys``,
+    safetensors 0.5), else by name (``keys`` is sorted)."""
+    in_order = getattr(f, "offset_keys", None)
+    listed = in_order() if in_order is not None else sorted(f.keys())
+    planned = mine if in_order is not None else sorted(mine, key=lambda e: e.name)
+    for name, e in zip(listed, planned):
+        if name != e.name:
+            raise VerificationError(path, f"holds {name} where {e.name} was planned")
+        piece = f.get_slice(name)
+        if piece.get_dtype() != ST_DTYPES[e.dtype] or tuple(piece.get_shape()) != e.shape:
+            raise VerificationError(path, f"{name}: dtype or shape differs from the plan")
+    if len(listed) > len(planned):
+        raise VerificationError(path, f"holds {listed[len(planned)]}, which it should not")
+    if len(listed) < len(planned):
+        missing = ", ".join(e.name for e in planned[len(listed) :][:3])
+        raise VerificationError(path, f"tensors missing after writing: {missing}")
 
 
 def _header_checked(path: Path, digest: bytes | None) -> int:
