@@ -247,12 +247,9 @@ def test_the_plan_and_the_sources_are_let_go_of_before_the_shards_are_read_back(
     tmp_path, monkeypatch
 ):
     """While the shards are read back, the export holds what the read-back and ``safe_open``
-    need, and the ties' source tensors: no plan output, no other source tensor (issue 33). The
-    map of overlapping stored data, which the first read would make, is made before the plan
-    (its making took 21 MiB more than it keeps at 150k tensors)."""
+    need, and the ties' source tensors: no plan output, no other source tensor (issue 33)."""
     import gc
 
-    from ckpt_migrate.format.h5 import overlaps
     from ckpt_migrate.format.tree import H5Data, TensorLeaf
     from ckpt_migrate.hf import directories, safetensors_io
     from ckpt_migrate.hf import export as hf_export
@@ -261,15 +258,7 @@ def test_the_plan_and_the_sources_are_let_go_of_before_the_shards_are_read_back(
     events: list[str] = []
     held: set[str] = set()
     real_ties = hf_export._check_ties
-    real_map, real_grouped, real_verify = (
-        overlaps._overlapping,
-        directories.grouped,
-        safetensors_io.verify,
-    )
-
-    def mapped(*args):
-        events.append("map")
-        return real_map(*args)
+    real_grouped, real_verify = directories.grouped, safetensors_io.verify
 
     def grouped(*args):
         events.append("plan")
@@ -289,15 +278,15 @@ def test_the_plan_and_the_sources_are_let_go_of_before_the_shards_are_read_back(
         events.append("ties")
         return real_ties(src, ties, leaves, digests)
 
-    monkeypatch.setattr(overlaps, "_overlapping", mapped)
     monkeypatch.setattr(directories, "grouped", grouped)
     monkeypatch.setattr(safetensors_io, "verify", verify)
     monkeypatch.setattr(hf_export, "_check_ties", check_ties)
-    src = tmp_path / "checkpoint_100.mdl"  # (a file of its own: no map of it is kept yet)
-    shutil.copyfile(MODELS / "gpt2-1.9" / "checkpoint_100.mdl", src)
-    result = hf_export.export(src, tmp_path / "hf", config=MODELS / "gpt2-1.9" / "params.yaml")
+    src = MODELS / "gpt2-1.9"
+    result = hf_export.export(
+        src / "checkpoint_100.mdl", tmp_path / "hf", config=src / "params.yaml"
+    )
     assert result.tensors > 0
-    assert events == ["map", "plan", "verify", "ties"]
+    assert events == ["plan", "verify", "ties"]
 
 
 def test_a_1_9_checkpoint_exports_in_one_command(tmp_path):

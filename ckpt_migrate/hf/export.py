@@ -126,8 +126,6 @@ def export(
         # is made and the shards written (their containers and every other leaf, issue 33)
         ckpt.root = ctx.root = DictNode([])
         del ctx
-        if ckpt.handle is not None:
-            ckpt.handle.ready_to_read()  # before the mapping's plan is made
         _export(
             module,
             name,
