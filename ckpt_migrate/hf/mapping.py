@@ -35,8 +35,8 @@ def identity(x: np.ndarray) -> np.ndarray:
 
 
 def same_shape(shape: Shape) -> Shape:
-    """``Out.infer`` of an output shaped as its one input (one function for all: a lambda
-    each was a function object per output, 150 bytes of 150k at issue 33's scale)."""
+    """``Out.infer`` of an output shaped as its one input: one function for all (a lambda
+    each was a function object, about 150 bytes, per output; issue 33's plans have 150k)."""
     return shape
 
 
