@@ -378,3 +378,30 @@ def test_a_writer_filling_an_old_style_root_keeps_its_name_heap_in_the_cache(
     assert hits > 0.95 > hits_without
     assert _contents(tmp_path / "True.mdl") == _contents(tmp_path / "False.mdl")
     assert (tmp_path / "True.mdl").stat().st_size < (tmp_path / "False.mdl").stat().st_size
+
+
+@pytest.mark.parametrize("libver", ["earliest", "latest"])
+def test_the_datasets_no_leaf_uses_are_found_in_hdf5s_own_order(tmp_path, libver):
+    """``datasets_not_in`` visits the links in HDF5's own order (by name, HDF5 first builds a
+    sorted table of a dense group's links: 35 MiB at 188k, issue 33) and answers sorted, as
+    before: every name of every dataset not used, at any depth, ties by each name; groups
+    never; on old-style groups and on dense new-style ones (``latest``: more than 8 links)."""
+    rng = np.random.default_rng(3)
+    names = [f"t{i}" for i in rng.permutation(40)]
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w", libver=libver) as f:
+        for name in names:
+            f[name] = np.zeros(2, np.float32)
+        inner = f.create_group("g")
+        for i in rng.permutation(12):
+            inner[f"u{i}"] = np.ones(3)
+        f["tie"] = f["t3"]  # a second name of one dataset
+        inner["tie"] = f["t5"]
+    used = {"t1", "t3", "g/u2", "t5"}
+    with h5py.File(path, "r") as f:
+        every = []
+        f.visititems(lambda n, o: every.append(n) if isinstance(o, h5py.Dataset) else None)
+        want = sorted({*every, "tie", "g/tie"} - used)  # (visititems names an object once)
+        assert h5io.datasets_not_in(f, used, recursive=True) == want
+        top = sorted(n for n in [*names, "tie"] if n not in used)
+        assert h5io.datasets_not_in(f, used, recursive=False) == top

@@ -376,10 +376,12 @@ def datasets_not_in(group: h5py.Group, used: set[str], *, recursive: bool) -> li
         if info.type == h5py.h5l.TYPE_HARD and name.decode() not in used:
             other.append(name)
 
+    # (in HDF5's own order: by name, HDF5 first builds a sorted table of a dense group's
+    # links, 35 MiB and seconds at 188k)
     if recursive:
-        group.id.links.visit(take, info=True)
+        group.id.links.visit(take, info=True, order=h5py.h5.ITER_NATIVE)
     else:
-        group.id.links.iterate(take, info=True)
+        group.id.links.iterate(take, info=True, order=h5py.h5.ITER_NATIVE)
     return sorted(
         n.decode() for n in other if isinstance(h5py.h5o.open(group.id, n), h5py.h5d.DatasetID)
     )
