@@ -210,9 +210,9 @@ def compare_trees(
     The two trees are walked side by side while they name the same leaves in the same order
     (an upgrade's output and its source, a file and its copy), each place with its peer, and
     nothing is kept (a dict of the second's 188k leaves by name was 8 MiB of ``verify``'s
-    peak, issue 33). From the first place where they part, the second's leaves are kept by
-    name (None once its name is seen in the first) and the first's walked, not kept: there a
-    name a tree gives twice is compared once.
+    peak, issue 33). From the first place where they part, the second's leaves from there on
+    are kept by name (None once its name is seen in the first) and the first's walked, not
+    kept (``_parted``): there a name a tree gives twice is compared once.
     A tie is known by the tied leaves' first positions alone (issue 33: with a dict of each
     tree's positions and a first position for every leaf, ``verify``'s peak at 188k leaves
     was 654 MiB, now 475).
