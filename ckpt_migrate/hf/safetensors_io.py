@@ -121,8 +121,8 @@ def header_parts(entries: list[Entry], metadata: Mapping[str, str]) -> Iterator[
 
     The bytes are those of ``json.dumps`` of the header as one object, made entry by entry
     twice (once for the length, once to write) and never held: the object and its joined text
-    held 100 and 49 MB more at 112k entries than the pieces, and the pieces 30 MiB more than
-    none (issue 33)."""
+    held 100 and 49 MB more at 112k entries than the pieces, and the pieces were the write's
+    peak (280 MiB, 268 without them; issue 33)."""
     size = sum(map(len, _header_body(entries, metadata)))
     padding = -(size + 8) % DATA_ALIGNMENT
     yield struct.pack("<Q", size + padding)

@@ -377,7 +377,7 @@ def datasets_not_in(group: h5py.Group, used: set[str], *, recursive: bool) -> li
             other.append(name)
 
     # (in HDF5's own order: by name, HDF5 first builds a sorted table of a dense group's
-    # links, 35 MiB and seconds at 188k)
+    # links: 35 MiB more at 188k)
     if recursive:
         group.id.links.visit(take, info=True, order=h5py.h5.ITER_NATIVE)
     else:
