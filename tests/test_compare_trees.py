@@ -260,6 +260,29 @@ def test_verify_begins_the_second_files_walk_before_it_reads_the_first(tmp_path,
     assert events.count(("walk", "out")) == 1, events  # (collected, not walked again)
 
 
+def test_a_first_file_refused_leaves_no_walk_of_the_second(tmp_path, monkeypatch):
+    """``verify`` begins the second file's walk before it reads the first; when the first is
+    refused (not a checkpoint, damaged), that walk is ended with the command, not left to
+    run in a process that goes on (a library caller's): the real 2.10 library's file second."""
+    from ckpt_migrate.cli import commands
+    from ckpt_migrate.errors import NotACheckpointError
+    from ckpt_migrate.format.h5 import preflight
+
+    bad = tmp_path / "notes.mdl"
+    bad.write_bytes(b"not an HDF5 file")
+    good = tmp_path / "tied.mdl"
+    shutil.copyfile(REAL / "tied.mdl", good)
+    begun: list = []
+    start = preflight.start
+    monkeypatch.setattr(preflight, "start", lambda p: begun.append(start(p)) or begun[-1])
+    with pytest.raises(NotACheckpointError):
+        commands.verify(bad, good)
+    assert begun and begun[0] is not None  # (a walk was begun)
+    assert begun[0] not in preflight._early
+    proc = run_cli("verify", bad, good)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+
+
 def test_a_read_that_fails_while_comparing_stored_bytes_is_one_error_naming_the_files(
     tmp_path, monkeypatch
 ):

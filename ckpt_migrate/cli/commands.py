@@ -405,12 +405,15 @@ def verify(
     # built, held it too (311 MiB at 150k tensors, the peak of the command, issue 33). The
     # first file's map of overlapping data is made before the second tree is read, not beside
     # it (290 -> 284 MiB).
-    preflight.start(Path(b))
-    with read_checkpoint(a, defer_chunks=True) as left:
-        if left.handle is not None:
-            left.handle.ready_to_read()
-        with read_checkpoint(b, defer_chunks=True) as right:
-            found = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
+    begun = preflight.start(Path(b))
+    try:
+        with read_checkpoint(a, defer_chunks=True) as left:
+            if left.handle is not None:
+                left.handle.ready_to_read()
+            with read_checkpoint(b, defer_chunks=True) as right:
+                found = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
+    finally:
+        preflight.cancel_started(begun)  # (the first file refused: the second's walk ends)
     return {
         "left": str(a),
         "right": str(b),

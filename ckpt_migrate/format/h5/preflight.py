@@ -165,9 +165,7 @@ class Rest:
             return None
         if type(found) is not dict or len(found) != count:
             return None
-        if not all(type(k) is str for k in found) or not all(
-            type(v) is int for v in found.values()
-        ):
+        if not all(type(k) is str and type(v) is int for k, v in found.items()):
             return None
         return found
 
@@ -177,17 +175,27 @@ class Rest:
             self._walk = None
 
 
-def start(path: Path) -> None:
+def start(path: Path) -> tuple[int, ...] | None:
     """Begin ``preflight(path)`` now, for a caller that has other work (its imports) to do
-    before it reads ``path``; a file that cannot be opened is left to the reader to name."""
+    before it reads ``path``; a file that cannot be opened is left to the reader to name.
+    Returns the walk's key for ``cancel_started`` (None: none begun)."""
     try:
         identity = file_identity(path)
         if not h5py.is_hdf5(str(path)):
-            return
+            return None
     except OSError:
-        return
+        return None
     if identity not in _early:
         _early[identity] = _Walk.begin(path)
+    return identity
+
+
+def cancel_started(key: tuple[int, ...] | None) -> None:
+    """End the walk ``start`` began under ``key`` if no read has collected it (a caller that
+    gave up before reading the file leaves no children walking it)."""
+    walk = None if key is None else _early.pop(key, None)
+    if walk is not None:
+        walk.cancel()
 
 
 @dataclass
@@ -339,9 +347,8 @@ _early: dict[tuple[int, ...], _Walk] = {}  # by the file's identity: a changed f
 
 @atexit.register
 def _cancel_early() -> None:
-    for walk in _early.values():
-        walk.cancel()
-    _early.clear()
+    for key in list(_early):
+        cancel_started(key)
 
 
 WORKERS = max(1, min(2, len(os.sched_getaffinity(0))))
