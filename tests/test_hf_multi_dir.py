@@ -394,3 +394,29 @@ def test_every_file_of_every_sub_directory_is_fsynced_before_the_rename(tmp_path
     on_disk = {p.relative_to(out) for p in out.rglob("*")}
     assert on_disk == synced_names
     assert {Path("q_encoder/config.json"), Path("ctx_encoder"), Path("q_encoder")} <= on_disk
+
+
+def test_the_plan_is_let_go_of_before_the_last_directory_is_read_back(tmp_path, monkeypatch):
+    """The tensors of every directory come from one generator, which holds the plan and the
+    source tensors: the last directory takes whatever it has left, so that the writer's ask
+    for one more ends it before that directory is read back (issue 33). Dragon+ from two
+    ``save_pretrained`` BERTs: the plan is alive while the first directory is read back (the
+    second's tensors are still to come), gone at the second."""
+    import gc
+
+    from ckpt_migrate.hf.mapping import Out
+
+    _save_dragon(tmp_path / "hf")
+    params = tmp_path / "params.yaml"
+    import_hf(tmp_path / "hf", tmp_path / "m.mdl", model="dragon", config_out=params)
+    alive: list[tuple[str, bool]] = []
+    real = st.verify
+
+    def verify(directory, entries, written):
+        gc.collect()
+        alive.append((directory.name, any(isinstance(o, Out) for o in gc.get_objects())))
+        return real(directory, entries, written)
+
+    monkeypatch.setattr(st, "verify", verify)
+    export(tmp_path / "m.mdl", tmp_path / "out", model="dragon", config=params)
+    assert alive == [("q_encoder", True), ("ctx_encoder", False)]
