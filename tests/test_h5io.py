@@ -405,3 +405,24 @@ def test_the_datasets_no_leaf_uses_are_found_in_hdf5s_own_order(tmp_path, libver
         assert h5io.datasets_not_in(f, used, recursive=True) == want
         top = sorted(n for n in [*names, "tie"] if n not in used)
         assert h5io.datasets_not_in(f, used, recursive=False) == top
+
+
+def test_the_datasets_no_leaf_uses_are_found_without_opening_the_used_ones(tmp_path):
+    """Only the links outside ``used`` are opened: HDF5's own recursive visit read every
+    object's header to learn its type (2.9 s and 17 MiB at 188k leaves, issue 33), so that a
+    damaged header among the used datasets stopped it; a group linked into itself, or the
+    root linked from below, is visited once."""
+    path = tmp_path / "f.h5"
+    with h5py.File(path, "w") as f:
+        f["a"] = np.zeros(4, np.float32)
+        f["b"] = np.ones(4)
+        inner = f.create_group("g")
+        inner["c"] = np.ones(2)
+        inner["loop"], inner["up"] = inner, f
+        address = h5py.h5o.get_info(f["a"].id).addr
+    with open(path, "r+b") as raw:
+        raw.seek(address)
+        raw.write(b"\xff" * 16)
+    with h5py.File(path, "r") as f:
+        assert h5io.datasets_not_in(f, {"a"}, recursive=True) == ["b", "g/c"]
+        assert h5io.datasets_not_in(f, {"a", "b"}, recursive=False) == []
