@@ -251,7 +251,7 @@ def _parse_spec(
         raise spec.error
     decoded = treespec_json.decode(spec.treespec, handle.path)
     spec.treespec = None
-    root, _names, shared = treespec_json.build(decoded, handle.path, leaf)
+    root, shared = treespec_json.build(decoded, handle.path, leaf)
     return root, shared
 
 

@@ -45,9 +45,8 @@ def parse(text: str, path: str | Path | None = None) -> Node:
     return parse_named(text, path)[0]
 
 
-def parse_named(text: str, path: str | Path | None = None) -> tuple[Node, set[str], bool]:
-    """``parse``, with the names of its leaves and whether two leaves share a name
-    (``tree.name_collisions`` says which)."""
+def parse_named(text: str, path: str | Path | None = None) -> tuple[Node, bool]:
+    """``parse``, and whether two leaves share a name (``tree.name_collisions`` says which)."""
     return build(decode(text, path), path)
 
 
@@ -101,8 +100,8 @@ def build(
     decoded: list[Any],
     path: str | Path | None = None,
     leaf: Callable[[str], Node] = MissingLeaf,
-) -> tuple[Node, set[str], bool]:
-    """``decode``'s answer as a tree, its leaves' names and whether two share one; each leaf
+) -> tuple[Node, bool]:
+    """``decode``'s answer as a tree and whether two of its leaves share a name; each leaf
     is ``leaf`` of its name, made in flatten order. The JSON nodes are let go of as their
     subtrees are built (``decoded`` is emptied): the decoded document and the tree were both
     whole at once, 30 MB at 150k leaves (issue 33)."""
@@ -113,7 +112,7 @@ def build(
             path, f"treespec protocol {proto!r} is not supported (only {PROTOCOL})"
         )
     parser = _Parser(path, leaf)
-    return parser.node(node, 0, ""), parser.names, parser.shared
+    return parser.node(node, 0, "", False), parser.shared
 
 
 def _spec_node(d: dict[str, Any]) -> _SpecNode:
@@ -147,16 +146,18 @@ class _Parser:
     def __init__(self, path: str | Path | None, leaf: Callable[[str], Node] = MissingLeaf):
         self.path, self.leaf = path, leaf
         self.visited = 0
-        self.names: set[str] = set()
+        self.names: set[str] = set()  # (the leaves' below a loose dict: ``dict_keys``)
         self.shared = False
         # A short context's keys, checked, by its text: 37k optimizer states' dicts at 150k
         # tensors share one (``["step", "exp_avg", "exp_avg_sq"]``), decoded 37k times
-        self.contexts: dict[str, tuple[Key, ...]] = {}
+        self.contexts: dict[str, tuple[tuple[Key, ...], bool]] = {}
 
     def malformed(self, what: str = "has a malformed node") -> CorruptCheckpointError:
         return CorruptCheckpointError(self.path, f"__spec__ treespec {what}")
 
-    def node(self, obj: Any, depth: int, name: str) -> Node:
+    def node(self, obj: Any, depth: int, name: str, loose: bool) -> Node:
+        """The tree node of ``obj``, named ``name``; ``loose``: whether a dict above it has
+        keys whose names could meet (``dict_keys``)."""
         self.visited += 1
         if self.visited > budgets.MAX_SPEC_NODES:
             raise budgets.too_many_nodes(self.path)
@@ -170,19 +171,24 @@ class _Parser:
         if kind is None:
             if kids:
                 raise self.malformed("leaf has children")
-            self.shared = self.shared or name in self.names
-            self.names.add(name)
+            if loose:
+                self.shared = self.shared or name in self.names
+                self.names.add(name)
             return self.leaf(name)
         prefix = f"{name}." if depth else ""
         deeper = depth + 1
         if kind in ("builtins.dict", "collections.OrderedDict"):
-            keys = self.dict_keys(kind, obj.context, len(kids))
+            keys, meet = self.dict_keys(kind, obj.context, len(kids))
             obj.context = None
+            loose = loose or meet
             items = [
-                (k, self.node(kid, deeper, f"{prefix}{k}")) for k, kid in zip(keys, _taken(kids))
+                (k, self.node(kid, deeper, f"{prefix}{k}", loose))
+                for k, kid in zip(keys, _taken(kids))
             ]
             return DictNode(items, ordered=kind == "collections.OrderedDict")
-        items = [self.node(kid, deeper, f"{prefix}{i}") for i, kid in enumerate(_taken(kids))]
+        items = [
+            self.node(kid, deeper, f"{prefix}{i}", loose) for i, kid in enumerate(_taken(kids))
+        ]
         if kind in _SEQ_TYPES:
             return SeqNode(_SEQ_TYPES[kind], items)  # type: ignore[arg-type]
         if kind in ("collections.namedtuple", "NestedObject"):
@@ -194,10 +200,15 @@ class _Parser:
             "(it would need importing code named by the file)",
         )
 
-    def dict_keys(self, kind: str, context: Any, count: int) -> tuple[Key, ...]:
+    def dict_keys(self, kind: str, context: Any, count: int) -> tuple[tuple[Key, ...], bool]:
+        """A dict's keys, and whether a name below one of them could be a name below another:
+        only where a key holds a dot, or two keys read alike (``1`` and ``"1"``). Elsewhere
+        two names part at the first key they differ by, so that only the leaves below such
+        keys are kept to be checked (a set of 188k leaves' names was 8 MiB of a 150k-tensor
+        read's peak, the optimizer's 150k states having no such keys, issue 33)."""
         known = self.contexts.get(context) if type(context) is str else None
         if known is not None:
-            if len(known) != count:
+            if len(known[0]) != count:
                 raise self.malformed(f"{kind} context does not match children")
             return known
         keys = _json_context(context, self.path)
@@ -214,7 +225,8 @@ class _Parser:
                     f"__spec__ has a dict key {k!r} of type "
                     f"{type(k).__name__}; only str and int are supported",
                 )
-        known = tuple(keys)
+        meet = any(type(k) is str and "." in k for k in keys)
+        known = tuple(keys), meet or len({str(k) for k in keys}) < count
         if len(context) <= CONTEXT_KEPT_CHARS and len(self.contexts) < CONTEXTS_KEPT:
             self.contexts[context] = known
         return known
