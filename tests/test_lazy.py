@@ -528,3 +528,31 @@ def test_pickle_and_deepcopy_give_plain_tensors():
     tree["a"].add_(1)  # a real copy: the LazyTensor is unchanged
     assert torch.equal(x, value)
     assert loader.calls == 1
+
+
+def test_a_loaded_state_lets_go_of_its_file_when_it_is_let_go_of(tmp_path):
+    """``load`` of the real library's file: once the state is dropped, the file is closed
+    without waiting for the cycle collector (the tree builder's memo of tensors lived in a
+    cycle, and kept the file open: another open of it with other locking flags then failed)."""
+    import gc
+    import shutil
+
+    import h5py
+    from conftest import REAL
+
+    import ckpt_migrate as cm
+
+    path = tmp_path / "basic.mdl"
+    shutil.copyfile(REAL / "basic.mdl", path)
+    gc.collect()
+    gc.disable()
+    try:
+        state = cm.load(path, objects_mode="data")
+        assert is_lazy(state["model"]["w"])
+        del state
+        names = [h5py.h5f.get_name(i) for i in h5py.h5f.get_obj_ids(types=h5py.h5f.OBJ_FILE)]
+        assert str(path).encode() not in names
+        with h5py.File(path, "r+") as f:  # (the default locking flags, for writing)
+            assert "__spec__" in f.attrs
+    finally:
+        gc.enable()

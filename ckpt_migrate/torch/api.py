@@ -135,7 +135,10 @@ def to_python(
             memo[id(node)] = leaf_value(node)
         return memo[id(node)]
 
-    return build(root)
+    try:
+        return build(root)
+    finally:  # (``build`` refers to itself: only the collector would let go of the tensors,
+        memo.clear()  # their file open until then)
 
 
 def _namedtuple_class(node: NamedTupleNode) -> type:
