@@ -153,8 +153,12 @@ def _offsets(entries: Iterable[Entry]) -> Iterator[tuple[int, int]]:
 @dataclass
 class Written:
     files: list[str] = field(default_factory=list)
-    weight_map: dict[str, str] = field(default_factory=dict)
-    hashes: dict[str, bytes] = field(default_factory=dict)  # name -> xxh3-128 of its bytes
+    # how many tensors each safetensors file of ``files`` holds, in order (not a file for each
+    # tensor's name: 112k of them were 3.75 MB of the read-back's peak, issue 33)
+    counts: list[int] = field(default_factory=list)
+    # file -> the xxh3-128 of each tensor's bytes, in the order written (one object a file,
+    # not one a tensor: 112k digests were 9 MB of the read-back's peak, issue 33)
+    hashes: dict[str, bytearray] = field(default_factory=dict)
     total_size: int = 0
     headers: dict[str, bytes] = field(default_factory=dict)  # file -> the hash of its header
 
@@ -202,15 +206,16 @@ def write_stream(
                 digest.update(part)
                 fh.write(part)
             out.headers[fname] = digest.digest()
+            hashes = out.hashes[fname] = bytearray()
+            out.counts.append(len(group))
             for e in group:
                 name, array = next(source)
                 if name != e.name:
                     raise VerificationError(None, f"{name} built where {e.name} was planned")
                 data = _raw(array, e)
-                out.hashes[e.name] = xxhash.xxh3_128_digest(data)
+                hashes += xxhash.xxh3_128_digest(data)
                 fh.write(data)
                 del array, data
-                out.weight_map[e.name] = fname
                 out.total_size += e.nbytes
             fh.flush()
             os.fsync(fh.fileno())
@@ -220,7 +225,7 @@ def write_stream(
         params = sum(math.prod(e.shape) for e in entries)
         index = {  # as transformers 5 writes it (modeling_utils.py, save_pretrained)
             "metadata": {"total_parameters": params, "total_size": out.total_size},
-            "weight_map": out.weight_map,
+            "weight_map": {e.name: f for f, group in zip(names, groups) for e in group},
         }
         text = json.dumps(index, indent=2, sort_keys=True) + "\n"
         (directory / INDEX).write_text(text, encoding="utf-8")
@@ -329,27 +334,20 @@ def verify(directory: Path, entries: list[Entry], written: Written) -> None:
     then could not use)."""
     safe_open = require("safetensors", "hf").safe_open
 
-    by_file: dict[str | None, list[Entry]] = {}
-    for e in entries:
-        by_file.setdefault(written.weight_map.get(e.name), []).append(e)
-    checked = set()
-    for fname in written.files:
-        if not fname.endswith(".safetensors"):
-            continue
+    at = 0
+    for fname, count in zip(written.files, written.counts):  # (the index, if any, comes last)
         path = directory / fname
-        mine = by_file.get(fname, [])
+        mine, at = entries[at : at + count], at + count
         start = _header_checked(path, written.headers.get(fname))
         with safe_open(str(path), framework="numpy") as f:
             _check_listing(path, f, mine)
-        checked.add(fname)
-        for e, (begin, _) in zip(mine, _offsets(mine)):
-            if _digest_back(Stored(path, e, start + begin)) != written.hashes[e.name]:
+        hashes = memoryview(written.hashes[fname])
+        for i, (e, (begin, _)) in enumerate(zip(mine, _offsets(mine))):
+            if _digest_back(Stored(path, e, start + begin)) != hashes[16 * i : 16 * i + 16]:
                 raise VerificationError(path, f"{e.name}: the bytes read back differ")
-    missing = [e.name for fname, es in by_file.items() if fname not in checked for e in es]
-    if missing:
-        raise VerificationError(
-            directory, f"tensors missing after writing: {', '.join(missing[:3])}"
-        )
+    if at < len(entries):
+        missing = ", ".join(e.name for e in entries[at : at + 3])
+        raise VerificationError(directory, f"tensors missing after writing: {missing}")
 
 
 def _check_listing(path: Path, f: Any, mine: list[Entry]) -> None:
