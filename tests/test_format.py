@@ -539,3 +539,17 @@ def test_dicts_of_one_context_decode_it_once_and_each_is_checked():
     bad = json.dumps(doc)
     with pytest.raises(CorruptCheckpointError, match="context does not match children"):
         treespec.build(treespec.decode(bad))
+
+
+def test_a_treespecs_keys_are_one_object_each_and_not_the_interpreters():
+    """A key met in many dicts is one object (150k leaves' keys were 15 MB as a string each),
+    kept by the parse alone, not by the interpreter's table of interned strings: that table
+    only grows, and 112k keys left 3.75 MB in it for the rest of an export (issue 33)."""
+    from ckpt_migrate.format.v05 import treespec
+
+    key = "".join(["zq.unique", ".key.9431"])
+    root = DictNode([(str(i), DictNode([(key, ValueLeaf(i))])) for i in range(3)])
+    built, _ = treespec.parse_named(treespec.dumps(root))
+    assert len({id(node.items[0][0]) for _, node in built.items}) == 1
+    probe = "".join(["zq.unique.key", ".9431"])
+    assert sys.intern(probe) is probe

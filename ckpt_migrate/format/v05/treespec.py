@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,6 +150,7 @@ class _Parser:
         # A short context's keys, checked, by its text: 37k optimizer states' dicts at 150k
         # tensors share one (``["step", "exp_avg", "exp_avg_sq"]``), decoded 37k times
         self.contexts: dict[str, tuple[tuple[Key, ...], bool]] = {}
+        self.words: dict[str, str] = {}
 
     def malformed(self, what: str = "has a malformed node") -> CorruptCheckpointError:
         return CorruptCheckpointError(self.path, f"__spec__ treespec {what}")
@@ -217,8 +217,9 @@ class _Parser:
         for i, k in enumerate(keys):
             if type(k) is str:
                 # (one object per distinct key: each dict's context is its own JSON document,
-                # and 150k leaves' keys were 150k strings of a few dozen words, 15 MB)
-                keys[i] = sys.intern(k)
+                # and 150k leaves' keys were 150k strings of a few dozen words, 15 MB; kept
+                # here, not interned: the interpreter's table only grows, 3.75 MB at 112k)
+                keys[i] = self.words.setdefault(k, k)
             elif type(k) is not int:
                 raise UnsupportedContentError(
                     self.path,
