@@ -193,3 +193,27 @@ def test_outputs_of_one_shape_share_one_shape_tuple():
     assert [out[f"o{i}"] for i in range(30)] == [shapes[f"i{i % 3}"] for i in range(30)]
     assert len({id(s) for s in out.values()}) == 2
     assert all(type(d) is int for s in out.values() for d in s)
+
+
+def test_the_entries_are_made_again_before_the_files_are_read_back(tmp_path, monkeypatch):
+    """``directories.write`` makes the plan's entries and their names again, in place, once
+    the tensors are written: the memory they shared with the plan's freed pieces is given
+    back before ``safe_open`` parses the header (112k tensors: 262 -> 246 MiB, issue 33).
+    The read-back checks the copies, equal to the plan's entries."""
+    from ckpt_migrate.hf import directories
+
+    arrays = {f"h.{i}.w": np.full((2, 3), i, np.float32) for i in range(20)}
+    entries = [st.Entry(n, "float32", a.shape) for n, a in arrays.items()]
+    planned = list(entries)
+    checked = []
+    real_verify = st.verify
+    monkeypatch.setattr(
+        st, "verify", lambda d, es, w: (checked.extend(es), real_verify(d, es, w))[1]
+    )
+    directories.write(
+        tmp_path, directories.ONE, {}, entries, iter(arrays.items()), 10**9,
+        lambda es: "float32", lambda: None,
+    )  # fmt: skip
+    assert checked == entries == planned
+    for again, first in zip(checked, planned):
+        assert again is not first and again.name is not first.name

@@ -68,8 +68,8 @@ def write(
     after: Callable[[], None],
 ) -> st.Written:
     """Each directory's shards and ``config.json`` (``hf_config``: by directory unless one),
-    every file read back; ``after`` runs once all tensors are written. Returns what was
-    written, file names relative to ``tmp``."""
+    every file read back (``entries`` made again first: ``st.made_again``); ``after`` runs once
+    all tensors are written. Returns what was written, file names relative to ``tmp``."""
     total = st.Written()
     configs = {"": hf_config} if dirs == ONE else hf_config
     for directory in dirs:
@@ -85,6 +85,7 @@ def write(
         config.setdefault("dtype", main_dtype(mine))
         text = json.dumps(config, indent=2, sort_keys=True) + "\n"
         (where / "config.json").write_text(text, encoding="utf-8")
+        st.made_again(mine)
         st.verify(where, mine, written)
         prefix = f"{directory}/" if directory else ""
         total.files += [prefix + f for f in (*written.files, "config.json")]

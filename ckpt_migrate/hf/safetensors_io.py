@@ -324,6 +324,15 @@ def _digest_back(stored: Stored) -> bytes:
     return h.digest()
 
 
+def made_again(entries: list[Entry]) -> None:
+    """Make ``entries`` and their names again, in place, once their tensors are written and
+    the plan they were made beside is let go of: memory holding one of them among the plan's
+    freed pieces cannot be given back while it lives. Made again, they fill the fullest
+    memory, and what the plan held is given back before the read-back parses the header
+    (112k tensors: 16 of 119 MiB of Python's memory, 262 -> 246 MiB at the peak, issue 33)."""
+    entries[:] = [Entry(e.name.encode().decode(), e.dtype, e.shape) for e in entries]
+
+
 def verify(directory: Path, entries: list[Entry], written: Written) -> None:
     """Check every written file: its header must be the bytes written (so each tensor lies
     where the plan put it), ``safetensors.safe_open`` must list exactly the planned tensors,
