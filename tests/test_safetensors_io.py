@@ -198,7 +198,7 @@ def test_outputs_of_one_shape_share_one_shape_tuple():
 def test_the_entries_are_made_again_before_the_files_are_read_back(tmp_path, monkeypatch):
     """``directories.write`` makes the plan's entries and their names again, in place, once
     the tensors are written: the memory they shared with the plan's freed pieces is given
-    back before ``safe_open`` parses the header (112k tensors: 262 -> 246 MiB, issue 33).
+    back before ``safe_open`` parses the header (112k tensors: 263 -> 236 MiB, issue 33).
     The read-back checks the copies, equal to the plan's entries."""
     from ckpt_migrate.hf import directories
 

@@ -329,7 +329,7 @@ def made_again(entries: list[Entry]) -> None:
     the plan they were made beside is let go of: memory holding one of them among the plan's
     freed pieces cannot be given back while it lives. Made again, they fill the fullest
     memory, and what the plan held is given back before the read-back parses the header
-    (112k tensors: 16 of 119 MiB of Python's memory, 262 -> 246 MiB at the peak, issue 33)."""
+    (112k tensors: 16 of Python's 119 MiB given back, 263 -> 236 MiB at the peak, issue 33)."""
     entries[:] = [Entry(e.name.encode().decode(), e.dtype, e.shape) for e in entries]
 
 
