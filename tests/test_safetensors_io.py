@@ -202,7 +202,8 @@ def test_the_entries_are_made_again_before_the_files_are_read_back(tmp_path, mon
     The read-back checks the copies, equal to the plan's entries."""
     from ckpt_migrate.hf import directories
 
-    arrays = {f"h.{i}.w": np.full((2, 3), i, np.float32) for i in range(20)}
+    arrays = {f"h.{i}.w": np.full((2, 3), i, np.float32) for i in range(19)}
+    arrays["h.\u00e9\u4e2d.w"] = np.ones((2, 3), np.float32)
     entries = [st.Entry(n, "float32", a.shape) for n, a in arrays.items()]
     planned = list(entries)
     checked = []
