@@ -218,3 +218,18 @@ def test_the_entries_are_made_again_before_the_files_are_read_back(tmp_path, mon
     assert checked == entries == planned
     for again, first in zip(checked, planned):
         assert again is not first and again.name is not first.name
+
+
+def test_a_name_safetensors_cannot_hold_is_refused_before_writing(tmp_path, monkeypatch):
+    """A name with a lone surrogate (a checkpoint key JSON can carry) is refused in one line
+    before any byte is written; a header the real library cannot read back, were one written,
+    is a verification error naming the file, not the library's own exception."""
+    arrays = {"a": np.ones((2, 3), np.float32), "b.\ud800": np.zeros((2, 3), np.float32)}
+    entries = [st.Entry(n, "float32", a.shape) for n, a in arrays.items()]
+    with pytest.raises(VerificationError, match="not UTF-8 text"):
+        st.write_stream(tmp_path, entries, iter(arrays.items()), 10**9)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(st, "_check_names", lambda entries: None)
+    written = st.write_stream(tmp_path, entries, iter(arrays.items()), 10**9)
+    with pytest.raises(VerificationError, match=r"model\.safetensors.*cannot read it back"):
+        st.verify(tmp_path, entries, written)

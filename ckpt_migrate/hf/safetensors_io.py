@@ -174,13 +174,21 @@ def _raw(array: np.ndarray, e: Entry) -> memoryview:
 
 
 def _check_names(entries: list[Entry]) -> None:
-    """Each name once, and none the header's own: an export's plan is built output by output
-    (``mapping.build_one``), and a name given twice would be one header entry (the text of one
-    object) over two tensors' bytes, or one index entry for two shards."""
+    """Each name once, none the header's own, and each UTF-8 text: an export's plan is built
+    output by output (``mapping.build_one``), and a name given twice would be one header entry
+    (the text of one object) over two tensors' bytes, or one index entry for two shards; a
+    name with a lone surrogate (which JSON escapes) is a header ``safetensors`` refuses."""
     seen = {"__metadata__"}
     for e in entries:
         if e.name in seen:
             raise VerificationError(None, f"{e.name}: planned twice for one safetensors model")
+        if not e.name.isascii():
+            try:
+                e.name.encode("utf-8")
+            except UnicodeEncodeError:
+                raise VerificationError(
+                    None, f"{e.name!r}: not UTF-8 text, which a safetensors header cannot hold"
+                ) from None
         seen.add(e.name)
 
 
@@ -345,15 +353,19 @@ def verify(directory: Path, entries: list[Entry], written: Written) -> None:
     parsed: parsed, 150k entries took 200 MB (issue 33); and the listing is walked beside the
     plan, not looked up in a copy of it by name (which ``safe_open``'s own parse of the header
     then could not use)."""
-    safe_open = require("safetensors", "hf").safe_open
+    safetensors = require("safetensors", "hf")
+    unreadable = getattr(safetensors, "SafetensorError", ())  # (the real library's refusal)
 
     at = 0
     for fname, count in zip(written.files, written.counts):  # (the index, if any, comes last)
         path = directory / fname
         mine, at = entries[at : at + count], at + count
         start = _header_checked(path, written.headers.get(fname))
-        with safe_open(str(path), framework="numpy") as f:
-            _check_listing(path, f, mine)
+        try:
+            with safetensors.safe_open(str(path), framework="numpy") as f:
+                _check_listing(path, f, mine)
+        except unreadable as exc:
+            raise VerificationError(path, f"safetensors cannot read it back ({exc})") from None
         hashes = memoryview(written.hashes[fname])
         for i, (e, (begin, _)) in enumerate(zip(mine, _offsets(mine))):
             if _digest_back(Stored(path, e, start + begin)) != hashes[16 * i : 16 * i + 16]:
