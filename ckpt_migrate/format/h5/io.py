@@ -377,8 +377,8 @@ def datasets_not_in(group: h5py.Group, used: set[str], *, recursive: bool) -> li
     groups: list[tuple[h5py.h5g.GroupID, str]] = [(group.id, "")]
     while groups:
         gid, prefix = groups.pop()
-        for path, address in _hard_links_outside(gid, prefix, used):
-            obj = h5py.h5o.open(gid, path[len(prefix) :].encode())
+        for name, path, address in _hard_links_outside(gid, prefix, used):
+            obj = h5py.h5o.open(gid, name)
             if isinstance(obj, h5py.h5d.DatasetID):
                 other.append(path)
             elif recursive and isinstance(obj, h5py.h5g.GroupID) and address not in seen:
@@ -389,13 +389,14 @@ def datasets_not_in(group: h5py.Group, used: set[str], *, recursive: bool) -> li
 
 def _hard_links_outside(
     gid: h5py.h5g.GroupID, prefix: str, used: set[str]
-) -> list[tuple[str, int]]:
-    """The paths (``prefix`` and the name) and addresses of ``gid``'s hard links not in ``used``."""
-    outside: list[tuple[str, int]] = []
+) -> list[tuple[bytes, str, int]]:
+    """The names, paths (``prefix`` and the name) and addresses of ``gid``'s hard links whose
+    paths are not in ``used``."""
+    outside: list[tuple[bytes, str, int]] = []
 
     def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
         if info.type == h5py.h5l.TYPE_HARD and (path := prefix + name.decode()) not in used:
-            outside.append((path, info.u))
+            outside.append((name, path, info.u))
 
     # (in HDF5's own order: by name, HDF5 first builds a sorted table of a dense group's links:
     # 35 MiB more at 188k)
