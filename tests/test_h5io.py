@@ -12,7 +12,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
-from conftest import MODELS, REAL, ROOT
+from conftest import MODELS, REAL, ROOT, real_2x_files
 
 import ckpt_migrate as cm
 from ckpt_migrate.engine import upgrade as engine
@@ -426,3 +426,25 @@ def test_the_datasets_no_leaf_uses_are_found_without_opening_the_used_ones(tmp_p
     with h5py.File(path, "r") as f:
         assert h5io.datasets_not_in(f, {"a"}, recursive=True) == ["b", "g/c"]
         assert h5io.datasets_not_in(f, {"a", "b"}, recursive=False) == []
+
+
+def test_the_datasets_no_leaf_uses_in_the_real_librarys_files_are_those_h5py_finds(tmp_path):
+    """The real library's 2.10 and 2.6-2.9 files and the legacy Model Zoo fixtures: with
+    nothing used, every dataset h5py's own walk finds (each name of a tie); with every other
+    one used, the rest."""
+    paths = [*sorted(REAL.glob("*.mdl")), *real_2x_files(tmp_path), *sorted(MODELS.glob("*/*.mdl"))]
+    assert len(paths) > 20
+    for path in paths:
+        with h5py.File(path, "r", locking=False) as f:
+            every = _dataset_links(f)
+            assert h5io.datasets_not_in(f, set(), recursive=True) == every, path.name
+            used = set(every[::2])
+            rest = [n for n in every if n not in used]
+            assert h5io.datasets_not_in(f, used, recursive=True) == rest, path.name
+
+
+def _dataset_links(f: h5py.File) -> list[str]:
+    """Every link to a dataset, at any depth (each name of a dataset linked twice), sorted."""
+    found: list[str] = []
+    f.visit_links(lambda n: found.append(n) if isinstance(f.get(n), h5py.Dataset) else None)
+    return sorted(found)
