@@ -482,3 +482,36 @@ def test_a_legacy_reader_decodes_its_spec_before_it_reads_the_facts(
     del unread
     gc.collect()
     assert open_fds() == before
+
+
+@pytest.mark.parametrize("name", ["real-cstorch-2.10/basic.mdl", "release-1.9.mdl"])
+def test_the_child_tries_by_hdf5_only_the_root_texts_the_reader_reads_by_hdf5(name, monkeypatch):
+    """The walk's first child reads the root's attributes through HDF5 (where damage can make
+    it loop or crash), but not the texts the readers take from ``attrtable`` instead: the
+    leaves' ``__metadata__`` and the ``__spec__`` (HDF5's read of a 200k-leaf spec took 220
+    MiB, issue 33). A text the table could not read is tried by HDF5, as the reader reads it
+    then. Files the real 2.10 library and a 1.9 writer wrote."""
+    path = FIXTURES / name
+    asked: list[list[bytes] | None] = []
+    monkeypatch.setattr(
+        preflight, "read_attributes", lambda obj, tick, names=None: asked.append(names)
+    )
+    tick = os.open(os.devnull, os.O_WRONLY)
+    try:
+        with h5py.File(path, "r") as f:
+            preflight._read_root_attributes(f, path, tick)
+            assert len(asked) == 1 and asked[0] is not None and b"__spec__" not in asked[0]
+            assert b"__version__" in asked[0] or b"__cstorch_version__" in asked[0]
+            assert not [n for n in asked[0] if n.endswith(b".__metadata__")]
+            real = preflight.attrtable.root_texts
+
+            def spec_unread(f, path, tick=None, keep=None):
+                return real(
+                    f, path, tick, keep=lambda k, text: keep(k, None if k == "__spec__" else text)
+                )
+
+            monkeypatch.setattr(preflight.attrtable, "root_texts", spec_unread)
+            preflight._read_root_attributes(f, path, tick)
+            assert b"__spec__" in asked[1]
+    finally:
+        os.close(tick)

@@ -479,22 +479,22 @@ def _measure(
 
 
 def _read_root_attributes(f: h5py.File, path: Path, tick: int) -> None:
-    """The root's attributes by HDF5, but the leaves' ``__metadata__`` strings, which the reader
-    takes from ``attrtable`` (so HDF5 never reads them: nothing to try first here, and a
-    look-up by name in a version-1 header scans the whole list, O(n²) for all of them)."""
-    table = attrtable.root_texts(f, path, lambda: os.write(tick, TICK), keep=_leaf_text)
+    """The root's attributes by HDF5, but the texts the reader takes from ``attrtable``, which
+    HDF5 never reads: the leaves' ``__metadata__`` (O(n²) by name) and the ``__spec__`` (HDF5
+    read a 200k-leaf one with 220 MiB, this child's peak, issue 33)."""
+    table = attrtable.root_texts(f, path, lambda: os.write(tick, TICK), keep=_taken_text)
     if table is None:
-        read_attributes(f.id, tick)
-        return
+        return read_attributes(f.id, tick)
     # The table's names are HDF5's (as many; HDF5's list by name costs 8 µs an attribute).
     rest = [k for k, v in table.items() if v is not _TAKEN]
     read_attributes(f.id, tick, names=[k.encode("utf-8", "surrogateescape") for k in rest])
 
 
-_TAKEN = True  # (in the table: a leaf's text, which the reader takes from the table too)
+_TAKEN = True  # (in the table: a text the reader takes from the table too)
 
 
-def _leaf_text(name: str, text: str | None) -> bool | None:
-    """The table keeps no text (150k leaves' texts: 340 MB, issue 33), only which are the
-    leaves' ``__metadata__`` strings."""
-    return _TAKEN if text is not None and name.endswith(".__metadata__") else None
+def _taken_text(name: str, text: str | None) -> bool | None:
+    """Which texts the reader takes from the table (``v05.read``, ``legacy.read``); none is
+    kept (150k leaves' texts: 340 MB, issue 33)."""
+    taken = text is not None and (name == "__spec__" or name.endswith(".__metadata__"))
+    return _TAKEN if taken else None
