@@ -309,11 +309,11 @@ def test_a_failed_export_leaves_nothing(tmp_path, monkeypatch):
     calls = []
     real = st.verify
 
-    def failing(directory, entries, written):
+    def failing(directory, written):
         calls.append(directory.name)
         if len(calls) == 2:
             raise OSError(5, "disk gone")
-        return real(directory, entries, written)
+        return real(directory, written)
 
     monkeypatch.setattr(st, "verify", failing)
     with pytest.raises(Exception, match="write failed"):
@@ -412,10 +412,10 @@ def test_the_plan_is_let_go_of_before_the_last_directory_is_read_back(tmp_path, 
     alive: list[tuple[str, bool]] = []
     real = st.verify
 
-    def verify(directory, entries, written):
+    def verify(directory, written):
         gc.collect()
         alive.append((directory.name, any(isinstance(o, Out) for o in gc.get_objects())))
-        return real(directory, entries, written)
+        return real(directory, written)
 
     monkeypatch.setattr(st, "verify", verify)
     export(tmp_path / "m.mdl", tmp_path / "out", model="dragon", config=params)

@@ -68,12 +68,16 @@ def write(
     after: Callable[[], None],
 ) -> st.Written:
     """Each directory's shards and ``config.json`` (``hf_config``: by directory unless one),
-    every file read back (``entries`` made again first: ``st.made_again``); ``after`` runs once
-    all tensors are written. Returns what was written, file names relative to ``tmp``."""
+    every file read back; ``after`` runs once all tensors are written. Takes ``entries``: the
+    list is emptied, its entries let go of before the files are read back (``st.verify``
+    checks them by the write's record). Returns what was written, file names relative to
+    ``tmp``, and the tensors' count (``total.counts``)."""
     total = st.Written()
     configs = {"": hf_config} if dirs == ONE else hf_config
+    parts = [entries[:]] if dirs == ONE else [_entries_in(entries, d) for d in dirs]
+    entries.clear()
     for directory in dirs:
-        mine = entries if dirs == ONE else _entries_in(entries, directory)
+        mine = parts.pop(0)
         where = tmp / directory if directory else tmp
         where.mkdir(exist_ok=True)
         # the last directory takes the rest, so that the writer's check for one more ends
@@ -85,10 +89,11 @@ def write(
         config.setdefault("dtype", main_dtype(mine))
         text = json.dumps(config, indent=2, sort_keys=True) + "\n"
         (where / "config.json").write_text(text, encoding="utf-8")
-        st.made_again(mine)
-        st.verify(where, mine, written)
+        del mine
+        st.verify(where, written)
         prefix = f"{directory}/" if directory else ""
         total.files += [prefix + f for f in (*written.files, "config.json")]
+        total.counts += written.counts
         total.total_size += written.total_size
     after()
     return total
