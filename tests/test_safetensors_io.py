@@ -182,7 +182,7 @@ def test_what_a_write_keeps_for_its_check_is_a_few_objects_a_file(tmp_path):
     written = st.write_stream(tmp_path, entries, iter(arrays.items()), 10 * 4 * 8 * 4)
     st.verify(tmp_path, written)
     shards = [f for f in written.files if f.endswith(".safetensors")]
-    assert len(shards) == 4 and written.counts == [10] * 4
+    assert len(shards) == 4 and written.tensors == 40
     for value in vars(written).values():
         assert not isinstance(value, dict) or len(value) <= len(shards), value
     assert [len(h) for h in written.hashes.values()] == [16 * 10] * 4
@@ -236,7 +236,7 @@ def test_the_plan_s_entries_are_let_go_of_before_the_files_are_read_back(tmp_pat
         lambda es: "float32", lambda: None,
     )  # fmt: skip
     assert alive == [0] and entries == []
-    assert written.counts == [20] and written.files == [st.SINGLE, "config.json"]
+    assert written.tensors == 20 and written.files == [st.SINGLE, "config.json"]
     with safetensors.safe_open(str(tmp_path / st.SINGLE), framework="numpy") as f:
         assert sorted(f.keys()) == sorted(arrays)
 

@@ -71,7 +71,7 @@ def write(
     every file read back; ``after`` runs once all tensors are written. Takes ``entries``: the
     list is emptied, its entries let go of before the files are read back (``st.verify``
     checks them by the write's record). Returns what was written, file names relative to
-    ``tmp``, and the tensors' count (``total.counts``)."""
+    ``tmp``, and each safetensors file's record (``total.sizes``: ``total.tensors``)."""
     total = st.Written()
     configs = {"": hf_config} if dirs == ONE else hf_config
     parts = [entries[:]] if dirs == ONE else [_entries_in(entries, d) for d in dirs]
@@ -93,7 +93,7 @@ def write(
         st.verify(where, written)
         prefix = f"{directory}/" if directory else ""
         total.files += [prefix + f for f in (*written.files, "config.json")]
-        total.counts += written.counts
+        total.sizes.update({prefix + f: sizes for f, sizes in written.sizes.items()})
         total.total_size += written.total_size
     after()
     return total

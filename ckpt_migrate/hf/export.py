@@ -256,7 +256,7 @@ def _export(
             lambda: _check_ties(src, ties, tied, digests),
         )  # fmt: skip
     result.files = sorted(written.files)
-    result.tensors, result.bytes = sum(written.counts), written.total_size
+    result.tensors, result.bytes = written.tensors, written.total_size
     result.shards = sum(f.endswith(".safetensors") for f in written.files)
 
 

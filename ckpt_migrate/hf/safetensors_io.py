@@ -157,8 +157,6 @@ class Written:
     a tensor (the 150k entries of a plan were 36 MiB of the read-back's peak, issue 33)."""
 
     files: list[str] = field(default_factory=list)
-    # how many tensors each safetensors file of ``files`` holds, in order
-    counts: list[int] = field(default_factory=list)
     # file -> the xxh3-128 of each tensor's bytes, in the order written
     hashes: dict[str, bytearray] = field(default_factory=dict)
     # file -> the xxh3-64 of each tensor's name, dtype and shape (``_listed``), in that order
@@ -167,6 +165,10 @@ class Written:
     sizes: dict[str, array] = field(default_factory=dict)
     total_size: int = 0
     headers: dict[str, bytes] = field(default_factory=dict)  # file -> the hash of its header
+
+    @property
+    def tensors(self) -> int:
+        return sum(map(len, self.sizes.values()))
 
 
 def _listed(name: str, tag: str, shape: Iterable[int]) -> bytes:
@@ -233,7 +235,6 @@ def write_stream(
             for e in group:
                 listing += _listed(e.name, ST_DTYPES[e.dtype], e.shape)
             out.sizes[fname] = array("Q", (e.nbytes for e in group))
-            out.counts.append(len(group))
             for e in group:
                 name, built = next(source)
                 if name != e.name:
@@ -335,17 +336,17 @@ def read_directory(directory: Path) -> dict[str, Stored]:
 SLAB_BYTES = 16 << 20  # read-back granularity: the check holds one slab, not one tensor
 
 
-def _digest_back(path: Path, offset: int, size: int) -> bytes:
-    """The hash of ``size`` bytes of ``path`` from ``offset``, read back in slabs (``pread``: a
-    memory map, as ``safe_open`` uses, would keep every page read resident in this process)."""
+def _digest_back(fd: int, path: Path, offset: int, size: int) -> bytes:
+    """The hash of ``size`` bytes of ``path`` (open as ``fd``) from ``offset``, read back in
+    slabs (``pread``: a memory map, as ``safe_open`` uses, would keep every page read resident
+    in this process)."""
     h = xxhash.xxh3_128()
-    with open(path, "rb", buffering=0) as fh:
-        while size:
-            block = os.pread(fh.fileno(), min(size, SLAB_BYTES), offset)
-            if not block:
-                raise VerificationError(path, "the file is truncated")
-            h.update(block)
-            size, offset = size - len(block), offset + len(block)
+    while size:
+        block = os.pread(fd, min(size, SLAB_BYTES), offset)
+        if not block:
+            raise VerificationError(path, "the file is truncated")
+        h.update(block)
+        size, offset = size - len(block), offset + len(block)
     return h.digest()
 
 
@@ -372,10 +373,11 @@ def verify(directory: Path, written: Written) -> None:
         except unreadable as exc:
             raise VerificationError(path, f"safetensors cannot read it back ({exc})") from None
         hashes, offset = memoryview(written.hashes[fname]), start
-        for i, size in enumerate(written.sizes[fname]):
-            if _digest_back(path, offset, size) != hashes[16 * i : 16 * i + 16]:
-                raise VerificationError(path, f"tensor {i + 1}: the bytes read back differ")
-            offset += size
+        with open(path, "rb", buffering=0) as fh:  # (once: 150k tensors were 150k opens)
+            for i, size in enumerate(written.sizes[fname]):
+                if _digest_back(fh.fileno(), path, offset, size) != hashes[16 * i : 16 * i + 16]:
+                    raise VerificationError(path, f"tensor {i + 1}: the bytes read back differ")
+                offset += size
 
 
 def _check_listing(path: Path, f: Any, planned: bytearray) -> None:
@@ -391,15 +393,13 @@ def _check_listing(path: Path, f: Any, planned: bytearray) -> None:
     for name in names:
         piece = f.get_slice(name)
         listed += _listed(name, piece.get_dtype(), piece.get_shape())
-    if in_order is None:
-        if sorted(_words(listed)) != sorted(_words(planned)):
-            raise VerificationError(path, "lists tensors, dtypes or shapes other than planned")
-        return
-    for i in range(count):
-        if listed[8 * i : 8 * i + 8] != planned[8 * i : 8 * i + 8]:
-            raise VerificationError(
-                path, f"lists {names[i]} as tensor {i + 1}, not as planned (name, dtype, shape)"
-            )
+    if in_order is None and sorted(_words(listed)) != sorted(_words(planned)):
+        raise VerificationError(path, "lists tensors, dtypes or shapes other than planned")
+    if in_order is not None and listed != planned:
+        i = next(i for i in range(count) if listed[8 * i : 8 * i + 8] != planned[8 * i : 8 * i + 8])
+        raise VerificationError(
+            path, f"lists {names[i]} as tensor {i + 1}, not as planned (name, dtype, shape)"
+        )
 
 
 def _words(digests: bytearray) -> array:
