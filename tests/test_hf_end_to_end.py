@@ -317,6 +317,54 @@ def test_the_source_is_made_ready_to_read_before_the_plan(tmp_path, monkeypatch)
     assert events == ["ready", "plan"]
 
 
+def test_the_export_loads_its_code_before_the_source_is_read(tmp_path):
+    """In a fresh interpreter, no module is first imported once the export has opened its
+    source (a 1.9 and a 2.0 file): the hops, every family's rules, the YAML reader and
+    ``safetensors`` are loaded first. Loaded amid a 150k-tensor tree, their objects kept that
+    tree's memory from being given back (issue 33)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from ckpt_migrate.hf import export\n"
+        "real, late = export.read_checkpoint, {}\n"
+        "def opened(*args, **kwargs):\n"
+        "    late['before'] = set(sys.modules)\n"
+        "    return real(*args, **kwargs)\n"
+        "export.read_checkpoint = opened\n"
+        "src, out = Path(sys.argv[1]), Path(sys.argv[2])\n"
+        "export.export(src / 'checkpoint_100.mdl', out, config=src / 'params.yaml')\n"
+        "print(sorted(set(sys.modules) - late['before']))\n"
+    )
+    for name in ("gpt2-1.9", "gpt2-2.0"):
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(MODELS / name), str(tmp_path / name)],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines()[-1] == "[]", name
+
+
+def test_a_malformed_config_is_refused_before_the_source_is_read(tmp_path, monkeypatch):
+    from ckpt_migrate.errors import UsageError
+    from ckpt_migrate.hf import export as hf_export
+
+    def opened(*args, **kwargs):
+        raise AssertionError("the source was read")
+
+    monkeypatch.setattr(hf_export, "read_checkpoint", opened)
+    config = tmp_path / "params.yaml"
+    config.write_text("model: [unclosed\n", encoding="utf-8")
+    src = MODELS / "gpt2-1.9" / "checkpoint_100.mdl"
+    with pytest.raises(UsageError, match="not valid YAML") as caught:
+        hf_export.export(src, tmp_path / "hf", config=config)
+    assert str(config) in str(caught.value)
+    assert not (tmp_path / "hf").exists()
+
+
 def test_a_1_9_checkpoint_exports_in_one_command(tmp_path):
     src = MODELS / "gpt2-1.9"
     out = tmp_path / "hf"

@@ -156,3 +156,36 @@ def test_the_overlapping_starts_are_every_pair_of_extents_that_meet():
             np.array(starts, dtype=np.uint64), np.array(ends, dtype=np.uint64)
         )
         assert sorted(want) == found.tolist(), case
+
+
+def test_the_overlap_map_leaves_numpy_ma_unloaded():
+    """Making the map of overlapping data (``H5Handle.ready_to_read``) of the real library's
+    2.10 file and a 1.9 file imports no module: ``np.unique`` imported ``numpy.ma`` on first
+    use, and its objects, made amid a 150k-tensor tree, kept that tree's memory from being
+    given back (issue 33). ``sorted_once`` is ``np.unique``."""
+    import subprocess
+    import sys
+
+    from ckpt_migrate.format.h5.metadata import sorted_once
+
+    rng = np.random.default_rng(33)
+    for n in (0, 1, 2, 7, 500):
+        values = rng.integers(0, 20, n, dtype=np.uint64)
+        assert sorted_once(values).tolist() == np.unique(values).tolist()
+        assert sorted_once(values).dtype == np.uint64
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    script = (
+        "import sys\n"
+        "from ckpt_migrate.format.read import read_checkpoint\n"
+        "for path in sys.argv[1:]:\n"
+        "    with read_checkpoint(path, defer_chunks=True) as ckpt:\n"
+        "        before = set(sys.modules)\n"
+        "        ckpt.handle.ready_to_read()\n"
+        "        print(path, sorted(set(sys.modules) - before))\n"
+    )
+    files = [fixtures / "real-cstorch-2.10" / "basic.mdl", fixtures / "release-1.9.mdl"]
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *map(str, files)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"{p} []" for p in files]

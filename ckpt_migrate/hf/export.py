@@ -24,11 +24,11 @@ from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.upgrade import read_text, upgrade_config_text
 from ckpt_migrate.engine.plan import make_plan
 from ckpt_migrate.engine.upgrade import UpgradeOptions, apply_hops
-from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, UsageError
+from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, UsageError, require
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import DictNode, H5Data, MissingLeaf, TensorLeaf, iter_leaves
-from ckpt_migrate.hf import absent, directories, mup, unconverted
+from ckpt_migrate.hf import absent, directories, families, mup, unconverted
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hf.arrays import LastRead, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import MappingError, build_one, missing_inputs, unused_inputs
@@ -43,6 +43,7 @@ from ckpt_migrate.hf.rules import (
     refuse_unused,
     strip_model_prefix,
 )
+from ckpt_migrate.hops import graph
 from ckpt_migrate.models.detect import choose_family
 from ckpt_migrate.models.names import resolve_name
 
@@ -100,6 +101,7 @@ def export(
             src, "config.json needs the run's model config", "pass --config params.yaml"
         )
     config_text = read_text(Path(config))
+    _loaded_first(config_text, Path(config))
     # (the hops and the mapping's plan are made while the preflight walks the chunk indexes;
     # the first tensor read waits for its verdict)
     with read_checkpoint(src, release=source_release, defer_chunks=True) as ckpt:
@@ -144,6 +146,18 @@ def export(
         )
     result.seconds = round(time.monotonic() - start, 3)
     return result
+
+
+def _loaded_first(config_text: str, config: Path) -> None:
+    """The code the export runs, loaded before the source is read: the hops, every family's
+    rules, the YAML reader and ``safetensors`` (for the read-back). Loaded amid a 150k-tensor
+    tree, their objects stayed in the tree's memory once it was let go of, and Python could
+    not give it back (issue 33). So a malformed config, or a missing ``hf`` extra, is refused
+    before the source is opened."""
+    graph.load()
+    families.modules()
+    yaml_edit.load(config_text, config)
+    require("safetensors", "hf")
 
 
 # Cerebras checkpoints of these models have the same keys while their Hugging Face layouts

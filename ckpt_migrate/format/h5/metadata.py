@@ -94,6 +94,16 @@ class _Sizes:
     chunk_k = 32
 
 
+def sorted_once(values: np.ndarray) -> np.ndarray:
+    """``values`` sorted, each once: ``np.unique``, without the ``numpy.ma`` it imports on
+    first use (its objects, made amid a 150k-tensor tree, kept that tree's memory from being
+    given back; issue 33)."""
+    values = np.sort(values)
+    if len(values) < 2:
+        return values
+    return values[np.concatenate(([True], values[1:] != values[:-1]))]
+
+
 def metadata_extents(f: h5py.File, objects: Collection[int]) -> tuple[array, array]:
     """The starts and ends of the metadata of ``f`` that belongs to the superblock and to the
     objects at the addresses ``objects`` (their headers, chunk indexes and group structures),
@@ -105,7 +115,7 @@ def metadata_extents(f: h5py.File, objects: Collection[int]) -> tuple[array, arr
             sizes = _superblock(mapped)
         except _Stop:
             return array("Q"), array("Q")
-        once = array("Q", np.unique(np.fromiter(objects, np.uint64, len(objects))).tobytes())
+        once = array("Q", sorted_once(np.fromiter(objects, np.uint64, len(objects))).tobytes())
         for address in once:
             try:
                 _object(mapped, address, sizes)

@@ -21,7 +21,7 @@ import h5py
 import numpy as np
 
 from ckpt_migrate.format.h5.identity import file_identity
-from ckpt_migrate.format.h5.metadata import metadata_extents
+from ckpt_migrate.format.h5.metadata import metadata_extents, sorted_once
 
 _SHARED: dict[tuple[int, ...], np.ndarray | _Walked] = {}
 _SHARED_FILES = 8
@@ -161,4 +161,4 @@ def _overlapping(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     reach = np.maximum.accumulate(ends, out=ends)[:-1]  # the furthest end of all before
     late = starts[1:] < reach  # starts inside an earlier extent
     bad = np.concatenate([starts[1:][late], starts[:-1][early]])
-    return np.unique(bad)
+    return sorted_once(bad)
