@@ -1,6 +1,6 @@
 """Thin h5py helpers: opening files with one-line errors, decoding attributes, copying data.
 
-Importing this module registers the hdf5plugin filters (real checkpoints use LZ4, filter 32004).
+Importing this module registers the LZ4 filter, the one real checkpoints use (``h5.plugins``).
 """
 
 from __future__ import annotations
@@ -13,30 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import h5py
-import hdf5plugin
 import numpy as np
 
 from ckpt_migrate.errors import CkptError, CkptIOError, CorruptCheckpointError, NotACheckpointError
 from ckpt_migrate.format.h5 import capi, chunks, overlaps
 from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
+from ckpt_migrate.format.h5.plugins import forbid_plugin_loading, register_lz4
 
-LZ4_FILTER_ID = 32004
+register_lz4()
+
 # Raw-chunk copy and slab streaming keep at most about this much tensor data in memory at once.
 COPY_BLOCK_BYTES = 64 << 20
-
-
-def lz4_options() -> dict[str, Any]:
-    """Dataset-creation options of the real writers: hdf5plugin ``LZ4()``, cd_values (0,)."""
-    return dict(hdf5plugin.LZ4())
-
-
-def forbid_plugin_loading() -> None:
-    """Remove every directory from HDF5's filter-plugin search path (set from
-    ``HDF5_PLUGIN_PATH`` when the library starts), so that no filter code is ever loaded
-    from the environment. Idempotent and cheap."""
-    while h5py.h5pl.size():
-        h5py.h5pl.remove(0)
 
 
 def open_read(path: str | Path) -> h5py.File:

@@ -21,12 +21,11 @@ from ckpt_migrate.format.h5 import chunks
 from ckpt_migrate.format.h5.io import (
     COPY_BLOCK_BYTES,
     DAMAGED_HDF5,
-    LZ4_FILTER_ID,
     iter_slabs,
-    lz4_options,
     read_slab,
     read_whole,
 )
+from ckpt_migrate.format.h5.plugins import LZ4_FILTER_ID, lz4_options
 from ckpt_migrate.format.tree import H5Data, TensorLeaf
 
 # Writes a tensor's dataset (``place_tensor``, or an upgrade's own): its low-level identifier
