@@ -153,8 +153,8 @@ def test_soft_links_inside_the_file_are_allowed(tmp_path):
 
 def test_no_filter_plugin_is_loaded_from_the_environment(tmp_path):
     """HDF5 takes HDF5_PLUGIN_PATH into its search path when it starts; opening a checkpoint
-    empties that path, so a plugin dropped there is never loaded (LZ4 is registered by
-    hdf5plugin itself and still decodes)."""
+    empties that path, so a plugin dropped there is never loaded (LZ4, hdf5plugin's library
+    registered by ``h5.plugins``, still decodes)."""
     src = tmp_path / "lz4.mdl"
     cm.save({"model": {"w": np.arange(64.0)}}, src)
     code = (

@@ -8,8 +8,8 @@ filter may be a plugin that HDF5 loads from ``HDF5_PLUGIN_PATH``. No checkpoint 
 release writes uses any of them (FORMAT.md §3.2, §4.5: plain datasets, LZ4 or no filter), and a
 crafted file could use them to copy ``/etc/passwd`` or ``~/.aws/credentials`` into an output, or
 to run a shared library. ``check_self_contained`` refuses all of them, naming the object, before
-a reader resolves a single link (``h5.io.forbid_plugin_loading`` keeps HDF5 from loading filter
-plugins; LZ4 is registered by hdf5plugin itself).
+a reader resolves a single link (``h5.plugins`` keeps HDF5 from loading filter plugins from
+the environment and registers hdf5plugin's LZ4 library itself).
 """
 
 from __future__ import annotations
