@@ -365,6 +365,25 @@ def test_a_malformed_config_is_refused_before_the_source_is_read(tmp_path, monke
     assert not (tmp_path / "hf").exists()
 
 
+def test_a_missing_hf_extra_is_refused_before_the_source_is_read(tmp_path, monkeypatch):
+    """Without ``safetensors`` (the ``hf`` extra), the export ends with the install hint before
+    it reads anything: the read-back needs it, at the end of a long write."""
+    import sys
+
+    from ckpt_migrate.errors import UsageError
+    from ckpt_migrate.hf import export as hf_export
+
+    def opened(*args, **kwargs):
+        raise AssertionError("the source was read")
+
+    monkeypatch.setattr(hf_export, "read_checkpoint", opened)
+    monkeypatch.setitem(sys.modules, "safetensors", None)  # (an import of it fails)
+    src = MODELS / "gpt2-1.9"
+    with pytest.raises(UsageError, match=r"ckpt-migrate\[hf\]"):
+        hf_export.export(src / "checkpoint_100.mdl", tmp_path / "hf", config=src / "params.yaml")
+    assert not (tmp_path / "hf").exists()
+
+
 def test_a_1_9_checkpoint_exports_in_one_command(tmp_path):
     src = MODELS / "gpt2-1.9"
     out = tmp_path / "hf"
