@@ -380,8 +380,15 @@ def verify(directory: Path, written: Written) -> None:
         with open(path, "rb", buffering=0) as fh:  # (once: 150k tensors were 150k opens)
             for i, size in enumerate(written.sizes[fname]):
                 if _digest_back(fh.fileno(), path, offset, size) != hashes[16 * i : 16 * i + 16]:
-                    raise VerificationError(path, f"tensor {i + 1}: the bytes read back differ")
+                    raise VerificationError(path, f"{_nth(path, i)}: the bytes read back differ")
                 offset += size
+
+
+def _nth(path: Path, i: int) -> str:
+    """The name of the ``i``-th tensor of ``path`` in data order, for an error: the write's
+    record keeps no names."""
+    stored = sorted(read_header(path)[0].items(), key=lambda item: item[1].offset)
+    return stored[i][0]
 
 
 def _check_listing(path: Path, f: Any, planned: bytearray) -> None:
