@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import one_line_error, run_cli, run_script
 from modelzoo_hf_import import BERT_RULES, T5_RULES, modelzoo_cs
-from test_hf_end_to_end import _tensors
+from test_hf_end_to_end import _tensors, modules_first_imported_by_the_read
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -79,6 +79,13 @@ def test_bert_from_modelzoo_exports_with_a_zero_bias(tmp_path):
         assert np.array_equal(out[key], hf[key]), key
     _, info = _loads("BertForPreTraining", tmp_path / "out")
     assert not info["missing_keys"] and not info["unexpected_keys"]
+
+
+def test_the_export_of_model_zoos_file_loads_its_code_before_reading_it(tmp_path):
+    """The export of the file Model Zoo's HF -> CS import writes (2.9, no MLM bias) imports no
+    module once it has opened it (issue 33: see ``test_hf_end_to_end``)."""
+    src, params, _ = _modelzoo_file(tmp_path, "BertForPreTraining", BERT, BERT_RULES, "bert")
+    assert modules_first_imported_by_the_read(src, params, tmp_path / "out", "bert") == []
 
 
 def test_a_zero_fill_is_sized_by_the_file_not_the_config(tmp_path):
