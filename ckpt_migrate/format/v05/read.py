@@ -49,6 +49,7 @@ from ckpt_migrate.format.tree import (
     name_collisions,
 )
 from ckpt_migrate.format.v05 import treespec as treespec_json
+from ckpt_migrate.format.v05.templates import Templates
 
 _SUFFIX = ".__metadata__"
 Typed = tuple[str, tuple[int, ...]]  # a tensor's dtype and shape, decoded from its metadata
@@ -68,7 +69,7 @@ def read(
     facts = facts or Facts()
     path = handle.path
     require_success(f, path)
-    singles = _Singles()
+    singles: Templates[_Pending] = Templates()
     digest = handle.root_digest
 
     def keep(key: str, text: str | None) -> Any:
@@ -172,58 +173,40 @@ class _Pending:
         return _decode_leaf(reading, name, self.md_all)
 
 
-def _pending(key: str, text: str | None, singles: _Singles, path: Path) -> _Pending | None:
+def _pending(
+    key: str, text: str | None, singles: Templates[_Pending], path: Path
+) -> _Pending | None:
     """What the table keeps of the attribute ``key``'s ``text``: a ``_Pending`` for a leaf's
     metadata, None for any other attribute."""
     if text is None or not key.endswith(_SUFFIX):
         return None
     name = key[: -len(_SUFFIX)]
     template = singles.template(name, text)
-    known = singles.known.get(template) if template is not None else None
-    if known is not None:
-        return known
+    if template is not None:
+        known = singles.known.get(template)
+        if known is not None:
+            return known
+        number = singles.number(template) if singles.numbers else None
+        if number is not None:
+            return _Pending(m=number)
     try:
         md_all = _parse_metadata(text, key, path)
         spec = md_all["__spec__"]
         single = isinstance(spec, list) and len(spec) > 1
         if template is None or not single or spec[1] != treespec_json.single_leaf_spec(name):
             return _Pending(md_all=md_all)
-        return singles.learn(template, _Pending(m=_interned(_meta(md_all, name, name, path))))
+        m = _interned(_meta(md_all, name, name, path))
+        if singles.learn_number(template, m):  # (its template is its value's alone)
+            return _Pending(m=m)
+        return singles.learn(template, _Pending(m=m))
     except CkptError as exc:
         return _Pending(error=exc)
 
 
 def _interned(m: dict[str, Any]) -> dict[str, Any]:
-    """``m`` with its keys and string values interned: past ``_Singles.LIMIT`` every scalar's
-    metadata is its own (37k of them at 150k tensors: the optimizer's parameter ids), and JSON
-    gives each its own copies of the same few words."""
+    """``m`` with its keys and string values interned: a document decoded from JSON gives
+    each leaf its own copies of the same few words."""
     return {sys.intern(k): sys.intern(v) if type(v) is str else v for k, v in m.items()}
-
-
-class _Singles:
-    """The metadata of leaves serialized alone, by their document with the leaf's name taken
-    out: the thousands of tensors of a checkpoint share a few dtypes and shapes, so a few
-    documents, each decoded from JSON once (half of reading a leaf at 150k leaves, issue 33).
-    Only a name JSON writes as it is, found exactly in the four places cstorch writes it (the
-    spec's structure and string, ``__objects__``, the metadata's key), is taken out: nothing
-    else in the document can then depend on it, and the spec and ``__objects__`` of any text
-    of the same template are the single leaf's of its own name."""
-
-    LIMIT = 4096  # templates kept (distinct dtypes, shapes and serializers)
-
-    def __init__(self) -> None:
-        self.known: dict[str, _Pending] = {}  # (one shared by every leaf of the template)
-
-    @staticmethod
-    def template(name: str, text: str) -> str | None:
-        if not treespec_json.plain(name) or "\0" in text or text.count(name) != 4:
-            return None
-        return text.replace(name, "\0")
-
-    def learn(self, template: str, pending: _Pending) -> _Pending:
-        if len(self.known) < self.LIMIT:
-            self.known[template] = pending
-        return pending
 
 
 def require_success(f: h5py.File, path: Path) -> None:
