@@ -391,7 +391,9 @@ def test_a_pair_is_hashed_as_its_joined_bytes_however_long_its_text():
     over): the digest is still that of the pair's bytes, name, NUL, 1 and UTF-8 text (lone
     surrogates as written), given as text or as bytes; ``holds`` tells a text it was given."""
     text = "ü\udc80a\U0001f600" * 400_000  # (over a slice of 2**20 characters)
-    for name, value in [("__spec__", text), ("__spec__", text[1:]), ("n", ""), ("\udcff", "x")]:
+    edges = [("b", "ü" * ((1 << 20) - 1)), ("b", "ü" * (1 << 20))]  # (one call; streamed)
+    pairs = [("__spec__", text), ("__spec__", text[1:]), ("n", ""), ("\udcff", "x"), *edges]
+    for name, value in pairs:
         raw = value.encode("utf-8", "surrogatepass")
         pair = name.encode("utf-8", "surrogatepass") + b"\0\1" + raw
         want = xxhash.xxh3_128_intdigest(pair)
