@@ -196,7 +196,7 @@ def _pending(
         if template is None or not single or spec[1] != treespec_json.single_leaf_spec(name):
             return _Pending(md_all=md_all)
         m = _interned(_meta(md_all, name, name, path))
-        if singles.learn_number(template, m):  # (its template is its value's alone)
+        if singles.learn_number(template, m):  # (known by its template around its value)
             return _Pending(m=m)
         return singles.learn(template, _Pending(m=m))
     except CkptError as exc:

@@ -1,15 +1,16 @@
 """The leaves' ``__metadata__`` documents of a format 0.5 root, known by template (issue 33).
 
-cstorch writes one JSON document per leaf (FORMAT.md §4.2). The thousands of tensors of a
+cstorch writes one JSON document per leaf (FORMAT.md §4.3). The thousands of tensors of a
 checkpoint share a few dtypes and shapes, so their documents differ by the leaf's name alone:
 with the name taken out, a few templates, each decoded from JSON once (``Templates.known``).
 
 A number scalar's document differs by its value too. The optimizer's list of parameter ids is
 one scalar per parameter (``optimizer.param_groups.0.params.N``, value N: 37,536 of them in the
 sweep's 150k-tensor MoE checkpoint), and each was decoded from JSON as a template of its own:
-0.25 s of a 0.7 s pass, and the 4,096 templates kept all theirs. Such a document is known by
-the template with its value's number token taken out too (``Templates.number``): the token
-of another document in its place is decoded as JSON decodes a number, and nothing else.
+about 0.2 s of the 2.0 s of ``plan`` there, and the 4,096 templates kept were theirs. Such a
+document is known by the template with its value's number token taken out too
+(``Templates.number``): the token of another document in its place is decoded as JSON decodes
+a number, and nothing else.
 """
 
 from __future__ import annotations
