@@ -32,16 +32,21 @@ STEPS = [
     "ckpt_migrate/config/*.py",
 ]
 COMMANDS_PY = "ckpt_migrate/cli/commands.py"
-SHARED = ["step_inputs", "check_verify", "load_config", "read_config_text"]
+UPGRADES_PY = "ckpt_migrate/cli/upgrades.py"
+SHARED = [
+    f"{COMMANDS_PY}::{f}"
+    for f in ("step_inputs", "check_verify", "load_config", "read_config_text")
+]
 
 # command -> the modules (or "module::function") whose messages it can show
 SOURCES = {
-    "upgrade": [*READ, *STEPS, *(f"{COMMANDS_PY}::{f}" for f in ["upgrade", *SHARED])],
+    "upgrade": [*READ, *STEPS, f"{UPGRADES_PY}::upgrade", *SHARED],
     "upgrade-dir": [
         *READ,
         *STEPS,
         "ckpt_migrate/model_dir/upgrade_dir.py",
-        *(f"{COMMANDS_PY}::{f}" for f in ["upgrade_dir", *SHARED]),
+        f"{UPGRADES_PY}::upgrade_dir",
+        *SHARED,
     ],
     "plan": [
         *READ,

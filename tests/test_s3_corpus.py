@@ -24,7 +24,7 @@ import pytest
 from conftest import FIXTURES, MODELS, REAL, run_cli
 from s3store import etags, moto_server, put_dir
 
-from ckpt_migrate.cli import commands
+from ckpt_migrate.cli import upgrades
 from ckpt_migrate.engine.splitcopy import MIN_RANGE, data_ranges
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.remote.parts import MIN_PART
@@ -81,7 +81,7 @@ def corpus(tmp_path_factory, real_layout_19) -> Path:
 
 
 def run_dir(src: Path | str, out: Path | str, to: str = "latest", **kw) -> dict[str, object]:
-    entries, _ = commands.upgrade_dir(Path(src), to=to, output_dir=Path(out), inputs=DROP, **kw)
+    entries, _ = upgrades.upgrade_dir(Path(src), to=to, output_dir=Path(out), inputs=DROP, **kw)
     return {e.path.name: e for e in entries if e.kind == "checkpoint"}
 
 

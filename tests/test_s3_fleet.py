@@ -25,7 +25,7 @@ from conftest import FIXTURES, ROOT, release_of, run_cli
 from s3store import etags, moto_server, put_dir
 
 import ckpt_migrate as cm
-from ckpt_migrate.cli import commands
+from ckpt_migrate.cli import upgrades
 from ckpt_migrate.engine.upgrade import UpgradeOptions
 from ckpt_migrate.remote.s3 import S3Url
 from ckpt_migrate.remote.upgrade import CHAIN_SUFFIX, upgrade_object
@@ -200,7 +200,7 @@ def test_dask_cluster_with_a_worker_killed(store, local_run, tmp_path):
         out: dict = {}
 
         def go() -> None:
-            out["result"] = commands.upgrade_dir(
+            out["result"] = upgrades.upgrade_dir(
                 Path(f"s3://{bucket}/run"),
                 to="2.10",
                 output_dir=Path(f"s3://{bucket}/run-2.10"),
@@ -224,7 +224,7 @@ def test_dask_cluster_with_a_worker_killed(store, local_run, tmp_path):
         # Dask reran the killed task elsewhere, or it failed on its own: never a partial output
         for e in entries:
             assert e.status in ("upgraded", "current", "failed", "copied"), e.to_json()
-        again, worst = commands.upgrade_dir(
+        again, worst = upgrades.upgrade_dir(
             Path(f"s3://{bucket}/run"),
             to="2.10",
             output_dir=Path(f"s3://{bucket}/run-2.10"),

@@ -1,8 +1,9 @@
 """Every console script: ``ckpt-migrate``, ``tensorflow-to-h5``, ``h5-to-tensorflow``.
 
 A lazy face: ``entry`` (which ``run``, the ``ckpt-migrate`` entry point, calls) loads ``main``
-(the typer app; ``cli.tf`` does not load typer), ``commands`` (the verbs' work and everything
-it imports, loaded when a command runs, not for ``--help``) and ``hop_inputs`` (the hops'
+(the typer app; ``cli.tf`` does not load typer), the verbs' work and everything it imports
+when a command runs, not for ``--help`` (``commands``: the read-side verbs; ``upgrades``: the
+upgrade verbs; ``conversions``: Hugging Face and TensorFlow), and ``hop_inputs`` (the hops'
 declared inputs, loaded when a verb that runs hops parses its options); ``begin_reading``
 starts a checkpoint's metadata walk before those imports.
 """
@@ -119,6 +120,6 @@ def _begin_upgrade_reading(args: list[str]) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("commands", "hop_inputs"):
+    if name in ("commands", "upgrades", "conversions", "hop_inputs"):
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

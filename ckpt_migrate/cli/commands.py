@@ -1,32 +1,21 @@
 """One function per verb, plain arguments in, plain data out (like Alembic's ``command.py``).
 
-``cli.main`` declares the options and prints; the scripts in ``scripts/`` call these too. The
-TensorFlow verbs prepare the process for a command line (``tf.saver.setup_cli_process``): they
-are only called from one.
+``cli.main`` declares the options and prints; the scripts in ``scripts/`` call these too.
+These are the read-side verbs and what the others share; the upgrade verbs' work is
+``upgrades``, the conversions' ``conversions``, each loaded when one of its verbs runs.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import ckpt_migrate.torch as torch_api
 from ckpt_migrate.cli import hop_inputs
 from ckpt_migrate.config import yaml_edit
-from ckpt_migrate.config.upgrade import ConfigAlongside, ConfigOutcome
 from ckpt_migrate.engine import plan as planner
 from ckpt_migrate.engine.extents import METHODS, Choice
 from ckpt_migrate.engine.plan import check as check_file
-from ckpt_migrate.engine.upgrade import (
-    Progress,
-    UpgradeOptions,
-    UpgradeResult,
-    check_destination,
-)
-from ckpt_migrate.engine.upgrade import upgrade as upgrade_file
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.format import deep_check as deep
 from ckpt_migrate.format import outline, releases
@@ -35,20 +24,12 @@ from ckpt_migrate.format.deep_check import DeepReport
 from ckpt_migrate.format.h5 import preflight
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import tied_positions
-from ckpt_migrate.hf import export as hf_export
-from ckpt_migrate.hf import import_ as hf_import
 from ckpt_migrate.hops import graph
-from ckpt_migrate.model_dir import upgrade_dir as dir_upgrade
-from ckpt_migrate.model_dir.names import DEFAULT_NAME
-from ckpt_migrate.model_dir.upgrade_dir import DirEntry, DirOptions
 from ckpt_migrate.models.detect import choose_family
 from ckpt_migrate.models.names import resolve_name
-from ckpt_migrate.remote import dirs as remote_dirs
-from ckpt_migrate.remote import fleet, s3
-from ckpt_migrate.remote import upgrade as remote_upgrade
-from ckpt_migrate.tf import from_h5, to_h5
-from ckpt_migrate.tf.saver import setup_cli_process
 
+if TYPE_CHECKING:
+    from ckpt_migrate.engine.splitcopy import Progress
 Verify = Literal["index", "full"]
 
 
@@ -96,16 +77,6 @@ def to_torch(
     return {"source": str(src), "output": str(out)}
 
 
-def export_hf(src: str | Path, output_dir: str | Path, **options: Any) -> dict[str, Any]:
-    """``export-hf``: the options are :func:`ckpt_migrate.hf.export.export`'s."""
-    return hf_export.export(src, output_dir, **options).to_json()
-
-
-def import_hf(src: str | Path, dst: str | Path, **options: Any) -> dict[str, Any]:
-    """``import-hf``: the options are :func:`ckpt_migrate.hf.import_.import_hf`'s."""
-    return hf_import.import_hf(src, dst, **options).to_json()
-
-
 def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> dict[str, Any]:
     rep = torch_api.from_torch(src, dst, release)
     return {
@@ -117,21 +88,6 @@ def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> 
         "tensor_bytes": rep.tensor_bytes,
         "notes": rep.notes,
     }
-
-
-def tf_to_h5(saver_paths: list, h5_path: str | Path, **options: Any) -> dict[str, Any]:
-    setup_cli_process()
-    rep = to_h5.tf_to_h5(saver_paths, h5_path, **options)
-    data = asdict(rep)
-    data.update(output=str(rep.path), release=rep.release.name, format=rep.release.format)
-    del data["path"]
-    return data
-
-
-def h5_to_tf(h5_path: str | Path, saver_path: str | Path, **options: Any) -> dict[str, Any]:
-    setup_cli_process()
-    options["max_shard_bytes"] = options.pop("max_shard_size", "1GiB")
-    return asdict(from_h5.h5_to_tf(h5_path, saver_path, **options))
 
 
 def history() -> dict[str, Any]:
@@ -190,211 +146,6 @@ def check_verify(verify: str) -> Verify:
     if verify not in ("index", "full"):
         raise UsageError(None, f"--verify must be index or full, not {verify!r}")
     return verify  # type: ignore[return-value]
-
-
-def upgrade(
-    paths: list[Path],
-    *,
-    to: str = "latest",
-    from_release: str | None = None,
-    output_dir: Path | None = None,
-    inplace: bool = False,
-    dry_run: bool = False,
-    manifest: Path | None = None,
-    verify: str = "index",
-    copy_method: str = "auto",
-    strict: bool = False,
-    allow_missing: bool = False,
-    inputs: dict[str, Any] | None = None,
-    config: Path | None = None,
-    config_out: Path | None = None,
-    num_csx: int | None = None,
-    model: str | None = None,
-    progress: Progress | None = None,
-    force: bool = False,
-) -> Iterator[tuple[UpgradeResult, ConfigOutcome | None]]:
-    """Upgrade each file in turn (with ``config``: its params.yaml alongside, to the same
-    release); every argument is checked before the first file is touched."""
-    opts = UpgradeOptions(
-        target=to,
-        source_release=from_release,
-        output_dir=output_dir,
-        inplace=inplace,
-        dry_run=dry_run,
-        manifest=manifest,
-        verify=check_verify(verify),
-        copy_method=check_copy_method(copy_method),
-        strict=strict,
-        allow_missing=allow_missing,
-        inputs=inputs or {},
-        force=force,
-    )
-    if force and inplace:
-        raise UsageError(None, "--force replaces an output; --inplace has none", "drop --force")
-    if manifest is not None and len(paths) > 1:
-        raise UsageError(None, "--manifest takes one checkpoint at a time")
-    if config is None and (config_out is not None or num_csx is not None):
-        raise UsageError(None, "--config-out and --num-csx apply to --config", "pass --config")
-    alongside = None
-    if config is not None:
-        alongside = ConfigAlongside(
-            config,
-            config_out=config_out,
-            num_csx=num_csx,
-            target=to,
-            output_dir=output_dir,
-            dry_run=dry_run,
-            model=model,
-        )
-    if any(s3.is_url(p) for p in [*paths, output_dir]):
-        yield from _upgrade_objects(paths, output_dir, opts, alongside)
-        return
-    check_destination(opts)
-    for path in paths:
-        res = upgrade_file(path, opts, progress)
-        yield res, alongside.run(res) if alongside is not None else None
-
-
-def _upgrade_objects(
-    paths: list[Path], output_dir: Path | None, opts: UpgradeOptions, alongside: Any
-) -> Iterator[tuple[UpgradeResult, None]]:
-    """``s3://`` checkpoints into an ``s3://`` prefix (``remote.upgrade``)."""
-    if alongside is not None:
-        raise UsageError(None, "--config is not offered for s3:// checkpoints")
-    if opts.manifest is not None or opts.inplace:
-        raise UsageError(None, "s3:// checkpoints take --output-dir s3://..., not --inplace")
-    if not all(s3.is_url(p) for p in paths) or (
-        output_dir is not None and not s3.is_url(output_dir)
-    ):
-        raise UsageError(None, "mixes s3:// and local paths", "upgrade each kind on its own")
-    if output_dir is None and not opts.dry_run:
-        raise UsageError(None, "say where the upgraded objects go", "pass --output-dir s3://...")
-    out = s3.S3Url.parse(output_dir) if output_dir is not None else None
-    client = s3.client()
-    for path in paths:
-        src = s3.S3Url.parse(path)
-        yield remote_upgrade.upgrade_object(src, out or src.parent(), opts, client), None
-
-
-def upgrade_dir(
-    model_dir: Path,
-    *,
-    to: str = "latest",
-    output_dir: Path | None = None,
-    inplace: bool = False,
-    only_latest: bool = False,
-    dry_run: bool = False,
-    name: str = DEFAULT_NAME,
-    verify: str = "index",
-    copy_method: str = "auto",
-    allow_missing: bool = False,
-    inputs: dict[str, Any] | None = None,
-    progress: Progress | None = None,
-    on_entry: Callable[[DirEntry], None] | None = None,
-    config: Path | None = None,
-    config_out: Path | None = None,
-    num_csx: int | None = None,
-    model: str | None = None,
-    on_config: Callable[[ConfigOutcome], None] | None = None,
-    scheduler: str | None = None,
-    workers: int | None = None,
-    on_done: Callable[[int, int], None] | None = None,
-    deep_check: bool = False,
-) -> tuple[list[DirEntry], int]:
-    """Every checkpoint of ``model_dir``, newest first; returns the entries and the worst exit
-    code among them (the config's included). With ``config`` the run's params.yaml is upgraded
-    with the newest checkpoint into ``output_dir`` (``on_config`` hears how). ``scheduler`` (a
-    Dask scheduler address) or ``workers`` (a LocalCluster of that many processes): one task
-    per checkpoint on the cluster; ``on_done(done, total)`` hears of each."""
-    if scheduler is not None and workers is not None:
-        raise UsageError(None, "--scheduler and --workers exclude each other")
-    if workers is not None and workers < 1:
-        raise UsageError(None, "--workers must be at least 1")
-    remote = s3.is_url(model_dir) or s3.is_url(output_dir)
-    if remote and deep_check:
-        raise UsageError(None, "--deep-check is not offered for s3:// model directories")
-    if remote and config is not None:
-        raise UsageError(None, "--config is not offered for s3:// model directories")
-    if config is None and (config_out is not None or num_csx is not None):
-        raise UsageError(None, "--config-out and --num-csx apply to --config", "pass --config")
-    opts = DirOptions(
-        target=to,
-        output_dir=output_dir,
-        inplace=inplace,
-        only_latest=only_latest,
-        dry_run=dry_run,
-        name=name,
-        verify=check_verify(verify),
-        copy_method=check_copy_method(copy_method),
-        allow_missing=allow_missing,
-        inputs=inputs,
-        deep_check=deep_check,
-    )
-    alongside = None
-    if config is not None:
-        alongside = ConfigAlongside(
-            config,
-            config_out=config_out,
-            num_csx=num_csx,
-            target=to,
-            output_dir=output_dir,
-            dry_run=dry_run,
-            model=model,
-            rerun=True,
-        )
-    outcomes: list[ConfigOutcome] = []
-
-    def entry_done(entry: DirEntry) -> None:
-        if on_entry is not None:
-            on_entry(entry)
-        if alongside is not None and entry.kind == "checkpoint" and entry.result is not None:
-            res = entry.result
-            first = alongside.done is None
-            if first and res.family is None and res.status == dir_upgrade.ALREADY_UPGRADED:
-                # an earlier run's output: the family its config upgrade used, as it found it
-                with read_checkpoint(entry.path) as ckpt:
-                    res.family = choose_family(ckpt.root, model).family
-            outcome = alongside.run(res)
-            if outcome is not None:
-                outcomes.append(outcome)
-                if on_config is not None:
-                    on_config(outcome)
-
-    cluster = (
-        contextlib.nullcontext(None)
-        if scheduler is None and workers is None
-        else fleet.connect(scheduler, workers)
-    )
-    with cluster as client:
-        if remote:
-            entries = _upgrade_prefix(model_dir, output_dir, opts, client, entry_done, on_done)
-        else:
-            if client is not None:
-                opts.runner = fleet.local_runner(client, on_done)
-            entries = dir_upgrade.upgrade_dir(model_dir, opts, progress, entry_done)
-    worst = max([dir_upgrade.worst_exit_code(entries), *(o.exit_code for o in outcomes)])
-    return entries, worst
-
-
-def _upgrade_prefix(
-    model_dir: Path,
-    output_dir: Path | None,
-    opts: DirOptions,
-    client: Any,
-    on_entry: Callable[[DirEntry], None],
-    on_done: Callable[[int, int], None] | None,
-) -> list[DirEntry]:
-    """An ``s3://`` run prefix into an ``s3://`` output prefix (``remote.dirs``)."""
-    if not s3.is_url(model_dir) or not s3.is_url(output_dir):
-        raise UsageError(
-            None, "s3:// model directories go to an s3:// --output-dir", "pass both as s3://"
-        )
-    entries = []
-    src, out = s3.S3Url.parse(model_dir), s3.S3Url.parse(output_dir)
-    for entry in remote_dirs.upgrade_prefix(src, out, opts, client, on_done):
-        entries.append(entry)
-        on_entry(entry)
-    return entries
 
 
 def verify(

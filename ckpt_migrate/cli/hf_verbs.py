@@ -1,6 +1,6 @@
 """``export-hf`` and ``import-hf``: option declarations for the Hugging Face verbs (issue #23).
 
-Registered on the app by ``cli.main``; the work is ``cli.commands.export_hf`` /
+Registered on the app by ``cli.main``; the work is ``cli.conversions.export_hf`` /
 ``import_hf`` (reached through the lazy face, so ``--help`` loads neither h5py nor safetensors).
 """
 
@@ -83,7 +83,7 @@ def export_hf_cmd(
     Writes config.json and model.safetensors (or shards with model.safetensors.index.json),
     one tensor at a time, the release hops applied on the way."""
     with console.progress(not quiet and not as_json, progress_mode) as progress:
-        out = cli.commands.export_hf(
+        out = cli.conversions.export_hf(
             src,
             output_dir,
             model=model,
@@ -124,7 +124,7 @@ def import_hf_cmd(
     Reads safetensors (or pytorch_model.bin) shards one tensor at a time and writes the
     checkpoint and, with --config-out, the run's params.yaml for that release."""
     with console.progress(not quiet and not as_json, progress_mode) as progress:
-        out = cli.commands.import_hf(
+        out = cli.conversions.import_hf(
             src,
             dst,
             release=release,

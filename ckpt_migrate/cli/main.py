@@ -138,7 +138,7 @@ def tf_to_h5_cmd(
     r"""Convert a TensorFlow saver checkpoint to a Cerebras H5 checkpoint (needs the
     ckpt-migrate\[tensorflow] extra)."""
     with console.progress(enabled=not as_json) as progress:
-        out = cli.commands.tf_to_h5(
+        out = cli.conversions.tf_to_h5(
             saver_path,
             h5_path,
             release=release,
@@ -167,7 +167,7 @@ def h5_to_tf_cmd(
     r"""Convert a Cerebras H5 checkpoint to TensorFlow saver checkpoint(s) (needs the
     ckpt-migrate\[tensorflow] extra)."""
     with console.progress(enabled=not as_json) as progress:
-        out = cli.commands.h5_to_tf(
+        out = cli.conversions.h5_to_tf(
             h5_path,
             saver_path,
             shard_by=shard_by or [],
@@ -249,7 +249,7 @@ def upgrade_cmd(
     inputs = cli.commands.step_inputs(hop_inputs_given(ctx), config=config, model=model)
     worst = 0
     with console.progress(not (as_json or quiet), progress_mode) as progress:
-        runs = cli.commands.upgrade(
+        runs = cli.upgrades.upgrade(
             paths,
             to=to,
             from_release=from_release,
@@ -344,7 +344,7 @@ def upgrade_dir_cmd(
             render.config_outcome(outcome)
 
     with console.progress(not (as_json or quiet), progress_mode) as progress:
-        entries, worst = cli.commands.upgrade_dir(
+        entries, worst = cli.upgrades.upgrade_dir(
             model_dir,
             to=to,
             output_dir=output_dir,

@@ -63,7 +63,7 @@ def tensorflow_to_h5(argv: list[str] | None = None) -> int:
 
     def go() -> None:
         with console.progress(enabled=not args.json) as progress:
-            data = cli.commands.tf_to_h5(
+            data = cli.conversions.tf_to_h5(
                 args.saver_path,
                 args.h5_path,
                 release=args.release,
@@ -108,7 +108,7 @@ def h5_to_tensorflow(argv: list[str] | None = None) -> int:
 
     def go() -> None:
         with console.progress(enabled=not args.json) as progress:
-            data = cli.commands.h5_to_tf(
+            data = cli.conversions.h5_to_tf(
                 args.h5_path,
                 args.saver_path,
                 shard_by=args.shard_by,
