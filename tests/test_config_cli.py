@@ -9,6 +9,8 @@ import shutil
 import yaml
 from conftest import CONFIGS, FIXTURES, MODELS, one_line_error, run_cli
 
+EXAMPLE = FIXTURES / "example"  # (a 1.9 model directory: checkpoint, params.yaml, side files)
+
 
 def comments_kept(source: str, output: str, removed: set[str]) -> list[str]:
     """Comment texts of ``source`` missing from ``output``, except those on removed keys."""
@@ -158,10 +160,11 @@ def test_config_out_and_inplace_default_name(tmp_path):
 
 
 def test_num_csx_and_config_out_need_config():
-    proc = run_cli("upgrade", FIXTURES / "release-2.0.mdl", "--dry-run", "--num-csx", "2")
-    one_line_error(proc, 2, "--config")
-    proc = run_cli("upgrade", FIXTURES / "release-2.0.mdl", "--dry-run", "--config-out", "x.yaml")
-    one_line_error(proc, 2, "--config")
+    """Both verbs that upgrade a config alongside refuse its options without it."""
+    for verb, path in [("upgrade", FIXTURES / "release-2.0.mdl"), ("upgrade-dir", EXAMPLE)]:
+        for option, value in [("--num-csx", "2"), ("--config-out", "x.yaml")]:
+            proc = run_cli(verb, path, "--dry-run", option, value)
+            one_line_error(proc, 2, "--config-out and --num-csx apply to --config")
 
 
 def test_num_csx_scales_a_1_8_batch_size(tmp_path):

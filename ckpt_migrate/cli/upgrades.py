@@ -74,19 +74,9 @@ def upgrade(
         raise UsageError(None, "--force replaces an output; --inplace has none", "drop --force")
     if manifest is not None and len(paths) > 1:
         raise UsageError(None, "--manifest takes one checkpoint at a time")
-    if config is None and (config_out is not None or num_csx is not None):
-        raise UsageError(None, "--config-out and --num-csx apply to --config", "pass --config")
-    alongside = None
-    if config is not None:
-        alongside = ConfigAlongside(
-            config,
-            config_out=config_out,
-            num_csx=num_csx,
-            target=to,
-            output_dir=output_dir,
-            dry_run=dry_run,
-            model=model,
-        )
+    alongside = _config_alongside(
+        config, config_out, num_csx, target=to, output_dir=output_dir, dry_run=dry_run, model=model
+    )
     if any(s3.is_url(p) for p in [*paths, output_dir]):
         yield from _upgrade_objects(paths, output_dir, opts, alongside)
         return
@@ -94,6 +84,19 @@ def upgrade(
     for path in paths:
         res = upgrade_file(path, opts, progress)
         yield res, alongside.run(res) if alongside is not None else None
+
+
+def _config_alongside(
+    config: Path | None, config_out: Path | None, num_csx: int | None, **options: Any
+) -> ConfigAlongside | None:
+    """``--config``: the run's params.yaml upgraded beside its checkpoints (``ConfigAlongside``
+    and its ``options``, every check it makes before a checkpoint is touched); None without
+    it, where ``--config-out`` and ``--num-csx`` have nothing to apply to."""
+    if config is None:
+        if config_out is not None or num_csx is not None:
+            raise UsageError(None, "--config-out and --num-csx apply to --config", "pass --config")
+        return None
+    return ConfigAlongside(config, config_out=config_out, num_csx=num_csx, **options)
 
 
 def _upgrade_objects(
@@ -156,8 +159,16 @@ def upgrade_dir(
         raise UsageError(None, "--deep-check is not offered for s3:// model directories")
     if remote and config is not None:
         raise UsageError(None, "--config is not offered for s3:// model directories")
-    if config is None and (config_out is not None or num_csx is not None):
-        raise UsageError(None, "--config-out and --num-csx apply to --config", "pass --config")
+    alongside = _config_alongside(
+        config,
+        config_out,
+        num_csx,
+        target=to,
+        output_dir=output_dir,
+        dry_run=dry_run,
+        model=model,
+        rerun=True,
+    )
     opts = DirOptions(
         target=to,
         output_dir=output_dir,
@@ -171,18 +182,6 @@ def upgrade_dir(
         inputs=inputs,
         deep_check=deep_check,
     )
-    alongside = None
-    if config is not None:
-        alongside = ConfigAlongside(
-            config,
-            config_out=config_out,
-            num_csx=num_csx,
-            target=to,
-            output_dir=output_dir,
-            dry_run=dry_run,
-            model=model,
-            rerun=True,
-        )
     outcomes: list[ConfigOutcome] = []
 
     def entry_done(entry: DirEntry) -> None:
