@@ -484,8 +484,7 @@ def _read_root_attributes(f: h5py.File, path: Path, tick: int) -> None:
     read a 200k-leaf one with 220 MiB, this child's peak, issue 33)."""
     table = attrtable.root_texts(f, path, lambda: os.write(tick, TICK), keep=_taken_text)
     if table is None:
-        read_attributes(f.id, tick)
-        return
+        return read_attributes(f.id, tick)
     # The table's names are HDF5's (as many; HDF5's list by name costs 8 µs an attribute).
     rest = [k for k, v in table.items() if v is not _TAKEN]
     read_attributes(f.id, tick, names=[k.encode("utf-8", "surrogateescape") for k in rest])
