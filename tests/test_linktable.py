@@ -7,6 +7,7 @@ of several levels, compact and dense link messages), and on roots it must not an
 from __future__ import annotations
 
 import lzma
+import os
 import struct
 from pathlib import Path
 
@@ -132,3 +133,74 @@ def test_the_outline_read_gives_way_to_the_full_read_for_a_link_not_hard(tmp_pat
     else:
         with read_checkpoint(path, outline=True) as ckpt:
             assert not ckpt.outline  # read in full
+
+
+def _hinted(path: Path, monkeypatch, root: int | None = None) -> list[int]:
+    """The offsets ``linktable.prefetch_root`` asks the kernel to read ahead in ``path``
+    (``prefetch`` of the group at ``root``: a damaged file HDF5 is not to open here)."""
+    asked: list[int] = []
+    real = os.posix_fadvise
+
+    def record(fd: int, offset: int, length: int, advice: int) -> None:
+        assert advice == os.POSIX_FADV_WILLNEED and length == 4096
+        asked.append(offset)
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    if root is not None:
+        linktable.prefetch(path, root)
+    else:
+        with h5py.File(path, "r") as f:
+            linktable.prefetch_root(f, path)
+    monkeypatch.setattr(os, "posix_fadvise", real)
+    return asked
+
+
+def _symbol_nodes(path: Path) -> list[int]:
+    """Where the file's symbol table nodes lie, found by their signature (a file whose only
+    group is its root: all of them are the root's)."""
+    data = path.read_bytes()
+    found, at = [], data.find(b"SNOD\x01")
+    while at >= 0:
+        found.append(at)
+        at = data.find(b"SNOD\x01", at + 1)
+    return found
+
+
+@pytest.mark.parametrize(
+    "src",
+    [*REAL[:2], REAL_XZ[0], FIXTURES / "release-1.9.mdl", None],
+    ids=lambda p: "h5py-2000-links" if p is None else p.name,
+)
+def test_prefetch_hints_exactly_the_roots_symbol_table_nodes(src, tmp_path, monkeypatch):
+    """Issue 33: a cold 1.9 root's 1,620 nodes were read one by one by each preflight child's
+    walk of its links. The real library's roots, a legacy one and a B-tree of several levels:
+    every node of the root's symbol table is hinted, once, and nothing else."""
+    if src is None:
+        path = _group(tmp_path / "g.h5", 2000)
+    elif src.suffix == ".xz":
+        path = tmp_path / src.name[:-3]
+        path.write_bytes(lzma.decompress(src.read_bytes()))
+    else:
+        path = src
+    with h5py.File(path, "r") as f:
+        assert all(isinstance(f[k], h5py.Dataset) for k in f)  # the root is the only group
+    nodes = _symbol_nodes(path)
+    assert nodes and sorted(_hinted(path, monkeypatch)) == nodes
+    if src is None:
+        assert len(nodes) > 100  # (the B-tree has internal nodes: see the test above)
+
+
+@pytest.mark.parametrize("kw", [{"libver": "latest"}, {"track_order": True}])
+def test_prefetch_leaves_a_new_style_or_damaged_root_alone(tmp_path, monkeypatch, kw):
+    assert _hinted(_group(tmp_path / "new.h5", 2000, **kw), monkeypatch) == []
+    path = _group(tmp_path / "g.h5", 2000)
+    with h5py.File(path, "r") as f:
+        root = root_header(f)[0]
+    assert len(_hinted(path, monkeypatch, root)) > 100
+    tree = _root_tree(path)
+    for at, damage in [(32, struct.pack("<Q", tree)), (0, b"XXXX")]:  # a loop, no node
+        data = bytearray(path.read_bytes())
+        data[tree + at : tree + at + len(damage)] = damage
+        (tmp_path / "bad.h5").write_bytes(bytes(data))
+        assert _hinted(tmp_path / "bad.h5", monkeypatch, root) == []

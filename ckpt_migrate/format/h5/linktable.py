@@ -19,6 +19,7 @@ and no more of them than the file's size can hold.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import struct
@@ -41,11 +42,12 @@ _MAX_DEPTH = 64
 
 
 class _Links:
-    def __init__(self, read: Read, size: int) -> None:
+    def __init__(self, read: Read, size: int, nodes: list[int] | None = None) -> None:
         self.read = read
         self.visited: set[int] = set()
         self.limit = size // 8 + 16  # no more structures than the file can hold
         self.found: dict[str, int] = {}
+        self.nodes = nodes  # (``prefetch``: the symbol table nodes' addresses, left unread)
 
     def visit(self, address: int) -> None:
         if address in self.visited or len(self.visited) >= self.limit:
@@ -96,6 +98,41 @@ def links(path: Path, address: int, base: int = 0) -> dict[str, int] | None:
         return links.found
     finally:
         os.close(fd)
+
+
+def prefetch_root(f: h5py.File, path: Path) -> None:
+    """``prefetch`` of the root group of ``f`` (open on ``path``)."""
+    at = root_header(f)
+    if at is not None:
+        prefetch(path, *at)
+
+
+def prefetch(path: Path, address: int, base: int = 0) -> None:
+    """Ask the kernel to read the symbol table nodes of the old-style group whose header is at
+    ``address`` now, all at once: HDF5's walk of its links then finds them in the page cache
+    instead of reading each in turn (a cold 1.9 root of 7,647 links keeps them in 1,620 nodes
+    across 12 GB; issue 33). Only the B-tree's own nodes are read here. A hint: a group of
+    another kind, or anything this reader does not know, is left alone."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            nodes: list[int] = []
+            links = _Links(file_reader(fd, size, base), size, nodes)
+            header = read_header(links.read, address, links.visited, links.limit)
+            table = [m.body for m in header.messages if m.kind == _SYMBOL_TABLE]
+            if len(table) != 1 or len(table[0]) < 16:
+                return
+            _btree(links, struct.unpack_from("<Q", table[0])[0], b"", 0)
+            for node in sorted(nodes):
+                os.posix_fadvise(fd, base + node, _PAGE, os.POSIX_FADV_WILLNEED)
+        except (Unknown, HeaderError, struct.error):
+            return
+        finally:
+            os.close(fd)
+
+
+_PAGE = 4096  # (a node is 8 + 80 K bytes; K, the superblock's, is 4 by default)
 
 
 def _group(links: _Links, address: int) -> None:
@@ -191,6 +228,8 @@ def _btree(links: _Links, at: int, names: bytes, depth: int) -> None:
         child = struct.unpack_from("<Q", body, 8 + 16 * i)[0]
         if level > 0:
             _btree(links, child, names, depth + 1)
+        elif links.nodes is not None:
+            links.nodes.append(child)
         else:
             _symbol_node(links, child, names)
 

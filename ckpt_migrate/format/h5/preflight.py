@@ -51,7 +51,7 @@ import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets
-from ckpt_migrate.format.h5 import attrtable, overlaps, preflight_outline
+from ckpt_migrate.format.h5 import attrtable, linktable, overlaps, preflight_outline
 from ckpt_migrate.format.h5.boundary import (
     dataset_storage,
     description_problem,
@@ -165,9 +165,7 @@ class Rest:
             return None
         if type(found) is not dict or len(found) != count:
             return None
-        if not all(type(k) is str and type(v) is int for k, v in found.items()):
-            return None
-        return found
+        return found if all(type(k) is str and type(v) is int for k, v in found.items()) else None
 
     def cancel(self) -> None:
         if self._walk is not None:
@@ -378,6 +376,8 @@ def _walk(path: Path, tick: int, part: int, parts: int, facts_fd: int, extents_f
     with bounded_metadata_cache(h5py.File(path, "r", locking=False, rdcc_nbytes=0)) as f:
         if part == 0:
             _read_root_attributes(f, path, tick)
+        else:  # (the root's link nodes read ahead for both children's walks of them, below)
+            linktable.prefetch_root(f, path)
         mine: list[tuple[bytes, int]] = []  # (name, object address), every parts-th object
 
         def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
