@@ -18,6 +18,7 @@ from test_upgrade import _hashed_datasets
 import ckpt_migrate as cm
 from ckpt_migrate.cli import commands
 from ckpt_migrate.engine import upgrade as engine
+from ckpt_migrate.engine import verify as verify_module
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format.h5.stored import copied_pieces
@@ -124,6 +125,56 @@ def test_a_reused_tensor_linked_to_another_dataset_fails_the_upgrade(tmp_path, m
     assert result.status == "failed"  # (by the check of a reused tensor alone, below)
     assert "tensor 'model.w0' does not hold its source data" in result.error
     assert result.exit_code == VerificationError(src, "").exit_code
+    assert not out.exists()
+
+
+def _walks_of_every_link(monkeypatch) -> list[Path]:
+    """The outputs whose every link the verification asks HDF5 for (``object_addresses``)."""
+    walked: list[Path] = []
+    real = verify_module.object_addresses
+
+    def record(group: h5py.Group) -> dict[str, int]:
+        walked.append(Path(group.file.filename))
+        return real(group)
+
+    monkeypatch.setattr(verify_module, "object_addresses", record)
+    return walked
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["root", "in-a-group"])
+def test_a_reused_tensor_is_found_by_the_address_its_link_names(tmp_path, monkeypatch, nested):
+    """Issue 33: the output root's own links are read from the file's bytes (``linktable``,
+    4x faster than HDF5's walk of them); a name inside a group (a key holding "/", which 2.10
+    stores in a group) is looked up by HDF5's walk of every link. Either way, the name linked
+    to another dataset of the same type and shape fails the upgrade."""
+    rng = np.random.default_rng(5)
+    src = tmp_path / "big.mdl"
+    model = {f"w{i}": rng.random((256, 256), dtype=np.float32) for i in range(3)}
+    if nested:
+        model["blk/w9"] = rng.random((256, 256), dtype=np.float32)
+    cm.save({"model": model}, src, "2.0")
+    walked = _walks_of_every_link(monkeypatch)
+    out = tmp_path / "out" / src.name
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=out.parent))
+    assert result.status == "upgraded" and result.strategy == "copy-patch"
+    assert result.tensors == len(model)
+    with h5py.File(out, "r") as f:
+        assert ("model.blk/w9" in f) == nested
+    assert len(walked) == (1 if nested else 0)  # (the root's own names need no walk)
+    real = engine.verify_index
+    moved = "model.blk/w9" if nested else "model.w0"
+
+    def relink_then_verify(ckpt, root, release, tmp, written, *, full):
+        with h5py.File(tmp, "r+", locking=False) as f:
+            del f[moved]
+            f[moved] = f["model.w1"]
+        real(ckpt, root, release, tmp, written, full=full)
+
+    monkeypatch.setattr(engine, "verify_index", relink_then_verify)
+    out.unlink()
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=out.parent))
+    assert result.status == "failed"
+    assert f"tensor 'model.{moved[6:]}' does not hold its source data" in result.error
     assert not out.exists()
 
 
