@@ -199,13 +199,20 @@ def test_prefetch_leaves_a_new_style_root_alone(tmp_path, monkeypatch, kw):
 
 
 def test_prefetch_leaves_a_looping_or_damaged_b_tree_alone(tmp_path, monkeypatch):
+    """A loop, no node where one is named, a symbol table node named twice (each node is
+    hinted once, so that a small file cannot name more of them than it could hold)."""
     path = _group(tmp_path / "g.h5", 2000)
     with h5py.File(path, "r") as f:
         root = root_header(f)[0]
     assert len(_hinted(path, monkeypatch, root)) > 100
     tree = _root_tree(path)
-    for at, damage in [(32, struct.pack("<Q", tree)), (0, b"XXXX")]:  # a loop, no node
-        data = bytearray(path.read_bytes())
-        data[tree + at : tree + at + len(damage)] = damage
-        (tmp_path / "bad.h5").write_bytes(bytes(data))
+    data = path.read_bytes()
+    leaf = tree  # the B-tree's first node of level 0, whose children are symbol table nodes
+    while data[leaf + 5] > 0:
+        leaf = struct.unpack_from("<Q", data, leaf + 32)[0]
+    twice = data[leaf + 32 : leaf + 40]  # its first child named again as its second
+    for at, damage in [(tree + 32, struct.pack("<Q", tree)), (tree, b"XXXX"), (leaf + 48, twice)]:
+        bad = bytearray(data)
+        bad[at : at + len(damage)] = damage
+        (tmp_path / "bad.h5").write_bytes(bytes(bad))
         assert _hinted(tmp_path / "bad.h5", monkeypatch, root) == []

@@ -228,7 +228,8 @@ def _btree(links: _Links, at: int, names: bytes, depth: int) -> None:
         child = struct.unpack_from("<Q", body, 8 + 16 * i)[0]
         if level > 0:
             _btree(links, child, names, depth + 1)
-        elif links.nodes is not None:
+        elif links.nodes is not None:  # (each node once: as many as the file can hold)
+            links.visit(child)
             links.nodes.append(child)
         else:
             _symbol_node(links, child, names)
