@@ -22,7 +22,7 @@ import ckpt_migrate as cm
 from ckpt_migrate import cli
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.compare import signature
-from ckpt_migrate.format.h5 import boundary, io, preflight
+from ckpt_migrate.format.h5 import boundary, children, io, preflight
 from ckpt_migrate.format.h5.facts import ADDRESS, ATTRS, DTYPE, SHAPE, Facts, FromFiles
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
@@ -347,7 +347,7 @@ def test_the_walk_asks_about_each_type_once(tmp_path, monkeypatch):
     monkeypatch.setattr(walkreads, "type_problem", lambda *a: asked.append(1) or judge(*a))
     monkeypatch.setattr(preflight, "WORKERS", 1)
     r, w = os.pipe()
-    facts, extents = preflight._anonymous_file(), preflight._anonymous_file()
+    facts, extents = children.anonymous_file(), children.anonymous_file()
     try:
         preflight._walk(src, w, 0, 1, facts, extents)
         os.close(w)

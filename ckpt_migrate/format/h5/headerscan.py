@@ -12,6 +12,7 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path
 
+from ckpt_migrate.format.h5 import children
 from ckpt_migrate.format.h5.facts import Deferred, OutlineTooShort
 from ckpt_migrate.format.h5.fractalheap import Unknown
 from ckpt_migrate.format.h5.headerfacts import HeaderReader
@@ -55,7 +56,7 @@ class Scan:
         theirs = self._dealt(child=True)
         read_end, write_end = os.pipe()
         try:
-            pid = os.fork()
+            pid = children.fork()
         except OSError:  # (no process to spare: this one scans them all)
             os.close(read_end)
             os.close(write_end)
@@ -63,6 +64,7 @@ class Scan:
         if pid == 0:  # the child: scan its part, hand it over, and never return into the caller
             code = 1
             try:
+                children.release()  # (a Ctrl-C ends it here, quietly)
                 os.close(read_end)
                 found = _scan(path, theirs, base)
                 with os.fdopen(write_end, "wb") as out:  # (in ``theirs``' order, not named)
@@ -70,8 +72,13 @@ class Scan:
                 code = 0
             finally:
                 os._exit(code)
-        os.close(write_end)
         self.pid, self.read_end = pid, read_end
+        os.close(write_end)
+        try:
+            children.release()
+        except BaseException:  # (a Ctrl-C held since the fork: no child left scanning)
+            self.cancel()
+            raise
 
     def result(self) -> Found | None:
         if self.pid is None:

@@ -39,7 +39,6 @@ import math
 import os
 import select
 import signal
-import tempfile
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets
-from ckpt_migrate.format.h5 import attrtable, linktable, overlaps, preflight_outline
+from ckpt_migrate.format.h5 import attrtable, children, linktable, overlaps, preflight_outline
 from ckpt_migrate.format.h5.boundary import (
     dataset_storage,
     description_problem,
@@ -219,14 +218,15 @@ class _Walk:
             with contextlib.suppress(OSError):  # (gone: the reader names it)
                 walk.identity = file_identity(path)
             if scope in ("outline", "storage"):
-                walk.links = _anonymous_file()
+                walk.links = children.anonymous_file()
             for part in range(workers):
-                walk.facts.append(_anonymous_file())
-                walk.extents.append(_anonymous_file())
-                pid = os.fork()
+                walk.facts.append(children.anonymous_file())
+                walk.extents.append(children.anonymous_file())
+                pid = children.fork()
                 if pid == 0:  # a child: walk, report, and never return into the caller's code
                     code = 0
                     try:
+                        children.release()  # (a Ctrl-C ends it here, quietly)
                         faulthandler.disable()  # a crash here is the finding, reported above
                         os.close(read_end)
                         if scope == "full":
@@ -240,6 +240,7 @@ class _Walk:
                     finally:
                         os._exit(code)
                 walk.pids.append(pid)
+                children.release()
         except BaseException:
             walk.cancel()
             raise
@@ -330,14 +331,6 @@ class _Walk:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.read_end, self.facts, self.extents, self.links = -1, [], [], -1
-
-
-def _anonymous_file() -> int:
-    if hasattr(os, "memfd_create"):
-        return os.memfd_create("ckpt-migrate-facts")
-    fd, name = tempfile.mkstemp(prefix="ckpt-migrate-facts-")
-    os.unlink(name)
-    return fd
 
 
 _early: dict[tuple[int, ...], _Walk] = {}  # by the file's identity: a changed file is walked anew
