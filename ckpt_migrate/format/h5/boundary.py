@@ -22,6 +22,7 @@ import numpy as np
 
 from ckpt_migrate.errors import CkptError, CorruptCheckpointError, UnsafeContentError
 from ckpt_migrate.format import budgets
+from ckpt_migrate.format.h5.chunks import DEFLATE, FLETCHER32, LZ4, SHUFFLE
 from ckpt_migrate.format.h5.io import DAMAGED_HDF5, damaged
 from ckpt_migrate.format.h5.overlaps import Extents
 
@@ -30,10 +31,10 @@ from ckpt_migrate.format.h5.overlaps import Extents
 # scaleoffset were admitted until issue #36: no release writes them, and their output cannot
 # be checked without decoding them).
 ALLOWED_FILTERS: dict[int, str] = {
-    1: "deflate",
-    2: "shuffle",
-    3: "fletcher32",
-    32004: "lz4",
+    DEFLATE: "deflate",
+    SHUFFLE: "shuffle",
+    FLETCHER32: "fletcher32",
+    LZ4: "lz4",
 }
 _NUMBER_CLASSES = {h5py.h5t.INTEGER: "integer", h5py.h5t.FLOAT: "float", h5py.h5t.ENUM: "enum"}
 _FIX = "a checkpoint must hold all of its data itself; the file was not read"

@@ -48,8 +48,9 @@ from h5py import h5d
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format.h5 import overlaps
 from ckpt_migrate.format.h5.identity import file_identity
+from ckpt_migrate.format.h5.plugins import LZ4_FILTER_ID
 
-DEFLATE, SHUFFLE, FLETCHER32, LZ4 = 1, 2, 3, 32004
+DEFLATE, SHUFFLE, FLETCHER32, LZ4 = 1, 2, 3, LZ4_FILTER_ID
 CHECKED_FILTERS = frozenset({DEFLATE, SHUFFLE, FLETCHER32, LZ4})
 _FIX = "the file is damaged; use another copy"
 _FRAME_HEAD = struct.Struct(">QI")
