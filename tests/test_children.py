@@ -5,11 +5,13 @@ a fresh interpreter whose fork hooks send the SIGINT at that very moment."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import FIXTURES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,12 +19,15 @@ LEGACY = FIXTURES / "release-1.9.mdl"
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
+    # (OpenBLAS runs one thread, as the command line does: ``another-thread`` adds its own)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         cwd=REPO,
         timeout=60,
+        env=env,
     )
 
 
@@ -64,13 +69,19 @@ def test_the_preflight_children_end_quietly_on_a_ctrl_c_at_their_fork():
     assert (done.stdout, done.stderr) == ("None\n", "")
 
 
-def test_a_ctrl_c_at_the_fork_reaches_the_parent_with_no_child_left():
+@pytest.mark.parametrize("threads", [0, 1], ids=["one-thread", "another-thread"])
+def test_a_ctrl_c_at_the_fork_reaches_the_parent_with_no_child_left(threads):
+    """With another thread alive, the kernel hands it the SIGINT the forking thread blocks,
+    and Python runs the handler in the main thread all the same (CI: OpenBLAS's threads)."""
     done = _run(
         f"""
-        import os, signal
+        import os, signal, threading, time
         from pathlib import Path
         from ckpt_migrate.format.h5 import preflight
-        os.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGINT))
+        for _ in range({threads}):
+            threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+        # (a moment for another thread to take the signal, which the main thread then handles)
+        os.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGINT) or time.sleep(0.05))
         try:
             preflight.preflight(Path({str(LEGACY)!r}))
         except KeyboardInterrupt:

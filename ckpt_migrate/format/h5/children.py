@@ -8,6 +8,12 @@ itself) was printed as "Exception ignored in: ... Traceback", beside the command
 the fork, in both processes, until each calls :func:`release`: the child inside the ``try``
 that ends it, the parent once it has recorded the child (a Ctrl-C raised before that would
 leave a child that nobody ends).
+
+Held twice over: blocked in the forking thread, and, where that is the main thread, its Python
+handler replaced by one that only records it. The kernel hands a signal the forking thread
+blocks to another thread (OpenBLAS starts some), and Python then runs the handler in the main
+thread all the same, at its next instruction (seen in CI). :func:`release` puts both back and
+raises a recorded SIGINT again, to the handler it was meant for.
 """
 
 from __future__ import annotations
@@ -15,28 +21,60 @@ from __future__ import annotations
 import os
 import signal
 import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Any
 
 _HELD = {signal.SIGINT}
-_before: set[signal.Signals] = set()  # (the mask ``release`` restores)
+
+
+@dataclass(frozen=True)
+class _Hold:
+    mask: set[signal.Signals]  # the forking thread's, before the fork
+    handler: Any  # SIGINT's Python handler to put back (None: not replaced)
+
+
+_hold: _Hold | None = None
+_pressed: list[int] = []  # the processes a SIGINT reached while held, by pid
 
 
 def fork() -> int:
     """``os.fork()`` with SIGINT held, in both processes, until :func:`release`."""
-    global _before
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    global _hold
+    handler = None
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGINT)
+        if handler is not None:  # (None: set outside Python, which could not be put back)
+            signal.signal(signal.SIGINT, _record)
+    hold = _Hold(signal.pthread_sigmask(signal.SIG_BLOCK, _HELD), handler)
     try:
         pid = os.fork()
     except BaseException:  # (no child made)
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        _release(hold)
         raise
-    _before = before
+    _hold = hold
     return pid
 
 
 def release() -> None:
-    """After :func:`fork`: SIGINT as it was before it (one held meanwhile is raised now, as
-    ``KeyboardInterrupt``)."""
-    signal.pthread_sigmask(signal.SIG_SETMASK, _before)
+    """After :func:`fork`: SIGINT as it was before it (one held meanwhile is raised now)."""
+    global _hold
+    hold, _hold = _hold, None
+    if hold is not None:
+        _release(hold)
+
+
+def _record(signum: int, frame: Any) -> None:
+    _pressed.append(os.getpid())
+
+
+def _release(hold: _Hold) -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, hold.mask)
+    if hold.handler is not None:
+        signal.signal(signal.SIGINT, hold.handler)
+    if os.getpid() in _pressed:
+        _pressed.clear()
+        signal.raise_signal(signal.SIGINT)
 
 
 def anonymous_file() -> int:
