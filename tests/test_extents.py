@@ -25,7 +25,7 @@ import ckpt_migrate as cm
 from ckpt_migrate.engine import copypatch, extents
 from ckpt_migrate.engine.extents import Extents, Own, Shared
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
-from ckpt_migrate.format.h5 import boundary, preflight
+from ckpt_migrate.format.h5 import boundary, walkreads
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 
 TENSORS = 24  # x 1 MiB of float32
@@ -146,7 +146,7 @@ def test_a_clone_upgrade_walks_no_chunk_index_in_its_own_process(on_reflink, mon
 
         return recording
 
-    monkeypatch.setattr(preflight, "dataset_storage", spy(preflight.dataset_storage))
+    monkeypatch.setattr(walkreads, "dataset_storage", spy(walkreads.dataset_storage))
     monkeypatch.setattr(boundary, "dataset_storage", spy(boundary.dataset_storage))
     monkeypatch.setattr(copypatch, "data_ranges", spy(copypatch.data_ranges))
     res = upgrade(src, UpgradeOptions(output_dir=out))

@@ -347,9 +347,9 @@ def test_the_walk_asks_about_each_type_once(tmp_path, monkeypatch):
     monkeypatch.setattr(walkreads, "type_problem", lambda *a: asked.append(1) or judge(*a))
     monkeypatch.setattr(preflight, "WORKERS", 1)
     r, w = os.pipe()
-    facts, extents = children.anonymous_file(), children.anonymous_file()
+    facts, extents, links = (children.anonymous_file() for _ in range(3))
     try:
-        preflight._walk(src, w, 0, 1, facts, extents)
+        preflight._walk(src, w, 0, 1, facts, extents, links)
         os.close(w)
         said = b""
         while chunk := os.read(r, 65536):
@@ -358,8 +358,8 @@ def test_the_walk_asks_about_each_type_once(tmp_path, monkeypatch):
         found = marshal.loads(os.read(facts, 1 << 24))
     finally:
         os.close(r)
-        os.close(facts)
-        os.close(extents)
+        for fd in (facts, extents, links):
+            os.close(fd)
     with h5py.File(src, "r") as f:  # the types of every dataset and attribute, the root's too
         objects = [f]
         f.visititems(lambda _n, o: objects.append(o))
@@ -477,6 +477,7 @@ def test_a_legacy_reader_decodes_its_spec_before_it_reads_the_facts(
     before = open_fds()
     found = preflight.preflight(src)
     assert found is not None and len(found.datasets) > 10
+    assert found.links is not None and len(found.links() or {}) > 10
     assert open_fds() == before
     unread = preflight.preflight(src)
     del unread

@@ -87,6 +87,8 @@ def read_checkpoint(
     handle.root_digest = RootDigest() if root_digest else None
     if found is not None and found.rest is not None:
         handle.pending = _Verdict(found.rest, handle)
+    if found is not None:
+        handle.links_found = found.links
 
     def full() -> Checkpoint:
         stored, facts = (None, {}) if found is None else (found.stored, found.datasets)

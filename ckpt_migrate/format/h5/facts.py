@@ -224,6 +224,35 @@ class FromFiles(Deferred):
         return self._datasets
 
 
+class LinksFile:
+    """Every hard link of the file, as a full walk's children wrote them
+    (``walkreads.HardLinks``): name -> the address of the object it names, HDF5's walk of the
+    links (``io.object_addresses``) without walking them again (1.4 s at 188k links). Read at
+    the first call, once (the files are this object's own descriptors); None where they are
+    not all there (a group's), or not as written."""
+
+    def __init__(self, fds: list[int]) -> None:
+        self._fds = fds
+        self._closing = weakref.finalize(self, _close_all, fds)
+
+    def __call__(self) -> dict[str, int] | None:
+        found: dict[str, int] = {}
+        try:
+            for fd in self._fds:
+                with os.fdopen(os.dup(fd), "rb") as fh:
+                    fh.seek(0)
+                    count = len(found)
+                    while type(piece := marshal.load(fh)) is dict:
+                        found.update(piece)
+                    if type(piece) is not int or piece != len(found) - count:
+                        return None
+        except (OSError, EOFError, ValueError, TypeError):
+            return None
+        finally:
+            self._closing()
+        return found if all(type(k) is str and type(v) is int for k, v in found.items()) else None
+
+
 def _close_all(fds: list[int]) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):

@@ -120,6 +120,9 @@ class H5Handle:
         self.pending: Any = None
         self._pending_lock = threading.Lock()
         self._addresses: dict[str, int] | None = None
+        # Where ``addresses()`` may take them instead of walking the links: the preflight
+        # walk's (``Findings.links``), a callable giving them, or None where it cannot.
+        self.links_found: Callable[[], dict[str, int] | None] | None = None
         # The root's attributes as a ``rootdigest.RootDigest``, taken by the reader when asked
         # (``read_checkpoint(root_digest=True)``): a root edit's verification compares with it.
         self.root_digest: Any = None
@@ -134,11 +137,13 @@ class H5Handle:
     def addresses(self) -> dict[str, int]:
         """``object_addresses`` of the file, read once per handle: an upgrade's edit and its
         verification both need them (an outline read, whose root holds leaves' datasets only,
-        takes them from its one pass over the links: ``known_addresses``)."""
+        takes them from its one pass over the links: ``known_addresses``; a full read from
+        the preflight walk's: ``links_found``)."""
         with self._lock:
             cached = self._addresses
+            found, self.links_found = self.links_found, None
         if cached is None:
-            cached = object_addresses(self.file())
+            cached = (found() if found is not None else None) or object_addresses(self.file())
             with self._lock:
                 self._addresses = cached
         return cached

@@ -1,9 +1,11 @@
 """What a preflight child reads and says (``preflight``, ``preflight_outline``): attribute
-values read as HDF5 stores them, the words a child writes to its parent, and the exception
-that ends a walk the parent's own checks will refuse."""
+values and a dataset's facts read as HDF5 stores them, the words and links a child writes to
+its parent, and the exception that ends a walk the parent's own checks will refuse."""
 
 from __future__ import annotations
 
+import marshal
+import math
 import os
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -11,7 +13,17 @@ from typing import Any, NamedTuple
 import h5py
 import numpy as np
 
-from ckpt_migrate.format.h5.boundary import ALLOWED_TYPE_CLASSES, attribute_names, type_problem
+from ckpt_migrate.format import budgets
+from ckpt_migrate.format.h5 import overlaps
+from ckpt_migrate.format.h5.boundary import (
+    ALLOWED_TYPE_CLASSES,
+    attribute_names,
+    dataset_storage,
+    description_problem,
+    storage_problem,
+    type_problem,
+)
+from ckpt_migrate.format.h5.facts import Shared
 
 TICK = b"."
 FIRST = b"M"  # the first part is done: "M<stored>,<declared>;" (see preflight._walk)
@@ -22,6 +34,37 @@ END = b";"
 
 class Refused(Exception):
     """A dataset the parent's checks will refuse: the child stops walking."""
+
+
+class HardLinks:
+    """The root's hard links, as a full walk's first child iterates them (each name and the
+    address of the object it names), written to ``fd`` for the parent (``facts.LinksFile``) in
+    pieces of :data:`PIECE` (``marshal``, none held for long), then their count; -1 instead
+    where a walk of that child met a group (``incomplete``: its links are not the root's, and
+    the parent walks them all itself). Every child writes one."""
+
+    PIECE = 4096
+
+    def __init__(self, fd: int) -> None:
+        self.fh = os.fdopen(os.dup(fd), "wb")
+        self.piece: dict[str, int] = {}
+        self.count = 0
+        self.incomplete = False
+
+    def add(self, name: bytes, address: int) -> None:
+        self.piece[name.decode("utf-8", "surrogateescape")] = address
+        if len(self.piece) == self.PIECE:
+            self._write()
+
+    def close(self) -> None:
+        self._write()
+        marshal.dump(-1 if self.incomplete else self.count, self.fh)
+        self.fh.close()
+
+    def _write(self) -> None:
+        marshal.dump(self.piece, self.fh)
+        self.count += len(self.piece)
+        self.piece = {}
 
 
 VLEN_STR = h5py.h5t.py_create(h5py.string_dtype())
@@ -142,3 +185,54 @@ def numpy_type(tid: h5py.h5t.TypeID) -> np.dtype:
     if len(_NUMPY_TYPES) < 64:
         _NUMPY_TYPES.append((tid, dtype))
     return dtype
+
+
+def dataset_facts(
+    obj: h5py.h5d.DatasetID,
+    address: int,
+    path: Path,
+    file_bytes: int,
+    tick: int,
+    pieces: overlaps.Extents,
+    shared: Shared,
+) -> tuple[tuple, int, bool]:
+    """A dataset's facts (``Findings.datasets``), the bytes it declares
+    (chunked: its chunk index is measured in the second part) or stores (otherwise), and
+    whether it is chunked. ``Refused`` if the boundary or a budget refuses it."""
+    scalars: dict[str, Any] = {}
+    read_attributes(obj, tick, scalars)
+    dcpl, tid, space = obj.get_create_plist(), obj.get_type(), obj.get_space()
+    kind = type_facts(tid)
+    if kind.refused or description_problem(dcpl, path, "") is not None:
+        raise Refused  # before its storage is looked at
+    extent = space.get_simple_extent_type()
+    shape = None if extent == h5py.h5s.NULL else () if extent == h5py.h5s.SCALAR else space.shape
+    declared = math.prod(shape) * kind.size if extent == h5py.h5s.SIMPLE else 0
+    dtype = numpy_type(tid).str if kind.number is None else kind.number.str
+    if dcpl.get_layout() == h5py.h5d.CHUNKED:
+        if budgets.dataset_problem(declared, file_bytes) is not None:
+            raise Refused  # more than the whole file could expand to
+        return shared.fact(address, dtype, shape, scalars), declared, True
+    size = measure(obj, dcpl, file_bytes, declared, pieces)  # (before its value is read)
+    value = None
+    if extent == h5py.h5s.SCALAR and kind.number is not None and kind.number.kind in "biuf":
+        # one number or boolean (a step count), as the reader's ``ds[()].item()`` makes it
+        out = np.empty((), dtype=kind.number)
+        obj.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
+        value = out.item()
+    return shared.fact(address, dtype, shape, scalars, value), size, False
+
+
+def measure(
+    obj: h5py.h5d.DatasetID,
+    dcpl: h5py.h5p.PropDCID,
+    file_bytes: int,
+    declared: int,
+    pieces: overlaps.Extents,
+) -> int:
+    """The bytes a dataset stores (where each piece lies added to ``pieces``); ``Refused`` if
+    it breaks a budget or lies past the end."""
+    size, end = dataset_storage(obj, dcpl, pieces)
+    if storage_problem(obj, size, end, file_bytes, declared) is not None:
+        raise Refused
+    return size
