@@ -22,7 +22,7 @@ import ckpt_migrate as cm
 from ckpt_migrate import cli
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.compare import signature
-from ckpt_migrate.format.h5 import boundary, children, io, preflight
+from ckpt_migrate.format.h5 import boundary, children, io, preflight, walkreads
 from ckpt_migrate.format.h5.facts import ADDRESS, ATTRS, DTYPE, SHAPE, Facts, FromFiles
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
@@ -337,8 +337,6 @@ def test_the_walk_asks_about_each_type_once(tmp_path, monkeypatch):
     """A checkpoint has a handful of types for thousands of datasets: the walk judges each
     type once (``boundary.type_problem``: ``H5Tequal`` against the standard number types) and
     finds the same facts as before."""
-    from ckpt_migrate.format.h5 import walkreads
-
     src = _lz4_checkpoint(tmp_path / "c.mdl", "1.9")
     expected = preflight.preflight(src)
     walkreads._TYPE_FACTS.clear()
@@ -495,24 +493,24 @@ def test_the_child_tries_by_hdf5_only_the_root_texts_the_reader_reads_by_hdf5(na
     path = FIXTURES / name
     asked: list[list[bytes] | None] = []
     monkeypatch.setattr(
-        preflight, "read_attributes", lambda obj, tick, names=None: asked.append(names)
+        walkreads, "read_attributes", lambda obj, tick, names=None: asked.append(names)
     )
     tick = os.open(os.devnull, os.O_WRONLY)
     try:
         with h5py.File(path, "r") as f:
-            preflight._read_root_attributes(f, path, tick)
+            walkreads.read_root_attributes(f, path, tick)
             assert len(asked) == 1 and asked[0] is not None and b"__spec__" not in asked[0]
             assert b"__version__" in asked[0] or b"__cstorch_version__" in asked[0]
             assert not [n for n in asked[0] if n.endswith(b".__metadata__")]
-            real = preflight.attrtable.root_texts
+            real = walkreads.attrtable.root_texts
 
             def spec_unread(f, path, tick=None, keep=None):
                 return real(
                     f, path, tick, keep=lambda k, text: keep(k, None if k == "__spec__" else text)
                 )
 
-            monkeypatch.setattr(preflight.attrtable, "root_texts", spec_unread)
-            preflight._read_root_attributes(f, path, tick)
+            monkeypatch.setattr(walkreads.attrtable, "root_texts", spec_unread)
+            walkreads.read_root_attributes(f, path, tick)
             assert b"__spec__" in asked[1]
     finally:
         os.close(tick)

@@ -14,7 +14,7 @@ import pytest
 from conftest import REAL, real_2x_files
 from test_upgrade import fixture
 
-from ckpt_migrate.format.h5 import io, preflight
+from ckpt_migrate.format.h5 import io, overlaps, preflight
 from ckpt_migrate.format.read import read_checkpoint
 
 
@@ -102,6 +102,26 @@ def test_a_walk_that_meets_groups_walks_every_object_in_them_once(tmp_path, monk
         ]
         assert found.stored == 4 * 16 + 24 + 16 + 8 + 4 + 16
         assert found.links is not None and found.links() is None
+
+
+def test_an_object_in_two_groups_that_two_children_meet_is_walked_once(tmp_path, monkeypatch):
+    """The first child walks every group's objects (the others name the groups they meet):
+    one dataset in two groups, dealt to two children, is counted and its chunks placed once
+    (twice, its chunks would overlap themselves and be refused as damage)."""
+    src = tmp_path / "shared.h5"
+    with h5py.File(src, "w") as f:
+        f.create_dataset("g/x", data=np.arange(4096, dtype=np.float32), chunks=(1024,))
+        f["g/s/y"] = np.ones(8)
+        f["h/x2"] = f["g/x"]  # the same dataset, in the other child's group
+        f["h/z"] = np.zeros(3, dtype=np.int32)
+    monkeypatch.setattr(preflight, "WORKERS", 2)
+    found = preflight.preflight(src)
+    assert found is not None
+    assert sorted(found.datasets) in (["g/s/y", "g/x", "h/z"], ["g/s/y", "h/x2", "h/z"])
+    assert found.stored == 4096 * 4 + 8 * 8 + 3 * 4
+    with h5py.File(src, "r") as f:
+        assert len(overlaps.shared_starts(f)) == 0
+        assert f["h/x2"][-1] == 4095
 
 
 def test_a_link_out_of_the_file_inside_a_group_is_refused_by_the_walk(tmp_path):

@@ -47,7 +47,7 @@ from typing import Literal
 import h5py
 
 from ckpt_migrate.errors import CorruptCheckpointError
-from ckpt_migrate.format.h5 import attrtable, children, linktable, overlaps, preflight_outline
+from ckpt_migrate.format.h5 import children, linktable, overlaps, preflight_outline
 from ckpt_migrate.format.h5.boundary import (
     link_problem,
 )
@@ -65,7 +65,9 @@ from ckpt_migrate.format.h5.walkreads import (
     Refused,
     dataset_facts,
     measure,
+    named_groups,
     read_attributes,
+    read_root_attributes,
 )
 
 Scope = Literal["full", "outline", "storage", "root"]
@@ -211,6 +213,8 @@ class _Walk:
         read_end, write_end = os.pipe()
         walk = cls([], read_end, [])
         workers = WORKERS if scope == "full" else 1
+        # (where the other children name the groups they meet, for the first to walk: ``_walk``)
+        groups = os.pipe() if workers > 1 else (-1, -1)
         try:
             with contextlib.suppress(OSError):  # (gone: the reader names it)
                 walk.identity = file_identity(path)
@@ -228,8 +232,11 @@ class _Walk:
                         faulthandler.disable()  # a crash here is the finding, reported above
                         os.close(read_end)
                         if scope == "full":
+                            mine = groups[1] if part else groups[0]
+                            if workers > 1:
+                                os.close(groups[0] if part else groups[1])
                             fds = walk.facts[part], walk.extents[part], walk.hard_links[part]
-                            _walk(path, write_end, part, WORKERS, *fds)
+                            _walk(path, write_end, part, workers, *fds, mine)
                         else:
                             preflight_outline.walk(path, write_end, scope, walk.links)
                     except BaseException:
@@ -242,7 +249,9 @@ class _Walk:
             walk.cancel()
             raise
         finally:
-            os.close(write_end)
+            for fd in (write_end, *groups):
+                if fd >= 0:
+                    os.close(fd)
         return walk
 
     def follow(self, path: Path, until: bytes | None) -> int | None:
@@ -349,12 +358,20 @@ WORKERS = max(1, min(2, len(os.sched_getaffinity(0))))
 
 
 def _walk(
-    path: Path, tick: int, part: int, parts: int, facts_fd: int, extents_fd: int, links_fd: int
+    path: Path,
+    tick: int,
+    part: int,
+    parts: int,
+    facts_fd: int,
+    extents_fd: int,
+    links_fd: int,
+    groups_fd: int = -1,
 ) -> None:
-    """Read the metadata of every ``parts``-th object of the root from the ``part``-th, and
-    every object in a group among them (the root's attributes, and its hard links to
-    ``links_fd``, in part 0: ``Findings.links``), write their facts (``Findings.datasets``) to
-    ``facts_fd`` and say
+    """Read the metadata of every ``parts``-th object of the root from the ``part``-th (in
+    part 0 also the root's attributes, and its hard links to ``links_fd``:
+    ``Findings.links``), and part 0 every object in a group, each once: the others name the
+    groups they meet to ``groups_fd``, which part 0 reads once its own share is walked. Write
+    their facts (``Findings.datasets``) to ``facts_fd`` and say
     ``M<stored>,<declared>;`` (the bytes stored by the datasets measured so far, and declared
     by those left for the second part); then walk the chunk indexes left, write where the
     stored pieces of these objects lie, and the objects' addresses (the root's in part 0), to
@@ -375,7 +392,7 @@ def _walk(
     # at 150k tensors (issue 33).
     with bounded_metadata_cache(h5py.File(path, "r", locking=False, rdcc_nbytes=0)) as f:
         if part == 0:
-            _read_root_attributes(f, path, tick)
+            read_root_attributes(f, path, tick)
         else:  # (the root's link nodes read ahead for both children's walks of them, below)
             linktable.prefetch_root(f, path)
         mine: list[tuple[bytes, int]] = []  # (name, object address): every parts-th object
@@ -400,15 +417,32 @@ def _walk(
         # a group (0.12 s for 7,647 links, 1.4 s for 188k: 5 ms and 0.13 s this way).
         f.id.links.iterate(take, info=True, order=h5py.h5.ITER_NATIVE)
         prefetch(path, [address for _, address in mine])
-        for i, (name, address) in enumerate(mine):  # (``mine`` grows by a group's objects)
+
+        def enter(group: h5py.h5g.GroupID, name: bytes) -> None:
+            """Its links' objects added to ``mine`` (this walk's, here in part 0)."""
+            nonlocal within
+            within = name + b"/"
+            group.links.iterate(take, info=True, order=h5py.h5.ITER_NATIVE)
+            within = b""
+            every.incomplete = True  # (its links are not the root's)
+
+        i = 0
+        while i < len(mine) or (part == 0 and groups_fd >= 0):
+            if i == len(mine):  # the others' shares walked: the groups they met
+                for name in named_groups(groups_fd):
+                    enter(h5py.h5o.open(f.id, name), name)
+                groups_fd = -1
+                continue
+            name, address = mine[i]
+            i += 1
             obj = h5py.h5o.open(f.id, name)
             if not isinstance(obj, h5py.h5d.DatasetID):
                 read_attributes(obj, tick)
-                if isinstance(obj, h5py.h5g.GroupID):  # every object in it is this walk's
-                    within = name + b"/"
-                    obj.links.iterate(take, info=True, order=h5py.h5.ITER_NATIVE)
-                    within = b""
-                    every.incomplete = True  # (its links are not the root's)
+                if isinstance(obj, h5py.h5g.GroupID) and part == 0:
+                    enter(obj, name)
+                elif isinstance(obj, h5py.h5g.GroupID):  # part 0 walks it (each object once)
+                    os.write(groups_fd, name + b"\0")
+                    every.incomplete = True
             else:
                 at = address, path, file_bytes, tick, pieces, shared
                 fact, size, chunked = dataset_facts(obj, *at)
@@ -420,6 +454,8 @@ def _walk(
                     stored += size
             if i % 8 == 0:  # progress, every eighth object
                 os.write(tick, TICK)
+        if part and groups_fd >= 0:
+            os.close(groups_fd)  # (part 0 reads on)
         every.close()
         with os.fdopen(os.dup(facts_fd), "wb") as fh:
             fh.write(marshal.dumps(facts))
@@ -438,25 +474,3 @@ def _walk(
     with os.fdopen(os.dup(extents_fd), "wb") as fh:
         fh.write(pieces.to_bytes() + addresses.tobytes())
     os.write(tick, b"%s%d%s" % (SECOND, rest, END))
-
-
-def _read_root_attributes(f: h5py.File, path: Path, tick: int) -> None:
-    """The root's attributes by HDF5, but the texts the reader takes from ``attrtable``, which
-    HDF5 never reads: the leaves' ``__metadata__`` (O(n²) by name) and the ``__spec__`` (HDF5
-    read a 200k-leaf one with 220 MiB, this child's peak, issue 33)."""
-    table = attrtable.root_texts(f, path, lambda: os.write(tick, TICK), keep=_taken_text)
-    if table is None:
-        return read_attributes(f.id, tick)
-    # The table's names are HDF5's (as many; HDF5's list by name costs 8 µs an attribute).
-    rest = [k for k, v in table.items() if v is not _TAKEN]
-    read_attributes(f.id, tick, names=[k.encode("utf-8", "surrogateescape") for k in rest])
-
-
-_TAKEN = True  # (in the table: a text the reader takes from the table too)
-
-
-def _taken_text(name: str, text: str | None) -> bool | None:
-    """Which texts the reader takes from the table (``v05.read``, ``legacy.read``); none is
-    kept (150k leaves' texts: 340 MB, issue 33)."""
-    taken = text is not None and (name == "__spec__" or name.endswith(".__metadata__"))
-    return _TAKEN if taken else None
