@@ -12,8 +12,12 @@ import struct
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 
+import ckpt_migrate as cm
+from ckpt_migrate.engine import copypatch
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import UnsafeContentError
 from ckpt_migrate.format.h5 import linktable
 from ckpt_migrate.format.h5.io import root_addresses
@@ -216,3 +220,24 @@ def test_prefetch_leaves_a_looping_or_damaged_b_tree_alone(tmp_path, monkeypatch
         bad[at : at + len(damage)] = damage
         (tmp_path / "bad.h5").write_bytes(bytes(bad))
         assert _hinted(tmp_path / "bad.h5", monkeypatch, root) == []
+
+
+def test_the_edit_of_a_copy_hints_the_old_roots_nodes_in_the_copy(tmp_path, monkeypatch):
+    """Issue 33: the edit of a clone (or copy) links each dataset by its name in the old root,
+    whose symbol table nodes are cold in the new file (its own pages, not the source's): they
+    are hinted in the temporary, as the preflight child hints them in the source."""
+    src = tmp_path / "c.mdl"
+    weights = {f"w{i}": np.full((256, 256), i, dtype=np.float32) for i in range(40)}
+    cm.save({"model": weights, "step": 3}, src, "1.9")
+    with h5py.File(src, "r") as f:
+        want = root_header(f)
+    asked: list[tuple[Path, int, int]] = []
+    real = linktable.prefetch
+    monkeypatch.setattr(
+        copypatch.linktable, "prefetch", lambda p, *at: asked.append((p, *at)) or real(p, *at)
+    )
+    opts = UpgradeOptions(output_dir=tmp_path / "out", inputs={"drop_dataloader_state": True})
+    res = upgrade(src, opts)
+    assert (res.status, res.strategy) == ("upgraded", "copy-patch"), res.error
+    ((path, *at),) = asked
+    assert path.parent == tmp_path / "out" and path.name != src.name and tuple(at) == want

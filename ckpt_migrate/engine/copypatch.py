@@ -31,6 +31,7 @@ from ckpt_migrate.engine.splitcopy import LEAD_BLOCK, Progress, SplitCopy, data_
 from ckpt_migrate.errors import UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.h5 import linktable
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.io import H5Handle, prefetch
 from ckpt_migrate.format.h5.metadata_cache import (
@@ -379,6 +380,8 @@ def _patch(
     if reused:  # the headers the edit will touch, read ahead together (a clone's are cold)
         addresses = source.addresses()
         prefetch(tmp, [addresses[name] for name in reused.values() if name in addresses])
+        if (at := h5root.root_header(source.file())) is not None:
+            linktable.prefetch(tmp, *at)  # (and the old root's nodes, where each name is found)
     attributes = root_attributes(root, release, extra)
     if not h5root.tracks_order(attributes):
         h5root.create_wide_root(tmp)
