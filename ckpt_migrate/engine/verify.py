@@ -48,10 +48,11 @@ def verify_index(
     """Metadata-only checks: the tree reads back as planned and every reused tensor is the very
     stored object of the source (so its bytes are the source's bytes by construction)."""
     ckpt.handle.let_go()  # (opened again for the tensors' checks, below)
-    check_written(tmp, root, release, tensors_proven=True)  # by address, bytes or hash, below
     # A tied tensor is checked at its first place; only tied ones are remembered (every
     # tensor's id, 150k of them, was 13 MB)
     tied = tied_positions(root)
+    # (by address, bytes or hash, below)
+    check_written(tmp, root, release, tensors_proven=True, ties=tied)
     seen: set[int] = set()
     copied = _Copied(tmp)
     with contextlib.closing(copied), open_read(tmp) as out:

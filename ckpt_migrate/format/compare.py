@@ -80,21 +80,28 @@ def _signature(
     return _leaf_signature(n, path, *rest)
 
 
-def same_signature(a: Node, b: Node, *, numpy_as_tensor: bool = False) -> bool:
+def same_signature(
+    a: Node, b: Node, *, numpy_as_tensor: bool = False, b_ties: dict[int, LeafRef] | None = None
+) -> bool:
     """``signature(a) == signature(b)``, compared while the two trees are walked: neither
-    signature is built (at 188k leaves each was about 50 MB beside the trees, issue 33)."""
+    signature is built (at 188k leaves each was about 50 MB beside the trees, issue 33).
+    ``b_ties``: ``tied_positions(b)``, where the caller has it."""
     end = object()
     pairs = itertools.zip_longest(
-        _signature_tokens(a, numpy_as_tensor), _signature_tokens(b, numpy_as_tensor), fillvalue=end
+        _signature_tokens(a, numpy_as_tensor),
+        _signature_tokens(b, numpy_as_tensor, b_ties),
+        fillvalue=end,
     )
     return all(x == y for x, y in pairs)
 
 
-def _signature_tokens(root: Node, numpy_as_tensor: bool) -> Iterator[Any]:
+def _signature_tokens(
+    root: Node, numpy_as_tensor: bool, tied: dict[int, LeafRef] | None = None
+) -> Iterator[Any]:
     """``signature(root)`` flattened in its order: a container as its kind and length, a key
     as its type and value, a leaf as ``signature`` has it. The lengths make the sequence
     unambiguous, so two trees' sequences are equal exactly when their signatures are."""
-    tied = tied_positions(root)
+    tied = tied_positions(root) if tied is None else tied
     stack: list[tuple[Any, tuple | None]] = [(root, ())]
     while stack:
         node, path = stack.pop()
@@ -361,20 +368,27 @@ def missing_as_none(root: Node) -> Node:
 
 
 def check_written(
-    path: Path, expected: Node, release: Release, *, tensors_proven: bool = False
+    path: Path,
+    expected: Node,
+    release: Release,
+    *,
+    tensors_proven: bool = False,
+    ties: dict[int, LeafRef] | None = None,
 ) -> None:
     """Re-read ``path`` and compare its signature with ``expected`` (raises VerificationError).
 
     What the format cannot tell apart is compared as it reads back: 0.5 writes missing leaves as
     None, and 0.1–0.3 store numpy arrays like tensors. ``tensors_proven``: the caller proves
     every tensor's dataset itself (by address or hash), so 0.5 tensors are read back from
-    their metadata alone (``read_checkpoint``).
+    their metadata alone (``read_checkpoint``). ``ties``: ``tied_positions(expected)``, where
+    the caller has it.
     """
     want = expected if release.legacy else missing_as_none(expected)
+    ties = tied_positions(want) if ties is None or want is not expected else ties
     loose = release.format < 0.4
-    alike = _Alike(want, loose) if tensors_proven else None
+    alike = _Alike(want, loose, ties) if tensors_proven else None
     with read_checkpoint(path, isolate=False, tensors_proven=tensors_proven, alike=alike) as back:
-        if not same_signature(back.root, want, numpy_as_tensor=loose):
+        if not same_signature(back.root, want, numpy_as_tensor=loose, b_ties=ties):
             raise VerificationError(path, "the written file does not hold the expected tree")
 
 
@@ -386,9 +400,9 @@ class _Alike:
     follows finds the difference. A tied leaf is given back at its first place only: a later
     place is as the file's link makes it, the same leaf, or not."""
 
-    def __init__(self, want: Node, numpy_as_tensor: bool) -> None:
+    def __init__(self, want: Node, numpy_as_tensor: bool, tied: dict[int, LeafRef]) -> None:
         self.places = iter_leaves(want)
-        self.tied = tied_positions(want)
+        self.tied = tied
         self.numpy_as_tensor = numpy_as_tensor
 
     def __call__(self, name: str, leaf: Leaf) -> Leaf:
