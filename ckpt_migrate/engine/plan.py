@@ -214,6 +214,7 @@ def read_planned(
     root_digest: bool = False,
     storage_scan: bool = False,
     legacy_outline: bool = False,
+    early_spec: bool = False,
     enough: Callable[[Plan], bool] = lambda plan: True,
     **options: Any,
 ) -> tuple[Checkpoint, Plan]:
@@ -221,9 +222,10 @@ def read_planned(
     outline (``read_checkpoint(outline=True)``) when the plan made from it is ``enough`` for
     the caller and needs no measure of the stored bytes (``Plan.needs_stored_bytes``) that the
     outline lacks (a legacy file's has it), else read in full and planned again.
-    ``root_digest``, ``storage_scan``, ``legacy_outline``: ``read_checkpoint``'s. The caller
-    closes the checkpoint."""
+    ``root_digest``, ``storage_scan``, ``legacy_outline``, ``early_spec``: ``read_checkpoint``'s.
+    The caller closes the checkpoint."""
     read = {"release": release, "defer_chunks": defer_chunks, "root_digest": root_digest}
+    read["early_spec"] = early_spec
     ckpt = read_checkpoint(
         path,
         outline=outline,

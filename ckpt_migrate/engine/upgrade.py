@@ -251,6 +251,7 @@ def _upgrade_locked(
         # 0.4 s at 150k leaves)
         root_digest=not opts.dry_run,
         storage_scan=True,  # (``_require_self_contained``, on the second core meanwhile)
+        early_spec=not opts.dry_run,  # (a dry run waits for the whole walk)
         enough=lambda plan: plan.root_only or (plan.current and not opts.edits),
         output_dir=out_dir,
         inputs=opts.inputs,

@@ -22,11 +22,12 @@ from ckpt_migrate.format.h5.io import (
     damaged,
     open_read,
 )
-from ckpt_migrate.format.h5.preflight import FIX, Rest, preflight
+from ckpt_migrate.format.h5.preflight import FIX, Rest, preflight, start
 from ckpt_migrate.format.h5.root import superblock_offset
 from ckpt_migrate.format.h5.rootdigest import RootDigest
 from ckpt_migrate.format.h5.sniff import looks_like_format_05
 from ckpt_migrate.format.legacy import read as read_legacy
+from ckpt_migrate.format.legacy.early_spec import EarlySpec
 from ckpt_migrate.format.tree import Leaf
 from ckpt_migrate.format.v05 import read as read_v05
 
@@ -43,6 +44,7 @@ def read_checkpoint(
     storage_scan: bool = False,
     legacy_outline: bool = False,
     alike: Callable[[str, Leaf], Leaf] | None = None,
+    early_spec: bool = False,
 ) -> Checkpoint:
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
@@ -70,12 +72,19 @@ def read_checkpoint(
     would carry out of the file (``H5Handle.storage_scanned``) while this process reads.
     ``legacy_outline`` (with ``outline``): a legacy file's outline too, its datasets described
     from their headers (``read_outline``), for a reader that reads no tensor data.
+    ``early_spec``: a legacy file's spec decoded on a thread while the children walk
+    (``legacy.early_spec``), for a caller that does its own work before the walk's end (an
+    upgrade's edit; a dry run waits for the walk, and the decode's CPU would be the walk's).
     """
     p = Path(path)
     if outline and isolate:
         ckpt = read_outline(p, release, root_digest, storage_scan, legacy_outline)
         if ckpt is not None:
             return ckpt
+    early = None
+    if isolate and early_spec and not looks_like_format_05(p):  # (the walk begun first)
+        start(p)
+        early = EarlySpec(p)
     found = preflight(p, defer=defer_chunks) if isolate else None
     try:
         f = open_read(p)
@@ -102,7 +111,7 @@ def read_checkpoint(
                 pass
         proven = tensors_proven and not isolate
         facts_ = Facts(facts, proven, alike=alike if proven else None)
-        return _read(p, f, handle, release, stored, facts_)
+        return _read(p, f, handle, release, stored, facts_, early)
 
     return _closed_on_error(p, handle, full)
 
@@ -288,6 +297,7 @@ def _read(
     release: str | None,
     data_bytes: int | None,
     facts: Facts,
+    early: EarlySpec | None = None,
 ) -> Checkpoint:
     detected = _detect(p, f, release)
     if facts.links is not None and detected.format < 0.5 and not facts.described:
@@ -299,7 +309,7 @@ def _read(
         root, unreferenced, warnings = read_v05.read(f, handle, facts)
     else:
         root, unreferenced, warnings, tensor_scalar_dict = read_legacy.read(
-            f, handle, detected.format, facts
+            f, handle, detected.format, facts, early
         )
     budgets.check_declared(root, p, os.stat(p).st_size)
     return Checkpoint(

@@ -42,20 +42,42 @@ def looks_like_format_05(path: Path) -> bool:
         return False
     try:
         size = os.fstat(fd).st_size
-        read = file_reader(fd, size)
-        base = _superblock(read, size)
-        if base is None:
+        found = _root(fd, size)
+        if found is None:
             return False
-        at, width = root_field(read(base, 96))
-        if width != 8:  # (``headers`` reads 8-byte offsets only)
-            return False
-        root = struct.unpack_from("<Q", read(base + at, 8))[0]
-        header = read_header(file_reader(fd, size, base), root, set(), _LIMIT)
+        header = read_header(file_reader(fd, size, found[1]), found[0], set(), _LIMIT)
         return any(_marks_format_05(m.kind, m.body) for m in header.messages)
     except (HeaderError, ValueError, struct.error, OSError):
         return False
     finally:
         os.close(fd)
+
+
+def root_header(path: Path) -> tuple[int, int] | None:
+    """(the root's object header address, the superblock's base) of the HDF5 file at
+    ``path``, from its superblock's bytes (as ``h5.root.root_header`` asks HDF5 for them);
+    None where it is not a superblock with the 8-byte offsets the byte readers read."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return _root(fd, os.fstat(fd).st_size)
+    except (HeaderError, ValueError, struct.error, OSError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _root(fd: int, size: int) -> tuple[int, int] | None:
+    read = file_reader(fd, size)
+    base = _superblock(read, size)
+    if base is None:
+        return None
+    at, width = root_field(read(base, 96))
+    if width != 8:  # (``headers`` reads 8-byte offsets only)
+        return None
+    return struct.unpack_from("<Q", read(base + at, 8))[0], base
 
 
 def _superblock(read: Read, size: int) -> int | None:

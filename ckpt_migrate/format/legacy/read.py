@@ -27,6 +27,7 @@ from ckpt_migrate.format.h5.io import (
     open_dataset,
     read_slab,
 )
+from ckpt_migrate.format.legacy.early_spec import EarlySpec, only_spec, spec_pickle
 from ckpt_migrate.format.legacy.names import stored_name
 from ckpt_migrate.format.legacy.spec_decode import decode_spec_info
 from ckpt_migrate.format.pickled import scalar_payload
@@ -55,13 +56,17 @@ _EXTERNAL_TAGS = {
 
 
 def read(
-    f: h5py.File, handle: H5Handle, fmt: float, facts: Facts | None = None
+    f: h5py.File,
+    handle: H5Handle,
+    fmt: float,
+    facts: Facts | None = None,
+    early: EarlySpec | None = None,
 ) -> tuple[Node, list[str], list[str], bool]:
     """Return (tree, datasets not named by the spec, warnings, spec had TensorScalarDict).
     ``facts``: what the preflight walk learnt of the datasets (a tensor is then built without
     opening its dataset again); with ``facts.links`` (an outline read: the facts read from the
     datasets' headers, ``h5.headerfacts``) no dataset may be opened, and a leaf its facts do
-    not describe is ``OutlineTooShort``."""
+    not describe is ``OutlineTooShort``. ``early``: the spec, perhaps decoded already."""
     facts = facts or Facts()
     path = handle.path
     if "__spec__" not in f.attrs:
@@ -70,7 +75,9 @@ def read(
             "HDF5 file without a __spec__ attribute: not a Cerebras checkpoint",
             "is this a different kind of HDF5 file?",
         )
-    info = decode_spec_info(_spec_bytes(f, handle), path=path)
+    info = None if early is None else early.take(f)
+    if info is None:
+        info = decode_spec_info(_spec_bytes(f, handle), path=path)
 
     # Every open h5py.Dataset costs memory HDF5 does not give back, so each dataset is opened
     # while its leaf is decoded and closed right after.
@@ -127,19 +134,11 @@ def _spec_bytes(f: h5py.File, handle: H5Handle) -> bytes:
     (at 150k tensors a 1.9 spec is 18 MB of hex, held twice by ``strip``). Read from the file
     by ``attrtable`` where it can be: through h5py, HDF5's metadata cache kept the heap
     collection it was read from for the rest of the read, 60 MiB at 150k tensors (issue 33)."""
-    table = attrtable.root_texts(f, handle.path, keep=_only_spec)
+    table = attrtable.root_texts(f, handle.path, keep=only_spec)
     text = None if table is None else table.get("__spec__")
     if not isinstance(text, str):
         text = attr_text(f.attrs["__spec__"])
-    text = text.strip()
-    try:
-        return bytes.fromhex(text)
-    except ValueError:
-        raise CorruptCheckpointError(handle.path, "legacy __spec__ is not hex text") from None
-
-
-def _only_spec(name: str, text: str | None) -> str | None:
-    return text if name == "__spec__" else None
+    return spec_pickle(text, handle.path)
 
 
 def _decode_dataset(ds: h5py.Dataset, stored: str, handle: H5Handle, fmt: float, name: str) -> Leaf:
