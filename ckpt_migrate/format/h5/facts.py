@@ -227,7 +227,7 @@ class FromFiles(Deferred):
 class LinksFile:
     """Every hard link of the file, as a full walk's children wrote them
     (``walkreads.HardLinks``): name -> the address of the object it names, HDF5's walk of the
-    links (``io.object_addresses``) without walking them again (1.4 s at 188k links). Read at
+    links (``io.object_addresses``) without walking them again (1.8 s at 188k links). Read at
     the first call, once (the files are this object's own descriptors); None where they are
     not all there (a group's), or not as written."""
 
