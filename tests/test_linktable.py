@@ -222,13 +222,21 @@ def test_prefetch_leaves_a_looping_or_damaged_b_tree_alone(tmp_path, monkeypatch
         assert _hinted(tmp_path / "bad.h5", monkeypatch, root) == []
 
 
-def test_the_edit_of_a_copy_hints_the_old_roots_nodes_in_the_copy(tmp_path, monkeypatch):
+@pytest.mark.parametrize("layout", ["ours", "the 1.9 library's"])
+def test_the_edit_of_a_copy_hints_the_old_roots_nodes_in_the_copy(
+    tmp_path, monkeypatch, layout, real_layout_19
+):
     """Issue 33: the edit of a clone (or copy) links each dataset by its name in the old root,
     whose symbol table nodes are cold in the new file (its own pages, not the source's): they
-    are hinted in the temporary, as the preflight child hints them in the source."""
+    are hinted in the temporary, as the preflight child hints them in the source. Our 1.9
+    writer's file, and one laid out as the 1.9 library wrote it (auto-chunked LZ4, bf16 stored
+    as int16, small datasets packed between the chunks)."""
     src = tmp_path / "c.mdl"
-    weights = {f"w{i}": np.full((256, 256), i, dtype=np.float32) for i in range(40)}
-    cm.save({"model": weights, "step": 3}, src, "1.9")
+    if layout == "ours":
+        weights = {f"w{i}": np.full((256, 256), i, dtype=np.float32) for i in range(40)}
+        cm.save({"model": weights, "step": 3}, src, "1.9")
+    else:
+        src.write_bytes(real_layout_19.read_bytes())
     with h5py.File(src, "r") as f:
         want = root_header(f)
     asked: list[tuple[Path, int, int]] = []

@@ -380,8 +380,8 @@ def _patch(
     if reused:  # the headers the edit will touch, read ahead together (a clone's are cold)
         addresses = source.addresses()
         prefetch(tmp, [addresses[name] for name in reused.values() if name in addresses])
-        if (at := h5root.root_header(source.file())) is not None:
-            linktable.prefetch(tmp, *at)  # (and the old root's nodes, where each name is found)
+        # (and the old root's nodes, where each name is found: the source's, in the copy)
+        linktable.prefetch_root(source.file(), tmp)
     attributes = root_attributes(root, release, extra)
     if not h5root.tracks_order(attributes):
         h5root.create_wide_root(tmp)

@@ -101,7 +101,8 @@ def links(path: Path, address: int, base: int = 0) -> dict[str, int] | None:
 
 
 def prefetch_root(f: h5py.File, path: Path) -> None:
-    """``prefetch`` of the root group of ``f`` (open on ``path``)."""
+    """``prefetch`` of the root group of ``f`` in ``path``: ``f``'s own file, or a copy of it
+    (the same bytes where the root's nodes lie, with pages of its own)."""
     at = root_header(f)
     if at is not None:
         prefetch(path, *at)
