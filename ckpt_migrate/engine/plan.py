@@ -224,8 +224,12 @@ def read_planned(
     outline lacks (a legacy file's has it), else read in full and planned again.
     ``root_digest``, ``storage_scan``, ``legacy_outline``, ``early_spec``: ``read_checkpoint``'s.
     The caller closes the checkpoint."""
-    read = {"release": release, "defer_chunks": defer_chunks, "root_digest": root_digest}
-    read["early_spec"] = early_spec
+    read = {
+        "release": release,
+        "defer_chunks": defer_chunks,
+        "root_digest": root_digest,
+        "early_spec": early_spec,
+    }
     ckpt = read_checkpoint(
         path,
         outline=outline,
