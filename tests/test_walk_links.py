@@ -39,6 +39,9 @@ def test_the_walk_hands_over_every_hard_link_as_hdf5s_walk_finds_them(tmp_path, 
         assert found is not None and found.links is not None, src
         links = found.links()
         assert links == want and list(links) == list(want), src
+        for scope in ("outline", "root"):  # (their children hand over no such links)
+            other = preflight.preflight(src, scope=scope)
+            assert other is None or other.links is None, (src, scope)
 
 
 def test_an_upgrade_reads_the_addresses_from_the_walk_not_from_hdf5(

@@ -48,9 +48,7 @@ import h5py
 
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.h5 import children, linktable, overlaps, preflight_outline
-from ckpt_migrate.format.h5.boundary import (
-    link_problem,
-)
+from ckpt_migrate.format.h5.boundary import link_problem
 from ckpt_migrate.format.h5.facts import FromFiles, LinksFile, Shared
 from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.io import forbid_plugin_loading, prefetch
@@ -223,7 +221,8 @@ class _Walk:
             for part in range(workers):
                 walk.facts.append(children.anonymous_file())
                 walk.extents.append(children.anonymous_file())
-                walk.hard_links.append(children.anonymous_file())
+                if scope == "full":
+                    walk.hard_links.append(children.anonymous_file())
                 pid = children.fork()
                 if pid == 0:  # a child: walk, report, and never return into the caller's code
                     code = 0
@@ -232,11 +231,11 @@ class _Walk:
                         faulthandler.disable()  # a crash here is the finding, reported above
                         os.close(read_end)
                         if scope == "full":
-                            mine = groups[1] if part else groups[0]
+                            groups_fd = groups[1] if part else groups[0]
                             if workers > 1:
                                 os.close(groups[0] if part else groups[1])
                             fds = walk.facts[part], walk.extents[part], walk.hard_links[part]
-                            _walk(path, write_end, part, workers, *fds, mine)
+                            _walk(path, write_end, part, workers, *fds, groups_fd)
                         else:
                             preflight_outline.walk(path, write_end, scope, walk.links)
                     except BaseException:
@@ -367,15 +366,15 @@ def _walk(
     links_fd: int,
     groups_fd: int = -1,
 ) -> None:
-    """Read the metadata of every ``parts``-th object of the root from the ``part``-th (in
-    part 0 also the root's attributes, and its hard links to ``links_fd``:
-    ``Findings.links``), and part 0 every object in a group, each once: the others name the
-    groups they meet to ``groups_fd``, which part 0 reads once its own share is walked. Write
-    their facts (``Findings.datasets``) to ``facts_fd`` and say
-    ``M<stored>,<declared>;`` (the bytes stored by the datasets measured so far, and declared
-    by those left for the second part); then walk the chunk indexes left, write where the
-    stored pieces of these objects lie, and the objects' addresses (the root's in part 0), to
-    ``extents_fd`` and say ``=<stored>;``."""
+    """Walk part ``part`` of ``parts``: read the metadata of every ``parts``-th object the
+    root links, from the ``part``-th; part 0 also reads the root's attributes, writes the
+    root's hard links to ``links_fd`` (``Findings.links``), and walks every object inside a
+    group, each once (the other parts name the groups they meet to ``groups_fd``, which part 0
+    reads after its own share). Write the objects' facts (``Findings.datasets``) to
+    ``facts_fd`` and say ``M<stored>,<declared>;`` (the bytes stored by the datasets measured
+    so far, and declared by those left for the second part); then walk the chunk indexes left,
+    write where the stored pieces of these objects lie, and the objects' addresses (the
+    root's in part 0), to ``extents_fd`` and say ``=<stored>;``."""
     forbid_plugin_loading()
     file_bytes = os.stat(path).st_size
     stored = declared = 0
