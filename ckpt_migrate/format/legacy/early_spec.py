@@ -58,9 +58,10 @@ class EarlySpec:
             text = None if table is None else table.get("__spec__")
             if at is None or table is None or not isinstance(text, str):
                 return
+            if len(text) // 2 > EARLY_BYTES:  # (two hex digits a byte: not made into bytes)
+                return
             data = spec_pickle(text, self.path)
-            if len(data) <= EARLY_BYTES:
-                self._found = identity, at, len(table), decode_spec_info(data, self.path)
+            self._found = identity, at, len(table), decode_spec_info(data, self.path)
         except Exception:  # (the reader decodes it itself, and names what is wrong)
             return
 
