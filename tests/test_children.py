@@ -18,11 +18,16 @@ REPO = Path(__file__).resolve().parents[1]
 LEGACY = FIXTURES / "release-1.9.mdl"
 
 
+# A process started in the background by a shell without job control inherits SIGINT ignored,
+# and Python then leaves it so: each case takes it as a terminal's Ctrl-C would reach it.
+_CTRL_C = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     # (OpenBLAS runs one thread, as the command line does: ``another-thread`` adds its own)
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", _CTRL_C + textwrap.dedent(code)],
         capture_output=True,
         text=True,
         cwd=REPO,
