@@ -7,12 +7,10 @@ several times that, so a cache that holds every header makes peak RSS grow with 
 
 from __future__ import annotations
 
-import sys
-
 import h5py
 import numpy as np
 import pytest
-from conftest import MODELS, REAL, ROOT, real_2x_files
+from conftest import MODELS, REAL, real_2x_files, same_bytes
 
 import ckpt_migrate as cm
 from ckpt_migrate.engine import upgrade as engine
@@ -265,18 +263,6 @@ def _written(tree, release, path, *, capped: bool, monkeypatch) -> tuple[int, in
         with h5root.create_file(path, exclusive=True, attributes=attributes) as f:
             write_tree(f, tree, release)
             return cache_bytes(f), f.id.get_mdc_config().max_size
-
-
-def same_bytes(path) -> str:
-    """The file's hash but for the times HDF5 stamps a new root's header with (the one
-    ``benchmarks/identical_outputs.py`` compares versions of the tool by)."""
-    bench = str(ROOT / "benchmarks")
-    sys.path.insert(0, bench)
-    try:
-        from identical_outputs import sha256
-    finally:
-        sys.path.remove(bench)
-    return sha256(path)
 
 
 def _contents(path) -> list:
