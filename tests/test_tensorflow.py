@@ -9,6 +9,7 @@ and ``SaveV2`` files with every dtype and edge-case bit patterns.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -571,7 +572,13 @@ def test_help_and_import_never_load_tensorflow():
     assert "usage: tensorflow-to-h5 [-h]" in out.stdout and "saver_path" in out.stdout
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None,
+    reason="the [tensorflow] extra: without it the missing TensorFlow is said first "
+    "(test_without_tensorflow_the_commands_say_how_to_install_it)",
+)
 def test_refusals_of_the_inputs_come_before_tensorflow_is_loaded(tmp_path):
+    """Installed, TensorFlow is imported (3-5 s) only once the inputs are known to be good."""
     code = (
         "import sys\nimport ckpt_migrate as cm\nfrom ckpt_migrate.errors import CkptError\n"
         f"for call in (lambda: cm.tf_to_h5({str(tmp_path / 'nope')!r}, 'x.h5'),\n"
