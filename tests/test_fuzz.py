@@ -239,3 +239,25 @@ def test_the_fuzz_benchmarks_wrong_outcomes_are_refused(tmp_path, seed, index, s
     case.write_bytes(data)
     with pytest.raises(CorruptCheckpointError, match=why):
         fuzz_damage.tensor_hashes(case)
+
+
+def test_a_header_message_too_short_for_its_fields_is_left_to_hdf5s_walk(tmp_path):
+    """Found by ``benchmarks/fuzz_damage.py`` (seed 955011, case 95): damage to a dataset's
+    unchecksummed header in the real library's ``dataloader_map.mdl`` left a message shorter
+    than its fields, and the scan of what a root edit's copy would carry out of the file read
+    past its end: IndexError, an internal error (exit 1) of every upgrade of it. Such a header
+    is now one the scan does not understand, so HDF5 walks the file, as for any other; the
+    copy carries the damage, said, and its output is refused as the source is."""
+    src, kind, data = fuzz_damage.nth_case(955011, 95)
+    assert (src.name, kind) == ("dataloader_map.mdl", "object_header")
+    case = tmp_path / "checkpoint_1.mdl"
+    case.write_bytes(data)
+    why = "'model.fc.bias' is a named datatype where a dataset belongs"
+    with pytest.raises(CorruptCheckpointError, match=why):
+        fuzz_damage.tensor_hashes(case)
+    out = tmp_path / "out"
+    res = upgrade(case, UpgradeOptions(output_dir=out, target="2.6"))
+    assert (res.status, res.exit_code, res.strategy) == ("upgraded", 0, "root-edit"), res.error
+    assert res.tensor_data == "copied as stored, not decoded"
+    with pytest.raises(CorruptCheckpointError, match=why):
+        fuzz_damage.tensor_hashes(out / case.name)

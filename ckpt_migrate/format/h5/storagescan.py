@@ -56,7 +56,7 @@ def scan(
                 tick()
             try:
                 problem = _problem(read, address)
-            except (HeaderError, Undecided, struct.error):
+            except (HeaderError, Undecided, struct.error, IndexError):  # (a message too short)
                 return False
             if problem is not None:
                 raise unsafe(path, f"/{name}", problem)
