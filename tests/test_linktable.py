@@ -14,6 +14,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from conftest import one_line_error, run_cli
 
 import ckpt_migrate as cm
 from ckpt_migrate.engine import copypatch
@@ -80,6 +81,46 @@ def _add_link(path: Path, kind: str, target: str) -> None:
             f["alias"] = h5py.SoftLink(target)
         else:
             f["away"] = h5py.ExternalLink("/etc/passwd", "/x")
+
+
+def _root_messages(data: bytes, address: int) -> list[tuple[int, int, int]]:
+    """(where, type, size) of each message of the version-1 header at ``address`` of ``data``
+    (a file with no userblock), continuation blocks followed."""
+    chunks, found = [(address + 16, struct.unpack_from("<I", data, address + 8)[0])], []
+    while chunks:
+        at, n = chunks.pop()
+        end = at + n
+        while at + 8 <= end:
+            kind, size = struct.unpack_from("<HH", data, at)
+            if kind == 0x10:
+                chunks.append(struct.unpack_from("<QQ", data, at + 8))
+            found.append((at, kind, size))
+            at += 8 + size
+    return found
+
+
+@pytest.mark.parametrize("src", REAL_XZ[:1], ids=lambda p: p.name)
+def test_a_link_message_shorter_than_its_fields_is_not_answered(src, tmp_path):
+    """A hostile root (the real 2.6 library's, whose header has no checksum): one of its
+    attribute messages made a link message of no bytes, the rest a NIL message. HDF5 reads
+    the old-style group by its symbol table and never looks at it; this reader read the link's
+    version past its end (IndexError: ``inspect`` and ``plan`` ended in an internal error).
+    It now leaves the root to HDF5, and the commands refuse the file as HDF5 reads it: the
+    message was ``__spec__``'s."""
+    path = tmp_path / "hostile.mdl"
+    path.write_bytes(lzma.decompress(src.read_bytes()))
+    with h5py.File(path, "r") as f:
+        address, base = root_header(f)
+    assert base == 0
+    data = bytearray(path.read_bytes())
+    at, _, size = next(m for m in _root_messages(data, address) if m[1] == 0x0C)
+    data[at : at + 8 + size] = (
+        struct.pack("<HHB3x", 0x06, 0, 0) + struct.pack("<HHB3x", 0, size - 8, 0) + bytes(size - 8)
+    )
+    path.write_bytes(bytes(data))
+    assert linktable.links(path, address) is None
+    for args in (["inspect", path], ["plan", path, "--to", "2.10"]):  # (the message was __spec__)
+        one_line_error(run_cli(*args), 2, "hostile.mdl", "without a readable __spec__")
 
 
 @pytest.mark.parametrize("kind", ["soft", "external"])

@@ -162,6 +162,8 @@ def _dense(links: _Links, info: bytes) -> None:
 
 def _link_fields(body: bytes, pos: int = 0) -> tuple[int, int, int]:
     """(link type, where the name starts, its length) of the link message at ``pos``."""
+    if pos + 3 > len(body):  # (the shortest: version, flags, a one-byte name length)
+        raise Unknown("a link message shorter than its fields")
     version, flags = body[pos], body[pos + 1]
     if version != 1:
         raise Unknown(f"link message version {version}")
