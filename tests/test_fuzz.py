@@ -225,6 +225,7 @@ def test_a_damaged_attribute_name_in_a_legacy_header_is_refused(
         (3002, 70, "release-2.10.mdl", r"'model\.scale': its data at byte 29100 lies inside"),
         (5001, 54, "dtypes.mdl", "'/special_f32' has a 4-byte float type whose layout is not"),
         (7000, 231, "release-2.3.mdl", "'optimizer.state.0.step' is a named datatype where"),
+        (977007, 54, "release-1.7.mdl", r"betas\.0' carries an attribute no release writes"),
     ],
 )
 def test_the_fuzz_benchmarks_wrong_outcomes_are_refused(tmp_path, seed, index, source, why):
@@ -232,7 +233,8 @@ def test_the_fuzz_benchmarks_wrong_outcomes_are_refused(tmp_path, seed, index, s
     values), each one byte or three of an unchecksummed object header: a 0-d tensor's data
     address moved into a B-tree node (read its zeros), a float32's precision and bit offset
     changed (HDF5 converted the values), a dataspace message's type changed (HDF5 then takes
-    the dataset for a named datatype, and the leaf read as missing)."""
+    the dataset for a named datatype, and the leaf read as missing), a 0.1 flag's name changed
+    at its first byte (``Us_scalar``: the scalar read as a 0-d tensor)."""
     src, kind, data = fuzz_damage.nth_case(seed, index)
     assert (src.name, kind) == (source, "object_header")
     case = tmp_path / "checkpoint_1.mdl"

@@ -289,19 +289,34 @@ def _full_leaf(stored: np.dtype, bf16: Any, shape: Any, fill: Any) -> FullTensor
     return FullTensorLeaf(dt.name, dims, fill)
 
 
-# The flags the 0.1/0.2 writers set on an untagged dataset (FORMAT.md §3.4). Their v1 object
-# headers carry no checksum: a damaged byte in a flag's name (``is_scnlar``) would silently turn
-# a scalar into a 0-d tensor, so any other ``is_…`` attribute is taken for damage.
+# The flags the 0.1/0.2 writers set on an untagged dataset, and the other attributes they give
+# it (FORMAT.md §3.4). Their v1 object headers carry no checksum: a damaged byte in a flag's
+# name (``is_scnlar``, ``Us_scalar``) would silently turn a scalar into a 0-d tensor, so any
+# other ``is_…`` attribute, and any name one or two bytes from one of these, is damage.
 FLAGS = ("is_constructible", "is_none", "is_string", "is_scalar", "is_bfloat16")
+NAMES = (*FLAGS, "string_val", "filepath", "shape", "fill_value", "dtype")
+
+
+def _damaged_name(attr: str) -> bool:
+    """Whether ``attr`` is damage: not one of ``NAMES``, and an ``is_…`` flag or a name one or
+    two bytes from one of them (of its length)."""
+    return attr not in NAMES and (
+        attr.startswith("is_")
+        or any(
+            len(attr) == len(known) and sum(a != b for a, b in zip(attr, known)) <= 2
+            for known in NAMES
+        )
+    )
 
 
 def _decode_flagged(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str) -> Leaf:
     """Untagged 0.1/0.2 datasets, in the order ``_load_tensor_from_checkpoint`` checks (§3.4)."""
     attrs = ds.attrs
-    strange = [k for k in attrs if k.startswith("is_") and k not in FLAGS]
+    strange = [k for k in attrs if _damaged_name(k)]
     if strange:
         raise CorruptCheckpointError(
-            handle.path, f"{name!r} carries a flag no release writes ({strange[0]!r}): damaged"
+            handle.path,
+            f"{name!r} carries an attribute no release writes ({strange[0]!r}): damaged",
         )
     if "filepath" in attrs:
         return ExternalLeaf("DeferredFileTensor", {k: attr_python(v) for k, v in attrs.items()})
