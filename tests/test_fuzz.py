@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import struct
 import subprocess
@@ -217,6 +218,31 @@ def test_a_damaged_attribute_name_in_a_legacy_header_is_refused(
     with pytest.raises(CorruptCheckpointError, match=dataset), read_checkpoint(path):
         pass
     one_line_error(run_cli("inspect", path), 2, dataset, "damaged")
+
+
+def test_a_damaged_bfloat16_flag_is_refused_not_read_as_int16(tmp_path, real_layout_19):
+    """A bfloat16 tensor is stored as int16 with ``is_bfloat16`` in every legacy format: one
+    byte of that name changed in the real 1.9 layout's unchecksummed header read the weights
+    as int16, with success, through the walk's facts and through h5py alike."""
+    import shutil
+
+    import h5py
+
+    name = "model.model.embedding_layer.word_embeddings.weight"
+    path = tmp_path / "checkpoint_100.mdl"
+    shutil.copyfile(real_layout_19, path)
+    with h5py.File(path, "r+") as f:
+        attrs = f[name].attrs
+        assert attrs["is_bfloat16"] and f[name].dtype == "int16"
+        attrs["is_bfloXt16"] = attrs["is_bfloat16"]
+        del attrs["is_bfloat16"]
+    why = f"{name!r} carries an attribute no release writes ('is_bfloXt16')"
+    with pytest.raises(CorruptCheckpointError, match=re.escape(why)):
+        fuzz_damage.tensor_hashes(path)
+    out = tmp_path / "out"
+    res = upgrade(path, UpgradeOptions(output_dir=out, inputs={"drop_dataloader_state": True}))
+    assert (res.status, res.exit_code) == ("failed", 2) and why in res.error, res.error
+    one_line_error(run_cli("check", "--deep", path), 2, name, "damaged")
 
 
 @pytest.mark.parametrize(

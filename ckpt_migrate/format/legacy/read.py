@@ -7,7 +7,7 @@ restricted unpickler of ``spec_unpickler`` (never by pickle/dill). Each leaf is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import h5py
@@ -171,6 +171,8 @@ def _from_facts(known: DatasetFacts, stored: str, handle: H5Handle, fmt: float) 
         text = known.attrs.get("object_value")
         return _object(text) if isinstance(text, str) else None
     if tag == "DeferredFullTensor":
+        if _bf16_damaged(known.attrs) is not None:
+            return None  # (``_full`` names it)
         shape, fill = known.attrs.get("shape"), known.attrs.get("fill_value")
         bf16 = known.attrs.get("is_bfloat16", False)
         if not isinstance(shape, list) or type(fill) not in (int, float, bool):
@@ -183,6 +185,8 @@ def _from_facts(known: DatasetFacts, stored: str, handle: H5Handle, fmt: float) 
             return None  # the reader names it
     if tag not in ("TorchTensorH5Type", "NumpyArrayH5Type") or known.shape is None:
         return None
+    if _bf16_damaged(known.attrs) is not None:
+        return None  # (``_tensor`` names it)
     bf16 = known.attrs.get("is_bfloat16", False)
     if not isinstance(bf16, bool):
         return None
@@ -197,6 +201,7 @@ def _from_facts(known: DatasetFacts, stored: str, handle: H5Handle, fmt: float) 
 def _tensor(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str, numpy: bool) -> TensorLeaf:
     if ds.shape is None:
         raise CorruptCheckpointError(handle.path, f"tensor {name!r} has no data (empty dataset)")
+    _refuse_bf16_damaged(ds.attrs, handle, name)
     bf16 = attr_bool(h5attrs.get_value(ds, "is_bfloat16", False))
     try:
         dt = dtypes.from_storage(ds.dtype, bf16)
@@ -267,6 +272,7 @@ def _object(text: str) -> ValueLeaf | OpaqueLeaf | None:
 
 def _full(ds: h5py.Dataset, handle: H5Handle, name: str) -> FullTensorLeaf:
     attrs = ds.attrs
+    _refuse_bf16_damaged(attrs, handle, name)
     try:
         shape, fill = attrs["shape"], attrs["fill_value"]
     except KeyError:
@@ -292,21 +298,44 @@ def _full_leaf(stored: np.dtype, bf16: Any, shape: Any, fill: Any) -> FullTensor
 # The flags the 0.1/0.2 writers set on an untagged dataset, and the other attributes they give
 # it (FORMAT.md §3.4). Their v1 object headers carry no checksum: a damaged byte in a flag's
 # name (``is_scnlar``, ``Us_scalar``) would silently turn a scalar into a 0-d tensor, so any
-# other ``is_…`` attribute, and any name one or two bytes from one of these, is damage.
+# other ``is_…`` attribute, and any name of 7 or more bytes one or two bytes from one of these,
+# is damage. At every format, ``is_bfloat16`` damaged would read a bfloat16 tensor as int16.
 FLAGS = ("is_constructible", "is_none", "is_string", "is_scalar", "is_bfloat16")
 NAMES = (*FLAGS, "string_val", "filepath", "shape", "fill_value", "dtype")
 
 
-def _damaged_name(attr: str) -> bool:
-    """Whether ``attr`` is damage: not one of ``NAMES``, and an ``is_…`` flag or a name one or
-    two bytes from one of them (of its length)."""
-    return attr not in NAMES and (
-        attr.startswith("is_")
-        or any(
-            len(attr) == len(known) and sum(a != b for a, b in zip(attr, known)) <= 2
-            for known in NAMES
-        )
+_NEAR = 7  # names this long or longer: a short one has too many legitimate neighbours
+
+
+def _near(attr: str, known: str) -> bool:
+    """``attr`` is ``known`` with one or two of its bytes changed."""
+    return (
+        len(attr) == len(known) >= _NEAR
+        and attr != known
+        and sum(a != b for a, b in zip(attr, known)) <= 2
     )
+
+
+def _damaged_name(attr: str) -> bool:
+    """Whether ``attr`` is damage: not one of ``NAMES``, and an ``is_…`` flag or one of them
+    with one or two bytes changed."""
+    return attr not in NAMES and (
+        attr.startswith("is_") or any(_near(attr, known) for known in NAMES)
+    )
+
+
+def _refuse_bf16_damaged(attrs: Iterable[str], handle: H5Handle, name: str) -> None:
+    damaged = _bf16_damaged(attrs)
+    if damaged is not None:
+        raise CorruptCheckpointError(
+            handle.path, f"{name!r} carries an attribute no release writes ({damaged!r}): damaged"
+        )
+
+
+def _bf16_damaged(attrs: Iterable[str]) -> str | None:
+    """An attribute of a tensor that is ``is_bfloat16`` damaged (a bfloat16 tensor would read
+    as the int16 it is stored as)."""
+    return next((a for a in attrs if _near(a, "is_bfloat16")), None)
 
 
 def _decode_flagged(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str) -> Leaf:
