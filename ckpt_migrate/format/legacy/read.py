@@ -7,7 +7,7 @@ restricted unpickler of ``spec_unpickler`` (never by pickle/dill). Each leaf is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import h5py
@@ -324,7 +324,7 @@ def _damaged_name(attr: str) -> bool:
     )
 
 
-def _refuse_bf16_damaged(attrs: Iterable[str], handle: H5Handle, name: str) -> None:
+def _refuse_bf16_damaged(attrs: Collection[str], handle: H5Handle, name: str) -> None:
     damaged = _bf16_damaged(attrs)
     if damaged is not None:
         raise CorruptCheckpointError(
@@ -332,9 +332,11 @@ def _refuse_bf16_damaged(attrs: Iterable[str], handle: H5Handle, name: str) -> N
         )
 
 
-def _bf16_damaged(attrs: Iterable[str]) -> str | None:
+def _bf16_damaged(attrs: Collection[str]) -> str | None:
     """An attribute of a tensor that is ``is_bfloat16`` damaged (a bfloat16 tensor would read
-    as the int16 it is stored as)."""
+    as the int16 it is stored as); the names are listed only where the flag is absent."""
+    if "is_bfloat16" in attrs:
+        return None
     return next((a for a in attrs if _near(a, "is_bfloat16")), None)
 
 
