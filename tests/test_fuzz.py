@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -26,6 +27,7 @@ from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.h5 import preflight
 from ckpt_migrate.format.h5 import root as h5root
+from ckpt_migrate.format.read import read_checkpoint
 
 WORKER = Path(__file__).with_name("fuzz_worker.py")
 DAMAGE = Path(__file__).with_name("fuzz_damage.py")
@@ -203,12 +205,6 @@ def test_a_damaged_attribute_name_in_a_legacy_header_is_refused(
     """Legacy datasets' flags and tags live in v1 object headers without checksum: one byte of
     a name changed (the two damages benchmarks/fuzz_damage.py found) must not turn a scalar
     into a 0-d tensor silently."""
-    import shutil
-
-    import h5py
-
-    from ckpt_migrate.format.read import read_checkpoint
-
     path = tmp_path / "damaged.mdl"
     shutil.copyfile(FIXTURES / f"release-{release}.mdl", path)
     with h5py.File(path, "r+") as f:
@@ -224,10 +220,6 @@ def test_a_damaged_bfloat16_flag_is_refused_not_read_as_int16(tmp_path, real_lay
     """A bfloat16 tensor is stored as int16 with ``is_bfloat16`` in every legacy format: one
     byte of that name changed in the real 1.9 layout's unchecksummed header read the weights
     as int16, with success, through the walk's facts and through h5py alike."""
-    import shutil
-
-    import h5py
-
     name = "model.model.embedding_layer.word_embeddings.weight"
     path = tmp_path / "checkpoint_100.mdl"
     shutil.copyfile(real_layout_19, path)

@@ -83,17 +83,19 @@ def _add_link(path: Path, kind: str, target: str) -> None:
             f["away"] = h5py.ExternalLink("/etc/passwd", "/x")
 
 
-def _root_messages(data: bytes, address: int) -> list[tuple[int, int, int]]:
-    """(where, type, size) of each message of the version-1 header at ``address`` of ``data``
-    (a file with no userblock), continuation blocks followed."""
-    chunks, found = [(address + 16, struct.unpack_from("<I", data, address + 8)[0])], []
+def _root_messages(data: bytes, address: int, base: int = 0) -> list[tuple[int, int, int]]:
+    """(where in ``data``, type, size) of each message of the version-1 header at ``address``
+    (relative to the superblock's ``base``), continuation blocks followed."""
+    start = base + address
+    chunks, found = [(start + 16, struct.unpack_from("<I", data, start + 8)[0])], []
     while chunks:
         at, n = chunks.pop()
         end = at + n
         while at + 8 <= end:
             kind, size = struct.unpack_from("<HH", data, at)
             if kind == 0x10:
-                chunks.append(struct.unpack_from("<QQ", data, at + 8))
+                more, length = struct.unpack_from("<QQ", data, at + 8)
+                chunks.append((base + more, length))
             found.append((at, kind, size))
             at += 8 + size
     return found
@@ -136,12 +138,8 @@ def _root_tree(path: Path) -> int:
     with h5py.File(path, "r") as f:
         address, base = root_header(f)
     data = path.read_bytes()
-    at = base + address + 16  # past the version-1 header's prefix
-    while True:
-        kind, size = struct.unpack_from("<HH", data, at)
-        if kind == 0x11:
-            return base + struct.unpack_from("<Q", data, at + 8)[0]
-        at += 8 + size
+    at = next(at for at, kind, _ in _root_messages(data, address, base) if kind == 0x11)
+    return base + struct.unpack_from("<Q", data, at + 8)[0]
 
 
 def test_a_looping_or_damaged_b_tree_gives_up(tmp_path):

@@ -171,13 +171,9 @@ def _from_facts(known: DatasetFacts, stored: str, handle: H5Handle, fmt: float) 
         text = known.attrs.get("object_value")
         return _object(text) if isinstance(text, str) else None
     if tag == "DeferredFullTensor":
-        if _bf16_damaged(known.attrs) is not None:
-            return None  # (``_full`` names it)
         shape, fill = known.attrs.get("shape"), known.attrs.get("fill_value")
-        bf16 = known.attrs.get("is_bfloat16", False)
-        if not isinstance(shape, list) or type(fill) not in (int, float, bool):
-            return None
-        if not isinstance(bf16, bool):
+        bf16 = _facts_bf16(known.attrs)
+        if not isinstance(shape, list) or type(fill) not in (int, float, bool) or bf16 is None:
             return None
         try:
             return _full_leaf(known.dtype, bf16, shape, fill)
@@ -185,10 +181,8 @@ def _from_facts(known: DatasetFacts, stored: str, handle: H5Handle, fmt: float) 
             return None  # the reader names it
     if tag not in ("TorchTensorH5Type", "NumpyArrayH5Type") or known.shape is None:
         return None
-    if _bf16_damaged(known.attrs) is not None:
-        return None  # (``_tensor`` names it)
-    bf16 = known.attrs.get("is_bfloat16", False)
-    if not isinstance(bf16, bool):
+    bf16 = _facts_bf16(known.attrs)
+    if bf16 is None:
         return None
     try:
         dt = dtypes.from_storage(known.dtype, bf16)
@@ -196,6 +190,13 @@ def _from_facts(known: DatasetFacts, stored: str, handle: H5Handle, fmt: float) 
         return None  # the reader names it
     numpy = tag == "NumpyArrayH5Type" and fmt > 0.3 + 1e-9  # as _decode_tagged
     return TensorLeaf(dt.name, known.shape, H5Data(handle, stored), numpy=numpy)
+
+
+def _facts_bf16(attrs: dict[str, Any]) -> bool | None:
+    """A tensor's ``is_bfloat16`` as the walk read it; None where it is not a bool or its name
+    is damaged (the dataset is then decoded through h5py, which names what is wrong)."""
+    bf16 = attrs.get("is_bfloat16", False)
+    return bf16 if isinstance(bf16, bool) and _bf16_damaged(attrs) is None else None
 
 
 def _tensor(ds: h5py.Dataset, stored: str, handle: H5Handle, name: str, numpy: bool) -> TensorLeaf:
