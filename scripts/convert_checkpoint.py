@@ -29,6 +29,7 @@ from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.commands import load_config, verify
 from ckpt_migrate.cli.modelzoo_formats import output_name, parse_format, resolve_source, stem
 from ckpt_migrate.cli.script_options import add_hop_arguments, add_step_arguments, script_inputs
+from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_file, upgrade_config_text
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import EXIT_VERIFY_FAILED, UsageError
@@ -93,7 +94,9 @@ def convert(args: argparse.Namespace) -> int:
     from_release, note = resolve_source(src, wanted)
     if releases.get(from_release).version > tgt.version:
         # A downgrade: find a config step that cannot be undone before writing the checkpoint.
-        upgrade_config_text(config.read_text(), from_release, tgt.name, family=args.model)
+        upgrade_config_text(
+            yaml_edit.read_config(config), from_release, tgt.name, family=args.model
+        )
     if note:
         print(note)
     if from_release == tgt.name:

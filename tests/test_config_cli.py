@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 
+import pytest
 import yaml
-from conftest import CONFIGS, FIXTURES, MODELS, one_line_error, run_cli
+from conftest import CONFIGS, FIXTURES, MODELS, one_line_error, run_cli, run_script
 
 EXAMPLE = FIXTURES / "example"  # (a 1.9 model directory: checkpoint, params.yaml, side files)
 
@@ -199,3 +201,54 @@ def test_config_still_feeds_the_tie_rules_and_is_not_written_when_the_checkpoint
     proc = run_cli("upgrade", FIXTURES / "release-1.9.mdl", "--output-dir", out, "--config", cfg)
     one_line_error(proc, 2, "model.lm_head.weight", "--allow-missing")
     assert list(out.iterdir()) == []
+
+
+def _bomb(levels: int = 9) -> str:
+    """YAML aliases, nine of the level below at each level: 9**levels values from 1 KiB."""
+    lines = ["bomb_0: &b0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"bomb_{i}: &b{i} [{', '.join([f'*b{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+HOSTILE_CONFIGS = {
+    "aliases": (_bomb(), "expand to more than 100,000 values"),
+    "flow nesting": ("deep: " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
+    "nesting": ("deep: " + "[" * 70 + "]" * 70 + "\n", "nested more than 64 deep"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_CONFIGS))
+def test_a_hostile_config_is_one_line_quickly(tmp_path, case):
+    """Model Zoo's own params.yaml with a few hostile lines appended: an alias bomb of 1 KiB
+    (43 million values once expanded) took minutes; deep nesting was an internal error."""
+    extra, words = HOSTILE_CONFIGS[case]
+    config = tmp_path / "params.yaml"
+    config.write_text((MODELS / "gpt2-2.0" / "params.yaml").read_text() + extra)
+    start = time.monotonic()
+    proc = run_cli(
+        "upgrade", MODELS / "gpt2-2.0" / "checkpoint_100.mdl", "--config", config,
+        "--output-dir", tmp_path, "--dry-run",
+    )  # fmt: skip
+    one_line_error(proc, 2, "params.yaml", words)
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("verb", ["upgrade", "export-hf", "convert_checkpoint.py"])
+def test_a_file_that_is_not_a_config_is_one_line(tmp_path, verb):
+    """A checkpoint passed as the config (bytes that are not UTF-8) was an internal error; a
+    file over 1 MiB is not read."""
+    ckpt = MODELS / "gpt2-2.0" / "checkpoint_100.mdl"
+    huge = tmp_path / "huge.yaml"
+    with huge.open("w") as f:
+        f.truncate(2 << 20)
+    for config, words in ((ckpt, "cannot read the config"), (huge, "not a config")):
+        if verb == "convert_checkpoint.py":
+            proc = run_script(
+                verb, "convert", ckpt, "--model", "gpt2", "--src-fmt", "cs-2.0",
+                "--tgt-fmt", "cs-2.3", "--config", config,
+            )  # fmt: skip
+        elif verb == "export-hf":
+            proc = run_cli(verb, ckpt, tmp_path / "hf", "--config", config)
+        else:
+            proc = run_cli(verb, ckpt, "--config", config, "--output-dir", tmp_path, "--dry-run")
+        one_line_error(proc, 2, config.name, words)

@@ -97,3 +97,66 @@ def test_a_checkpoint_whose_chunk_lies_past_its_end_exports_nothing(tmp_path):
     proc = run_cli("export-hf", src, out, "--config", MODELS / "gpt2-2.0" / "params.yaml")
     one_line_error(proc, 2, "past the end of the file")
     assert not out.exists()
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # past the recursion limit of CPython's JSON decoder
+
+
+@pytest.mark.parametrize(
+    "name", ["config.json", "model.safetensors.index.json", "model.safetensors"]
+)
+def test_json_nested_past_what_python_decodes_is_one_line(tmp_path, name):
+    """CPython's decoder meets ``[[[[…`` as a RecursionError, which was an internal error."""
+    src = _directory(tmp_path, {"wte.weight": ENTRY})
+    if name == "model.safetensors":
+        (src / name).write_bytes(struct.pack("<Q", len(DEEP)) + DEEP.encode())
+    else:
+        (src / name).write_text(DEEP)
+    proc = run_cli("import-hf", src, tmp_path / "out.mdl", "--model", "gpt2")
+    one_line_error(proc, 2, name, "nested too deeply")
+    assert not (tmp_path / "out.mdl").exists()
+
+
+@pytest.mark.parametrize(
+    ("index", "words"),
+    [
+        ([1, 2], "no weight_map object"),
+        ({"weight_map": ["model.safetensors"]}, "no weight_map object"),
+        ({"weight_map": {"wte.weight": 7}}, "names 7"),
+        ({"weight_map": {"wte.weight": "../outside/model.safetensors"}}, "not a file of its"),
+        ({"weight_map": {"wte.weight": "OUTSIDE"}}, "not a file of its"),
+        ({"weight_map": {"wte.weight": ".."}}, "not a file of its"),
+    ],
+)
+def test_a_shard_index_names_only_files_beside_it(tmp_path, index, words):
+    """A ``weight_map`` is refused unless it maps to plain file names: a path out of the
+    directory was followed (and a real safetensors file there imported, with success), a list
+    was an internal error."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    safetensors_numpy.save_file(
+        {"wte.weight": np.ones((32, 8), np.float32)}, outside / "model.safetensors"
+    )
+    src = _directory(tmp_path, {"wte.weight": ENTRY})
+    (src / "model.safetensors").unlink()
+    if "OUTSIDE" in json.dumps(index):
+        index = {"weight_map": {"wte.weight": str(outside / "model.safetensors")}}
+    (src / "model.safetensors.index.json").write_text(json.dumps(index))
+    proc = run_cli("import-hf", src, tmp_path / "out.mdl", "--model", "gpt2")
+    one_line_error(proc, 2, "model.safetensors.index.json", words)
+    assert not (tmp_path / "out.mdl").exists()
+
+
+def test_a_pytorch_bin_index_names_only_files_beside_it(tmp_path):
+    torch = pytest.importorskip("torch")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    torch.save({"wte.weight": torch.ones(32, 8)}, outside / "pytorch_model.bin")
+    src = tmp_path / "hf"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps(CONFIG))
+    weight_map = {"wte.weight": "../outside/pytorch_model.bin"}
+    (src / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    proc = run_cli("import-hf", src, tmp_path / "out.mdl", "--model", "gpt2")
+    one_line_error(proc, 2, "pytorch_model.bin.index.json", "not a file of its directory")
+    assert not (tmp_path / "out.mdl").exists()

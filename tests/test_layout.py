@@ -30,6 +30,7 @@ RANKS: dict[str, int] = {
     "errors": 0,
     "atomic": 1,
     "heap": 1,
+    "jsonfile": 1,
     "format": 2,
     "catalogue": 3,
     "hops": 3,

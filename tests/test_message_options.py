@@ -33,10 +33,7 @@ STEPS = [
 ]
 COMMANDS_PY = "ckpt_migrate/cli/commands.py"
 UPGRADES_PY = "ckpt_migrate/cli/upgrades.py"
-SHARED = [
-    f"{COMMANDS_PY}::{f}"
-    for f in ("step_inputs", "check_verify", "load_config", "read_config_text")
-]
+SHARED = [f"{COMMANDS_PY}::{f}" for f in ("step_inputs", "check_verify", "load_config")]
 
 # command -> the modules (or "module::function") whose messages it can show
 SOURCES = {

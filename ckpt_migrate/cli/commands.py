@@ -192,12 +192,5 @@ def step_inputs(
 
 def load_config(path: Path) -> dict[str, Any]:
     """A run's params.yaml as plain data, for the hops' inputs."""
-    data, _ = yaml_edit.load(read_config_text(path), path)
+    data, _ = yaml_edit.load(yaml_edit.read_config(path), path)
     return yaml_edit.plain(data)
-
-
-def read_config_text(path: Path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(path, f"cannot read the config ({exc.strerror})") from None

@@ -185,7 +185,7 @@ def upgrade_config_file(
     """Upgrade the config file ``src`` into ``dst``: written beside ``dst`` to a temporary file,
     fsynced, then moved into place; an existing ``dst`` is never overwritten (clear error)."""
     src, dst = Path(src), Path(dst)
-    text = read_text(src)
+    text = yaml_edit.read_config(src)
     result = upgrade_config_text(
         text,
         from_release,
@@ -199,16 +199,6 @@ def upgrade_config_file(
         tmp.write_text(result.text, encoding="utf-8")
     result.output = dst
     return result
-
-
-def read_text(path: Path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(path, "no such config file", "check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise UsageError(path, f"cannot read the config ({reason})") from None
 
 
 def default_output(config: Path, to_release: str, output_dir: Path | None) -> Path:
@@ -286,7 +276,7 @@ class ConfigAlongside:
         if num_csx is not None and num_csx < 1:
             raise UsageError(None, f"--num-csx must be at least 1, not {num_csx}")
         self.config = Path(config)
-        self.text = read_text(self.config)
+        self.text = yaml_edit.read_config(self.config)
         yaml_edit.load(self.text, self.config)
         if model is not None:
             resolve_name(model)
@@ -343,7 +333,7 @@ class ConfigAlongside:
             if self.dry_run or res.status == "planned":
                 return ConfigOutcome(result, message=f"not written (dry run): {self.output}")
             if self.rerun and self.output.exists():
-                if read_text(self.output) != result.text:
+                if yaml_edit.read_config(self.output) != result.text:
                     raise UsageError(
                         self.output,
                         "already exists and differs from this run's upgrade of the config; "

@@ -8,7 +8,9 @@ key therefore re-attaches those lines, so no comment is lost or lands above the 
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,6 +90,31 @@ def _represent_float(representer: Any, value: float) -> Any:
     return representer.represent_scalar("tag:yaml.org,2002:float", yaml11_float(value))
 
 
+MAX_CONFIG_BYTES = 1 << 20  # Model Zoo's params.yaml files are a few KiB; ruamel reads ~100 KiB/s
+MAX_VALUES = 100_000  # a config's values counted with every alias expanded
+MAX_DEPTH = 64
+
+
+def read_config(path: Path) -> str:
+    """The text of a YAML config, refused in one line if missing, unreadable, not UTF-8 or
+    too large to be a config."""
+    try:
+        if Path(path).stat().st_size > MAX_CONFIG_BYTES:
+            raise UsageError(
+                path,
+                f"is over {MAX_CONFIG_BYTES:,} bytes: not a config",
+                "pass the run's params.yaml",
+            )
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(path, "no such config file", "check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise UsageError(
+            path, f"cannot read the config ({reason})", "pass the run's params.yaml"
+        ) from None
+
+
 def load(text: str, source: Path | None = None) -> tuple[Any, Style]:
     """The document as ruamel round-trip objects (a mapping at the top), and its style."""
     from ruamel.yaml.error import YAMLError
@@ -97,9 +124,39 @@ def load(text: str, source: Path | None = None) -> tuple[Any, Style]:
     except YAMLError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(source, f"not valid YAML ({first})", "fix the config file") from None
+    except RecursionError:
+        raise UsageError(
+            source, "nested too deeply to be a config", "fix the config file"
+        ) from None
     if not is_map(data):
         raise UsageError(source, "config is not a YAML mapping", "pass a Model Zoo params.yaml")
+    _expanded(data, 0, {}, source)
     return data, guess_style(text)
+
+
+def _expanded(node: Any, depth: int, sizes: dict[int, int], source: Any) -> int:
+    """How many values ``node`` stands for with its aliases expanded (what ``plain`` and the
+    hops walk), refused past ``MAX_VALUES`` or ``MAX_DEPTH``: a config of a few lines must not
+    buy minutes of CPU (ruamel's round trip shares an aliased value, never expands it)."""
+    if isinstance(node, Mapping):
+        children: Any = itertools.chain.from_iterable(node.items())
+    elif isinstance(node, (list, tuple)):
+        children = node
+    else:
+        return 1
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if depth == MAX_DEPTH:
+        raise UsageError(source, f"nested more than {MAX_DEPTH} deep", "fix the config file")
+    total = 1 + sum(_expanded(c, depth + 1, sizes, source) for c in children)
+    if total > MAX_VALUES:
+        raise UsageError(
+            source,
+            f"its YAML aliases expand to more than {MAX_VALUES:,} values",
+            "write the config without nested aliases",
+        )
+    sizes[id(node)] = total
+    return total
 
 
 def dump(data: Any, style: Style) -> str:
@@ -165,8 +222,6 @@ def _shift_line(line: str, shift: int) -> str:
 
 
 def is_map(value: Any) -> bool:
-    from collections.abc import Mapping
-
     return isinstance(value, Mapping)
 
 

@@ -21,7 +21,7 @@ import xxhash
 from ckpt_migrate import catalogue
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.context import ConfigContext
-from ckpt_migrate.config.upgrade import read_text, upgrade_config_text
+from ckpt_migrate.config.upgrade import upgrade_config_text
 from ckpt_migrate.engine.plan import make_plan
 from ckpt_migrate.engine.upgrade import UpgradeOptions, apply_hops
 from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, UsageError, require
@@ -100,7 +100,7 @@ def export(
         raise UsageError(
             src, "config.json needs the run's model config", "pass --config params.yaml"
         )
-    config_text = read_text(Path(config))
+    config_text = yaml_edit.read_config(Path(config))
     _loaded_first(config_text, Path(config))
     # (the hops and the mapping's plan are made while the preflight walks the chunk indexes;
     # the first tensor read waits for its verdict)

@@ -9,7 +9,6 @@ and renamed into place by the format writer (``format.write.write_checkpoint``).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ckpt_migrate import catalogue
+from ckpt_migrate import catalogue, jsonfile
 from ckpt_migrate.atomic import atomic_output
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_text
@@ -180,7 +179,7 @@ def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
     try:
         if path.stat().st_size > MAX_CONFIG_BYTES:
             raise CorruptCheckpointError(path, f"is over {MAX_CONFIG_BYTES:,} bytes: not a config")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonfile.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(path, "no such file", "a Hugging Face model directory has one") from None
     except (OSError, ValueError) as exc:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from ckpt_migrate import jsonfile
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError, VerificationError, require
 from ckpt_migrate.format.dtypes import by_name
 
@@ -288,9 +289,9 @@ def read_header(path: Path) -> tuple[dict[str, Stored], dict[str, str]]:
     try:
         with open(path, "rb") as fh:
             (length,) = struct.unpack("<Q", fh.read(8))
-            if length > 100_000_000:
+            if length > jsonfile.MAX_BYTES:
                 raise ValueError("header too large")
-            header = json.loads(fh.read(length))
+            header = jsonfile.loads(fh.read(length))
     except (OSError, ValueError, struct.error) as exc:
         raise CorruptCheckpointError(path, f"not a safetensors file ({exc})") from None
     if not isinstance(header, dict):
@@ -319,14 +320,7 @@ def read_header(path: Path) -> tuple[dict[str, Stored], dict[str, str]]:
 def read_directory(directory: Path) -> dict[str, Stored]:
     """Every tensor of an HF directory's safetensors (the index's shards, or the single file)."""
     index = directory / INDEX
-    if index.exists():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, ValueError, KeyError) as exc:
-            raise CorruptCheckpointError(index, f"unreadable index ({exc})") from None
-        files = sorted(set(weight_map.values()))
-    else:
-        files = [SINGLE]
+    files = jsonfile.shard_names(index) if index.exists() else [SINGLE]
     out: dict[str, Stored] = {}
     for fname in files:
         tensors, _ = read_header(directory / fname)

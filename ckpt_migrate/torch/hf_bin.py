@@ -9,13 +9,13 @@ ckpt-migrate). torch is imported on first use, so importing this module costs no
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ckpt_migrate import jsonfile
 from ckpt_migrate.errors import CorruptCheckpointError, UnsafeContentError
 
 SINGLE = "pytorch_model.bin"
@@ -44,11 +44,7 @@ def bin_files(directory: Path) -> list[Path]:
     """The ``.bin`` files of ``directory``: the index's shards, or ``pytorch_model.bin``."""
     index = directory / INDEX
     if index.exists():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, ValueError, KeyError) as exc:
-            raise CorruptCheckpointError(index, f"unreadable index ({exc})") from None
-        return [directory / f for f in sorted(set(weight_map.values()))]
+        return [directory / f for f in jsonfile.shard_names(index)]
     single = directory / SINGLE
     return [single] if single.exists() else []
 
