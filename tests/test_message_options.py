@@ -78,7 +78,8 @@ SOURCES = {
         "migrations/v04_2_0_to_2_1.py",
         "migrations/v0[6-9]_*.py",
         "migrations/v1[0-9]_*.py",
-        *(f"ckpt_migrate/config/upgrade.py::{f}" for f in ["upgrade_config_text", "read_text"]),
+        "ckpt_migrate/config/upgrade.py::upgrade_config_text",
+        "ckpt_migrate/config/yaml_edit.py",
         *(
             f"ckpt_migrate/hf/{m}.py"
             for m in ["export", "safetensors_io", "rules", "arrays", "outdir", "table", "heads"]
@@ -104,6 +105,7 @@ SOURCES = {
         ),
         "ckpt_migrate/hf/layouts/*.py",
         "ckpt_migrate/torch/hf_bin.py",
+        "ckpt_migrate/jsonfile.py",
     ],
 }
 

@@ -254,14 +254,14 @@ def message_fields(block: bytes, pos: int = 0) -> tuple[int, int, int, int, int,
 def _tail(dtype: bytes, space: bytes) -> tuple[bool, int] | None:
     """(whether the attribute is a scalar variable-length string, the bytes of its data) of a
     datatype and dataspace message; None when their size is not known."""
-    elements = _elements(space)
-    if len(dtype) < 8 or elements is None:
+    count = elements(space)
+    if len(dtype) < 8 or count is None:
         return None
     element = struct.unpack_from("<I", dtype, 4)[0]
-    return is_vlen_string(dtype) and _is_scalar(space), element * elements
+    return is_vlen_string(dtype) and _is_scalar(space), element * count
 
 
-def _elements(space: bytes) -> int | None:
+def elements(space: bytes) -> int | None:
     """How many elements a dataspace message (version 1 or 2) holds; None if unknown."""
     if len(space) < 4 or space[0] not in (1, 2):
         return None

@@ -68,6 +68,7 @@ class Header:
 
     messages: list[Message] = field(default_factory=list)
     blocks: list[tuple[int, int]] = field(default_factory=list)  # (address, length)
+    checksummed: bool = False  # a version-2 header whose blocks' checksums were verified
 
 
 def read_header(
@@ -138,7 +139,7 @@ def _version_2(
     start = pos + width
     order = 2 if flags & 0x04 else 0  # each message's creation order
     first = (address, start + int.from_bytes(head[pos:start], "little") + 4)
-    header = Header(blocks=[first])
+    header = Header(blocks=[first], checksummed=verify)
     chunks = [(*first, start)]
     while chunks:
         at, n, pos = chunks.pop()

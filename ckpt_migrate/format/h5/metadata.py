@@ -1,6 +1,7 @@
 """Where a file's HDF5 metadata lies: the extents of its object headers, their continuation
 blocks, the version-1 B-tree nodes of its chunk indexes and symbol tables, the symbol table
-nodes and local heaps (HDF5 file format specification 3.0, sections II–IV).
+nodes and local heaps, and the global heap collections that the variable-length attributes of
+its version-1 headers use (HDF5 file format specification 3.0, sections II–IV).
 
 Tensor data never lies inside metadata. A contiguous dataset's address is eight bytes of an
 object header that carries no checksum (version 1, what every release writes through h5py's
@@ -25,15 +26,18 @@ from __future__ import annotations
 import os
 import struct
 from array import array
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 
 import h5py
 import numpy as np
 
-from ckpt_migrate.format.h5.headers import SHARED, HeaderError, read_header
+from ckpt_migrate.format.h5.attrtable import elements, message_fields
+from ckpt_migrate.format.h5.headers import SHARED, Header, HeaderError, read_header
 
 _SIGNATURE = b"\x89HDF\r\n\x1a\n"
-_LAYOUT, _SYMBOL_TABLE, _BTREE_K = 0x08, 0x11, 0x13
+_LAYOUT, _SYMBOL_TABLE, _ATTRIBUTE, _BTREE_K = 0x08, 0x11, 0x0C, 0x13
+_VLEN_CLASS = 9
+_VLEN_REF = struct.Struct("<IQI")  # an element's length, global heap collection, object index
 _TREE_HEAD = 24  # "TREE", type, level, entries used, left and right siblings
 _ENTRY = 40  # a symbol table entry
 _CHUNKED = 2
@@ -148,8 +152,8 @@ def _superblock(m: _File) -> _Sizes:
         extension = struct.unpack("<Q", m.read(20, 8))[0]
         m.add(0, 12 + 4 * 8 + 4)
         if extension != _UNDEFINED:
-            for kind, body in _messages(m, extension):
-                if kind == _BTREE_K and len(body) >= 7:
+            for kind, flags, body in _header(m, extension).messages:
+                if kind == _BTREE_K and not flags & SHARED and len(body) >= 7:
                     sizes.chunk_k, sizes.group_internal_k, sizes.group_leaf_k = struct.unpack_from(
                         "<HHH", body, 1
                     )
@@ -162,7 +166,10 @@ def _superblock(m: _File) -> _Sizes:
 
 def _object(m: _File, address: int, sizes: _Sizes) -> None:
     """One object's header and what its messages point at."""
-    for kind, body in _messages(m, address):
+    header = _header(m, address)
+    for kind, flags, body in header.messages:
+        if flags & SHARED:  # (a reference to a message stored elsewhere)
+            continue
         if kind == _LAYOUT and len(body) >= 11 and body[0] == 3 and body[1] == _CHUNKED:
             rank = body[2]
             tree = struct.unpack_from("<Q", body, 3)[0]
@@ -172,12 +179,17 @@ def _object(m: _File, address: int, sizes: _Sizes) -> None:
             tree, heap = struct.unpack_from("<QQ", body)
             _local_heap(m, heap)
             _btree(m, tree, 0, 8, sizes.group_internal_k, sizes, 0, m.seen)
+        elif kind == _ATTRIBUTE and not header.checksummed:
+            # (a checksummed header's addresses cannot have moved unnoticed: HDF5 verifies
+            # it, and the attribute messages of the 150k-tensor files this tool writes are a
+            # million, 1.5 s to look through)
+            _vlen_heaps(m, body)
 
 
-def _messages(m: _File, address: int) -> Iterator[tuple[int, bytes]]:
-    """(type, body) of every message of the object header at ``address`` (continuation blocks
-    followed), each block's extent recorded; a shared message (a reference) is left out. Each
-    address comes once (``metadata_extents``); its blocks are remembered while it is read."""
+def _header(m: _File, address: int) -> Header:
+    """The object header at ``address`` (continuation blocks followed), each block's extent
+    recorded. Each address comes once (``metadata_extents``); its blocks are remembered while
+    it is read."""
     m.spend()
     try:
         header = read_header(m.read, address, set(), m.limit)
@@ -185,9 +197,7 @@ def _messages(m: _File, address: int) -> Iterator[tuple[int, bytes]]:
         raise _Stop from None
     for at, n in header.blocks:
         m.add(at, n)
-    for message in header.messages:
-        if not message.flags & SHARED:
-            yield message.kind, message.body
+    return header
 
 
 def _btree(
@@ -221,6 +231,31 @@ def _symbol_node(m: _File, at: int, sizes: _Sizes) -> None:
     if m.read(at, 4) != b"SNOD":
         raise _Stop
     m.add(at, 8 + 2 * sizes.group_leaf_k * _ENTRY)
+
+
+def _vlen_heaps(m: _File, body: bytes) -> None:
+    """The global heap collections (§III.E) a variable-length attribute's elements lie in,
+    each once, whole: HDF5 makes a collection of 4 KiB or more for a few short strings and
+    leaves the rest zeros (the real 2.10 library's ``dtypes``), so a contiguous address moved
+    there reads zeros with no error."""
+    try:
+        _, _, type_at, type_n, space_at, space_n, data_at = message_fields(body)
+        if type_n < 8 or body[type_at] & 0x0F != _VLEN_CLASS:
+            return
+    except (struct.error, IndexError):
+        return
+    count = elements(body[space_at : space_at + space_n])
+    if count is None:
+        return
+    for i in range(min(count, (len(body) - data_at) // _VLEN_REF.size)):
+        at = _VLEN_REF.unpack_from(body, data_at + i * _VLEN_REF.size)[1]
+        if at in (0, _UNDEFINED) or not m.first_visit(at, m.seen):
+            continue
+        head = m.read(at, 16)
+        size = struct.unpack_from("<Q", head, 8)[0]
+        if head[:4] != b"GCOL" or size < 16:
+            raise _Stop
+        m.add(at, size)
 
 
 def _local_heap(m: _File, at: int) -> None:
