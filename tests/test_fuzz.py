@@ -284,3 +284,25 @@ def test_a_header_message_too_short_for_its_fields_is_left_to_hdf5s_walk(tmp_pat
     assert res.tensor_data == "copied as stored, not decoded"
     with pytest.raises(CorruptCheckpointError, match=why):
         fuzz_damage.tensor_hashes(out / case.name)
+
+
+@pytest.mark.parametrize("layout", ["release-1.8", "real-1.9"])
+def test_a_damaged_name_in_a_legacy_spec_is_refused_not_read_as_missing(
+    tmp_path, real_layout_19, layout
+):
+    """One nibble of a legacy spec's hex (no checksum) changed ``model`` to ``mndel``: every
+    model leaf then had no data while the file held the datasets no leaf named, and the
+    refusal suggested ``--allow-missing``, which drops them all. Found by damaging bytes
+    anywhere outside tensor data (a run of ``wide_fuzz`` beside the benchmark's, 1.8 case 72)."""
+    src = FIXTURES / "release-1.8.mdl" if layout == "release-1.8" else real_layout_19
+    path = tmp_path / "checkpoint_100.mdl"
+    data = src.read_bytes()
+    # the pickle's short string: the state's key ``model`` (1.8), a model key (1.9)
+    model = (b"\x8c\x05model" if layout == "release-1.8" else b"\x8c,model.embedding").hex()
+    assert model.encode() in data
+    path.write_bytes(data.replace(model.encode(), model.replace("6d6f", "6d6e", 1).encode(), 1))
+    with pytest.raises(CorruptCheckpointError, match="the spec is damaged"):
+        fuzz_damage.tensor_hashes(path)
+    proc = run_cli("upgrade", path, "--output-dir", tmp_path / "out", "--allow-missing")
+    one_line_error(proc, 2, "which no leaf names: the spec is damaged")
+    assert "--allow-missing" not in proc.stderr

@@ -8,6 +8,7 @@ restricted unpickler of ``spec_unpickler`` (never by pickle/dill). Each leaf is 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any
 
 import h5py
@@ -82,6 +83,7 @@ def read(
     # Every open h5py.Dataset costs memory HDF5 does not give back, so each dataset is opened
     # while its leaf is decoded and closed right after.
     used: set[str] = set()  # (not in a legacy outline: there the facts not taken are the rest)
+    missing: list[str] = []  # (the datasets of leaves the file has no data for)
     shared: dict[int, Leaf] = {}  # hard links to one HDF5 object (by address) become one leaf
     aliased = facts.aliased
     alike = facts.alike or (lambda name, leaf: leaf)
@@ -108,10 +110,12 @@ def read(
             return once(known.address, name, lambda: leaf)
         if facts.links is not None:
             if stored not in facts.links:
+                missing.append(stored)
                 return alike(name, MissingLeaf(name))
             raise OutlineTooShort(f"dataset {stored!r}")
         ds = open_dataset(f, stored)
         if ds is None:
+            missing.append(stored)
             return alike(name, MissingLeaf(name))
         used.add(stored)
         ident = h5py.h5o.get_info(ds.id).addr
@@ -126,7 +130,28 @@ def read(
         unreferenced = sorted(name for name in facts.links if name not in used)
     else:
         unreferenced = datasets_not_in(f, used, recursive=False)
+    if missing and unreferenced:
+        _refuse_renamed(path, missing, unreferenced)
     return root, unreferenced, [], info.had_tensor_scalar_dict
+
+
+def _refuse_renamed(path: str | Path, missing: list[str], unreferenced: list[str]) -> None:
+    """A crashed save leaves leaves with no data (the spec is written first), never datasets
+    the spec does not name. A leaf with no data whose name is such a dataset's with a byte or
+    two changed is a damaged spec (the spec's hex has no checksum): read as missing, the
+    leaves would be dropped (``--allow-missing``) while their data sits in the file."""
+    by_length: dict[int, list[str]] = {}
+    for name in unreferenced:
+        by_length.setdefault(len(name), []).append(name)
+    for name in missing[:64]:  # (bounded: a healthy file has no such pair to look for)
+        other = next((o for o in by_length.get(len(name), [])[:4096] if _near(name, o)), None)
+        if other is not None:
+            raise CorruptCheckpointError(
+                path,
+                f"the spec names {name!r}, which has no data, and the file holds {other!r}, "
+                "which no leaf names: the spec is damaged",
+                "use another copy",
+            )
 
 
 def _spec_bytes(f: h5py.File, handle: H5Handle) -> bytes:
