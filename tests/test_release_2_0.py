@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from pathlib import Path
 
 import h5py
@@ -442,3 +444,26 @@ def test_upgrade_dir_gives_each_checkpoint_the_side_files_of_its_own_step(tmp_pa
             text = (side / f"data_iter_state_file_worker_{wid}_step_{step}.txt").read_text()
             expected = int(text.splitlines()[0])
             assert value(got[f"dataloader.all_worker_states.{wid}.samples_streamed"]) == expected
+
+
+def test_a_stray_worker_file_with_a_huge_id_is_one_line_quickly(tmp_path):
+    """The 1.9 writer's side files with a stray copy named for worker 9,999,999,999: the
+    missing workers were computed as a set of every id below it (the run grew until stopped),
+    and every worker file was read whole for its first line."""
+    side = tmp_path / "side"
+    shutil.copytree(SIDE / "good", side)
+    stray = side / "data_iter_state_file_worker_9999999999_step_10.txt"
+    shutil.copyfile(side / "data_iter_state_file_worker_0_step_10.txt", stray)
+    start = time.monotonic()
+    proc = run_script(
+        "data_iter_state_conversion.py", "-c", FIXTURES / "release-1.9.mdl", "-w", side,
+        "-o", tmp_path / "x.mdl", "-d", "iterable",
+    )  # fmt: skip
+    one_line_error(
+        proc,
+        2,
+        "worker(s) 3, 4, 5, 6, 7, 8, 9, 10 and 9,999,999,988 more",
+        "found workers 0, 1, 2, 9999999999",
+    )
+    assert time.monotonic() - start < 30
+    assert not (tmp_path / "x.mdl").exists()

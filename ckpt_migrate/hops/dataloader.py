@@ -42,12 +42,16 @@ class SideFiles:
 
 def _first_int(path: Path) -> int:
     try:
-        line = path.read_text(encoding="utf-8").splitlines()[0].strip()
-        return int(line)
-    except (OSError, UnicodeDecodeError, IndexError, ValueError):
+        with path.open(encoding="utf-8") as fh:
+            return int(fh.readline(64).strip())  # (the file may be anything: one line read)
+    except (OSError, UnicodeDecodeError, ValueError):
         raise CorruptCheckpointError(
             path, "first line is not an integer", "is this a 1.9 dataloader state file?"
         ) from None
+
+
+def _listed(ids: list[int]) -> str:
+    return ", ".join(map(str, ids[:8])) + (f" and {len(ids) - 8:,} more" if len(ids) > 8 else "")
 
 
 def read_side_files(directory: str | Path, at_step: int | None = None) -> SideFiles:
@@ -91,12 +95,15 @@ def read_side_files(directory: str | Path, at_step: int | None = None) -> SideFi
             f"worker {wid} has {len(names)} files for step {data_step}: " + ", ".join(names),
             "remove the stray copies",
         )
-    missing = sorted(set(range(max(found) + 1)) - set(found))
-    if missing:
+    gaps = max(found) + 1 - len(found)
+    if gaps:
+        # (the first eight gaps lie below len(found) + 8; a stray file's id may be 10**10)
+        first = [w for w in range(min(max(found), len(found) + 8)) if w not in found][:8]
+        more = f" and {gaps - len(first):,} more" if gaps > len(first) else ""
         raise UsageError(
             d,
-            f"no file for worker(s) {', '.join(map(str, missing))} at step {data_step} "
-            f"(found workers {', '.join(map(str, sorted(found)))})",
+            f"no file for worker(s) {', '.join(map(str, first))}{more} at step {data_step} "
+            f"(found workers {_listed(sorted(found))})",
             "every worker 0..N-1 must have exactly one file",
         )
     samples = {wid: _first_int(d / names[0]) for wid, names in found.items()}
