@@ -3,6 +3,7 @@ classes counted; exit 1 if any outcome is a forbidden one.
 
     python benchmarks/fuzz_damage.py --cases 3000 --jobs 2        # summary table on stdout
     python benchmarks/fuzz_damage.py --cases 3000 --json > r.json
+    python benchmarks/fuzz_damage.py --cases 1000 --wide     # also bytes anywhere outside data
 
 The cases are ``tests/fuzz_damage.py``'s (a chunk index entry's stored size or address, an LZ4
 frame header, object-header bytes of the fixtures), split over ``--jobs`` worker processes of
@@ -25,10 +26,10 @@ from pathlib import Path
 WORKER = Path(__file__).resolve().parents[1] / "tests" / "fuzz_damage.py"
 
 
-def run_worker(seed: int, count: int) -> dict:
+def run_worker(seed: int, count: int, wide: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="ckpt-fuzz-") as tmp:
         proc = subprocess.run(
-            [sys.executable, str(WORKER), str(seed), str(count), tmp],
+            [sys.executable, str(WORKER), str(seed), str(count), tmp, *(["--wide"] * wide)],
             capture_output=True,
             text=True,
         )
@@ -44,11 +45,17 @@ def main() -> int:
     parser.add_argument("--chunk", type=int, default=250, help="cases per worker process")
     parser.add_argument("--seed", type=int, default=1000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="also the real 2.6-2.9 files, and bytes anywhere outside tensor data (other cases)",
+    )
     args = parser.parse_args()
     counts = [min(args.chunk, args.cases - i) for i in range(0, args.cases, args.chunk)]
     start = time.monotonic()
     with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(run_worker, range(args.seed, args.seed + len(counts)), counts))
+        seeds = range(args.seed, args.seed + len(counts))
+        results = list(pool.map(run_worker, seeds, counts, [args.wide] * len(counts)))
     total: dict = {"cases": 0, "kinds": Counter(), "outcomes": {}, "forbidden": [], "crashed": []}
     for res in results:
         if "crashed" in res:

@@ -4,6 +4,10 @@ counted by class; prints one JSON summary line. Used by ``test_fuzz.py`` (a few 
 in a subprocess so that a crash in HDF5 shows as a signal) and ``benchmarks/fuzz_damage.py``
 (thousands).
 
+``--wide`` (opt in: the default cases stay those of each seed) adds the real 2.6–2.9 files to
+the fixtures and a fifth kind, ``metadata``: bytes anywhere outside tensor data (superblock,
+headers past their first 256 bytes, heaps, B-tree nodes, a legacy spec's hex).
+
 Allowed outcomes: ``equal`` (success, every tensor equal to the undamaged file's), ``refused``
 (a one-line error, exit 2) and, for an upgrade, ``carried`` (success, the damage copied as
 stored and reported so: reading the output's tensors is refused as reading the source's is).
@@ -13,9 +17,11 @@ difference), ``internal`` (any other exception: exit 1) and a refusal with anoth
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 import json
+import lzma
 import random
 import shutil
 import struct
@@ -38,6 +44,7 @@ from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KINDS = ("stored_size", "address", "frame_header", "object_header")
+WIDE_KINDS = (*KINDS, "metadata")
 VERBS = ("load", "verify", "check_deep", "upgrade", "upgrade_full")
 FORBIDDEN = ("wrong", "self_different", "internal", "bad_exit")
 
@@ -58,17 +65,27 @@ class Anatomy:
     data: bytes
     chunks: list[Chunk]
     headers: list[int]  # object header addresses
+    stored: list[tuple[int, int]]  # (start, end) of every chunk and contiguous block
 
 
-def sources() -> list[Path]:
-    return sorted(FIXTURES.glob("release-*.mdl")) + sorted(
+def sources(wide_dir: Path | None = None) -> list[Path]:
+    """The fixtures damaged; ``wide_dir``: with the real 2.6–2.9 files unpacked there."""
+    found = sorted(FIXTURES.glob("release-*.mdl")) + sorted(
         (FIXTURES / "real-cstorch-2.10").glob("*.mdl")
     )
+    if wide_dir is not None:
+        for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz")):
+            unpacked = wide_dir / packed.name.removesuffix(".xz")
+            if not unpacked.exists():
+                unpacked.write_bytes(lzma.decompress(packed.read_bytes()))
+            found.append(unpacked)
+    return found
 
 
 def anatomy(path: Path) -> Anatomy:
     chunks: list[Chunk] = []
     headers: list[int] = []
+    stored: list[tuple[int, int]] = []
     with h5py.File(path, "r", locking=False) as f:
 
         def visit(name: bytes, info: h5py.h5l.LinkInfo) -> None:
@@ -76,7 +93,11 @@ def anatomy(path: Path) -> Anatomy:
                 return
             headers.append(info.u)
             obj = h5py.h5o.open(f.id, name)
-            if not isinstance(obj, h5py.h5d.DatasetID) or obj.get_create_plist().get_layout() != 2:
+            if not isinstance(obj, h5py.h5d.DatasetID):
+                return
+            if obj.get_create_plist().get_layout() == 1 and obj.get_offset() is not None:
+                stored.append((obj.get_offset(), obj.get_offset() + obj.get_storage_size()))
+            if obj.get_create_plist().get_layout() != 2:
                 return
             dcpl = obj.get_create_plist()
             only_lz4 = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())] == [32004]
@@ -90,7 +111,8 @@ def anatomy(path: Path) -> Anatomy:
 
         headers.append(h5py.h5o.get_info(f["/"].id).addr)
         f.id.links.visit(visit, info=True)
-    return Anatomy(path.read_bytes(), chunks, headers)
+    stored += [(c.offset, c.offset + c.size) for c in chunks]
+    return Anatomy(path.read_bytes(), chunks, headers, sorted(stored))
 
 
 def _index_key(data: bytes, chunk: Chunk) -> int | None:
@@ -108,6 +130,11 @@ def _index_key(data: bytes, chunk: Chunk) -> int | None:
 def damage(rng: random.Random, body: Anatomy, kind: str) -> bytes | None:
     """One damaged copy of the fixture, or None if it has nothing of that kind."""
     out = bytearray(body.data)
+    if kind == "metadata":
+        at = _outside(rng, body)
+        for _ in range(rng.choice([1, 1, 2, 4])):
+            out[min(at + rng.randrange(8), len(out) - 1)] = rng.randrange(256)
+        return bytes(out)
     if kind == "object_header":
         at = rng.choice(body.headers) + rng.randrange(256)
         for _ in range(rng.choice([1, 1, 2, 4])):
@@ -138,23 +165,35 @@ def damage(rng: random.Random, body: Anatomy, kind: str) -> bytes | None:
     return bytes(out)
 
 
+def _outside(rng: random.Random, body: Anatomy) -> int:
+    """A byte offset of the file outside its tensor data."""
+    starts = [start for start, _ in body.stored]
+    while True:
+        at = rng.randrange(len(body.data))
+        i = bisect.bisect_right(starts, at) - 1
+        if i < 0 or at >= body.stored[i][1]:
+            return at
+
+
 def damaged_files(
-    rng: random.Random, bodies: dict[Path, Anatomy]
+    rng: random.Random, bodies: dict[Path, Anatomy], kinds: tuple[str, ...] = KINDS
 ) -> Iterator[tuple[Path, str, bytes]]:
     """Endless (fixture, kind of damage, damaged bytes), in the order ``rng`` makes them."""
     while True:
         src = rng.choice(list(bodies))
-        kind = rng.choice(KINDS)
+        kind = rng.choice(kinds)
         data = damage(rng, bodies[src], kind)
         if data is not None and data != bodies[src].data:
             yield src, kind, data
 
 
-def nth_case(seed: int, index: int) -> tuple[Path, str, bytes]:
+def nth_case(seed: int, index: int, wide_dir: Path | None = None) -> tuple[Path, str, bytes]:
     """Case ``index`` of a worker seeded ``seed`` (``main`` numbers them from 0): a forbidden
-    outcome a benchmark run reports, made again for a test."""
-    bodies = {p: anatomy(p) for p in sources()}
-    return next(itertools.islice(damaged_files(random.Random(seed), bodies), index, None))
+    outcome a benchmark run reports, made again for a test (``wide_dir``: of a ``--wide``
+    run, the real 2.6–2.9 files unpacked there)."""
+    bodies = {p: anatomy(p) for p in sources(wide_dir)}
+    kinds = KINDS if wide_dir is None else WIDE_KINDS
+    return next(itertools.islice(damaged_files(random.Random(seed), bodies, kinds), index, None))
 
 
 def tensor_hashes(path: Path) -> dict[str, str]:
@@ -255,12 +294,18 @@ def _diff(got: dict[str, str], want: dict[str, str]) -> str:
 
 
 def main(
-    seed: int, count: int, workdir: Path, verbs: tuple[str, ...] = VERBS, *, rotate: bool = False
+    seed: int,
+    count: int,
+    workdir: Path,
+    verbs: tuple[str, ...] = VERBS,
+    *,
+    rotate: bool = False,
+    wide: bool = False,
 ) -> dict:
     """``count`` damaged files through every verb of ``verbs``; ``rotate``: through the first
-    and one of the others in turn (the test suite's budget)."""
+    and one of the others in turn (the test suite's budget); ``wide``: the module's ``--wide``."""
     rng = random.Random(seed)
-    bodies = {p: anatomy(p) for p in sources()}
+    bodies = {p: anatomy(p) for p in sources(workdir if wide else None)}
     kinds_of = {"upgrade" if v.startswith("upgrade") else "load" for v in verbs}
     base = {(k, p): baseline(k, p, workdir) for k in kinds_of for p in bodies}
     wants = {
@@ -276,7 +321,7 @@ def main(
     slowest = 0.0
     seconds: Counter = Counter()
     cases = 0
-    for src, kind, data in damaged_files(rng, bodies):
+    for src, kind, data in damaged_files(rng, bodies, WIDE_KINDS if wide else KINDS):
         if cases == count:
             break
         case = workdir / f"{src.stem}.{cases}.mdl"
@@ -310,7 +355,18 @@ def main(
 
 
 if __name__ == "__main__":
-    rotate = "--rotate" in sys.argv
-    args = [a for a in sys.argv[1:] if a != "--rotate"]
+    flags = {"--rotate", "--wide"}
+    args = [a for a in sys.argv[1:] if a not in flags]
     verbs = tuple(args[3].split(",")) if len(args) > 3 else VERBS
-    print(json.dumps(main(int(args[0]), int(args[1]), Path(args[2]), verbs, rotate=rotate)))
+    print(
+        json.dumps(
+            main(
+                int(args[0]),
+                int(args[1]),
+                Path(args[2]),
+                verbs,
+                rotate="--rotate" in sys.argv,
+                wide="--wide" in sys.argv,
+            )
+        )
+    )

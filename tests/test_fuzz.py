@@ -4,6 +4,7 @@ line; never an internal error, a signal, a hang, a leftover temporary or a chang
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -52,16 +53,22 @@ def test_damaged_files_are_refused_cleanly(tmp_path, seed):
     assert got["peak_rss_mib"] < 1024
 
 
-@pytest.mark.parametrize("seed", [11, 12])
-def test_damaged_chunks_and_headers_give_the_true_tensors_or_a_clean_refusal(tmp_path, seed):
+@pytest.mark.parametrize(
+    ("seed", "cases", "wide"), [(11, 100, False), (12, 100, False), (13, 50, True)]
+)
+def test_damaged_chunks_and_headers_give_the_true_tensors_or_a_clean_refusal(
+    tmp_path, seed, cases, wide
+):
     """Issue #36: 100 files per seed with a chunk's stored size or address changed in its
     index entry, its LZ4 frame header or an object header damaged, each through ``load`` and
     one more entry point in turn (verify, check --deep, upgrade, upgrade --verify full). Never a
     success with other values, a file different from itself or an internal error; an upgrade
-    may carry damage it copies as stored, and then says so. (``benchmarks/fuzz_damage.py`` runs
+    may carry damage it copies as stored, and then says so. ``wide``: the real 2.6–2.9 files
+    too, and bytes anywhere outside tensor data. (``benchmarks/fuzz_damage.py`` runs
     thousands through every entry point.)"""
     proc = subprocess.run(
-        [sys.executable, str(DAMAGE), str(seed), "100", str(tmp_path), "--rotate"],
+        [sys.executable, str(DAMAGE), str(seed), str(cases), str(tmp_path), "--rotate"]
+        + ["--wide"] * wide,
         capture_output=True,
         text=True,
         timeout=300,
@@ -69,11 +76,27 @@ def test_damaged_chunks_and_headers_give_the_true_tensors_or_a_clean_refusal(tmp
     assert proc.returncode == 0, f"the worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["forbidden"] == [], "\n".join(got["forbidden"])
-    assert got["cases"] == 100 and set(got["kinds"]) == set(fuzz_damage.KINDS)
+    kinds = fuzz_damage.WIDE_KINDS if wide else fuzz_damage.KINDS
+    assert got["cases"] == cases and set(got["kinds"]) == set(kinds)
     assert set(got["outcomes"]) == set(fuzz_damage.VERBS)
     load = got["outcomes"]["load"]
-    assert load.get("refused", 0) > 30 and load.get("equal", 0) > 5  # both outcomes occur
+    assert load.get("refused", 0) > cases * 0.3 and load.get("equal", 0) > 5  # both occur
     assert got["slowest_s"] < 30
+
+
+def test_wide_damage_lies_outside_tensor_data_and_reaches_the_real_2_6_to_2_9_files(tmp_path):
+    bodies = {p: fuzz_damage.anatomy(p) for p in fuzz_damage.sources(tmp_path)}
+    assert {"gpt2-2.6.0.mdl", "trainer-2.9.0.mdl"} <= {p.name for p in bodies}
+    cases = itertools.islice(
+        fuzz_damage.damaged_files(random.Random(5), bodies, fuzz_damage.WIDE_KINDS), 200
+    )
+    for src, kind, data in cases:
+        if kind != "metadata":
+            continue
+        body = bodies[src]
+        changed = [i for i, (a, b) in enumerate(zip(body.data, data)) if a != b]
+        assert changed and changed[-1] - changed[0] < 8
+        assert not any(start <= changed[0] < end for start, end in body.stored)
 
 
 def test_a_chunk_index_pointing_past_the_end_is_refused_before_copying(tmp_path):
