@@ -3,6 +3,7 @@ is one clean line with exit 2, quickly, and nothing is written."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import struct
@@ -159,4 +160,36 @@ def test_a_pytorch_bin_index_names_only_files_beside_it(tmp_path):
     (src / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
     proc = run_cli("import-hf", src, tmp_path / "out.mdl", "--model", "gpt2")
     one_line_error(proc, 2, "pytorch_model.bin.index.json", "not a file of its directory")
+    assert not (tmp_path / "out.mdl").exists()
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        ("empty", "cannot be read by torch.load"),
+        ("random", "Unsupported operand"),
+        ("cut legacy", "by torch.load"),
+        ("cut zip", "failed reading zip archive"),
+    ],
+)
+def test_a_damaged_pytorch_bin_is_one_line_without_torchs_advice(tmp_path, kind, words):
+    """torch's refusals open with advice to load with ``weights_only=False`` (which this tool
+    never does; with an ANSI escape in it) and warn on stderr; the line names what its
+    restricted unpickler met instead."""
+    torch = pytest.importorskip("torch")
+    src = tmp_path / "hf"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps(CONFIG))
+    buf = io.BytesIO()
+    legacy = kind == "cut legacy"
+    torch.save({"wte.weight": torch.ones(32, 8)}, buf, _use_new_zipfile_serialization=not legacy)
+    whole = buf.getvalue()
+    data = {"empty": b"", "random": np.random.default_rng(0).bytes(4096)}.get(
+        kind, whole[: len(whole) // 2]
+    )
+    (src / "pytorch_model.bin").write_bytes(data)
+    proc = run_cli("import-hf", src, tmp_path / "out.mdl", "--model", "gpt2")
+    one_line_error(proc, 2, "pytorch_model.bin", words)
+    assert "weights_only=False" not in proc.stderr and "\x1b" not in proc.stderr
+    assert "mmap" not in proc.stderr  # (torch maps only its zip format: the others are read)
     assert not (tmp_path / "out.mdl").exists()

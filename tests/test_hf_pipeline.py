@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -403,3 +404,19 @@ def test_the_read_back_names_a_shard_that_cannot_be_read(tmp_path: Path):
     (tmp_path / written.files[1]).unlink()
     with pytest.raises(VerificationError, match=rf"{written.files[1]}.*cannot be read back"):
         st.verify(tmp_path, written)
+
+
+def test_pytorch_model_bin_of_torch_before_1_6_imports(tmp_path: Path):
+    """torch.save's format before 1.6 (a pickle, not a zip: how the first Hub models were saved,
+    and transformers still loads them) was refused: torch maps only the zip format."""
+    hf_dir, model = _tiny(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "config.json").write_text((hf_dir / "config.json").read_text())
+    state = {k: v.clone() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    torch.save(state, bin_dir / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    assert not zipfile.is_zipfile(bin_dir / "pytorch_model.bin")
+    ckpt, params = tmp_path / "m.mdl", tmp_path / "p.yaml"
+    import_hf(bin_dir, ckpt, config_out=params)
+    export(ckpt, tmp_path / "back", config=params)
+    assert _same(tmp_path / "back", hf_dir)
