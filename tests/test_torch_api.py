@@ -3,12 +3,13 @@ only where one tensor object was under two names."""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES
+from conftest import FIXTURES, one_line_error, run_cli
 
 import ckpt_migrate
 from ckpt_migrate.cli import commands
@@ -144,3 +145,30 @@ def test_one_opaque_object_under_two_names_stays_one(tmp_path):
     again = tmp_path / "again.mdl"
     ckpt_migrate.save(back, again)
     assert commands.verify(first, again)["identical"]
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        (b"", "not a torch.save file (EOFError)"),  # an internal IndexError before
+        (pickle.dumps([1, 2, 3], protocol=4), "(Unsupported operand 149)"),
+    ],
+)
+def test_from_torch_refuses_in_one_line_without_torchs_advice(tmp_path, data, words):
+    """torch's refusal opens with advice to load with ``weights_only=False`` (an option this
+    tool never offers), and its protocol warning went to stderr."""
+    src = tmp_path / "state.pt"
+    src.write_bytes(data)
+    proc = run_cli("from-torch", src, tmp_path / "out.mdl")
+    one_line_error(proc, 2, "state.pt", words)
+    assert "weights_only=False" not in proc.stderr and "UserWarning" not in proc.stderr
+    assert not (tmp_path / "out.mdl").exists()
+
+
+def test_from_torch_reads_torchs_format_before_1_6(tmp_path):
+    state = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "step": 7}
+    torch.save(state, tmp_path / "old.pt", _use_new_zipfile_serialization=False)
+    proc = run_cli("from-torch", tmp_path / "old.pt", tmp_path / "out.mdl")
+    assert proc.returncode == 0, proc.stderr
+    back = ckpt_migrate.load(tmp_path / "out.mdl")
+    assert torch.equal(back["w"], state["w"]) and back["step"] == 7

@@ -45,6 +45,7 @@ from ckpt_migrate.format.tree import (
     ValueLeaf,
 )
 from ckpt_migrate.format.write import WriteReport, write_checkpoint
+from ckpt_migrate.torch import weights_load
 
 
 class ExternalReference:
@@ -376,39 +377,27 @@ def to_torch(
     with atomic_output(out) as tmp:
         torch_room.save_streaming(tree, tmp, sources, progress)
         try:
-            torch.load(tmp, map_location="cpu", weights_only=True, mmap=True)
-        except Exception as exc:
-            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-            why = next((ln for ln in lines if "WeightsUnpickler" in ln), lines[0] if lines else "")
+            weights_load.load(tmp)
+        except (weights_load.Refused, weights_load.Unreadable) as exc:
             raise UnsupportedContentError(
-                src, f"holds a value a weights-only torch.load refuses ({why[:200]})"
+                src, f"holds a value a weights-only torch.load refuses ({exc})"
             ) from None
     return out
 
 
 def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> WriteReport:
     """Write a ``torch.save`` file as a checkpoint; loaded with ``weights_only=True``."""
-    import torch
-
     src_path = Path(src)
     if not src_path.is_file():
         raise NotACheckpointError(src_path, "no such file", "check the path")
     try:
-        try:
-            state = torch.load(src_path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as exc:
-            if "mmap" not in str(exc):
-                raise
-            state = torch.load(src_path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
+        state = weights_load.load(src_path)
+    except weights_load.Refused as exc:
         raise UnsupportedContentError(
             src_path,
-            f"not loadable with weights_only=True ({str(exc).splitlines()[0][:160]})",
+            f"not loadable with weights_only=True ({exc})",
             "only plain tensors, containers and scalars are accepted",
         ) from None
-    except Exception as exc:
-        raise NotACheckpointError(
-            src_path,
-            f"not a torch.save file ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})",
-        ) from None
+    except weights_load.Unreadable as exc:
+        raise NotACheckpointError(src_path, f"not a torch.save file ({exc})") from None
     return save(state, dst, release)

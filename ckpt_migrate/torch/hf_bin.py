@@ -9,9 +9,6 @@ ckpt-migrate). torch is imported on first use, so importing this module costs no
 
 from __future__ import annotations
 
-import re
-import warnings
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +17,7 @@ import numpy as np
 
 from ckpt_migrate import jsonfile
 from ckpt_migrate.errors import CorruptCheckpointError, UnsafeContentError
+from ckpt_migrate.torch import weights_load
 
 SINGLE = "pytorch_model.bin"
 INDEX = "pytorch_model.bin.index.json"
@@ -54,26 +52,19 @@ def bin_files(directory: Path) -> list[Path]:
 
 def read_bin_directory(directory: Path) -> dict[str, BinTensor]:
     """Every tensor of the directory's ``.bin`` files, memory-mapped (nothing read yet)."""
-    import pickle
 
     import torch
 
     out: dict[str, BinTensor] = {}
     for path in bin_files(directory):
         try:
-            # (the zip format torch has written since 1.6 is mapped, not read; an older file,
-            # as the first Hub models were saved, can only be read whole)
-            mmap = zipfile.is_zipfile(path)
-            with warnings.catch_warnings():  # (torch's notes on pickle protocols: not ours)
-                warnings.simplefilter("ignore")
-                state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-        except pickle.UnpicklingError as exc:
+            state = weights_load.load(path)
+        except weights_load.Refused as exc:
             raise UnsafeContentError(
-                path, f"refused by torch.load(weights_only=True): {_unpickler_reason(exc)}"
+                path, f"refused by torch.load(weights_only=True): {exc}"
             ) from None
-        except (OSError, RuntimeError, ValueError, EOFError) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CorruptCheckpointError(path, f"cannot be read by torch.load ({reason})") from None
+        except weights_load.Unreadable as exc:
+            raise CorruptCheckpointError(path, f"cannot be read by torch.load ({exc})") from None
         if not isinstance(state, dict):
             raise CorruptCheckpointError(path, "does not hold a state dict")
         for name, t in state.items():
@@ -82,12 +73,3 @@ def read_bin_directory(directory: Path) -> dict[str, BinTensor]:
             dtype = str(t.dtype).removeprefix("torch.")
             out[str(name)] = BinTensor(str(name), dtype, tuple(t.shape), t)
     return out
-
-
-def _unpickler_reason(exc: Exception) -> str:
-    """What torch's restricted unpickler met (``Unsupported operand 63``), without the advice
-    around it: its first line offers ``weights_only=False``, which this tool never does."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-    _, found, rest = text.partition("WeightsUnpickler error:")
-    lines = [line.strip() for line in (rest if found else text).splitlines() if line.strip()]
-    return (lines[0].split(". ")[0] if lines else "unpickling")[:200]
