@@ -252,3 +252,19 @@ def test_a_file_that_is_not_a_config_is_one_line(tmp_path, verb):
         else:
             proc = run_cli(verb, ckpt, "--config", config, "--output-dir", tmp_path, "--dry-run")
         one_line_error(proc, 2, config.name, words)
+
+
+def test_a_shuffle_seed_that_is_not_an_integer_is_one_line(tmp_path):
+    """The 1.9 example run's params.yaml with its seed edited: a string, a list or infinity
+    was an internal error, and ``1.5`` or ``true`` became seed 1 silently."""
+    text = (EXAMPLE / "params.yaml").read_text()
+    assert "shuffle_seed: 1337" in text
+    for value in ('"abc"', "[1]", "1.5", "true", "1e400"):
+        config = tmp_path / "params.yaml"
+        config.write_text(text.replace("shuffle_seed: 1337", f"shuffle_seed: {value}"))
+        proc = run_cli(
+            "upgrade", EXAMPLE / "checkpoint_100.mdl", "--config", config,
+            "--data-iter-dir", EXAMPLE / "dataloader", "--dataloader-type", "map",
+            "--output-dir", tmp_path / "out", "--dry-run",
+        )  # fmt: skip
+        one_line_error(proc, 2, "train_input.shuffle_seed is", "not an integer", "--shuffle-seed")

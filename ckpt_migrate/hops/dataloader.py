@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError
 from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf, int_value
@@ -219,6 +220,20 @@ def convert_dataloader_state(ctx: StepContext) -> None:
     )
 
 
+def _config_seed(value: Any) -> int:
+    """The config's ``train_input.shuffle_seed`` as the integer Model Zoo seeds its sampler with
+    (``2.0`` is 2); a string, a list, ``true`` or ``1.5`` is refused, never truncated."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise UsageError(
+        None,
+        f"--config: train_input.shuffle_seed is {value!r}, not an integer",
+        "fix the config, or pass --shuffle-seed",
+    )
+
+
 def _seed(ctx: StepContext) -> int | None:
     if ctx.inputs.get("shuffle_seed") is not None:
         return int(ctx.inputs["shuffle_seed"])
@@ -226,7 +241,7 @@ def _seed(ctx: StepContext) -> int | None:
     train = config.get("train_input") if isinstance(config, dict) else None
     if isinstance(train, dict):
         if train.get("shuffle_seed") is not None:
-            return int(train["shuffle_seed"])
+            return _config_seed(train["shuffle_seed"])
         if not train.get("shuffle", True):
             return 0  # the seed is not checked when shuffling is off
     return None
