@@ -268,3 +268,23 @@ def test_a_shuffle_seed_that_is_not_an_integer_is_one_line(tmp_path):
             "--output-dir", tmp_path / "out", "--dry-run",
         )  # fmt: skip
         one_line_error(proc, 2, "train_input.shuffle_seed is", "not an integer", "--shuffle-seed")
+
+
+def test_a_config_saved_with_windows_line_endings_keeps_them(tmp_path):
+    """Model Zoo's params.yaml with CRLF endings came back with LF on every line (a diff of the
+    whole file); the upgraded config is the same text, with the source's endings."""
+    src = MODELS / "gpt2-2.0"
+    crlf = tmp_path / "crlf" / "params.yaml"
+    crlf.parent.mkdir()
+    crlf.write_bytes((src / "params.yaml").read_bytes().replace(b"\n", b"\r\n"))
+    outs = {}
+    for name, config in (("lf", src / "params.yaml"), ("crlf", crlf)):
+        out = tmp_path / f"out-{name}"
+        out.mkdir()
+        proc = run_cli(
+            "upgrade", src / "checkpoint_100.mdl", "--output-dir", out, "--config", config
+        )
+        assert proc.returncode == 0, proc.stderr
+        outs[name] = (out / "params.yaml").read_bytes()
+    assert outs["lf"].count(b"\n") > 50 and b"\r" not in outs["lf"]
+    assert outs["crlf"] == outs["lf"].replace(b"\n", b"\r\n")

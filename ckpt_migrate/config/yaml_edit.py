@@ -115,6 +115,19 @@ def read_config(path: Path) -> str:
         ) from None
 
 
+def line_ending(path: Path) -> str:
+    """``"\r\n"`` where every line of the config at ``path`` ends so (saved on Windows), else
+    ``"\n"``: ``read_config`` gives the text with ``"\n"`` (Python's universal newlines, which
+    ruamel needs: it keeps a ``"\r"`` in some tokens and not in others), and the upgraded config
+    is written with its source's endings."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return "\n"
+    crlf = data.count(b"\r\n")
+    return "\r\n" if crlf and crlf == data.count(b"\n") else "\n"
+
+
 def load(text: str, source: Path | None = None) -> tuple[Any, Style]:
     """The document as ruamel round-trip objects (a mapping at the top), and its style."""
     from ruamel.yaml.error import YAMLError
