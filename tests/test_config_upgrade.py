@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import CONFIGS, FIXTURES
+from conftest import CONFIGS, FIXTURES, MODELS
 
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import (
@@ -701,3 +701,16 @@ def test_non_mapping_legacy_sections_are_reported_once():
 def test_duplicate_keys_are_refused_not_merged():
     with pytest.raises(UsageError, match="not valid YAML"):
         upgrade_config_text("model:\n  a: 1\n  a: 2\n", "2.0", "2.1")
+
+
+@pytest.mark.parametrize("name", ["llama-1.9", "gpt2-2.0", "t5-1.9"])
+def test_crlf_text_upgrades_as_its_lf_text_does(name):
+    """Given CRLF text, ruamel kept a carriage return in some tokens and not in others: the
+    output mixed endings, and the LLaMA 1.9 config's upgrade differed from its LF text's."""
+    text = (MODELS / name / "params.yaml").read_text()
+    crlf = text.replace("\n", "\r\n")
+    release = name.split("-")[1]
+    lf_result = upgrade_config_text(text, release, "2.10")
+    assert lf_result.changed
+    assert upgrade_config_text(crlf, release, "2.10").text == lf_result.text.replace("\n", "\r\n")
+    assert upgrade_config_text(crlf, release, release).text == crlf  # byte for byte

@@ -162,7 +162,7 @@ def upgrade_config_text(
         source=source,
     )
     if out.changed:  # else the text stays byte for byte the input's
-        out.text = yaml_edit.dump(data, style)
+        out.text = yaml_edit.dump(data, style).replace("\n", yaml_edit.line_ending(text))
     return out
 
 
@@ -196,7 +196,7 @@ def upgrade_config_file(
         family_source=family_source,
     )
     with atomic_output(dst) as tmp:
-        tmp.write_text(result.text, encoding="utf-8", newline=yaml_edit.line_ending(src))
+        tmp.write_text(result.text, encoding="utf-8", newline="")
     result.output = dst
     return result
 
@@ -277,7 +277,6 @@ class ConfigAlongside:
             raise UsageError(None, f"--num-csx must be at least 1, not {num_csx}")
         self.config = Path(config)
         self.text = yaml_edit.read_config(self.config)
-        self.newline = yaml_edit.line_ending(self.config)
         yaml_edit.load(self.text, self.config)
         if model is not None:
             resolve_name(model)
@@ -344,7 +343,7 @@ class ConfigAlongside:
                 return ConfigOutcome(result, message=f"already there: {self.output}")
 
             with atomic_output(self.output) as tmp:
-                tmp.write_text(result.text, encoding="utf-8", newline=self.newline)
+                tmp.write_text(result.text, encoding="utf-8", newline="")
             result.output = self.output
             return ConfigOutcome(result)
         except CkptError as exc:

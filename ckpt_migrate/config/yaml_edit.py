@@ -105,7 +105,7 @@ def read_config(path: Path) -> str:
                 f"is over {MAX_CONFIG_BYTES:,} bytes: not a config",
                 "pass the run's params.yaml",
             )
-        return Path(path).read_text(encoding="utf-8")
+        return Path(path).read_bytes().decode("utf-8")  # (its line endings as they are)
     except FileNotFoundError:
         raise UsageError(path, "no such config file", "check the path") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -115,23 +115,21 @@ def read_config(path: Path) -> str:
         ) from None
 
 
-def line_ending(path: Path) -> str:
-    """``"\r\n"`` where every line of the config at ``path`` ends so (saved on Windows), else
-    ``"\n"``: ``read_config`` gives the text with ``"\n"`` (Python's universal newlines, which
-    ruamel needs: it keeps a ``"\r"`` in some tokens and not in others), and the upgraded config
-    is written with its source's endings."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
-        return "\n"
-    crlf = data.count(b"\r\n")
-    return "\r\n" if crlf and crlf == data.count(b"\n") else "\n"
+def line_ending(text: str) -> str:
+    """``"\r\n"`` where every line of ``text`` ends so (a config saved on Windows), else
+    ``"\n"``. ruamel is given LF text (``load``): given CRLF, it keeps a carriage return in
+    some tokens and not in others, and an upgraded config is written back with the source's
+    endings (``config.upgrade``)."""
+    crlf = text.count("\r\n")
+    return "\r\n" if crlf and crlf == text.count("\n") else "\n"
 
 
 def load(text: str, source: Path | None = None) -> tuple[Any, Style]:
     """The document as ruamel round-trip objects (a mapping at the top), and its style."""
     from ruamel.yaml.error import YAMLError
 
+    if line_ending(text) == "\r\n":
+        text = text.replace("\r\n", "\n")
     try:
         data = _yaml().load(text)
     except YAMLError as exc:
