@@ -329,3 +329,21 @@ def test_a_damaged_name_in_a_legacy_spec_is_refused_not_read_as_missing(
     proc = run_cli("upgrade", path, "--output-dir", tmp_path / "out", "--allow-missing")
     one_line_error(proc, 2, "which no leaf names: the spec is damaged")
     assert "--allow-missing" not in proc.stderr
+
+
+def test_a_chunk_moved_into_the_root_an_edit_rewrites_is_the_sources_damage(tmp_path):
+    """Found by ``benchmarks/fuzz_damage.py --wide`` (seed 1041005, case 177): a chunk index
+    entry of the real 2.9 library's file moved to run into the root's metadata, which the
+    root edit rewrites. ``upgrade --verify full`` then found the output's stored bytes unlike
+    the source's and failed as a verification of its own work (exit 4); the source's damage
+    is now said as such (exit 2)."""
+    src, kind, data = fuzz_damage.nth_case(1041005, 177, tmp_path)
+    assert (src.name, kind) == ("trainer-2.9.0.mdl", "address")
+    case = tmp_path / "checkpoint_1.mdl"
+    case.write_bytes(data)
+    out = tmp_path / "out"
+    opts = UpgradeOptions(output_dir=out, verify="full", inputs={"drop_dataloader_state": True})
+    res = upgrade(case, opts)
+    assert (res.status, res.exit_code) == ("failed", 2), res.error
+    assert "overlaps other data or the file's metadata" in res.error
+    assert list(out.iterdir()) == []

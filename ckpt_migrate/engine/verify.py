@@ -28,14 +28,14 @@ from ckpt_migrate.atomic import atomic_output
 from ckpt_migrate.engine.copypatch import Written
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import Progress, merge_spans
-from ckpt_migrate.errors import VerificationError
+from ckpt_migrate.errors import CorruptCheckpointError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.compare import (
     check_written,
     dataset_sha256,
     tensor_sha256,
 )
-from ckpt_migrate.format.h5 import linktable
+from ckpt_migrate.format.h5 import linktable, overlaps
 from ckpt_migrate.format.h5.io import object_addresses, open_read
 from ckpt_migrate.format.h5.stored import Pieces, copied_pieces, first_difference
 from ckpt_migrate.format.releases import Release
@@ -248,6 +248,9 @@ def _compare_stored(
                 if not _equal(a, b, n):
                     at = pos + next(i for i in range(n) if a[i] != b[i])
                     tensor = next(t for lo, hi, t in spans if lo <= at < hi)
+                    _refuse_overlapping(
+                        source, tensor, [(lo, hi) for lo, hi, t in spans if t == tensor]
+                    )
                     what = f"differs from its source (stored byte at {at:,})"
                     raise VerificationError(tmp, f"tensor {tensor!r} {what}")
                 done += n
@@ -257,6 +260,21 @@ def _compare_stored(
         os.close(fd_out)
         os.close(fd_src)
     return done
+
+
+def _refuse_overlapping(source: Path, tensor: str, spans: list[tuple[int, int]]) -> None:
+    """A reused tensor stored differently in the output than in ``source``: the source is
+    damaged where its data overlaps its own metadata or other data (a chunk index entry's
+    address moved into the root's attributes, which the root edit rewrote), never the case in a
+    file HDF5 wrote: said so (exit 2), not as a failed verification of this tool's work."""
+    with open_read(source) as f:
+        shared = overlaps.shared_starts(f)
+    if any(np.any((shared >= lo) & (shared < hi)) for lo, hi in spans):
+        raise CorruptCheckpointError(
+            source,
+            f"tensor {tensor!r}: its stored data overlaps other data or the file's metadata",
+            "the file is damaged; use another copy",
+        )
 
 
 class _Copied:
