@@ -193,3 +193,42 @@ def test_a_damaged_pytorch_bin_is_one_line_without_torchs_advice(tmp_path, kind,
     assert "weights_only=False" not in proc.stderr and "\x1b" not in proc.stderr
     assert "mmap" not in proc.stderr  # (torch maps only its zip format: the others are read)
     assert not (tmp_path / "out.mdl").exists()
+
+
+@pytest.mark.parametrize("how", ["overlap", "gap", "tail"])
+def test_a_safetensors_whose_tensors_do_not_tile_its_data_is_refused(tmp_path, how):
+    """A file the safetensors library wrote, its header edited: two tensors in one byte range
+    (each then read the other's values, with success), a gap, or bytes after the last tensor.
+    The library itself refuses all three ("invalid offset", "incomplete metadata")."""
+    src = tmp_path / "hf"
+    src.mkdir()
+    (src / "config.json").write_text(json.dumps(CONFIG))
+    tensors = {
+        "wte.weight": np.ones((32, 8), np.float32),
+        "wpe.weight": np.zeros((16, 8), np.float32),
+    }
+    safetensors_numpy.save_file(tensors, src / "model.safetensors")
+    raw = (src / "model.safetensors").read_bytes()
+    (n,) = struct.unpack_from("<Q", raw)
+    header, data = json.loads(raw[8 : 8 + n]), raw[8 + n :]
+    if how == "overlap":  # the second tensor's range moved onto the first's start
+        second = max(("wte.weight", "wpe.weight"), key=lambda k: header[k]["data_offsets"][0])
+        begin, end = header[second]["data_offsets"]
+        header[second]["data_offsets"] = [0, end - begin]
+    elif how == "gap":
+        header = {
+            k: {**v, "data_offsets": [o + 64 for o in v["data_offsets"]]} for k, v in header.items()
+        }
+        data = bytes(64) + data
+    else:
+        data += bytes(64)
+    text = json.dumps(header).encode()
+    (src / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + data)
+    proc = run_cli("import-hf", src, tmp_path / "out.mdl", "--model", "gpt2")
+    words = {
+        "overlap": "overlaps another tensor's",
+        "gap": "leaves a gap",
+        "tail": "64 bytes after",
+    }
+    one_line_error(proc, 2, "model.safetensors", words[how])
+    assert not (tmp_path / "out.mdl").exists()

@@ -314,7 +314,24 @@ def read_header(path: Path) -> tuple[dict[str, Stored], dict[str, str]]:
         if 8 + length + end > size:
             raise CorruptCheckpointError(path, f"{name}: its byte range does not fit the file")
         out[name] = Stored(path, entry, 8 + length + begin)
+    _check_tiled(path, out, 8 + length, size)
     return out, meta
+
+
+def _check_tiled(path: Path, tensors: dict[str, Stored], start: int, size: int) -> None:
+    """The tensors' byte ranges must cover the data from ``start`` to the end of the file, end
+    to end, as the safetensors library requires ("invalid offset", "incomplete metadata"): two
+    tensors in one range read each other's values, and a gap or a tail is damage."""
+    at = start
+    for stored in sorted(tensors.values(), key=lambda s: (s.offset, s.entry.nbytes)):
+        if stored.offset != at:
+            what = "overlaps another tensor's" if stored.offset < at else "leaves a gap before it"
+            raise CorruptCheckpointError(path, f"{stored.entry.name}: its byte range {what}")
+        at += stored.entry.nbytes
+    if at != size:
+        raise CorruptCheckpointError(
+            path, f"{size - at:,} bytes after its last tensor: the file is not a whole safetensors"
+        )
 
 
 def read_directory(directory: Path) -> dict[str, Stored]:
