@@ -10,7 +10,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, REAL, one_line_error, run_cli
+from conftest import FIXTURES, REAL, one_line_error, run_capped, run_cli
 
 import ckpt_migrate as cm
 
@@ -266,3 +266,27 @@ def test_json_is_written_as_it_is_encoded_and_reads_as_before(capsys, monkeypatc
     assert out == console.safe(json.dumps(data, indent=2, default=str)) + "\n"
     assert json.loads(out) == data  # (ASCII text: the escapes are JSON's own)
     assert len(writes) > 3 and max(writes) < 2 * (1 << 16)
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["inspect"],
+        ["plan"],
+        ["check"],
+        ["upgrade", "--output-dir", "{tmp}"],
+        ["upgrade", "--inplace"],
+        ["to-torch", "{tmp}/out.pt"],
+        ["export-hf", "{tmp}/hf", "--config", str(FIXTURES / "models/gpt2-2.0/params.yaml")],
+    ],
+)
+def test_a_named_pipe_is_refused_not_waited_on(tmp_path, verb):
+    """``mkfifo checkpoint_7.mdl``: every reader but ``upgrade-dir`` (which leaves what is not a
+    regular file alone) opened it and waited for a writer, or for the preflight's 10 s
+    watchdog."""
+    fifo = tmp_path / "checkpoint_7.mdl"
+    os.mkfifo(fifo)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in verb]
+    proc, _ = run_capped(args[0], fifo, *args[1:], seconds=60)
+    one_line_error(proc, 2, "checkpoint_7.mdl", "not a regular file")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_7.mdl"]

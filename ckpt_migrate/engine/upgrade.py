@@ -37,7 +37,7 @@ from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.deep_check import check_tensors
 from ckpt_migrate.format.h5 import storagescan
-from ckpt_migrate.format.h5.io import damaged
+from ckpt_migrate.format.h5.io import check_file, damaged
 from ckpt_migrate.format.h5.root import superblock_offset
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
@@ -160,6 +160,7 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
     check_destination(opts)
     if opts.inplace:  # through a symlink: upgrade the file it names, and keep the link
         src = src.resolve()
+    check_file(src)  # (before the lock: a named pipe's open waits for a writer)
     lock = contextlib.nullcontext() if opts.dry_run else lock_source(src, opts.inplace)
     with lock:
         _upgrade_locked(src, opts, result, progress)

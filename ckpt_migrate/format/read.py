@@ -19,6 +19,7 @@ from ckpt_migrate.format.h5.io import (
     DAMAGED_HDF5,
     H5Handle,
     attr_text,
+    check_file,
     damaged,
     open_read,
 )
@@ -77,6 +78,7 @@ def read_checkpoint(
     upgrade's edit; a dry run waits for the walk, and the decode's CPU would be the walk's).
     """
     p = Path(path)
+    check_file(p)
     if outline and isolate:
         ckpt = read_outline(p, release, root_digest, storage_scan, legacy_outline)
         if ckpt is not None:
@@ -244,6 +246,7 @@ def read_release(p: Path, release: str | None = None) -> releases.Detected:
     format 0.5 the ``__SUCCESS__`` marker of a finished save. The preflight child reads those
     first (``preflight(scope="root")``); nothing else of the file is read or checked. When
     the child meets a problem, the file is read in full, which names it."""
+    check_file(p)
     if preflight(p, scope="root") is None:
         with read_checkpoint(p, release=release) as ckpt:
             return ckpt.detected

@@ -27,13 +27,23 @@ register_lz4()
 COPY_BLOCK_BYTES = 64 << 20
 
 
-def open_read(path: str | Path) -> h5py.File:
-    """Open a checkpoint read-only, turning h5py's errors into one-line ones."""
-    p = Path(path)
+def check_file(p: Path) -> None:
+    """A checkpoint path must name a regular file: one line otherwise, before any read (opening
+    a named pipe to read waits for a writer)."""
     if not p.exists():
         raise NotACheckpointError(p, "no such file", "check the path")
     if p.is_dir():
         raise NotACheckpointError(p, "is a directory, not a checkpoint file", "name a .mdl file")
+    if not p.is_file():
+        raise NotACheckpointError(
+            p, "is not a regular file (a pipe, socket or device)", "name a .mdl file"
+        )
+
+
+def open_read(path: str | Path) -> h5py.File:
+    """Open a checkpoint read-only, turning h5py's errors into one-line ones."""
+    p = Path(path)
+    check_file(p)
     try:
         with open(p, "rb") as fh:
             head = fh.read(8)
