@@ -28,6 +28,8 @@ def read(path: Path, limit: int) -> Any:
     unreadable."""
     if path.stat().st_size > limit:
         raise ValueError(f"over {limit:,} bytes")
+    if not path.is_file():  # (a named pipe's read waits for a writer)
+        raise ValueError("not a regular file")
     return loads(path.read_text(encoding="utf-8"))
 
 

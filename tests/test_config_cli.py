@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
 
 import pytest
 import yaml
-from conftest import CONFIGS, FIXTURES, MODELS, one_line_error, run_cli, run_script
+from conftest import CONFIGS, FIXTURES, MODELS, one_line_error, run_capped, run_cli, run_script
 
 EXAMPLE = FIXTURES / "example"  # (a 1.9 model directory: checkpoint, params.yaml, side files)
 
@@ -288,3 +289,11 @@ def test_a_config_saved_with_windows_line_endings_keeps_them(tmp_path):
         outs[name] = (out / "params.yaml").read_bytes()
     assert outs["lf"].count(b"\n") > 50 and b"\r" not in outs["lf"]
     assert outs["crlf"] == outs["lf"].replace(b"\n", b"\r\n")
+
+
+def test_a_named_pipe_as_the_config_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "params.yaml"
+    os.mkfifo(fifo)
+    ckpt = MODELS / "gpt2-2.0" / "checkpoint_100.mdl"
+    proc, _ = run_capped("upgrade", ckpt, "--config", fifo, "--dry-run", seconds=60)
+    one_line_error(proc, 2, "params.yaml", "not a regular file")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import struct
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import MODELS, one_line_error, run_cli
+from conftest import MODELS, one_line_error, run_capped, run_cli
 from test_chunks import _index_entry, _patch
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -232,3 +233,17 @@ def test_a_safetensors_whose_tensors_do_not_tile_its_data_is_refused(tmp_path, h
     }
     one_line_error(proc, 2, "model.safetensors", words[how])
     assert not (tmp_path / "out.mdl").exists()
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "pytorch_model.bin"])
+def test_a_named_pipe_in_a_hugging_face_directory_is_refused_not_waited_on(tmp_path, name):
+    if name == "pytorch_model.bin":
+        pytest.importorskip("torch")
+    src = _directory(tmp_path, {"wte.weight": ENTRY})
+    if name == "pytorch_model.bin":
+        (src / "model.safetensors").unlink()
+    else:
+        (src / name).unlink()
+    os.mkfifo(src / name)
+    proc, _ = run_capped("import-hf", src, tmp_path / "out.mdl", "--model", "gpt2", seconds=60)
+    one_line_error(proc, 2, name, "not a regular file")

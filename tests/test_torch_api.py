@@ -3,13 +3,14 @@ only where one tensor object was under two names."""
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES, one_line_error, run_cli
+from conftest import FIXTURES, one_line_error, run_capped, run_cli
 
 import ckpt_migrate
 from ckpt_migrate.cli import commands
@@ -172,3 +173,10 @@ def test_from_torch_reads_torchs_format_before_1_6(tmp_path):
     assert proc.returncode == 0, proc.stderr
     back = ckpt_migrate.load(tmp_path / "out.mdl")
     assert torch.equal(back["w"], state["w"]) and back["step"] == 7
+
+
+def test_from_torch_refuses_a_named_pipe_not_waits_on_it(tmp_path):
+    fifo = tmp_path / "state.pt"
+    os.mkfifo(fifo)
+    proc, _ = run_capped("from-torch", fifo, tmp_path / "out.mdl", seconds=60)
+    one_line_error(proc, 2, "state.pt", "not a regular file")

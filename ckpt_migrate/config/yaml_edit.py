@@ -99,6 +99,8 @@ def read_config(path: Path) -> str:
     """The text of a YAML config, refused in one line if missing, unreadable, not UTF-8 or
     too large to be a config."""
     try:
+        if Path(path).exists() and not Path(path).is_file():  # (a pipe's read waits)
+            raise UsageError(path, "is not a regular file", "pass the run's params.yaml")
         if Path(path).stat().st_size > MAX_CONFIG_BYTES:
             raise UsageError(
                 path,

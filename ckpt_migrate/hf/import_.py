@@ -177,13 +177,11 @@ def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
     if not src.is_dir():
         raise UsageError(src, "is not a directory", "pass a Hugging Face model directory")
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise CorruptCheckpointError(path, f"is over {MAX_CONFIG_BYTES:,} bytes: not a config")
-        data = jsonfile.loads(path.read_text(encoding="utf-8"))
+        data = jsonfile.read(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise UsageError(path, "no such file", "a Hugging Face model directory has one") from None
     except (OSError, ValueError) as exc:
-        raise CorruptCheckpointError(path, f"unreadable ({exc})") from None
+        raise CorruptCheckpointError(path, f"not a config ({exc})") from None
     if not isinstance(data, dict):
         raise CorruptCheckpointError(path, "is not a JSON object")
     return data

@@ -287,6 +287,8 @@ class Stored:
 def read_header(path: Path) -> tuple[dict[str, Stored], dict[str, str]]:
     """The tensors of one safetensors file (no data read) and its ``__metadata__``."""
     try:
+        if not path.is_file():  # (a named pipe's read waits for a writer)
+            raise ValueError("not a regular file")
         with open(path, "rb") as fh:
             (length,) = struct.unpack("<Q", fh.read(8))
             if length > jsonfile.MAX_BYTES:

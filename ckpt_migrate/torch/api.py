@@ -388,7 +388,7 @@ def to_torch(
 def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> WriteReport:
     """Write a ``torch.save`` file as a checkpoint; loaded with ``weights_only=True``."""
     src_path = Path(src)
-    if not src_path.is_file():
+    if not src_path.exists():
         raise NotACheckpointError(src_path, "no such file", "check the path")
     try:
         state = weights_load.load(src_path)

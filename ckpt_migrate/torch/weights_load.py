@@ -25,6 +25,8 @@ def load(path: Path) -> Any:
     """The object ``path`` holds, loaded on the CPU with ``weights_only=True``."""
     import torch
 
+    if not Path(path).is_file():  # (a named pipe's read waits for a writer)
+        raise Unreadable("not a regular file")
     try:
         with warnings.catch_warnings():  # (torch's notes on pickle protocols: not the user's)
             warnings.simplefilter("ignore")
