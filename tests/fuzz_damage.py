@@ -197,11 +197,12 @@ def nth_case(seed: int, index: int, wide_dir: Path | None = None) -> tuple[Path,
 
 
 def tensor_hashes(path: Path) -> dict[str, str]:
-    """Every tensor of a checkpoint by name: the sha256 of its decoded bytes (the ``load``
-    path's reads: ``read_slab``)."""
+    """Every tensor of a checkpoint by name: its dtype, shape and the sha256 of its decoded
+    bytes (the ``load`` path's reads: ``read_slab``); a bfloat16 tensor read as int16 has the
+    same bytes."""
     with read_checkpoint(path) as ckpt:
         return {
-            ref.name: tensor_sha256(ref.leaf)
+            ref.name: f"{ref.leaf.dtype} {ref.leaf.shape} {tensor_sha256(ref.leaf)}"
             for ref in iter_leaves(ckpt.root)
             if isinstance(ref.leaf, TensorLeaf)
         }

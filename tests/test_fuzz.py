@@ -28,6 +28,7 @@ from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.h5 import preflight
 from ckpt_migrate.format.h5 import root as h5root
+from ckpt_migrate.format.h5.headers import file_reader, read_header
 from ckpt_migrate.format.read import read_checkpoint
 
 WORKER = Path(__file__).with_name("fuzz_worker.py")
@@ -347,3 +348,49 @@ def test_a_chunk_moved_into_the_root_an_edit_rewrites_is_the_sources_damage(tmp_
     assert (res.status, res.exit_code) == ("failed", 2), res.error
     assert "overlaps other data or the file's metadata" in res.error
     assert list(out.iterdir()) == []
+
+
+def _damage_message_type(path: Path, dataset: str, attr: bytes) -> None:
+    """Change the type of ``dataset``'s attribute message named ``attr`` (a version-1 header,
+    continuation blocks followed) to one HDF5 does not know, as one damaged pair of bytes."""
+    with h5py.File(path, "r") as f:
+        address = h5py.h5o.get_info(f[dataset].id).addr
+    data = bytearray(path.read_bytes())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        header = read_header(file_reader(fd, len(data)), address, set(), 64)
+    finally:
+        os.close(fd)
+    at = next(
+        start + i - 16
+        for start, n in header.blocks
+        if (i := data[start : start + n].find(attr + b"\0")) >= 0
+    )
+    assert data[at : at + 2] == b"\x0c\x00"  # an attribute message's type
+    data[at : at + 2] = b"\x8b\xc2"
+    path.write_bytes(bytes(data))
+
+
+def test_a_flag_whose_message_type_hdf5_does_not_know_is_refused(tmp_path, real_layout_19):
+    """HDF5 skips a message of a type it does not know. Where that was a legacy dataset's
+    flag, the dataset read as an untagged tensor, with success: a 1.8 scalar as a 0-d tensor
+    (``fuzz_damage.py --wide``, seed 1051005, case 108), the real 1.9 layout's bfloat16
+    embeddings as int16 (which a hash of the bytes alone did not see)."""
+    src, kind, data = fuzz_damage.nth_case(1051005, 108, tmp_path)
+    assert (src.name, kind) == ("release-1.8.mdl", "metadata")
+    scalar = tmp_path / "scalar.mdl"
+    scalar.write_bytes(data)
+    bf16 = tmp_path / "checkpoint_100.mdl"
+    shutil.copyfile(real_layout_19, bf16)
+    name = "model.model.embedding_layer.word_embeddings.weight"
+    _damage_message_type(bf16, name, b"is_bfloat16")
+    with h5py.File(bf16, "r") as f:
+        assert "is_bfloat16" not in f[name].attrs and f[name].dtype == "int16"
+    why = "has a header message of a type HDF5 does not know"
+    for path, where in ((scalar, "optimizer.param_groups.0.amsgrad"), (bf16, name)):
+        with pytest.raises(CorruptCheckpointError, match=why):
+            fuzz_damage.tensor_hashes(path)
+        for verb in ("inspect", "plan"):
+            one_line_error(run_cli(verb, path), 2, where, why)
+        res = upgrade(path, UpgradeOptions(output_dir=tmp_path / "out", allow_missing=True))
+        assert (res.status, res.exit_code) == ("failed", 2) and why in res.error, res.error

@@ -22,6 +22,7 @@ import numpy as np
 
 from ckpt_migrate.errors import CkptError, CorruptCheckpointError, UnsafeContentError
 from ckpt_migrate.format import budgets
+from ckpt_migrate.format.h5 import capi
 from ckpt_migrate.format.h5.chunks import DEFLATE, FLETCHER32, LZ4, SHUFFLE
 from ckpt_migrate.format.h5.io import DAMAGED_HDF5, damaged
 from ckpt_migrate.format.h5.overlaps import Extents
@@ -159,7 +160,7 @@ def _dataset_problem(
     problem = _attributes_problem(obj, path, where)
     if problem is not None or not isinstance(obj, h5py.h5d.DatasetID):
         return problem
-    problem = dataset_problem(obj, path, where)
+    problem = dataset_problem(obj, path, where) or header_problem(obj, path, where)
     if problem is not None:
         return problem
     size, end = dataset_storage(obj)
@@ -181,6 +182,19 @@ def dataset_problem(
     ``dcpl``, ``tid``: its creation property list and type, if the caller has them already."""
     return type_problem(tid or obj.get_type(), path, where) or description_problem(
         dcpl or obj.get_create_plist(), path, where
+    )
+
+
+def header_problem(obj: h5py.h5o.ObjectID, path: Path, where: str) -> CkptError | None:
+    """A message of a type HDF5 does not know, which it skips: no writer makes one, and where
+    it was a legacy dataset's only flag (``is_scalar``, ``is_bfloat16``) the dataset would read
+    as an untagged tensor (issue #36's fuzz, ``--wide``)."""
+    if not capi.unknown_messages(obj):
+        return None
+    return CorruptCheckpointError(
+        path,
+        f"dataset {where!r} has a header message of a type HDF5 does not know, which it skips",
+        budgets.FIX,
     )
 
 

@@ -48,7 +48,9 @@ from ckpt_migrate.format.h5.boundary import ALLOWED_FILTERS, ALLOWED_TYPE_CLASSE
 from ckpt_migrate.format.h5.facts import Shared
 from ckpt_migrate.format.h5.fractalheap import UNDEF
 from ckpt_migrate.format.h5.headers import (
+    LAST_KNOWN,
     SHARED,
+    KeepUnknown,
     Read,
     file_reader,
     read_header,
@@ -59,7 +61,7 @@ from ckpt_migrate.format.h5.walkreads import SHAPE, is_shape
 _DATASPACE, _DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS = 0x01, 0x03, 0x07, 0x08, 0x0B
 _ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
 _GROUP = frozenset((0x02, 0x06, 0x11))  # link info, link, symbol table: a group's messages
-_KINDS = frozenset(
+_KINDS = KeepUnknown(
     (_DATASPACE, _DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS, _ATTRIBUTE, _ATTRIBUTE_INFO, *_GROUP)
 )
 _COMPACT, _CONTIGUOUS, _CHUNKED = 0, 1, 2
@@ -128,6 +130,8 @@ class HeaderReader:
         for kind, flags, body in header.messages:
             if flags & SHARED or kind in _GROUP or kind == _EXTERNAL:
                 raise Undecided("a shared message, a group, or external storage")
+            if kind > LAST_KNOWN:  # (the walk names it: ``boundary.header_problem``)
+                raise Undecided("a message of a type HDF5 does not know")
             if kind == _ATTRIBUTE:
                 self._attribute(body, scalars)
             elif kind == _ATTRIBUTE_INFO:

@@ -19,12 +19,21 @@ from typing import NamedTuple
 from ckpt_migrate.format.h5.root import lookup3
 
 CONTINUATION = 0x10
+LAST_KNOWN = 0x18  # the last message type HDF5 knows (HDF5 File Format Specification 3.0)
 SHARED = 0x02  # a message flag: the body is a reference to a message stored elsewhere
 
 _V1_MESSAGE = struct.Struct("<HHB")  # a version-1 message's type, length and flags
 _V2_MESSAGE = struct.Struct("<BHB")
 
 Read = Callable[[int, int], bytes]  # (address, count) -> exactly count bytes, or raise
+
+
+class KeepUnknown(frozenset):
+    """``read_header``'s ``kinds``: these message types, and every type HDF5 does not know
+    (it skips them: a flag attribute's message, its type byte damaged, is lost to it)."""
+
+    def __contains__(self, kind: object) -> bool:
+        return (isinstance(kind, int) and kind > LAST_KNOWN) or super().__contains__(kind)
 
 
 class HeaderError(Exception):
