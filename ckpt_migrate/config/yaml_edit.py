@@ -165,8 +165,8 @@ def _expanded(node: Any, depth: int, sizes: dict[int, int], source: Any) -> int:
     if total > MAX_VALUES:
         raise UsageError(
             source,
-            f"its YAML aliases expand to more than {MAX_VALUES:,} values",
-            "write the config without nested aliases",
+            f"holds more than {MAX_VALUES:,} values once its aliases are expanded",
+            "pass the run's params.yaml (a few hundred values), without nested aliases",
         )
     sizes[id(node)] = total
     return total
