@@ -272,12 +272,14 @@ def test_a_shuffle_seed_that_is_not_an_integer_is_one_line(tmp_path):
 
 
 def test_a_config_saved_with_windows_line_endings_keeps_them(tmp_path):
-    """Model Zoo's params.yaml with CRLF endings came back with LF on every line (a diff of the
-    whole file); the upgraded config is the same text, with the source's endings."""
+    """Model Zoo's params.yaml with CRLF endings (and a byte order mark, as Windows editors
+    write) came back with LF on every line (a diff of the whole file) and no mark; the
+    upgraded config is the same text, with the source's endings and mark."""
     src = MODELS / "gpt2-2.0"
     crlf = tmp_path / "crlf" / "params.yaml"
     crlf.parent.mkdir()
-    crlf.write_bytes((src / "params.yaml").read_bytes().replace(b"\n", b"\r\n"))
+    bom = b"\xef\xbb\xbf"
+    crlf.write_bytes(bom + (src / "params.yaml").read_bytes().replace(b"\n", b"\r\n"))
     outs = {}
     for name, config in (("lf", src / "params.yaml"), ("crlf", crlf)):
         out = tmp_path / f"out-{name}"
@@ -288,7 +290,7 @@ def test_a_config_saved_with_windows_line_endings_keeps_them(tmp_path):
         assert proc.returncode == 0, proc.stderr
         outs[name] = (out / "params.yaml").read_bytes()
     assert outs["lf"].count(b"\n") > 50 and b"\r" not in outs["lf"]
-    assert outs["crlf"] == outs["lf"].replace(b"\n", b"\r\n")
+    assert outs["crlf"] == bom + outs["lf"].replace(b"\n", b"\r\n")
 
 
 def test_a_named_pipe_as_the_config_is_refused_not_waited_on(tmp_path):

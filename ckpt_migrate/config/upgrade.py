@@ -162,7 +162,8 @@ def upgrade_config_text(
         source=source,
     )
     if out.changed:  # else the text stays byte for byte the input's
-        out.text = yaml_edit.dump(data, style).replace("\n", yaml_edit.line_ending(text))
+        dumped = yaml_edit.dump(data, style).replace("\n", yaml_edit.line_ending(text))
+        out.text = "\ufeff" * text.startswith("\ufeff") + dumped  # (a Windows editor's BOM)
     return out
 
 
