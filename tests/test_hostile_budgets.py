@@ -162,3 +162,26 @@ def test_legitimate_compression_and_constant_tensors_stay_within_budget(tmp_path
         assert ckpt.root is not None
     tree = cm.load(src)
     assert tree["model"]["w"].shape == (16 << 20,)
+
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000  # past the recursion limit of CPython's JSON decoder
+
+
+def test_json_nested_past_what_python_decodes_in_a_checkpoint(tmp_path):
+    """The real 2.10 library's file with a leaf's ``__metadata__`` nested past what CPython's
+    JSON decoder recurses through was refused as "HDF5 structures are damaged (maximum
+    recursion depth exceeded …)", and a provenance record so nested refused the whole file,
+    which is readable without it."""
+    leaf = tmp_path / "leaf.mdl"
+    shutil.copyfile(FIXTURES / "real-cstorch-2.10" / "basic.mdl", leaf)
+    with h5py.File(leaf, "r+") as f:
+        key = next(k for k in f.attrs if k.endswith(".__metadata__"))
+        f.attrs[key] = DEEP_JSON
+    proc, _ = run_capped("inspect", leaf)
+    one_line_error(proc, 2, key, "is not valid JSON")
+    record = tmp_path / "record.mdl"
+    shutil.copyfile(FIXTURES / "real-cstorch-2.10" / "basic.mdl", record)
+    with h5py.File(record, "r+") as f:
+        f.attrs["__ckpt_migrate__"] = DEEP_JSON
+    proc, _ = run_capped("inspect", record)
+    assert proc.returncode == 0, proc.stderr

@@ -7,9 +7,9 @@ conversion), oldest first; an upgrade appends its record to the source's list.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from typing import Any
 
+from ckpt_migrate import jsonfile
 from ckpt_migrate._version import __version__
 from ckpt_migrate.format.h5.io import attr_text
 
@@ -33,7 +33,7 @@ def read(attrs: Any) -> list[dict]:
     if raw is None:
         return []
     try:
-        value = json.loads(attr_text(raw))
+        value = jsonfile.loads(attr_text(raw))
     except (ValueError, TypeError):
         return []
     return value if isinstance(value, list) else []

@@ -7,12 +7,12 @@ checkpoint), so it lives apart from the manager.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import h5py
 
+from ckpt_migrate import jsonfile
 from ckpt_migrate.errors import CkptError, CorruptCheckpointError, NotACheckpointError
 from ckpt_migrate.format.h5.io import attr_text
 from ckpt_migrate.format.read import read_checkpoint
@@ -30,7 +30,7 @@ def read_run_record(path: str | Path) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        value = json.loads(attr_text(raw))
+        value = jsonfile.loads(attr_text(raw))
     except (TypeError, ValueError):
         return None
     return value if isinstance(value, dict) else None

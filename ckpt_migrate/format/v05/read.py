@@ -5,7 +5,6 @@ Only root attributes and dataset attributes are read here; tensor data stays on 
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
@@ -16,6 +15,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ckpt_migrate import jsonfile
 from ckpt_migrate.errors import (
     CkptError,
     CorruptCheckpointError,
@@ -259,7 +259,7 @@ def _leaf_metadata(f: h5py.File, name: str, path: Path) -> dict[str, Any]:
 
 def _parse_metadata(text: Any, key: str, path: Path) -> dict[str, Any]:
     try:
-        md = json.loads(attr_text(text))
+        md = jsonfile.loads(attr_text(text))
     except ValueError:
         raise CorruptCheckpointError(path, f"attribute {key!r} is not valid JSON") from None
     if not isinstance(md, dict) or "__spec__" not in md or "__objects__" not in md:
