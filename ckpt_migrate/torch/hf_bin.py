@@ -51,8 +51,8 @@ def bin_files(directory: Path) -> list[Path]:
 
 
 def read_bin_directory(directory: Path) -> dict[str, BinTensor]:
-    """Every tensor of the directory's ``.bin`` files, memory-mapped (nothing read yet)."""
-
+    """Every tensor of the directory's ``.bin`` files, memory-mapped (torch's zip format) or
+    read whole (its format before 1.6)."""
     import torch
 
     out: dict[str, BinTensor] = {}
