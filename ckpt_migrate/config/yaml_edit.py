@@ -98,16 +98,15 @@ MAX_DEPTH = 64
 def read_config(path: Path) -> str:
     """The text of a YAML config, refused in one line if missing, unreadable, not UTF-8 or
     too large to be a config."""
+    p = Path(path)
     try:
-        if Path(path).exists() and not Path(path).is_file():  # (a pipe's read waits)
-            raise UsageError(path, "is not a regular file", "pass the run's params.yaml")
-        if Path(path).stat().st_size > MAX_CONFIG_BYTES:
+        if p.exists() and not p.is_file():  # (a named pipe's read waits for a writer)
+            raise UsageError(p, "is not a regular file", "pass the run's params.yaml")
+        if p.stat().st_size > MAX_CONFIG_BYTES:
             raise UsageError(
-                path,
-                f"is over {MAX_CONFIG_BYTES:,} bytes: not a config",
-                "pass the run's params.yaml",
+                p, f"is over {MAX_CONFIG_BYTES:,} bytes: not a config", "pass the run's params.yaml"
             )
-        return Path(path).read_bytes().decode("utf-8")  # (its line endings as they are)
+        return p.read_bytes().decode("utf-8")  # (its line endings as they are)
     except FileNotFoundError:
         raise UsageError(path, "no such config file", "check the path") from None
     except (OSError, UnicodeDecodeError) as exc:
