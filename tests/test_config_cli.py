@@ -224,7 +224,7 @@ def test_a_hostile_config_is_one_line_quickly(tmp_path, case):
     (43 million values once expanded) took minutes; deep nesting was an internal error."""
     extra, words = HOSTILE_CONFIGS[case]
     config = tmp_path / "params.yaml"
-    config.write_text((MODELS / "gpt2-2.0" / "params.yaml").read_text() + extra)
+    config.write_text((CONFIGS / "modelzoo-gpt2-small-2.2.yaml").read_text() + extra)
     start = time.monotonic()
     proc = run_cli(
         "upgrade", MODELS / "gpt2-2.0" / "checkpoint_100.mdl", "--config", config,

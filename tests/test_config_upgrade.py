@@ -703,13 +703,20 @@ def test_duplicate_keys_are_refused_not_merged():
         upgrade_config_text("model:\n  a: 1\n  a: 2\n", "2.0", "2.1")
 
 
-@pytest.mark.parametrize("name", ["llama-1.9", "gpt2-2.0", "t5-1.9"])
-def test_crlf_text_upgrades_as_its_lf_text_does(name):
+@pytest.mark.parametrize(
+    ("config", "release"),
+    [
+        (CONFIGS / "modelzoo-gpt2-small-2.2.yaml", "2.2"),  # Model Zoo's own
+        (MODELS / "llama-1.9" / "params.yaml", "1.9"),
+        (MODELS / "gpt2-2.0" / "params.yaml", "2.0"),
+        (MODELS / "t5-1.9" / "params.yaml", "1.9"),
+    ],
+)
+def test_crlf_text_upgrades_as_its_lf_text_does(config, release):
     """Given CRLF text, ruamel kept a carriage return in some tokens and not in others: the
     output mixed endings, and the LLaMA 1.9 config's upgrade differed from its LF text's."""
-    text = (MODELS / name / "params.yaml").read_text()
+    text = config.read_text()
     crlf = text.replace("\n", "\r\n")
-    release = name.split("-")[1]
     lf_result = upgrade_config_text(text, release, "2.10")
     assert lf_result.changed
     assert upgrade_config_text(crlf, release, "2.10").text == lf_result.text.replace("\n", "\r\n")
