@@ -151,7 +151,7 @@ def assert_fleet(s3, bucket: str, corpus: Path, local_out: Path, local, remote, 
             assert got.status == "failed", (name, got.to_json())
             assert got.exit_code == want.exit_code, (name, got.result.error, want.result.error)
             continue
-        assert got.status == want.status, (name, got.result.error, got.to_json())
+        assert got.status == want.status, f"{name}: {got.result.error}"
         t = got.result.transfer
         src = corpus / name
         size = src.stat().st_size
