@@ -13,6 +13,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+import forked_cli
 import pytest
 
 from ckpt_migrate.format.read import read_checkpoint
@@ -27,6 +28,9 @@ CKPT = "checkpoint_100.mdl"  # the checkpoint name in every model fixture direct
 
 def run_cli(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``python -m ckpt_migrate ARGS`` in a fresh process."""
+    done = forked_cli.run([str(a) for a in args], script=None, cwd=cwd, stdin_devnull=False)
+    if done is not None:
+        return done
     return subprocess.run(
         [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
         capture_output=True,
@@ -68,6 +72,10 @@ def run_script(
     name: str, *args: str | Path, cwd: Path | None = None
 ) -> subprocess.CompletedProcess:
     """``python scripts/NAME ARGS`` in a fresh process (in ``cwd``), with no standard input."""
+    script = ROOT / "scripts" / name
+    done = forked_cli.run([str(a) for a in args], script=script, cwd=cwd, stdin_devnull=True)
+    if done is not None:
+        return done
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / name), *map(str, args)],
         capture_output=True,

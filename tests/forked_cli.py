@@ -1,0 +1,148 @@
+"""The command in a new process per call, without importing it again for each one.
+
+A ``python -m ckpt_migrate`` spends about 0.4 s of CPU starting Python and importing typer,
+rich, numpy and h5py before it reads its first argument, and the suite runs the command and
+the scripts about two thousand times. This module keeps one server process per test worker
+that has imported what the command imports when it starts, and forks it once per call: each
+child is a new process with its own pid, argv, working directory, standard streams and exit
+status, which runs the command as ``python -m`` (or ``python SCRIPT``) would from there on,
+exits through the interpreter's own shutdown, and is waited for by the server.
+
+It serves only calls made in the environment it started with (but for the name of the test
+pytest keeps there, which the child is given): a variable read when a module is imported
+(``HDF5_PLUGIN_PATH``, ``CKPT_MIGRATE_STALL_SECONDS``) would otherwise be read before the test
+set it. Those calls, and every test of imports, signals or memory, start Python as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+_PER_TEST = "PYTEST_CURRENT_TEST"  # set by pytest for each test, read by no import
+_ENV = {k: v for k, v in os.environ.items() if k != _PER_TEST}  # as the test run started
+_LOCK = threading.Lock()
+_server: tuple[subprocess.Popen, socket.socket] | None = None
+
+
+def run(
+    argv: list[str], *, script: Path | None, cwd: Path | None, stdin_devnull: bool
+) -> subprocess.CompletedProcess | None:
+    """``python -m ckpt_migrate ARGV`` (or ``python SCRIPT ARGV``) in a child of the server;
+    None when this call must start Python itself (another environment, or no server)."""
+    env = dict(os.environ)
+    if {k: v for k, v in env.items() if k != _PER_TEST} != _ENV or env.get(
+        "CKPT_MIGRATE_TEST_NO_FORK"
+    ):
+        return None
+    with _LOCK, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        conn = _connection()
+        stdin = os.open(os.devnull, os.O_RDONLY) if stdin_devnull else 0
+        try:
+            request = {
+                "argv": argv,
+                "script": str(script) if script else None,
+                "cwd": str(Path(cwd or os.getcwd()).resolve()),
+                "env": env,
+            }
+            payload = json.dumps(request).encode()
+            fds = [stdin, out.fileno(), err.fileno()]
+            socket.send_fds(conn, [b"%d\n" % len(payload)], fds)
+            conn.sendall(payload)
+        finally:
+            if stdin_devnull:
+                os.close(stdin)
+        status = _read_line(conn)
+        out.seek(0)
+        err.seek(0)
+        head = [str(script)] if script else ["-m", "ckpt_migrate"]
+        return subprocess.CompletedProcess(
+            [sys.executable, *head, *argv],
+            os.waitstatus_to_exitcode(int(status)),
+            out.read().decode(),
+            err.read().decode(),
+        )
+
+
+def _connection() -> socket.socket:
+    global _server
+    if _server is None or _server[0].poll() is not None:
+        ours, theirs = socket.socketpair()
+        proc = subprocess.Popen(
+            [sys.executable, __file__, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            env=_ENV,
+            stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        _server = (proc, ours)
+    return _server[1]
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        data += _recv(conn)
+    return data
+
+
+def _recv(conn: socket.socket) -> bytes:
+    chunk = conn.recv(65536)
+    if not chunk:
+        raise RuntimeError("the other end of the forking command server is gone")
+    return chunk
+
+
+def _serve(conn: socket.socket) -> dict:
+    """Answer requests until the test worker goes; returns only in a forked child, with its
+    request and its standard streams in place."""
+    while True:
+        data, fds, _, _ = socket.recv_fds(conn, 64, 3)
+        if not data:
+            sys.exit(0)
+        while b"\n" not in data:
+            data += _recv(conn)
+        head, _, message = data.partition(b"\n")
+        while len(message) < int(head):
+            message += _recv(conn)
+        pid = os.fork()
+        if pid == 0:
+            conn.close()
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+                os.close(fd)
+            return json.loads(message)
+        for fd in fds:
+            os.close(fd)
+        _, status = os.waitpid(pid, 0)
+        conn.sendall(f"{status}\n".encode())
+
+
+def _main() -> None:
+    import ckpt_migrate.cli  # what ``python -m ckpt_migrate`` imports before it runs
+    import ckpt_migrate.cli.script_options  # noqa: F401  (and what the scripts import)
+
+    request = _serve(socket.socket(fileno=int(sys.argv[1])))
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    if request["script"]:
+        sys.argv = [request["script"], *request["argv"]]
+        sys.path[0] = str(Path(request["script"]).parent)
+        runpy.run_path(request["script"], run_name="__main__")
+    else:
+        sys.argv = ["-m", *request["argv"]]  # run_module puts the module's path first
+        sys.path[0] = request["cwd"]
+        runpy.run_module("ckpt_migrate", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    sys.path[0] = os.getcwd()  # as ``python -m`` has it, not this file's folder
+    _main()

@@ -1,0 +1,64 @@
+"""``run_cli`` and ``run_script`` fork a server that has imported the command (``forked_cli``):
+what a forked call answers must be what the command started afresh answers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import forked_cli
+import pytest
+from conftest import FIXTURES, ROOT
+
+EXAMPLE = FIXTURES / "example"
+
+CALLS = [
+    (None, ("--help",), None),
+    (None, ("inspect", "checkpoint_100.mdl"), EXAMPLE),  # a path relative to its cwd
+    (None, ("inspect", "--json", str(EXAMPLE / "checkpoint_100.mdl")), None),
+    (None, ("inspect", "no-such.mdl"), None),  # a one-line error, exit 2
+    (None, ("upgrade", "--no-such-option"), None),  # a usage error
+    (None, ("plan", str(EXAMPLE / "params.yaml")), None),  # not a checkpoint
+    ("fix_checkpoint_spec.py", ("--help",), None),
+    ("data_iter_state_conversion.py", ("--help",), None),
+    ("convert_checkpoint.py", ("list",), None),
+]
+
+
+@pytest.mark.parametrize(("script", "argv", "cwd"), CALLS)
+def test_a_forked_call_answers_as_the_command_started_afresh(script, argv, cwd):
+    path = ROOT / "scripts" / script if script else None
+    forked = forked_cli.run(list(argv), script=path, cwd=cwd, stdin_devnull=True)
+    assert forked is not None
+    head = [str(path)] if path else ["-m", "ckpt_migrate"]
+    fresh = subprocess.run(
+        [sys.executable, *head, *argv],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        cwd=cwd,
+    )
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        fresh.returncode,
+        fresh.stdout,
+        fresh.stderr,
+    )
+    assert forked.args == fresh.args
+
+
+def test_another_environment_starts_python_afresh(monkeypatch):
+    """A variable may be read when a module is imported: the server, which imported them in
+    the run's own environment, does not serve a call made in another."""
+    monkeypatch.setenv("CKPT_MIGRATE_STALL_SECONDS", "3")
+    assert forked_cli.run(["--help"], script=None, cwd=None, stdin_devnull=True) is None
+
+
+def test_the_child_has_the_tests_own_environment(monkeypatch, tmp_path):
+    """The name of the test pytest keeps in the environment changes from test to test without
+    sending calls to a fresh Python, and the child sees its current value."""
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "a name of its own")
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os, sys; print(os.environ['PYTEST_CURRENT_TEST'], sys.argv[1:])\n")
+    done = forked_cli.run(["x", "y"], script=probe, cwd=tmp_path, stdin_devnull=True)
+    assert done is not None
+    assert (done.returncode, done.stdout) == (0, "a name of its own ['x', 'y']\n")
