@@ -8,10 +8,11 @@ child is a new process with its own pid, argv, working directory, standard strea
 status, which runs the command as ``python -m`` (or ``python SCRIPT``) would from there on,
 exits through the interpreter's own shutdown, and is waited for by the server.
 
-It serves only calls made in the environment it started with (but for the name of the test
-pytest keeps there, which the child is given): a variable read when a module is imported
-(``HDF5_PLUGIN_PATH``, ``CKPT_MIGRATE_STALL_SECONDS``) would otherwise be read before the test
-set it. Those calls, and every test of imports, signals or memory, start Python as before.
+A server serves only calls made in the environment it started in (but for the name of the
+test pytest keeps there, which the child is given): a variable read when a module is imported
+(``HDF5_PLUGIN_PATH``, ``CKPT_MIGRATE_STALL_SECONDS``) must be the call's. A call made in
+another environment starts a new server in it. The tests of imports, signals or memory start
+Python themselves, as before.
 """
 
 from __future__ import annotations
@@ -27,23 +28,20 @@ import threading
 from pathlib import Path
 
 _PER_TEST = "PYTEST_CURRENT_TEST"  # set by pytest for each test, read by no import
-_ENV = {k: v for k, v in os.environ.items() if k != _PER_TEST}  # as the test run started
 _LOCK = threading.Lock()
-_server: tuple[subprocess.Popen, socket.socket] | None = None
+_server: tuple[subprocess.Popen, socket.socket, dict[str, str]] | None = None
 
 
 def run(
     argv: list[str], *, script: Path | None, cwd: Path | None, stdin_devnull: bool
 ) -> subprocess.CompletedProcess | None:
     """``python -m ckpt_migrate ARGV`` (or ``python SCRIPT ARGV``) in a child of the server;
-    None when this call must start Python itself (another environment, or no server)."""
+    None when ``CKPT_MIGRATE_TEST_NO_FORK`` asks for Python started afresh."""
     env = dict(os.environ)
-    if {k: v for k, v in env.items() if k != _PER_TEST} != _ENV or env.get(
-        "CKPT_MIGRATE_TEST_NO_FORK"
-    ):
+    if env.get("CKPT_MIGRATE_TEST_NO_FORK"):
         return None
     with _LOCK, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        conn = _connection()
+        conn = _connection(env)
         stdin = os.open(os.devnull, os.O_RDONLY) if stdin_devnull else 0
         try:
             request = {
@@ -71,18 +69,24 @@ def run(
         )
 
 
-def _connection() -> socket.socket:
+def _connection(env: dict[str, str]) -> socket.socket:
+    """The socket of a server started in ``env`` (but for the test's name)."""
     global _server
-    if _server is None or _server[0].poll() is not None:
+    own = {k: v for k, v in env.items() if k != _PER_TEST}
+    if _server is not None and (_server[0].poll() is not None or _server[2] != own):
+        _server[1].close()  # (the server exits when it reads the end)
+        _server[0].wait()
+        _server = None
+    if _server is None:
         ours, theirs = socket.socketpair()
         proc = subprocess.Popen(
             [sys.executable, __file__, str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
-            env=_ENV,
+            env=env,
             stdin=subprocess.DEVNULL,
         )
         theirs.close()
-        _server = (proc, ours)
+        _server = (proc, ours, own)
     return _server[1]
 
 

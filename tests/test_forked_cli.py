@@ -46,11 +46,23 @@ def test_a_forked_call_answers_as_the_command_started_afresh(script, argv, cwd):
     assert forked.args == fresh.args
 
 
-def test_another_environment_starts_python_afresh(monkeypatch):
-    """A variable may be read when a module is imported: the server, which imported them in
-    the run's own environment, does not serve a call made in another."""
+def test_a_call_in_another_environment_has_a_server_started_in_it(monkeypatch, tmp_path):
+    """A variable may be read when a module is imported: a server that imported the command in
+    one environment serves no call made in another."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os; print(os.getppid())\n")
+
+    def server() -> str:
+        done = forked_cli.run([], script=probe, cwd=tmp_path, stdin_devnull=True)
+        assert done is not None and done.returncode == 0
+        return done.stdout
+
+    first = server()
+    assert server() == first
     monkeypatch.setenv("CKPT_MIGRATE_STALL_SECONDS", "3")
-    assert forked_cli.run(["--help"], script=None, cwd=None, stdin_devnull=True) is None
+    other = server()
+    assert other != first
+    assert server() == other
 
 
 def test_the_child_has_the_tests_own_environment(monkeypatch, tmp_path):
