@@ -7,13 +7,12 @@ key names used since 1.7 and the 2.0→2.1 rows), not computed by the code under
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CKPT, MODELS, ROOT
+from conftest import CKPT, MODELS, ROOT, run_cli
 from digest import digest
 from real_cstorch import real_digest, requires_real_cstorch
 
@@ -115,11 +114,7 @@ def upgrade(src: Path, out: Path, *args: str) -> dict:
         "--json",
         *args,
     ]
-    proc = subprocess.run(
-        [sys.executable, "-m", "ckpt_migrate", *cmd],
-        capture_output=True,
-        text=True,
-    )
+    proc = run_cli(*cmd)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return json.loads(proc.stdout)
 
