@@ -206,8 +206,11 @@ def test_the_upgrade_dir_options_the_brief_names_exist():
 
 # --------------------------------------------------------------------------- the scripts
 
-# The 1.x → 2.0 steps the scripts run, whose messages they show.
+# The reader, the engine and the 1.x → 2.0 steps the scripts run, whose messages they show.
 SCRIPT_SOURCES = [
+    *READ,
+    "ckpt_migrate/engine/upgrade.py",
+    "ckpt_migrate/engine/copypatch.py",
     "migrations/v01_1_7_to_1_8.py",
     "migrations/v02_1_8_to_1_9.py",
     "migrations/v03_1_9_to_2_0.py",
@@ -219,6 +222,13 @@ SCRIPT_NOT_SAID = {
     "--num-csx": "a config step: these scripts upgrade no config (convert's is upgraded "
     "separately, after the checkpoint)",
     "--drop-unmatched-keys": "said only when convert's --drop-unmatched-keys was given",
+    "--from": "said only when --from was given, or with the commands that take it "
+    "(releases.FROM_HINT)",
+    "--copy-method": "said only when --copy-method clone was given",
+    "--force": "said only when --force was given",
+    "--inplace": "said only for an output in an --output-dir: a script names its output file "
+    "(engine.upgrade._target)",
+    "--output-dir": "said only for an output in an --output-dir, as --inplace",
 }
 # data_iter_state_conversion.py requires the side files: nothing is ever dropped
 REQUIRED_SIDE_FILES = {"data_iter_state_conversion": {"--drop-dataloader-state"}}

@@ -353,6 +353,32 @@ def test_fix_checkpoint_spec_equals_upgrade_and_never_truncates(tmp_path):
     assert proc.returncode == 0 and other.is_file()
 
 
+@pytest.mark.parametrize("how", ["the same path", "a hard link", "a symbolic link"])
+def test_a_script_told_to_write_over_its_source_names_a_fix_it_has(tmp_path, how):
+    """The engine's fix for an output that is the source, ``--inplace``, is ckpt-migrate's:
+    data_iter_state_conversion.py has no in-place mode, fix_checkpoint_spec.py spells it
+    ``--fix_inplace``. Their documented usage lines, with the source named as the output."""
+    src = tmp_path / "checkpoint_100.mdl"
+    src.write_bytes((FIXTURES / "release-1.9.mdl").read_bytes())
+    before = src.read_bytes()
+    out = {"the same path": src}.get(how, tmp_path / "out.mdl")
+    if how == "a hard link":
+        out.hardlink_to(src)
+    elif how == "a symbolic link":
+        out.symlink_to(src)
+    side = ("--worker_data_iter_files_dir", SIDE / "good", "--dataloader_type", "map")
+    for proc in (
+        run_script("fix_checkpoint_spec.py", "--fixed_checkpoint_path", out, src),
+        run_script(
+            "data_iter_state_conversion.py",
+            *("--old_checkpoint", src, "--output_file", out, *side, "--shuffle_seed", "5"),
+        ),
+    ):
+        line = one_line_error(proc, 2, "the output would be the source itself")
+        assert "--" not in line, line
+    assert src.read_bytes() == before
+
+
 def test_fix_inplace_keeps_a_backup_and_asks_only_on_a_terminal(tmp_path):
     src = tmp_path / "checkpoint_10.mdl"
     original = (FIXTURES / "release-1.9.mdl").read_bytes()

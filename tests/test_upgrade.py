@@ -24,7 +24,14 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, one_line_error, release_of, run_cli, sha256_file
+from conftest import (
+    FIXTURES,
+    one_line_error,
+    release_of,
+    run_cli,
+    run_script,
+    sha256_file,
+)
 
 import ckpt_migrate as cm
 from ckpt_migrate.atomic import create_temp
@@ -355,6 +362,19 @@ def test_disk_smaller_than_the_file_is_refused_before_writing(small_disk, tmp_pa
     assert listing(disk) == set()
     assert sha256_file(src) == before
     assert proc.returncode == 5, proc.stderr
+
+
+def test_a_script_short_of_space_names_no_option_it_lacks(small_disk, tmp_path):
+    """A script names its output file: the fix is not ckpt-migrate's ``--output-dir``."""
+    src = fixture("1.9", tmp_path / "src")
+    disk = small_disk(pages(src.stat().st_size) // 2 * PAGE)
+    proc = run_script(
+        "fix_checkpoint_spec.py",
+        *("--fixed_checkpoint_path", disk / "fixed.mdl", src, "--drop_dataloader_state"),
+    )
+    line = one_line_error(proc, 5, "bytes free", "free disk space or write elsewhere")
+    assert "--" not in line, line
+    assert listing(disk) == set()
 
 
 def big_tensor_checkpoint(path: Path) -> Path:

@@ -223,8 +223,8 @@ def _has_destination(opts: UpgradeOptions) -> bool:
 def _target(src: Path, opts: UpgradeOptions) -> Path:
     if opts.inplace:
         return src
-    if opts.output is not None:
-        return _output_file(src, opts.output, force=opts.force)
+    if opts.output is not None:  # (named by a script, which may have no --inplace)
+        return _output_file(src, opts.output, "name another output file", force=opts.force)
     return _output_path(src, opts.output_dir, create=not opts.dry_run, force=opts.force)
 
 
@@ -289,7 +289,8 @@ def _upgrade_locked(
             raise CkptIOError(
                 target.parent,
                 f"needs {plan.free_needed:,} bytes free, {plan.free_bytes:,} available",
-                "free disk space or choose another --output-dir",
+                "free disk space or "
+                + ("choose another --output-dir" if opts.output is None else "write elsewhere"),
             )
         backup = _backup_path(src, plan.source_release) if opts.inplace else None
         if opts.dry_run:
@@ -438,13 +439,14 @@ def _output_path(src: Path, output_dir: Path | None, *, create: bool, force: boo
             output_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise io_error(output_dir, exc) from None
-    return _output_file(src, output_dir / src.name, force=force)
+    return _output_file(src, output_dir / src.name, "use --inplace", force=force)
 
 
-def _output_file(src: Path, target: Path, *, force: bool = False) -> Path:
+def _output_file(src: Path, target: Path, elsewhere: str, *, force: bool = False) -> Path:
+    """``target``, checked; ``elsewhere`` is the fix when it is the source itself."""
     if target.exists() or target.is_symlink():
         if same_file(target, src):
-            raise UsageError(src, "the output would be the source itself", "use --inplace")
+            raise UsageError(src, "the output would be the source itself", elsewhere)
         if not force:
             raise UsageError(target, "already exists; refusing to overwrite it", "remove it first")
         if not target.is_file() or target.is_symlink():
