@@ -426,6 +426,30 @@ def test_an_existing_output_is_kept_without_force(tmp_path):
     shutil.rmtree(tmp_path / "hf")
 
 
+def test_force_replaces_a_model_directory_never_the_checkpoints_own(tmp_path):
+    """``export-hf CKPT DIR --force`` replaced DIR whatever it held: given the checkpoint's own
+    directory, it removed the checkpoint, its params.yaml and the rest. It now replaces only a
+    directory of a Hugging Face model's files (one down at most), an earlier export with the
+    tokenizer kept beside it among them."""
+    run = tmp_path / "run"
+    shutil.copytree(MODELS / "gpt2-1.9", run)
+    (run / "notes.txt").write_text("mine\n")
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    ckpt, params = run / "checkpoint_100.mdl", run / "params.yaml"
+    for out in (run, tmp_path):  # its own directory; one holding it one level down
+        proc = run_cli("export-hf", ckpt, out, "--config", params, "--force")
+        one_line_error(proc, 2, str(out), "not a file of a Hugging Face model directory")
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+    hf = tmp_path / "hf"
+    assert run_cli("export-hf", ckpt, hf, "--config", params).returncode == 0
+    (hf / "tokenizer.json").write_text("{}")
+    exported = sorted(p.name for p in hf.iterdir())
+    proc = run_cli("export-hf", ckpt, ".", "--config", params, "--force", cwd=hf)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in hf.iterdir()) == sorted(set(exported) - {"tokenizer.json"})
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
 @pytest.mark.parametrize("name", ["gpt2", "bert", "t5"])
 def test_import_to_2_0_is_the_2_10_import_downgraded(name, tmp_path):
     """Two ways to a 2.0 checkpoint agree: ``import-hf --release 2.0`` writes 2.0's key names

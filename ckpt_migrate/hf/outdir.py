@@ -1,10 +1,16 @@
 """The output directory of an export: written beside its target, every file fsynced, then
-renamed into place (an existing one, with ``force``, moved aside first and removed after)."""
+renamed into place (an existing one, with ``force``, moved aside first and removed after).
+
+``force`` replaces only a Hugging Face model directory: one holding nothing but the files an
+export writes and those ``save_pretrained`` and the Hub keep beside them (tokenizer, generation
+config, model card), at most one directory down. Any other directory (the checkpoint's own, a
+home directory) is refused, never removed."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -12,6 +18,59 @@ from pathlib import Path
 
 from ckpt_migrate.atomic import Interrupt, fsync_dir, fsync_path, io_error
 from ckpt_migrate.errors import UsageError
+from ckpt_migrate.hf.safetensors_io import INDEX, SINGLE
+
+# What an export writes (``safetensors_io.shard_names``, ``directories.write``), and what
+# transformers' ``save_pretrained``, its tokenizers' and the Hub's model pages keep beside it
+_MODEL_FILES = {"config.json", SINGLE, INDEX, "pytorch_model.bin", "pytorch_model.bin.index.json"}
+_BESIDE = {
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "chat_template.jinja",
+    "preprocessor_config.json",
+    "README.md",
+    ".gitattributes",
+}
+_SHARD = re.compile(r"(model-\d{5}-of-\d{5}\.safetensors|pytorch_model-\d{5}-of-\d{5}\.bin)")
+
+
+def _exported(name: str) -> bool:
+    return name in _MODEL_FILES or name in _BESIDE or _SHARD.fullmatch(name) is not None
+
+
+def _foreign(directory: Path, depth: int = 0) -> str | None:
+    """An entry of ``directory`` that is not a file of a Hugging Face model, or None."""
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if depth == 0 and entry.is_dir(follow_symlinks=False):
+                inner = _foreign(Path(entry.path), 1)
+                if inner is not None:
+                    return f"{entry.name}/{inner}"
+            elif not (entry.is_file(follow_symlinks=False) and _exported(entry.name)):
+                return entry.name
+    return None
+
+
+def _check_replaceable(target: Path) -> None:
+    try:
+        found = _foreign(target)
+    except OSError as exc:
+        raise io_error(target, exc) from None
+    if found is not None:
+        raise UsageError(
+            target,
+            f"holds {found}, not a file of a Hugging Face model directory; --force replaces "
+            "only such a directory",
+            "choose another output directory",
+        )
 
 
 def check_output_dir(target: Path, force: bool) -> None:
@@ -22,6 +81,7 @@ def check_output_dir(target: Path, force: bool) -> None:
             )
         if not target.is_dir() or target.is_symlink():
             raise UsageError(target, "is not a directory; --force replaces only a directory")
+        _check_replaceable(target)
     if not target.parent.is_dir():
         raise UsageError(target, "its parent directory does not exist", "create it first")
 
@@ -32,7 +92,7 @@ def atomic_dir(target: Path, *, force: bool = False) -> Iterator[Path]:
     directory in it, and itself, are fsynced and it is renamed to ``target`` (an existing one,
     with ``force``, is moved aside first and removed after). On any error the temporary
     directory is removed."""
-    target = Path(target)
+    target = Path(os.path.abspath(target))  # (``.`` has no name to put the temporary beside)
     check_output_dir(target, force)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
@@ -62,6 +122,7 @@ def _publish_dir(tmp: Path, target: Path, force: bool) -> None:
     if target.exists():
         if not force:
             raise UsageError(target, "appeared meanwhile; refusing to overwrite it")
+        _check_replaceable(target)  # (as it is now, not as it was when the export began)
         old = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.old")
         os.rename(target, old)
     try:
