@@ -450,6 +450,24 @@ def test_force_replaces_a_model_directory_never_the_checkpoints_own(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+def test_import_with_force_replaces_no_file_of_the_model_it_reads(tmp_path):
+    """``import-hf DIR DIR/model.safetensors --force`` replaced the model's weights with the
+    checkpoint, and ``--config-out DIR/config.json`` its config, with success. A directory
+    ``save_pretrained`` wrote (files we did not write)."""
+    cls_name, config = CASES["gpt2"]
+    hf = tmp_path / "hf"
+    getattr(transformers, cls_name)(config).save_pretrained(hf)
+    before = {p.name: p.read_bytes() for p in hf.iterdir()}
+    for args in (
+        (hf / "model.safetensors",),
+        (tmp_path / "m.mdl", "--config-out", hf / "config.json"),
+    ):
+        proc = run_cli("import-hf", hf, *args, "--model", "gpt2", "--force")
+        one_line_error(proc, 2, "which this import reads; --force replaces nothing there")
+    assert {p.name: p.read_bytes() for p in hf.iterdir()} == before
+    assert not (tmp_path / "m.mdl").exists()
+
+
 @pytest.mark.parametrize("name", ["gpt2", "bert", "t5"])
 def test_import_to_2_0_is_the_2_10_import_downgraded(name, tmp_path):
     """Two ways to a 2.0 checkpoint agree: ``import-hf --release 2.0`` writes 2.0's key names

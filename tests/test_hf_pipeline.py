@@ -5,6 +5,7 @@ exported in one call; ``pytorch_model.bin`` imports; the refusals; memory."""
 from __future__ import annotations
 
 import json
+import shutil
 import tracemalloc
 import zipfile
 from pathlib import Path
@@ -202,6 +203,12 @@ def test_refusals(tmp_path: Path):
     with pytest.raises(UsageError) as err:
         import_hf(hf_dir, tmp_path / "old.mdl", release="1.9")
     assert "2.0" in _one_line(err.value)
+    given = tmp_path / "given-config.json"  # a config of its own, named as the output
+    shutil.copyfile(hf_dir / "config.json", given)
+    with pytest.raises(UsageError) as err:
+        import_hf(hf_dir, given, config=given, force=True)
+    assert "the config this import reads" in _one_line(err.value)
+    assert given.read_bytes() == (hf_dir / "config.json").read_bytes()
     # force replaces: the directory is complete afterwards
     export(ckpt, hf_dir, config=params, force=True)
     assert torch.equal(_logits(hf_dir), _logits(hf_dir))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue, jsonfile
-from ckpt_migrate.atomic import atomic_output
+from ckpt_migrate.atomic import atomic_output, same_file
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_text
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError
@@ -96,10 +96,10 @@ def import_hf(
     rel = releases.get(release)
     if rel.version < releases.get(OLDEST).version:
         raise UsageError(None, f"import writes releases {OLDEST} and newer, not {rel.name}")
-    _check_free(out, force)
-    if config_out is not None:
-        _check_free(Path(config_out), force)
     given = None if config is None else Path(config)
+    _check_free(out, force, src, given)
+    if config_out is not None:
+        _check_free(Path(config_out), force, src, given)
     name = canonical_name(model) if model else _split_model(src)
     dirs = directories.of(family_for(name), name) if name else directories.ONE
     if given is not None and dirs != directories.ONE:
@@ -162,9 +162,19 @@ def import_hf(
     return result
 
 
-def _check_free(target: Path, force: bool) -> None:
-    if target.exists() and not force:
-        raise UsageError(target, "already exists; refusing to overwrite it", "pass --force")
+def _check_free(target: Path, force: bool, src: Path, given: Path | None) -> None:
+    """``target`` may be written: new, or replaced with ``force`` where it is no input (a file
+    of the model directory ``src``, or the ``given`` config)."""
+    if target.exists():
+        if not force:
+            raise UsageError(target, "already exists; refusing to overwrite it", "pass --force")
+        if target.resolve().is_relative_to(src.resolve()):
+            why = f"lies in {src}, which this import reads; --force replaces nothing there"
+        elif given is not None and same_file(target, given):
+            why = "is the config this import reads; --force replaces no input"
+        else:
+            return
+        raise UsageError(target, why, "write the output elsewhere")
     if not target.parent.is_dir():
         raise UsageError(target, "its directory does not exist", "create it first")
 
