@@ -126,6 +126,12 @@ NOT_SAID = {
     ("--force", "ckpt_migrate/engine/upgrade.py"): (
         "said only when --force was given (upgrade); upgrade-dir never replaces an output"
     ),
+    ("--force", "ckpt_migrate/engine/verify.py"): (
+        "said only when --force and --manifest were given (upgrade)"
+    ),
+    ("--manifest", "ckpt_migrate/engine/verify.py"): (
+        "said only when --manifest was given (upgrade); upgrade-dir writes no manifest"
+    ),
 }
 
 

@@ -866,6 +866,62 @@ def flatten(obj, prefix: str = "") -> dict:
     return out
 
 
+@pytest.mark.parametrize(
+    "names",
+    ["the source", "a hard link to the source", "the output", "the config", "the backup"],
+)
+def test_a_manifest_replaces_no_input_and_no_output(tmp_path, names):
+    """``--manifest PATH`` was written over whatever PATH was, once the upgrade was done:
+    naming the source, it replaced the 1.9 checkpoint with the JSON manifest, with success.
+    The shipped example (checkpoint, its Model Zoo-style params.yaml) under each name."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "example", run)
+    src, params, out = run / "checkpoint_100.mdl", run / "params.yaml", tmp_path / "out"
+    before = {p: p.read_bytes() for p in (src, params)}
+    where = ("--output-dir", out)
+    manifest = {
+        "the source": src,
+        "a hard link to the source": tmp_path / "link.mdl",
+        "the output": out / src.name,
+        "the config": params,
+        "the backup": run / "checkpoint_100.mdl.pre-1.9.bak",
+    }[names]
+    if names == "a hard link to the source":
+        manifest.hardlink_to(src)
+    elif names == "the backup":
+        where = ("--inplace",)
+    proc = run_cli(
+        "upgrade",
+        src,
+        *where,
+        "--config",
+        params,
+        "--drop-dataloader-state",
+        "--manifest",
+        manifest,
+    )
+    what = "the source" if names.startswith("a hard link") else names
+    one_line_error(proc, 2, f"--manifest names {what}")
+    assert {p: p.read_bytes() for p in (src, params)} == before
+    assert not out.exists() or listing(out) == set()
+    assert sorted(p.name for p in run.iterdir()) == [
+        "checkpoint_100.mdl",
+        "dataloader",
+        "params.yaml",
+    ]
+
+
+def test_an_existing_manifest_is_replaced_only_with_force(tmp_path):
+    src = fixture("2.0", tmp_path / "src")
+    manifest = tmp_path / "notes.json"
+    manifest.write_text("mine\n")
+    args = ("upgrade", "--drop-dataloader-state", src, "--manifest", manifest)
+    one_line_error(run_cli(*args, "--output-dir", tmp_path / "a"), 2, "already exists")
+    assert manifest.read_text() == "mine\n" and not (tmp_path / "a" / src.name).exists()
+    assert run_cli(*args, "--output-dir", tmp_path / "b", "--force").returncode == 0
+    assert json.loads(manifest.read_text())["to"] == "2.10"
+
+
 def test_manifest_holds_the_sha256_of_each_tensors_raw_bytes(tmp_path):
     import torch
 

@@ -22,6 +22,7 @@ from ckpt_migrate.engine.upgrade import (
     check_destination,
 )
 from ckpt_migrate.engine.upgrade import upgrade as upgrade_file
+from ckpt_migrate.engine.verify import manifest_clash
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.model_dir import upgrade_dir as dir_upgrade
@@ -81,6 +82,9 @@ def upgrade(
         yield from _upgrade_objects(paths, output_dir, opts, alongside)
         return
     check_destination(opts)
+    if manifest is not None:  # (the engine checks the rest once it has made the output's folder)
+        keep = {"the source": paths[0], "the config": config, "the config's output": config_out}
+        manifest_clash(manifest, keep)
     for path in paths:
         res = upgrade_file(path, opts, progress)
         yield res, alongside.run(res) if alongside is not None else None
@@ -105,8 +109,10 @@ def _upgrade_objects(
     """``s3://`` checkpoints into an ``s3://`` prefix (``remote.upgrade``)."""
     if alongside is not None:
         raise UsageError(None, "--config is not offered for s3:// checkpoints")
-    if opts.manifest is not None or opts.inplace:
+    if opts.inplace:
         raise UsageError(None, "s3:// checkpoints take --output-dir s3://..., not --inplace")
+    if opts.manifest is not None:
+        raise UsageError(None, "--manifest is not offered for s3:// checkpoints")
     if not all(s3.is_url(p) for p in paths) or (
         output_dir is not None and not s3.is_url(output_dir)
     ):

@@ -31,7 +31,7 @@ from ckpt_migrate.engine.copypatch import Output, Written, file_digest, write
 from ckpt_migrate.engine.extents import Choice
 from ckpt_migrate.engine.plan import Plan, read_planned
 from ckpt_migrate.engine.splitcopy import Progress, SplitCopy
-from ckpt_migrate.engine.verify import verify_full, verify_index, write_manifest
+from ckpt_migrate.engine.verify import check_manifest, verify_full, verify_index, write_manifest
 from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, VerificationError
 from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
@@ -293,6 +293,9 @@ def _upgrade_locked(
                 + ("choose another --output-dir" if opts.output is None else "write elsewhere"),
             )
         backup = _backup_path(src, plan.source_release) if opts.inplace else None
+        if opts.manifest is not None:
+            keep = {"the source": src, "the output": target, "the backup": backup}
+            check_manifest(opts.manifest, opts.force, keep)
         if opts.dry_run:
             ctx = apply_hops(ckpt, plan, opts, family)
             result.changes, result.warnings = ctx.changes, ctx.warnings + ckpt.warnings

@@ -24,11 +24,11 @@ import h5py
 import numpy as np
 
 from ckpt_migrate._version import __version__
-from ckpt_migrate.atomic import atomic_output
+from ckpt_migrate.atomic import atomic_output, same_file
 from ckpt_migrate.engine.copypatch import Written
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import Progress, merge_spans
-from ckpt_migrate.errors import CorruptCheckpointError, VerificationError
+from ckpt_migrate.errors import CorruptCheckpointError, UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.compare import (
     check_written,
@@ -356,6 +356,26 @@ def _check_hash(tmp: Path, name: str, leaf: TensorLeaf, ds: h5py.Dataset, writte
     if tensor_sha256(leaf) != got:
         raise VerificationError(tmp, f"tensor {name!r} differs from its source")
     written.hashes[name] = got
+
+
+def check_manifest(path: Path, force: bool, keep: dict[str, Path | None]) -> None:
+    """``--manifest PATH`` before any work: a new file, or a regular file ``--force`` replaces,
+    and never one of the files ``keep`` names (the source, the output, the backup)."""
+    manifest_clash(path, keep)
+    if path.exists() or path.is_symlink():
+        if not force:
+            raise UsageError(path, "already exists; refusing to overwrite it", "remove it first")
+        if not path.is_file() or path.is_symlink():
+            raise UsageError(path, "is not a regular file; --force replaces only files")
+    elif not path.parent.is_dir():
+        raise UsageError(path, "its directory does not exist", "create it first")
+
+
+def manifest_clash(path: Path, keep: dict[str, Path | None]) -> None:
+    """Refuse a manifest ``path`` that is one of the files ``keep`` names (what: path)."""
+    for what, other in keep.items():
+        if other is not None and (path.absolute() == other.absolute() or same_file(path, other)):
+            raise UsageError(path, f"--manifest names {what}", "name a new file for the manifest")
 
 
 def write_manifest(
