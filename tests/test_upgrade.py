@@ -911,6 +911,19 @@ def test_a_manifest_replaces_no_input_and_no_output(tmp_path, names):
     ]
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_two_checkpoints_of_one_name_are_refused_before_either(tmp_path, force):
+    """``upgrade x/ckpt.mdl y/ckpt.mdl --output-dir OUT``: the second was refused once the
+    first was written; with ``--force`` it replaced the first, both reported as written."""
+    x = fixture("2.0", tmp_path / "x", "ckpt.mdl")
+    y = fixture("2.3", tmp_path / "y", "ckpt.mdl")
+    out = tmp_path / "out"
+    force_args = ("--force",) if force else ()
+    proc = run_cli("upgrade", x, y, "--output-dir", out, "--drop-dataloader-state", *force_args)
+    one_line_error(proc, 2, f"would both be written to {out / 'ckpt.mdl'}")
+    assert not out.exists()
+
+
 def test_an_existing_manifest_is_replaced_only_with_force(tmp_path):
     src = fixture("2.0", tmp_path / "src")
     manifest = tmp_path / "notes.json"

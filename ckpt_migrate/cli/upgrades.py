@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ckpt_migrate.cli.commands import check_copy_method, check_verify
@@ -75,6 +75,8 @@ def upgrade(
         raise UsageError(None, "--force replaces an output; --inplace has none", "drop --force")
     if manifest is not None and len(paths) > 1:
         raise UsageError(None, "--manifest takes one checkpoint at a time")
+    if output_dir is not None:
+        _refuse_one_output_for_two(paths, output_dir)
     alongside = _config_alongside(
         config, config_out, num_csx, target=to, output_dir=output_dir, dry_run=dry_run, model=model
     )
@@ -88,6 +90,22 @@ def upgrade(
     for path in paths:
         res = upgrade_file(path, opts, progress)
         yield res, alongside.run(res) if alongside is not None else None
+
+
+def _refuse_one_output_for_two(paths: list[Path], output_dir: Path) -> None:
+    """Two checkpoints of one name would go to one output file: the second was refused once the
+    first was done, or with ``--force`` replaced it, both reported as written."""
+    seen: dict[str, Path] = {}
+    for path in paths:
+        name = PurePosixPath(str(path)).name  # (an s3:// address's too)
+        if name in seen:
+            raise UsageError(
+                None,
+                f"{seen[name]} and {path} would both be written to "
+                f"{PurePosixPath(str(output_dir)) / name}",
+                "upgrade them into different --output-dir directories",
+            )
+        seen[name] = path
 
 
 def _config_alongside(
