@@ -924,6 +924,18 @@ def test_two_checkpoints_of_one_name_are_refused_before_either(tmp_path, force):
     assert not out.exists()
 
 
+def test_a_config_out_naming_the_upgraded_checkpoint_is_refused_before_any_work(tmp_path):
+    """It was refused only once the checkpoint had been written (exit 2, half a run)."""
+    src, params = FIXTURES / "example" / "checkpoint_100.mdl", FIXTURES / "example" / "params.yaml"
+    out = tmp_path / "out"
+    proc = run_cli(
+        "upgrade", src, "--output-dir", out, "--config", params,
+        "--config-out", out / src.name, "--drop-dataloader-state",
+    )  # fmt: skip
+    one_line_error(proc, 2, "--config-out names the upgrade of")
+    assert not out.exists()
+
+
 def test_an_existing_manifest_is_replaced_only_with_force(tmp_path):
     src = fixture("2.0", tmp_path / "src")
     manifest = tmp_path / "notes.json"

@@ -76,7 +76,7 @@ def upgrade(
     if manifest is not None and len(paths) > 1:
         raise UsageError(None, "--manifest takes one checkpoint at a time")
     if output_dir is not None:
-        _refuse_one_output_for_two(paths, output_dir)
+        _refuse_one_output_for_two(paths, output_dir, config_out)
     alongside = _config_alongside(
         config, config_out, num_csx, target=to, output_dir=output_dir, dry_run=dry_run, model=model
     )
@@ -92,18 +92,25 @@ def upgrade(
         yield res, alongside.run(res) if alongside is not None else None
 
 
-def _refuse_one_output_for_two(paths: list[Path], output_dir: Path) -> None:
-    """Two checkpoints of one name would go to one output file: the second was refused once the
-    first was done, or with ``--force`` replaced it, both reported as written."""
+def _refuse_one_output_for_two(
+    paths: list[Path], output_dir: Path, config_out: Path | None
+) -> None:
+    """Two checkpoints of one name would go to one output file (the second was refused once
+    the first was done, or with ``--force`` replaced it, both reported as written), or
+    ``--config-out`` names a checkpoint's output (refused once the checkpoint was written)."""
     seen: dict[str, Path] = {}
     for path in paths:
         name = PurePosixPath(str(path)).name  # (an s3:// address's too)
+        target = PurePosixPath(str(output_dir)) / name
         if name in seen:
             raise UsageError(
                 None,
-                f"{seen[name]} and {path} would both be written to "
-                f"{PurePosixPath(str(output_dir)) / name}",
+                f"{seen[name]} and {path} would both be written to {target}",
                 "upgrade them into different --output-dir directories",
+            )
+        if config_out is not None and config_out.absolute() == Path(target).absolute():
+            raise UsageError(
+                config_out, f"--config-out names the upgrade of {path}", "name another file"
             )
         seen[name] = path
 
