@@ -7,10 +7,11 @@ import os
 import pickle
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES, one_line_error, run_capped, run_cli
+from conftest import FIXTURES, REAL, one_line_error, real_2x_files, run_capped, run_cli
 
 import ckpt_migrate
 from ckpt_migrate.cli import commands
@@ -163,6 +164,22 @@ def test_from_torch_refuses_in_one_line_without_torchs_advice(tmp_path, data, wo
     proc = run_cli("from-torch", src, tmp_path / "out.mdl")
     one_line_error(proc, 2, "state.pt", words)
     assert "weights_only=False" not in proc.stderr and "UserWarning" not in proc.stderr
+    assert not (tmp_path / "out.mdl").exists()
+
+
+@pytest.mark.parametrize("name", ["basic.mdl", "gpt2-2.6.0.mdl", "userblock"])
+def test_from_torch_given_an_h5_checkpoint_says_so(tmp_path, name):
+    """It said "not loadable with weights_only=True (Unsupported operand 72)", as if the file
+    were a torch file holding something unsupported. The real library's files, and one whose
+    superblock lies past a 512-byte user block."""
+    if name == "userblock":
+        src = tmp_path / "ub.mdl"
+        with h5py.File(src, "w", userblock_size=512) as f:
+            f["w"] = np.arange(3.0)
+    else:
+        src = next(p for p in [*REAL.glob("*.mdl"), *real_2x_files(tmp_path)] if p.name == name)
+    proc = run_cli("from-torch", src, tmp_path / "out.mdl")
+    one_line_error(proc, 2, "is an HDF5 file (a Cerebras H5 checkpoint?), not a torch.save file")
     assert not (tmp_path / "out.mdl").exists()
 
 

@@ -25,9 +25,15 @@ import numpy as np
 # saving a checkpoint of numpy arrays never loads torch.
 import ckpt_migrate.torch as torch_room
 from ckpt_migrate.atomic import atomic_output
-from ckpt_migrate.errors import MissingLeavesError, NotACheckpointError, UnsupportedContentError
+from ckpt_migrate.errors import (
+    CkptError,
+    MissingLeavesError,
+    NotACheckpointError,
+    UnsupportedContentError,
+)
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format import pickled as objects
+from ckpt_migrate.format.h5 import sniff
 from ckpt_migrate.format.pickled import ObjectMode, OpaqueObject
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import (
@@ -392,12 +398,23 @@ def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> 
         raise NotACheckpointError(src_path, "no such file", "check the path")
     try:
         state = weights_load.load(src_path)
-    except weights_load.Refused as exc:
-        raise UnsupportedContentError(
+    except (weights_load.Refused, weights_load.Unreadable) as exc:
+        raise _not_torch(src_path, exc) from None
+    return save(state, dst, release)
+
+
+def _not_torch(src_path: Path, exc: Exception) -> CkptError:
+    """Why ``from_torch`` cannot read ``src_path``: torch's reason, unless it is HDF5."""
+    if sniff.is_hdf5(src_path):
+        return NotACheckpointError(
+            src_path,
+            "is an HDF5 file (a Cerebras H5 checkpoint?), not a torch.save file",
+            "inspect or upgrade it as it is; to-torch writes a torch.save file of it",
+        )
+    if isinstance(exc, weights_load.Refused):
+        return UnsupportedContentError(
             src_path,
             f"not loadable with weights_only=True ({exc})",
             "only plain tensors, containers and scalars are accepted",
-        ) from None
-    except weights_load.Unreadable as exc:
-        raise NotACheckpointError(src_path, f"not a torch.save file ({exc})") from None
-    return save(state, dst, release)
+        )
+    return NotACheckpointError(src_path, f"not a torch.save file ({exc})")

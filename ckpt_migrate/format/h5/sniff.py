@@ -53,6 +53,22 @@ def looks_like_format_05(path: Path) -> bool:
         os.close(fd)
 
 
+def is_hdf5(path: Path) -> bool:
+    """Whether the file at ``path`` has an HDF5 signature where HDF5 looks for a superblock
+    (a named pipe, opened without waiting for a writer, has none)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        return _superblock(file_reader(fd, size), size) is not None
+    except (HeaderError, ValueError, OSError):
+        return False
+    finally:
+        os.close(fd)
+
+
 def root_header(path: Path) -> tuple[int, int] | None:
     """(the root's object header address, the superblock's base) of the HDF5 file at
     ``path``, from its superblock's bytes (as ``h5.root.root_header`` asks HDF5 for them);
