@@ -75,7 +75,7 @@ def upgrade(
         raise UsageError(None, "--force replaces an output; --inplace has none", "drop --force")
     if manifest is not None and len(paths) > 1:
         raise UsageError(None, "--manifest takes one checkpoint at a time")
-    if output_dir is not None:
+    if output_dir is not None and not inplace:  # (with both, check_destination says so)
         _refuse_one_output_for_two(paths, output_dir, config_out)
     alongside = _config_alongside(
         config, config_out, num_csx, target=to, output_dir=output_dir, dry_run=dry_run, model=model
