@@ -466,6 +466,13 @@ def test_import_with_force_replaces_no_file_of_the_model_it_reads(tmp_path):
         one_line_error(proc, 2, "which this import reads; --force replaces nothing there")
     assert {p.name: p.read_bytes() for p in hf.iterdir()} == before
     assert not (tmp_path / "m.mdl").exists()
+    # the config's output naming the checkpoint's: with --force the config replaced the
+    # checkpoint, reported as written; without, it was refused once the checkpoint was written
+    for force in ((), ("--force",)):
+        out = tmp_path / "m.mdl"
+        proc = run_cli("import-hf", hf, out, "--config-out", out, "--model", "gpt2", *force)
+        one_line_error(proc, 2, "is the checkpoint's output too")
+        assert not out.exists()
 
 
 @pytest.mark.parametrize("name", ["gpt2", "bert", "t5"])
