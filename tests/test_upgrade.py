@@ -539,15 +539,23 @@ def test_inplace_through_a_symlink_upgrades_its_target_and_keeps_the_link(tmp_pa
     assert listing(tmp_path / "store") == {"ckpt.mdl", backup.name}
 
 
-def test_inplace_refuses_a_different_file_at_the_backup_name(tmp_path):
+@pytest.mark.parametrize("there", ["a file", "a dangling symbolic link"])
+def test_inplace_refuses_a_different_file_at_the_backup_name(tmp_path, there):
+    """A dangling link was taken for no backup: the dry run said yes, and the run upgraded the
+    file and only then failed, with no fix, to link the backup."""
     src = fixture("2.0", tmp_path, "ckpt.mdl")
     original = src.read_bytes()
     backup = tmp_path / "ckpt.mdl.pre-2.0.bak"
-    backup.write_bytes(b"someone else's file")
-    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--inplace")
-    one_line_error(proc, 2, str(backup), "backup already exists")
+    if there == "a file":
+        backup.write_bytes(b"someone else's file")
+    else:
+        backup.symlink_to(tmp_path / "nowhere")
+    for dry in (("--dry-run",), ()):
+        proc = run_cli("upgrade", "--drop-dataloader-state", src, "--inplace", *dry)
+        one_line_error(proc, 2, str(backup), "backup already exists; move it away, then retry")
     assert src.read_bytes() == original
-    assert backup.read_bytes() == b"someone else's file"
+    if there == "a file":
+        assert backup.read_bytes() == b"someone else's file"
     assert listing(tmp_path) == {"ckpt.mdl", backup.name}
 
 

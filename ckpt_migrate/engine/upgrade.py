@@ -461,7 +461,7 @@ def _output_file(src: Path, target: Path, elsewhere: str, *, force: bool = False
 
 def _backup_path(src: Path, release: Release) -> Path:
     backup = src.with_name(f"{src.name}.pre-{release.name}.bak")
-    if backup.exists() and not same_file(backup, src):
+    if (backup.exists() or backup.is_symlink()) and not same_file(backup, src):
         raise UsageError(backup, "backup already exists", "move it away, then retry")
     return backup
 
