@@ -202,6 +202,9 @@ def require_free(fd: int, needed: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+_EXISTS, _ELSEWHERE = "already exists; refusing to overwrite it", "choose another output"
+
+
 def publish(tmp: Path, target: Path, *, replace: bool = False) -> None:
     """Move ``tmp`` to ``target``; without ``replace``, fail if ``target`` appeared meanwhile.
     Never after Ctrl-C (``Interrupt``)."""
@@ -212,12 +215,12 @@ def publish(tmp: Path, target: Path, *, replace: bool = False) -> None:
         try:
             os.link(tmp, target)  # atomic and refuses to clobber
         except FileExistsError:
-            raise UsageError(target, "already exists; refusing to overwrite it") from None
+            raise UsageError(target, _EXISTS, _ELSEWHERE) from None
         except OSError as exc:
             if exc.errno not in LINK_REFUSED:
                 raise
             if target.exists():
-                raise UsageError(target, "already exists; refusing to overwrite it") from None
+                raise UsageError(target, _EXISTS, _ELSEWHERE) from None
             os.rename(tmp, target)
         else:
             os.unlink(tmp)
@@ -233,10 +236,8 @@ def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path
     place on a normal exit and removed on any exception.
     """
     target = Path(target)
-    if target.exists() and not replace:
-        raise UsageError(
-            target, "already exists; refusing to overwrite it", "choose another output"
-        )
+    if (target.exists() or target.is_symlink()) and not replace:  # (a dangling link too)
+        raise UsageError(target, _EXISTS, _ELSEWHERE)
     if not target.parent.is_dir():
         raise UsageError(target, "its directory does not exist", "create it first")
     try:
@@ -332,7 +333,7 @@ def link_or_copy(src: Path, target: Path, copy: Callable[[Path, Path], None]) ->
     try:
         os.link(src, target)
     except FileExistsError:
-        raise UsageError(target, "already exists; refusing to overwrite it") from None
+        raise UsageError(target, _EXISTS, _ELSEWHERE) from None
     except OSError as exc:
         if exc.errno not in LINK_REFUSED:
             raise io_error(target, exc) from None

@@ -183,6 +183,16 @@ def test_from_torch_given_an_h5_checkpoint_says_so(tmp_path, name):
     assert not (tmp_path / "out.mdl").exists()
 
 
+def test_an_output_named_by_a_dangling_link_is_refused_before_any_work(tmp_path):
+    """``exists()`` is false for a dangling link: the conversion ran, and publishing failed at
+    the end with no fix given."""
+    out = tmp_path / "out.pt"
+    out.symlink_to(tmp_path / "nowhere")
+    proc = run_cli("to-torch", FIXTURES / "release-2.10.mdl", out)
+    one_line_error(proc, 2, "already exists; refusing to overwrite it; choose another output")
+    assert out.is_symlink() and not (tmp_path / "nowhere").exists()
+
+
 def test_from_torch_reads_torchs_format_before_1_6(tmp_path):
     state = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "step": 7}
     torch.save(state, tmp_path / "old.pt", _use_new_zipfile_serialization=False)
