@@ -475,6 +475,26 @@ def test_import_with_force_replaces_no_file_of_the_model_it_reads(tmp_path):
         assert not out.exists()
 
 
+def test_a_layer_count_of_true_is_refused_both_ways(tmp_path):
+    """Python takes true for 1: a one-layer model whose config said ``true`` exported and
+    imported with success, and the config written on the other side said
+    ``num_hidden_layers: true``."""
+    src = MODELS / "gpt2-1.9"
+    text = (src / "params.yaml").read_text()
+    assert "num_hidden_layers: 1\n" in text
+    params = tmp_path / "params.yaml"
+    params.write_text(text.replace("num_hidden_layers: 1\n", "num_hidden_layers: true\n"))
+    proc = run_cli("export-hf", src / "checkpoint_100.mdl", tmp_path / "hf", "--config", params)
+    one_line_error(proc, 2, "num_hidden_layers is true, not a layer count")
+    good = tmp_path / "good"
+    proc = run_cli("export-hf", src / "checkpoint_100.mdl", good, "--config", src / "params.yaml")
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((good / "config.json").read_text())
+    (good / "config.json").write_text(json.dumps({**config, "n_layer": True}))
+    proc = run_cli("import-hf", good, tmp_path / "m.mdl", "--model", "gpt2")
+    one_line_error(proc, 2, "n_layer is true, not a layer count")
+
+
 @pytest.mark.parametrize("name", ["gpt2", "bert", "t5"])
 def test_import_to_2_0_is_the_2_10_import_downgraded(name, tmp_path):
     """Two ways to a 2.0 checkpoint agree: ``import-hf --release 2.0`` writes 2.0's key names

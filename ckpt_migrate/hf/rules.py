@@ -77,10 +77,14 @@ def check_layer_counts(path: Path, config: Mapping[str, Any], tensors: int, dept
     """A config may not declare more layers than the file has tensors: the plan walks every
     declared layer, so a crafted count would buy minutes of CPU before any tensor is missed.
     Sections are checked too, ``depth`` levels down (a composite's parts,
-    ``hf/compose.py``, are at most four: MM-Simple's image encoder)."""
+    ``hf/compose.py``, are at most four: MM-Simple's image encoder). A count that is true or
+    false is refused too: Python takes it for 1 or 0, and it went through to the other side's
+    config as a boolean."""
     for key in _LAYER_COUNTS:
         value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= tensors:
+        if isinstance(value, bool):
+            raise UnsupportedContentError(path, f"{key} is {str(value).lower()}, not a layer count")
+        if isinstance(value, int) and not 0 <= value <= tensors:
             raise UnsupportedContentError(
                 path, f"{key} is {value}, but the model has {tensors} tensors"
             )
