@@ -261,6 +261,18 @@ def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path
         os.close(lock)
 
 
+def check_output(target: Path, *, force: bool) -> None:
+    """Before any work: ``target`` is new in an existing directory, or a regular file that
+    ``force`` replaces (never a directory, a link or a device)."""
+    if target.exists() or target.is_symlink():
+        if not force:
+            raise UsageError(target, _EXISTS, "remove it first")
+        if not target.is_file() or target.is_symlink():
+            raise UsageError(target, "is not a regular file; --force replaces only files")
+    elif not target.parent.is_dir():
+        raise UsageError(target, "its directory does not exist", "create it first")
+
+
 def io_error(target: Path, exc: OSError) -> CkptIOError:
     """``exc`` in plain words: the place, what went wrong and what to do (never HDF5's
     error stack)."""

@@ -123,11 +123,9 @@ NOT_SAID = {
         "them, and every command that reads one takes --allow-missing"
     ),
     ("--num-csx", "ckpt_migrate/config/upgrade.py"): "said only when --num-csx was given",
-    ("--force", "ckpt_migrate/engine/upgrade.py"): (
-        "said only when --force was given (upgrade); upgrade-dir never replaces an output"
-    ),
-    ("--force", "ckpt_migrate/engine/verify.py"): (
-        "said only when --force and --manifest were given (upgrade)"
+    ("--force", "ckpt_migrate/atomic.py"): (
+        "check_output: said only when --force was given (upgrade, its output or --manifest); "
+        "upgrade-dir never replaces an output"
     ),
     ("--manifest", "ckpt_migrate/engine/verify.py"): (
         "said only when --manifest was given (upgrade); upgrade-dir writes no manifest"

@@ -18,6 +18,7 @@ from ckpt_migrate.atomic import (
     advisory_lock,
     as_os_error,
     atomic_output,
+    check_output,
     check_writable,
     fsync_path,
     io_error,
@@ -447,15 +448,9 @@ def _output_path(src: Path, output_dir: Path | None, *, create: bool, force: boo
 
 def _output_file(src: Path, target: Path, elsewhere: str, *, force: bool = False) -> Path:
     """``target``, checked; ``elsewhere`` is the fix when it is the source itself."""
-    if target.exists() or target.is_symlink():
-        if same_file(target, src):
-            raise UsageError(src, "the output would be the source itself", elsewhere)
-        if not force:
-            raise UsageError(target, "already exists; refusing to overwrite it", "remove it first")
-        if not target.is_file() or target.is_symlink():
-            raise UsageError(target, "is not a regular file; --force replaces only files")
-    if not target.parent.is_dir():
-        raise UsageError(target, "its directory does not exist", "create it first")
+    if same_file(target, src):
+        raise UsageError(src, "the output would be the source itself", elsewhere)
+    check_output(target, force=force)
     return target
 
 

@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from ckpt_migrate._version import __version__
-from ckpt_migrate.atomic import atomic_output, same_file
+from ckpt_migrate.atomic import atomic_output, check_output, same_file
 from ckpt_migrate.engine.copypatch import Written
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import Progress, merge_spans
@@ -362,13 +362,7 @@ def check_manifest(path: Path, force: bool, keep: dict[str, Path | None]) -> Non
     """``--manifest PATH`` before any work: a new file, or a regular file ``--force`` replaces,
     and never one of the files ``keep`` names (the source, the output, the backup)."""
     manifest_clash(path, keep)
-    if path.exists() or path.is_symlink():
-        if not force:
-            raise UsageError(path, "already exists; refusing to overwrite it", "remove it first")
-        if not path.is_file() or path.is_symlink():
-            raise UsageError(path, "is not a regular file; --force replaces only files")
-    elif not path.parent.is_dir():
-        raise UsageError(path, "its directory does not exist", "create it first")
+    check_output(path, force=force)
 
 
 def manifest_clash(path: Path, keep: dict[str, Path | None]) -> None:
