@@ -354,12 +354,15 @@ def test_fix_checkpoint_spec_equals_upgrade_and_never_truncates(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["the same path", "a hard link", "a symbolic link"])
-def test_a_script_told_to_write_over_its_source_names_a_fix_it_has(tmp_path, how):
+@pytest.mark.parametrize("written_by", ["ours", "the 1.9 library's layout"])
+def test_a_script_told_to_write_over_its_source_names_a_fix_it_has(
+    tmp_path, how, written_by, real_layout_19
+):
     """The engine's fix for an output that is the source, ``--inplace``, is ckpt-migrate's:
     data_iter_state_conversion.py has no in-place mode, fix_checkpoint_spec.py spells it
     ``--fix_inplace``. Their documented usage lines, with the source named as the output."""
     src = tmp_path / "checkpoint_100.mdl"
-    src.write_bytes((FIXTURES / "release-1.9.mdl").read_bytes())
+    shutil.copyfile(FIXTURES / "release-1.9.mdl" if written_by == "ours" else real_layout_19, src)
     before = src.read_bytes()
     out = {"the same path": src}.get(how, tmp_path / "out.mdl")
     if how == "a hard link":

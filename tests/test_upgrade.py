@@ -27,6 +27,7 @@ import pytest
 from conftest import (
     FIXTURES,
     one_line_error,
+    real_2x_files,
     release_of,
     run_cli,
     run_script,
@@ -922,9 +923,12 @@ def test_a_manifest_replaces_no_input_and_no_output(tmp_path, names):
 @pytest.mark.parametrize("force", [False, True])
 def test_two_checkpoints_of_one_name_are_refused_before_either(tmp_path, force):
     """``upgrade x/ckpt.mdl y/ckpt.mdl --output-dir OUT``: the second was refused once the
-    first was written; with ``--force`` it replaced the first, both reported as written."""
-    x = fixture("2.0", tmp_path / "x", "ckpt.mdl")
-    y = fixture("2.3", tmp_path / "y", "ckpt.mdl")
+    first was written; with ``--force`` it replaced the first, both reported as written. The
+    real 2.6 and 2.9 libraries' files."""
+    x, y = tmp_path / "x" / "ckpt.mdl", tmp_path / "y" / "ckpt.mdl"
+    for real, path in zip(real_2x_files(tmp_path), (x, y), strict=True):
+        path.parent.mkdir()
+        real.rename(path)
     out = tmp_path / "out"
     force_args = ("--force",) if force else ()
     proc = run_cli("upgrade", x, y, "--output-dir", out, "--drop-dataloader-state", *force_args)
@@ -945,7 +949,7 @@ def test_a_config_out_naming_the_upgraded_checkpoint_is_refused_before_any_work(
 
 
 def test_an_existing_manifest_is_replaced_only_with_force(tmp_path):
-    src = fixture("2.0", tmp_path / "src")
+    src = real_2x_files(tmp_path)[0]  # the real 2.6 library's
     manifest = tmp_path / "notes.json"
     manifest.write_text("mine\n")
     args = ("upgrade", "--drop-dataloader-state", src, "--manifest", manifest)
