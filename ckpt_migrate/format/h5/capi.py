@@ -37,7 +37,11 @@ import numpy as np
 from h5py import h5a
 
 _HID = ctypes.c_int64
-_LOCK = h5py._objects.phil  # h5py's lock around every call into HDF5
+# h5py's lock around every call into HDF5 (its ``phil``), which is not built thread-safe. Calls
+# made here, and h5py's own ``read_direct_chunk``/``write_direct_chunk`` before h5py 3.16 (h5py
+# pull request #2764), do not take it themselves: HDF5 releases the GIL inside them, and another
+# thread's h5py call (a Dask worker's event loop freeing an object) ran in HDF5 beside them.
+LOCK = h5py._objects.phil
 
 
 def _bind() -> tuple[Any, Any, Any] | None:
@@ -103,7 +107,7 @@ def unknown_messages(obj: h5py.h5o.ObjectID) -> bool:
     if _NATIVE_INFO is None:
         return False
     info = _NativeInfo()
-    with _LOCK:
+    with LOCK:
         if _NATIVE_INFO(obj.id, ctypes.byref(info), _INFO_HDR) < 0:
             return False
     return bool(info.hdr.mesg.present >> _UNKNOWN_ID)
@@ -120,7 +124,7 @@ def garbage_collect() -> None:
     (``H5garbage_collect``; where it is not exported, nothing): what a closed file's caches
     held stays on them otherwise."""
     if _GARBAGE_COLLECT is not None:
-        with _LOCK:
+        with LOCK:
             _GARBAGE_COLLECT()
 
 
@@ -191,7 +195,7 @@ def create(
     calls through h5py, which raise the error HDF5 reports)."""
     assert _CALLS is not None
     make, write, close = _CALLS
-    with _LOCK:
+    with LOCK:
         attr = make(oid.id, b".", name, tid.id, space.id, 0, 0, 0)
         if attr < 0:
             return False
@@ -209,7 +213,7 @@ def write(attr: h5a.AttrID, value: Value | None) -> bool:
     if value is None:
         return False
     assert _CALLS is not None
-    with _LOCK:
+    with LOCK:
         return _CALLS[1](attr.id, value.mtype, value.address) >= 0
 
 

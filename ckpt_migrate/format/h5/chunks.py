@@ -46,7 +46,7 @@ import numpy as np
 from h5py import h5d
 
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
-from ckpt_migrate.format.h5 import overlaps
+from ckpt_migrate.format.h5 import capi, overlaps
 from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.plugins import LZ4_FILTER_ID
 
@@ -371,7 +371,8 @@ def _stored_chunks(dsid: h5d.DatasetID, layout: Layout, index: _Index) -> Proble
     the length it decodes to (``chunk_problem``)."""
     for i in range(len(index)):
         where = index.where(i)
-        mask, data = dsid.read_direct_chunk(where)
+        with capi.LOCK:
+            mask, data = dsid.read_direct_chunk(where)
         why = chunk_problem(layout, mask, data)
         if why is not None:
             return where, why

@@ -17,7 +17,7 @@ from h5py import h5d, h5p, h5s, h5z
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
-from ckpt_migrate.format.h5 import chunks
+from ckpt_migrate.format.h5 import capi, chunks
 from ckpt_migrate.format.h5.io import (
     COPY_BLOCK_BYTES,
     DAMAGED_HDF5,
@@ -115,9 +115,10 @@ def _copy_chunks(f: h5py.Group, name: str, sid: h5d.DatasetID, layout: chunks.La
         dst = h5d.create(
             group.id, leaf, h5attrs.hdf5_type(sid.dtype), _space(layout.shape), _lz4(layout.chunks)
         )
-        for where in stored:
-            mask, data = sid.read_direct_chunk(where)
-            dst.write_direct_chunk(where, data, mask)
+        with capi.LOCK:
+            for where in stored:
+                mask, data = sid.read_direct_chunk(where)
+                dst.write_direct_chunk(where, data, mask)
     except DAMAGED_HDF5 as exc:
         raise CorruptCheckpointError(
             chunks.filename(sid),
