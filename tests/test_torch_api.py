@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import zipfile
 from pathlib import Path
 
 import h5py
@@ -152,15 +153,37 @@ def test_one_opaque_object_under_two_names_stays_one(tmp_path):
 @pytest.mark.parametrize(
     ("data", "words"),
     [
-        (b"", "not a torch.save file (EOFError)"),  # an internal IndexError before
-        (pickle.dumps([1, 2, 3], protocol=4), "(Unsupported operand 149)"),
+        (b"", "not a torch.save file (the file is empty)"),  # an internal IndexError before
+        # "(Unsupported operand 149); only plain tensors, containers and scalars are accepted":
+        # a plain list, refused for its pickle's protocol
+        (pickle.dumps([1, 2, 3], protocol=4), "FRAME opcode (149)"),
+        # "(101)", a KeyError's key
+        (b"hello world\n", "(neither torch's zip format nor a pickle of protocol 2 or later)"),
+        # "([enforce fail at inline_container.cc:180] )"
+        ("zip", "(a zip archive, but not torch's: file in archive is not in a subdirectory: "),
+        ("protocol 4", "save it again with torch.save's default pickle_protocol (2)"),
+        ("protocol 1", "(neither torch's zip format nor a pickle of protocol 2 or later)"),
     ],
+    ids=["empty", "pickle-protocol-4", "text", "zip", "torch-protocol-4", "torch-protocol-1"],
 )
 def test_from_torch_refuses_in_one_line_without_torchs_advice(tmp_path, data, words):
     """torch's refusal opens with advice to load with ``weights_only=False`` (an option this
     tool never offers), and its protocol warning went to stderr."""
     src = tmp_path / "state.pt"
-    src.write_bytes(data)
+    if data == "zip":
+        with zipfile.ZipFile(src, "w") as z:
+            z.writestr("notes.txt", "not torch's")
+    elif isinstance(data, str):  # written by torch.save, with the pickle protocol named
+        legacy = data == "protocol 1"  # (torch's zip format needs protocol 2 or later)
+        protocol = int(data.split()[1])
+        torch.save(
+            {"w": torch.ones(2)},
+            src,
+            pickle_protocol=protocol,
+            _use_new_zipfile_serialization=not legacy,
+        )
+    else:
+        src.write_bytes(data)
     proc = run_cli("from-torch", src, tmp_path / "out.mdl")
     one_line_error(proc, 2, "state.pt", words)
     assert "weights_only=False" not in proc.stderr and "UserWarning" not in proc.stderr

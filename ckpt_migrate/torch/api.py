@@ -415,6 +415,8 @@ def _not_torch(src_path: Path, exc: Exception) -> CkptError:
         return UnsupportedContentError(
             src_path,
             f"not loadable with weights_only=True ({exc})",
-            "only plain tensors, containers and scalars are accepted",
+            weights_load.NewerPickle.FIX
+            if isinstance(exc, weights_load.NewerPickle)
+            else "only plain tensors, containers and scalars are accepted",
         )
     return NotACheckpointError(src_path, f"not a torch.save file ({exc})")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import jsonfile
-from ckpt_migrate.errors import CorruptCheckpointError, UnsafeContentError
+from ckpt_migrate.errors import CorruptCheckpointError, UnsafeContentError, UnsupportedContentError
 from ckpt_migrate.torch import weights_load
 
 SINGLE = "pytorch_model.bin"
@@ -59,6 +59,10 @@ def read_bin_directory(directory: Path) -> dict[str, BinTensor]:
     for path in bin_files(directory):
         try:
             state = weights_load.load(path)
+        except weights_load.NewerPickle as exc:
+            raise UnsupportedContentError(
+                path, f"cannot be read by torch.load(weights_only=True): {exc}", exc.FIX
+            ) from None
         except weights_load.Refused as exc:
             raise UnsafeContentError(
                 path, f"refused by torch.load(weights_only=True): {exc}"

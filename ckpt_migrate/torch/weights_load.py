@@ -17,6 +17,14 @@ class Refused(Exception):
     """The restricted unpickler refused the file: ``str`` is what it met."""
 
 
+class NewerPickle(Refused):
+    """A pickle of protocol 4 or later (``torch.save(..., pickle_protocol=4)``, or Python's own
+    ``pickle.dump``): torch's weights-only unpickler stops at the FRAME opcode those protocols
+    write first (149), whatever the pickle holds."""
+
+    FIX = "save it again with torch.save's default pickle_protocol (2)"
+
+
 class Unreadable(Exception):
     """torch cannot read the file (empty, cut short, not a torch.save file): ``str`` says why."""
 
@@ -32,17 +40,50 @@ def load(path: Path) -> Any:
             warnings.simplefilter("ignore")
             mmap = zipfile.is_zipfile(path)  # (torch maps only its zip format)
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as exc:
-        raise Refused(_reason(exc, "WeightsUnpickler error:")) from None
-    except Exception as exc:  # (whatever else torch meets in bytes that are not ours)
-        raise Unreadable(_reason(exc)) from None
+    except Exception as exc:  # (whatever torch meets in bytes that are not ours)
+        raise _failure(path, exc) from None
+
+
+def _failure(path: Path, exc: Exception) -> Refused | Unreadable:
+    """Why torch could not load ``path``: what its restricted unpickler refused, or, where
+    torch's words are bare (an ``EOFError``, a ``KeyError`` of an opcode's byte, a zip reader's
+    assertion, an opcode of bytes that are no pickle), what the file's first bytes say."""
+    with open(path, "rb") as f:
+        head = f.read(2)
+    is_zip = head == b"PK"  # (a zip archive's first bytes, which torch's format is)
+    if not head:
+        return Unreadable("the file is empty")
+    if not is_zip and head[:1] != pickle.PROTO:  # (torch.save writes its zip format, or
+        # before 1.6 a pickle of protocol 2 or later, which opens with this opcode)
+        return Unreadable("neither torch's zip format nor a pickle of protocol 2 or later")
+    if isinstance(exc, pickle.UnpicklingError):
+        why = _reason(exc, "WeightsUnpickler error:")
+        if why == f"Unsupported operand {pickle.FRAME[0]}":
+            return NewerPickle(
+                f"a pickle of protocol 4 or later, whose FRAME opcode ({pickle.FRAME[0]}) "
+                "torch's weights-only reader does not take"
+            )
+        return Refused(why)
+    if is_zip:
+        why = _reason(exc)
+        if not zipfile.is_zipfile(path):
+            return Unreadable(f"a zip archive cut short or damaged: {why}")
+        return Unreadable(f"a zip archive, but not torch's: {why}")
+    if isinstance(exc, KeyError | EOFError):
+        return Unreadable(f"a pickle cut short or damaged: {_reason(exc)}")
+    return Unreadable(_reason(exc))
 
 
 def _reason(exc: Exception, after: str = "") -> str:
-    """The first line of ``exc`` that says something (after ``after`` where it appears), its
-    first sentence, ANSI escapes taken out."""
+    """The first line of ``exc`` that says something (after ``after`` where it appears, after
+    the place of a failed assertion in torch's C++), its first sentence, ANSI escapes taken
+    out; the exception's type where its words are none or bare (a ``KeyError``'s key)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
     if after and after in text:
         text = text.split(after, 1)[1]
+    text = re.sub(r"^\s*\[enforce fail at [^\]]*\][\s.]*", "", text)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[0].split(". ")[0][:200] if lines else type(exc).__name__
+    if not lines:
+        return type(exc).__name__
+    first = lines[0].split(". ")[0][:200]
+    return f"{type(exc).__name__}: {first}" if isinstance(exc, KeyError) else first
