@@ -292,6 +292,32 @@ def io_error(target: Path, exc: OSError) -> CkptIOError:
     return CkptIOError(target, f"write failed ({reason})")
 
 
+@contextlib.contextmanager
+def made_directory(directory: Path) -> Iterator[None]:
+    """``directory``, made where missing with its missing parents; those made here are removed
+    again when the block ends and they are empty: a refused or failed run leaves no new
+    directory behind. An existing ``directory`` (or a file of that name, which the caller
+    refuses) is left as it is."""
+    made = []
+    missing = directory
+    while not missing.exists() and not missing.is_symlink() and missing.parent != missing:
+        made.append(missing)
+        missing = missing.parent
+    if made:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise io_error(directory, exc) from None
+    try:
+        yield
+    finally:
+        for path in made:  # (deepest first; a directory something was written into stays)
+            try:
+                path.rmdir()
+            except OSError:
+                break
+
+
 def check_writable(directory: Path) -> None:
     """Raise ``CkptIOError`` (exit 5) now, before any work, if no file can be created in
     ``directory`` (or, if it does not exist yet, in the nearest parent that does, where it will

@@ -90,3 +90,31 @@ def test_force_replaces_an_output_with_a_current_file(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "already at 2.10; copied into" in proc.stdout
     assert sha256_file(out / src.name) == sha256_file(src)
+
+
+def test_a_refused_or_failed_run_leaves_no_directory_it_made(tmp_path, real_layout_19):
+    """A missing --output-dir was made before anything was checked, and stayed, empty, when
+    the run was then refused (a --manifest naming the output), failed (a file that is no
+    checkpoint), or, for upgrade-dir, upgraded nothing; one that existed stays as it was."""
+    src = tmp_path / "src" / "checkpoint_100.mdl"  # laid out as the 1.9 library wrote it
+    src.parent.mkdir()
+    shutil.copyfile(real_layout_19, src)
+    drop = "--drop-dataloader-state"
+    out = tmp_path / "a" / "b"
+    proc = run_cli("upgrade", src, "-o", out, drop, "--manifest", out / src.name)
+    one_line_error(proc, 2, "--manifest names the output")
+    assert not (tmp_path / "a").exists()
+    junk = tmp_path / "junk" / "checkpoint_1.mdl"
+    junk.parent.mkdir()
+    junk.write_bytes(b"not a checkpoint\n")
+    one_line_error(run_cli("upgrade", junk, "-o", out), 2, "not an HDF5 file")
+    assert not (tmp_path / "a").exists()
+    proc = run_cli("upgrade-dir", junk.parent, "-o", out)
+    assert proc.returncode == 2 and "1 failed" in proc.stderr + proc.stdout
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "a").mkdir()
+    one_line_error(run_cli("upgrade", junk, "-o", out), 2, "not an HDF5 file")
+    assert os.listdir(tmp_path / "a") == []  # (it was there before: it stays)
+    proc = run_cli("upgrade-dir", src.parent, "-o", out, drop)
+    assert proc.returncode == 0, proc.stderr
+    assert os.listdir(out) == [src.name]

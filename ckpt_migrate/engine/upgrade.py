@@ -23,6 +23,7 @@ from ckpt_migrate.atomic import (
     fsync_path,
     io_error,
     link_or_copy,
+    made_directory,
     publish,
     remove_stale_temporaries,
     same_file,
@@ -163,7 +164,8 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
         src = src.resolve()
     check_file(src)  # (before the lock: a named pipe's open waits for a writer)
     lock = contextlib.nullcontext() if opts.dry_run else lock_source(src, opts.inplace)
-    with lock:
+    made = opts.output_dir is not None and not opts.dry_run
+    with lock, made_directory(opts.output_dir) if made else contextlib.nullcontext():
         _upgrade_locked(src, opts, result, progress)
 
 
@@ -226,7 +228,7 @@ def _target(src: Path, opts: UpgradeOptions) -> Path:
         return src
     if opts.output is not None:  # (named by a script, which may have no --inplace)
         return _output_file(src, opts.output, "name another output file", force=opts.force)
-    return _output_path(src, opts.output_dir, create=not opts.dry_run, force=opts.force)
+    return _output_path(src, opts.output_dir, force=opts.force)
 
 
 def _upgrade_locked(
@@ -430,19 +432,14 @@ def _require_self_contained(ckpt: Checkpoint) -> None:
         handle.walked()
 
 
-def _output_path(src: Path, output_dir: Path | None, *, create: bool, force: bool) -> Path:
-    """``output_dir/<name>``; a missing ``output_dir`` is created (``create``) or, for a dry
-    run, taken as one the real run would create."""
+def _output_path(src: Path, output_dir: Path | None, *, force: bool) -> Path:
+    """``output_dir/<name>``; a missing ``output_dir`` (a dry run's) is taken as one the real
+    run would make (``_upgrade``: ``made_directory``)."""
     assert output_dir is not None
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(output_dir, "is not a directory", "choose another --output-dir")
     if not output_dir.exists():
-        if not create:
-            return output_dir / src.name
-        try:
-            output_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise io_error(output_dir, exc) from None
+        return output_dir / src.name
     return _output_file(src, output_dir / src.name, "use --inplace", force=force)
 
 

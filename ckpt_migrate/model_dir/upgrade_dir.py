@@ -40,6 +40,7 @@ from ckpt_migrate.atomic import (
     Interrupt,
     advisory_lock,
     io_error,
+    made_directory,
     remove_stale_temporaries,
 )
 from ckpt_migrate.engine.copypatch import file_digest
@@ -144,11 +145,6 @@ def upgrade_dir(
             raise UsageError(out_dir, "is not a directory", "choose another --output-dir")
         if out_dir.exists() and os.path.samefile(out_dir, src_dir):
             raise UsageError(out_dir, "is the model directory itself", "use --inplace")
-        if not opts.dry_run:
-            try:
-                out_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise io_error(out_dir, exc) from None
     entries: list[DirEntry] = []
 
     def emit(entry: DirEntry) -> None:
@@ -158,7 +154,10 @@ def upgrade_dir(
 
     work_dir = out_dir if out_dir is not None else src_dir
     lock = contextlib.nullcontext() if opts.dry_run else _dir_lock(work_dir)
-    with lock:
+    made = contextlib.nullcontext()
+    if out_dir is not None and not opts.dry_run:  # (one that ends empty is removed again)
+        made = made_directory(out_dir)
+    with made, lock:
         scan = _scan(src_dir, pattern)
         selected = scan.checkpoints
         if opts.only_latest:
