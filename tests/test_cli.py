@@ -120,6 +120,30 @@ def test_bad_files_give_one_line_errors(tmp_path, content, code, word):
     one_line_error(run_cli("inspect", str(p)), code, str(p), word)
 
 
+@pytest.mark.parametrize(
+    ("name", "fix"),
+    [
+        ("params.yaml", "a run's config is upgraded with its checkpoint: upgrade CKPT --config"),
+        ("data_iter_checkpoint_state_file_global", "name a checkpoint file (.mdl)"),
+        ("model.pt", "torch.save files: use from-torch"),
+        ("model-legacy.pt", "torch.save files: use from-torch"),
+    ],
+)
+def test_a_file_that_is_not_hdf5_gets_the_fix_its_kind_needs(tmp_path, name, fix):
+    """Every such file was told "torch.save files: use from-torch": the shipped example's
+    params.yaml and its 1.9 dataloader side file too."""
+    if name.endswith(".pt"):
+        import torch
+
+        src = tmp_path / name
+        torch.save({"w": torch.ones(2)}, src, _use_new_zipfile_serialization="legacy" not in name)
+    else:
+        src = next((FIXTURES / "example").rglob(name))
+    for command in ("inspect", "upgrade"):
+        proc = run_cli(command, src, *(["-o", tmp_path / "out"] if command == "upgrade" else []))
+        one_line_error(proc, 2, str(src), "not an HDF5 file", fix)
+
+
 def test_truncated_and_missing_files(tmp_path):
     p = tmp_path / "trunc.mdl"
     data = (REAL / "basic.mdl").read_bytes()

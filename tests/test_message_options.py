@@ -127,6 +127,10 @@ NOT_SAID = {
         "check_output: said only when --force was given (upgrade, its output or --manifest); "
         "upgrade-dir never replaces an output"
     ),
+    ("--config", "ckpt_migrate/format/h5/io.py"): (
+        "the hint of a YAML file given as a checkpoint names the command that takes it: "
+        "'upgrade CKPT --config FILE'"
+    ),
     ("--manifest", "ckpt_migrate/engine/verify.py"): (
         "said only when --manifest was given (upgrade); upgrade-dir writes no manifest"
     ),

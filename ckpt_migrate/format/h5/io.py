@@ -40,6 +40,15 @@ def check_file(p: Path) -> None:
         )
 
 
+def _fix_for(p: Path, head: bytes) -> str:
+    """What to do with a file that is not HDF5, from its first bytes and its name."""
+    if head[:2] == b"PK" or head[:1] == b"\x80":  # (torch.save's zip format, or a pickle)
+        return "torch.save files: use from-torch"
+    if p.suffix.lower() in (".yaml", ".yml"):
+        return "a run's config is upgraded with its checkpoint: upgrade CKPT --config FILE"
+    return "name a checkpoint file (.mdl)"
+
+
 def open_read(path: str | Path) -> h5py.File:
     """Open a checkpoint read-only, turning h5py's errors into one-line ones."""
     p = Path(path)
@@ -51,9 +60,7 @@ def open_read(path: str | Path) -> h5py.File:
         raise CkptIOError(p, f"cannot read the file ({exc.strerror or exc})") from None
     if not h5py.is_hdf5(str(p)):
         hint = "an empty file" if not head else "not an HDF5 file"
-        raise NotACheckpointError(
-            p, f"{hint}, so not a Cerebras H5 checkpoint", "torch.save files: use from-torch"
-        )
+        raise NotACheckpointError(p, f"{hint}, so not a Cerebras H5 checkpoint", _fix_for(p, head))
     forbid_plugin_loading()
     try:
         # No chunk cache: tensors are read whole, and the upgrade path reads no data at all.
