@@ -1,20 +1,19 @@
-"""HDF5, not built thread-safe, is entered by one thread at a time while an upgrade runs in one
-thread and h5py is used in another: a Dask worker runs its task in a thread beside its event
-loop, which frees objects and runs other code (``test_s3_corpus``'s cluster case refused the
-shipped 1.9 checkpoint now and then, "cannot copy the chunks of dataset ... (no VOL object wrap
-context?)": h5py before 3.16 let ``read_direct_chunk``/``write_direct_chunk`` run in HDF5 beside
-another thread's call)."""
+"""The engine and the library used from several threads of one process, as a Dask worker runs
+its task in a thread beside its event loop, or a program loads checkpoints in a thread pool."""
 
 from __future__ import annotations
 
 import shutil
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import h5py
 import numpy as np
-from conftest import FIXTURES
+from conftest import FIXTURES, REAL, real_2x_files
+from digest import digest
 
+import ckpt_migrate
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 
 EXAMPLE = FIXTURES / "example" / "checkpoint_100.mdl"  # the shipped 1.9 example
@@ -55,7 +54,11 @@ class _Busy(threading.Thread):
 
 
 def test_an_upgrade_beside_a_thread_using_h5py(tmp_path):
-    """The shipped 1.9 example is rewritten, its chunks copied as stored (``_copy_chunks``)."""
+    """HDF5, not built thread-safe, is entered by one thread at a time. ``test_s3_corpus``'s
+    cluster case refused the shipped 1.9 checkpoint now and then, "cannot copy the chunks of
+    dataset ... (no VOL object wrap context?)": h5py before 3.16 let ``read_direct_chunk`` and
+    ``write_direct_chunk`` run in HDF5 beside another thread's call. The shipped 1.9 example is
+    rewritten, its chunks copied as stored (``_copy_chunks``)."""
     source = tmp_path / "src" / EXAMPLE.name
     source.parent.mkdir()
     shutil.copyfile(EXAMPLE, source)
@@ -80,3 +83,21 @@ def test_an_upgrade_beside_a_thread_using_h5py(tmp_path):
     assert busy.errors == []
     assert busy.rounds > 0
     assert beside == [alone] * 3
+
+
+def test_checkpoints_loaded_from_threads_at_once_read_as_loaded_alone(tmp_path):
+    """``ckpt_migrate.load`` from four threads at once: each read forks the children that walk
+    the file first, and a child forked by one thread kept copies of the pipes another thread's
+    children were writing, so a walk waited for another's children to end, and its stall
+    refused sound files as damaged ("HDF5 made no progress reading the file's metadata for
+    10 s"). The files the real 2.6-2.10 libraries wrote."""
+    files = [p for p in sorted(REAL.glob("*.mdl")) if "collision" not in p.name]
+    files += real_2x_files(tmp_path)
+    alone = {p: digest(ckpt_migrate.load(p)) for p in files}
+
+    def read_all(_: int) -> list[bool]:
+        return [digest(ckpt_migrate.load(p)) == alone[p] for p in files]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(read_all, range(4)))
+    assert results == [[True] * len(files)] * 4

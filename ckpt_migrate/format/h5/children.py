@@ -25,6 +25,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_migrate.format.h5 import capi
+
 _HELD = {signal.SIGINT}
 
 
@@ -35,6 +37,11 @@ class _Hold:
 
 
 _hold: _Hold | None = None
+# Held by a parent from making the pipes its children write to until it has closed its own
+# ends of them: a child that another thread of this process forked meanwhile would hold copies,
+# and whoever waits for a pipe's end would wait for that child too (threads loading checkpoints
+# side by side: the walks' children waited on each other, and the stall refused sound files).
+forking = threading.RLock()
 _pressed: list[int] = []  # the processes a SIGINT reached while held, by pid
 
 
@@ -48,7 +55,12 @@ def fork() -> int:
             signal.signal(signal.SIGINT, _record)
     hold = _Hold(signal.pthread_sigmask(signal.SIG_BLOCK, _HELD), handler)
     try:
-        pid = os.fork()
+        # h5py's lock held across the fork: no other thread of this process is inside HDF5
+        # then, so the child inherits neither that lock taken nor HDF5 half way through a call
+        # (a child forked while another thread read a file waited for the lock for ever, and
+        # the walk's stall refused a sound file as damaged).
+        with capi.LOCK:
+            pid = os.fork()
     except BaseException:  # (no child made)
         _release(hold)
         raise

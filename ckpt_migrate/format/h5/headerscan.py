@@ -54,26 +54,27 @@ class Scan:
         if len(datasets) < PARALLEL or WORKERS < 2:
             return
         theirs = self._dealt(child=True)
-        read_end, write_end = os.pipe()
-        try:
-            pid = children.fork()
-        except OSError:  # (no process to spare: this one scans them all)
-            os.close(read_end)
-            os.close(write_end)
-            return
-        if pid == 0:  # the child: scan its part, hand it over, and never return into the caller
-            code = 1
+        with children.forking:
+            read_end, write_end = os.pipe()
             try:
-                children.release()  # (a Ctrl-C ends it here, quietly)
+                pid = children.fork()
+            except OSError:  # (no process to spare: this one scans them all)
                 os.close(read_end)
-                found = _scan(path, theirs, base)
-                with os.fdopen(write_end, "wb") as out:  # (in ``theirs``' order, not named)
-                    out.write(marshal.dumps(found and (list(found[0].values()), found[1])))
-                code = 0
-            finally:
-                os._exit(code)
-        self.pid, self.read_end = pid, read_end
-        os.close(write_end)
+                os.close(write_end)
+                return
+            if pid == 0:  # the child: scan its part, hand it over, never return into the caller
+                code = 1
+                try:
+                    children.release()  # (a Ctrl-C ends it here, quietly)
+                    os.close(read_end)
+                    found = _scan(path, theirs, base)
+                    with os.fdopen(write_end, "wb") as out:  # (in ``theirs``' order, unnamed)
+                        out.write(marshal.dumps(found and (list(found[0].values()), found[1])))
+                    code = 0
+                finally:
+                    os._exit(code)
+            self.pid, self.read_end = pid, read_end
+            os.close(write_end)
         try:
             children.release()
         except BaseException:  # (a Ctrl-C held since the fork: no child left scanning)

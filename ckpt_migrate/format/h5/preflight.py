@@ -208,6 +208,11 @@ class _Walk:
 
     @classmethod
     def begin(cls, path: Path, scope: Scope = "full") -> _Walk:
+        with children.forking:
+            return cls._begin(path, scope)
+
+    @classmethod
+    def _begin(cls, path: Path, scope: Scope) -> _Walk:
         read_end, write_end = os.pipe()
         walk = cls([], read_end, [])
         workers = WORKERS if scope == "full" else 1
