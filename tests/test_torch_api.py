@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -230,3 +231,28 @@ def test_from_torch_refuses_a_named_pipe_not_waits_on_it(tmp_path):
     os.mkfifo(fifo)
     proc, _ = run_capped("from-torch", fifo, tmp_path / "out.mdl", seconds=60)
     one_line_error(proc, 2, "state.pt", "not a regular file")
+
+
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_lazy_load_reads_the_file_it_opened_once_its_name_is_gone(tmp_path, how):
+    """``load`` reads tensors on first use. Their stored bytes were checked through the file's
+    name: once a manager pruned the file, a tensor was "cannot read dataset ... (No such file or
+    directory); the file may be damaged", and once another file was renamed over it (an upgrade
+    in place), its bytes were checked instead of those HDF5 decodes. The real libraries' files,
+    each replaced by another of them."""
+    from digest import digest
+
+    files = [p for p in sorted(REAL.glob("*.mdl")) if "collision" not in p.name]
+    files += real_2x_files(tmp_path)
+    for n, real in enumerate(files):
+        path = tmp_path / f"checkpoint_{n}.mdl"
+        shutil.copyfile(real, path)
+        expected = digest(ckpt_migrate.load(path))
+        state = ckpt_migrate.load(path)  # (lazy: nothing of the tensors read yet)
+        if how == "removed":
+            path.unlink()
+        else:
+            other = tmp_path / "other.mdl"
+            shutil.copyfile(files[(n + 1) % len(files)], other)
+            os.replace(other, path)
+        assert digest(state) == expected, real.name

@@ -47,7 +47,7 @@ from h5py import h5d
 
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format.h5 import capi, overlaps
-from ckpt_migrate.format.h5.identity import file_identity
+from ckpt_migrate.format.h5.identity import hdf5_file, hdf5_identity
 from ckpt_migrate.format.h5.plugins import LZ4_FILTER_ID
 
 DEFLATE, SHUFFLE, FLETCHER32, LZ4 = 1, 2, 3, LZ4_FILTER_ID
@@ -140,8 +140,9 @@ def check_chunks(dsid: h5d.DatasetID, layout: Layout, sl: tuple[slice, ...] = ()
     shared = overlaps.shared_starts(dsid)
     problem = (_few_index_problem if few else _index_problem)(layout, rows, index, shared)
     if problem is None and len(index):
-        if layout.filters == (LZ4,) and _userblock(dsid, path) == 0:
-            problem = (_few_frames_in_file if few else _frames_in_file)(path, layout, index)
+        if layout.filters == (LZ4,) and _userblock(dsid) == 0:
+            with hdf5_file(dsid) as fd:  # (the bytes HDF5 decodes, whatever the name is now)
+                problem = (_few_frames_in_file if few else _frames_in_file)(fd, layout, index)
         else:
             problem = _stored_chunks(dsid, layout, index)
     if problem is not None:
@@ -161,10 +162,10 @@ def filename(oid: h5py.h5o.ObjectID) -> str:
 _USERBLOCKS: dict[tuple[int, ...], int] = {}
 
 
-def _userblock(oid: h5py.h5o.ObjectID, path: str) -> int:
+def _userblock(oid: h5py.h5o.ObjectID) -> int:
     """The userblock size of the file ``oid`` lies in, asked of HDF5 once per file (40 µs a
     time), kept by the file's identity as ``overlaps`` keeps its findings."""
-    key = file_identity(path)
+    key = hdf5_identity(oid)
     found = _USERBLOCKS.get(key)
     if found is None:
         found = h5py.h5i.get_file_id(oid).get_create_plist().get_userblock()
@@ -291,7 +292,7 @@ _TWICE = "is listed twice in the chunk index"
 _MISSING = "is missing from the chunk index"
 
 
-def _frames_in_file(path: str, layout: Layout, index: _Index) -> Problem:
+def _frames_in_file(fd: int, layout: Layout, index: _Index) -> Problem:
     """The LZ4-only fast path: the first 16 bytes of every chunk (its frame header and first
     block size) read where they lie, checked together; a frame of several blocks (a writer
     with a block size below the chunk's) is walked block by block."""
@@ -301,53 +302,45 @@ def _frames_in_file(path: str, layout: Layout, index: _Index) -> Problem:
     if short.any():
         i = int(lz4[_first(short)])
         return index.where(i), _too_short(int(all_sizes[i]))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        heads = [os.pread(fd, _HEAD, int(offsets[i])) for i in lz4]
-        ragged = [k for k, head in enumerate(heads) if len(head) != _HEAD]
-        if ragged:
-            return index.where(int(lz4[ragged[0]])), _PAST_END
-        head = np.frombuffer(b"".join(heads), np.uint8).reshape(len(lz4), _HEAD)
-        original = head[:, :8].copy().view(">u8").ravel()
-        block = head[:, 8:12].copy().view(">u4").ravel().astype(np.uint64)
-        packed = head[:, 12:16].copy().view(">u4").ravel().astype(np.uint64)
-        sizes = all_sizes[lz4]
-        one_block = block >= original
-        fine = (original == layout.chunk_bytes) & (block > 0) & one_block
-        fine &= (packed > 0) & (packed <= original) & (sizes == packed + _HEAD)
-        for k in np.flatnonzero(~fine):
-            i = int(lz4[k])
-            why = _frame_at(fd, int(offsets[i]), int(all_sizes[i]), layout.chunk_bytes)
-            if why is not None:
-                return index.where(i), why
-    finally:
-        os.close(fd)
+    heads = [os.pread(fd, _HEAD, int(offsets[i])) for i in lz4]
+    ragged = [k for k, head in enumerate(heads) if len(head) != _HEAD]
+    if ragged:
+        return index.where(int(lz4[ragged[0]])), _PAST_END
+    head = np.frombuffer(b"".join(heads), np.uint8).reshape(len(lz4), _HEAD)
+    original = head[:, :8].copy().view(">u8").ravel()
+    block = head[:, 8:12].copy().view(">u4").ravel().astype(np.uint64)
+    packed = head[:, 12:16].copy().view(">u4").ravel().astype(np.uint64)
+    sizes = all_sizes[lz4]
+    one_block = block >= original
+    fine = (original == layout.chunk_bytes) & (block > 0) & one_block
+    fine &= (packed > 0) & (packed <= original) & (sizes == packed + _HEAD)
+    for k in np.flatnonzero(~fine):
+        i = int(lz4[k])
+        why = _frame_at(fd, int(offsets[i]), int(all_sizes[i]), layout.chunk_bytes)
+        if why is not None:
+            return index.where(i), why
     return None
 
 
-def _few_frames_in_file(path: str, layout: Layout, index: _Index) -> Problem:
+def _few_frames_in_file(fd: int, layout: Layout, index: _Index) -> Problem:
     """``_frames_in_file`` of at most :data:`FEW` entries, in plain Python (as above)."""
     lz4 = [i for i, mask in enumerate(index.masks) if not mask & 1]
     for i in lz4:
         if index.sizes[i] < _HEAD:
             return index.where(i), _too_short(index.sizes[i])
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        heads = [os.pread(fd, _HEAD, index.offsets[i]) for i in lz4]
-        for i, head in zip(lz4, heads):
-            if len(head) != _HEAD:
-                return index.where(i), _PAST_END
-        for i, head in zip(lz4, heads):
-            original, block, packed = _FIRST_BLOCK.unpack(head)
-            size = index.sizes[i]
-            whole = original == layout.chunk_bytes and block >= original and block > 0
-            if whole and 0 < packed <= original and size == packed + _HEAD:
-                continue
-            why = _frame_at(fd, index.offsets[i], size, layout.chunk_bytes)
-            if why is not None:
-                return index.where(i), why
-    finally:
-        os.close(fd)
+    heads = [os.pread(fd, _HEAD, index.offsets[i]) for i in lz4]
+    for i, head in zip(lz4, heads):
+        if len(head) != _HEAD:
+            return index.where(i), _PAST_END
+    for i, head in zip(lz4, heads):
+        original, block, packed = _FIRST_BLOCK.unpack(head)
+        size = index.sizes[i]
+        whole = original == layout.chunk_bytes and block >= original and block > 0
+        if whole and 0 < packed <= original and size == packed + _HEAD:
+            continue
+        why = _frame_at(fd, index.offsets[i], size, layout.chunk_bytes)
+        if why is not None:
+            return index.where(i), why
     return None
 
 

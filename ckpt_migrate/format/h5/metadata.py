@@ -33,6 +33,7 @@ import numpy as np
 
 from ckpt_migrate.format.h5.attrtable import elements, message_fields
 from ckpt_migrate.format.h5.headers import SHARED, Header, HeaderError, read_header
+from ckpt_migrate.format.h5.identity import hdf5_file
 
 _SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _LAYOUT, _SYMBOL_TABLE, _ATTRIBUTE, _BTREE_K = 0x08, 0x11, 0x0C, 0x13
@@ -112,8 +113,7 @@ def metadata_extents(f: h5py.File, objects: Collection[int]) -> tuple[array, arr
     """The starts and ends of the metadata of ``f`` that belongs to the superblock and to the
     objects at the addresses ``objects`` (their headers, chunk indexes and group structures),
     each address once."""
-    fd = os.open(f.filename, os.O_RDONLY)
-    try:
+    with hdf5_file(f.id) as fd:
         mapped = _File(fd, os.fstat(fd).st_size)
         try:
             sizes = _superblock(mapped)
@@ -126,8 +126,6 @@ def metadata_extents(f: h5py.File, objects: Collection[int]) -> tuple[array, arr
             except _Stop:
                 continue
         return mapped.starts, mapped.ends
-    finally:
-        os.close(fd)
 
 
 def _superblock(m: _File) -> _Sizes:

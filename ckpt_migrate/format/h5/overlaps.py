@@ -14,13 +14,12 @@ rewrite or export, issue 33).
 
 from __future__ import annotations
 
-import os
 from array import array
 
 import h5py
 import numpy as np
 
-from ckpt_migrate.format.h5.identity import file_identity
+from ckpt_migrate.format.h5.identity import hdf5_identity
 from ckpt_migrate.format.h5.metadata import metadata_extents, sorted_once
 
 _SHARED: dict[tuple[int, ...], np.ndarray | _Walked] = {}
@@ -35,8 +34,7 @@ def shared_starts(f: h5py.File | h5py.h5o.ObjectID) -> np.ndarray:
     pieces of data in one place. Computed with one walk of every chunk index per file (kept,
     by inode, size and mtime, for the next reads; normally empty). Sorted, unsigned. ``f``:
     the file, or any object in it."""
-    path = f.filename if isinstance(f, h5py.File) else os.fsdecode(h5py.h5f.get_name(f))
-    key = file_identity(path)
+    key = hdf5_identity(f.id if isinstance(f, h5py.File) else f)
     found = _SHARED.get(key)
     if isinstance(found, np.ndarray):
         return found
