@@ -149,6 +149,38 @@ def test_latest_skips_temporary_partial_and_unrelated_files(tmp_path, caplog):
     assert loaded.state["step"] == 2
 
 
+@pytest.mark.parametrize("how", ["latest", "load_latest"])
+def test_latest_lists_again_when_what_it_listed_was_pruned_meanwhile(tmp_path, monkeypatch, how):
+    """A reader (an evaluation process) lists the directory while the trainer saves a newer
+    checkpoint and prunes the one listed (keep_last_n=1). The reader took the directory for
+    empty: ``latest()`` None and ``load_latest()`` "no checkpoint: starting fresh", and a file
+    found but pruned before its load was "no such file"."""
+    from ckpt_migrate.model_dir.names import NamePattern
+
+    md = tmp_path / "md"
+    trainer = CheckpointManager(md, run_id="train", keep_last_n=1)
+    trainer.save(tiny_state(step=1), 1)
+    listed = NamePattern.checkpoints
+    saving = []
+
+    def listing_then_a_save(self, *args, **kwargs):
+        found = listed(self, *args, **kwargs)
+        if not saving:  # (the trainer's own listings, while it saves, list as ever)
+            saving.append(2)
+            trainer.save(tiny_state(step=2), 2)
+        return found
+
+    monkeypatch.setattr(NamePattern, "checkpoints", listing_then_a_save)
+    reader = CheckpointManager(md, run_id="eval")
+    assert [p.name for p in md.glob("*.mdl")] == ["checkpoint_1.mdl"]
+    if how == "latest":
+        assert reader.latest() == md / "checkpoint_2.mdl"
+    else:
+        loaded = reader.load_latest()
+        assert loaded is not None and loaded.step == 2 and loaded.state["step"] == 2
+    assert [p.name for p in md.glob("*.mdl")] == ["checkpoint_2.mdl"]
+
+
 def test_latest_finds_checkpoints_of_other_runs_and_copied_in_files(tmp_path):
     md = tmp_path / "md"
     CheckpointManager(md, run_id="old").save(tiny_state(step=10), 10)

@@ -55,7 +55,12 @@ from ckpt_migrate.model_dir.loading import (
     parse_states,
 )
 from ckpt_migrate.model_dir.names import DEFAULT_NAME, TEMP_SUFFIX, TIMESTAMP_FORMAT, NamePattern
-from ckpt_migrate.model_dir.records import RUN_ATTR, incomplete_reason, read_run_record
+from ckpt_migrate.model_dir.records import (
+    RUN_ATTR,
+    check_complete,
+    newest_complete,
+    read_run_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -365,20 +370,16 @@ class CheckpointManager:
     def latest(self) -> Path | None:
         """The newest complete checkpoint: by step, then timestamp (a name without one is the
         oldest of its step), skipping temporary files, incomplete or unreadable files and
-        subset files. None when there is none."""
-        for _, path in reversed(self.pattern.checkpoints(self.directory)):
-            if self._is_complete(path):
-                return path
-        return None
+        subset files, and those removed meanwhile (``records.newest_complete``). None when
+        there is none."""
+        found = newest_complete(self.directory, self._newest_first, check_complete)
+        return None if found is None else found[0]
 
-    def _is_complete(self, path: Path) -> bool:
-        record = self._record(path)
-        if record is not None and record.get("kind") == "subset":
-            return False
-        problem = incomplete_reason(path)
-        if problem is not None:
-            log.warning("skipping %s: %s", path, problem)
-        return problem is None
+    def _newest_first(self) -> Iterable[Path]:
+        for _, path in reversed(self.pattern.checkpoints(self.directory)):
+            record = self._record(path)
+            if record is None or record.get("kind") != "subset":
+                yield path
 
     def step_of(self, path: str | Path) -> int | None:
         """The step a checkpoint's name (or its run record) gives."""
@@ -419,19 +420,24 @@ class CheckpointManager:
         lacks, are an error raised before anything is loaded. Otherwise they are logged and
         returned in the result. Tensors are lazy: data is read on first use.
         """
+
+        def read(path: Path) -> Any:
+            return torch_room.load(
+                path, map_location, allow_missing=allow_missing, objects_mode=objects_mode
+            )
+
         if path_or_latest is None or path_or_latest == "latest":
-            found = self.latest()
+            # (each file read once: the one found is the one loaded, whatever is pruned)
+            found = newest_complete(self.directory, self._newest_first, read)
             if found is None:
                 log.info("no checkpoint in %s: starting fresh", self.directory)
                 return None
-            path = found
+            path, state = found
         else:
             path = Path(path_or_latest)
             if not path.is_absolute() and not path.exists() and (self.directory / path).exists():
                 path = self.directory / path
-        state = torch_room.load(
-            path, map_location, allow_missing=allow_missing, objects_mode=objects_mode
-        )
+            state = read(path)
         if not isinstance(state, dict):
             raise UsageError(path, f"holds a {type(state).__name__}, not a dict of states")
         wanted = parse_states(states)
