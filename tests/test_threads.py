@@ -4,6 +4,7 @@ its task in a thread beside its event loop, or a program loads checkpoints in a 
 from __future__ import annotations
 
 import shutil
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -101,3 +102,32 @@ def test_checkpoints_loaded_from_threads_at_once_read_as_loaded_alone(tmp_path):
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(read_all, range(4)))
     assert results == [[True] * len(files)] * 4
+
+
+def test_what_is_kept_of_each_file_is_kept_from_threads_at_once():
+    """What is learnt of a file is kept for the next read, the oldest of a few let go first
+    (``overlaps._keep``). Two threads letting go of the same oldest one at once raised a
+    ``KeyError`` in one of them (threads switching every microsecond, as a busy machine may)."""
+    from ckpt_migrate.format.h5 import overlaps
+
+    errors: list[str] = []
+
+    def keep(thread: int) -> None:
+        try:
+            for i in range(30_000):
+                overlaps._keep((thread, i), np.empty(0, np.uint64))
+        except Exception as exc:  # the failure this test looks for, reported by the test
+            errors.append(repr(exc))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=keep, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+        overlaps._SHARED.clear()
+    assert errors == []

@@ -14,6 +14,7 @@ rewrite or export, issue 33).
 
 from __future__ import annotations
 
+import contextlib
 from array import array
 
 import h5py
@@ -71,7 +72,9 @@ class _Walked:
 
 def _keep(key: tuple[int, ...], found: np.ndarray | _Walked) -> None:
     if len(_SHARED) >= _SHARED_FILES:
-        _SHARED.pop(next(iter(_SHARED)))
+        # (the oldest out; another thread's eviction or entry meanwhile is as good)
+        with contextlib.suppress(StopIteration, KeyError, RuntimeError):
+            _SHARED.pop(next(iter(_SHARED)))
     _SHARED[key] = found
 
 
