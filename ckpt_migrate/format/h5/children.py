@@ -46,7 +46,8 @@ _pressed: list[int] = []  # the processes a SIGINT reached while held, by pid
 
 
 def fork() -> int:
-    """``os.fork()`` with SIGINT held, in both processes, until :func:`release`."""
+    """``os.fork()`` with SIGINT held, in both processes, until :func:`release`; called, and
+    released, with :data:`forking` held (what is held is kept here, one fork at a time)."""
     global _hold
     handler = None
     if threading.current_thread() is threading.main_thread():

@@ -75,11 +75,11 @@ class Scan:
                     os._exit(code)
             self.pid, self.read_end = pid, read_end
             os.close(write_end)
-        try:
-            children.release()
-        except BaseException:  # (a Ctrl-C held since the fork: no child left scanning)
-            self.cancel()
-            raise
+            try:  # (within ``forking``: what ``fork`` held is this thread's to put back)
+                children.release()
+            except BaseException:  # (a Ctrl-C held since the fork: no child left scanning)
+                self.cancel()
+                raise
 
     def result(self) -> Found | None:
         if self.pid is None:
