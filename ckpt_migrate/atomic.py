@@ -238,8 +238,7 @@ def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path
     target = Path(target)
     if (target.exists() or target.is_symlink()) and not replace:  # (a dangling link too)
         raise UsageError(target, _EXISTS, _ELSEWHERE)
-    if not target.parent.is_dir():
-        raise UsageError(target, "its directory does not exist", "create it first")
+    check_parent(target)
     try:
         tmp, lock = create_temp(target)
     except OSError as exc:
@@ -269,8 +268,26 @@ def check_output(target: Path, *, force: bool) -> None:
             raise UsageError(target, _EXISTS, "remove it first")
         if not target.is_file() or target.is_symlink():
             raise UsageError(target, "is not a regular file; --force replaces only files")
-    elif not target.parent.is_dir():
-        raise UsageError(target, "its directory does not exist", "create it first")
+    else:
+        check_parent(target)
+
+
+def check_parent(target: Path) -> None:
+    """Refuse ``target`` unless its directory exists, saying what is in the way."""
+    if target.parent.is_dir():
+        return
+    refuse_file_on_the_way(target)
+    raise UsageError(target, "its directory does not exist", "create it first")
+
+
+def refuse_file_on_the_way(target: Path) -> None:
+    """Refuse ``target`` if one of its parents is a file (exit 2: the path given is wrong,
+    not the disk)."""
+    blocking = _file_on_the_way(target)
+    if blocking is not None:
+        raise UsageError(
+            target, f"cannot be written: {blocking} is a file, not a directory", _ELSEWHERE
+        )
 
 
 def io_error(target: Path, exc: OSError) -> CkptIOError:
@@ -288,8 +305,25 @@ def io_error(target: Path, exc: OSError) -> CkptIOError:
         return CkptIOError(
             None, f"cannot write {target}: read-only file system", "choose a writable place"
         )
+    if exc.errno == errno.ENOTDIR:
+        blocking = _file_on_the_way(target)
+        if blocking is not None:
+            return CkptIOError(
+                target,
+                f"cannot be made: {blocking} is a file, not a directory",
+                "choose another place to write",
+            )
     reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:120]
-    return CkptIOError(target, f"write failed ({reason})")
+    fix = "check the path" if exc.errno in (errno.ENOENT, errno.ENOTDIR) else None
+    return CkptIOError(target, f"write failed ({reason})", fix)
+
+
+def _file_on_the_way(target: Path) -> Path | None:
+    """The first of ``target``'s parents that exists and is not a directory."""
+    for parent in reversed(Path(target).parents):
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return None
 
 
 @contextlib.contextmanager
@@ -304,6 +338,7 @@ def made_directory(directory: Path) -> Iterator[None]:
         made.append(missing)
         missing = missing.parent
     if made:
+        refuse_file_on_the_way(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -326,6 +361,8 @@ def check_writable(directory: Path) -> None:
     existing = directory
     while not existing.exists() and existing.parent != existing:
         existing = existing.parent
+    if existing != directory:
+        refuse_file_on_the_way(directory)
     unnamed = getattr(os, "O_TMPFILE", 0)
     if unnamed:
         try:  # a file with no name: a kill at any moment leaves nothing behind

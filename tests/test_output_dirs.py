@@ -13,7 +13,7 @@ import shutil
 import subprocess
 
 import pytest
-from conftest import FIXTURES, one_line_error, release_of, run_cli, sha256_file
+from conftest import FIXTURES, REAL, one_line_error, release_of, run_cli, sha256_file
 
 
 @pytest.fixture
@@ -118,3 +118,48 @@ def test_a_refused_or_failed_run_leaves_no_directory_it_made(tmp_path, real_layo
     proc = run_cli("upgrade-dir", src.parent, "-o", out, drop)
     assert proc.returncode == 0, proc.stderr
     assert os.listdir(out) == [src.name]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "upgrade -o",
+        "upgrade -o --dry-run",
+        "upgrade-dir -o",
+        "upgrade-dir -o --dry-run",
+        "upgrade --config-out",
+        "to-torch",
+        "export-hf",
+        "import-hf",
+    ],
+)
+def test_an_output_path_through_a_file_names_that_file(tmp_path, command):
+    """An output whose path passes through a file (``ckpt.mdl/out``): "write failed (Not a
+    directory)", exit 5, from the commands that make their output directory, and "its
+    directory does not exist; create it first" from the others, which cannot be done."""
+    src = tmp_path / "src" / "basic.mdl"  # written by the real 2.10 library
+    src.parent.mkdir()
+    shutil.copyfile(REAL / "basic.mdl", src)
+    blocking = tmp_path / "a.mdl"
+    blocking.write_bytes(b"a file, where a directory is named\n")
+    out = blocking / "sub" / "out"
+    verb, _, option = command.partition(" ")
+    if verb == "upgrade-dir":
+        args = [verb, src.parent, option.split()[0], out, *option.split()[1:]]
+    elif option == "--config-out":
+        config = FIXTURES / "configs" / "modelzoo-gpt2-small-2.2.yaml"
+        args = [verb, src, "-o", tmp_path / "o", "--config", config, "--config-out", out]
+    elif option:
+        args = [verb, src, option.split()[0], out, *option.split()[1:]]
+    elif verb == "export-hf":  # (the shipped 1.9 example: a GPT-2 with its run's config)
+        example = FIXTURES / "example"
+        args = [verb, example / "checkpoint_100.mdl", out, "--config", example / "params.yaml"]
+    elif verb == "import-hf":  # a directory transformers wrote
+        transformers = pytest.importorskip("transformers")
+        config = transformers.GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=16)
+        transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path / "src" / "hf")
+        args = [verb, tmp_path / "src" / "hf", out]
+    else:
+        args = [verb, src, out]
+    one_line_error(run_cli(*args), 2, "a.mdl is a file, not a directory", "choose another output")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["src", "a.mdl"])

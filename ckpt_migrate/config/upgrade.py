@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt_migrate import catalogue
-from ckpt_migrate.atomic import atomic_output
+from ckpt_migrate.atomic import atomic_output, check_parent
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.context import ConfigChange, ConfigContext, ConfigUpgrade
 from ckpt_migrate.errors import CkptError, UsageError
@@ -296,8 +296,8 @@ class ConfigAlongside:
                 )
             # upgrade-dir (rerun) and upgrade create the --output-dir the default goes into
             made = rerun or (config_out is None and output_dir is not None)
-            if not self.output.parent.is_dir() and not made:
-                raise UsageError(self.output, "its directory does not exist", "create it first")
+            if not made:
+                check_parent(self.output)
         self.num_csx, self.dry_run, self.model = num_csx, dry_run, model
         self.target = releases.get(target).name
         self.done: ConfigUpgrade | None = None

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue, jsonfile
-from ckpt_migrate.atomic import atomic_output, same_file
+from ckpt_migrate.atomic import atomic_output, check_parent, same_file
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_text
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError
@@ -177,8 +177,7 @@ def _check_free(target: Path, force: bool, src: Path, given: Path | None) -> Non
         else:
             return
         raise UsageError(target, why, "write the output elsewhere")
-    if not target.parent.is_dir():
-        raise UsageError(target, "its directory does not exist", "create it first")
+    check_parent(target)
 
 
 MAX_CONFIG_BYTES = 16 << 20

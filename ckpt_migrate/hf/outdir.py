@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from ckpt_migrate.atomic import Interrupt, fsync_dir, fsync_path, io_error
+from ckpt_migrate.atomic import Interrupt, check_parent, fsync_dir, fsync_path, io_error
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.hf.safetensors_io import INDEX, SINGLE
 
@@ -82,8 +82,7 @@ def check_output_dir(target: Path, force: bool) -> None:
         if not target.is_dir() or target.is_symlink():
             raise UsageError(target, "is not a directory; --force replaces only a directory")
         _check_replaceable(target)
-    if not target.parent.is_dir():
-        raise UsageError(target, "its parent directory does not exist", "create it first")
+    check_parent(target)
 
 
 @contextlib.contextmanager

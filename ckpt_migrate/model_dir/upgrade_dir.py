@@ -41,6 +41,7 @@ from ckpt_migrate.atomic import (
     advisory_lock,
     io_error,
     made_directory,
+    refuse_file_on_the_way,
     remove_stale_temporaries,
 )
 from ckpt_migrate.engine.copypatch import file_digest
@@ -143,6 +144,7 @@ def upgrade_dir(
     if out_dir is not None:
         if out_dir.exists() and not out_dir.is_dir():
             raise UsageError(out_dir, "is not a directory", "choose another --output-dir")
+        refuse_file_on_the_way(out_dir)
         if out_dir.exists() and os.path.samefile(out_dir, src_dir):
             raise UsageError(out_dir, "is the model directory itself", "use --inplace")
     entries: list[DirEntry] = []

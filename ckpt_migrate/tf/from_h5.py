@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate.atomic import check_parent
 from ckpt_migrate.errors import (
     CorruptCheckpointError,
     KeyCollisionError,
@@ -104,8 +105,7 @@ def h5_to_tf(
         base = Path(saver_path)
         if base.is_dir():
             base = base / src.stem
-        if not base.parent.is_dir():
-            raise UsageError(base, "its directory does not exist", "create it first")
+        check_parent(base)
         targets = [
             (str(base) if label is None else f"{base}-{label}", sel, vs)
             for label, sel, vs in groups
