@@ -305,14 +305,6 @@ def io_error(target: Path, exc: OSError) -> CkptIOError:
         return CkptIOError(
             None, f"cannot write {target}: read-only file system", "choose a writable place"
         )
-    if exc.errno == errno.ENOTDIR:
-        blocking = _file_on_the_way(target)
-        if blocking is not None:
-            return CkptIOError(
-                target,
-                f"cannot be made: {blocking} is a file, not a directory",
-                "choose another place to write",
-            )
     reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:120]
     fix = "check the path" if exc.errno in (errno.ENOENT, errno.ENOTDIR) else None
     return CkptIOError(target, f"write failed ({reason})", fix)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, REAL, one_line_error, release_of, run_cli, sha256_file
@@ -163,3 +164,14 @@ def test_an_output_path_through_a_file_names_that_file(tmp_path, command):
         args = [verb, src, out]
     one_line_error(run_cli(*args), 2, "a.mdl is a file, not a directory", "choose another output")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["src", "a.mdl"])
+
+
+def test_an_output_dir_the_system_will_not_make_says_to_check_the_path(tmp_path):
+    """``/proc`` takes no new directory (ENOENT, whoever asks): "write failed (No such file or
+    directory)" gave no fix."""
+    if not Path("/proc/self").exists():
+        pytest.skip("no /proc here")
+    src = tmp_path / "basic.mdl"  # written by the real 2.10 library
+    shutil.copyfile(REAL / "basic.mdl", src)
+    proc = run_cli("upgrade", src, "-o", "/proc/ckpt-migrate-out")
+    one_line_error(proc, 5, "write failed (No such file or directory); check the path")
