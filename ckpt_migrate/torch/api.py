@@ -83,6 +83,21 @@ def load(
     ``OpaqueObject`` unless ``objects_mode`` is ``"data"`` (plain-data pickles only) or
     ``"trusted"``. ``map_location`` other than None/"cpu" reads every tensor and moves it.
     """
+    # torch's first import keeps its callers' frames in reference cycles, until the collector
+    # runs: imported here, where this frame holds no file (``_load`` reads it). A frame that
+    # held the tree kept the first checkpoint a process loaded open, and h5py with HDF5 2.0
+    # then refused another open of that file with default locking.
+    torch_room.LazyTensor  # noqa: B018
+    return _load(path, map_location, allow_missing, objects_mode, numpy_as_tensor)
+
+
+def _load(
+    path: str | Path,
+    map_location: Any,
+    allow_missing: bool,
+    objects_mode: ObjectMode,
+    numpy_as_tensor: bool,
+) -> Any:
     ckpt = read_checkpoint(path)
     missing = ckpt.missing
     if missing and not allow_missing:

@@ -154,6 +154,29 @@ def materialize(x: Any) -> Any:
     return x._lazy_get() if isinstance(x, LazyTensor) else x
 
 
+def _unwrap(x: Any, lazies: list[LazyTensor]) -> Any:
+    """``x`` with each ``LazyTensor`` in it replaced by its data (appended to ``lazies``).
+
+    Not a closure of ``__torch_dispatch__``: one that calls itself is a reference cycle, which
+    kept every tensor an op was given, and its file open, until the garbage collector ran."""
+    if isinstance(x, LazyTensor):
+        lazies.append(x)
+        return x._lazy_get()
+    if isinstance(x, (list, tuple)):
+        return type(x)([_unwrap(v, lazies) for v in x])
+    return x
+
+
+def _rewrap(x: Any, own: dict[int, LazyTensor]) -> Any:
+    """``x`` with each tensor that is a ``LazyTensor``'s own data (``own``, by id) replaced by
+    that wrapper (in-place and out= ops return their argument)."""
+    if isinstance(x, torch.Tensor) and id(x) in own:
+        return own[id(x)]
+    if isinstance(x, (list, tuple)):
+        return type(x)([_rewrap(v, own) for v in x])
+    return x
+
+
 class LazyTensor(torch.Tensor):
     """A CPU tensor whose data is read by ``loader`` on first use (see the module docstring)."""
 
@@ -250,15 +273,6 @@ class LazyTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         lazies: list[LazyTensor] = []
-
-        def unwrap(x: Any) -> Any:
-            if isinstance(x, LazyTensor):
-                lazies.append(x)
-                return x._lazy_get()
-            if isinstance(x, (list, tuple)):
-                return type(x)([unwrap(v) for v in x])
-            return x
-
         reshapes = (
             torch.Tag.inplace_view in func.tags or func.overloadpacket.__name__ in _RESIZING_OPS
         )
@@ -267,7 +281,9 @@ class LazyTensor(torch.Tensor):
                 f"{func} would change the shape of {args[0]._describe()} in place;"
                 " apply it to materialize(x) instead"
             )
-        out = func(*unwrap(args), **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+        out = func(
+            *_unwrap(args, lazies), **{k: _unwrap(v, lazies) for k, v in (kwargs or {}).items()}
+        )
         for lazy in lazies:  # an out= argument may have been resized
             value = lazy._lazy_value
             if value is not None and (value.shape != lazy.shape or value.dtype != lazy.dtype):
@@ -275,15 +291,7 @@ class LazyTensor(torch.Tensor):
 
         # An op that returns a LazyTensor's own data (in-place and out= ops) returns the wrapper.
         own = {id(lazy._lazy_value): lazy for lazy in lazies}
-
-        def rewrap(x: Any) -> Any:
-            if isinstance(x, torch.Tensor) and id(x) in own:
-                return own[id(x)]
-            if isinstance(x, (list, tuple)):
-                return type(x)([rewrap(v) for v in x])
-            return x
-
-        return rewrap(out)
+        return _rewrap(out, own)
 
     # -- Python-level Tensor methods that do not go through dispatch ----------------------
 
