@@ -433,6 +433,10 @@ def advisory_lock(path: Path, busy: str, *, shared: bool = False) -> Iterator[No
 
 
 def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same absolute name (whether or not it exists
+    yet), or one existing file (through a link, another name)."""
+    if Path(a).absolute() == Path(b).absolute():
+        return True
     try:
         return os.path.samefile(a, b)
     except OSError:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ckpt_migrate.atomic import same_file
 from ckpt_migrate.cli.commands import check_copy_method, check_verify
 from ckpt_migrate.config.upgrade import ConfigAlongside, ConfigOutcome
 from ckpt_migrate.engine.upgrade import (
@@ -108,7 +109,7 @@ def _refuse_one_output_for_two(
                 f"{seen[name]} and {path} would both be written to {target}",
                 "upgrade them into different --output-dir directories",
             )
-        if config_out is not None and config_out.absolute() == Path(target).absolute():
+        if config_out is not None and same_file(config_out, Path(target)):
             raise UsageError(
                 config_out, f"--config-out names the upgrade of {path}", "name another file"
             )

@@ -368,7 +368,7 @@ def check_manifest(path: Path, force: bool, keep: dict[str, Path | None]) -> Non
 def manifest_clash(path: Path, keep: dict[str, Path | None]) -> None:
     """Refuse a manifest ``path`` that is one of the files ``keep`` names (what: path)."""
     for what, other in keep.items():
-        if other is not None and (path.absolute() == other.absolute() or same_file(path, other)):
+        if other is not None and same_file(path, other):
             raise UsageError(path, f"--manifest names {what}", "name a new file for the manifest")
 
 

@@ -100,7 +100,7 @@ def import_hf(
     _check_free(out, force, src, given)
     if config_out is not None:
         _check_free(Path(config_out), force, src, given)
-        if Path(config_out).absolute() == out.absolute() or same_file(Path(config_out), out):
+        if same_file(Path(config_out), out):
             raise UsageError(config_out, "is the checkpoint's output too", "name another file")
     name = canonical_name(model) if model else _split_model(src)
     dirs = directories.of(family_for(name), name) if name else directories.ONE
