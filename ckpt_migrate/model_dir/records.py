@@ -46,21 +46,25 @@ def read_run_record(path: str | Path) -> dict[str, Any] | None:
 
 def incomplete_reason(path: str | Path) -> str | None:
     """Why ``path`` is not a complete checkpoint (partially written, truncated, not one), or
-    None. A file newer than this tool counts as complete: loading it says what is wrong."""
+    None (``check_complete``)."""
     try:
-        with read_checkpoint(path):
-            return None
+        check_complete(Path(path))
     except (CorruptCheckpointError, NotACheckpointError) as exc:
         return exc.problem
-    except CkptError:
-        return None
+    return None
 
 
 def check_complete(path: Path) -> None:
-    """Raise what ``incomplete_reason`` names, as the reader's error."""
-    problem = incomplete_reason(path)
-    if problem is not None:
-        raise CorruptCheckpointError(path, problem)
+    """Raise the reader's error for a file that is not a complete checkpoint (partially
+    written, truncated, not one). A file newer than this tool counts as complete: loading it
+    says what is wrong."""
+    try:
+        with read_checkpoint(path):
+            return
+    except (CorruptCheckpointError, NotACheckpointError):
+        raise
+    except CkptError:
+        return
 
 
 def newest_complete(
