@@ -11,6 +11,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 from conftest import FIXTURES, REAL, real_2x_files
 from digest import digest
 
@@ -25,7 +26,8 @@ def _contents(path: Path) -> dict[str, tuple]:
     found: dict[str, tuple] = {}
 
     def visit(name: str, obj) -> None:
-        data = obj[()].tobytes() if isinstance(obj, h5py.Dataset) else None
+        data = obj[()] if isinstance(obj, h5py.Dataset) else None
+        data = data.tobytes() if isinstance(data, np.ndarray | np.generic) else repr(data)
         found[name] = (sorted((k, repr(v)) for k, v in obj.attrs.items()), data)
 
     with h5py.File(path, "r") as f:
@@ -54,20 +56,27 @@ class _Busy(threading.Thread):
             self.errors.append(repr(exc))
 
 
-def test_an_upgrade_beside_a_thread_using_h5py(tmp_path):
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [(EXAMPLE, "2.10"), (REAL / "basic.mdl", "2.0"), (REAL / "dtypes.mdl", "2.0")],
+    ids=["shipped-1.9-up", "real-2.10-basic-down", "real-2.10-dtypes-down"],
+)
+def test_an_upgrade_beside_a_thread_using_h5py(tmp_path, source, target):
     """HDF5, not built thread-safe, is entered by one thread at a time. ``test_s3_corpus``'s
     cluster case refused the shipped 1.9 checkpoint now and then, "cannot copy the chunks of
     dataset ... (no VOL object wrap context?)": h5py before 3.16 let ``read_direct_chunk`` and
-    ``write_direct_chunk`` run in HDF5 beside another thread's call. The shipped 1.9 example is
-    rewritten, its chunks copied as stored (``_copy_chunks``)."""
-    source = tmp_path / "src" / EXAMPLE.name
+    ``write_direct_chunk`` run in HDF5 beside another thread's call. Each file is rewritten,
+    its chunks copied as stored (``_copy_chunks``): the shipped 1.9 example upgraded, files the
+    real 2.10 library wrote taken down to 2.0."""
+    original = source
+    source = tmp_path / "src" / original.name
     source.parent.mkdir()
-    shutil.copyfile(EXAMPLE, source)
+    shutil.copyfile(original, source)
     inputs = {"drop_dataloader_state": True}  # (as test_s3_corpus: the state is elsewhere)
 
     def run(n: int):
         out = tmp_path / f"out{n}"
-        opts = UpgradeOptions(target="2.10", output_dir=out, inputs=inputs)
+        opts = UpgradeOptions(target=target, output_dir=out, inputs=inputs)
         res = upgrade(source, opts)
         assert res.status == "upgraded", res.error
         assert res.strategy == "rewrite" and res.verified
