@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,8 @@ from s3store import etags, moto_server, put_dir
 
 import ckpt_migrate as cm
 from ckpt_migrate.cli import upgrades
-from ckpt_migrate.engine.upgrade import UpgradeOptions
+from ckpt_migrate.cli.commands import verify
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.remote.s3 import S3Url
 from ckpt_migrate.remote.upgrade import CHAIN_SUFFIX, upgrade_object
 
@@ -154,6 +156,47 @@ def test_bytes_the_server_receives(store, local_run, name):
     # two files holding them would take twice their bytes; the staging file's reservation for
     # the metadata edit counts here)
     assert res.transfer["local_allocated"] < 2 * res.transfer["unfetched"]
+
+
+# S3 keys are any UTF-8 and may hold what a URL or a path would quote; object metadata is ASCII.
+ODD_NAMES = ("rün ü.mdl", "with space.mdl", "pct%20+plus.mdl")
+
+
+def test_keys_beyond_ascii_and_url_quoting(store, local_run, tmp_path):
+    """A prefix and checkpoints named outside ASCII or with spaces, ``%`` and ``+``: each is
+    upgraded as the same file is under its own name, the metadata records its source URL
+    %-encoded, a rerun skips them, and the report says what was done with the tensor data."""
+    s3, bucket = store, "odd-names"
+    s3.create_bucket(Bucket=bucket)
+    sources = {
+        ODD_NAMES[0]: local_run / "checkpoint_100.mdl",  # 1.9 as the 1.9 library laid it out
+        ODD_NAMES[1]: FIXTURES / "release-2.3.mdl",
+        ODD_NAMES[2]: FIXTURES / "real-cstorch-2.10" / "dtypes.mdl",  # the real 2.10 writer's
+    }
+    for name, path in sources.items():
+        s3.upload_file(str(path), bucket, f"lauf ü/{name}")
+    s3.upload_file(str(local_run / "params.yaml"), bucket, "lauf ü/paräms.yaml")
+    args = ["upgrade-dir", f"s3://{bucket}/lauf ü", "--drop-dataloader-state"]
+    args += ["--output-dir", f"s3://{bucket}/aus ü"]
+    proc = run_cli(*args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tensor data None" not in proc.stdout
+    assert proc.stdout.count("tensor data copied as stored") == 2, proc.stdout
+    assert sorted(etags(s3, bucket, "aus ü/")) == sorted(
+        f"aus ü/{n}" for n in [*ODD_NAMES, "paräms.yaml"]
+    )
+    for name, path in sources.items():
+        opts = UpgradeOptions(target="2.10", output_dir=tmp_path / name, inputs=dict(DROP))
+        want = upgrade(path, opts)
+        got = tmp_path / f"s3-{name}"
+        s3.download_file(bucket, f"aus ü/{name}", str(got))
+        assert verify(want.output, got)["identical"], name
+        meta = s3.head_object(Bucket=bucket, Key=f"aus ü/{name}")["Metadata"]
+        assert urllib.parse.unquote(meta["ckpt-migrate-source"]) == f"s3://{bucket}/lauf ü/{name}"
+    again = run_cli(*args, "--json")
+    assert again.returncode == 0, again.stderr
+    statuses = [json.loads(line)["status"] for line in again.stdout.splitlines()]
+    assert sorted(statuses) == ["already-upgraded"] * 3 + ["left-alone"]
 
 
 def test_killed_run_leaves_no_object(store, local_run):

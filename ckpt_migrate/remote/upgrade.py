@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import tempfile
 import time
+import urllib.parse
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from ckpt_migrate.remote.s3 import RangedFile, S3Url
 from ckpt_migrate.remote.shared import Layout, layout, stored_data
 
 ALREADY_UPGRADED = "already-upgraded"
-META_SOURCE = "ckpt-migrate-source"  # object metadata of an output: source URL
+META_SOURCE = "ckpt-migrate-source"  # object metadata of an output: source URL, %-encoded
 META_ETAG = "ckpt-migrate-source-etag"
 META_TARGET = "ckpt-migrate-target"
 GET_SPAN = 8 << 20  # metadata ranges are fetched in GETs of at most this much
@@ -128,7 +129,9 @@ def _upgrade(
             return
         if opts.dry_run:
             return
-        meta = {META_SOURCE: str(src), META_ETAG: etag, META_TARGET: target}
+        # Object metadata travels as HTTP headers, ASCII only; a key may be any UTF-8.
+        source = urllib.parse.quote(str(src), safe=":/")
+        meta = {META_SOURCE: source, META_ETAG: etag, META_TARGET: target}
         if staged is None:
             shared, out_size = [(0, size)], size
         else:
@@ -159,6 +162,7 @@ def _adopt(result: UpgradeResult, local: UpgradeResult, src: S3Url) -> None:
         "warnings",
         "strategy",
         "verified",
+        "tensor_data",
         "tensors",
         "plan",
         "family",
