@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from conftest import (
     FIXTURES,
+    REAL,
     one_line_error,
     real_2x_files,
     release_of,
@@ -934,6 +935,25 @@ def test_two_checkpoints_of_one_name_are_refused_before_either(tmp_path, force):
     proc = run_cli("upgrade", x, y, "--output-dir", out, "--drop-dataloader-state", *force_args)
     one_line_error(proc, 2, f"would both be written to {out / 'ckpt.mdl'}")
     assert not out.exists()
+
+
+def test_one_checkpoint_named_twice_is_said_so(tmp_path):
+    """``upgrade ckpt.mdl ./ckpt.mdl`` (or a hard link of it) was told to use two output
+    directories, as if they were two checkpoints."""
+    src = tmp_path / "ckpt.mdl"
+    shutil.copyfile(REAL / "basic.mdl", src)
+    (tmp_path / "link").mkdir()
+    os.link(src, tmp_path / "link" / "ckpt.mdl")
+    for second in (src, tmp_path / "." / "ckpt.mdl", tmp_path / "link" / "ckpt.mdl"):
+        proc = run_cli("upgrade", src, second, "--to", "2.6", "--output-dir", tmp_path / "out")
+        one_line_error(proc, 2, f"{second}: is named twice; name each checkpoint once")
+    assert not (tmp_path / "out").exists()
+    # objects, said as the addresses they are (``pathlib`` folds ``s3://`` into ``s3:/``)
+    twice = run_cli("upgrade", "s3://b/ckpt.mdl", "s3://b/ckpt.mdl", "--output-dir", "s3://b/o")
+    one_line_error(twice, 2, "s3://b/ckpt.mdl: is named twice")
+    two = run_cli("upgrade", "s3://b/x/ckpt.mdl", "s3://b/y/ckpt.mdl", "--output-dir", "s3://b/o")
+    one_line_error(two, 2, "s3://b/x/ckpt.mdl and s3://b/y/ckpt.mdl would both be written to ")
+    assert "to s3://b/o/ckpt.mdl;" in two.stderr
 
 
 def test_a_config_out_naming_the_upgraded_checkpoint_is_refused_before_any_work(tmp_path):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 from ckpt_migrate.atomic import same_file
@@ -99,10 +99,13 @@ def _refuse_one_output_for_two(
     """Two checkpoints of one name would go to one output file (the second was refused once
     the first was done, or with ``--force`` replaced it, both reported as written), or
     ``--config-out`` names a checkpoint's output (refused once the checkpoint was written)."""
-    seen: dict[str, Path] = {}
-    for path in paths:
-        name = PurePosixPath(str(path)).name  # (an s3:// address's too)
-        target = PurePosixPath(str(output_dir)) / name
+    seen: dict[str, PurePath] = {}
+    for given in paths:
+        path = s3.ObjectPath(given) if s3.is_url(given) else given  # prints as s3://…
+        name = path.name
+        target = (s3.ObjectPath if s3.is_url(output_dir) else PurePosixPath)(output_dir) / name
+        if name in seen and (str(seen[name]) == str(path) or same_file(seen[name], path)):
+            raise UsageError(path, "is named twice", "name each checkpoint once")
         if name in seen:
             raise UsageError(
                 None,
