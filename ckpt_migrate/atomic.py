@@ -272,10 +272,27 @@ def check_output(target: Path, *, force: bool) -> None:
         check_parent(target)
 
 
+def refuse_object_address(path: Path | str, *, writing: bool = False) -> None:
+    """One line for an ``s3://`` address given where a command takes a local path: it read as
+    a missing file, or as a directory to create first (``pathlib`` folds ``//`` into ``/``)."""
+    text = str(path)
+    if not text.startswith("s3:/"):
+        return
+    address = "s3://" + text[len("s3:/") :].lstrip("/")
+    if writing:
+        problem = "is an object-store address; this command writes local files"
+        fix = "write here, then upload (upgrade and upgrade-dir write s3:// themselves)"
+    else:
+        problem = "is an object-store address; this command reads local files"
+        fix = "download it first (upgrade and upgrade-dir read s3:// themselves)"
+    raise UsageError(address, problem, fix)
+
+
 def check_parent(target: Path) -> None:
     """Refuse ``target`` unless its directory exists, saying what is in the way."""
     if target.parent.is_dir():
         return
+    refuse_object_address(target, writing=True)
     refuse_file_on_the_way(target)
     raise UsageError(target, "its directory does not exist", "create it first")
 

@@ -314,3 +314,40 @@ def test_a_named_pipe_is_refused_not_waited_on(tmp_path, verb):
     proc, _ = run_capped(args[0], fifo, *args[1:], seconds=60)
     one_line_error(proc, 2, "checkpoint_7.mdl", "not a regular file")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_7.mdl"]
+
+
+READS, WRITES = "this command reads local files", "this command writes local files"
+
+
+@pytest.mark.parametrize(
+    ("args", "address", "words"),
+    [
+        (("inspect", "s3://bkt/run/ckpt.mdl"), "s3://bkt/run/ckpt.mdl", READS),
+        (("plan", "s3://bkt/ckpt.mdl"), "s3://bkt/ckpt.mdl", READS),
+        (("check", "s3://bkt/ckpt.mdl"), "s3://bkt/ckpt.mdl", READS),
+        (("verify", REAL / "basic.mdl", "s3://bkt/ckpt.mdl"), "s3://bkt/ckpt.mdl", READS),
+        (("to-torch", "s3://bkt/ckpt.mdl", "x.pt"), "s3://bkt/ckpt.mdl", READS),
+        (("from-torch", "s3://bkt/x.pt", "x.mdl"), "s3://bkt/x.pt", READS),
+        (("import-hf", "s3://bkt/hf", "x.mdl"), "s3://bkt/hf", READS),
+        (("to-torch", REAL / "basic.mdl", "s3://bkt/x.pt"), "s3://bkt/x.pt", WRITES),
+        (
+            ("export-hf", REAL / "basic.mdl", "s3://bkt/hf", "--model", "gpt2"),
+            "s3://bkt/hf",
+            WRITES,
+        ),
+        (("from-torch", "TORCH", "s3://bkt/x.mdl"), "s3://bkt/x.mdl", WRITES),
+    ],
+)
+def test_an_object_address_given_to_a_local_command_is_said_so(tmp_path, args, address, words):
+    """``inspect s3://bkt/ckpt.mdl`` said "s3:/bkt/ckpt.mdl: no such file; check the path", and
+    ``to-torch ckpt.mdl s3://bkt/x.pt`` "its directory does not exist; create it first"."""
+    if "TORCH" in args:
+        import torch
+
+        torch.save({"w": torch.zeros(2)}, tmp_path / "x.pt")
+        args = tuple(tmp_path / "x.pt" if a == "TORCH" else a for a in args)
+    before = sorted(tmp_path.iterdir())
+    proc = run_cli(*args, cwd=tmp_path)
+    line = one_line_error(proc, 2, f"{address}: is an object-store address; {words}")
+    assert "upgrade and upgrade-dir" in line
+    assert sorted(tmp_path.iterdir()) == before  # no s3: directory made here

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue, jsonfile
-from ckpt_migrate.atomic import atomic_output, check_parent, same_file
+from ckpt_migrate.atomic import atomic_output, check_parent, refuse_object_address, same_file
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_text
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError
@@ -186,6 +186,7 @@ MAX_CONFIG_BYTES = 16 << 20
 def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
     path = given or src / "config.json"
     if not src.is_dir():
+        refuse_object_address(src)
         raise UsageError(src, "is not a directory", "pass a Hugging Face model directory")
     try:
         data = jsonfile.read(path, MAX_CONFIG_BYTES)

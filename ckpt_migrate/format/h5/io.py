@@ -15,6 +15,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from ckpt_migrate.atomic import refuse_object_address
 from ckpt_migrate.errors import CkptError, CkptIOError, CorruptCheckpointError, NotACheckpointError
 from ckpt_migrate.format.h5 import capi, chunks, overlaps
 from ckpt_migrate.format.h5.identity import file_identity
@@ -31,6 +32,7 @@ def check_file(p: Path) -> None:
     """A checkpoint path must name a regular file: one line otherwise, before any read (opening
     a named pipe to read waits for a writer)."""
     if not p.exists():
+        refuse_object_address(p)
         raise NotACheckpointError(p, "no such file", "check the path")
     if p.is_dir():
         raise NotACheckpointError(p, "is a directory, not a checkpoint file", "name a .mdl file")
