@@ -8,6 +8,7 @@ down (``CKPT_MIGRATE_TEST_WRITE_DELAY``), so that it lasts a few seconds.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -144,3 +145,47 @@ def test_verify_reports_its_progress(model_dir):
     assert proc.returncode == 4, proc.stderr  # they differ
     verify = [m for m in progress_lines(proc.stderr) if m["phase"] == "verify"]
     assert verify and verify[-1]["done"] == verify[-1]["total"] == "40.0 MiB", proc.stderr
+
+
+def _many_leaves(path: Path, leaves: int) -> Path:
+    """A release 2.5 checkpoint (format 0.5: each leaf's metadata a root attribute) of
+    ``leaves`` small tensors, as a mixture of experts has them."""
+    experts = {f"expert{i}.weight": np.full(4, i, np.float32) for i in range(leaves)}
+    cm.save({"model": experts, "global_step": 1}, path, "2.5")
+    return path
+
+
+def test_the_reads_of_a_root_and_the_check_of_the_tensors_report_their_progress(
+    tmp_path, real_layout_19
+):
+    """A root edit of 150k leaves read its root and checked its output's for seconds, and a
+    rewrite checked its tensors for as long as it wrote them, with no line or bar: only the
+    write and the copy spoke. The root's attributes are counted as read (1 in 1,000 said),
+    the index check's tensors as checked; a 1.9 file as the 1.9 library laid it out, too."""
+    src = _many_leaves(tmp_path / "many.mdl", 2500)
+    proc = run("upgrade", src, "-o", tmp_path / "edit", "--progress", "plain")
+    assert proc.returncode == 0, proc.stderr
+    assert "(root-edit," in proc.stdout
+    lines = progress_lines(proc.stderr)
+    for phase in ("read root", "check root"):
+        said = [(m["done"], m["total"]) for m in lines if m["phase"] == phase]
+        total = said[-1][1]
+        assert re.fullmatch(r"2,5\d\d attributes", total), proc.stderr
+        read_once = [("1,000", total), ("2,000", total), (total.split()[0], total)]
+        assert said and said == read_once * (len(said) // 3), said  # (a root read twice, twice)
+    proc = run(
+        "upgrade", real_layout_19, "-o", tmp_path / "rw", "--drop-dataloader-state", "--json"
+    )
+    tensors = json.loads(proc.stdout)["tensors"]
+    proc = run(
+        "upgrade",
+        real_layout_19,
+        "-o",
+        tmp_path / "rewrite",
+        "--drop-dataloader-state",
+        "--progress",
+        "plain",
+    )
+    assert proc.returncode == 0, proc.stderr
+    check = [m for m in progress_lines(proc.stderr) if m["phase"] == "check"]
+    assert [(m["done"], m["total"]) for m in check][-1] == (f"{tensors:,}", f"{tensors:,} tensors")

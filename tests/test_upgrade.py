@@ -758,11 +758,11 @@ def test_a_copy_is_verified_while_its_tensor_data_is_still_being_copied(
     seen: dict[str, bool] = {}
     real = engine.verify_index
 
-    def spy(ckpt, root, release, tmp, written, *, full):
+    def spy(ckpt, root, release, tmp, written, **kw):
         with open(tmp, "rb") as fh:
             fh.seek(end - 4096)
             seen["landed"] = fh.read(4096) == want
-        real(ckpt, root, release, tmp, written, full=full)
+        real(ckpt, root, release, tmp, written, **kw)
 
     monkeypatch.setattr(engine, "verify_index", spy)
     monkeypatch.setattr(splitcopy, "BLOCK", 1 << 20)

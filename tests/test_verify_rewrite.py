@@ -67,7 +67,7 @@ def _flip_before_verify(monkeypatch, tensor: str, where: str) -> None:
     verified (and published): its first, a middle or its last stored byte."""
     real = engine.verify_index
 
-    def flip_then_verify(ckpt, root, release, tmp, written, *, full):
+    def flip_then_verify(ckpt, root, release, tmp, written, **kw):
         with h5py.File(tmp, "r", locking=False) as f:
             dsid = f[tensor].id
             if f[tensor].chunks is None:
@@ -81,7 +81,7 @@ def _flip_before_verify(monkeypatch, tensor: str, where: str) -> None:
             byte = fh.read(1)
             fh.seek(at)
             fh.write(bytes([byte[0] ^ 0x10]))
-        real(ckpt, root, release, tmp, written, full=full)
+        real(ckpt, root, release, tmp, written, **kw)
 
     monkeypatch.setattr(engine, "verify_index", flip_then_verify)
 
@@ -114,11 +114,11 @@ def test_a_reused_tensor_linked_to_another_dataset_fails_the_upgrade(tmp_path, m
     cm.save({"model": model}, src, "2.0")
     real = engine.verify_index
 
-    def relink_then_verify(ckpt, root, release, tmp, written, *, full):
+    def relink_then_verify(ckpt, root, release, tmp, written, **kw):
         with h5py.File(tmp, "r+", locking=False) as f:
             del f["model.w0"]
             f["model.w0"] = f["model.w1"]
-        real(ckpt, root, release, tmp, written, full=full)
+        real(ckpt, root, release, tmp, written, **kw)
 
     monkeypatch.setattr(engine, "verify_index", relink_then_verify)
     out = tmp_path / "out" / src.name
@@ -165,11 +165,11 @@ def test_a_reused_tensor_is_found_by_the_address_its_link_names(tmp_path, monkey
     real = engine.verify_index
     moved = "model.blk/w9" if nested else "model.w0"
 
-    def relink_then_verify(ckpt, root, release, tmp, written, *, full):
+    def relink_then_verify(ckpt, root, release, tmp, written, **kw):
         with h5py.File(tmp, "r+", locking=False) as f:
             del f[moved]
             f[moved] = f["model.w1"]
-        real(ckpt, root, release, tmp, written, full=full)
+        real(ckpt, root, release, tmp, written, **kw)
 
     monkeypatch.setattr(engine, "verify_index", relink_then_verify)
     out.unlink()

@@ -29,7 +29,7 @@ from ckpt_migrate.models.detect import choose_family
 from ckpt_migrate.models.names import resolve_name
 
 if TYPE_CHECKING:
-    from ckpt_migrate.engine.splitcopy import Progress
+    from ckpt_migrate.format.progress import Progress
 Verify = Literal["index", "full"]
 
 
@@ -158,10 +158,10 @@ def verify(
     # it (290 -> 284 MiB).
     begun = preflight.start(Path(b))
     try:
-        with read_checkpoint(a, defer_chunks=True) as left:
+        with read_checkpoint(a, defer_chunks=True, progress=progress) as left:
             if left.handle is not None:
                 left.handle.ready_to_read()
-            with read_checkpoint(b, defer_chunks=True) as right:
+            with read_checkpoint(b, defer_chunks=True, progress=progress) as right:
                 found = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
     finally:
         preflight.cancel_started(begun)  # (the first file refused: the second's walk ends)

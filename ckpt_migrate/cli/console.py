@@ -22,7 +22,7 @@ from ckpt_migrate.atomic import Interrupt
 from ckpt_migrate.errors import CkptError, UsageError
 
 if TYPE_CHECKING:
-    from ckpt_migrate.engine.upgrade import Progress
+    from ckpt_migrate.format.progress import Progress
 
 EXIT_INTERNAL = 1
 EXIT_INTERRUPTED = 130
@@ -135,7 +135,8 @@ def _quiet_interrupts(unraisable: Any) -> None:
 
 PROGRESS_MODES = ("auto", "bar", "plain", "none")
 # Phases counted in tensors; every other phase is counted in bytes.
-COUNTED_PHASES = ("patch", "write")
+# The unit of each phase counted in items rather than bytes (by its last word: "file 1 of 2: write")
+COUNTED_PHASES = {"patch": "tensors", "write": "tensors", "check": "tensors", "root": "attributes"}
 
 
 def progress_interval() -> float:
@@ -223,8 +224,9 @@ class PlainProgress:
 
 
 def amount_text(phase: str, done: int, total: int) -> str:
-    if phase.rsplit(" ", 1)[-1] in COUNTED_PHASES:
-        return f"{done:,} of {total:,} tensors"
+    unit = COUNTED_PHASES.get(phase.rsplit(" ", 1)[-1])
+    if unit is not None:
+        return f"{done:,} of {total:,} {unit}"
     return f"{_bytes(done)} of {_bytes(total)}"
 
 

@@ -27,7 +27,7 @@ import xxhash
 from ckpt_migrate.atomic import create_temp, reserve, start_writeback
 from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.plan import Plan
-from ckpt_migrate.engine.splitcopy import LEAD_BLOCK, Progress, SplitCopy, data_ranges
+from ckpt_migrate.engine.splitcopy import LEAD_BLOCK, SplitCopy, data_ranges
 from ckpt_migrate.errors import UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
@@ -39,6 +39,7 @@ from ckpt_migrate.format.h5.metadata_cache import (
     root_name_heap,
 )
 from ckpt_migrate.format.h5.tensor import place_tensor
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import H5Data, Leaf, LeafRef, Node, TensorLeaf, iter_leaves
@@ -220,6 +221,7 @@ def write(
             if progress is not None:
                 progress("copy", plan.file_bytes, plan.file_bytes)
             _patch(tmp, root, release, reused, written, extra, progress, handle)
+            written.tensors = len(placed) + len(linked)
             start_writeback(tmp)  # the edit's pages go to disk while it is verified
             check_metadata(written)
             digest = None  # the source's bytes were never read (see extents)
@@ -231,9 +233,9 @@ def write(
             written = Written("copy-patch", release, placed, copy_method="copy", linked=linked)
             written.bytes_own = plan.file_bytes
             _patch(tmp, root, release, reused, written, extra, progress, handle)
+            written.tensors = len(placed) + len(linked)
             check_metadata(written)
             digest = copier.finish(progress)
-        written.tensors = len(placed) + len(linked)
     else:  # most of the data changes: write a new file instead
         # It reads every chunk index and all the data: the walk's verdict first, before HDF5
         # writes anything (nothing to gain from overlapping them here).

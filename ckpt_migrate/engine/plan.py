@@ -16,6 +16,7 @@ from ckpt_migrate.errors import NewerThanToolError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.outline import sizes
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint, read_release
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.hops import graph
@@ -216,19 +217,22 @@ def read_planned(
     legacy_outline: bool = False,
     early_spec: bool = False,
     enough: Callable[[Plan], bool] = lambda plan: True,
+    progress: Progress | None = None,
     **options: Any,
 ) -> tuple[Checkpoint, Plan]:
     """The checkpoint at ``path`` and its plan (``make_plan``'s ``options``): read from its
     outline (``read_checkpoint(outline=True)``) when the plan made from it is ``enough`` for
     the caller and needs no measure of the stored bytes (``Plan.needs_stored_bytes``) that the
     outline lacks (a legacy file's has it), else read in full and planned again.
-    ``root_digest``, ``storage_scan``, ``legacy_outline``, ``early_spec``: ``read_checkpoint``'s.
+    ``root_digest``, ``storage_scan``, ``legacy_outline``, ``early_spec``, ``progress``:
+    ``read_checkpoint``'s.
     The caller closes the checkpoint."""
     read = {
         "release": release,
         "defer_chunks": defer_chunks,
         "root_digest": root_digest,
         "early_spec": early_spec,
+        "progress": progress,
     }
     ckpt = read_checkpoint(
         path,

@@ -35,12 +35,13 @@ from ckpt_migrate.atomic import start_writeback
 from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.copypatch import Output, Written, finish, pending_provenance
 from ckpt_migrate.engine.plan import Plan
-from ckpt_migrate.engine.splitcopy import Progress, data_ranges
+from ckpt_migrate.engine.splitcopy import data_ranges
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.io import H5Handle
 from ckpt_migrate.format.h5.rootdigest import RootDigest
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (

@@ -37,8 +37,11 @@ from ckpt_migrate.format.compare import missing_as_none, signature
 from ckpt_migrate.format.h5 import attrtable, linktable
 from ckpt_migrate.format.h5.io import H5Handle, open_read, root_addresses
 from ckpt_migrate.format.h5.rootdigest import RootDigest
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.tree import DictNode, Leaf
 from ckpt_migrate.format.v05.read import leaf_from_text
+
+CHECK = "check root"  # the progress phase of a root's read here
 
 
 class _Pass:
@@ -75,14 +78,19 @@ class _Pass:
             self.texts[name] = text
 
     def read(
-        self, path: Path, leaves: Leaves | None = None, links: dict[str, int] | None = None
+        self,
+        path: Path,
+        leaves: Leaves | None = None,
+        links: dict[str, int] | None = None,
+        progress: Progress | None = None,
     ) -> bool:
         """Read ``path``'s root; False when ``attrtable`` cannot. ``leaves``: the edited leaves,
         whose texts are decoded as the reader decodes them and compared with the planned;
         ``links``: its links' addresses, if the caller has them."""
         self.wanted = {f"{name}.__metadata__" for name in leaves or ()}
         with open_read(path) as f:
-            if attrtable.root_texts(f, path, keep=self.keep) is None:
+            texts = attrtable.root_texts(f, path, keep=self.keep, progress=progress, phase=CHECK)
+            if texts is None:
                 return False
             self.values = {name: f.attrs[name] for name in self.digest.other}
             self.success = f.attrs.get(SUCCESS)
@@ -143,7 +151,9 @@ def _signature(leaf: Leaf) -> Any:
     return signature(missing_as_none(DictNode([("", leaf)])))
 
 
-def _source_pass(source: H5Handle, edit: Edit, links: dict[str, int]) -> _Pass | None:
+def _source_pass(
+    source: H5Handle, edit: Edit, links: dict[str, int], progress: Progress | None
+) -> _Pass | None:
     """The source's pass: from the digest its reader took (``H5Handle.root_digest``), with
     the edited pairs taken out (``Edit.let_go`` may have done so), else read again; None when
     ``attrtable`` cannot read it."""
@@ -155,7 +165,7 @@ def _source_pass(source: H5Handle, edit: Edit, links: dict[str, int]) -> _Pass |
         digest = None if taken is None else taken.without(excluded)
     if digest is None:
         before = _Pass(excluded)
-        return before if before.read(source.path, links=links) else None
+        return before if before.read(source.path, links=links, progress=progress) else None
     before = _Pass(excluded, digest)
     f = source.file()
     before.values = {name: f.attrs[name] for name in digest.other}
@@ -176,13 +186,14 @@ def _root_links(source: H5Handle, edit: Edit) -> dict[str, int]:
     return source.root_addresses()
 
 
-def verify_edit(source: H5Handle, tmp: Path, edit: Edit) -> bool:
+def verify_edit(source: H5Handle, tmp: Path, edit: Edit, progress: Progress | None = None) -> bool:
     """Check ``tmp`` against the file of ``source`` and ``edit`` (raises ``VerificationError``);
-    False when ``attrtable`` cannot read a root, and nothing was concluded."""
+    False when ``attrtable`` cannot read a root, and nothing was concluded. ``progress`` hears
+    of each root read (``check root``)."""
     links = _root_links(source, edit)
-    before = _source_pass(source, edit, links)
+    before = _source_pass(source, edit, links, progress)
     after = _Pass(edit.edited, written=edit.set)
-    if before is None or not after.read(tmp, edit.leaves):
+    if before is None or not after.read(tmp, edit.leaves, progress=progress):
         return False
     for name in edit.set:
         if not after.held.get(name):

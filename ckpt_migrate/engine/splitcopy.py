@@ -23,15 +23,15 @@ import errno
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import h5py
 import xxhash
 
 from ckpt_migrate import atomic
+from ckpt_migrate.format.progress import Progress
 
-Progress = Callable[[str, int, int], None]
 # Tests copy in small blocks (slowed by the worker's CKPT_MIGRATE_TEST_WRITE_DELAY each) to
 # watch the progress of a small file.
 BLOCK = int(os.environ.get("CKPT_MIGRATE_TEST_COPY_BLOCK", 64 << 20))

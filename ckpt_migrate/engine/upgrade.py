@@ -32,7 +32,7 @@ from ckpt_migrate.engine import rootedit, rootverify
 from ckpt_migrate.engine.copypatch import Output, Written, file_digest, write
 from ckpt_migrate.engine.extents import Choice
 from ckpt_migrate.engine.plan import Plan, read_planned
-from ckpt_migrate.engine.splitcopy import Progress, SplitCopy
+from ckpt_migrate.engine.splitcopy import SplitCopy
 from ckpt_migrate.engine.verify import check_manifest, verify_full, verify_index, write_manifest
 from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, VerificationError
 from ckpt_migrate.format import provenance
@@ -41,6 +41,7 @@ from ckpt_migrate.format.deep_check import check_tensors
 from ckpt_migrate.format.h5 import storagescan
 from ckpt_migrate.format.h5.io import check_file, damaged
 from ckpt_migrate.format.h5.root import superblock_offset
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import DictNode
@@ -257,6 +258,7 @@ def _upgrade_locked(
         storage_scan=True,  # (``_require_self_contained``, on the second core meanwhile)
         early_spec=not opts.dry_run,  # (a dry run waits for the whole walk)
         enough=lambda plan: plan.root_only or (plan.current and not opts.edits),
+        progress=progress,
         output_dir=out_dir,
         inputs=opts.inputs,
         copy_method=opts.copy_method,
@@ -330,14 +332,20 @@ def _upgrade_locked(
             full = _reads_back(opts)
 
             def check_metadata(written: Written) -> None:
-                if edit is not None and not full and rootverify.verify_edit(ckpt.handle, tmp, edit):
+                if (
+                    edit is not None
+                    and not full
+                    and rootverify.verify_edit(ckpt.handle, tmp, edit, progress)
+                ):
                     return
                 if out_root is None:  # (let go of for the root edit, below)
                     _verify_planned_again(src, opts, plan, family, tmp, written)
                     return
                 if edit is not None:  # the tree's re-read checks every tensor's place
                     edit.place_all()
-                verify_index(ckpt, out_root, plan.target_release, tmp, written, full=full)
+                verify_index(
+                    ckpt, out_root, plan.target_release, tmp, written, full=full, progress=progress
+                )
 
             edit = None
             if before is not None:

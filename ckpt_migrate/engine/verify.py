@@ -27,7 +27,7 @@ from ckpt_migrate._version import __version__
 from ckpt_migrate.atomic import atomic_output, check_output, same_file
 from ckpt_migrate.engine.copypatch import Written
 from ckpt_migrate.engine.plan import Plan
-from ckpt_migrate.engine.splitcopy import Progress, merge_spans
+from ckpt_migrate.engine.splitcopy import merge_spans
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.compare import (
@@ -38,15 +38,26 @@ from ckpt_migrate.format.compare import (
 from ckpt_migrate.format.h5 import linktable, overlaps
 from ckpt_migrate.format.h5.io import object_addresses, open_read
 from ckpt_migrate.format.h5.stored import Pieces, copied_pieces, first_difference
+from ckpt_migrate.format.progress import Progress, counter
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import H5Data, Node, TensorLeaf, iter_leaves, tied_positions
 
+CHECK, CHECK_EVERY = "check", 256  # the progress of the index check: tensors
+
 
 def verify_index(
-    ckpt: Checkpoint, root: Node, release: Release, tmp: Path, written: Written, *, full: bool
+    ckpt: Checkpoint,
+    root: Node,
+    release: Release,
+    tmp: Path,
+    written: Written,
+    *,
+    full: bool,
+    progress: Progress | None = None,
 ) -> None:
     """Metadata-only checks: the tree reads back as planned and every reused tensor is the very
-    stored object of the source (so its bytes are the source's bytes by construction)."""
+    stored object of the source (so its bytes are the source's bytes by construction).
+    ``progress`` hears of the tensors checked (``check``)."""
     ckpt.handle.let_go()  # (opened again for the tensors' checks, below)
     # A tied tensor is checked at its first place; only tied ones are remembered (every
     # tensor's id, 150k of them, was 13 MB)
@@ -59,6 +70,8 @@ def verify_index(
         # Every link's address, asked once a reused tensor needs it: a rewrite reuses none,
         # and a visit of 150k links held 39 MB for 3 s (issue 33)
         at = _OutputLinks(out, tmp)
+        total = written.tensors
+        count = None if progress is None else counter(progress, CHECK, total, CHECK_EVERY)
         for position, ref in enumerate(iter_leaves(root)):
             leaf = ref.leaf
             if not written.holds(leaf):
@@ -68,6 +81,8 @@ def verify_index(
                     continue
                 seen.add(id(leaf))
             assert isinstance(leaf, TensorLeaf)
+            if count is not None:
+                count()
             name, reused = written.place(ref)
             if not reused:  # written by HDF5 just now: compared as stored, else hashed
                 try:
@@ -90,6 +105,8 @@ def verify_index(
                         tmp, f"tensor {ref.name!r} does not hold its source data"
                     )
         copied.apart(lambda position: next(islice(iter_leaves(root), position, None)).name)
+    if progress is not None:
+        progress(CHECK, total, total)
 
 
 class _OutputLinks:

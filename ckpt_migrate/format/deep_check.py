@@ -10,7 +10,6 @@ tensor to the next, so that one run names all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,10 +17,9 @@ from ckpt_migrate.errors import CkptError, CorruptCheckpointError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5.io import iter_slabs, read_slab
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import H5Data, TensorLeaf, iter_leaves
-
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass

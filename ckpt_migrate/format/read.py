@@ -29,6 +29,7 @@ from ckpt_migrate.format.h5.rootdigest import RootDigest
 from ckpt_migrate.format.h5.sniff import looks_like_format_05
 from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.legacy.early_spec import EarlySpec
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.tree import Leaf
 from ckpt_migrate.format.v05 import read as read_v05
 
@@ -46,6 +47,7 @@ def read_checkpoint(
     legacy_outline: bool = False,
     alike: Callable[[str, Leaf], Leaf] | None = None,
     early_spec: bool = False,
+    progress: Progress | None = None,
 ) -> Checkpoint:
     """Read the structure and metadata of ``path``; tensor data stays on disk until asked for.
 
@@ -76,11 +78,12 @@ def read_checkpoint(
     ``early_spec``: a legacy file's spec decoded on a thread while the children walk
     (``legacy.early_spec``), for a caller that does its own work before the walk's end (an
     upgrade's edit; a dry run waits for the walk, and the decode's CPU would be the walk's).
+    ``progress``: told how far the read of a format 0.5 root's attributes is (``read root``).
     """
     p = Path(path)
     check_file(p)
     if outline and isolate:
-        ckpt = read_outline(p, release, root_digest, storage_scan, legacy_outline)
+        ckpt = read_outline(p, release, root_digest, storage_scan, legacy_outline, progress)
         if ckpt is not None:
             return ckpt
     early = None
@@ -96,6 +99,7 @@ def read_checkpoint(
         raise
     handle = H5Handle(p, f)
     handle.root_digest = RootDigest() if root_digest else None
+    handle.progress = progress
     if found is not None and found.rest is not None:
         handle.pending = _Verdict(found.rest, handle)
     if found is not None:
@@ -136,6 +140,7 @@ def read_outline(
     root_digest: bool = False,
     storage_scan: bool = False,
     legacy: bool = False,
+    progress: Progress | None = None,
 ) -> Checkpoint | None:
     """A format 0.5 checkpoint read from its root and its links alone, no dataset opened:
     every leaf as its ``__metadata__`` declares it (a tensor's dtype and shape), a tensor's
@@ -171,6 +176,7 @@ def read_outline(
     handle = H5Handle(p, f)
     handle.storage = rest if scan else None
     handle.root_digest = RootDigest() if root_digest else None
+    handle.progress = progress
     handle.pending = _WalkFirst(p, f)
 
     def links() -> dict[str, int] | None:

@@ -26,6 +26,7 @@ from ckpt_migrate.engine.plan import make_plan
 from ckpt_migrate.engine.upgrade import UpgradeOptions, apply_hops
 from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, UsageError, require
 from ckpt_migrate.format import releases
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import DictNode, H5Data, MissingLeaf, TensorLeaf, iter_leaves
 from ckpt_migrate.hf import absent, directories, families, mup, unconverted
@@ -34,7 +35,6 @@ from ckpt_migrate.hf.arrays import LastRead, cast, check_dtype, out_dtype, shape
 from ckpt_migrate.hf.mapping import MappingError, build_one, missing_inputs, unused_inputs
 from ckpt_migrate.hf.outdir import atomic_dir, check_output_dir
 from ckpt_migrate.hf.rules import (
-    Progress,
     canonical_name,
     check_layer_counts,
     family_for,
@@ -104,7 +104,7 @@ def export(
     _loaded_first(config_text, Path(config))
     # (the hops and the mapping's plan are made while the preflight walks the chunk indexes;
     # the first tensor read waits for its verdict)
-    with read_checkpoint(src, release=source_release, defer_chunks=True) as ckpt:
+    with read_checkpoint(src, release=source_release, defer_chunks=True, progress=progress) as ckpt:
         plan_ = make_plan(ckpt, releases.LATEST.name)
         opts = UpgradeOptions(
             target=releases.LATEST.name,

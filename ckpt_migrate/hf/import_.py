@@ -23,6 +23,7 @@ from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_text
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError
 from ckpt_migrate.format import releases
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.tree import DataSource, DictNode, Leaf, TensorLeaf
 from ckpt_migrate.format.write import write_checkpoint
 from ckpt_migrate.hf import directories, families, unconverted
@@ -37,7 +38,6 @@ from ckpt_migrate.hf.mapping import (
     unused_inputs,
 )
 from ckpt_migrate.hf.rules import (
-    Progress,
     canonical_name,
     check_layer_counts,
     family_for,

@@ -4,15 +4,13 @@ counts a config may declare. Shared by export and import."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ckpt_migrate.errors import UnsupportedContentError, UsageError
 from ckpt_migrate.hf import families
 from ckpt_migrate.hf.mapping import Family, MappingError
-
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 def family_for(name: str) -> Family:

@@ -46,10 +46,10 @@ from ckpt_migrate.atomic import (
 )
 from ckpt_migrate.engine.copypatch import file_digest
 from ckpt_migrate.engine.extents import Choice
-from ckpt_migrate.engine.splitcopy import Progress
 from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, upgrade
 from ckpt_migrate.errors import CkptError, UsageError
 from ckpt_migrate.format import releases
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.model_dir.names import DEFAULT_NAME, TEMP_SUFFIX, NamePattern

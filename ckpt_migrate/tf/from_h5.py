@@ -29,6 +29,7 @@ from ckpt_migrate.errors import (
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5.io import read_slab
 from ckpt_migrate.format.pickled import decode_data_pickle
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import (
     ExternalLeaf,
@@ -44,7 +45,6 @@ from ckpt_migrate.format.tree import (
 from ckpt_migrate.tf.saver import (
     DEFAULT_MAX_SHARD_BYTES,
     STEP_VARIABLES,
-    Progress,
     compile_patterns,
     import_tensorflow,
     parse_size,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,6 @@ TENSOR_DTYPES = {
 }
 _DATA_FILE = re.compile(r"\.data-\d{5}-of-\d{5}$")
 _TABLE_MAGIC = bytes.fromhex("57fb808b247547db")  # LevelDB/TF table footer, little-endian
-
-Progress = Callable[[str, int, int], None]
 
 
 class TensorFlowMissingError(CkptError):

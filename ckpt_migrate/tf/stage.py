@@ -19,7 +19,8 @@ import numpy as np
 
 from ckpt_migrate.atomic import fsync_dir, fsync_path, publish, temp_name
 from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, VerificationError
-from ckpt_migrate.tf.saver import Progress, op_message, open_reader, storage_hash
+from ckpt_migrate.format.progress import Progress
+from ckpt_migrate.tf.saver import op_message, open_reader, storage_hash
 
 
 @dataclass(eq=False)

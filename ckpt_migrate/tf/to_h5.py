@@ -29,6 +29,7 @@ from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.compare import check_written, tensor_sha256
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.tensor import place_tensor
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
@@ -44,7 +45,6 @@ from ckpt_migrate.format.write import prepare, root_attributes, write_tree
 from ckpt_migrate.tf.saver import (
     STEP_VARIABLES,
     TENSOR_DTYPES,
-    Progress,
     compile_patterns,
     import_tensorflow,
     op_message,

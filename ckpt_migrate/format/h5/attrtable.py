@@ -46,6 +46,7 @@ from ckpt_migrate.format.h5 import fractalheap
 from ckpt_migrate.format.h5.fractalheap import UNDEF, Unknown
 from ckpt_migrate.format.h5.headers import SHARED, HeaderError, read_header
 from ckpt_migrate.format.h5.root import root_header
+from ckpt_migrate.format.progress import Progress, counter
 
 TICK_EVERY = 1000
 MAX_CHUNKS = 1 << 20  # continuation blocks of one header (each holds at least one message)
@@ -128,21 +129,40 @@ class HeapFile:
 
 
 def root_texts(
-    f: h5py.File, path: Path, tick: Tick = _nothing, keep: Keep | None = None
+    f: h5py.File,
+    path: Path,
+    tick: Tick = _nothing,
+    keep: Keep | None = None,
+    progress: Progress | None = None,
+    phase: str = "read root",
 ) -> dict[str, Any] | None:
     """``read_texts`` of the root group of ``f``, opened on ``path`` by HDF5's default driver,
     when it has as many attributes as HDF5 counts; else None. ``tick`` is called every
-    ``TICK_EVERY`` attributes (the preflight's sign of progress)."""
+    ``TICK_EVERY`` attributes (the preflight's sign of progress); ``progress`` hears of them
+    as ``phase`` (a root of 150k leaves takes seconds)."""
     at = root_header(f)
     if at is None:
         return None
+    count = h5o.get_info(f.id).num_attrs
+    if progress is not None:
+        keep = _counted(keep, counter(progress, phase, count, TICK_EVERY))
     try:
         table = read_texts(path, at[0], at[1], tick, keep)
     except OSError:
         return None
-    if table is None or len(table) != h5o.get_info(f.id).num_attrs:
+    if table is None or len(table) != count:
         return None
+    if progress is not None:
+        progress(phase, count, count)
     return table
+
+
+def _counted(keep: Keep | None, count: Callable[[], None]) -> Keep:
+    def counted(name: str, text: str | None) -> Any:
+        count()
+        return text if keep is None else keep(name, text)
+
+    return counted
 
 
 def read_texts(

@@ -21,6 +21,7 @@ from ckpt_migrate.format.h5 import capi, chunks, overlaps
 from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
 from ckpt_migrate.format.h5.plugins import forbid_plugin_loading, register_lz4
+from ckpt_migrate.format.progress import Progress
 
 register_lz4()
 
@@ -145,6 +146,8 @@ class H5Handle:
         # The root's attributes as a ``rootdigest.RootDigest``, taken by the reader when asked
         # (``read_checkpoint(root_digest=True)``): a root edit's verification compares with it.
         self.root_digest: Any = None
+        # Told of the long reads of the root (``read_checkpoint(progress=...)``)
+        self.progress: Progress | None = None
         # The size of the root's ``__spec__`` text in bytes, as a format 0.5 reader read it.
         self.spec_bytes: int | None = None
         # An outline read's scan of the datasets' storage, still running in its preflight

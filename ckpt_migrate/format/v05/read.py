@@ -84,7 +84,7 @@ def read(
             return treespec_json.Spec.of(text, path)
         return text if pending is None else pending
 
-    table = attrtable.root_texts(f, path, keep=keep)
+    table = attrtable.root_texts(f, path, keep=keep, progress=handle.progress)
     if table is None:
         handle.root_digest = None  # (not every pair was seen)
         if facts.links is not None:
