@@ -159,9 +159,10 @@ def test_the_reads_of_a_root_and_the_check_of_the_tensors_report_their_progress(
     tmp_path, real_layout_19
 ):
     """A root edit of 150k leaves read its root and checked its output's for seconds, and a
-    rewrite checked its tensors for as long as it wrote them, with no line or bar: only the
-    write and the copy spoke. The root's attributes are counted as read (1 in 1,000 said),
-    the index check's tensors as checked; a 1.9 file as the 1.9 library laid it out, too."""
+    rewrite walked the source's objects and checked its tensors for as long as it wrote them,
+    with no line or bar: only the write and the copy spoke. The root's attributes are counted
+    as read (1 in 1,000 said), the objects as walked, the index check's tensors as checked;
+    a 1.9 file as the 1.9 library laid it out, too."""
     src = _many_leaves(tmp_path / "many.mdl", 2500)
     proc = run("upgrade", src, "-o", tmp_path / "edit", "--progress", "plain")
     assert proc.returncode == 0, proc.stderr
@@ -187,5 +188,11 @@ def test_the_reads_of_a_root_and_the_check_of_the_tensors_report_their_progress(
         "plain",
     )
     assert proc.returncode == 0, proc.stderr
-    check = [m for m in progress_lines(proc.stderr) if m["phase"] == "check"]
+    lines = progress_lines(proc.stderr)
+    check = [m for m in lines if m["phase"] == "check"]
     assert [(m["done"], m["total"]) for m in check][-1] == (f"{tensors:,}", f"{tensors:,} tensors")
+    # the walk of its objects, before any of that (the 1.9 layout: every leaf a dataset)
+    read = [m for m in lines if m["phase"] == "read"]
+    assert read and lines.index(read[-1]) < lines.index(check[0]), proc.stderr
+    objects = read[-1]["done"]
+    assert read[-1]["total"] == f"{objects} objects" and int(objects.replace(",", "")) > tensors

@@ -136,7 +136,13 @@ def _quiet_interrupts(unraisable: Any) -> None:
 PROGRESS_MODES = ("auto", "bar", "plain", "none")
 # Phases counted in tensors; every other phase is counted in bytes.
 # The unit of each phase counted in items rather than bytes (by its last word: "file 1 of 2: write")
-COUNTED_PHASES = {"patch": "tensors", "write": "tensors", "check": "tensors", "root": "attributes"}
+COUNTED_PHASES = {
+    "read": "objects",
+    "root": "attributes",
+    "patch": "tensors",
+    "write": "tensors",
+    "check": "tensors",
+}
 
 
 def progress_interval() -> float:

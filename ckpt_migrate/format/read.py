@@ -78,7 +78,8 @@ def read_checkpoint(
     ``early_spec``: a legacy file's spec decoded on a thread while the children walk
     (``legacy.early_spec``), for a caller that does its own work before the walk's end (an
     upgrade's edit; a dry run waits for the walk, and the decode's CPU would be the walk's).
-    ``progress``: told how far the read of a format 0.5 root's attributes is (``read root``).
+    ``progress``: told how far the walk of the objects (``read``) and the read of a format 0.5
+    root's attributes (``read root``) are.
     """
     p = Path(path)
     check_file(p)
@@ -90,7 +91,7 @@ def read_checkpoint(
     if isolate and early_spec and not looks_like_format_05(p):  # (the walk begun first)
         start(p)
         early = EarlySpec(p)
-    found = preflight(p, defer=defer_chunks) if isolate else None
+    found = preflight(p, defer=defer_chunks, progress=progress) if isolate else None
     try:
         f = open_read(p)
     except BaseException:

@@ -22,11 +22,10 @@ a chunk index; a walk that met a problem leaves naming it to the parent's own
 
 A walk comes in two parts. The first reads every object and attribute; the second walks the
 chunk indexes, which a reader of the structure never touches (chunked datasets are never
-scalars, the only datasets a reader decodes). ``preflight(path,
-defer=True)`` returns after the first part with the second still running (``Findings.rest``):
-an upgrade by clone, which reads no chunk index at all, edits its output meanwhile and waits
-for the verdict only before publishing it (``H5Handle.walked``; every read of tensor data
-waits too). Its cost then stays the metadata's, not the number of chunks the size brings.
+scalars, the only datasets a reader decodes). ``preflight(path, defer=True)`` returns after
+the first part with the second still running (``Findings.rest``): an upgrade by clone, which
+reads no chunk index, edits its output meanwhile and waits for the verdict only before
+publishing it (``H5Handle.walked``; every read of tensor data waits too).
 """
 
 from __future__ import annotations
@@ -57,8 +56,11 @@ from ckpt_migrate.format.h5.walkreads import (
     END,
     FIRST,
     LINKS,
+    OBJECTS,
     SECOND,
     TICK,
+    WALKED,
+    WALKED_EVERY,
     HardLinks,
     Refused,
     dataset_facts,
@@ -67,6 +69,7 @@ from ckpt_migrate.format.h5.walkreads import (
     read_attributes,
     read_root_attributes,
 )
+from ckpt_migrate.format.progress import Progress
 
 Scope = Literal["full", "outline", "storage", "root"]
 STALL_SECONDS = float(os.environ.get("CKPT_MIGRATE_STALL_SECONDS", "10"))
@@ -79,11 +82,10 @@ class Findings:
     its name from the root: ``facts.Shared.fact``'s tuple of its address, numpy dtype string,
     shape or None, ``{attribute: scalar value}``, and ``[value]`` for a number or boolean of
     shape ``()``) for the readers, which then need not open it. A legacy reader takes each
-    as it builds its leaf (``Facts.take``): they are the reader's, read once.
-
-    ``rest``: the second part of the walk, still running (``preflight(defer=True)``); until it
-    has finished (``Rest.finish``), ``stored`` counts the chunked datasets by their declared
-    bytes (an estimate: LZ4 may store less, edge chunks more)."""
+    as it builds its leaf (``Facts.take``): they are the reader's, read once. ``rest``: the
+    second part of the walk, still running (``preflight(defer=True)``); until it has finished
+    (``Rest.finish``), ``stored`` counts the chunked datasets by their declared bytes (an
+    estimate: LZ4 may store less, edge chunks more)."""
 
     stored: int
     datasets: Mapping[str, tuple]  # (read at the first look-up: ``facts.Deferred``)
@@ -91,7 +93,9 @@ class Findings:
     links: LinksFile | None = field(default=None, compare=False)  # ``H5Handle.addresses``
 
 
-def preflight(path: Path, *, defer: bool = False, scope: Scope = "full") -> Findings | None:
+def preflight(
+    path: Path, *, defer: bool = False, scope: Scope = "full", progress: Progress | None = None
+) -> Findings | None:
     """Raise ``CorruptCheckpointError`` if reading ``path``'s metadata crashes or hangs HDF5.
 
     ``scope``: what the caller will read through HDF5, and so what the child tries first:
@@ -109,16 +113,20 @@ def preflight(path: Path, *, defer: bool = False, scope: Scope = "full") -> Find
 
     The objects are dealt out to :data:`WORKERS` children (one per core, at most two): the
     walk is HDF5 work on one object at a time, and the parent waits for it. A walk begun
-    earlier by :func:`start` for the same, unchanged file is collected instead."""
+    earlier by :func:`start` for the same, unchanged file is collected instead (``progress``:
+    told of the objects the first part walked)."""
     try:
         walk = _early.pop(file_identity(path), None) if scope == "full" else None
     except OSError:  # gone: the reader names it
         walk = None
     walk = walk or _Walk.begin(path, scope)
+    walk.progress = progress
     try:
         if defer and (first := walk.follow(path, FIRST)) is not None:
+            walk.report(done=True)
             return Findings(first, walk.facts_found(), Rest(walk), walk.links_found())
         found = walk.conclude(path)
+        walk.report(done=True)
     except BaseException:
         walk.cancel()
         raise
@@ -205,6 +213,8 @@ class _Walk:
     words: bytes = b""  # what the children said, ticks left out
     links: int = -1  # an outline child's: where it writes the root's links (``Rest.links``)
     hard_links: list[int] = field(default_factory=list)  # a full walk's (``Findings.links``)
+    progress: Progress | None = None  # told of ``walked``: the first part's objects walked
+    walked: int = 0
 
     @classmethod
     def begin(cls, path: Path, scope: Scope = "full") -> _Walk:
@@ -278,7 +288,15 @@ class _Walk:
             if not data:
                 return None
             if len(self.words) < 4096:  # a child says a few words; more is not worth keeping
-                self.words += data.replace(TICK, b"")
+                self.words += data.replace(TICK, b"").replace(WALKED, b"")
+            self.walked += data.count(WALKED) * WALKED_EVERY
+            self.report()
+
+    def report(self, done: bool = False) -> None:
+        """Tell ``progress`` how many of the objects a child counted are walked (``done``: all)."""
+        said = [int(w[1:]) for w in self.words.split(END) if w.startswith(OBJECTS)]
+        if self.progress is not None and said:
+            self.progress("read", said[0] if done else min(self.walked, said[0]), said[0])
 
     def conclude(self, path: Path, facts: bool = True) -> Findings | None:
         """Wait for every child to end and judge the walk: ``Findings`` (without the datasets'
@@ -420,6 +438,8 @@ def _walk(
         # busy machine); not ``visit``, which reads each object's header to know whether it is
         # a group (0.12 s for 7,647 links, 1.4 s for 188k: 5 ms and 0.13 s this way).
         f.id.links.iterate(take, info=True, order=h5py.h5.ITER_NATIVE)
+        if part == 0:
+            os.write(tick, b"%s%d%s" % (OBJECTS, len(objects), END))
         prefetch(path, [address for _, address in mine])
 
         def enter(group: h5py.h5g.GroupID, name: bytes) -> None:
@@ -456,8 +476,8 @@ def _walk(
                     declared += size
                 else:
                     stored += size
-            if i % 8 == 0:  # progress, every eighth object
-                os.write(tick, TICK)
+            if i % WALKED_EVERY == 0:  # progress
+                os.write(tick, WALKED)
         if part and groups_fd >= 0:
             os.close(groups_fd)  # (part 0 reads on)
         every.close()

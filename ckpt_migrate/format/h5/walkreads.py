@@ -30,6 +30,8 @@ FIRST = b"M"  # the first part is done: "M<stored>,<declared>;" (see preflight._
 SECOND = b"="  # the second part is done: "=<stored>;"
 LINKS = b"L"  # an outline child read the root's links: "L<count>;" (-1: it read none)
 END = b";"
+WALKED, WALKED_EVERY = b"+", 8  # the full walk's first part: 8 more objects walked
+OBJECTS = b"N"  # the first child counted the root's objects: "N<count>;" (the walk's total)
 
 
 class Refused(Exception):
