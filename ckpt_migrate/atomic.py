@@ -55,13 +55,16 @@ def temp_name(target: Path) -> Path:
     return target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
 
 
-def create_temp(target: Path) -> tuple[Path, int]:
+def create_temp(target: Path, like: Path | None = None) -> tuple[Path, int]:
     """Create ``target``'s temporary file, empty, and take an exclusive flock on it; returns the
     path and the descriptor that holds the lock (close it once the file is published or gone).
     The lock marks the file as being written: ``remove_stale_temporaries`` leaves it alone, and
-    the kernel drops it when the writer dies, however it dies."""
+    the kernel drops it when the writer dies, however it dies. ``like``: the file it is made
+    from, whose permission bits it never exceeds (as ``cp`` makes a copy: the source's, within
+    the umask), from its creation on: a private checkpoint's upgrade is private too."""
     tmp = temp_name(target)
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    mode = 0o644 if like is None else 0o666 & stat.S_IMODE(os.stat(like).st_mode)
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
     except BaseException:
@@ -205,6 +208,15 @@ def require_free(fd: int, needed: int) -> None:
 _EXISTS, _ELSEWHERE = "already exists; refusing to overwrite it", "choose another output"
 
 
+def take_place_of(tmp: Path, original: Path) -> None:
+    """Give ``tmp``, which is to replace ``original``, its permission bits and, where this
+    process may, its owner and group (a root's in-place upgrade of a user's file stays theirs)."""
+    st = os.stat(original)
+    with contextlib.suppress(PermissionError):
+        os.chown(tmp, st.st_uid, st.st_gid)
+    os.chmod(tmp, stat.S_IMODE(st.st_mode))
+
+
 def publish(tmp: Path, target: Path, *, replace: bool = False) -> None:
     """Move ``tmp`` to ``target``; without ``replace``, fail if ``target`` appeared meanwhile.
     Never after Ctrl-C (``Interrupt``)."""
@@ -228,19 +240,21 @@ def publish(tmp: Path, target: Path, *, replace: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def atomic_output(target: str | Path, *, replace: bool = False) -> Iterator[Path]:
+def atomic_output(
+    target: str | Path, *, replace: bool = False, like: Path | None = None
+) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; publish it only if the block succeeds.
 
-    The temporary file exists, empty and locked (``create_temp``); the block writes it (opening
-    it for writing truncates nothing but itself) and may verify it; it is fsynced and moved into
-    place on a normal exit and removed on any exception.
+    The temporary file exists, empty and locked (``create_temp``, which ``like`` is given to);
+    the block writes it (opening it for writing truncates nothing but itself) and may verify
+    it; it is fsynced and moved into place on a normal exit and removed on any exception.
     """
     target = Path(target)
     if (target.exists() or target.is_symlink()) and not replace:  # (a dangling link too)
         raise UsageError(target, _EXISTS, _ELSEWHERE)
     check_parent(target)
     try:
-        tmp, lock = create_temp(target)
+        tmp, lock = create_temp(target, like)
     except OSError as exc:
         raise io_error(target, exc) from None
     try:
@@ -421,7 +435,7 @@ def link_or_copy(src: Path, target: Path, copy: Callable[[Path, Path], None]) ->
     except OSError as exc:
         if exc.errno not in LINK_REFUSED:
             raise io_error(target, exc) from None
-        with atomic_output(target) as tmp:
+        with atomic_output(target, like=src) as tmp:
             copy(src, tmp)
         return "copied"
     fsync_dir(target.parent)

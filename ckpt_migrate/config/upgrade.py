@@ -196,7 +196,7 @@ def upgrade_config_file(
         source=src,
         family_source=family_source,
     )
-    with atomic_output(dst) as tmp:
+    with atomic_output(dst, like=src) as tmp:
         tmp.write_text(result.text, encoding="utf-8", newline="")
     result.output = dst
     return result
@@ -343,7 +343,7 @@ class ConfigAlongside:
                     )
                 return ConfigOutcome(result, message=f"already there: {self.output}")
 
-            with atomic_output(self.output) as tmp:
+            with atomic_output(self.output, like=self.config) as tmp:
                 tmp.write_text(result.text, encoding="utf-8", newline="")
             result.output = self.output
             return ConfigOutcome(result)

@@ -68,7 +68,7 @@ class Output:
 
     @classmethod
     def beside(cls, src: Path, target: Path) -> Output:
-        return cls(src, target, *create_temp(target))
+        return cls(src, target, *create_temp(target, like=src))
 
     def share(
         self, plan: Plan, choice: ext.Choice, ranges: list[tuple[int, int]] | None = None

@@ -27,6 +27,7 @@ from ckpt_migrate.atomic import (
     publish,
     remove_stale_temporaries,
     same_file,
+    take_place_of,
 )
 from ckpt_migrate.engine import rootedit, rootverify
 from ckpt_migrate.engine.copypatch import Output, Written, file_digest, write
@@ -204,7 +205,7 @@ def _place_current(src: Path, opts: UpgradeOptions, result: UpgradeResult) -> No
     if opts.dry_run:
         return
     if target.exists():  # --force: a verified copy replaces it in one rename
-        with atomic_output(target, replace=True) as tmp:
+        with atomic_output(target, replace=True, like=src) as tmp:
             _verified_copy(src, tmp)
         result.placed = "copied"
     else:
@@ -383,6 +384,7 @@ def _upgrade_locked(
             if opts.inplace:
                 assert backup is not None
                 _link_backup(src, backup)
+                take_place_of(tmp, src)
                 publish(tmp, src, replace=True)
                 result.backup = backup
             else:  # --force: the old file stays until this atomic rename

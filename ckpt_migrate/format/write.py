@@ -224,8 +224,10 @@ def write_checkpoint(
     extra_attrs: dict[str, str] | None = None,
     replace: bool = False,
     on_leaf: Callable[[str, Leaf], None] | None = None,
+    like: Path | None = None,
 ) -> WriteReport:
-    """Write ``root`` to ``path`` in the format of ``release`` (default: the newest)."""
+    """Write ``root`` to ``path`` in the format of ``release`` (default: the newest); ``like``:
+    the file it is made from, whose permission bits it never exceeds (``atomic.create_temp``)."""
     rel = resolve_release(release)
     target = Path(path)
     to_write, notes = prepare(root, rel, allow_missing=allow_missing, path=target)
@@ -243,7 +245,7 @@ def write_checkpoint(
         if on_leaf is not None:
             on_leaf(name, leaf)
 
-    with atomic_output(target, replace=replace) as tmp:
+    with atomic_output(target, replace=replace, like=like) as tmp:
         attributes = root_attributes(to_write, rel, extra_attrs or {})
         with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:
             write_tree(f, to_write, rel, extra_attrs, count)

@@ -264,7 +264,7 @@ def _export(
     # the generator alone holds the plan and the sources now, and lets go of them once the
     # last tensor is written, before the files are read back (issue 33)
     del plan, leaves, dtypes, shapes, out_shapes, stand
-    with atomic_dir(out, force=force) as tmp:
+    with atomic_dir(out, force=force, like=src) as tmp:
         written = directories.write(
             tmp, dirs, hf_config, entries, built, max_shard, _main_dtype,
             lambda: _check_ties(src, ties, tied, digests),

@@ -153,9 +153,8 @@ def import_hf(
                 progress("import", result.bytes, total)
 
     try:
-        write_checkpoint(
-            DictNode([("model", model_node)]), out, rel, replace=force, on_leaf=on_leaf
-        )
+        model = DictNode([("model", model_node)])
+        write_checkpoint(model, out, rel, replace=force, on_leaf=on_leaf, like=src)
     except MappingError as exc:
         raise mapping_failed(src, exc) from None
     if config_out is not None:

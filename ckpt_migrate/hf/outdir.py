@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,16 +87,17 @@ def check_output_dir(target: Path, force: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(target: Path, *, force: bool = False) -> Iterator[Path]:
+def atomic_dir(target: Path, *, force: bool = False, like: Path | None = None) -> Iterator[Path]:
     """Yield an empty temporary directory beside ``target``; on success every file and
     directory in it, and itself, are fsynced and it is renamed to ``target`` (an existing one,
     with ``force``, is moved aside first and removed after). On any error the temporary
-    directory is removed."""
+    directory is removed. ``like``: the file it is made from; whom that file does not let
+    read, the directory does not let in (within the umask, from its creation on)."""
     target = Path(os.path.abspath(target))  # (``.`` has no name to put the temporary beside)
     check_output_dir(target, force)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        tmp.mkdir()
+        tmp.mkdir(0o777 if like is None else _searchable(stat.S_IMODE(os.stat(like).st_mode)))
     except OSError as exc:
         raise io_error(target, exc) from None
     try:
@@ -114,6 +116,13 @@ def atomic_dir(target: Path, *, force: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _searchable(mode: int) -> int:
+    """A directory's mode for a file's: the owner's full access, and each class that may read
+    the file may list and enter it."""
+    readers = mode & 0o044
+    return 0o700 | readers | (readers >> 2)
 
 
 def _publish_dir(tmp: Path, target: Path, force: bool) -> None:

@@ -346,6 +346,11 @@ def save(
     return write_checkpoint(tree, path, release, allow_missing=allow_missing)
 
 
+def _save_from(src: Path, state_dict: Any, path: str | Path, release: str | None) -> WriteReport:
+    """``save``, for the state of the file ``src``: no more readable than ``src``."""
+    return write_checkpoint(from_python(state_dict), path, release, like=src)
+
+
 # --------------------------------------------------------------------------- torch.save files
 
 
@@ -395,7 +400,7 @@ def to_torch(
 
     out = Path(dst)
     tree = plain(state)
-    with atomic_output(out) as tmp:
+    with atomic_output(out, like=Path(src)) as tmp:
         torch_room.save_streaming(tree, tmp, sources, progress)
         try:
             weights_load.load(tmp)
@@ -416,7 +421,7 @@ def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> 
         state = weights_load.load(src_path)
     except (weights_load.Refused, weights_load.Unreadable) as exc:
         raise _not_torch(src_path, exc) from None
-    return save(state, dst, release)
+    return _save_from(src_path, state, dst, release)
 
 
 def _not_torch(src_path: Path, exc: Exception) -> CkptError:
