@@ -60,10 +60,12 @@ def create_temp(target: Path, like: Path | None = None) -> tuple[Path, int]:
     path and the descriptor that holds the lock (close it once the file is published or gone).
     The lock marks the file as being written: ``remove_stale_temporaries`` leaves it alone, and
     the kernel drops it when the writer dies, however it dies. ``like``: the file it is made
-    from, whose permission bits it never exceeds (as ``cp`` makes a copy: the source's, within
-    the umask), from its creation on: a private checkpoint's upgrade is private too."""
+    from, whose group and others permission bits it never exceeds (as ``cp`` makes a copy: the
+    source's, within the umask), from its creation on: a private checkpoint's upgrade is
+    private too. Its owner may read and write it (HDF5 opens it again to write, a read-only
+    source's too)."""
     tmp = temp_name(target)
-    mode = 0o644 if like is None else 0o666 & stat.S_IMODE(os.stat(like).st_mode)
+    mode = 0o644 if like is None else 0o600 | 0o666 & stat.S_IMODE(os.stat(like).st_mode)
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

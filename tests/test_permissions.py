@@ -15,10 +15,13 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, REAL, run_cli, run_script
+from conftest import FIXTURES, REAL, one_line_error, run_cli, run_script
 
 
 def _umask() -> int:
@@ -39,7 +42,7 @@ def _source(tmp_path: Path, original: Path, mode: int, name: str = "ckpt.mdl") -
     return src
 
 
-@pytest.mark.parametrize("mode", [0o600, 0o640, 0o664])
+@pytest.mark.parametrize("mode", [0o400, 0o600, 0o640, 0o664])
 @pytest.mark.parametrize(
     ("original", "args"),
     [
@@ -59,10 +62,10 @@ def test_an_output_is_no_more_readable_than_its_source(tmp_path, original, args,
         (out / src.name).unlink()
         (out / src.name).write_bytes(b"an older output")
     else:
-        assert _mode(out / src.name) == mode & ~_umask()
+        assert _mode(out / src.name) == (mode | 0o600) & ~_umask()
     again = run_cli("upgrade", src, "--output-dir", out, "--force", *args)  # written anew
     assert again.returncode == 0, again.stderr
-    assert _mode(out / src.name) == mode & ~_umask()
+    assert _mode(out / src.name) == (mode | 0o600) & ~_umask()  # (its owner may write it)
 
 
 def test_a_legacy_layouts_rewrite_and_its_config_stay_private(tmp_path, real_layout_19):
@@ -78,7 +81,7 @@ def test_a_legacy_layouts_rewrite_and_its_config_stay_private(tmp_path, real_lay
     assert _mode(out / src.name) == _mode(out / "params.yaml") == 0o600
 
 
-@pytest.mark.parametrize("mode", [0o600, 0o640, 0o664])
+@pytest.mark.parametrize("mode", [0o400, 0o600, 0o640, 0o664])
 def test_an_inplace_upgrade_keeps_the_files_mode_and_owner(tmp_path, mode):
     src = _source(tmp_path, REAL / "dtypes.mdl", mode)
     owner = (1234, 2345) if os.geteuid() == 0 else (os.getuid(), os.getgid())
@@ -124,3 +127,60 @@ def test_the_conversions_keep_a_private_checkpoint_private(tmp_path, mode):
     proc = run_cli("import-hf", hf, tmp_path / "imported.mdl")
     assert proc.returncode == 0, proc.stderr
     assert _mode(tmp_path / "imported.mdl") == 0o666 & _mode(hf) & ~_umask()
+
+
+def _as_nobody() -> list[str]:
+    """The command prefix that runs as user ``nobody`` (65534), or skip with the reason."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("running as another user needs root and setpriv (util-linux)")
+    prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import ckpt_migrate"], cwd="/")
+    if probe.returncode != 0:
+        pytest.skip("user nobody cannot read this checkout or its venv")
+    return prefix
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_a_read_only_checkpoint_of_a_user_is_upgraded(request, inplace):
+    """A user's ``0400`` checkpoint (kept read-only against accidents): HDF5 opens the
+    temporary again to write it, which its owner must be able to; root never finds out."""
+    prefix = _as_nobody()
+    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))  # (pytest's is root's, 0700)
+    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
+    os.chown(run, 65534, 65534)
+    src = run / "ckpt.mdl"
+    shutil.copyfile(REAL / "basic.mdl", src)
+    os.chown(src, 65534, 65534)
+    os.chmod(src, 0o400)
+    where = ["--inplace"] if inplace else ["--output-dir", str(run / "out")]
+    proc = subprocess.run(
+        [*prefix, sys.executable, "-m", "ckpt_migrate", "upgrade", str(src), "--to", "2.3", *where],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={**os.environ, "HOME": str(run)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = src if inplace else run / "out" / src.name
+    assert _mode(out) == (0o400 if inplace else 0o600 & ~_umask())
+    assert (out.stat().st_uid, out.stat().st_gid) == (65534, 65534)
+
+
+def _run_as(prefix: list[str], *args: str | Path) -> subprocess.CompletedProcess[str]:
+    command = [*prefix, sys.executable, "-m", "ckpt_migrate", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, cwd="/")
+
+
+@pytest.mark.parametrize("args", [("upgrade", "--dry-run"), ("upgrade", "--inplace"), ("inspect",)])
+def test_a_checkpoint_behind_a_directory_the_user_may_not_enter_is_one_line(tmp_path, args):
+    """``upgrade`` said "internal error: PermissionError ...; rerun with --debug" (exit 1), and
+    ``inspect`` too: finding whether the path is a file raised EACCES. Now exit 5, one line."""
+    prefix = _as_nobody()
+    private = tmp_path / "private"  # (root's, 0700)
+    private.mkdir(mode=0o700)
+    shutil.copyfile(REAL / "basic.mdl", private / "ckpt.mdl")
+    proc = _run_as(prefix, *args, private / "ckpt.mdl", "--to", "2.6")
+    if args == ("inspect",):
+        proc = _run_as(prefix, "inspect", private / "ckpt.mdl")
+    one_line_error(proc, 5, f"{private / 'ckpt.mdl'}: cannot read the file (Permission denied)")

@@ -99,7 +99,11 @@ def begin_reading(path: Path) -> None:
     """Start the preflight walk of a local checkpoint file (``format.h5.preflight.start``) so
     that it runs while ``commands`` and its imports load; the read collects it. Not for a file
     whose root looks like format 0.5 (``h5.sniff``), whose upgrade may read its outline only."""
-    if path.is_file():
+    try:
+        is_file = path.is_file()
+    except OSError:  # (a directory on the way this user may not enter): the reader says so
+        return
+    if is_file:
         from ckpt_migrate.format.h5 import preflight, sniff
 
         if not sniff.looks_like_format_05(path):

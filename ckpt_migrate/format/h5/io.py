@@ -1,7 +1,5 @@
-"""Thin h5py helpers: opening files with one-line errors, decoding attributes, copying data.
-
-Importing this module registers the LZ4 filter, the one real checkpoints use (``h5.plugins``).
-"""
+"""Thin h5py helpers: opening files with one-line errors, decoding attributes, copying data;
+importing this module registers the LZ4 filter, the one real checkpoints use (``h5.plugins``)."""
 
 from __future__ import annotations
 
@@ -32,7 +30,11 @@ COPY_BLOCK_BYTES = 64 << 20
 def check_file(p: Path) -> None:
     """A checkpoint path must name a regular file: one line otherwise, before any read (opening
     a named pipe to read waits for a writer)."""
-    if not p.exists():
+    try:
+        exists = p.exists()
+    except OSError as exc:  # (a directory on the way this user may not enter: EACCES)
+        raise CkptIOError(p, f"cannot read the file ({exc.strerror or exc})") from None
+    if not exists:
         refuse_object_address(p)
         raise NotACheckpointError(p, "no such file", "check the path")
     if p.is_dir():
