@@ -184,3 +184,22 @@ def test_a_checkpoint_behind_a_directory_the_user_may_not_enter_is_one_line(tmp_
     if args == ("inspect",):
         proc = _run_as(prefix, "inspect", private / "ckpt.mdl")
     one_line_error(proc, 5, f"{private / 'ckpt.mdl'}: cannot read the file (Permission denied)")
+
+
+@pytest.mark.parametrize("side", ["--manifest", "--config-out"])
+def test_a_side_output_the_user_may_not_write_is_refused_before_the_checkpoint(request, side):
+    """``--manifest`` or ``--config-out`` in a directory the user may not write to was refused
+    only once the upgraded checkpoint had been published (exit 5 with an output there)."""
+    prefix = _as_nobody()
+    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))
+    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
+    os.chmod(run, 0o755)  # root's: the user may not write here
+    mine = run / "mine"
+    mine.mkdir()
+    os.chown(mine, 65534, 65534)
+    example = FIXTURES / "example"
+    args = ["upgrade", example / "checkpoint_100.mdl", "--drop-dataloader-state"]
+    args += ["--config", example / "params.yaml", "--output-dir", mine / "out"]
+    proc = _run_as(prefix, *args, side, run / "side")
+    one_line_error(proc, 5, f"permission denied writing {run}")
+    assert list(mine.iterdir()) == []

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ckpt_migrate import catalogue
-from ckpt_migrate.atomic import atomic_output, check_parent
+from ckpt_migrate.atomic import atomic_output, check_parent, check_writable
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.context import ConfigChange, ConfigContext, ConfigUpgrade
 from ckpt_migrate.errors import CkptError, UsageError
@@ -298,6 +298,7 @@ class ConfigAlongside:
             made = rerun or (config_out is None and output_dir is not None)
             if not made:
                 check_parent(self.output)
+            check_writable(self.output.parent)  # (else refused once the checkpoint was written)
         self.num_csx, self.dry_run, self.model = num_csx, dry_run, model
         self.target = releases.get(target).name
         self.done: ConfigUpgrade | None = None

@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from ckpt_migrate._version import __version__
-from ckpt_migrate.atomic import atomic_output, check_output, same_file
+from ckpt_migrate.atomic import atomic_output, check_output, check_writable, same_file
 from ckpt_migrate.engine.copypatch import Written
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import merge_spans
@@ -380,6 +380,7 @@ def check_manifest(path: Path, force: bool, keep: dict[str, Path | None]) -> Non
     and never one of the files ``keep`` names (the source, the output, the backup)."""
     manifest_clash(path, keep)
     check_output(path, force=force)
+    check_writable(path.parent)  # (else refused only once the upgrade was published)
 
 
 def manifest_clash(path: Path, keep: dict[str, Path | None]) -> None:
