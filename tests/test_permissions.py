@@ -203,3 +203,23 @@ def test_a_side_output_the_user_may_not_write_is_refused_before_the_checkpoint(r
     proc = _run_as(prefix, *args, side, run / "side")
     one_line_error(proc, 5, f"permission denied writing {run}")
     assert list(mine.iterdir()) == []
+
+
+def test_an_imports_config_out_the_user_may_not_write_is_refused_before_the_checkpoint(request):
+    """``import-hf DIR ckpt.mdl --config-out P`` wrote the checkpoint, then failed on P."""
+    prefix = _as_nobody()
+    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))
+    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
+    os.chmod(run, 0o755)
+    models = FIXTURES / "models" / "gpt2-2.0"
+    hf = run / "hf"
+    proc = run_cli(
+        "export-hf", models / "checkpoint_100.mdl", hf, "--config", models / "params.yaml"
+    )
+    assert proc.returncode == 0, proc.stderr
+    mine = run / "mine"
+    mine.mkdir()
+    os.chown(mine, 65534, 65534)
+    proc = _run_as(prefix, "import-hf", hf, mine / "ckpt.mdl", "--config-out", run / "params.yaml")
+    one_line_error(proc, 5, f"permission denied writing {run}")
+    assert list(mine.iterdir()) == []

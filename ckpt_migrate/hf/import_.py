@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from ckpt_migrate import catalogue, jsonfile
-from ckpt_migrate.atomic import atomic_output, check_parent, refuse_object_address, same_file
+from ckpt_migrate.atomic import (
+    atomic_output,
+    check_parent,
+    check_writable,
+    refuse_object_address,
+    same_file,
+)
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_text
 from ckpt_migrate.errors import CorruptCheckpointError, UsageError
@@ -174,9 +180,11 @@ def _check_free(target: Path, force: bool, src: Path, given: Path | None) -> Non
         elif given is not None and same_file(target, given):
             why = "is the config this import reads; --force replaces no input"
         else:
+            check_writable(target.parent)
             return
         raise UsageError(target, why, "write the output elsewhere")
     check_parent(target)
+    check_writable(target.parent)  # (a --config-out too: else refused after the checkpoint)
 
 
 MAX_CONFIG_BYTES = 16 << 20
