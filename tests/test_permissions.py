@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import FIXTURES, REAL, one_line_error, run_cli, run_script
 
@@ -223,3 +224,39 @@ def test_an_imports_config_out_the_user_may_not_write_is_refused_before_the_chec
     proc = _run_as(prefix, "import-hf", hf, mine / "ckpt.mdl", "--config-out", run / "params.yaml")
     one_line_error(proc, 5, f"permission denied writing {run}")
     assert list(mine.iterdir()) == []
+
+
+MANAGER = """
+import sys
+import ckpt_migrate as cm
+from ckpt_migrate.errors import CkptIOError
+import numpy as np
+try:
+    cm.CheckpointManager(sys.argv[1]).save({"model": {"w": np.ones(2, np.float32)}}, step=1)
+except CkptIOError as exc:
+    print(exc.exit_code, exc)
+"""
+
+
+def test_a_manager_in_a_directory_the_user_may_not_write_raises_the_librarys_error(request):
+    """``CheckpointManager(DIR).save`` raised a bare ``PermissionError`` from making DIR (the
+    library's errors are ``CkptError``s, ``CkptIOError`` for I/O: exit 5)."""
+    prefix = _as_nobody()
+    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))
+    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
+    os.chmod(run, 0o755)
+    command = [*prefix, sys.executable, "-c", MANAGER, str(run / "run" / "checkpoints")]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"5 permission denied writing {run / 'run' / 'checkpoints'}")
+
+
+def test_a_managers_first_save_refused_leaves_no_directory(tmp_path):
+    import ckpt_migrate as cm
+    from ckpt_migrate.errors import CkptError
+
+    manager = cm.CheckpointManager(tmp_path / "run" / "checkpoints")
+    colliding = {"a.b": np.ones(2, np.float32), "a": {"b": np.zeros(2, np.float32)}}
+    with pytest.raises(CkptError, match="would collide"):  # (refused by the writer)
+        manager.save({"model": colliding}, step=1)
+    assert list(tmp_path.iterdir()) == []

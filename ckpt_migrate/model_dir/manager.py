@@ -43,7 +43,7 @@ from typing import Any
 
 import ckpt_migrate.torch as torch_room
 from ckpt_migrate._version import __version__
-from ckpt_migrate.atomic import fsync_dir, remove_stale_temporaries
+from ckpt_migrate.atomic import fsync_dir, made_directory, remove_stale_temporaries
 from ckpt_migrate.errors import StateSelectionError, UsageError
 from ckpt_migrate.format.tree import DictNode
 from ckpt_migrate.format.write import resolve_release, write_checkpoint
@@ -194,10 +194,10 @@ class CheckpointManager:
             )
         subset_states = self._subset_states(state) if self._subset is not None else None
         tree = torch_room.from_python(state, pickle_objects=self.pickle_objects)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        index = self._save_count() + 1
-        record = self._record_for("full", step, index)
-        path = self._publish(tree, lambda ts: self.pattern.name(step, ts), record)
+        with made_directory(self.directory):  # (a first save that fails leaves none)
+            index = self._save_count() + 1
+            record = self._record_for("full", step, index)
+            path = self._publish(tree, lambda ts: self.pattern.name(step, ts), record)
         self._saves = index
         log.info("saved %s", path)
         subset = None
