@@ -288,13 +288,19 @@ def check_output(target: Path, *, force: bool) -> None:
         check_parent(target)
 
 
+def object_address(path: object) -> str | None:
+    """``s3://bucket/key`` where ``path`` is an object's address, also after ``pathlib`` folded
+    its ``//`` into ``/``; None for a local path."""
+    text = str(path)
+    return "s3://" + text[len("s3:/") :].lstrip("/") if text.startswith("s3:/") else None
+
+
 def refuse_object_address(path: Path | str, *, writing: bool = False) -> None:
     """One line for an ``s3://`` address given where a command takes a local path: it read as
-    a missing file, or as a directory to create first (``pathlib`` folds ``//`` into ``/``)."""
-    text = str(path)
-    if not text.startswith("s3:/"):
+    a missing file, or as a directory to create first."""
+    address = object_address(path)
+    if address is None:
         return
-    address = "s3://" + text[len("s3:/") :].lstrip("/")
     if writing:
         problem = "is an object-store address; this command writes local files"
         fix = "write here, then upload (upgrade and upgrade-dir write s3:// themselves)"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from ckpt_migrate.atomic import object_address
 from ckpt_migrate.errors import CkptIOError, UsageError, require
 
 SCHEME = "s3://"
@@ -23,7 +24,7 @@ CACHE_BLOCKS = 256
 
 def is_url(value: object) -> bool:
     """An ``s3://`` address, also after ``pathlib`` folded its ``//`` into ``/``."""
-    return str(value).startswith("s3:/")
+    return object_address(value) is not None
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class ObjectPath(PurePosixPath):
 
     def __str__(self) -> str:
         text = super().__str__()
-        return SCHEME + text[len("s3:/") :] if text.startswith("s3:/") else text
+        return object_address(text) or text
 
 
 def client() -> Any:
