@@ -260,3 +260,34 @@ def test_a_managers_first_save_refused_leaves_no_directory(tmp_path):
     with pytest.raises(CkptError, match="would collide"):  # (refused by the writer)
         manager.save({"model": colliding}, step=1)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "unreadable",
+    ["data_iter_checkpoint_state_file_global", "data_iter_state_file_worker_0_step_100.txt"],
+)
+def test_a_side_file_the_user_may_not_read_is_said_so_not_called_damaged(request, unreadable):
+    """The 1.9 dataloader's side files (the shipped example's, as 1.9 wrote them): one the
+    user may not read was "first line is not an integer; is this a 1.9 dataloader state
+    file?" (exit 2), the diagnosis of a damaged one."""
+    prefix = _as_nobody()
+    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))
+    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
+    os.chmod(run, 0o755)
+    shutil.copytree(FIXTURES / "example", run / "example")
+    os.chmod(run / "example" / "dataloader" / unreadable, 0o600)  # root's
+    out = run / "out"
+    out.mkdir()
+    os.chown(out, 65534, 65534)
+    args = ["upgrade", run / "example" / "checkpoint_100.mdl", "--output-dir", out]
+    proc = _run_as(
+        prefix,
+        *args,
+        "--data-iter-dir",
+        run / "example" / "dataloader",
+        "--dataloader-type",
+        "iterable",
+    )
+    where = run / "example" / "dataloader" / unreadable
+    one_line_error(proc, 5, f"{where}: cannot read the file (Permission denied)")
+    assert list(out.iterdir()) == []

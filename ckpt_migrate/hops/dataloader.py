@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckpt_migrate.errors import CorruptCheckpointError, UsageError
+from ckpt_migrate.errors import CkptIOError, CorruptCheckpointError, UsageError
 from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf, int_value
 from ckpt_migrate.hops.hop import StepContext
 
@@ -45,10 +45,12 @@ def _first_int(path: Path) -> int:
     try:
         with path.open(encoding="utf-8") as fh:
             return int(fh.readline(64).strip())  # (the file may be anything: one line read)
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError):
         raise CorruptCheckpointError(
             path, "first line is not an integer", "is this a 1.9 dataloader state file?"
         ) from None
+    except OSError as exc:  # (not what it holds: that it cannot be read, e.g. its permissions)
+        raise CkptIOError(path, f"cannot read the file ({exc.strerror or exc})") from None
 
 
 def _listed(ids: list[int]) -> str:
