@@ -77,6 +77,11 @@ class CkptIOError(CkptError):
 
     exit_code = EXIT_IO
 
+    @classmethod
+    def reading(cls, path: Path | str, exc: OSError) -> CkptIOError:
+        """``path`` could not be read (its permissions, the disk): never what it holds."""
+        return cls(path, f"cannot read the file ({exc.strerror or exc})")
+
 
 class StateSelectionError(UsageError, KeyError):
     """A requested top-level state (``model``, ``optimizer``, ...) is not in the checkpoint.

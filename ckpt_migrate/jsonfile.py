@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.errors import CkptIOError, CorruptCheckpointError
 
 MAX_BYTES = 100_000_000  # a shard index or a safetensors header (safetensors' own header limit)
 
@@ -39,8 +39,10 @@ def shard_names(index: Path) -> list[str]:
     is not such an index."""
     try:
         doc = read(index, MAX_BYTES)
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         raise CorruptCheckpointError(index, f"unreadable index ({exc})") from None
+    except OSError as exc:
+        raise CkptIOError.reading(index, exc) from None
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict):
         raise CorruptCheckpointError(index, "not a shard index (no weight_map object)")

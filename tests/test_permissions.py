@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, REAL, one_line_error, run_cli, run_script
+from conftest import FIXTURES, REAL, ROOT, one_line_error, run_cli, run_script
 
 
 def _umask() -> int:
@@ -291,3 +291,34 @@ def test_a_side_file_the_user_may_not_read_is_said_so_not_called_damaged(request
     where = run / "example" / "dataloader" / unreadable
     one_line_error(proc, 5, f"{where}: cannot read the file (Permission denied)")
     assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("unreadable", ["model.safetensors", "config.json", "params.yaml"])
+def test_an_input_the_user_may_not_read_is_an_io_error_not_a_damaged_file(request, unreadable):
+    """``import-hf`` said "not a safetensors file ([Errno 13] ...)" or "not a config (...)"
+    (exit 2), and a run's config "cannot read the config (Permission denied)" (exit 2, the
+    usage code): each is the I/O error it is, exit 5, as an unreadable checkpoint is."""
+    prefix = _as_nobody()
+    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))
+    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
+    os.chmod(run, 0o755)
+    models = FIXTURES / "models" / "gpt2-2.0"
+    shutil.copyfile(models / "params.yaml", run / "params.yaml")
+    proc = run_cli(
+        "export-hf", models / "checkpoint_100.mdl", run / "hf", "--config", models / "params.yaml"
+    )
+    assert proc.returncode == 0, proc.stderr
+    where = run / "params.yaml" if unreadable == "params.yaml" else run / "hf" / unreadable
+    os.chmod(where, 0o600)  # root's
+    mine = run / "mine"
+    mine.mkdir()
+    os.chown(mine, 65534, 65534)
+    if unreadable == "params.yaml":  # (the script's; the verbs' options check it first)
+        script = str(ROOT / "scripts" / "convert_checkpoint.py")
+        args = ["convert-config", where, "--model", "gpt2", "--src-fmt", "cs-2.0"]
+        command = [*prefix, sys.executable, script, *map(str, args), "--tgt-fmt", "cs-2.3"]
+        proc = subprocess.run([*command, "--output-dir", str(mine)], capture_output=True, text=True)
+    else:
+        proc = _run_as(prefix, "import-hf", run / "hf", mine / "ckpt.mdl")
+    one_line_error(proc, 5, f"{where}: cannot read the file (Permission denied)")
+    assert list(mine.iterdir()) == []

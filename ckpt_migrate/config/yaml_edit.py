@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckpt_migrate.errors import UsageError
+from ckpt_migrate.errors import CkptIOError, UsageError
 
 
 @dataclass(frozen=True)
@@ -109,11 +109,11 @@ def read_config(path: Path) -> str:
         return p.read_bytes().decode("utf-8")  # (its line endings as they are)
     except FileNotFoundError:
         raise UsageError(path, "no such config file", "check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise UsageError(
-            path, f"cannot read the config ({reason})", "pass the run's params.yaml"
-        ) from None
+    except UnicodeDecodeError as exc:
+        fix = "pass the run's params.yaml"
+        raise UsageError(path, f"cannot read the config ({exc})", fix) from None
+    except OSError as exc:  # (its permissions, the disk: not what it holds)
+        raise CkptIOError.reading(path, exc) from None
 
 
 def line_ending(text: str) -> str:

@@ -27,7 +27,7 @@ from ckpt_migrate.atomic import (
 )
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_text
-from ckpt_migrate.errors import CorruptCheckpointError, UsageError
+from ckpt_migrate.errors import CkptIOError, CorruptCheckpointError, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.tree import DataSource, DictNode, Leaf, TensorLeaf
@@ -199,8 +199,10 @@ def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
         data = jsonfile.read(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         raise UsageError(path, "no such file", "a Hugging Face model directory has one") from None
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         raise CorruptCheckpointError(path, f"not a config ({exc})") from None
+    except OSError as exc:
+        raise CkptIOError.reading(path, exc) from None
     if not isinstance(data, dict):
         raise CorruptCheckpointError(path, "is not a JSON object")
     return data

@@ -26,7 +26,13 @@ import numpy as np
 import xxhash
 
 from ckpt_migrate import jsonfile
-from ckpt_migrate.errors import CorruptCheckpointError, UsageError, VerificationError, require
+from ckpt_migrate.errors import (
+    CkptIOError,
+    CorruptCheckpointError,
+    UsageError,
+    VerificationError,
+    require,
+)
 from ckpt_migrate.format.dtypes import by_name
 
 # torch dtype name -> safetensors dtype tag (bf16 travels as its raw 16-bit pattern).
@@ -294,8 +300,10 @@ def read_header(path: Path) -> tuple[dict[str, Stored], dict[str, str]]:
             if length > jsonfile.MAX_BYTES:
                 raise ValueError("header too large")
             header = jsonfile.loads(fh.read(length))
-    except (OSError, ValueError, struct.error) as exc:
+    except (ValueError, struct.error) as exc:
         raise CorruptCheckpointError(path, f"not a safetensors file ({exc})") from None
+    except OSError as exc:
+        raise CkptIOError.reading(path, exc) from None
     if not isinstance(header, dict):
         raise CorruptCheckpointError(path, "not a safetensors file (its header is not an object)")
     meta = header.pop("__metadata__", {}) or {}

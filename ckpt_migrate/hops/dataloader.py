@@ -50,7 +50,7 @@ def _first_int(path: Path) -> int:
             path, "first line is not an integer", "is this a 1.9 dataloader state file?"
         ) from None
     except OSError as exc:  # (not what it holds: that it cannot be read, e.g. its permissions)
-        raise CkptIOError(path, f"cannot read the file ({exc.strerror or exc})") from None
+        raise CkptIOError.reading(path, exc) from None
 
 
 def _listed(ids: list[int]) -> str:

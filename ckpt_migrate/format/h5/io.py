@@ -33,7 +33,7 @@ def check_file(p: Path) -> None:
     try:
         exists = p.exists()
     except OSError as exc:  # (a directory on the way this user may not enter: EACCES)
-        raise CkptIOError(p, f"cannot read the file ({exc.strerror or exc})") from None
+        raise CkptIOError.reading(p, exc) from None
     if not exists:
         refuse_object_address(p)
         raise NotACheckpointError(p, "no such file", "check the path")
@@ -62,7 +62,7 @@ def open_read(path: str | Path) -> h5py.File:
         with open(p, "rb") as fh:
             head = fh.read(8)
     except OSError as exc:
-        raise CkptIOError(p, f"cannot read the file ({exc.strerror or exc})") from None
+        raise CkptIOError.reading(p, exc) from None
     if not h5py.is_hdf5(str(p)):
         hint = "an empty file" if not head else "not an HDF5 file"
         raise NotACheckpointError(p, f"{hint}, so not a Cerebras H5 checkpoint", _fix_for(p, head))
