@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -142,35 +143,45 @@ def _as_nobody() -> list[str]:
     return prefix
 
 
+def _run_as(prefix: list[str], *args: str | Path) -> subprocess.CompletedProcess[str]:
+    command = [*prefix, sys.executable, "-m", "ckpt_migrate", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, cwd="/")
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory of root's (``0755``) that user ``nobody`` can reach but not write: pytest's
+    own are root's, ``0700``."""
+    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))
+    os.chmod(run, 0o755)
+    yield run
+    shutil.rmtree(run, ignore_errors=True)
+
+
+def _nobodys(parent: Path, name: str) -> Path:
+    """A new directory under ``parent`` that belongs to ``nobody``."""
+    mine = parent / name
+    mine.mkdir()
+    os.chown(mine, 65534, 65534)
+    return mine
+
+
 @pytest.mark.parametrize("inplace", [False, True])
-def test_a_read_only_checkpoint_of_a_user_is_upgraded(request, inplace):
+def test_a_read_only_checkpoint_of_a_user_is_upgraded(shared, inplace):
     """A user's ``0400`` checkpoint (kept read-only against accidents): HDF5 opens the
     temporary again to write it, which its owner must be able to; root never finds out."""
     prefix = _as_nobody()
-    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))  # (pytest's is root's, 0700)
-    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
-    os.chown(run, 65534, 65534)
+    run = _nobodys(shared, "run")
     src = run / "ckpt.mdl"
     shutil.copyfile(REAL / "basic.mdl", src)
     os.chown(src, 65534, 65534)
     os.chmod(src, 0o400)
-    where = ["--inplace"] if inplace else ["--output-dir", str(run / "out")]
-    proc = subprocess.run(
-        [*prefix, sys.executable, "-m", "ckpt_migrate", "upgrade", str(src), "--to", "2.3", *where],
-        capture_output=True,
-        text=True,
-        cwd="/",
-        env={**os.environ, "HOME": str(run)},
-    )
+    where = ["--inplace"] if inplace else ["--output-dir", run / "out"]
+    proc = _run_as(prefix, "upgrade", src, "--to", "2.3", *where)
     assert proc.returncode == 0, proc.stderr
     out = src if inplace else run / "out" / src.name
     assert _mode(out) == (0o400 if inplace else 0o600 & ~_umask())
     assert (out.stat().st_uid, out.stat().st_gid) == (65534, 65534)
-
-
-def _run_as(prefix: list[str], *args: str | Path) -> subprocess.CompletedProcess[str]:
-    command = [*prefix, sys.executable, "-m", "ckpt_migrate", *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, cwd="/")
 
 
 @pytest.mark.parametrize("args", [("upgrade", "--dry-run"), ("upgrade", "--inplace"), ("inspect",)])
@@ -181,23 +192,17 @@ def test_a_checkpoint_behind_a_directory_the_user_may_not_enter_is_one_line(tmp_
     private = tmp_path / "private"  # (root's, 0700)
     private.mkdir(mode=0o700)
     shutil.copyfile(REAL / "basic.mdl", private / "ckpt.mdl")
-    proc = _run_as(prefix, *args, private / "ckpt.mdl", "--to", "2.6")
-    if args == ("inspect",):
-        proc = _run_as(prefix, "inspect", private / "ckpt.mdl")
+    path = private / "ckpt.mdl"
+    proc = _run_as(prefix, *args, path, *(() if args == ("inspect",) else ("--to", "2.6")))
     one_line_error(proc, 5, f"{private / 'ckpt.mdl'}: cannot read the file (Permission denied)")
 
 
 @pytest.mark.parametrize("side", ["--manifest", "--config-out"])
-def test_a_side_output_the_user_may_not_write_is_refused_before_the_checkpoint(request, side):
+def test_a_side_output_the_user_may_not_write_is_refused_before_the_checkpoint(shared, side):
     """``--manifest`` or ``--config-out`` in a directory the user may not write to was refused
     only once the upgraded checkpoint had been published (exit 5 with an output there)."""
-    prefix = _as_nobody()
-    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))
-    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
-    os.chmod(run, 0o755)  # root's: the user may not write here
-    mine = run / "mine"
-    mine.mkdir()
-    os.chown(mine, 65534, 65534)
+    prefix, run = _as_nobody(), shared  # (root's: the user may not write here)
+    mine = _nobodys(run, "mine")
     example = FIXTURES / "example"
     args = ["upgrade", example / "checkpoint_100.mdl", "--drop-dataloader-state"]
     args += ["--config", example / "params.yaml", "--output-dir", mine / "out"]
@@ -206,21 +211,16 @@ def test_a_side_output_the_user_may_not_write_is_refused_before_the_checkpoint(r
     assert list(mine.iterdir()) == []
 
 
-def test_an_imports_config_out_the_user_may_not_write_is_refused_before_the_checkpoint(request):
+def test_an_imports_config_out_the_user_may_not_write_is_refused_before_the_checkpoint(shared):
     """``import-hf DIR ckpt.mdl --config-out P`` wrote the checkpoint, then failed on P."""
-    prefix = _as_nobody()
-    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))
-    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
-    os.chmod(run, 0o755)
+    prefix, run = _as_nobody(), shared
     models = FIXTURES / "models" / "gpt2-2.0"
     hf = run / "hf"
     proc = run_cli(
         "export-hf", models / "checkpoint_100.mdl", hf, "--config", models / "params.yaml"
     )
     assert proc.returncode == 0, proc.stderr
-    mine = run / "mine"
-    mine.mkdir()
-    os.chown(mine, 65534, 65534)
+    mine = _nobodys(run, "mine")
     proc = _run_as(prefix, "import-hf", hf, mine / "ckpt.mdl", "--config-out", run / "params.yaml")
     one_line_error(proc, 5, f"permission denied writing {run}")
     assert list(mine.iterdir()) == []
@@ -238,13 +238,10 @@ except CkptIOError as exc:
 """
 
 
-def test_a_manager_in_a_directory_the_user_may_not_write_raises_the_librarys_error(request):
+def test_a_manager_in_a_directory_the_user_may_not_write_raises_the_librarys_error(shared):
     """``CheckpointManager(DIR).save`` raised a bare ``PermissionError`` from making DIR (the
     library's errors are ``CkptError``s, ``CkptIOError`` for I/O: exit 5)."""
-    prefix = _as_nobody()
-    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))
-    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
-    os.chmod(run, 0o755)
+    prefix, run = _as_nobody(), shared
     command = [*prefix, sys.executable, "-c", MANAGER, str(run / "run" / "checkpoints")]
     proc = subprocess.run(command, capture_output=True, text=True, cwd="/")
     assert proc.returncode == 0, proc.stderr
@@ -266,19 +263,14 @@ def test_a_managers_first_save_refused_leaves_no_directory(tmp_path):
     "unreadable",
     ["data_iter_checkpoint_state_file_global", "data_iter_state_file_worker_0_step_100.txt"],
 )
-def test_a_side_file_the_user_may_not_read_is_said_so_not_called_damaged(request, unreadable):
+def test_a_side_file_the_user_may_not_read_is_said_so_not_called_damaged(shared, unreadable):
     """The 1.9 dataloader's side files (the shipped example's, as 1.9 wrote them): one the
     user may not read was "first line is not an integer; is this a 1.9 dataloader state
     file?" (exit 2), the diagnosis of a damaged one."""
-    prefix = _as_nobody()
-    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))
-    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
-    os.chmod(run, 0o755)
+    prefix, run = _as_nobody(), shared
     shutil.copytree(FIXTURES / "example", run / "example")
     os.chmod(run / "example" / "dataloader" / unreadable, 0o600)  # root's
-    out = run / "out"
-    out.mkdir()
-    os.chown(out, 65534, 65534)
+    out = _nobodys(run, "out")
     args = ["upgrade", run / "example" / "checkpoint_100.mdl", "--output-dir", out]
     proc = _run_as(
         prefix,
@@ -294,14 +286,11 @@ def test_a_side_file_the_user_may_not_read_is_said_so_not_called_damaged(request
 
 
 @pytest.mark.parametrize("unreadable", ["model.safetensors", "config.json", "params.yaml"])
-def test_an_input_the_user_may_not_read_is_an_io_error_not_a_damaged_file(request, unreadable):
+def test_an_input_the_user_may_not_read_is_an_io_error_not_a_damaged_file(shared, unreadable):
     """``import-hf`` said "not a safetensors file ([Errno 13] ...)" or "not a config (...)"
     (exit 2), and a run's config "cannot read the config (Permission denied)" (exit 2, the
     usage code): each is the I/O error it is, exit 5, as an unreadable checkpoint is."""
-    prefix = _as_nobody()
-    run = Path(tempfile.mkdtemp(prefix="ckpt-migrate-nobody-"))
-    request.addfinalizer(lambda: shutil.rmtree(run, ignore_errors=True))
-    os.chmod(run, 0o755)
+    prefix, run = _as_nobody(), shared
     models = FIXTURES / "models" / "gpt2-2.0"
     shutil.copyfile(models / "params.yaml", run / "params.yaml")
     proc = run_cli(
@@ -310,9 +299,7 @@ def test_an_input_the_user_may_not_read_is_an_io_error_not_a_damaged_file(reques
     assert proc.returncode == 0, proc.stderr
     where = run / "params.yaml" if unreadable == "params.yaml" else run / "hf" / unreadable
     os.chmod(where, 0o600)  # root's
-    mine = run / "mine"
-    mine.mkdir()
-    os.chown(mine, 65534, 65534)
+    mine = _nobodys(run, "mine")
     if unreadable == "params.yaml":  # (the script's; the verbs' options check it first)
         script = str(ROOT / "scripts" / "convert_checkpoint.py")
         args = ["convert-config", where, "--model", "gpt2", "--src-fmt", "cs-2.0"]
