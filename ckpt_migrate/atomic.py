@@ -288,6 +288,15 @@ def check_output(target: Path, *, force: bool) -> None:
         check_parent(target)
 
 
+def path_exists(path: Path) -> bool:
+    """``path.exists()``; a directory on its way that this user may not enter is the I/O
+    error it is (``pathlib`` raises ``PermissionError``), not a traceback."""
+    try:
+        return path.exists()
+    except OSError as exc:
+        raise CkptIOError.reading(path, exc) from None
+
+
 def object_address(path: object) -> str | None:
     """``s3://bucket/key`` where ``path`` is an object's address, also after ``pathlib`` folded
     its ``//`` into ``/``; None for a local path."""

@@ -184,17 +184,56 @@ def test_a_read_only_checkpoint_of_a_user_is_upgraded(shared, inplace):
     assert (out.stat().st_uid, out.stat().st_gid) == (65534, 65534)
 
 
-@pytest.mark.parametrize("args", [("upgrade", "--dry-run"), ("upgrade", "--inplace"), ("inspect",)])
-def test_a_checkpoint_behind_a_directory_the_user_may_not_enter_is_one_line(tmp_path, args):
-    """``upgrade`` said "internal error: PermissionError ...; rerun with --debug" (exit 1), and
-    ``inspect`` too: finding whether the path is a file raised EACCES. Now exit 5, one line."""
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [
+        (("upgrade", "{}", "--dry-run"), "ckpt.mdl"),
+        (("upgrade", "{}", "--inplace", "--to", "2.6"), "ckpt.mdl"),
+        (("inspect", "{}"), "ckpt.mdl"),
+        (("from-torch", "{}", "out.mdl"), "state.pt"),
+        (("import-hf", "{}", "out.mdl"), "hf"),
+    ],
+)
+def test_an_input_behind_a_directory_the_user_may_not_enter_is_one_line(tmp_path, args, name):
+    """``upgrade``, ``inspect``, ``from-torch`` and ``import-hf`` said "internal error:
+    PermissionError ...; rerun with --debug" (exit 1): whether the path exists raised EACCES.
+    Now exit 5, one line. (The real 2.10 library's file; a model fixture exported to HF.)"""
+    import torch
+
     prefix = _as_nobody()
     private = tmp_path / "private"  # (root's, 0700)
     private.mkdir(mode=0o700)
     shutil.copyfile(REAL / "basic.mdl", private / "ckpt.mdl")
-    path = private / "ckpt.mdl"
-    proc = _run_as(prefix, *args, path, *(() if args == ("inspect",) else ("--to", "2.6")))
-    one_line_error(proc, 5, f"{private / 'ckpt.mdl'}: cannot read the file (Permission denied)")
+    torch.save({"w": torch.ones(2)}, private / "state.pt")
+    models = FIXTURES / "models" / "gpt2-2.0"
+    export = ("export-hf", models / "checkpoint_100.mdl", private / "hf")
+    assert run_cli(*export, "--config", models / "params.yaml").returncode == 0
+    path = private / name
+    proc = _run_as(prefix, *(path if a == "{}" else a for a in args))
+    one_line_error(proc, 5, f"{path}: cannot read the file (Permission denied)")
+
+
+def test_a_manager_of_a_directory_the_user_may_not_list_says_so(tmp_path, shared):
+    """``latest()`` raised a bare ``PermissionError``; an empty or missing directory is
+    None (no checkpoint yet), one this user may not list is not."""
+    prefix = _as_nobody()
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    script = (
+        "import sys, ckpt_migrate as cm\n"
+        "from ckpt_migrate.errors import CkptIOError\n"
+        "try:\n    print(cm.CheckpointManager(sys.argv[1]).latest())\n"
+        "except CkptIOError as exc:\n    print(exc.exit_code, exc)\n"
+    )
+
+    def latest(directory: Path) -> str:
+        command = [*prefix, sys.executable, "-c", script, str(directory)]
+        proc = subprocess.run(command, capture_output=True, text=True, cwd="/")
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert latest(private) == f"5 {private}: cannot list the directory (Permission denied)"
+    assert latest(shared / "none") == "None"  # (reachable, and missing)
 
 
 @pytest.mark.parametrize("side", ["--manifest", "--config-out"])

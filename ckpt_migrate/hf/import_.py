@@ -22,6 +22,7 @@ from ckpt_migrate.atomic import (
     atomic_output,
     check_parent,
     check_writable,
+    path_exists,
     refuse_object_address,
     same_file,
 )
@@ -98,6 +99,9 @@ def import_hf(
     ``config.json`` when it is not the directory's own."""
     start = time.monotonic()
     src, out = Path(hf_dir), Path(output)
+    if not path_exists(src) or not src.is_dir():
+        refuse_object_address(src)
+        raise UsageError(src, "is not a directory", "pass a Hugging Face model directory")
     check_dtype(dtype)
     rel = releases.get(release)
     if rel.version < releases.get(OLDEST).version:
@@ -192,9 +196,6 @@ MAX_CONFIG_BYTES = 16 << 20
 
 def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
     path = given or src / "config.json"
-    if not src.is_dir():
-        refuse_object_address(src)
-        raise UsageError(src, "is not a directory", "pass a Hugging Face model directory")
     try:
         data = jsonfile.read(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:

@@ -15,6 +15,8 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
+from ckpt_migrate.errors import CkptIOError
+
 DEFAULT_NAME = "checkpoint_{step}.mdl"
 TIMESTAMP_FORMAT = "%Y%m%d_%H%M%S"
 TEMP_SUFFIX = ".tmp"  # atomic.temp_name: "<name>.<8 hex>.tmp"
@@ -97,6 +99,9 @@ class NamePattern:
             entries = list(Path(directory).iterdir())
         except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as exc:  # (this user may not list it: not an empty directory)
+            why = f"cannot list the directory ({exc.strerror or exc})"
+            raise CkptIOError(directory, why) from None
         for path in entries:
             m = self.match(path.name)
             if m is None or (path.is_symlink() and not symlinks):

@@ -24,7 +24,7 @@ import numpy as np
 # torch/lazy.py imports torch: it is reached through the room's lazy face, so that reading or
 # saving a checkpoint of numpy arrays never loads torch.
 import ckpt_migrate.torch as torch_room
-from ckpt_migrate.atomic import atomic_output, refuse_object_address
+from ckpt_migrate.atomic import atomic_output, path_exists, refuse_object_address
 from ckpt_migrate.errors import (
     CkptError,
     MissingLeavesError,
@@ -414,7 +414,7 @@ def to_torch(
 def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> WriteReport:
     """Write a ``torch.save`` file as a checkpoint; loaded with ``weights_only=True``."""
     src_path = Path(src)
-    if not src_path.exists():
+    if not path_exists(src_path):
         refuse_object_address(src_path)
         raise NotACheckpointError(src_path, "no such file", "check the path")
     try:

@@ -13,7 +13,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ckpt_migrate.atomic import refuse_object_address
+from ckpt_migrate.atomic import path_exists, refuse_object_address
 from ckpt_migrate.errors import CkptError, CkptIOError, CorruptCheckpointError, NotACheckpointError
 from ckpt_migrate.format.h5 import capi, chunks, overlaps
 from ckpt_migrate.format.h5.identity import file_identity
@@ -30,11 +30,7 @@ COPY_BLOCK_BYTES = 64 << 20
 def check_file(p: Path) -> None:
     """A checkpoint path must name a regular file: one line otherwise, before any read (opening
     a named pipe to read waits for a writer)."""
-    try:
-        exists = p.exists()
-    except OSError as exc:  # (a directory on the way this user may not enter: EACCES)
-        raise CkptIOError.reading(p, exc) from None
-    if not exists:
+    if not path_exists(p):
         refuse_object_address(p)
         raise NotACheckpointError(p, "no such file", "check the path")
     if p.is_dir():
