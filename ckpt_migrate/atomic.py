@@ -65,7 +65,7 @@ def create_temp(target: Path, like: Path | None = None) -> tuple[Path, int]:
     private too. Its owner may read and write it (HDF5 opens it again to write, a read-only
     source's too)."""
     tmp = temp_name(target)
-    mode = 0o644 if like is None else 0o600 | 0o666 & stat.S_IMODE(os.stat(like).st_mode)
+    mode = 0o644 if like is None else 0o600 | (0o666 & stat.S_IMODE(os.stat(like).st_mode))
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
