@@ -344,6 +344,9 @@ def io_error(target: Path, exc: OSError) -> CkptIOError:
     if exc.errno == errno.ENOSPC or "No space" in str(exc):
         return CkptIOError(target, "no space left on the device", "free disk space and retry")
     if exc.errno in (errno.EACCES, errno.EPERM):
+        refused = CkptIOError.refused(exc)
+        if refused is not None:  # the source, a side file, their directory: read, not written
+            return refused
         return CkptIOError(
             None,
             f"permission denied writing {target}",

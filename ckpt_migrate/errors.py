@@ -6,7 +6,9 @@ Every message names the file, the problem and, where there is one, the fix. The 
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -78,9 +80,32 @@ class CkptIOError(CkptError):
     exit_code = EXIT_IO
 
     @classmethod
-    def reading(cls, path: Path | str, exc: OSError) -> CkptIOError:
-        """``path`` could not be read (its permissions, the disk): never what it holds."""
-        return cls(path, f"cannot read the file ({exc.strerror or exc})")
+    def reading(cls, path: Path | str, exc: OSError, *, listing: bool = False) -> CkptIOError:
+        """``path`` could not be read (its permissions, the disk): never what it holds.
+        ``listing``: a directory, also where this user may not even tell it is one."""
+        what = "list the directory" if listing or os.path.isdir(path) else "read the file"
+        # (the code's words: h5py puts HDF5's whole report where the system's words go)
+        why = os.strerror(exc.errno) if exc.errno else exc.strerror or str(exc)
+        return cls(path, f"cannot {what} ({why})")
+
+    @classmethod
+    def refused(cls, exc: OSError) -> CkptIOError | None:
+        """``exc`` as the read error it is where the file it names is one this user may not
+        read, or lies in a directory the user may not enter (that one is named); None where
+        neither is so. What the command created, or failed to create, did not exist: its
+        failure is a write's."""
+        if exc.errno not in (errno.EACCES, errno.EPERM) or exc.filename is None:
+            return None
+        path = os.fsdecode(exc.filename)
+        if os.path.lexists(path):
+            return None if os.access(path, os.R_OK) else cls.reading(path, exc)
+        parent = os.path.dirname(path)
+        while parent and not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        parent = parent or "."
+        if os.path.isdir(parent) and not os.access(parent, os.X_OK):
+            return cls.reading(parent, exc, listing=True)
+        return None
 
 
 class StateSelectionError(UsageError, KeyError):

@@ -339,7 +339,7 @@ def test_an_input_the_user_may_not_read_is_an_io_error_not_a_damaged_file(shared
     where = run / "params.yaml" if unreadable == "params.yaml" else run / "hf" / unreadable
     os.chmod(where, 0o600)  # root's
     mine = _nobodys(run, "mine")
-    if unreadable == "params.yaml":  # (the script's; the verbs' options check it first)
+    if unreadable == "params.yaml":  # (the script; the verbs: see the test below)
         script = str(ROOT / "scripts" / "convert_checkpoint.py")
         args = ["convert-config", where, "--model", "gpt2", "--src-fmt", "cs-2.0"]
         command = [*prefix, sys.executable, script, *map(str, args), "--tgt-fmt", "cs-2.3"]
@@ -348,3 +348,91 @@ def test_an_input_the_user_may_not_read_is_an_io_error_not_a_damaged_file(shared
         proc = _run_as(prefix, "import-hf", run / "hf", mine / "ckpt.mdl")
     one_line_error(proc, 5, f"{where}: cannot read the file (Permission denied)")
     assert list(mine.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("inspect", "{}"),
+        ("check", "{}"),
+        ("plan", "{}"),
+        ("verify", "{}", "{}"),
+        ("to-torch", "{}", "{out}/state.pt"),
+        ("from-torch", "{}", "{out}/ckpt.mdl"),
+        ("tf-to-h5", "{}", "{out}/tf.h5"),
+        ("upgrade", "{}", "--dry-run"),
+        ("upgrade", "{}", "--to", "2.6", "--output-dir", "{out}"),  # a root edit
+        ("upgrade", "{}", "--to", "2.3", "--output-dir", "{out}"),  # a rewrite
+        ("upgrade-dir", "{dir}", "--to", "2.3", "--output-dir", "{out}", "--progress", "none"),
+    ],
+    ids=lambda args: "-".join(a.lstrip("-") for a in args if not a.startswith("{")),
+)
+def test_a_checkpoint_the_user_may_not_read_is_an_io_error(shared, args):
+    """The real 2.10 library's file, root's and ``0600``. The parser checked a path readable
+    first: "Invalid value for 'path': Path '…' is not readable." (exit 2, the usage code, in a
+    box). Past it, ``upgrade`` blamed its source's read on the output: "permission denied
+    writing <the source>"; ``upgrade-dir``, ``from-torch`` and ``tf-to-h5`` the same or an
+    internal error. Each is now the one line an unreadable side file gives, exit 5, and writes
+    nothing."""
+    prefix = _as_nobody()
+    src = _source(shared, REAL / "basic.mdl", 0o600)  # (root's)
+    out = _nobodys(shared, "out")
+    fill = {"{}": src, "{out}": out, "{dir}": src.parent}
+    proc = _run_as(prefix, *(fill.get(a, a.replace("{out}", str(out))) for a in args))
+    one_line_error(proc, 5, f"{src}: cannot read the file (Permission denied)", skip_warnings=True)
+    assert list(out.iterdir()) == []
+
+
+def test_a_directory_the_user_may_not_enter_is_named_not_the_output(shared, real_layout_19):
+    """A 1.9 checkpoint as the 1.9 library laid it out, its dataloader directory (the shipped
+    example's side files) root's and ``0700``: the parser refused the option (exit 2), and
+    past it the upgrade said "permission denied writing <the output>". The same directory
+    given to ``import-hf`` was an internal error, and the TensorFlow converter's a traceback's
+    last words."""
+    prefix = _as_nobody()
+    closed = shared / "closed"
+    shutil.copytree(FIXTURES / "example" / "dataloader", closed)
+    os.chmod(closed, 0o700)
+    src = _source(shared, real_layout_19, 0o644)
+    out = _nobodys(shared, "out")
+    upgrade = ["upgrade", src, "--output-dir", out, "--dataloader-type", "iterable"]
+    for args in (
+        [*upgrade, "--data-iter-dir", closed],
+        ["import-hf", closed, out / "ckpt.mdl"],
+    ):
+        proc = _run_as(prefix, *args)
+        one_line_error(proc, 5, f"{closed}: cannot list the directory (Permission denied)")
+        assert list(out.iterdir()) == []
+
+
+def test_a_config_the_user_may_not_read_is_an_io_error_for_the_verbs_too(shared):
+    """``upgrade --config`` of a ``params.yaml`` (the Model Zoo fixture's) the user may not
+    read: "Invalid value for '--config': Path … is not readable." (exit 2) from the parser."""
+    prefix = _as_nobody()
+    models = FIXTURES / "models" / "gpt2-2.0"
+    config = _source(shared, models / "params.yaml", 0o600, "params.yaml")
+    src = _source(shared, models / "checkpoint_100.mdl", 0o644)
+    out = _nobodys(shared, "out")
+    proc = _run_as(prefix, "upgrade", src, "--config", config, "--output-dir", out)
+    one_line_error(proc, 5, f"{config}: cannot read the file (Permission denied)")
+    assert list(out.iterdir()) == []
+
+
+def test_a_copy_worker_that_cannot_start_is_said_so(tmp_path, monkeypatch):
+    """The copy of a root edit runs in a worker process of ``sys.executable``. One this user
+    may not run made the upgrade say "permission denied writing <the output>"."""
+    from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+
+    python = tmp_path / "python"
+    python.write_text("")
+    os.chmod(python, 0o644)  # (not executable: root may not run it either)
+    monkeypatch.setattr(sys, "executable", str(python))
+    out = tmp_path / "out"
+    out.mkdir()
+    result = upgrade(REAL / "basic.mdl", UpgradeOptions(target="2.6", output_dir=out))
+    assert (result.status, result.exit_code) == ("failed", 5)
+    assert result.error == (
+        f"cannot start the copy worker with {python} (Permission denied); "
+        "run ckpt-migrate with a Python this user may execute"
+    )
+    assert list(out.iterdir()) == []

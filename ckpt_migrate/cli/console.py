@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ckpt_migrate.atomic import Interrupt
-from ckpt_migrate.errors import CkptError, UsageError
+from ckpt_migrate.errors import CkptError, CkptIOError, UsageError
 
 if TYPE_CHECKING:
     from ckpt_migrate.format.progress import Progress
@@ -105,6 +105,10 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
         if Interrupt.pressed:
             echo("interrupted", err=True)
             return EXIT_INTERRUPTED
+        refused = CkptIOError.refused(exc) if isinstance(exc, OSError) else None
+        if refused is not None:  # a file closed to this user that no reader named itself
+            echo(f"error: {refused}", err=True)
+            return refused.exit_code
         text = " ".join(str(exc).split())[:300]
         echo(f"internal error: {type(exc).__name__}: {text}; rerun with --debug", err=True)
         return EXIT_INTERNAL

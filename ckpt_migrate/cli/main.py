@@ -437,9 +437,24 @@ def without_flag_metavars(command: Any) -> Any:
     return command
 
 
+def paths_read_by_the_command(command: Any) -> Any:
+    """Typer's paths are checked readable while the command line is parsed: a file this user
+    may not read was a usage error (exit 2, "Path '…' is not readable."). The command's own
+    reader says so instead, as the I/O error it is (exit 5, the file named), as it does for a
+    file behind a directory the user may not enter, which that check never sees."""
+    for param in getattr(command, "params", []):
+        if getattr(param.type, "readable", False):
+            param.type.readable = False
+    for sub in getattr(command, "commands", {}).values():
+        paths_read_by_the_command(sub)
+    return command
+
+
 def click_command() -> Any:
-    """The app as click runs it: flags without metavars, the hops' inputs offered."""
-    return offer_hop_inputs(without_flag_metavars(typer.main.get_command(app)))
+    """The app as click runs it: flags without metavars, paths read by the command (not
+    checked by the parser), the hops' inputs offered."""
+    command = offer_hop_inputs(without_flag_metavars(typer.main.get_command(app)))
+    return paths_read_by_the_command(command)
 
 
 def _run_app(args: list[str]) -> int:

@@ -193,7 +193,9 @@ def _remember(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any
 def _option(spec: InputSpec) -> Any:
     default: Any = False if spec.kind == "flag" else None
     metavar = "|".join(spec.choices) if spec.choices else None
-    info = typer.Option(default, spec.flag, help=spec.help, metavar=metavar, callback=_remember)
+    info = typer.Option(  # readable: as every path (main.paths_read_by_the_command)
+        default, spec.flag, help=spec.help, metavar=metavar, callback=_remember, readable=False
+    )
     param, _ = typer.main.get_click_param(
         ParamMeta(name=spec.name, default=info, annotation=_ANNOTATION[spec.kind])
     )

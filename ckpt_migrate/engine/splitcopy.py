@@ -30,6 +30,7 @@ import h5py
 import xxhash
 
 from ckpt_migrate import atomic
+from ckpt_migrate.errors import CkptIOError
 from ckpt_migrate.format.progress import Progress
 
 # Tests copy in small blocks (slowed by the worker's CKPT_MIGRATE_TEST_WRITE_DELAY each) to
@@ -143,18 +144,7 @@ class SplitCopy:
             argv += [str(self.fd_in), str(self.fd_out), str(self.size), str(BLOCK), _XXHASH_DIR]
             mode = ["direct" if direct else "cached"] + (["kernel"] if kernel else [])
             argv += [",".join(mode), str(min(lead, BLOCK))]
-            # A session of its own: a terminal's Ctrl-C goes to the parent alone, which aborts
-            # (and kills this worker). In the parent's process group the signal could reach the
-            # worker while it still imports, before it ignores SIGINT: a KeyboardInterrupt
-            # traceback on the shared stderr (seen under load in test_interrupt).
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-                pass_fds=(self.fd_in, self.fd_out),
-                start_new_session=True,
-            )
+            self._proc = _start(argv, (self.fd_in, self.fd_out))
         except BaseException:
             self._close()
             raise
@@ -290,3 +280,28 @@ def copy_range(fd_in: int, fd_out: int, offset: int, count: int) -> int:
     if not block:
         raise OSError(errno.EIO, "the source shrank while being copied")
     return os.pwrite(fd_out, block, offset)
+
+
+def _start(argv: list[str], fds: tuple[int, int]) -> subprocess.Popen[str]:
+    """The worker's process. An interpreter this user may not run (an ``OSError`` that names
+    it) is said so: taken for the upgrade's own I/O, it read as a denied write of the output."""
+    try:
+        # A session of its own: a terminal's Ctrl-C goes to the parent alone, which aborts (and
+        # kills this worker). In the parent's process group the signal could reach the worker
+        # while it still imports, before it ignores SIGINT: a KeyboardInterrupt traceback on
+        # the shared stderr (seen under load in test_interrupt).
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            pass_fds=fds,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise CkptIOError(
+            None,
+            f"cannot start the copy worker with {argv[0]} ({why})",
+            "run ckpt-migrate with a Python this user may execute",
+        ) from None

@@ -100,8 +100,7 @@ class NamePattern:
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:  # (this user may not list it: not an empty directory)
-            why = f"cannot list the directory ({exc.strerror or exc})"
-            raise CkptIOError(directory, why) from None
+            raise CkptIOError.reading(directory, exc, listing=True) from None
         for path in entries:
             m = self.match(path.name)
             if m is None or (path.is_symlink() and not symlinks):

@@ -40,7 +40,7 @@ import h5py
 import numpy as np
 
 from ckpt_migrate import heap
-from ckpt_migrate.errors import CkptError, NotACheckpointError, UsageError
+from ckpt_migrate.errors import CkptError, CkptIOError, NotACheckpointError, UsageError
 
 INSTALL_HINT = "pip install 'ckpt-migrate[tensorflow]'"
 DEFAULT_MAX_SHARD_BYTES = 1 << 30
@@ -180,7 +180,11 @@ def resolve_saver_path(path: str | Path) -> str:
         _check_index(index)
         return text
     if p.is_file():
-        if h5py.is_hdf5(str(p)):
+        try:
+            hdf5 = h5py.is_hdf5(str(p))
+        except OSError as exc:  # (h5py's error names no file: not console's to recognise)
+            raise CkptIOError.reading(p, exc) from None
+        if hdf5:
             raise NotACheckpointError(
                 p,
                 "is an HDF5 file, not a TensorFlow checkpoint",
