@@ -196,3 +196,28 @@ def test_the_reads_of_a_root_and_the_check_of_the_tensors_report_their_progress(
     assert read and lines.index(read[-1]) < lines.index(check[0]), proc.stderr
     objects = read[-1]["done"]
     assert read[-1]["total"] == f"{objects} objects" and int(objects.replace(",", "")) > tensors
+
+
+@pytest.mark.parametrize("verb", ["inspect", "plan"])
+def test_inspect_and_plan_report_the_read_of_a_large_root(tmp_path, verb):
+    """``inspect`` and ``plan`` of 150k leaves read the root's attributes for seconds (5 s on
+    the benchmarks' machine) with no option to say so. They now take ``--progress`` and
+    ``-q`` as ``upgrade`` does; their report stays alone on stdout. The real 2.10 library's
+    file, whose root holds 18 attributes, says its one line."""
+    src = _many_leaves(tmp_path / "many.mdl", 2500)
+    proc = run(verb, src, "--json", "--progress", "plain")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)  # (the report alone)
+    lines = progress_lines(proc.stderr)
+    said = [(m["done"], m["total"]) for m in lines if m["phase"] == "read root"]
+    total = said[-1][1]
+    assert re.fullmatch(r"2,5\d\d attributes", total), proc.stderr
+    read_once = [("1,000", total), ("2,000", total), (total.split()[0], total)]
+    assert said and said == read_once * (len(said) // 3), said  # (numpy leaves: read again)
+    for quiet in (["--progress", "none"], ["-q"]):
+        proc = run(verb, src, "--json", *quiet)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    real = Path(__file__).parent.parent / "fixtures" / "real-cstorch-2.10" / "basic.mdl"
+    proc = run(verb, real, "--progress", "plain")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "read root: 18 of 18 attributes (100%)\n"

@@ -39,7 +39,11 @@ SUMMARY_CHILDREN = 8
 
 
 def inspect(
-    path: str | Path, *, everything: bool = True, depth: int | None = None
+    path: str | Path,
+    *,
+    everything: bool = True,
+    depth: int | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """``everything``: the whole outline; else a summary (``depth`` levels, default
     SUMMARY_DEPTH, and SUMMARY_CHILDREN entries per container unless a depth is given).
@@ -50,7 +54,7 @@ def inspect(
     read in full."""
     if depth is not None and depth < 0:
         raise UsageError(None, f"--depth must be 0 or more, not {depth}")
-    with read_checkpoint(path, outline=True, legacy_outline=True) as ckpt:
+    with read_checkpoint(path, outline=True, legacy_outline=True, progress=progress) as ckpt:
         ties = tied_positions(ckpt.root)
         data = outline.report(ckpt, leaves=everything, ties=ties)
         data["outline_summary"] = not everything
@@ -108,6 +112,7 @@ def plan(
     source_release: str | None = None,
     output_dir: Path | None = None,
     inputs: dict[str, Any] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The hops, the family and the disk an upgrade costs, read from the outline
     (``read_outline``, a legacy file's too) unless the bytes to write depend on what the
@@ -119,6 +124,7 @@ def plan(
         legacy_outline=True,
         output_dir=output_dir,
         inputs=inputs,
+        progress=progress,
     )
     with ckpt:
         data = made.to_json()

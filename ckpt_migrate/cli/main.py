@@ -84,9 +84,14 @@ def inspect_cmd(
         int | None, typer.Option("--depth", help="Outline levels to show, every entry of each.")
     ] = None,
     as_json: JsonOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """Release, format, bytes by dtype and a summary of the tree; --all for every leaf."""
-    data = cli.commands.inspect(path, everything=show_all or as_json, depth=depth)
+    with console.progress(not quiet, progress_mode) as progress:
+        data = cli.commands.inspect(
+            path, everything=show_all or as_json, depth=depth, progress=progress
+        )
     render.emit_json(data) if as_json else render.inspect(data)
 
 
@@ -194,10 +199,13 @@ def plan_cmd(
     from_release: FromOpt = None,
     model: ModelOpt = None,
     as_json: JsonOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """Show the hops an upgrade would apply, the inputs they need and the disk they cost."""
     inputs = cli.commands.step_inputs(hop_inputs_given(ctx), model=model)
-    data = cli.commands.plan(path, to, from_release, inputs=inputs)
+    with console.progress(not quiet, progress_mode) as progress:
+        data = cli.commands.plan(path, to, from_release, inputs=inputs, progress=progress)
     render.emit_json(data) if as_json else render.plan(data)
 
 
