@@ -13,6 +13,7 @@ import pytest
 from conftest import FIXTURES, REAL, one_line_error, run_capped, run_cli
 
 import ckpt_migrate as cm
+from ckpt_migrate.format.read import read_checkpoint
 
 
 def test_help_does_not_import_torch():
@@ -351,3 +352,24 @@ def test_an_object_address_given_to_a_local_command_is_said_so(tmp_path, args, a
     line = one_line_error(proc, 2, f"{address}: is an object-store address; {words}")
     assert "upgrade and upgrade-dir" in line
     assert sorted(tmp_path.iterdir()) == before  # no s3: directory made here
+
+
+def test_the_converters_take_to_as_upgrade_does(tmp_path):
+    """``upgrade --to 2.6`` names the release to write; ``from-torch`` and ``import-hf`` knew
+    only ``--release``, and click offered "--json" for a ``--to``. Both names work now. The
+    real 2.10 library's file, and the Model Zoo GPT-2 fixture exported to Hugging Face."""
+    real = REAL / "basic.mdl"
+    state = tmp_path / "state.pt"
+    assert run_cli("to-torch", real, state).returncode == 0
+    models = FIXTURES / "models" / "gpt2-2.0"
+    hf = tmp_path / "hf"
+    export = ("export-hf", models / "checkpoint_100.mdl", hf, "--config", models / "params.yaml")
+    assert run_cli(*export).returncode == 0
+    for name in ("--to", "--release"):
+        for verb, src, release in (("from-torch", state, "2.6"), ("import-hf", hf, "2.3")):
+            out = tmp_path / f"{verb}{name}.mdl"
+            proc = run_cli(verb, src, out, name, release, "--json")
+            assert proc.returncode == 0, proc.stderr
+            assert json.loads(proc.stdout)["release"] == release
+            with read_checkpoint(out) as ckpt:
+                assert ckpt.release.name == release

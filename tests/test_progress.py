@@ -221,3 +221,24 @@ def test_inspect_and_plan_report_the_read_of_a_large_root(tmp_path, verb):
     proc = run(verb, real, "--progress", "plain")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "read root: 18 of 18 attributes (100%)\n"
+
+
+def test_the_torch_conversions_count_bytes_as_bytes(tmp_path):
+    """``to-torch`` reported the bytes it wrote as tensors ("write: 3,008 of 3,008 tensors"
+    for a file of 16 tensors: the phase's unit is the rewrite's); ``from-torch`` said nothing
+    however large its file. Both now say ``converting: <bytes> of <bytes>``. The real 2.10
+    library's file, and the torch file written from it."""
+    real = Path(__file__).parent.parent / "fixtures" / "real-cstorch-2.10" / "basic.mdl"
+    state = tmp_path / "state.pt"
+    proc = run("to-torch", real, state, "--progress", "plain")
+    assert proc.returncode == 0, proc.stderr
+    said = [(m["phase"], m["done"], m["total"]) for m in progress_lines(proc.stderr)]
+    assert said and {phase for phase, _, _ in said} == {"converting"}, proc.stderr
+    total = said[-1][2]
+    assert said[-1][1] == total and re.fullmatch(r"[\d.]+ (B|KiB)", total), said
+    proc = run("from-torch", state, tmp_path / "back.mdl", "--progress", "plain")
+    assert proc.returncode == 0, proc.stderr
+    back = [(m["phase"], m["done"], m["total"]) for m in progress_lines(proc.stderr)]
+    assert back and back[-1] == ("converting", total, total), proc.stderr
+    proc = run("from-torch", state, tmp_path / "quiet.mdl", "-q")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr

@@ -81,8 +81,13 @@ def to_torch(
     return {"source": str(src), "output": str(out)}
 
 
-def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> dict[str, Any]:
-    rep = torch_api.from_torch(src, dst, release)
+def from_torch(
+    src: str | Path,
+    dst: str | Path,
+    release: str | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    rep = torch_api.from_torch(src, dst, release, progress)
     return {
         "source": str(src),
         "output": str(rep.path),

@@ -105,7 +105,8 @@ def import_hf_cmd(
     ],
     dst: Annotated[Path, typer.Argument(help="Checkpoint to write (must not exist).")],
     release: Annotated[
-        str, typer.Option("--release", help="Release whose checkpoint to write, e.g. 2.10.")
+        str,
+        typer.Option("--release", "--to", help="Release whose checkpoint to write, e.g. 2.10."),
     ] = "latest",
     config_out: Annotated[
         Path | None,

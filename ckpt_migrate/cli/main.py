@@ -114,12 +114,18 @@ def from_torch_cmd(
     src: Annotated[Path, typer.Argument(help="torch.save file (loaded with weights_only=True).")],
     dst: Annotated[Path, typer.Argument(help="Checkpoint to write (must not exist).")],
     release: Annotated[
-        str, typer.Option("--release", help="Release whose format to write, e.g. 2.0 or latest.")
+        str,
+        typer.Option(
+            "--release", "--to", help="Release whose format to write, e.g. 2.0 or latest."
+        ),
     ] = "latest",
     as_json: JsonOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """Write a torch.save file as a Cerebras H5 checkpoint."""
-    out = cli.commands.from_torch(src, dst, release)
+    with console.progress(not quiet, progress_mode) as progress:
+        out = cli.commands.from_torch(src, dst, release, progress=progress)
     render.emit_json(out) if as_json else render.from_torch(out)
 
 
@@ -134,7 +140,7 @@ def tf_to_h5_cmd(
     ],
     h5_path: Annotated[Path, typer.Argument(help="H5 checkpoint to write (must not exist).")],
     release: Annotated[
-        str, typer.Option("--release", help="Release whose format to write, or auto.")
+        str, typer.Option("--release", "--to", help="Release whose format to write, or auto.")
     ] = "auto",
     exclude: ExcludeOpt = None,
     verify: TfVerifyOpt = "structure",

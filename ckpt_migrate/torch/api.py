@@ -49,6 +49,7 @@ from ckpt_migrate.format.tree import (
     SeqNode,
     TensorLeaf,
     ValueLeaf,
+    leaf_objects,
 )
 from ckpt_migrate.format.write import WriteReport, write_checkpoint
 from ckpt_migrate.torch import weights_load
@@ -346,9 +347,27 @@ def save(
     return write_checkpoint(tree, path, release, allow_missing=allow_missing)
 
 
-def _save_from(src: Path, state_dict: Any, path: str | Path, release: str | None) -> WriteReport:
-    """``save``, for the state of the file ``src``: no more readable than ``src``."""
-    return write_checkpoint(from_python(state_dict), path, release, like=src)
+def _save_from(
+    src: Path,
+    state_dict: Any,
+    path: str | Path,
+    release: str | None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> WriteReport:
+    """``save``, for the state of the file ``src``: no more readable than ``src``;
+    ``progress`` hears of the tensors' bytes written (``converting``, as ``to_torch``'s)."""
+    tree = from_python(state_dict)
+    if progress is None:
+        return write_checkpoint(tree, path, release, like=src)
+    sizes = {id(leaf): leaf.nbytes for leaf in leaf_objects(tree) if isinstance(leaf, TensorLeaf)}
+    total, done = sum(sizes.values()), 0
+
+    def on_leaf(_: str, leaf: Leaf) -> None:
+        nonlocal done
+        done += sizes.pop(id(leaf), 0)  # (a tied tensor once)
+        progress("converting", done, total)
+
+    return write_checkpoint(tree, path, release, like=src, on_leaf=on_leaf)
 
 
 # --------------------------------------------------------------------------- torch.save files
@@ -411,7 +430,12 @@ def to_torch(
     return out
 
 
-def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> WriteReport:
+def from_torch(
+    src: str | Path,
+    dst: str | Path,
+    release: str | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> WriteReport:
     """Write a ``torch.save`` file as a checkpoint; loaded with ``weights_only=True``."""
     src_path = Path(src)
     if not path_exists(src_path):
@@ -421,7 +445,7 @@ def from_torch(src: str | Path, dst: str | Path, release: str | None = None) -> 
         state = weights_load.load(src_path)
     except (weights_load.Refused, weights_load.Unreadable) as exc:
         raise _not_torch(src_path, exc) from None
-    return _save_from(src_path, state, dst, release)
+    return _save_from(src_path, state, dst, release, progress)
 
 
 def _not_torch(src_path: Path, exc: Exception) -> CkptError:

@@ -59,7 +59,7 @@ def save_streaming(
             done += holder.nbytes
             del value
             if progress is not None:
-                progress("write", done, total)
+                progress("converting", done, total)
     finally:
         os.close(fd)
 
