@@ -188,6 +188,82 @@ def test_sigint_in_upgrade_dir_stops_the_whole_run(big, tmp_path):
     assert sha256_file(src) == digest
 
 
+def _terminate(proc: subprocess.Popen[str]) -> tuple[int, str, float]:
+    """SIGTERM to the process alone, as ``kill``, ``timeout`` or a scheduler's limit sends it."""
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    return proc.returncode, err, time.monotonic() - sent
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+@pytest.mark.parametrize("phase", ["patch", "copy"])
+def test_sigterm_stops_the_run_as_ctrl_c_does(big, tmp_path, phase, sigint):
+    """SIGTERM killed the process where it stood: its temporary, as large as the output, stayed
+    beside the target until the next run of the same target, and nothing was said. It now
+    stops the run as Ctrl-C does, and says ``terminated`` (exit 143); also in a job started
+    with ``&``, whose SIGINT is ignored, when a ``kill`` is the way to stop it."""
+    src, digest = big
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["upgrade", src, "-o", out, "--verify", "full", "--progress", "plain"]
+    if sigint == "ignored":
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **SLOW},
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        )
+    else:
+        proc = start(args, SLOW)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith(f"{phase}:"):
+            break
+    else:
+        pytest.fail(f"no {phase} progress line: {seen}")
+    code, err, took = _terminate(proc)
+    assert code == 143, err
+    assert err.splitlines()[-1] == "terminated" and "interrupted" not in err, err
+    assert "Traceback" not in err and "error" not in err, err
+    assert took < 3, f"took {took:.2f}s to stop"
+    assert list(out.iterdir()) == [], "an output or a temporary was left"
+    assert sha256_file(src) == digest
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_a_stopped_run_of_workers_publishes_nothing_after(big, tmp_path, how):
+    """``upgrade-dir --workers 2``: Ctrl-C reached the workers' processes, whose event loops
+    stopped with a traceback each while their tasks went on and published their outputs
+    seconds after the command said ``interrupted``; a SIGTERM to the command left them to
+    finish too. The workers now note the interrupt (Ctrl-C reaches them; the command sends
+    it on a SIGTERM), and their tasks stop as ``upgrade`` does, their temporaries removed."""
+    pytest.importorskip("distributed")
+    src, digest = big
+    md = tmp_path / "md"
+    md.mkdir()
+    for step in (1, 2):
+        os.link(src, md / f"checkpoint_{step}.mdl")
+    out = tmp_path / "out"
+    proc = start(["upgrade-dir", md, "-o", out, "--workers", "2", "--progress", "none"], SLOW)
+    deadline = time.monotonic() + 60
+    while not (out.is_dir() and any(p.suffix == ".tmp" for p in out.iterdir())):
+        assert proc.poll() is None and time.monotonic() < deadline, "no task began to write"
+        time.sleep(0.05)
+    code, err, took = interrupt(proc) if how == "ctrl-c" else _terminate(proc)
+    word = {"ctrl-c": "interrupted", "sigterm": "terminated"}[how]
+    assert code == {"ctrl-c": 130, "sigterm": 143}[how], err
+    assert err.splitlines()[-1] == word and "Traceback" not in err, err
+    assert took < 5, f"took {took:.2f}s to stop"
+    time.sleep(3)  # (a task that went on would publish meanwhile)
+    assert not out.exists() or list(out.iterdir()) == [], list(out.iterdir())
+    assert sha256_file(src) == digest
+
+
 def test_the_writability_probe_leaves_no_name_a_kill_could_strand(tmp_path, monkeypatch):
     """A SIGKILL between creating the probe and removing it must leave nothing in the output
     directory (a run of upgrade-dir killed there left a ``.ckpt-migrate-probe.*`` file). The

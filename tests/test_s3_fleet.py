@@ -229,6 +229,36 @@ def test_killed_run_leaves_no_object(store, local_run):
     assert etags(s3, bucket, "run/") == before
 
 
+def test_an_interrupt_in_a_fleets_task_publishes_no_object(store, local_run, monkeypatch):
+    """A task on a fleet's worker hears of the run's Ctrl-C only through ``Interrupt`` (its
+    process notes it: ``remote.fleet``); the upload went on part after part and completed the
+    object after the command had said ``interrupted``. It now stops at the next part: the
+    upload aborted, no object. (The 1.9 library's layout, as the worker meets it.)"""
+    from ckpt_migrate.atomic import Interrupt
+    from ckpt_migrate.remote import upgrade as remote_upgrade
+
+    s3, bucket = store, "interrupted"
+    s3.create_bucket(Bucket=bucket)
+    name = "checkpoint_100.mdl"
+    s3.upload_file(str(local_run / name), bucket, f"run/{name}")
+    part = remote_upgrade._Writer._part
+
+    def part_then_pressed(self, *args):
+        etag = part(self, *args)
+        monkeypatch.setattr(Interrupt, "pressed", True)  # (as the worker's handler does)
+        return etag
+
+    monkeypatch.setattr(remote_upgrade._Writer, "_part", part_then_pressed)
+    with pytest.raises(KeyboardInterrupt):
+        upgrade_object(
+            S3Url(bucket, f"run/{name}"),
+            S3Url(bucket, "out"),
+            UpgradeOptions(target="2.10", inputs=dict(DROP)),
+        )
+    assert etags(s3, bucket, "out/") == {}
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+
+
 def test_dask_cluster_with_a_worker_killed(store, local_run, tmp_path):
     distributed = pytest.importorskip("distributed", reason="the distributed extra")
     s3, bucket = store, "fleet"

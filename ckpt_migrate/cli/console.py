@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 EXIT_INTERNAL = 1
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # (128 + SIGTERM, as a shell reports a process the signal ended)
+_TERMINATED: list[bool] = []  # a SIGTERM was the interrupt (``on_terminate``)
 
 
 # Control characters (ESC and the rest of C0/C1) and lone surrogates, which names taken from a
@@ -72,39 +74,59 @@ def on_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def on_terminate(signum: int, frame: Any) -> None:
+    """SIGTERM (``kill``, ``timeout``, a batch scheduler's time limit, a container's stop): the
+    run stops as a Ctrl-C stops it, its temporary removed at once (it was left, as large as the
+    output, until the next run of the same target), and says ``terminated``, exit 143. Also
+    where SIGINT is ignored (a job started with ``&``), which is when a ``kill`` is the way."""
+    _TERMINATED.append(True)
+    on_interrupt(signum, frame)
+
+
+def _stopped() -> int:
+    """The interrupt's one line, and its exit code."""
+    if _TERMINATED:
+        echo("terminated", err=True)
+        return EXIT_TERMINATED
+    echo("interrupted", err=True)
+    return EXIT_INTERRUPTED
+
+
 def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
     """Run ``fn`` and return its exit code, turning every error into one line and a code.
 
     Ctrl-C ends as one ``interrupted`` line and 130 however its KeyboardInterrupt travelled:
     raised, turned into exit code 130 by typer, or turned into another error on its way
     (``atomic.Interrupt``). Lost altogether, it still stops every later ``publish``; a command
-    that finished all the same reports its finished work."""
+    that finished all the same reports its finished work. A SIGTERM ends the same way, as one
+    ``terminated`` line and 143 (``on_terminate``)."""
     previous = signal.getsignal(signal.SIGINT)
+    terminate = signal.getsignal(signal.SIGTERM)
     if previous is signal.default_int_handler:  # not ignored (nohup, &)
         signal.signal(signal.SIGINT, on_interrupt)
+        sys.unraisablehook = _quiet_interrupts
+    if terminate == signal.SIG_DFL:  # (not ignored, nor taken by a caller in this process)
+        signal.signal(signal.SIGTERM, on_terminate)
         sys.unraisablehook = _quiet_interrupts
     try:
         code = fn() or 0
         if code == EXIT_INTERRUPTED and Interrupt.pressed:
-            echo("interrupted", err=True)
+            return _stopped()
         return code
     except CkptError as exc:
         if Interrupt.pressed:  # the error is an interrupt's consequence
-            echo("interrupted", err=True)
-            return EXIT_INTERRUPTED
+            return _stopped()
         if debug:
             traceback.print_exc()
         echo(f"error: {exc}", err=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        echo("interrupted", err=True)
-        return EXIT_INTERRUPTED
+        return _stopped()
     except Exception as exc:
         if debug:
             traceback.print_exc()
         if Interrupt.pressed:
-            echo("interrupted", err=True)
-            return EXIT_INTERRUPTED
+            return _stopped()
         refused = CkptIOError.refused(exc) if isinstance(exc, OSError) else None
         if refused is not None:  # a file closed to this user that no reader named itself
             echo(f"error: {refused}", err=True)
@@ -118,6 +140,8 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
         # console script ignores it once the outcome is printed (``cli.entry``).
         if signal.getsignal(signal.SIGINT) is on_interrupt:
             signal.signal(signal.SIGINT, previous)
+        if signal.getsignal(signal.SIGTERM) is on_terminate:
+            signal.signal(signal.SIGTERM, terminate)
         if Interrupt.pressed:
             forget_unhandled_interrupt()
 

@@ -241,9 +241,9 @@ def _size(path: Path) -> int:
 # --------------------------------------------------------------------------- one checkpoint
 
 
-def upgrade_one(src: Path, opts: DirOptions) -> DirEntry:
+def upgrade_one(src: Path, opts: DirOptions, progress: Progress | None = None) -> DirEntry:
     """One checkpoint of the directory, as ``upgrade_dir`` does it (a runner's task)."""
-    return _upgrade_one(src, opts, releases.get(opts.target), None)
+    return _upgrade_one(src, opts, releases.get(opts.target), progress)
 
 
 def _upgrade_one(

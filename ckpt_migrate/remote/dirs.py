@@ -92,7 +92,10 @@ class _EntryTask:
         self.task = task
 
     def __call__(self, url: S3Url) -> DirEntry:
-        return _entry(self.task(url))
+        try:
+            return _entry(self.task(url))
+        except KeyboardInterrupt:  # (the run's, noted in this worker: ``fleet``)
+            return fleet.failed_entry(url.path(), "interrupted")
 
 
 def _entry(res: Any) -> DirEntry:

@@ -11,11 +11,15 @@ the task's retry (or the next run) removes what was left.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ckpt_migrate.atomic import Interrupt
 from ckpt_migrate.engine.upgrade import UpgradeResult
 from ckpt_migrate.errors import EXIT_IO, CkptError, require
 from ckpt_migrate.model_dir.upgrade_dir import DirEntry, DirOptions, upgrade_one
@@ -37,13 +41,55 @@ def connect(scheduler: str | None, workers: int | None) -> Iterator[Any]:
         with client:
             yield client
         return
-    with (
-        distributed.LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
+    with contextlib.ExitStack() as stack:
+        with _interrupts_held():  # (see there)
+            cluster = stack.enter_context(
+                distributed.LocalCluster(
+                    n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+                )
+            )
+            client = stack.enter_context(distributed.Client(cluster))
+            pids = client.run(_note_interrupts)
+        try:
+            yield client
+        except BaseException:  # (Ctrl-C, SIGTERM: the run ends, its tasks with it)
+            for pid in pids.values():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGINT)
+            raise
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT and SIGTERM noted, and raised again once the block ends. A cluster interrupted
+    while it started was left half made, and Dask's own attempt to close it as the process
+    exited printed a traceback ("AssertionError: Status.init") after ``interrupted``: started
+    whole (a second or two), it is closed as any other."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    held = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    held = {s: handler for s, handler in held.items() if callable(handler)}
+    for signum in held:
+        signal.signal(signum, lambda signum, frame: noted.append(signum))
+    try:
+        yield
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(noted):
+            signal.raise_signal(signum)
+
+
+def _note_interrupts() -> int:
+    """In a worker process of a LocalCluster started here: a SIGINT (a terminal's Ctrl-C
+    reaches the whole process group, or ``connect`` sends one when the run ends early) notes
+    the interrupt, which the task then meets (``_LocalTask``). Without it the worker's
+    event loop stopped with a traceback and its task went on: outputs were published seconds
+    after the command said ``interrupted``. Returns the worker's pid."""
+    signal.signal(signal.SIGINT, lambda signum, frame: Interrupt.press())
+    return os.getpid()
 
 
 def run(
@@ -85,13 +131,22 @@ def local_runner(client: Any, on_done: Done | None = None):
 
 
 class _LocalTask:
-    """Picklable: ``upgrade_one`` with the options."""
+    """Picklable: ``upgrade_one`` with the options. An interrupt noted in its worker process
+    stops it at its next step (each reports its progress often), as a Ctrl-C stops ``upgrade``:
+    its temporary removed, nothing published."""
 
     def __init__(self, opts: DirOptions) -> None:
         self.opts = opts
 
     def __call__(self, path: Path) -> DirEntry:
-        return upgrade_one(path, self.opts)
+        try:
+            return upgrade_one(path, self.opts, progress=_stop_if_interrupted)
+        except KeyboardInterrupt:
+            return failed_entry(path, "interrupted")
+
+
+def _stop_if_interrupted(phase: str, done: int, total: int) -> None:
+    Interrupt.check()
 
 
 def failed_entry(source: Path, why: str) -> DirEntry:

@@ -33,6 +33,7 @@ from typing import Any
 
 import h5py
 
+from ckpt_migrate.atomic import Interrupt
 from ckpt_migrate.engine.extents import Extents
 from ckpt_migrate.engine.splitcopy import MIN_RANGE, complement, data_ranges
 from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, upgrade
@@ -301,7 +302,9 @@ class _Writer:
         done: list[dict[str, Any]] = []
         try:
             for number, ref in enumerate(refs, 1):
+                Interrupt.check()  # (a fleet's task hears of it only here: ``remote.fleet``)
                 done.append({"PartNumber": number, "ETag": self._part(url, upload_id, number, ref)})
+            Interrupt.check()  # never published after Ctrl-C, as ``atomic.publish``
             reply = s3.complete_multipart_upload(
                 Bucket=url.bucket, Key=url.key, UploadId=upload_id, MultipartUpload={"Parts": done}
             )

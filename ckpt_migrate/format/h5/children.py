@@ -4,16 +4,17 @@ Ctrl-C cannot catch half made, and the anonymous files a parent and its children
 A terminal's Ctrl-C reaches the whole process group. One that arrived in a child while
 ``os.fork`` was still running the interpreter's after-fork hooks there (``random`` reseeds
 itself) was printed as "Exception ignored in: ... Traceback", beside the command's one line
-``interrupted`` (``tests/test_interrupt.py``, once in CI under load). So SIGINT is held across
-the fork, in both processes, until each calls :func:`release`: the child inside the ``try``
-that ends it, the parent once it has recorded the child (a Ctrl-C raised before that would
-leave a child that nobody ends).
+``interrupted`` (``tests/test_interrupt.py``, once in CI under load). So SIGINT (and SIGTERM,
+which the command line takes as it takes a Ctrl-C) is held across the fork, in both
+processes, until each calls :func:`release`: the child inside the ``try`` that ends it, the
+parent once it has recorded the child (a Ctrl-C raised before that would leave a child that
+nobody ends).
 
 Held twice over: blocked in the forking thread, and, where that is the main thread, its Python
 handler replaced by one that only records it. The kernel hands a signal the forking thread
 blocks to another thread (OpenBLAS starts some), and Python then runs the handler in the main
 thread all the same, at its next instruction (seen in CI). :func:`release` puts both back and
-raises a recorded SIGINT again, to the handler it was meant for.
+raises a recorded signal again, to the handler it was meant for.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ from typing import Any
 
 from ckpt_migrate.format.h5 import capi
 
-_HELD = {signal.SIGINT}
+_HELD = {signal.SIGINT, signal.SIGTERM}  # (the command line stops on either: ``cli.console``)
 
 
 @dataclass(frozen=True)
 class _Hold:
     mask: set[signal.Signals]  # the forking thread's, before the fork
-    handler: Any  # SIGINT's Python handler to put back (None: not replaced)
+    handlers: dict[int, Any]  # each held signal's Python handler to put back
 
 
 _hold: _Hold | None = None
@@ -42,19 +43,22 @@ _hold: _Hold | None = None
 # and whoever waits for a pipe's end would wait for that child too (threads loading checkpoints
 # side by side: the walks' children waited on each other, and the stall refused sound files).
 forking = threading.RLock()
-_pressed: list[int] = []  # the processes a SIGINT reached while held, by pid
+_pressed: list[tuple[int, int]] = []  # (pid, signal) of each held signal that arrived
 
 
 def fork() -> int:
-    """``os.fork()`` with SIGINT held, in both processes, until :func:`release`; called, and
-    released, with :data:`forking` held (what is held is kept here, one fork at a time)."""
+    """``os.fork()`` with SIGINT and SIGTERM held, in both processes, until :func:`release`;
+    called, and released, with :data:`forking` held (what is held is kept here, one fork at a
+    time)."""
     global _hold
-    handler = None
+    handlers = {}
     if threading.current_thread() is threading.main_thread():
-        handler = signal.getsignal(signal.SIGINT)
-        if handler is not None:  # (None: set outside Python, which could not be put back)
-            signal.signal(signal.SIGINT, _record)
-    hold = _Hold(signal.pthread_sigmask(signal.SIG_BLOCK, _HELD), handler)
+        for signum in _HELD:
+            handler = signal.getsignal(signum)
+            if handler is not None:  # (set outside Python, which could not be put back)
+                handlers[signum] = handler
+                signal.signal(signum, _record)
+    hold = _Hold(signal.pthread_sigmask(signal.SIG_BLOCK, _HELD), handlers)
     try:
         # h5py's lock held across the fork: no other thread of this process is inside HDF5
         # then, so the child inherits neither that lock taken nor HDF5 half way through a call
@@ -70,7 +74,8 @@ def fork() -> int:
 
 
 def release() -> None:
-    """After :func:`fork`: SIGINT as it was before it (one held meanwhile is raised now)."""
+    """After :func:`fork`: SIGINT and SIGTERM as they were before it (one held meanwhile is
+    raised now)."""
     global _hold
     hold, _hold = _hold, None
     if hold is not None:
@@ -78,16 +83,18 @@ def release() -> None:
 
 
 def _record(signum: int, frame: Any) -> None:
-    _pressed.append(os.getpid())
+    _pressed.append((os.getpid(), signum))
 
 
 def _release(hold: _Hold) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, hold.mask)
-    if hold.handler is not None:
-        signal.signal(signal.SIGINT, hold.handler)
-    if os.getpid() in _pressed:
-        _pressed.clear()
-        signal.raise_signal(signal.SIGINT)
+    for signum, handler in hold.handlers.items():
+        signal.signal(signum, handler)
+    pid = os.getpid()
+    arrived = [signum for who, signum in _pressed if who == pid]
+    _pressed.clear()
+    for signum in dict.fromkeys(arrived):
+        signal.raise_signal(signum)
 
 
 def anonymous_file() -> int:
