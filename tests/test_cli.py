@@ -330,6 +330,7 @@ READS, WRITES = "this command reads local files", "this command writes local fil
         (("to-torch", "s3://bkt/ckpt.mdl", "x.pt"), "s3://bkt/ckpt.mdl", READS),
         (("from-torch", "s3://bkt/x.pt", "x.mdl"), "s3://bkt/x.pt", READS),
         (("import-hf", "s3://bkt/hf", "x.mdl"), "s3://bkt/hf", READS),
+        (("export-hf", "s3://bkt/ckpt.mdl", "hf"), "s3://bkt/ckpt.mdl", READS),  # (no --config)
         (("to-torch", REAL / "basic.mdl", "s3://bkt/x.pt"), "s3://bkt/x.pt", WRITES),
         (
             ("export-hf", REAL / "basic.mdl", "s3://bkt/hf", "--model", "gpt2"),

@@ -121,16 +121,20 @@ def test_sigint_during_each_phase(big, tmp_path, phase):
     out = tmp_path / "out"
     out.mkdir()
     proc = start(["upgrade", src, "-o", out, "--verify", "full", "--progress", "plain"], SLOW)
+    seen = until_line(proc, f"{phase}:")
+    code, err, took = interrupt(proc)
+    assert_clean_stop(code, "".join(seen[-1:]) + err, took, out, src, digest)
+
+
+def until_line(proc: subprocess.Popen[str], start: str) -> list[str]:
+    """The lines ``proc`` printed on stderr up to the first that starts with ``start``."""
     assert proc.stderr is not None
     seen = []
     for line in proc.stderr:
         seen.append(line)
-        if line.startswith(f"{phase}:"):
-            break
-    else:
-        pytest.fail(f"no {phase} progress line: {seen}")
-    code, err, took = interrupt(proc)
-    assert_clean_stop(code, "".join(seen[-1:]) + err, took, out, src, digest)
+        if line.startswith(start):
+            return seen
+    pytest.fail(f"no line starts with {start!r}: {seen}")
 
 
 def test_an_interrupt_lost_in_a_callback_still_stops_the_publish(big, tmp_path, monkeypatch):
@@ -173,14 +177,7 @@ def test_sigint_in_upgrade_dir_stops_the_whole_run(big, tmp_path):
         os.link(src, md / f"checkpoint_{step}.mdl")  # the same bytes, no extra disk
     out = tmp_path / "out"
     proc = start(["upgrade-dir", md, "-o", out, "--progress", "plain"], SLOW)
-    assert proc.stderr is not None
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if line.startswith("file 1 of 2: copy:"):
-            break
-    else:
-        pytest.fail(f"no copy progress line: {seen}")
+    until_line(proc, "file 1 of 2: copy:")
     code, err, took = interrupt(proc)
     assert code == 130 and err.splitlines()[-1] == "interrupted", err
     assert "file 2 of 2" not in err and took < 3
@@ -218,14 +215,7 @@ def test_sigterm_stops_the_run_as_ctrl_c_does(big, tmp_path, phase, sigint):
         )
     else:
         proc = start(args, SLOW)
-    assert proc.stderr is not None
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if line.startswith(f"{phase}:"):
-            break
-    else:
-        pytest.fail(f"no {phase} progress line: {seen}")
+    until_line(proc, f"{phase}:")
     code, err, took = _terminate(proc)
     assert code == 143, err
     assert err.splitlines()[-1] == "terminated" and "interrupted" not in err, err

@@ -19,6 +19,7 @@ import numpy as np
 import xxhash
 
 from ckpt_migrate import catalogue
+from ckpt_migrate.atomic import refuse_object_address
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.upgrade import upgrade_config_text
@@ -93,6 +94,7 @@ def export(
     model has none)."""
     start = time.monotonic()
     src, out = Path(checkpoint), Path(output_dir)
+    refuse_object_address(src)  # (before the config it would ask for)
     check_dtype(dtype)
     max_shard = st.parse_size(shard_size)
     check_output_dir(out, force)
