@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -374,3 +375,42 @@ def test_the_converters_take_to_as_upgrade_does(tmp_path):
             assert json.loads(proc.stdout)["release"] == release
             with read_checkpoint(out) as ckpt:
                 assert ckpt.release.name == release
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("inspect", REAL / "basic.mdl", "--json"),
+        ("inspect", REAL / "basic.mdl", "--all"),  # (rich's table)
+        ("history",),
+        ("plan", FIXTURES / "release-1.9.mdl"),
+    ],
+    ids=lambda args: args[0] + ("-" + args[-1].lstrip("-") if len(args) > 2 else ""),
+)
+def test_a_report_the_disk_cannot_take_is_an_io_error(args):
+    """``inspect --json > report.json`` on a full disk (``/dev/full`` here) was "internal
+    error: OSError: [Errno 28] No space left on device; rerun with --debug", exit 1. It is
+    the I/O error it is, exit 5. A reader that goes away (``| head -1``) still ends the
+    command quietly, as click does. The real 2.10 library's file; the 1.7-era fixture."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    command = [sys.executable, "-m", "ckpt_migrate", *map(str, args)]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True)
+    one_line_error(proc, 5, "cannot write to standard output (No space left on device)")
+
+
+def test_a_reader_gone_still_ends_the_command_quietly(tmp_path):
+    """``inspect --all | head -1`` of an outline larger than a pipe holds: the write that
+    finds the reader gone is not taken for a full disk (``console._Report``)."""
+    experts = {f"expert{i}.weight": np.full(2, i, np.float32) for i in range(3000)}
+    cm.save({"model": experts}, tmp_path / "many.mdl", "2.5")
+    command = [sys.executable, "-m", "ckpt_migrate", "inspect", str(tmp_path / "many.mdl")]
+    reader = subprocess.Popen(
+        [*command, "--all"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    assert reader.stdout.readline().strip() == str(tmp_path / "many.mdl")
+    reader.stdout.close()  # (as ``head -1`` does, the rest unread)
+    reader.wait(timeout=60)
+    assert reader.stderr.read() == ""

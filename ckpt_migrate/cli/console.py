@@ -9,6 +9,7 @@ traceback first; the exit code stays the same.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import signal
@@ -92,6 +93,38 @@ def _stopped() -> int:
     return EXIT_INTERRUPTED
 
 
+class _Report:
+    """Standard output while a command runs: a write that fails (a full disk under ``>
+    report.json``) is the I/O error it is, exit 5, where it was an internal error. A reader
+    gone (``| head``) is left as it was: click ends the command quietly."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as exc:
+            raise _unwritten(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as exc:
+            raise _unwritten(exc) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def _unwritten(exc: OSError) -> OSError | CkptIOError:
+    if exc.errno == errno.EPIPE:
+        return exc
+    why = os.strerror(exc.errno) if exc.errno else str(exc)
+    fix = "free space where it goes, or send it elsewhere"
+    return CkptIOError(None, f"cannot write to standard output ({why})", fix)
+
+
 def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
     """Run ``fn`` and return its exit code, turning every error into one line and a code.
 
@@ -108,8 +141,11 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
     if terminate == signal.SIG_DFL:  # (not ignored, nor taken by a caller in this process)
         signal.signal(signal.SIGTERM, on_terminate)
         sys.unraisablehook = _quiet_interrupts
+    stdout = sys.stdout
+    sys.stdout = _Report(stdout)
     try:
         code = fn() or 0
+        sys.stdout.flush()  # (what is still buffered fails here, not as the process exits)
         if code == EXIT_INTERRUPTED and Interrupt.pressed:
             return _stopped()
         return code
@@ -135,6 +171,7 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
         echo(f"internal error: {type(exc).__name__}: {text}; rerun with --debug", err=True)
         return EXIT_INTERNAL
     finally:
+        sys.stdout = stdout
         # Restored, not ignored: a caller in the same process (a test, a library user) keeps
         # its Ctrl-C, and so do the processes it starts (SIG_IGN would be inherited). The
         # console script ignores it once the outcome is printed (``cli.entry``).
