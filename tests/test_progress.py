@@ -196,6 +196,29 @@ def test_the_reads_of_a_root_and_the_check_of_the_tensors_report_their_progress(
     assert read and lines.index(read[-1]) < lines.index(check[0]), proc.stderr
     objects = read[-1]["done"]
     assert read[-1]["total"] == f"{objects} objects" and int(objects.replace(",", "")) > tensors
+    walked = [int(m["done"].replace(",", "")) for m in read]
+    assert walked == sorted(walked) and walked.count(walked[-1]) == 1, walked
+    # the output's root read back before its tensors are checked (2 s unsaid at 12k tensors)
+    root = [m for m in lines if m["phase"] == "check root"]
+    assert root and lines.index(root[-1]) < lines.index(check[0]), proc.stderr
+    assert root[-1]["done"] + " attributes" == root[-1]["total"], proc.stderr
+
+
+def test_a_walk_said_done_is_not_counted_again():
+    """The walk's children went on ticking after the read had said all its objects walked
+    (the second part, the chunk indexes, runs on beside the upgrade): a 1.9 file of 12k
+    tensors said "read: 15,126 of 15,126 objects (100%)", then "read: 15,120 of 15,126"."""
+    from ckpt_migrate.format.h5 import walkreads
+    from ckpt_migrate.format.h5.preflight import _Walk
+
+    said: list[tuple[str, int, int]] = []
+    walk = _Walk(pids=[], read_end=-1, facts=[], progress=lambda *a: said.append(a))
+    walk.words = walkreads.OBJECTS + b"15126" + walkreads.END
+    walk.walked = 15120
+    walk.report()
+    walk.report(done=True)
+    walk.report()  # (the second part's ticks)
+    assert said == [("read", 15120, 15126), ("read", 15126, 15126)]
 
 
 @pytest.mark.parametrize("verb", ["inspect", "plan"])

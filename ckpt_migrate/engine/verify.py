@@ -45,6 +45,10 @@ from ckpt_migrate.format.tree import H5Data, Node, TensorLeaf, iter_leaves, tied
 CHECK, CHECK_EVERY = "check", 256  # the progress of the index check: tensors
 
 
+def _said_as_check(progress: Progress) -> Progress:
+    return lambda phase, done, total: progress(phase.replace("read", "check", 1), done, total)
+
+
 def verify_index(
     ckpt: Checkpoint,
     root: Node,
@@ -63,7 +67,9 @@ def verify_index(
     # tensor's id, 150k of them, was 13 MB)
     tied = tied_positions(root)
     # (by address, bytes or hash, below)
-    check_written(tmp, root, release, tensors_proven=True, ties=tied)
+    # (the root read back, seconds at 150k leaves, said as the check it is: ``check root``)
+    said = None if progress is None else _said_as_check(progress)
+    check_written(tmp, root, release, tensors_proven=True, ties=tied, progress=said)
     seen: set[int] = set()
     copied = _Copied(tmp)
     with contextlib.closing(copied), open_read(tmp) as out:

@@ -33,6 +33,7 @@ from ckpt_migrate.format.h5.io import (
     read_whole,
 )
 from ckpt_migrate.format.h5.stored import SameBytes
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
@@ -374,6 +375,7 @@ def check_written(
     *,
     tensors_proven: bool = False,
     ties: dict[int, LeafRef] | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Re-read ``path`` and compare its signature with ``expected`` (raises VerificationError).
 
@@ -381,13 +383,15 @@ def check_written(
     None, and 0.1–0.3 store numpy arrays like tensors. ``tensors_proven``: the caller proves
     every tensor's dataset itself (by address or hash), so 0.5 tensors are read back from
     their metadata alone (``read_checkpoint``). ``ties``: ``tied_positions(expected)``, where
-    the caller has it.
+    the caller has it. ``progress``: the read's (``read root``).
     """
     want = expected if release.legacy else missing_as_none(expected)
     ties = tied_positions(want) if ties is None or want is not expected else ties
     loose = release.format < 0.4
     alike = _Alike(want, loose, ties) if tensors_proven else None
-    with read_checkpoint(path, isolate=False, tensors_proven=tensors_proven, alike=alike) as back:
+    with read_checkpoint(
+        path, isolate=False, tensors_proven=tensors_proven, alike=alike, progress=progress
+    ) as back:
         if not same_signature(back.root, want, numpy_as_tensor=loose, b_ties=ties):
             raise VerificationError(path, "the written file does not hold the expected tree")
 

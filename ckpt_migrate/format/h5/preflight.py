@@ -6,19 +6,18 @@ can reach: a flipped byte in a global-heap reference sent ``H5Aread`` of a varia
 into an endless loop (fuzz seed 5), a damaged attribute crashed it with SIGSEGV (seed 24). So the
 metadata walk every reader needs anyway (every link, every attribute value, every chunk index) is
 done first in a child process. The child reports progress through a pipe; the parent refuses
-the file (exit 2) if the child dies by a signal or makes no progress for
-:data:`STALL_SECONDS` (10, or ``CKPT_MIGRATE_STALL_SECONDS``: raise it for metadata on a
-filesystem that can pause for longer). A legitimate file costs one extra pass over its
-metadata (measured in benchmarks/README.md); of its data, only datasets of one number
-(shape ``()``, never chunked) are read, their values handed to the reader.
+the file (exit 2) if the child dies by a signal or makes no progress for :data:`STALL_SECONDS`
+(10, or ``CKPT_MIGRATE_STALL_SECONDS``: raise it for metadata on a filesystem that can pause
+for longer). A legitimate file costs one extra pass over its metadata (benchmarks/README.md);
+of its data, only datasets of one number (shape ``()``, never chunked) are read, their values
+handed to the reader.
 
 The children also take the boundary's checks (``boundary``: links, types, storage
 descriptions) and walk the chunk indexes, measuring what each dataset stores (the
 decompression budget, and stored bytes inside the file). A clean walk hands the total and each
-dataset's facts (``Findings``) to the parent, and where every stored piece lies to
-``overlaps`` (``overlaps.remember``), so that the parent neither repeats those checks nor walks
-a chunk index; a walk that met a problem leaves naming it to the parent's own
-``check_self_contained``.
+dataset's facts (``Findings``) to the parent, and where every stored piece lies to ``overlaps``
+(``overlaps.remember``), so that the parent neither repeats those checks nor walks a chunk
+index; a walk that met a problem leaves naming it to the parent's ``check_self_contained``.
 
 A walk comes in two parts. The first reads every object and attribute; the second walks the
 chunk indexes, which a reader of the structure never touches (chunked datasets are never
@@ -111,10 +110,9 @@ def preflight(
     to run once the children survived the same walk, then say what it is. ``defer``: return
     after the walk's first part (the module's docstring).
 
-    The objects are dealt out to :data:`WORKERS` children (one per core, at most two): the
-    walk is HDF5 work on one object at a time, and the parent waits for it. A walk begun
-    earlier by :func:`start` for the same, unchanged file is collected instead (``progress``:
-    told of the objects the first part walked)."""
+    The objects are dealt out to :data:`WORKERS` children (one per core, at most two): the walk
+    is HDF5 work on one object at a time. A walk begun by :func:`start` for the same, unchanged
+    file is collected instead (``progress``: told of the first part's objects walked)."""
     try:
         walk = _early.pop(file_identity(path), None) if scope == "full" else None
     except OSError:  # gone: the reader names it
@@ -215,6 +213,7 @@ class _Walk:
     hard_links: list[int] = field(default_factory=list)  # a full walk's (``Findings.links``)
     progress: Progress | None = None  # told of ``walked``: the first part's objects walked
     walked: int = 0
+    ended: bool = False  # told all are: the rest's ticks then are not ("100%" went back to 99)
 
     @classmethod
     def begin(cls, path: Path, scope: Scope = "full") -> _Walk:
@@ -293,10 +292,11 @@ class _Walk:
             self.report()
 
     def report(self, done: bool = False) -> None:
-        """Tell ``progress`` how many of the objects a child counted are walked (``done``: all)."""
+        """Tell ``progress`` how many objects a child counted are walked (``done``: all)."""
         said = [int(w[1:]) for w in self.words.split(END) if w.startswith(OBJECTS)]
-        if self.progress is not None and said:
+        if self.progress is not None and said and not self.ended:
             self.progress("read", said[0] if done else min(self.walked, said[0]), said[0])
+            self.ended = done
 
     def conclude(self, path: Path, facts: bool = True) -> Findings | None:
         """Wait for every child to end and judge the walk: ``Findings`` (without the datasets'
@@ -405,13 +405,13 @@ def _walk(
     objects: set[int] = set()
     facts: dict[str, tuple] = {}
     shared = Shared()  # (handed over by ``marshal``, which keeps an object shared once)
-    # The chunked datasets whose index the second part walks, by name: an open dataset keeps
-    # its header and index in memory (41 MB per thousand datasets of a 12k-tensor checkpoint,
-    # issue 33), so they are opened again then, one at a time.
+    # The chunked datasets whose index the second part walks, by name: an open dataset keeps its
+    # header and index in memory (41 MB per thousand datasets of a 12k-tensor checkpoint, issue
+    # 33), so they are opened again then, one at a time.
     later: list[tuple[bytes, int]] = []  # (and the bytes each declares)
-    # HDF5's metadata cache capped as the readers cap theirs: at its default (32 MiB of headers
-    # on disk, several times that decoded) each child grew by 7.5 KB per dataset, to 600-760 MB
-    # at 150k tensors (issue 33).
+    # HDF5's metadata cache capped as the readers cap theirs: at its default (32 MiB of headers on
+    # disk, several times that decoded) each child grew by 7.5 KB per dataset, to 600-760 MB at 150k
+    # tensors (issue 33).
     with bounded_metadata_cache(h5py.File(path, "r", locking=False, rdcc_nbytes=0)) as f:
         if part == 0:
             read_root_attributes(f, path, tick)
