@@ -14,6 +14,7 @@ import errno
 import fcntl
 import os
 import re
+import signal
 import stat
 import tempfile
 import threading
@@ -27,6 +28,11 @@ from ckpt_migrate.errors import CkptIOError, UsageError
 TMP_SUFFIX = ".tmp"
 # os.link fails with these where the filesystem (or a mount boundary) has no hard links.
 LINK_REFUSED = (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK)
+
+
+# What stops a command as Ctrl-C does: a terminal's SIGINT, a ``kill``'s SIGTERM, a closed
+# terminal's SIGHUP (``cli.console``; held across a fork by ``h5.children``).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupt:

@@ -185,21 +185,30 @@ def test_sigint_in_upgrade_dir_stops_the_whole_run(big, tmp_path):
     assert sha256_file(src) == digest
 
 
-def _terminate(proc: subprocess.Popen[str]) -> tuple[int, str, float]:
-    """SIGTERM to the process alone, as ``kill``, ``timeout`` or a scheduler's limit sends it."""
+def _terminate(proc: subprocess.Popen[str], signum: int = signal.SIGTERM) -> tuple[int, str, float]:
+    """``signum`` to the process alone, as ``kill``, ``timeout`` or a scheduler's limit sends
+    SIGTERM, and a closed terminal SIGHUP."""
     sent = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=30)
     return proc.returncode, err, time.monotonic() - sent
 
 
-@pytest.mark.parametrize("sigint", ["default", "ignored"])
-@pytest.mark.parametrize("phase", ["patch", "copy"])
-def test_sigterm_stops_the_run_as_ctrl_c_does(big, tmp_path, phase, sigint):
-    """SIGTERM killed the process where it stood: its temporary, as large as the output, stayed
-    beside the target until the next run of the same target, and nothing was said. It now
-    stops the run as Ctrl-C does, and says ``terminated`` (exit 143); also in a job started
-    with ``&``, whose SIGINT is ignored, when a ``kill`` is the way to stop it."""
+@pytest.mark.parametrize(
+    ("signum", "phase", "sigint"),
+    [
+        (signal.SIGTERM, "patch", "default"),
+        (signal.SIGTERM, "copy", "ignored"),
+        (signal.SIGHUP, "copy", "default"),
+    ],
+    ids=["sigterm-patch", "sigterm-copy-sigint-ignored", "sighup-copy"],
+)
+def test_sigterm_and_sighup_stop_the_run_as_ctrl_c_does(big, tmp_path, signum, phase, sigint):
+    """SIGTERM and SIGHUP killed the process where it stood: its temporary, as large as the
+    output, stayed beside the target until the next run of the same target, and nothing was
+    said. Each now stops the run as Ctrl-C does, and says ``terminated`` (exit 143) or ``hung
+    up`` (129); also in a job started with ``&``, whose SIGINT is ignored, when a ``kill`` is
+    the way to stop it."""
     src, digest = big
     out = tmp_path / "out"
     out.mkdir()
@@ -216,9 +225,10 @@ def test_sigterm_stops_the_run_as_ctrl_c_does(big, tmp_path, phase, sigint):
     else:
         proc = start(args, SLOW)
     until_line(proc, f"{phase}:")
-    code, err, took = _terminate(proc)
-    assert code == 143, err
-    assert err.splitlines()[-1] == "terminated" and "interrupted" not in err, err
+    code, err, took = _terminate(proc, signum)
+    assert code == 128 + signum, err
+    said = {signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}[signum]
+    assert err.splitlines()[-1] == said and "interrupted" not in err, err
     assert "Traceback" not in err and "error" not in err, err
     assert took < 3, f"took {took:.2f}s to stop"
     assert list(out.iterdir()) == [], "an output or a temporary was left"

@@ -75,11 +75,12 @@ def test_ci_runs_the_readme_test_command():
 
 def test_exit_codes_in_readme_match_the_code():
     table = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", README, flags=re.M))
-    assert table.keys() == {"0", "2", "3", "4", "5", "10", "130", "143"}
+    assert table.keys() == {"0", "2", "3", "4", "5", "10", "129", "130", "143"}
     assert str(errors.EXIT_BAD_INPUT) in table and str(errors.EXIT_NEWER_THAN_TOOL) in table
     assert str(errors.EXIT_VERIFY_FAILED) in table and str(errors.EXIT_IO) in table
     assert str(errors.EXIT_UPGRADE_NEEDED) in table
     assert str(console.EXIT_INTERRUPTED) in table and str(console.EXIT_TERMINATED) in table
+    assert str(console.EXIT_HUNG_UP) in table
 
 
 def _python_block(after: str) -> str:

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ckpt_migrate.atomic import Interrupt
+from ckpt_migrate.atomic import STOP_SIGNALS, Interrupt
 from ckpt_migrate.errors import CkptError, CkptIOError, UsageError
 
 if TYPE_CHECKING:
@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 
 EXIT_INTERNAL = 1
 EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143  # (128 + SIGTERM, as a shell reports a process the signal ended)
-_TERMINATED: list[bool] = []  # a SIGTERM was the interrupt (``on_terminate``)
+EXIT_TERMINATED = 128 + signal.SIGTERM  # (143, as a shell reports a process it ended)
+EXIT_HUNG_UP = 128 + signal.SIGHUP  # (129)
+_STOPPED_BY: list[int] = []  # the signal that was the interrupt, where not SIGINT
+_SAID = {signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
 
 # Control characters (ESC and the rest of C0/C1) and lone surrogates, which names taken from a
@@ -76,21 +78,21 @@ def on_interrupt(signum: int, frame: Any) -> None:
 
 
 def on_terminate(signum: int, frame: Any) -> None:
-    """SIGTERM (``kill``, ``timeout``, a batch scheduler's time limit, a container's stop): the
-    run stops as a Ctrl-C stops it, its temporary removed at once (it was left, as large as the
-    output, until the next run of the same target), and says ``terminated``, exit 143. Also
-    where SIGINT is ignored (a job started with ``&``), which is when a ``kill`` is the way."""
-    _TERMINATED.append(True)
+    """SIGTERM (``kill``, ``timeout``, a batch scheduler's time limit, a container's stop) and
+    SIGHUP (the terminal of an ssh session closed): the run stops as a Ctrl-C stops it, its
+    temporary removed at once (it was left, as large as the output, until the next run of the
+    same target), and says ``terminated`` (143) or ``hung up`` (129). Also where SIGINT is
+    ignored (a job started with ``&``), which is when a ``kill`` is the way."""
+    _STOPPED_BY.append(signum)
     on_interrupt(signum, frame)
 
 
 def _stopped() -> int:
     """The interrupt's one line, and its exit code."""
-    if _TERMINATED:
-        echo("terminated", err=True)
-        return EXIT_TERMINATED
-    echo("interrupted", err=True)
-    return EXIT_INTERRUPTED
+    signum = _STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT
+    with contextlib.suppress(OSError):  # (a closed terminal's stderr)
+        echo(_SAID.get(signum, "interrupted"), err=True)
+    return EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum
 
 
 class _Report:
@@ -131,16 +133,18 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
     Ctrl-C ends as one ``interrupted`` line and 130 however its KeyboardInterrupt travelled:
     raised, turned into exit code 130 by typer, or turned into another error on its way
     (``atomic.Interrupt``). Lost altogether, it still stops every later ``publish``; a command
-    that finished all the same reports its finished work. A SIGTERM ends the same way, as one
-    ``terminated`` line and 143 (``on_terminate``)."""
+    that finished all the same reports its finished work. A SIGTERM or SIGHUP ends the same
+    way, said as itself (``on_terminate``)."""
     previous = signal.getsignal(signal.SIGINT)
-    terminate = signal.getsignal(signal.SIGTERM)
     if previous is signal.default_int_handler:  # not ignored (nohup, &)
         signal.signal(signal.SIGINT, on_interrupt)
         sys.unraisablehook = _quiet_interrupts
-    if terminate == signal.SIG_DFL:  # (not ignored, nor taken by a caller in this process)
-        signal.signal(signal.SIGTERM, on_terminate)
-        sys.unraisablehook = _quiet_interrupts
+    # (each unless ignored, as nohup ignores SIGHUP, or taken by a caller in this process)
+    others = {s: signal.getsignal(s) for s in STOP_SIGNALS if s != signal.SIGINT}
+    for signum, handler in others.items():
+        if handler == signal.SIG_DFL:
+            signal.signal(signum, on_terminate)
+            sys.unraisablehook = _quiet_interrupts
     stdout = sys.stdout
     sys.stdout = _Report(stdout)
     try:
@@ -177,8 +181,9 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
         # console script ignores it once the outcome is printed (``cli.entry``).
         if signal.getsignal(signal.SIGINT) is on_interrupt:
             signal.signal(signal.SIGINT, previous)
-        if signal.getsignal(signal.SIGTERM) is on_terminate:
-            signal.signal(signal.SIGTERM, terminate)
+        for signum, handler in others.items():
+            if signal.getsignal(signum) is on_terminate:
+                signal.signal(signum, handler)
         if Interrupt.pressed:
             forget_unhandled_interrupt()
 

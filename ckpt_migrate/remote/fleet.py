@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ckpt_migrate.atomic import Interrupt
+from ckpt_migrate.atomic import STOP_SIGNALS, Interrupt
 from ckpt_migrate.engine.upgrade import UpgradeResult
 from ckpt_migrate.errors import EXIT_IO, CkptError, require
 from ckpt_migrate.model_dir.upgrade_dir import DirEntry, DirOptions, upgrade_one
@@ -52,7 +52,7 @@ def connect(scheduler: str | None, workers: int | None) -> Iterator[Any]:
             pids = client.run(_note_interrupts)
         try:
             yield client
-        except BaseException:  # (Ctrl-C, SIGTERM: the run ends, its tasks with it)
+        except BaseException:  # (Ctrl-C, SIGTERM, SIGHUP: the run ends, its tasks with it)
             for pid in pids.values():
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGINT)
@@ -61,7 +61,7 @@ def connect(scheduler: str | None, workers: int | None) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def _interrupts_held() -> Iterator[None]:
-    """SIGINT and SIGTERM noted, and raised again once the block ends. A cluster interrupted
+    """``atomic.STOP_SIGNALS`` noted, and raised again once the block ends. A cluster interrupted
     while it started was left half made, and Dask's own attempt to close it as the process
     exited printed a traceback ("AssertionError: Status.init") after ``interrupted``: started
     whole (a second or two), it is closed as any other."""
@@ -69,7 +69,7 @@ def _interrupts_held() -> Iterator[None]:
         yield
         return
     noted: list[int] = []
-    held = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    held = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     held = {s: handler for s, handler in held.items() if callable(handler)}
     for signum in held:
         signal.signal(signum, lambda signum, frame: noted.append(signum))

@@ -4,8 +4,8 @@ Ctrl-C cannot catch half made, and the anonymous files a parent and its children
 A terminal's Ctrl-C reaches the whole process group. One that arrived in a child while
 ``os.fork`` was still running the interpreter's after-fork hooks there (``random`` reseeds
 itself) was printed as "Exception ignored in: ... Traceback", beside the command's one line
-``interrupted`` (``tests/test_interrupt.py``, once in CI under load). So SIGINT (and SIGTERM,
-which the command line takes as it takes a Ctrl-C) is held across the fork, in both
+``interrupted`` (``tests/test_interrupt.py``, once in CI under load). So SIGINT (and SIGTERM and
+SIGHUP, which the command line takes as it takes a Ctrl-C) is held across the fork, in both
 processes, until each calls :func:`release`: the child inside the ``try`` that ends it, the
 parent once it has recorded the child (a Ctrl-C raised before that would leave a child that
 nobody ends).
@@ -26,9 +26,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_migrate.atomic import STOP_SIGNALS
 from ckpt_migrate.format.h5 import capi
 
-_HELD = {signal.SIGINT, signal.SIGTERM}  # (the command line stops on either: ``cli.console``)
+_HELD = set(STOP_SIGNALS)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ _pressed: list[tuple[int, int]] = []  # (pid, signal) of each held signal that a
 
 
 def fork() -> int:
-    """``os.fork()`` with SIGINT and SIGTERM held, in both processes, until :func:`release`;
+    """``os.fork()`` with ``atomic.STOP_SIGNALS`` held, in both processes, until :func:`release`;
     called, and released, with :data:`forking` held (what is held is kept here, one fork at a
     time)."""
     global _hold
@@ -74,7 +75,7 @@ def fork() -> int:
 
 
 def release() -> None:
-    """After :func:`fork`: SIGINT and SIGTERM as they were before it (one held meanwhile is
+    """After :func:`fork`: ``atomic.STOP_SIGNALS`` as they were before it (one held meanwhile is
     raised now)."""
     global _hold
     hold, _hold = _hold, None
