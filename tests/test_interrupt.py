@@ -264,6 +264,39 @@ def test_a_stopped_run_of_workers_publishes_nothing_after(big, tmp_path, how):
     assert sha256_file(src) == digest
 
 
+def test_a_stopped_run_on_someone_elses_cluster_publishes_nothing_after(
+    big, tmp_path, monkeypatch
+):
+    """``upgrade-dir --scheduler``: the cluster is not the command's, its workers hear no
+    Ctrl-C of the command's. Their tasks went on after the command said ``interrupted`` and
+    published their outputs. The run now sets an event its tasks ask about (``fleet.Stop``):
+    each stops at its next step, its temporary removed, and a task not yet begun never is."""
+    distributed = pytest.importorskip("distributed")
+    src, digest = big
+    md = tmp_path / "md"
+    md.mkdir()
+    for step in (1, 2, 3):
+        os.link(src, md / f"checkpoint_{step}.mdl")
+    out = tmp_path / "out"
+    for name, value in SLOW.items():  # (the workers' processes take this environment)
+        monkeypatch.setenv(name, value)
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None
+    ) as cluster:
+        args = ["upgrade-dir", md, "-o", out, "--scheduler", cluster.scheduler_address]
+        proc = start([*args, "--progress", "none"], {})
+        deadline = time.monotonic() + 60
+        while not (out.is_dir() and any(p.suffix == ".tmp" for p in out.iterdir())):
+            assert proc.poll() is None and time.monotonic() < deadline, "no task began to write"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)  # (the command's own: the workers are not its children)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130 and err.splitlines()[-1] == "interrupted", err
+        time.sleep(4)  # (a task that went on would publish meanwhile; one stops within ~1 s)
+        assert not out.exists() or list(out.iterdir()) == [], list(out.iterdir())
+    assert sha256_file(src) == digest
+
+
 def test_the_writability_probe_leaves_no_name_a_kill_could_strand(tmp_path, monkeypatch):
     """A SIGKILL between creating the probe and removing it must leave nothing in the output
     directory (a run of upgrade-dir killed there left a ``.ckpt-migrate-probe.*`` file). The

@@ -83,18 +83,19 @@ class _ObjectTask:
     def __init__(self, out: S3Url, opts: UpgradeOptions) -> None:
         self.out, self.opts = out, opts
 
-    def __call__(self, url: S3Url) -> Any:
-        return upgrade_object(url, self.out, replace(self.opts))
+    def __call__(self, url: S3Url, stop: fleet.Stop | None = None) -> Any:
+        check = None if stop is None else stop.check
+        return upgrade_object(url, self.out, replace(self.opts), stop=check)
 
 
 class _EntryTask:
     def __init__(self, task: _ObjectTask) -> None:
         self.task = task
 
-    def __call__(self, url: S3Url) -> DirEntry:
+    def __call__(self, url: S3Url, stop: fleet.Stop) -> DirEntry:
         try:
-            return _entry(self.task(url))
-        except KeyboardInterrupt:  # (the run's, noted in this worker: ``fleet``)
+            return _entry(self.task(url, stop))
+        except KeyboardInterrupt:  # (the run stopped: ``fleet.Stop``)
             return fleet.failed_entry(url.path(), "interrupted")
 
 

@@ -14,6 +14,8 @@ import contextlib
 import os
 import signal
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -92,25 +94,58 @@ def _note_interrupts() -> int:
     return os.getpid()
 
 
+class Stop:
+    """Whether the run that submitted a task has stopped, asked in the task: its worker noted
+    an interrupt (a LocalCluster started here: ``_note_interrupts``), or the run set its event
+    (any cluster: ``run``; asked of the scheduler at most once a second). A task on a cluster
+    of someone else's went on after the command's Ctrl-C and published its output. Called
+    as a progress hook too. Picklable: the event goes by name."""
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name, self.asked = name, 0.0
+
+    def check(self) -> None:
+        """Raise KeyboardInterrupt if the run has stopped."""
+        Interrupt.check()
+        if self.name is None or time.monotonic() - self.asked < 1:
+            return
+        self.asked = time.monotonic()
+        if require("distributed", "distributed").Event(self.name).is_set():
+            raise KeyboardInterrupt
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        self.check()
+
+
 def run(
     client: Any,
-    task: Callable[[Any], DirEntry],
+    task: Callable[[Any, Stop], DirEntry],
     items: list[Any],
     failed: Callable[[Any, str], DirEntry],
     on_done: Done | None = None,
 ) -> Iterator[DirEntry]:
-    """``task(item)`` for every item on the cluster; entries as they finish."""
+    """``task(item, stop)`` for every item on the cluster; entries as they finish. A run that
+    ends before its last (an interrupt, an error) tells its tasks to stop (``Stop``)."""
     distributed = require("distributed", "distributed")
-    futures = {client.submit(task, item, pure=False): item for item in items}
-    for done, future in enumerate(distributed.as_completed(futures), 1):
-        item = futures[future]
-        try:
-            entry = future.result()
-        except Exception as exc:
-            entry = failed(item, f"{type(exc).__name__}: {exc}")
-        if on_done is not None:
-            on_done(done, len(items))
-        yield entry
+    stop = Stop(f"ckpt-migrate-stop-{uuid.uuid4().hex}")
+    futures = {client.submit(task, item, stop, pure=False): item for item in items}
+    finished = False
+    try:
+        for done, future in enumerate(distributed.as_completed(futures), 1):
+            item = futures[future]
+            try:
+                entry = future.result()
+            except Exception as exc:
+                entry = failed(item, f"{type(exc).__name__}: {exc}")
+            if on_done is not None:
+                on_done(done, len(items))
+            yield entry
+        finished = True
+    finally:
+        if not finished:
+            with contextlib.suppress(Exception):  # (a scheduler gone: nothing runs on)
+                client.cancel(list(futures))
+                distributed.Event(stop.name, client=client).set()
 
 
 def local_runner(client: Any, on_done: Done | None = None):
@@ -131,22 +166,18 @@ def local_runner(client: Any, on_done: Done | None = None):
 
 
 class _LocalTask:
-    """Picklable: ``upgrade_one`` with the options. An interrupt noted in its worker process
-    stops it at its next step (each reports its progress often), as a Ctrl-C stops ``upgrade``:
-    its temporary removed, nothing published."""
+    """Picklable: ``upgrade_one`` with the options. A stopped run (``Stop``) stops it at its
+    next step (each reports its progress often), as a Ctrl-C stops ``upgrade``: its temporary
+    removed, nothing published."""
 
     def __init__(self, opts: DirOptions) -> None:
         self.opts = opts
 
-    def __call__(self, path: Path) -> DirEntry:
+    def __call__(self, path: Path, stop: Stop) -> DirEntry:
         try:
-            return upgrade_one(path, self.opts, progress=_stop_if_interrupted)
+            return upgrade_one(path, self.opts, progress=stop)
         except KeyboardInterrupt:
             return failed_entry(path, "interrupted")
-
-
-def _stop_if_interrupted(phase: str, done: int, total: int) -> None:
-    Interrupt.check()
 
 
 def failed_entry(source: Path, why: str) -> DirEntry:

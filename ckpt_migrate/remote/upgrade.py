@@ -27,6 +27,7 @@ import hashlib
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -58,13 +59,17 @@ def upgrade_object(
     opts: UpgradeOptions,
     s3: Any | None = None,
     stage_dir: Path | None = None,
+    stop: Callable[[], None] | None = None,
 ) -> UpgradeResult:
-    """Upgrade ``src`` into ``out_prefix/<name>``; errors become a failed result."""
+    """Upgrade ``src`` into ``out_prefix/<name>``; errors become a failed result. ``stop``:
+    raises KeyboardInterrupt once the run has stopped (a fleet's task: ``fleet.Stop``; by
+    default a Ctrl-C of this process), asked before each part is uploaded."""
     result = UpgradeResult(src.path(), "failed")
     start = time.monotonic()
     try:
         client = s3 if s3 is not None else s3mod.client()
-        _upgrade(client, src, out_prefix.child(src.name), opts, result, stage_dir)
+        stop = stop or Interrupt.check
+        _upgrade(client, src, out_prefix.child(src.name), opts, result, stage_dir, stop)
     except CkptError as exc:
         result.status, result.error, result.exit_code = "failed", str(exc), exc.exit_code
     except OSError as exc:
@@ -74,7 +79,13 @@ def upgrade_object(
 
 
 def _upgrade(
-    s3: Any, src: S3Url, out: S3Url, opts: UpgradeOptions, result: UpgradeResult, stage: Any
+    s3: Any,
+    src: S3Url,
+    out: S3Url,
+    opts: UpgradeOptions,
+    result: UpgradeResult,
+    stage: Any,
+    stop: Callable[[], None],
 ) -> None:
     if opts.inplace:
         raise UsageError(str(src), "--inplace is not offered for objects", "pass --output-dir")
@@ -140,7 +151,8 @@ def _upgrade(
             found = layout(staged, mirror, holes, size)
             shared, transfer["own_data"] = found.shared, found.own_data
         prog = plan(as_extents(shared, out_size))
-        etag_out = _Writer(s3, src, etag, out, staged, shared, transfer).run(prog, meta)
+        writer = _Writer(s3, src, etag, out, staged, shared, transfer, stop)
+        etag_out = writer.run(prog, meta)
         if staged is not None:
             _check_result(s3, out, staged, etag_out, found, transfer)
         result.output = out.path()
@@ -268,9 +280,10 @@ class _Writer:
         staged: Path | None,
         shared: list[tuple[int, int]],
         transfer: dict[str, Any],
+        stop: Callable[[], None] = Interrupt.check,
     ) -> None:
         self.s3, self.src, self.etag, self.out = s3, src, etag, out
-        self.staged, self.shared, self.transfer = staged, shared, transfer
+        self.staged, self.shared, self.transfer, self.stop = staged, shared, transfer, stop
         self.chains: dict[int, tuple[S3Url, int, str]] = {}  # number -> (url, start, etag)
 
     def run(self, prog: Program, meta: dict[str, str]) -> str:
@@ -302,9 +315,9 @@ class _Writer:
         done: list[dict[str, Any]] = []
         try:
             for number, ref in enumerate(refs, 1):
-                Interrupt.check()  # (a fleet's task hears of it only here: ``remote.fleet``)
+                self.stop()  # (a fleet's task hears of it only here: ``fleet.Stop``)
                 done.append({"PartNumber": number, "ETag": self._part(url, upload_id, number, ref)})
-            Interrupt.check()  # never published after Ctrl-C, as ``atomic.publish``
+            self.stop()  # never published after Ctrl-C, as ``atomic.publish``
             reply = s3.complete_multipart_upload(
                 Bucket=url.bucket, Key=url.key, UploadId=upload_id, MultipartUpload={"Parts": done}
             )
