@@ -1,6 +1,7 @@
 """Ctrl-C at any moment of an upgrade: it stops within a second or two, prints one
 ``interrupted`` line, exits 130, removes its temporary, leaves the source as it was and never
-publishes an output after the interrupt.
+publishes an output after the interrupt. The same for SIGTERM and SIGHUP, for the tasks of a
+Dask cluster, and for a source that something writes to while it is upgraded.
 
 The checkpoint (~150 MB) is generated at test time; the copy worker is slowed down
 (``CKPT_MIGRATE_TEST_WRITE_DELAY``) so that the run lasts a few seconds, and SIGINT is sent at
@@ -295,6 +296,35 @@ def test_a_stopped_run_on_someone_elses_cluster_publishes_nothing_after(
         time.sleep(4)  # (a task that went on would publish meanwhile; one stops within ~1 s)
         assert not out.exists() or list(out.iterdir()) == [], list(out.iterdir())
     assert sha256_file(src) == digest
+
+
+@pytest.mark.parametrize("where", ["output-dir", "inplace"])
+def test_a_source_written_to_while_it_is_upgraded_publishes_nothing(big, tmp_path, where):
+    """A job writing over the checkpoint while it was upgraded (``rsync --inplace``, a save
+    to the same name): the part of the file copied before the write was the old one, the rest
+    the new, and the output was published "verified", equal to neither (``verify`` then found
+    a tensor that differs). Now the source's size and modification time are compared before
+    publishing: exit 4, nothing published, nothing replaced."""
+    src = tmp_path / "src" / "ckpt.mdl"
+    src.parent.mkdir()
+    shutil.copyfile(big[0], src)
+    out = tmp_path / "out"
+    dest = ["--inplace"] if where == "inplace" else ["-o", out]
+    proc = start(["upgrade", src, *dest, "--progress", "plain"], SLOW)
+    until_line(proc, "copy:")  # (its first block copied)
+    with open(src, "r+b") as f:
+        f.seek(10 << 20)
+        f.write(b"\xff" * 16)
+    written = sha256_file(src)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, err
+    assert err.splitlines()[-1] == (
+        f"error: {src}: was written to while it was upgraded; nothing was published; "
+        "upgrade it again once nothing writes to it"
+    ), err
+    assert sorted(p.name for p in src.parent.iterdir()) == [src.name]  # (no backup, no temp)
+    assert not out.exists() or list(out.iterdir()) == []
+    assert sha256_file(src) == written
 
 
 def test_the_writability_probe_leaves_no_name_a_kill_could_strand(tmp_path, monkeypatch):

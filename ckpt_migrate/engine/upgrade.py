@@ -40,6 +40,7 @@ from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.deep_check import check_tensors
 from ckpt_migrate.format.h5 import storagescan
+from ckpt_migrate.format.h5.identity import file_identity, require_unchanged
 from ckpt_migrate.format.h5.io import check_file, damaged
 from ckpt_migrate.format.h5.root import superblock_offset
 from ckpt_migrate.format.progress import Progress
@@ -101,10 +102,7 @@ class UpgradeResult:
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if v is not None}
-        for key in ("source", "output", "backup"):
-            if key in out:
-                out[key] = str(out[key])
-        return out
+        return out | {k: str(out[k]) for k in ("source", "output", "backup") if k in out}
 
 
 def apply_hops(
@@ -239,12 +237,13 @@ def _upgrade_locked(
     result: UpgradeResult,
     progress: Progress | None,
 ) -> None:
-    # The chunk indexes are walked (for damage, budgets, data past the end) while the output
-    # is made, which reads none of them: their verdict is awaited before anything is published
-    # (``walked``), and by any read of tensor data. A chain that edits only the root (or a
-    # file already current), dry run or not, reads the outline only (``read_planned``) and
-    # copies the datasets unread: their headers are scanned for what the copy would carry out
-    # of the file instead (``_require_self_contained``; README, "What each command reads").
+    # The chunk indexes are walked (for damage, budgets, data past the end) while the output is
+    # made, which reads none of them: their verdict is awaited before anything is published
+    # (``walked``), and by any read of tensor data. A chain that edits only the root (or a file
+    # already current), dry run or not, reads the outline only (``read_planned``) and copies the
+    # datasets unread: their headers are scanned for what the copy would carry out of the file
+    # instead (``_require_self_contained``; README, "What each command reads").
+    identity = file_identity(src)  # (``require_unchanged``, before publishing)
     out_dir = opts.output.parent if opts.output is not None else opts.output_dir
     ckpt, plan = read_planned(
         src,
@@ -253,8 +252,7 @@ def _upgrade_locked(
         defer_chunks=True,
         # (the object store's staging opens every dataset for its data ranges: read in full)
         outline=not opts.deep_check and opts.copy_method != "sparse",
-        # (a root edit's verification compares its output with it; a dry run writes none:
-        # 0.4 s at 150k leaves)
+        # (a root edit's verification compares its output with it; a dry run writes none)
         root_digest=not opts.dry_run,
         storage_scan=True,  # (``_require_self_contained``, on the second core meanwhile)
         early_spec=not opts.dry_run,  # (a dry run waits for the whole walk)
@@ -282,8 +280,8 @@ def _upgrade_locked(
             if opts.output_dir is not None or opts.output is not None:
                 _place_current(src, opts, result)
             return
-        # A dry run takes every check and every hop of the real run, and stops before the
-        # first byte is written: its changes, warnings and failures are the real run's.
+        # A dry run takes every check and hop of the real run and stops before the first byte
+        # is written: its changes, warnings and failures are the real run's.
         target = None if opts.dry_run and not _has_destination(opts) else _target(src, opts)
         if target is not None:
             check_writable(target.parent)
@@ -375,6 +373,7 @@ def _upgrade_locked(
                 ckpt.handle.walked()
             Interrupt.check()
             fsync_path(tmp)
+            require_unchanged(src, identity)
             size = tmp.stat().st_size
             result.bytes_written = (
                 size
@@ -395,8 +394,8 @@ def _upgrade_locked(
         except (OSError, RuntimeError) as exc:
             os_exc = as_os_error(exc)
             if os_exc is None and isinstance(exc, RuntimeError):
-                # HDF5 met metadata it cannot read while editing a copy of the source (a
-                # damaged object header: checksum, address), which the preflight never needed
+                # HDF5 met metadata it cannot read while editing a copy of the source (a damaged
+                # object header: checksum, address), which the preflight never needed
                 raise damaged(src, exc) from None
             if os_exc is None:
                 raise

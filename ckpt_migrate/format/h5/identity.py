@@ -12,14 +12,30 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import h5py
+
+from ckpt_migrate.errors import VerificationError
 
 
 def file_identity(path: str | os.PathLike[str] | int) -> tuple[int, ...]:
     """Of the file at ``path``, or of the one open as the descriptor ``path``."""
     st = os.stat(path)
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def require_unchanged(path: Path, identity: tuple[int, ...]) -> None:
+    """Raise ``VerificationError`` unless ``path`` is still the file of ``identity``: a
+    source written to while it was upgraded (a job saving over it, ``rsync --inplace``) gave a
+    verified output that was neither the old file nor the new, the part read before the write
+    the old."""
+    if file_identity(path) != identity:
+        raise VerificationError(
+            path,
+            "was written to while it was upgraded; nothing was published",
+            "upgrade it again once nothing writes to it",
+        )
 
 
 def _descriptor(oid: h5py.h5o.ObjectID) -> int | None:
