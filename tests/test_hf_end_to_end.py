@@ -6,6 +6,7 @@ the same config as data, and the same logits from ``from_pretrained``."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -514,3 +515,26 @@ def test_import_to_2_0_is_the_2_10_import_downgraded(name, tmp_path):
     with read_checkpoint(direct) as ckpt:
         keys = [k for k, _ in ckpt.root.get("model").items]
     assert not any(".embed.weight" in k or "position_embed_helper" in k for k in keys)
+
+
+def test_a_source_written_to_while_it_is_exported_publishes_nothing(tmp_path, monkeypatch):
+    """The export reads the checkpoint's tensors as it writes the shards: a job writing over
+    the file meanwhile gave a model directory of parts of two versions. Model Zoo's GPT-2
+    fixture, written to (its modification time moved) once the shards are read back."""
+    from ckpt_migrate.errors import VerificationError
+    from ckpt_migrate.hf import export as hf_export
+    from ckpt_migrate.hf import safetensors_io
+
+    model = MODELS / "gpt2-2.0"
+    src = tmp_path / "checkpoint_100.mdl"
+    shutil.copyfile(model / "checkpoint_100.mdl", src)
+    real_verify = safetensors_io.verify
+
+    def verify_then_written_to(*args, **kwargs):
+        os.utime(src, ns=(0, src.stat().st_mtime_ns + 1))  # (as a write moves it)
+        return real_verify(*args, **kwargs)
+
+    monkeypatch.setattr(safetensors_io, "verify", verify_then_written_to)
+    with pytest.raises(VerificationError, match="was written to while it was read"):
+        hf_export.export(src, tmp_path / "hf", config=model / "params.yaml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]

@@ -300,3 +300,25 @@ def test_a_loaded_checkpoint_lets_go_of_its_file_once_dropped(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert [line.rsplit(" ", 1)[1] for line in proc.stdout.splitlines()] == ["0"] * len(files)
+
+
+def test_a_source_written_to_while_it_is_converted_publishes_nothing(tmp_path, monkeypatch):
+    """``to-torch`` reads the checkpoint's tensors as it writes them: a job writing over the
+    file meanwhile gave a torch file of parts of two versions. The real 2.10 library's file,
+    written to (its modification time moved) while the tensors stream out."""
+    from ckpt_migrate import torch as torch_room
+    from ckpt_migrate.errors import VerificationError
+    from ckpt_migrate.torch import api
+
+    src = tmp_path / "basic.mdl"
+    shutil.copyfile(REAL / "basic.mdl", src)
+    stream = torch_room.save_streaming
+
+    def stream_then_written_to(*args, **kwargs):
+        stream(*args, **kwargs)
+        os.utime(src, ns=(0, src.stat().st_mtime_ns + 1))  # (as a write moves it)
+
+    monkeypatch.setattr(torch_room, "save_streaming", stream_then_written_to)
+    with pytest.raises(VerificationError, match="was written to while it was read"):
+        api.to_torch(src, tmp_path / "out.pt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["basic.mdl"]

@@ -10,7 +10,7 @@ target, every file read back and checked, fsynced, then renamed into place.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from ckpt_migrate.engine.plan import make_plan
 from ckpt_migrate.engine.upgrade import UpgradeOptions, apply_hops
 from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, UsageError, require
 from ckpt_migrate.format import releases
+from ckpt_migrate.format.h5.identity import file_identity, require_unchanged
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import DictNode, H5Data, MissingLeaf, TensorLeaf, iter_leaves
@@ -107,6 +108,7 @@ def export(
     # (the hops and the mapping's plan are made while the preflight walks the chunk indexes;
     # the first tensor read waits for its verdict)
     with read_checkpoint(src, release=source_release, defer_chunks=True, progress=progress) as ckpt:
+        identity = file_identity(src)  # (``require_unchanged``, before publishing)
         plan_ = make_plan(ckpt, releases.LATEST.name)
         opts = UpgradeOptions(
             target=releases.LATEST.name,
@@ -145,6 +147,7 @@ def export(
             result,
             progress,
             allow_missing=allow_missing_tensors,
+            unchanged=lambda: require_unchanged(src, identity),
         )
     result.seconds = round(time.monotonic() - start, 3)
     return result
@@ -226,7 +229,7 @@ def _model_config(text: str, path: Path, from_release: str, name: str) -> dict[s
 
 def _export(
     module, name, leaves, cs_model, out, max_shard, dtype, force, drop, result, progress,
-    *, allow_missing: bool = False,
+    *, allow_missing: bool = False, unchanged: Callable[[], None] = lambda: None,
 ):  # fmt: skip
     src = result.source
     try:
@@ -271,6 +274,7 @@ def _export(
             tmp, dirs, hf_config, entries, built, max_shard, _main_dtype,
             lambda: _check_ties(src, ties, tied, digests),
         )  # fmt: skip
+        unchanged()  # (the source read whole: no part of the output from another version)
     result.files = sorted(written.files)
     result.tensors, result.bytes = written.tensors, written.total_size
     result.shards = sum(f.endswith(".safetensors") for f in written.files)

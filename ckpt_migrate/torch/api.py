@@ -34,6 +34,7 @@ from ckpt_migrate.errors import (
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format import pickled as objects
 from ckpt_migrate.format.h5 import sniff
+from ckpt_migrate.format.h5.identity import file_identity, require_unchanged
 from ckpt_migrate.format.pickled import ObjectMode, OpaqueObject
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import (
@@ -392,6 +393,7 @@ def to_torch(
     import torch
 
     state = load(src, allow_missing=allow_missing, objects_mode="data", numpy_as_tensor=True)
+    identity = file_identity(src)  # (``require_unchanged``, before publishing; read lazily)
     memo: dict[int, Any] = {}
     sources: dict[int, Any] = {}  # id(placeholder) -> the tensor whose data goes there
 
@@ -427,6 +429,7 @@ def to_torch(
             raise UnsupportedContentError(
                 src, f"holds a value a weights-only torch.load refuses ({exc})"
             ) from None
+        require_unchanged(Path(src), identity)
     return out
 
 

@@ -33,7 +33,7 @@ def require_unchanged(path: Path, identity: tuple[int, ...]) -> None:
     if file_identity(path) != identity:
         raise VerificationError(
             path,
-            "was written to while it was upgraded; nothing was published",
+            "was written to while it was read; nothing was published",
             "upgrade it again once nothing writes to it",
         )
 
