@@ -538,3 +538,28 @@ def test_a_source_written_to_while_it_is_exported_publishes_nothing(tmp_path, mo
     with pytest.raises(VerificationError, match="was written to while it was read"):
         hf_export.export(src, tmp_path / "hf", config=model / "params.yaml")
     assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]
+
+
+def test_a_model_written_to_while_it_is_imported_publishes_nothing(tmp_path, monkeypatch):
+    """``import-hf`` reads the shards' tensors as it writes the checkpoint: a shard written
+    to meanwhile gave a checkpoint of parts of two versions. Model Zoo's GPT-2 fixture,
+    exported to Hugging Face, its shard written to before the checkpoint is published."""
+    from ckpt_migrate.errors import VerificationError
+    from ckpt_migrate.format import write
+    from ckpt_migrate.hf import export as hf_export
+    from ckpt_migrate.hf import import_ as hf_import
+
+    model = MODELS / "gpt2-2.0"
+    hf = tmp_path / "hf"
+    hf_export.export(model / "checkpoint_100.mdl", hf, config=model / "params.yaml")
+    (shard,) = hf.glob("*.safetensors")
+    check = write.check_written
+
+    def checked_then_written_to(*args, **kwargs):
+        check(*args, **kwargs)
+        os.utime(shard, ns=(0, shard.stat().st_mtime_ns + 1))  # (as a write moves it)
+
+    monkeypatch.setattr(write, "check_written", checked_then_written_to)
+    with pytest.raises(VerificationError, match="was written to while it was read"):
+        hf_import.import_hf(hf, tmp_path / "ckpt.mdl")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]

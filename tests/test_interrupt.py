@@ -320,7 +320,7 @@ def test_a_source_written_to_while_it_is_upgraded_publishes_nothing(big, tmp_pat
     assert proc.returncode == 4, err
     assert err.splitlines()[-1] == (
         f"error: {src}: was written to while it was read; nothing was published; "
-        "upgrade it again once nothing writes to it"
+        "run again once nothing writes to it"
     ), err
     assert sorted(p.name for p in src.parent.iterdir()) == [src.name]  # (no backup, no temp)
     assert not out.exists() or list(out.iterdir()) == []

@@ -322,3 +322,24 @@ def test_a_source_written_to_while_it_is_converted_publishes_nothing(tmp_path, m
     with pytest.raises(VerificationError, match="was written to while it was read"):
         api.to_torch(src, tmp_path / "out.pt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["basic.mdl"]
+
+
+def test_a_torch_file_written_to_while_it_is_converted_publishes_nothing(tmp_path, monkeypatch):
+    """``from-torch`` maps torch's zip format and reads the tensors as it writes them. The
+    torch file written from the real 2.10 library's file, written to meanwhile."""
+    from ckpt_migrate.errors import VerificationError
+    from ckpt_migrate.format import write
+    from ckpt_migrate.torch import api
+
+    state = tmp_path / "state.pt"
+    api.to_torch(REAL / "basic.mdl", state)
+    check = write.check_written
+
+    def checked_then_written_to(*args, **kwargs):
+        check(*args, **kwargs)
+        os.utime(state, ns=(0, state.stat().st_mtime_ns + 1))  # (as a write moves it)
+
+    monkeypatch.setattr(write, "check_written", checked_then_written_to)
+    with pytest.raises(VerificationError, match="was written to while it was read"):
+        api.from_torch(state, tmp_path / "out.mdl")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.pt"]

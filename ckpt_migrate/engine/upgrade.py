@@ -40,7 +40,7 @@ from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.deep_check import check_tensors
 from ckpt_migrate.format.h5 import storagescan
-from ckpt_migrate.format.h5.identity import file_identity, require_unchanged
+from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.h5.io import check_file, damaged
 from ckpt_migrate.format.h5.root import superblock_offset
 from ckpt_migrate.format.progress import Progress
@@ -243,7 +243,7 @@ def _upgrade_locked(
     # already current), dry run or not, reads the outline only (``read_planned``) and copies the
     # datasets unread: their headers are scanned for what the copy would carry out of the file
     # instead (``_require_self_contained``; README, "What each command reads").
-    identity = file_identity(src)  # (``require_unchanged``, before publishing)
+    unchanged = watch(src)  # (called before publishing)
     out_dir = opts.output.parent if opts.output is not None else opts.output_dir
     ckpt, plan = read_planned(
         src,
@@ -373,7 +373,7 @@ def _upgrade_locked(
                 ckpt.handle.walked()
             Interrupt.check()
             fsync_path(tmp)
-            require_unchanged(src, identity)
+            unchanged()
             size = tmp.stat().st_size
             result.bytes_written = (
                 size

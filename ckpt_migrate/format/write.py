@@ -225,9 +225,11 @@ def write_checkpoint(
     replace: bool = False,
     on_leaf: Callable[[str, Leaf], None] | None = None,
     like: Path | None = None,
+    unchanged: Callable[[], None] | None = None,
 ) -> WriteReport:
     """Write ``root`` to ``path`` in the format of ``release`` (default: the newest); ``like``:
-    the file it is made from, whose permission bits it never exceeds (``atomic.create_temp``)."""
+    the file it is made from, whose permission bits it never exceeds (``atomic.create_temp``);
+    ``unchanged``: raises if the files it reads changed meanwhile (``h5.identity.watch``)."""
     rel = resolve_release(release)
     target = Path(path)
     to_write, notes = prepare(root, rel, allow_missing=allow_missing, path=target)
@@ -250,4 +252,6 @@ def write_checkpoint(
         with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:
             write_tree(f, to_write, rel, extra_attrs, count)
         check_written(tmp, to_write, rel)
+        if unchanged is not None:
+            unchanged()
     return report

@@ -27,7 +27,7 @@ from ckpt_migrate.engine.plan import make_plan
 from ckpt_migrate.engine.upgrade import UpgradeOptions, apply_hops
 from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, UsageError, require
 from ckpt_migrate.format import releases
-from ckpt_migrate.format.h5.identity import file_identity, require_unchanged
+from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import DictNode, H5Data, MissingLeaf, TensorLeaf, iter_leaves
@@ -108,7 +108,7 @@ def export(
     # (the hops and the mapping's plan are made while the preflight walks the chunk indexes;
     # the first tensor read waits for its verdict)
     with read_checkpoint(src, release=source_release, defer_chunks=True, progress=progress) as ckpt:
-        identity = file_identity(src)  # (``require_unchanged``, before publishing)
+        unchanged = watch(src)  # (called before publishing)
         plan_ = make_plan(ckpt, releases.LATEST.name)
         opts = UpgradeOptions(
             target=releases.LATEST.name,
@@ -147,7 +147,7 @@ def export(
             result,
             progress,
             allow_missing=allow_missing_tensors,
-            unchanged=lambda: require_unchanged(src, identity),
+            unchanged=unchanged,
         )
     result.seconds = round(time.monotonic() - start, 3)
     return result

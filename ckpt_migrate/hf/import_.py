@@ -30,6 +30,7 @@ from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_text
 from ckpt_migrate.errors import CkptIOError, CorruptCheckpointError, UsageError
 from ckpt_migrate.format import releases
+from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.tree import DataSource, DictNode, Leaf, TensorLeaf
 from ckpt_migrate.format.write import write_checkpoint
@@ -121,6 +122,7 @@ def import_hf(
             f"({', '.join(dirs)}), not from one given config",
             "leave out config",
         )
+    unchanged = watch(*_tensor_files(src, dirs))  # (called before publishing)
     hf_config, stored = directories.read(
         src, dirs, lambda d: _read_config(d, given if d == src else None), _tensors
     )
@@ -164,7 +166,9 @@ def import_hf(
 
     try:
         model = DictNode([("model", model_node)])
-        write_checkpoint(model, out, rel, replace=force, on_leaf=on_leaf, like=src)
+        write_checkpoint(
+            model, out, rel, replace=force, on_leaf=on_leaf, like=src, unchanged=unchanged
+        )
     except MappingError as exc:
         raise mapping_failed(src, exc) from None
     if config_out is not None:
@@ -238,6 +242,19 @@ def _model_from_config(src: Path, cfg: dict[str, Any]) -> str:
             "pass --model",
         )
     return named
+
+
+def _tensor_files(src: Path, dirs: tuple[str, ...]) -> list[Path]:
+    """The files the import may read tensors from: each is to be the file it was when the
+    checkpoint is published (``h5.identity.watch``)."""
+    places = [src] if dirs == directories.ONE else [src / d for d in dirs]
+    return [
+        p
+        for place in places
+        if place.is_dir()
+        for p in sorted(place.iterdir())
+        if p.suffix in (".safetensors", ".bin") and p.is_file()
+    ]
 
 
 def _tensors(src: Path) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from ckpt_migrate.errors import (
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format import pickled as objects
 from ckpt_migrate.format.h5 import sniff
-from ckpt_migrate.format.h5.identity import file_identity, require_unchanged
+from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.pickled import ObjectMode, OpaqueObject
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import (
@@ -354,12 +354,14 @@ def _save_from(
     path: str | Path,
     release: str | None,
     progress: Callable[[str, int, int], None] | None = None,
+    unchanged: Callable[[], None] | None = None,
 ) -> WriteReport:
     """``save``, for the state of the file ``src``: no more readable than ``src``;
-    ``progress`` hears of the tensors' bytes written (``converting``, as ``to_torch``'s)."""
+    ``progress`` hears of the tensors' bytes written (``converting``, as ``to_torch``'s);
+    ``unchanged``: ``write_checkpoint``'s."""
     tree = from_python(state_dict)
     if progress is None:
-        return write_checkpoint(tree, path, release, like=src)
+        return write_checkpoint(tree, path, release, like=src, unchanged=unchanged)
     sizes = {id(leaf): leaf.nbytes for leaf in leaf_objects(tree) if isinstance(leaf, TensorLeaf)}
     total, done = sum(sizes.values()), 0
 
@@ -368,7 +370,7 @@ def _save_from(
         done += sizes.pop(id(leaf), 0)  # (a tied tensor once)
         progress("converting", done, total)
 
-    return write_checkpoint(tree, path, release, like=src, on_leaf=on_leaf)
+    return write_checkpoint(tree, path, release, like=src, on_leaf=on_leaf, unchanged=unchanged)
 
 
 # --------------------------------------------------------------------------- torch.save files
@@ -393,7 +395,7 @@ def to_torch(
     import torch
 
     state = load(src, allow_missing=allow_missing, objects_mode="data", numpy_as_tensor=True)
-    identity = file_identity(src)  # (``require_unchanged``, before publishing; read lazily)
+    unchanged = watch(Path(src))  # (called before publishing: the tensors are read lazily)
     memo: dict[int, Any] = {}
     sources: dict[int, Any] = {}  # id(placeholder) -> the tensor whose data goes there
 
@@ -429,7 +431,7 @@ def to_torch(
             raise UnsupportedContentError(
                 src, f"holds a value a weights-only torch.load refuses ({exc})"
             ) from None
-        require_unchanged(Path(src), identity)
+        unchanged()
     return out
 
 
@@ -444,11 +446,12 @@ def from_torch(
     if not path_exists(src_path):
         refuse_object_address(src_path)
         raise NotACheckpointError(src_path, "no such file", "check the path")
+    unchanged = watch(src_path)  # (torch maps its zip format: the tensors are read later)
     try:
         state = weights_load.load(src_path)
     except (weights_load.Refused, weights_load.Unreadable) as exc:
         raise _not_torch(src_path, exc) from None
-    return _save_from(src_path, state, dst, release, progress)
+    return _save_from(src_path, state, dst, release, progress, unchanged)
 
 
 def _not_torch(src_path: Path, exc: Exception) -> CkptError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import h5py
@@ -25,17 +25,23 @@ def file_identity(path: str | os.PathLike[str] | int) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def require_unchanged(path: Path, identity: tuple[int, ...]) -> None:
-    """Raise ``VerificationError`` unless ``path`` is still the file of ``identity``: a
-    source written to while it was upgraded (a job saving over it, ``rsync --inplace``) gave a
-    verified output that was neither the old file nor the new, the part read before the write
-    the old."""
-    if file_identity(path) != identity:
-        raise VerificationError(
-            path,
-            "was written to while it was read; nothing was published",
-            "upgrade it again once nothing writes to it",
-        )
+def watch(*paths: Path) -> Callable[[], None]:
+    """A check, called before an output made from ``paths`` is published, that raises
+    ``VerificationError`` unless each is still the file it was now. A source written to while
+    it was read (a job saving over it, ``rsync --inplace``) gave a verified output that was
+    neither the old file nor the new: the part read before the write the old."""
+    held = [(path, file_identity(path)) for path in paths]
+
+    def unchanged() -> None:
+        for path, identity in held:
+            if file_identity(path) != identity:
+                raise VerificationError(
+                    path,
+                    "was written to while it was read; nothing was published",
+                    "run again once nothing writes to it",
+                )
+
+    return unchanged
 
 
 def _descriptor(oid: h5py.h5o.ObjectID) -> int | None:
