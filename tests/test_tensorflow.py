@@ -601,3 +601,45 @@ def test_parse_size():
     for bad in ("", "big", "-1", "0", "1XB"):
         with pytest.raises(UsageError):
             parse_size(bad)
+
+
+def test_sources_written_to_while_they_are_converted_publish_nothing(
+    tf, keras_ckpt, tmp_path, monkeypatch
+):
+    """Both converters read the variables as they write them: a job writing over the source
+    meanwhile gave an output of parts of two versions. A Keras model saved by TensorFlow, and
+    the real 2.10 library's file, each written to (its modification time moved) before the
+    output is published."""
+    import shutil
+
+    from ckpt_migrate.errors import VerificationError
+    from ckpt_migrate.tf import from_h5, to_h5
+
+    prefix = Path(keras_ckpt["prefix"])
+    saver = tmp_path / "saver"
+    saver.mkdir()
+    for f in prefix.parent.glob(prefix.name + ".*"):
+        shutil.copyfile(f, saver / f.name)
+    (data,) = saver.glob("*.data-*")
+
+    def moved(path: Path):
+        def check(*args, **kwargs):
+            done = real(*args, **kwargs)
+            os.utime(path, ns=(0, path.stat().st_mtime_ns + 1))  # (as a write moves it)
+            return done
+
+        return check
+
+    real = to_h5.check_written
+    monkeypatch.setattr(to_h5, "check_written", moved(data))
+    with pytest.raises(VerificationError, match="was written to while it was read"):
+        tf_to_h5([saver / prefix.name], tmp_path / "out.h5")
+    assert not (tmp_path / "out.h5").exists()
+
+    src = tmp_path / "basic.mdl"
+    shutil.copyfile(REAL / "basic.mdl", src)
+    real = from_h5.stage
+    monkeypatch.setattr(from_h5, "stage", moved(src))
+    with pytest.raises(VerificationError, match="was written to while it was read"):
+        h5_to_tf(src, tmp_path / "tf", exclude=["none_val"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["basic.mdl", "saver"]

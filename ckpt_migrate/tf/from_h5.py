@@ -27,6 +27,7 @@ from ckpt_migrate.errors import (
     UsageError,
 )
 from ckpt_migrate.format import dtypes
+from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.h5.io import read_slab
 from ckpt_migrate.format.pickled import decode_data_pickle
 from ckpt_migrate.format.progress import Progress
@@ -97,6 +98,7 @@ def h5_to_tf(
     require_tensorflow()
     src = Path(h5_path)
     with read_checkpoint(src) as ckpt:
+        unchanged = watch(src)  # (called before publishing: the tensors are read as staged)
         report = H5ToTfReport(src, [])
         variables = _h5_variables(ckpt, excludes, report)
         if not variables:
@@ -117,6 +119,7 @@ def h5_to_tf(
         try:
             for prefix, sel, vs in targets:
                 staged.append(stage(tf, prefix, sel, vs, limit, verify, progress))
+            unchanged()
             publish_all(staged)
         finally:
             for s in staged:

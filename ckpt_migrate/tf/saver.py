@@ -29,6 +29,7 @@ it.
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
 import re
@@ -165,6 +166,15 @@ def storage_hash(block: np.ndarray, h: Any) -> None:
     if block.dtype.kind == "b":
         block = block.view(np.uint8)
     h.update(memoryview(block).cast("B"))
+
+
+def saver_files(prefix: str) -> list[Path]:
+    """The files of the checkpoint ``prefix`` names: its ``.index`` and ``.data-*`` files, or
+    the prefix itself (a V1 checkpoint of one file)."""
+    base = Path(prefix)
+    mine = re.compile(re.escape(base.name) + r"\.(index|data-\d{5}-of-\d{5})")
+    found = sorted(base.parent.glob(glob.escape(base.name) + ".*"))
+    return [p for p in found if mine.fullmatch(p.name)] or [base]
 
 
 def resolve_saver_path(path: str | Path) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from ckpt_migrate.errors import (
 from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.compare import check_written, tensor_sha256
 from ckpt_migrate.format.h5 import root as h5root
+from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.h5.tensor import place_tensor
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
@@ -51,6 +52,7 @@ from ckpt_migrate.tf.saver import (
     open_reader,
     require_tensorflow,
     resolve_saver_path,
+    saver_files,
     storage_hash,
 )
 
@@ -125,6 +127,7 @@ def tf_to_h5(
     excludes = compile_patterns(exclude, "--exclude")
     require_tensorflow()
     prefixes = [resolve_saver_path(p) for p in paths]
+    unchanged = watch(*(f for p in prefixes for f in saver_files(p)))  # (before publishing)
     tf = import_tensorflow()
 
     items: dict[str, Leaf] = {}
@@ -178,9 +181,8 @@ def tf_to_h5(
     )
     report.variables = len(items)
     report.tensor_bytes = sum(x.nbytes for x in items.values() if isinstance(x, TensorLeaf))
-    _write_h5(
-        root, target, rel, {provenance.PROVENANCE_ATTR: json.dumps([record])}, verify, progress
-    )
+    extra = {provenance.PROVENANCE_ATTR: json.dumps([record])}
+    _write_h5(root, target, rel, extra, verify, progress, unchanged)
     report.verified = verify
     return report
 
@@ -246,9 +248,10 @@ def _write_h5(
     extra_attrs: dict[str, str],
     verify: str,
     progress: Progress | None,
+    unchanged: Callable[[], None],
 ) -> None:
     """``writer.write_checkpoint`` with a tensor placer that reads each variable once (and hashes
-    it for ``verify="full"``) and reports progress."""
+    it for ``verify="full"``) and reports progress; ``unchanged``: the sources' watch."""
     to_write, _ = prepare(root, rel, path=target)
     total = sum(x.nbytes for _, x in root.items if isinstance(x, TensorLeaf))
     done = 0
@@ -283,3 +286,4 @@ def _write_h5(
                             target,
                             f"tensor {ref.name!r} differs from the TF variable after writing",
                         )
+        unchanged()
