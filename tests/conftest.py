@@ -85,6 +85,20 @@ def run_script(
     )
 
 
+def written_to_after(monkeypatch, owner: object, name: str, path: Path) -> None:
+    """``owner.name`` patched to run and then move ``path``'s modification time, as a job
+    writing over the file does: the source of the output being made changed while it was
+    read (``h5.identity.watch``)."""
+    real = getattr(owner, name)
+
+    def then_written_to(*args, **kwargs):
+        done = real(*args, **kwargs)
+        os.utime(path, ns=(0, path.stat().st_mtime_ns + 1))
+        return done
+
+    monkeypatch.setattr(owner, name, then_written_to)
+
+
 def one_line_error(
     proc: subprocess.CompletedProcess,
     code: int | None,

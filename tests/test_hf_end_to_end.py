@@ -6,13 +6,12 @@ the same config as data, and the same logits from ``from_pretrained``."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import one_line_error, run_cli
+from conftest import one_line_error, run_cli, written_to_after
 
 from ckpt_migrate.cli.commands import verify
 from ckpt_migrate.format.read import read_checkpoint
@@ -528,13 +527,7 @@ def test_a_source_written_to_while_it_is_exported_publishes_nothing(tmp_path, mo
     model = MODELS / "gpt2-2.0"
     src = tmp_path / "checkpoint_100.mdl"
     shutil.copyfile(model / "checkpoint_100.mdl", src)
-    real_verify = safetensors_io.verify
-
-    def verify_then_written_to(*args, **kwargs):
-        os.utime(src, ns=(0, src.stat().st_mtime_ns + 1))  # (as a write moves it)
-        return real_verify(*args, **kwargs)
-
-    monkeypatch.setattr(safetensors_io, "verify", verify_then_written_to)
+    written_to_after(monkeypatch, safetensors_io, "verify", src)
     with pytest.raises(VerificationError, match="was written to while it was read"):
         hf_export.export(src, tmp_path / "hf", config=model / "params.yaml")
     assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]
@@ -553,13 +546,7 @@ def test_a_model_written_to_while_it_is_imported_publishes_nothing(tmp_path, mon
     hf = tmp_path / "hf"
     hf_export.export(model / "checkpoint_100.mdl", hf, config=model / "params.yaml")
     (shard,) = hf.glob("*.safetensors")
-    check = write.check_written
-
-    def checked_then_written_to(*args, **kwargs):
-        check(*args, **kwargs)
-        os.utime(shard, ns=(0, shard.stat().st_mtime_ns + 1))  # (as a write moves it)
-
-    monkeypatch.setattr(write, "check_written", checked_then_written_to)
+    written_to_after(monkeypatch, write, "check_written", shard)
     with pytest.raises(VerificationError, match="was written to while it was read"):
         hf_import.import_hf(hf, tmp_path / "ckpt.mdl")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]

@@ -265,9 +265,7 @@ def test_a_stopped_run_of_workers_publishes_nothing_after(big, tmp_path, how):
     assert sha256_file(src) == digest
 
 
-def test_a_stopped_run_on_someone_elses_cluster_publishes_nothing_after(
-    big, tmp_path, monkeypatch
-):
+def test_a_stopped_run_on_someone_elses_cluster_publishes_nothing_after(big, tmp_path, monkeypatch):
     """``upgrade-dir --scheduler``: the cluster is not the command's, its workers hear no
     Ctrl-C of the command's. Their tasks went on after the command said ``interrupted`` and
     published their outputs. The run now sets an event its tasks ask about (``fleet.Stop``):

@@ -22,7 +22,7 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from conftest import REAL, one_line_error
+from conftest import REAL, one_line_error, written_to_after
 from real_cstorch import real_digest, unavailable_reason
 
 import ckpt_migrate as cm
@@ -621,25 +621,14 @@ def test_sources_written_to_while_they_are_converted_publish_nothing(
     for f in prefix.parent.glob(prefix.name + ".*"):
         shutil.copyfile(f, saver / f.name)
     (data,) = saver.glob("*.data-*")
-
-    def moved(path: Path):
-        def check(*args, **kwargs):
-            done = real(*args, **kwargs)
-            os.utime(path, ns=(0, path.stat().st_mtime_ns + 1))  # (as a write moves it)
-            return done
-
-        return check
-
-    real = to_h5.check_written
-    monkeypatch.setattr(to_h5, "check_written", moved(data))
+    written_to_after(monkeypatch, to_h5, "check_written", data)
     with pytest.raises(VerificationError, match="was written to while it was read"):
         tf_to_h5([saver / prefix.name], tmp_path / "out.h5")
     assert not (tmp_path / "out.h5").exists()
 
     src = tmp_path / "basic.mdl"
     shutil.copyfile(REAL / "basic.mdl", src)
-    real = from_h5.stage
-    monkeypatch.setattr(from_h5, "stage", moved(src))
+    written_to_after(monkeypatch, from_h5, "stage", src)
     with pytest.raises(VerificationError, match="was written to while it was read"):
         h5_to_tf(src, tmp_path / "tf", exclude=["none_val"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["basic.mdl", "saver"]

@@ -16,7 +16,15 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import FIXTURES, REAL, one_line_error, real_2x_files, run_capped, run_cli
+from conftest import (
+    FIXTURES,
+    REAL,
+    one_line_error,
+    real_2x_files,
+    run_capped,
+    run_cli,
+    written_to_after,
+)
 
 import ckpt_migrate
 from ckpt_migrate.cli import commands
@@ -303,43 +311,24 @@ def test_a_loaded_checkpoint_lets_go_of_its_file_once_dropped(tmp_path):
 
 
 def test_a_source_written_to_while_it_is_converted_publishes_nothing(tmp_path, monkeypatch):
-    """``to-torch`` reads the checkpoint's tensors as it writes them: a job writing over the
-    file meanwhile gave a torch file of parts of two versions. The real 2.10 library's file,
-    written to (its modification time moved) while the tensors stream out."""
+    """``to-torch`` and ``from-torch`` (torch maps its zip format) read the tensors as they
+    write them: a job writing over the source meanwhile gave an output of parts of two
+    versions. The real 2.10 library's file, and the torch file written from it, each written
+    to (its modification time moved) before the output is published."""
     from ckpt_migrate import torch as torch_room
-    from ckpt_migrate.errors import VerificationError
-    from ckpt_migrate.torch import api
-
-    src = tmp_path / "basic.mdl"
-    shutil.copyfile(REAL / "basic.mdl", src)
-    stream = torch_room.save_streaming
-
-    def stream_then_written_to(*args, **kwargs):
-        stream(*args, **kwargs)
-        os.utime(src, ns=(0, src.stat().st_mtime_ns + 1))  # (as a write moves it)
-
-    monkeypatch.setattr(torch_room, "save_streaming", stream_then_written_to)
-    with pytest.raises(VerificationError, match="was written to while it was read"):
-        api.to_torch(src, tmp_path / "out.pt")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["basic.mdl"]
-
-
-def test_a_torch_file_written_to_while_it_is_converted_publishes_nothing(tmp_path, monkeypatch):
-    """``from-torch`` maps torch's zip format and reads the tensors as it writes them. The
-    torch file written from the real 2.10 library's file, written to meanwhile."""
     from ckpt_migrate.errors import VerificationError
     from ckpt_migrate.format import write
     from ckpt_migrate.torch import api
 
-    state = tmp_path / "state.pt"
-    api.to_torch(REAL / "basic.mdl", state)
-    check = write.check_written
-
-    def checked_then_written_to(*args, **kwargs):
-        check(*args, **kwargs)
-        os.utime(state, ns=(0, state.stat().st_mtime_ns + 1))  # (as a write moves it)
-
-    monkeypatch.setattr(write, "check_written", checked_then_written_to)
-    with pytest.raises(VerificationError, match="was written to while it was read"):
-        api.from_torch(state, tmp_path / "out.mdl")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.pt"]
+    src, state = tmp_path / "basic.mdl", tmp_path / "state.pt"
+    shutil.copyfile(REAL / "basic.mdl", src)
+    api.to_torch(src, state)
+    for owner, name, source, convert in (
+        (torch_room, "save_streaming", src, lambda: api.to_torch(src, tmp_path / "out.pt")),
+        (write, "check_written", state, lambda: api.from_torch(state, tmp_path / "out.mdl")),
+    ):
+        with monkeypatch.context() as patched:
+            written_to_after(patched, owner, name, source)
+            with pytest.raises(VerificationError, match="was written to while it was read"):
+                convert()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["basic.mdl", "state.pt"]
