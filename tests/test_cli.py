@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, REAL, one_line_error, run_capped, run_cli
+from conftest import FIXTURES, REAL, one_line_error, run_capped, run_cli, written_to_after
 
 import ckpt_migrate as cm
 from ckpt_migrate.format.read import read_checkpoint
@@ -414,3 +415,18 @@ def test_a_reader_gone_still_ends_the_command_quietly(tmp_path):
     reader.stdout.close()  # (as ``head -1`` does, the rest unread)
     reader.wait(timeout=60)
     assert reader.stderr.read() == ""
+
+
+def test_a_file_written_to_while_it_is_verified_voids_the_verdict(tmp_path, monkeypatch):
+    """``verify`` compares the two files tensor by tensor: one written to meanwhile gave a
+    verdict ("identical", or a difference) on neither of its versions. The real 2.10 library's
+    file and a copy of it, the copy written to while they are compared."""
+    from ckpt_migrate.cli import commands
+    from ckpt_migrate.errors import VerificationError
+
+    copy = tmp_path / "copy.mdl"
+    shutil.copyfile(REAL / "basic.mdl", copy)
+    assert commands.verify(REAL / "basic.mdl", copy)["identical"]
+    written_to_after(monkeypatch, commands, "compare_trees", copy)
+    with pytest.raises(VerificationError, match="written to while it was read; the comparison"):
+        commands.verify(REAL / "basic.mdl", copy)

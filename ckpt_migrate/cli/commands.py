@@ -22,6 +22,7 @@ from ckpt_migrate.format import outline, releases
 from ckpt_migrate.format.compare import compare_trees
 from ckpt_migrate.format.deep_check import DeepReport
 from ckpt_migrate.format.h5 import preflight
+from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import tied_positions
 from ckpt_migrate.hops import graph
@@ -173,7 +174,11 @@ def verify(
             if left.handle is not None:
                 left.handle.ready_to_read()
             with read_checkpoint(b, defer_chunks=True, progress=progress) as right:
+                # (each file as it was once opened: a verdict on a file written meanwhile is
+                # on neither version)
+                unchanged = watch(Path(a), Path(b), voids="the comparison does not hold")
                 found = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
+                unchanged()
     finally:
         preflight.cancel_started(begun)  # (the first file refused: the second's walk ends)
     return {

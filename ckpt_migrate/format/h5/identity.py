@@ -25,11 +25,12 @@ def file_identity(path: str | os.PathLike[str] | int) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def watch(*paths: Path) -> Callable[[], None]:
-    """A check, called before an output made from ``paths`` is published, that raises
-    ``VerificationError`` unless each is still the file it was now. A source written to while
-    it was read (a job saving over it, ``rsync --inplace``) gave a verified output that was
-    neither the old file nor the new: the part read before the write the old."""
+def watch(*paths: Path, voids: str = "nothing was published") -> Callable[[], None]:
+    """A check, called before an output made from ``paths`` is published (or a verdict on
+    them given), that raises ``VerificationError`` unless each is still the file it was now.
+    A source written to while it was read (a job saving over it, ``rsync --inplace``) gave a
+    verified output that was neither the old file nor the new: the part read before the write
+    the old. ``voids``: what the message says of the outcome."""
     held = [(path, file_identity(path)) for path in paths]
 
     def unchanged() -> None:
@@ -37,7 +38,7 @@ def watch(*paths: Path) -> Callable[[], None]:
             if file_identity(path) != identity:
                 raise VerificationError(
                     path,
-                    "was written to while it was read; nothing was published",
+                    f"was written to while it was read; {voids}",
                     "run again once nothing writes to it",
                 )
 
