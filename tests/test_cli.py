@@ -418,9 +418,9 @@ def test_a_reader_gone_still_ends_the_command_quietly(tmp_path):
 
 
 def test_a_file_written_to_while_it_is_verified_voids_the_verdict(tmp_path, monkeypatch):
-    """``verify`` compares the two files tensor by tensor: one written to meanwhile gave a
-    verdict ("identical", or a difference) on neither of its versions. The real 2.10 library's
-    file and a copy of it, the copy written to while they are compared."""
+    """``verify`` compares the two files tensor by tensor, ``check --deep`` decodes each: a
+    file written to meanwhile gave a verdict ("identical", a difference, intact) on neither of
+    its versions. The real 2.10 library's file and a copy of it, the copy written to."""
     from ckpt_migrate.cli import commands
     from ckpt_migrate.errors import VerificationError
 
@@ -430,3 +430,9 @@ def test_a_file_written_to_while_it_is_verified_voids_the_verdict(tmp_path, monk
     written_to_after(monkeypatch, commands, "compare_trees", copy)
     with pytest.raises(VerificationError, match="written to while it was read; the comparison"):
         commands.verify(REAL / "basic.mdl", copy)
+    # and ``check --deep``, whose verdict is every tensor's
+    from ckpt_migrate.format import deep_check
+
+    written_to_after(monkeypatch, deep_check, "check_tensors", copy)
+    with pytest.raises(VerificationError, match="written to while it was read; the check"):
+        commands.deep_check(copy)

@@ -16,6 +16,7 @@ from pathlib import Path
 from ckpt_migrate.errors import CkptError, CorruptCheckpointError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.h5.io import iter_slabs, read_slab
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
@@ -53,7 +54,10 @@ class DeepReport:
 def deep_check(path: str | Path, progress: Progress | None = None) -> DeepReport:
     """Decode every tensor of the checkpoint at ``path`` (see the module docstring)."""
     with read_checkpoint(path) as ckpt:
-        return check_tensors(ckpt, progress)
+        unchanged = watch(Path(path), voids="the check does not hold")
+        report = check_tensors(ckpt, progress)
+        unchanged()  # (a verdict on a file written meanwhile is on neither version)
+        return report
 
 
 def check_tensors(ckpt: Checkpoint, progress: Progress | None = None) -> DeepReport:
