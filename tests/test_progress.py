@@ -265,3 +265,19 @@ def test_the_torch_conversions_count_bytes_as_bytes(tmp_path):
     assert back and back[-1] == ("converting", total, total), proc.stderr
     proc = run("from-torch", state, tmp_path / "quiet.mdl", "-q")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    # and ``import-hf``, as the writer counts them: Model Zoo's GPT-2 fixture exported to HF
+    models = Path(__file__).parent.parent / "fixtures" / "models" / "gpt2-2.0"
+    hf = tmp_path / "hf"
+    proc = run("export-hf", models / "checkpoint_100.mdl", hf, "--config", models / "params.yaml")
+    assert proc.returncode == 0, proc.stderr
+    proc = run("import-hf", hf, tmp_path / "imported.mdl", "--progress", "plain")
+    assert proc.returncode == 0, proc.stderr
+    said = [(m["phase"], m["done"], m["total"]) for m in progress_lines(proc.stderr)]
+    done = [s for s in said if s[0] == "import"]
+    assert done and done[-1][1] == done[-1][2], proc.stderr
+    from ckpt_migrate.format.read import read_checkpoint
+    from ckpt_migrate.format.tree import TensorLeaf, leaf_objects
+
+    with read_checkpoint(tmp_path / "imported.mdl") as back:  # (a line a tensor)
+        tensors = {id(t) for t in leaf_objects(back.root) if isinstance(t, TensorLeaf)}
+    assert len(done) == len(tensors), proc.stderr

@@ -28,6 +28,7 @@ from ckpt_migrate.format.h5.metadata_cache import GroupNameRoom
 from ckpt_migrate.format.h5.tensor import PlaceTensor, place_tensor
 from ckpt_migrate.format.legacy import write as write_legacy
 from ckpt_migrate.format.legacy.names import stored_name
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import (
     ExternalLeaf,
@@ -40,6 +41,7 @@ from ckpt_migrate.format.tree import (
     contains,
     format_path,
     iter_leaves,
+    leaf_objects,
     name_collisions,
     named_leaves,
 )
@@ -223,13 +225,15 @@ def write_checkpoint(
     allow_missing: bool = False,
     extra_attrs: dict[str, str] | None = None,
     replace: bool = False,
-    on_leaf: Callable[[str, Leaf], None] | None = None,
     like: Path | None = None,
     unchanged: Callable[[], None] | None = None,
+    progress: Progress | None = None,
+    phase: str = "converting",
 ) -> WriteReport:
     """Write ``root`` to ``path`` in the format of ``release`` (default: the newest); ``like``:
     the file it is made from, whose permission bits it never exceeds (``atomic.create_temp``);
-    ``unchanged``: raises if the files it reads changed meanwhile (``h5.identity.watch``)."""
+    ``unchanged``: raises if the files it reads changed meanwhile (``h5.identity.watch``);
+    ``progress`` hears of the tensors' bytes written, as ``phase``."""
     rel = resolve_release(release)
     target = Path(path)
     to_write, notes = prepare(root, rel, allow_missing=allow_missing, path=target)
@@ -237,6 +241,9 @@ def write_checkpoint(
         warnings.warn(f"{target}: {note}", stacklevel=2)
     report = WriteReport(target, rel, notes=notes)
     seen: set[int] = set()
+    if progress is not None:
+        tensors = {id(t): t.nbytes for t in leaf_objects(to_write) if isinstance(t, TensorLeaf)}
+        total = sum(tensors.values())
 
     def count(name: str, leaf: Leaf) -> None:
         report.leaves += 1
@@ -244,8 +251,8 @@ def write_checkpoint(
             seen.add(id(leaf))
             report.tensors += 1
             report.tensor_bytes += leaf.nbytes
-        if on_leaf is not None:
-            on_leaf(name, leaf)
+            if progress is not None:
+                progress(phase, report.tensor_bytes, total)
 
     with atomic_output(target, replace=replace, like=like) as tmp:
         attributes = root_attributes(to_write, rel, extra_attrs or {})

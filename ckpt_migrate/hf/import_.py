@@ -32,7 +32,7 @@ from ckpt_migrate.errors import CkptIOError, CorruptCheckpointError, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.progress import Progress
-from ckpt_migrate.format.tree import DataSource, DictNode, Leaf, TensorLeaf
+from ckpt_migrate.format.tree import DataSource, DictNode, TensorLeaf
 from ckpt_migrate.format.write import write_checkpoint
 from ckpt_migrate.hf import directories, families, unconverted
 from ckpt_migrate.hf import safetensors_io as st
@@ -149,28 +149,18 @@ def import_hf(
     result.warnings += [f"{n} left out: {why}" for n, why in dropped.items()]
     family = resolve_name(name)[0]
     model_node = _model_tree(plan, stored, out_shapes, kinds, dtype, rel, family)
-    total = sum({id(leaf): leaf.nbytes for _, leaf in model_node.items}.values())
     # The tree holds what its tensors are built from; the tables by name go before the write,
     # whose read-back builds a tree of its own (at 150k tensors, tens of MB: issue 33).
     del stored, shapes, dtypes, plan, out_shapes, kinds
-
-    seen: set[int] = set()
-
-    def on_leaf(_: str, leaf: Leaf) -> None:
-        if isinstance(leaf, TensorLeaf) and id(leaf) not in seen:
-            seen.add(id(leaf))
-            result.bytes += leaf.nbytes
-            result.tensors += 1
-            if progress is not None:
-                progress("import", result.bytes, total)
-
     try:
         model = DictNode([("model", model_node)])
-        write_checkpoint(
-            model, out, rel, replace=force, on_leaf=on_leaf, like=src, unchanged=unchanged
-        )
+        written = write_checkpoint(
+            model, out, rel, replace=force, like=src, unchanged=unchanged,
+            progress=progress, phase="import",
+        )  # fmt: skip
     except MappingError as exc:
         raise mapping_failed(src, exc) from None
+    result.bytes, result.tensors = written.tensor_bytes, written.tensors
     if config_out is not None:
         result.config_out = _write_config(cs_model, name, rel.name, Path(config_out), force)
     result.seconds = round(time.monotonic() - start, 3)

@@ -50,7 +50,6 @@ from ckpt_migrate.format.tree import (
     SeqNode,
     TensorLeaf,
     ValueLeaf,
-    leaf_objects,
 )
 from ckpt_migrate.format.write import WriteReport, write_checkpoint
 from ckpt_migrate.torch import weights_load
@@ -357,23 +356,9 @@ def _save_from(
     unchanged: Callable[[], None] | None = None,
 ) -> WriteReport:
     """``save``, for the state of the file ``src``: no more readable than ``src``;
-    ``progress`` hears of the tensors' bytes written (``converting``, as ``to_torch``'s);
-    ``unchanged``: ``write_checkpoint``'s."""
+    ``progress`` and ``unchanged``: ``write_checkpoint``'s (``converting``, as ``to_torch``)."""
     tree = from_python(state_dict)
-    if progress is None:
-        return write_checkpoint(tree, path, release, like=src, unchanged=unchanged)
-    sizes = {id(leaf): leaf.nbytes for leaf in leaf_objects(tree) if isinstance(leaf, TensorLeaf)}
-    total, done = sum(sizes.values()), 0
-
-    def on_leaf(_: str, leaf: Leaf) -> None:
-        nonlocal done
-        done += sizes.pop(id(leaf), 0)  # (a tied tensor once)
-        progress("converting", done, total)
-
-    return write_checkpoint(tree, path, release, like=src, on_leaf=on_leaf, unchanged=unchanged)
-
-
-# --------------------------------------------------------------------------- torch.save files
+    return write_checkpoint(tree, path, release, like=src, unchanged=unchanged, progress=progress)
 
 
 def to_torch(
