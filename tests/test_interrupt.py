@@ -20,11 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import sha256_file
+from conftest import REAL, sha256_file, written_to_after
 
 import ckpt_migrate as cm
 from ckpt_migrate.atomic import Interrupt, check_writable
 from ckpt_migrate.cli import console
+from ckpt_migrate.cli.commands import verify
 from ckpt_migrate.engine import upgrade as engine
 from ckpt_migrate.format.read import read_checkpoint
 
@@ -323,6 +324,34 @@ def test_a_source_written_to_while_it_is_upgraded_publishes_nothing(big, tmp_pat
     assert sorted(p.name for p in src.parent.iterdir()) == [src.name]  # (no backup, no temp)
     assert not out.exists() or list(out.iterdir()) == []
     assert sha256_file(src) == written
+
+
+@pytest.mark.parametrize("to", ["2.6", "2.3"], ids=["root-edit", "rewrite"])
+@pytest.mark.parametrize("change", ["written-to", "removed"])
+def test_a_real_librarys_file_changed_before_the_publish(tmp_path, monkeypatch, to, change):
+    """The real 2.10 library's file, written to or removed once the output is made and
+    fsynced, the moment before it would be published, in a root edit and in a rewrite.
+    Written to: nothing is published (exit 4). Removed (or moved away): the file read, still
+    open, was whole, and its output is published as it was before the check; the first
+    form of the check took the missing name for "<the output>: write failed"."""
+    src = tmp_path / "src" / "basic.mdl"
+    src.parent.mkdir()
+    shutil.copyfile(REAL / "basic.mdl", src)
+    if change == "written-to":
+        written_to_after(monkeypatch, engine, "fsync_path", src)
+    else:
+        fsync = engine.fsync_path
+        monkeypatch.setattr(engine, "fsync_path", lambda path: (fsync(path), src.unlink()))
+    out = tmp_path / "out"
+    result = engine.upgrade(src, engine.UpgradeOptions(target=to, output_dir=out))
+    if change == "written-to":
+        assert (result.status, result.exit_code) == ("failed", 4), result.error
+        said = "was written to while it was read; nothing was published; "
+        assert result.error is not None and result.error.startswith(f"{src}: {said}")
+        assert not out.exists() or list(out.iterdir()) == []
+    else:
+        assert result.status == "upgraded", result.error
+        assert verify(REAL / "basic.mdl", out / "basic.mdl")["identical"]
 
 
 def test_the_writability_probe_leaves_no_name_a_kill_could_strand(tmp_path, monkeypatch):

@@ -35,7 +35,11 @@ def watch(*paths: Path, voids: str = "nothing was published") -> Callable[[], No
 
     def unchanged() -> None:
         for path, identity in held:
-            if file_identity(path) != identity:
+            try:
+                now = file_identity(path)
+            except FileNotFoundError:  # removed (or moved): the file read, still open, is whole
+                continue
+            if now != identity:
                 raise VerificationError(
                     path,
                     f"was written to while it was read; {voids}",
