@@ -354,6 +354,23 @@ def test_a_real_librarys_file_changed_before_the_publish(tmp_path, monkeypatch, 
         assert verify(REAL / "basic.mdl", out / "basic.mdl")["identical"]
 
 
+def test_a_sigterm_is_said_for_its_own_run_only(monkeypatch, capsys):
+    """Commands run one after another in one process (a test, a library user): a SIGTERM
+    that stopped one left the next one's Ctrl-C said as ``terminated``, exit 143."""
+
+    def terminated() -> None:
+        console.on_terminate(signal.SIGTERM, None)
+
+    def pressed() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Interrupt, "pressed", False)
+    assert console.run_guarded(terminated) == 143
+    monkeypatch.setattr(Interrupt, "pressed", False)
+    assert console.run_guarded(pressed) == 130
+    assert capsys.readouterr().err == "terminated\ninterrupted\n"
+
+
 def test_the_writability_probe_leaves_no_name_a_kill_could_strand(tmp_path, monkeypatch):
     """A SIGKILL between creating the probe and removing it must leave nothing in the output
     directory (a run of upgrade-dir killed there left a ``.ckpt-migrate-probe.*`` file). The

@@ -135,6 +135,7 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
     (``atomic.Interrupt``). Lost altogether, it still stops every later ``publish``; a command
     that finished all the same reports its finished work. A SIGTERM or SIGHUP ends the same
     way, said as itself (``on_terminate``)."""
+    _STOPPED_BY.clear()  # (a caller in this process may run several commands)
     previous = signal.getsignal(signal.SIGINT)
     if previous is signal.default_int_handler:  # not ignored (nohup, &)
         signal.signal(signal.SIGINT, on_interrupt)

@@ -142,10 +142,11 @@ def run(
             yield entry
         finished = True
     finally:
-        if not finished:
-            with contextlib.suppress(Exception):  # (a scheduler gone: nothing runs on)
-                client.cancel(list(futures))
+        if not finished:  # (each on its own: a scheduler gone takes neither, and runs nothing)
+            with contextlib.suppress(Exception):
                 distributed.Event(stop.name, client=client).set()
+            with contextlib.suppress(Exception):
+                client.cancel(list(futures))
 
 
 def local_runner(client: Any, on_done: Done | None = None):
