@@ -3,6 +3,7 @@ against its index entry and the dataset's shape first (``format/h5/chunks.py``).
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -159,6 +160,15 @@ def test_check_deep_names_each_damaged_tensor_and_upgrade_says_what_it_checked(t
     assert "model.w does not decode: tensor 'model.w', chunk (0, 0)" in proc.stdout
     one_line_error(proc, 2, "1 of 1 tensors do not decode: 'model.w'")
     dir_out = tmp_path / "dir-out"
+    # ``--json`` is one document (it was two: the decoding's report, then the release check)
+    proc = run_cli("check", bad, "--deep", "--json")
+    report = json.loads(proc.stdout)
+    assert report["release"] == "2.0" and report["current"] is False, report
+    assert [d["tensor"] for d in report["deep"]["damaged"]] == ["model.w"], report
+    one_line_error(proc, 2, "1 of 1 tensors do not decode: 'model.w'")
+    proc = run_cli("check", good, "--deep", "--json")
+    assert proc.returncode == 10, proc.stderr
+    assert json.loads(proc.stdout)["deep"]["bytes_decoded"] == 524_288, proc.stdout
     proc = run_cli("upgrade-dir", bad.parent, "--output-dir", dir_out, "--deep-check")
     assert proc.returncode == 2
     assert "1 of 1 tensors do not decode" in proc.stderr

@@ -8,6 +8,7 @@ down (``CKPT_MIGRATE_TEST_WRITE_DELAY``), so that it lasts a few seconds.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import one_line_error
+from conftest import FIXTURES, REAL, one_line_error
 
 import ckpt_migrate as cm
 
@@ -281,3 +282,57 @@ def test_the_torch_conversions_count_bytes_as_bytes(tmp_path):
     with read_checkpoint(tmp_path / "imported.mdl") as back:  # (a line a tensor)
         tensors = {id(t) for t in leaf_objects(back.root) if isinstance(t, TensorLeaf)}
     assert len(done) == len(tensors), proc.stderr
+
+
+MODELS = FIXTURES / "models"
+BASIC = REAL / "basic.mdl"  # written by the real cerebras.pytorch 2.10
+JSON_VERBS = {
+    "upgrade": lambda out: [
+        "upgrade",
+        MODELS / "gpt2-1.9" / "checkpoint_100.mdl",
+        "-o",
+        out,
+        "--drop-dataloader-state",
+    ],
+    "upgrade-dir": lambda out: [
+        "upgrade-dir",
+        MODELS / "gpt2-1.9",
+        "-o",
+        out,
+        "--drop-dataloader-state",
+    ],
+    "verify": lambda out: ["verify", BASIC, BASIC],
+    "check --deep": lambda out: ["check", BASIC, "--deep"],
+    "inspect": lambda out: ["inspect", BASIC],
+    "export-hf": lambda out: [
+        "export-hf",
+        MODELS / "gpt2-2.0" / "checkpoint_100.mdl",
+        out / "hf",
+        "--config",
+        MODELS / "gpt2-2.0" / "params.yaml",
+    ],
+    "h5-to-tf": lambda out: ["h5-to-tf", BASIC, out / "ckpt", "--exclude", "none_val"],
+}
+
+
+@pytest.mark.parametrize("verb", JSON_VERBS)
+def test_a_json_report_keeps_the_progress_asked_for_by_name(tmp_path, verb):
+    """``--json`` turned progress off in some verbs whatever ``--progress`` said (``upgrade``,
+    ``export-hf``, the TensorFlow converters, ``check --deep``), and left it on in others
+    (``inspect``, ``plan``): a log taking stderr with the report got plain lines in one and
+    nothing in the other. Now ``auto`` beside ``--json`` is the bar alone (none in a log), and
+    ``--progress plain`` is kept; the report stays whole on stdout. Inputs: Model Zoo-shaped
+    fixtures and the real 2.10 library's file."""
+    if verb == "h5-to-tf" and importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("needs the tensorflow extra")
+    for progress, out in (([], tmp_path / "a"), (["--progress", "plain"], tmp_path / "b")):
+        out.mkdir()
+        proc = run(*JSON_VERBS[verb](out), "--json", *progress)
+        assert proc.returncode in (0, 10), proc.stderr  # (10: check, an upgrade is needed)
+        if verb.startswith("upgrade"):  # one object a line
+            reports = [json.loads(line) for line in proc.stdout.splitlines()]
+            assert reports and all(r["status"] != "failed" for r in reports), proc.stdout
+        else:
+            assert json.loads(proc.stdout)
+        lines = progress_lines(proc.stderr)
+        assert bool(lines) == bool(progress), proc.stderr

@@ -226,16 +226,20 @@ def progress_interval() -> float:
 
 
 @contextlib.contextmanager
-def progress(enabled: bool = True, mode: str = "auto") -> Iterator[Progress | None]:
+def progress(
+    enabled: bool = True, mode: str = "auto", *, beside_json: bool = False
+) -> Iterator[Progress | None]:
     """The progress display on stderr: ``bar`` (rich, one bar per phase), ``plain`` (a line per
     phase at most every few seconds, for logs), ``none``; ``auto``: a bar on a terminal, plain
-    lines otherwise."""
+    lines otherwise, and nothing but the bar ``beside_json`` (a ``--json`` report, whose reader
+    may take stderr with it). A mode asked for by name is kept with ``--json`` too."""
     if mode not in PROGRESS_MODES:
         raise UsageError(None, f"--progress must be one of {', '.join(PROGRESS_MODES)}")
-    if not enabled or mode == "none":
+    terminal = sys.stderr.isatty()
+    if not enabled or mode == "none" or (mode == "auto" and beside_json and not terminal):
         yield None
         return
-    if mode == "plain" or (mode == "auto" and not sys.stderr.isatty()):
+    if mode == "plain" or (mode == "auto" and not terminal):
         yield PlainProgress(progress_interval())
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn

@@ -82,7 +82,7 @@ def export_hf_cmd(
 
     Writes config.json and model.safetensors (or shards with model.safetensors.index.json),
     one tensor at a time, the release hops applied on the way."""
-    with console.progress(not quiet and not as_json, progress_mode) as progress:
+    with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         out = cli.conversions.export_hf(
             src,
             output_dir,
@@ -124,7 +124,7 @@ def import_hf_cmd(
 
     Reads safetensors (or pytorch_model.bin) shards one tensor at a time and writes the
     checkpoint and, with --config-out, the run's params.yaml for that release."""
-    with console.progress(not quiet and not as_json, progress_mode) as progress:
+    with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         out = cli.conversions.import_hf(
             src,
             dst,

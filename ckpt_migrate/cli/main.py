@@ -18,14 +18,13 @@ import typer
 
 from ckpt_migrate import cli
 from ckpt_migrate._version import __version__
-from ckpt_migrate.cli import console, hf_verbs, render
+from ckpt_migrate.cli import console, hf_verbs, render, tf_verbs
 from ckpt_migrate.cli.options import (
     AllowMissingOpt,
     CopyMethodOpt,
     DeepCheckOpt,
     DeepOpt,
     DryRunOpt,
-    ExcludeOpt,
     ForceOpt,
     FromOpt,
     InplaceOpt,
@@ -39,7 +38,6 @@ from ckpt_migrate.cli.options import (
     QuietOpt,
     SchedulerOpt,
     StrictOpt,
-    TfVerifyOpt,
     ToOpt,
     UpgradeVerifyOpt,
     WorkersOpt,
@@ -88,7 +86,7 @@ def inspect_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Release, format, bytes by dtype and a summary of the tree; --all for every leaf."""
-    with console.progress(not quiet, progress_mode) as progress:
+    with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         data = cli.commands.inspect(
             path, everything=show_all or as_json, depth=depth, progress=progress
         )
@@ -124,70 +122,15 @@ def from_torch_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Write a torch.save file as a Cerebras H5 checkpoint."""
-    with console.progress(not quiet, progress_mode) as progress:
+    with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         out = cli.commands.from_torch(src, dst, release, progress=progress)
     render.emit_json(out) if as_json else render.from_torch(out)
 
 
 app.command("export-hf")(hf_verbs.export_hf_cmd)
 app.command("import-hf")(hf_verbs.import_hf_cmd)
-
-
-@app.command("tf-to-h5")
-def tf_to_h5_cmd(
-    saver_path: Annotated[
-        list[Path], typer.Argument(help="TF checkpoint prefix, .index or directory (1 or more).")
-    ],
-    h5_path: Annotated[Path, typer.Argument(help="H5 checkpoint to write (must not exist).")],
-    release: Annotated[
-        str, typer.Option("--release", "--to", help="Release whose format to write, or auto.")
-    ] = "auto",
-    exclude: ExcludeOpt = None,
-    verify: TfVerifyOpt = "structure",
-    as_json: JsonOpt = False,
-) -> None:
-    r"""Convert a TensorFlow saver checkpoint to a Cerebras H5 checkpoint (needs the
-    ckpt-migrate\[tensorflow] extra)."""
-    with console.progress(enabled=not as_json) as progress:
-        out = cli.conversions.tf_to_h5(
-            saver_path,
-            h5_path,
-            release=release,
-            exclude=exclude or [],
-            verify=verify,
-            progress=progress,
-        )
-    render.emit_json(out) if as_json else render.tf_to_h5(out)
-
-
-@app.command("h5-to-tf")
-def h5_to_tf_cmd(
-    h5_path: Annotated[Path, typer.Argument(help="H5 checkpoint to convert.")],
-    saver_path: Annotated[Path, typer.Argument(help="TF checkpoint prefix (or directory).")],
-    shard_by: Annotated[
-        list[str] | None,
-        typer.Option("--shard-by", help="Name prefix (repeatable) or re:REGEX: one ckpt each."),
-    ] = None,
-    max_shard_size: Annotated[
-        str, typer.Option("--max-shard-size", help="Bytes per data file; bounds memory.")
-    ] = "1GiB",
-    exclude: ExcludeOpt = None,
-    verify: TfVerifyOpt = "structure",
-    as_json: JsonOpt = False,
-) -> None:
-    r"""Convert a Cerebras H5 checkpoint to TensorFlow saver checkpoint(s) (needs the
-    ckpt-migrate\[tensorflow] extra)."""
-    with console.progress(enabled=not as_json) as progress:
-        out = cli.conversions.h5_to_tf(
-            h5_path,
-            saver_path,
-            shard_by=shard_by or [],
-            max_shard_size=max_shard_size,
-            exclude=exclude or [],
-            verify=verify,
-            progress=progress,
-        )
-    render.emit_json(out) if as_json else render.h5_to_tf(out)
+app.command("tf-to-h5")(tf_verbs.tf_to_h5_cmd)
+app.command("h5-to-tf")(tf_verbs.h5_to_tf_cmd)
 
 
 @app.command("history")
@@ -210,7 +153,7 @@ def plan_cmd(
 ) -> None:
     """Show the hops an upgrade would apply, the inputs they need and the disk they cost."""
     inputs = cli.commands.step_inputs(hop_inputs_given(ctx), model=model)
-    with console.progress(not quiet, progress_mode) as progress:
+    with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         data = cli.commands.plan(path, to, from_release, inputs=inputs, progress=progress)
     render.emit_json(data) if as_json else render.plan(data)
 
@@ -262,7 +205,7 @@ def upgrade_cmd(
         cli.begin_reading(paths[0])  # its metadata walk runs while the verbs are imported
     inputs = cli.commands.step_inputs(hop_inputs_given(ctx), config=config, model=model)
     worst = 0
-    with console.progress(not (as_json or quiet), progress_mode) as progress:
+    with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         runs = cli.upgrades.upgrade(
             paths,
             to=to,
@@ -357,7 +300,7 @@ def upgrade_dir_cmd(
         else:
             render.config_outcome(outcome)
 
-    with console.progress(not (as_json or quiet), progress_mode) as progress:
+    with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         entries, worst = cli.upgrades.upgrade_dir(
             model_dir,
             to=to,
@@ -395,14 +338,21 @@ def check_cmd(
     from_release: FromOpt = None,
     deep: DeepOpt = False,
     as_json: JsonOpt = False,
+    progress_mode: ProgressOpt = "auto",
+    quiet: QuietOpt = False,
 ) -> None:
     """For CI: exit 0 when at the target release, 10 when an upgrade is needed, 3 when newer."""
+    report = None
     if deep:
-        with console.progress(not as_json, "auto") as progress:
-            render.deep_check(cli.commands.deep_check(path, progress), as_json)
+        with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
+            report = cli.commands.deep_check(path, progress)
+        if not as_json:
+            render.deep_check(report)
     data = cli.commands.check(path, to, from_release)
     if as_json:
-        render.emit_json(data)
+        render.emit_json({**data, "deep": report.to_json()} if report else data)
+        if report and (error := report.error()):
+            raise error
     elif data["current"]:
         console.echo(f"{path}: at {data['target']}")
     else:
@@ -425,7 +375,7 @@ def verify_cmd(
 ) -> None:
     """Compare two checkpoints leaf by leaf (tensors stored alike by their stored bytes, the
     others by sha256; or --allclose)."""
-    with console.progress(not (as_json or quiet), progress_mode) as progress:
+    with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         data = cli.commands.verify(a, b, allclose=allclose, progress=progress)
     render.emit_json(data) if as_json else render.verify(data)
     if not data["identical"]:

@@ -49,7 +49,8 @@ ProgressOpt = Annotated[
     str,
     typer.Option(
         "--progress",
-        help="auto (a bar on a terminal, plain lines in logs), bar, plain or none.",
+        help="auto (a bar on a terminal, plain lines in logs; with --json, the bar only), bar, "
+        "plain or none.",
         show_default=True,
     ),
 ]

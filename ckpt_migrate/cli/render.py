@@ -6,7 +6,6 @@ draw tables, so that the TensorFlow scripts, which share this module, start with
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -219,15 +218,12 @@ def dir_totals(entries: list[DirEntry]) -> str:
     )
 
 
-def deep_check(report: DeepReport, as_json: bool) -> None:
+def deep_check(report: DeepReport) -> None:
     """Each damaged tensor on a line of its own, then the one-line refusal (exit 2)."""
-    if as_json:
-        echo(json.dumps(report.to_json()))
-    else:
-        where = safe(str(report.path))
-        for name, problem in report.damaged:
-            echo(f"{where}: {safe(name)} does not decode: {safe(problem)}")
-        echo(f"{where}: {report.tensors} tensors, {report.bytes_decoded:,} bytes decoded")
+    where = safe(str(report.path))
+    for name, problem in report.damaged:
+        echo(f"{where}: {safe(name)} does not decode: {safe(problem)}")
+    echo(f"{where}: {report.tensors} tensors, {report.bytes_decoded:,} bytes decoded")
     error = report.error()
     if error is not None:
         raise error

@@ -62,7 +62,7 @@ def tensorflow_to_h5(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def go() -> None:
-        with console.progress(enabled=not args.json) as progress:
+        with console.progress(beside_json=args.json) as progress:
             data = cli.conversions.tf_to_h5(
                 args.saver_path,
                 args.h5_path,
@@ -107,7 +107,7 @@ def h5_to_tensorflow(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def go() -> None:
-        with console.progress(enabled=not args.json) as progress:
+        with console.progress(beside_json=args.json) as progress:
             data = cli.conversions.h5_to_tf(
                 args.h5_path,
                 args.saver_path,
