@@ -403,7 +403,8 @@ def test_a_report_the_disk_cannot_take_is_an_io_error(args):
 
 def test_a_reader_gone_still_ends_the_command_quietly(tmp_path):
     """``inspect --all | head -1`` of an outline larger than a pipe holds: the write that
-    finds the reader gone is not taken for a full disk (``console._Report``)."""
+    finds the reader gone is not taken for a full disk (``console._Report``). Its exit code is
+    141, as a shell gives ``cat`` there; it was click's 1, the code of an internal error."""
     experts = {f"expert{i}.weight": np.full(2, i, np.float32) for i in range(3000)}
     cm.save({"model": experts}, tmp_path / "many.mdl", "2.5")
     command = [sys.executable, "-m", "ckpt_migrate", "inspect", str(tmp_path / "many.mdl")]
@@ -413,7 +414,7 @@ def test_a_reader_gone_still_ends_the_command_quietly(tmp_path):
     assert reader.stdout is not None and reader.stderr is not None
     assert reader.stdout.readline().strip() == str(tmp_path / "many.mdl")
     reader.stdout.close()  # (as ``head -1`` does, the rest unread)
-    reader.wait(timeout=60)
+    assert reader.wait(timeout=60) == 141
     assert reader.stderr.read() == ""
 
 

@@ -75,7 +75,8 @@ def test_ci_runs_the_readme_test_command():
 
 def test_exit_codes_in_readme_match_the_code():
     table = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", README, flags=re.M))
-    assert table.keys() == {"0", "2", "3", "4", "5", "10", "129", "130", "143"}
+    assert table.keys() == {"0", "1", "2", "3", "4", "5", "10", "129", "130", "141", "143"}
+    assert str(console.EXIT_INTERNAL) in table and str(console.EXIT_READER_GONE) in table
     assert str(errors.EXIT_BAD_INPUT) in table and str(errors.EXIT_NEWER_THAN_TOOL) in table
     assert str(errors.EXIT_VERIFY_FAILED) in table and str(errors.EXIT_IO) in table
     assert str(errors.EXIT_UPGRADE_NEEDED) in table

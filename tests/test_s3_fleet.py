@@ -319,7 +319,13 @@ def test_local_directory_on_a_local_cluster(tmp_path):
         "upgrade-dir", md, "--to", "2.10", "--output-dir", tmp_path / "out", "--workers", "2"
     )
     assert proc.returncode == 0, proc.stderr
-    assert "files 2/2" in proc.stderr
+    assert "all checkpoints: 2 of 2 checkpoints" in proc.stderr
+    # (it was "files 2/2" whatever -q, --progress none or --json said)
+    for quiet in (["-q"], ["--json"], ["--progress", "none"]):
+        again = tmp_path / f"out{quiet[-1]}"
+        argv = ["upgrade-dir", md, "--to", "2.10", "--output-dir", again, "--workers", "2"]
+        proc = run_cli(*argv, *quiet)
+        assert proc.returncode == 0 and "checkpoints" not in proc.stderr, proc.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "checkpoint_1.mdl",
         "checkpoint_2.mdl",

@@ -29,6 +29,7 @@ EXIT_INTERNAL = 1
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 128 + signal.SIGTERM  # (143, as a shell reports a process it ended)
 EXIT_HUNG_UP = 128 + signal.SIGHUP  # (129)
+EXIT_READER_GONE = 128 + signal.SIGPIPE  # (141, as a shell reports ``cat`` under ``| head``)
 _STOPPED_BY: list[int] = []  # the signal that was the interrupt, where not SIGINT
 _SAID = {signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
@@ -95,10 +96,15 @@ def _stopped() -> int:
     return EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum
 
 
+class ReaderGone(Exception):
+    """Standard output's reader went away (``| head``). Not an ``OSError``, which click would
+    take and end with exit 1, the code of an internal error."""
+
+
 class _Report:
     """Standard output while a command runs: a write that fails (a full disk under ``>
     report.json``) is the I/O error it is, exit 5, where it was an internal error. A reader
-    gone (``| head``) is left as it was: click ends the command quietly."""
+    gone (``| head``) ends the command quietly, exit 141 (``ReaderGone``)."""
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
@@ -119,9 +125,9 @@ class _Report:
         return getattr(self.stream, name)
 
 
-def _unwritten(exc: OSError) -> OSError | CkptIOError:
+def _unwritten(exc: OSError) -> ReaderGone | CkptIOError:
     if exc.errno == errno.EPIPE:
-        return exc
+        return ReaderGone()
     why = os.strerror(exc.errno) if exc.errno else str(exc)
     fix = "free space where it goes, or send it elsewhere"
     return CkptIOError(None, f"cannot write to standard output ({why})", fix)
@@ -163,6 +169,11 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return _stopped()
+    except ReaderGone:
+        # What is still buffered goes nowhere, not into a traceback as the process exits.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        return EXIT_READER_GONE
     except Exception as exc:
         if debug:
             traceback.print_exc()
@@ -213,6 +224,7 @@ COUNTED_PHASES = {
     "patch": "tensors",
     "write": "tensors",
     "check": "tensors",
+    "checkpoints": "checkpoints",
 }
 
 
@@ -302,6 +314,15 @@ class PlainProgress:
             left = (total - done) * (time.monotonic() - self.born) / done
             text += f" ({100 * done // total}%), about {_duration(left)} left"
         echo(text, err=True)
+
+
+def each_done(progress: Progress | None, what: str) -> Callable[[int, int], None] | None:
+    """``progress`` told of each item done (a cluster's checkpoint): a line for each in a log
+    (``milestone``), the bar ``what`` on a terminal, nothing with ``-q``."""
+    if progress is None:
+        return None
+    say = getattr(progress, "milestone", progress)
+    return lambda done, total: say(what, done, total)
 
 
 def amount_text(phase: str, done: int, total: int) -> str:

@@ -322,7 +322,7 @@ def upgrade_dir_cmd(
             on_config=show_config,
             scheduler=scheduler,
             workers=workers,
-            on_done=lambda done, total: console.echo(f"files {done}/{total}", err=True),
+            on_done=console.each_done(progress, "all checkpoints"),
             deep_check=deep_check,
         )
     if not as_json:
