@@ -403,6 +403,24 @@ def test_a_1_9_checkpoint_exports_in_one_command(tmp_path):
     assert model.config.n_layer == 1
 
 
+def test_from_beside_the_files_own_release_is_said(tmp_path):
+    """``export-hf --from`` reads the file as that release; the release the file names is
+    said beside it (the reader's warnings were dropped by the export)."""
+    src = MODELS / "gpt2-2.0"
+    at_26 = tmp_path / "2.6"
+    argv = ["upgrade", src / "checkpoint_100.mdl", "--to", "2.6", "-o", at_26, "-q"]
+    assert run_cli(*argv, "--drop-dataloader-state").returncode == 0
+    argv = ["export-hf", at_26 / "checkpoint_100.mdl", tmp_path / "hf", "--config"]
+    proc = run_cli(*argv, src / "params.yaml", "--from", "2.8", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["from_release"] == "2.8", result
+    assert result["warnings"] == [
+        "the file says it is release 2.6 (__cstorch_version__ 2.6.0); it is read as 2.8, as "
+        "--from says, and the hops start there"
+    ]
+
+
 def test_models_with_the_same_keys_need_the_name(tmp_path):
     """A LLaMA and a Mistral checkpoint have the same keys: no guess between two HF layouts."""
     src = MODELS / "llama-2.0"

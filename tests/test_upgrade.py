@@ -1055,12 +1055,23 @@ def test_provenance_records_every_upgrade(tmp_path):
 # --------------------------------------------------------------------------- 10. --from, --to
 
 
+SAYS_23 = (
+    "the file says it is release 2.3 (__cstorch_version__ 2.3.0); it is read as 2.1, as --from "
+    "says, and the hops start there"
+)
+
+
 def test_from_overrides_the_release_the_file_claims(tmp_path):
+    """``--from`` wins, and the release the file names is said beside it (it was not: a
+    2.0 → 2.3 hop skipped, or done again, without a word)."""
     src = FIXTURES / "release-2.3.mdl"
     proc = run_cli("plan", src, "--from", "2.1", "--json")
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert plan["from"] == "2.1" and hop_names(plan)[0] == "2.1→2.2"
+    assert plan["warnings"] == [SAYS_23]
+    assert run_cli("plan", src, "--from", "2.1").stderr == f"warning: {SAYS_23}\n"
+    assert json.loads(run_cli("plan", src, "--from", "2.3", "--json").stdout)["warnings"] == []
     proc = run_cli(
         "upgrade",
         "--drop-dataloader-state",
@@ -1074,7 +1085,19 @@ def test_from_overrides_the_release_the_file_claims(tmp_path):
     assert proc.returncode == 0, proc.stderr
     res = only_result(proc)
     assert res["from_release"] == "2.1" and res["hops"] == hop_names(plan)
+    assert SAYS_23 in res["warnings"]
     assert provenance(tmp_path / src.name)[-1]["source_release"] == "2.1"
+
+
+def test_from_beside_the_real_librarys_word(tmp_path):
+    """The real 2.6.0 library's file, read as 2.8: upgraded from there, and said so."""
+    src = next(p for p in real_2x_files(tmp_path) if p.name == "gpt2-2.6.0.mdl")
+    proc = run_cli("upgrade", src, "--from", "2.8", "-o", tmp_path / "out", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert "says it is release 2.6 (__cstorch_version__ 2.6.0); it is read as 2.8" in proc.stderr
+    assert "2.8 → 2.10 written to" in proc.stdout
+    proc = run_cli("upgrade", src, "-o", tmp_path / "plain", "-q")
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("command", ["plan", "upgrade"])

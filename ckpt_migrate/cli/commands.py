@@ -136,6 +136,7 @@ def plan(
         data = made.to_json()
         choice = choose_family(ckpt.root, (inputs or {}).get("model"))
         data["model"] = choice.to_json()
+        data["warnings"] = list(ckpt.warnings)
         return data
 
 

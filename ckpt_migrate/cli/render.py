@@ -102,6 +102,8 @@ def hop_lines(hop: dict, indent: str, *, show_state: bool) -> None:
 
 
 def plan(plan: dict) -> None:
+    for line in plan.get("warnings", ()):  # (a dry run said its own)
+        echo(f"warning: {line}", err=True)
     if plan["current"]:
         echo(f"{plan['source']}: already at {plan['to']}; nothing to do")
         return

@@ -322,6 +322,12 @@ def _read(
             f, handle, detected.format, facts, early
         )
     budgets.check_declared(root, p, os.stat(p).st_size)
+    if detected.said is not None and detected.release is not None:
+        warnings.append(
+            f"the file says it is release {detected.said.name} (__cstorch_version__ "
+            f"{detected.cstorch_version}); it is read as {detected.release.name}, as --from "
+            "says, and the hops start there"
+        )
     return Checkpoint(
         root,
         detected,
@@ -361,5 +367,6 @@ def _detect(p: Path, f: h5py.File, release: str | None) -> releases.Detected:
                 f"{detected.format}",
                 "name a release of the file's format",
             )
-        detected = releases.Detected(detected.format, detected.cstorch_version, forced)
+        said = detected.release if detected.cstorch_version and detected.release != forced else None
+        detected = releases.Detected(detected.format, detected.cstorch_version, forced, said)
     return detected

@@ -85,6 +85,7 @@ class Detected:
     format: float
     cstorch_version: str | None
     release: Release | None  # None: a release newer than this tool knows
+    said: Release | None = None  # the release ``__cstorch_version__`` names, where --from differs
 
     @property
     def label(self) -> str:

@@ -127,7 +127,7 @@ def export(
         leaves = [_model_leaves(ctx.root, src)]
         cs_model = _model_config(config_text, Path(config), plan_.source_release.name, name)
         result = ExportResult(src, out, name, plan_.source_release.name)
-        result.warnings += ctx.warnings
+        result.warnings += ckpt.warnings + ctx.warnings
         # Only the model's tensors go on: the trees are let go of before the mapping's plan
         # is made and the shards written (their containers and every other leaf, issue 33)
         ckpt.root = ctx.root = DictNode([])
