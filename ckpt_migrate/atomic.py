@@ -28,21 +28,18 @@ from ckpt_migrate.errors import CkptIOError, UsageError
 TMP_SUFFIX = ".tmp"
 # os.link fails with these where the filesystem (or a mount boundary) has no hard links.
 LINK_REFUSED = (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK)
-
-
 # What stops a command as Ctrl-C does: a terminal's SIGINT, a ``kill``'s SIGTERM, a closed
 # terminal's SIGHUP (``cli.console``; held across a fork by ``h5.children``).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Interrupt:
-    """Whether Ctrl-C (SIGINT) has been pressed in this process.
-
-    The command line's handler (``cli.console.on_interrupt``) sets it before raising
-    KeyboardInterrupt. Python runs that handler between any two bytecodes, also inside a
-    destructor or a callback from HDF5's C code, where the exception is printed and dropped
-    ("Exception ignored in ...") and the work goes on; so ``publish`` looks at the flag itself
-    and never moves a file into place after an interrupt."""
+    """Whether Ctrl-C (SIGINT) has been pressed in this process. The command line's handler
+    (``cli.console.on_interrupt``) sets it before raising KeyboardInterrupt. Python runs that
+    handler between any two bytecodes, also inside a destructor or a callback from HDF5's C
+    code, where the exception is printed and dropped ("Exception ignored in ...") and the work
+    goes on; so ``publish`` looks at the flag itself and never moves a file into place after an
+    interrupt."""
 
     pressed = False
 
@@ -120,9 +117,12 @@ def remove_stale_temporaries(target: Path) -> list[Path]:
     return removed
 
 
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def fsync_path(path: Path, *, settle: bool = False) -> None:
+    """``settle``: a finished file, whose room ``reserve`` kept past its end is freed first."""
+    fd = os.open(path, os.O_RDWR if settle else os.O_RDONLY)
     try:
+        if settle:
+            os.ftruncate(fd, os.fstat(fd).st_size)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -267,7 +267,7 @@ def atomic_output(
         raise io_error(target, exc) from None
     try:
         yield tmp
-        fsync_path(tmp)
+        fsync_path(tmp, settle=True)
         publish(tmp, target, replace=replace)
     except (OSError, RuntimeError) as exc:
         _cleanup(tmp)

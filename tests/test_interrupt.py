@@ -148,8 +148,8 @@ def test_an_interrupt_lost_in_a_callback_still_stops_the_publish(big, tmp_path, 
     out.mkdir()
     fsync = engine.fsync_path
 
-    def fsync_then_lose_a_sigint(path: Path) -> None:
-        fsync(path)
+    def fsync_then_lose_a_sigint(path: Path, **settle: bool) -> None:
+        fsync(path, **settle)
         try:
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1)  # the handler runs here
@@ -341,7 +341,9 @@ def test_a_real_librarys_file_changed_before_the_publish(tmp_path, monkeypatch, 
         written_to_after(monkeypatch, engine, "fsync_path", src)
     else:
         fsync = engine.fsync_path
-        monkeypatch.setattr(engine, "fsync_path", lambda path: (fsync(path), src.unlink()))
+        monkeypatch.setattr(
+            engine, "fsync_path", lambda path, **kw: (fsync(path, **kw), src.unlink())
+        )
     out = tmp_path / "out"
     result = engine.upgrade(src, engine.UpgradeOptions(target=to, output_dir=out))
     if change == "written-to":

@@ -398,6 +398,18 @@ def test_targets_are_never_overwritten_and_failures_leave_nothing(
     assert no_temp_files(tmp_path)
 
 
+def test_an_h5_on_a_full_disk_is_one_line(tf, tmp_path, small_disk):
+    """``tf-to-h5`` writes its H5 as ``save`` does: the room taken before HDF5 writes a byte,
+    so a full disk is one line, exit 5, and nothing on it (HDF5 meeting it part way through
+    the tensors crashed the process at exit, 139)."""
+    weights = np.random.default_rng(0).standard_normal((512, 1024)).astype(np.float32)
+    prefix = save_v2(tf, tmp_path / "model.ckpt", {"dense/kernel": tf.constant(weights)})
+    disk = small_disk(1 << 20)
+    proc = run_script("ckpt-migrate", "tf-to-h5", prefix, str(disk / "model.h5"))
+    one_line_error(proc, 5, "no space left on the device")
+    assert list(disk.iterdir()) == []
+
+
 def test_unconvertible_values_are_refused_or_excluded_never_dropped(tf, tmp_path):
     src = save_v2(
         tf,

@@ -39,6 +39,7 @@ from ckpt_migrate.format.h5.metadata_cache import (
     root_name_heap,
 )
 from ckpt_migrate.format.h5.tensor import place_tensor
+from ckpt_migrate.format.h5.writing import writing
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
@@ -250,7 +251,8 @@ def write(
 
         hashing = out.start_digest()
         attributes = root_attributes(root, release, extra)
-        with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:  # the temporary
+        made = h5root.create_file(tmp, exclusive=False, attributes=attributes)
+        with writing(tmp, made) as f:  # the temporary
             reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
             progress_ = _leaf_progress(root, progress, "write")
             write_tree(f, root, release, extra, progress_, place)
@@ -344,7 +346,7 @@ class _Digest(threading.Thread):
 
 def _set_root_attr(path: Path, name: str, text: str) -> None:
     """Replace a root attribute's value in place (same position among the attributes)."""
-    with h5py.File(path, "r+", locking=False) as f:
+    with writing(path, h5py.File(path, "r+", locking=False)) as f:
         f.attrs.modify(name, text)
         if f.attrs[name] != text:
             raise VerificationError(path, f"root attribute {name} did not read back")
@@ -390,7 +392,7 @@ def _patch(
     # (1 MiB until the two roots' heaps of names outgrow it: ``GroupNameRoom``; the old root's
     # heap measured in the source, whose bytes it is)
     old_names = root_name_heap(source.file(), local_only=True)
-    with bounded_metadata_cache(h5py.File(tmp, "r+", locking=False), 0) as f:
+    with writing(tmp, bounded_metadata_cache(h5py.File(tmp, "r+", locking=False), 0)) as f:
         superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
         new_root = h5root.create_fresh_root(f, attributes)
         at = reused  # (emptied as they are placed: a copy was 12 MB at 150k tensors)

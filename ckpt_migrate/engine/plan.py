@@ -19,23 +19,9 @@ from ckpt_migrate.format.outline import sizes
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint, read_release
 from ckpt_migrate.format.releases import Release
+from ckpt_migrate.format.space import HEADROOM, NEW_METADATA
 from ckpt_migrate.hops import graph
 from ckpt_migrate.hops.hop import Hop
-
-# Room for what no leaf accounts for: the superblock, the root group, the spec's own framing.
-HEADROOM = 64 << 10
-# The metadata the output gains per leaf, in bytes: a part of its own and a part per character
-# of its name (the name is in its link, its attributes and the spec), by the way the output is
-# made (``Plan.strategy``) and the target's format (0.5 writes a ``__metadata__`` document per
-# leaf): a rewrite writes every dataset anew, a copy-patch moves the source's datasets and
-# rewrites their attributes, a root edit rewrites at most the spec and a few root attributes.
-# Upper bounds of outputs measured from 10 to 30,000 leaves, names of 5 to 70 characters
-# (benchmarks/bench_space.py; tests/test_space_estimate.py holds them to 1.2x + 1 MiB).
-NEW_METADATA = {  # strategy -> {target format 0.5: (per leaf, per name character)}
-    "rewrite": {True: (3150, 9), False: (2080, 8)},
-    "copy-patch": {True: (1300, 9), False: (200, 8)},
-    "root-edit": {True: (160, 2), False: (160, 2)},
-}
 
 
 @dataclass

@@ -41,6 +41,7 @@ from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.io import H5Handle
 from ckpt_migrate.format.h5.rootdigest import RootDigest
+from ckpt_migrate.format.h5.writing import writing
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 from ckpt_migrate.format.releases import Release
@@ -298,7 +299,7 @@ def edit_root(path: Path, edit: Edit) -> None:
     from a live one)."""
     if edit.set.get("__spec__") is _UNDECIDED:
         raise RuntimeError("the root edit's __spec__ was not decided (``_decide_spec``)")
-    with h5py.File(path, "r+", locking=False) as f:
+    with writing(path, h5py.File(path, "r+", locking=False)) as f:
         oid = f.id
         for name in edit.removed:
             h5a.delete(oid, name.encode())

@@ -372,7 +372,7 @@ def _upgrade_locked(
             if not (ckpt.outline and written.strategy == rootedit.STRATEGY):
                 ckpt.handle.walked()
             Interrupt.check()
-            fsync_path(tmp)
+            fsync_path(tmp, settle=True)
             unchanged()
             size = tmp.stat().st_size
             result.bytes_written = (

@@ -26,10 +26,13 @@ from ckpt_migrate.format.compare import check_written
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.metadata_cache import GroupNameRoom
 from ckpt_migrate.format.h5.tensor import PlaceTensor, place_tensor
+from ckpt_migrate.format.h5.writing import writing
 from ckpt_migrate.format.legacy import write as write_legacy
 from ckpt_migrate.format.legacy.names import stored_name
+from ckpt_migrate.format.outline import sizes
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.releases import Release
+from ckpt_migrate.format.space import new_checkpoint_bound
 from ckpt_migrate.format.tree import (
     ExternalLeaf,
     Leaf,
@@ -217,6 +220,12 @@ def resolve_release(release: str | Release | None) -> Release:
     return releases.LATEST if release is None else releases.get(release)
 
 
+def written_bound(root: Node, release: Release) -> int:
+    """An upper bound of the bytes ``root`` takes written in ``release``'s format."""
+    tensor_bytes, leaves, name_chars = sizes(root)
+    return new_checkpoint_bound(tensor_bytes, leaves, name_chars, release.format >= 0.5)
+
+
 def write_checkpoint(
     root: Node,
     path: str | Path,
@@ -256,7 +265,8 @@ def write_checkpoint(
 
     with atomic_output(target, replace=replace, like=like) as tmp:
         attributes = root_attributes(to_write, rel, extra_attrs or {})
-        with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:
+        made = h5root.create_file(tmp, exclusive=False, attributes=attributes)
+        with writing(tmp, made, reserve=written_bound(to_write, rel)) as f:
             write_tree(f, to_write, rel, extra_attrs, count)
         check_written(tmp, to_write, rel)
         if unchanged is not None:

@@ -30,6 +30,7 @@ from ckpt_migrate.format.compare import check_written, tensor_sha256
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.h5.tensor import place_tensor
+from ckpt_migrate.format.h5.writing import writing
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
@@ -42,7 +43,7 @@ from ckpt_migrate.format.tree import (
     TensorLeaf,
     iter_leaves,
 )
-from ckpt_migrate.format.write import prepare, root_attributes, write_tree
+from ckpt_migrate.format.write import prepare, root_attributes, write_tree, written_bound
 from ckpt_migrate.tf.saver import (
     STEP_VARIABLES,
     TENSOR_DTYPES,
@@ -273,7 +274,8 @@ def _write_h5(
 
     with atomic_output(target) as tmp:
         attributes = root_attributes(to_write, rel, extra_attrs)
-        with h5root.create_file(tmp, exclusive=False, attributes=attributes) as f:
+        made = h5root.create_file(tmp, exclusive=False, attributes=attributes)
+        with writing(tmp, made, reserve=written_bound(to_write, rel)) as f:
             write_tree(f, to_write, rel, extra_attrs, None, place)
         check_written(tmp, to_write, rel)
         if verify == "full":

@@ -26,6 +26,7 @@ from h5py import h5f, h5g, h5o, h5p
 
 from ckpt_migrate.format.h5 import capi
 from ckpt_migrate.format.h5.metadata_cache import GroupNameRoom, bounded_metadata_cache
+from ckpt_migrate.format.h5.writing import writing
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 FRESH_ROOT = "__ckpt_migrate_new_root__"
@@ -73,7 +74,7 @@ def create_wide_root(path: Path) -> None:
     creation order HDF5 gives a group a version-2 header only under a 1.8 lower format bound,
     which h5py sets only when opening a file (the superblock and every other object stay as
     they are)."""
-    with h5py.File(path, "r+", libver=("v108", "latest"), locking=False) as f:
+    with writing(path, h5py.File(path, "r+", libver=("v108", "latest"), locking=False)) as f:
         f.create_group(FRESH_ROOT)
 
 
