@@ -138,13 +138,17 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def test_shard_size_parses_like_transformers():
-    assert st.parse_size("5GB") == 5 * 10**9
-    assert st.parse_size("500MB") == 500 * 10**6
-    assert st.parse_size("2GiB") == 2 * 2**30
-    assert st.parse_size("8Mb") == 10**6
-    assert st.parse_size(1234) == 1234
+    from transformers.utils.hub import convert_file_size_to_int
+
+    for text in ("5GB", "500MB", "2GiB", "8Mb", "+5MB", " 5 GB", "3KiB", "10kb"):
+        assert st.parse_size(text) == convert_file_size_to_int(text), text
+    assert st.parse_size("1000") == 1000 and st.parse_size(1234) == 1234
     with pytest.raises(UsageError):
         st.parse_size("big")
+    # transformers takes these and shards a file per tensor; a size under a byte is refused
+    for text in ("-5MB", "0MB", "0", -3):
+        with pytest.raises(UsageError, match="at least 1 byte"):
+            st.parse_size(text)
 
 
 def test_release_1_9_checkpoint_exports_in_one_call(tmp_path: Path):

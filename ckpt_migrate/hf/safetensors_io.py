@@ -60,21 +60,27 @@ DEFAULT_SHARD_SIZE = "10GB"  # Model Zoo's --hf-shard-size default (base_convert
 def parse_size(size: int | str) -> int:
     """Bytes of ``"5GB"`` / ``"500MB"`` / ``"2GiB"`` / ``1000`` as transformers'
     ``convert_file_size_to_int`` reads them (decimal GB, binary GiB; a lower-case ``b`` is bits)."""
-    if isinstance(size, int):
-        return size
-    text = size.strip()
+    value = size if isinstance(size, int) else _size_of(size.strip())
+    if value is None:
+        raise UsageError(None, f"shard size {size!r} is not a size", "write it like 5GB or 500MB")
+    if value < 1:  # (a negative one was taken, and wrote a shard per tensor)
+        raise UsageError(None, f"shard size must be at least 1 byte, not {size!r}")
+    return value
+
+
+def _size_of(text: str) -> int | None:
     units = (("GIB", 2**30), ("MIB", 2**20), ("KIB", 2**10), ("GB", 10**9), ("MB", 10**6))
     units += (("KB", 10**3),)
-    try:
-        if text.isdigit():
-            return int(text)
-        for unit, factor in units:
-            if text.upper().endswith(unit):
+    if text.isdigit():
+        return int(text)
+    for unit, factor in units:
+        if text.upper().endswith(unit):
+            try:
                 value = int(text[: -len(unit)]) * factor
-                return value // 8 if unit[-2:] != "IB" and text.endswith("b") else value
-    except ValueError:
-        pass
-    raise UsageError(None, f"shard size {size!r} is not a size", "write it like 5GB or 500MB")
+            except ValueError:
+                return None
+            return value // 8 if unit[-2:] != "IB" and text.endswith("b") else value
+    return None
 
 
 @dataclass(frozen=True, slots=True)
