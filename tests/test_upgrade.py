@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from conftest import (
     FIXTURES,
+    MODELS,
     REAL,
     one_line_error,
     real_2x_files,
@@ -1098,6 +1099,34 @@ def test_from_beside_the_real_librarys_word(tmp_path):
     assert "2.8 → 2.10 written to" in proc.stdout
     proc = run_cli("upgrade", src, "-o", tmp_path / "plain", "-q")
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+
+
+def test_a_hop_option_no_hop_took_is_said(tmp_path):
+    """``--data-iter-dir`` (and the other 1.9 → 2.0 options) given for a 2.0 checkpoint did
+    nothing, without a word: the user believed the dataloader state was carried over. Each
+    option no run's hop took is now a warning; a run where one checkpoint needed it says
+    nothing. Model Zoo's GPT-2 fixtures and the 1.9 side files as the release wrote them."""
+    side = FIXTURES / "release-1.9-data-iter" / "good"
+    given = ["--data-iter-dir", side, "--dataloader-type", "map", "--shuffle-seed", "0"]
+    at_20 = MODELS / "gpt2-2.0" / "checkpoint_100.mdl"
+    proc = run_cli("upgrade", at_20, "-o", tmp_path / "a", "-q", *given)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"warning: {flag} was not used: it is for the 1.9 → 2.0 hop, which no checkpoint here "
+        "needed"
+        for flag in ("--data-iter-dir", "--dataloader-type", "--shuffle-seed")
+    ]
+    proc = run_cli("plan", at_20, "--drop-dataloader-state")
+    assert "warning: --drop-dataloader-state was not used" in proc.stderr, proc.stderr
+    at_19 = tmp_path / "run" / "checkpoint_10.mdl"
+    at_19.parent.mkdir()
+    shutil.copyfile(FIXTURES / "release-1.9.mdl", at_19)
+    shutil.copyfile(at_20, tmp_path / "run" / "checkpoint_100.mdl")
+    for command in ("upgrade-dir", "upgrade"):
+        where = [tmp_path / "run"] if command == "upgrade-dir" else sorted(at_19.parent.iterdir())
+        proc = run_cli(command, *where, "-o", tmp_path / command, "-q", *given)
+        assert proc.returncode == 0, proc.stderr
+        assert "warning" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("command", ["plan", "upgrade"])

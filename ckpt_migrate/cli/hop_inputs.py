@@ -8,9 +8,12 @@ turns what was given into the engine's inputs.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from typing import Any
 
-from ckpt_migrate.errors import UsageError
+from ckpt_migrate.errors import CkptError, UsageError
+from ckpt_migrate.format import releases
 from ckpt_migrate.hops import graph
 from ckpt_migrate.hops.hop import InputSpec
 
@@ -48,3 +51,32 @@ def to_inputs(values: dict[str, Any]) -> dict[str, Any]:
             if other in inputs:
                 raise UsageError(None, f"{spec.flag} and {declared[other].flag} exclude each other")
     return inputs
+
+
+def unused(given: dict[str, Any], chains: Iterable[tuple[str | None, str | None]]) -> list[str]:
+    """A line for each hop option ``given`` that no hop of the runs' ``chains`` (source and
+    target release names) takes: it did nothing (a ``--data-iter-dir`` given for a 2.0 file
+    was passed over without a word)."""
+    names = [name for name, value in given.items() if value is not None and value is not False]
+    if not names:
+        return []
+    hops, used = graph.load(), set()
+    for source, target in chains:
+        if source and target and source != target:
+            with contextlib.suppress(CkptError):  # (a chain that cannot be walked did not run)
+                for hop in hops.path(releases.get(source), releases.get(target)):
+                    used.update(spec.name for spec in hop.inputs)
+    declared = {spec.name: spec for spec in specs()}
+    lines = []
+    for name in names:
+        spec = declared.get(name)
+        if spec is None or name in used:
+            continue
+        takers = [
+            f"{h.source} → {h.target}" for h in hops.hops if any(s.name == name for s in h.inputs)
+        ]
+        lines.append(
+            f"{spec.flag} was not used: it is for the {' and '.join(takers)} hop, which no "
+            "checkpoint here needed"
+        )
+    return lines

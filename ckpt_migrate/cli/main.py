@@ -156,6 +156,8 @@ def plan_cmd(
     with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         data = cli.commands.plan(path, to, from_release, inputs=inputs, progress=progress)
     render.emit_json(data) if as_json else render.plan(data)
+    given, chain = hop_inputs_given(ctx), (data["from"], data["to"])
+    render.warnings(cli.hop_inputs.unused(given, [chain]))
 
 
 @app.command("upgrade")
@@ -204,7 +206,7 @@ def upgrade_cmd(
     if len(paths) == 1 and not dry_run:  # (a dry run may read the outline only)
         cli.begin_reading(paths[0])  # its metadata walk runs while the verbs are imported
     inputs = cli.commands.step_inputs(hop_inputs_given(ctx), config=config, model=model)
-    worst = 0
+    worst, chains = 0, []
     with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         runs = cli.upgrades.upgrade(
             paths,
@@ -228,6 +230,7 @@ def upgrade_cmd(
         )
         for res, cfg in runs:
             worst = max(worst, res.exit_code, cfg.exit_code if cfg else 0)
+            chains.append((res.from_release, res.to_release))
             if as_json:
                 data = res.to_json()
                 if cfg is not None:
@@ -236,7 +239,9 @@ def upgrade_cmd(
             else:
                 render.upgrade_result(res, quiet)
                 render.config_outcome(cfg)
-    if worst:
+    if not worst:  # (a failure's error stays the one line)
+        render.warnings(cli.hop_inputs.unused(hop_inputs_given(ctx), chains))
+    else:
         raise typer.Exit(worst)
 
 
@@ -327,7 +332,10 @@ def upgrade_dir_cmd(
         )
     if not as_json:
         render.dir_summary(entries, worst)
-    if worst:
+    chains = [(e.result.from_release, e.result.to_release) for e in entries if e.result]
+    if not worst:  # (a failure's error stays the one line)
+        render.warnings(cli.hop_inputs.unused(hop_inputs_given(ctx), chains))
+    else:
         raise typer.Exit(worst)
 
 

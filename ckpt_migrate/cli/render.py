@@ -101,9 +101,13 @@ def hop_lines(hop: dict, indent: str, *, show_state: bool) -> None:
         echo(f"{indent}    input --{inp['name'].replace('_', '-')}{label}: {inp['help']}")
 
 
-def plan(plan: dict) -> None:
-    for line in plan.get("warnings", ()):  # (a dry run said its own)
+def warnings(lines: list[str]) -> None:
+    for line in lines:
         echo(f"warning: {line}", err=True)
+
+
+def plan(plan: dict) -> None:
+    warnings(plan.get("warnings", []))  # (a dry run said its own)
     if plan["current"]:
         echo(f"{plan['source']}: already at {plan['to']}; nothing to do")
         return
@@ -133,8 +137,7 @@ def config_outcome(cfg: ConfigOutcome | None) -> None:
 def messages(res: UpgradeResult, quiet: bool = False) -> None:
     """An upgrade's warnings (stderr) and reported changes (stdout; not when ``quiet``); shared
     with the scripts."""
-    for line in res.warnings:
-        echo(f"warning: {line}", err=True)
+    warnings(res.warnings)
     if quiet:
         return
     if res.model and res.status in ("upgraded", "planned"):
