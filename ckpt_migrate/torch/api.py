@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import keyword
+import os
 import pickle
 import weakref
 from collections.abc import Callable
@@ -89,7 +90,21 @@ def load(
     # held the tree kept the first checkpoint a process loaded open, and h5py with HDF5 2.0
     # then refused another open of that file with default locking.
     torch_room.LazyTensor  # noqa: B018
-    return _load(path, map_location, allow_missing, objects_mode, numpy_as_tensor)
+    return _load(_a_path(path, "load"), map_location, allow_missing, objects_mode, numpy_as_tensor)
+
+
+def _a_path(path: Any, verb: str) -> str | Path:
+    """``path``, a file's name; a file object (``torch.save`` and ``torch.load`` take one) is
+    refused in words. A checkpoint is an HDF5 file, read by its name (the preflight reads it
+    in other processes) and written beside its name, then renamed into place."""
+    if isinstance(path, (str, os.PathLike)):
+        return path
+    if isinstance(path, bytes):
+        return os.fsdecode(path)
+    raise TypeError(
+        f"ckpt_migrate.{verb} takes the checkpoint file's path (str or os.PathLike), not a "
+        f"{type(path).__name__}; for a file you opened, pass its name (f.name)"
+    )
 
 
 def _load(
@@ -343,6 +358,7 @@ def save(
 
     Refuses to overwrite an existing file. Tensors are written one at a time.
     """
+    path = _a_path(path, "save")
     tree = from_python(state_dict, pickle_objects=pickle_objects)
     return write_checkpoint(tree, path, release, allow_missing=allow_missing)
 
