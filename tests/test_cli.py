@@ -242,6 +242,27 @@ def test_names_from_files_never_reach_the_terminal_raw(tmp_path):
     assert "\x1b" not in proc.stdout and "\\x1b[31mred" in proc.stdout
 
 
+def test_a_newline_in_a_name_never_makes_two_lines(tmp_path):
+    """A file named ``ck\nnl.mdl`` in a model directory: its line of ``upgrade-dir`` (and of
+    ``upgrade``, and its row of the summary) was two lines, the second starting ``nl.mdl:``,
+    which a log reader (or a name crafted to look like another result) took for a record of
+    its own. Newlines in names are escaped as the other control characters are; ``--json``
+    stays JSON. Release 2.0 files as the fixtures hold them."""
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copyfile(FIXTURES / "release-2.0.mdl", run / "ck\nnl.mdl")
+    shutil.copyfile(FIXTURES / "release-2.0.mdl", run / "checkpoint_2.mdl")
+    proc = run_cli("upgrade-dir", run, "-o", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert not any(line.startswith("nl.mdl") for line in lines), proc.stdout
+    assert any("ck\\x0anl.mdl: 2.0 → 2.10 written to" in line for line in lines), proc.stdout
+    proc = run_cli("upgrade", run / "ck\nnl.mdl", "-o", tmp_path / "one", "-q")
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1, proc.stdout
+    proc = run_cli("upgrade", run / "ck\nnl.mdl", "-o", tmp_path / "two", "-q", "--json")
+    assert json.loads(proc.stdout)["source"] == str(run / "ck\nnl.mdl")
+
+
 # --------------------------------------------------------------------------- a newcomer's view
 
 
@@ -290,7 +311,7 @@ def test_json_is_written_as_it_is_encoded_and_reads_as_before(capsys, monkeypatc
     monkeypatch.setattr(console.sys.stdout, "write", lambda t: writes.append(len(t)) or real(t))
     render.emit_json(data)
     out = capsys.readouterr().out
-    assert out == console.safe(json.dumps(data, indent=2, default=str)) + "\n"
+    assert out == console.safe_lines(json.dumps(data, indent=2, default=str)) + "\n"
     assert json.loads(out) == data  # (ASCII text: the escapes are JSON's own)
     assert len(writes) > 3 and max(writes) < 2 * (1 << 16)
 

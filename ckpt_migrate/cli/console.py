@@ -35,13 +35,20 @@ _SAID = {signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
 
 # Control characters (ESC and the rest of C0/C1) and lone surrogates, which names taken from a
-# file may contain: printed raw they would drive the user's terminal.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+# file, and the file's own name, may contain: printed raw they would drive the user's terminal,
+# and a newline would make one line two (a file named "a\nb.mdl" in an upgrade-dir log).
+_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNPRINTABLE_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def safe(text: str) -> str:
-    """``text`` with every control character and lone surrogate shown as an escape."""
+    """``text`` on one line, every control character and lone surrogate shown as an escape."""
     return _UNPRINTABLE.sub(_escape, text)
+
+
+def safe_lines(text: str) -> str:
+    """``safe``, its newlines kept: a text of several lines (indented JSON)."""
+    return _UNPRINTABLE_BUT_LINES.sub(_escape, text)
 
 
 def _escape(m: re.Match[str]) -> str:
@@ -65,10 +72,10 @@ def echo_pieces(pieces: Iterable[str], size: int = 1 << 16) -> None:
         held.append(piece)
         count += len(piece)
         if count >= size:
-            stream.write(safe("".join(held)))
+            stream.write(safe_lines("".join(held)))
             held, count = [], 0
     held.append("\n")
-    stream.write(safe("".join(held)))
+    stream.write(safe_lines("".join(held)))
     stream.flush()
 
 
