@@ -252,8 +252,7 @@ def write(
         hashing = out.start_digest()
         attributes = root_attributes(root, release, extra)
         made = h5root.create_file(tmp, exclusive=False, attributes=attributes)
-        with writing(tmp, made) as f:  # the temporary
-            reserve(f.id.get_vfd_handle(), 0, plan.output_bytes)
+        with writing(tmp, made, reserve=plan.output_bytes) as f:  # the temporary
             progress_ = _leaf_progress(root, progress, "write")
             write_tree(f, root, release, extra, progress_, place)
         written = Written(
