@@ -179,7 +179,9 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
     except ReaderGone:
         # What is still buffered goes nowhere, not into a traceback as the process exits.
         with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stdout.fileno())
+            os.close(null)
         return EXIT_READER_GONE
     except Exception as exc:
         if debug:
