@@ -78,7 +78,7 @@ def read(
         )
     info = None if early is None else early.take(f)
     if info is None:
-        info = decode_spec_info(_spec_bytes(f, handle), path=path)
+        info = decode_spec_info(_spec_bytes(f, handle), path=path, progress=handle.progress)
 
     # Every open h5py.Dataset costs memory HDF5 does not give back, so each dataset is opened
     # while its leaf is decoded and closed right after.

@@ -40,6 +40,7 @@ from ckpt_migrate.format.legacy.spec_unpickler import (
     describe,
     printable,
 )
+from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.tree import (
     DictNode,
     Key,
@@ -187,7 +188,9 @@ def _corrupt(path: PathLike, reason: str) -> CorruptCheckpointError:
     )
 
 
-def decode_spec_info(data: bytes, path: PathLike = None) -> SpecInfo:
+def decode_spec_info(
+    data: bytes, path: PathLike = None, progress: Progress | None = None
+) -> SpecInfo:
     """Decode ``dill.dumps(TreeSpec)`` bytes safely into a :class:`SpecInfo` (FORMAT.md §6.3).
 
     Raises ``UnsafeContentError`` for any global outside the allowlist, ``CorruptCheckpointError``
@@ -195,7 +198,7 @@ def decode_spec_info(data: bytes, path: PathLike = None) -> SpecInfo:
     ``defaultdict``/``deque`` nodes, which the neutral tree has no way to express (they do not occur
     in model, optimizer or scheduler state; their §2.2 leaf names are broken anyway).
     """
-    unpickler = SpecUnpickler(io.BytesIO(bytes(data)))
+    unpickler = SpecUnpickler(io.BytesIO(bytes(data)), progress)
     try:
         root_rec = unpickler.load()
         if not isinstance(root_rec, SpecRecord):
