@@ -350,3 +350,20 @@ def test_a_file_object_is_refused_in_words(tmp_path):
     assert digest(ckpt_migrate.load(os.fsencode(real))) == digest(ckpt_migrate.load(real))
     ckpt_migrate.save({"w": np.ones(3)}, os.fsencode(tmp_path / "b.mdl"))
     assert np.array_equal(ckpt_migrate.load(tmp_path / "b.mdl")["w"], np.ones(3))
+
+
+def test_a_name_longer_than_an_attribute_may_be_is_refused_in_words(tmp_path):
+    """Format 0.5 names a root attribute by each leaf; a key past 65,521 bytes (UTF-8) ended
+    in h5py's "KeyError: Unable to delete attribute (bad version number for datatype
+    message)" from deep inside the writer. It is refused by name and size before writing,
+    from ``save`` and from an upgrade of an older file that holds it (release 2.0 writes it)."""
+    from ckpt_migrate.errors import UnsupportedContentError
+
+    ckpt_migrate.save({"k" * 65_521: np.ones(2)}, tmp_path / "fits.mdl")  # (the longest)
+    for key in ("k" * 65_522, "é" * 32_761):
+        with pytest.raises(UnsupportedContentError, match=r"65,521 bytes"):
+            ckpt_migrate.save({key: np.ones(2)}, tmp_path / "long.mdl")
+        assert not (tmp_path / "long.mdl").exists()
+    ckpt_migrate.save({"m": {"k" * 70_000: np.ones(2)}}, tmp_path / "old.mdl", "2.0")
+    proc = run_cli("upgrade", tmp_path / "old.mdl", "-o", tmp_path / "out")
+    one_line_error(proc, 2, "is 70,002 bytes long", "write release 2.4 or older")

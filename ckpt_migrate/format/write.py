@@ -84,6 +84,8 @@ def prepare(
         names.add(name)
         if problem is None:
             try:
+                if len(name) > _LONGEST_ATTRIBUTE_NAME // 4 and not release.legacy:
+                    _check_attribute_name(name, path)
                 if type(leaf) is TensorLeaf and not release.legacy:
                     _check_h5_name(name, stored, path)  # (most leaves: nothing else to check)
                 else:
@@ -154,6 +156,24 @@ def _check_leaf(
 
 def _has_dataset(leaf: Leaf) -> bool:
     return isinstance(leaf, (TensorLeaf, OpaqueLeaf))
+
+
+# Format 0.5 keeps each leaf's metadata in a root attribute named by the leaf; HDF5 holds an
+# attribute message (name, type, shape and the text's reference) to 65,535 bytes, which leaves
+# 65,521 for the name in UTF-8 (measured: one byte more and h5py raised "KeyError: Unable to
+# delete attribute (bad version number for datatype message)" from the writer).
+_LONGEST_ATTRIBUTE_NAME = 65_521
+
+
+def _check_attribute_name(name: str, path) -> None:
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > _LONGEST_ATTRIBUTE_NAME:
+        raise UnsupportedContentError(
+            path,
+            f"leaf name {name[:40]!r}… is {size:,} bytes long; format 0.5 names a root "
+            f"attribute by each leaf, which HDF5 holds to {_LONGEST_ATTRIBUTE_NAME:,} bytes",
+            "shorten the key, or write release 2.4 or older",
+        )
 
 
 def _check_h5_name(name: str, stored: dict[str, str], path) -> None:
