@@ -239,10 +239,7 @@ def upgrade_cmd(
             else:
                 render.upgrade_result(res, quiet)
                 render.config_outcome(cfg)
-    if not worst:  # (a failure's error stays the one line)
-        render.warnings(cli.hop_inputs.unused(hop_inputs_given(ctx), chains))
-    else:
-        raise typer.Exit(worst)
+    _end_of_runs(ctx, worst, chains)
 
 
 @app.command("upgrade-dir")
@@ -333,10 +330,14 @@ def upgrade_dir_cmd(
     if not as_json:
         render.dir_summary(entries, worst)
     chains = [(e.result.from_release, e.result.to_release) for e in entries if e.result]
-    if not worst:  # (a failure's error stays the one line)
-        render.warnings(cli.hop_inputs.unused(hop_inputs_given(ctx), chains))
-    else:
+    _end_of_runs(ctx, worst, chains)
+
+
+def _end_of_runs(ctx: typer.Context, worst: int, chains: list[tuple[Any, Any]]) -> None:
+    """The worst exit code of the runs, or the hop options none of them took, said."""
+    if worst:  # (a failure's error stays the one line)
         raise typer.Exit(worst)
+    render.warnings(cli.hop_inputs.unused(hop_inputs_given(ctx), chains))
 
 
 @app.command("check")

@@ -44,7 +44,6 @@ from ckpt_migrate.format.tree import (
     contains,
     format_path,
     iter_leaves,
-    leaf_objects,
     name_collisions,
     named_leaves,
 )
@@ -270,9 +269,8 @@ def write_checkpoint(
         warnings.warn(f"{target}: {note}", stacklevel=2)
     report = WriteReport(target, rel, notes=notes)
     seen: set[int] = set()
-    if progress is not None:
-        tensors = {id(t): t.nbytes for t in leaf_objects(to_write) if isinstance(t, TensorLeaf)}
-        total = sum(tensors.values())
+    total, leaves, name_chars = sizes(to_write)  # (the progress's total and the room to take)
+    room = new_checkpoint_bound(total, leaves, name_chars, rel.format >= 0.5)
 
     def count(name: str, leaf: Leaf) -> None:
         report.leaves += 1
@@ -286,7 +284,7 @@ def write_checkpoint(
     with atomic_output(target, replace=replace, like=like) as tmp:
         attributes = root_attributes(to_write, rel, extra_attrs or {})
         made = h5root.create_file(tmp, exclusive=False, attributes=attributes)
-        with writing(tmp, made, reserve=written_bound(to_write, rel)) as f:
+        with writing(tmp, made, reserve=room) as f:
             write_tree(f, to_write, rel, extra_attrs, count)
         check_written(tmp, to_write, rel)
         if unchanged is not None:
