@@ -14,7 +14,6 @@ import errno
 import fcntl
 import os
 import re
-import signal
 import stat
 import tempfile
 import threading
@@ -24,34 +23,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ckpt_migrate.errors import CkptIOError, UsageError
+from ckpt_migrate.interrupt import Interrupt
 
 TMP_SUFFIX = ".tmp"
 # os.link fails with these where the filesystem (or a mount boundary) has no hard links.
 LINK_REFUSED = (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK)
-# What stops a command as Ctrl-C does: a terminal's SIGINT, a ``kill``'s SIGTERM, a closed
-# terminal's SIGHUP (``cli.console``; held across a fork by ``h5.children``).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class Interrupt:
-    """Whether Ctrl-C (SIGINT) has been pressed in this process. The command line's handler
-    (``cli.console.on_interrupt``) sets it before raising KeyboardInterrupt. Python runs that
-    handler between any two bytecodes, also inside a destructor or a callback from HDF5's C
-    code, where the exception is printed and dropped ("Exception ignored in ...") and the work
-    goes on; so ``publish`` looks at the flag itself and never moves a file into place after an
-    interrupt."""
-
-    pressed = False
-
-    @classmethod
-    def press(cls) -> None:
-        cls.pressed = True
-
-    @classmethod
-    def check(cls) -> None:
-        """Raise KeyboardInterrupt if Ctrl-C was pressed, even if its exception was lost."""
-        if cls.pressed:
-            raise KeyboardInterrupt
 
 
 def temp_name(target: Path) -> Path:
@@ -225,26 +201,31 @@ def take_place_of(tmp: Path, original: Path) -> None:
     os.chmod(tmp, stat.S_IMODE(st.st_mode))
 
 
-def publish(tmp: Path, target: Path, *, replace: bool = False) -> None:
+def publish(tmp: Path, target: Path, *, replace: bool = False, note: bool = True) -> None:
     """Move ``tmp`` to ``target``; without ``replace``, fail if ``target`` appeared meanwhile.
-    Never after Ctrl-C (``Interrupt``)."""
-    Interrupt.check()
-    if replace:
-        os.replace(tmp, target)
-    else:
-        try:
-            os.link(tmp, target)  # atomic and refuses to clobber
-        except FileExistsError:
-            raise UsageError(target, _EXISTS, _ELSEWHERE) from None
-        except OSError as exc:
-            if exc.errno not in LINK_REFUSED:
-                raise
-            if target.exists():
-                raise UsageError(target, _EXISTS, _ELSEWHERE) from None
-            os.rename(tmp, target)
+    Never after Ctrl-C (``Interrupt``); a Ctrl-C while it moves the file is raised once the
+    file is in place and counted (``Interrupt.published``; ``note``: unless the caller counts
+    a whole made of several files itself), so the command can say so."""
+    with Interrupt.hold():
+        Interrupt.check()
+        if replace:
+            os.replace(tmp, target)
         else:
-            os.unlink(tmp)
-    fsync_dir(target.parent)
+            try:
+                os.link(tmp, target)  # atomic and refuses to clobber
+            except FileExistsError:
+                raise UsageError(target, _EXISTS, _ELSEWHERE) from None
+            except OSError as exc:
+                if exc.errno not in LINK_REFUSED:
+                    raise
+                if target.exists():
+                    raise UsageError(target, _EXISTS, _ELSEWHERE) from None
+                os.rename(tmp, target)
+            else:
+                os.unlink(tmp)
+        if note:
+            Interrupt.note_published(target)
+        fsync_dir(target.parent)
 
 
 @contextlib.contextmanager

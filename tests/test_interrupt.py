@@ -23,11 +23,12 @@ import pytest
 from conftest import REAL, sha256_file, written_to_after
 
 import ckpt_migrate as cm
-from ckpt_migrate.atomic import Interrupt, check_writable
+from ckpt_migrate.atomic import check_writable, publish
 from ckpt_migrate.cli import console
 from ckpt_migrate.cli.commands import verify
 from ckpt_migrate.engine import upgrade as engine
 from ckpt_migrate.format.read import read_checkpoint
+from ckpt_migrate.interrupt import Interrupt
 
 SLOW = {"CKPT_MIGRATE_TEST_WRITE_DELAY": "0.6", "CKPT_MIGRATE_PROGRESS_INTERVAL": "0"}
 
@@ -106,7 +107,9 @@ def test_sigint_at_moments_spread_over_the_run(big, tmp_path):
         proc = start(["upgrade", src, "-o", out, "--verify", "full"], SLOW)
         time.sleep(delay)
         code, err, took = interrupt(proc)
-        if code == 0:  # finished before the signal: a complete, verified output
+        # Finished before the signal, or the signal landed as the output was moved into place
+        # (it is raised once the output is there, and said): a complete, verified output.
+        if code == 0 or f"complete before the interrupt: {out / src.name}" in err.splitlines():
             outcomes.append("done")
             with read_checkpoint(out / src.name) as ckpt:
                 assert ckpt.release is not None and ckpt.release.name == "2.10"
@@ -167,6 +170,127 @@ def test_an_interrupt_lost_in_a_callback_still_stops_the_publish(big, tmp_path, 
     assert Interrupt.pressed
     assert list(out.iterdir()) == []
     assert sha256_file(src) == digest
+
+
+def test_an_interrupt_as_the_output_is_moved_into_place(tmp_path, monkeypatch, capsys):
+    """SIGINT between the link of the output to its name and the removal of its temporary (CI
+    once sent it there, as the run ended): the move is finished first, then the interrupt is
+    raised; the command says which output was complete before it. The temporary was left
+    beside a published output, and nothing said the output was whole."""
+    tmp, target = tmp_path / "a.mdl.0123abcd.tmp", tmp_path / "a.mdl"
+    tmp.write_bytes(b"whole")
+    link = os.link
+
+    def link_then_sigint(src, dst):
+        link(src, dst)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)  # (the handler runs here)
+
+    monkeypatch.setattr(os, "link", link_then_sigint)
+    monkeypatch.setattr(Interrupt, "pressed", False)
+    code = console.run_guarded(lambda: publish(tmp, target))
+    assert code == 130
+    assert capsys.readouterr().err.splitlines() == [
+        f"complete before the interrupt: {target}",
+        "interrupted",
+    ]
+    assert sorted(tmp_path.iterdir()) == [target] and target.read_bytes() == b"whole"
+
+
+def test_an_interrupt_before_the_move_says_nothing_was_complete(tmp_path, monkeypatch, capsys):
+    """A command that published an output in an earlier run in this process is not said to
+    have written it when a later one is interrupted before its own."""
+    first, tmp = tmp_path / "first.mdl.0123abcd.tmp", tmp_path / "b.mdl.0123abcd.tmp"
+    first.write_bytes(b"1")
+    tmp.write_bytes(b"2")
+    monkeypatch.setattr(Interrupt, "pressed", False)
+    assert console.run_guarded(lambda: publish(first, tmp_path / "first.mdl")) == 0
+
+    def interrupted():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)
+        publish(tmp, tmp_path / "b.mdl")
+
+    assert console.run_guarded(interrupted) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+    assert not (tmp_path / "b.mdl").exists()
+
+
+@pytest.mark.parametrize("at", [1, 2])
+def test_an_interrupt_as_tensorflow_checkpoints_are_moved_into_place(
+    tmp_path, monkeypatch, at, capsys
+):
+    """``h5-to-tf`` moves each checkpoint's data files, then each ``.index`` (by which a reader
+    finds one). SIGINT during the move of the first index: nothing is left in place; during
+    the last: all are, and said."""
+    from types import SimpleNamespace
+
+    from ckpt_migrate.tf.stage import Staged, publish_all
+
+    staged = []
+    for name in ("a", "b"):
+        tmpdir = tmp_path / f"{name}.stage"
+        tmpdir.mkdir()
+        for part in (".data-00000-of-00001", ".index"):
+            (tmpdir / f"t{part}").write_bytes(name.encode())
+        prefix = str(tmp_path / "out" / name)
+        staged.append(Staged(tmpdir, tmpdir / "t", SimpleNamespace(prefix=prefix)))
+    (tmp_path / "out").mkdir()
+    link, indexes = os.link, []
+
+    def link_then_sigint(src, dst):
+        link(src, dst)
+        if str(dst).endswith(".index"):
+            indexes.append(dst)
+            if len(indexes) == at:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)
+
+    monkeypatch.setattr(os, "link", link_then_sigint)
+    monkeypatch.setattr(Interrupt, "pressed", False)
+    assert console.run_guarded(lambda: publish_all(staged)) == 130
+    left = sorted(p.name for p in (tmp_path / "out").iterdir())
+    if at == 1:
+        assert capsys.readouterr().err == "interrupted\n" and left == []
+    else:
+        assert capsys.readouterr().err.splitlines() == [
+            f"complete before the interrupt: 2 outputs, the last {staged[1].output.prefix}",
+            "interrupted",
+        ]
+        assert left == [f"{n}{part}" for n in "ab" for part in (".data-00000-of-00001", ".index")]
+
+
+def test_an_interrupt_as_an_export_replaces_the_old_one(tmp_path, monkeypatch, capsys):
+    """``export-hf --force`` moves the old directory aside, then the new one into place. SIGINT
+    between the two renames left no directory at the target's name and the old one under a
+    hidden name; the replacement is finished first now, and said."""
+    from ckpt_migrate.hf.outdir import atomic_dir
+
+    target = tmp_path / "hf"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"old")
+    rename, renames = os.rename, []
+
+    def rename_then_sigint(src, dst):
+        rename(src, dst)
+        renames.append(dst)
+        if len(renames) == 1:  # the old one, moved aside
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+
+    def export() -> None:
+        with atomic_dir(target, force=True) as tmp:
+            (tmp / "model.safetensors").write_bytes(b"new")
+
+    monkeypatch.setattr(os, "rename", rename_then_sigint)
+    monkeypatch.setattr(Interrupt, "pressed", False)
+    assert console.run_guarded(export) == 130
+    assert capsys.readouterr().err.splitlines() == [
+        f"complete before the interrupt: {target}",
+        "interrupted",
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]
+    assert (target / "model.safetensors").read_bytes() == b"new"
 
 
 def test_sigint_in_upgrade_dir_stops_the_whole_run(big, tmp_path):

@@ -29,6 +29,7 @@ RANKS: dict[str, int] = {
     "_version": 0,
     "errors": 0,
     "atomic": 1,
+    "interrupt": 0,
     "heap": 1,
     "jsonfile": 1,
     "format": 2,

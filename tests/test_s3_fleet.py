@@ -234,7 +234,7 @@ def test_an_interrupt_in_a_fleets_task_publishes_no_object(store, local_run, mon
     process notes it: ``remote.fleet``); the upload went on part after part and completed the
     object after the command had said ``interrupted``. It now stops at the next part: the
     upload aborted, no object. (The 1.9 library's layout, as the worker meets it.)"""
-    from ckpt_migrate.atomic import Interrupt
+    from ckpt_migrate.interrupt import Interrupt
     from ckpt_migrate.remote import upgrade as remote_upgrade
 
     s3, bucket = store, "interrupted"

@@ -48,8 +48,8 @@ def entry(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-# Not ``atomic.Interrupt``: importing it (18 ms) would come before the handler, and a press
-# noted here ends the run before anything is published.
+# Not ``interrupt.Interrupt``: nothing of the package is imported before this handler is in
+# place, and a press noted here ends the run before anything is published.
 _PRESSED: list[bool] = []
 
 

@@ -19,8 +19,8 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ckpt_migrate.atomic import STOP_SIGNALS, Interrupt
 from ckpt_migrate.errors import CkptError, CkptIOError, UsageError
+from ckpt_migrate.interrupt import STOP_SIGNALS, Interrupt
 
 if TYPE_CHECKING:
     from ckpt_migrate.format.progress import Progress
@@ -80,9 +80,11 @@ def echo_pieces(pieces: Iterable[str], size: int = 1 << 16) -> None:
 
 
 def on_interrupt(signum: int, frame: Any) -> None:
-    """SIGINT: note it (``atomic.Interrupt``: nothing is published after it), then interrupt."""
+    """SIGINT: note it (``interrupt.Interrupt``: nothing is published after it), then interrupt,
+    at once or at the end of a step that must not stop half way (``Interrupt.hold``)."""
     Interrupt.press()
-    raise KeyboardInterrupt
+    if not Interrupt.held:
+        raise KeyboardInterrupt
 
 
 def on_terminate(signum: int, frame: Any) -> None:
@@ -95,10 +97,17 @@ def on_terminate(signum: int, frame: Any) -> None:
     on_interrupt(signum, frame)
 
 
-def _stopped() -> int:
-    """The interrupt's one line, and its exit code."""
+def _stopped(published_before: int) -> int:
+    """The interrupt's line, and its exit code. Preceded by what the command had put in place
+    by then (``published_before``: the count when it began): an interrupt that lands as the
+    output is moved into place is raised once it is there, whole and verified."""
     signum = _STOPPED_BY[0] if _STOPPED_BY else signal.SIGINT
+    done, last = Interrupt.published - published_before, Interrupt.last_published
     with contextlib.suppress(OSError):  # (a closed terminal's stderr)
+        if done == 1:
+            echo(f"complete before the interrupt: {last}", err=True)
+        elif done > 1:
+            echo(f"complete before the interrupt: {done} outputs, the last {last}", err=True)
         echo(_SAID.get(signum, "interrupted"), err=True)
     return EXIT_INTERRUPTED if signum == signal.SIGINT else 128 + signum
 
@@ -145,10 +154,11 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
 
     Ctrl-C ends as one ``interrupted`` line and 130 however its KeyboardInterrupt travelled:
     raised, turned into exit code 130 by typer, or turned into another error on its way
-    (``atomic.Interrupt``). Lost altogether, it still stops every later ``publish``; a command
+    (``interrupt.Interrupt``). Lost altogether, it still stops every later ``publish``; a command
     that finished all the same reports its finished work. A SIGTERM or SIGHUP ends the same
     way, said as itself (``on_terminate``)."""
     _STOPPED_BY.clear()  # (a caller in this process may run several commands)
+    published_before = Interrupt.published
     previous = signal.getsignal(signal.SIGINT)
     if previous is signal.default_int_handler:  # not ignored (nohup, &)
         signal.signal(signal.SIGINT, on_interrupt)
@@ -165,17 +175,17 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
         code = fn() or 0
         sys.stdout.flush()  # (what is still buffered fails here, not as the process exits)
         if code == EXIT_INTERRUPTED and Interrupt.pressed:
-            return _stopped()
+            return _stopped(published_before)
         return code
     except CkptError as exc:
         if Interrupt.pressed:  # the error is an interrupt's consequence
-            return _stopped()
+            return _stopped(published_before)
         if debug:
             traceback.print_exc()
         echo(f"error: {exc}", err=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        return _stopped()
+        return _stopped(published_before)
     except ReaderGone:
         # What is still buffered goes nowhere, not into a traceback as the process exits.
         with contextlib.suppress(OSError, ValueError):
@@ -187,7 +197,7 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> int:
         if debug:
             traceback.print_exc()
         if Interrupt.pressed:
-            return _stopped()
+            return _stopped(published_before)
         refused = CkptIOError.refused(exc) if isinstance(exc, OSError) else None
         if refused is not None:  # a file closed to this user that no reader named itself
             echo(f"error: {refused}", err=True)

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ckpt_migrate.atomic import (
-    Interrupt,
     advisory_lock,
     as_os_error,
     atomic_output,
@@ -49,6 +48,7 @@ from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import DictNode
 from ckpt_migrate.format.write import prepare
 from ckpt_migrate.hops.hop import Hop, Operation, StepContext
+from ckpt_migrate.interrupt import Interrupt
 from ckpt_migrate.models.detect import FamilyChoice, choose_family
 from ckpt_migrate.models.steps import report_unknown_keys
 

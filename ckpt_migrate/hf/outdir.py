@@ -17,9 +17,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from ckpt_migrate.atomic import Interrupt, check_parent, fsync_dir, fsync_path, io_error
+from ckpt_migrate.atomic import check_parent, fsync_dir, fsync_path, io_error
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.hf.safetensors_io import INDEX, SINGLE
+from ckpt_migrate.interrupt import Interrupt
 
 # What an export writes (``safetensors_io.shard_names``, ``directories.write``), and what
 # transformers' ``save_pretrained``, its tokenizers' and the Hub's model pages keep beside it
@@ -109,7 +110,9 @@ def atomic_dir(target: Path, *, force: bool = False, like: Path | None = None) -
                 fsync_dir(Path(where, name))
         fsync_dir(tmp)
         Interrupt.check()
-        _publish_dir(tmp, target, force)
+        with Interrupt.hold():  # (never the old one moved aside and the new one not in place)
+            _publish_dir(tmp, target, force)
+            Interrupt.note_published(target)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise io_error(target, exc) from None

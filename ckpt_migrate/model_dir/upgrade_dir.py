@@ -37,7 +37,6 @@ from typing import Any, Literal
 import h5py
 
 from ckpt_migrate.atomic import (
-    Interrupt,
     advisory_lock,
     io_error,
     made_directory,
@@ -52,6 +51,7 @@ from ckpt_migrate.format import releases
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
+from ckpt_migrate.interrupt import Interrupt
 from ckpt_migrate.model_dir.names import DEFAULT_NAME, TEMP_SUFFIX, NamePattern
 from ckpt_migrate.model_dir.records import incomplete_reason, read_run_record
 from ckpt_migrate.model_dir.report import traffic

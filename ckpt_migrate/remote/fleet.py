@@ -21,9 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ckpt_migrate.atomic import STOP_SIGNALS, Interrupt
 from ckpt_migrate.engine.upgrade import UpgradeResult
 from ckpt_migrate.errors import EXIT_IO, CkptError, require
+from ckpt_migrate.interrupt import STOP_SIGNALS, Interrupt
 from ckpt_migrate.model_dir.upgrade_dir import DirEntry, DirOptions, upgrade_one
 
 Done = Callable[[int, int], None]  # (files done, files in all)
@@ -63,7 +63,7 @@ def connect(scheduler: str | None, workers: int | None) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def _interrupts_held() -> Iterator[None]:
-    """``atomic.STOP_SIGNALS`` noted, and raised again once the block ends. A cluster interrupted
+    """``interrupt.STOP_SIGNALS`` noted, and raised again once the block ends. A cluster interrupted
     while it started was left half made, and Dask's own attempt to close it as the process
     exited printed a traceback ("AssertionError: Status.init") after ``interrupted``: started
     whole (a second or two), it is closed as any other."""

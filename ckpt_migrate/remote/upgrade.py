@@ -34,12 +34,12 @@ from typing import Any
 
 import h5py
 
-from ckpt_migrate.atomic import Interrupt
 from ckpt_migrate.engine.extents import Extents
 from ckpt_migrate.engine.splitcopy import MIN_RANGE, complement, data_ranges
 from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, upgrade
 from ckpt_migrate.errors import CkptError, UsageError, VerificationError
 from ckpt_migrate.format import releases
+from ckpt_migrate.interrupt import Interrupt
 from ckpt_migrate.remote import s3 as s3mod
 from ckpt_migrate.remote.parts import SOURCE, UPLOAD, Program, Ref, plan
 from ckpt_migrate.remote.s3 import RangedFile, S3Url
@@ -318,9 +318,14 @@ class _Writer:
                 self.stop()  # (a fleet's task hears of it only here: ``fleet.Stop``)
                 done.append({"PartNumber": number, "ETag": self._part(url, upload_id, number, ref)})
             self.stop()  # never published after Ctrl-C, as ``atomic.publish``
-            reply = s3.complete_multipart_upload(
-                Bucket=url.bucket, Key=url.key, UploadId=upload_id, MultipartUpload={"Parts": done}
-            )
+            with Interrupt.hold():
+                reply = s3.complete_multipart_upload(
+                    Bucket=url.bucket,
+                    Key=url.key,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": done},
+                )
+                Interrupt.note_published(str(url))
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 s3.abort_multipart_upload(Bucket=url.bucket, Key=url.key, UploadId=upload_id)

@@ -20,6 +20,7 @@ import numpy as np
 from ckpt_migrate.atomic import fsync_dir, fsync_path, publish, temp_name
 from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, VerificationError
 from ckpt_migrate.format.progress import Progress
+from ckpt_migrate.interrupt import Interrupt
 from ckpt_migrate.tf.saver import op_message, open_reader, storage_hash
 
 
@@ -264,24 +265,28 @@ def _verify_saver(
 
 def publish_all(staged: list[Staged]) -> None:
     """Move every checkpoint into place: all data files first, each ``.index`` last (a reader
-    finds a checkpoint by its index, so no half-moved checkpoint ever looks complete)."""
+    finds a checkpoint by its index, so no half-moved checkpoint ever looks complete). A
+    Ctrl-C before the last move removes the moved files; during it, it is raised after."""
     linked: list[Path] = []
-    try:
-        for s in staged:
-            for p in sorted(s.tmpdir.glob(s.tmp_prefix.name + ".data-*")):
-                final = Path(s.output.prefix + p.name[len(s.tmp_prefix.name) :])
-                publish(p, final)
+    with Interrupt.hold():
+        try:
+            for s in staged:
+                for p in sorted(s.tmpdir.glob(s.tmp_prefix.name + ".data-*")):
+                    final = Path(s.output.prefix + p.name[len(s.tmp_prefix.name) :])
+                    publish(p, final, note=False)
+                    linked.append(final)
+            for s in staged:
+                index = Path(str(s.tmp_prefix) + ".index")
+                final = Path(s.output.prefix + ".index")
+                publish(index, final, note=False)
                 linked.append(final)
+        except BaseException:
+            for p in reversed(linked):  # ours: created by this run a moment ago
+                with contextlib.suppress(OSError):
+                    p.unlink()
+            raise
         for s in staged:
-            index = Path(str(s.tmp_prefix) + ".index")
-            final = Path(s.output.prefix + ".index")
-            publish(index, final)
-            linked.append(final)
-    except BaseException:
-        for p in reversed(linked):  # ours: created by this run a moment ago
-            with contextlib.suppress(OSError):
-                p.unlink()
-        raise
+            Interrupt.note_published(s.output.prefix)
     for d in {Path(s.output.prefix).parent for s in staged}:
         fsync_dir(d)
 
@@ -300,7 +305,7 @@ def write_state_file(prefix: Path) -> str | None:
             encoding="utf-8",
         )
         fsync_path(tmp)
-        publish(tmp, state)
+        publish(tmp, state, note=False)  # (a guide to the checkpoints, counted already)
     except (OSError, CkptError):
         with contextlib.suppress(OSError):
             tmp.unlink()

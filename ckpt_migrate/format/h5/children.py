@@ -26,8 +26,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_migrate.atomic import STOP_SIGNALS
 from ckpt_migrate.format.h5 import capi
+from ckpt_migrate.interrupt import STOP_SIGNALS
 
 _HELD = set(STOP_SIGNALS)
 
@@ -48,7 +48,7 @@ _pressed: list[tuple[int, int]] = []  # (pid, signal) of each held signal that a
 
 
 def fork() -> int:
-    """``os.fork()`` with ``atomic.STOP_SIGNALS`` held, in both processes, until :func:`release`;
+    """``os.fork()`` with ``interrupt.STOP_SIGNALS`` held, in both processes, until :func:`release`;
     called, and released, with :data:`forking` held (what is held is kept here, one fork at a
     time)."""
     global _hold
@@ -75,7 +75,7 @@ def fork() -> int:
 
 
 def release() -> None:
-    """After :func:`fork`: ``atomic.STOP_SIGNALS`` as they were before it (one held meanwhile is
+    """After :func:`fork`: ``interrupt.STOP_SIGNALS`` as they were before it (one held meanwhile is
     raised now)."""
     global _hold
     hold, _hold = _hold, None

@@ -1,0 +1,55 @@
+"""Ctrl-C and its kin, as the whole package sees them: whether one was pressed, and the steps
+it must not cut in two."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+# What stops a command as Ctrl-C does: a terminal's SIGINT, a ``kill``'s SIGTERM, a closed
+# terminal's SIGHUP (``cli.console``; held across a fork by ``h5.children``).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupt:
+    """Whether Ctrl-C (SIGINT) has been pressed in this process. The command line's handler
+    (``cli.console.on_interrupt``) sets it before raising KeyboardInterrupt. Python runs that
+    handler between any two bytecodes, also inside a destructor or a callback from HDF5's C
+    code, where the exception is printed and dropped ("Exception ignored in ...") and the work
+    goes on; so ``publish`` looks at the flag itself and never moves a file into place after an
+    interrupt."""
+
+    pressed = False
+    held = 0  # inside ``hold``: a press is noted, its KeyboardInterrupt raised at the end
+    published = 0  # outputs put in place in this process (a file, an object in a store)
+    last_published: str | None = None
+
+    @classmethod
+    def press(cls) -> None:
+        cls.pressed = True
+
+    @classmethod
+    def check(cls) -> None:
+        """Raise KeyboardInterrupt if Ctrl-C was pressed, even if its exception was lost."""
+        if cls.pressed:
+            raise KeyboardInterrupt
+
+    @classmethod
+    @contextlib.contextmanager
+    def hold(cls) -> Iterator[None]:
+        """A step that must not stop half way (a rename and the removal of its temporary): a
+        press is raised at the end of the outermost step, unless an error ended it first."""
+        cls.held += 1
+        try:
+            yield
+        finally:
+            cls.held -= 1
+        if not cls.held:
+            cls.check()
+
+    @classmethod
+    def note_published(cls, target: str | Path) -> None:
+        cls.published += 1
+        cls.last_published = str(target)
