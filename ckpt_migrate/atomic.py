@@ -24,14 +24,26 @@ from pathlib import Path
 
 from ckpt_migrate.errors import CkptIOError, UsageError
 from ckpt_migrate.interrupt import Interrupt
+from ckpt_migrate.sidenames import NAME_MAX, cut_bytes, fitting
 
 TMP_SUFFIX = ".tmp"
+_TEMP_TAIL = len(".01234567" + TMP_SUFFIX)
 # os.link fails with these where the filesystem (or a mount boundary) has no hard links.
 LINK_REFUSED = (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK)
 
 
 def temp_name(target: Path) -> Path:
-    return target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+    stem = fitting(target.name, _TEMP_TAIL)
+    return target.with_name(f"{stem}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+
+
+def check_fits(path: Path, suffix: str, what: str, fix: str) -> None:
+    """Refuse ``path`` if ``what`` (``a backup``), named by ``suffix`` added to its name, cannot be
+    made beside it."""
+    size = len(os.fsencode(path.name + suffix))
+    if size > NAME_MAX:
+        problem = f"its name is too long for {what} beside it (with {suffix} it makes {size} bytes"
+        raise UsageError(path, f"{problem}, more than the {NAME_MAX} a name may have)", fix)
 
 
 def create_temp(target: Path, like: Path | None = None) -> tuple[Path, int]:
@@ -62,9 +74,13 @@ _CREATING_SECONDS = 10.0
 def remove_stale_temporaries(target: Path) -> list[Path]:
     """Remove the temporary files that killed writers of ``target`` left beside it, and return
     them: files named as ``temp_name`` names them (of ``target`` or of its ``.pre-R.bak``
-    backup) that no live process holds the lock of. A live writer's file is never touched."""
+    backup) that no live process holds the lock of. A live writer's file is never touched.
+    (A long name's temporaries are known by its first bytes: ``fitting``.)"""
+    cut = os.fsdecode(os.fsencode(target.name)[: cut_bytes(_TEMP_TAIL)])
     pattern = re.compile(
-        re.escape(target.name) + r"(?:\.pre-\d+\.\d+\.bak)?\.[0-9a-f]{8}" + re.escape(TMP_SUFFIX)
+        rf"(?:{re.escape(target.name)}(?:\.pre-\d+\.\d+\.bak)?|{re.escape(cut)}.*~[0-9a-f]{{8}})"
+        rf"\.[0-9a-f]{{8}}{re.escape(TMP_SUFFIX)}",
+        re.DOTALL,
     )
     try:
         names = [n for n in os.listdir(target.parent) if pattern.fullmatch(n)]

@@ -30,6 +30,7 @@ RANKS: dict[str, int] = {
     "errors": 0,
     "atomic": 1,
     "interrupt": 0,
+    "sidenames": 0,
     "heap": 1,
     "jsonfile": 1,
     "format": 2,

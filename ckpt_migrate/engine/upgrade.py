@@ -17,6 +17,7 @@ from ckpt_migrate.atomic import (
     advisory_lock,
     as_os_error,
     atomic_output,
+    check_fits,
     check_output,
     check_writable,
     fsync_path,
@@ -462,6 +463,7 @@ def _output_file(src: Path, target: Path, elsewhere: str, *, force: bool = False
 
 def _backup_path(src: Path, release: Release) -> Path:
     backup = src.with_name(f"{src.name}.pre-{release.name}.bak")
+    check_fits(src, backup.name[len(src.name) :], "a backup", "write it elsewhere with -o DIR")
     if (backup.exists() or backup.is_symlink()) and not same_file(backup, src):
         raise UsageError(backup, "backup already exists", "move it away, then retry")
     return backup
