@@ -17,7 +17,7 @@ from ckpt_migrate.engine import upgrade as engine
 from ckpt_migrate.errors import CkptError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.h5 import io as h5io
-from ckpt_migrate.format.h5 import metadata_cache
+from ckpt_migrate.format.h5 import metadata_cache, unnamed
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import iter_leaves
@@ -388,9 +388,9 @@ def test_the_datasets_no_leaf_uses_are_found_in_hdf5s_own_order(tmp_path, libver
         every = []
         f.visititems(lambda n, o: every.append(n) if isinstance(o, h5py.Dataset) else None)
         want = sorted({*every, "tie", "g/tie"} - used)  # (visititems names an object once)
-        assert h5io.datasets_not_in(f, used, recursive=True) == want
+        assert unnamed.datasets_not_in(f, used, recursive=True) == want
         top = sorted(n for n in [*names, "tie"] if n not in used)
-        assert h5io.datasets_not_in(f, used, recursive=False) == top
+        assert unnamed.datasets_not_in(f, used, recursive=False) == top
 
 
 def test_the_datasets_no_leaf_uses_are_found_without_opening_the_used_ones(tmp_path):
@@ -410,8 +410,8 @@ def test_the_datasets_no_leaf_uses_are_found_without_opening_the_used_ones(tmp_p
         raw.seek(address)
         raw.write(b"\xff" * 16)
     with h5py.File(path, "r") as f:
-        assert h5io.datasets_not_in(f, {"a"}, recursive=True) == ["b", "g/c"]
-        assert h5io.datasets_not_in(f, {"a", "b"}, recursive=False) == []
+        assert unnamed.datasets_not_in(f, {"a"}, recursive=True) == ["b", "g/c"]
+        assert unnamed.datasets_not_in(f, {"a", "b"}, recursive=False) == []
 
 
 def test_the_datasets_no_leaf_uses_in_the_real_librarys_files_are_those_h5py_finds(tmp_path):
@@ -423,10 +423,10 @@ def test_the_datasets_no_leaf_uses_in_the_real_librarys_files_are_those_h5py_fin
     for path in paths:
         with h5py.File(path, "r", locking=False) as f:
             every = _dataset_links(f)
-            assert h5io.datasets_not_in(f, set(), recursive=True) == every, path.name
+            assert unnamed.datasets_not_in(f, set(), recursive=True) == every, path.name
             used = set(every[::2])
             rest = [n for n in every if n not in used]
-            assert h5io.datasets_not_in(f, used, recursive=True) == rest, path.name
+            assert unnamed.datasets_not_in(f, used, recursive=True) == rest, path.name
 
 
 def _dataset_links(f: h5py.File) -> list[str]:

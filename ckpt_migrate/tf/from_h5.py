@@ -97,7 +97,9 @@ def h5_to_tf(
     excludes = compile_patterns(exclude, "--exclude")
     require_tensorflow()
     src = Path(h5_path)
-    with read_checkpoint(src) as ckpt:
+    with read_checkpoint(src, progress=progress) as ckpt:
+        if progress is not None and ckpt.handle is not None:
+            ckpt.handle.ready_to_read()  # (said: the first tensor's read would make its map unsaid)
         unchanged = watch(src)  # (called before publishing: the tensors are read as staged)
         report = H5ToTfReport(src, [])
         variables = _h5_variables(ckpt, excludes, report)

@@ -6,6 +6,7 @@ and moved into place data files first, ``.index`` last (``tf.from_h5`` decides w
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import re
@@ -137,8 +138,12 @@ def stage(
             nonlocal batch, batch_bytes, done
             part = str(tmpdir / f"part-{len(parts):05d}")
             names, specs, tensors = [], [], []
+            fetched = done
             for v, rows in batch:
                 block = v.fetch(rows)
+                if progress is not None:  # (a batch of 12k small tensors took 16 s to read)
+                    fetched += _rows_bytes(v, rows)
+                    progress(f"writing {final.name}", min(fetched, max(total - 1, 0)), total)
                 if verify == "full":
                     h = hashes.setdefault(v.name, hashlib.sha256())
                     if v.dtype == "string":
@@ -196,7 +201,13 @@ def stage(
         out.tensor_bytes = total
         out.data_files = len(parts)
         _verify_saver(
-            tf, prefix, tmp_prefix, variables, pieces, hashes if verify == "full" else None
+            tf,
+            prefix,
+            tmp_prefix,
+            variables,
+            pieces,
+            hashes if verify == "full" else None,
+            None if progress is None else functools.partial(progress, f"checking {final.name}"),
         )
         for p in tmpdir.iterdir():
             fsync_path(p)
@@ -220,8 +231,10 @@ def _verify_saver(
     variables: list[Variable],
     pieces: dict[str, list[slice | None]],
     hashes: dict[str, Any] | None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> None:
-    """Re-read the written checkpoint: the same names, dtypes and shapes (and bytes if hashed)."""
+    """Re-read the written checkpoint: the same names, dtypes and shapes (and bytes if hashed);
+    ``progress`` hears of the bytes of the variables checked."""
     reader = open_reader(tf, str(tmp_prefix))
     shapes = reader.get_variable_to_shape_map()
     types = reader.get_variable_to_dtype_map()
@@ -232,7 +245,11 @@ def _verify_saver(
         raise VerificationError(
             prefix, f"the written checkpoint has other names (missing {missing}, extra {extra})"
         )
+    total, done = sum(v.nbytes for v in variables), 0
     for name, v in want.items():
+        if progress is not None:
+            progress(done, total)
+            done += v.nbytes
         if types[name].name != v.dtype or tuple(shapes[name]) != v.shape:
             raise VerificationError(
                 prefix,
@@ -261,6 +278,8 @@ def _verify_saver(
             del value
         if h.hexdigest() != hashes[name].hexdigest():
             raise VerificationError(prefix, f"{name!r} differs from the H5 tensor after writing")
+    if progress is not None:
+        progress(total, total)
 
 
 def publish_all(staged: list[Staged]) -> None:

@@ -113,8 +113,11 @@ def _load(
     allow_missing: bool,
     objects_mode: ObjectMode,
     numpy_as_tensor: bool,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Any:
-    ckpt = read_checkpoint(path)
+    ckpt = read_checkpoint(path, progress=progress)
+    if progress is not None and ckpt.handle is not None:
+        ckpt.handle.ready_to_read()  # (said: the first tensor's read would make its map unsaid)
     missing = ckpt.missing
     if missing and not allow_missing:
         raise MissingLeavesError(
@@ -393,9 +396,9 @@ def to_torch(
     object is refused). The file is loaded back with ``weights_only=True`` before it is put in
     place. ``from_torch`` reads it back; the numpy leaves then are torch tensors.
     """
-    import torch
+    state = _load(_a_path(src, "to_torch"), None, allow_missing, "data", True, progress)
+    import torch  # (after the read, which says its progress: its import takes seconds)
 
-    state = load(src, allow_missing=allow_missing, objects_mode="data", numpy_as_tensor=True)
     unchanged = watch(Path(src))  # (called before publishing: the tensors are read lazily)
     memo: dict[int, Any] = {}
     sources: dict[int, Any] = {}  # id(placeholder) -> the tensor whose data goes there

@@ -202,7 +202,7 @@ class H5Handle:
         made now, by a caller that holds less now than while it reads (the map's making took
         21 MiB more than it keeps at 150k tensors, issue 33)."""
         self.walked()
-        overlaps.shared_starts(self.file())
+        overlaps.shared_starts(self.file(), self.progress)
 
     def storage_scanned(self) -> bool:
         """Whether the preflight child's scan of the datasets' storage (``H5Handle.storage``)
@@ -376,45 +376,6 @@ def open_dataset(group: h5py.Group, name: str) -> h5py.Dataset | None:
         f"{name!r} is a {kind} where a dataset belongs",
         "the file is damaged; use another copy",
     )
-
-
-def datasets_not_in(group: h5py.Group, used: set[str], *, recursive: bool) -> list[str]:
-    """The datasets under ``group`` (its members, or with ``recursive`` everything below it)
-    whose names are not in ``used`` (dataset names), sorted. Found from each group's links;
-    only the names outside ``used`` are opened, each group once (a file may link one into
-    itself). HDF5's own recursive visit reads every object's header to learn its type (188k
-    at 150k tensors: 2.9 s and 17 MiB, issue 33); ``h5o.visit`` with object info cost 0.17 s
-    on a file of 2,000 leaves."""
-    other: list[str] = []
-    seen = {h5py.h5o.get_info(group.id).addr}
-    groups: list[tuple[h5py.h5g.GroupID, str]] = [(group.id, "")]
-    while groups:
-        gid, prefix = groups.pop()
-        for name, path, address in _hard_links_outside(gid, prefix, used):
-            obj = h5py.h5o.open(gid, name)
-            if isinstance(obj, h5py.h5d.DatasetID):
-                other.append(path)
-            elif recursive and isinstance(obj, h5py.h5g.GroupID) and address not in seen:
-                seen.add(address)
-                groups.append((obj, f"{path}/"))
-    return sorted(other)
-
-
-def _hard_links_outside(
-    gid: h5py.h5g.GroupID, prefix: str, used: set[str]
-) -> list[tuple[bytes, str, int]]:
-    """The names, paths (``prefix`` and the name) and addresses of ``gid``'s hard links whose
-    paths are not in ``used``."""
-    outside: list[tuple[bytes, str, int]] = []
-
-    def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
-        if info.type == h5py.h5l.TYPE_HARD and (path := prefix + name.decode()) not in used:
-            outside.append((name, path, info.u))
-
-    # (in HDF5's own order: by name, HDF5 first builds a sorted table of a dense group's links:
-    # 35 MiB more at 188k)
-    gid.links.iterate(take, info=True, order=h5py.h5.ITER_NATIVE)
-    return outside
 
 
 def read_slab(ds: h5py.Dataset, sl: tuple[slice, ...]) -> Any:

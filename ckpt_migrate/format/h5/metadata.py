@@ -34,6 +34,7 @@ import numpy as np
 from ckpt_migrate.format.h5.attrtable import elements, message_fields
 from ckpt_migrate.format.h5.headers import SHARED, Header, HeaderError, read_header
 from ckpt_migrate.format.h5.identity import hdf5_file
+from ckpt_migrate.format.progress import Progress, counter
 
 _SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _LAYOUT, _SYMBOL_TABLE, _ATTRIBUTE, _BTREE_K = 0x08, 0x11, 0x0C, 0x13
@@ -109,10 +110,13 @@ def sorted_once(values: np.ndarray) -> np.ndarray:
     return values[np.concatenate(([True], values[1:] != values[:-1]))]
 
 
-def metadata_extents(f: h5py.File, objects: Collection[int]) -> tuple[array, array]:
+def metadata_extents(
+    f: h5py.File, objects: Collection[int], progress: Progress | None = None
+) -> tuple[array, array]:
     """The starts and ends of the metadata of ``f`` that belongs to the superblock and to the
     objects at the addresses ``objects`` (their headers, chunk indexes and group structures),
-    each address once."""
+    each address once; ``progress`` hears of them as ``check overlaps`` (9 s at 150k tensors
+    on a slow machine)."""
     with hdf5_file(f.id) as fd:
         mapped = _File(fd, os.fstat(fd).st_size)
         try:
@@ -120,12 +124,20 @@ def metadata_extents(f: h5py.File, objects: Collection[int]) -> tuple[array, arr
         except _Stop:
             return array("Q"), array("Q")
         once = array("Q", sorted_once(np.fromiter(objects, np.uint64, len(objects))).tobytes())
+        count = counter(progress, _PHASE, len(once), 1000) if progress is not None else None
         for address in once:
+            if count is not None:
+                count()
             try:
                 _object(mapped, address, sizes)
             except _Stop:
                 continue
+        if progress is not None:
+            progress(_PHASE, len(once), len(once))
         return mapped.starts, mapped.ends
+
+
+_PHASE = "check overlaps"
 
 
 def _superblock(m: _File) -> _Sizes:

@@ -22,26 +22,27 @@ import numpy as np
 
 from ckpt_migrate.format.h5.identity import hdf5_identity
 from ckpt_migrate.format.h5.metadata import metadata_extents, sorted_once
+from ckpt_migrate.format.progress import Progress
 
 _SHARED: dict[tuple[int, ...], np.ndarray | _Walked] = {}
 _SHARED_FILES = 8
 _LAST = (1 << 64) - 1
 
 
-def shared_starts(f: h5py.File | h5py.h5o.ObjectID) -> np.ndarray:
+def shared_starts(f: h5py.File | h5py.h5o.ObjectID, progress: Progress | None = None) -> np.ndarray:
     """Where stored data of ``f`` starts that overlaps other stored data: a chunk whose index
     entry was moved onto another chunk (of any dataset) decodes to that one's values, and two
     chunks of incompressible data store the same number of bytes. HDF5 never stores two
     pieces of data in one place. Computed with one walk of every chunk index per file (kept,
     by inode, size and mtime, for the next reads; normally empty). Sorted, unsigned. ``f``:
-    the file, or any object in it."""
+    the file, or any object in it; ``progress`` hears of a walk's objects mapped."""
     key = hdf5_identity(f.id if isinstance(f, h5py.File) else f)
     found = _SHARED.get(key)
     if isinstance(found, np.ndarray):
         return found
     if not isinstance(f, h5py.File):
         f = h5py.File(h5py.h5i.get_file_id(f))
-    found = _overlapping(*_stored_extents(f)) if found is None else found.overlapping(f)
+    found = _overlapping(*_stored_extents(f)) if found is None else found.overlapping(f, progress)
     _keep(key, found)
     return found
 
@@ -61,10 +62,10 @@ class _Walked:
     def __init__(self, data: Extents, objects: array) -> None:
         self.data, self.objects = data, objects
 
-    def overlapping(self, f: h5py.File) -> np.ndarray:
+    def overlapping(self, f: h5py.File, progress: Progress | None = None) -> np.ndarray:
         """(The walk's own extents are copied, not sorted where they are: two threads may ask
         at once.)"""
-        starts, ends = metadata_extents(f, self.objects)
+        starts, ends = metadata_extents(f, self.objects, progress)
         starts.extend(self.data.starts)
         ends.extend(self.data.ends)
         return _overlapping(np.frombuffer(starts, np.uint64), np.frombuffer(ends, np.uint64))

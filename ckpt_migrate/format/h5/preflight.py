@@ -56,14 +56,16 @@ from ckpt_migrate.format.h5.walkreads import (
     FIRST,
     LINKS,
     OBJECTS,
+    ROOTED,
     SECOND,
     TICK,
     WALKED,
     WALKED_EVERY,
     HardLinks,
+    Heard,
     Refused,
     dataset_facts,
-    measure,
+    measure_all,
     named_groups,
     read_attributes,
     read_root_attributes,
@@ -208,12 +210,11 @@ class _Walk:
     # objects' addresses (``overlaps.remember``), and the file's identity when the walk began
     extents: list[int] = field(default_factory=list)
     identity: tuple[int, ...] | None = None
-    words: bytes = b""  # what the children said, ticks left out
+    heard: Heard = field(default_factory=Heard)  # what the children said
     links: int = -1  # an outline child's: where it writes the root's links (``Rest.links``)
     hard_links: list[int] = field(default_factory=list)  # a full walk's (``Findings.links``)
-    progress: Progress | None = None  # told of ``walked``: the first part's objects walked
-    walked: int = 0
-    ended: bool = False  # told all are: the rest's ticks then are not ("100%" went back to 99)
+    progress: Progress | None = None  # told of the stage the walk is at (``Heard.stage``)
+    children: int = 0
 
     @classmethod
     def begin(cls, path: Path, scope: Scope = "full") -> _Walk:
@@ -257,6 +258,7 @@ class _Walk:
                     finally:
                         os._exit(code)
                 walk.pids.append(pid)
+                walk.children = len(walk.pids)
                 children.release()
         except BaseException:
             walk.cancel()
@@ -273,9 +275,9 @@ class _Walk:
         ``CorruptCheckpointError`` if they make no progress for :data:`STALL_SECONDS`."""
         while True:
             if until is not None:
-                said = [w for w in self.words.split(END) if w.startswith(until)]
+                said = self.heard.said(until)
                 if len(said) == len(self.pids):
-                    return sum(sum(int(n) for n in w[1:].split(b",")) for w in said)
+                    return sum(sum(int(n) for n in w.split(b",")) for w in said)
             ready, _, _ = select.select([self.read_end], [], [], STALL_SECONDS)
             if not ready:
                 raise CorruptCheckpointError(
@@ -286,17 +288,13 @@ class _Walk:
             data = os.read(self.read_end, 65536)
             if not data:
                 return None
-            if len(self.words) < 4096:  # a child says a few words; more is not worth keeping
-                self.words += data.replace(TICK, b"").replace(WALKED, b"")
-            self.walked += data.count(WALKED) * WALKED_EVERY
-            self.report()
+            self.heard.take(data)
+            self.report(waiting=until is None)
 
-    def report(self, done: bool = False) -> None:
-        """Tell ``progress`` how many objects a child counted are walked (``done``: all)."""
-        said = [int(w[1:]) for w in self.words.split(END) if w.startswith(OBJECTS)]
-        if self.progress is not None and said and not self.ended:
-            self.progress("read", said[0] if done else min(self.walked, said[0]), said[0])
-            self.ended = done
+    def report(self, done: bool = False, waiting: bool = False) -> None:
+        """Tell ``progress`` how far the walk is (``Heard.tell``)."""
+        if self.progress is not None:
+            self.heard.tell(self.progress, self.children, done=done, waiting=waiting)
 
     def conclude(self, path: Path, facts: bool = True) -> Findings | None:
         """Wait for every child to end and judge the walk: ``Findings`` (without the datasets'
@@ -311,15 +309,13 @@ class _Walk:
                 raise CorruptCheckpointError(
                     path, f"HDF5 crashed ({name}) reading the file's metadata", FIX
                 )
-        words = [w for w in self.words.split(END) if w]
-        firsts = [w for w in words if w.startswith(FIRST)]
-        seconds = [w for w in words if w.startswith(SECOND)]
+        firsts, seconds = self.heard.said(FIRST), self.heard.said(SECOND)
         if any(os.WEXITSTATUS(status) for status in statuses) or not (
             len(firsts) == len(seconds) == len(statuses)
         ):
             return None
-        stored = sum(int(w[1:].split(b",")[0]) for w in firsts)
-        stored += sum(int(w[1:]) for w in seconds)
+        stored = sum(int(w.split(b",")[0]) for w in firsts)
+        stored += sum(int(w) for w in seconds)
         self._remember_extents(path)
         if not facts:
             return Findings(stored, {})
@@ -431,7 +427,7 @@ def _walk(
                 if within or len(objects) % parts == part:  # (a group's: all its walker's)
                     mine.append((within + name, info.u))
                 if len(objects) % 1000 == 0:  # 150k links take seconds on a busy machine
-                    os.write(tick, TICK)
+                    os.write(tick, ROOTED if part == 0 and not within else TICK)
 
         # The root's own links, in HDF5's own order: by name, HDF5 first builds a sorted table
         # of a group's links (a root of 150k links took it longer than the stall limit on a
@@ -485,13 +481,7 @@ def _walk(
             fh.write(marshal.dumps(facts))
         os.write(tick, b"%s%d,%d%s" % (FIRST, stored, declared, END))
         os.nice(10)  # the rest runs beside the parent's work, which comes first
-        rest = 0
-        for i, (name, size) in enumerate(later):
-            obj = h5py.h5o.open(f.id, name)
-            rest += measure(obj, obj.get_create_plist(), file_bytes, size, pieces)
-            del obj
-            if i % 8 == 0:
-                os.write(tick, TICK)
+        rest = measure_all(f, later, file_bytes, pieces, tick)
         addresses = array("Q", [address for _, address in mine])
         if part == 0:
             addresses.append(h5py.h5o.get_info(f.id).addr)

@@ -24,6 +24,7 @@ from ckpt_migrate.format.h5.boundary import (
     type_problem,
 )
 from ckpt_migrate.format.h5.facts import Shared
+from ckpt_migrate.format.progress import Progress
 
 TICK = b"."
 FIRST = b"M"  # the first part is done: "M<stored>,<declared>;" (see preflight._walk)
@@ -32,6 +33,77 @@ LINKS = b"L"  # an outline child read the root's links: "L<count>;" (-1: it read
 END = b";"
 WALKED, WALKED_EVERY = b"+", 8  # the full walk's first part: 8 more objects walked
 OBJECTS = b"N"  # the first child counted the root's objects: "N<count>;" (the walk's total)
+# A full walk's other stages, each said with its count and ticked (a root of 150k leaves spent
+# 8 s on its attributes and 5 s of a chunk index walk that a reader waited for, unsaid):
+ROOT = b"A"  # the first child reads the root's attributes, links: "A<count>;", a ROOTED per 1000
+ROOTED, ROOTED_EVERY = b"a", attrtable.TICK_EVERY
+REST = b"R"  # a child walks its chunk indexes: "R<datasets>;", a RESTED per 8
+RESTED, RESTED_EVERY = b"r", 8
+
+
+class Heard:
+    """What a walk's children said, as their parent hears it (``preflight._Walk.follow``): their
+    words (ticks left out) and their ticks counted, and how far the walk is."""
+
+    def __init__(self) -> None:
+        self.words = b""
+        self.walked = self.rooted = self.rested = 0
+        self.told: tuple[str, int] | None = None  # the stage told last, and its total
+        self.ended = False  # the first part's end told: its count then is not (100% went to 99)
+
+    def take(self, data: bytes) -> None:
+        if len(self.words) < 4096:  # a child says a few words; more is not worth keeping
+            ticks = (TICK, WALKED, ROOTED, RESTED)
+            self.words += data.translate(None, b"".join(ticks))
+        self.walked += data.count(WALKED) * WALKED_EVERY
+        self.rooted += data.count(ROOTED) * ROOTED_EVERY
+        self.rested += data.count(RESTED) * RESTED_EVERY
+
+    def said(self, word: bytes) -> list[bytes]:
+        return [w[1:] for w in self.words.split(END) if w.startswith(word)]
+
+    def tell(
+        self, progress: Progress, children: int, *, done: bool = False, waiting: bool = False
+    ) -> None:
+        """Tell ``progress`` of the stage the walk is at, each stage ended (its total told)
+        before the next is told. ``done``: the first part ended; ``waiting``: the caller waits
+        for the chunk indexes too (else they run on unsaid, beside its work)."""
+        stage = self.stage(children)
+        if stage is None:
+            return
+        phase, count, total = stage
+        if (done or phase == "check indexes") and not self.ended:
+            if objects := self.said(OBJECTS):
+                self._end(progress, "read", int(objects[0]))
+            self.ended = True
+        if done or (phase == "read" and self.ended) or (phase == "check indexes" and not waiting):
+            return
+        if self.told is not None and self.told[0] != phase:
+            self._end(progress, *self.told)
+        if self.told is None:  # (its beginning: ``counter``)
+            progress(phase, 0, total)
+        progress(phase, count, total)
+        self.told = (phase, total)
+
+    def _end(self, progress: Progress, phase: str, total: int) -> None:
+        if self.told is None or self.told[0] != phase:
+            progress(phase, 0, total)
+        progress(phase, total, total)
+        self.told = None
+
+    def stage(self, children: int) -> tuple[str, int, int] | None:
+        """(phase, done, total) of the walk's stage now: the root's attributes, the objects,
+        or, once every child ended its first part, the chunk indexes; None before any."""
+        rests = self.said(REST)
+        if children and len(self.said(FIRST)) == len(rests) == children:
+            total = sum(int(n) for n in rests)
+            done = total if len(self.said(SECOND)) == children else min(self.rested, total)
+            return "check indexes", done, total
+        if objects := self.said(OBJECTS):
+            return "read", min(self.walked, int(objects[0])), int(objects[0])
+        if root := self.said(ROOT):
+            return "walk root", min(self.rooted, int(root[0])), int(root[0])
+        return None
 
 
 class Refused(Exception):
@@ -254,11 +326,39 @@ def measure(
     return size
 
 
+def measure_all(
+    f: h5py.File,
+    later: list[tuple[bytes, int]],
+    file_bytes: int,
+    pieces: overlaps.Extents,
+    tick: int,
+) -> int:
+    """A walk's second part: ``measure`` each chunked dataset (its name, the bytes it
+    declares) one at a time, said and ticked (``REST``); the bytes they store."""
+    os.write(tick, b"%s%d%s" % (REST, len(later), END))
+    rest = 0
+    for i, (name, size) in enumerate(later, 1):
+        obj = h5py.h5o.open(f.id, name)
+        rest += measure(obj, obj.get_create_plist(), file_bytes, size, pieces)
+        del obj
+        if i % RESTED_EVERY == 0:
+            os.write(tick, RESTED)
+    return rest
+
+
 def read_root_attributes(f: h5py.File, path: Path, tick: int) -> None:
     """The root's attributes by HDF5, but the texts the reader takes from ``attrtable``, which
     HDF5 never reads: the leaves' ``__metadata__`` (O(n²) by name) and the ``__spec__`` (HDF5
     read a 200k-leaf one with 220 MiB, this child's peak, issue 33)."""
-    table = attrtable.root_texts(f, path, lambda: os.write(tick, TICK), keep=_taken_text)
+    entries = h5py.h5o.get_info(f.id).num_attrs + f.id.get_num_objs()  # (its links come next)
+    os.write(tick, b"%s%d%s" % (ROOT, entries, END))
+    table = attrtable.root_texts(
+        f,
+        path,
+        lambda: os.write(tick, TICK),  # (alive: a heap collection read)
+        keep=_taken_text,
+        progress=lambda phase, done, total: os.write(tick, ROOTED),  # (1,000 more attributes)
+    )
     if table is None:
         return read_attributes(f.id, tick)
     # The table's names are HDF5's (as many; HDF5's list by name costs 8 µs an attribute).

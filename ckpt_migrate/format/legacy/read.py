@@ -24,10 +24,10 @@ from ckpt_migrate.format.h5.io import (
     attr_bool,
     attr_python,
     attr_text,
-    datasets_not_in,
     open_dataset,
     read_slab,
 )
+from ckpt_migrate.format.h5.unnamed import datasets_not_in
 from ckpt_migrate.format.legacy.early_spec import EarlySpec, only_spec, spec_pickle
 from ckpt_migrate.format.legacy.names import stored_name
 from ckpt_migrate.format.legacy.spec_decode import decode_spec_info

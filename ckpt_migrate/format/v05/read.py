@@ -30,9 +30,9 @@ from ckpt_migrate.format.h5.io import (
     H5Handle,
     attr_bool,
     attr_text,
-    datasets_not_in,
     open_dataset,
 )
+from ckpt_migrate.format.h5.unnamed import datasets_not_in
 from ckpt_migrate.format.tree import (
     DictNode,
     ExternalLeaf,
@@ -125,7 +125,7 @@ def read(
         # visit of every link, which reads each object's header, held 63 MB and took 3 of its
         # 6.6 s at 150k leaves, issue 33)
         return root, [], []
-    unreferenced = datasets_not_in(f, reading.used, recursive=True)
+    unreferenced = datasets_not_in(f, reading.used, recursive=True, progress=handle.progress)
     return root, unreferenced, []
 
 
