@@ -506,9 +506,13 @@ def test_the_child_tries_by_hdf5_only_the_root_texts_the_reader_reads_by_hdf5(na
             assert not [n for n in asked[0] if n.endswith(b".__metadata__")]
             real = walkreads.attrtable.root_texts
 
-            def spec_unread(f, path, tick=None, keep=None):
+            def spec_unread(f, path, tick=None, keep=None, progress=None):
                 return real(
-                    f, path, tick, keep=lambda k, text: keep(k, None if k == "__spec__" else text)
+                    f,
+                    path,
+                    tick,
+                    keep=lambda k, text: keep(k, None if k == "__spec__" else text),
+                    progress=progress,
                 )
 
             monkeypatch.setattr(walkreads.attrtable, "root_texts", spec_unread)
