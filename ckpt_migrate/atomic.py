@@ -75,10 +75,13 @@ def remove_stale_temporaries(target: Path) -> list[Path]:
     """Remove the temporary files that killed writers of ``target`` left beside it, and return
     them: files named as ``temp_name`` names them (of ``target`` or of its ``.pre-R.bak``
     backup) that no live process holds the lock of. A live writer's file is never touched.
-    (A long name's temporaries are known by its first bytes: ``fitting``.)"""
-    cut = os.fsdecode(os.fsencode(target.name)[: cut_bytes(_TEMP_TAIL)])
+    (A long name's temporaries, and its backup's, are known by its first bytes: ``fitting``.)"""
+    raw = os.fsencode(target.name)
+    cut = ""
+    if len(raw) + len(".pre-99.99.bak") + _TEMP_TAIL > NAME_MAX:  # (else none is cut)
+        cut = rf"|{re.escape(os.fsdecode(raw[: cut_bytes(_TEMP_TAIL)]))}.*~[0-9a-f]{{8}}"
     pattern = re.compile(
-        rf"(?:{re.escape(target.name)}(?:\.pre-\d+\.\d+\.bak)?|{re.escape(cut)}.*~[0-9a-f]{{8}})"
+        rf"(?:{re.escape(target.name)}(?:\.pre-\d+\.\d+\.bak)?{cut})"
         rf"\.[0-9a-f]{{8}}{re.escape(TMP_SUFFIX)}",
         re.DOTALL,
     )

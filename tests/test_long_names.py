@@ -68,6 +68,18 @@ def test_other_names_temporaries_are_left(tmp_path):
     assert sorted(os.listdir(out)) == sorted([LONG, other.name])
 
 
+def test_a_short_names_rerun_leaves_a_long_names_temporaries(tmp_path):
+    """Only a name long enough to be cut looks for cut temporaries: ``a.mdl`` leaves those of
+    a 250-byte name that begins with it."""
+    src = real_source(tmp_path / "src", "gpt2.mdl")
+    out = tmp_path / "out"
+    out.mkdir()
+    other = out / f"{fitting('gpt2.mdl' + 'y' * 242, 13)}.0123abcd.tmp"
+    other.write_bytes(b"another file's")
+    assert run_cli("upgrade", src, "-o", out).returncode == 0
+    assert sorted(os.listdir(out)) == sorted(["gpt2.mdl", other.name])
+
+
 def test_in_place_is_refused_where_its_backup_could_not_be_named(tmp_path):
     src = real_source(tmp_path, LONG)
     digest = sha256_file(src)
