@@ -25,6 +25,7 @@ class Interrupt:
     held = 0  # inside ``hold``: a press is noted, its KeyboardInterrupt raised at the end
     published = 0  # outputs put in place in this process (a file, an object in a store)
     last_published: str | None = None
+    quiet = 0  # inside ``unnoted``
 
     @classmethod
     def press(cls) -> None:
@@ -51,5 +52,16 @@ class Interrupt:
 
     @classmethod
     def note_published(cls, target: str | Path) -> None:
-        cls.published += 1
-        cls.last_published = str(target)
+        if not cls.quiet:
+            cls.published += 1
+            cls.last_published = str(target)
+
+    @classmethod
+    @contextlib.contextmanager
+    def unnoted(cls) -> Iterator[None]:
+        """Files put in place meanwhile are not the command's outputs (a staging file)."""
+        cls.quiet += 1
+        try:
+            yield
+        finally:
+            cls.quiet -= 1

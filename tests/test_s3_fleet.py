@@ -229,6 +229,52 @@ def test_killed_run_leaves_no_object(store, local_run):
     assert etags(s3, bucket, "run/") == before
 
 
+def test_an_interrupt_as_the_store_completes_the_object_is_said(
+    store, local_run, monkeypatch, capsys
+):
+    """A Ctrl-C during the multipart upload's completion: the store completed the object, the
+    command tried to abort an upload already complete and said only ``interrupted``. The
+    completion is now finished before the interrupt is raised, and the object it completed is
+    said, as a file moved into place is (``atomic.publish``). A real SIGINT, a real S3 server
+    (moto), the 1.9 library's layout."""
+    from ckpt_migrate.cli import console
+    from ckpt_migrate.interrupt import Interrupt
+    from ckpt_migrate.remote import s3 as s3mod
+
+    s3, bucket = store, "completing"
+    s3.create_bucket(Bucket=bucket)
+    name = "checkpoint_100.mdl"
+    s3.upload_file(str(local_run / name), bucket, f"run/{name}")
+    real_client = s3mod.client
+
+    class Completing:
+        def __init__(self) -> None:
+            self.real = real_client()
+
+        def __getattr__(self, attr):
+            return getattr(self.real, attr)
+
+        def complete_multipart_upload(self, **kw):
+            reply = self.real.complete_multipart_upload(**kw)
+            if kw["Key"] == f"out/{name}":  # (the output's, not a chain object's)
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)  # (the handler runs here)
+            return reply
+
+    monkeypatch.setattr(s3mod, "client", Completing)
+    monkeypatch.setattr(Interrupt, "pressed", False)
+    out = S3Url(bucket, "out")
+    opts = UpgradeOptions(target="2.10", inputs=dict(DROP))
+    code = console.run_guarded(lambda: upgrade_object(S3Url(bucket, f"run/{name}"), out, opts))
+    assert code == 130
+    assert capsys.readouterr().err.splitlines() == [
+        f"complete before the interrupt: s3://{bucket}/out/{name}",
+        "interrupted",
+    ]
+    assert list(etags(s3, bucket, "out/")) == [f"out/{name}"]
+    assert not s3.list_multipart_uploads(Bucket=bucket).get("Uploads")
+
+
 def test_an_interrupt_in_a_fleets_task_publishes_no_object(store, local_run, monkeypatch):
     """A task on a fleet's worker hears of the run's Ctrl-C only through ``Interrupt`` (its
     process notes it: ``remote.fleet``); the upload went on part after part and completed the

@@ -123,7 +123,8 @@ def _upgrade(
         staging = replace(
             opts, output_dir=staged_dir, output=None, manifest=None, copy_method="sparse"
         )
-        local = upgrade(mirror, staging)
+        with Interrupt.unnoted():  # (the staging file is no output of the command's)
+            local = upgrade(mirror, staging)
         _adopt(result, local, src)
         if local.status == "current":
             # Already at the target: a server-side copy, every part shared.
@@ -325,7 +326,8 @@ class _Writer:
                     UploadId=upload_id,
                     MultipartUpload={"Parts": done},
                 )
-                Interrupt.note_published(str(url))
+                if url == self.out:  # (a chain object is a temporary)
+                    Interrupt.note_published(str(url))
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 s3.abort_multipart_upload(Bucket=url.bucket, Key=url.key, UploadId=upload_id)
