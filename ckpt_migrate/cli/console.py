@@ -313,8 +313,7 @@ def _again(before: tuple[int, int] | None, done: int, total: int) -> bool:
 class PlainProgress:
     """Progress as plain lines on stderr, for logs: at most one line per phase every
     ``interval`` seconds, each with the time left, and the phase's end once it has shown a
-    line. A phase shorter than ``interval`` prints nothing, unless no line was printed for as
-    long (a read of 12k tensors went through seven phases, 7 s, each shorter than 1 s).
+    line. A phase shorter than ``interval`` prints nothing.
 
     The time left is at the rate since the phase first moved, so a wait before its first step
     (``verify``'s first tensor waits for both files' walks) is not taken for its pace: that
@@ -323,7 +322,7 @@ class PlainProgress:
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
-        self.born = self.last_line = time.monotonic()
+        self.born = time.monotonic()
         self.began: dict[str, float] = {}
         self.clock: dict[str, tuple[float, int, bool]] = {}  # (since, done then, moved)
         self.shown: dict[str, tuple[float, int]] = {}
@@ -344,12 +343,10 @@ class PlainProgress:
         finished = total > 0 and done >= total
         if done == last_done:
             return
-        # (or since any line: a run of phases each shorter than the interval said nothing)
-        due = now - last_at >= self.interval or now - self.last_line >= self.interval
+        due = now - last_at >= self.interval
         if not (due or (finished and phase in self.shown)):
             return
         self.shown[phase] = (now, done)
-        self.last_line = now
         text = f"{phase}: {amount_text(phase, done, total)}"
         if total > 0:
             text += f" ({100 * done // total}%)"
