@@ -18,23 +18,21 @@ import stat
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ckpt_migrate.errors import CkptIOError, UsageError
 from ckpt_migrate.interrupt import Interrupt
-from ckpt_migrate.sidenames import NAME_MAX, cut_bytes, fitting
+from ckpt_migrate.sidenames import NAME_MAX, cut_bytes, side_name, tail
 
 TMP_SUFFIX = ".tmp"
-_TEMP_TAIL = len(".01234567" + TMP_SUFFIX)
+_TEMP_TAIL = tail(TMP_SUFFIX)
 # os.link fails with these where the filesystem (or a mount boundary) has no hard links.
 LINK_REFUSED = (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK)
 
 
 def temp_name(target: Path) -> Path:
-    stem = fitting(target.name, _TEMP_TAIL)
-    return target.with_name(f"{stem}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+    return target.with_name(side_name(target.name, TMP_SUFFIX))
 
 
 def check_fits(path: Path, suffix: str, what: str, fix: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,14 +42,24 @@ class Interrupt:
     @contextlib.contextmanager
     def hold(cls) -> Iterator[None]:
         """A step that must not stop half way (a rename and the removal of its temporary): a
-        press is raised at the end of the outermost step, unless an error ended it first."""
+        press is raised at the end of the outermost step, unless an error ended it first.
+        Under Python's own SIGINT handler (the library called from a program or a notebook) a
+        handler is put in its place for the step, which notes the press for the step alone."""
+        pressed_here: list[int] = []
+        previous = None
+        if not cls.held and _default_handler_here():
+            previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed_here.append(1))
         cls.held += 1
         try:
             yield
         finally:
             cls.held -= 1
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         if not cls.held:
             cls.check()
+            if pressed_here:
+                raise KeyboardInterrupt
 
     @classmethod
     def note_published(cls, target: str | Path) -> None:
@@ -65,3 +76,10 @@ class Interrupt:
             yield
         finally:
             cls.quiet -= 1
+
+
+def _default_handler_here() -> bool:
+    return (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )

@@ -19,7 +19,14 @@ import ckpt_migrate as cm
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.format.compare import compare_trees
 from ckpt_migrate.format.read import read_checkpoint
-from ckpt_migrate.format.tree import TensorLeaf, iter_leaves, tied_positions
+from ckpt_migrate.format.tree import (
+    DictNode,
+    MemoryData,
+    TensorLeaf,
+    ValueLeaf,
+    iter_leaves,
+    tied_positions,
+)
 
 REAL_2X = FIXTURES / "real-cstorch-2.6-2.9"
 
@@ -142,6 +149,38 @@ def test_the_real_librarys_files_against_their_upgrades(tmp_path):
             (d.name, d.what.replace("first", "second")) for d in back
         }
         assert {d.what for d in there} <= {"only in the second"}
+
+
+@pytest.mark.parametrize("name", ["nested", "dataloader_iterable", "scalars_misc", "tied"])
+def test_the_real_librarys_files_through_torch_and_back_verify_equal(tmp_path, name):
+    """The real 2.10 writer ties every position of one interned Python object (the ``1`` of a
+    list and of a dict in ``nested.mdl``, a ``0`` of ``params`` and of a worker's
+    ``shard_index``). A copy through ``to-torch`` and ``from-torch`` holds the same values,
+    and ``verify`` said it differed (exit 4: ``tied to 'list.0' vs 'od.a'``). A tensor's tie is
+    still compared (``tied.mdl``'s embedding)."""
+    src = REAL / f"{name}.mdl"
+    assert run_cli("to-torch", str(src), str(tmp_path / "x.pt")).returncode == 0
+    assert run_cli("from-torch", str(tmp_path / "x.pt"), str(tmp_path / "x.mdl")).returncode == 0
+    result = run_cli("verify", str(src), str(tmp_path / "x.mdl"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    with read_checkpoint(src) as a, read_checkpoint(tmp_path / "x.mdl") as b:
+        assert any(isinstance(r.leaf, ValueLeaf) for r in tied_positions(a.root).values()) == (
+            name != "tied"
+        )
+        assert bool(tied_positions(b.root)) == (name == "tied")
+
+
+def test_a_tensors_tie_against_a_value_tie():
+    """Values tied in one tree and apart in the other are equal; tensors are not."""
+
+    def tensor() -> TensorLeaf:
+        return TensorLeaf("float32", (2,), MemoryData(np.zeros(2, np.float32)))
+
+    value, w = ValueLeaf(1), tensor()
+    tied = DictNode([("a", value), ("b", value), ("v", w), ("w", w)])
+    apart = DictNode([("a", ValueLeaf(1)), ("b", ValueLeaf(1)), ("v", tensor()), ("w", tensor())])
+    there, n, _ = compare_trees(tied, apart)
+    assert [(d.name, d.what) for d in there] == [("w", "tied to 'v' vs 'w'")] and n == 2
 
 
 def test_an_upgrades_tensors_are_equal_as_stored_and_not_decoded(tmp_path, monkeypatch):

@@ -197,6 +197,36 @@ def test_an_interrupt_as_the_output_is_moved_into_place(tmp_path, monkeypatch, c
     assert sorted(tmp_path.iterdir()) == [target] and target.read_bytes() == b"whole"
 
 
+def test_a_library_callers_ctrl_c_as_the_output_is_moved_into_place(tmp_path, monkeypatch):
+    """The library under Python's own SIGINT handler (a program, a notebook): the press lands
+    between the link and the removal of the temporary, the move is finished, then the
+    KeyboardInterrupt is raised. Python's handler is back after it, and the press does not
+    stop the next call. The temporary was left beside the output."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    tmp, target = tmp_path / "a.mdl.0123abcd.tmp", tmp_path / "a.mdl"
+    tmp.write_bytes(b"whole")
+    link = os.link
+
+    def link_then_sigint(src, dst):
+        link(src, dst)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)  # (the handler runs here)
+
+    monkeypatch.setattr(os, "link", link_then_sigint)
+    monkeypatch.setattr(Interrupt, "pressed", False)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            publish(tmp, target)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert sorted(tmp_path.iterdir()) == [target] and target.read_bytes() == b"whole"
+    monkeypatch.setattr(os, "link", link)
+    (tmp_path / "b.mdl.0123abcd.tmp").write_bytes(b"next")
+    publish(tmp_path / "b.mdl.0123abcd.tmp", tmp_path / "b.mdl")
+    assert (tmp_path / "b.mdl").read_bytes() == b"next" and not Interrupt.pressed
+
+
 def test_an_interrupt_before_the_move_says_nothing_was_complete(tmp_path, monkeypatch, capsys):
     """A command that published an output in an earlier run in this process is not said to
     have written it when a later one is interrupted before its own."""

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import stat
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from ckpt_migrate.atomic import check_parent, fsync_dir, fsync_path, io_error
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.hf.safetensors_io import INDEX, SINGLE
 from ckpt_migrate.interrupt import Interrupt
-from ckpt_migrate.sidenames import fitting
+from ckpt_migrate.sidenames import side_name
 
 # What an export writes (``safetensors_io.shard_names``, ``directories.write``), and what
 # transformers' ``save_pretrained``, its tokenizers' and the Hub's model pages keep beside it
@@ -42,7 +41,6 @@ _BESIDE = {
     "README.md",
     ".gitattributes",
 }
-_TAIL = len("..01234567.tmp")  # a temporary (or old) directory's name, beyond the target's
 _SHARD = re.compile(r"(model-\d{5}-of-\d{5}\.safetensors|pytorch_model-\d{5}-of-\d{5}\.bin)")
 
 
@@ -98,7 +96,7 @@ def atomic_dir(target: Path, *, force: bool = False, like: Path | None = None) -
     read, the directory does not let in (within the umask, from its creation on)."""
     target = Path(os.path.abspath(target))  # (``.`` has no name to put the temporary beside)
     check_output_dir(target, force)
-    tmp = target.with_name(f".{fitting(target.name, _TAIL)}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = target.with_name(side_name(target.name, ".tmp", "."))
     try:
         tmp.mkdir(0o777 if like is None else _searchable(stat.S_IMODE(os.stat(like).st_mode)))
     except OSError as exc:
@@ -111,8 +109,8 @@ def atomic_dir(target: Path, *, force: bool = False, like: Path | None = None) -
             for name in subdirs:
                 fsync_dir(Path(where, name))
         fsync_dir(tmp)
-        Interrupt.check()
         with Interrupt.hold():  # (never the old one moved aside and the new one not in place)
+            Interrupt.check()
             _publish_dir(tmp, target, force)
             Interrupt.note_published(target)
     except OSError as exc:
@@ -136,7 +134,7 @@ def _publish_dir(tmp: Path, target: Path, force: bool) -> None:
         if not force:
             raise UsageError(target, "appeared meanwhile; refusing to overwrite it")
         _check_replaceable(target)  # (as it is now, not as it was when the export began)
-        old = target.with_name(f".{fitting(target.name, _TAIL)}.{uuid.uuid4().hex[:8]}.old")
+        old = target.with_name(side_name(target.name, ".old", "."))
         os.rename(target, old)
     try:
         os.rename(tmp, target)
