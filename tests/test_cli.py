@@ -283,6 +283,37 @@ def test_inspect_summarises_and_never_wraps_when_piped():
     assert json.loads(run_cli("inspect", example, "--json").stdout)["outline_summary"] is False
 
 
+def test_inspect_all_shows_every_leaf_past_ten_thousand(tmp_path):
+    """``--all`` ("the whole tree outline, every leaf") stopped after its 10,000th line with
+    nothing said: of a 150k-tensor checkpoint it showed the first 4% (and in ``--json``'s
+    ``outline`` too)."""
+    path = tmp_path / "many.mdl"
+    cm.save({"m": {str(i): i for i in range(10_050)}, "last": np.zeros(2, np.float32)}, path)
+    text = run_cli("inspect", path, "--all").stdout.splitlines()
+    assert text[-2:] == ["    '10049': 10049", "  'last': ndarray float32[2]"]
+    assert sum(line.startswith("    '") for line in text) == 10_050
+    outline = json.loads(run_cli("inspect", path, "--all", "--json").stdout)["outline"]
+    assert len(outline) == 10_053 and outline[-1] == "  'last': ndarray float32[2]"
+
+
+def test_names_are_shown_as_they_are_not_as_markup_or_emoji_codes(tmp_path):
+    """rich took a name for its markup and emoji codes: ``run[best]/a:smile:.mdl`` was shown
+    as ``run/a😄.mdl`` by ``inspect``, a key ``':smile:'`` as ``'😄'``, and ``upgrade-dir``'s
+    summary listed ``[bold]x:smile:.mdl`` as a bold ``x😄.mdl``."""
+    folder = tmp_path / "run[best]"
+    folder.mkdir()
+    real = folder / "[bold]x:smile:.mdl"
+    shutil.copyfile(REAL / "basic.mdl", real)
+    keys = folder / "keys.mdl"
+    cm.save({":smile:": 1, "[red]w[/red]": np.zeros(2, np.float32)}, keys)
+    shown = run_cli("inspect", real, "--progress", "bar").stdout
+    assert shown.splitlines()[0] == str(real)
+    listed = run_cli("inspect", keys, "--all").stdout
+    assert "  ':smile:': 1" in listed and "  '[red]w[/red]': ndarray float32[2]" in listed
+    summary = run_cli("upgrade-dir", folder, "-o", tmp_path / "out").stdout
+    assert "│ [bold]x:smile:.mdl │" in summary and "😄" not in summary + shown + listed
+
+
 def test_shell_completion_is_offered_and_completes_verbs_and_options():
     assert "--install-completion" in run_cli("--help").stdout
     env = {**os.environ, "_CKPT_MIGRATE_COMPLETE": "complete_bash", "COMP_CWORD": "2"}

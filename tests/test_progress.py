@@ -341,6 +341,40 @@ def test_a_json_report_keeps_the_progress_asked_for_by_name(tmp_path, verb):
         assert bool(lines) == bool(progress), proc.stderr
 
 
+def test_the_bar_is_drawn_on_the_terminals_stderr_not_in_the_report(tmp_path):
+    """The bar (stderr on a terminal) was drawn by rich's own console, which is stdout's: with
+    the report sent to a file or a pipe (``inspect --json x > r.json``, ``| jq``) no bar was
+    shown at all and a blank line began the report. Here stderr is a pseudo-terminal and
+    stdout a file, the input the real 2.10 library's file."""
+    import pty
+
+    report, tied = tmp_path / "r.json", REAL / "tied.mdl"
+    main, terminal = pty.openpty()
+    with report.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ckpt_migrate", "verify", tied, tied, "--json"],
+            stdout=out,
+            stderr=terminal,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "COLUMNS": "100"},
+        )
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(main, 1 << 16)
+        except OSError:  # (EIO: the terminal's other end closed)
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(main)
+    assert proc.wait(timeout=120) == 0, shown
+    assert report.read_bytes().startswith(b"{")
+    assert json.loads(report.read_text())["differences"] == []
+    assert b"\x1b[?25l" in shown and b"verify" in shown  # (the bar: cursor hidden, a phase)
+
+
 def test_a_legacy_spec_decoded_says_so(tmp_path):
     """A 1.9 dry run decodes the spec (a pickle) after the walk: seconds at 150k tensors
     (about 6 s on the benchmarks' machine) in which nothing was said. The decode now reports

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from ckpt_migrate.cli import jsontext
-from ckpt_migrate.cli.console import echo, echo_pieces, safe
+from ckpt_migrate.cli.console import echo, echo_lines, echo_pieces, safe
 
 REPORT_FIELDS = ("bytes_read", "bytes_sent", "bytes_copied", "seconds")  # model_dir.report
 
@@ -27,11 +27,11 @@ def emit_json(data: Any) -> None:
 
 
 def inspect(data: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console(highlight=False, soft_wrap=True)  # long names are never wrapped
-    console.print(f"[bold]{safe(data['path'])}[/bold]")
+    console = _console(soft_wrap=True)  # long names are never wrapped
+    console.print(Text(safe(data["path"]), style="bold"))
     console.print(
         f"release {data['release_label']}  format {data['format']}  "
         f"leaves {data['leaf_count']}  tensor bytes {data['tensor_bytes']:,}"
@@ -41,21 +41,24 @@ def inspect(data: dict[str, Any]) -> None:
         for dtype, d in sorted(data["bytes_by_dtype"].items()):
             table.add_row(dtype, str(d["tensors"]), f"{d['bytes']:,}")
         console.print(table)
-    for line in data["outline"]:
-        console.print(safe(line), markup=False)
+    echo_lines(data["outline"])
     if data.get("outline_summary"):
         console.print("(a summary: --all shows every leaf, --depth N that many levels)")
     if data["missing"]:
-        console.print(f"[yellow]missing leaves ({len(data['missing'])}):[/yellow]")
-        for name in data["missing"]:
-            console.print(f"  {safe(name)}", markup=False)
+        console.print(Text(f"missing leaves ({len(data['missing'])}):", style="yellow"))
+        echo_lines(f"  {name}" for name in data["missing"])
     if data["unreferenced_datasets"]:
-        console.print(
-            f"[yellow]datasets not named by the spec ({len(data['unreferenced_datasets'])}):"
-            "[/yellow]"
-        )
-        for name in data["unreferenced_datasets"]:
-            console.print(f"  {safe(name)}", markup=False)
+        count = len(data["unreferenced_datasets"])
+        console.print(Text(f"datasets not named by the spec ({count}):", style="yellow"))
+        echo_lines(f"  {name}" for name in data["unreferenced_datasets"])
+
+
+def _console(soft_wrap: bool = False) -> Any:
+    """rich's console for a table, taking no text as markup or emoji codes: a file named
+    ``[bold]x:smile:.mdl`` was shown as a bold ``x😄.mdl``."""
+    from rich.console import Console
+
+    return Console(highlight=False, markup=False, emoji=False, soft_wrap=soft_wrap)
 
 
 def from_torch(out: dict[str, Any]) -> None:
@@ -190,7 +193,6 @@ def dir_entry(entry: DirEntry, quiet: bool = False) -> None:
 
 
 def dir_summary(entries: list[DirEntry], worst: int) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("file", "kind", "outcome", "release", title="upgrade-dir summary")
@@ -203,12 +205,12 @@ def dir_summary(entries: list[DirEntry], worst: int) -> None:
                 release = res.to_release
         outcome = e.status + (f" ({e.action})" if e.action else "")
         table.add_row(safe(e.path.name), e.kind, outcome, release)
-    console = Console(highlight=False)
+    console = _console()
     console.print(table)
     counts = Counter(e.status for e in entries)
     totals = ", ".join(f"{n} {status}" for status, n in counts.items())
-    console.print(dir_totals(entries), markup=False, soft_wrap=True)
-    console.print(f"{totals}; exit {worst}", markup=False)
+    console.print(dir_totals(entries), soft_wrap=True)
+    console.print(f"{totals}; exit {worst}")
 
 
 def dir_totals(entries: list[DirEntry]) -> str:

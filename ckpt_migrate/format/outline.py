@@ -54,7 +54,7 @@ def container_label(node: Node) -> str:
 
 def outline_lines(
     root: Node,
-    max_lines: int = 10_000,
+    max_lines: int | None = None,
     *,
     max_depth: int | None = None,
     max_children: int | None = None,
@@ -68,7 +68,7 @@ def outline_lines(
     lines: list[str] = []
 
     def walk(node: Node, label: str, depth: int, path: tuple) -> None:
-        if len(lines) >= max_lines:
+        if max_lines is not None and len(lines) >= max_lines:
             return
         pad = "  " * depth
         if isinstance(node, (DictNode, SeqNode, NamedTupleNode)):
