@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import lzma
 import shutil
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import (
     DictNode,
     MemoryData,
+    OpaqueLeaf,
     TensorLeaf,
     ValueLeaf,
     iter_leaves,
@@ -63,7 +65,7 @@ def test_every_kind_of_difference_both_ways(tmp_path):
         ("only_a", "only in the first"),
         ("only_b", "only in the second"),
         ("tied", "tied to 'w' vs 'tied'"),
-        ("x", "('value', ('int', 1)) vs ('value', ('int', 2))"),
+        ("x", "1 vs 2"),
     ]
     assert [(d.name, d.what) for d in back] == [
         ("d", "float64[2] vs float32[2]"),
@@ -71,7 +73,7 @@ def test_every_kind_of_difference_both_ways(tmp_path):
         ("only_a", "only in the second"),
         ("only_b", "only in the first"),
         ("tied", "tied to 'tied' vs 'w'"),
-        ("x", "('value', ('int', 2)) vs ('value', ('int', 1))"),
+        ("x", "2 vs 1"),
     ]
     assert n == m == 5 and itself == [] and k == 6  # tensors both sides hold
 
@@ -111,9 +113,9 @@ def test_trees_walked_side_by_side_then_by_name_find_every_difference():
 
     found = compare_trees(tree(1, False, 1), tree(2, True, 2))
     assert [(d.name, d.what) for d in found.differences] == [
-        ("a", "('value', ('int', 1)) vs ('value', ('int', 2))"),
+        ("a", "1 vs 2"),
         ("new", "only in the second"),
-        ("z", "('value', ('int', 1)) vs ('value', ('int', 2))"),
+        ("z", "1 vs 2"),
     ]
     assert compare_trees(tree(1, True, 1), tree(1, True, 1)).differences == []
 
@@ -168,6 +170,23 @@ def test_the_real_librarys_files_through_torch_and_back_verify_equal(tmp_path, n
             name != "tied"
         )
         assert bool(tied_positions(b.root)) == (name == "tied")
+
+
+def test_a_difference_is_said_as_inspect_shows_each_leaf():
+    """``verify`` said ``('value', ('str', '2.4.0')) vs ('value', ('str', '2.5.0'))`` of two
+    releases' version strings; now as ``inspect`` shows them. Leaves that read alike there
+    are said in full (two pickled objects of one size)."""
+
+    def tree(*leaves: Any) -> DictNode:
+        return DictNode([(f"k{i}", leaf) for i, leaf in enumerate(leaves)])
+
+    a = tree(ValueLeaf("2.4.0"), ValueLeaf(1), ValueLeaf(-0.0), OpaqueLeaf(b"ab"), ValueLeaf(1))
+    b = tree(
+        ValueLeaf("2.5.0"), ValueLeaf(True), ValueLeaf(0.0), OpaqueLeaf(b"ac"), ValueLeaf(None)
+    )
+    said = [d.what for d in compare_trees(a, b).differences]
+    assert said[:3] == ["'2.4.0' vs '2.5.0'", "1 vs True", "-0.0 vs 0.0"]
+    assert said[3].startswith("('opaque', '") and said[4] == "1 vs None"
 
 
 def test_a_tensors_tie_against_a_value_tie():

@@ -33,6 +33,7 @@ from ckpt_migrate.format.h5.io import (
     read_whole,
 )
 from ckpt_migrate.format.h5.stored import SameBytes
+from ckpt_migrate.format.outline import describe_leaf
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
@@ -324,9 +325,14 @@ def _tensor_difference(
 
 
 def _value_difference(x: Leaf, y: Leaf) -> str | None:
-    one = signature(DictNode([("x", x)]))
-    two = signature(DictNode([("x", y)]))
-    return None if one == two else f"{one[2][0][2]} vs {two[2][0][2]}"
+    """How two leaves differ, as ``inspect`` shows each (``'2.4.0' vs '2.5.0'``), or in full
+    where those read alike (two pickled objects of one size)."""
+    one = signature(DictNode([("x", x)]))[2][0][2]
+    two = signature(DictNode([("x", y)]))[2][0][2]
+    if one == two:
+        return None
+    shown = describe_leaf(x), describe_leaf(y)
+    return f"{shown[0]} vs {shown[1]}" if shown[0] != shown[1] else f"{one} vs {two}"
 
 
 def _stored_equal(same_bytes: SameBytes, x: TensorLeaf, y: TensorLeaf) -> bool:
