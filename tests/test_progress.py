@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -341,18 +342,15 @@ def test_a_json_report_keeps_the_progress_asked_for_by_name(tmp_path, verb):
         assert bool(lines) == bool(progress), proc.stderr
 
 
-def test_the_bar_is_drawn_on_the_terminals_stderr_not_in_the_report(tmp_path):
-    """The bar (stderr on a terminal) was drawn by rich's own console, which is stdout's: with
-    the report sent to a file or a pipe (``inspect --json x > r.json``, ``| jq``) no bar was
-    shown at all and a blank line began the report. Here stderr is a pseudo-terminal and
-    stdout a file, the input the real 2.10 library's file."""
+def beside_a_terminal(args: list[Any], stdout: Path) -> bytes:
+    """Run the command with stderr on a pseudo-terminal and stdout to ``stdout``; what the
+    terminal was sent."""
     import pty
 
-    report, tied = tmp_path / "r.json", REAL / "tied.mdl"
     main, terminal = pty.openpty()
-    with report.open("wb") as out:
+    with stdout.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ckpt_migrate", "verify", tied, tied, "--json"],
+            [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
             stdout=out,
             stderr=terminal,
             stdin=subprocess.DEVNULL,
@@ -370,9 +368,37 @@ def test_the_bar_is_drawn_on_the_terminals_stderr_not_in_the_report(tmp_path):
         shown += chunk
     os.close(main)
     assert proc.wait(timeout=120) == 0, shown
+    return shown
+
+
+def test_the_bar_is_drawn_on_the_terminals_stderr_not_in_the_report(tmp_path):
+    """The bar (stderr on a terminal) was drawn by rich's own console, which is stdout's: with
+    the report sent to a file or a pipe (``inspect --json x > r.json``, ``| jq``) no bar was
+    shown at all and a blank line began the report. Here stderr is a pseudo-terminal and
+    stdout a file, the input the real 2.10 library's file."""
+    report, tied = tmp_path / "r.json", REAL / "tied.mdl"
+    shown = beside_a_terminal(["verify", tied, tied, "--json"], report)
     assert report.read_bytes().startswith(b"{")
     assert json.loads(report.read_text())["differences"] == []
     assert b"\x1b[?25l" in shown and b"verify" in shown  # (the bar: cursor hidden, a phase)
+
+
+def test_results_printed_beside_the_bar_stay_on_stdout(tmp_path):
+    """With the bar on stderr, rich's redirection of stdout would have sent each checkpoint's
+    line of ``upgrade-dir`` into the bar's stream (and wrapped it at the terminal's width):
+    stdout is redirected only where it is a terminal too. Inputs: the real 2.10 library's
+    files."""
+    folder = tmp_path / "md"
+    folder.mkdir()
+    for name in ("basic", "tied"):
+        shutil.copyfile(REAL / f"{name}.mdl", folder / f"{name}.mdl")
+    results = tmp_path / "results.txt"
+    shown = beside_a_terminal(["upgrade-dir", folder, "-o", tmp_path / "out"], results)
+    lines = results.read_text().splitlines()
+    for name in ("basic", "tied"):
+        assert any(line.startswith(f"{folder / name}.mdl: ") for line in lines), lines
+        assert f"{name}.mdl: ".encode() not in shown.replace(b"file ", b"")
+    assert b"\x1b[?25l" in shown and lines[-1].endswith("exit 0")
 
 
 def test_a_legacy_spec_decoded_says_so(tmp_path):

@@ -292,6 +292,7 @@ def progress(
         TextColumn("{task.fields[amount]}", markup=False),
         TimeRemainingColumn(),
         console=Console(stderr=True),  # (rich's own is stdout's: the results' stream)
+        redirect_stdout=sys.stdout.isatty(),  # (results printed above the bar, not into it)
         transient=True,
     ) as bar:
         tasks: dict[str, Any] = {}
