@@ -342,7 +342,7 @@ def test_a_json_report_keeps_the_progress_asked_for_by_name(tmp_path, verb):
         assert bool(lines) == bool(progress), proc.stderr
 
 
-def beside_a_terminal(args: list[Any], stdout: Path) -> bytes:
+def beside_a_terminal(args: list[Any], stdout: Path, **env: str) -> bytes:
     """Run the command with stderr on a pseudo-terminal and stdout to ``stdout``; what the
     terminal was sent."""
     import pty
@@ -354,7 +354,7 @@ def beside_a_terminal(args: list[Any], stdout: Path) -> bytes:
             stdout=out,
             stderr=terminal,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "COLUMNS": "100"},
+            env={**os.environ, "COLUMNS": "100", **env},
         )
     os.close(terminal)
     shown = b""
@@ -381,6 +381,16 @@ def test_the_bar_is_drawn_on_the_terminals_stderr_not_in_the_report(tmp_path):
     assert report.read_bytes().startswith(b"{")
     assert json.loads(report.read_text())["differences"] == []
     assert b"\x1b[?25l" in shown and b"verify" in shown  # (the bar: cursor hidden, a phase)
+
+
+def test_a_terminal_that_cannot_redraw_a_line_gets_plain_lines(tmp_path):
+    """On a ``TERM=dumb`` terminal (Emacs' shell, some IDE consoles) rich draws no bar, and
+    ``auto`` chose the bar there: a long run showed nothing until its end."""
+    report, tied = tmp_path / "r.txt", REAL / "tied.mdl"
+    env = {"TERM": "dumb", "CKPT_MIGRATE_PROGRESS_INTERVAL": "0"}
+    shown = beside_a_terminal(["verify", tied, tied], report, **env).decode()
+    assert progress_lines(shown.replace("\r\n", "\n")), shown
+    assert "\x1b[" not in shown and "identical" in report.read_text()
 
 
 def test_results_printed_beside_the_bar_stay_on_stdout(tmp_path):

@@ -276,7 +276,7 @@ def progress(
     may take stderr with it). A mode asked for by name is kept with ``--json`` too."""
     if mode not in PROGRESS_MODES:
         raise UsageError(None, f"--progress must be one of {', '.join(PROGRESS_MODES)}")
-    terminal = sys.stderr.isatty()
+    terminal = sys.stderr.isatty() and os.environ.get("TERM", "").lower() not in _DUMB
     if not enabled or mode == "none" or (mode == "auto" and beside_json and not terminal):
         yield None
         return
@@ -309,6 +309,11 @@ def progress(
             bar.update(tasks[phase], completed=done, total=total, amount=amount)
 
         yield update
+
+
+# Terminals that cannot redraw a line (Emacs' shell, some IDE consoles), where rich draws no
+# bar at all: there plain lines are the progress.
+_DUMB = ("dumb", "unknown")
 
 
 def _again(before: tuple[int, int] | None, done: int, total: int) -> bool:
