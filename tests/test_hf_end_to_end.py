@@ -444,6 +444,21 @@ def test_an_existing_output_is_kept_without_force(tmp_path):
     shutil.rmtree(tmp_path / "hf")
 
 
+def test_an_export_to_an_existing_file_is_refused_once_with_the_fix(tmp_path):
+    """Given a file as the export's directory, the refusal said to pass ``--force``, and with
+    it the second refusal said a file is not replaced: one line now says both, with the fix
+    that works. Input: Model Zoo's GPT-2 checkpoint of release 1.9."""
+    src = MODELS / "gpt2-1.9"
+    taken = tmp_path / "hf"
+    taken.write_text("mine\n")
+    argv = ["export-hf", src / "checkpoint_100.mdl", taken, "--config", src / "params.yaml"]
+    for force in ([], ["--force"]):
+        proc = run_cli(*argv, *force)
+        one_line_error(proc, 2, "exists and is not a directory", "choose another output")
+        assert "pass --force" not in proc.stderr
+    assert taken.read_text() == "mine\n"
+
+
 def test_force_replaces_a_model_directory_never_the_checkpoints_own(tmp_path):
     """``export-hf CKPT DIR --force`` replaced DIR whatever it held: given the checkpoint's own
     directory, it removed the checkpoint, its params.yaml and the rest. It now replaces only a

@@ -77,12 +77,17 @@ def _check_replaceable(target: Path) -> None:
 
 def check_output_dir(target: Path, force: bool) -> None:
     if target.exists() or target.is_symlink():
+        if not target.is_dir() or target.is_symlink():  # (--force would not replace it either)
+            raise UsageError(
+                target,
+                "exists and is not a directory; an export is a directory, and --force replaces "
+                "only a directory",
+                "choose another output directory",
+            )
         if not force:
             raise UsageError(
                 target, "already exists; refusing to overwrite it", "remove it or pass --force"
             )
-        if not target.is_dir() or target.is_symlink():
-            raise UsageError(target, "is not a directory; --force replaces only a directory")
         _check_replaceable(target)
     check_parent(target)
 
