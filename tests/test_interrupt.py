@@ -172,11 +172,9 @@ def test_an_interrupt_lost_in_a_callback_still_stops_the_publish(big, tmp_path, 
     assert sha256_file(src) == digest
 
 
-def test_an_interrupt_as_the_output_is_moved_into_place(tmp_path, monkeypatch, capsys):
-    """SIGINT between the link of the output to its name and the removal of its temporary (CI
-    once sent it there, as the run ended): the move is finished first, then the interrupt is
-    raised; the command says which output was complete before it. The temporary was left
-    beside a published output, and nothing said the output was whole."""
+def sigint_after_the_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A temporary and its target, whose publish is sent SIGINT once the output is linked to
+    its name, before the temporary is removed."""
     tmp, target = tmp_path / "a.mdl.0123abcd.tmp", tmp_path / "a.mdl"
     tmp.write_bytes(b"whole")
     link = os.link
@@ -188,6 +186,15 @@ def test_an_interrupt_as_the_output_is_moved_into_place(tmp_path, monkeypatch, c
 
     monkeypatch.setattr(os, "link", link_then_sigint)
     monkeypatch.setattr(Interrupt, "pressed", False)
+    return tmp, target
+
+
+def test_an_interrupt_as_the_output_is_moved_into_place(tmp_path, monkeypatch, capsys):
+    """SIGINT between the link of the output to its name and the removal of its temporary (CI
+    once sent it there, as the run ended): the move is finished first, then the interrupt is
+    raised; the command says which output was complete before it. The temporary was left
+    beside a published output, and nothing said the output was whole."""
+    tmp, target = sigint_after_the_link(tmp_path, monkeypatch)
     code = console.run_guarded(lambda: publish(tmp, target))
     assert code == 130
     assert capsys.readouterr().err.splitlines() == [
@@ -203,17 +210,8 @@ def test_a_library_callers_ctrl_c_as_the_output_is_moved_into_place(tmp_path, mo
     KeyboardInterrupt is raised. Python's handler is back after it, and the press does not
     stop the next call. The temporary was left beside the output."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    tmp, target = tmp_path / "a.mdl.0123abcd.tmp", tmp_path / "a.mdl"
-    tmp.write_bytes(b"whole")
     link = os.link
-
-    def link_then_sigint(src, dst):
-        link(src, dst)
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(0.5)  # (the handler runs here)
-
-    monkeypatch.setattr(os, "link", link_then_sigint)
-    monkeypatch.setattr(Interrupt, "pressed", False)
+    tmp, target = sigint_after_the_link(tmp_path, monkeypatch)
     try:
         with pytest.raises(KeyboardInterrupt):
             publish(tmp, target)
