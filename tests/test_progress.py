@@ -342,13 +342,13 @@ def test_a_json_report_keeps_the_progress_asked_for_by_name(tmp_path, verb):
         assert bool(lines) == bool(progress), proc.stderr
 
 
-def beside_a_terminal(args: list[Any], stdout: Path, **env: str) -> bytes:
-    """Run the command with stderr on a pseudo-terminal and stdout to ``stdout``; what the
-    terminal was sent."""
+def beside_a_terminal(args: list[Any], stdout: Path | None, **env: str) -> bytes:
+    """Run the command with stderr on a pseudo-terminal and stdout to ``stdout`` (None: the
+    terminal too); what the terminal was sent."""
     import pty
 
     main, terminal = pty.openpty()
-    with stdout.open("wb") as out:
+    with open(os.dup(terminal) if stdout is None else stdout, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ckpt_migrate", *map(str, args)],
             stdout=out,
@@ -396,8 +396,9 @@ def test_a_terminal_that_cannot_redraw_a_line_gets_plain_lines(tmp_path):
 def test_results_printed_beside_the_bar_stay_on_stdout(tmp_path):
     """With the bar on stderr, rich's redirection of stdout would have sent each checkpoint's
     line of ``upgrade-dir`` into the bar's stream (and wrapped it at the terminal's width):
-    stdout is redirected only where it is a terminal too. Inputs: the real 2.10 library's
-    files."""
+    stdout is redirected only where it is a terminal too. There each line is printed whole:
+    rich broke a line printed beside the bar at the terminal's width, with a newline in the
+    middle of a path. Inputs: the real 2.10 library's files."""
     folder = tmp_path / "md"
     folder.mkdir()
     for name in ("basic", "tied"):
@@ -409,6 +410,12 @@ def test_results_printed_beside_the_bar_stay_on_stdout(tmp_path):
         assert any(line.startswith(f"{folder / name}.mdl: ") for line in lines), lines
         assert f"{name}.mdl: ".encode() not in shown.replace(b"file ", b"")
     assert b"\x1b[?25l" in shown and lines[-1].endswith("exit 0")
+    shown = beside_a_terminal(["upgrade-dir", folder, "-o", tmp_path / "again"], None)
+    text = re.sub(rb"\x1b\[[0-9;?]*[a-zA-Z]", b"", shown).decode().replace("\r\n", "\n")
+    shown_lines = {line.split("\r")[-1] for line in text.split("\n")}
+    for line in lines[:2]:  # (each line whole, however long: rich wrapped them at 100)
+        again = line.replace(str(tmp_path / "out"), str(tmp_path / "again"))
+        assert len(again) > 100 and again in shown_lines, text
 
 
 def test_a_legacy_spec_decoded_says_so(tmp_path):

@@ -291,7 +291,7 @@ def progress(
         BarColumn(),
         TextColumn("{task.fields[amount]}", markup=False),
         TimeRemainingColumn(),
-        console=Console(stderr=True),  # (rich's own is stdout's: the results' stream)
+        console=Console(stderr=True, soft_wrap=True),  # (rich's own: stdout; lines unbroken)
         redirect_stdout=sys.stdout.isatty(),  # (results printed above the bar, not into it)
         transient=True,
     ) as bar:
