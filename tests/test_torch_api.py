@@ -29,6 +29,7 @@ from conftest import (
 
 import ckpt_migrate
 from ckpt_migrate.cli import commands
+from ckpt_migrate.errors import UnsupportedContentError
 from ckpt_migrate.format.compare import signature
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import FullTensorLeaf, TensorLeaf, ValueLeaf, iter_leaves
@@ -229,6 +230,28 @@ def test_an_output_named_by_a_dangling_link_is_refused_before_any_work(tmp_path)
     assert out.is_symlink() and not (tmp_path / "nowhere").exists()
 
 
+@pytest.mark.parametrize(
+    ("tensor", "words"),
+    [
+        (torch.zeros(2, dtype=torch.complex64), "tensor dtype torch.complex64 cannot be stored"),
+        (torch.zeros(2, dtype=torch.float8_e4m3fn), "tensor dtype torch.float8_e4m3fn cannot"),
+        (torch.zeros(2, 2).to_sparse(), "tensor layout torch.sparse_coo cannot be stored"),
+    ],
+    ids=["complex64", "float8", "sparse"],
+)
+def test_a_tensor_a_checkpoint_cannot_hold_is_named_with_its_file(tmp_path, tensor, words):
+    """``from-torch`` of a file torch wrote with a complex, float8 or sparse tensor said
+    ``error: tensor dtype torch.complex64 cannot be stored in a checkpoint``: neither the file
+    nor the tensor. ``save`` named neither either."""
+    src = tmp_path / "state.pt"
+    torch.save({"model": {"w": torch.ones(2), "odd": tensor}}, src)
+    proc = run_cli("from-torch", src, tmp_path / "out.mdl")
+    one_line_error(proc, 2, f"{src}: model.odd: {words}")
+    assert not (tmp_path / "out.mdl").exists()
+    with pytest.raises(UnsupportedContentError, match=f"^model.odd: {words}"):
+        ckpt_migrate.save({"model": {"odd": tensor}}, tmp_path / "saved.mdl")
+
+
 def test_from_torch_reads_torchs_format_before_1_6(tmp_path):
     state = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "step": 7}
     torch.save(state, tmp_path / "old.pt", _use_new_zipfile_serialization=False)
@@ -357,7 +380,6 @@ def test_a_name_longer_than_an_attribute_may_be_is_refused_in_words(tmp_path):
     in h5py's "KeyError: Unable to delete attribute (bad version number for datatype
     message)" from deep inside the writer. It is refused by name and size before writing,
     from ``save`` and from an upgrade of an older file that holds it (release 2.0 writes it)."""
-    from ckpt_migrate.errors import UnsupportedContentError
 
     ckpt_migrate.save({"k" * 65_521: np.ones(2)}, tmp_path / "fits.mdl")  # (the longest)
     for key in ("k" * 65_522, "é" * 32_761):

@@ -327,7 +327,11 @@ def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
         full = _unchanged_full(obj)
         if full is not None:
             return full  # a constant tensor of the file, unchanged: stays a constant
-        array, dtype = torch_room.tensor_to_storage(obj)
+        try:
+            array, dtype = torch_room.tensor_to_storage(obj)
+        except UnsupportedContentError as exc:  # (said of the tensor: which one?)
+            problem = f"{where or '<root>'}: {exc.problem}"
+            raise UnsupportedContentError(None, problem, exc.fix) from None
         return TensorLeaf(dtype, tuple(array.shape), MemoryData(array))
     if isinstance(obj, ExternalReference):
         return ExternalLeaf(obj.kind, obj.info)
@@ -375,8 +379,14 @@ def _save_from(
     unchanged: Callable[[], None] | None = None,
 ) -> WriteReport:
     """``save``, for the state of the file ``src``: no more readable than ``src``;
-    ``progress`` and ``unchanged``: ``write_checkpoint``'s (``converting``, as ``to_torch``)."""
-    tree = from_python(state_dict)
+    ``progress`` and ``unchanged``: ``write_checkpoint``'s (``converting``, as ``to_torch``).
+    What the state holds that a checkpoint cannot is said of ``src``."""
+    try:
+        tree = from_python(state_dict)
+    except UnsupportedContentError as exc:
+        if exc.path is not None:
+            raise
+        raise UnsupportedContentError(src, exc.problem, exc.fix) from None
     return write_checkpoint(tree, path, release, like=src, unchanged=unchanged, progress=progress)
 
 
