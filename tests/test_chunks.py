@@ -357,6 +357,37 @@ def _verdict(path: Path) -> object:
             return f"{type(exc).__name__}: {exc}"
 
 
+def test_check_of_several_files_answers_each_a_damaged_one_too(tmp_path):
+    """``check`` took one file (``check ckpts/*.mdl`` was a usage error). Each is now answered,
+    a damaged one among them, and the exit code is the worst: an error's before 10. Inputs:
+    the real 2.6 library's file, the real 2.10 library's file, and a damaged copy of a file
+    of ours."""
+    real_26 = next(p for p in real_2x_files(tmp_path) if p.name == "gpt2-2.6.0.mdl")
+    good = tmp_path / "good.mdl"
+    cm.save({"model": {"w": np.random.default_rng(0).random((256, 256))}}, good, "2.10")
+    bad = tmp_path / "bad.mdl"
+    bad.write_bytes(good.read_bytes())
+    at, info = _index_entry(bad, "model.w", 0)
+    _patch(bad, at, struct.pack("<I", info.size - 1))
+    files = [real_26, bad, REAL / "basic.mdl"]
+    proc = run_cli("check", *files, "--deep")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{real_26}: 2.6 needs upgrading to 2.10" in proc.stdout
+    assert f"{REAL / 'basic.mdl'}: at 2.10" in proc.stdout
+    assert f"{bad}: model.w does not decode" in proc.stdout
+    one_line_error(proc, 2, f"{bad}: 1 of 1 tensors do not decode: 'model.w'")
+    proc = run_cli("check", *files, "--deep", "--json")  # one line a file
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [a["path"] for a in answers] == [str(p) for p in files] and proc.returncode == 2
+    assert answers[0]["current"] is False and answers[2]["current"] is True
+    assert answers[1]["exit_code"] == 2 and "do not decode" in answers[1]["error"]
+    proc = run_cli("check", real_26, REAL / "basic.mdl", good)
+    assert proc.returncode == 10 and len(proc.stdout.splitlines()) == 3, proc.stdout
+    proc = run_cli("check", real_26, good, "--to", "2.11")  # the command's error: said once
+    one_line_error(proc, 2, "unknown release '2.11'")
+    assert proc.stdout == ""
+
+
 @pytest.mark.parametrize(("rows", "block"), [(8, 0), (16, 0), (96, 0), (16, 512), (96, 512)])
 def test_few_chunks_are_checked_as_many_are(tmp_path, monkeypatch, rows, block):
     """An index of at most ``chunks.FEW`` entries is checked in plain Python, a longer one on

@@ -489,3 +489,10 @@ def test_a_file_written_to_while_it_is_verified_voids_the_verdict(tmp_path, monk
     written_to_after(monkeypatch, deep_check, "check_tensors", copy)
     with pytest.raises(VerificationError, match="written to while it was read; the check"):
         commands.deep_check(copy)
+
+
+def test_the_worst_of_several_checks_is_an_errors_before_an_upgrade_needed():
+    from ckpt_migrate.cli.checks import worst
+
+    assert worst([0, 10, 2, 0]) == 2 and worst([10, 3]) == 3 and worst([5, 2, 10]) == 5
+    assert worst([0, 10, 0]) == 10 and worst([0, 0]) == 0 and worst([]) == 0

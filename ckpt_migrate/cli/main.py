@@ -18,7 +18,7 @@ import typer
 
 from ckpt_migrate import cli
 from ckpt_migrate._version import __version__
-from ckpt_migrate.cli import console, hf_verbs, render, tf_verbs
+from ckpt_migrate.cli import checks, console, hf_verbs, render, tf_verbs
 from ckpt_migrate.cli.options import (
     AllowMissingOpt,
     CopyMethodOpt,
@@ -44,7 +44,7 @@ from ckpt_migrate.cli.options import (
     hop_inputs_given,
     offer_hop_inputs,
 )
-from ckpt_migrate.errors import EXIT_UPGRADE_NEEDED, EXIT_VERIFY_FAILED
+from ckpt_migrate.errors import EXIT_VERIFY_FAILED
 
 app = typer.Typer(
     name="ckpt-migrate",
@@ -342,7 +342,7 @@ def _end_of_runs(ctx: typer.Context, worst: int, chains: list[tuple[Any, Any]]) 
 
 @app.command("check")
 def check_cmd(
-    path: Annotated[Path, typer.Argument(help="Checkpoint file.")],
+    paths: Annotated[list[Path], typer.Argument(help="Checkpoint files.")],
     to: ToOpt = "latest",
     from_release: FromOpt = None,
     deep: DeepOpt = False,
@@ -350,25 +350,12 @@ def check_cmd(
     progress_mode: ProgressOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
-    """For CI: exit 0 when at the target release, 10 when an upgrade is needed, 3 when newer."""
-    report = None
-    if deep:
-        with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
-            report = cli.commands.deep_check(path, progress)
-        if not as_json:
-            render.deep_check(report)
-    data = cli.commands.check(path, to, from_release)
-    if as_json:
-        render.emit_json({**data, "deep": report.to_json()} if report else data)
-        if report and (error := report.error()):
-            raise error
-    elif data["current"]:
-        console.echo(f"{path}: at {data['target']}")
-    else:
-        how = "downgrading" if data["downgrade"] else "upgrading"
-        console.echo(f"{path}: {data['release']} needs {how} to {data['target']}")
-    if not data["current"]:
-        raise typer.Exit(EXIT_UPGRADE_NEEDED)
+    """For CI: exit 0 when at the target release, 10 when an upgrade is needed, 3 when newer
+    than this tool knows; of several files, the worst (an error's before 10)."""
+    options = {"deep": deep, "as_json": as_json, "progress_mode": progress_mode, "quiet": quiet}
+    code = checks.check(paths, to, from_release, **options)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("verify")
