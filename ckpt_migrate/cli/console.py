@@ -253,6 +253,8 @@ COUNTED_PHASES = {
     "patch": "tensors",
     "write": "tensors",
     "check": "tensors",
+    "load back": "storages",
+    "lay out": "storages",
     "checkpoints": "checkpoints",
 }
 

@@ -9,6 +9,7 @@ import pickle
 import re
 import warnings
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,10 @@ class Unreadable(Exception):
     """torch cannot read the file (empty, cut short, not a torch.save file): ``str`` says why."""
 
 
-def load(path: Path) -> Any:
-    """The object ``path`` holds, loaded on the CPU with ``weights_only=True``."""
+def load(path: Path, each_storage: Callable[[], None] | None = None) -> Any:
+    """The object ``path`` holds, loaded on the CPU with ``weights_only=True``.
+    ``each_storage``: called as each storage is loaded (torch calls a ``map_location`` that is
+    a function once a storage), the one count of torch's own unpickling there is."""
     import torch
 
     if not Path(path).is_file():  # (a named pipe's read waits for a writer)
@@ -39,9 +42,18 @@ def load(path: Path) -> Any:
         with warnings.catch_warnings():  # (torch's notes on pickle protocols: not the user's)
             warnings.simplefilter("ignore")
             mmap = zipfile.is_zipfile(path)  # (torch maps only its zip format)
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+            where: Any = "cpu" if each_storage is None else _counted(each_storage)
+            return torch.load(path, map_location=where, weights_only=True, mmap=mmap)
     except Exception as exc:  # (whatever torch meets in bytes that are not ours)
         raise _failure(path, exc) from None
+
+
+def _counted(each_storage: Callable[[], None]) -> Callable[[Any, str], Any]:
+    def on_the_cpu(storage: Any, location: str) -> Any:
+        each_storage()
+        return storage.cpu()  # (a storage saved on a GPU is read on the CPU)
+
+    return on_the_cpu
 
 
 def _failure(path: Path, exc: Exception) -> Refused | Unreadable:
