@@ -5,6 +5,7 @@ unreadable one among them too, and the exit code is the worst of theirs."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,26 +14,29 @@ from ckpt_migrate.cli import console, render
 from ckpt_migrate.errors import EXIT_UPGRADE_NEEDED, CkptError
 
 
-def check(
-    paths: list[Path],
-    to: str,
-    from_release: str | None,
-    *,
-    deep: bool,
-    as_json: bool,
-    progress_mode: str,
-    quiet: bool,
-) -> int:
+@dataclass(frozen=True)
+class Asked:
+    """The command line of ``check``, beside its files."""
+
+    to: str
+    from_release: str | None
+    deep: bool
+    as_json: bool
+    progress_mode: str
+    quiet: bool
+
+
+def check(paths: list[Path], asked: Asked) -> int:
     if len(paths) == 1:
-        return _one(paths[0], to, from_release, deep, as_json, progress_mode, quiet)
+        return _one(paths[0], asked)
     codes = []
     for path in paths:
         try:
-            codes.append(_one(path, to, from_release, deep, as_json, progress_mode, quiet, True))
+            codes.append(_one(path, asked, lines=True))
         except CkptError as exc:  # (this file's answer; the others are still asked)
             if exc.path is None:  # (the command's: an unknown --to)
                 raise
-            codes.append(_failed({"path": str(path)}, exc, as_json))
+            codes.append(_failed({"path": str(path)}, exc, asked.as_json))
     return worst(codes)
 
 
@@ -42,29 +46,21 @@ def worst(codes: list[int]) -> int:
     return max(codes, key=lambda c: (c not in (0, EXIT_UPGRADE_NEEDED), c != 0, c), default=0)
 
 
-def _one(
-    path: Path,
-    to: str,
-    from_release: str | None,
-    deep: bool,
-    as_json: bool,
-    progress_mode: str,
-    quiet: bool,
-    lines: bool = False,
-) -> int:
+def _one(path: Path, asked: Asked, lines: bool = False) -> int:
     """``lines``: JSON as one line a file (several files), not an indented document."""
     report = None
-    if deep:
-        with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
+    if asked.deep:
+        shown = not asked.quiet
+        with console.progress(shown, asked.progress_mode, beside_json=asked.as_json) as progress:
             report = cli.commands.deep_check(path, progress)
-        if not as_json:
+        if not asked.as_json:
             render.deep_check(report)
-    data: dict[str, Any] = cli.commands.check(path, to, from_release)
-    if as_json:
+    data: dict[str, Any] = cli.commands.check(path, asked.to, asked.from_release)
+    if asked.as_json:
         document = {**data, "deep": report.to_json()} if report else data
         error = report.error() if report else None
         if lines and error is not None:  # (one line for the file, its error in it)
-            return _failed(document, error, as_json)
+            return _failed(document, error, True)
         console.echo(json.dumps(document)) if lines else render.emit_json(document)
         if error is not None:
             raise error

@@ -352,8 +352,8 @@ def check_cmd(
 ) -> None:
     """For CI: exit 0 when at the target release, 10 when an upgrade is needed, 3 when newer
     than this tool knows; of several files, the worst (an error's before 10)."""
-    options = {"deep": deep, "as_json": as_json, "progress_mode": progress_mode, "quiet": quiet}
-    code = checks.check(paths, to, from_release, **options)
+    asked = checks.Asked(to, from_release, deep, as_json, progress_mode, quiet)
+    code = checks.check(paths, asked)
     if code:
         raise typer.Exit(code)
 
