@@ -38,7 +38,7 @@ from ckpt_migrate.format.compare import (
 from ckpt_migrate.format.h5 import linktable, overlaps
 from ckpt_migrate.format.h5.io import object_addresses, open_read
 from ckpt_migrate.format.h5.stored import Pieces, copied_pieces, first_difference
-from ckpt_migrate.format.progress import Progress, counter
+from ckpt_migrate.format.progress import Count, Progress
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import H5Data, Node, TensorLeaf, iter_leaves, tied_positions
 
@@ -77,7 +77,7 @@ def verify_index(
         # and a visit of 150k links held 39 MB for 3 s (issue 33)
         at = _OutputLinks(out, tmp)
         total = written.tensors
-        count = None if progress is None else counter(progress, CHECK, total, CHECK_EVERY)
+        count = Count(progress, CHECK, total, CHECK_EVERY)
         for position, ref in enumerate(iter_leaves(root)):
             leaf = ref.leaf
             if not written.holds(leaf):
@@ -87,8 +87,7 @@ def verify_index(
                     continue
                 seen.add(id(leaf))
             assert isinstance(leaf, TensorLeaf)
-            if count is not None:
-                count()
+            count()
             name, reused = written.place(ref)
             if not reused:  # written by HDF5 just now: compared as stored, else hashed
                 try:
@@ -111,8 +110,7 @@ def verify_index(
                         tmp, f"tensor {ref.name!r} does not hold its source data"
                     )
         copied.apart(lambda position: next(islice(iter_leaves(root), position, None)).name)
-    if progress is not None:
-        progress(CHECK, total, total)
+    count.end()
 
 
 class _OutputLinks:

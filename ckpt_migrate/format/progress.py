@@ -8,18 +8,27 @@ from collections.abc import Callable
 Progress = Callable[[str, int, int], None]
 
 
-def counter(progress: Progress, phase: str, total: int, every: int) -> Callable[[], None]:
-    """A call per item of a loop of ``total``, reported every ``every`` items and at the first
+class Count:
+    """A loop's items told to ``progress`` as ``phase``: every ``every`` items, and at the first
     as its beginning (0 done: a phase run twice with the same numbers, as ``verify``'s two
-    reads of a file and its copy, is told apart); the loop's caller reports the end."""
-    done = 0
+    reads of a file and its copy, is told apart); ``end`` tells the end. Without ``progress``
+    it tells nothing."""
 
-    def count() -> None:
-        nonlocal done
-        if not done:
-            progress(phase, 0, total)
-        done += 1
-        if done % every == 0:
-            progress(phase, min(done, total), total)
+    __slots__ = ("done", "every", "phase", "progress", "total")
 
-    return count
+    def __init__(self, progress: Progress | None, phase: str, total: int, every: int) -> None:
+        self.progress, self.phase, self.total, self.every = progress, phase, total, every
+        self.done = 0
+
+    def __call__(self) -> None:
+        if self.progress is None:
+            return
+        if not self.done:
+            self.progress(self.phase, 0, self.total)
+        self.done += 1
+        if self.done % self.every == 0:
+            self.progress(self.phase, min(self.done, self.total), self.total)
+
+    def end(self) -> None:
+        if self.progress is not None:
+            self.progress(self.phase, self.total, self.total)

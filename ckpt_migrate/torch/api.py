@@ -37,7 +37,7 @@ from ckpt_migrate.format import pickled as objects
 from ckpt_migrate.format.h5 import sniff
 from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.pickled import ObjectMode, OpaqueObject
-from ckpt_migrate.format.progress import counter
+from ckpt_migrate.format.progress import Count
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import (
     DictNode,
@@ -440,11 +440,10 @@ def to_torch(
     tree = plain(state)
     with atomic_output(out, like=Path(src)) as tmp:
         stored = torch_room.save_streaming(tree, tmp, sources, progress)
-        step = None if progress is None else counter(progress, "load back", stored, 64)
+        loaded = Count(progress, "load back", stored, 64)
         try:
-            weights_load.load(tmp, step)
-            if progress is not None:
-                progress("load back", stored, stored)
+            weights_load.load(tmp, loaded if progress else None)
+            loaded.end()
         except (weights_load.Refused, weights_load.Unreadable) as exc:
             raise UnsupportedContentError(
                 src, f"holds a value a weights-only torch.load refuses ({exc})"

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ckpt_migrate.errors import UnsupportedContentError
-from ckpt_migrate.format.progress import counter
+from ckpt_migrate.format.progress import Count
 from ckpt_migrate.torch.lazy import LazyTensor, read_once
 
 
@@ -42,11 +42,10 @@ def save_streaming(
     ``torch.save`` would, filling each placeholder's storage from ``sources[id(placeholder)]``
     (a LazyTensor is read without being cached on it); returns how many storages it wrote."""
     order = list({id(t): t for t in _tensors(obj)}.values())  # storage keys 0, 1, ... in order
-    step = None if progress is None else counter(progress, "lay out", len(order), 64)
-    with torch.serialization.skip_data(), _each_storage_saved(step):
+    laid = Count(progress, "lay out", len(order), 64)
+    with torch.serialization.skip_data(), _each_storage_saved(laid if progress else None):
         torch.save(obj, path)
-    if progress is not None:
-        progress("lay out", len(order), len(order))
+    laid.end()
     offsets = _record_offsets(path)
     if len(offsets) != len(order):
         raise RuntimeError(f"{path}: {len(order)} tensors, {len(offsets)} storage records")

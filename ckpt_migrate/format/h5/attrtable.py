@@ -46,7 +46,7 @@ from ckpt_migrate.format.h5 import fractalheap
 from ckpt_migrate.format.h5.fractalheap import UNDEF, Unknown
 from ckpt_migrate.format.h5.headers import SHARED, HeaderError, read_header
 from ckpt_migrate.format.h5.root import root_header
-from ckpt_migrate.format.progress import Progress, counter
+from ckpt_migrate.format.progress import Count, Progress
 
 TICK_EVERY = 1000
 MAX_CHUNKS = 1 << 20  # continuation blocks of one header (each holds at least one message)
@@ -144,16 +144,16 @@ def root_texts(
     if at is None:
         return None
     count = h5o.get_info(f.id).num_attrs
+    counted = Count(progress, phase, count, TICK_EVERY)
     if progress is not None:
-        keep = _counted(keep, counter(progress, phase, count, TICK_EVERY))
+        keep = _counted(keep, counted)
     try:
         table = read_texts(path, at[0], at[1], tick, keep)
     except OSError:
         return None
     if table is None or len(table) != count:
         return None
-    if progress is not None:
-        progress(phase, count, count)
+    counted.end()
     return table
 
 

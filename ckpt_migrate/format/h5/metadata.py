@@ -34,7 +34,7 @@ import numpy as np
 from ckpt_migrate.format.h5.attrtable import elements, message_fields
 from ckpt_migrate.format.h5.headers import SHARED, Header, HeaderError, read_header
 from ckpt_migrate.format.h5.identity import hdf5_file
-from ckpt_migrate.format.progress import Progress, counter
+from ckpt_migrate.format.progress import Count, Progress
 
 _SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _LAYOUT, _SYMBOL_TABLE, _ATTRIBUTE, _BTREE_K = 0x08, 0x11, 0x0C, 0x13
@@ -124,20 +124,15 @@ def metadata_extents(
         except _Stop:
             return array("Q"), array("Q")
         once = array("Q", sorted_once(np.fromiter(objects, np.uint64, len(objects))).tobytes())
-        count = counter(progress, _PHASE, len(once), 1000) if progress is not None else None
+        count = Count(progress, "check overlaps", len(once), 1000)
         for address in once:
-            if count is not None:
-                count()
+            count()
             try:
                 _object(mapped, address, sizes)
             except _Stop:
                 continue
-        if progress is not None:
-            progress(_PHASE, len(once), len(once))
+        count.end()
         return mapped.starts, mapped.ends
-
-
-_PHASE = "check overlaps"
 
 
 def _superblock(m: _File) -> _Sizes:

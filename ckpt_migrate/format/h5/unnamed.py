@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import h5py
 
-from ckpt_migrate.format.progress import Progress, counter
+from ckpt_migrate.format.progress import Count, Progress
 
 
 def datasets_not_in(
@@ -41,17 +41,15 @@ def _hard_links_outside(
     paths are not in ``used``; ``progress`` hears of them as ``read links``."""
     outside: list[tuple[bytes, str, int]] = []
     total = gid.get_num_objs() if progress is not None else 0
-    count = counter(progress, "read links", total, 1000) if progress is not None else None
+    count = Count(progress, "read links", total, 1000)
 
     def take(name: bytes, info: h5py.h5l.LinkInfo) -> None:
-        if count is not None:
-            count()
+        count()
         if info.type == h5py.h5l.TYPE_HARD and (path := prefix + name.decode()) not in used:
             outside.append((name, path, info.u))
 
     # (in HDF5's own order: by name, HDF5 first builds a sorted table of a dense group's links:
     # 35 MiB more at 188k)
     gid.links.iterate(take, info=True, order=h5py.h5.ITER_NATIVE)
-    if progress is not None:
-        progress("read links", total, total)
+    count.end()
     return outside

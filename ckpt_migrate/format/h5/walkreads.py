@@ -80,7 +80,7 @@ class Heard:
             return
         if self.told is not None and self.told[0] != phase:
             self._end(progress, *self.told)
-        if self.told is None:  # (its beginning: ``counter``)
+        if self.told is None:  # (its beginning, as ``Count`` tells it)
             progress(phase, 0, total)
         progress(phase, count, total)
         self.told = (phase, total)
