@@ -172,11 +172,9 @@ def verify(
     begun = preflight.start(Path(b))
     try:
         with read_checkpoint(a, defer_chunks=True, progress=progress) as left:
-            if left.handle is not None:
-                left.handle.ready_to_read()
+            left.ready_to_read()
             with read_checkpoint(b, defer_chunks=True, progress=progress) as right:
-                if right.handle is not None:  # (its walk's end and map said, not waited on)
-                    right.handle.ready_to_read()
+                right.ready_to_read()  # (its walk's end and map said, not waited on)
                 # (each file as it was once opened: a verdict on a file written meanwhile is
                 # on neither version)
                 unchanged = watch(Path(a), Path(b), voids="the comparison does not hold")

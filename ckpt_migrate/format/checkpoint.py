@@ -36,6 +36,13 @@ class Checkpoint:
         """Leaf names the spec lists but the file has no data for."""
         return [ref.name for ref in iter_leaves(self.root) if isinstance(ref.leaf, MissingLeaf)]
 
+    def ready_to_read(self) -> None:
+        """Where the tree is read from a file, its walk ended and the map of overlapping data
+        made (``H5Handle.ready_to_read``) before the first tensor's read, which would make it
+        unsaid and beside what the read holds."""
+        if self.handle is not None:
+            self.handle.ready_to_read()
+
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()

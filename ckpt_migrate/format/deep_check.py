@@ -54,8 +54,8 @@ class DeepReport:
 def deep_check(path: str | Path, progress: Progress | None = None) -> DeepReport:
     """Decode every tensor of the checkpoint at ``path`` (see the module docstring)."""
     with read_checkpoint(path, progress=progress) as ckpt:
-        if progress is not None and ckpt.handle is not None:
-            ckpt.handle.ready_to_read()  # (said: the first decode would make its map unsaid)
+        if progress is not None:
+            ckpt.ready_to_read()
         unchanged = watch(Path(path), voids="the check does not hold")
         report = check_tensors(ckpt, progress)
         unchanged()  # (a verdict on a file written meanwhile is on neither version)

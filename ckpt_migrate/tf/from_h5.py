@@ -98,8 +98,8 @@ def h5_to_tf(
     require_tensorflow()
     src = Path(h5_path)
     with read_checkpoint(src, progress=progress) as ckpt:
-        if progress is not None and ckpt.handle is not None:
-            ckpt.handle.ready_to_read()  # (said: the first tensor's read would make its map unsaid)
+        if progress is not None:
+            ckpt.ready_to_read()
         unchanged = watch(src)  # (called before publishing: the tensors are read as staged)
         report = H5ToTfReport(src, [])
         variables = _h5_variables(ckpt, excludes, report)

@@ -117,8 +117,8 @@ def _load(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> Any:
     ckpt = read_checkpoint(path, progress=progress)
-    if progress is not None and ckpt.handle is not None:
-        ckpt.handle.ready_to_read()  # (said: the first tensor's read would make its map unsaid)
+    if progress is not None:  # (a lazy ``load`` does not wait for the walk)
+        ckpt.ready_to_read()
     missing = ckpt.missing
     if missing and not allow_missing:
         raise MissingLeavesError(
