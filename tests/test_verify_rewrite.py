@@ -386,13 +386,17 @@ def _read_back_of(monkeypatch) -> list:
     return seen
 
 
+@pytest.mark.parametrize("proven", [True, False], ids=["proven", "datasets-read"])
 @pytest.mark.parametrize("release", ["2.10", "2.4"])
 @pytest.mark.parametrize("source", ["tied", "ours"])
-def test_the_read_back_holds_the_expected_trees_leaves(tmp_path, monkeypatch, source, release):
+def test_the_read_back_holds_the_expected_trees_leaves(
+    tmp_path, monkeypatch, source, release, proven
+):
     """An output read back for its check gives back the expected tree's own leaf wherever it
     reads one alike (``compare._Alike``): one tree's leaves held, not two (29 MB at 150k
     leaves, issue 33); the real 2.10 library's tied file and ours, written in format 0.5 and
-    in format 0.4 (read back from its datasets' headers, ``format.read._described``)."""
+    in format 0.4 (read back from its datasets' headers, ``format.read._described``), with
+    the tensors proven by the caller (an upgrade) and not (a new file: an import, a save)."""
     from ckpt_migrate.format.compare import check_written
     from ckpt_migrate.format.read import read_checkpoint
     from ckpt_migrate.format.releases import get
@@ -404,7 +408,8 @@ def test_the_read_back_holds_the_expected_trees_leaves(tmp_path, monkeypatch, so
     with read_checkpoint(path) as ckpt:
         out = tmp_path / "out.mdl"
         write_checkpoint(ckpt.root, out, release)
-        check_written(out, ckpt.root, get(release), tensors_proven=True)
+        seen.clear()
+        check_written(out, ckpt.root, get(release), tensors_proven=proven)
         tensors = [r for r in iter_leaves(ckpt.root) if isinstance(r.leaf, TensorLeaf)]
         back = {r.name: r.leaf for r in iter_leaves(seen[-1])}
     assert len(tensors) == (7 if source == "tied" else 29)
@@ -431,14 +436,16 @@ def _tied_apart(root):
     return untie(root)
 
 
+@pytest.mark.parametrize("proven", [True, False], ids=["proven", "datasets-read"])
 @pytest.mark.parametrize("release", ["2.10", "2.4"])
 @pytest.mark.parametrize("change", ["untied file", "tie not expected", "tied anew", "shape"])
 def test_the_read_back_that_keeps_the_expected_leaves_still_finds_each_difference(
-    tmp_path, change, release
+    tmp_path, change, release, proven
 ):
     """As strict as before it held the expected leaves: a file that unties the real library's
     tie, or ties what the expected tree holds apart, or holds a tensor of another shape than
-    the expected one, fails the check, in format 0.5 and in format 0.4."""
+    the expected one, fails the check, in format 0.5 and in format 0.4, the tensors proven by
+    the caller or not."""
     from ckpt_migrate.format.compare import check_written
     from ckpt_migrate.format.read import read_checkpoint
     from ckpt_migrate.format.releases import get
@@ -459,9 +466,9 @@ def test_the_read_back_that_keeps_the_expected_leaves_still_finds_each_differenc
         }[change]
         out = tmp_path / "out.mdl"
         write_checkpoint(written, out, release)
-        check_written(out, written, get(release), tensors_proven=True)
+        check_written(out, written, get(release), tensors_proven=proven)
         with pytest.raises(VerificationError, match="does not hold the expected tree"):
-            check_written(out, expected, get(release), tensors_proven=True)
+            check_written(out, expected, get(release), tensors_proven=proven)
 
 
 @pytest.mark.parametrize("check", ["index", "full"])

@@ -59,9 +59,10 @@ def read_checkpoint(
     datasets are described from their headers (``_described``). ``tensors_proven``
     (with ``isolate=False``): the caller proves each tensor's dataset itself, by its address or
     its hash, so format 0.5 tensors are taken as their metadata describes them, unopened, and
-    its datasets no leaf names are not looked for (``unreferenced`` is empty); ``alike``
-    (with it) is handed each format 0.5 leaf as decoded, with its name, and the leaf it returns
-    is kept (the read-back's comparison: ``compare.check_written``).
+    its datasets no leaf names are not looked for (``unreferenced`` is empty). ``alike`` (with
+    ``isolate=False``) is handed each leaf as decoded (checked against its dataset, unless
+    ``tensors_proven``), with its name, and the leaf it returns is kept (the read-back's
+    comparison: ``compare.check_written``).
     ``defer_chunks``: return before the preflight walk of the chunk indexes ends; its verdict
     comes at ``handle.walked()``, which every read of data calls (an upgrade by clone reads
     none, and calls it before publishing), and ``data_bytes`` counts chunked datasets by
@@ -113,11 +114,11 @@ def read_checkpoint(
             stored = check_self_contained(f, p)
         if not isolate and not looks_like_format_05(p):
             try:  # (its datasets described from their headers, as a legacy outline's)
-                return _described(p, f, handle, release, alike=alike if tensors_proven else None)
+                return _described(p, f, handle, release, alike=alike)
             except OutlineTooShort:
                 pass
         proven = tensors_proven and not isolate
-        facts_ = Facts(facts, proven, alike=alike if proven else None)
+        facts_ = Facts(facts, proven, alike=alike)
         return _read(p, f, handle, release, stored, facts_, early)
 
     return _closed_on_error(p, handle, full)

@@ -40,8 +40,8 @@ class Facts:
     perhaps still being read: ``headerscan.Later``, which waits for them at its first
     look-up). A legacy reader lets go of each dataset's facts as it takes them (``take``).
     ``aliased``: the addresses more than one link names (None: not known), where a reader
-    shares one leaf among the names. ``alike`` (with ``proven``): each leaf decoded is handed
-    to it with its name, and the leaf it returns is kept (``compare.check_written``)."""
+    shares one leaf among the names. ``alike``: each leaf decoded is handed to it with its
+    name, and the leaf it returns is kept (``compare.check_written``)."""
 
     datasets: Mapping[str, Any] = field(default_factory=dict)
     proven: bool = False
