@@ -431,3 +431,37 @@ def test_pytorch_model_bin_of_torch_before_1_6_imports(tmp_path: Path):
     import_hf(bin_dir, ckpt, config_out=params)
     export(ckpt, tmp_path / "back", config=params)
     assert _same(tmp_path / "back", hf_dir)
+
+
+def test_an_imports_tensors_let_go_of_what_they_are_built_from_once_written(
+    tmp_path: Path, monkeypatch
+):
+    """Each tensor of an import is built once, as it is written; the rule it was built by and
+    the reader of the safetensors entries are then let go, not held through the read-back
+    (at 150k tensors they and the entries they reach were about 130 MB of the peak, issue
+    33). A tensor whose build fails keeps them, and its description names its inputs."""
+    from ckpt_migrate.hf import import_ as imp
+    from ckpt_migrate.hf.mapping import Out
+
+    hf_dir, _ = _tiny(tmp_path)  # (written by transformers' save_pretrained)
+    trees: list = []
+    real = imp.write_checkpoint
+    monkeypatch.setattr(
+        imp, "write_checkpoint", lambda root, *a, **k: trees.append(root) or real(root, *a, **k)
+    )
+    import_hf(hf_dir, tmp_path / "m.mdl")
+    built = {id(r.leaf.data): r.leaf.data for r in iter_leaves(trees[0])}.values()
+    assert len(built) > 20
+    assert all(isinstance(b, imp.Built) and b.out is b.stored is None for b in built)
+    first = next(iter(built))
+    assert first.describe() == f"{first.name}, built and written"
+    with pytest.raises(RuntimeError, match="already written"):
+        first.read()
+
+    def broken(x):
+        raise ValueError("no")
+
+    failing = imp.Built(Out("w", ("h.w",), broken), lambda n: np.zeros(2), "float32", "float32")
+    with pytest.raises(ValueError):
+        failing.read()
+    assert failing.describe() == "w from h.w"

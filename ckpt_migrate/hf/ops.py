@@ -10,6 +10,7 @@ ctx)`` those of the CS names (import); :meth:`Op.inverse` swaps them. The table 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -205,6 +206,14 @@ NORM_OFFSET = Op("Gemma 2 norm offset", _shifted(-1.0), _shifted(1.0))
 def _conv1d_split(src: str, dst: str, index: int, pieces: int) -> Out:
     """Piece ``index`` of a fused Conv1D ``[in, pieces * out]`` as a Linear ``[out, in]``
     (``torch.chunk(transpose(w), pieces)``, gpt2_hf_cs.py lines 122-149); a bias is chunked."""
+    build, infer, note = _conv1d_piece(index, pieces)
+    return Out(dst, (src,), build, infer=infer, note=note)
+
+
+@functools.cache
+def _conv1d_piece(index: int, pieces: int) -> tuple[Callable, Callable, str]:
+    """The build, shape and note of one piece, shared by every layer's (two closures and a
+    note each were a third of an import's plan, about 50 MB at 150k tensors, issue 33)."""
 
     def build(x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.split(x.T if x.ndim == 2 else x, pieces, axis=0)[index])
@@ -212,7 +221,7 @@ def _conv1d_split(src: str, dst: str, index: int, pieces: int) -> Out:
     def infer(s: Shape) -> Shape:
         return (s[1] // pieces, s[0]) if len(s) == 2 else (s[0] // pieces,)
 
-    return Out(dst, (src,), build, infer=infer, note=f"Conv1D piece {index + 1} of {pieces}")
+    return build, infer, f"Conv1D piece {index + 1} of {pieces}"
 
 
 def _conv1d_join(srcs: Sequence[str], dst: str) -> Out:

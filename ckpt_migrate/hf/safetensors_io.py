@@ -315,11 +315,13 @@ def read_header(path: Path) -> tuple[dict[str, Stored], dict[str, str]]:
     meta = header.pop("__metadata__", {}) or {}
     size = path.stat().st_size
     out = {}
+    shapes: dict[tuple[int, ...], tuple[int, ...]] = {}  # (one tuple a shape: 150k tensors)
     for name, info in header.items():
         try:
             tag = info.get("dtype")
             begin, end = (int(x) for x in info["data_offsets"])
             shape = tuple(int(d) for d in info["shape"])
+            shape = shapes.setdefault(shape, shape)
         except (AttributeError, KeyError, TypeError, ValueError):
             raise CorruptCheckpointError(path, f"{name}: not a safetensors tensor entry") from None
         if tag not in TORCH_DTYPES:
