@@ -61,7 +61,10 @@ def _one(path: Path, asked: Asked, lines: bool = False) -> int:
         error = report.error() if report else None
         if lines and error is not None:  # (one line for the file, its error in it)
             return _failed(document, error, True)
-        console.echo(json.dumps(document)) if lines else render.emit_json(document)
+        if lines:
+            console.echo(json.dumps(document))
+        else:
+            render.emit_json(document)
         if error is not None:
             raise error
     elif data["current"]:
