@@ -418,6 +418,45 @@ def test_a_stopped_run_of_workers_publishes_nothing_after(big, tmp_path, how):
     assert sha256_file(src) == digest
 
 
+def _starting_workers(pid: int) -> list[int]:
+    """The processes of the group ``pid`` leads that are a Dask worker's spawned interpreter
+    and catch SIGINT: Python has set its handler, and the worker is importing."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+            caught = (entry / "status").read_text().split("SigCgt:")[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            continue
+        pgrp = int(stat.rsplit(")", 1)[1].split()[2])
+        ours = pgrp == pid and int(entry.name) != pid and b"spawn_main" in cmdline
+        if ours and int(caught, 16) & 1 << (signal.SIGINT - 1):
+            found.append(int(entry.name))
+    return found
+
+
+def test_ctrl_c_while_the_workers_start_prints_no_traceback(tmp_path):
+    """``upgrade-dir --workers 2`` interrupted while its workers' interpreters were still
+    importing Dask: a terminal's Ctrl-C reaches the whole process group, and each worker
+    printed a ``KeyboardInterrupt`` traceback of its imports before the command's
+    ``interrupted``. The workers now start with SIGINT blocked until their handler is set."""
+    pytest.importorskip("distributed")
+    md = tmp_path / "md"
+    md.mkdir()
+    for step in (1, 2):
+        shutil.copyfile(REAL / "tied.mdl", md / f"checkpoint_{step}.mdl")
+    out = tmp_path / "out"
+    proc = start(["upgrade-dir", md, "-o", out, "--workers", "2", "--progress", "none"], {})
+    deadline = time.monotonic() + 60
+    while len(_starting_workers(proc.pid)) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "no worker started"
+        time.sleep(0.01)
+    code, err, _ = interrupt(proc)
+    assert code == 130 and err.splitlines()[-1] == "interrupted", err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
 def test_a_stopped_run_on_someone_elses_cluster_publishes_nothing_after(big, tmp_path, monkeypatch):
     """``upgrade-dir --scheduler``: the cluster is not the command's, its workers hear no
     Ctrl-C of the command's. Their tasks went on after the command said ``interrupted`` and

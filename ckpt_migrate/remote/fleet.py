@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,13 @@ def _interrupts_held() -> Iterator[None]:
     """``interrupt.STOP_SIGNALS`` noted, and raised again once the block ends. A cluster interrupted
     while it started was left half made, and Dask's own attempt to close it as the process
     exited printed a traceback ("AssertionError: Status.init") after ``interrupted``: started
-    whole (a second or two), it is closed as any other."""
+    whole (a second or two), it is closed as any other.
+
+    SIGINT is blocked meanwhile, not only noted: a terminal's Ctrl-C reaches the whole process
+    group, and a worker process still importing Dask printed a ``KeyboardInterrupt`` traceback
+    each. The processes started here (and the threads that may start more) inherit the blocked
+    SIGINT; ``_note_interrupts`` unblocks it in each worker once its handler is set, and a
+    Ctrl-C pressed meanwhile reaches it then."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -75,9 +82,13 @@ def _interrupts_held() -> Iterator[None]:
     held = {s: handler for s, handler in held.items() if callable(handler)}
     for signum in held:
         signal.signal(signum, lambda signum, frame: noted.append(signum))
+    # (multiprocessing unblocks SIGINT as it starts its resource tracker: started first)
+    resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)  # (a pending SIGINT is noted here)
         for signum, handler in held.items():
             signal.signal(signum, handler)
         for signum in dict.fromkeys(noted):
@@ -91,6 +102,7 @@ def _note_interrupts() -> int:
     event loop stopped with a traceback and its task went on: outputs were published seconds
     after the command said ``interrupted``. Returns the worker's pid."""
     signal.signal(signal.SIGINT, lambda signum, frame: Interrupt.press())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # (see ``_interrupts_held``)
     return os.getpid()
 
 
