@@ -27,13 +27,20 @@ except ImportError:  # run from a checkout without installing
 from ckpt_migrate import catalogue
 from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.commands import load_config, verify
-from ckpt_migrate.cli.modelzoo_formats import output_name, parse_format, resolve_source, stem
+from ckpt_migrate.cli.modelzoo_formats import (
+    listed,
+    output_name,
+    parse_format,
+    resolve_source,
+    stem,
+)
 from ckpt_migrate.cli.script_options import add_hop_arguments, add_step_arguments, script_inputs
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import upgrade_config_file, upgrade_config_text
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import EXIT_VERIFY_FAILED, UsageError
 from ckpt_migrate.format import releases
+from ckpt_migrate.format.releases import Release
 from ckpt_migrate.hf import export as hf_export
 from ckpt_migrate.hf import import_ as hf_import
 from ckpt_migrate.hf import mup
@@ -44,7 +51,6 @@ from ckpt_migrate.models.names import (
     MODEL_NAMES,
     MODELZOO_NAMES,
     canonical_family,
-    resolve_name,
 )
 
 AUTOLOAD_NOTE = (
@@ -90,18 +96,19 @@ def convert(args: argparse.Namespace) -> int:
     wanted = parse_format(args.src_fmt, source=True)
     tgt = parse_format(args.tgt_fmt, source=False)
     assert tgt is not None
-    config_data = load_config(config)
-    from_release, note = resolve_source(src, wanted)
-    if releases.get(from_release).version > tgt.version:
+    config_data, text = load_config(config), yaml_edit.read_config(config)
+    from_release, note, config_from = resolve_source(src, wanted, (config, text), args.model)
+    if releases.get(config_from).version > tgt.version:
         # A downgrade: find a config step that cannot be undone before writing the checkpoint.
-        upgrade_config_text(
-            yaml_edit.read_config(config), from_release, tgt.name, family=args.model
-        )
+        upgrade_config_text(text, config_from, tgt.name, family=args.model)
     if note:
         print(note)
     if from_release == tgt.name:
-        print(f"{src}: already at release {tgt.name}; nothing to convert")
-        return 0
+        if config_from == tgt.name:
+            print(f"{src}: already at release {tgt.name}; nothing to convert")
+            return 0
+        print(f"{src}: already at release {tgt.name}; only its config is converted")
+        return _write_config(config, args, config_from, tgt)
     given = script_inputs(args)  # the options name the side files (or drop them) over the config
     named = "data_iter_dir" in given or "drop_dataloader_state" in given
     side_files = {} if named else dataloader_inputs(config, config_data)
@@ -139,12 +146,20 @@ def convert(args: argparse.Namespace) -> int:
         print(f"error: {result.error}", file=sys.stderr)
         return result.exit_code
     print(f"Checkpoint saved to {result.output}")
-    report = upgrade_config_file(
-        config, config_out, result.from_release, result.to_release, family=args.model
-    )
-    for line in report.lines():
+    return _write_config(config, args, config_from, tgt, config_out)
+
+
+def _write_config(
+    config: Path, args: argparse.Namespace, start: str, tgt: Release, out: Path | None = None
+) -> int:
+    """``config`` from release ``start`` to ``tgt``, into ``out`` (default: Model Zoo's name,
+    beside it or in ``--output-dir``)."""
+    if out is None:
+        out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
+        _refuse_existing(out)
+    for line in upgrade_config_file(config, out, start, tgt.name, family=args.model).lines():
         print(line)
-    print(f"Config saved to {config_out}")
+    print(f"Config saved to {out}")
     return 0
 
 
@@ -158,7 +173,7 @@ def convert_to_hf(args: argparse.Namespace) -> int:
     without it)."""
     src = Path(args.checkpoint_file)
     wanted = parse_format(args.src_fmt, source=True)
-    from_release, note = resolve_source(src, wanted)
+    from_release, note, _ = resolve_source(src, wanted)
     if note:
         print(note)
     out = _output_dir(args.output_dir, src.parent) / f"{stem(src.name)}_to_hf"
@@ -190,7 +205,7 @@ def convert_from_hf(args: argparse.Namespace) -> int:
     hf_dir = given if given.is_dir() else given.parent
     tgt = parse_format(args.tgt_fmt, source=False)
     assert tgt is not None
-    ckpt_out = _output_dir(args.output_dir, hf_dir.parent) / output_name(given, tgt, ".mdl")
+    ckpt_out = _output_dir(args.output_dir, given.parent) / output_name(given, tgt, ".mdl")
     config_out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
     _refuse_existing(ckpt_out, config_out)
     result = hf_import.import_hf(
@@ -259,13 +274,7 @@ def convert_config(args: argparse.Namespace) -> int:
     src = parse_format(args.src_fmt, source=True)
     tgt = parse_format(args.tgt_fmt, source=False)
     assert src is not None and tgt is not None
-    out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
-    _refuse_existing(out)
-    report = upgrade_config_file(config, out, src.name, tgt.name, family=args.model)
-    for line in report.lines():
-        print(line)
-    print(f"Config saved to {out}")
-    return 0
+    return _write_config(config, args, src.name, tgt)
 
 
 def list_converters(args: argparse.Namespace) -> int:
@@ -273,7 +282,7 @@ def list_converters(args: argparse.Namespace) -> int:
     and unless ``--hide-notes`` the key renames of every hop for it."""
     first, last = releases.RELEASES[0].name, releases.LATEST.name
     span = f"cs-{first} … cs-{last}: any release to any newer one, in one run"
-    entries = _listed(args.model)
+    entries = listed(args.model)
     for name, family, registry, headless, since in entries:
         what = f"{family} family" + (", without lm_head" if headless else "")
         print(f"{name}: {what}; Model Zoo registry name {registry or '(none)'}")
@@ -298,20 +307,6 @@ def list_converters(args: argparse.Namespace) -> int:
             "sparsity masks moved into the model (2.1→2.2), configs upgraded hop by hop"
         )
     return 0
-
-
-def _listed(model: str | None) -> list[tuple[str, str, str | None, bool, str | None]]:
-    """(name, family, registry name, headless, Model Zoo's oldest release) of the names to
-    list."""
-    key = None if model in ("all", None) else model.strip().lower()
-    if key is not None:
-        family, registry = resolve_name(key)
-    found = [
-        (m.name, m.family, m.registry, m.headless, m.modelzoo_from)
-        for m in MODELZOO_NAMES
-        if key is None or m.name.lower() == key
-    ]
-    return found if found or key is None else [(key, family, registry, False, None)]
 
 
 def key_rules(family: str) -> list[tuple[str, list[Any]]]:

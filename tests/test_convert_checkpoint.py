@@ -302,6 +302,10 @@ def test_list_converters():
     assert "2.0→2.1" not in proc.stdout
     proc = script("list", "gpt3", "--hide-notes")  # one name table: gpt3 is gpt2
     assert proc.returncode == 0 and proc.stdout.startswith("gpt3: gpt2 family;")
+    # (it said "export-hf and import-hf (GPT2LMHeadModel)", which refused --model gpt3)
+    assert "  Hugging Face: not served under this name; --model gpt2 is" in proc.stdout
+    proc = script("list", "bert/classifier", "--hide-notes")
+    assert "not served under this name; --model bert-sequence-classifier is" in proc.stdout
     proc = script("list-converters")
     for family in ("gpt2", "gptj", "gpt-neox", "codegen", "llama", "bloom", "falcon", "bert"):
         assert f"\n{family}: {family} family" in "\n" + proc.stdout
@@ -432,3 +436,86 @@ def test_convert_to_hf_and_back_as_model_zoo_names_them(tmp_path, family):
 def release_of_file(path: Path) -> str:
     with read_checkpoint(path) as ckpt:
         return ckpt.release.name
+
+
+def _norm_keys(config: Path) -> dict:
+    model = yaml.safe_load(config.read_text())["trainer"]["init"]["model"]
+    return {k: v for k, v in model.items() if k in ("norm_type", "use_rms_norm")}
+
+
+@pytest.mark.parametrize("src_fmt", ["cs-1.9", "cs-auto"])
+def test_the_documented_fix_then_convert_workflow(tmp_path, src_fmt):
+    """Release 2.0's documentation: ``fix_checkpoint_spec.py``, then "you still need to use
+    the convert_checkpoint.py", from ``cs-1.9``. The fix (here an upgrade to 2.0) left a file
+    that says 2.0, and ``--src-fmt cs-1.9`` was refused; ``cs-auto``, which the refusal
+    suggested, converted the 1.9 config from 2.0 and kept ``use_rms_norm``, which 2.0 no
+    longer reads (the Llama of the Model Zoo fixture became a LayerNorm model), saying
+    nothing. The config now goes from 1.9 and the checkpoint from 2.0, and the checkpoint is
+    the direct conversion's, tensor for tensor."""
+    ckpt, config = copy_fixture(tmp_path, "llama-1.9")
+    fixed = run_script("fix_checkpoint_spec.py", ckpt)
+    assert fixed.returncode == 0, fixed.stderr
+    fixed_ckpt = ckpt.with_name("checkpoint_100_fixed.mdl")
+    to_2_3 = ["--model", "llama", "--tgt-fmt", "cs-2.3", "--config", config]
+    proc = script("convert", fixed_ckpt, "--src-fmt", src_fmt, *to_2_3)
+    assert proc.returncode == 0, proc.stderr
+    assert "still 1.9's" in proc.stdout or "its config from 1.9" in proc.stdout, proc.stdout
+    assert "config 1.9 → 2.3" in proc.stdout
+    out = ckpt.parent / "params_to_cs-2.3.yaml"
+    assert _norm_keys(out) == {"norm_type": "rmsnorm"}
+    tensors = _model_tensors(ckpt.parent / "checkpoint_100_fixed_to_cs-2.3.mdl")
+    out.rename(tmp_path / "first.yaml")
+    direct = script("convert", ckpt, "--src-fmt", "cs-1.9", *to_2_3, "--drop-dataloader-state")
+    assert direct.returncode == 0, direct.stderr
+    assert _model_tensors(ckpt.parent / "checkpoint_100_to_cs-2.3.mdl") == tensors
+    assert out.read_text() == (tmp_path / "first.yaml").read_text()
+
+
+def test_a_fixed_checkpoint_at_the_target_has_its_config_converted(tmp_path):
+    """``--tgt-fmt cs-2.0`` after the fix: the checkpoint is at 2.0 already, its 1.9 config is
+    not (it said "nothing to convert" and wrote nothing)."""
+    ckpt, config = copy_fixture(tmp_path, "llama-1.9")
+    assert run_script("fix_checkpoint_spec.py", ckpt).returncode == 0
+    fixed_ckpt = ckpt.with_name("checkpoint_100_fixed.mdl")
+    args = ["--model", "llama", "--src-fmt", "cs-1.9", "--tgt-fmt", "cs-2.0", "--config", config]
+    proc = script("convert", fixed_ckpt, *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "already at release 2.0; only its config is converted" in proc.stdout
+    model = yaml.safe_load((ckpt.parent / "params_to_cs-2.0.yaml").read_text())["model"]
+    assert model["norm_type"] == "rmsnorm" and "use_rms_norm" not in model
+    assert not ckpt.with_name("checkpoint_100_fixed_to_cs-2.0.mdl").exists()
+    # a release the checkpoint was not upgraded from is still refused
+    args[3] = "cs-1.8"
+    one_line_error(script("convert", fixed_ckpt, *args), 2, "file says release 2.0")
+
+
+def test_ckpt_migrate_upgrade_converts_a_fixed_checkpoints_config_from_its_release(tmp_path):
+    """``ckpt-migrate upgrade --config`` of a checkpoint the fix upgraded without its config:
+    the config is upgraded from 1.9, and the report says why."""
+    ckpt, config = copy_fixture(tmp_path, "llama-1.9")
+    assert run_script("fix_checkpoint_spec.py", ckpt).returncode == 0
+    fixed_ckpt = ckpt.with_name("checkpoint_100_fixed.mdl")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", "upgrade", str(fixed_ckpt), "--config",
+         str(config), "-o", str(out), "--progress", "none"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "config 1.9 → 2.10" in proc.stdout and "which is still 1.9's" in proc.stdout
+    assert _norm_keys(out / "params.yaml") == {"norm_type": "rmsnorm"}
+
+
+def test_hf_source_file_converts_into_its_own_directory(tmp_path):
+    """``--src-fmt hf`` with a file of the HF directory and no ``--output-dir``: Model Zoo
+    writes beside the input (``os.path.split(checkpoint_file)``); the checkpoint went one
+    directory up."""
+    ckpt, config = copy_fixture(tmp_path, "gpt2-2.0")
+    base = ["--model", "gpt2", "--config", config, "--src-fmt", "cs-auto", "--tgt-fmt", "hf"]
+    assert script("convert", ckpt, *base).returncode == 0
+    hf = ckpt.parent / "checkpoint_100_to_hf"
+    back = ["--model", "gpt2", "--config", hf / "config.json", "--src-fmt", "hf"]
+    proc = script("convert", hf / "model.safetensors", *back, "--tgt-fmt", "cs-2.3")
+    assert proc.returncode == 0, proc.stderr
+    assert (hf / "model_to_cs-2.3.mdl").is_file() and (hf / "config_to_cs-2.3.yaml").is_file()
+    assert not (ckpt.parent / "model_to_cs-2.3.mdl").exists()

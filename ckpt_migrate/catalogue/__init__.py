@@ -188,10 +188,16 @@ def hf_support(name: str) -> str:
     how it differs from Model Zoo's converter (``list-converters``)."""
     record = by_name(name)
     hf = None if record is None else record.hf
-    own = None if record is None else next((n for n in record.names if n.name == name), None)
+    key = name.strip().lower()
+    own = None if record is None else next((n for n in record.names if n.name.lower() == key), None)
     if record is None or hf is None or (own is not None and not own.hf):
         return "Hugging Face: not served"
-    cls = hf.architectures.get(name) or hf.architectures.get(record.name)
+    if own is None:  # a further accepted name: the conversions take the record's own names
+        registry = {m.lower(): r for m, r in record.more_names}.get(key)
+        served = [n for n in record.names if n.hf]
+        like = next((n for n in served if n.registry == registry), served[0])
+        return f"Hugging Face: not served under this name; --model {like.name} is"
+    cls = hf.architectures.get(own.name) or hf.architectures.get(record.name)
     line = "Hugging Face: export-hf and import-hf" + (f" ({cls})" if cls else "")
     return "; ".join([line, *hf.notes])
 

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from ckpt_migrate.config.upgrade import config_release
 from ckpt_migrate.engine.plan import source_release
 from ckpt_migrate.errors import UsageError
-from ckpt_migrate.format import releases
+from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
+from ckpt_migrate.models.names import MODELZOO_NAMES, resolve_name
 
 FORMAT_RE = re.compile(r"cs-(\d+)\.(\d+)(?:\.\d+)?")
 EXTENSIONS_RE = re.compile(r"(?:\.[A-Za-z]+)+$")
@@ -63,20 +65,37 @@ def output_name(path: Path, tgt: Release, suffix: str) -> str:
     return f"{stem(path.name)}_to_cs-{tgt.name}{suffix}"
 
 
-def resolve_source(path: Path, wanted: Release | None) -> tuple[str, str | None]:
-    """The release to convert from: ``(release name, note)``.
+class Source(NamedTuple):
+    """A source checkpoint's release, what to say about it, and its config's release."""
+
+    release: str
+    note: str | None
+    config: str  # the config's release: the checkpoint's, unless it was upgraded without it
+
+
+def resolve_source(
+    path: Path,
+    wanted: Release | None,
+    config: tuple[Path, str] | None = None,
+    family: str | None = None,
+) -> Source:
+    """The release to convert from, and that of ``config`` (its path and text), if given.
 
     ``cs-auto`` reads what the file says (root attributes, as ``ckpt-migrate`` detects it, so
     pre-2.1 files work too); for a format-0.5 file without ``__cstorch_version__`` it takes the
     ``__metadata__[-1].version`` Model Zoo writes, if there is one. An explicit ``cs-X.Y`` that
-    contradicts a file which states its release is refused; where the file cannot tell (0.5
-    without a version), the user's word is taken.
+    contradicts a file which states its release is refused, unless ckpt-migrate upgraded the
+    file from that release: the documentation's workflow runs ``fix_checkpoint_spec.py`` (here
+    an upgrade to 2.0) and then converts from ``cs-1.9``, the config's release. Where the file
+    cannot tell (0.5 without a version), the user's word is taken. A config beside a checkpoint
+    ckpt-migrate upgraded without it is at the release ``config.upgrade.config_release`` finds.
     """
 
     with read_checkpoint(path) as ckpt:
         detected = source_release(ckpt)
         certain = ckpt.detected.cstorch_version is not None or ckpt.format < 0.5
         meta = _metadata_release(ckpt.root)
+        earlier = provenance.sources(ckpt.provenance) or []
     how = (
         f"__cstorch_version__ {ckpt.detected.cstorch_version}"
         if ckpt.detected.cstorch_version
@@ -84,18 +103,31 @@ def resolve_source(path: Path, wanted: Release | None) -> tuple[str, str | None]
     )
     if wanted is None:
         if certain or meta is None:
-            note = f"cs-auto: release {detected.name} ({how})"
+            release, note = detected.name, f"cs-auto: release {detected.name} ({how})"
             if not certain:
                 note += f"; the file cannot tell 2.5–2.10 apart: {detected.name} assumed"
-            return detected.name, note
-        return meta.name, f"cs-auto: release {meta.name} (__metadata__ version; format 0.5)"
-    if certain and wanted.name != detected.name:
-        raise UsageError(
-            path,
-            f"--src-fmt cs-{wanted.name}, but the file says release {detected.name} ({how})",
-            f"pass --src-fmt cs-auto or cs-{detected.name}",
+        else:
+            release = meta.name
+            note = f"cs-auto: release {meta.name} (__metadata__ version; format 0.5)"
+    elif certain and wanted.name != detected.name:
+        if wanted.name not in earlier or wanted.version > detected.version:
+            raise UsageError(
+                path,
+                f"--src-fmt cs-{wanted.name}, but the file says release {detected.name} ({how})",
+                f"pass --src-fmt cs-auto or cs-{detected.name}",
+            )
+        note = (
+            f"cs-{wanted.name}: ckpt-migrate upgraded this checkpoint from {wanted.name} to "
+            f"{detected.name} (fix_checkpoint_spec.py or an upgrade); the checkpoint goes on from "
+            f"{detected.name}, its config from {wanted.name}"
         )
-    return wanted.name, None
+        return Source(detected.name, note, wanted.name)
+    else:
+        release, note = wanted.name, None
+    if config is None:
+        return Source(release, note, release)
+    start, why = config_release(config[1], release, earlier, family=family, source=config[0])
+    return Source(release, "\n".join(filter(None, [note, why and f"{config[0]}: {why}"])), start)
 
 
 def _metadata_release(root: Any) -> Release | None:
@@ -110,3 +142,17 @@ def _metadata_release(root: Any) -> Release | None:
         except UsageError:
             return None
     return None
+
+
+def listed(model: str | None) -> list[tuple[str, str, str | None, bool, str | None]]:
+    """(name, family, registry name, headless, Model Zoo's oldest release) of the names to
+    list."""
+    key = None if model in ("all", None) else model.strip().lower()
+    if key is not None:
+        family, registry = resolve_name(key)
+    found = [
+        (m.name, m.family, m.registry, m.headless, m.modelzoo_from)
+        for m in MODELZOO_NAMES
+        if key is None or m.name.lower() == key
+    ]
+    return found if found or key is None else [(key, family, registry, False, None)]

@@ -15,6 +15,7 @@ the config gave, or a family whose Model Zoo name is unambiguous; otherwise the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,46 @@ def upgrade_config_text(
     return out
 
 
+def config_release(
+    text: str,
+    current: str,
+    earlier: Sequence[str],
+    *,
+    family: str | None = None,
+    family_source: str | None = None,
+    source: Path | None = None,
+) -> tuple[str, str | None]:
+    """The release a config is at, beside a checkpoint of release ``current`` that ckpt-migrate
+    upgraded from the releases ``earlier`` (its provenance records' sources), and why when
+    that is not ``current``.
+
+    ``fix_checkpoint_spec.py`` and ``data_iter_state_conversion.py`` upgrade a checkpoint to 2.0
+    and leave its config as it was, as Model Zoo's scripts did, and so does an upgrade without
+    ``--config``. Upgraded from 2.0 with that checkpoint, a 1.9 config kept ``use_rms_norm``,
+    which 2.0 no longer reads, and nothing said so. The config is at the oldest of those
+    releases whose steps to the next one would still rename or add a key of it (such a step
+    finds nothing to do a second time), else at ``current``. A value changed in place is no
+    evidence (T5's 1.8 inversion of one would change it a second time), nor is a key removed
+    (Model Zoo's own 2.0 configs kept 1.9's server counts, which the 1.9 → 2.0 step removes)."""
+    now = releases.get(current).version
+    chain = sorted(
+        {r for r in earlier if r in releases.BY_NAME and releases.get(r).version < now},
+        key=lambda r: releases.get(r).version,
+    )
+    for older, newer in zip(chain, [*chain[1:], current]):
+        trial = upgrade_config_text(
+            text, older, newer, family=family, family_source=family_source, source=source
+        )
+        evidence = [c for c in trial.report if c.kind == "added" or c.moved_to]
+        if evidence:
+            what = evidence[0].line().split("] ", 1)[-1].split(" — ")[0]
+            return older, (
+                f"the checkpoint was upgraded from {older} by ckpt-migrate without its config, "
+                f"which is still {older}'s ({what}): upgraded from {older}"
+            )
+    return current, None
+
+
 def _before_trainer_layout(hop: Hop) -> bool:
     from packaging.version import Version
 
@@ -302,14 +343,14 @@ class ConfigAlongside:
         self.num_csx, self.dry_run, self.model = num_csx, dry_run, model
         self.target = releases.get(target).name
         self.done: ConfigUpgrade | None = None
-        self.done_source = ""
+        self.done_source = self.done_from = ""
 
     def run(self, res: Any) -> ConfigOutcome | None:
         """Upgrade the config for checkpoint result ``res`` (an ``engine.UpgradeResult``)."""
         if res.status == "failed" or res.from_release is None:
             return None
         if self.done is not None:
-            if res.from_release != self.done.from_release:
+            if res.from_release != self.done_from:
                 res.warnings.append(
                     f"--config was upgraded from {self.done.from_release} (as "
                     f"{self.done_source}); this checkpoint is from {res.from_release}: upgrade "
@@ -320,17 +361,16 @@ class ConfigAlongside:
         if family is None and getattr(res, "family", None):
             family, source = res.family, "checkpoint keys"
         try:
+            named = {"family": family, "family_source": source, "source": self.config}
+            earlier = getattr(res, "upgraded_from", None) or ()
+            start, why = config_release(self.text, res.from_release, earlier, **named)
             result = upgrade_config_text(
-                self.text,
-                res.from_release,
-                res.to_release,
-                family=family,
-                num_csx=self.num_csx,
-                source=self.config,
-                family_source=source,
+                self.text, start, res.to_release, num_csx=self.num_csx, **named
             )
-            self.done, self.done_source = result, str(res.source)
-            if res.from_release == res.to_release and not self.rerun:
+            if why:
+                result.report.insert(0, ConfigChange("note", "release", why=why))
+            self.done, self.done_source, self.done_from = result, str(res.source), res.from_release
+            if start == res.to_release and not self.rerun:
                 return ConfigOutcome(result, message="not written: already at the target")
             if self.dry_run or res.status == "planned":
                 return ConfigOutcome(result, message=f"not written (dry run): {self.output}")

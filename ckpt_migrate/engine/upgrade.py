@@ -100,6 +100,7 @@ class UpgradeResult:
     family: str | None = None  # the model family the key steps used (None: unknown)
     model: dict[str, Any] | None = None  # FamilyChoice.to_json(): source, detection, evidence
     transfer: dict[str, Any] | None = None  # object storage: bytes fetched/uploaded/copied
+    upgraded_from: list[str] | None = None  # the releases earlier ckpt-migrate runs began at
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if v is not None}
@@ -173,13 +174,6 @@ def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: P
 def _reads_back(opts: UpgradeOptions) -> bool:
     """Whether every tensor of the output is read back (and hashed) after writing it."""
     return opts.verify == "full" or opts.manifest is not None
-
-
-def _require_intact(ckpt: Checkpoint, progress: Progress | None) -> None:
-    """``--deep-check``: every tensor of the source decodes, or nothing is written."""
-    error = check_tensors(ckpt, progress).error()
-    if error is not None:
-        raise error
 
 
 def _tensor_data(opts: UpgradeOptions, written: Written) -> str:
@@ -269,11 +263,13 @@ def _upgrade_locked(
         if plan.current and opts.edits:
             plan.hops = [Hop.at(plan.target_release.name, opts.edits)]
         result.from_release, result.to_release = plan.source_release.name, plan.target_release.name
+        result.upgraded_from = provenance.sources(ckpt.provenance)
         result.hops = [f"{h.source}→{h.target}" for h in plan.hops]
         family = choose_family(ckpt.root, opts.inputs.get("model"))
         result.family, result.model = family.family, family.to_json()
-        if opts.deep_check:
-            _require_intact(ckpt, progress)
+        # --deep-check: every tensor of the source decodes, or nothing is written
+        if opts.deep_check and (error := check_tensors(ckpt, progress).error()) is not None:
+            raise error
         if plan.current:
             if not ckpt.outline:
                 ckpt.handle.walked()

@@ -37,3 +37,9 @@ def read(attrs: Any) -> list[dict]:
     except (ValueError, TypeError):
         return []
     return value if isinstance(value, list) else []
+
+
+def sources(records: list[dict]) -> list[str] | None:
+    """The releases the records' upgrades began at, oldest first (None: no such record)."""
+    found = [r.get("source_release") for r in records if isinstance(r, dict)]
+    return [r for r in found if isinstance(r, str)] or None

@@ -22,11 +22,11 @@ from ckpt_migrate import catalogue
 from ckpt_migrate.atomic import refuse_object_address
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.context import ConfigContext
-from ckpt_migrate.config.upgrade import upgrade_config_text
+from ckpt_migrate.config.upgrade import config_release, upgrade_config_text
 from ckpt_migrate.engine.plan import make_plan
 from ckpt_migrate.engine.upgrade import UpgradeOptions, apply_hops
 from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, UsageError, require
-from ckpt_migrate.format import releases
+from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
@@ -125,9 +125,13 @@ def export(
         name = canonical_name(model or _detected_name(family, src, config_text, Path(config)))
         module = family_for(name)
         leaves = [_model_leaves(ctx.root, src)]
-        cs_model = _model_config(config_text, Path(config), plan_.source_release.name, name)
+        earlier = provenance.sources(ckpt.provenance) or ()
+        config_from, why = config_release(
+            config_text, plan_.source_release.name, earlier, family=name, source=Path(config)
+        )
+        cs_model = _model_config(config_text, Path(config), config_from, name)
         result = ExportResult(src, out, name, plan_.source_release.name)
-        result.warnings += ckpt.warnings + ctx.warnings
+        result.warnings += ckpt.warnings + ctx.warnings + [f"{config}: {why}"] * bool(why)
         # Only the model's tensors go on: the trees are let go of before the mapping's plan
         # is made and the shards written (their containers and every other leaf, issue 33)
         ckpt.root = ctx.root = DictNode([])

@@ -180,6 +180,7 @@ def _adopt(result: UpgradeResult, local: UpgradeResult, src: S3Url) -> None:
         "tensors",
         "plan",
         "family",
+        "upgraded_from",
         "model",
         "exit_code",
     ):
