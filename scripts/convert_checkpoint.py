@@ -12,7 +12,6 @@ them); ``cs-auto`` works for checkpoints of every release, not only 2.1+; ``cs-2
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import textwrap
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from ckpt_migrate import catalogue
 from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.commands import load_config, verify
 from ckpt_migrate.cli.modelzoo_formats import (
+    key_rules,
     listed,
     output_name,
     parse_format,
@@ -41,11 +41,9 @@ from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import EXIT_VERIFY_FAILED, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.releases import Release
+from ckpt_migrate.hf import config_only, mup
 from ckpt_migrate.hf import export as hf_export
 from ckpt_migrate.hf import import_ as hf_import
-from ckpt_migrate.hf import mup
-from ckpt_migrate.hops import graph
-from ckpt_migrate.models.keys import KeyRename
 from ckpt_migrate.models.names import (
     KEYLESS,
     MODEL_NAMES,
@@ -271,6 +269,18 @@ def convert_config(args: argparse.Namespace) -> int:
         raise UsageError(
             config, "--src-fmt cs-auto: a config does not say its release", "name it: cs-X.Y"
         )
+    src_hf, tgt_hf = (fmt.strip().lower() == "hf" for fmt in (args.src_fmt, args.tgt_fmt))
+    if src_hf and tgt_hf:
+        raise UsageError(None, "--src-fmt hf --tgt-fmt hf: nothing to convert")
+    if src_hf or tgt_hf:  # Model Zoo's names: <stem>_to_cs-X.Y.yaml, <stem>_to_hf.json
+        cs = parse_format(args.tgt_fmt if src_hf else args.src_fmt, source=tgt_hf)
+        assert cs is not None
+        suffix = f"_to_cs-{cs.name}.yaml" if src_hf else "_to_hf.json"
+        out = _output_dir(args.output_dir, config.parent) / (stem(config.name) + suffix)
+        _refuse_existing(out)
+        convert = config_only.to_cs if src_hf else config_only.to_hf
+        print(f"Config saved to {convert(config, out, args.model, cs.name)}")
+        return 0
     src = parse_format(args.src_fmt, source=True)
     tgt = parse_format(args.tgt_fmt, source=False)
     assert src is not None and tgt is not None
@@ -307,23 +317,6 @@ def list_converters(args: argparse.Namespace) -> int:
             "sparsity masks moved into the model (2.1→2.2), configs upgraded hop by hop"
         )
     return 0
-
-
-def key_rules(family: str) -> list[tuple[str, list[Any]]]:
-    """(hop, KeyRename rules for ``family``) from every hop module's rule tables."""
-    out = []
-    for hop in graph.load().hops:
-        module = importlib.import_module(hop.module)
-        rules = [
-            rule
-            for value in vars(module).values()
-            if isinstance(value, tuple) and value and all(isinstance(r, KeyRename) for r in value)
-            for rule in value
-            if family in rule.families
-        ]
-        if rules:
-            out.append((f"{hop.source}→{hop.target}", rules))
-    return out
 
 
 def diff(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -286,6 +287,55 @@ def test_convert_config(tmp_path):
         "convert-config", config, "--model", "t5", "--src-fmt", "cs-auto", "--tgt-fmt", "cs-2.2"
     )
     one_line_error(proc, 2, "cs-auto", "a config does not say its release", skip_warnings=True)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_convert_config_to_and_from_hf_is_the_checkpoint_conversions_config(tmp_path, family):
+    """Model Zoo's ``convert-config`` takes ``hf`` on either side (``--src-fmt``/``--tgt-fmt``:
+    'Can be "hf" for HuggingFace Models, or "cs-X.X"'); it was refused. A config converted
+    alone is the one the checkpoint's conversion writes (but ``dtype``, which only the tensors
+    tell), named as Model Zoo names it."""
+    ckpt, config = copy_fixture(tmp_path, f"{family}-2.0")
+    base = ["--model", family]
+    proc = script("convert-config", config, *base, "--src-fmt", "cs-2.0", "--tgt-fmt", "hf")
+    assert proc.returncode == 0, proc.stderr
+    alone = json.loads((config.parent / "params_to_hf.json").read_text())
+    with_ckpt = ["--config", config, "--src-fmt", "cs-auto", "--tgt-fmt", "hf"]
+    assert script("convert", ckpt, *base, *with_ckpt).returncode == 0
+    hf = ckpt.parent / "checkpoint_100_to_hf"
+    exported = json.loads((hf / "config.json").read_text())
+    assert alone == {k: v for k, v in exported.items() if k != "dtype"}
+
+    back = ["--src-fmt", "hf", "--tgt-fmt", "cs-2.3"]
+    proc = script("convert-config", hf / "config.json", *base, *back)
+    assert proc.returncode == 0, proc.stderr
+    alone_cs = (hf / "config_to_cs-2.3.yaml").read_text()
+    (hf / "config_to_cs-2.3.yaml").unlink()
+    proc = script("convert", hf, *base, "--config", hf / "config.json", *back)
+    assert proc.returncode == 0, proc.stderr
+    assert (hf / "config_to_cs-2.3.yaml").read_text() == alone_cs
+
+
+def test_convert_config_from_a_transformers_config(tmp_path):
+    """A ``config.json`` transformers wrote (not this tool): its model section, and errors for
+    what a config alone cannot convert."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    cfg.save_pretrained(tmp_path)
+    args = ["--model", "llama", "--src-fmt", "hf", "--tgt-fmt", "cs-2.10"]
+    proc = script("convert-config", tmp_path / "config.json", *args)
+    assert proc.returncode == 0, proc.stderr
+    params = yaml.safe_load((tmp_path / "config_to_cs-2.10.yaml").read_text())
+    model = params["trainer"]["init"]["model"]
+    assert model["name"] == "llama" and model["num_hidden_layers"] == 2
+    assert model["extra_attention_params"] == {"num_kv_groups": 2}
+    proc = script("convert-config", tmp_path / "config.json", *args)  # (it exists now)
+    one_line_error(proc, 2, "already exists", skip_warnings=True)
+    both = ["--model", "llama", "--src-fmt", "hf", "--tgt-fmt", "hf"]
+    one_line_error(script("convert-config", tmp_path / "config.json", *both), 2, "nothing")
 
 
 def test_list_converters():

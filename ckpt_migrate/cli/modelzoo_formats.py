@@ -4,6 +4,7 @@ names (``scripts/convert_checkpoint.py``; tag Release_2.10.0,
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -15,6 +16,8 @@ from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
+from ckpt_migrate.hops import graph
+from ckpt_migrate.models.keys import KeyRename
 from ckpt_migrate.models.names import MODELZOO_NAMES, resolve_name
 
 FORMAT_RE = re.compile(r"cs-(\d+)\.(\d+)(?:\.\d+)?")
@@ -34,12 +37,8 @@ def parse_format(text: str, *, source: bool) -> Release | None:
         return None
     if not source and value == "cs-current":
         return releases.LATEST
-    if value == "hf":
-        raise UsageError(
-            None,
-            f"{flag} hf: a config alone is converted to or from Hugging Face with its checkpoint",
-            "use the convert command with the checkpoint",
-        )
+    if value == "hf":  # (the verbs take it before asking for a release)
+        raise UsageError(None, f"{flag} hf: Hugging Face is not a Cerebras release")
     match = FORMAT_RE.fullmatch(value)
     special = "cs-auto" if source else "cs-current"
     if match is None:
@@ -156,3 +155,20 @@ def listed(model: str | None) -> list[tuple[str, str, str | None, bool, str | No
         if key is None or m.name.lower() == key
     ]
     return found if found or key is None else [(key, family, registry, False, None)]
+
+
+def key_rules(family: str) -> list[tuple[str, list[Any]]]:
+    """(hop, KeyRename rules for ``family``) from every hop module's rule tables."""
+    out = []
+    for hop in graph.load().hops:
+        module = importlib.import_module(hop.module)
+        rules = [
+            rule
+            for value in vars(module).values()
+            if isinstance(value, tuple) and value and all(isinstance(r, KeyRename) for r in value)
+            for rule in value
+            if family in rule.families
+        ]
+        if rules:
+            out.append((f"{hop.source}→{hop.target}", rules))
+    return out

@@ -129,7 +129,7 @@ def export(
         config_from, why = config_release(
             config_text, plan_.source_release.name, earlier, family=name, source=Path(config)
         )
-        cs_model = _model_config(config_text, Path(config), config_from, name)
+        cs_model = model_config(config_text, Path(config), config_from, name)
         result = ExportResult(src, out, name, plan_.source_release.name)
         result.warnings += ckpt.warnings + ctx.warnings + [f"{config}: {why}"] * bool(why)
         # Only the model's tensors go on: the trees are let go of before the mapping's plan
@@ -218,7 +218,7 @@ def _model_leaves(root: Any, src: Path) -> dict[str, TensorLeaf]:
     return out
 
 
-def _model_config(text: str, path: Path, from_release: str, name: str) -> dict[str, Any]:
+def model_config(text: str, path: Path, from_release: str, name: str) -> dict[str, Any]:
     """The ``model:`` section of the config brought to the newest release (either layout)."""
     upgraded = upgrade_config_text(
         text, from_release, releases.LATEST.name, family=name, source=path

@@ -124,7 +124,7 @@ def import_hf(
         )
     unchanged = watch(*_tensor_files(src, dirs))  # (called before publishing)
     hf_config, stored = directories.read(
-        src, dirs, lambda d: _read_config(d, given if d == src else None), _tensors
+        src, dirs, lambda d: read_config(d, given if d == src else None), _tensors
     )
     name = name or canonical_name(_model_from_config(src, hf_config))
     module = family_for(name)
@@ -162,7 +162,7 @@ def import_hf(
         raise mapping_failed(src, exc) from None
     result.bytes, result.tensors = written.tensor_bytes, written.tensors
     if config_out is not None:
-        result.config_out = _write_config(cs_model, name, rel.name, Path(config_out), force)
+        result.config_out = write_config(cs_model, name, rel.name, Path(config_out), force)
     result.seconds = round(time.monotonic() - start, 3)
     return result
 
@@ -188,7 +188,7 @@ def _check_free(target: Path, force: bool, src: Path, given: Path | None) -> Non
 MAX_CONFIG_BYTES = 16 << 20
 
 
-def _read_config(src: Path, given: Path | None) -> dict[str, Any]:
+def read_config(src: Path, given: Path | None) -> dict[str, Any]:
     path = given or src / "config.json"
     try:
         data = jsonfile.read(path, MAX_CONFIG_BYTES)
@@ -320,7 +320,7 @@ def _spelling(name: str, rel: releases.Release, family: str) -> str:
     return found[0] if found else name
 
 
-def _write_config(cs_model: dict[str, Any], name: str, release: str, path: Path, force: bool):
+def write_config(cs_model: dict[str, Any], name: str, release: str, path: Path, force: bool):
     """A 2.0-layout ``params.yaml`` holding the model section, upgraded to ``release`` by the
     config hops (2.3+ get the trainer layout, 2.4+ the model name)."""
     data = yaml_edit.new_map([("model", yaml_edit.new_map(list(cs_model.items())))])
