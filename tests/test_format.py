@@ -553,3 +553,39 @@ def test_a_treespecs_keys_are_one_object_each_and_not_the_interpreters():
     assert len({id(node.items[0][0]) for _, node in built.items}) == 1
     probe = "".join(["zq.unique.key", ".9431"])
     assert sys.intern(probe) is probe
+
+
+@pytest.mark.parametrize("release", ["2.10", "2.0", "1.9"])
+def test_big_endian_integers_keep_their_values(tmp_path, release):
+    """A big-endian integer array (``np.dtype(">i4")``, as data read from a big-endian file or
+    network buffer is) was stored by viewing its bytes as little-endian: ``[1, 2, 3]`` came
+    back as ``[16777216, 33554432, 50331648]``. Floats were converted and kept their values."""
+    state = {
+        "ints": np.array([1, 2, 3], dtype=">i4"),
+        "short": np.array([1, -2], dtype=">i2"),
+        "scalar": np.array(7, dtype=">u8"),
+        "floats": np.array([1.5, -2.0], dtype=">f8"),
+    }
+    path = tmp_path / "big_endian.mdl"
+    cm.save(state, path, release)
+    back = cm.load(path)
+    for name, array in state.items():
+        assert np.asarray(back[name]).tolist() == array.tolist(), name
+
+
+def test_a_big_endian_dataset_of_another_writer_is_upgraded_with_its_values(tmp_path):
+    """A 2.0 file whose integer array a writer stored big-endian (HDF5 keeps the byte order
+    a dataset is written in): the upgrade's rewrite reads it as such and writes the values."""
+    src = tmp_path / "src.mdl"
+    shutil.copyfile(FIXTURES / "release-2.0.mdl", src)
+    with h5py.File(src, "r+") as f:
+        attrs = dict(f["misc.array"].attrs)
+        expected = f["misc.array"][()].tolist()
+        del f["misc.array"]
+        f.create_dataset("misc.array", data=np.array(expected, dtype=">i4"))
+        f["misc.array"].attrs.update(attrs)
+    from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+
+    result = upgrade(src, UpgradeOptions(target="2.10", output_dir=tmp_path / "out"))
+    assert result.status == "upgraded", result.error
+    assert np.asarray(cm.load(tmp_path / "out" / "src.mdl")["misc"]["array"]).tolist() == expected

@@ -74,6 +74,8 @@ def place_tensor(f: h5py.Group, name: str, leaf: TensorLeaf) -> h5d.DatasetID:
 
 def _as_storage(array: np.ndarray, storage: np.dtype) -> np.ndarray:
     array = np.asarray(array)
+    if not array.dtype.isnative:  # (a big-endian array's integers were viewed, not swapped)
+        array = array.astype(array.dtype.newbyteorder("="))
     if array.dtype == storage or (storage.kind == "b" and array.dtype.kind == "b"):
         return array
     if (
