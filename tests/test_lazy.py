@@ -556,3 +556,38 @@ def test_a_loaded_state_lets_go_of_its_file_when_it_is_let_go_of(tmp_path):
             assert "__spec__" in f.attrs
     finally:
         gc.enable()
+
+
+SHARE_MEMORY = """
+import sys, torch, ckpt_migrate
+state = ckpt_migrate.load(sys.argv[1])
+w = state["w"]
+assert w.share_memory_() is w and w.is_shared()
+assert w.data_ptr() == w.untyped_storage().data_ptr() != 0
+print(w.tolist())
+"""
+
+
+def test_a_loaded_tensors_storage_is_its_datas(tmp_path):
+    """The wrapper has no storage of its own: ``share_memory_()`` on a loaded tensor ended the
+    process with a segmentation fault, ``data_ptr()`` was 0, and ``safetensors``'
+    ``save_file`` of a loaded state failed ("invalid python storage"). Each now answers with
+    the data's storage (loading it first)."""
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file, save_file
+
+    import ckpt_migrate
+
+    path = tmp_path / "w.mdl"
+    ckpt_migrate.save({"w": torch.arange(4.0), "b": torch.ones(3, dtype=torch.bfloat16)}, path)
+    proc = subprocess.run(
+        [sys.executable, "-c", SHARE_MEMORY, str(path)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout == "[0.0, 1.0, 2.0, 3.0]\n", proc.stderr
+    state = ckpt_migrate.load(path)
+    save_file(state, tmp_path / "w.safetensors")
+    back = load_file(tmp_path / "w.safetensors")
+    assert torch.equal(back["w"], torch.arange(4.0)) and back["b"].dtype == torch.bfloat16
+    assert torch.equal(back["b"], torch.ones(3, dtype=torch.bfloat16))

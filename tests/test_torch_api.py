@@ -389,3 +389,36 @@ def test_a_name_longer_than_an_attribute_may_be_is_refused_in_words(tmp_path):
     ckpt_migrate.save({"m": {"k" * 70_000: np.ones(2)}}, tmp_path / "old.mdl", "2.0")
     proc = run_cli("upgrade", tmp_path / "old.mdl", "-o", tmp_path / "out")
     one_line_error(proc, 2, "is 70,002 bytes long", "write release 2.4 or older")
+
+
+@pytest.mark.parametrize(
+    "map_location",
+    [
+        {"cuda:0": "cpu"},
+        {"cpu": "meta"},
+        lambda storage, location: storage,
+        lambda storage, location: None,
+        lambda storage, location: storage.cpu(),
+        "meta",
+        torch.device("cpu"),
+    ],
+    ids=["dict-other", "dict-cpu", "function", "function-none", "function-cpu", "str", "dev"],
+)
+def test_load_takes_map_location_as_torch_load_does(tmp_path, map_location):
+    """``map_location`` as a dict or a function (``lambda storage, loc: storage``, a common
+    idiom) ended in torch's own four-line ``TypeError`` of ``Tensor.to``. Each form now does
+    what ``torch.load`` does with the same file's tensors (all stored on the CPU), and a tie
+    stays one tensor."""
+    weight = torch.arange(6.0).reshape(2, 3)
+    state = {"w": weight, "tied": weight, "b": torch.ones(2, dtype=torch.bfloat16)}
+    ours, theirs = tmp_path / "w.mdl", tmp_path / "w.pt"
+    ckpt_migrate.save(state, ours)
+    torch.save(state, theirs)
+    expected = torch.load(theirs, map_location=map_location, weights_only=True)
+    got = ckpt_migrate.load(ours, map_location=map_location)
+    for name in state:
+        assert got[name].device == expected[name].device, name
+        assert got[name].dtype == expected[name].dtype and got[name].shape == expected[name].shape
+        if expected[name].device.type == "cpu":
+            assert torch.equal(got[name], expected[name]), name
+    assert got["w"] is got["tied"]

@@ -55,6 +55,7 @@ from ckpt_migrate.format.tree import (
 )
 from ckpt_migrate.format.write import WriteReport, write_checkpoint
 from ckpt_migrate.torch import weights_load
+from ckpt_migrate.torch.map_location import mover
 
 
 class ExternalReference:
@@ -84,7 +85,8 @@ def load(
     first use. Leaves the spec names but the file lacks raise ``MissingLeavesError`` unless
     ``allow_missing`` (then they are None, as in the real loader). Pickled objects come back as
     ``OpaqueObject`` unless ``objects_mode`` is ``"data"`` (plain-data pickles only) or
-    ``"trusted"``. ``map_location`` other than None/"cpu" reads every tensor and moves it.
+    ``"trusted"``. ``map_location`` as ``torch.load`` takes it (``torch/map_location.py``):
+    other than None/"cpu", it reads every tensor and moves it.
     """
     # torch's first import keeps its callers' frames in reference cycles, until the collector
     # runs: imported here, where this frame holds no file (``_load`` reads it). A frame that
@@ -130,9 +132,8 @@ def _load(
             "upgrade the file to restore ties",
         )
     state = to_python(ckpt.root, objects_mode=objects_mode, numpy_as_tensor=numpy_as_tensor)
-    if map_location not in (None, "cpu", "cache") and str(map_location) != "cpu":
-        state = _map(state, lambda t: t.to(map_location))
-    return state
+    move = mover(map_location)
+    return state if move is None else _map(state, move, {})
 
 
 def to_python(
@@ -228,15 +229,18 @@ def _unchanged_full(t: Any) -> FullTensorLeaf | None:
     return entry[1]
 
 
-def _map(obj: Any, fn: Any) -> Any:
+def _map(obj: Any, fn: Any, done: dict[int, Any]) -> Any:
+    """``obj`` with ``fn`` of each tensor; one tensor under several names (a tie) moved once."""
     import torch
 
     if isinstance(obj, torch.Tensor):
-        return fn(obj)
+        if id(obj) not in done:
+            done[id(obj)] = fn(obj)
+        return done[id(obj)]
     if isinstance(obj, dict):
-        return type(obj)((k, _map(v, fn)) for k, v in obj.items())
+        return type(obj)((k, _map(v, fn, done)) for k, v in obj.items())
     if isinstance(obj, (list, tuple, set)) and not hasattr(obj, "_fields"):
-        return type(obj)(_map(v, fn) for v in obj)
+        return type(obj)(_map(v, fn, done) for v in obj)
     return obj
 
 

@@ -308,6 +308,28 @@ class LazyTensor(torch.Tensor):
     def tolist(self) -> Any:
         return self._lazy_get().tolist()
 
+    # The wrapper has no storage of its own: asked for one (``share_memory_`` segfaulted, and
+    # ``safetensors.torch.save_file`` of a loaded state failed), it answers with the data's.
+
+    def data_ptr(self) -> int:
+        return self._lazy_get().data_ptr()
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        return self._lazy_get().untyped_storage()
+
+    def _typed_storage(self) -> Any:
+        return self._lazy_get()._typed_storage()
+
+    def storage(self) -> Any:
+        return self._lazy_get().storage()
+
+    def is_shared(self) -> bool:
+        return self._lazy_get().is_shared()
+
+    def share_memory_(self) -> LazyTensor:
+        self._lazy_get().share_memory_()
+        return self
+
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         return self._describe()[:-1] + f", loaded={self.is_loaded})"
 
