@@ -394,3 +394,21 @@ def test_a_flag_whose_message_type_hdf5_does_not_know_is_refused(tmp_path, real_
             one_line_error(run_cli(verb, path), 2, where, why)
         res = upgrade(path, UpgradeOptions(output_dir=tmp_path / "out", allow_missing=True))
         assert (res.status, res.exit_code) == ("failed", 2) and why in res.error, res.error
+
+
+def test_a_root_name_heap_too_large_for_hdf5s_cache_is_damage_not_an_internal_error(tmp_path):
+    """One flipped bit of the 2.10 fixture (byte 693, in the root's local heap's size) makes
+    the root claim a heap of ~256 MiB; the metadata cache was asked for room for it, beyond the
+    128 MiB HDF5 accepts: "internal error: RuntimeError: Unable to set metadata cache
+    configuration", exit 1, and a run of several files stopped there. Now the room is capped
+    at HDF5's limit and the file is refused as damaged (exit 2); the others are answered."""
+    data = bytearray((FIXTURES / "release-2.10.mdl").read_bytes())
+    data[693] ^= 0x80
+    bad = tmp_path / "flipped.mdl"
+    bad.write_bytes(data)
+    for verb in (["inspect"], ["plan"], ["upgrade", "-o", tmp_path / "out"], ["check", "--deep"]):
+        one_line_error(run_cli(*verb, bad), 2, "flipped.mdl", "damaged")
+    good = FIXTURES / "release-2.0.mdl"
+    proc = run_cli("upgrade", bad, good, "-o", tmp_path / "several")
+    assert proc.returncode == 2, proc.stderr
+    assert "internal error" not in proc.stderr and (tmp_path / "several" / good.name).is_file()

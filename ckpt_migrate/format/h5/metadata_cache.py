@@ -10,6 +10,7 @@ import h5py
 METADATA_CACHE_MAX = 1 << 20
 SYMBOL_TABLE_MESSAGE = 0x11  # (an old-style group's: the B-tree and local heap of its names)
 MAX_NAME_HEAP = 256 << 20  # (a heap HDF5 would read whole anyway; the cap only lets it stay)
+HDF5_MAX_CACHE = 128 << 20  # (H5C__MAX_MAX_CACHE_SIZE: a larger max_size is refused)
 
 
 def bounded_metadata_cache(f: h5py.File, names: int | None = None) -> h5py.File:
@@ -37,7 +38,8 @@ def bounded_metadata_cache(f: h5py.File, names: int | None = None) -> h5py.File:
     file is looked up by name (each look-up reads its heap block again)."""
     config = f.id.get_mdc_config()
     names = root_name_heap(f, local_only=True) if names is None else names
-    config.max_size = METADATA_CACHE_MAX + names
+    # (a damaged or huge heap's size: beyond HDF5's own limit the setting raised, exit 1)
+    config.max_size = min(METADATA_CACHE_MAX + names, HDF5_MAX_CACHE)
     config.min_size = min(config.min_size, METADATA_CACHE_MAX)
     config.initial_size = min(config.initial_size, METADATA_CACHE_MAX)
     config.set_initial_size = True
