@@ -1230,3 +1230,21 @@ def test_a_rerun_removes_only_the_temporaries_no_live_writer_holds(tmp_path):
         f"removed {p.name}" for p in (killed, killed_backup)
     )
     assert listing(out) == {src.name, creating.name, live.name}
+
+
+@pytest.mark.parametrize("stamp", ["1.0.0", "abc"])
+def test_from_names_the_release_of_a_file_whose_cstorch_version_is_wrong(tmp_path, stamp):
+    """A file of the real 2.10 library whose ``__cstorch_version__`` is wrong or no version:
+    the error says "name the release with --from R (upgrade, plan, check)", and only ``plan``
+    took it; ``upgrade`` and ``check`` gave the same error again with ``--from 2.10``."""
+    src = tmp_path / "stamped.mdl"
+    shutil.copyfile(REAL / "basic.mdl", src)
+    with h5py.File(src, "r+") as f:
+        f.attrs["__cstorch_version__"] = stamp
+    one_line_error(run_cli("check", src), 2, "--from R")
+    assert run_cli("check", src, "--from", "2.10").stdout == f"{src}: at 2.10\n"
+    assert run_cli("plan", src, "--from", "2.10").returncode == 0
+    out = tmp_path / "out"
+    proc = run_cli("upgrade", src, "--from", "2.10", "--to", "2.8", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert cm.load(out / src.name, allow_missing=True).keys() == cm.load(REAL / "basic.mdl").keys()

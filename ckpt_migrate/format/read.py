@@ -358,7 +358,12 @@ def _detect(p: Path, f: h5py.File, release: str | None) -> releases.Detected:
             "HDF5 file without __spec__ or __version__: not a Cerebras checkpoint",
             "is this a different kind of HDF5 file?",
         )
-    detected = releases.detect(p, version_value, cstorch_text)
+    try:
+        detected = releases.detect(p, version_value, cstorch_text)
+    except CorruptCheckpointError:  # (its fix names --from: the user's word for the release)
+        if release is None:
+            raise
+        detected = releases.detect(p, version_value, None)
     if release is not None:
         forced = releases.get(release)
         if not releases.format_matches(forced.format, detected.format):
