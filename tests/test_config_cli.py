@@ -299,3 +299,22 @@ def test_a_named_pipe_as_the_config_is_refused_not_waited_on(tmp_path):
     ckpt = MODELS / "gpt2-2.0" / "checkpoint_100.mdl"
     proc, _ = run_capped("upgrade", ckpt, "--config", fifo, "--dry-run", seconds=60)
     one_line_error(proc, 2, "params.yaml", "not a regular file")
+
+
+def test_a_config_downgrade_with_no_way_back_is_refused_before_the_checkpoint(tmp_path):
+    """``upgrade --config --to 2.2`` of a file the real 2.9 library wrote: the config cannot
+    go back across the 2.3 trainer layout. The dry run refused it; the real run published the
+    2.2 checkpoint first, then said so (exit 2), and its rerun met "already exists"."""
+    lzma = pytest.importorskip("lzma")
+    src = tmp_path / "trainer-2.9.0.mdl"
+    packed = FIXTURES / "real-cstorch-2.6-2.9" / "trainer-2.9.0.mdl.xz"
+    src.write_bytes(lzma.decompress(packed.read_bytes()))
+    config = tmp_path / "params.yaml"
+    config.write_text("trainer:\n  init:\n    model:\n      name: gpt2\n")
+    out = tmp_path / "out"
+    for dry in ([], ["--dry-run"]):
+        proc = run_cli("upgrade", src, "--config", config, "--to", "2.2", "-o", out, *dry)
+        one_line_error(proc, 2, "cannot downgrade the config from 2.9 to 2.2")
+        assert not out.exists(), list(out.iterdir())
+    proc = run_cli("upgrade", src, "--to", "2.2", "-o", out)  # (the checkpoint alone goes)
+    assert proc.returncode == 0, proc.stderr

@@ -15,7 +15,8 @@ from typing import Any
 
 from ckpt_migrate.atomic import same_file
 from ckpt_migrate.cli.commands import check_copy_method, check_verify
-from ckpt_migrate.config.upgrade import ConfigAlongside, ConfigOutcome
+from ckpt_migrate.config.upgrade import ConfigAlongside, ConfigOutcome, upgrade_config_text
+from ckpt_migrate.engine.plan import check
 from ckpt_migrate.engine.upgrade import (
     Progress,
     UpgradeOptions,
@@ -24,7 +25,7 @@ from ckpt_migrate.engine.upgrade import (
 )
 from ckpt_migrate.engine.upgrade import upgrade as upgrade_file
 from ckpt_migrate.engine.verify import manifest_clash
-from ckpt_migrate.errors import UsageError
+from ckpt_migrate.errors import CkptError, UsageError
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.model_dir import upgrade_dir as dir_upgrade
 from ckpt_migrate.model_dir.names import DEFAULT_NAME
@@ -89,8 +90,25 @@ def upgrade(
         keep = {"the source": paths[0], "the config": config, "the config's output": config_out}
         manifest_clash(manifest, keep)
     for path in paths:
+        if alongside is not None and alongside.done is None:
+            _refuse_a_one_way_config(alongside, path, opts)
         res = upgrade_file(path, opts, progress)
         yield res, alongside.run(res) if alongside is not None else None
+
+
+def _refuse_a_one_way_config(alongside: ConfigAlongside, path: Path, opts: UpgradeOptions) -> None:
+    """A config whose steps have no way back (a downgrade across the 2.3 trainer layout) is
+    refused before the checkpoint is written: a dry run refused it, and the real run published
+    the checkpoint first, then said so (exit 2). Asked of the root's release attributes only;
+    a file they do not tell is the upgrade's to refuse."""
+    try:
+        state = check(path, opts.target, opts.source_release)
+    except CkptError:
+        return
+    if state["downgrade"]:
+        upgrade_config_text(
+            alongside.text, state["release"], state["target"], source=alongside.config
+        )
 
 
 def _refuse_one_output_for_two(
