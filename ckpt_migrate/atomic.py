@@ -16,7 +16,6 @@ import os
 import re
 import stat
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -130,36 +129,6 @@ _FALLOC_FL_KEEP_SIZE = 1
 _libc: ctypes.CDLL | None = None
 
 
-def start_writeback(path: Path) -> None:
-    """Start writing ``path``'s dirty pages to disk without waiting for them
-    (``sync_file_range(SYNC_FILE_RANGE_WRITE)``, Linux), on a thread of its own: the call
-    itself blocks while the filesystem allocates (40-90 ms for the 11 MB a clone's edit leaves
-    on XFS), which the caller's next step need not wait for. A later fsync finds the pages on
-    their way. Only a hint: nothing is raised."""
-    threading.Thread(
-        target=_write_back, args=(path,), name="ckpt-migrate writeback", daemon=True
-    ).start()
-
-
-def _write_back(path: Path) -> None:
-    libc = _c_library()
-    sync_file_range = getattr(libc, "sync_file_range", None)
-    if sync_file_range is None:
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-        sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-    finally:
-        os.close(fd)
-
-
-_SYNC_FILE_RANGE_WRITE = 2
-
-
 def _c_library() -> ctypes.CDLL:
     global _libc
     if _libc is None:
@@ -256,7 +225,7 @@ def atomic_output(
     it; it is fsynced and moved into place on a normal exit and removed on any exception.
     """
     target = Path(target)
-    if (target.exists() or target.is_symlink()) and not replace:  # (a dangling link too)
+    if output_exists(target) and not replace:
         raise UsageError(target, _EXISTS, _ELSEWHERE)
     check_parent(target)
     try:
@@ -280,10 +249,18 @@ def atomic_output(
         os.close(lock)
 
 
+def output_exists(target: Path) -> bool:
+    """``target`` is taken (a dangling link too); a name too long is an error, not a crash."""
+    try:
+        return target.exists() or target.is_symlink()
+    except OSError as exc:
+        raise io_error(target, exc) from None
+
+
 def check_output(target: Path, *, force: bool) -> None:
     """Before any work: ``target`` is new in an existing directory, or a regular file that
     ``force`` replaces (never a directory, a link or a device)."""
-    if target.exists() or target.is_symlink():
+    if output_exists(target):
         if not force:
             raise UsageError(target, _EXISTS, "remove it first")
         if not target.is_file() or target.is_symlink():
@@ -362,6 +339,7 @@ def io_error(target: Path, exc: OSError) -> CkptIOError:
         )
     reason = os.strerror(exc.errno) if exc.errno else " ".join(str(exc).split())[:120]
     fix = "check the path" if exc.errno in (errno.ENOENT, errno.ENOTDIR) else None
+    fix = "choose a shorter name" if exc.errno == errno.ENAMETOOLONG else fix
     return CkptIOError(target, f"write failed ({reason})", fix)
 
 

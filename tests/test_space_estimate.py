@@ -11,6 +11,7 @@ auto-chunked), and on files the real library and the model fixtures hold.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -241,3 +242,18 @@ def test_a_new_checkpoint_on_a_full_disk_is_an_error_and_nothing_more(small_disk
     proc = run_cli("from-torch", tmp_path / "big.pt", disk / "f.mdl")
     one_line_error(proc, 5, "no space left on the device")
     assert list(disk.iterdir()) == []
+
+
+def test_to_torch_on_a_full_disk_is_an_error_and_nothing_more(small_disk):
+    """``to-torch`` onto a disk without room: torch's zip writer raised "[enforce fail at
+    inline_container.cc:672] . unexpected pos 4160 vs 4052", an internal error (exit 1). Now
+    the disk's state names it: exit 5, no space left, nothing left there. The real 2.10
+    library's file, and a name too long for the filesystem (an internal error as well)."""
+    disk = small_disk(64 << 10)
+    with contextlib.suppress(OSError), open(disk / "filler", "wb") as filler:
+        filler.write(bytes(64 << 10))  # (as much as fits)
+    proc = run_cli("to-torch", REAL / "basic.mdl", disk / "x.pt")
+    one_line_error(proc, 5, "x.pt", "no space left on the device")
+    assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+    proc = run_cli("to-torch", REAL / "basic.mdl", disk / ("a" * 253 + ".pt"))
+    one_line_error(proc, 5, "File name too long", "choose a shorter name")

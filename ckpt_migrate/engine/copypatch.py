@@ -24,10 +24,11 @@ from typing import Any
 import h5py
 import xxhash
 
-from ckpt_migrate.atomic import create_temp, reserve, start_writeback
+from ckpt_migrate.atomic import create_temp, reserve
 from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import LEAD_BLOCK, SplitCopy, data_ranges
+from ckpt_migrate.engine.writeback import start_writeback
 from ckpt_migrate.errors import UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs

@@ -31,11 +31,11 @@ import numpy as np
 from h5py import h5, h5a, h5g, h5o, h5p, h5s, h5t
 
 from ckpt_migrate import heap
-from ckpt_migrate.atomic import start_writeback
 from ckpt_migrate.engine import extents as ext
 from ckpt_migrate.engine.copypatch import Output, Written, finish, pending_provenance
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import data_ranges
+from ckpt_migrate.engine.writeback import start_writeback
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
 from ckpt_migrate.format.h5 import root as h5root

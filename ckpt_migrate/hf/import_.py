@@ -22,6 +22,7 @@ from ckpt_migrate.atomic import (
     atomic_output,
     check_parent,
     check_writable,
+    output_exists,
     path_exists,
     refuse_object_address,
     same_file,
@@ -170,7 +171,7 @@ def import_hf(
 def _check_free(target: Path, force: bool, src: Path, given: Path | None) -> None:
     """``target`` may be written: new, or replaced with ``force`` where it is no input (a file
     of the model directory ``src``, or the ``given`` config)."""
-    if target.exists():
+    if output_exists(target):
         if not force:
             raise UsageError(target, "already exists; refusing to overwrite it", "pass --force")
         if target.resolve().is_relative_to(src.resolve()):

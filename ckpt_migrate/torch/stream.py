@@ -12,7 +12,9 @@ directory, checks its size, and writes the tensor read from the checkpoint there
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import struct
 import threading
 import zipfile
@@ -44,7 +46,16 @@ def save_streaming(
     order = list({id(t): t for t in _tensors(obj)}.values())  # storage keys 0, 1, ... in order
     laid = Count(progress, "lay out", len(order), 64)
     with torch.serialization.skip_data(), _each_storage_saved(laid if progress else None):
-        torch.save(obj, path)
+        try:
+            torch.save(obj, path)
+        except RuntimeError as exc:  # (torch's zip writer says only "unexpected pos A vs B")
+            if "inline_container" not in str(exc):
+                raise
+            free = shutil.disk_usage(path.parent).free
+            code = errno.ENOSPC if free < 1 << 20 else errno.EIO
+            raise OSError(
+                code, f"torch.save could not write the file ({os.strerror(code)})"
+            ) from None
     laid.end()
     offsets = _record_offsets(path)
     if len(offsets) != len(order):
