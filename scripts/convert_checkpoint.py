@@ -123,7 +123,7 @@ def convert(args: argparse.Namespace) -> int:
     _refuse_existing(ckpt_out, config_out)
     opts = UpgradeOptions(
         target=tgt.name,
-        source_release=None if wanted is None else from_release,
+        source_release=from_release,
         output=ckpt_out,
         allow_missing=args.allow_missing,
         inputs={
@@ -181,7 +181,7 @@ def convert_to_hf(args: argparse.Namespace) -> int:
         model=args.model,
         config=args.config,
         shard_size=args.hf_shard_size,
-        source_release=None if wanted is None else from_release,
+        source_release=from_release,
         drop_unmatched_keys=args.drop_unmatched_keys,
         allow_missing_tensors=args.allow_missing_tensors,
     )

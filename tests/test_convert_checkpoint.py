@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import CKPT, MODELS, ROOT, one_line_error, run_script
+from conftest import CKPT, FIXTURES, MODELS, ROOT, one_line_error, run_script
 
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.format import releases
@@ -569,3 +569,27 @@ def test_hf_source_file_converts_into_its_own_directory(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (hf / "model_to_cs-2.3.mdl").is_file() and (hf / "config_to_cs-2.3.yaml").is_file()
     assert not (ckpt.parent / "model_to_cs-2.3.mdl").exists()
+
+
+def test_cs_auto_converts_from_the_release_it_names(tmp_path):
+    """A format 0.5 file without ``__cstorch_version__`` (the real 2.9 library's Trainer file,
+    that attribute deleted), dated 2.9 by its ``__metadata__``: ``cs-auto`` said "release 2.9"
+    and the conversion went from 2.5, the format's first release (hops ``2.5→2.6`` …)."""
+    import lzma
+
+    import h5py
+
+    src = tmp_path / "trainer.mdl"
+    packed = FIXTURES / "real-cstorch-2.6-2.9" / "trainer-2.9.0.mdl.xz"
+    src.write_bytes(lzma.decompress(packed.read_bytes()))
+    with h5py.File(src, "r+") as f:
+        del f.attrs["__cstorch_version__"]
+    config = tmp_path / "params.yaml"
+    config.write_text("trainer:\n  init:\n    model:\n      name: gpt2\n")
+    args = ["--model", "gpt2", "--src-fmt", "cs-auto", "--config", config]
+    proc = script("convert", src, *args, "--tgt-fmt", "cs-2.10")
+    assert proc.returncode == 0, proc.stderr
+    assert "cs-auto: release 2.9 (__metadata__ version" in proc.stdout
+    with h5py.File(tmp_path / "trainer_to_cs-2.10.mdl", "r") as f:
+        record = json.loads(f.attrs["__ckpt_migrate__"])[-1]
+    assert record["source_release"] == "2.9" and record["hops"] == ["2.9→2.10"]
