@@ -318,3 +318,24 @@ def test_a_config_downgrade_with_no_way_back_is_refused_before_the_checkpoint(tm
         assert not out.exists(), list(out.iterdir())
     proc = run_cli("upgrade", src, "--to", "2.2", "-o", out)  # (the checkpoint alone goes)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_dry_run_refuses_the_config_output_the_run_refuses(tmp_path):
+    """``--dry-run`` with a config output that exists, or in a directory that does not: the
+    real run refused it (exit 2), its dry run said "not written (dry run)" and exit 0."""
+    ckpt = FIXTURES / "release-2.0.mdl"
+    config = CONFIGS / "gpt2-2.0.yaml"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / config.name).write_text("precious\n")
+    for dry in ([], ["-n"]):
+        proc = run_cli("upgrade", ckpt, "-o", out, "--config", config, *dry)
+        one_line_error(proc, 2, "already exists", "remove it or pass --config-out")
+        given = ["--config-out", tmp_path / "nodir" / "x.yaml"]
+        proc = run_cli("upgrade", ckpt, "-o", tmp_path / "o2", "--config", config, *given, *dry)
+        one_line_error(proc, 2, "its directory does not exist")
+    proc = run_cli(
+        "upgrade", ckpt, "-o", out, "--config", config, "--config-out", out / config.name
+    )
+    one_line_error(proc, 2, "already exists", "pass another --config-out")
+    assert (out / config.name).read_text() == "precious\n" and not (tmp_path / "o2").exists()

@@ -328,18 +328,18 @@ class ConfigAlongside:
                 self.output, "would overwrite the config itself", "pass another --config-out"
             )
         self.rerun = rerun
-        if not dry_run:
-            if self.output.exists() and not rerun:
-                raise UsageError(
-                    self.output,
-                    "already exists; refusing to overwrite it",
-                    "remove it or pass --config-out",
-                )
-            # upgrade-dir (rerun) and upgrade create the --output-dir the default goes into
-            made = rerun or (config_out is None and output_dir is not None)
-            if not made:
-                check_parent(self.output)
-            check_writable(self.output.parent)  # (else refused once the checkpoint was written)
+        # (a dry run too: it fails where the run would; it passed an existing output)
+        if self.output.exists() and not rerun:
+            raise UsageError(
+                self.output,
+                "already exists; refusing to overwrite it",
+                f"remove it or pass {'another ' if config_out else ''}--config-out",
+            )
+        # upgrade-dir (rerun) and upgrade create the --output-dir the default goes into
+        made = rerun or (config_out is None and output_dir is not None)
+        if not made:
+            check_parent(self.output)
+        check_writable(self.output.parent)  # (else refused once the checkpoint was written)
         self.num_csx, self.dry_run, self.model = num_csx, dry_run, model
         self.target = releases.get(target).name
         self.done: ConfigUpgrade | None = None
