@@ -257,3 +257,25 @@ def test_to_torch_on_a_full_disk_is_an_error_and_nothing_more(small_disk):
     assert sorted(p.name for p in disk.iterdir()) == ["filler"]
     proc = run_cli("to-torch", REAL / "basic.mdl", disk / ("a" * 253 + ".pt"))
     one_line_error(proc, 5, "File name too long", "choose a shorter name")
+
+
+@pytest.mark.parametrize("where", ["output-dir", "inplace"])
+def test_a_manifest_that_cannot_be_written_publishes_no_output(small_disk, tmp_path, where):
+    """``--manifest`` on a full disk: the output was published (``--inplace``: the original
+    replaced and its backup made), then the manifest's write failed and the run said only
+    "error: … no space left" (exit 5), ``--json`` "failed" beside an ``output``; a rerun met
+    "already exists". The manifest is now written before the output is published and moved
+    into place after it: nothing is published, the source is as it was."""
+    disk = small_disk(64 << 10)
+    with contextlib.suppress(OSError), open(disk / "filler", "wb") as filler:
+        filler.write(bytes(64 << 10))
+    src = tmp_path / "src" / "basic.mdl"
+    src.parent.mkdir()
+    shutil.copyfile(REAL / "basic.mdl", src)
+    before = src.read_bytes()
+    dest = ["--inplace"] if where == "inplace" else ["-o", tmp_path / "out"]
+    proc = run_cli("upgrade", src, *dest, "--to", "2.0", "--manifest", disk / "m.json")
+    one_line_error(proc, 5, "m.json", "no space left on the device", skip_warnings=True)
+    assert sorted(p.name for p in src.parent.iterdir()) == ["basic.mdl"]
+    assert src.read_bytes() == before and not (tmp_path / "out").exists()
+    assert sorted(p.name for p in disk.iterdir()) == ["filler"]

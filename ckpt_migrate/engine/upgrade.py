@@ -377,17 +377,19 @@ def _upgrade_locked(
                 if written.copy_method in ("copy", "rewrite")
                 else written.bytes_own + max(0, size - plan.file_bytes)
             )
-            if opts.inplace:
-                assert backup is not None
-                _link_backup(src, backup)
-                take_place_of(tmp, src)
-                publish(tmp, src, replace=True)
-                result.backup = backup
-            else:  # --force: the old file stays until this atomic rename
-                publish(tmp, target, replace=opts.force)
+            manifest = contextlib.nullcontext()
+            if opts.manifest is not None:  # (written first, in place once the output is)
+                manifest = write_manifest(opts.manifest, src, target, plan, written, record)
+            with manifest:
+                if opts.inplace:
+                    assert backup is not None
+                    _link_backup(src, backup)
+                    take_place_of(tmp, src)
+                    publish(tmp, src, replace=True)
+                    result.backup = backup
+                else:  # --force: the old file stays until this atomic rename
+                    publish(tmp, target, replace=opts.force)
             result.output = target
-            if opts.manifest is not None:  # only for an output that exists
-                write_manifest(opts.manifest, src, target, plan, written, record)
         except (OSError, RuntimeError) as exc:
             os_exc = as_os_error(exc)
             if os_exc is None and isinstance(exc, RuntimeError):

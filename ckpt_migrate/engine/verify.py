@@ -15,7 +15,7 @@ import contextlib
 import json
 import os
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from ckpt_migrate._version import __version__
-from ckpt_migrate.atomic import atomic_output, check_output, check_writable, same_file
+from ckpt_migrate.atomic import atomic_output, check_output, check_writable, fsync_path, same_file
 from ckpt_migrate.engine.copypatch import Written
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import merge_spans
@@ -394,9 +394,13 @@ def manifest_clash(path: Path, keep: dict[str, Path | None]) -> None:
             raise UsageError(path, f"--manifest names {what}", "name a new file for the manifest")
 
 
+@contextlib.contextmanager
 def write_manifest(
     path: Path, src: Path, target: Path, plan: Plan, written: Written, record: dict[str, Any]
-) -> None:
+) -> Iterator[None]:
+    """The manifest, written and synced before the block (which publishes the output) and
+    moved into place after it: a manifest that cannot be written (a full disk) publishes no
+    output, where the output was published and then the run said it failed."""
     doc = {
         "source": str(src),
         "output": str(target),
@@ -409,3 +413,5 @@ def write_manifest(
     }
     with atomic_output(path, replace=True) as tmp:
         tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
+        fsync_path(tmp)
+        yield
