@@ -1248,3 +1248,12 @@ def test_from_names_the_release_of_a_file_whose_cstorch_version_is_wrong(tmp_pat
     proc = run_cli("upgrade", src, "--from", "2.10", "--to", "2.8", "-o", out)
     assert proc.returncode == 0, proc.stderr
     assert cm.load(out / src.name, allow_missing=True).keys() == cm.load(REAL / "basic.mdl").keys()
+
+
+def test_from_the_target_release_still_says_what_the_file_says(tmp_path):
+    """``--from 2.10`` of a file the real 2.6 library wrote, to 2.10: nothing to do, and the
+    warning every other ``--from`` gives ("the file says it is release 2.6 …") was not said."""
+    src = next(p for p in real_2x_files(tmp_path) if p.name.startswith("gpt2-2.6"))
+    proc = run_cli("upgrade", src, "--from", "2.10", "-o", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert "the file says it is release 2.6" in proc.stderr and "as --from says" in proc.stderr

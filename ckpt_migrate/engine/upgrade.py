@@ -273,7 +273,7 @@ def _upgrade_locked(
         if plan.current:
             if not ckpt.outline:
                 ckpt.handle.walked()
-            result.status = "current"
+            result.status, result.warnings = "current", list(ckpt.warnings)  # (--from's too)
             if opts.output_dir is not None or opts.output is not None:
                 _place_current(src, opts, result)
             return
