@@ -12,6 +12,7 @@ import sys
 import textwrap
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -422,3 +423,37 @@ def test_load_takes_map_location_as_torch_load_does(tmp_path, map_location):
         if expected[name].device.type == "cpu":
             assert torch.equal(got[name], expected[name]), name
     assert got["w"] is got["tied"]
+
+
+def test_what_save_cannot_write_is_said_of_the_value_not_of_a_key_or_a_temporary(tmp_path):
+    """Each was refused in words about something else: a bare tensor ("leaf name '' …; rename
+    the key", there being no key; at 2.4 "write release 2.5 or newer", which refused it too,
+    and ``from-torch`` named its output, not the file it read), a state nested deeper than
+    the readers take ("… deep.mdl.<hex>.tmp: … the file is damaged", a file the save itself
+    had just written), a state that holds itself (``RecursionError``), and a string with a NUL
+    at 2.4 or older (h5py's bare ``ValueError``, no key named)."""
+    from ckpt_migrate.errors import UnsupportedContentError
+
+    out = tmp_path / "x.mdl"
+    for release in ("2.10", "2.4"):
+        with pytest.raises(UnsupportedContentError, match="one bare value; save a dict"):
+            ckpt_migrate.save(torch.arange(3), out, release)
+    torch.save(torch.arange(3), tmp_path / "bare.pt")
+    proc = run_cli("from-torch", tmp_path / "bare.pt", out)
+    one_line_error(proc, 2, "bare.pt: holds one bare Tensor", "save a dict")
+    deep: Any = 1
+    for _ in range(100):
+        deep = [deep]
+    with pytest.raises(UnsupportedContentError, match=r"nested more than 100 deep at d\.0\.0"):
+        ckpt_migrate.save({"d": deep}, out)
+    ckpt_migrate.save({"d": deep[0]}, out)  # (99 lists: what the readers take)
+    assert ckpt_migrate.load(out)["d"] == deep[0]
+    itself: list = []
+    itself.append(itself)
+    with pytest.raises(UnsupportedContentError, match="nested more than 100 deep"):
+        ckpt_migrate.save({"loop": itself}, tmp_path / "loop.mdl")
+    with pytest.raises(UnsupportedContentError, match=r"'run\.note' is a string with a NUL"):
+        ckpt_migrate.save({"run": {"note": "a\x00b"}}, tmp_path / "nul.mdl", "2.4")
+    ckpt_migrate.save({"run": {"note": "a\x00b"}}, tmp_path / "nul.mdl", "2.5")
+    assert ckpt_migrate.load(tmp_path / "nul.mdl")["run"]["note"] == "a\x00b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bare.pt", "nul.mdl", "x.mdl"]

@@ -34,13 +34,16 @@ from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.space import new_checkpoint_bound
 from ckpt_migrate.format.tree import (
+    DictNode,
     ExternalLeaf,
     Leaf,
     MissingLeaf,
     NamedTupleNode,
     Node,
     OpaqueLeaf,
+    SeqNode,
     TensorLeaf,
+    ValueLeaf,
     contains,
     format_path,
     iter_leaves,
@@ -49,6 +52,8 @@ from ckpt_migrate.format.tree import (
 )
 from ckpt_migrate.format.v05 import treespec as treespec_json
 from ckpt_migrate.format.v05 import write as write_v05
+
+BARE_FIX = "save a dict of them, e.g. {'tensor': value}"
 
 
 @dataclass
@@ -66,6 +71,14 @@ def prepare(
 ) -> tuple[Node, list[str]]:
     """Check that ``release``'s format can hold ``root``; return the tree to write and notes."""
     notes: list[str] = []
+    if not isinstance(
+        root, (DictNode, SeqNode, NamedTupleNode)
+    ):  # (its one leaf's name is '': "rename the key")
+        raise UnsupportedContentError(
+            path,
+            "a checkpoint holds named values, and this is one bare value",
+            BARE_FIX,
+        )
     if not release.legacy and contains(root, NamedTupleNode):
         root = treespec_json.as_tuples(root)
         notes.append("namedtuples written as tuples: format 0.5 cannot name their classes")
@@ -136,6 +149,13 @@ def _check_leaf(
         )
     if isinstance(leaf, MissingLeaf):
         missing.append(name)
+    if release.legacy and isinstance(leaf, ValueLeaf) and "\x00" in _text(leaf.value):
+        raise UnsupportedContentError(  # (h5py: "VLEN strings do not support embedded NULLs")
+            path,
+            f"leaf {name!r} is a string with a NUL character, which format {release.format} "
+            "cannot hold",
+            "write release 2.5 or newer, or remove the character",
+        )
     if release.format < 0.3 and isinstance(leaf, OpaqueLeaf):
         raise UnsupportedContentError(
             path,
@@ -291,3 +311,7 @@ def write_checkpoint(
         if unchanged is not None:
             unchanged()
     return report
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""

@@ -34,6 +34,7 @@ from ckpt_migrate.errors import (
 )
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format import pickled as objects
+from ckpt_migrate.format.budgets import MAX_DEPTH
 from ckpt_migrate.format.h5 import sniff
 from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.pickled import ObjectMode, OpaqueObject
@@ -53,9 +54,9 @@ from ckpt_migrate.format.tree import (
     TensorLeaf,
     ValueLeaf,
 )
-from ckpt_migrate.format.write import WriteReport, write_checkpoint
+from ckpt_migrate.format.write import BARE_FIX, WriteReport, write_checkpoint
 from ckpt_migrate.torch import weights_load
-from ckpt_migrate.torch.map_location import mover
+from ckpt_migrate.torch.map_location import moved
 
 
 class ExternalReference:
@@ -132,8 +133,7 @@ def _load(
             "upgrade the file to restore ties",
         )
     state = to_python(ckpt.root, objects_mode=objects_mode, numpy_as_tensor=numpy_as_tensor)
-    move = mover(map_location)
-    return state if move is None else _map(state, move, {})
+    return moved(state, map_location)
 
 
 def to_python(
@@ -229,21 +229,6 @@ def _unchanged_full(t: Any) -> FullTensorLeaf | None:
     return entry[1]
 
 
-def _map(obj: Any, fn: Any, done: dict[int, Any]) -> Any:
-    """``obj`` with ``fn`` of each tensor; one tensor under several names (a tie) moved once."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        if id(obj) not in done:
-            done[id(obj)] = fn(obj)
-        return done[id(obj)]
-    if isinstance(obj, dict):
-        return type(obj)((k, _map(v, fn, done)) for k, v in obj.items())
-    if isinstance(obj, (list, tuple, set)) and not hasattr(obj, "_fields"):
-        return type(obj)(_map(v, fn, done) for v in obj)
-    return obj
-
-
 # --------------------------------------------------------------------------- save
 
 
@@ -260,8 +245,13 @@ def from_python(state: Any, *, pickle_objects: bool = False) -> Node:
             memo[id(obj)] = _leaf_of(obj, where, pickle_objects)
         return memo[id(obj)]
 
-    def build(obj: Any, where: str) -> Node:
+    def build(obj: Any, where: str, depth: int = 0) -> Node:
+        if depth > MAX_DEPTH:  # (what the readers refuse as damage; a state holding itself)
+            raise UnsupportedContentError(
+                None, f"the state is nested more than {MAX_DEPTH} deep at {where}", "flatten it"
+            )
         t = type(obj)
+        depth += 1
         if t is dict or t is collections.OrderedDict:
             items = []
             for k, v in obj.items():
@@ -271,14 +261,16 @@ def from_python(state: Any, *, pickle_objects: bool = False) -> Node:
                         f"key {k!r} at {where or '<root>'} is a {type(k).__name__}; "
                         "checkpoint keys must be str or int",
                     )
-                items.append((k, build(v, f"{where}.{k}" if where else str(k))))
+                items.append((k, build(v, f"{where}.{k}" if where else str(k), depth)))
             return DictNode(items, ordered=t is collections.OrderedDict)
         if t in (list, tuple, set):
             kind = {list: "list", tuple: "tuple", set: "set"}[t]
-            return SeqNode(kind, [build(v, f"{where}.{i}") for i, v in enumerate(obj)])
+            return SeqNode(kind, [build(v, f"{where}.{i}", depth) for i, v in enumerate(obj)])
         if isinstance(obj, tuple) and hasattr(t, "_fields"):
             return NamedTupleNode(
-                t.__name__, tuple(t._fields), [build(v, f"{where}.{i}") for i, v in enumerate(obj)]
+                t.__name__,
+                tuple(t._fields),
+                [build(v, f"{where}.{i}", depth) for i, v in enumerate(obj)],
             )
         if isinstance(obj, dict):
             raise UnsupportedContentError(
@@ -472,6 +464,9 @@ def from_torch(
         state = weights_load.load(src_path)
     except (weights_load.Refused, weights_load.Unreadable) as exc:
         raise _not_torch(src_path, exc) from None
+    if not isinstance(state, (dict, list, tuple)):  # (the writer would name the output)
+        what = f"one bare {type(state).__name__}"
+        raise UnsupportedContentError(src_path, f"holds {what}, not named values", BARE_FIX)
     return _save_from(src_path, state, dst, release, progress, unchanged)
 
 
