@@ -126,7 +126,7 @@ def test_bad_files_give_one_line_errors(tmp_path, content, code, word):
 @pytest.mark.parametrize(
     ("name", "fix"),
     [
-        ("params.yaml", "a run's config is upgraded with its checkpoint: upgrade CKPT --config"),
+        ("params.yaml", "a command that converts its config takes it as --config FILE"),
         ("data_iter_checkpoint_state_file_global", "name a checkpoint file (.mdl)"),
         ("model.pt", "torch.save files: use from-torch"),
         ("model-legacy.pt", "torch.save files: use from-torch"),

@@ -128,8 +128,9 @@ NOT_SAID = {
         "upgrade-dir never replaces an output"
     ),
     ("--config", "ckpt_migrate/format/h5/io.py"): (
-        "the hint of a YAML file given as a checkpoint names the command that takes it: "
-        "'upgrade CKPT --config FILE'"
+        "the hint of a YAML file given as a checkpoint says where it goes: 'a command that "
+        "converts its config takes it as --config FILE' (upgrade, upgrade-dir, export-hf and "
+        "the scripts; it named ckpt-migrate's upgrade, which the scripts do not have)"
     ),
     ("--manifest", "ckpt_migrate/engine/verify.py"): (
         "said only when --manifest was given (upgrade); upgrade-dir writes no manifest"

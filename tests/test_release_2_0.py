@@ -268,6 +268,11 @@ def test_data_iter_script_takes_the_documented_defaults_and_says_so(tmp_path):
         *wrong, "-o", str(tmp_path / "b.mdl"), "-d", "iterable", "--allow-step-mismatch"
     )
     assert proc.returncode == 0, proc.stderr
+    # a file that has its state already: the fix said "omit --data-iter-dir", which this
+    # script requires (-w)
+    again = ("data_iter_state_conversion.py", "-c", tmp_path / "a.mdl", "-w", SIDE / "good")
+    line = one_line_error(run_script(*again, "-o", tmp_path / "d.mdl"), 2, "already has")
+    assert "use it as it is" in line and "omit" not in line
 
 
 def test_config_can_turn_the_tie_off(tmp_path):

@@ -226,7 +226,11 @@ def model_config(text: str, path: Path, from_release: str, name: str) -> dict[st
     data, _ = yaml_edit.load(upgraded.text, path)
     sections = ConfigContext(data).model_sections()
     if len(sections) != 1:
-        raise UsageError(path, f"has {len(sections)} model sections, not one", "pass one run's")
+        raise UsageError(
+            path,
+            f"has {len(sections)} model sections (a mapping under model:), not one",
+            "pass the params.yaml of the run that wrote the checkpoint",
+        )
     return dict(yaml_edit.plain(sections[0][1]))
 
 

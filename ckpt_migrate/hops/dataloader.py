@@ -194,7 +194,11 @@ def convert_dataloader_state(ctx: StepContext) -> None:
     if kind not in ("map", "iterable"):
         raise UsageError(None, "--data-iter-dir needs --dataloader-type map or iterable")
     if ctx.root.get("dataloader") is not None:
-        raise UsageError(ctx.source_path, "already has a dataloader state", "omit --data-iter-dir")
+        raise UsageError(
+            ctx.source_path,
+            "already has a dataloader state; it needs no side files",
+            "use it as it is (ckpt-migrate upgrade: without --data-iter-dir)",
+        )
     side = read_side_files(directory)
     for name in side.ignored:
         ctx.warn(f"{side.directory}/{name}: not a dataloader side file; ignored")

@@ -46,7 +46,7 @@ def _fix_for(p: Path, head: bytes) -> str:
     if head[:2] == b"PK" or head[:1] == b"\x80":  # (torch.save's zip format, or a pickle)
         return "torch.save files: use from-torch"
     if p.suffix.lower() in (".yaml", ".yml"):
-        return "a run's config is upgraded with its checkpoint: upgrade CKPT --config FILE"
+        return "name the checkpoint; a command that converts its config takes it as --config FILE"
     return "name a checkpoint file (.mdl)"
 
 
