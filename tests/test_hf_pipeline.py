@@ -465,3 +465,25 @@ def test_an_imports_tensors_let_go_of_what_they_are_built_from_once_written(
     with pytest.raises(ValueError):
         failing.read()
     assert failing.describe() == "w from h.w"
+
+
+def test_config_fields_the_import_leaves_out_are_named(tmp_path: Path):
+    """A model transformers saved with its own token ids and a field of someone's: the import
+    left them out of the CS config, said nothing (``warnings == []``), and the export gave
+    transformers' defaults back (bos/eos ``50256``, the field gone). Each is now named in one
+    line; the model's name and the tensors' dtype, which the import reads, are not."""
+    cfg = transformers.LlamaConfig(
+        vocab_size=96, hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
+        intermediate_size=128, num_key_value_heads=2, bos_token_id=5, eos_token_id=[6, 7],
+        pad_token_id=0,
+    )  # fmt: skip
+    hf_dir = tmp_path / "hf"
+    transformers.LlamaForCausalLM(cfg).save_pretrained(hf_dir)
+    config = json.loads((hf_dir / "config.json").read_text())
+    (hf_dir / "config.json").write_text(json.dumps({**config, "my_custom_field": 1}))
+    imported = import_hf(hf_dir, tmp_path / "m.mdl")
+    [line] = [w for w in imported.warnings if "no place for" in w]
+    assert "bos_token_id=5" in line and "eos_token_id=[6, 7]" in line and "pad_token_id=0" in line
+    assert "my_custom_field=1" in line
+    for read in ("architectures", "dtype", "transformers_version", "hidden_size", "model_type"):
+        assert f" {read}=" not in line, read

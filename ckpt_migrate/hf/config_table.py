@@ -88,7 +88,36 @@ def tables() -> dict[str, tuple[Step, ...]]:
     return {**{n: t for n, t in served.items() if t}, **PART_CONFIGS}
 
 
-def _state(side: str, config: Mapping[str, Any], name: str) -> State:
+def unread(hf_config: Mapping[str, Any], name: str) -> list[str]:
+    """The keys of ``config.json`` that ``name``'s table never reads on import: what a CS
+    model config has no place for (the token ids, transformers' own fields, a field of
+    someone's), left out of the import."""
+    read = _state(HF, hf_config, name).src
+    return [k for k in hf_config if k not in getattr(read, "read", hf_config)]
+
+
+class Reading(dict):
+    """A config whose keys a table asks for are noted in ``read`` (shared by the tables a
+    ``Like`` step runs, and kept when ``Defaults`` fills some in)."""
+
+    def __init__(self, data: Mapping[str, Any], read: set[str] | None = None) -> None:
+        super().__init__(data)
+        self.read = set() if read is None else read
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+def _state(side: str, config: Mapping[str, Any], name: str, read: set | None = None) -> State:
     record = catalogue.by_name(name)
     served = record is not None and any(n.name == name and n.hf for n in record.names)
     if name in PART_CONFIGS:
@@ -97,7 +126,7 @@ def _state(side: str, config: Mapping[str, Any], name: str) -> State:
         raise MappingError(f"{name}: no Hugging Face config table (not served by the HF rules)")
     else:
         table = record.hf.config
-    state = State(side, dict(config), {}, name, record)
+    state = State(side, Reading(config, read), {}, name, record)
     for step in table:
         _STEPS[type(step)](step, state)
     return state
@@ -114,7 +143,8 @@ def _renames(step: Renames, s: State) -> None:
 
 def _defaults(step: Defaults, s: State) -> None:
     if step.side == s.side:
-        s.src = {**s.src, **step.values} if step.over else {**step.values, **s.src}
+        merged = {**s.src, **step.values} if step.over else {**step.values, **s.src}
+        s.src = Reading(merged, getattr(s.src, "read", None))
 
 
 def _fixed(step: Fixed, s: State) -> None:
@@ -135,7 +165,8 @@ def _written(step: Written, s: State) -> None:
 
 def _like(step: Like, s: State) -> None:
     skip = step.skip if s.side == CS else ()
-    s.out.update(run(s.side, {k: v for k, v in s.src.items() if k not in skip}, step.name))
+    given = {k: v for k, v in s.src.items() if k not in skip}
+    s.out.update(_state(s.side, given, step.name, getattr(s.src, "read", None)).out)
 
 
 def _required(step: Required, s: State) -> None:

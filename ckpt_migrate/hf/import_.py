@@ -9,6 +9,7 @@ and renamed into place by the format writer (``format.write.write_checkpoint``).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.tree import DataSource, DictNode, TensorLeaf
 from ckpt_migrate.format.write import write_checkpoint
-from ckpt_migrate.hf import directories, families, unconverted
+from ckpt_migrate.hf import config_table, directories, families, unconverted
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hf.arrays import LastRead, cast, check_dtype, out_dtype, shapes_of
 from ckpt_migrate.hf.mapping import (
@@ -148,6 +149,8 @@ def import_hf(
     dropped.update({n: "not converted (--drop-unmatched-keys)" for n in unused})
     result = ImportResult(src, out, name, rel.name, dropped=dropped)
     result.warnings += [f"{n} left out: {why}" for n, why in dropped.items()]
+    if dirs == directories.ONE:
+        result.warnings += _config_left_out(hf_config, name)
     family = resolve_name(name)[0]
     model_node = _model_tree(plan, stored, out_shapes, kinds, dtype, rel, family)
     # The tree holds what its tensors are built from; the tables by name go before the write,
@@ -166,6 +169,21 @@ def import_hf(
         result.config_out = write_config(cs_model, name, rel.name, Path(config_out), force)
     result.seconds = round(time.monotonic() - start, 3)
     return result
+
+
+# (the model's name and the tensors' dtype are read from these; the writer's version is no field)
+_READ_ELSEWHERE = frozenset({"architectures", "dtype", "torch_dtype", "transformers_version"})
+
+
+def _config_left_out(hf_config: dict[str, Any], name: str) -> list[str]:
+    """One line naming the ``config.json`` fields a CS model config has no place for (the token
+    ids, ``use_cache``, a field of someone's): left out of the import, which said nothing of
+    them, and an export gives transformers' defaults back."""
+    left = [k for k in config_table.unread(hf_config, name) if k not in _READ_ELSEWHERE]
+    if not left:
+        return []
+    shown = ", ".join(f"{k}={json.dumps(hf_config[k], default=str)[:40]}" for k in left)
+    return [f"config.json fields a CS model config has no place for, left out: {shown}"]
 
 
 def _check_free(target: Path, force: bool, src: Path, given: Path | None) -> None:
