@@ -501,3 +501,18 @@ def test_a_stray_worker_file_with_a_huge_id_is_one_line_quickly(tmp_path):
     )
     assert time.monotonic() - start < 30
     assert not (tmp_path / "x.mdl").exists()
+
+
+@pytest.mark.parametrize("count", ["-5", str(1 << 63), "1e3", "12abc"])
+def test_a_worker_file_whose_count_is_no_count_is_refused(tmp_path, count):
+    """The 1.9 side files copied, one worker's count replaced: ``-5`` and a count past int64
+    were written into the 2.0 state as they were (exit 0, ``samples_streamed: -5``)."""
+    side = tmp_path / "side"
+    shutil.copytree(SIDE / "good", side)
+    worker = sorted(side.glob("data_iter_state_file_worker_*"))[0]
+    worker.write_text(count + "\n")
+    out = tmp_path / "out"
+    args = ["--data-iter-dir", side, "--dataloader-type", "iterable"]
+    proc = run_cli("upgrade", FIXTURES / "release-1.9.mdl", "-o", out, *args)
+    one_line_error(proc, 2, worker.name, "is not a count", skip_warnings=True)
+    assert not out.exists() or list(out.iterdir()) == []

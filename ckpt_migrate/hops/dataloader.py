@@ -42,12 +42,19 @@ class SideFiles:
 
 
 def _first_int(path: Path) -> int:
+    """The step or sample count on the file's first line: a count, 0 to 2**63 - 1 (the
+    int64 the 2.0 state keeps it in; a negative one was written as it was)."""
     try:
         with path.open(encoding="utf-8") as fh:
-            return int(fh.readline(64).strip())  # (the file may be anything: one line read)
+            value = int(fh.readline(64).strip())  # (the file may be anything: one line read)
+        if not 0 <= value < 1 << 63:
+            raise ValueError(value)
+        return value
     except (UnicodeDecodeError, ValueError):
         raise CorruptCheckpointError(
-            path, "first line is not an integer", "is this a 1.9 dataloader state file?"
+            path,
+            "first line is not a count (an integer, 0 or more)",
+            "is this a 1.9 dataloader state file?",
         ) from None
     except OSError as exc:  # (not what it holds: that it cannot be read, e.g. its permissions)
         raise CkptIOError.reading(path, exc) from None
