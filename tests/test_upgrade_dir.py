@@ -617,3 +617,19 @@ def test_config_is_upgraded_into_the_output_directory_which_is_complete(tmp_path
     proc = run_cli("upgrade-dir", out, "--output-dir", current, "--config", config, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(p.name for p in current.iterdir()) == ["checkpoint_100.mdl", "params.yaml"]
+
+
+@pytest.mark.parametrize("where", ["output-dir", "inplace"])
+def test_the_bytes_read_are_the_sources_in_place_too(tmp_path, where):
+    """``upgrade-dir --inplace --json``: ``bytes_read`` was the new file's size (the source's
+    name holds the output once it is published), equal to ``bytes_sent``; with ``-o`` the same
+    file gave the source's. A file the real 2.10 library wrote, taken down to 2.0."""
+    real = FIXTURES / "real-cstorch-2.10" / "basic.mdl"
+    md = tmp_path / "md"
+    md.mkdir()
+    shutil.copyfile(real, md / "checkpoint_1.mdl")
+    dest = ["--inplace"] if where == "inplace" else ["-o", tmp_path / "out"]
+    proc = run_cli("upgrade-dir", md, *dest, "--to", "2.0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    [entry] = [json.loads(line) for line in proc.stdout.splitlines() if '"bytes_read"' in line]
+    assert entry["bytes_read"] == real.stat().st_size != entry["bytes_sent"]

@@ -45,7 +45,8 @@ def _counts(read: int, sent: int, copied: int) -> dict[str, int]:
 
 
 def _size(res: UpgradeResult) -> int:
+    """The source's size: in place, the backup's (the source's name holds the output now)."""
     try:
-        return res.source.stat().st_size
+        return (res.backup or res.source).stat().st_size
     except OSError:
         return 0
