@@ -1257,3 +1257,18 @@ def test_from_the_target_release_still_says_what_the_file_says(tmp_path):
     proc = run_cli("upgrade", src, "--from", "2.10", "-o", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     assert "the file says it is release 2.6" in proc.stderr and "as --from says" in proc.stderr
+
+
+def test_datasets_no_leaf_names_are_said_to_be_left_out(tmp_path):
+    """A file of the real 2.10 library with a dataset its spec does not name (``inspect``
+    lists it): an upgrade writes what the leaves name, and left it out without a word."""
+    src = tmp_path / "stray.mdl"
+    shutil.copyfile(REAL / "basic.mdl", src)
+    with h5py.File(src, "r+") as f:
+        f["stray"] = np.arange(3)
+    for dry in (["-n"], []):
+        proc = run_cli("upgrade", src, "--to", "2.8", "-o", tmp_path / "out", *dry)
+        assert proc.returncode == 0, proc.stderr
+        assert "1 dataset(s) no leaf names: not carried over" in proc.stderr
+    with h5py.File(tmp_path / "out" / src.name, "r") as f:
+        assert "stray" not in f
