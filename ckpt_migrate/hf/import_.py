@@ -179,7 +179,11 @@ def _config_left_out(hf_config: dict[str, Any], name: str) -> list[str]:
     """One line naming the ``config.json`` fields a CS model config has no place for (the token
     ids, ``use_cache``, a field of someone's): left out of the import, which said nothing of
     them, and an export gives transformers' defaults back."""
-    left = [k for k in config_table.unread(hf_config, name) if k not in _READ_ELSEWHERE]
+    try:
+        unread = config_table.unread(hf_config, name)
+    except MappingError:  # (a name whose rules read no table: DPO's, its policy's rules do)
+        return []
+    left = [k for k in unread if k not in _READ_ELSEWHERE]
     if not left:
         return []
     shown = ", ".join(f"{k}={json.dumps(hf_config[k], default=str)[:40]}" for k in left)

@@ -56,7 +56,6 @@ from ckpt_migrate.format.tree import (
 )
 from ckpt_migrate.format.write import BARE_FIX, WriteReport, write_checkpoint
 from ckpt_migrate.torch import weights_load
-from ckpt_migrate.torch.map_location import moved
 
 
 class ExternalReference:
@@ -133,6 +132,8 @@ def _load(
             "upgrade the file to restore ties",
         )
     state = to_python(ckpt.root, objects_mode=objects_mode, numpy_as_tensor=numpy_as_tensor)
+    from ckpt_migrate.torch.map_location import moved  # (it imports torch; this module not)
+
     return moved(state, map_location)
 
 
