@@ -126,8 +126,8 @@ def apply_hops(
             operation(ctx)
     ctx.hop = None
     report_unknown_keys(ctx)
-    if ckpt.unreferenced:  # (datasets the real loader never reads; inspect lists them)
-        ctx.warnings.append(f"{len(ckpt.unreferenced)} dataset(s) no leaf names: not carried over")
+    if ckpt.strays:  # (datasets the real loader never reads; inspect lists them)
+        ctx.warnings.append(f"{len(ckpt.strays)} dataset(s) no leaf names: not carried over")
     return ctx
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckpt_migrate.format.releases import Detected, Release
 from ckpt_migrate.format.tree import MissingLeaf, Node, iter_leaves
+
+_GRAPH_ARGUMENT = re.compile(r"__.+\.arg_\d+")
 
 
 @dataclass
@@ -35,6 +38,13 @@ class Checkpoint:
     def missing(self) -> list[str]:
         """Leaf names the spec lists but the file has no data for."""
         return [ref.name for ref in iter_leaves(self.root) if isinstance(ref.leaf, MissingLeaf)]
+
+    @property
+    def strays(self) -> list[str]:
+        """The datasets no leaf names, but a legacy graph tensor's arguments (``__<name>.arg_<i>``,
+        FORMAT.md §3.2): a 1.9 save leaves those beside the tensors, and every loader ignores
+        them; the others are someone's."""
+        return [n for n in self.unreferenced if not _GRAPH_ARGUMENT.fullmatch(n)]
 
     def ready_to_read(self) -> None:
         """Where the tree is read from a file, its walk ended and the map of overlapping data

@@ -21,6 +21,7 @@ _HOMES = {
     "LazyTensor": "lazy",
     "is_lazy": "lazy",
     "materialize": "lazy",
+    "moved": "map_location",
     "storage_to_tensor": "lazy",
     "tensor_to_storage": "lazy",
     "torch_dtype": "lazy",

@@ -132,9 +132,7 @@ def _load(
             "upgrade the file to restore ties",
         )
     state = to_python(ckpt.root, objects_mode=objects_mode, numpy_as_tensor=numpy_as_tensor)
-    from ckpt_migrate.torch.map_location import moved  # (it imports torch; this module not)
-
-    return moved(state, map_location)
+    return torch_room.moved(state, map_location)  # (torch/map_location.py imports torch)
 
 
 def to_python(
