@@ -8,6 +8,8 @@ import os
 import threading
 from pathlib import Path
 
+_SYNC_FILE_RANGE_WRITE = 2
+
 
 def start_writeback(path: Path) -> None:
     """Start writing ``path``'s dirty pages to disk without waiting for them
@@ -34,6 +36,3 @@ def _write_back(path: Path) -> None:
         sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
     finally:
         os.close(fd)
-
-
-_SYNC_FILE_RANGE_WRITE = 2

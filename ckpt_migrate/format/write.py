@@ -71,14 +71,10 @@ def prepare(
 ) -> tuple[Node, list[str]]:
     """Check that ``release``'s format can hold ``root``; return the tree to write and notes."""
     notes: list[str] = []
-    if not isinstance(
-        root, (DictNode, SeqNode, NamedTupleNode)
-    ):  # (its one leaf's name is '': "rename the key")
-        raise UnsupportedContentError(
-            path,
-            "a checkpoint holds named values, and this is one bare value",
-            BARE_FIX,
-        )
+    # (a bare value's one leaf is named '', which was refused as "rename the key")
+    if not isinstance(root, (DictNode, SeqNode, NamedTupleNode)):
+        bare = "a checkpoint holds named values, and this is one bare value"
+        raise UnsupportedContentError(path, bare, BARE_FIX)
     if not release.legacy and contains(root, NamedTupleNode):
         root = treespec_json.as_tuples(root)
         notes.append("namedtuples written as tuples: format 0.5 cannot name their classes")
@@ -149,7 +145,8 @@ def _check_leaf(
         )
     if isinstance(leaf, MissingLeaf):
         missing.append(name)
-    if release.legacy and isinstance(leaf, ValueLeaf) and "\x00" in _text(leaf.value):
+    text = leaf.value if isinstance(leaf, ValueLeaf) and isinstance(leaf.value, str) else ""
+    if release.legacy and "\x00" in text:
         raise UnsupportedContentError(  # (h5py: "VLEN strings do not support embedded NULLs")
             path,
             f"leaf {name!r} is a string with a NUL character, which format {release.format} "
@@ -311,7 +308,3 @@ def write_checkpoint(
         if unchanged is not None:
             unchanged()
     return report
-
-
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""

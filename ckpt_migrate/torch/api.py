@@ -132,7 +132,9 @@ def _load(
             "upgrade the file to restore ties",
         )
     state = to_python(ckpt.root, objects_mode=objects_mode, numpy_as_tensor=numpy_as_tensor)
-    return torch_room.moved(state, map_location)  # (torch/map_location.py imports torch)
+    if map_location is None:  # (torch/map_location.py imports torch: only where asked)
+        return state
+    return torch_room.moved(state, map_location)
 
 
 def to_python(
