@@ -259,9 +259,13 @@ def test_the_torch_conversions_count_bytes_as_bytes(tmp_path):
     proc = run("to-torch", real, state, "--progress", "plain")
     assert proc.returncode == 0, proc.stderr
     said = [(m["phase"], m["done"], m["total"]) for m in progress_lines(proc.stderr)]
-    reads = {"walk root", "read", "check indexes", "read root", "read links", "check overlaps"}
+    reads = {"read", "check indexes", "read root", "read links", "check overlaps"}
     phases = {phase for phase, _, _ in said}
-    assert said and phases == {"lay out", "converting", "load back", *reads}, proc.stderr
+    # (``walk root`` is told only if the parent polls while the walk's child is at the root,
+    # a few ms on this file: on a loaded machine it is passed unseen)
+    assert said and phases - {"walk root"} == {"lay out", "converting", "load back", *reads}, (
+        proc.stderr
+    )
     converted = [s for s in said if s[0] == "converting"]
     total = converted[-1][2]
     assert converted[-1][1] == total and re.fullmatch(r"[\d.]+ (B|KiB)", total), said
