@@ -703,6 +703,60 @@ def test_duplicate_keys_are_refused_not_merged():
         upgrade_config_text("model:\n  a: 1\n  a: 2\n", "2.0", "2.1")
 
 
+# Spelled as YAML 1.1 (PyYAML, which Model Zoo reads params.yaml with) spells booleans.
+YES_NO_1_9 = """\
+train_input:
+  batch_size: 8
+  shuffle: no
+model:
+  use_rms_norm: yes
+  share_embedding_weights: on
+runconfig:
+  is_pretrained_checkpoint: yes
+"""
+YES_NO_2_2 = """\
+train_input:
+  data_dir: "on"
+model:
+  hidden_size: 64
+sparsity:
+  type: static
+  sparsity: 0.5
+  add_summaries: off
+runconfig:
+  max_steps: 100
+  check_loss_values: off
+  log_input_summaries: no
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "frm", "to"), [(YES_NO_1_9, "1.9", "2.0"), (YES_NO_2_2, "2.2", "2.3")]
+)
+def test_yes_no_on_off_are_the_booleans_model_zoo_reads(text, frm, to):
+    """Read as YAML 1.2 strings, ``use_rms_norm: yes`` was left unconverted (a LLaMA fell back
+    to LayerNorm), ``is_pretrained_checkpoint: yes`` was dropped as if false, and
+    ``add_summaries: off`` switched the LogSparsity callback on."""
+    spelled = upgrade_config_text(text, frm, to, family="llama")
+    as_bools = text
+    for word, value in (("yes", "true"), ("on", "true"), ("no", "false"), ("off", "false")):
+        as_bools = as_bools.replace(f": {word}\n", f": {value}\n")
+    assert as_bools != text
+    assert yaml.safe_load(spelled.text) == yaml.safe_load(
+        upgrade_config_text(as_bools, frm, to, family="llama").text
+    )
+    assert not [c for c in spelled.report if c.kind == "unknown"]
+    out = yaml.safe_load(spelled.text)
+    if frm == "1.9":
+        assert out["model"]["norm_type"] == "rmsnorm"
+        assert out["runconfig"]["load_checkpoint_states"] == "model,dataloader"
+        assert out["train_input"]["shuffle"] is False
+    else:
+        callbacks = {k: v for c in out["trainer"]["init"]["callbacks"] for k, v in c.items()}
+        assert callbacks["LogSparsity"] is None and callbacks["CheckLoss"] is None
+        assert out["trainer"]["fit"]["train_dataloader"]["data_dir"] == "on"
+
+
 @pytest.mark.parametrize(
     ("config", "release"),
     [

@@ -57,11 +57,20 @@ def guess_style(text: str) -> Style:
     return Style(mapping=mapping, sequence=offset + 2, offset=offset, booleans=booleans)
 
 
+# Model Zoo reads a params.yaml with PyYAML (YAML 1.1, e.g. Release_1.9.1
+# modelzoo/common/run_utils/cli_parser.py line 31): ``yes``/``no``/``on``/``off`` are booleans
+# there, strings to YAML 1.2. Read as strings, ``add_summaries: off`` would switch a callback on.
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_YAML11_BOOL = re.compile(r"^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)$")
+
+
 def _yaml(style: Style | None = None) -> Any:
     from ruamel.yaml import YAML
 
     y = YAML(typ="rt")
     y.preserve_quotes = True
+    _ = y.resolver.versioned_resolver  # (YAML 1.2's resolvers first: one more is added)
+    y.resolver.add_version_implicit_resolver((1, 2), _BOOL_TAG, _YAML11_BOOL, list("yYnNoO"))
     y.width = 4096  # never re-wrap long lines
     if style is not None:
         y.indent(mapping=style.mapping, sequence=style.sequence, offset=style.offset)
