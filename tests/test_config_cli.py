@@ -213,7 +213,7 @@ def _bomb(levels: int = 9) -> str:
 
 HOSTILE_CONFIGS = {
     "aliases": (_bomb(), "more than 100,000 values once its aliases are expanded"),
-    "flow nesting": ("deep: " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
+    "flow nesting": ("deep: " + "[" * 3000 + "]" * 3000 + "\n", "nested more than 64 deep"),
     "nesting": ("deep: " + "[" * 70 + "]" * 70 + "\n", "nested more than 64 deep"),
 }
 

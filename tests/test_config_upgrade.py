@@ -699,8 +699,12 @@ def test_non_mapping_legacy_sections_are_reported_once():
 
 
 def test_duplicate_keys_are_refused_not_merged():
-    with pytest.raises(UsageError, match="not valid YAML"):
+    """The message named ruamel's context (``while constructing a mapping``), not the key or
+    where it stands (Model Zoo 2.2.0's ``Cerebras_GPT/256m_mup.yaml`` has ``a:`` twice)."""
+    with pytest.raises(UsageError, match=r'duplicate key "a" .* at line 3, column 3'):
         upgrade_config_text("model:\n  a: 1\n  a: 2\n", "2.0", "2.1")
+    with pytest.raises(UsageError, match=r"expected ',' or '\}', but got ':' at line 2, column 2"):
+        upgrade_config_text("a: {b: 1\nc: 2\n", "2.0", "2.1")
 
 
 # Spelled as YAML 1.1 (PyYAML, which Model Zoo reads params.yaml with) spells booleans.
@@ -755,6 +759,24 @@ def test_yes_no_on_off_are_the_booleans_model_zoo_reads(text, frm, to):
         callbacks = {k: v for c in out["trainer"]["init"]["callbacks"] for k, v in c.items()}
         assert callbacks["LogSparsity"] is None and callbacks["CheckLoss"] is None
         assert out["trainer"]["fit"]["train_dataloader"]["data_dir"] == "on"
+
+
+def test_floats_a_step_does_not_change_keep_their_text():
+    """ruamel re-formatted every float it wrote back from a width and a precision, which moved
+    the last digit: the learning rates of Model Zoo 2.2.0's
+    ``nlp/transformer/configs/transformer_large.yaml`` changed in a 2.2 → 2.3 upgrade, and the
+    report showed the old value."""
+    rates = ["8.436676240964464e-05", "7.056663329594336e-05", ".5e-3", "1e-4", "2.50"]
+    text = "model:\n  hidden_size: 8\noptimizer:\n  optimizer_type: SGD\n  learning_rate:\n"
+    text += "".join(
+        f"    - {{scheduler: Constant, learning_rate: {r}, total_iters: 1}}\n" for r in rates
+    )
+    res = upgrade_config_text(text, "2.2", "2.3")
+    for rate in rates:
+        assert f"learning_rate: {rate}" in res.text
+    schedulers = yaml.safe_load(res.text)["trainer"]["init"]["schedulers"][0]["SequentialLR"]
+    got = [s["ConstantLR"]["learning_rate"] for s in schedulers["schedulers"]]
+    assert got == [yaml.safe_load(r) for r in rates]
 
 
 @pytest.mark.parametrize(

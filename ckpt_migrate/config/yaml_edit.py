@@ -8,6 +8,7 @@ key therefore re-attaches those lines, so no comment is lost or lands above the 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Mapping
@@ -60,7 +61,7 @@ def guess_style(text: str) -> Style:
 # Model Zoo reads a params.yaml with PyYAML (YAML 1.1, e.g. Release_1.9.1
 # modelzoo/common/run_utils/cli_parser.py line 31): ``yes``/``no``/``on``/``off`` are booleans
 # there, strings to YAML 1.2. Read as strings, ``add_summaries: off`` would switch a callback on.
-_BOOL_TAG = "tag:yaml.org,2002:bool"
+_BOOL_TAG, _FLOAT_TAG = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:float"
 _YAML11_BOOL = re.compile(r"^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)$")
 
 
@@ -68,6 +69,7 @@ def _yaml(style: Style | None = None) -> Any:
     from ruamel.yaml import YAML
 
     y = YAML(typ="rt")
+    y.Constructor, y.Representer = _round_trip_classes()
     y.preserve_quotes = True
     _ = y.resolver.versioned_resolver  # (YAML 1.2's resolvers first: one more is added)
     y.resolver.add_version_implicit_resolver((1, 2), _BOOL_TAG, _YAML11_BOOL, list("yYnNoO"))
@@ -75,8 +77,34 @@ def _yaml(style: Style | None = None) -> Any:
     if style is not None:
         y.indent(mapping=style.mapping, sequence=style.sequence, offset=style.offset)
         y.boolean_representation = list(style.booleans)
-    y.representer.add_representer(float, _represent_float)
     return y
+
+
+@functools.cache
+def _round_trip_classes() -> tuple[type, type]:
+    """ruamel's round-trip constructor and representer, with a float read from the file
+    written back as its own text: ruamel re-formats it from a width and a precision, which
+    moved the last digit (``8.436676240964464e-05`` became ``…463e-05``). A float a step
+    computes is written as :func:`yaml11_float` spells it. (Subclasses: ruamel's
+    ``add_constructor`` would change every ruamel user of the process.)"""
+    from ruamel.yaml.constructor import RoundTripConstructor
+    from ruamel.yaml.representer import RoundTripRepresenter
+    from ruamel.yaml.scalarfloat import ScalarFloat
+
+    class Constructor(RoundTripConstructor):
+        def construct_yaml_float(self, node: Any) -> Any:
+            value = super().construct_yaml_float(node)
+            if isinstance(value, ScalarFloat):
+                value._source_text = node.value
+            return value
+
+    class Representer(RoundTripRepresenter):
+        pass
+
+    Constructor.add_constructor(_FLOAT_TAG, Constructor.construct_yaml_float)
+    Representer.add_representer(float, _represent_float)
+    Representer.add_representer(ScalarFloat, _represent_float)
+    return Constructor, Representer
 
 
 def yaml11_float(value: float) -> str:
@@ -96,7 +124,8 @@ def yaml11_float(value: float) -> str:
 
 
 def _represent_float(representer: Any, value: float) -> Any:
-    return representer.represent_scalar("tag:yaml.org,2002:float", yaml11_float(value))
+    text = getattr(value, "_source_text", None) or yaml11_float(value)
+    return representer.represent_scalar(_FLOAT_TAG, text)
 
 
 MAX_CONFIG_BYTES = 1 << 20  # Model Zoo's params.yaml files are a few KiB; ruamel reads ~100 KiB/s
@@ -140,11 +169,14 @@ def load(text: str, source: Path | None = None) -> tuple[Any, Style]:
 
     if line_ending(text) == "\r\n":
         text = text.replace("\r\n", "\n")
+    if _flow_depth(text) > MAX_DEPTH:  # (ruamel's scanner is quadratic in it: 3,000 took 12 s)
+        raise UsageError(source, f"nested more than {MAX_DEPTH} deep", "fix the config file")
     try:
         data = _yaml().load(text)
     except YAMLError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(source, f"not valid YAML ({first})", "fix the config file") from None
+        raise UsageError(
+            source, f"not valid YAML ({_yaml_problem(exc)})", "fix the config file"
+        ) from None
     except RecursionError:
         raise UsageError(
             source, "nested too deeply to be a config", "fix the config file"
@@ -153,6 +185,37 @@ def load(text: str, source: Path | None = None) -> tuple[Any, Style]:
         raise UsageError(source, "config is not a YAML mapping", "pass a Model Zoo params.yaml")
     _expanded(data, 0, {}, source)
     return data, guess_style(text)
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """ruamel's problem and where it stands (``found duplicate key "a" … at line 3, column
+    3``), not the first line of its report, which is the context (``while constructing a
+    mapping``)."""
+    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+    if not problem:
+        text = str(exc).strip()
+        return text.splitlines()[0] if text else type(exc).__name__
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return " ".join(str(problem).split()) + where
+
+
+def _flow_depth(text: str) -> int:
+    """How deep ``text`` nests ``[``/``{`` collections: a bracket counts where a collection
+    may begin (at a line's start, after an indicator or after a counted bracket), not inside a
+    word or a quoted string."""
+    depth = deepest = 0
+    counted = -1  # where the last counted bracket stands
+    for m in re.finditer(r"[\[{\]}]", text):
+        i = m.start()
+        if m.group() in "]}":
+            depth = max(depth - 1, 0)
+            continue
+        start = text.rfind("\n", 0, i) + 1
+        before = text[start:i].rstrip(" \t")
+        if not before or before[-1] in ":,-?" or start + len(before) - 1 == counted:
+            depth, counted = depth + 1, i
+            deepest = max(deepest, depth)
+    return deepest
 
 
 def _expanded(node: Any, depth: int, sizes: dict[int, int], source: Any) -> int:
