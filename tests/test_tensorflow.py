@@ -193,6 +193,40 @@ def test_keras_round_trip_is_exact(tf, keras_ckpt, tmp_path):
     assert tf.train.latest_checkpoint(str(back.parent)) == str(back)
 
 
+def test_an_object_graph_ending_in_nul_round_trips_and_restores(tf, tmp_path):
+    """A ``tf.train.Checkpoint`` whose last object-graph node holds nothing serializes its graph
+    ending in ``\\x00``; read through a numpy ``S`` array, the NUL was cut off, and the round
+    trip's graph was "corrupt" to TF. The directory's state file names the checkpoint in raw
+    UTF-8 (``modèle-1``), which was read as Latin-1 escapes."""
+
+    def net():
+        m = tf.Module()
+        m.v = tf.Variable([1.0, 2.0])
+        m.sub = tf.Module()
+        m.sub.deeper = tf.Module()  # a node without values, last in the graph
+        return m
+
+    run = tmp_path / "run"
+    manager = tf.train.CheckpointManager(
+        tf.train.Checkpoint(model=net()), str(run), max_to_keep=1, checkpoint_name="modèle"
+    )
+    prefix = manager.save()
+    graph = tf_contents(tf, prefix)[OBJECT_GRAPH][2]
+    assert graph.endswith(b"\x00")
+    h5 = tmp_path / "x.h5"
+    tf_to_h5(prefix, h5, verify="full")
+    assert cm.load(h5)[OBJECT_GRAPH] == graph
+    back = tmp_path / "back" / "ckpt-1"
+    back.parent.mkdir()
+    h5_to_tf(h5, back)
+    assert tf_contents(tf, back) == tf_contents(tf, prefix)
+    fresh = net()
+    tf.train.Checkpoint(model=fresh).restore(str(back)).assert_consumed()
+    assert fresh.v.numpy().tolist() == [1.0, 2.0]
+    by_directory = tmp_path / "y.h5"
+    assert tf_to_h5(run, by_directory).sources == [prefix]
+
+
 def test_keras_h5_is_a_flat_checkpoint_with_exact_names(tf, keras_ckpt, tmp_path):
     import torch
 

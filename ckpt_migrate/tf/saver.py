@@ -29,6 +29,7 @@ it.
 
 from __future__ import annotations
 
+import codecs
 import glob
 import importlib.util
 import os
@@ -212,10 +213,11 @@ def resolve_saver_path(path: str | Path) -> str:
 def _prefix_in_dir(d: Path) -> str:
     state = d / "checkpoint"
     if state.is_file():
-        m = re.search(r'^model_checkpoint_path:\s*"((?:[^"\\]|\\.)*)"', state.read_text(), re.M)
+        text = state.read_bytes()  # (a text proto: C escapes of the name's bytes, or raw UTF-8)
+        m = re.search(rb'^model_checkpoint_path:\s*"((?:[^"\\]|\\.)*)"', text, re.M)
         if m is None:
             raise NotACheckpointError(state, "has no model_checkpoint_path entry")
-        name = m.group(1).encode("utf-8").decode("unicode_escape")
+        name = os.fsdecode(codecs.escape_decode(m.group(1))[0])
         prefix = Path(name) if Path(name).is_absolute() else d / name
         if not Path(str(prefix) + ".index").is_file():
             raise NotACheckpointError(

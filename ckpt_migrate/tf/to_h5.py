@@ -68,8 +68,14 @@ class TFVariableData(DataSource):
     bfloat16: bool
 
     def read(self) -> np.ndarray:
+        array = np.asarray(self.value())
+        return array.view(np.int16) if self.bfloat16 else array
+
+    def value(self) -> Any:
+        """What TF's reader gives: an array, or ``bytes`` for a string scalar (which
+        ``np.asarray`` would cut at its trailing NULs)."""
         try:
-            array = np.asarray(self.reader.get_tensor(self.name))
+            return self.reader.get_tensor(self.name)
         except Exception as exc:  # tf.errors.OpError, or ValueError for a dtype TF cannot read
             if isinstance(exc, MemoryError):
                 raise
@@ -78,7 +84,6 @@ class TFVariableData(DataSource):
                 f"cannot read variable {self.name!r} ({op_message(exc)})",
                 "the checkpoint's .data files may be missing or damaged",
             ) from None
-        return array.view(np.int16) if self.bfloat16 else array
 
     def describe(self) -> str:
         return f"{self.prefix}:{self.name}"
@@ -196,7 +201,8 @@ def _tf_leaf(
         data = TFVariableData(reader, prefix, name, dtype == "bfloat16")
         return TensorLeaf(dtype, shape, data)
     if dtype == "string" and shape == ():
-        value = TFVariableData(reader, prefix, name, False).read().item()
+        value = TFVariableData(reader, prefix, name, False).value()
+        value = value.item() if isinstance(value, np.ndarray) else value
         if isinstance(value, bytes):
             return OpaqueLeaf(pickle.dumps(value, protocol=4), "pickle")
     what = f"string{list(shape)}" if dtype == "string" else dtype
