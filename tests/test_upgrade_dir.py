@@ -633,3 +633,29 @@ def test_the_bytes_read_are_the_sources_in_place_too(tmp_path, where):
     assert proc.returncode == 0, proc.stderr
     [entry] = [json.loads(line) for line in proc.stdout.splitlines() if '"bytes_read"' in line]
     assert entry["bytes_read"] == real.stat().st_size != entry["bytes_sent"]
+
+
+@pytest.mark.parametrize("only_latest", [False, True])
+def test_a_newest_checkpoint_that_is_a_link_is_refused_not_passed_over(tmp_path, only_latest):
+    """Links are left alone; when the newest checkpoint was one, --only-latest upgraded an
+    older file and exited 0, and the output's newest (what a resumed run loads) was 100 steps
+    behind the original's."""
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run.mkdir()
+    elsewhere.mkdir()
+    shutil.copy(FIXTURES / "release-2.0.mdl", run / "checkpoint_100.mdl")
+    shutil.copy(FIXTURES / "release-2.3.mdl", run / "checkpoint_200.mdl")
+    shutil.copy(FIXTURES / "release-2.0.mdl", elsewhere / "ckpt300.mdl")
+    (run / "checkpoint_300.mdl").symlink_to(elsewhere / "ckpt300.mdl")
+    assert CheckpointManager(run).latest() == run / "checkpoint_300.mdl"
+    out = tmp_path / "out"
+    args = ["--only-latest"] if only_latest else []
+    proc = run_cli("upgrade-dir", run, "--output-dir", out, *args)
+    one_line_error(proc, 2, "checkpoint_300.mdl", "symbolic link", "ckpt300.mdl")
+    assert not out.exists()
+    # An older link is left alone, as before: the newest is a file.
+    (run / "checkpoint_300.mdl").unlink()
+    (run / "checkpoint_150.mdl").symlink_to(elsewhere / "ckpt300.mdl")
+    proc = run_cli("upgrade-dir", run, "--output-dir", out, *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert CheckpointManager(out).latest() == out / "checkpoint_200.mdl"

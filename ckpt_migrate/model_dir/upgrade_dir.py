@@ -357,10 +357,14 @@ def _scan(src_dir: Path, pattern: NamePattern) -> _Scan:
     unnamed: list[tuple[float, Path]] = []
     temporary: dict[str, str] = {}
     others: list[DirEntry] = []
+    links: list[tuple[Any, Path]] = []  # checkpoint names that are symbolic links to files
     for path in sorted(_listdir(src_dir), key=lambda p: p.name):
         name = path.name
         if path.is_symlink():
             others.append(DirEntry(path, "other", LEFT_ALONE, "symbolic link; not followed"))
+            match = pattern.match(name)
+            if match is not None and path.is_file():
+                links.append((match.sort_key, path))
         elif path.is_dir():
             others.append(DirEntry(path, "other", LEFT_ALONE, "directory; not searched"))
         elif not path.is_file():
@@ -383,9 +387,27 @@ def _scan(src_dir: Path, pattern: NamePattern) -> _Scan:
                 }.get(kind, "not a checkpoint")
                 others.append(DirEntry(path, "other", LEFT_ALONE, reason))
     named.sort(key=lambda item: (item[0], item[1].name), reverse=True)
+    _refuse_a_newest_link(links, named)
     unnamed.sort(key=lambda item: (item[0], item[1].name), reverse=True)
     named_paths = [p for _, p in named]
     return _Scan(named_paths + [p for _, p in unnamed], named_paths, temporary, others)
+
+
+def _refuse_a_newest_link(links: list[tuple[Any, Path]], named: list[tuple[Any, Path]]) -> None:
+    """A link is left alone; were it the newest checkpoint, the output's newest (what a resumed
+    run loads) would be an older one, and ``--only-latest`` would upgrade that one."""
+    if not links:
+        return
+    key, link = max(links, key=lambda item: (item[0], item[1].name))
+    if named and (named[0][0], named[0][1].name) > (key, link.name):
+        return
+    raise UsageError(
+        link,
+        "is the newest checkpoint (the one autoload takes), and a symbolic link, which "
+        "upgrade-dir does not follow",
+        f"replace the link with the file it names ({os.path.realpath(link)}), or upgrade that "
+        "file with `ckpt-migrate upgrade`",
+    )
 
 
 def _newest(scan: _Scan) -> list[Path]:
