@@ -496,3 +496,40 @@ def test_the_worst_of_several_checks_is_an_errors_before_an_upgrade_needed():
 
     assert worst([0, 10, 2, 0]) == 2 and worst([10, 3]) == 3 and worst([5, 2, 10]) == 5
     assert worst([0, 10, 0]) == 10 and worst([0, 0]) == 0 and worst([]) == 0
+
+
+def test_a_run_of_alike_changes_is_one_line_and_json_lists_each(tmp_path):
+    """A 1.9 SequentialLR of 300 stages printed 300 ``last_epoch`` lines (3,000 stages, 200 KB);
+    a run of lines alike but for their numbers is now its first two and a count."""
+    stages = 300
+    sched = {
+        "_schedulers": [
+            {"base_lrs": [1e-3], "last_epoch": 50, "_step_count": 51} for _ in range(stages)
+        ],
+        "_milestones": [5 * (i + 1) for i in range(stages - 1)],
+        "last_epoch": 50,
+    }
+    src = tmp_path / "s.mdl"
+    cm.save({"model": {"w": np.ones(2, np.float32)}, "lr_scheduler": sched, "global_step": 100},
+            src, release="1.9")  # fmt: skip
+    drop = "--drop-dataloader-state"
+    proc = run_cli("upgrade", src, "--to", "2.0", "--output-dir", tmp_path / "o", drop)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "last_epoch" in line]
+    assert lines[1:] == [
+        "  [1.9→2.0] lr_scheduler._schedulers.0.last_epoch: 50 → 100",
+        "  [1.9→2.0] lr_scheduler._schedulers.1.last_epoch: 50 → 95",
+    ]
+    proc_json = run_cli(
+        "upgrade", src, "--to", "2.0", "--output-dir", tmp_path / "j", drop, "--json"
+    )
+    changed = sum("_schedulers." in c for c in json.loads(proc_json.stdout)["changes"])
+    assert changed == stages - 1  # (stage 10's last_epoch is 50 already)
+    assert f"  [1.9→2.0] … and {changed - 2} more like these (--json lists each)" in proc.stdout
+    script = subprocess.run(
+        [sys.executable, str(Path(__file__).parents[1] / "scripts" / "fix_checkpoint_spec.py"),
+         str(src), "--fixed_checkpoint_path", str(tmp_path / "f.mdl"), "--drop_dataloader_state"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert script.returncode == 0, script.stderr
+    assert f"… and {changed - 2} more like these\n" in script.stdout  # (no --json to name)

@@ -663,6 +663,11 @@ def test_every_config_step_is_documented_and_listed_in_plans():
     assert data["config_changes"][0].startswith("``use_rms_norm``")
     assert any(line.startswith("config: ") for line in data["changes"])
     assert hops["2.5", "2.6"].config_operations == ()
+    # Each line is a whole sentence: a summary wrapped over two docstring lines was cut at the
+    # first ("… 2.5 reads them only from").
+    for h in hops.values():
+        for line in h.describe()[: len(h.operations)] + h.describe_config():
+            assert line.rstrip("`").endswith((".", ")")), (h.source, h.target, line)
 
 
 def test_ruamel_is_not_loaded_for_help_or_plain_upgrades():

@@ -6,6 +6,7 @@ draw tables, so that the TensorFlow scripts, which share this module, start with
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -137,7 +138,7 @@ def config_outcome(cfg: ConfigOutcome | None) -> None:
         echo(line)
 
 
-def messages(res: UpgradeResult, quiet: bool = False) -> None:
+def messages(res: UpgradeResult, quiet: bool = False, listed_by: str = "") -> None:
     """An upgrade's warnings (stderr) and reported changes (stdout; not when ``quiet``); shared
     with the scripts."""
     warnings(res.warnings)
@@ -145,12 +146,40 @@ def messages(res: UpgradeResult, quiet: bool = False) -> None:
         return
     if res.model and res.status in ("upgraded", "planned"):
         echo(f"  model: {res.model['summary']}")
-    for line in res.changes:
+    for line in fold_runs(res.changes, listed_by):
         echo(f"  {line}")
 
 
+_NUMBER = re.compile(r"\d+")
+
+
+def fold_runs(
+    lines: list[str], listed_by: str = "", *, least: int = 6, shown: int = 2
+) -> list[str]:
+    """A run of at least ``least`` lines alike but for their numbers (each layer's rename,
+    each scheduler stage's ``last_epoch``) as its first ``shown`` lines and a count: a model of
+    80 layers, or 3,000 scheduler stages, is not a screen of lines each. ``listed_by``: the
+    option that lists every line (the scripts have none)."""
+    where = f" ({listed_by} lists each)" if listed_by else ""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        shape = _NUMBER.sub("#", lines[i])
+        end = i + 1
+        while end < len(lines) and _NUMBER.sub("#", lines[end]) == shape:
+            end += 1
+        if end - i >= least:
+            out += lines[i : i + shown]
+            tag = lines[i].split("] ", 1)[0] + "] " if lines[i].startswith("[") else ""
+            out.append(f"{tag}… and {end - i - shown:,} more like these{where}")
+        else:
+            out += lines[i:end]
+        i = end
+    return out
+
+
 def upgrade_result(res: UpgradeResult, quiet: bool = False) -> None:
-    messages(res, quiet)
+    messages(res, quiet, "--json")
     if res.status == "failed":
         echo(f"error: {res.error}", err=True)
         return

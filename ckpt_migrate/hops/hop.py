@@ -22,6 +22,7 @@ what would be lost. :meth:`Hop.reverse` makes the backward hop the engine runs l
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,7 +202,13 @@ def _optional_tuple(module: ModuleType, name: str) -> tuple[Any, ...] | None:
 
 
 def _first_line(text: str | None) -> str:
-    return text.strip().splitlines()[0] if text and text.strip() else ""
+    """A docstring's first sentence, whole: its first paragraph's lines joined up to the
+    first full stop that ends one (a summary wrapped over two lines was cut mid-sentence)."""
+    if not text or not text.strip():
+        return ""
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    end = re.search(r"(?<!\be\.g)(?<!\bi\.e)\.(?=\s|$)", paragraph)
+    return paragraph if end is None else paragraph[: end.end()]
 
 
 @dataclass
