@@ -192,6 +192,19 @@ def test_config_downgrades_where_each_step_can_be_undone():
         upgrade_config_text(text, "2.10", "2.2", family="gpt2")
 
 
+def test_a_legacy_layout_config_goes_back_across_the_trainer_layout_unchanged():
+    """Model Zoo 2.3.0 shipped its configs in the legacy layout (``params_gpt2_small.yaml``
+    there is the 2.2 file's layout): nothing of the trainer layout to undo, yet 2.3 → 2.2
+    was refused."""
+    text = (ROOT / "fixtures" / "configs" / "modelzoo-gpt2-small-2.2.yaml").read_text()
+    res = upgrade_config_text(text, "2.3", "2.2", family="gpt2")
+    assert res.text == text
+    assert [c.kind for c in res.report] == ["note"] and "legacy layout" in res.report[0].why
+    trainer = upgrade_config_text(text, "2.2", "2.3", family="gpt2").text
+    with pytest.raises(UsageError, match=r"config from 2\.3 to 2\.2"):
+        upgrade_config_text(trainer, "2.3", "2.2", family="gpt2")
+
+
 def test_upgrade_dir_downgrades_a_directory(tmp_path):
     src = tmp_path / "run"
     src.mkdir()

@@ -127,6 +127,11 @@ def upgrade_config_text(
     skipped: list[str] = []
     for hop in hops:
         ctx.hop = hop
+        if not hop.config_reversible and ctx.legacy and _before_trainer_layout(hop):
+            # Model Zoo 2.3.0 shipped its configs in the legacy layout, which 2.2 reads as is.
+            ctx.note("trainer", "the config is in the legacy layout: nothing of the 2.3 trainer "
+                     "layout to undo")  # fmt: skip
+            continue
         if not hop.config_reversible:
             raise UsageError(
                 source,
