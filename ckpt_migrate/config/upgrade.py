@@ -127,7 +127,7 @@ def upgrade_config_text(
     skipped: list[str] = []
     for hop in hops:
         ctx.hop = hop
-        if not hop.config_reversible and ctx.legacy and _before_trainer_layout(hop):
+        if not hop.config_reversible and ctx.legacy and _across_trainer_layout(hop):
             # Model Zoo 2.3.0 shipped its configs in the legacy layout, which 2.2 reads as is.
             ctx.note("trainer", "the config is in the legacy layout: nothing of the 2.3 trainer "
                      "layout to undo")  # fmt: skip
@@ -211,6 +211,14 @@ def config_release(
                 f"which is still {older}'s ({what}): upgraded from {older}"
             )
     return current, None
+
+
+def _across_trainer_layout(hop: Hop) -> bool:
+    """The hop between 2.2 and 2.3 (either way), whose config step is the trainer layout."""
+    from packaging.version import Version
+
+    low, high = sorted((Version(hop.source), Version(hop.target)))
+    return low <= Version("2.2") < high
 
 
 def _before_trainer_layout(hop: Hop) -> bool:
