@@ -766,6 +766,22 @@ def test_yes_no_on_off_are_the_booleans_model_zoo_reads(text, frm, to):
         assert out["trainer"]["fit"]["train_dataloader"]["data_dir"] == "on"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "model:\n    # Embedding\n    vocab_size: 32000\n    hidden_size: 64\n",
+        "trainer:\n  init:\n    model:\n      # Embedding\n      vocab_size: 32000\n",
+    ],
+)
+def test_model_name_goes_above_the_sections_first_comment_once(text):
+    """Every Model Zoo 2.3.0 model section opens with ``# Embedding``; adding ``name`` above
+    it printed it twice (ruamel keeps it in the section and in its parent's entry)."""
+    res = upgrade_config_text(text, "2.3", "2.4", family="llama")
+    assert res.text.count("# Embedding") == 1
+    lines = [line.strip() for line in res.text.splitlines()]
+    assert lines[lines.index("name: llama") + 1 :][:2] == ["# Embedding", "vocab_size: 32000"]
+
+
 def test_floats_a_step_does_not_change_keep_their_text():
     """ruamel re-formatted every float it wrote back from a width and a precision, which moved
     the last digit: the learning rates of Model Zoo 2.2.0's

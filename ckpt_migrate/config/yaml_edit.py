@@ -262,8 +262,9 @@ def _reindent(node: Any, col: int, style: Style, seen: set[int]) -> None:
         orig = getattr(getattr(node, "lc", None), "col", None)
         if orig is not None and orig != col:
             _shift_comments(node, col - orig)
-        for value in node.values():
+        for key, value in node.items():
             if is_map(value):
+                _drop_popped_start(node, key, value)
                 _reindent(value, col + style.mapping, style, seen)
             elif is_seq(value):
                 _reindent(value, col, style, seen)
@@ -271,6 +272,16 @@ def _reindent(node: Any, col: int, style: Style, seen: set[int]) -> None:
         for item in node:
             if is_map(item) or is_seq(item):
                 _reindent(item, col + style.sequence, style, seen)
+
+
+def _drop_popped_start(parent: Any, key: Any, child: Any) -> None:
+    """ruamel keeps the comment lines above a nested mapping's first key twice: as the
+    mapping's start and in its parent's entry for ``key``. Once :func:`_pop_start_lines` moved
+    them, the parent's copy would print them a second time."""
+    entry = parent.ca.items.get(key)
+    start = child.ca.comment[1] if child.ca.comment and len(child.ca.comment) > 1 else None
+    if entry and len(entry) > 3 and entry[3] and start == []:
+        entry[3] = None
 
 
 def _shift_comments(m: Any, shift: int) -> None:
