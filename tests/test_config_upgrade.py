@@ -782,6 +782,22 @@ def test_model_name_goes_above_the_sections_first_comment_once(text):
     assert lines[lines.index("name: llama") + 1 :][:2] == ["# Embedding", "vocab_size: 32000"]
 
 
+def test_a_comment_continued_below_its_key_moves_with_it():
+    """Model Zoo 2.2.0's ``params_llama2_7b.yaml``: ``max_steps`` ends in a comment continued
+    on the next line, aligned with it. That line was taken to stand above ``log_steps`` and
+    was lost when both moved into the trainer layout."""
+    text = (
+        "model:\n    hidden_size: 64\nrunconfig:\n"
+        "    max_steps: 476837       # Llama v2 7B was trained on 2T tokens.\n"
+        "                            # steps = 2T / (1024 * 4096)\n"
+        "    log_steps: 100\n"
+    )
+    out = upgrade_config_text(text, "2.2", "2.3").text
+    lines = out.splitlines()
+    at = line_of(out, "max_steps: 476837  # Llama v2 7B was trained on 2T tokens.")
+    assert lines[at + 1].strip() == "# steps = 2T / (1024 * 4096)"
+
+
 def test_floats_a_step_does_not_change_keep_their_text():
     """ruamel re-formatted every float it wrote back from a width and a precision, which moved
     the last digit: the learning rates of Model Zoo 2.2.0's

@@ -278,6 +278,8 @@ def _drop_popped_start(parent: Any, key: Any, child: Any) -> None:
     """ruamel keeps the comment lines above a nested mapping's first key twice: as the
     mapping's start and in its parent's entry for ``key``. Once :func:`_pop_start_lines` moved
     them, the parent's copy would print them a second time."""
+    if not (hasattr(parent, "ca") and hasattr(child, "ca")):  # (a plain dict a step built)
+        return
     entry = parent.ca.items.get(key)
     start = child.ca.comment[1] if child.ca.comment and len(child.ca.comment) > 1 else None
     if entry and len(entry) > 3 and entry[3] and start == []:
@@ -344,10 +346,26 @@ def _token(m: Any, key: Any) -> Any:
     return entry[2] if entry and len(entry) > 2 else None
 
 
-def _split(value: str) -> tuple[str, str]:
-    """A key's comment token: (its end-of-line comment, the comment lines that follow)."""
+def _split(value: str, col: int | None = None) -> tuple[str, str]:
+    """A key's comment token: (its end-of-line comment, the comment lines that follow). Given
+    the key's column ``col``, comment lines indented past it continue the end-of-line comment
+    (``max_steps: 476837  # … 2T tokens.`` with ``# steps = 2T / …`` aligned below it)."""
     head, _, rest = value.partition("\n")
+    while col is not None and head.strip() and rest:
+        line, _, after = rest.partition("\n")
+        body = line.lstrip(" ")
+        if not body.startswith("#") or len(line) - len(body) <= col:
+            break
+        head, rest = f"{head}\n{line}", after
     return head, rest
+
+
+def _key_col(m: Any, key: Any) -> int | None:
+    """The column ``key`` stood at in the file (None for a key a step added)."""
+    try:
+        return int(m.lc.key(key)[1])
+    except (AttributeError, KeyError, TypeError):
+        return None
 
 
 def _append_lines(m: Any, key: Any, rest: str) -> None:
@@ -401,11 +419,12 @@ def take(m: Any, key: Any) -> tuple[Any, str | None]:
     keys = list(m)
     index = keys.index(key)
     tok = _token(m, key)
+    col = _key_col(m, key)
     m.ca.items.pop(key, None)
     value = m.pop(key)
     eol = None
     if tok is not None:
-        eol, rest = _split(tok.value)
+        eol, rest = _split(tok.value, col)
         eol = eol.strip() or None
         if rest:
             if index > 0:
@@ -444,7 +463,7 @@ def put(
         if prev is not None:
             tok = _token(m, prev)
             if tok is not None:
-                head, rest = _split(tok.value)
+                head, rest = _split(tok.value, _key_col(m, prev))
                 if rest:
                     tok.value = head + "\n"
                     carried = rest
@@ -458,13 +477,18 @@ def put(
 
 
 def _set_eol(m: Any, key: Any, comment: str) -> None:
+    """``comment`` after ``key``'s value; lines after its first (a comment continued below
+    the key) follow the key."""
     text = comment if comment.startswith("#") else f"# {comment}"
     tok = _token(m, key)
     if tok is not None:
-        _, rest = _split(tok.value)
+        _, rest = _split(tok.value, _key_col(m, key))
         tok.value = f"{text}\n{rest}"
         return
-    m.yaml_add_eol_comment(text, key)
+    first, _, more = text.partition("\n")
+    m.yaml_add_eol_comment(first, key)
+    if more:
+        _append_lines(m, key, more + "\n")
 
 
 def rename(m: Any, old: Any, new: Any, value: Any = ...) -> None:
