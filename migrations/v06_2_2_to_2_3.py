@@ -22,9 +22,9 @@ Steps for those are appended to ``OPERATIONS`` below.
 from __future__ import annotations
 
 from ckpt_migrate import catalogue
-from ckpt_migrate.config import trainer_layout
+from ckpt_migrate.config import trainer_layout, yaml_edit
 from ckpt_migrate.config.context import ConfigContext
-from ckpt_migrate.config.yaml_edit import take
+from ckpt_migrate.config.yaml_edit import is_map, put, rename, take
 from ckpt_migrate.format import releases
 from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
 
@@ -46,6 +46,89 @@ DOWN_CONFIG_OPERATIONS = None
 
 
 # ---------------------------------------------------------------------------- config steps
+
+MUP_2_2 = ("scale_qk_dot_by_d", "embeddings_scale", "output_logits_scale")
+
+
+def rework_mup(ctx: ConfigContext) -> None:
+    """muP: 2.3 derives the muP scales from ``mup_base_hidden_size``/``mup_base_filter_size``.
+
+    A 2.2 muP config (``scale_qk_dot_by_d``, ``embeddings_scale`` and ``output_logits_scale``
+    all set) gave them pre-applied: the width multiplier is ``1 / adjust_learning_rate.
+    decoder_kernel``; ``adjust_learning_rate`` is removed, ``output_logits_scale`` becomes
+    ``output_logits_alpha`` (times the multiplier), the two base sizes are added, and the
+    ``initializer`` / ``output_layer_initializer`` std (and truncation bounds) are multiplied
+    by ``sqrt(multiplier)`` (the output layer's also by ``sqrt(2 * num_hidden_layers)``), with
+    Model Zoo's arithmetic. Source: Model Zoo tag Release_2.3.0, ``src/cerebras/modelzoo/tools/
+    checkpoint_converters/mup.py`` lines 27-57 and 193-323 (``ConfigConverter_muP_CS22_CS23``),
+    applied for a ``cs-2.3`` target by ``base_converter.py`` lines 1881-1898;
+    MODELZOO_HISTORY.md §3.6.
+    """
+    model, optimizer = ctx.section("model"), ctx.section("optimizer")
+    if model is None or not all(model.get(key) for key in MUP_2_2):
+        return
+    adjust = optimizer.get("adjust_learning_rate") if optimizer is not None else None
+    kernel = adjust.get("decoder_kernel") if is_map(adjust) else None
+    sizes = [model.get(key) for key in ("hidden_size", "filter_size", "num_hidden_layers")]
+    if not _positive(kernel) or not all(_positive(size) for size in sizes):
+        ctx.unknown(
+            "model.output_logits_scale",
+            model["output_logits_scale"],
+            "a 2.2 muP config without optimizer.adjust_learning_rate.decoder_kernel, "
+            "hidden_size, filter_size and num_hidden_layers: 2.3's muP parameters cannot be "
+            "derived; set mup_base_hidden_size, mup_base_filter_size and output_logits_alpha",
+        )
+        return
+    width = 1 / kernel
+    hidden, filters, layers = sizes
+    why = "2.3 muP rework (Model Zoo ConfigConverter_muP_CS22_CS23)"
+    take(optimizer, "adjust_learning_rate")
+    ctx.removed("optimizer.adjust_learning_rate", adjust, f"{why}: the width multiplier")
+    for key, scale in (
+        ("initializer", width**0.5),
+        ("output_layer_initializer", width**0.5 * (2 * layers) ** 0.5),
+    ):
+        if key in model:
+            old = yaml_edit.plain(model[key])
+            if _scale_initializers(model[key], scale):
+                ctx.changed(f"model.{key}", old, model[key], f"{why}: std unscaled")
+    logits = model["output_logits_scale"]
+    rename(model, "output_logits_scale", "output_logits_alpha", logits * width)
+    ctx.moved("model.output_logits_scale", "model.output_logits_alpha", logits, why, logits * width)
+    for key, size in (("mup_base_hidden_size", hidden), ("mup_base_filter_size", filters)):
+        base = _number(size / width)
+        put(model, key, base, after=None, index=list(model).index("output_logits_alpha"))
+        ctx.added(f"model.{key}", base, why)
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _number(value: float) -> int | float:
+    return int(value) if value.is_integer() else value
+
+
+def _scale_initializers(initializers: object, scale: float) -> bool:
+    """Model Zoo's ``scale_initializers_by_dimension``, in place: ``normal`` and
+    ``truncated_normal`` mappings scaled (a name given as a bare string is left as it is, as
+    there). True when one was."""
+    scaled = False
+    for item in initializers if isinstance(initializers, list) else [initializers]:
+        if not is_map(item) or not isinstance(item.get("name"), str):
+            continue
+        name = item["name"].lower()
+        if name == "normal":
+            item["std"] = item.get("std", 1.0) * scale
+            scaled = True
+        elif name == "truncated_normal":
+            std = item.get("std", 1.0)
+            item["std"] = std * scale
+            item["a"] = item.get("a", -2 * std) * scale
+            item["b"] = item.get("b", 2 * std) * scale
+            scaled = True
+    return scaled
+
 
 GPT2_DROPPED = ("use_position_embedding", "alibi_implementation", "weight_initialization_seed")
 
@@ -201,6 +284,7 @@ def legacy_to_trainer_layout(ctx: ConfigContext) -> None:
 
 
 CONFIG_OPERATIONS = (
+    rework_mup,
     drop_gpt2_deprecated_keys,
     report_unknown_gpt2_model_keys,
     legacy_to_trainer_layout,

@@ -798,6 +798,30 @@ def test_a_comment_continued_below_its_key_moves_with_it():
     assert lines[at + 1].strip() == "# steps = 2T / (1024 * 4096)"
 
 
+def test_a_2_2_mup_config_gets_2_3_mup_parameters_as_model_zoo_wrote_them():
+    """2.3 reworked muP (Model Zoo's ``ConfigConverter_muP_CS22_CS23``); the upgrade kept
+    ``output_logits_scale`` and ``adjust_learning_rate`` without a word. Model Zoo's own
+    111m_mup.yaml of 2.2.0, upgraded, now has the muP fields of its 2.4.0 version."""
+    res = run("modelzoo-gpt3-111m-mup-2.2.yaml", "2.2", "2.4", family="gpt2")
+    got = yaml.safe_load(res.text)["trainer"]["init"]
+    want = yaml.safe_load((CONFIGS / "modelzoo-gpt3-111m-mup-2.4.yaml").read_text())
+    want = want["trainer"]["init"]
+    fields = ("mup_base_hidden_size", "mup_base_filter_size", "output_logits_alpha")
+    for key in (*fields, "scale_qk_dot_by_d", "embeddings_scale"):
+        assert got["model"][key] == want["model"][key], key
+    for key in ("initializer", "output_layer_initializer"):
+        assert got["model"][key]["std"] == pytest.approx(want["model"][key]["std"]), key
+    assert "output_logits_scale" not in got["model"]
+    assert "adjust_learning_rate" not in json.dumps(got)
+    entry(res.report, "removed", "optimizer.adjust_learning_rate", "2.2→2.3")
+    entry(res.report, "changed", "model.output_logits_scale", "2.2→2.3")
+    # Without the width multiplier the fields cannot be derived: said, not guessed.
+    partial = "model:\n  scale_qk_dot_by_d: true\n  embeddings_scale: 10\n"
+    partial += "  output_logits_scale: 0.5\n"
+    res = upgrade_config_text(partial, "2.2", "2.3", family="gpt2")
+    assert "mup_base_hidden_size" in entry(res.report, "unknown", "model.output_logits_scale").why
+
+
 def test_floats_a_step_does_not_change_keep_their_text():
     """ruamel re-formatted every float it wrote back from a width and a precision, which moved
     the last digit: the learning rates of Model Zoo 2.2.0's
