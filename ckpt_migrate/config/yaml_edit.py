@@ -9,13 +9,13 @@ key therefore re-attaches those lines, so no comment is lost or lands above the 
 from __future__ import annotations
 
 import functools
-import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ckpt_migrate.config import yaml_budget
 from ckpt_migrate.errors import CkptIOError, UsageError
 
 
@@ -129,8 +129,6 @@ def _represent_float(representer: Any, value: float) -> Any:
 
 
 MAX_CONFIG_BYTES = 1 << 20  # Model Zoo's params.yaml files are a few KiB; ruamel reads ~100 KiB/s
-MAX_VALUES = 100_000  # a config's values counted with every alias expanded
-MAX_DEPTH = 64
 
 
 def read_config(path: Path) -> str:
@@ -169,13 +167,12 @@ def load(text: str, source: Path | None = None) -> tuple[Any, Style]:
 
     if line_ending(text) == "\r\n":
         text = text.replace("\r\n", "\n")
-    if _flow_depth(text) > MAX_DEPTH:  # (ruamel's scanner is quadratic in it: 3,000 took 12 s)
-        raise UsageError(source, f"nested more than {MAX_DEPTH} deep", "fix the config file")
+    yaml_budget.check_text(text, source)
     try:
         data = _yaml().load(text)
     except YAMLError as exc:
         raise UsageError(
-            source, f"not valid YAML ({_yaml_problem(exc)})", "fix the config file"
+            source, f"not valid YAML ({yaml_budget.problem(exc)})", "fix the config file"
         ) from None
     except RecursionError:
         raise UsageError(
@@ -183,64 +180,8 @@ def load(text: str, source: Path | None = None) -> tuple[Any, Style]:
         ) from None
     if not is_map(data):
         raise UsageError(source, "config is not a YAML mapping", "pass a Model Zoo params.yaml")
-    _expanded(data, 0, {}, source)
+    yaml_budget.check_tree(data, source)
     return data, guess_style(text)
-
-
-def _yaml_problem(exc: Exception) -> str:
-    """ruamel's problem and where it stands (``found duplicate key "a" … at line 3, column
-    3``), not the first line of its report, which is the context (``while constructing a
-    mapping``)."""
-    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
-    if not problem:
-        text = str(exc).strip()
-        return text.splitlines()[0] if text else type(exc).__name__
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return " ".join(str(problem).split()) + where
-
-
-def _flow_depth(text: str) -> int:
-    """How deep ``text`` nests ``[``/``{`` collections: a bracket counts where a collection
-    may begin (at a line's start, after an indicator or after a counted bracket), not inside a
-    word or a quoted string."""
-    depth = deepest = 0
-    counted = -1  # where the last counted bracket stands
-    for m in re.finditer(r"[\[{\]}]", text):
-        i = m.start()
-        if m.group() in "]}":
-            depth = max(depth - 1, 0)
-            continue
-        start = text.rfind("\n", 0, i) + 1
-        before = text[start:i].rstrip(" \t")
-        if not before or before[-1] in ":,-?" or start + len(before) - 1 == counted:
-            depth, counted = depth + 1, i
-            deepest = max(deepest, depth)
-    return deepest
-
-
-def _expanded(node: Any, depth: int, sizes: dict[int, int], source: Any) -> int:
-    """How many values ``node`` stands for with its aliases expanded (what ``plain`` and the
-    hops walk), refused past ``MAX_VALUES`` or ``MAX_DEPTH``: a config of a few lines must not
-    buy minutes of CPU (ruamel's round trip shares an aliased value, never expands it)."""
-    if isinstance(node, Mapping):
-        children: Any = itertools.chain.from_iterable(node.items())
-    elif isinstance(node, (list, tuple)):
-        children = node
-    else:
-        return 1
-    if id(node) in sizes:
-        return sizes[id(node)]
-    if depth == MAX_DEPTH:
-        raise UsageError(source, f"nested more than {MAX_DEPTH} deep", "fix the config file")
-    total = 1 + sum(_expanded(c, depth + 1, sizes, source) for c in children)
-    if total > MAX_VALUES:
-        raise UsageError(
-            source,
-            f"holds more than {MAX_VALUES:,} values once its aliases are expanded",
-            "pass the run's params.yaml (a few hundred values), without nested aliases",
-        )
-    sizes[id(node)] = total
-    return total
 
 
 def dump(data: Any, style: Style) -> str:
