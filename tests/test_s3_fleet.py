@@ -117,6 +117,23 @@ def test_upgrade_dir_on_s3(store, local_run, tmp_path):
     assert statuses["params.yaml"] == "left-alone"
 
 
+def test_dry_run_fails_where_the_run_would_on_another_object_at_the_output(store):
+    """Another object at the output key: the real run refuses it (exit 2), and so must its dry
+    run; it printed "planned" and exited 0."""
+    s3, bucket = store, "dry-other"
+    s3.create_bucket(Bucket=bucket)
+    s3.upload_file(str(FIXTURES / "release-2.3.mdl"), bucket, "run/checkpoint_200.mdl")
+    s3.put_object(Bucket=bucket, Key="out/checkpoint_200.mdl", Body=b"somebody else's file")
+    args = ["upgrade-dir", f"s3://{bucket}/run", "--output-dir", f"s3://{bucket}/out", "-q"]
+    for extra in (["--dry-run"], []):
+        proc = run_cli(*args, *extra)
+        assert proc.returncode == 2, (extra, proc.stdout + proc.stderr)
+        assert "out/checkpoint_200.mdl: already exists" in proc.stderr, proc.stderr
+        assert "planned" not in proc.stdout
+    body = s3.get_object(Bucket=bucket, Key="out/checkpoint_200.mdl")["Body"].read()
+    assert body == b"somebody else's file"
+
+
 def body_size(body) -> int:
     if body is None:
         return 0
