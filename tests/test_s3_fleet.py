@@ -134,6 +134,30 @@ def test_dry_run_fails_where_the_run_would_on_another_object_at_the_output(store
     assert body == b"somebody else's file"
 
 
+def test_a_side_file_the_output_prefix_holds_another_of_is_refused(store, local_run):
+    """Another ``params.yaml`` at the output prefix: refused with exit 2 and one line naming it,
+    as a local run refuses another config at its output (it was "left alone", exit 0); a side
+    file whose copy fails (the output bucket is missing) is an I/O error (exit 5)."""
+    s3, bucket = store, "side-other"
+    s3.create_bucket(Bucket=bucket)
+    s3.upload_file(str(local_run / "params.yaml"), bucket, "run/params.yaml")
+    s3.put_object(Bucket=bucket, Key="out/params.yaml", Body=b"model: {name: other}\n")
+    for extra in (["--dry-run"], []):
+        proc = run_cli("upgrade-dir", f"s3://{bucket}/run", "-o", f"s3://{bucket}/out", *extra)
+        assert proc.returncode == 2, (extra, proc.stdout + proc.stderr)
+        want = f"error: s3://{bucket}/out/params.yaml: already exists and differs from "
+        assert want in proc.stderr and "remove it or choose another --output-dir" in proc.stderr
+        assert "left alone" not in proc.stdout
+    body = s3.get_object(Bucket=bucket, Key="out/params.yaml")["Body"].read()
+    assert body == b"model: {name: other}\n"
+    args = ["upgrade-dir", f"s3://{bucket}/run", "-o", "s3://no-such-bucket/out", "--json"]
+    proc = run_cli(*args)
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    (entry,) = map(json.loads, proc.stdout.splitlines())
+    assert entry["kind"] == "other" and entry["status"] == "failed", entry
+    assert entry["error"].startswith("s3://no-such-bucket/out/params.yaml: object storage"), entry
+
+
 def body_size(body) -> int:
     if body is None:
         return 0

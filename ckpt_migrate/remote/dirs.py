@@ -4,8 +4,9 @@ directly under the prefix, newest first by the checkpoint name pattern, each thr
 
 The run's other objects directly under the prefix (``params.yaml``, the dataloader side files)
 travel with the checkpoints: copied server-side into the output prefix, unchanged (an object
-already there with the same ETag is left; any other is never overwritten). Sources are only
-read. Objects deeper under the prefix are not searched, as subdirectories are not locally.
+already there with the same ETag is left; any other is refused, exit 2, never overwritten).
+Sources are only read. Objects deeper under the prefix are not searched, as subdirectories are
+not locally.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from ckpt_migrate.engine.upgrade import UpgradeOptions
+from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult
 from ckpt_migrate.errors import CkptError, UsageError
 from ckpt_migrate.model_dir.names import NamePattern
 from ckpt_migrate.model_dir.upgrade_dir import LEFT_ALONE, NOT_SELECTED, DirEntry, DirOptions
@@ -140,7 +141,9 @@ def _list(
 
 
 def _side_file(s3: Any, src: S3Url, dst: S3Url, dry_run: bool) -> DirEntry:
-    """A run's other object, copied server-side beside the upgraded checkpoints."""
+    """A run's other object, copied server-side beside the upgraded checkpoints; another object
+    at ``dst`` is refused (exit 2) and a failed copy is an I/O error (exit 5), each a failed
+    entry, as a local run refuses another config at its output."""
     path = src.path()
     try:
         info = s3mod.head(s3, src)
@@ -148,14 +151,21 @@ def _side_file(s3: Any, src: S3Url, dst: S3Url, dry_run: bool) -> DirEntry:
         if there is not None:
             if info is not None and there["ETag"] == info["ETag"]:
                 return DirEntry(path, "other", LEFT_ALONE, "already in the output prefix")
-            return DirEntry(
-                path, "other", LEFT_ALONE, f"{dst} exists with other contents; not overwritten"
+            raise UsageError(
+                str(dst),
+                f"already exists and differs from {src}; refusing to overwrite it",
+                "remove it or choose another --output-dir",
             )
         if dry_run:
             return DirEntry(path, "other", LEFT_ALONE, "would be copied")
         s3.copy({"Bucket": src.bucket, "Key": src.key}, dst.bucket, dst.key)
     except CkptError as exc:
-        return DirEntry(path, "other", LEFT_ALONE, str(exc))
+        return _failed_side_file(path, exc)
     except Exception as exc:
-        return DirEntry(path, "other", LEFT_ALONE, str(s3mod.client_error(dst, exc)))
+        return _failed_side_file(path, s3mod.client_error(dst, exc))
     return DirEntry(path, "other", COPIED, f"copied to {dst}")
+
+
+def _failed_side_file(path: Any, exc: CkptError) -> DirEntry:
+    res = UpgradeResult(path, "failed", error=str(exc), exit_code=exc.exit_code)
+    return DirEntry(path, "other", "failed", result=res)
