@@ -158,6 +158,26 @@ def test_a_side_file_the_output_prefix_holds_another_of_is_refused(store, local_
     assert entry["error"].startswith("s3://no-such-bucket/out/params.yaml: object storage"), entry
 
 
+def test_a_current_checkpoint_copied_into_the_output_prefix_says_so(store):
+    """A checkpoint already at the target is copied into the output prefix: the line said "left
+    alone"; it now says where it went, as a local run says "linked into D"."""
+    s3, bucket = store, "current-copied"
+    s3.create_bucket(Bucket=bucket)
+    s3.upload_file(str(FIXTURES / "release-2.10.mdl"), bucket, "run/checkpoint_300.mdl")
+    out = f"s3://{bucket}/out"
+    proc = run_cli("upgrade-dir", f"s3://{bucket}/run", "--to", "2.10", "-o", out, "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    want = f"s3://{bucket}/run/checkpoint_300.mdl: already at 2.10; copied into {out}\n"
+    assert proc.stdout.startswith(want), proc.stdout
+    assert "out/checkpoint_300.mdl" in etags(s3, bucket, "out/")
+    args = ["upgrade", f"s3://{bucket}/run/checkpoint_300.mdl", "--to", "2.10"]
+    proc = run_cli(*args, "-o", f"s3://{bucket}/out2", "-q")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.endswith(f"already at 2.10; copied into s3://{bucket}/out2\n"), proc.stdout
+    proc = run_cli(*args, "-o", f"s3://{bucket}/out3", "--json")
+    assert json.loads(proc.stdout)["placed"] == "copied", proc.stdout
+
+
 def body_size(body) -> int:
     if body is None:
         return 0

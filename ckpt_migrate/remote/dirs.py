@@ -101,7 +101,7 @@ class _EntryTask:
 
 
 def _entry(res: Any) -> DirEntry:
-    return DirEntry(res.source, "checkpoint", res.status, result=res)
+    return DirEntry(res.source, "checkpoint", res.status, result=res, action=res.placed)
 
 
 def _list(

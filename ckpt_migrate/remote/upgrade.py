@@ -163,6 +163,8 @@ def _upgrade(
             p.stat().st_blocks * 512 for p in (mirror, staged) if p is not None
         )
         result.status = "upgraded" if staged is not None else "current"
+        if staged is None:  # (said as a local run's "linked into D")
+            result.placed = "copied"
 
 
 def _adopt(result: UpgradeResult, local: UpgradeResult, src: S3Url) -> None:
