@@ -22,7 +22,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT, release_of, run_cli
+from conftest import FIXTURES, ROOT, one_line_error, release_of, run_cli
 from s3store import etags, moto_server, put_dir
 
 import ckpt_migrate as cm
@@ -176,6 +176,14 @@ def test_a_current_checkpoint_copied_into_the_output_prefix_says_so(store):
     assert proc.stdout.endswith(f"already at 2.10; copied into s3://{bucket}/out2\n"), proc.stdout
     proc = run_cli(*args, "-o", f"s3://{bucket}/out3", "--json")
     assert json.loads(proc.stdout)["placed"] == "copied", proc.stdout
+
+
+def test_a_missing_object_is_one_line_with_a_fix(store):
+    s3, bucket = store, "missing-key"
+    s3.create_bucket(Bucket=bucket)
+    args = ["upgrade", f"s3://{bucket}/run/checkpoint_999.mdl", "-o", f"s3://{bucket}/out"]
+    line = one_line_error(run_cli(*args), 2, f"s3://{bucket}/run/checkpoint_999.mdl: no such")
+    assert f"aws s3 ls s3://{bucket}/run/" in line, line
 
 
 def body_size(body) -> int:

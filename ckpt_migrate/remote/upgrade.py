@@ -93,7 +93,10 @@ def _upgrade(
         raise UsageError(str(out), "the output would be the source itself")
     info = s3mod.head(s3, src)
     if info is None:
-        raise UsageError(str(src), "no such object")
+        listing = f"{str(src.parent()).rstrip('/')}/"
+        raise UsageError(
+            str(src), "no such object", f"check the address (list the prefix: aws s3 ls {listing})"
+        )
     size, etag = int(info["ContentLength"]), info["ETag"]
     target = releases.get(opts.target).name
     transfer: dict[str, Any] = {"fetched": 0, "uploaded": 0, "copied": 0, "parts": 0, "size": size}
