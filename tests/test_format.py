@@ -283,6 +283,19 @@ def _h5(path: Path, **attrs) -> Path:
     return path
 
 
+def test_a_truncated_file_says_so_in_plain_words_with_a_fix(tmp_path):
+    """HDF5's "truncated file: eof = …, sblock->base_addr = …" was the problem, without a fix."""
+    data = (FIXTURES / "release-2.3.mdl").read_bytes()
+    truncated = tmp_path / "checkpoint_400.mdl"
+    truncated.write_bytes(data[:30000])
+    with pytest.raises(CorruptCheckpointError) as info:
+        read_checkpoint(truncated)
+    line = str(info.value)
+    assert line.startswith(f"{truncated}: is truncated"), line
+    assert "30,000" in line and "eof" not in line and "sblock" not in line, line
+    assert info.value.fix is not None and "another copy" in info.value.fix
+
+
 def test_not_hdf5_truncated_and_foreign_hdf5_are_one_line_errors(tmp_path):
     text = tmp_path / "notes.mdl"
     text.write_text("hello")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -67,10 +68,30 @@ def open_read(path: str | Path) -> h5py.File:
         # No chunk cache: tensors are read whole, and the upgrade path reads no data at all.
         f = h5py.File(p, "r", locking=False, rdcc_nbytes=0)
     except OSError as exc:
-        raise CorruptCheckpointError(
-            p, f"HDF5 file cannot be opened ({_short(exc)})", "the file is probably truncated"
-        ) from None
+        raise _unopenable(p, exc) from None
     return bounded_metadata_cache(f)
+
+
+# HDF5's words for a file shorter than its superblock records (h5py: "Unable to ... open file").
+_TRUNCATED = re.compile(r"truncated file: eof = (\d+),.*stored_eof = (\d+)")
+
+
+def _unopenable(path: Path, exc: OSError) -> CorruptCheckpointError:
+    """A one-line error for an HDF5 file h5py will not open: a truncated one in plain words."""
+    cut = _TRUNCATED.search(str(exc))
+    if cut is not None:
+        have, want = (int(n) for n in cut.groups())
+        return CorruptCheckpointError(
+            path,
+            f"is truncated: it holds {have:,} of the {want:,} bytes its HDF5 header records "
+            "(a copy or a save that did not finish)",
+            "copy it again from where it was saved, or use another copy",
+        )
+    return CorruptCheckpointError(
+        path,
+        f"HDF5 file cannot be opened ({_short(exc)})",
+        "the file is probably truncated or corrupted; use another copy",
+    )
 
 
 # What h5py raises when a file's HDF5 structures are damaged (a bad signature, an address past
