@@ -659,3 +659,19 @@ def test_a_newest_checkpoint_that_is_a_link_is_refused_not_passed_over(tmp_path,
     proc = run_cli("upgrade-dir", run, "--output-dir", out, *args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert CheckpointManager(out).latest() == out / "checkpoint_200.mdl"
+
+
+def test_a_dataloader_step_mismatch_names_the_checkpoint_and_a_fix(tmp_path):
+    """One checkpoint of the run has no side files of its step: the line named the dataloader
+    directory, not the checkpoint, and offered --allow-step-mismatch as if for it alone."""
+    md = tmp_path / "run"
+    shutil.copytree(FIXTURES / "example", md)
+    shutil.copyfile(FIXTURES / "release-1.9.mdl", md / "checkpoint_300.mdl")  # step 10
+    args = ["upgrade-dir", md, "-o", tmp_path / "out", "--data-iter-dir", md / "dataloader"]
+    proc = run_cli(*args, "--dataloader-type", "iterable", "-q")
+    line = one_line_error(proc, 2, "--allow-step-mismatch", skip_warnings=True)
+    want = f"error: {md / 'checkpoint_300.mdl'}: the dataloader side files in {md / 'dataloader'}"
+    assert line.startswith(want), line
+    assert "are for step 100, the checkpoint is at 10" in line, line
+    assert "every checkpoint" in line, line
+    assert release_of(tmp_path / "out" / "checkpoint_100.mdl") == "2.10"

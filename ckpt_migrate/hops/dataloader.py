@@ -214,8 +214,15 @@ def convert_dataloader_state(ctx: StepContext) -> None:
         side = read_side_files(directory, at_step=step)  # an older checkpoint's own files
     if step is not None and step != side.data_step:
         message = f"dataloader files are for step {side.data_step}, the checkpoint is at {step}"
-        if not ctx.inputs.get("allow_step_mismatch"):
-            raise UsageError(side.directory, message, "pass --allow-step-mismatch to use them")
+        if not ctx.inputs.get("allow_step_mismatch"):  # (named: one of a run's checkpoints)
+            raise UsageError(
+                ctx.source_path,
+                f"the dataloader side files in {side.directory} are for step {side.data_step}, "
+                f"the checkpoint is at {step} and none there are of its step",
+                f"add the worker files of step {step} there, or pass --allow-step-mismatch to "
+                f"attach step {side.data_step}'s state (in upgrade-dir: to every checkpoint "
+                "without files of its own step)",
+            )
         ctx.warn(message)
     seed = _seed(ctx) if kind == "map" else None
     if seed is None and kind == "map" and ctx.inputs.get("default_shuffle_seed") is not None:
