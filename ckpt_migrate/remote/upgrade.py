@@ -41,7 +41,7 @@ from ckpt_migrate.errors import CkptError, UsageError, VerificationError
 from ckpt_migrate.format import releases
 from ckpt_migrate.interrupt import Interrupt
 from ckpt_migrate.remote import s3 as s3mod
-from ckpt_migrate.remote.parts import SOURCE, UPLOAD, Program, Ref, plan
+from ckpt_migrate.remote.parts import SOURCE, UPLOAD, Program, Ref, clipped, plan
 from ckpt_migrate.remote.s3 import RangedFile, S3Url
 from ckpt_migrate.remote.shared import Layout, layout, stored_data
 
@@ -154,8 +154,9 @@ def _upgrade(
             out_size = staged.stat().st_size
             found = layout(staged, mirror, holes, size)
             shared, transfer["own_data"] = found.shared, found.own_data
-        prog = plan(as_extents(shared, out_size))
-        writer = _Writer(s3, src, etag, out, staged, shared, transfer, stop)
+        remote = sorted((a, min(b, out_size)) for a, b in holes if a < out_size)  # (not staged)
+        prog = plan(as_extents(shared, out_size), remote=None if staged is None else remote)
+        writer = _Writer(s3, src, etag, out, staged, remote, transfer, stop)
         etag_out = writer.run(prog, meta)
         if staged is not None:
             _check_result(s3, out, staged, etag_out, found, transfer)
@@ -285,12 +286,13 @@ class _Writer:
         etag: str,
         out: S3Url,
         staged: Path | None,
-        shared: list[tuple[int, int]],
+        remote: list[tuple[int, int]],
         transfer: dict[str, Any],
         stop: Callable[[], None] = Interrupt.check,
     ) -> None:
         self.s3, self.src, self.etag, self.out = s3, src, etag, out
-        self.staged, self.shared, self.transfer, self.stop = staged, shared, transfer, stop
+        self.staged, self.remote, self.transfer, self.stop = staged, remote, transfer, stop
+        self.remote_ends = [b for _, b in remote]
         self.chains: dict[int, tuple[S3Url, int, str]] = {}  # number -> (url, start, etag)
 
     def run(self, prog: Program, meta: dict[str, str]) -> str:
@@ -371,15 +373,14 @@ class _Writer:
         return reply["CopyPartResult"]["ETag"]
 
     def _body(self, ref: Ref) -> bytes:
-        """Uploaded bytes: the staged file's, its shared ranges fetched from the source."""
+        """Uploaded bytes: the staged file's, the tensor data it lacks fetched from the source."""
         if self.staged is None:
             self.transfer["fetched"] += ref.size
             return s3mod.get_range(self.s3, self.src, ref.start, ref.end, self.etag)
         with open(self.staged, "rb") as f:
             f.seek(ref.start)
             body = bytearray(f.read(ref.size))
-        for a, b in self.shared:
-            lo, hi = max(a, ref.start), min(b, ref.end)
+        for lo, hi in clipped(self.remote, self.remote_ends, ref.start, ref.end):
             if lo < hi:
                 body[lo - ref.start : hi - ref.start] = s3mod.get_range(
                     self.s3, self.src, lo, hi, self.etag
