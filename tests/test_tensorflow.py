@@ -463,6 +463,19 @@ def test_unconvertible_values_are_refused_or_excluded_never_dropped(tf, tmp_path
     assert list(cm.load(tmp_path / "odd.h5")) == ["w"]
 
 
+def test_a_variable_no_format_can_name_is_refused_in_one_line(tf, tmp_path):
+    """A variable named '.' (a TF1 ``Saver`` with ``{".": v}`` writes one): auto saw that 0.5
+    cannot hold it, fell back to 2.4, whose quoting keeps '.', and ended in h5py's "name
+    already exists" as an "internal error" (exit 1). Both formats are tried before anything
+    is written, and the refusal names the checkpoint read and an option that leaves it out."""
+    src = save_v2(tf, tmp_path / "dot", {".": tf.constant([1.0]), "w": tf.constant([2.0])})
+    proc = run_script("ckpt-migrate", "tf-to-h5", src, str(tmp_path / "dot.h5"))
+    line = one_line_error(proc, 2, f"{src}: format 0.5 cannot", "'.'", "format 0.4", "--exclude")
+    assert "dot.h5" not in line and not (tmp_path / "dot.h5").exists()
+    assert no_temp_files(tmp_path)
+    assert tf_to_h5(src, tmp_path / "dot.h5", exclude=[r"^\.$"]).variables == 1
+
+
 def test_any_cerebras_checkpoint_converts_under_its_leaf_names(tf, tmp_path):
     from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
 

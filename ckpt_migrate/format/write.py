@@ -92,6 +92,8 @@ def prepare(
         names.add(name)
         if problem is None:
             try:
+                if not name.isascii() or "\x00" in name:
+                    _check_name_text(name, release, path)
                 if len(name) > _LONGEST_ATTRIBUTE_NAME // 4 and not release.legacy:
                     _check_attribute_name(name, path)
                 if type(leaf) is TensorLeaf and not release.legacy:
@@ -167,6 +169,35 @@ def _check_leaf(
             f"an empty leaf name at {format_path(where)} cannot be a dataset name in format "
             f"{release.format}",
             "write release 2.5 or newer, or rename the key",
+        )
+    if release.legacy and name == "." and not isinstance(leaf, MissingLeaf):
+        # (quote() keeps '.', and HDF5 takes a name '.' for the group itself)
+        raise UnsupportedContentError(
+            path,
+            f"leaf name '.' cannot be a dataset name in format {release.format}, nor in any "
+            "other format",
+            "rename the key",
+        )
+
+
+def _check_name_text(name: str, release: Release, path: Path | None) -> None:
+    """Raise if HDF5 cannot name ``name``'s leaf: its names are UTF-8 (a lone surrogate has
+    no encoding) and end at a NUL, which 0.5's verbatim names would cut short (0.4 quotes it)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnsupportedContentError(
+            path,
+            f"leaf name {name!r} holds a lone surrogate, which is no Unicode character and "
+            "cannot be in an HDF5 name",
+            "rename the key",
+        ) from None
+    if "\x00" in name and not release.legacy:
+        raise UnsupportedContentError(
+            path,
+            f"leaf name {name!r} holds a NUL character, where an HDF5 name ends; format "
+            f"{release.format} names datasets by the key verbatim",
+            "rename the key, or write release 2.4 or older (format 0.4 quotes names)",
         )
 
 

@@ -170,7 +170,8 @@ def tf_to_h5(
         raise UsageError(prefixes[0], "no variables to convert (all excluded?)")
 
     root = DictNode(sorted(items.items()))  # as TF orders its index, whatever the sources
-    rel, note = _choose_release(root, release, target)
+    source = prefixes[0] if len(prefixes) == 1 else target
+    rel, note = _choose_release(root, release, target, source)
     if note:
         report.notes.append(note)
     report.release = rel
@@ -210,7 +211,11 @@ def _tf_leaf(
     return None
 
 
-def _choose_release(root: DictNode, release: str | None, target: Path) -> tuple[Release, str]:
+def _choose_release(
+    root: DictNode, release: str | None, target: Path, source: str | Path
+) -> tuple[Release, str]:
+    """The release to write ``root`` as, and a note when auto did not pick the newest; what no
+    format can hold is said of ``source``, the checkpoint read."""
     if release not in (None, "auto"):
         rel = releases.get(release)
         try:
@@ -229,11 +234,21 @@ def _choose_release(root: DictNode, release: str | None, target: Path) -> tuple[
         prepare(root, releases.LATEST, path=target)
         return releases.LATEST, ""
     except (KeyCollisionError, UnsupportedContentError) as exc:
-        rel = releases.get("2.4")
-        return rel, (
-            f"written as release {rel.name} (format {rel.format}), not {releases.LATEST.name}: "
-            f"{exc.problem} (format 0.5 names datasets by the variable name; 0.4 quotes names)"
-        )
+        newest = exc
+    rel = releases.get("2.4")
+    try:
+        prepare(root, rel, path=target)
+    except (KeyCollisionError, UnsupportedContentError) as exc:
+        raise type(exc)(
+            source,
+            f"format {releases.LATEST.format} cannot hold the variables ({newest.problem}), "
+            f"nor can format {rel.format} ({exc.problem})",
+            "leave the variable out with --exclude REGEX",
+        ) from None
+    return rel, (
+        f"written as release {rel.name} (format {rel.format}), not {releases.LATEST.name}: "
+        f"{newest.problem} (format 0.5 names datasets by the variable name; 0.4 quotes names)"
+    )
 
 
 def _global_step(items: dict[str, Leaf]) -> tuple[str | None, int | None]:
