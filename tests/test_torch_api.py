@@ -253,6 +253,21 @@ def test_a_tensor_a_checkpoint_cannot_hold_is_named_with_its_file(tmp_path, tens
         ckpt_migrate.save({"model": {"odd": tensor}}, tmp_path / "saved.mdl")
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_a_nested_tensor_is_refused_in_one_line_without_torchs_warning(tmp_path):
+    """A nested tensor (``torch.load(weights_only=True)`` takes one) reports the strided
+    layout, so it passed the sparse check and ended in torch's "NestedTensorImpl doesn't
+    support sizes" as an "internal error" (exit 1), after torch's prototype warning."""
+    nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    src = tmp_path / "state.pt"
+    torch.save({"model": {"w": torch.ones(2), "n": nested}}, src)
+    proc = run_cli("from-torch", src, tmp_path / "out.mdl")
+    one_line_error(proc, 2, f"{src}: model.n: a nested tensor cannot be stored", "unbind")
+    assert "Warning" not in proc.stderr and not (tmp_path / "out.mdl").exists()
+    with pytest.raises(UnsupportedContentError, match=r"^model\.n: a nested tensor"):
+        ckpt_migrate.save({"model": {"n": nested}}, tmp_path / "saved.mdl")
+
+
 def test_from_torch_reads_torchs_format_before_1_6(tmp_path):
     state = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "step": 7}
     torch.save(state, tmp_path / "old.pt", _use_new_zipfile_serialization=False)

@@ -110,6 +110,12 @@ def tensor_to_storage(t: torch.Tensor) -> tuple[np.ndarray, str]:
             f"tensor dtype {t.dtype} cannot be stored in a checkpoint",
             "convert it to a supported dtype first",
         )
+    if t.is_nested:  # (a strided nested tensor's layout is torch.strided)
+        raise UnsupportedContentError(
+            None,
+            "a nested tensor cannot be stored in a checkpoint",
+            "store its tensors as a list (t.unbind()) or padded (t.to_padded_tensor(0))",
+        )
     if t.layout != torch.strided:
         raise UnsupportedContentError(
             None,
