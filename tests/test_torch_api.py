@@ -268,6 +268,24 @@ def test_a_nested_tensor_is_refused_in_one_line_without_torchs_warning(tmp_path)
         ckpt_migrate.save({"model": {"n": nested}}, tmp_path / "saved.mdl")
 
 
+@pytest.mark.parametrize("value", [torch.Size([2, 3]), torch.float16, torch.device("cpu")], ids=str)
+def test_from_torch_names_a_fix_it_has_for_a_torch_object(tmp_path, value):
+    """A ``torch.Size``, ``dtype`` or ``device`` (``torch.load(weights_only=True)`` takes
+    them) was refused with "pass pickle_objects=True", a keyword of ``save`` that from-torch
+    has no option for; the command now names what does the same, ``save`` keeps its own."""
+    src = tmp_path / "state.pt"
+    torch.save({"w": torch.ones(2), "shape": value}, src)
+    proc = run_cli("from-torch", src, tmp_path / "out.mdl")
+    kind = f"torch.{type(value).__qualname__}"
+    line = one_line_error(proc, 2, f"{src}: shape is a {kind}", "plain data", "ckpt_migrate.save(")
+    assert "pass pickle_objects" not in line and not (tmp_path / "out.mdl").exists()
+    state = torch.load(src, weights_only=True)
+    with pytest.raises(UnsupportedContentError, match="pass pickle_objects=True"):
+        ckpt_migrate.save(state, tmp_path / "out.mdl")
+    ckpt_migrate.save(state, tmp_path / "out.mdl", pickle_objects=True)
+    assert ckpt_migrate.load(tmp_path / "out.mdl", objects_mode="trusted")["shape"] == value
+
+
 def test_from_torch_reads_torchs_format_before_1_6(tmp_path):
     state = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "step": 7}
     torch.save(state, tmp_path / "old.pt", _use_new_zipfile_serialization=False)

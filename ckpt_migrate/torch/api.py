@@ -299,6 +299,14 @@ def _tieable(obj: Any) -> bool:
     return torch is not None and isinstance(obj, torch.Tensor)
 
 
+PICKLE_FIX = "pass pickle_objects=True to store it pickled"
+# (from-torch has no such option: it says what does the same)
+FROM_TORCH_PICKLE_FIX = (
+    "make it plain data (a list, a str) before torch.save, or store it pickled by saving the "
+    "state in Python with ckpt_migrate.save(state, path, pickle_objects=True)"
+)
+
+
 def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
     if obj is None or type(obj) in (bool, int, float, str):
         return ValueLeaf(obj)
@@ -341,7 +349,7 @@ def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
         None,
         f"{where or '<root>'} is a {type(obj).__module__}.{type(obj).__qualname__}, which is "
         "not a tensor, array, scalar, string or container",
-        "pass pickle_objects=True to store it pickled",
+        PICKLE_FIX,
     )
 
 
@@ -384,7 +392,8 @@ def _save_from(
     except UnsupportedContentError as exc:
         if exc.path is not None:
             raise
-        raise UnsupportedContentError(src, exc.problem, exc.fix) from None
+        fix = FROM_TORCH_PICKLE_FIX if exc.fix == PICKLE_FIX else exc.fix
+        raise UnsupportedContentError(src, exc.problem, fix) from None
     return write_checkpoint(tree, path, release, like=src, unchanged=unchanged, progress=progress)
 
 
