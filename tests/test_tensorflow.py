@@ -476,6 +476,19 @@ def test_a_variable_no_format_can_name_is_refused_in_one_line(tf, tmp_path):
     assert tf_to_h5(src, tmp_path / "dot.h5", exclude=[r"^\.$"]).variables == 1
 
 
+@pytest.mark.parametrize("release", ["1.7", "1.8"])
+def test_an_object_graph_refused_by_an_old_release_names_the_source_and_a_fix(
+    tf, keras_ckpt, tmp_path, release
+):
+    """Formats 0.1 and 0.2 hold no pickled object: the refusal of the object graph named the
+    H5 being written, not the TF checkpoint, and gave no fix."""
+    src, out = keras_ckpt["prefix"], tmp_path / "old.h5"
+    proc = run_script("ckpt-migrate", "tf-to-h5", src, str(out), "--release", release)
+    words = f"{src}: leaf '{OBJECT_GRAPH}' is a pickled object"
+    line = one_line_error(proc, 2, words, "--exclude", "newer --release")
+    assert "old.h5" not in line and not out.exists() and no_temp_files(tmp_path)
+
+
 def test_any_cerebras_checkpoint_converts_under_its_leaf_names(tf, tmp_path):
     from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
 

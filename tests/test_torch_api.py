@@ -286,6 +286,28 @@ def test_from_torch_names_a_fix_it_has_for_a_torch_object(tmp_path, value):
     assert ckpt_migrate.load(tmp_path / "out.mdl", objects_mode="trusted")["shape"] == value
 
 
+def test_to_torch_writes_a_set_of_tensors_and_names_the_leaf_it_cannot_write(tmp_path):
+    """``to-torch`` of a set of tensors (which from-torch had taken) said "a set of tensors has
+    no order to write its tensors in; use a list", naming no file and no leaf: the pickler
+    meets them in the set's own order, which the writer now follows. A pickled object was
+    refused naming neither its leaf nor a fix."""
+    ts = [torch.full((i % 3 + 1,), float(i)) for i in range(20)]
+    torch.save({"s": set(ts), "l": [ts[0]]}, tmp_path / "set.pt")
+    ckpt_migrate.from_torch(tmp_path / "set.pt", tmp_path / "set.mdl")
+    proc = run_cli("to-torch", tmp_path / "set.mdl", tmp_path / "back.pt")
+    assert proc.returncode == 0, proc.stderr
+    back = torch.load(tmp_path / "back.pt", weights_only=True)
+    assert sorted(t.tolist() for t in back["s"]) == sorted(t.tolist() for t in ts)
+    assert any(t is back["l"][0] for t in back["s"])  # (the tie kept)
+
+    obj = tmp_path / "obj.mdl"
+    state = {"w": torch.ones(1), "model": {"shape": torch.Size([2, 3])}}
+    ckpt_migrate.save(state, obj, pickle_objects=True)
+    proc = run_cli("to-torch", obj, tmp_path / "obj.pt")
+    one_line_error(proc, 2, f"{obj}: model.shape: holds OpaqueObject(", "objects_mode='trusted'")
+    assert not (tmp_path / "obj.pt").exists()
+
+
 def test_from_torch_reads_torchs_format_before_1_6(tmp_path):
     state = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "step": 7}
     torch.save(state, tmp_path / "old.pt", _use_new_zipfile_serialization=False)

@@ -221,8 +221,12 @@ def _choose_release(
         try:
             prepare(root, rel, path=target)
         except (KeyCollisionError, UnsupportedContentError) as exc:
-            if rel.legacy:
-                raise
+            if rel.legacy:  # (the writer's fix would rename a key: a variable is left out)
+                raise type(exc)(
+                    source,
+                    exc.problem,
+                    "leave the variable out with --exclude REGEX, or write a newer --release",
+                ) from None
             raise UnsupportedContentError(
                 target,
                 f"{exc.problem}: format {rel.format} names datasets by the variable name, so a "

@@ -27,7 +27,6 @@ import numpy as np
 import ckpt_migrate.torch as torch_room
 from ckpt_migrate.atomic import atomic_output, path_exists, refuse_object_address
 from ckpt_migrate.errors import (
-    CkptError,
     MissingLeavesError,
     NotACheckpointError,
     UnsupportedContentError,
@@ -35,7 +34,6 @@ from ckpt_migrate.errors import (
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format import pickled as objects
 from ckpt_migrate.format.budgets import MAX_DEPTH
-from ckpt_migrate.format.h5 import sniff
 from ckpt_migrate.format.h5.identity import watch
 from ckpt_migrate.format.pickled import ObjectMode, OpaqueObject
 from ckpt_migrate.format.progress import Count
@@ -420,7 +418,7 @@ def to_torch(
     memo: dict[int, Any] = {}
     sources: dict[int, Any] = {}  # id(placeholder) -> the tensor whose data goes there
 
-    def plain(obj: Any) -> Any:
+    def plain(obj: Any, where: str) -> Any:
         if isinstance(obj, torch.Tensor):  # its data is written later, one tensor at a time
             if id(obj) not in memo:
                 memo[id(obj)] = torch_room.placeholder(obj)
@@ -428,14 +426,18 @@ def to_torch(
             return memo[id(obj)]
         if isinstance(obj, (OpaqueObject, ExternalReference)):
             raise UnsupportedContentError(
-                src, f"holds {obj!r}, which a weights-only torch.save file cannot carry"
+                src,
+                f"{where}: holds {obj!r}, which a weights-only torch.save file cannot carry",
+                _CARRY_FIX[type(obj)],
             )
         if isinstance(obj, dict):
-            return type(obj)((k, plain(v)) for k, v in obj.items())
+            return type(obj)(
+                (k, plain(v, f"{where}.{k}" if where else str(k))) for k, v in obj.items()
+            )
         if isinstance(obj, (list, tuple, set)) and not hasattr(obj, "_fields"):
-            return type(obj)(plain(v) for v in obj)
+            return type(obj)(plain(v, f"{where}.{i}") for i, v in enumerate(obj))
         if isinstance(obj, tuple):  # namedtuple: weights_only loading cannot rebuild the class
-            return tuple(plain(v) for v in obj)
+            return tuple(plain(v, f"{where}.{i}") for i, v in enumerate(obj))
         if isinstance(obj, np.generic):
             return obj.item()
         if isinstance(obj, np.ndarray):  # from a decoded plain-data pickle
@@ -443,7 +445,7 @@ def to_torch(
         return obj
 
     out = Path(dst)
-    tree = plain(state)
+    tree = plain(state, "")
     with atomic_output(out, like=Path(src)) as tmp:
         stored = torch_room.save_streaming(tree, tmp, sources, progress)
         loaded = Count(progress, "load back", stored, 64)
@@ -456,6 +458,13 @@ def to_torch(
             ) from None
         unchanged()
     return out
+
+
+_CARRY_FIX = {
+    OpaqueObject: "make it plain data in Python: ckpt_migrate.load(path, objects_mode='trusted') "
+    "unpickles it (a file you trust only); save the state with torch.save",
+    ExternalReference: "materialize it with the tool that made it",
+}
 
 
 def from_torch(
@@ -473,27 +482,8 @@ def from_torch(
     try:
         state = weights_load.load(src_path)
     except (weights_load.Refused, weights_load.Unreadable) as exc:
-        raise _not_torch(src_path, exc) from None
+        raise weights_load.refusal(src_path, exc) from None
     if not isinstance(state, (dict, list, tuple)):  # (the writer would name the output)
         what = f"one bare {type(state).__name__}"
         raise UnsupportedContentError(src_path, f"holds {what}, not named values", BARE_FIX)
     return _save_from(src_path, state, dst, release, progress, unchanged)
-
-
-def _not_torch(src_path: Path, exc: Exception) -> CkptError:
-    """Why ``from_torch`` cannot read ``src_path``: torch's reason, unless it is HDF5."""
-    if sniff.is_hdf5(src_path):
-        return NotACheckpointError(
-            src_path,
-            "is an HDF5 file (a Cerebras H5 checkpoint?), not a torch.save file",
-            "inspect or upgrade it as it is; to-torch writes a torch.save file of it",
-        )
-    if isinstance(exc, weights_load.Refused):
-        return UnsupportedContentError(
-            src_path,
-            f"not loadable with weights_only=True ({exc})",
-            weights_load.NewerPickle.FIX
-            if isinstance(exc, weights_load.NewerPickle)
-            else "only plain tensors, containers and scalars are accepted",
-        )
-    return NotACheckpointError(src_path, f"not a torch.save file ({exc})")

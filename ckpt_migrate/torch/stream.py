@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 
-from ckpt_migrate.errors import UnsupportedContentError
 from ckpt_migrate.format.progress import Count
 from ckpt_migrate.torch.lazy import LazyTensor, read_once
 
@@ -143,16 +142,13 @@ def _record_offsets(path: Path) -> dict[str, tuple[int, int]]:
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in ``obj``, in container order (the same before saving and after loading)."""
+    """Every tensor in ``obj``, in the order ``torch.save`` pickles them: container order; a
+    set's is its iteration order, the same for the pickler as here while the set is unchanged."""
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, dict):
         for value in obj.values():
             yield from _tensors(value)
-    elif isinstance(obj, (list, tuple)):
+    elif isinstance(obj, (list, tuple, set, frozenset)):
         for value in obj:
             yield from _tensors(value)
-    elif isinstance(obj, (set, frozenset)) and any(isinstance(v, torch.Tensor) for v in obj):
-        raise UnsupportedContentError(
-            None, "a set of tensors has no order to write its tensors in", "use a list"
-        )

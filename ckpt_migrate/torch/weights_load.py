@@ -13,6 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ckpt_migrate.errors import CkptError, NotACheckpointError, UnsupportedContentError
+from ckpt_migrate.format.h5 import sniff
+
 
 class Refused(Exception):
     """The restricted unpickler refused the file: ``str`` is what it met."""
@@ -99,3 +102,22 @@ def _reason(exc: Exception, after: str = "") -> str:
         return type(exc).__name__
     first = lines[0].split(". ")[0][:200]
     return f"{type(exc).__name__}: {first}" if isinstance(exc, KeyError) else first
+
+
+def refusal(src_path: Path, exc: Exception) -> CkptError:
+    """Why ``from_torch`` cannot read ``src_path``: torch's reason, unless it is HDF5."""
+    if sniff.is_hdf5(src_path):
+        return NotACheckpointError(
+            src_path,
+            "is an HDF5 file (a Cerebras H5 checkpoint?), not a torch.save file",
+            "inspect or upgrade it as it is; to-torch writes a torch.save file of it",
+        )
+    if isinstance(exc, Refused):
+        return UnsupportedContentError(
+            src_path,
+            f"not loadable with weights_only=True ({exc})",
+            NewerPickle.FIX
+            if isinstance(exc, NewerPickle)
+            else "only plain tensors, containers and scalars are accepted",
+        )
+    return NotACheckpointError(src_path, f"not a torch.save file ({exc})")
