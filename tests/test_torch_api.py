@@ -541,3 +541,26 @@ def test_a_key_hdf5_cannot_name_is_refused_in_one_line(tmp_path, key, release, w
     if "\x00" in key:
         ckpt_migrate.save({key: torch.ones(1)}, out, "2.4")
         assert list(ckpt_migrate.load(out)) == [key]
+
+
+def test_data_assignment_on_a_loaded_tensor_is_saved_or_refused(tmp_path):
+    """``x.data = new`` on a tensor ``load`` returned (of a file the real 2.10 library wrote)
+    changed the wrapper's shape but not its data: reads then failed ("the file may have
+    changed") and ``save`` wrote the file's old values, without a word."""
+    state = ckpt_migrate.load(REAL / "basic.mdl")
+    w, b = state["model"]["w"], state["model"]["b"]
+    new = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    w.data = new
+    assert torch.equal(w, new) and torch.equal(w * 1, new)
+    new.add_(1)  # shares its memory, as a plain tensor's .data does
+    assert torch.equal(w, torch.arange(1, 17, dtype=torch.float32).reshape(4, 4))
+    with pytest.raises(RuntimeError, match="put the new tensor in its place"):
+        b.data = torch.zeros(5, dtype=torch.bfloat16)  # (grown: the wrapper would lie)
+    with pytest.raises(RuntimeError, match="shape or dtype"):
+        b.data = torch.zeros(4)  # float32, not bfloat16
+    assert b.shape == (4,) and b.dtype == torch.bfloat16
+    out = tmp_path / "out.mdl"
+    ckpt_migrate.save(state, out)
+    back = ckpt_migrate.load(out)
+    assert torch.equal(back["model"]["w"], w)
+    assert torch.equal(back["model"]["b"], ckpt_migrate.load(REAL / "basic.mdl")["model"]["b"])

@@ -26,7 +26,8 @@ In-place ops
     ``x.add_(1)`` applies to the cached tensor (loading it first), so later reads see the change,
     exactly as with a plain tensor; ``materialize(x)`` returns that same cached tensor. Ops that
     would change the shape (``resize_``, ``t_``, ``unsqueeze_``...) raise instead of letting the
-    wrapper and its data disagree.
+    wrapper and its data disagree. ``x.data = y`` takes ``y`` as the data when it has ``x``'s
+    shape and dtype, and raises otherwise, for the same reason.
 
 ``repr``
     Never reads: it shows shape, dtype, source and whether the data is loaded. To see the
@@ -353,6 +354,32 @@ class LazyTensor(torch.Tensor):
         result = copy.deepcopy(self._lazy_get(), memo)
         memo[id(self)] = result
         return result
+
+    @property
+    def data(self) -> torch.Tensor:
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        """``x.data = y``: later reads (and ``save``) see ``y``'s values, sharing its memory as
+        with a plain tensor. Another shape or dtype would leave the wrapper describing data it
+        does not hold, so it raises (torch's setter changed the shape; reads then failed and
+        ``save`` wrote the file's old data)."""
+        value = materialize(new) if isinstance(new, torch.Tensor) else None
+        if value is None or value.shape != self.shape or value.dtype != self.dtype:
+            what = (
+                f"{value.dtype} of shape {tuple(value.shape)}"
+                if value is not None
+                else type(new).__name__
+            )
+            raise RuntimeError(
+                f"{self._describe()}: .data = {what} would change the tensor's shape or dtype"
+                f" ({self.dtype} of shape {tuple(self.shape)}); put the new tensor in its"
+                " place in the state dict instead"
+            )
+        value = value.detach().cpu().contiguous()
+        with self._lazy_lock:
+            self._lazy_value, self._lazy_loader = value, None
 
     @property
     def requires_grad(self) -> bool:
