@@ -822,6 +822,25 @@ def test_a_2_2_mup_config_gets_2_3_mup_parameters_as_model_zoo_wrote_them():
     assert "mup_base_hidden_size" in entry(res.report, "unknown", "model.output_logits_scale").why
 
 
+def test_comments_left_in_runconfig_go_to_trainer_init():
+    """The tail of Model Zoo 2.2.0's ``gpt3/configs/params_gpt3_6p7b.yaml`` runconfig: comment
+    lines after its last key (a commented-out setting). They were lost with the emptied
+    runconfig (56 comment lines in 20 of Model Zoo 2.2.0's configs)."""
+    tail = (
+        "    # Default optimizations level (POL=1) has not been tested for this model.\n"
+        "    # Convergence might be affected. POL=0 has been tested for convergence. To\n"
+        "    # use POL=0, uncomment this config:\n"
+        "    # precision_opt_level: 0\n"
+    )
+    text = (
+        "model:\n    hidden_size: 64\nrunconfig:\n    max_steps: 10\n"
+        "    save_initial_checkpoint: False\n" + tail
+    )
+    out = upgrade_config_text(text, "2.2", "2.3").text
+    assert "trainer:\n    init:\n" + tail.replace("    #", "        #") in out
+    assert "runconfig" not in out
+
+
 def test_floats_a_step_does_not_change_keep_their_text():
     """ruamel re-formatted every float it wrote back from a width and a precision, which moved
     the last digit: the learning rates of Model Zoo 2.2.0's

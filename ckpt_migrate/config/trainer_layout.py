@@ -34,7 +34,15 @@ from ckpt_migrate.config.trainer_tables import (
     WHY,
     scheduler_class,
 )
-from ckpt_migrate.config.yaml_edit import is_map, is_seq, new_map, new_seq, put, take
+from ckpt_migrate.config.yaml_edit import (
+    carry_start_comments,
+    is_map,
+    is_seq,
+    new_map,
+    new_seq,
+    put,
+    take,
+)
 from ckpt_migrate.format import releases
 
 
@@ -61,6 +69,14 @@ class _Builder:
         if self.callbacks:
             put(init, "callbacks", new_seq(cb for cb, _ in self.callbacks), index=_at(init))
         return init
+
+
+def _key_col(section: Any) -> int:
+    """The column a mapping's first key stood at in the file (0 if none was read from it)."""
+    try:
+        return int(section.lc.key(next(iter(section)))[1])
+    except (AttributeError, KeyError, StopIteration, TypeError):
+        return 0
 
 
 def _at(init: Any) -> int:
@@ -91,6 +107,7 @@ def convert(ctx: Any) -> None:
     for name, value in sections.items():
         if not is_map(value) and not (name == "sparsity" and value is not None):
             ctx.unknown(name, value, f"expected a mapping; kept as is, not part of the {WHY}")
+    cols = {name: _key_col(value) for name, value in sections.items()}  # (before any move)
     b = _Builder(ctx)
     run = sections.get("runconfig") if is_map(sections.get("runconfig")) else None
     model = sections.get("model") if is_map(sections.get("model")) else None
@@ -192,6 +209,11 @@ def convert(ctx: Any) -> None:
     for name in ("runconfig", "wandb"):
         section = data.get(name)
         if is_map(section) and not section:
+            # Its comments (commented-out settings, often) go where its keys went: to the
+            # start of trainer.init, two indentation steps in (one as in the file's first
+            # section, which sets the output's indentation).
+            step = next((c for c in cols.values() if c), 2)
+            carry_start_comments(section, trainer["init"], 2 * step - cols[name])
             take(data, name)
         elif is_map(section):
             for key in list(section):

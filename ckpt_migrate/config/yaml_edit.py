@@ -339,6 +339,14 @@ def _prepend_lines(m: Any, rest: str) -> None:
         )
 
 
+def carry_start_comments(src: Any, dst: Any, shift: int) -> None:
+    """Move the comment lines that open mapping ``src`` (left there as its keys were taken)
+    to the start of ``dst``, ``shift`` columns further right."""
+    lines = _pop_start_lines(src)
+    if lines.strip():
+        _prepend_lines(dst, "".join(_shift_line(line, shift) for line in lines.splitlines(True)))
+
+
 def _pop_start_lines(m: Any) -> str:
     """Remove the comment lines above the first key of ``m`` and return them as text."""
     start = m.ca.comment[1] if m.ca.comment and len(m.ca.comment) > 1 else None
