@@ -105,6 +105,10 @@ def _positive(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
+def _number_or_absent(value: object) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
 def _number(value: float) -> int | float:
     return int(value) if value.is_integer() else value
 
@@ -117,6 +121,8 @@ def _scale_initializers(initializers: object, scale: float) -> bool:
     for item in initializers if isinstance(initializers, list) else [initializers]:
         if not is_map(item) or not isinstance(item.get("name"), str):
             continue
+        if not all(_number_or_absent(item.get(key)) for key in ("std", "a", "b")):
+            continue  # (Model Zoo's arithmetic would fail on it; left for the run to report)
         name = item["name"].lower()
         if name == "normal":
             item["std"] = item.get("std", 1.0) * scale

@@ -820,6 +820,13 @@ def test_a_2_2_mup_config_gets_2_3_mup_parameters_as_model_zoo_wrote_them():
     partial += "  output_logits_scale: 0.5\n"
     res = upgrade_config_text(partial, "2.2", "2.3", family="gpt2")
     assert "mup_base_hidden_size" in entry(res.report, "unknown", "model.output_logits_scale").why
+    # An initializer whose std is not a number is left as it is (Model Zoo's would fail).
+    odd = partial + "  hidden_size: 64\n  filter_size: 256\n  num_hidden_layers: 2\n"
+    odd += '  initializer: {name: normal, std: "x"}\n'
+    odd += "optimizer:\n  adjust_learning_rate: {decoder_kernel: 0.5}\n"
+    model = yaml.safe_load(upgrade_config_text(odd, "2.2", "2.3").text)["trainer"]["init"]["model"]
+    assert model["initializer"] == {"name": "normal", "std": "x"}
+    assert model["mup_base_hidden_size"] == 32 and model["output_logits_alpha"] == 1.0
 
 
 def test_comments_left_in_runconfig_go_to_trainer_init():
