@@ -38,6 +38,7 @@ from ckpt_migrate.config.yaml_edit import (
     carry_start_comments,
     is_map,
     is_seq,
+    key_col,
     new_map,
     new_seq,
     put,
@@ -71,14 +72,6 @@ class _Builder:
         return init
 
 
-def _key_col(section: Any) -> int:
-    """The column a mapping's first key stood at in the file (0 if none was read from it)."""
-    try:
-        return int(section.lc.key(next(iter(section)))[1])
-    except (AttributeError, KeyError, StopIteration, TypeError):
-        return 0
-
-
 def _at(init: Any) -> int:
     """Where ``callbacks`` goes: before ``loggers`` if present, else at the end."""
     keys = list(init)
@@ -107,7 +100,7 @@ def convert(ctx: Any) -> None:
     for name, value in sections.items():
         if not is_map(value) and not (name == "sparsity" and value is not None):
             ctx.unknown(name, value, f"expected a mapping; kept as is, not part of the {WHY}")
-    cols = {name: _key_col(value) for name, value in sections.items()}  # (before any move)
+    cols = {name: key_col(value) or 0 for name, value in sections.items()}  # (before any move)
     b = _Builder(ctx)
     run = sections.get("runconfig") if is_map(sections.get("runconfig")) else None
     model = sections.get("model") if is_map(sections.get("model")) else None

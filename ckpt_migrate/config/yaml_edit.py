@@ -301,11 +301,12 @@ def _split(value: str, col: int | None = None) -> tuple[str, str]:
     return head, rest
 
 
-def _key_col(m: Any, key: Any) -> int | None:
-    """The column ``key`` stood at in the file (None for a key a step added)."""
+def key_col(m: Any, key: Any = ...) -> int | None:
+    """The column ``key`` (by default the first key of ``m``) stood at in the file (None for
+    a key a step added, or an empty mapping)."""
     try:
-        return int(m.lc.key(key)[1])
-    except (AttributeError, KeyError, TypeError):
+        return int(m.lc.key(next(iter(m)) if key is ... else key)[1])
+    except (AttributeError, KeyError, StopIteration, TypeError):
         return None
 
 
@@ -368,7 +369,7 @@ def take(m: Any, key: Any) -> tuple[Any, str | None]:
     keys = list(m)
     index = keys.index(key)
     tok = _token(m, key)
-    col = _key_col(m, key)
+    col = key_col(m, key)
     m.ca.items.pop(key, None)
     value = m.pop(key)
     eol = None
@@ -412,7 +413,7 @@ def put(
         if prev is not None:
             tok = _token(m, prev)
             if tok is not None:
-                head, rest = _split(tok.value, _key_col(m, prev))
+                head, rest = _split(tok.value, key_col(m, prev))
                 if rest:
                     tok.value = head + "\n"
                     carried = rest
@@ -431,7 +432,7 @@ def _set_eol(m: Any, key: Any, comment: str) -> None:
     text = comment if comment.startswith("#") else f"# {comment}"
     tok = _token(m, key)
     if tok is not None:
-        _, rest = _split(tok.value, _key_col(m, key))
+        _, rest = _split(tok.value, key_col(m, key))
         tok.value = f"{text}\n{rest}"
         return
     first, _, more = text.partition("\n")
