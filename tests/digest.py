@@ -13,6 +13,8 @@ The spec lives in ``fixtures/real-cstorch-2.10/README.md``. Every node is a JSON
   set: ``{"kind": "set", "type": "set" | "frozenset", "items": [...]}`` sorted by canonical JSON.
 - scalar leaves: ``{"kind": "leaf", "type": "int" | "bool" | "str" | "NoneType", "value": V}``;
   float: ``"value": repr(x)``; bytes: ``"value": x.hex()``.
+- numpy scalar: ``{"kind": "leaf", "type": "numpy.float32", "hex": x.tobytes().hex()}`` (its
+  dtype's name and little-endian bytes: numpy 2 renamed ``bool_`` and changed every repr).
 - anything else: ``{"kind": "leaf", "type": "module.qualname", "repr": repr(x)}``.
 
 Dotted paths (for ``tied_to``) join the keys from the root with ``"."``: dict keys as
@@ -54,6 +56,11 @@ def _is_ndarray(obj: Any) -> bool:
     if np is None:  # no numpy loaded -> nothing can be an ndarray
         return False
     return isinstance(obj, np.ndarray)
+
+
+def _is_numpy_scalar(obj: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(obj, np.generic)
 
 
 def _ndarray_le_bytes(arr: Any) -> bytes:
@@ -137,6 +144,9 @@ class _Digester:
         if type(obj) is bytes:
             return {"kind": "leaf", "type": "bytes", "value": obj.hex()}
         cls = type(obj)
+        if _is_numpy_scalar(obj):
+            raw = obj.astype(obj.dtype.newbyteorder("<")).tobytes()
+            return {"kind": "leaf", "type": f"numpy.{obj.dtype.name}", "hex": raw.hex()}
         return {"kind": "leaf", "type": f"{cls.__module__}.{cls.__qualname__}", "repr": repr(obj)}
 
     def _tensor(self, t: Any, path: tuple[str, ...]) -> dict:

@@ -195,7 +195,7 @@ def test_a_contiguous_address_moved_into_metadata_is_refused(tmp_path, target):
     src = tmp_path / "checkpoint_1.mdl"
     rng = np.random.default_rng(0)
     cm.save(
-        {"model": {"w": rng.random((64, 64), dtype=np.float32)}, "scale": np.float32(3.5)},
+        {"model": {"w": rng.random((64, 64), np.float32)}, "scale": np.array(3.5, np.float32)},
         src,
         "2.10",
     )

@@ -28,7 +28,7 @@ from ckpt_migrate.format.write import write_checkpoint
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REAL_DIR = FIXTURES / "real-cstorch-2.10"
 REAL_XZ = sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz"))
-READS_IN_FULL = {"scalars_misc.mdl"}  # a leaf whose dataset must be opened (an array)
+READS_IN_FULL = {"scalars_misc.mdl", "numpy_scalars.mdl"}  # a leaf whose dataset must be opened
 
 
 def _full_inspect(path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckpt_migrate.format.checkpoint import Checkpoint
+from ckpt_migrate.format.pickled import numpy_scalar_payload
 from ckpt_migrate.format.tree import (
     LEAF_TYPES,
     DictNode,
@@ -36,6 +37,9 @@ def describe_leaf(leaf: Leaf) -> str:
         text = repr(leaf.value)
         return text if len(text) <= 60 else text[:57] + "..."
     if isinstance(leaf, OpaqueLeaf):
+        number = numpy_scalar_payload(leaf.payload) if len(leaf.payload) < 256 else None
+        if number is not None:
+            return f"{number!r} (a pickled numpy scalar)"
         return f"pickled object ({len(leaf.payload)} bytes, not unpickled)"
     if isinstance(leaf, MissingLeaf):
         return "MISSING (named by the spec, no data in the file)"

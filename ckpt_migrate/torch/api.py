@@ -310,6 +310,10 @@ def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
         return ValueLeaf(obj)
     if type(obj) is np.float64:  # a float subclass: the real writer stores it as a scalar
         return ValueLeaf(float(obj))
+    if isinstance(obj, np.str_):  # a str subclass: so does it
+        return ValueLeaf(str(obj))
+    if isinstance(obj, np.generic) and obj.dtype.kind in "biufc":  # it pickles the others
+        return OpaqueLeaf(objects.numpy_scalar_pickle(obj), "pickle")
     if isinstance(obj, OpaqueObject):
         return OpaqueLeaf(obj.payload, obj.type_hint)
     if isinstance(obj, bytes):
