@@ -705,8 +705,8 @@ def test_non_mapping_legacy_sections_are_reported_once():
 
 def test_duplicate_keys_are_refused_not_merged():
     """The message named ruamel's context (``while constructing a mapping``), not the key or
-    where it stands (Model Zoo 2.2.0's ``Cerebras_GPT/256m_mup.yaml`` has ``a:`` twice)."""
-    with pytest.raises(UsageError, match=r'duplicate key "a" .* at line 3, column 3'):
+    where it stands (two values: see test_a_key_given_twice_with_two_values_is_refused...)."""
+    with pytest.raises(UsageError, match=r"'model.a' is given twice .* \(lines 2 and 3;"):
         upgrade_config_text("model:\n  a: 1\n  a: 2\n", "2.0", "2.1")
     with pytest.raises(UsageError, match=r"expected ',' or '\}', but got ':' at line 2, column 2"):
         upgrade_config_text("a: {b: 1\nc: 2\n", "2.0", "2.1")
@@ -884,3 +884,38 @@ def test_crlf_text_upgrades_as_its_lf_text_does(config, release):
     assert lf_result.changed
     assert upgrade_config_text(crlf, release, "2.10").text == lf_result.text.replace("\n", "\r\n")
     assert upgrade_config_text(crlf, release, release).text == crlf  # byte for byte
+
+
+def test_a_key_model_zoo_gives_twice_with_one_value_is_read_once():
+    """Model Zoo's own Cerebras_GPT/256m_mup.yaml (Release_2.0.3 to 2.3.1) gives ``a: -0.16``
+    twice under ``embedding_initializer``. Model Zoo reads it with PyYAML (the last wins);
+    ruamel refused it ("not valid YAML ... fix the config file"), so Model Zoo's config for
+    that model could not be upgraded at all."""
+    text = (CONFIGS / "modelzoo-gpt3-256m-mup-2.0.yaml").read_text()
+    res = upgrade_config_text(text, "2.0", "2.10", family="gpt2")
+    note = entry(res.report, "note", "model.embedding_initializer.a")
+    assert "lines 66 and 67" in note.why, note.why
+    got = yaml.safe_load(res.text)["trainer"]["init"]["model"]["embedding_initializer"]
+    assert got["a"] == yaml.safe_load(text)["model"]["embedding_initializer"]["a"]
+    block = res.text[res.text.index("embedding_initializer:") :].split("initializer:")[1]
+    assert block.count("a: -0.16") == 1, block
+    # Nothing to change: the text stays the input's, byte for byte, the note still said.
+    same = upgrade_config_text(text, "2.0", "2.0", family="gpt2")
+    assert same.text == text and entry(same.report, "note", "model.embedding_initializer.a")
+
+
+def test_a_key_given_twice_with_two_values_is_refused_naming_both_lines():
+    """Which of the two the run used is the user's to say (Model Zoo's loader took the last)."""
+    text = (CONFIGS / "modelzoo-gpt3-256m-mup-2.0.yaml").read_text()
+    twice = text.replace("a: -0.16\n        a: -0.16", "a: -0.16\n        a: -0.17")
+    with pytest.raises(UsageError) as err:
+        upgrade_config_text(twice, "2.0", "2.10", family="gpt2")
+    assert "'model.embedding_initializer.a' is given twice with different values (lines 66 " in str(
+        err.value
+    )
+    assert "delete the line the run did not mean" in str(err.value)
+    # A merge key twice stays ruamel's error, and a repeated alias is compared once.
+    with pytest.raises(UsageError, match="duplicate merge key"):
+        upgrade_config_text("a: &x {k: 1}\nb:\n  <<: *x\n  <<: *x\n", "2.0", "2.10")
+    aliased = "x: &big [1, 2, 3]\nm:\n  k: *big\n  k: *big\n"
+    assert upgrade_config_text(aliased, "2.0", "2.0").text == aliased

@@ -110,6 +110,12 @@ def upgrade_config_text(
     data, style = yaml_edit.load(text, source)
     fam, registry, hint, fam_source = _resolve_family(data, family, family_source)
     ctx = ConfigContext(data, fam, registry, hint, num_csx, target=tgt.name)
+    for repeat in style.repeats:
+        ctx.note(
+            ".".join(repeat.key),
+            f"given twice with the same value (lines {repeat.first} and {repeat.again}): read "
+            "once, and written once where the config changes",
+        )
     if fam is None and hops:
         ctx.note(
             "model",

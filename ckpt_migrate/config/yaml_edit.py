@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ckpt_migrate.config import yaml_budget
+from ckpt_migrate.config import yaml_budget, yaml_repeats
 from ckpt_migrate.errors import CkptIOError, UsageError
 
 
@@ -27,6 +27,7 @@ class Style:
     sequence: int = 2
     offset: int = 0
     booleans: tuple[str, str] = ("false", "true")
+    repeats: tuple[yaml_repeats.Repeat, ...] = ()  # keys given twice, read once
 
 
 _KEY_LINE = re.compile(r"^( *)([^\s#-][^:#]*):(\s|$)")
@@ -65,10 +66,11 @@ _BOOL_TAG, _FLOAT_TAG = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:float"
 _YAML11_BOOL = re.compile(r"^(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF)$")
 
 
-def _yaml(style: Style | None = None) -> Any:
+def _yaml(style: Style | None = None, *, repeats: bool = False) -> Any:
     from ruamel.yaml import YAML
 
     y = YAML(typ="rt")
+    y.allow_duplicate_keys = repeats  # (each repeating its first value: yaml_repeats.find)
     y.Constructor, y.Representer = _round_trip_classes()
     y.preserve_quotes = True
     _ = y.resolver.versioned_resolver  # (YAML 1.2's resolvers first: one more is added)
@@ -163,13 +165,19 @@ def line_ending(text: str) -> str:
 
 def load(text: str, source: Path | None = None) -> tuple[Any, Style]:
     """The document as ruamel round-trip objects (a mapping at the top), and its style."""
+    from ruamel.yaml.constructor import DuplicateKeyError
     from ruamel.yaml.error import YAMLError
 
     if line_ending(text) == "\r\n":
         text = text.replace("\r\n", "\n")
     yaml_budget.check_text(text, source)
+    repeats: tuple[yaml_repeats.Repeat, ...] = ()
     try:
-        data = _yaml().load(text)
+        try:
+            data = _yaml().load(text)
+        except DuplicateKeyError:
+            repeats = yaml_repeats.find(text, source)
+            data = _yaml(repeats=True).load(text)
     except YAMLError as exc:
         raise UsageError(
             source, f"not valid YAML ({yaml_budget.problem(exc)})", "fix the config file"
@@ -181,7 +189,8 @@ def load(text: str, source: Path | None = None) -> tuple[Any, Style]:
     if not is_map(data):
         raise UsageError(source, "config is not a YAML mapping", "pass a Model Zoo params.yaml")
     yaml_budget.check_tree(data, source)
-    return data, guess_style(text)
+    style = guess_style(text)
+    return data, replace(style, repeats=repeats) if repeats else style
 
 
 def dump(data: Any, style: Style) -> str:
