@@ -913,9 +913,61 @@ def test_a_key_given_twice_with_two_values_is_refused_naming_both_lines():
     assert "'model.embedding_initializer.a' is given twice with different values (lines 66 " in str(
         err.value
     )
-    assert "delete the line the run did not mean" in str(err.value)
+    assert "delete the one the run did not mean" in str(err.value)
     # A merge key twice stays ruamel's error, and a repeated alias is compared once.
     with pytest.raises(UsageError, match="duplicate merge key"):
         upgrade_config_text("a: &x {k: 1}\nb:\n  <<: *x\n  <<: *x\n", "2.0", "2.10")
     aliased = "x: &big [1, 2, 3]\nm:\n  k: *big\n  k: *big\n"
     assert upgrade_config_text(aliased, "2.0", "2.0").text == aliased
+
+
+def _comment_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("#")]
+
+
+@pytest.mark.parametrize(
+    ("name", "frm", "to"),
+    [
+        ("modelzoo-gpt3-111m-mup-2.2.yaml", "2.2", "2.3"),
+        ("modelzoo-gpt3-256m-mup-2.0.yaml", "2.0", "2.10"),
+    ],
+)
+def test_a_sections_heading_stays_above_it_in_the_trainer_layout(name, frm, to):
+    """Model Zoo heads its sections (``### Model``, ``### Cerebras parameters``); ruamel keeps
+    each heading with the last entry of the section before. ``### Cerebras parameters`` went
+    with ``adjust_learning_rate`` (muP rework) or ``runconfig`` (emptied), and ``### Model``
+    moved with ``eval_input`` to the end of the fit section."""
+    text = (CONFIGS / name).read_text()
+    out = upgrade_config_text(text, frm, to, family="gpt2").text
+    kept = _comment_lines(out)
+    assert [c for c in _comment_lines(text) if c not in kept] == []
+    lines = [line.strip() for line in out.splitlines()]
+    assert lines[lines.index("### Model") + 1] == "model:"
+    assert lines[lines.index("### Optimization") + 1] == "optimizer:"
+    heading = lines.index("### Cerebras parameters")
+    assert lines[heading - 1] == "init:" and lines[heading + 1] == "backend:", lines[:12]
+    assert out.count("### Cerebras parameters") == 1
+
+
+def test_comment_lines_above_a_key_after_a_flow_sequence_are_kept():
+    """Model Zoo 2.0.3's ``unet/configs/params_cityscapes.yaml``: after a flow sequence ruamel
+    keeps the lines above ``loss_scaling_factor`` with that key, and taking the key (it moves
+    to the precision settings) dropped them."""
+    text = (
+        "optimizer:\n"
+        '    optimizer_type: "Adam"\n'
+        "    weight_decay: 0.0\n"
+        "    learning_rate:\n"
+        "        initial_learning_rate: 5.0e-4\n"
+        '        scheduler: "PiecewiseConstant"\n'
+        "        milestones: [10000]\n"
+        "        learning_rates: [5.0e-4, 1.0e-5]\n"
+        '    # Choices: `loss_scaling_factor`: {"dynamic", use values >= 1.0 for static loss '
+        "scaling}\n"
+        "    # Note: When `use_bfloat16: True`, this always defaults to `1.0`\n"
+        "    loss_scaling_factor: 1.0\n"
+        "\nrunconfig:\n    max_steps: 15000\n"
+    )
+    out = upgrade_config_text(text, "2.0", "2.3").text
+    assert _comment_lines(out) == _comment_lines(text)
+    assert yaml.safe_load(out)["trainer"]["init"]["precision"]["loss_scaling_factor"] == 1.0

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckpt_migrate.config import yaml_edit
+from ckpt_migrate.config import yaml_edit, yaml_headings
 from ckpt_migrate.config.trainer_tables import (
     CALLBACKS,
     GLOBAL_FLAGS,
@@ -101,6 +101,8 @@ def convert(ctx: Any) -> None:
         if not is_map(value) and not (name == "sparsity" and value is not None):
             ctx.unknown(name, value, f"expected a mapping; kept as is, not part of the {WHY}")
     cols = {name: key_col(value) or 0 for name, value in sections.items()}  # (before any move)
+    step = next((c for c in cols.values() if c), 2)  # (the output's indentation)
+    headings = {name: yaml_headings.pop(data, name, 0) for name in sections if is_map(data[name])}
     b = _Builder(ctx)
     run = sections.get("runconfig") if is_map(sections.get("runconfig")) else None
     model = sections.get("model") if is_map(sections.get("model")) else None
@@ -205,7 +207,6 @@ def convert(ctx: Any) -> None:
             # Its comments (commented-out settings, often) go where its keys went: to the
             # start of trainer.init, two indentation steps in (one as in the file's first
             # section, which sets the output's indentation).
-            step = next((c for c in cols.values() if c), 2)
             carry_start_comments(section, trainer["init"], 2 * step - cols[name])
             take(data, name)
         elif is_map(section):
@@ -216,6 +217,7 @@ def convert(ctx: Any) -> None:
                     "no place in the 2.3 trainer layout (Model Zoo drops it with a warning); "
                     f"kept under {name}: move it or delete it before running 2.3 or later",
                 )
+    _place_headings(trainer, headings, 2 * step)
     for key in list(data):
         if key != "trainer" and key not in ("runconfig", "wandb") and key not in sections:
             ctx.unknown(
@@ -223,6 +225,27 @@ def convert(ctx: Any) -> None:
                 data[key],
                 "not a legacy section the 2.3 trainer layout knows; kept at the top level",
             )
+
+
+def _place_headings(trainer: Any, headings: dict[str, str], col: int) -> None:
+    """Each moved section's heading above its new place; runconfig's above the first of the
+    keys its settings went to."""
+    init = trainer["init"]
+    from_run = {path[0] for path in RUNCONFIG_TO_INIT.values()}
+    places = {
+        "model": (init, "model"),
+        "optimizer": (init, "optimizer" if "optimizer" in init else "schedulers"),
+        "sparsity": (init, "sparsity"),
+        "runconfig": (init, next((k for k in init if k in from_run), None)),
+        "train_input": (trainer.get("fit") or {}, "train_dataloader"),
+        "eval_input": (trainer.get("fit") or trainer.get("validate") or {}, "val_dataloader"),
+    }
+    for name, heading in headings.items():
+        parent, key = places.get(name, (init, None))
+        if key not in parent:  # (nothing of it has a place of its own: the trainer's start)
+            parent, key = init, next(iter(init), None)
+        if key is not None:
+            yaml_headings.put(parent, key, heading, col)
 
 
 def _precision_from_model(ctx: Any, b: _Builder, model: Any) -> None:

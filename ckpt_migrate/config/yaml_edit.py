@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ckpt_migrate.config import yaml_budget, yaml_repeats
+from ckpt_migrate.config import yaml_budget, yaml_headings, yaml_repeats
 from ckpt_migrate.errors import CkptIOError, UsageError
 
 
@@ -242,7 +242,7 @@ def _shift_comments(m: Any, shift: int) -> None:
 
     start = m.ca.comment[1] if m.ca.comment and len(m.ca.comment) > 1 else None
     if start:
-        m.ca.comment[1] = [
+        start[:] = [  # (in place: a parent's entry may print them, yaml_headings.put)
             CommentToken(tok.value, CommentMark(max(_column(tok) + shift, 0))) for tok in start
         ]
     for key in list(m):
@@ -373,23 +373,27 @@ def _pop_start_lines(m: Any) -> str:
 def take(m: Any, key: Any) -> tuple[Any, str | None]:
     """Remove ``key`` from mapping ``m``; return its value and its end-of-line comment.
 
-    The comment lines that stood below the key (above the next one) stay where they were.
+    The comment lines that stood above and below the key stay where they were.
     """
     keys = list(m)
     index = keys.index(key)
     tok = _token(m, key)
     col = key_col(m, key)
-    m.ca.items.pop(key, None)
+    entry = m.ca.items.pop(key, None)
     value = m.pop(key)
-    eol = None
+    before = (entry[1] if entry and len(entry) > 1 else None) or []
+    above = "".join(  # (after a flow sequence ruamel keeps them with the key, not before it)
+        " " * _column(t) + t.value.lstrip(" ") for t in before if t.value
+    )
+    eol, rest = None, above + yaml_headings.trailing(value, col or 0)  # (what the value heads)
     if tok is not None:
-        eol, rest = _split(tok.value, col)
-        eol = eol.strip() or None
-        if rest:
-            if index > 0:
-                _append_lines(m, keys[index - 1], rest)
-            elif rest.strip():
-                _prepend_lines(m, rest)
+        eol, own = _split(tok.value, col)
+        eol, rest = eol.strip() or None, above + own + rest[len(above) :]
+    if rest:
+        if index > 0:
+            _append_lines(m, keys[index - 1], rest)
+        elif rest.strip():
+            _prepend_lines(m, rest)
     return value, eol
 
 
@@ -412,7 +416,9 @@ def put(
     describe the keys that follow, e.g. ``# Embedding`` in a model section).
     """
     if key in m:
+        text = yaml_headings.trailing(m[key], key_col(m, key) or 0)
         m[key] = value
+        _end_with(m, key, text)
     else:
         keys = list(m)
         if index is None:
@@ -455,11 +461,20 @@ def rename(m: Any, old: Any, new: Any, value: Any = ...) -> None:
     unless ``value`` is given)."""
     keys = list(m)
     index = keys.index(old)
+    text = "" if value is ... else yaml_headings.trailing(m[old], key_col(m, old) or 0)
     entry = m.ca.items.pop(old, None)
     current = m.pop(old)
     m.insert(index, new, current if value is ... else value)
     if entry is not None:
         m.ca.items[new] = entry
+    _end_with(m, new, text)
+
+
+def _end_with(m: Any, key: Any, text: str) -> None:
+    """Put ``text``, the lines that ended a value ``key`` had (heading what follows it), after
+    its new value."""
+    if text and not yaml_headings.append(m[key], text):
+        _append_lines(m, key, text)
 
 
 def plain(value: Any) -> Any:

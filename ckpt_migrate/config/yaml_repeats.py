@@ -56,7 +56,7 @@ def find(text: str, source: Any) -> tuple[Repeat, ...]:
                         source,
                         f"key {where!r} is given twice with different values (lines {first} "
                         f"and {line}; Model Zoo's loader uses the last)",
-                        "delete the line the run did not mean",
+                        "delete the one the run did not mean",
                     )
                 repeats.append(Repeat((*path, name), first, line))
                 continue
