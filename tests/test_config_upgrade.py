@@ -971,3 +971,15 @@ def test_comment_lines_above_a_key_after_a_flow_sequence_are_kept():
     out = upgrade_config_text(text, "2.0", "2.3").text
     assert _comment_lines(out) == _comment_lines(text)
     assert yaml.safe_load(out)["trainer"]["init"]["precision"]["loss_scaling_factor"] == 1.0
+
+
+def test_the_comment_above_a_learning_rate_lists_first_item_stays_with_it():
+    """Model Zoo's params_gpt2_small.yaml: ``## GPT-3 schedule warms up over 375M tokens``
+    opens the ``learning_rate`` list; the list is rebuilt into ``schedulers`` and the line
+    was lost. It now opens the first scheduler's settings."""
+    text = (CONFIGS / "modelzoo-gpt2-small-2.2.yaml").read_text()
+    out = upgrade_config_text(text, "2.2", "2.3").text
+    assert [c for c in _comment_lines(text) if c not in _comment_lines(out)] == []
+    lines = [line.strip() for line in out.splitlines()]
+    at = lines.index("## GPT-3 schedule warms up over 375M tokens")
+    assert lines[at - 1] == "- LinearLR:" and lines[at + 1] == "initial_learning_rate: 0.0"

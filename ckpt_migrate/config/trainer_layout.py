@@ -465,6 +465,7 @@ def _schedule_problem(params: Any) -> str | None:
 
 def _convert_schedule(params: Any) -> Any:
     if is_seq(params):
+        yaml_headings.open_first_item(params)
         mains = set()
         items = []
         for item in params:

@@ -82,6 +82,27 @@ def put(m: Any, key: Any, heading: str, col: int) -> None:
         entry[3] = start[1]  # (with an entry, ruamel prints a mapping's opening lines from it)
 
 
+def open_first_item(seq: Any) -> None:
+    """Move the comment lines that open sequence ``seq`` (above its first item) to the start
+    of that item, a mapping, aligned with its keys: a step that rebuilds the sequence
+    (``learning_rate`` into ``schedulers``) keeps its items' mappings, not the sequence."""
+    from ruamel.yaml.error import CommentMark
+    from ruamel.yaml.tokens import CommentToken
+
+    start = seq.ca.comment[1] if getattr(seq, "ca", None) and seq.ca.comment else None
+    first = seq[0] if len(seq) else None
+    lc = getattr(first, "lc", None)
+    if not start or not isinstance(first, Mapping) or lc is None or lc.col is None:
+        return
+    lines = [(t.value, getattr(t, "column", 0) or 0) for t in start]
+    least = min(col for value, col in lines if value.strip())
+    seq.ca.comment[1] = []
+    if first.ca.comment is None:
+        first.ca.comment = [None, []]
+    moved = [CommentToken(v, CommentMark(c - least + lc.col if v.strip() else 0)) for v, c in lines]
+    first.ca.comment[1] = moved + list(first.ca.comment[1] or [])
+
+
 def _cut(tok: Any, col: int) -> str:
     """Cut the trailing comment lines at ``col`` or left of it (and the blank lines among and
     before them) off the comment token ``tok``; return them."""
