@@ -947,6 +947,10 @@ def test_a_sections_heading_stays_above_it_in_the_trainer_layout(name, frm, to):
     heading = lines.index("### Cerebras parameters")
     assert lines[heading - 1] == "init:" and lines[heading + 1] == "backend:", lines[:12]
     assert out.count("### Cerebras parameters") == 1
+    # ``# Cerebras parameters`` heads the model's precision keys, which stay there too (2.3).
+    if to == "2.3":
+        at = lines.index("# Cerebras parameters")
+        assert lines[at + 1 : at + 3] == ["mixed_precision: True", 'fp16_type: "bfloat16"']
 
 
 def test_comment_lines_above_a_key_after_a_flow_sequence_are_kept():
@@ -971,6 +975,10 @@ def test_comment_lines_above_a_key_after_a_flow_sequence_are_kept():
     out = upgrade_config_text(text, "2.0", "2.3").text
     assert _comment_lines(out) == _comment_lines(text)
     assert yaml.safe_load(out)["trainer"]["init"]["precision"]["loss_scaling_factor"] == 1.0
+    # They go where the key goes, as the lines above a runconfig key do.
+    lines = out.splitlines()
+    at = line_of(out, "loss_scaling_factor: 1.0")
+    assert lines[at - 2 : at] == [" " * 12 + c for c in _comment_lines(text)], lines
 
 
 def test_the_comment_above_a_learning_rate_lists_first_item_stays_with_it():

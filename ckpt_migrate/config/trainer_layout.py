@@ -50,23 +50,34 @@ from ckpt_migrate.format import releases
 class _Builder:
     """Collects values for trainer.init and puts them in the Trainer's order at the end."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, step: int) -> None:
         self.ctx = ctx
+        self.step = step  # the output's indentation: init's keys stand at twice it
         self.init: dict[str, Any] = {}  # top-level init key -> value or nested dict of slots
         self.callbacks: list[tuple[Any, str]] = []  # (callback mapping, source path)
 
-    def slot(self, path: tuple[str, ...], value: Any, comment: str | None, source: str) -> None:
+    def slot(
+        self, path: tuple[str, ...], value: Any, comment: str | None, source: str, above: str = ""
+    ) -> None:
+        """``value`` (its end-of-line ``comment``, the comment lines ``above`` it) to go to
+        ``trainer.init.<path>``."""
         node = self.init
         for part in path[:-1]:
             node = node.setdefault(part, {})
-        node[path[-1]] = (value, comment)
+        node[path[-1]] = (value, comment, above)
         self.ctx.moved(source, "trainer.init." + ".".join(path), value, WHY)
+
+    def move(self, section: Any, key: str, path: tuple[str, ...], source: str) -> None:
+        """Take ``key`` out of ``section`` with its comments, for ``trainer.init.<path>``."""
+        above = yaml_headings.above(section, key, key_col(section, key) or 0)
+        value, comment = take(section, key)
+        self.slot(path, value, comment, source, above)
 
     def build(self) -> Any:
         init = new_map()
         for key in INIT_ORDER:
             if key in self.init:
-                _put_slot(init, key, self.init[key], key == "precision")
+                _put_slot(init, key, self.init[key], 2 * self.step, self.step, key == "precision")
         if self.callbacks:
             put(init, "callbacks", new_seq(cb for cb, _ in self.callbacks), index=_at(init))
         return init
@@ -78,16 +89,21 @@ def _at(init: Any) -> int:
     return keys.index("loggers") if "loggers" in keys else len(keys)
 
 
-def _put_slot(parent: Any, key: str, slot: Any, precision: bool = False) -> None:
+def _put_slot(
+    parent: Any, key: str, slot: Any, col: int, step: int, precision: bool = False
+) -> None:
+    """Put ``slot`` (a value and its comments, or a dict of them) at ``parent[key]``, which
+    the output writes at column ``col``."""
     if isinstance(slot, dict):
         child = new_map()
         keys = [k for k in PRECISION_ORDER if k in slot] if precision else list(slot)
         for sub in keys:
-            _put_slot(child, sub, slot[sub])
+            _put_slot(child, sub, slot[sub], col + step, step)
         put(parent, key, child)
     else:
-        value, comment = slot
+        value, comment, *above = slot
         put(parent, key, value, comment=comment)
+        yaml_headings.put(parent, key, above[0] if above else "", col)
 
 
 def convert(ctx: Any) -> None:
@@ -103,7 +119,7 @@ def convert(ctx: Any) -> None:
     cols = {name: key_col(value) or 0 for name, value in sections.items()}  # (before any move)
     step = next((c for c in cols.values() if c), 2)  # (the output's indentation)
     headings = {name: yaml_headings.pop(data, name, 0) for name in sections if is_map(data[name])}
-    b = _Builder(ctx)
+    b = _Builder(ctx, step)
     run = sections.get("runconfig") if is_map(sections.get("runconfig")) else None
     model = sections.get("model") if is_map(sections.get("model")) else None
     optimizer = sections.get("optimizer") if is_map(sections.get("optimizer")) else None
@@ -124,8 +140,7 @@ def convert(ctx: Any) -> None:
             )
         for key, path in RUNCONFIG_TO_INIT.items():
             if key in run:
-                value, comment = take(run, key)
-                b.slot(path, value, comment, f"runconfig.{key}")
+                b.move(run, key, path, f"runconfig.{key}")
         if "checkpoint_path" in run:
             checkpoint_path = take(run, "checkpoint_path")
 
@@ -135,13 +150,16 @@ def convert(ctx: Any) -> None:
     if optimizer is not None:
         for key, dest in OPTIMIZER_TO_PRECISION.items():
             if key in optimizer:
-                value, comment = take(optimizer, key)
+                b.move(optimizer, key, ("precision", dest), f"optimizer.{key}")
                 if key == "log_summaries":
-                    log_summaries = (value, comment)
-                b.slot(("precision", dest), value, comment, f"optimizer.{key}")
+                    log_summaries = b.init["precision"][dest][:2]
         if "grad_accum_steps" in optimizer:
-            value, comment = take(optimizer, "grad_accum_steps")
-            b.slot(("loop", "grad_accum_steps"), value, comment, "optimizer.grad_accum_steps")
+            b.move(
+                optimizer,
+                "grad_accum_steps",
+                ("loop", "grad_accum_steps"),
+                "optimizer.grad_accum_steps",
+            )
 
     _callbacks(ctx, b, run, model, optimizer, sparsity, train, evaluate, log_summaries)
     loggers = _loggers(ctx, run, wandb)
@@ -261,9 +279,7 @@ def _precision_from_model(ctx: Any, b: _Builder, model: Any) -> None:
     """
     for key, dest in MODEL_TO_PRECISION.items():
         if key in model:
-            at = list(model).index(key)
-            value, comment = take(model, key)  # the comment goes with the precision setting
-            put(model, key, value, index=at)
+            value, comment = model[key], yaml_headings.end_comment(model, key)  # (kept too)
             b.slot(("precision", dest), value, comment, f"model.{key}")
             if ctx.target and releases.get(ctx.target).version >= releases.get("2.5").version:
                 continue  # the 2.4 → 2.5 step removes the copy again

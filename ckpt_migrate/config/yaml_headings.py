@@ -53,6 +53,24 @@ def pop(m: Any, key: Any, col: int) -> str:
     return _cut(tok, col) if tok is not None else text
 
 
+def above(m: Any, key: Any, col: int) -> str:
+    """Remove and return the comment lines that stand directly above ``key`` of mapping ``m``
+    at column ``col`` or left of it, for them to go where the key goes (:func:`put`); ""
+    for a first key (its lines open the mapping, and stay)."""
+    entry = m.ca.items.get(key)
+    kept = entry[1] if entry and len(entry) > 1 and entry[1] else []
+    if kept:  # (after a flow sequence ruamel keeps them with the key, not before it)
+        entry[1] = None
+    lines = "".join(" " * (getattr(t, "column", 0) or 0) + t.value.lstrip(" ") for t in kept)
+    return pop(m, key, col) + lines
+
+
+def end_comment(m: Any, key: Any) -> str | None:
+    """``key``'s end-of-line comment, left where it is."""
+    tok = _get((m, key))
+    return (tok.value.partition("\n")[0].strip() or None) if tok is not None else None
+
+
 def put(m: Any, key: Any, heading: str, col: int) -> None:
     """Set ``heading`` above ``key`` of mapping ``m``, its least indented line at ``col`` (the
     column ``key`` is written at), as lines before ``key`` (or opening ``m``): places the
