@@ -10,6 +10,7 @@ dataset, or a filter outside the allow-list.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +19,11 @@ import h5py
 import hdf5plugin
 import numpy as np
 import pytest
-from conftest import one_line_error, run_cli, run_script
+from conftest import REAL, one_line_error, run_cli, run_script
 
 import ckpt_migrate as cm
 from ckpt_migrate.errors import UnsafeContentError
+from ckpt_migrate.format.h5 import plugins
 
 SECRET = b"TOP-SECRET-BYTES"  # 16 bytes, the size of model.w
 KINDS = ["external-absolute", "external-relative", "external-link", "virtual", "filter"]
@@ -167,3 +169,36 @@ def test_no_filter_plugin_is_loaded_from_the_environment(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1", "0", "63.0"]
+
+
+@pytest.mark.parametrize("integer", [True, False], ids=["integer", "float"])
+def test_a_file_repacked_with_a_builtin_filter_is_told_how_to_undo_it(tmp_path, integer):
+    """``h5repack -f SOFF`` on a real library's file: one of HDF5's own filters, which no
+    release writes and whose output cannot be checked undecoded. The refusal ended in "a
+    checkpoint must hold all of its data itself", which is about external data; it now names
+    the filter and how to write the file without it, and that works."""
+    src, plain = tmp_path / "repacked.mdl", tmp_path / "plain.mdl"
+    shutil.copyfile(REAL / "dtypes.mdl", src)
+    plugins.register_lz4()  # (the real file's other tensors are LZ4)
+    key = "int64" if integer else "float32"
+    with h5py.File(src, "r+") as f:
+        data, attrs = f[key][()], dict(f[key].attrs)
+        del f[key]
+        f.create_dataset(key, data=data, scaleoffset=0 if integer else 6)
+        f[key].attrs.update(attrs)
+    proc = run_cli("upgrade", src, "--to", "2.4", "--output-dir", tmp_path / "out")
+    one_line_error(
+        proc,
+        2,
+        f"'/{key}' uses HDF5 filter 6 (scaleoffset), which no release writes",
+        "write it again without that filter (h5repack -f NONE FILE NEW.mdl",
+    )
+    # What the fix says to do (h5repack -f NONE), done with h5py: the file upgrades.
+    with h5py.File(src) as f, h5py.File(plain, "w") as g:
+        g.attrs.update(dict(f.attrs))
+        for name in f:
+            g.create_dataset(name, data=f[name][()], dtype=f[name].dtype)
+            g[name].attrs.update(dict(f[name].attrs))
+    assert (
+        run_cli("upgrade", plain, "--to", "2.4", "--output-dir", tmp_path / "out").returncode == 0
+    )

@@ -39,6 +39,13 @@ ALLOWED_FILTERS: dict[int, str] = {
 }
 _NUMBER_CLASSES = {h5py.h5t.INTEGER: "integer", h5py.h5t.FLOAT: "float", h5py.h5t.ENUM: "enum"}
 _FIX = "a checkpoint must hold all of its data itself; the file was not read"
+# Filters a repacked or hand-written file may carry (HDF5's registry of filter numbers).
+_FILTER_NAMES = {4: "szip", 5: "nbit", 6: "scaleoffset", 307: "bzip2", 32001: "blosc"}
+_FILTER_NAMES |= {32008: "bitshuffle", 32013: "zfp", 32015: "zstd", 32017: "sz", 32026: "blosc2"}
+_FILTER_FIX = (
+    "write it again without that filter (h5repack -f NONE FILE NEW.mdl, where HDF5 can decode "
+    "it) and use the new file; the file was not read"
+)
 
 # The HDF5 type classes of checkpoint datasets and attributes: numbers, strings (fixed and
 # variable-length), bool (an enum) and pickled bytes (opaque). Anything else, a variable-length
@@ -145,7 +152,18 @@ def _odd_type(path: Path, what: str, tid: h5py.h5t.TypeID) -> CorruptCheckpointE
 
 
 def unsafe(path: Path, where: str, problem: str) -> UnsafeContentError:
-    return UnsafeContentError(path, f"dataset or link {where!r} {problem}", _FIX)
+    fix = _FILTER_FIX if problem.startswith("uses HDF5 filter") else _FIX
+    return UnsafeContentError(path, f"dataset or link {where!r} {problem}", fix)
+
+
+def filter_problem(code: int) -> str:
+    """Why a dataset compressed with filter ``code`` (not in :data:`ALLOWED_FILTERS`) is
+    refused."""
+    name = f" ({_FILTER_NAMES[code]})" if code in _FILTER_NAMES else ""
+    return (
+        f"uses HDF5 filter {code}{name}, which no release writes and whose output cannot be "
+        "checked before it is decoded"
+    )
 
 
 def _dataset_problem(
@@ -225,7 +243,7 @@ def description_problem(dcpl: h5py.h5p.PropDCID, path: Path, where: str) -> Ckpt
     for i in range(dcpl.get_nfilters()):
         code = dcpl.get_filter(i)[0]
         if code not in ALLOWED_FILTERS:
-            return unsafe(path, where, f"uses HDF5 filter {code}, which checkpoints do not use")
+            return unsafe(path, where, filter_problem(code))
     return None
 
 

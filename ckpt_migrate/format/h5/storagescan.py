@@ -26,7 +26,12 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from ckpt_migrate.format.h5.boundary import ALLOWED_FILTERS, ALLOWED_TYPE_CLASSES, unsafe
+from ckpt_migrate.format.h5.boundary import (
+    ALLOWED_FILTERS,
+    ALLOWED_TYPE_CLASSES,
+    filter_problem,
+    unsafe,
+)
 from ckpt_migrate.format.h5.headers import SHARED, HeaderError, Read, file_reader, read_header
 
 _DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS = 0x03, 0x07, 0x08, 0x0B
@@ -80,7 +85,7 @@ def _problem(read: Read, address: int) -> str | None:
         if m.kind == _FILTERS:
             for code in filter_ids(m.body):
                 if code not in ALLOWED_FILTERS:
-                    return f"uses HDF5 filter {code}, which checkpoints do not use"
+                    return filter_problem(code)
     return None
 
 
