@@ -364,6 +364,9 @@ def test_config_round_trip(trip: dict[str, Any]) -> None:
     assert trip["back_cfg"]["architectures"] == [case.model_cls.__name__]
     back = _diff(case.config_cls(**trip["back_cfg"]))
     original = _diff(trip["config"])
+    if case.family is t5 and "decoder_start_token_id" not in original:
+        # transformers' T5 needs it to shift labels right; every Hub T5 config gives it (0)
+        assert back.pop("decoder_start_token_id") == 0
     if case.family is not t5 and "position_embedding_type" not in trip["config"].to_dict():
         # Model Zoo writes position_embedding_type "absolute" (bert.py lines 957-988), the one
         # kind older transformers know; transformers 5 dropped the field from BertConfig and
@@ -453,9 +456,27 @@ def test_t5_file_from_save_pretrained(case_id: str) -> None:
     assert got.keys() == expected.keys()
     assert all(np.array_equal(got[k], expected[k]) for k in got)
     if case_id == "t5-v1.1":
+        # transformers 5 shares T5 v1.1's lm_head with the embeddings unscaled
+        # (``tie_word_embeddings: true``, ``scale_decoder_outputs: false``) and saves only
+        # ``shared.weight``: that was refused as an untied T5 without its lm_head. CS gets an
+        # untied lm_head equal to the embeddings; an old-style untied config still refuses.
         del saved["lm_head.weight"]
+        new_style = {
+            **config.to_dict(),
+            "tie_word_embeddings": True,
+            "scale_decoder_outputs": False,
+        }
+        cs = _run(t5.plan_to_cs(_shapes(saved), new_style, "t5"), saved)
+        head = "lm_head.weight" if "lm_head.weight" in cs else next(k for k in cs if "lm_head" in k)
+        assert np.array_equal(cs[head], saved["shared.weight"])
+        assert t5.config_to_cs(new_style, "t5")["share_embedding_weights"] is False
+        old_style = {**config.to_dict(), "tie_word_embeddings": False}
+        old_style.pop("scale_decoder_outputs", None)
         with pytest.raises(MappingError, match=r"lm_head\.weight"):
-            t5.plan_to_cs(_shapes(saved), config.to_dict(), "t5")
+            t5.plan_to_cs(_shapes(saved), old_style, "t5")
+        rescaled = {**old_style, "scale_decoder_outputs": True}
+        with pytest.raises(MappingError, match="rescales the decoder output only for an lm_head"):
+            t5.plan_to_cs(_shapes(saved), rescaled, "t5")
 
 
 def test_t5_tie_fields_of_both_transformers_generations() -> None:

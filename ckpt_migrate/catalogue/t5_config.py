@@ -81,6 +81,11 @@ T5_CONFIG = (
     Renames(tuple((hf, cs) for cs, hf in _RENAMED)),
     Op("t5 activation"),
     Op("t5 tie"),
+    # transformers' T5 needs ``decoder_start_token_id`` to shift labels right, and every Hub T5
+    # config gives it (the pad token, 0); Model Zoo's converter writes none (ours: the CS
+    # model's own, else 0, as ``T5ForConditionalGenerationModelConfig`` starts from pad).
+    Renames((("decoder_start_token_id", "decoder_start_token_id"),), skip_none=True, side=CS),
+    Written(CS, {"decoder_start_token_id": 0}),
     Written(
         HF,
         {

@@ -50,6 +50,20 @@ def hf_scales_tied(hf: Mapping[str, Any]) -> bool:
     return bool(hf.get("tie_word_embeddings", True))
 
 
+def hf_head_shared(hf: Mapping[str, Any]) -> bool:
+    """Whether the HF lm_head is the embedding tensor itself (``tie_word_embeddings``). Before
+    transformers 5 that also meant the rescaling; from 5 on it may be shared unscaled
+    (``scale_decoder_outputs: false``), which CS holds as an untied lm_head equal to the
+    embeddings. An untied lm_head that is rescaled CS cannot hold."""
+    shared = bool(hf.get("tie_word_embeddings", True))
+    if not shared and hf_scales_tied(hf):
+        raise MappingError(
+            "scale_decoder_outputs: true with tie_word_embeddings: false: CS T5 rescales the "
+            "decoder output only for an lm_head shared with the embeddings"
+        )
+    return shared
+
+
 def _one_vocabulary(s: State) -> None:
     """HF T5 has one vocabulary and one dropout rate (ours: CS may give two)."""
     cs = s.src

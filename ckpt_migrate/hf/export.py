@@ -175,8 +175,19 @@ _SAME_KEYS = tuple((r.same_keys_as, r.name) for r in catalogue.RECORDS if r.same
 
 
 def _detected_name(family: Any, src: Path, config_text: str, config: Path) -> str:
-    """The model name from the keys, or from the config's registry name where models share
-    their keys; never a guess between two Hugging Face layouts."""
+    """The model the config names (its registry name, where that is one family's and the keys
+    fit that family's CS layout: StarCoder's keys are GPT-2's, ESM-2's are BERT's), else the
+    one the keys tell; never a guess between two Hugging Face layouts."""
+    named = _config_model_name(config_text, config)
+    by_name = [
+        r
+        for r in catalogue.RECORDS
+        if r.hf is not None and any(n.registry == named and not n.alias_of for n in r.names)
+    ]
+    if named is not None and len(by_name) == 1:
+        layouts = {r.name: r.layout for r in catalogue.RECORDS}
+        if family.family is None or by_name[0].layout in (None, layouts.get(family.family)):
+            return by_name[0].name
     if family.family is None:
         raise UsageError(
             src, f"cannot tell the model from its keys ({family.describe()})", "pass --model"
@@ -184,7 +195,6 @@ def _detected_name(family: Any, src: Path, config_text: str, config: Path) -> st
     group = next((g for g in _SAME_KEYS if family.family in g), None)
     if group is None:
         return family.family
-    named = _config_model_name(config_text, config)
     fitting = [n for n in group if named is not None and resolve_name(n)[1] == named]
     if len(fitting) == 1:
         return fitting[0]

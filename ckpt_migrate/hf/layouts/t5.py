@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ckpt_migrate.hf.config_t5 import hf_scales_tied, nonlinearity_to_hf
+from ckpt_migrate.hf.config_t5 import hf_head_shared, hf_scales_tied, nonlinearity_to_hf
 from ckpt_migrate.hf.encoders import layers_of, one_of, present, tied
 from ckpt_migrate.hf.layouts.bert_like import inputs_on_side
 from ckpt_migrate.hf.mapping import MappingError, Out, Shape, rename
@@ -47,6 +47,8 @@ def _embeddings_to_cs(srcs: Sequence[str], dsts: Sequence[str], ctx: Ctx) -> lis
         return [*outs, tied(cs_head, copies)]
     if head in ctx.available:
         return [*outs, rename(head, cs_head)]
+    if ctx.has("head shared"):  # (transformers 5: shared, not rescaled: CS's untied lm_head)
+        return [*outs, tied(cs_head, copies)]
     raise MappingError("lm_head.weight is missing and the config does not tie it (untied T5)")
 
 
@@ -148,9 +150,11 @@ def context(q: Query, *, defaults: tuple[Mapping[str, Any], Mapping[str, Any]]) 
     dec = enc if cfg.get(keys[1]) is None else layers_of(cfg, keys[1], enc)
     if q.to_hf:
         gated = nonlinearity_to_hf(cfg).startswith("gated-")
-        tied = cfg["share_embedding_weights"]
+        tied, shared = cfg["share_embedding_weights"], False
     else:
         gated, tied = str(cfg["feed_forward_proj"]).startswith("gated-"), hf_scales_tied(cfg)
+        shared = hf_head_shared(cfg)
     flags = {f for f, on in (("gated", gated), ("tied", tied)) if on}
+    flags |= {"head shared"} if shared and not tied else set()
     dims = {"encoder": enc, "decoder": dec, "side": "CS" if q.to_hf else "HF"}
     return Ctx(q.shapes, 0, "", frozenset(flags), dims)

@@ -1,0 +1,142 @@
+"""Hugging Face models written by transformers' own ``save_pretrained``, imported
+(``import-hf --config-out``) and exported back (``export-hf --config``) through the command
+line, with no ``--model``: the same model type, the same tensors bit for bit, the same logits.
+
+Each case is a family whose CS keys another family's share (StarCoder's are GPT-2's, ESM-2's
+BERT's, CLIP's vision tower none at all), or a transformers 5 T5 whose config differs from the
+older releases' in what ties the head."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+IDS = torch.tensor([[1, 5, 9, 3, 7, 2]])
+
+
+def _tensors(directory: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        out.update(safetensors_torch.load_file(path))
+    return out
+
+
+def _round_trip(tmp_path: Path, model: Any) -> tuple[Path, Path]:
+    src, ckpt, params, out = (tmp_path / n for n in ("src", "ck.mdl", "params.yaml", "out"))
+    model.save_pretrained(src)
+    proc = run_cli("import-hf", src, ckpt, "--config-out", params)
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("export-hf", ckpt, out, "--config", params)
+    assert proc.returncode == 0, proc.stderr
+    return src, out
+
+
+def _cases() -> dict[str, tuple[Any, Any, dict[str, Any]]]:
+    t = transformers
+    return {
+        "starcoder-mqa": (
+            t.GPTBigCodeConfig(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=32),
+            t.GPTBigCodeForCausalLM,
+            {"input_ids": IDS},
+        ),
+        "esm-2": (
+            t.EsmConfig(
+                vocab_size=33,
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                max_position_embeddings=40,
+                pad_token_id=1,
+                mask_token_id=32,
+                position_embedding_type="rotary",
+                token_dropout=True,
+            ),
+            t.EsmForMaskedLM,
+            {"input_ids": IDS},
+        ),
+        "clip-vit": (
+            t.CLIPVisionConfig(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                image_size=32,
+                patch_size=8,
+                projection_dim=16,
+            ),
+            t.CLIPVisionModelWithProjection,
+            {"pixel_values": torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))},
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", ["starcoder-mqa", "esm-2", "clip-vit"])
+def test_the_model_the_config_names_comes_back(tmp_path, case):
+    """The keys of these are another family's or none's; the config ``import-hf`` wrote names
+    the model (``starcoder``, ``esm2``, ``vision_transformer``). The export took the keys'
+    word: StarCoder came back as GPT-2 (its multi-query attention refused as a shape error),
+    ESM-2 and CLIP were refused ("pass --model")."""
+    config, cls, inputs = _cases()[case]
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    src, out = _round_trip(tmp_path, model)
+    written = json.loads((out / "config.json").read_text())
+    assert written["model_type"] == config.model_type
+    assert written["architectures"] == [cls.__name__]
+    original, back = _tensors(src), _tensors(out)
+    # (transformers 5 saves ESM's layer norms under their legacy names, gamma and beta)
+    original = {
+        k.replace(".gamma", ".weight").replace(".beta", ".bias"): v for k, v in original.items()
+    }
+    same = {k for k in original if k in back and torch.equal(original[k], back[k])}
+    # ESM's contact-prediction head and rotary buffers have no CS counterpart (Model Zoo
+    # leaves them out too): transformers builds them again
+    missing = {k for k in original if k not in same and "contact_head" not in k}
+    assert not {k for k in missing if not k.endswith("inv_freq")}, missing
+    again = cls.from_pretrained(out).eval()
+    with torch.no_grad():
+        a, b = model(**inputs), again(**inputs)
+    field = "logits" if getattr(a, "logits", None) is not None else "image_embeds"
+    assert torch.equal(getattr(a, field), getattr(b, field))
+
+
+def test_a_transformers_5_t5_with_its_own_head_comes_back_and_trains(tmp_path):
+    """transformers 5 writes T5 v1.1 (``tie_word_embeddings=False``) as a head shared with the
+    embeddings but not rescaled (``tie_word_embeddings: true``, ``scale_decoder_outputs:
+    false``) and saves only ``shared.weight``: the import refused it as an untied T5 without
+    its lm_head. And the export wrote no ``decoder_start_token_id``, which T5 needs to shift
+    labels right: every training step failed."""
+    config = transformers.T5Config(
+        vocab_size=64,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        feed_forward_proj="gated-gelu",
+        tie_word_embeddings=False,
+        decoder_start_token_id=0,
+    )
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(config).eval()
+    src, out = _round_trip(tmp_path, model)
+    assert json.loads((src / "config.json").read_text())["scale_decoder_outputs"] is False
+    written = json.loads((out / "config.json").read_text())
+    assert written["decoder_start_token_id"] == 0
+    original, back = _tensors(src), _tensors(out)
+    assert all(torch.equal(original[k], back[k]) for k in original)
+    assert torch.equal(back["lm_head.weight"], original["shared.weight"])  # now its own
+    again = transformers.T5ForConditionalGeneration.from_pretrained(out).eval()
+    with torch.no_grad():
+        a = model(input_ids=IDS, labels=IDS)
+        b = again(input_ids=IDS, labels=IDS)
+    assert torch.equal(a.logits, b.logits) and torch.equal(a.loss, b.loss)
