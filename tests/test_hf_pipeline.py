@@ -254,7 +254,10 @@ def test_unknown_model_type_on_import(tmp_path: Path):
     (hf_dir / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(UsageError) as err:
         import_hf(hf_dir, tmp_path / "m.mdl")
-    assert "--model" in _one_line(err.value)
+    line = _one_line(err.value)  # (not "--model": no name takes a config of another type)
+    assert "model_type 'mystery' has no Hugging Face rules here" in line and "gpt2" in line
+    with pytest.raises(UnsupportedContentError, match="model_type = 'mystery', not gpt2"):
+        import_hf(hf_dir, tmp_path / "m.mdl", model="gpt2")
 
 
 @pytest.mark.parametrize("sharded", [False, True])

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
+from conftest import one_line_error, run_cli
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -140,3 +140,37 @@ def test_a_transformers_5_t5_with_its_own_head_comes_back_and_trains(tmp_path):
         a = model(input_ids=IDS, labels=IDS)
         b = again(input_ids=IDS, labels=IDS)
     assert torch.equal(a.logits, b.logits) and torch.equal(a.loss, b.loss)
+
+
+def test_a_model_type_without_rules_is_refused_without_a_dead_end(tmp_path):
+    """A Qwen2 model: the refusal said "pass --model", and every --model then failed again
+    ("model_type='qwen2': expected 'llama'"). It names the types import-hf reads; "pass
+    --model" is for a config.json that names no model_type, and there it works."""
+    config = transformers.Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    transformers.Qwen2ForCausalLM(config).save_pretrained(tmp_path / "qwen2")
+    proc = run_cli("import-hf", tmp_path / "qwen2", tmp_path / "q.mdl")
+    one_line_error(proc, 2, "model_type 'qwen2' has no Hugging Face rules here", "gpt2, ", "llama")
+    assert "--model" not in proc.stderr
+    llama = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+    )
+    untyped = tmp_path / "untyped"
+    transformers.LlamaForCausalLM(llama).save_pretrained(untyped)
+    data = json.loads((untyped / "config.json").read_text())
+    del data["model_type"]
+    (untyped / "config.json").write_text(json.dumps(data))
+    proc = run_cli("import-hf", untyped, tmp_path / "u.mdl")
+    one_line_error(proc, 2, "names no model_type; pass --model")
+    proc = run_cli("import-hf", untyped, tmp_path / "u.mdl", "--model", "llama")
+    assert proc.returncode == 0, proc.stderr

@@ -248,11 +248,15 @@ def _model_from_config(src: Path, cfg: dict[str, Any]) -> str:
     """The model name ``config.json`` implies: its architecture, else the first name of the
     record of its ``model_type`` (not of its rules: one set of rules serves several types)."""
     named = catalogue.hf_name(cfg)
-    if named is None:
+    if named is None and cfg.get("model_type") is None:
+        raise UsageError(src / "config.json", "names no model_type", "pass --model")
+    if named is None:  # (--model would not help: a config of another type is refused too)
+        known = sorted({t for m in catalogue.hf_modules() for t in catalogue.hf_model_types(m)})
         raise UsageError(
             src / "config.json",
-            f"no Hugging Face rules for model_type {cfg.get('model_type')!r}",
-            "pass --model",
+            f"model_type {cfg['model_type']!r} has no Hugging Face rules here; import-hf "
+            f"reads {', '.join(known)}",
+            "convert it with a tool that knows that model",
         )
     return named
 
