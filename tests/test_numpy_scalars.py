@@ -17,6 +17,7 @@ from conftest import REAL, run_cli
 from digest import diff_digests, digest, load_expected
 
 import ckpt_migrate as cm
+from ckpt_migrate.errors import UnsupportedContentError
 from ckpt_migrate.format.pickled import OpaqueObject, decode
 
 SOURCE = REAL / "numpy_scalars.mdl"
@@ -125,3 +126,19 @@ def test_a_numpy_dtype_outside_a_scalar_stays_opaque_and_scalars_in_containers_d
         assert decode(payload, "data") == OpaqueObject(payload)
     payload = pickle.dumps([np.float32(1), {"x": np.int8(3)}], protocol=4)
     assert decode(payload, "data") == [np.float32(1), {"x": np.int8(3)}]
+
+
+@pytest.mark.parametrize("release", ["1.7", "1.9", "2.0", "2.4"])
+def test_save_to_a_release_before_2_5_stores_a_numpy_scalar_as_those_writers_did(tmp_path, release):
+    """1.7-2.4 stored a numpy scalar as a 0-d array (``NumpyArrayH5Type``, FORMAT.md §3.3), and
+    formats 0.1/0.2 hold no pickle at all: pickling it for every release refused 1.7 and 1.8
+    ("a pickled object, which format 0.1 cannot hold") and wrote a dill pickle 2.4 never did."""
+    out = tmp_path / "old.mdl"
+    cm.save({"scale": np.float32(1.5), "steps": [np.int64(3)]}, out, release)
+    with h5py.File(out) as f:
+        assert f["scale"].shape == () and f["scale"][()] == np.float32(1.5)
+        assert f["scale"].dtype == np.float32 and f["steps.0"].dtype == np.int64
+    with pytest.raises(
+        UnsupportedContentError, match=r"a numpy complex64 scalar, which format 0\.4"
+    ):
+        cm.save({"z": np.complex64(1j)}, tmp_path / "z.mdl", "2.4")

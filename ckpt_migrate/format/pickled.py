@@ -21,7 +21,19 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ckpt_migrate.errors import UnsupportedContentError
+from ckpt_migrate.format import dtypes
+from ckpt_migrate.format.tree import (
+    MemoryData,
+    Node,
+    OpaqueLeaf,
+    TensorLeaf,
+    leaf_objects,
+    map_leaves,
+)
+
 ObjectMode = Literal["opaque", "data", "trusted"]
+NUMPY_SCALAR = "numpy scalar"  # the type_hint of a numpy scalar ``save`` pickled
 
 
 @dataclass(frozen=True)
@@ -143,6 +155,34 @@ def numpy_scalar_pickle(value: np.generic) -> bytes:
         )
     )
     return b"\x80\x04\x95" + struct.pack("<Q", len(body)) + body
+
+
+def legacy_numpy_scalars(root: Node, release_format: float) -> Node:
+    """``root`` with each numpy scalar ``save`` pickled (for 2.5+, whose writer pickles them) as
+    the 0-d array the writers of 1.7-2.4 stored (``NumpyArrayH5Type``, FORMAT.md §3.3)."""
+    if not any(
+        isinstance(leaf, OpaqueLeaf) and leaf.type_hint == NUMPY_SCALAR
+        for leaf in leaf_objects(root)
+    ):
+        return root
+
+    def as_array(ref: Any) -> Any:
+        leaf = ref.leaf
+        if not (isinstance(leaf, OpaqueLeaf) and leaf.type_hint == NUMPY_SCALAR):
+            return leaf
+        array = np.asarray(numpy_scalar_payload(leaf.payload))
+        try:
+            dt = dtypes.from_storage(array.dtype)
+        except ValueError:
+            raise UnsupportedContentError(
+                None,
+                f"{ref.name}: a numpy {array.dtype} scalar, which format {release_format} "
+                "cannot hold",
+                "write release 2.5 or newer (it pickles numpy scalars)",
+            ) from None
+        return TensorLeaf(dt.name, (), MemoryData(array), numpy=True)
+
+    return map_leaves(root, as_array)
 
 
 def decode_data_pickle(payload: bytes) -> Any:

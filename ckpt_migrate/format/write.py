@@ -30,6 +30,7 @@ from ckpt_migrate.format.h5.writing import writing
 from ckpt_migrate.format.legacy import write as write_legacy
 from ckpt_migrate.format.legacy.names import stored_name
 from ckpt_migrate.format.outline import sizes
+from ckpt_migrate.format.pickled import legacy_numpy_scalars
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.space import new_checkpoint_bound
@@ -75,6 +76,8 @@ def prepare(
     if not isinstance(root, (DictNode, SeqNode, NamedTupleNode)):
         bare = "a checkpoint holds named values, and this is one bare value"
         raise UnsupportedContentError(path, bare, BARE_FIX)
+    if release.legacy:
+        root = legacy_numpy_scalars(root, release.format)
     if not release.legacy and contains(root, NamedTupleNode):
         root = treespec_json.as_tuples(root)
         notes.append("namedtuples written as tuples: format 0.5 cannot name their classes")

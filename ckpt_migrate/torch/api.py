@@ -313,7 +313,7 @@ def _leaf_of(obj: Any, where: str, pickle_objects: bool) -> Leaf:
     if isinstance(obj, np.str_):  # a str subclass: so does it
         return ValueLeaf(str(obj))
     if isinstance(obj, np.generic) and obj.dtype.kind in "biufc":  # it pickles the others
-        return OpaqueLeaf(objects.numpy_scalar_pickle(obj), "pickle")
+        return OpaqueLeaf(objects.numpy_scalar_pickle(obj), objects.NUMPY_SCALAR)
     if isinstance(obj, OpaqueObject):
         return OpaqueLeaf(obj.payload, obj.type_hint)
     if isinstance(obj, bytes):
