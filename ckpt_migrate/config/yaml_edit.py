@@ -381,10 +381,7 @@ def take(m: Any, key: Any) -> tuple[Any, str | None]:
     col = key_col(m, key)
     entry = m.ca.items.pop(key, None)
     value = m.pop(key)
-    before = (entry[1] if entry and len(entry) > 1 else None) or []
-    above = "".join(  # (after a flow sequence ruamel keeps them with the key, not before it)
-        " " * _column(t) + t.value.lstrip(" ") for t in before if t.value
-    )
+    above = yaml_headings.lines_before(entry)
     eol, rest = None, above + yaml_headings.trailing(value, col or 0)  # (what the value heads)
     if tok is not None:
         eol, own = _split(tok.value, col)

@@ -5,7 +5,9 @@ ruamel keeps them with the last entry of the value before, however deep (Model Z
 ``optimizer.adjust_learning_rate.decoder_kernel``): a value dropped or replaced lost them,
 and a section moved took the next one's heading with it. :func:`trailing` takes them off a
 value, :func:`append` puts them back after one, :func:`pop` takes a key's heading off before
-its section moves and :func:`put` sets it above the section's new place.
+its section moves and :func:`put` sets it above the section's new place; :func:`above` takes
+the lines above a single key that moves, :func:`open_first_item` keeps a rebuilt list's
+opening lines with its first item.
 """
 
 from __future__ import annotations
@@ -58,11 +60,19 @@ def above(m: Any, key: Any, col: int) -> str:
     at column ``col`` or left of it, for them to go where the key goes (:func:`put`); ""
     for a first key (its lines open the mapping, and stay)."""
     entry = m.ca.items.get(key)
-    kept = entry[1] if entry and len(entry) > 1 and entry[1] else []
-    if kept:  # (after a flow sequence ruamel keeps them with the key, not before it)
+    lines = lines_before(entry)
+    if lines:
         entry[1] = None
-    lines = "".join(" " * (getattr(t, "column", 0) or 0) + t.value.lstrip(" ") for t in kept)
     return pop(m, key, col) + lines
+
+
+def lines_before(entry: Any) -> str:
+    """The comment lines ruamel keeps *with* a key (its entry's slot 1: after a flow sequence,
+    the lines above the key are there, not with the value before), as text."""
+    kept = (entry[1] if entry and len(entry) > 1 else None) or []
+    return "".join(
+        " " * (getattr(t, "column", 0) or 0) + t.value.lstrip(" ") for t in kept if t.value
+    )
 
 
 def end_comment(m: Any, key: Any) -> str | None:
