@@ -255,6 +255,7 @@ def _place_headings(trainer: Any, headings: dict[str, str], col: int) -> None:
         "optimizer": (init, "optimizer" if "optimizer" in init else "schedulers"),
         "sparsity": (init, "sparsity"),
         "runconfig": (init, next((k for k in init if k in from_run), None)),
+        "wandb": (init, "loggers"),
         "train_input": (trainer.get("fit") or {}, "train_dataloader"),
         "eval_input": (trainer.get("fit") or trainer.get("validate") or {}, "val_dataloader"),
     }
