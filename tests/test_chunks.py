@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import h5py
+import hdf5plugin
 import numpy as np
 import pytest
 from conftest import FIXTURES, REAL, one_line_error, real_2x_files, run_cli
@@ -111,6 +112,26 @@ def test_a_deflate_chunk_that_decodes_short_is_refused(tmp_path):
         pytest.raises(CorruptCheckpointError, match=r"'w', chunk \(0, 0\): its deflate"),
     ):
         read_slab(f["w"], ())
+
+
+@pytest.mark.parametrize("compression", [hdf5plugin.LZ4(), {"compression": "gzip"}])
+def test_a_checksum_h5py_puts_after_the_compression_is_read(tmp_path, compression):
+    """h5py's ``fletcher32=True`` sums the compressed chunk (the filter comes last in its
+    pipeline): a user's script writing LZ4 or gzip with it made a sound file, read as h5py reads
+    it and upgraded, not refused as damaged."""
+    src = tmp_path / "checkpoint_1.mdl"
+    rng = np.random.default_rng(0)
+    cm.save({"model": {"w": rng.random((64, 64), dtype=np.float32)}, "step": 3}, src, "2.0")
+    with h5py.File(src, "r+") as f:
+        attrs, data = dict(f["model.w"].attrs), f["model.w"][()]
+        del f["model.w"]
+        ds = f.create_dataset("model.w", data=data, chunks=(32, 64), fletcher32=True, **compression)
+        ds.attrs.update(attrs)
+        assert ds.id.get_create_plist().get_filter(1)[0] == h5py.h5z.FILTER_FLETCHER32
+    assert np.array_equal(np.asarray(cm.load(src)["model"]["w"]), data)
+    proc = run_cli("upgrade", src, "-o", tmp_path / "out", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert run_cli("verify", src, tmp_path / "out" / src.name).returncode == 0
 
 
 def test_an_undamaged_file_reads_as_before(tmp_path):
