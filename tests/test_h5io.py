@@ -434,3 +434,19 @@ def _dataset_links(f: h5py.File) -> list[str]:
     found: list[str] = []
     f.visit_links(lambda n: found.append(n) if isinstance(f.get(n), h5py.Dataset) else None)
     return sorted(found)
+
+
+def test_a_file_open_in_h5py_is_said_to_be_open_not_damaged(tmp_path):
+    """A notebook that looked at the file with h5py's defaults and then loads it: HDF5 shares
+    one open file per process and refuses the reader's other locking setting; that is said, with
+    the two ways out, instead of calling a sound file truncated or corrupted."""
+    src = REAL / "basic.mdl"
+    with h5py.File(src, "r"):
+        with pytest.raises(CkptError) as err:
+            read_checkpoint(src)
+        assert type(err.value).__name__ == "UsageError"
+        assert "already open in this process" in str(err.value)
+        assert "locking=False" in str(err.value)
+        assert "corrupted" not in str(err.value)
+    with h5py.File(src, "r", locking=False), read_checkpoint(src) as ckpt:
+        assert ckpt.release.name == "2.10"

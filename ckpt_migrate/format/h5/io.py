@@ -15,7 +15,13 @@ import h5py
 import numpy as np
 
 from ckpt_migrate.atomic import path_exists, refuse_object_address
-from ckpt_migrate.errors import CkptError, CkptIOError, CorruptCheckpointError, NotACheckpointError
+from ckpt_migrate.errors import (
+    CkptError,
+    CkptIOError,
+    CorruptCheckpointError,
+    NotACheckpointError,
+    UsageError,
+)
 from ckpt_migrate.format.h5 import capi, chunks, overlaps
 from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
@@ -86,6 +92,13 @@ def _unopenable(path: Path, exc: OSError) -> CorruptCheckpointError:
             f"is truncated: it holds {have:,} of the {want:,} bytes its HDF5 header records "
             "(a copy or a save that did not finish)",
             "copy it again from where it was saved, or use another copy",
+        )
+    if "file locking flag values don't match" in str(exc):  # HDF5 shares one open per process
+        return UsageError(
+            path,
+            "is already open in this process (an h5py.File) with other HDF5 file-locking settings",
+            f"close that h5py.File first, or open it as h5py.File({str(path)!r}, 'r', "
+            "locking=False)",
         )
     return CorruptCheckpointError(
         path,
