@@ -18,7 +18,8 @@ from conftest import FIXTURES, one_line_error, run_capped, sha256_file
 from test_spec_codec import _bomb, _nested
 
 import ckpt_migrate as cm
-from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.errors import CkptError, CorruptCheckpointError
+from ckpt_migrate.format.h5.io import read_slab
 from ckpt_migrate.format.read import read_checkpoint
 
 GiB = 1 << 30
@@ -162,6 +163,32 @@ def test_legitimate_compression_and_constant_tensors_stay_within_budget(tmp_path
         assert ckpt.root is not None
     tree = cm.load(src)
     assert tree["model"]["w"].shape == (16 << 20,)
+
+
+def test_a_tensor_in_a_chunk_far_larger_than_it_is_refused_before_decoding(tmp_path):
+    """HDF5 decodes whole chunks: four float64 values in one gzip chunk of 64 MiB (a user's
+    ``chunks=`` with ``maxshape=None``; 64 KiB on disk, within 1100:1 of what it stores) cost
+    64 MiB per copy at every read, a file of many such tensors minutes. The chunk grid is held to
+    the tensor's size, and the refusal says how to rewrite the file."""
+    src = _copy(tmp_path, "2.10")
+    with h5py.File(src, "r+") as f:
+        attrs = dict(f["model.double"].attrs)
+        del f["model.double"]
+        ds = f.create_dataset(
+            "model.double", data=np.arange(4.0).reshape(2, 2), chunks=(1 << 12, 1 << 11),
+            maxshape=(None, None),
+            compression="gzip", compression_opts=9,
+        )  # fmt: skip
+        ds.attrs.update(attrs)
+    assert src.stat().st_size < 1 << 20
+    proc, peak_mib = run_capped("check", src, "--deep")
+    one_line_error(proc, 2, src.name, "chunks of 64.0 MiB")
+    assert peak_mib < 1024
+    with (
+        h5py.File(src) as f,
+        pytest.raises(CkptError, match=r"'model.double'.* chunks of 64.0 MiB.* -l CONTI"),
+    ):
+        read_slab(f["model.double"], ())
 
 
 DEEP_JSON = "[" * 100_000 + "]" * 100_000  # past the recursion limit of CPython's JSON decoder

@@ -16,6 +16,11 @@ break that, and each has a budget here:
   it would let a 6 KB file allocate gigabytes or a ``verify`` hash terabytes of fill value. The
   same ratio bounds all tensors of the file together, constant (``full``) tensors included, so
   ``to-torch``/``load`` cannot be made to materialise more than the file could hold.
+- **Chunk grid.** HDF5 decodes whole chunks, so what a read costs is the chunks covering the
+  tensor, not its shape: a tensor of 32 bytes in one 4 GiB chunk (``maxshape=None`` lets a
+  chunk exceed the data) costs 4 GiB a read. A grid past the tensor's bytes times 2 per axis
+  (edge chunks never reach that) plus :data:`CHUNK_SLACK` (h5py's own chunks are at most
+  1 MiB) is refused.
 """
 
 from __future__ import annotations
@@ -32,6 +37,11 @@ MAX_DEPTH = 100
 MAX_EXPANSION = 1100
 DATASET_SLACK = 64 * 1024
 TOTAL_SLACK = 256 * 1024 * 1024
+CHUNK_SLACK = 32 * 1024 * 1024
+CHUNK_FIX = (
+    "write it again in chunks no larger than the tensor: HDF5_PLUGIN_PATH=$(python -c 'import "
+    "hdf5plugin; print(hdf5plugin.PLUGIN_PATH)') h5repack -l CONTI FILE NEW.mdl"
+)
 
 FIX = "the file is damaged or was not written by a checkpoint writer"
 
@@ -93,3 +103,20 @@ def check_declared(root: Node, path: str | Path, file_size: int) -> None:
             f"times the file's {human_bytes(file_size)}",
             FIX,
         )
+
+
+def chunk_grid_problem(
+    shape: tuple[int, ...], chunks: tuple[int, ...], chunk_bytes: int
+) -> str | None:
+    """Why a dataset of ``shape`` in chunks of ``chunks`` (``chunk_bytes`` each) is refused:
+    its chunk grid decodes to far more than it holds (module doc)."""
+    if not shape or 0 in shape:
+        return None
+    grid = math.prod(-(-n // c) for n, c in zip(shape, chunks, strict=True)) * chunk_bytes
+    held = math.prod(shape) * chunk_bytes // math.prod(chunks)
+    if grid <= held * 2 ** len(shape) + CHUNK_SLACK:
+        return None
+    return (
+        f"holds {human_bytes(held)} in chunks of {human_bytes(chunk_bytes)}, which every read "
+        f"decodes whole ({human_bytes(grid)} in all)"
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ckpt_migrate.errors import CkptError, CorruptCheckpointError
+from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5.identity import watch
@@ -89,6 +89,6 @@ def _decode(leaf: TensorLeaf) -> str | None:
         ds = data.handle.dataset(data.name)
         for sl in iter_slabs(tuple(ds.shape), dtypes.by_name(leaf.dtype).storage.itemsize):
             read_slab(ds, sl)
-    except CkptError as exc:
+    except CorruptCheckpointError as exc:  # (a layout it does not read is refused, not damage)
         return exc.problem
     return None

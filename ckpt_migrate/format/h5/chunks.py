@@ -47,6 +47,7 @@ import numpy as np
 from h5py import h5d
 
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
+from ckpt_migrate.format import budgets
 from ckpt_migrate.format.h5 import capi, overlaps
 from ckpt_migrate.format.h5.identity import hdf5_file, hdf5_identity
 from ckpt_migrate.format.h5.plugins import LZ4_FILTER_ID
@@ -54,6 +55,8 @@ from ckpt_migrate.format.h5.plugins import LZ4_FILTER_ID
 DEFLATE, SHUFFLE, FLETCHER32, LZ4 = 1, 2, 3, LZ4_FILTER_ID
 CHECKED_FILTERS = frozenset({DEFLATE, SHUFFLE, FLETCHER32, LZ4})
 _FIX = "the file is damaged; use another copy"
+_UNCHECKABLE = "whose chunks cannot be checked before decoding"
+_REWRITE = "rewrite it with LZ4 (filter 32004) or without compression"
 _FRAME_HEAD = struct.Struct(">QI")
 _BLOCK_HEAD = struct.Struct(">I")
 _HEAD = _FRAME_HEAD.size + _BLOCK_HEAD.size  # a frame's header and its first block's size
@@ -84,15 +87,14 @@ class Layout:
             return None
         chunks = tuple(dcpl.get_chunk())
         filters = tuple(dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters()))
-        odd = [f for f in filters if f not in CHECKED_FILTERS]
-        if odd or filters.count(LZ4) + filters.count(DEFLATE) > 1:
-            raise UnsupportedContentError(
-                filename(dsid),
-                f"dataset {dataset_name(dsid)!r} uses the HDF5 filter pipeline {filters}, whose "
-                "chunks cannot be checked before decoding",
-                "rewrite it with LZ4 (filter 32004) or without compression",
-            )
         size = math.prod(chunks) * dsid.get_type().get_size()
+        why, fix = budgets.chunk_grid_problem(tuple(dsid.shape), chunks, size), budgets.CHUNK_FIX
+        if set(filters) - CHECKED_FILTERS or sum(f in (LZ4, DEFLATE) for f in filters) > 1:
+            why, fix = f"uses the HDF5 filter pipeline {filters}, {_UNCHECKABLE}", _REWRITE
+        if why is not None:
+            raise UnsupportedContentError(
+                filename(dsid), f"dataset {dataset_name(dsid)!r} {why}", fix
+            )
         return cls(tuple(dsid.shape), chunks, size, filters)
 
     @property
