@@ -334,6 +334,20 @@ def test_a_damaged_format_number_is_not_called_newer(tmp_path, version):
         read_checkpoint(path)
 
 
+@pytest.mark.parametrize(
+    ("fixture", "release"), [("release-2.0.mdl", "2.0"), ("release-2.3.mdl", "2.3")]
+)
+def test_a_format_number_stored_as_float32_is_that_format(tmp_path, fixture, release):
+    """A script that wrote ``__version__`` as ``np.float32(0.4)`` (h5py keeps the numpy type:
+    0.4000000059604645 on reading) wrote format 0.4, not an unknown one; it is read and upgraded."""
+    path = tmp_path / fixture
+    shutil.copy(FIXTURES / fixture, path)
+    with h5py.File(path, "a") as f:
+        f.attrs["__version__"] = np.float32(0.4)
+    with read_checkpoint(path) as ckpt:
+        assert ckpt.release.name == release and ckpt.format == 0.4
+
+
 def test_partial_05_file_is_refused(tmp_path):
     path = tmp_path / "partial.mdl"
     shutil.copy(REAL / "basic.mdl", path)

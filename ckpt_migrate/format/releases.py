@@ -7,6 +7,7 @@ Facts from FORMAT.md §1.1–1.3: formats 0.1–0.3 were written by 1.7–1.9 wi
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +75,14 @@ def get(name: str) -> Release:
     raise UsageError(None, f"unknown release {name!r}", f"known releases: {known_names()}, latest")
 
 
+_F32 = struct.Struct("<f")
+
+
 def format_matches(a: float, b: float) -> bool:
-    return abs(a - b) < 1e-9
+    """Equal, or equal as float32: a script may have stored ``np.float32(0.4)``."""
+    if abs(a - b) < 1e-9:
+        return True
+    return max(abs(a), abs(b)) < 1e3 and _F32.pack(a) == _F32.pack(b)
 
 
 @dataclass(frozen=True)
