@@ -134,6 +134,29 @@ def test_a_checksum_h5py_puts_after_the_compression_is_read(tmp_path, compressio
     assert run_cli("verify", src, tmp_path / "out" / src.name).returncode == 0
 
 
+def test_a_chunk_a_writer_never_stored_is_said_so_with_a_rewrite_that_stores_it(tmp_path):
+    """A script that wrote a tensor chunk by chunk, skipping the chunks equal to the fill value
+    (h5py: ``create_dataset(shape=..., fillvalue=...)``, then ``ds[rows] = block``), made a file
+    HDF5 reads with fill values there. The reader refuses what it cannot tell from a damaged
+    index, but says what it found and how to store every value, not only "damaged"."""
+    src = tmp_path / "checkpoint_1.mdl"
+    cm.save({"model": {"w": np.full((64, 64), 0.5, np.float32)}, "step": 3}, src, "2.0")
+    with h5py.File(src, "r+") as f:
+        attrs = dict(f["model.w"].attrs)
+        del f["model.w"]
+        ds = f.create_dataset("model.w", (64, 64), np.float32, chunks=(32, 64), fillvalue=0.5)
+        ds[:32] = np.arange(32 * 64, dtype=np.float32).reshape(32, 64)
+        ds.attrs.update(attrs)
+        assert ds.id.get_num_chunks() == 1 and ds[40, 0] == 0.5
+    with (
+        h5py.File(src) as f,
+        pytest.raises(CorruptCheckpointError, match=r"'model.w', chunk \(32, 0\): is not stored"),
+    ):
+        read_slab(f["model.w"], ())
+    proc = run_cli("verify", src, src)
+    one_line_error(proc, 2, "chunk (32, 0): is not stored", "h5repack -l CONTI", "another copy")
+
+
 def test_an_undamaged_file_reads_as_before(tmp_path):
     src = _saved(tmp_path)
     want = np.random.default_rng(0).random((64, 64), dtype=np.float32)

@@ -38,10 +38,12 @@ MAX_EXPANSION = 1100
 DATASET_SLACK = 64 * 1024
 TOTAL_SLACK = 256 * 1024 * 1024
 CHUNK_SLACK = 32 * 1024 * 1024
-CHUNK_FIX = (
-    "write it again in chunks no larger than the tensor: HDF5_PLUGIN_PATH=$(python -c 'import "
-    "hdf5plugin; print(hdf5plugin.PLUGIN_PATH)') h5repack -l CONTI FILE NEW.mdl"
+_REPACK = (
+    "HDF5_PLUGIN_PATH=$(python -c 'import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)') "
+    "h5repack -l CONTI FILE NEW.mdl"
 )
+CHUNK_FIX = f"write it again in chunks no larger than the tensor: {_REPACK}"
+UNSTORED_FIX = f"write it again with every value stored ({_REPACK}), or use another copy"
 
 FIX = "the file is damaged or was not written by a checkpoint writer"
 

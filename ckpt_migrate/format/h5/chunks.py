@@ -149,9 +149,9 @@ def check_chunks(dsid: h5d.DatasetID, layout: Layout, sl: tuple[slice, ...] = ()
         else:
             problem = _stored_chunks(dsid, layout, index)
     if problem is not None:
-        where, why = problem
+        (where, why), fix = problem, budgets.UNSTORED_FIX if problem[1] is _MISSING else _FIX
         raise CorruptCheckpointError(
-            path, f"tensor {dataset_name(dsid)!r}, chunk {where}: {why}", _FIX
+            path, f"tensor {dataset_name(dsid)!r}, chunk {where}: {why}", fix
         )
     return [index.where(i) for i in range(len(index))]
 
@@ -293,7 +293,7 @@ def _moved(index: _Index, offsets: np.ndarray, shared: np.ndarray) -> Problem:
 
 
 _TWICE = "is listed twice in the chunk index"
-_MISSING = "is missing from the chunk index"
+_MISSING = "is not stored (HDF5 reads the fill value): a writer skipped it or its index is damaged"
 
 
 def _frames_in_file(fd: int, layout: Layout, index: _Index) -> Problem:
