@@ -348,6 +348,21 @@ def test_a_format_number_stored_as_float32_is_that_format(tmp_path, fixture, rel
         assert ckpt.release.name == release and ckpt.format == 0.4
 
 
+def test_root_attributes_stored_as_one_element_arrays_are_read(tmp_path):
+    """A script that copied the root attributes as ``np.array([value])`` (h5py keeps the shape):
+    ``__version__`` is read as the one number it holds, as the string attributes already were,
+    not refused as "unreadable"."""
+    path = tmp_path / "release-2.3.mdl"
+    shutil.copy(FIXTURES / "release-2.3.mdl", path)
+    with h5py.File(path, "a") as f:
+        for name, value in list(f.attrs.items()):
+            f.attrs[name] = np.array([value], dtype=f.attrs.get_id(name).dtype)
+        assert f.attrs["__version__"].shape == (1,)
+    with read_checkpoint(path) as ckpt, read_checkpoint(FIXTURES / "release-2.3.mdl") as want:
+        assert ckpt.release.name == "2.3"
+        assert [r.name for r in iter_leaves(ckpt.root)] == [r.name for r in iter_leaves(want.root)]
+
+
 def test_partial_05_file_is_refused(tmp_path):
     path = tmp_path / "partial.mdl"
     shutil.copy(REAL / "basic.mdl", path)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import h5py
+import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format import budgets, provenance, releases
@@ -343,12 +344,17 @@ def _read(
     )
 
 
+def _one(value: object) -> object:
+    """A 1-element array attribute as its element (a writer that stored ``np.array([0.5])``)."""
+    return value.item() if isinstance(value, np.ndarray) and value.size == 1 else value
+
+
 def _detect(p: Path, f: h5py.File, release: str | None) -> releases.Detected:
     """The file's release from its root attributes (``release``: the user's ``--from``)."""
     version = f.attrs.get("__version__")
     cstorch = f.attrs.get("__cstorch_version__")
     try:
-        version_value = None if version is None else float(version)
+        version_value = None if version is None else float(_one(version))
         cstorch_text = None if cstorch is None else attr_text(cstorch)
     except (TypeError, ValueError, UnicodeDecodeError):
         raise CorruptCheckpointError(p, "unreadable __version__/__cstorch_version__") from None
