@@ -22,7 +22,7 @@ from ckpt_migrate.errors import (
     NotACheckpointError,
     UsageError,
 )
-from ckpt_migrate.format.h5 import capi, chunks, overlaps
+from ckpt_migrate.format.h5 import capi, chunks, overlaps, rowreads
 from ckpt_migrate.format.h5.identity import file_identity
 from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
 from ckpt_migrate.format.h5.plugins import forbid_plugin_loading, register_lz4
@@ -419,7 +419,8 @@ def read_slab(ds: h5py.Dataset, sl: tuple[slice, ...]) -> Any:
     decoded is a one-line error naming the file, the dataset (and the chunk)."""
     try:
         chunks.check_read(ds.id, sl)
-        return ds[sl] if sl else ds[()]
+        out = rowreads.slab(ds.id, sl) if ds.dtype.kind in _PLAIN else None
+        return (ds[sl] if sl else ds[()]) if out is None else out
     except DAMAGED_HDF5 as exc:
         raise _undecodable(ds.file.filename, ds.name.lstrip("/"), exc) from None
 
@@ -445,7 +446,7 @@ def read_whole(
     check_whole(dsid, path, name)
     try:
         out = np.empty(shape, dtype)
-        dsid.read(h5py.h5s.ALL, h5py.h5s.ALL, out)
+        rowreads.read_rows(dsid, out)
     except DAMAGED_HDF5 as exc:
         raise _undecodable(path, name, exc) from None
     return out
