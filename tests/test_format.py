@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, REAL, real_2x_files
+from conftest import FIXTURES, REAL, real_2x_files, run_cli
 from digest import digest, load_expected
 
 import ckpt_migrate as cm
@@ -361,6 +361,20 @@ def test_root_attributes_stored_as_one_element_arrays_are_read(tmp_path):
     with read_checkpoint(path) as ckpt, read_checkpoint(FIXTURES / "release-2.3.mdl") as want:
         assert ckpt.release.name == "2.3"
         assert [r.name for r in iter_leaves(ckpt.root)] == [r.name for r in iter_leaves(want.root)]
+
+
+def test_a_bfloat16_flag_stored_as_a_one_element_array_keeps_the_tensor_bfloat16(tmp_path):
+    """``is_bfloat16 = np.array([True])`` (a script's copy of a 2.0 file): the walk's facts left
+    the non-scalar flag out, so the tensor was read, and upgraded, as its int16 bit patterns.
+    It is bfloat16, as the dataset's own attribute (read by h5py) says."""
+    path = tmp_path / "bf16.mdl"
+    cm.save({"model": {"w": np.arange(3, dtype=np.int16)}}, path, "2.0")
+    with h5py.File(path, "r+") as f:
+        f["model.w"].attrs["is_bfloat16"] = np.array([True])
+    with read_checkpoint(path) as ckpt:
+        assert [(r.name, r.leaf.dtype) for r in iter_leaves(ckpt.root)] == [("model.w", "bfloat16")]
+    proc = run_cli("inspect", path, "--all")  # (its header scan, too)
+    assert "'w': ndarray bfloat16[3]" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_partial_05_file_is_refused(tmp_path):

@@ -56,7 +56,7 @@ from ckpt_migrate.format.h5.headers import (
     read_header,
 )
 from ckpt_migrate.format.h5.storagescan import Undecided, filter_ids
-from ckpt_migrate.format.h5.walkreads import SHAPE, is_shape
+from ckpt_migrate.format.h5.walkreads import BF16, SHAPE, is_shape
 
 _DATASPACE, _DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS = 0x01, 0x03, 0x07, 0x08, 0x0B
 _ATTRIBUTE, _ATTRIBUTE_INFO = 0x0C, 0x15
@@ -288,6 +288,8 @@ def _attribute_kind(head: bytes) -> tuple[str, Any]:
         if name == SHAPE.decode() and shape is not None and is_shape(number, shape):
             assert number is not None
             return name, (number, shape[0])
+        if name == BF16.decode():
+            raise Undecided("an is_bfloat16 flag that is not a scalar")  # (the walk reads it)
         return name, None
     if is_vlen_string(dtype):
         return name, _TEXT

@@ -175,6 +175,10 @@ def read_attributes(
         elif scalars is not None and extent == h5py.h5s.SCALAR and kind.number is not None:
             out = np.empty((), dtype=kind.number)
             attr.read(out)
+        elif scalars is not None and name == BF16 and kind.number is not None and len(shape) == 1:
+            out = np.empty(shape, dtype=kind.number)  # (a flag as ``[True]``, read as True)
+            attr.read(out)
+            out = out.reshape(()) if out.size == 1 else None
         elif scalars is not None and name == SHAPE and is_shape(kind.number, shape):
             out = np.empty(shape, dtype=kind.number)
             attr.read(out)
@@ -195,6 +199,7 @@ def read_attributes(
 
 _TAGS = frozenset({"__H5_TYPE__", "__TYPE__"})  # (a tagged dataset's tag, without which it fails)
 SHAPE = b"shape"  # a full tensor's shape (``DeferredFullTensor``, FORMAT.md §3.3)
+BF16 = b"is_bfloat16"  # its absence means False: a flag left out of the facts would flip it
 MAX_RANK = 64
 
 
