@@ -38,10 +38,11 @@ MAX_EXPANSION = 1100
 DATASET_SLACK = 64 * 1024
 TOTAL_SLACK = 256 * 1024 * 1024
 CHUNK_SLACK = 32 * 1024 * 1024
-_REPACK = (
-    "HDF5_PLUGIN_PATH=$(python -c 'import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)') "
-    "h5repack -l CONTI FILE NEW.mdl"
+# (h5repack without the LZ4 plugin drops every LZ4 dataset, with a warning only)
+H5REPACK = (
+    "HDF5_PLUGIN_PATH=$(python -c 'import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)') h5repack"
 )
+_REPACK = f"{H5REPACK} -l CONTI FILE NEW.mdl"
 CHUNK_FIX = f"write it again in chunks no larger than the tensor: {_REPACK}"
 UNSTORED_FIX = f"write it again with every value stored ({_REPACK}), or use another copy"
 

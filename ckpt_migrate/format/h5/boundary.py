@@ -43,8 +43,8 @@ _FIX = "a checkpoint must hold all of its data itself; the file was not read"
 _FILTER_NAMES = {4: "szip", 5: "nbit", 6: "scaleoffset", 307: "bzip2", 32001: "blosc"}
 _FILTER_NAMES |= {32008: "bitshuffle", 32013: "zfp", 32015: "zstd", 32017: "sz", 32026: "blosc2"}
 _FILTER_FIX = (
-    "write it again without that filter (h5repack -f NONE FILE NEW.mdl, where HDF5 can decode "
-    "it) and use the new file; the file was not read"
+    f"write it again without that filter ({budgets.H5REPACK} -f NONE FILE NEW.mdl, where HDF5 "
+    "can decode it) and use the new file; the file was not read"
 )
 
 # The HDF5 type classes of checkpoint datasets and attributes: numbers, strings (fixed and

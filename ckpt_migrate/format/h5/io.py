@@ -82,7 +82,7 @@ def open_read(path: str | Path) -> h5py.File:
 _TRUNCATED = re.compile(r"truncated file: eof = (\d+),.*stored_eof = (\d+)")
 
 
-def _unopenable(path: Path, exc: OSError) -> CorruptCheckpointError:
+def _unopenable(path: Path, exc: OSError) -> CkptError:
     """A one-line error for an HDF5 file h5py will not open: a truncated one in plain words."""
     cut = _TRUNCATED.search(str(exc))
     if cut is not None:
