@@ -29,8 +29,10 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
 
 
 def sources() -> list[Path]:
+    """The fixtures damaged (the seeds the tests replay index this list: numpy_scalars.mdl,
+    added later, is left out so that each seed still damages the same file)."""
     return sorted(FIXTURES.glob("release-*.mdl")) + sorted(
-        (FIXTURES / "real-cstorch-2.10").glob("*.mdl")
+        p for p in (FIXTURES / "real-cstorch-2.10").glob("*.mdl") if p.name != "numpy_scalars.mdl"
     )
 
 

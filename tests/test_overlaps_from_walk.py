@@ -97,7 +97,9 @@ def test_data_moved_into_metadata_is_found_by_the_walk(tmp_path, monkeypatch):
     holds it, and the read refuses it without a walk of its own."""
     src = tmp_path / "checkpoint_1.mdl"
     rng = np.random.default_rng(0)
-    cm.save({"w": rng.random((64, 64), dtype=np.float32), "scale": np.float32(3.5)}, src, "2.10")
+    cm.save(
+        {"w": rng.random((64, 64), np.float32), "scale": np.array(3.5, np.float32)}, src, "2.10"
+    )
     at, _ = _contiguous_address(src, "scale")
     inside = src.read_bytes().index(b"TREE") + 600
     _patch(src, at, struct.pack("<Q", inside))
