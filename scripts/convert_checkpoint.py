@@ -421,6 +421,11 @@ def create_arg_parser() -> argparse.ArgumentParser:
         help="--tgt-fmt hf: accepted for Model Zoo's command lines; the output is always "
         "safetensors",
     )
+    conv.add_argument(
+        "--export-h5-checkpoint",
+        action="store_true",
+        help="Model Zoo 1.8/1.9's flag, accepted: a Cerebras output is always H5",
+    )
     conv.add_argument("--no-progress-bar", action="store_true", help="Disable the progress bar")
     conv.add_argument(
         "--debug", action="store_true", help="Show tracebacks and the model detection evidence"
@@ -429,6 +434,7 @@ def create_arg_parser() -> argparse.ArgumentParser:
 
     conf = sub.add_parser(
         "convert-config",
+        aliases=["convert_config"],  # Model Zoo 1.8-2.3 ran "_" + command with "-" as "_"
         help="Convert a config file only.",
         description="Upgrade a params.yaml from one release to a newer one; the output is "
         "<config stem>_to_<tgt-fmt>.yaml, comments and key order kept.",

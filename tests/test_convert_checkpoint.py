@@ -387,6 +387,72 @@ def test_help_names_the_autoload_friendly_alternative():
         assert "ckpt-migrate upgrade" in text and "autoload" in text
 
 
+# Model Zoo's argparse surface of convert_checkpoint.py at each tag, read by building its parsers
+# (``CheckpointConverterCLI``: ``_convert`` ... up to 2.3, ``add_*_args`` from 2.4): subcommand
+# -> (option, a value it takes, the dest and value it parses to). Up to 2.3 the command ran
+# ``"_" + command.replace("-", "_")``, so ``convert_config`` was ``convert-config``.
+MZ_SURFACE = {
+    "Release_1.8.0": ("convert", "convert-config", "convert_config", "list"),
+    "Release_1.9.1": ("convert", "convert-config", "convert_config", "list", "diff"),
+    "Release_2.3.1": ("convert", "convert-config", "convert_config", "list", "diff"),
+    "Release_2.4.3": ("convert", "convert-config", "list", "diff"),
+    "Release_2.10.0": ("convert", "convert-config", "list-converters", "list"),
+}
+MZ_OPTIONS = {
+    "convert": [
+        ("--output-dir", "out", "output_dir", "out"),
+        ("--export-h5-checkpoint", None, "export_h5_checkpoint", True),  # 1.8.0, 1.9.1
+        ("--hf-shard-size", "5GiB", "hf_shard_size", "5GiB"),  # 2.0.2 on
+        ("--export-safetensors", None, "export_safetensors", True),  # 2.1.0 on
+        ("--drop-unmatched-keys", None, "drop_unmatched_keys", True),
+        ("--no-progress-bar", None, "no_progress_bar", True),
+        ("--debug", None, "debug", True),
+    ],
+    "convert-config": [
+        ("--output-dir", "out", "output_dir", "out"),
+        ("--debug", None, "debug", True),
+    ],
+    "list": [("--hide-notes", None, "hide_notes", True)],
+    "diff": [("--tensor_comparison_op", "allclose", "tensor_comparison_op", "allclose")],
+}
+MZ_REQUIRED = {
+    "convert": [
+        "ckpt.mdl",
+        "--model",
+        "gpt2",
+        "--src-fmt",
+        "cs-1.9",
+        "--tgt-fmt",
+        "cs-2.0",
+        "--config",
+        "p.yaml",
+    ],
+    "convert-config": ["p.yaml", "--model", "gpt2", "--src-fmt", "cs-1.9", "--tgt-fmt", "cs-2.0"],
+    "list": ["gpt2"],
+    "diff": ["left.mdl", "right.mdl"],
+}
+
+
+@pytest.mark.parametrize("tag", sorted(MZ_SURFACE))
+def test_every_option_model_zoo_parsed_is_parsed_the_same(tag):
+    """Each subcommand, flag and default of Model Zoo's parsers at ``tag``, spelled as there."""
+    parser = cc.create_arg_parser()
+    for command in MZ_SURFACE[tag]:
+        kind = {"convert_config": "convert-config", "list-converters": "list"}.get(command, command)
+        args = parser.parse_args([command, *MZ_REQUIRED[kind]])
+        defaults = {"list": ("model", "gpt2"), "diff": ("tensor_comparison_op", "equal")}
+        if kind == "convert":
+            assert (args.hf_shard_size, args.output_dir) == ("10GB", None)
+        if kind in defaults:
+            assert getattr(args, defaults[kind][0]) == defaults[kind][1]
+        for option, value, dest, parsed in MZ_OPTIONS[kind]:
+            given = [option] if value is None else [option, value]
+            args = parser.parse_args([command, *MZ_REQUIRED[kind], *given])
+            assert getattr(args, dest) == parsed, (tag, command, option)
+        if kind == "list":
+            assert parser.parse_args([command]).model == "all"
+
+
 # ---------------------------------------------------------------- dataloader side files (#20 C)
 
 SIDE = ROOT / "fixtures" / "release-1.9-data-iter" / "good"

@@ -189,3 +189,33 @@ def test_the_real_library_loads_what_the_documented_lines_write(tmp_path):
     for path in outputs:
         assert results[path]["ok"], results[path]["error"]
         assert untied(results[path]["digest"]) == untied(state(path)), path.name
+
+
+# ------------------------------------------- Model Zoo's own convert_checkpoint.py lines, by tag
+
+CONVERT_19 = (  # Model Zoo 1.8.0/1.9.1 `convert` had --export-h5-checkpoint (cbtorch.save: H5)
+    "convert_checkpoint.py convert checkpoint_100.mdl --model gpt2 --src-fmt cs-1.9 "
+    "--tgt-fmt cs-2.0 --config params.yaml --export-h5-checkpoint"
+)
+# Model Zoo 1.8.0-2.3.1 dispatched to "_" + command with "-" as "_" (CheckpointConverterCLI)
+CONVERT_CONFIG_19 = (
+    "convert_checkpoint.py convert_config params.yaml --model gpt2 --src-fmt cs-1.9 "
+    "--tgt-fmt cs-2.0 --output-dir underscored"
+)
+
+
+def test_model_zoo_1_9_spellings_of_convert(tmp_path):
+    """``--export-h5-checkpoint`` and the ``convert_config`` command, as Model Zoo 1.8/1.9
+    parsed them, run: the checkpoint is what one upgrade writes (always H5), the config what
+    ``convert-config`` writes."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "models" / "gpt2-1.9", run)
+    proc = run_line(CONVERT_19, run)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    src = run / "checkpoint_100.mdl"
+    expected = one_upgrade(src, tmp_path / "one", "--model", "gpt2", "--drop-dataloader-state")
+    assert diff_digests(state(expected), state(run / "checkpoint_100_to_cs-2.0.mdl")) == []
+    proc = run_line(CONVERT_CONFIG_19, run)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    written = (run / "underscored" / "params_to_cs-2.0.yaml").read_text()
+    assert written == (run / "params_to_cs-2.0.yaml").read_text()
