@@ -27,6 +27,7 @@ from ckpt_migrate import catalogue
 from ckpt_migrate.cli import console, render
 from ckpt_migrate.cli.commands import load_config, verify
 from ckpt_migrate.cli.modelzoo_formats import (
+    hf_source,
     key_rules,
     listed,
     output_name,
@@ -200,7 +201,7 @@ def convert_from_hf(args: argparse.Namespace) -> int:
     the outputs are ``<checkpoint stem>_to_cs-X.Y.mdl`` and ``<config stem>_to_cs-X.Y.yaml``
     (the run's params.yaml for that release), as for a CS source."""
     given, config = Path(args.checkpoint_file), Path(args.config)
-    hf_dir = given if given.is_dir() else given.parent
+    hf_dir = hf_source(given)
     tgt = parse_format(args.tgt_fmt, source=False)
     assert tgt is not None
     ckpt_out = _output_dir(args.output_dir, given.parent) / output_name(given, tgt, ".mdl")

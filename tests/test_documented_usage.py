@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, release_of, run_cli, run_script
+from conftest import FIXTURES, one_line_error, release_of, run_cli, run_script
 from digest import diff_digests, digest, untied
 from real_cstorch import real_digest, requires_real_cstorch
 
@@ -202,6 +202,11 @@ CONVERT_CONFIG_19 = (
     "convert_checkpoint.py convert_config params.yaml --model gpt2 --src-fmt cs-1.9 "
     "--tgt-fmt cs-2.0 --output-dir underscored"
 )
+# tags Release_1.8.0-2.10.0, the GPT-J continuous_pretraining/README.md (its target release)
+GPTJ_IN = (
+    "convert_checkpoint.py convert {file} --config EleutherAI_gpt-j-6B_config.json --model gptj "
+    "--src-fmt hf --tgt-fmt cs-2.3 --output-dir converted"
+)
 
 
 def test_model_zoo_1_9_spellings_of_convert(tmp_path):
@@ -219,3 +224,28 @@ def test_model_zoo_1_9_spellings_of_convert(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     written = (run / "underscored" / "params_to_cs-2.0.yaml").read_text()
     assert written == (run / "params_to_cs-2.0.yaml").read_text()
+
+
+def test_gptj_readme_line_reads_the_file_it_names(tmp_path):
+    """The GPT-J README's ``convert <path to checkpoint file> --config <config.json>``: a
+    ``pytorch_model.bin`` as transformers 4 saved it converts; a file that is not there is
+    refused in one line (it converted the directory's other weights), nothing written."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    config = transformers.GPTJConfig(
+        vocab_size=32, n_positions=16, n_embd=8, n_layer=1, n_head=2, rotary_dim=4
+    )
+    hf = tmp_path / "gpt-j-6B"
+    transformers.GPTJForCausalLM(config).save_pretrained(hf)  # model.safetensors (5.x)
+    shutil.copyfile(hf / "config.json", tmp_path / "EleutherAI_gpt-j-6B_config.json")
+    proc = run_line(GPTJ_IN.format(file="gpt-j-6B/pytorch_model.bin"), tmp_path)
+    one_line_error(proc, 2, "gpt-j-6B/pytorch_model.bin", "no such file")
+    assert not (tmp_path / "converted").exists()
+    weights = transformers.GPTJForCausalLM.from_pretrained(hf).state_dict()
+    (hf / "model.safetensors").unlink()
+    torch.save(weights, hf / "pytorch_model.bin")
+    proc = run_line(GPTJ_IN.format(file="gpt-j-6B/pytorch_model.bin"), tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "converted" / "pytorch_model_to_cs-2.3.mdl").is_file()
+    assert (tmp_path / "converted" / "EleutherAI_gpt-j-6B_config_to_cs-2.3.yaml").is_file()

@@ -172,3 +172,13 @@ def key_rules(family: str) -> list[tuple[str, list[Any]]]:
         if rules:
             out.append((f"{hop.source}→{hop.target}", rules))
     return out
+
+
+def hf_source(given: Path) -> Path:
+    """The Hugging Face directory of ``convert --src-fmt hf CHECKPOINT``: ``CHECKPOINT`` is the
+    directory or a file in it, which must exist (Model Zoo reads the file it is given)."""
+    if not given.exists():
+        raise UsageError(
+            given, "no such file or directory", "name the Hugging Face directory or a file in it"
+        )
+    return given if given.is_dir() else given.parent
