@@ -201,7 +201,7 @@ def convert_from_hf(args: argparse.Namespace) -> int:
     the outputs are ``<checkpoint stem>_to_cs-X.Y.mdl`` and ``<config stem>_to_cs-X.Y.yaml``
     (the run's params.yaml for that release), as for a CS source."""
     given, config = Path(args.checkpoint_file), Path(args.config)
-    hf_dir = hf_source(given)
+    hf_dir, own_config = hf_source(given, config)
     tgt = parse_format(args.tgt_fmt, source=False)
     assert tgt is not None
     ckpt_out = _output_dir(args.output_dir, given.parent) / output_name(given, tgt, ".mdl")
@@ -214,7 +214,7 @@ def convert_from_hf(args: argparse.Namespace) -> int:
         model=args.model,
         config_out=config_out,
         drop_unmatched_keys=args.drop_unmatched_keys,
-        config=config,
+        config=own_config,
     )
     for name, why in result.dropped.items():
         print(f"  left out {name}: {why}")

@@ -21,6 +21,7 @@ from digest import diff_digests, digest, untied
 from real_cstorch import real_digest, requires_real_cstorch
 
 import ckpt_migrate as cm
+from ckpt_migrate.hf.import_ import import_hf
 
 SIDE = FIXTURES / "release-1.9-data-iter" / "good"  # step 10, as the release files
 RELEASES = ("1.7", "1.8", "1.9")
@@ -202,6 +203,17 @@ CONVERT_CONFIG_19 = (
     "convert_checkpoint.py convert_config params.yaml --model gpt2 --src-fmt cs-1.9 "
     "--tgt-fmt cs-2.0 --output-dir underscored"
 )
+# tags Release_2.2.0-2.4.3, models/multimodal/llava/README.md, steps 4 and 6
+LLAVA_IN = (
+    "convert_checkpoint.py convert --model llava --src-fmt hf --tgt-fmt cs-2.2 --output-dir "
+    "/path/to/converted_checkpoint --config /path/to/pretrained/checkpoints "
+    "/path/to/pretrained/checkpoints"
+)
+LLAVA_OUT = (
+    "convert_checkpoint.py convert --model llava --src-fmt cs-2.2 --tgt-fmt hf --output-dir "
+    "/path/to/hf_converted_checkpoint --config /path/to/cs_config.yaml "
+    "/path/to/checkpoint_from_phase-2.mdl"
+)
 # tags Release_1.8.0-2.10.0, the GPT-J continuous_pretraining/README.md (its target release)
 GPTJ_IN = (
     "convert_checkpoint.py convert {file} --config EleutherAI_gpt-j-6B_config.json --model gptj "
@@ -224,6 +236,27 @@ def test_model_zoo_1_9_spellings_of_convert(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     written = (run / "underscored" / "params_to_cs-2.0.yaml").read_text()
     assert written == (run / "params_to_cs-2.0.yaml").read_text()
+
+
+def test_llava_lines_of_the_model_zoo_readme(tmp_path):
+    """The LLaVA README's ``--config DIR DIR`` (Model Zoo: "pass the path to the outer directory
+    to both the --config argument and checkpoint_file argument") imports the sub-directories
+    transformers wrote."""
+    pytest.importorskip("transformers")
+    from test_hf_multi_dir import _save_llava
+
+    _save_llava(tmp_path / "path" / "to" / "pretrained" / "checkpoints")
+    other = LLAVA_IN.replace("--config /path/to/pretrained/checkpoints", f"--config {tmp_path}")
+    proc = run_line(other.replace("/path/to", str(tmp_path / "path" / "to")), tmp_path)
+    one_line_error(proc, 2, "a directory other than the checkpoint's")
+    proc = run_line(LLAVA_IN.replace("/path/to", str(tmp_path / "path" / "to")), tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = tmp_path / "path" / "to" / "converted_checkpoint"
+    expected = tmp_path / "one.mdl"
+    hf = tmp_path / "path" / "to" / "pretrained" / "checkpoints"
+    import_hf(hf, expected, release="2.2", model="llava")
+    ckpt = out / "checkpoints_to_cs-2.2.mdl"
+    assert diff_digests(state(expected), state(ckpt)) == []
 
 
 def test_gptj_readme_line_reads_the_file_it_names(tmp_path):

@@ -174,11 +174,28 @@ def key_rules(family: str) -> list[tuple[str, list[Any]]]:
     return out
 
 
-def hf_source(given: Path) -> Path:
-    """The Hugging Face directory of ``convert --src-fmt hf CHECKPOINT``: ``CHECKPOINT`` is the
-    directory or a file in it, which must exist (Model Zoo reads the file it is given)."""
+def hf_source(given: Path, config: Path) -> tuple[Path, Path | None]:
+    """The Hugging Face directory of ``convert --src-fmt hf CHECKPOINT --config CONFIG``, and
+    the config.json to read (None: the directory's own, or each sub-directory's).
+
+    ``CHECKPOINT`` is the directory or a file in it, which must exist. ``CONFIG`` is a
+    config.json, or the directory itself: Model Zoo's converters of a model in sub-directories
+    take "the path to the outer directory to both the --config argument and checkpoint_file
+    argument" (tag Release_2.10.0, ``checkpoint_converters/base_converter.py``,
+    ``BaseCheckpointConverter_UnpackedHF_PackedCS.converter_note``; the LLaVA README's
+    command line, tags Release_2.2.0-2.4.3).
+    """
     if not given.exists():
         raise UsageError(
             given, "no such file or directory", "name the Hugging Face directory or a file in it"
         )
-    return given if given.is_dir() else given.parent
+    hf_dir = given if given.is_dir() else given.parent
+    if not config.is_dir():
+        return hf_dir, config
+    if config.resolve() != hf_dir.resolve():
+        raise UsageError(
+            config,
+            f"--config names a directory other than the checkpoint's ({hf_dir})",
+            "pass the config.json, or the checkpoint's directory itself",
+        )
+    return hf_dir, None
