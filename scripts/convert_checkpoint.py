@@ -191,7 +191,9 @@ def convert_to_hf(args: argparse.Namespace) -> int:
     for name, instead in result.missing.items():
         print(f"  {name} {instead}")
     print(f"Checkpoint saved to {out} ({result.shards} safetensors file(s))")
-    print(f"Config saved to {out / 'config.json'}")
+    for name in result.files:  # one config.json, or one per sub-directory (LLaVA, Dragon+)
+        if Path(name).name == "config.json":
+            print(f"Config saved to {out / name}")
     return 0
 
 

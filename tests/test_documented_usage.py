@@ -241,7 +241,7 @@ def test_model_zoo_1_9_spellings_of_convert(tmp_path):
 def test_llava_lines_of_the_model_zoo_readme(tmp_path):
     """The LLaVA README's ``--config DIR DIR`` (Model Zoo: "pass the path to the outer directory
     to both the --config argument and checkpoint_file argument") imports the sub-directories
-    transformers wrote."""
+    transformers wrote; the way back names each config.json it wrote, and each exists."""
     pytest.importorskip("transformers")
     from test_hf_multi_dir import _save_llava
 
@@ -257,6 +257,13 @@ def test_llava_lines_of_the_model_zoo_readme(tmp_path):
     import_hf(hf, expected, release="2.2", model="llava")
     ckpt = out / "checkpoints_to_cs-2.2.mdl"
     assert diff_digests(state(expected), state(ckpt)) == []
+    shutil.copyfile(ckpt, tmp_path / "path" / "to" / "checkpoint_from_phase-2.mdl")
+    shutil.copyfile(out / "checkpoints_to_cs-2.2.yaml", tmp_path / "path" / "to" / "cs_config.yaml")
+    proc = run_line(LLAVA_OUT.replace("/path/to", str(tmp_path / "path" / "to")), tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = [line.split(" to ", 1)[1] for line in proc.stdout.splitlines() if "Config saved" in line]
+    assert [Path(p).parent.name for p in said] == ["image_model", "text_model"], proc.stdout
+    assert all(Path(p).is_file() for p in said)
 
 
 def test_gptj_readme_line_reads_the_file_it_names(tmp_path):
