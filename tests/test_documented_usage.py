@@ -269,7 +269,8 @@ def test_llava_lines_of_the_model_zoo_readme(tmp_path):
 def test_gptj_readme_line_reads_the_file_it_names(tmp_path):
     """The GPT-J README's ``convert <path to checkpoint file> --config <config.json>``: a
     ``pytorch_model.bin`` as transformers 4 saved it converts; a file that is not there is
-    refused in one line (it converted the directory's other weights), nothing written."""
+    refused in one line (it converted the directory's other weights), nothing written; the
+    line as the 1.8.0 README wrote it (``--tgt-fmt cs-1.8``) is refused with what to do."""
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
@@ -287,5 +288,7 @@ def test_gptj_readme_line_reads_the_file_it_names(tmp_path):
     torch.save(weights, hf / "pytorch_model.bin")
     proc = run_line(GPTJ_IN.format(file="gpt-j-6B/pytorch_model.bin"), tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_line(GPTJ_IN.format(file="gpt-j-6B").replace("cs-2.3", "cs-1.8"), tmp_path)
+    one_line_error(proc, 2, "writes releases 2.0 and newer, not 1.8", "choose release 2.0")
     assert (tmp_path / "converted" / "pytorch_model_to_cs-2.3.mdl").is_file()
     assert (tmp_path / "converted" / "EleutherAI_gpt-j-6B_config_to_cs-2.3.yaml").is_file()

@@ -108,7 +108,11 @@ def import_hf(
     check_dtype(dtype)
     rel = releases.get(release)
     if rel.version < releases.get(OLDEST).version:
-        raise UsageError(None, f"import writes releases {OLDEST} and newer, not {rel.name}")
+        raise UsageError(
+            None,
+            f"import writes releases {OLDEST} and newer, not {rel.name}",
+            f"choose release {OLDEST} or a later one",
+        )
     given = None if config is None else Path(config)
     _check_free(out, force, src, given)
     if config_out is not None:
