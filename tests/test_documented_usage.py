@@ -249,6 +249,10 @@ def test_llava_lines_of_the_model_zoo_readme(tmp_path):
     other = LLAVA_IN.replace("--config /path/to/pretrained/checkpoints", f"--config {tmp_path}")
     proc = run_line(other.replace("/path/to", str(tmp_path / "path" / "to")), tmp_path)
     one_line_error(proc, 2, "a directory other than the checkpoint's")
+    config = "--config /path/to/pretrained/checkpoints"
+    part = LLAVA_IN.replace(config, f"{config}/text_model/config.json")
+    proc = run_line(part.replace("/path/to", str(tmp_path / "path" / "to")), tmp_path)
+    one_line_error(proc, 2, "not from one given config", "give the model directory")
     proc = run_line(LLAVA_IN.replace("/path/to", str(tmp_path / "path" / "to")), tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = tmp_path / "path" / "to" / "converted_checkpoint"

@@ -113,7 +113,9 @@ def import_hf(
             f"import writes releases {OLDEST} and newer, not {rel.name}",
             f"choose release {OLDEST} or a later one",
         )
-    given = None if config is None else Path(config)
+    # the model directory itself as its config: its own (Model Zoo's multi-directory
+    # converters take it so, base_converter.py converter_note)
+    given = None if config is None or same_file(Path(config), src) else Path(config)
     _check_free(out, force, src, given)
     if config_out is not None:
         _check_free(Path(config_out), force, src, given)
@@ -126,7 +128,7 @@ def import_hf(
             given,
             f"{name} is read from the config.json of each of its sub-directories "
             f"({', '.join(dirs)}), not from one given config",
-            "leave out config",
+            f"give the model directory {src} as its config, or none",
         )
     unchanged = watch(*_tensor_files(src, dirs))  # (called before publishing)
     hf_config, stored = directories.read(
