@@ -296,3 +296,27 @@ def test_gptj_readme_line_reads_the_file_it_names(tmp_path):
     one_line_error(proc, 2, "writes releases 2.0 and newer, not 1.8", "choose release 2.0")
     assert (tmp_path / "converted" / "pytorch_model_to_cs-2.3.mdl").is_file()
     assert (tmp_path / "converted" / "EleutherAI_gpt-j-6B_config_to_cs-2.3.yaml").is_file()
+
+
+def test_a_named_bin_beside_safetensors_is_not_silently_swapped(tmp_path):
+    """The GPT-J README names the checkpoint file; where that is a ``pytorch_model.bin`` but
+    the directory also holds (other) safetensors, which the import reads, the line is refused
+    in one line naming the file it would read: it wrote the safetensors' weights under the
+    .bin's name."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    config = transformers.GPTJConfig(
+        vocab_size=32, n_positions=16, n_embd=8, n_layer=1, n_head=2, rotary_dim=4
+    )
+    hf = tmp_path / "gpt-j-6B"
+    torch.manual_seed(0)
+    transformers.GPTJForCausalLM(config).save_pretrained(hf)  # model.safetensors
+    torch.manual_seed(1)
+    torch.save(transformers.GPTJForCausalLM(config).state_dict(), hf / "pytorch_model.bin")
+    shutil.copyfile(hf / "config.json", tmp_path / "EleutherAI_gpt-j-6B_config.json")
+    proc = run_line(GPTJ_IN.format(file="gpt-j-6B/pytorch_model.bin"), tmp_path)
+    one_line_error(proc, 2, "pytorch_model.bin", "it reads model.safetensors")
+    assert not (tmp_path / "converted").exists()
+    proc = run_line(GPTJ_IN.format(file="gpt-j-6B/model.safetensors"), tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "converted" / "model_to_cs-2.3.mdl").is_file()

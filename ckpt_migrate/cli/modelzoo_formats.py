@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ckpt_migrate import jsonfile
 from ckpt_migrate.config.upgrade import config_release
 from ckpt_migrate.engine.plan import source_release
 from ckpt_migrate.errors import UsageError
@@ -16,9 +17,11 @@ from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
+from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hops import graph
 from ckpt_migrate.models.keys import KeyRename
 from ckpt_migrate.models.names import MODELZOO_NAMES, resolve_name
+from ckpt_migrate.torch import hf_bin
 
 FORMAT_RE = re.compile(r"cs-(\d+)\.(\d+)(?:\.\d+)?")
 EXTENSIONS_RE = re.compile(r"(?:\.[A-Za-z]+)+$")
@@ -178,7 +181,8 @@ def hf_source(given: Path, config: Path) -> tuple[Path, Path | None]:
     """The Hugging Face directory of ``convert --src-fmt hf CHECKPOINT --config CONFIG``, and
     the config.json to read (None: the directory's own, or each sub-directory's).
 
-    ``CHECKPOINT`` is the directory or a file in it, which must exist. ``CONFIG`` is a
+    ``CHECKPOINT`` is the directory or a file in it, which must exist and be one the import
+    reads (Model Zoo loads the file it is named, not its neighbours). ``CONFIG`` is a
     config.json, or the directory itself: Model Zoo's converters of a model in sub-directories
     take "the path to the outer directory to both the --config argument and checkpoint_file
     argument" (tag Release_2.10.0, ``checkpoint_converters/base_converter.py``,
@@ -190,6 +194,13 @@ def hf_source(given: Path, config: Path) -> tuple[Path, Path | None]:
             given, "no such file or directory", "name the Hugging Face directory or a file in it"
         )
     hf_dir = given if given.is_dir() else given.parent
+    read = _weights_read(hf_dir)
+    if given.is_file() and read and given.name not in read:
+        raise UsageError(
+            given,
+            f"is not what the import reads: it reads {read[0]} of {hf_dir} (safetensors first)",
+            f"name the directory or {read[0]}, or move the other weights out of it",
+        )
     if not config.is_dir():
         return hf_dir, config
     if config.resolve() != hf_dir.resolve():
@@ -199,3 +210,14 @@ def hf_source(given: Path, config: Path) -> tuple[Path, Path | None]:
             "pass the config.json, or the checkpoint's directory itself",
         )
     return hf_dir, None
+
+
+def _weights_read(hf_dir: Path) -> list[str]:
+    """The weight files an import of ``hf_dir`` reads, its index first (``hf/import_.py``
+    ``_tensors``); empty: none."""
+    for index, single in ((st.INDEX, st.SINGLE), (hf_bin.INDEX, hf_bin.SINGLE)):
+        if (hf_dir / index).is_file():
+            return [index, *jsonfile.shard_names(hf_dir / index)]
+        if (hf_dir / single).is_file():
+            return [single]
+    return []
