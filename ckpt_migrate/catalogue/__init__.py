@@ -205,12 +205,16 @@ def hf_support(name: str) -> str:
 def hf_name(config: dict) -> str | None:
     """The Model Zoo name an HF ``config.json`` describes: its architecture, else the first
     name served for its ``model_type``."""
-    named = hf_name_of(config.get("architectures") or [])
+    classes = config.get("architectures") or []
+    named = hf_name_of(classes)
     if named is not None:
         return named
     for record, hf in _hf_sides():
         if config.get("model_type") in hf.model_types:
-            return next(n.name for n in record.names if n.hf)
+            # its headless class (``LlamaModel``) tells the headless name
+            headless = (n for n in record.names if n.hf and n.headless)
+            by_class = (n.name for n in headless if hf.architectures.get(n.name) in classes)
+            return next(by_class, None) or next(n.name for n in record.names if n.hf)
     return None
 
 
