@@ -117,3 +117,29 @@ def test_a_headless_llama_like_directory_is_told_by_its_class(tmp_path, kind):
     with torch.no_grad():
         want, got = model(input_ids=IDS), again(input_ids=IDS)
     assert torch.equal(got.last_hidden_state, want.last_hidden_state)
+
+
+def test_a_falcon_of_one_norm_and_kv_groups_exports(tmp_path):
+    """Falcon 11B's layout: the new decoder architecture with one layer norm
+    (``num_ln_in_parallel_attn: 1``) and KV groups neither 1 nor one per head. It imported,
+    and its export was refused: "use_untied_layer_norm: false needs num_kv_groups of 1 or
+    num_heads in HF Falcon"."""
+    config = transformers.FalconConfig(
+        vocab_size=96,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        new_decoder_architecture=True,
+        num_kv_heads=2,
+        num_ln_in_parallel_attn=1,
+    )
+    model = _saved(transformers.FalconForCausalLM(config), tmp_path / "hf")
+    back = _round_trip(tmp_path / "hf", tmp_path)
+    before, after = _tensors(tmp_path / "hf"), _tensors(back)
+    assert after.keys() == before.keys()
+    for key, value in before.items():
+        assert np.array_equal(after[key], value), key
+    again = transformers.FalconForCausalLM.from_pretrained(back).eval()
+    assert again.config.new_decoder_architecture and again.config.num_kv_heads == 2
+    assert again.config.num_ln_in_parallel_attn == 1
+    assert torch.equal(_outputs(again), _outputs(model))

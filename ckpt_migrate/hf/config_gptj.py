@@ -172,7 +172,8 @@ def _falcon_rope(hf: Config) -> tuple[float, float]:
 
 def _falcon_layout_to_hf(s: State) -> None:
     """falcon_180b.py lines 395-424 (one bias switch), 449-465 (filter size), 502-538 (the
-    layout: untied norms mean the new decoder architecture, else multi-query or per head)."""
+    layout: untied norms mean the new decoder architecture, else multi-query or per head, or
+    the new architecture's one-norm variant for other KV groups)."""
     cs = s.src
     if len({cs[key] for key in _BIAS_FIELDS}) != 1:
         raise MappingError(f"{_BIAS_FIELDS[0]}: HF Falcon needs {', '.join(_BIAS_FIELDS)} equal")
@@ -182,16 +183,16 @@ def _falcon_layout_to_hf(s: State) -> None:
     if cs.get("rotary_dim", hidden // heads) != hidden // heads:
         raise MappingError(f"rotary_dim: HF Falcon rotates whole heads ({hidden // heads})")
     groups, untied = falcon_cs_layout(cs)
-    if not untied and groups not in (1, heads):
-        raise MappingError(
-            "use_untied_layer_norm: false needs num_kv_groups of 1 or num_heads in HF Falcon"
-        )
+    # One norm with KV groups neither 1 nor one per head: only the new architecture groups
+    # them, with its one-norm variant (transformers' ``num_ln_in_parallel_attn: 1``, Falcon
+    # 11B's layout); Model Zoo's converter refuses it.
+    new = untied or groups not in (1, heads)
     check_scaling_type(cs)
     s.out.update(
         num_kv_heads=groups,
-        new_decoder_architecture=untied,
+        new_decoder_architecture=new,
         multi_query=groups == 1,
-        num_ln_in_parallel_attn=2 if untied else None,
+        num_ln_in_parallel_attn=(2 if untied else 1) if new else None,
     )
 
 
