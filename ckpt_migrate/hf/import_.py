@@ -150,6 +150,7 @@ def import_hf(
         out_shapes = shapes_of(plan, shapes)
         kinds = {o.name: out_dtype(o.inputs, dtypes, "float32") for o in plan}
     except MappingError as exc:
+        exc.args = (f"{exc}{'' if model else _class_note(hf_config, module, name)}",)
         raise mapping_failed(src, exc) from None
     refuse_unused(src, unused, name, drop_unmatched_keys)
     dropped.update({n: "not converted (--drop-unmatched-keys)" for n in unused})
@@ -175,6 +176,20 @@ def import_hf(
         result.config_out = write_config(cs_model, name, rel.name, Path(config_out), force)
     result.seconds = round(time.monotonic() - start, 3)
     return result
+
+
+def _class_note(hf_config: dict[str, Any], module: Any, name: str) -> str:
+    """Why a directory of a model class no rules serve (``BertForMaskedLM``,
+    ``LlamaForSequenceClassification``) fails the rules its ``model_type`` chose: its class
+    and the ones they convert."""
+    classes = [c for c in hf_config.get("architectures") or [] if isinstance(c, str)]
+    served = sorted(set(getattr(module, "ARCHITECTURES", {}).values()))
+    if not classes or not served or set(classes) & set(served):
+        return ""
+    return (
+        f" (config.json's architectures {', '.join(classes)}: the {name} rules convert "
+        f"{', '.join(served)})"
+    )
 
 
 # (the model's name and the tensors' dtype are read from these; the writer's version is no field)
