@@ -320,3 +320,17 @@ def test_a_named_bin_beside_safetensors_is_not_silently_swapped(tmp_path):
     proc = run_line(GPTJ_IN.format(file="gpt-j-6B/model.safetensors"), tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "converted" / "model_to_cs-2.3.mdl").is_file()
+
+
+def test_a_hugging_face_config_for_a_1_x_release_says_what_to_do(tmp_path):
+    """``convert-config config.json --src-fmt hf --tgt-fmt cs-1.9`` (Model Zoo 1.9's own
+    target): refused in one line that names the releases it writes, not as a checkpoint
+    downgrade ("keep the checkpoint at its release"); cs-2.0 converts."""
+    transformers = pytest.importorskip("transformers")
+    transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2).save_pretrained(tmp_path)
+    line = "convert_checkpoint.py convert-config config.json --model gpt2 --src-fmt hf --tgt-fmt {}"
+    proc = run_line(line.format("cs-1.9"), tmp_path)
+    one_line_error(proc, 2, "writes releases 2.0 and newer, not 1.9", "choose release 2.0")
+    assert not (tmp_path / "config_to_cs-1.9.yaml").exists()
+    assert run_line(line.format("cs-2.0"), tmp_path).returncode == 0
+    assert (tmp_path / "config_to_cs-2.0.yaml").is_file()

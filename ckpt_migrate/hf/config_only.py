@@ -19,13 +19,14 @@ from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.hf import directories, mup
 from ckpt_migrate.hf.export import model_config
-from ckpt_migrate.hf.import_ import read_config, write_config
+from ckpt_migrate.hf.import_ import check_release, read_config, write_config
 from ckpt_migrate.hf.mapping import Family, MappingError
 from ckpt_migrate.hf.rules import canonical_name, family_for, mapping_failed
 
 
 def to_cs(config: Path, out: Path, model: str, release: str) -> Path:
     """The HF ``config.json`` ``config`` as the run's ``params.yaml`` of ``release``."""
+    check_release(release)
     name, module = _rules(config, model)
     hf_config = read_config(config.parent, config)
     try:

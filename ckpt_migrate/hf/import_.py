@@ -80,6 +80,18 @@ class ImportResult:
         return plain(self)
 
 
+def check_release(release: str) -> releases.Release:
+    """``release``, if a conversion from Hugging Face can write it (``OLDEST`` on)."""
+    rel = releases.get(release)
+    if rel.version < releases.get(OLDEST).version:
+        raise UsageError(
+            None,
+            f"a conversion from Hugging Face writes releases {OLDEST} and newer, not {rel.name}",
+            f"choose release {OLDEST} or a later one",
+        )
+    return rel
+
+
 def import_hf(
     hf_dir: str | Path,
     output: str | Path,
@@ -106,13 +118,7 @@ def import_hf(
         refuse_object_address(src)
         raise UsageError(src, "is not a directory", "pass a Hugging Face model directory")
     check_dtype(dtype)
-    rel = releases.get(release)
-    if rel.version < releases.get(OLDEST).version:
-        raise UsageError(
-            None,
-            f"import writes releases {OLDEST} and newer, not {rel.name}",
-            f"choose release {OLDEST} or a later one",
-        )
+    rel = check_release(release)
     # the model directory itself as its config: its own (Model Zoo's multi-directory
     # converters take it so, base_converter.py converter_note)
     given = None if config is None or same_file(Path(config), src) else Path(config)
