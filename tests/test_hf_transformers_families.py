@@ -168,3 +168,29 @@ def test_a_class_no_rules_convert_is_named_in_the_refusal(tmp_path, cls, served)
     proc = run_cli("import-hf", tmp_path / "hf", tmp_path / "m.mdl", "-q")
     one_line_error(proc, None, "missing", f"architectures {cls}", served, skip_warnings=True)
     assert not (tmp_path / "m.mdl").exists()
+
+
+@pytest.mark.parametrize("activation", ["gelu_pytorch_tanh", "gelu"])
+def test_gemma2_tanh_gelu_is_imported_with_a_warning(tmp_path, activation):
+    """Every Gemma 2 on the Hub says ``gelu_pytorch_tanh``; CS ``geglu`` is the exact GELU
+    (Model Zoo's approximation). The import said nothing, and the CS model and the exported
+    one compute other outputs (max 4.5e-4 on this model)."""
+    config = transformers.Gemma2Config(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        hidden_activation=activation,
+    )
+    transformers.Gemma2ForCausalLM(config).save_pretrained(tmp_path / "hf")
+    imported = import_hf(tmp_path / "hf", tmp_path / "m.mdl")
+    noted = [w for w in imported.warnings if "imported approximately" in w]
+    if activation == "gelu":
+        assert noted == []
+    else:
+        assert len(noted) == 1 and "hidden_activation='gelu_pytorch_tanh'" in noted[0]
+        assert "exact GELU" in noted[0]

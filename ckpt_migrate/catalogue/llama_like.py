@@ -143,6 +143,15 @@ GEMMA2 = Record(
         mup_native=("embeddings_scale", "attention_logits_alpha"),
         by_architecture=True,
         hf_dropped=(Drop(r".*inv_freq", "a rotary buffer Hugging Face regenerates"),),
+        # (gemma2.py lines 674-688: any GELU is CS geglu, whose GELU is the exact one)
+        approximates=(
+            (
+                "hidden_activation",
+                "gelu",
+                "CS geglu computes the exact GELU (as Model Zoo converts it), so the CS "
+                "model's outputs differ slightly",
+            ),
+        ),
         config=gemma2_config.GEMMA2_CONFIG,
         config_label="Gemma 2",  # another name's config is refused
         # attention biases and the norms' offset (gemma2.py lines 56-190)

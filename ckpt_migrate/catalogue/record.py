@@ -144,6 +144,9 @@ class Hf:
     hf_dropped: tuple[Drop, ...] = ()  # HF tensors the import leaves out
     cs_absent: tuple[Absent, ...] = ()  # CS tensors Model Zoo's import leaves out
     notes: tuple[str, ...] = ()  # how it differs from Model Zoo (``list-converters``)
+    # config.json values the import only approximates: (field, the value converted exactly,
+    # what the CS model computes instead); another value is imported with that warning
+    approximates: tuple[tuple[str, Any, str], ...] = ()
     parts: tuple[Part, ...] = ()  # a composite: the models it holds (``hf/compose.py``)
     cs_fields: dict[str, Any] = field(default_factory=dict)  # composite's own CS config fields
     mup: Mup | None = None  # its muP; with multipliers: the export folds them (hf/mup.py)

@@ -163,7 +163,7 @@ def import_hf(
     result = ImportResult(src, out, name, rel.name, dropped=dropped)
     result.warnings += [f"{n} left out: {why}" for n, why in dropped.items()]
     if dirs == directories.ONE:
-        result.warnings += _config_left_out(hf_config, name)
+        result.warnings += _config_left_out(hf_config, name) + _approximated(hf_config, name)
     family = resolve_name(name)[0]
     model_node = _model_tree(plan, stored, out_shapes, kinds, dtype, rel, family)
     # The tree holds what its tensors are built from; the tables by name go before the write,
@@ -196,6 +196,18 @@ def _class_note(hf_config: dict[str, Any], module: Any, name: str) -> str:
         f" (config.json's architectures {', '.join(classes)}: the {name} rules convert "
         f"{', '.join(served)})"
     )
+
+
+def _approximated(hf_config: dict[str, Any], name: str) -> list[str]:
+    """A line for each ``config.json`` value the CS model only approximates (``Hf.approximates``:
+    Gemma 2's tanh GELU)."""
+    record = catalogue.by_name(name)
+    hf = None if record is None else record.hf
+    return [
+        f"config.json {field}={hf_config[field]!r} imported approximately: {what}"
+        for field, exact, what in (hf.approximates if hf else ())
+        if field in hf_config and hf_config[field] != exact
+    ]
 
 
 # (the model's name and the tensors' dtype are read from these; the writer's version is no field)
