@@ -68,7 +68,7 @@ class Anatomy:
     stored: list[tuple[int, int]]  # (start, end) of every chunk and contiguous block
 
 
-LATER = frozenset({"numpy_scalars.mdl"})
+LATER = frozenset({"numpy_scalars.mdl"})  # (fixtures added after the seeds were recorded)
 
 
 def sources(wide_dir: Path | None = None) -> list[Path]:

@@ -12,11 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+from fuzz_damage import sources  # (the seeds index its list)
+
 from ckpt_migrate.cli import commands
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import CkptError
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def mutate(rng: random.Random, data: bytes) -> bytes:
@@ -26,14 +26,6 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     for _ in range(rng.choice([1, 2, 4, 16, 64])):
         out[rng.randrange(len(out))] = rng.randrange(256)
     return bytes(out)
-
-
-def sources() -> list[Path]:
-    """The fixtures damaged (the seeds the tests replay index this list: numpy_scalars.mdl,
-    added later, is left out so that each seed still damages the same file)."""
-    return sorted(FIXTURES.glob("release-*.mdl")) + sorted(
-        p for p in (FIXTURES / "real-cstorch-2.10").glob("*.mdl") if p.name != "numpy_scalars.mdl"
-    )
 
 
 def main(seed: int, count: int, workdir: Path) -> dict:
