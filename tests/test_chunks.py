@@ -492,3 +492,24 @@ def test_few_chunks_of_the_real_librarys_files_are_checked_as_many_are(tmp_path,
                 assert found[0] == found[1], (path.name, name)
                 checked += 1
     assert checked > 20
+
+
+def test_check_deep_of_a_chunk_never_stored_gives_the_rewrite_not_only_damaged(tmp_path):
+    """``check --deep``'s closing line said "the file is damaged; use another copy" for every
+    tensor that does not decode, although its line for a chunk a writer never stored (h5py's
+    ``create_dataset(fillvalue=...)`` then a partial write) says what it is and how a rewrite
+    stores it. The summary now gives the tensors' own fix where they share one."""
+    src = tmp_path / "checkpoint_1.mdl"
+    cm.save({"model": {"w": np.zeros((64, 64), np.float32)}, "step": 3}, src, "2.0")
+    with h5py.File(src, "r+") as f:
+        attrs = dict(f["model.w"].attrs)
+        del f["model.w"]
+        ds = f.create_dataset("model.w", (64, 64), np.float32, chunks=(32, 64), fillvalue=0.5)
+        ds[:32] = 1.0
+        ds.attrs.update(attrs)
+    proc = run_cli("check", src, "--deep")
+    assert "model.w does not decode: tensor 'model.w', chunk (32, 0): is not stored" in proc.stdout
+    one_line_error(proc, 2, "1 of 1 tensors do not decode", "h5repack -l CONTI", "another copy")
+    assert "the file is damaged" not in proc.stderr, proc.stderr
+    report = json.loads(run_cli("check", src, "--deep", "--json").stdout)
+    assert "h5repack -l CONTI" in report["deep"]["damaged"][0]["fix"], report

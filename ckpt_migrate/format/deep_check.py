@@ -29,25 +29,33 @@ class DeepReport:
     tensors: int = 0  # tensors decoded (a tied tensor once)
     bytes_decoded: int = 0
     damaged: list[tuple[str, str]] = field(default_factory=list)  # (tensor, its problem)
+    fixes: list[str | None] = field(default_factory=list)  # each damaged tensor's way out, in order
 
     def to_json(self) -> dict:
         return {
             "path": str(self.path),
             "tensors_decoded": self.tensors,
             "bytes_decoded": self.bytes_decoded,
-            "damaged": [{"tensor": name, "problem": why} for name, why in self.damaged],
+            "damaged": [
+                {"tensor": name, "problem": why, "fix": fix}
+                for (name, why), fix in zip(self.damaged, self.fixes)
+            ],
         }
 
     def error(self) -> CorruptCheckpointError | None:
-        """The one-line refusal a file with damaged tensors gets (None if there are none)."""
+        """The one-line refusal a file with tensors that do not decode gets (None if there are
+        none). Its fix is theirs where they share one (a chunk a writer never stored is not
+        damage: a rewrite that stores it mends the file)."""
         if not self.damaged:
             return None
         names = ", ".join(repr(name) for name, _ in self.damaged[:3])
         more = f" and {len(self.damaged) - 3} more" if len(self.damaged) > 3 else ""
+        fixes = set(self.fixes)
+        shared = fixes.pop() if len(fixes) == 1 else None
         return CorruptCheckpointError(
             self.path,
             f"{len(self.damaged)} of {self.tensors} tensors do not decode: {names}{more}",
-            "the file is damaged; use another copy",
+            shared or "the file is damaged; use another copy",
         )
 
 
@@ -75,14 +83,15 @@ def check_tensors(ckpt: Checkpoint, progress: Progress | None = None) -> DeepRep
         report.tensors += 1
         problem = _decode(leaf)
         if problem is not None:
-            report.damaged.append((name, problem))
+            report.damaged.append((name, problem.problem))
+            report.fixes.append(problem.fix)
         report.bytes_decoded += leaf.nbytes
         if progress is not None:
             progress("decode", report.bytes_decoded, total)
     return report
 
 
-def _decode(leaf: TensorLeaf) -> str | None:
+def _decode(leaf: TensorLeaf) -> CorruptCheckpointError | None:
     data = leaf.data
     assert isinstance(data, H5Data)
     try:
@@ -90,5 +99,5 @@ def _decode(leaf: TensorLeaf) -> str | None:
         for sl in iter_slabs(tuple(ds.shape), dtypes.by_name(leaf.dtype).storage.itemsize):
             read_slab(ds, sl)
     except CorruptCheckpointError as exc:  # (a layout it does not read is refused, not damage)
-        return exc.problem
+        return exc
     return None
