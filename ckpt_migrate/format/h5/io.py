@@ -472,15 +472,6 @@ def _undecodable(path: str | Path, name: str, exc: BaseException) -> CorruptChec
     )
 
 
-def filters_of(ds: h5py.Dataset) -> tuple:
-    """The filter pipeline as comparable data: ((id, flags, cd_values), ...)."""
-    plist = ds.id.get_create_plist()
-    return tuple(
-        (f[0], f[1], tuple(f[2]))
-        for f in (plist.get_filter(i) for i in range(plist.get_nfilters()))
-    )
-
-
 def iter_slabs(shape: tuple[int, ...], itemsize: int) -> Iterator[tuple[slice, ...]]:
     """Slices along the first axis, each holding at most about COPY_BLOCK_BYTES."""
     if not shape:
