@@ -46,9 +46,11 @@ def add_model_name(ctx: ConfigContext) -> None:
     "As of CS 2.4, all model configs are required to have a ``name`` key": Model Zoo's
     ``BaseConfigConverter_CS_CS.post_config_convert`` writes the converter's model name there
     (MODELZOO_HISTORY.md §3.6). The name comes from ``--model`` or the config; from a family
-    seen only in the checkpoint's keys when that family has a single Model Zoo model. Anything
-    else is never guessed: the report asks for it (registry names, e.g. ``gpt2``, ``gptj``,
-    ``llama``, ``bert/classifier``, ``t5``, ``transformer``: Model Zoo ``registry.yaml``).
+    seen only in the checkpoint's keys when that family has a single Model Zoo model (LLaMA's
+    keys are Mistral's too: the config's sliding window tells them apart, else the report says
+    the keys could not). Anything else is never guessed: the report asks for it (registry
+    names, e.g. ``gpt2``, ``gptj``, ``llama``, ``bert/classifier``, ``t5``, ``transformer``:
+    Model Zoo ``registry.yaml``).
     """
     sections = ctx.model_sections()
     if not sections:
@@ -65,7 +67,10 @@ def add_model_name(ctx: ConfigContext) -> None:
             )
             continue
         put(model, "name", ctx.model_name, index=0, above_comments=True)
-        ctx.added(f"{path}.name", ctx.model_name, "2.4 requires the model's registry name")
+        why = "2.4 requires the model's registry name"
+        ctx.added(
+            f"{path}.name", ctx.model_name, f"{why} ({ctx.name_hint})" if ctx.name_hint else why
+        )
 
 
 CONFIG_OPERATIONS = (add_model_name,)

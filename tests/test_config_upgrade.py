@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import CONFIGS, FIXTURES, MODELS
+from conftest import CONFIGS, FIXTURES, MODELS, run_cli
 
 from ckpt_migrate.config import yaml_edit
 from ckpt_migrate.config.upgrade import (
@@ -991,3 +991,23 @@ def test_the_comment_above_a_learning_rate_lists_first_item_stays_with_it():
     lines = [line.strip() for line in out.splitlines()]
     at = lines.index("## GPT-3 schedule warms up over 375M tokens")
     assert lines[at - 1] == "- LinearLR:" and lines[at + 1] == "initial_learning_rate: 0.0"
+
+
+def test_a_mistral_config_beside_llama_keys_is_named_mistral(tmp_path):
+    """A Mistral checkpoint's keys are LLaMA's, so upgrading it past 2.4 with Model Zoo 2.3's own
+    Mistral config (no model name) wrote ``name: llama``: the HF export then read it as a LLaMA
+    and its sliding window was lost. Before 2.4 only Mistral's configs set
+    ``attention_sliding_window_length``; beside LLaMA keys it decides. Without it the name stays
+    ``llama`` and the report says what the keys cannot tell."""
+    ckpt = MODELS / "llama-2.0" / "checkpoint_100.mdl"
+    mistral = CONFIGS / "modelzoo-mistral-7b-2.3.yaml"
+    proc = run_cli("upgrade", ckpt, "--from", "2.3", "--config", mistral, "-o", tmp_path / "m")
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load((tmp_path / "m" / mistral.name).read_text())["model"]["name"] == "mistral"
+    assert "model family mistral (checkpoint keys; model keys only mistral" in proc.stdout
+
+    text = mistral.read_text().replace("    attention_sliding_window_length: 4096\n", "")
+    res = upgrade_config_text(text, "2.3", "2.4", family="llama", family_source="checkpoint keys")
+    assert yaml.safe_load(res.text)["model"]["name"] == "llama"
+    why = entry(res.report, "added", "model.name").why
+    assert "which mistral checkpoints share: pass --model mistral" in why, why

@@ -74,6 +74,9 @@ MISTRAL = Record(
         Name("mistral-headless", "mistral", 30, since="2.1", headless=True),
     ),
     same_keys_as="llama",
+    # Model Zoo 2.1-2.3: of the configs without a name, only Mistral's set a sliding window
+    # (models/nlp/mistral/configs/params_mistral_7B.yaml; LLaMA's have none before 2.4).
+    config_markers=frozenset({"attention_sliding_window_length"}),
     hf=Hf(
         "llama",
         ("mistral",),

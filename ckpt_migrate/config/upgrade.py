@@ -40,6 +40,13 @@ _MARKERS = tuple(
 )
 
 
+# Families whose checkpoints have another family's keys and no signature of their own (Mistral's
+# are LLaMA's): the keys cannot tell them apart, the config may.
+_UNTOLD: dict[str, tuple[str, ...]] = {}
+for _r in catalogue.families():
+    if _r.same_keys_as and _r.signature is None:
+        _UNTOLD[_r.same_keys_as] = (*_UNTOLD.get(_r.same_keys_as, ()), _r.name)
+
 # ---------------------------------------------------------------------------- family
 
 
@@ -75,6 +82,15 @@ def _resolve_family(
         cfg_family, cfg_registry, evidence = family_from_config(data)
         if cfg_registry and cfg_family == fam:
             return fam, cfg_registry, "", f"{family_source}; {evidence}"
+        alike = _UNTOLD.get(fam, ())
+        if cfg_family in alike:  # the config tells apart what the keys cannot
+            fam, registry = resolve_name(cfg_family)
+            return fam, cfg_registry or registry, "", f"{family_source}; {evidence}"
+        if registry and alike:
+            hint = (
+                f"from the checkpoint keys, which {' and '.join(alike)} checkpoints share: "
+                f"pass --model {alike[0]} for one"
+            )
         return fam, registry, hint, family_source
     fam, registry, evidence = family_from_config(data)
     if fam is None:
