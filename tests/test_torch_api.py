@@ -27,6 +27,7 @@ from conftest import (
     run_cli,
     written_to_after,
 )
+from real_cstorch import cstorch_python
 
 import ckpt_migrate
 from ckpt_migrate.cli import commands
@@ -564,3 +565,32 @@ def test_data_assignment_on_a_loaded_tensor_is_saved_or_refused(tmp_path):
     back = ckpt_migrate.load(out)
     assert torch.equal(back["model"]["w"], w)
     assert torch.equal(back["model"]["b"], ckpt_migrate.load(REAL / "basic.mdl")["model"]["b"])
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("scalars_misc", ["bytes at 'bytes'", "a set at 'set'"]),
+        ("dtypes", ["uint16 tensors at 'uint16'", "uint64 tensors at 'uint64'"]),
+        ("numpy_scalars", ["a complex number at 'c64'"]),
+        ("basic", []),
+        ("nested", []),
+    ],
+)
+def test_to_torch_says_what_torch_2_4_cannot_load_weights_only(tmp_path, case, said):
+    """``to-torch`` promises a file ``torch.load(weights_only=True)`` reads, and checks it with
+    the torch it runs; torch 2.4, which every cerebras-pytorch from 2.6 to 2.10 pins, refuses
+    the sets, bytes and uint16-64 tensors the real 2.10 writer's files hold, and nothing said
+    so. A note now names each kind and where; with ``CKPT_MIGRATE_CSTORCH_PYTHON`` set,
+    torch 2.4 itself confirms the note is given exactly when it refuses the file."""
+    out = tmp_path / f"{case}.pt"
+    proc = run_cli("to-torch", REAL / f"{case}.mdl", out)
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stderr.splitlines() if line.startswith("note:")]
+    assert all(s in notes[0] for s in said) if said else notes == [], notes
+    python = cstorch_python()
+    if python is None:
+        return
+    load = f"import torch; torch.load({str(out)!r}, weights_only=True)"
+    refused = subprocess.run([python, "-c", load], capture_output=True, text=True).returncode
+    assert bool(refused) == bool(said), (case, notes)

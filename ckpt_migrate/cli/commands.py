@@ -78,8 +78,9 @@ def to_torch(
     allow_missing: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    out = torch_api.to_torch(src, dst, allow_missing=allow_missing, progress=progress)
-    return {"source": str(src), "output": str(out)}
+    notes: list[str] = []
+    out = torch_api.to_torch(src, dst, allow_missing=allow_missing, progress=progress, notes=notes)
+    return {"source": str(src), "output": str(out), "notes": notes}
 
 
 def from_torch(

@@ -105,6 +105,8 @@ def to_torch_cmd(
     with console.progress(not quiet, progress_mode) as progress:
         out = cli.commands.to_torch(src, dst, allow_missing=allow_missing, progress=progress)
     console.echo(f"wrote {out['output']}")
+    for note in out["notes"]:
+        console.echo(f"note: {out['output']} {note}", err=True)
 
 
 @app.command("from-torch")

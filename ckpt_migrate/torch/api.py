@@ -53,7 +53,7 @@ from ckpt_migrate.format.tree import (
     ValueLeaf,
 )
 from ckpt_migrate.format.write import BARE_FIX, WriteReport, write_checkpoint
-from ckpt_migrate.torch import weights_load
+from ckpt_migrate.torch import older_torch, weights_load
 
 
 class ExternalReference:
@@ -405,9 +405,11 @@ def to_torch(
     *,
     allow_missing: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
+    notes: list[str] | None = None,
 ) -> Path:
     """Write ``src`` as a plain ``torch.save`` file that ``torch.load(weights_only=True)`` reads,
-    one tensor at a time (``torch/stream.py``); ``progress`` hears of the bytes written.
+    one tensor at a time (``torch/stream.py``); ``progress`` hears of the bytes written, and
+    ``notes`` of what an older torch would refuse (``torch/older_torch.py``).
 
     Only what a weights-only load accepts goes in: numpy arrays stored in the checkpoint become
     torch tensors (bf16 kept) and numpy scalars Python numbers, namedtuples plain tuples,
@@ -450,6 +452,9 @@ def to_torch(
 
     out = Path(dst)
     tree = plain(state, "")
+    refused = older_torch.note(older_torch.refused_by_torch_2_4(tree))
+    if refused is not None and notes is not None:
+        notes.append(refused)
     with atomic_output(out, like=Path(src)) as tmp:
         stored = torch_room.save_streaming(tree, tmp, sources, progress)
         loaded = Count(progress, "load back", stored, 64)
