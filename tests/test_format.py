@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, REAL, real_2x_files, run_cli
+from conftest import FIXTURES, REAL, one_line_error, real_2x_files, run_cli
 from digest import digest, load_expected
 
 import ckpt_migrate as cm
@@ -645,3 +645,19 @@ def test_a_big_endian_dataset_of_another_writer_is_upgraded_with_its_values(tmp_
     result = upgrade(src, UpgradeOptions(target="2.10", output_dir=tmp_path / "out"))
     assert result.status == "upgraded", result.error
     assert np.asarray(cm.load(tmp_path / "out" / "src.mdl")["misc"]["array"]).tolist() == expected
+
+
+def test_a_complex_numpy_array_of_the_real_writer_is_refused_as_such_not_as_damage(tmp_path):
+    """The real 2.10 writer stores a numpy complex array as h5py does, an HDF5 compound of ``r``
+    and ``i``, and its loader reads it back. ckpt-migrate reads no compound type and said "the
+    file is damaged or was not written by a checkpoint writer": a valid file called damaged,
+    also by ``check --deep``. Now every command says what the dataset holds and the way out."""
+    src = REAL / "refused" / "complex_array.mdl"
+    expected = json.loads((REAL / "refused" / "complex_array.expected.json").read_text())
+    assert expected["root"]["items"][1][2]["dtype"] == "complex128"  # what the real loader gave
+    for verb in (["inspect"], ["check", "--deep"], ["upgrade", "--to", "2.0", "-o", tmp_path]):
+        proc = run_cli(*verb, src)
+        one_line_error(proc, 2, "'/spectrum' holds a complex numpy array", ".real and .imag")
+        assert "damaged" not in proc.stderr, proc.stderr
+    with pytest.raises(UnsupportedContentError, match="complex numpy array"):
+        cm.load(src)

@@ -20,7 +20,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from ckpt_migrate.errors import CkptError, CorruptCheckpointError, UnsafeContentError
+from ckpt_migrate.errors import (
+    CkptError,
+    CorruptCheckpointError,
+    UnsafeContentError,
+    UnsupportedContentError,
+)
 from ckpt_migrate.format import budgets
 from ckpt_migrate.format.h5 import capi
 from ckpt_migrate.format.h5.chunks import DEFLATE, FLETCHER32, LZ4, SHUFFLE
@@ -221,6 +226,14 @@ def type_problem(tid: h5py.h5t.TypeID, path: Path, where: str) -> CkptError | No
     number type whose layout is not a standard one. A function of the type alone (the
     preflight children remember it by the type's encoding)."""
     if tid.get_class() not in ALLOWED_TYPE_CLASSES:
+        if _complex_layout(tid):
+            return UnsupportedContentError(
+                path,
+                f"dataset {where!r} holds a complex numpy array (stored as h5py stores one: a "
+                "compound of r and i), which ckpt-migrate does not read",
+                "save that value as two real arrays (its .real and .imag) with the library "
+                "that wrote the file, or leave it out",
+            )
         return _odd_type(path, f"dataset {where!r}", tid)
     standard = _STANDARD_NUMBERS.get((tid.get_class(), tid.get_size()))
     if tid.get_class() in _NUMBER_CLASSES and not any(tid == t for t in standard or ()):
@@ -231,6 +244,23 @@ def type_problem(tid: h5py.h5t.TypeID, path: Path, where: str) -> CkptError | No
             budgets.FIX,
         )
     return None
+
+
+def _complex_layout(tid: h5py.h5t.TypeID) -> bool:
+    """h5py's layout of a numpy complex: a compound of two like IEEE floats ``r`` and ``i``,
+    back to back (the real writer stores a complex numpy array so)."""
+    if not isinstance(tid, h5py.h5t.TypeCompoundID) or tid.get_nmembers() != 2:
+        return False
+    members = [(tid.get_member_name(i), tid.get_member_offset(i), tid.get_member_type(i))
+               for i in range(2)]  # fmt: skip
+    (r, r_at, r_t), (i, i_at, i_t) = members
+    return (
+        (r, i) == (b"r", b"i")
+        and isinstance(r_t, h5py.h5t.TypeFloatID)
+        and r_t == i_t
+        and (r_at, i_at) == (0, r_t.get_size())
+        and tid.get_size() == 2 * r_t.get_size()
+    )
 
 
 def description_problem(dcpl: h5py.h5p.PropDCID, path: Path, where: str) -> CkptError | None:
