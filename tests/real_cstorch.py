@@ -6,6 +6,11 @@ must never be installed into the project's environment). Point the environment v
 
     CKPT_MIGRATE_CSTORCH_PYTHON=/work/.venv-cstorch/bin/python pytest tests/test_real_cstorch.py
 
+Releases 2.6.0 … 2.9.0 install with ``pip install --no-deps --target DIR cerebras-pytorch==X
+cerebras-appliance==X`` next to that venv (same pins: torch 2.4.0, numpy 1.25.0, h5py 3.13.0);
+``CKPT_MIGRATE_CSTORCH_2X_PATHS`` lists such directories (separated by ``os.pathsep``), each put
+on that interpreter's ``PYTHONPATH`` in turn (``targets_2x``, ``real_digest(..., target=DIR)``).
+
 Everything runs in a subprocess (``scripts/real_cstorch.py``), so this module only needs the
 standard library and pytest. Typical use in a test of our writer::
 
@@ -33,6 +38,7 @@ from typing import Any
 import pytest
 
 ENV_VAR = "CKPT_MIGRATE_CSTORCH_PYTHON"
+ENV_VAR_2X = "CKPT_MIGRATE_CSTORCH_2X_PATHS"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "real_cstorch.py"
 DEFAULT_TIMEOUT_S = 900.0
@@ -48,14 +54,16 @@ def cstorch_python() -> str | None:
     return value or None
 
 
-def _subprocess_env() -> dict[str, str]:
+def _subprocess_env(target: str | None = None) -> dict[str, str]:
     # The real library's venv must not see our environment's import paths.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.setdefault("PYTHONIOENCODING", "utf-8")
+    if target is not None:
+        env["PYTHONPATH"] = target
     return env
 
 
-def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+def _run(args: list[str], timeout: float, target: str | None = None) -> subprocess.CompletedProcess:
     python = cstorch_python()
     if python is None:
         raise RealCstorchError(f"{ENV_VAR} is not set")
@@ -64,7 +72,7 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         encoding="utf-8",
-        env=_subprocess_env(),
+        env=_subprocess_env(target),
         timeout=timeout,
         check=False,
     )
@@ -115,15 +123,41 @@ def requires_real_cstorch() -> pytest.MarkDecorator:
     return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
+def targets_2x() -> list[str]:
+    """The directories named by ``CKPT_MIGRATE_CSTORCH_2X_PATHS`` (empty when unset)."""
+    value = os.environ.get(ENV_VAR_2X, "")
+    return [p for p in value.split(os.pathsep) if p.strip()]
+
+
+@functools.cache
+def target_version(target: str) -> str:
+    """``cerebras.pytorch.__version__`` with ``target`` on the path, e.g. ``"2.7.1"``."""
+    proc = _run(["info"], timeout=300, target=target)
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        raise RealCstorchError(f"{ENV_VAR_2X} entry {target!r}: cannot import: {tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])["cerebras_pytorch"]
+
+
+def requires_targets_2x() -> pytest.MarkDecorator:
+    """A ``skipif`` marker: skip unless the real library and ``CKPT_MIGRATE_CSTORCH_2X_PATHS``
+    are both given."""
+    reason = unavailable_reason() or (None if targets_2x() else f"{ENV_VAR_2X} is not set")
+    return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
 def real_digest(
-    paths: Iterable[str | os.PathLike], timeout: float = DEFAULT_TIMEOUT_S
+    paths: Iterable[str | os.PathLike],
+    timeout: float = DEFAULT_TIMEOUT_S,
+    target: str | None = None,
 ) -> dict[Any, dict]:
     """Load each file with the real ``cerebras.pytorch.load`` and digest it.
 
     Returns ``{path: result}`` keyed by the objects passed in, where ``result`` is
     ``{"ok": True, "digest": {...}}`` or ``{"ok": False, "stage": "load" | "digest",
     "error": "<Type>: <message>"}`` (plus ``"file"``, the absolute path used). All files go
-    through one subprocess (importing the library takes a couple of seconds).
+    through one subprocess (importing the library takes a couple of seconds); ``target``: a
+    directory of ``CKPT_MIGRATE_CSTORCH_2X_PATHS`` whose release loads them instead.
     Raises :class:`RealCstorchError` if the harness itself fails.
     """
     paths = list(paths)
@@ -133,7 +167,7 @@ def real_digest(
     if reason is not None:
         raise RealCstorchError(reason)
     abs_paths = [str(Path(p).resolve()) for p in paths]
-    proc = _run(["digest", *abs_paths], timeout=timeout)
+    proc = _run(["digest", *abs_paths], timeout=timeout, target=target)
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     if proc.returncode not in (0, 1) or len(lines) != len(paths):
         raise RealCstorchError(
