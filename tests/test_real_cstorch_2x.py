@@ -18,11 +18,12 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
-from conftest import FIXTURES, MODELS, REAL, run_cli
+from conftest import FIXTURES, MODELS, REAL, one_line_error, run_cli
 from digest import diff_digests, digest, load_expected, untied
 from real_cstorch import real_digest, requires_targets_2x, target_version, targets_2x
 
 import ckpt_migrate as cm
+from ckpt_migrate.errors import UnsupportedContentError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.write import write_checkpoint
@@ -91,6 +92,17 @@ def test_check_deep_passes_each_release_file(unpacked):
     done = run_cli("check", "--deep", *unpacked.values())
     assert done.returncode == 10, done.stdout + done.stderr
     assert done.stdout.count("needs upgrading to 2.10") == len(unpacked), done.stdout
+
+
+@pytest.mark.parametrize("name", ["defaultdict", "optimizer_state_defaultdict"])
+def test_a_defaultdict_the_real_2_9_wrote_is_refused_as_unsupported_not_damaged(name, tmp_path):
+    # 2.9.0 names a defaultdict's leaves after its context (``d.<class 'list'>.0``), and its
+    # loader reads them back as a defaultdict; ckpt-migrate does not import the factory.
+    path = _unpack(REAL_2X / "unsupported" / f"{name}-2.9.0.mdl.xz", tmp_path)
+    with pytest.raises(UnsupportedContentError, match=r"'collections\.defaultdict' at 'd'"):
+        cm.load(path)
+    line = one_line_error(run_cli("check", "--deep", path), 2, "collections.defaultdict")
+    assert "re-save the state dict with a dict" in line and "__metadata__" not in line
 
 
 # --------------------------------------------------- the real 2.6 … 2.9 loaders (opt-in)

@@ -186,19 +186,22 @@ class _Parser:
                 for k, kid in zip(keys, _taken(kids))
             ]
             return DictNode(items, ordered=kind == "collections.OrderedDict")
+        # (refused before its children are named: the real writer names a defaultdict's
+        # leaves after its context, ``d.<class 'list'>.0``, not after their positions)
+        if kind not in _SEQ_TYPES and kind not in ("collections.namedtuple", "NestedObject"):
+            raise UnsupportedContentError(
+                self.path,
+                f"__spec__ uses container type {kind!r} at {name or '<root>'!r}, which "
+                "ckpt-migrate does not read (it would need importing code named by the file)",
+                "re-save the state dict with a dict or list in its place",
+            )
         items = [
             self.node(kid, deeper, f"{prefix}{i}", loose) for i, kid in enumerate(_taken(kids))
         ]
         if kind in _SEQ_TYPES:
             return SeqNode(_SEQ_TYPES[kind], items)  # type: ignore[arg-type]
-        if kind in ("collections.namedtuple", "NestedObject"):
-            label = obj.context if isinstance(obj.context, str) else "namedtuple"
-            return NamedTupleNode(label, tuple(f"_{i}" for i in range(len(items))), items)
-        raise UnsupportedContentError(
-            self.path,
-            f"__spec__ uses container type {kind!r}, which ckpt-migrate does not read "
-            "(it would need importing code named by the file)",
-        )
+        label = obj.context if isinstance(obj.context, str) else "namedtuple"
+        return NamedTupleNode(label, tuple(f"_{i}" for i in range(len(items))), items)
 
     def dict_keys(self, kind: str, context: Any, count: int) -> tuple[tuple[Key, ...], bool]:
         """A dict's keys, and whether a name below one of them could be a name below another:
