@@ -78,6 +78,13 @@ def ties(root) -> set[tuple[str, str]]:
 
 
 def upgraded(tmp_path: Path, state: dict, source: str, target: str):
+    """``state`` saved at ``source`` (its last ``__metadata__`` entry saying so, as the Trainer
+    of that release writes it) and upgraded to ``target``."""
+    if state.get("__metadata__"):
+        *kept, last = state["__metadata__"]
+        last = type(last)(last)  # (an OrderedDict stays one)
+        last["version"] = f"{source}.0"
+        state = {**state, "__metadata__": [*kept, last]}
     src = tmp_path / "checkpoint_40.mdl"
     api.save(state, src, source)
     out = tmp_path / "out"

@@ -70,8 +70,13 @@ def _one(path: Path, asked: Asked, lines: bool = False) -> int:
     elif data["current"]:
         console.echo(f"{path}: at {data['target']}")
     else:
-        how = "downgrading" if data["downgrade"] else "upgrading"
-        console.echo(f"{path}: {data['release']} needs {how} to {data['target']}")
+        if data["release"] == data["target"]:  # (in another release's container)
+            how = "writing in its own release's container at"
+        else:
+            how = "downgrading to" if data["downgrade"] else "upgrading to"
+        console.echo(f"{path}: {data['release']} needs {how} {data['target']}")
+    if "note" in data and not asked.as_json and not asked.quiet:
+        console.echo(f"note: {path}: {data['note']}", err=True)
     return 0 if data["current"] else EXIT_UPGRADE_NEEDED
 
 

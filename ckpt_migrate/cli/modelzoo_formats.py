@@ -16,7 +16,6 @@ from ckpt_migrate.errors import UsageError
 from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.releases import Release
-from ckpt_migrate.format.tree import DictNode, SeqNode, ValueLeaf
 from ckpt_migrate.hf import safetensors_io as st
 from ckpt_migrate.hops import graph
 from ckpt_migrate.models.keys import KeyRename
@@ -83,10 +82,11 @@ def resolve_source(
 ) -> Source:
     """The release to convert from, and that of ``config`` (its path and text), if given.
 
-    ``cs-auto`` reads what the file says (root attributes, as ``ckpt-migrate`` detects it, so
-    pre-2.1 files work too); for a format-0.5 file without ``__cstorch_version__`` it takes the
-    ``__metadata__[-1].version`` Model Zoo writes, if there is one. An explicit ``cs-X.Y`` that
-    contradicts a file which states its release is refused, unless ckpt-migrate upgraded the
+    ``cs-auto`` reads what the file says, as ``ckpt-migrate`` detects it (root attributes, so
+    pre-2.1 files work too, and the ``__metadata__[-1].version`` Model Zoo reads where it names
+    an older model than the stamp, or the file has none: ``format.trainer_release``). An
+    explicit ``cs-X.Y`` that contradicts a file which states its release is refused (the
+    stamp of a file read by its ``__metadata__`` is taken), unless ckpt-migrate upgraded the
     file from that release: the documentation's workflow runs ``fix_checkpoint_spec.py`` (here
     an upgrade to 2.0) and then converts from ``cs-1.9``, the config's release. Where the file
     cannot tell (0.5 without a version), the user's word is taken. A config beside a checkpoint
@@ -95,23 +95,20 @@ def resolve_source(
 
     with read_checkpoint(path) as ckpt:
         detected = source_release(ckpt)
-        certain = ckpt.detected.cstorch_version is not None or ckpt.format < 0.5
-        meta = _metadata_release(ckpt.root)
+        said = ckpt.detected
         earlier = provenance.sources(ckpt.provenance) or []
-    how = (
-        f"__cstorch_version__ {ckpt.detected.cstorch_version}"
-        if ckpt.detected.cstorch_version
-        else f"format {ckpt.format}"
-    )
+    certain = said.cstorch_version is not None or said.format < 0.5 or said.metadata_version
+    if said.metadata_version is not None:
+        how = f"__metadata__ version {said.metadata_version!r}"
+    elif said.cstorch_version is not None:
+        how = f"__cstorch_version__ {said.cstorch_version}"
+    else:
+        how = f"format {said.format}"
     if wanted is None:
-        if certain or meta is None:
-            release, note = detected.name, f"cs-auto: release {detected.name} ({how})"
-            if not certain:
-                note += f"; the file cannot tell 2.5–2.10 apart: {detected.name} assumed"
-        else:
-            release = meta.name
-            note = f"cs-auto: release {meta.name} (__metadata__ version; format 0.5)"
-    elif certain and wanted.name != detected.name:
+        release, note = detected.name, f"cs-auto: release {detected.name} ({how})"
+        if not certain:
+            note += f"; the file cannot tell 2.5–2.10 apart: {detected.name} assumed"
+    elif certain and wanted.name != detected.name and wanted != said.said:
         if wanted.name not in earlier or wanted.version > detected.version:
             raise UsageError(
                 path,
@@ -130,20 +127,6 @@ def resolve_source(
         return Source(release, note, release)
     start, why = config_release(config[1], release, earlier, family=family, source=config[0])
     return Source(release, "\n".join(filter(None, [note, why and f"{config[0]}: {why}"])), start)
-
-
-def _metadata_release(root: Any) -> Release | None:
-
-    meta = root.get("__metadata__") if isinstance(root, DictNode) else None
-    if not isinstance(meta, SeqNode) or not meta.items or not isinstance(meta.items[-1], DictNode):
-        return None
-    version = meta.items[-1].get("version")
-    if isinstance(version, ValueLeaf) and isinstance(version.value, str):
-        try:
-            return releases.get(version.value)
-        except UsageError:
-            return None
-    return None
 
 
 def listed(model: str | None) -> list[tuple[str, str, str | None, bool, str | None]]:

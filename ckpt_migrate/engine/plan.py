@@ -143,6 +143,25 @@ def known_release(detected: releases.Detected, path: Path) -> Release:
     return detected.release
 
 
+def hops_to(detected: releases.Detected, src: Release, tgt: Release) -> list[Hop]:
+    """The hops from ``src`` to ``tgt``; a model already at ``tgt`` in another release's
+    container (``trainer_release``: a 2.1 model in the 0.5 file a 2.10 converter wrote) is
+    written again, in its own release's container, by a hop of no tree edit."""
+    hops = graph.load().path(src, tgt)
+    if hops or releases.format_matches(tgt.format, detected.format):
+        return hops
+    return [Hop.at(tgt.name, (into_own_container,))]
+
+
+def into_own_container(ctx: Any) -> None:
+    """Write the model, already at the target release, in that release's own container.
+
+    Model Zoo's converters write their target release's model with the library they run on:
+    2.10's ``--tgt-fmt cs-2.1`` writes a 0.5 file, which 2.1–2.4 cannot load (they refuse any
+    format newer than 0.4, FORMAT.md §1.3). The tree needs no edit: the target release's
+    writer writes its own container (``trainer_release`` says how the release is known)."""
+
+
 def make_plan(
     ckpt: Checkpoint,
     target: str = "latest",
@@ -154,7 +173,7 @@ def make_plan(
     assert ckpt.path is not None
     src = source_release(ckpt)
     tgt = releases.get(target)
-    hops = graph.load().path(src, tgt)
+    hops = hops_to(ckpt.detected, src, tgt)
     out_dir = output_dir or ckpt.path.parent
     free = free_space(out_dir)
     file_bytes = ckpt.path.stat().st_size
@@ -254,10 +273,11 @@ def check(path: str | Path, target: str = "latest", source_release: str | None =
     (``read_release``: the tree, the leaves' metadata and the datasets are neither read nor
     checked since issue 33; ``inspect`` reads the structure, ``check --deep`` every tensor)."""
     p = Path(path)
-    src = known_release(read_release(p, source_release), p)
+    detected = read_release(p, source_release)
+    src = known_release(detected, p)
     tgt = releases.get(target)
-    hops = graph.load().path(src, tgt)
-    return {
+    hops = hops_to(detected, src, tgt)
+    found = {
         "path": str(path),
         "release": src.name,
         "target": tgt.name,
@@ -265,6 +285,7 @@ def check(path: str | Path, target: str = "latest", source_release: str | None =
         "downgrade": tgt.version < src.version,
         "hops": [f"{h.source}→{h.target}" for h in hops],
     }
+    return found if detected.reading is None else {**found, "note": detected.reading}
 
 
 def free_space(directory: Path) -> int | None:

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 
 from ckpt_migrate.errors import CorruptCheckpointError
-from ckpt_migrate.format import budgets, provenance, releases
+from ckpt_migrate.format import budgets, provenance, releases, trainer_release
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import headerscan, linktable
 from ckpt_migrate.format.h5.boundary import check_self_contained
@@ -252,7 +252,8 @@ SPEC_SHARE = 0.7
 def read_release(p: Path, release: str | None = None) -> releases.Detected:
     """The release of the checkpoint at ``p`` from its root attributes alone (``check``):
     ``__version__`` and ``__cstorch_version__``, the ``__spec__`` a Cerebras file has, and in
-    format 0.5 the ``__SUCCESS__`` marker of a finished save. The preflight child reads those
+    format 0.5 the ``__SUCCESS__`` marker of a finished save, and the ``version`` leaves of a
+    Trainer's ``__metadata__`` (``trainer_release``). The preflight child reads the root
     first (``preflight(scope="root")``); nothing else of the file is read or checked. When
     the child meets a problem, the file is read in full, which names it."""
     check_file(p)
@@ -264,7 +265,9 @@ def read_release(p: Path, release: str | None = None) -> releases.Detected:
             detected = _detect(p, f, release)
             if detected.format >= 0.5:
                 read_v05.require_success(f, p)
-            return detected
+            if release is not None:
+                return detected
+            return trainer_release.reading(detected, trainer_release.in_file(f, detected))
     except DAMAGED_HDF5 as exc:
         raise damaged(p, exc) from None
 
@@ -324,12 +327,10 @@ def _read(
             f, handle, detected.format, facts, early
         )
     budgets.check_declared(root, p, os.stat(p).st_size)
-    if detected.said is not None and detected.release is not None:
-        warnings.append(
-            f"the file says it is release {detected.said.name} (__cstorch_version__ "
-            f"{detected.cstorch_version}); it is read as {detected.release.name}, as --from "
-            "says, and the hops start there"
-        )
+    if release is None:  # (else --from names it)
+        detected = trainer_release.reading(detected, trainer_release.in_tree(root, detected))
+    if (reading := detected.reading) is not None:
+        warnings.append(reading)
     return Checkpoint(
         root,
         detected,
@@ -370,15 +371,15 @@ def _detect(p: Path, f: h5py.File, release: str | None) -> releases.Detected:
         if release is None:
             raise
         detected = releases.detect(p, version_value, None)
-    if release is not None:
-        forced = releases.get(release)
-        if not releases.format_matches(forced.format, detected.format):
-            raise CorruptCheckpointError(
-                p,
-                f"--from {forced.name} writes format {forced.format} but the file is format "
-                f"{detected.format}",
-                "name a release of the file's format",
-            )
-        said = detected.release if detected.cstorch_version and detected.release != forced else None
-        detected = releases.Detected(detected.format, detected.cstorch_version, forced, said)
-    return detected
+    if release is None:
+        return detected
+    forced = releases.get(release)
+    if not releases.readable_as(forced, detected.format):
+        raise CorruptCheckpointError(
+            p,
+            f"--from {forced.name} writes format {forced.format} but the file is format "
+            f"{detected.format}",
+            "name a release of the file's format (or, for a 0.5 file, one from 2.1 on)",
+        )
+    said = detected.release if detected.cstorch_version and detected.release != forced else None
+    return releases.Detected(detected.format, detected.cstorch_version, forced, said)

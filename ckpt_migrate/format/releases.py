@@ -92,13 +92,56 @@ class Detected:
     format: float
     cstorch_version: str | None
     release: Release | None  # None: a release newer than this tool knows
-    said: Release | None = None  # the release ``__cstorch_version__`` names, where --from differs
+    # the release the root alone names (``__cstorch_version__``, or format 0.5's first), where
+    # ``release`` differs: by --from, or by ``__metadata__``
+    said: Release | None = None
+    # the last ``__metadata__`` entry's version, where it chose ``release`` (``trainer_release``)
+    metadata_version: str | None = None
+
+    @property
+    def reading(self) -> str | None:
+        """Why the file is read as another release than its stamp says (None: it is not)."""
+        if self.said is None or self.release is None:
+            return None
+        if self.metadata_version is None:
+            return (
+                f"the file says it is release {self.said.name} (__cstorch_version__ "
+                f"{self.cstorch_version}); it is read as {self.release.name}, as --from says, "
+                "and the hops start there"
+            )
+        writer = (
+            f"in a file cerebras.pytorch {self.cstorch_version} wrote"
+            if self.cstorch_version
+            else f"in a format {self.format} file that names no release (else read as "
+            f"{self.said.name})"
+        )
+        who = (
+            f"Model Zoo's converter to cs-{self.release.name}"
+            if self.cstorch_version
+            else "Model Zoo's Trainer"
+        )
+        return (
+            f"its model is release {self.release.name} {writer}: the last __metadata__ entry "
+            f"says version {self.metadata_version!r}, as {who} writes it and as Model Zoo "
+            f"reads it; it is read as "
+            f"{self.release.name} and the hops start there (--from {self.said.name} reads it as "
+            f"{self.said.name})"
+        )
 
     @property
     def label(self) -> str:
         if self.release is not None:
             return self.release.name
         return self.cstorch_version or f"format {self.format}"
+
+
+def readable_as(release: Release, fmt: float) -> bool:
+    """Whether a file of format ``fmt`` can be read as ``release`` (``--from``): one of its own
+    format, or a 2.1+ model in a newer container, as Model Zoo's converters write with a newer
+    library (``trainer_release``)."""
+    if format_matches(release.format, fmt):
+        return True
+    return release.cstorch_version is not None and release.format < fmt
 
 
 def detect(path: str | Path, version_attr: float | None, cstorch_attr: str | None) -> Detected:

@@ -5,7 +5,8 @@ exactly what such a reader reads through HDF5, so that a crash or an endless loo
 code (``preflight``'s docstring) ends the child, not the command:
 
 * ``"root"`` (``check``): the root attributes named in :data:`ROOT_NAMES`, those present,
-  and whether ``__spec__`` is;
+  whether ``__spec__`` is, and the ``version`` leaves of a Trainer's ``__metadata__`` list
+  (``trainer_release.last_entry``: root attributes in format 0.5, datasets' in 0.4);
 * ``"outline"`` (``inspect``, ``plan``, a dry run of a chain that edits only the root): the
   root attributes named in :data:`OUTLINE_NAMES`, those present (and a legacy root's
   ``__spec__``, which a legacy file's reader reads through HDF5), the root's object info,
@@ -38,6 +39,7 @@ from pathlib import Path
 import h5py
 
 from ckpt_migrate.errors import CkptError
+from ckpt_migrate.format import trainer_release
 from ckpt_migrate.format.h5 import linktable, storagescan
 from ckpt_migrate.format.h5.io import forbid_plugin_loading
 from ckpt_migrate.format.h5.metadata_cache import bounded_metadata_cache
@@ -74,6 +76,9 @@ def walk(path: Path, tick: int, scope: str, links_fd: int | None = None) -> None
             wanted = (*wanted, "__spec__")  # a legacy root's structure, which its reader reads
         names = [n.encode() for n in wanted if h5py.h5a.exists(f.id, n.encode())]
         read_attributes(f.id, tick, names=names)
+        if not outline:  # (and the version leaves of a Trainer's list, in either container)
+            for fmt in (0.4, 0.5):
+                trainer_release.last_entry(f, fmt)
         os.write(tick, b"%s0,0%s" % (FIRST, END))
         addresses = None
         if outline and not legacy:  # (a legacy outline reads its links at once: ``headerscan``)
