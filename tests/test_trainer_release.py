@@ -75,6 +75,9 @@ def test_check_and_upgrade_of_a_converted_file(tmp_path):
     assert "version '2.1.0'" in done.stderr and "--from 2.10" in done.stderr
     answer = json.loads(run_cli("check", src, "--json").stdout)
     assert answer["release"] == "2.1" and len(answer["hops"]) == 9 and "note" in answer
+    shown = run_cli("inspect", src).stdout
+    assert "release 2.1  format 0.5" in shown and "note: its model is release 2.1" in shown
+    assert json.loads(run_cli("inspect", src, "--json").stdout)["note"] == answer["note"]
     assert run_cli("check", src, "--from", "2.10").returncode == 0
 
     out = tmp_path / "out"

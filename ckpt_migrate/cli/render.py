@@ -37,6 +37,8 @@ def inspect(data: dict[str, Any]) -> None:
         f"release {data['release_label']}  format {data['format']}  "
         f"leaves {data['leaf_count']}  tensor bytes {data['tensor_bytes']:,}"
     )
+    if "note" in data:
+        console.print(Text(f"note: {data['note']}", style="yellow"))
     if data["bytes_by_dtype"]:
         table = Table("dtype", "tensors", "bytes")
         for dtype, d in sorted(data["bytes_by_dtype"].items()):

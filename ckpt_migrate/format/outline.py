@@ -146,6 +146,7 @@ def report(
         "unreferenced_datasets": ckpt.unreferenced,
         "had_tensor_scalar_dict": ckpt.had_tensor_scalar_dict,
         "provenance": ckpt.provenance,
+        **({"note": ckpt.detected.reading} if ckpt.detected.reading else {}),
         **({"leaves": entries} if leaves else {}),
     }
 
