@@ -129,16 +129,21 @@ def release_of(path: Path) -> str:
 
 
 def shipped_checkpoints(tmp_path: Path) -> list[Path]:
-    """Every checkpoint under ``fixtures/``, and the real library's 2.6-2.9 files decompressed
-    into ``tmp_path``."""
-    return sorted(FIXTURES.rglob("*.mdl")) + real_2x_files(tmp_path)
+    """Every checkpoint under ``fixtures/``, and the real library's 2.6-2.9 files and Model
+    Zoo's converter outputs decompressed into ``tmp_path``."""
+    packed = _unpacked(FIXTURES / "modelzoo-2.10-converted", tmp_path)
+    return sorted(FIXTURES.rglob("*.mdl")) + real_2x_files(tmp_path) + packed
 
 
 def real_2x_files(tmp_path: Path) -> list[Path]:
     """The real library's 2.6-2.9 files (``fixtures/real-cstorch-2.6-2.9``), decompressed into
     ``tmp_path``."""
+    return _unpacked(FIXTURES / "real-cstorch-2.6-2.9", tmp_path)
+
+
+def _unpacked(directory: Path, tmp_path: Path) -> list[Path]:
     found = []
-    for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9").glob("*.mdl.xz")):
+    for packed in sorted(directory.glob("*.mdl.xz")):
         found.append(tmp_path / packed.name[:-3])
         found[-1].write_bytes(lzma.decompress(packed.read_bytes()))
     return found

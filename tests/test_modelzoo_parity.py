@@ -196,3 +196,48 @@ def test_the_2_1_downgrade_is_model_zoos(tmp_path, fixture, model):
     assert proc.returncode == 0, proc.stderr
     theirs = tmp_path / "mz" / "checkpoint_100_to_cs-2.1_to_cs-2.0.mdl"
     assert _values_differ(theirs, tmp_path / "down" / up.name) == []
+
+
+COMPATIBLE = """
+import sys
+import cerebras.pytorch as cstorch
+from cerebras.modelzoo.trainer.callbacks.checkpoint import Checkpoint
+
+for path in sys.argv[1:]:
+    try:
+        Checkpoint.check_compatibility(cstorch.load(path))
+        print("accepted")
+    except ValueError:
+        print("rejected")
+"""
+
+
+@pytest.mark.parametrize(("fixture", "model"), FAMILIES)
+def test_the_trainer_takes_our_upgrade_of_model_zoos_cs_2_1_output(tmp_path, fixture, model):
+    """Model Zoo 2.10 converts a 2.0 checkpoint to cs-2.1: a 2.1 model in a file its 2.10
+    library stamps ``2.10.0`` (``__metadata__[-1].version`` "2.1.0", docs/FORMAT.md §1.3).
+    Its own Trainer rejects that file (``check_compatibility``); ``ckpt-migrate upgrade`` reads
+    it as 2.1, and the Trainer takes what it writes."""
+    checkout, python = _environment()
+    work = tmp_path / fixture
+    shutil.copytree(MODELS / fixture, work)
+    _run_modelzoo(checkout, python, [
+        "convert", str(work / CKPT), "--model", model, "--src-fmt", "cs-2.0", "--tgt-fmt",
+        "cs-2.1", "--config", str(work / "params.yaml"), "--output-dir", str(tmp_path / "mz"),
+    ])  # fmt: skip
+    theirs = tmp_path / "mz" / "checkpoint_100_to_cs-2.1.mdl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_migrate", "upgrade", str(theirs), "--config",
+         str(tmp_path / "mz" / "params_to_cs-2.1.yaml"), "--output-dir", str(tmp_path / "up"),
+         "--model", model, "-q"],
+        capture_output=True, text=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    ours = tmp_path / "up" / theirs.name
+    env = {**os.environ, "PYTHONPATH": str(checkout / "src")}
+    proc = subprocess.run(
+        [str(python), "-c", COMPATIBLE, str(theirs), str(ours)],
+        capture_output=True, text=True, env=env, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["rejected", "accepted"]

@@ -6,14 +6,17 @@ entry, and so does ``ckpt-migrate`` (``format/trainer_release.py``)."""
 from __future__ import annotations
 
 import json
+import lzma
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
-from conftest import run_cli, run_script
+import yaml
+from conftest import FIXTURES, run_cli, run_script
 
 import ckpt_migrate as cm
+from ckpt_migrate.cli import commands
 from ckpt_migrate.errors import EXIT_UPGRADE_NEEDED
 from ckpt_migrate.format.read import read_checkpoint, read_release
 from ckpt_migrate.format.v05 import treespec
@@ -164,3 +167,39 @@ def test_convert_checkpoint_cs_auto_goes_on_from_the_converters_target(tmp_path)
     assert done.returncode == 0, done.stderr
     assert read_release(out).release.name == "2.4"
     assert [e["version"] for e in cm.load(out)["__metadata__"]] == ["2.1.0", "2.4.0"]
+
+
+# --------------------------------------------------------------------------- Model Zoo's own files
+
+MZ_CONVERTED = FIXTURES / "modelzoo-2.10-converted"
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "t5"])
+def test_model_zoos_own_cs_2_1_output_is_upgraded_from_2_1(tmp_path, family):
+    """The files Model Zoo 2.10's converter wrote for cs-2.1 (fixtures/modelzoo-2.10-converted):
+    read as 2.1, upgraded to 2.10 with their config, and the same model tensors as this tool's
+    own 2.0 → 2.10 upgrade of the file Model Zoo converted (ties aside: Model Zoo writes a copy
+    per name), one ``__metadata__`` entry added for 2.10."""
+    src = tmp_path / "checkpoint_100.mdl"
+    src.write_bytes(lzma.decompress((MZ_CONVERTED / f"{family}-2.0_to_cs-2.1.mdl.xz").read_bytes()))
+    config = MZ_CONVERTED / f"{family}-2.0_params_to_cs-2.1.yaml"
+    done = run_cli("check", src)
+    assert done.returncode == EXIT_UPGRADE_NEEDED and "2.1 needs upgrading to 2.10" in done.stdout
+    done = run_cli("upgrade", src, "--config", config, "--output-dir", tmp_path / "up")
+    assert done.returncode == 0, done.stderr
+    assert "[2.1→2.2]" in done.stdout and "[2.3→2.4]" in done.stdout  # (the config's steps)
+    out = tmp_path / "up" / src.name
+    assert run_cli("check", out).returncode == 0
+    assert [e["version"] for e in cm.load(out)["__metadata__"]] == ["2.1.0", "2.10.0"]
+    upgraded_config = yaml.safe_load((tmp_path / "up" / config.name).read_text())
+    assert "model" in upgraded_config["trainer"]["init"]
+    direct = tmp_path / "direct"
+    original = FIXTURES / "models" / f"{family}-2.0" / "checkpoint_100.mdl"
+    assert run_cli("upgrade", original, "--model", family, "--output-dir", direct).returncode == 0
+    differences = commands.verify(out, direct / original.name)["differences"]
+    assert differences  # (the ties and __metadata__, below)
+    assert [
+        d
+        for d in differences
+        if not d["name"].startswith("__metadata__") and not d["what"].startswith("tied to")
+    ] == []
