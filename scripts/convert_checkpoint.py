@@ -45,6 +45,7 @@ from ckpt_migrate.format.releases import Release
 from ckpt_migrate.hf import config_only, mup
 from ckpt_migrate.hf import export as hf_export
 from ckpt_migrate.hf import import_ as hf_import
+from ckpt_migrate.hops.trainer_metadata import CONVERTED_CONFIG
 from ckpt_migrate.models.names import (
     KEYLESS,
     MODEL_NAMES,
@@ -122,6 +123,8 @@ def convert(args: argparse.Namespace) -> int:
     ckpt_out = _output_dir(args.output_dir, src.parent) / output_name(src, tgt, ".mdl")
     config_out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
     _refuse_existing(ckpt_out, config_out)
+    # (the entry Model Zoo's converter appends to __metadata__ holds the converted config)
+    converted = upgrade_config_text(text, config_from, tgt.name, family=args.model, source=config)
     opts = UpgradeOptions(
         target=tgt.name,
         source_release=from_release,
@@ -130,6 +133,7 @@ def convert(args: argparse.Namespace) -> int:
         inputs={
             "model": args.model,
             "config": config_data,
+            CONVERTED_CONFIG: yaml_edit.plain(yaml_edit.load(converted.text, config)[0]),
             **({"drop_unmatched_keys": True} if args.drop_unmatched_keys else {}),
             **given,
             **side_files,

@@ -28,6 +28,7 @@ import pytest
 import yaml
 from conftest import CKPT, MODELS, ROOT
 
+import ckpt_migrate as cm
 from ckpt_migrate.cli import commands
 from ckpt_migrate.format.read import read_checkpoint
 
@@ -130,6 +131,17 @@ def test_same_checkpoint_and_config_as_modelzoo(tmp_path, fixture, model, src, t
     our_config = _flat(yaml.safe_load((tmp_path / "ours" / f"params_to_cs-{tgt}.yaml").read_text()))
     differ = {
         k for k in mz_config.keys() | our_config.keys() if mz_config.get(k) != our_config.get(k)
+    }
+    assert differ <= DOCUMENTED, sorted(differ - DOCUMENTED)
+    # the __metadata__ entry its converter appends (update_ckpt_metadata): the same, and its
+    # params the converted config, which differs where the configs do
+    mz_meta, our_meta = (cm.load(p)["__metadata__"] for p in (theirs, ours))
+    assert [{k: v for k, v in e.items() if k != "params"} for e in our_meta] == [
+        {k: v for k, v in e.items() if k != "params"} for e in mz_meta
+    ]
+    mz_params, our_params = _flat(mz_meta[-1]["params"]), _flat(our_meta[-1]["params"])
+    differ = {
+        k for k in mz_params.keys() | our_params.keys() if mz_params.get(k) != our_params.get(k)
     }
     assert differ <= DOCUMENTED, sorted(differ - DOCUMENTED)
 

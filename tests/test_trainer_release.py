@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import shutil
 from pathlib import Path
 
 import h5py
@@ -203,3 +204,28 @@ def test_model_zoos_own_cs_2_1_output_is_upgraded_from_2_1(tmp_path, family):
         for d in differences
         if not d["name"].startswith("__metadata__") and not d["what"].startswith("tied to")
     ] == []
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert", "t5"])
+def test_convert_checkpoint_appends_the_entry_model_zoos_converter_does(tmp_path, family):
+    """``scripts/convert_checkpoint.py`` cs-2.0 → cs-2.1 of the file Model Zoo converted: the
+    ``__metadata__`` list Model Zoo's own output has (one entry, ``version`` "2.1.0",
+    ``model_name`` "", the converted config as ``params``), where the file had none; its params
+    the converted config this script writes beside it."""
+    work = tmp_path / family
+    shutil.copytree(FIXTURES / "models" / f"{family}-2.0", work)
+    args = ["--model", family, "--src-fmt", "cs-2.0", "--tgt-fmt", "cs-2.1"]
+    done = run_script("convert_checkpoint.py", "convert", work / "checkpoint_100.mdl", *args,
+                      "--config", work / "params.yaml")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "__metadata__.0: added {version: '2.1.0', model_name: ''}" in done.stdout
+    ours = cm.load(work / "checkpoint_100_to_cs-2.1.mdl")["__metadata__"]
+    packed = MZ_CONVERTED / f"{family}-2.0_to_cs-2.1.mdl.xz"
+    (tmp_path / "mz.mdl").write_bytes(lzma.decompress(packed.read_bytes()))
+    theirs = cm.load(tmp_path / "mz.mdl")["__metadata__"]
+    assert [len(ours), ours[0]["version"], ours[0]["model_name"]] == [1, "2.1.0", ""]
+    assert [len(theirs), theirs[0]["version"], theirs[0]["model_name"]] == [1, "2.1.0", ""]
+    written = yaml.safe_load((work / "params_to_cs-2.1.yaml").read_text())
+    assert ours[0]["params"] == written
+    mz_written = yaml.safe_load((MZ_CONVERTED / f"{family}-2.0_params_to_cs-2.1.yaml").read_text())
+    assert theirs[0]["params"] == mz_written  # (Model Zoo's entry is its config, too)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,9 @@ from ckpt_migrate.hops.hop import StepContext, root_level
 
 KEY = "__metadata__"
 _STATE = "_ckpt_metadata"  # ctx.inputs key: what this upgrade already did to the list
+# ctx.inputs key, set by ``scripts/convert_checkpoint.py`` alone: the converted config (plain
+# YAML data), for the entry Model Zoo's converter appends (``converter_entry``)
+CONVERTED_CONFIG = "converted_config"
 
 
 @dataclass
@@ -86,6 +90,10 @@ def record_release_in_metadata(ctx: StepContext) -> None:
     """
     root = ctx.root
     hop = ctx.hop
+    converted = ctx.inputs.get(CONVERTED_CONFIG)
+    if converted is not None and hop is not None and isinstance(root, DictNode):
+        converter_entry(ctx, root, converted)
+        return
     meta = root.get(KEY) if isinstance(root, DictNode) else None
     if hop is None or meta is None:
         return
@@ -114,6 +122,63 @@ def record_release_in_metadata(ctx: StepContext) -> None:
     state = _Recorded(entry, len(ctx.changes), hop.source, len(entries) - 2)
     ctx.changes.append(_report(state, hop.target, version))
     ctx.inputs[_STATE] = state
+
+
+def converter_entry(ctx: StepContext, root: DictNode, config: Any) -> None:
+    """What Model Zoo's CS → CS converter writes (``scripts/convert_checkpoint.py``): one entry
+    ``{version: "<X.Y>.0", model_name: "", params: <the converted config>}`` appended for the
+    target, to a ``__metadata__`` list it starts where the file has none.
+
+    ``update_ckpt_metadata`` (tag Release_2.10.0, ``tools/checkpoint_converters/
+    base_converter.py`` lines 2502-2518, called for every CS → CS conversion, either way, at
+    line 748) appends that entry to ``input_checkpoint.get("__metadata__", [])``, so a 2.0
+    file converted to cs-2.1 leaves with a list, and Model Zoo's ``cs-auto`` (which requires
+    one, ``tools/convert_checkpoint.py`` lines 286-301) takes the next conversion from it. The
+    upgrade verbs keep their own rule (``record_release_in_metadata``). One entry a run:
+    later hops re-stamp it.
+    """
+    assert ctx.hop is not None
+    version = ValueLeaf(metadata_version(ctx.hop.target))
+    state = ctx.inputs.get(_STATE)
+    meta = root.get(KEY)
+    if isinstance(state, _Recorded) and state.entry is not None:
+        state.entry.set("version", version)
+        ctx.changes[state.change] = _converter_report(state, ctx.hop.target)
+        return
+    if not (isinstance(meta, SeqNode) and meta.kind == "list"):
+        if meta is not None:
+            ctx.warn(f"{KEY} is not a list: replaced by one, as Model Zoo's converter fails on it")
+        meta = SeqNode("list", [])
+        root.set(KEY, meta)
+    entry = DictNode(
+        [("version", version), ("model_name", ValueLeaf("")), ("params", _tree(config))]
+    )
+    meta.items.append(entry)
+    state = _Recorded(entry, len(ctx.changes), ctx.hop.source, len(meta.items) - 2)
+    ctx.changes.append(_converter_report(state, ctx.hop.target))
+    ctx.inputs[_STATE] = state
+
+
+def _converter_report(state: _Recorded, target: str) -> str:
+    assert state.entry is not None
+    version = state.entry.get("version")
+    assert isinstance(version, ValueLeaf)
+    return (
+        f"[{state.first_source}→{target}] {KEY}.{state.previous + 1}: added "
+        f"{{version: {version.value!r}, model_name: ''}} with the converted config as params, "
+        "as Model Zoo's converter does (its cs-auto reads it)"
+    )
+
+
+def _tree(data: Any) -> Node:
+    """Plain YAML data (dicts with str or int keys, lists, scalars) as a tree."""
+    if isinstance(data, dict):
+        return DictNode([(k if isinstance(k, int) else str(k), _tree(v)) for k, v in data.items()])
+    if isinstance(data, list):
+        return SeqNode("list", [_tree(v) for v in data])
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return ValueLeaf(data)
+    return ValueLeaf(str(data))  # (a date or timestamp YAML typed)
 
 
 def _report(state: _Recorded, target: str, version: str) -> str:
