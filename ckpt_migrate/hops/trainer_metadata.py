@@ -29,7 +29,9 @@ so its result is not available to the hops. The Trainer keeps the list as
 name; Model Zoo's converters write ``""``).
 
 Files without ``__metadata__`` (everything before 2.1, files not written by the Trainer) are
-left alone, silently: nothing checks their version.
+left alone, silently: nothing checks their version. ``scripts/convert_checkpoint.py`` does what
+Model Zoo's converter does instead (``converter_entry``): its entry holds the converted config,
+in a list it starts where there is none.
 """
 
 from __future__ import annotations
