@@ -661,3 +661,18 @@ def test_a_complex_numpy_array_of_the_real_writer_is_refused_as_such_not_as_dama
         assert "damaged" not in proc.stderr, proc.stderr
     with pytest.raises(UnsupportedContentError, match="complex numpy array"):
         cm.load(src)
+
+
+def test_a_structured_numpy_array_of_the_real_writer_is_refused_as_such_not_as_damage(tmp_path):
+    """The real 2.10 writer stores a numpy structured array as h5py does, an HDF5 compound of
+    its fields, and its loader reads it back (fixtures/real-cstorch-2.10/refused). Every
+    command says what the dataset holds, naming the fields, and the way out."""
+    src = REAL / "refused" / "structured_array.mdl"
+    expected = json.loads((REAL / "refused" / "structured_array.expected.json").read_text())
+    assert expected["root"]["items"][1][2]["dtype"] == "void96"  # what the real loader gave
+    for verb in (["inspect"], ["check", "--deep"], ["upgrade", "--to", "2.4", "-o", tmp_path]):
+        proc = run_cli(*verb, src)
+        one_line_error(proc, 2, "'/table' holds a numpy structured array (fields 'x', 'n';")
+        assert "damaged" not in proc.stderr and "field as an array of its own" in proc.stderr
+    with pytest.raises(UnsupportedContentError, match="structured array"):
+        cm.load(src)

@@ -234,6 +234,15 @@ def type_problem(tid: h5py.h5t.TypeID, path: Path, where: str) -> CkptError | No
                 "save that value as two real arrays (its .real and .imag) with the library "
                 "that wrote the file, or leave it out",
             )
+        if (fields := _record_fields(tid)) is not None:
+            return UnsupportedContentError(
+                path,
+                f"dataset {where!r} holds a numpy structured array (fields "
+                f"{', '.join(map(repr, fields))}; stored as h5py stores one: a compound), "
+                "which ckpt-migrate does not read",
+                "save each field as an array of its own with the library that wrote the file, "
+                "or leave it out",
+            )
         return _odd_type(path, f"dataset {where!r}", tid)
     standard = _STANDARD_NUMBERS.get((tid.get_class(), tid.get_size()))
     if tid.get_class() in _NUMBER_CLASSES and not any(tid == t for t in standard or ()):
@@ -261,6 +270,27 @@ def _complex_layout(tid: h5py.h5t.TypeID) -> bool:
         and (r_at, i_at) == (0, r_t.get_size())
         and tid.get_size() == 2 * r_t.get_size()
     )
+
+
+def _record_fields(tid: h5py.h5t.TypeID, depth: int = 0) -> list[str] | None:
+    """The field names of h5py's layout of a numpy structured array: a compound of numbers
+    (or of such compounds, 4 deep at most) with readable names, at most 64 of them (the real
+    writer stores a structured numpy array so); None for any other type."""
+    if not isinstance(tid, h5py.h5t.TypeCompoundID) or not 0 < tid.get_nmembers() <= 64:
+        return None
+    if depth > 4:
+        return None
+    names = []
+    for i in range(tid.get_nmembers()):
+        member = tid.get_member_type(i)
+        numeric = isinstance(member, (h5py.h5t.TypeIntegerID, h5py.h5t.TypeFloatID))
+        if not numeric and _record_fields(member, depth + 1) is None:
+            return None
+        try:
+            names.append(tid.get_member_name(i).decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+    return names if all(n.isprintable() and len(n) <= 64 for n in names) else None
 
 
 def description_problem(dcpl: h5py.h5p.PropDCID, path: Path, where: str) -> CkptError | None:
