@@ -71,6 +71,15 @@ for _code in ("f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", 
         _STANDARD_NUMBERS.setdefault((_tid.get_class(), _tid.get_size()), ())
         _STANDARD_NUMBERS[_tid.get_class(), _tid.get_size()] += (_tid,)
 
+# This machine's numpy long double as h5py stores it (x86's 80-bit extended in 16 bytes): the
+# real writer stores ``np.longdouble`` arrays so; where it is float64 it is no long double.
+_LONG_DOUBLES = tuple(
+    tid
+    for order in "<>"
+    if np.dtype(np.longdouble).itemsize > 8
+    for tid in (h5py.h5t.py_create(np.dtype(np.longdouble).newbyteorder(order)),)
+)
+
 
 def check_self_contained(f: h5py.File, path: Path) -> int:
     """Refuse a file with external or user-defined links, external raw storage, virtual
@@ -245,6 +254,14 @@ def type_problem(tid: h5py.h5t.TypeID, path: Path, where: str) -> CkptError | No
             )
         return _odd_type(path, f"dataset {where!r}", tid)
     standard = _STANDARD_NUMBERS.get((tid.get_class(), tid.get_size()))
+    if any(tid == t for t in _LONG_DOUBLES):
+        return UnsupportedContentError(
+            path,
+            f"dataset {where!r} holds a numpy long double array (np.longdouble, "
+            f"{tid.get_size()} bytes an element), which ckpt-migrate does not read",
+            "save it as float64 with the library that wrote the file (np.float64 keeps 53 "
+            "bits of its 64), or leave it out",
+        )
     if tid.get_class() in _NUMBER_CLASSES and not any(tid == t for t in standard or ()):
         return CorruptCheckpointError(
             path,

@@ -350,8 +350,8 @@ def _decode_object(
             is_bf16 = attr_bool(h5attrs.get_value(ds, "is_bfloat16", default))
         try:
             dt = dtypes.from_storage(stored, is_bf16)
-        except ValueError as exc:
-            raise UnsupportedContentError(path, f"array {name!r}: {exc}") from None
+        except ValueError:
+            raise _unsupported_array(path, name, np.dtype(stored)) from None
         return TensorLeaf(dt.name, shape, H5Data(handle, name), numpy=True)
     if kind == "ScalarSerializer":
         value = m.get("scalar_value")
@@ -379,6 +379,19 @@ def _decode_object(
         return ExternalLeaf(kind, dict(m))
     raise UnsupportedContentError(
         path, f"leaf {name!r} uses serializer {kind!r}, which ckpt-migrate does not know"
+    )
+
+
+def _unsupported_array(path: Path, name: str, stored: np.dtype) -> UnsupportedContentError:
+    """A numpy array the real writer stores and this tool does not read (fixed-length bytes,
+    say: ``np.array([b"ab"])`` is ``|S2``), with what it is and the way out."""
+    what = "fixed-length bytes" if stored.kind == "S" else f"dtype {stored}"
+    return UnsupportedContentError(
+        path,
+        f"array {name!r} is a numpy array of {what} ({stored.str}), which ckpt-migrate does "
+        "not read",
+        "save it as a list (of bytes or str) or as a numeric array with the library that "
+        "wrote the file, or leave it out",
     )
 
 
