@@ -97,7 +97,7 @@ def resolve_source(
         detected = source_release(ckpt)
         said = ckpt.detected
         earlier = provenance.sources(ckpt.provenance) or []
-    certain = said.cstorch_version is not None or said.format < 0.5 or said.metadata_version
+    certain = said.cstorch_version is not None or said.format < 0.5 or bool(said.metadata_version)
     if said.metadata_version is not None:
         how = f"__metadata__ version {said.metadata_version!r}"
     elif said.cstorch_version is not None:
