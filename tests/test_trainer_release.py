@@ -114,15 +114,21 @@ def test_to_its_own_release_it_is_written_in_that_releases_container(tmp_path):
     assert "already at 2.1" in done.stdout
 
 
-def test_from_names_a_2_1_model_in_a_0_5_file_but_not_a_2_0_one(tmp_path):
-    """``--from`` takes a 2.1+ release for a 0.5 file (the model of an older release in a newer
-    container); 2.0 wrote no ``__cstorch_version__`` and no ``__metadata__``: refused."""
+def test_from_names_a_2_0_model_in_a_0_5_file_but_not_a_1_9_one(tmp_path):
+    """``--from`` takes a 2.0+ release for a 0.5 file (the model of an older release in a
+    newer container: Model Zoo 2.10's HF → cs-2.0 writes one, with no ``__metadata__`` to
+    tell); 1.9's format 0.3 has a legacy spec no 0.5 file holds: refused."""
     src = saved(tmp_path, converted("2.10.0"), "2.10")
     done = run_cli("check", src, "--from", "2.3")
     assert done.returncode == EXIT_UPGRADE_NEEDED and "2.3 needs upgrading" in done.stdout
     done = run_cli("check", src, "--from", "2.0")
+    assert done.returncode == EXIT_UPGRADE_NEEDED and "2.0 needs upgrading" in done.stdout
+    done = run_cli("upgrade", src, "--from", "2.0", "--to", "2.1", "-o", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert read_release(tmp_path / "out" / src.name).release.name == "2.1"
+    done = run_cli("check", src, "--from", "1.9")
     assert done.returncode == 2
-    assert "--from 2.0 writes format 0.4 but the file is format 0.5" in done.stderr
+    assert "--from 1.9 writes format 0.3 but the file is format 0.5" in done.stderr
 
 
 def test_a_long_list_and_a_linked_version_text(tmp_path):

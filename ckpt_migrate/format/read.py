@@ -379,7 +379,7 @@ def _detect(p: Path, f: h5py.File, release: str | None) -> releases.Detected:
             p,
             f"--from {forced.name} writes format {forced.format} but the file is format "
             f"{detected.format}",
-            "name a release of the file's format (or, for a 0.5 file, one from 2.1 on)",
+            "name a release of the file's format (or, for a 0.5 file, one from 2.0 on)",
         )
     said = detected.release if detected.cstorch_version and detected.release != forced else None
     return releases.Detected(detected.format, detected.cstorch_version, forced, said)

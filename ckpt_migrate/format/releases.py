@@ -137,11 +137,11 @@ class Detected:
 
 def readable_as(release: Release, fmt: float) -> bool:
     """Whether a file of format ``fmt`` can be read as ``release`` (``--from``): one of its own
-    format, or a 2.1+ model in a newer container, as Model Zoo's converters write with a newer
-    library (``trainer_release``)."""
+    format, or a 2.0+ model in a newer container, as Model Zoo's converters write with a newer
+    library (``trainer_release``; its HF → CS converters write no ``__metadata__`` to tell)."""
     if format_matches(release.format, fmt):
         return True
-    return release.cstorch_version is not None and release.format < fmt
+    return release.format >= 0.4 and release.format < fmt
 
 
 def detect(path: str | Path, version_attr: float | None, cstorch_attr: str | None) -> Detected:
