@@ -123,7 +123,6 @@ def convert(args: argparse.Namespace) -> int:
     ckpt_out = _output_dir(args.output_dir, src.parent) / output_name(src, tgt, ".mdl")
     config_out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
     _refuse_existing(ckpt_out, config_out)
-    # (the entry Model Zoo's converter appends to __metadata__ holds the converted config)
     converted = upgrade_config_text(text, config_from, tgt.name, family=args.model, source=config)
     opts = UpgradeOptions(
         target=tgt.name,
