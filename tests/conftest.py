@@ -130,8 +130,9 @@ def release_of(path: Path) -> str:
 
 def shipped_checkpoints(tmp_path: Path) -> list[Path]:
     """Every checkpoint under ``fixtures/``, and the real library's 2.6-2.9 files and Model
-    Zoo's converter outputs decompressed into ``tmp_path``."""
+    Zoo's converter outputs and Trainer checkpoint decompressed into ``tmp_path``."""
     packed = _unpacked(FIXTURES / "modelzoo-2.10-converted", tmp_path)
+    packed += _unpacked(FIXTURES / "modelzoo-2.10-trainer", tmp_path)
     return sorted(FIXTURES.rglob("*.mdl")) + real_2x_files(tmp_path) + packed
 
 

@@ -18,6 +18,7 @@ lists with their evidence (:data:`DOCUMENTED`).
 
 from __future__ import annotations
 
+import lzma
 import os
 import shutil
 import subprocess
@@ -253,3 +254,27 @@ def test_the_trainer_takes_our_upgrade_of_model_zoos_cs_2_1_output(tmp_path, fix
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["rejected", "accepted"]
+
+
+def test_the_trainer_takes_its_own_checkpoint_back_after_a_round_trip(tmp_path):
+    """The checkpoint Model Zoo 2.10's Trainer wrote (fixtures/modelzoo-2.10-trainer), taken
+    down to 2.5 and back to 2.10: its Trainer's version check and ``cstorch.load`` take it."""
+    checkout, python = _environment()
+    src = tmp_path / "checkpoint_4.mdl"
+    packed = ROOT / "fixtures" / "modelzoo-2.10-trainer" / "checkpoint_4.mdl.xz"
+    src.write_bytes(lzma.decompress(packed.read_bytes()))
+    for args in ([str(src), "--to", "2.5", "-o", str(tmp_path / "down")],
+                 [str(tmp_path / "down" / src.name), "-o", str(tmp_path / "up")]):  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "ckpt_migrate", "upgrade", *args, "-q"],
+            capture_output=True, text=True, timeout=TIMEOUT_S,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    env = {**os.environ, "PYTHONPATH": str(checkout / "src")}
+    files = [str(tmp_path / where / src.name) for where in ("down", "up")]
+    proc = subprocess.run(
+        [str(python), "-c", COMPATIBLE, *files],
+        capture_output=True, text=True, env=env, timeout=TIMEOUT_S,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["rejected", "accepted"]  # (the 2.5 file is 2.5's, not 2.10's)
