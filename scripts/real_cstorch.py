@@ -37,6 +37,7 @@ import sys
 import warnings
 from pathlib import Path
 
+HARNESS_RECURSION_LIMIT = 20_000
 DIGEST_PY = Path(__file__).resolve().parent.parent / "tests" / "digest.py"
 
 
@@ -122,15 +123,24 @@ def cmd_digest(files: list[str]) -> int:
     cstorch = _import_cstorch()
     deferred_cls = _deferred_object_cls()
     all_ok = True
+    limit = sys.getrecursionlimit()
     for f in files:
+        # The real loader runs at the interpreter's default recursion limit, as a user's does;
+        # the harness's own walks of what it gave back (and the JSON of its digest, three levels
+        # a container) may go deeper: a state nested 494 deep is read (fixtures' deep/).
+        sys.setrecursionlimit(limit)
         try:
             with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                state = materialize(cstorch.load(f), deferred_cls)
+                loaded = cstorch.load(f)
+            sys.setrecursionlimit(max(limit, HARNESS_RECURSION_LIMIT))
+            state = materialize(loaded, deferred_cls)
         except Exception as exc:
             all_ok = False
             _emit({"file": f, "ok": False, "stage": "load", "error": _error_text(exc)})
             continue
+        finally:
+            loaded = None
         try:
             with contextlib.redirect_stdout(sys.stderr):
                 d = digest_mod.digest(state)
@@ -141,6 +151,7 @@ def cmd_digest(files: list[str]) -> int:
         finally:
             del state
         _emit({"file": f, "ok": True, "digest": d})
+    sys.setrecursionlimit(limit)
     return 0 if all_ok else 1
 
 

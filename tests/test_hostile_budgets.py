@@ -81,9 +81,9 @@ def _full(tmp_path: Path, release: str) -> Path:
 
 HOSTILE = {
     "memo-bomb": (lambda t: _legacy_spec(t, _bomb(60)), "1,000,000 nodes"),
-    "legacy-deep": (lambda t: _legacy_spec(t, _nested(900)), "nested more than 100 deep"),
-    "treespec-deep": (lambda t: _v05_spec(t, 900), "nested more than 100 deep"),
-    "treespec-150": (lambda t: _v05_spec(t, 150), "nested more than 100 deep"),
+    "legacy-deep": (lambda t: _legacy_spec(t, _nested(900)), "nested more than 494 containers"),
+    "treespec-deep": (lambda t: _v05_spec(t, 9000), "nested more than 494 containers"),
+    "treespec-495": (lambda t: _v05_spec(t, 495), "nested more than 494 containers"),
     "unwritten-10^12": (lambda t: _unwritten(t, 10**12), "declares 7.3 TiB but stores 0 B"),
     "unwritten-16GiB": (lambda t: _unwritten(t, 2 * GiB), "declares 16.0 GiB but stores 0 B"),
     "full-16GiB-2.10": (lambda t: _full(t, "2.10"), "declare 16.0 GiB in all"),

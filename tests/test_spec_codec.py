@@ -34,6 +34,7 @@ from ckpt_migrate.errors import (
     UnsafeContentError,
     UnsupportedContentError,
 )
+from ckpt_migrate.format.budgets import MAX_DEPTH
 from ckpt_migrate.format.legacy.spec_decode import (
     decode_spec,
     decode_spec_hex,
@@ -762,11 +763,12 @@ def _nested(depth: int) -> bytes:
     return pkl(body)
 
 
-@pytest.mark.parametrize("depth", [101, 3000])
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 3000])
 def test_deep_nesting_is_stopped_by_the_depth_budget(depth: int) -> None:
-    with pytest.raises(CorruptCheckpointError, match="nested more than 100 deep"):
+    """Past what the real library reads back: unsupported, not damaged (``budgets``)."""
+    with pytest.raises(UnsupportedContentError, match="nested more than 494 containers deep"):
         decode_spec(_nested(depth))
-    assert names(decode_spec(_nested(100))) == [".".join(["a"] * 100)]
+    assert names(decode_spec(_nested(MAX_DEPTH))) == [".".join(["a"] * MAX_DEPTH)]
 
 
 @pytest.mark.parametrize(

@@ -498,15 +498,15 @@ def test_what_save_cannot_write_is_said_of_the_value_not_of_a_key_or_a_temporary
     proc = run_cli("from-torch", tmp_path / "bare.pt", out)
     one_line_error(proc, 2, "bare.pt: holds one bare Tensor", "save a dict")
     deep: Any = 1
-    for _ in range(100):
+    for _ in range(494):
         deep = [deep]
-    with pytest.raises(UnsupportedContentError, match=r"nested more than 100 deep at d\.0\.0"):
+    with pytest.raises(UnsupportedContentError, match=r"nested more than 494 deep at d\.0\.0"):
         ckpt_migrate.save({"d": deep}, out)
-    ckpt_migrate.save({"d": deep[0]}, out)  # (99 lists: what the readers take)
+    ckpt_migrate.save({"d": deep[0]}, out)  # (493 lists: what the readers take)
     assert ckpt_migrate.load(out)["d"] == deep[0]
     itself: list = []
     itself.append(itself)
-    with pytest.raises(UnsupportedContentError, match="nested more than 100 deep"):
+    with pytest.raises(UnsupportedContentError, match="nested more than 494 deep"):
         ckpt_migrate.save({"loop": itself}, tmp_path / "loop.mdl")
     with pytest.raises(UnsupportedContentError, match=r"'run\.note' is a string with a NUL"):
         ckpt_migrate.save({"run": {"note": "a\x00b"}}, tmp_path / "nul.mdl", "2.4")

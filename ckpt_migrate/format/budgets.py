@@ -7,8 +7,16 @@ break that, and each has a budget here:
 - **Spec nodes.** A pickle can reference one record many times, so a 17 KB legacy ``__spec__``
   can describe a tree of 2^60 nodes. Real state dicts have thousands of leaves; the budget is a
   million nodes after expansion, checked while expanding.
-- **Nesting depth.** Readers and writers walk the tree recursively; a spec nested a thousand
-  deep would end in ``RecursionError``. Real state dicts are under ten deep.
+- **Nesting depth.** Readers and writers walk the tree recursively. Real state dicts are under
+  ten deep, but the real library writes far deeper ones: cstorch 2.10's ``save`` (torch 2.4)
+  writes a state nested up to 330 containers deep at Python's default recursion limit (its
+  ``treespec_dumps`` recursion ends there), more under a raised limit, and its ``load`` reads
+  back up to 494 (its JSON decode of the treespec ends there). :data:`MAX_DEPTH` is that 494:
+  whatever the real loader reads, ckpt-migrate reads, upgrades and writes; a deeper tree is
+  refused as unsupported (no real loader reads it back), never as damage. Walking that deep
+  takes a few frames a level, so importing this module raises Python's recursion limit to
+  :data:`RECURSION_LIMIT` (never lowers it); a crafted spec nested deeper than that still ends
+  in a ``RecursionError`` of the JSON decoder, reported as the same refusal.
 - **Declared bytes.** A dataset's shape says how many bytes reading it produces. Stored bytes
   expand at most by the compression ratio of a filter (deflate tops out near 1032:1, LZ4 near
   255:1), so a tensor declaring more than :data:`MAX_EXPANSION` times its stored bytes (plus a
@@ -26,14 +34,17 @@ break that, and each has a budget here:
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
-from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format.dtypes import itemsize
 from ckpt_migrate.format.tree import FullTensorLeaf, Node, TensorLeaf, iter_leaves, leaf_objects
 
 MAX_SPEC_NODES = 1_000_000
-MAX_DEPTH = 100
+MAX_DEPTH = 494  # (what cstorch 2.10's load reads back; module doc)
+# Python frames enough for every recursive walk of a tree ``MAX_DEPTH`` deep (a few a level)
+RECURSION_LIMIT = 8 * MAX_DEPTH + 1000
 MAX_EXPANSION = 1100
 DATASET_SLACK = 64 * 1024
 TOTAL_SLACK = 256 * 1024 * 1024
@@ -57,9 +68,28 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def too_deep(path: str | Path | None, where: str) -> CorruptCheckpointError:
-    return CorruptCheckpointError(
-        path, f"the state tree is nested more than {MAX_DEPTH} deep at {where}", FIX
+def allow_depth() -> None:
+    """Let Python recurse as deep as a tree of ``MAX_DEPTH`` levels needs (module doc)."""
+    if sys.getrecursionlimit() < RECURSION_LIMIT:
+        sys.setrecursionlimit(RECURSION_LIMIT)
+
+
+allow_depth()
+
+
+def short(where: str) -> str:
+    """A place in the tree as an error names it: at most 60 characters of it."""
+    return where if len(where) <= 60 else where[:60] + "…"
+
+
+def too_deep(path: str | Path | None, where: str) -> UnsupportedContentError:
+    """A tree nested past ``MAX_DEPTH``: deeper than the real library reads back, so not
+    called damaged (a writer under a raised recursion limit can make one)."""
+    return UnsupportedContentError(
+        path,
+        f"the state tree is nested more than {MAX_DEPTH} containers deep at {where}, deeper "
+        "than cerebras.pytorch 2.10 itself reads back, so ckpt-migrate does not read it",
+        f"re-save the state with at most {MAX_DEPTH} levels of nesting",
     )
 
 

@@ -100,7 +100,7 @@ class _Converter:
         if self.visited > budgets.MAX_SPEC_NODES:
             raise budgets.too_many_nodes(self.path)
         if len(at) > budgets.MAX_DEPTH:
-            raise budgets.too_deep(self.path, format_path(at[: budgets.MAX_DEPTH]) + "...")
+            raise budgets.too_deep(self.path, budgets.short(format_path(at)))
         children = rec.children
         if not isinstance(children, (list, tuple)):
             raise Malformed(f"children_specs at {format_path(at)} is {describe(children)}")

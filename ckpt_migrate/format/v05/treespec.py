@@ -162,7 +162,7 @@ class _Parser:
         if self.visited > budgets.MAX_SPEC_NODES:
             raise budgets.too_many_nodes(self.path)
         if depth > budgets.MAX_DEPTH:
-            raise budgets.too_deep(self.path, "__spec__")
+            raise budgets.too_deep(self.path, repr(budgets.short(name)))
         if type(obj) is not _SpecNode or not obj.keyed:
             raise self.malformed()
         kind, kids = obj.kind, obj.kids
