@@ -189,12 +189,7 @@ class _Parser:
         # (refused before its children are named: the real writer names a defaultdict's
         # leaves after its context, ``d.<class 'list'>.0``, not after their positions)
         if kind not in _SEQ_TYPES and kind not in ("collections.namedtuple", "NestedObject"):
-            raise UnsupportedContentError(
-                self.path,
-                f"__spec__ uses container type {kind!r} at {name or '<root>'!r}, which "
-                "ckpt-migrate does not read (it would need importing code named by the file)",
-                "re-save the state dict with a dict or list in its place",
-            )
+            raise self.unsupported(kind, name)
         items = [
             self.node(kid, deeper, f"{prefix}{i}", loose) for i, kid in enumerate(_taken(kids))
         ]
@@ -202,6 +197,24 @@ class _Parser:
             return SeqNode(_SEQ_TYPES[kind], items)  # type: ignore[arg-type]
         label = obj.context if isinstance(obj.context, str) else "namedtuple"
         return NamedTupleNode(label, tuple(f"_{i}" for i in range(len(items))), items)
+
+    def unsupported(self, kind: str, name: str) -> UnsupportedContentError:
+        """A container ckpt-migrate does not read, and truly why (FORMAT.md §4.2)."""
+        where = repr(budgets.short(name or "<root>"))
+        if kind == "collections.deque":
+            # (the real 2.10 writes one without a maxlen, context null, and reads it back as a
+            # deque; with a maxlen its save fails: fixtures/real-cstorch-2.10/refused/)
+            why = "a deque, which ckpt-migrate does not read (its tree holds lists, not deques)"
+            fix = "re-save the state dict with a list in its place (list(the_deque))"
+        elif kind == "collections.defaultdict":
+            why = "which ckpt-migrate does not read (reading it imports code the file names)"
+            fix = "re-save the state dict with a dict in its place"
+        else:
+            why = "which ckpt-migrate does not know"
+            fix = "re-save the state dict with a dict or list in its place"
+        return UnsupportedContentError(
+            self.path, f"__spec__ uses container type {kind!r} at {where}, {why}", fix
+        )
 
     def dict_keys(self, kind: str, context: Any, count: int) -> tuple[tuple[Key, ...], bool]:
         """A dict's keys, and whether a name below one of them could be a name below another:
