@@ -679,6 +679,23 @@ def test_a_structured_numpy_array_of_the_real_writer_is_refused_as_such_not_as_d
 
 
 @pytest.mark.parametrize(
+    ("name", "key"), [("none_key", "None"), ("bool_key", "True"), ("float_key", "1.5")]
+)
+def test_dict_keys_the_real_writer_keeps_but_this_tool_does_not_are_refused_with_the_way_out(
+    tmp_path, name, key
+):
+    """The real 2.10 writer saves a dict with a ``None``, ``bool`` or ``float`` key and its
+    loader gives it back (fixtures/real-cstorch-2.10/refused): refused naming the dict, the
+    key and what to do (the message had no way out)."""
+    src = REAL / "refused" / f"{name}.mdl"
+    for verb in (["inspect"], ["check", "--deep"], ["upgrade", "--to", "2.4", "-o", tmp_path]):
+        proc = run_cli(*verb, src)
+        one_line_error(proc, 2, f"the dict at 'd' has a key {key} of type", "re-save")
+    with pytest.raises(UnsupportedContentError, match="key"):
+        cm.load(src)
+
+
+@pytest.mark.parametrize(
     ("name", "words"),
     [
         ("bytes_array", ("array 'v' is a numpy array of fixed-length bytes (|S3)", "a list")),

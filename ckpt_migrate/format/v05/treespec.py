@@ -178,7 +178,7 @@ class _Parser:
         prefix = f"{name}." if depth else ""
         deeper = depth + 1
         if kind in ("builtins.dict", "collections.OrderedDict"):
-            keys, meet = self.dict_keys(kind, obj.context, len(kids))
+            keys, meet = self.dict_keys(kind, obj.context, len(kids), name)
             obj.context = None
             loose = loose or meet
             items = [
@@ -216,7 +216,9 @@ class _Parser:
             self.path, f"__spec__ uses container type {kind!r} at {where}, {why}", fix
         )
 
-    def dict_keys(self, kind: str, context: Any, count: int) -> tuple[tuple[Key, ...], bool]:
+    def dict_keys(
+        self, kind: str, context: Any, count: int, name: str = ""
+    ) -> tuple[tuple[Key, ...], bool]:
         """A dict's keys, and whether a name below one of them could be a name below another:
         only where a key holds a dot, or two keys read alike (``1`` and ``"1"``). Elsewhere
         two names part at the first key they differ by, so that only the leaves below such
@@ -237,10 +239,14 @@ class _Parser:
                 # here, not interned: the interpreter's table only grows, 3.75 MB at 112k)
                 keys[i] = self.words.setdefault(k, k)
             elif type(k) is not int:
+                # (the real writer saves None, bool and float keys, and its loader reads them)
                 raise UnsupportedContentError(
                     self.path,
-                    f"__spec__ has a dict key {k!r} of type "
-                    f"{type(k).__name__}; only str and int are supported",
+                    f"the dict at {budgets.short(name or '<root>')!r} has a key {k!r} of type "
+                    f"{type(k).__name__}, which ckpt-migrate does not read (it reads str and "
+                    "int keys)",
+                    "re-save the state dict with that key as a str (or an int) with the "
+                    "library that wrote the file",
                 )
         meet = any(type(k) is str and "." in k for k in keys)
         known = tuple(keys), meet or len({str(k) for k in keys}) < count
