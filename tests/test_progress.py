@@ -526,3 +526,20 @@ def test_verify_says_each_step_of_both_reads(tmp_path):
     assert order.count("read") == 2 and order.count("read root") == 2, order  # (both files)
     for r in runs:
         assert r[0]["done"].split()[0] == "0" and r[-1].string.endswith("(100%)"), r[-1].string
+
+
+def test_a_root_stage_that_passed_between_two_looks_is_still_told_ended():
+    """The CI machine's walk said its root's count and its objects' before the parent first
+    looked: the root's stage was never told, and ``verify`` skipped "walk root". It is told
+    ended (0 then its total) before the objects' stage."""
+    from ckpt_migrate.format.h5 import walkreads as w
+
+    heard, told = w.Heard(), []
+    heard.take(w.ROOT + b"3000" + w.END + w.ROOTED * 3 + w.OBJECTS + b"40" + w.END + w.WALKED)
+    heard.tell(lambda phase, done, total: told.append((phase, done, total)), 1)
+    assert told == [
+        ("walk root", 0, 3000),
+        ("walk root", 3000, 3000),
+        ("read", 0, 40),
+        ("read", 8, 40),
+    ]

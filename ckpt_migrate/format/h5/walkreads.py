@@ -50,6 +50,7 @@ class Heard:
         self.walked = self.rooted = self.rested = 0
         self.told: tuple[str, int] | None = None  # the stage told last, and its total
         self.ended = False  # the first part's end told: its count then is not (100% went to 99)
+        self.rooted_told = False  # the root's stage told (its end, if it passed unheard)
 
     def take(self, data: bytes) -> None:
         if len(self.words) < 4096:  # a child says a few words; more is not worth keeping
@@ -72,6 +73,12 @@ class Heard:
         if stage is None:
             return
         phase, count, total = stage
+        if phase == "walk root":
+            self.rooted_told = True
+        elif not self.rooted_told and (root := self.said(ROOT)):
+            # (a fast walk's root stage can pass between two looks: said ended, not skipped)
+            self.rooted_told = True
+            self._end(progress, "walk root", int(root[0]))
         if (done or phase == "check indexes") and not self.ended:
             if objects := self.said(OBJECTS):
                 self._end(progress, "read", int(objects[0]))
