@@ -175,7 +175,7 @@ def _converter_report(state: _Recorded, target: str) -> str:
 def _tree(data: Any) -> Node:
     """Plain YAML data (dicts with str or int keys, lists, scalars) as a tree."""
     if isinstance(data, dict):
-        return DictNode([(k if isinstance(k, int) else str(k), _tree(v)) for k, v in data.items()])
+        return DictNode([(k if type(k) is int else str(k), _tree(v)) for k, v in data.items()])
     if isinstance(data, list):
         return SeqNode("list", [_tree(v) for v in data])
     if data is None or isinstance(data, (bool, int, float, str)):
