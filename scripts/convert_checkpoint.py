@@ -37,7 +37,8 @@ from ckpt_migrate.cli.modelzoo_formats import (
 )
 from ckpt_migrate.cli.script_options import add_hop_arguments, add_step_arguments, script_inputs
 from ckpt_migrate.config import yaml_edit
-from ckpt_migrate.config.upgrade import upgrade_config_file, upgrade_config_text
+from ckpt_migrate.config.context import ConfigUpgrade
+from ckpt_migrate.config.upgrade import upgrade_config_text, write_upgraded
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import EXIT_VERIFY_FAILED, UsageError
 from ckpt_migrate.format import releases
@@ -46,12 +47,7 @@ from ckpt_migrate.hf import config_only, mup
 from ckpt_migrate.hf import export as hf_export
 from ckpt_migrate.hf import import_ as hf_import
 from ckpt_migrate.hops.trainer_metadata import CONVERTED_CONFIG
-from ckpt_migrate.models.names import (
-    KEYLESS,
-    MODEL_NAMES,
-    MODELZOO_NAMES,
-    canonical_family,
-)
+from ckpt_migrate.models.names import KEYLESS, MODEL_NAMES, MODELZOO_NAMES, canonical_family
 
 AUTOLOAD_NOTE = (
     "The output is named <checkpoint stem>_to_<tgt-fmt>.mdl, as Model Zoo names it; that name "
@@ -98,9 +94,8 @@ def convert(args: argparse.Namespace) -> int:
     assert tgt is not None
     config_data, text = load_config(config), yaml_edit.read_config(config)
     from_release, note, config_from = resolve_source(src, wanted, (config, text), args.model)
-    if releases.get(config_from).version > tgt.version:
-        # A downgrade: find a config step that cannot be undone before writing the checkpoint.
-        upgrade_config_text(text, config_from, tgt.name, family=args.model)
+    # Converted first: a downgrade step that cannot be undone is found before any writing.
+    converted = upgrade_config_text(text, config_from, tgt.name, family=args.model, source=config)
     if note:
         print(note)
     if from_release == tgt.name:
@@ -108,7 +103,7 @@ def convert(args: argparse.Namespace) -> int:
             print(f"{src}: already at release {tgt.name}; nothing to convert")
             return 0
         print(f"{src}: already at release {tgt.name}; only its config is converted")
-        return _write_config(config, args, config_from, tgt)
+        return _write_config(config, args, config_from, tgt, converted=converted)
     given = script_inputs(args)  # the options name the side files (or drop them) over the config
     named = "data_iter_dir" in given or "drop_dataloader_state" in given
     side_files = {} if named else dataloader_inputs(config, config_data)
@@ -123,7 +118,6 @@ def convert(args: argparse.Namespace) -> int:
     ckpt_out = _output_dir(args.output_dir, src.parent) / output_name(src, tgt, ".mdl")
     config_out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
     _refuse_existing(ckpt_out, config_out)
-    converted = upgrade_config_text(text, config_from, tgt.name, family=args.model, source=config)
     opts = UpgradeOptions(
         target=tgt.name,
         source_release=from_release,
@@ -148,18 +142,21 @@ def convert(args: argparse.Namespace) -> int:
         print(f"error: {result.error}", file=sys.stderr)
         return result.exit_code
     print(f"Checkpoint saved to {result.output}")
-    return _write_config(config, args, config_from, tgt, config_out)
+    return _write_config(config, args, config_from, tgt, config_out, converted)
 
 
 def _write_config(
-    config: Path, args: argparse.Namespace, start: str, tgt: Release, out: Path | None = None
-) -> int:
-    """``config`` from release ``start`` to ``tgt``, into ``out`` (default: Model Zoo's name,
-    beside it or in ``--output-dir``)."""
+    config: Path, args: argparse.Namespace, start: str, tgt: Release, out: Path | None = None,
+    converted: ConfigUpgrade | None = None,
+) -> int:  # fmt: skip
+    """``config`` from release ``start`` to ``tgt`` (``converted``, where the caller has it),
+    into ``out`` (default: Model Zoo's name, beside it or in ``--output-dir``)."""
     if out is None:
         out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
         _refuse_existing(out)
-    for line in upgrade_config_file(config, out, start, tgt.name, family=args.model).lines():
+    text = yaml_edit.read_config(config)
+    done = converted or upgrade_config_text(text, start, tgt.name, family=args.model, source=config)
+    for line in write_upgraded(done, config, out).lines():
         print(line)
     print(f"Config saved to {out}")
     return 0

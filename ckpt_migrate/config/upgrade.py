@@ -272,6 +272,12 @@ def upgrade_config_file(
         source=src,
         family_source=family_source,
     )
+    return write_upgraded(result, src, dst)
+
+
+def write_upgraded(result: ConfigUpgrade, src: Path, dst: Path) -> ConfigUpgrade:
+    """An upgraded config's text into ``dst`` as ``upgrade_config_file`` writes it (``src``:
+    the config it came from, whose permissions it takes)."""
     with atomic_output(dst, like=src) as tmp:
         tmp.write_text(result.text, encoding="utf-8", newline="")
     result.output = dst
