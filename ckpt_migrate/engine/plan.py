@@ -21,7 +21,7 @@ from ckpt_migrate.format.read import read_checkpoint, read_release
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.space import HEADROOM, NEW_METADATA
 from ckpt_migrate.hops import graph
-from ckpt_migrate.hops.hop import Hop
+from ckpt_migrate.hops.hop import Hop, StepContext
 
 
 @dataclass
@@ -153,7 +153,7 @@ def hops_to(detected: releases.Detected, src: Release, tgt: Release) -> list[Hop
     return [Hop.at(tgt.name, (into_own_container,))]
 
 
-def into_own_container(ctx: Any) -> None:
+def into_own_container(ctx: StepContext) -> None:
     """Write the model, already at the target release, in that release's own container.
 
     Model Zoo's converters write their target release's model with the library they run on:

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from ckpt_migrate.format.trainer_release import KEY
 from ckpt_migrate.format.tree import (
     DictNode,
     Leaf,
@@ -55,7 +56,6 @@ from ckpt_migrate.format.tree import (
 )
 from ckpt_migrate.hops.hop import StepContext, root_level
 
-KEY = "__metadata__"
 _STATE = "_ckpt_metadata"  # ctx.inputs key: what this upgrade already did to the list
 # ctx.inputs key, set by ``scripts/convert_checkpoint.py`` alone: the converted config (plain
 # YAML data), for the entry Model Zoo's converter appends (``converter_entry``)

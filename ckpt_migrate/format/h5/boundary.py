@@ -73,11 +73,10 @@ for _code in ("f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", 
 
 # This machine's numpy long double as h5py stores it (x86's 80-bit extended in 16 bytes): the
 # real writer stores ``np.longdouble`` arrays so; where it is float64 it is no long double.
-_LONG_DOUBLES = tuple(
-    tid
-    for order in "<>"
+_LONG_DOUBLES = (
+    tuple(h5py.h5t.py_create(np.dtype(np.longdouble).newbyteorder(o)) for o in "<>")
     if np.dtype(np.longdouble).itemsize > 8
-    for tid in (h5py.h5t.py_create(np.dtype(np.longdouble).newbyteorder(order)),)
+    else ()
 )
 
 
