@@ -27,6 +27,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_upgrade  # noqa: E402
 
 from ckpt_migrate.format.tree import DataSource, DictNode, TensorLeaf  # noqa: E402
 from ckpt_migrate.format.write import write_checkpoint  # noqa: E402
@@ -123,7 +126,10 @@ def measure(*args: str | Path) -> tuple[float, float]:
     """(seconds, peak RSS MiB) of ``bench_hf.py --child ARGS``."""
     start = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", *map(str, args)], capture_output=True, text=True
+        [sys.executable, __file__, "--child", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=bench_upgrade.ENV,
     )
     if proc.returncode != 0:
         raise SystemExit(f"{args[0]} failed: {proc.stderr}")
@@ -134,6 +140,7 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(sys.argv[2:])
         return
+    bench_upgrade.warm_bytecode()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=1280)
     parser.add_argument("--layers", type=int, default=20)

@@ -235,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         help="with --read-side: also run each command on this tree of the project, interleaved",
     )
     args = ap.parse_args(argv)
+    bench_upgrade.warm_bytecode()
     show = print_read_side if args.read_side else print_table
     args.sources.mkdir(parents=True, exist_ok=True)
     rows = []
