@@ -69,7 +69,7 @@ def test_the_2_1_renames_are_undone_with_the_report_naming_each(tmp_path):
 @pytest.mark.parametrize("name", ["basic", "tied", "nested", "dtypes"])
 def test_real_2_10_files_go_down_to_format_0_4_with_ties_kept(name, tmp_path):
     src = REAL / f"{name}.mdl"
-    for to in ("2.4", "2.0"):
+    for to in ("2.4", "2.3" if name == "dtypes" else "2.0"):  # (uint16-64: 2.3 and later)
         down = _upgrade(src, to, tmp_path / to)
         assert release_of(down) == to
         result = verify(src, down)
@@ -85,6 +85,33 @@ def test_what_format_0_4_cannot_hold_is_refused_before_writing(tmp_path):
     proc = run_cli("upgrade", src, "--to", "2.4", "--output-dir", tmp_path)
     one_line_error(proc, 2, "empty leaf name", "format 0.4", "2.5 or newer")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("to", ["2.2", "2.0"])
+def test_uint16_to_64_tensors_are_refused_below_2_3_whose_torch_lacks_them(to, tmp_path):
+    """The real 2.10 writer's uint16/uint32/uint64 tensors: no release before 2.3 runs on a
+    torch that has them (Model Zoo pins torch 2.2.1 at Release_2.2.1), so no file is written;
+    a dry run says so too."""
+    for extra in ((), ("--dry-run",)):
+        proc = run_cli("upgrade", REAL / "dtypes.mdl", "--to", to, "-o", tmp_path, *extra)
+        one_line_error(proc, 2, "dtypes.mdl", "(uint16) and 2 more", "torch 2.2", "2.3 or later")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_0_4_file_with_a_uint32_tensor_goes_to_2_3_not_2_2(tmp_path):
+    root = DictNode([("model", DictNode([("w", _tensor([1.0])), ("n", _uint32([7, 9]))]))])
+    src = tmp_path / "src.mdl"
+    write_checkpoint(root, src, "2.4")
+    down = _upgrade(src, "2.3", tmp_path / "ok")
+    assert verify(src, down)["identical"]
+    proc = run_cli("upgrade", src, "--to", "2.2", "--output-dir", tmp_path / "no")
+    one_line_error(proc, 2, "model.n (uint32):", "int64 for uint32")
+    assert not (tmp_path / "no").exists()
+
+
+def _uint32(values) -> TensorLeaf:
+    data = np.asarray(values, dtype=np.uint32)
+    return TensorLeaf("uint32", data.shape, MemoryData(data))
 
 
 def test_a_dry_run_downgrade_shows_the_backward_hops_and_writes_nothing(tmp_path):
