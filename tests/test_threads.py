@@ -58,7 +58,7 @@ class _Busy(threading.Thread):
 
 @pytest.mark.parametrize(
     ("source", "target"),
-    [(EXAMPLE, "2.10"), (REAL / "basic.mdl", "2.0"), (REAL / "dtypes.mdl", "2.0")],
+    [(EXAMPLE, "2.10"), (REAL / "basic.mdl", "2.0"), (REAL / "dtypes.mdl", "2.3")],
     ids=["shipped-1.9-up", "real-2.10-basic-down", "real-2.10-dtypes-down"],
 )
 def test_an_upgrade_beside_a_thread_using_h5py(tmp_path, source, target):
