@@ -154,9 +154,10 @@ def _write_config(
     if out is None:
         out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
         _refuse_existing(out)
-    text = yaml_edit.read_config(config)
-    done = converted or upgrade_config_text(text, start, tgt.name, family=args.model, source=config)
-    for line in write_upgraded(done, config, out).lines():
+    if converted is None:
+        text = yaml_edit.read_config(config)
+        converted = upgrade_config_text(text, start, tgt.name, family=args.model, source=config)
+    for line in write_upgraded(converted, config, out).lines():
         print(line)
     print(f"Config saved to {out}")
     return 0
