@@ -511,10 +511,11 @@ def test_upgrades_that_only_read_the_file_run_side_by_side(tmp_path):
 # --------------------------------------------------------------------------- 5. --inplace
 
 
-def test_inplace_keeps_the_original_as_backup(tmp_path):
+@pytest.mark.parametrize("spelling", ["--inplace", "--in-place"])
+def test_inplace_keeps_the_original_as_backup(spelling, tmp_path):
     src = fixture("2.0", tmp_path, "ckpt.mdl")
     original = src.read_bytes()
-    proc = run_cli("upgrade", "--drop-dataloader-state", src, "--inplace", "--json")
+    proc = run_cli("upgrade", "--drop-dataloader-state", src, spelling, "--json")
     assert proc.returncode == 0, proc.stderr
     res = only_result(proc)
     backup = tmp_path / "ckpt.mdl.pre-2.0.bak"

@@ -34,7 +34,10 @@ ModelOpt = Annotated[
     ),
 ]
 InplaceOpt = Annotated[
-    bool, typer.Option("--inplace", help="Replace each file, keeping <name>.pre-<release>.bak.")
+    bool,
+    typer.Option(
+        "--inplace", "--in-place", help="Replace each file, keeping <name>.pre-<release>.bak."
+    ),
 ]
 DryRunOpt = Annotated[
     bool,
