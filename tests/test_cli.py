@@ -371,6 +371,17 @@ def test_a_named_pipe_is_refused_not_waited_on(tmp_path, verb):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_7.mdl"]
 
 
+@pytest.mark.parametrize("verb", [["upgrade", "--output-dir", "{tmp}/out"], ["inspect"]])
+def test_a_directory_is_refused_with_the_verb_that_takes_one(tmp_path, verb):
+    model_dir = tmp_path / "model_dir"
+    model_dir.mkdir()
+    shutil.copyfile(FIXTURES / "release-2.3.mdl", model_dir / "checkpoint_1.mdl")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in verb]
+    proc = run_cli(args[0], model_dir, *args[1:])
+    one_line_error(proc, 2, "model_dir: is a directory", "ckpt-migrate upgrade-dir")
+    assert not (tmp_path / "out").exists()
+
+
 READS, WRITES = "this command reads local files", "this command writes local files"
 
 

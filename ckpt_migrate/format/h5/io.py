@@ -41,7 +41,11 @@ def check_file(p: Path) -> None:
         refuse_object_address(p)
         raise NotACheckpointError(p, "no such file", "check the path")
     if p.is_dir():
-        raise NotACheckpointError(p, "is a directory, not a checkpoint file", "name a .mdl file")
+        raise NotACheckpointError(
+            p,
+            "is a directory, not a checkpoint file",
+            "name a .mdl file in it (`ckpt-migrate upgrade-dir` upgrades a whole model directory)",
+        )
     if not p.is_file():
         raise NotACheckpointError(
             p, "is not a regular file (a pipe, socket or device)", "name a .mdl file"
