@@ -65,6 +65,26 @@ def test_a_missing_output_dir_is_created(tmp_path):
     assert not dry.exists()  # a dry run creates nothing
 
 
+@pytest.mark.parametrize(
+    ("verb", "name"),
+    [(["upgrade"], "out.mdl"), (["upgrade", "-n"], "new.h5"), (["upgrade-dir"], "Out.MDL")],
+)
+def test_an_output_dir_named_like_a_checkpoint_file_is_refused(verb, name, tmp_path):
+    """``-o out.mdl`` made a directory ``out.mdl/`` holding the output under its source's
+    name; an existing directory of any name is still taken."""
+    model_dir = tmp_path / "model_dir"
+    model_dir.mkdir()
+    src = model_dir / "checkpoint_1.mdl"
+    shutil.copyfile(FIXTURES / "release-2.0.mdl", src)
+    given = model_dir if verb[0] == "upgrade-dir" else src
+    proc = run_cli(verb[0], given, "-o", tmp_path / name, *verb[1:])
+    instead = f"--output-dir {tmp_path / name.rsplit('.', 1)[0]}"
+    one_line_error(proc, 2, name, "--output-dir takes a directory", instead)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_dir"]
+    (tmp_path / name).mkdir()
+    assert run_cli(verb[0], given, "-o", tmp_path / name, *verb[1:]).returncode == 0
+
+
 def test_force_replaces_an_output_only_with_a_verified_one(tmp_path):
     src = FIXTURES / "release-1.9.mdl"
     out = tmp_path / "out"

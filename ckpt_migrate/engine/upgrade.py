@@ -17,8 +17,6 @@ from ckpt_migrate.atomic import (
     advisory_lock,
     as_os_error,
     atomic_output,
-    check_fits,
-    check_output,
     check_writable,
     fsync_path,
     io_error,
@@ -31,6 +29,7 @@ from ckpt_migrate.atomic import (
 )
 from ckpt_migrate.engine import rootedit, rootverify
 from ckpt_migrate.engine.copypatch import Output, Written, file_digest, write
+from ckpt_migrate.engine.destination import backup_path, check_output_dir, output_file, output_path
 from ckpt_migrate.engine.extents import Choice
 from ckpt_migrate.engine.plan import Plan, read_planned
 from ckpt_migrate.engine.splitcopy import SplitCopy
@@ -45,7 +44,6 @@ from ckpt_migrate.format.h5.io import check_file, damaged
 from ckpt_migrate.format.h5.root import superblock_offset
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
-from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import DictNode
 from ckpt_migrate.format.write import prepare
 from ckpt_migrate.hops.hop import Hop, Operation, StepContext
@@ -160,6 +158,8 @@ def check_destination(opts: UpgradeOptions) -> None:
         raise UsageError(
             None, "say where the upgraded file goes", "pass --output-dir DIR or --inplace"
         )
+    if opts.output_dir is not None:
+        check_output_dir(opts.output_dir)
 
 
 def _upgrade(src: Path, opts: UpgradeOptions, result: UpgradeResult, progress: Progress | None):
@@ -224,8 +224,8 @@ def _target(src: Path, opts: UpgradeOptions) -> Path:
     if opts.inplace:
         return src
     if opts.output is not None:  # (named by a script, which may have no --inplace)
-        return _output_file(src, opts.output, "name another output file", force=opts.force)
-    return _output_path(src, opts.output_dir, force=opts.force)
+        return output_file(src, opts.output, "name another output file", force=opts.force)
+    return output_path(src, opts.output_dir, force=opts.force)
 
 
 def _upgrade_locked(
@@ -295,7 +295,7 @@ def _upgrade_locked(
                 "free disk space or "
                 + ("choose another --output-dir" if opts.output is None else "write elsewhere"),
             )
-        backup = _backup_path(src, plan.source_release) if opts.inplace else None
+        backup = backup_path(src, plan.source_release) if opts.inplace else None
         if opts.manifest is not None:
             keep = {"the source": src, "the output": target, "the backup": backup}
             check_manifest(opts.manifest, opts.force, keep)
@@ -440,33 +440,6 @@ def _require_self_contained(ckpt: Checkpoint) -> None:
     base = superblock_offset(handle.file())
     if not storagescan.scan(handle.path, handle.addresses(), base):
         handle.walked()
-
-
-def _output_path(src: Path, output_dir: Path | None, *, force: bool) -> Path:
-    """``output_dir/<name>``; a missing ``output_dir`` (a dry run's) is taken as one the real
-    run would make (``_upgrade``: ``made_directory``)."""
-    assert output_dir is not None
-    if output_dir.exists() and not output_dir.is_dir():
-        raise UsageError(output_dir, "is not a directory", "choose another --output-dir")
-    if not output_dir.exists():
-        return output_dir / src.name
-    return _output_file(src, output_dir / src.name, "use --inplace", force=force)
-
-
-def _output_file(src: Path, target: Path, elsewhere: str, *, force: bool = False) -> Path:
-    """``target``, checked; ``elsewhere`` is the fix when it is the source itself."""
-    if same_file(target, src):
-        raise UsageError(src, "the output would be the source itself", elsewhere)
-    check_output(target, force=force)
-    return target
-
-
-def _backup_path(src: Path, release: Release) -> Path:
-    backup = src.with_name(f"{src.name}.pre-{release.name}.bak")
-    check_fits(src, backup.name[len(src.name) :], "a backup", "write it elsewhere with -o DIR")
-    if (backup.exists() or backup.is_symlink()) and not same_file(backup, src):
-        raise UsageError(backup, "backup already exists", "move it away, then retry")
-    return backup
 
 
 def _link_backup(src: Path, backup: Path) -> None:

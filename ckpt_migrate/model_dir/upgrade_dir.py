@@ -40,10 +40,10 @@ from ckpt_migrate.atomic import (
     advisory_lock,
     io_error,
     made_directory,
-    refuse_file_on_the_way,
     remove_stale_temporaries,
 )
 from ckpt_migrate.engine.copypatch import file_digest
+from ckpt_migrate.engine.destination import check_output_dir
 from ckpt_migrate.engine.extents import Choice
 from ckpt_migrate.engine.upgrade import UpgradeOptions, UpgradeResult, upgrade
 from ckpt_migrate.errors import CkptError, UsageError
@@ -56,7 +56,7 @@ from ckpt_migrate.model_dir.names import DEFAULT_NAME, TEMP_SUFFIX, NamePattern
 from ckpt_migrate.model_dir.records import incomplete_reason, read_run_record
 from ckpt_migrate.model_dir.report import traffic
 
-BACKUP = re.compile(r"\.pre-\d+\.\d+\.bak$")  # engine._backup_path
+BACKUP = re.compile(r"\.pre-\d+\.\d+\.bak$")  # engine.destination.backup_path
 
 # Statuses besides the engine's "upgraded", "current", "planned" and "failed".
 ALREADY_UPGRADED = "already-upgraded"  # --output-dir: a verified upgrade of this source is there
@@ -142,9 +142,7 @@ def upgrade_dir(
         raise UsageError(None, str(exc)) from None
     out_dir = opts.output_dir
     if out_dir is not None:
-        if out_dir.exists() and not out_dir.is_dir():
-            raise UsageError(out_dir, "is not a directory", "choose another --output-dir")
-        refuse_file_on_the_way(out_dir)
+        check_output_dir(out_dir)
         if out_dir.exists() and os.path.samefile(out_dir, src_dir):
             raise UsageError(out_dir, "is the model directory itself", "use --inplace")
     entries: list[DirEntry] = []
