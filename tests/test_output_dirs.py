@@ -71,7 +71,8 @@ def test_a_missing_output_dir_is_created(tmp_path):
 )
 def test_an_output_dir_named_like_a_checkpoint_file_is_refused(verb, name, tmp_path):
     """``-o out.mdl`` made a directory ``out.mdl/`` holding the output under its source's
-    name; an existing directory of any name is still taken."""
+    name; an existing directory of any name is still taken (and the Python API's explicit
+    ``output_dir`` takes any name: tests/test_s3_fleet.py)."""
     model_dir = tmp_path / "model_dir"
     model_dir.mkdir()
     src = model_dir / "checkpoint_1.mdl"

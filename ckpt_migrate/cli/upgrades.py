@@ -78,6 +78,7 @@ def upgrade(
     if manifest is not None and len(paths) > 1:
         raise UsageError(None, "--manifest takes one checkpoint at a time")
     if output_dir is not None and not inplace:  # (with both, check_destination says so)
+        _refuse_a_file_name(output_dir)
         _refuse_one_output_for_two(paths, output_dir, config_out)
     alongside = _config_alongside(
         config, config_out, num_csx, target=to, output_dir=output_dir, dry_run=dry_run, model=model
@@ -94,6 +95,26 @@ def upgrade(
             _refuse_a_one_way_config(alongside, path, opts)
         res = upgrade_file(path, opts, progress)
         yield res, alongside.run(res) if alongside is not None else None
+
+
+# What a checkpoint file is called, and so what no new output directory is (``-o out.mdl``).
+_FILE_SUFFIXES = (".mdl", ".h5", ".hdf5")
+
+
+def _refuse_a_file_name(output_dir: Path) -> None:
+    """``-o out.mdl``, where nothing is yet, made a directory ``out.mdl/`` holding the output
+    under its source's name; an existing directory (or prefix) of any name is taken."""
+    name = str(output_dir).rstrip("/")
+    if PurePosixPath(name).suffix.lower() in _FILE_SUFFIXES and not (
+        s3.is_url(output_dir) or Path(output_dir).is_dir()
+    ):
+        instead = name[: -len(PurePosixPath(name).suffix)]
+        raise UsageError(
+            output_dir,
+            "is named like a checkpoint file, but --output-dir takes a directory (each output "
+            "keeps its source's name)",
+            f"name a directory, e.g. --output-dir {instead}",
+        )
 
 
 def _refuse_a_one_way_config(alongside: ConfigAlongside, path: Path, opts: UpgradeOptions) -> None:
@@ -207,6 +228,8 @@ def upgrade_dir(
         raise UsageError(None, "--scheduler and --workers exclude each other")
     if workers is not None and workers < 1:
         raise UsageError(None, "--workers must be at least 1")
+    if output_dir is not None and not inplace:
+        _refuse_a_file_name(output_dir)
     remote = s3.is_url(model_dir) or s3.is_url(output_dir)
     if remote and deep_check:
         raise UsageError(None, "--deep-check is not offered for s3:// model directories")

@@ -9,23 +9,11 @@ from ckpt_migrate.atomic import check_fits, check_output, refuse_file_on_the_way
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.format.releases import Release
 
-# What a checkpoint file is called, and so what no new output directory is (``-o out.mdl``).
-_FILE_SUFFIXES = (".mdl", ".h5", ".hdf5")
-
 
 def check_output_dir(out_dir: Path) -> None:
-    """Refuse an ``--output-dir`` that is a file, or that does not exist yet and is named like
-    a checkpoint file (``-o out.mdl`` would make a directory ``out.mdl/`` holding the output
-    under its source's name)."""
+    """Refuse an output directory that is a file, or lies under one."""
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(out_dir, "is not a directory", "choose another --output-dir")
-    if not out_dir.exists() and out_dir.suffix.lower() in _FILE_SUFFIXES:
-        raise UsageError(
-            out_dir,
-            "is named like a checkpoint file, but --output-dir takes a directory (each output "
-            "keeps its source's name)",
-            f"name a directory, e.g. --output-dir {out_dir.with_suffix('')}",
-        )
     refuse_file_on_the_way(out_dir)
 
 
