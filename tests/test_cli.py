@@ -130,16 +130,26 @@ def test_bad_files_give_one_line_errors(tmp_path, content, code, word):
         ("data_iter_checkpoint_state_file_global", "name a checkpoint file (.mdl)"),
         ("model.pt", "torch.save files: use from-torch"),
         ("model-legacy.pt", "torch.save files: use from-torch"),
+        ("pytorch_model.bin", "a Hugging Face weights file: `ckpt-migrate import-hf`"),
+        ("model.safetensors", "a safetensors file: `ckpt-migrate import-hf` takes its Hugging"),
+        ("weights.bin", "a safetensors file: `ckpt-migrate import-hf`"),  # (by its bytes)
     ],
 )
 def test_a_file_that_is_not_hdf5_gets_the_fix_its_kind_needs(tmp_path, name, fix):
     """Every such file was told "torch.save files: use from-torch": the shipped example's
-    params.yaml and its 1.9 dataloader side file too."""
-    if name.endswith(".pt"):
+    params.yaml and its 1.9 dataloader side file too; a Hugging Face file, as written by
+    torch and by the safetensors library, names ``import-hf``."""
+    if name.endswith((".pt", "model.bin")):
         import torch
 
         src = tmp_path / name
         torch.save({"w": torch.ones(2)}, src, _use_new_zipfile_serialization="legacy" not in name)
+    elif name.endswith(("safetensors", "weights.bin")):
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        src = tmp_path / name
+        save_file({"w": np.ones(2, np.float32)}, str(src))
     else:
         src = next((FIXTURES / "example").rglob(name))
     for command in ("inspect", "upgrade"):

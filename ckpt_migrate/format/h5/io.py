@@ -54,7 +54,13 @@ def check_file(p: Path) -> None:
 
 def _fix_for(p: Path, head: bytes) -> str:
     """What to do with a file that is not HDF5, from its first bytes and its name."""
+    hf_dir = "`ckpt-migrate import-hf` takes its Hugging Face model directory (with config.json)"
+    # (safetensors: an 8-byte header length, then the JSON header)
+    if p.suffix.lower() == ".safetensors" or head[8:9] == b"{":
+        return f"a safetensors file: {hf_dir}"
     if head[:2] == b"PK" or head[:1] == b"\x80":  # (torch.save's zip format, or a pickle)
+        if p.name.startswith("pytorch_model"):
+            return f"a Hugging Face weights file: {hf_dir}"
         return "torch.save files: use from-torch"
     if p.suffix.lower() in (".yaml", ".yml"):
         return "name the checkpoint; a command that converts its config takes it as --config FILE"
@@ -67,7 +73,7 @@ def open_read(path: str | Path) -> h5py.File:
     check_file(p)
     try:
         with open(p, "rb") as fh:
-            head = fh.read(8)
+            head = fh.read(9)
     except OSError as exc:
         raise CkptIOError.reading(p, exc) from None
     if not h5py.is_hdf5(str(p)):
