@@ -629,8 +629,10 @@ def test_bad_inputs_are_clear_errors():
         upgrade_config_text("model: {}\n", "2.0", "2.1", family="gpt5")
     with pytest.raises(UsageError, match="cannot downgrade"):
         upgrade_config_text("model: {}\n", "2.1", "2.0")
-    with pytest.raises(UsageError, match="unknown release"):
+    with pytest.raises(UsageError, match=r"'3\.7' is newer than this ckpt-migrate knows"):
         upgrade_config_text("model: {}\n", "2.0", "3.7")
+    with pytest.raises(UsageError, match=r"unknown release '1\.5'"):
+        upgrade_config_text("model: {}\n", "1.5", "2.0")
 
 
 def test_upgrade_config_file_is_atomic_and_never_overwrites(tmp_path):

@@ -1142,7 +1142,8 @@ def test_from_a_release_of_another_format_is_refused(command, tmp_path):
 @pytest.mark.parametrize(
     ("to", "words"),
     [
-        ("9.9", ["unknown release '9.9'", "1.7, 1.8", "2.10"]),
+        ("1.5", ["unknown release '1.5'", "1.7, 1.8", "2.10"]),
+        ("9.9", ["release '9.9' is newer than this ckpt-migrate knows", "upgrade ckpt-migrate"]),
         ("1.9", ["cannot downgrade from 2.3 to 1.9", "2.0 → 1.9", "release 2.0 or a later one"]),
     ],
 )

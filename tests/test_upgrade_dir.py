@@ -329,7 +329,8 @@ def test_dry_run_writes_nothing(tmp_path):
         ([], ["--output-dir DIR or --inplace"]),
         (["--output-dir", "MD"], ["model directory itself", "--inplace"]),
         (["--inplace", "--name", "ckpt.mdl"], ["{step}"]),
-        (["--inplace", "--to", "9.9"], ["unknown release"]),
+        (["--inplace", "--to", "9.9"], ["newer than this ckpt-migrate knows"]),
+        (["--inplace", "--to", "1.5"], ["unknown release"]),
         (["--inplace", "--verify", "most"], ["--verify"]),
     ],
 )

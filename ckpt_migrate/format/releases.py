@@ -72,6 +72,12 @@ def get(name: str) -> Release:
         v = None
     if v is not None and f"{v.major}.{v.minor}" in BY_NAME:
         return BY_NAME[f"{v.major}.{v.minor}"]
+    if v is not None and v > LATEST.version:
+        raise UsageError(
+            None,
+            f"release {name!r} is newer than this ckpt-migrate knows (newest {LATEST.name})",
+            "upgrade ckpt-migrate, or name a known release",
+        )
     raise UsageError(None, f"unknown release {name!r}", f"known releases: {known_names()}, latest")
 
 
