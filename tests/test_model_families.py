@@ -230,7 +230,11 @@ def test_upgrade_reports_the_family_and_model_overrides_it(tmp_path):
     assert any("not in the gpt2 key tables" in w for w in res["warnings"])
 
 
-def test_unknown_model_name_is_a_one_line_usage_error(tmp_path):
+@pytest.mark.parametrize(
+    ("name", "guess"),
+    [("gpt5", None), ("gpt-2", "did you mean gpt2?"), ("mistal", "did you mean mistral or")],
+)
+def test_unknown_model_name_is_a_one_line_usage_error(name, guess, tmp_path):
     src = MODELS / "gpt2-2.0" / "checkpoint_100.mdl"
     proc = run_cli(
         "upgrade",
@@ -239,11 +243,12 @@ def test_unknown_model_name_is_a_one_line_usage_error(tmp_path):
         "--output-dir",
         str(tmp_path),
         "--model",
-        "gpt5",
+        name,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "unknown model 'gpt5'" in lines[0] and "known models" in lines[0]
+    assert len(lines) == 1 and f"unknown model '{name}'" in lines[0] and "known models" in lines[0]
+    assert guess in lines[0] if guess else "did you mean" not in lines[0]
     assert not list(tmp_path.iterdir())
 
 

@@ -16,6 +16,7 @@ Registry names (``trainer.init.model.name`` from 2.4 on): ``registry.yaml`` and
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from ckpt_migrate import catalogue
@@ -88,7 +89,9 @@ def resolve_name(name: str) -> tuple[str, str | None]:
     key = name.strip().lower()
     if key in MODEL_NAMES:
         return MODEL_NAMES[key]
-    raise UsageError(None, f"unknown model {name!r}", f"known models: {known_names()}")
+    close = difflib.get_close_matches(key, MODEL_NAMES, n=3, cutoff=0.8)
+    guess = f"did you mean {' or '.join(close)}? " if close else ""
+    raise UsageError(None, f"unknown model {name!r}", f"{guess}known models: {known_names()}")
 
 
 def canonical_family(name: str) -> tuple[str, str | None]:
