@@ -25,10 +25,7 @@ from ckpt_migrate import catalogue
 from ckpt_migrate.config import trainer_layout, yaml_edit
 from ckpt_migrate.config.context import ConfigContext
 from ckpt_migrate.config.yaml_edit import is_map, put, rename, take
-from ckpt_migrate.errors import UnsupportedContentError
 from ckpt_migrate.format import releases
-from ckpt_migrate.format.tree import FullTensorLeaf, TensorLeaf, named_leaves
-from ckpt_migrate.hops.hop import StepContext
 from ckpt_migrate.hops.trainer_metadata import record_release_in_metadata
 
 SOURCE = "2.2"
@@ -44,37 +41,8 @@ INPUTS = ()
 # older release (``base_converter.py`` lines 745-753, ``update_ckpt_metadata``). The config's
 # trainer layout has no way back: Model Zoo's 2.2 → 2.3 config change is one way too
 # (``convert_legacy_params_to_trainer_params``).
+DOWN_OPERATIONS = (record_release_in_metadata,)
 DOWN_CONFIG_OPERATIONS = None
-
-# torch added uint16, uint32 and uint64 tensors in 2.3 (its release notes: "limited support");
-# release 2.3 is the first to run on it: Model Zoo's requirements.txt pins torch==2.2.1 at
-# Release_2.2.1, torch==2.3.0 at Release_2.3.1 (2.0.1 and 2.1.1 at 2.0.3 and 2.1.1).
-WIDE_UNSIGNED = ("uint16", "uint32", "uint64")
-
-
-def refuse_wide_unsigned(ctx: StepContext) -> None:
-    """Refuse a tensor of a dtype the 2.2 release's torch (2.2.1) has no type for.
-
-    Such a file would be written, but no release before 2.3 loads it (its torch cannot build the
-    tensor from the stored array), so the downgrade says so before writing anything. uint8 has
-    always been a torch dtype. Source: Model Zoo ``requirements.txt`` at the tags above."""
-    wide = [
-        f"{name} ({leaf.dtype})"
-        for name, leaf in named_leaves(ctx.root)
-        if isinstance(leaf, TensorLeaf | FullTensorLeaf) and leaf.dtype in WIDE_UNSIGNED
-    ]
-    if wide:
-        more = f" and {len(wide) - 1} more" if len(wide) > 1 else ""
-        raise UnsupportedContentError(
-            ctx.source_path,
-            f"tensor {wide[0]}{more}: releases before 2.3 run on torch 2.2 or older, which has "
-            "no uint16, uint32 or uint64 tensors, so the older release could not load the file",
-            "cast such tensors to a signed dtype wide enough for their values (int32 for uint16, "
-            "int64 for uint32) with the library that wrote the file, or downgrade to 2.3 or later",
-        )
-
-
-DOWN_OPERATIONS = (refuse_wide_unsigned, record_release_in_metadata)
 
 
 # ---------------------------------------------------------------------------- config steps

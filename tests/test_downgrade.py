@@ -12,10 +12,11 @@ import pytest
 import yaml
 from conftest import one_line_error, release_of, run_cli
 
+import ckpt_migrate as cm
 from ckpt_migrate.cli.commands import verify
 from ckpt_migrate.config.upgrade import upgrade_config_text
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
-from ckpt_migrate.errors import UsageError
+from ckpt_migrate.errors import UnsupportedContentError, UsageError
 from ckpt_migrate.format import releases
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import DictNode, MemoryData, SeqNode, TensorLeaf, ValueLeaf
@@ -94,8 +95,25 @@ def test_uint16_to_64_tensors_are_refused_below_2_3_whose_torch_lacks_them(to, t
     a dry run says so too."""
     for extra in ((), ("--dry-run",)):
         proc = run_cli("upgrade", REAL / "dtypes.mdl", "--to", to, "-o", tmp_path, *extra)
-        one_line_error(proc, 2, "dtypes.mdl", "(uint16) and 2 more", "torch 2.2", "2.3 or later")
+        words = ("tensor 'uint16' is uint16", f"release {to}'s torch", "release 2.3 or later")
+        one_line_error(proc, 2, "dtypes.mdl", *words)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_no_writer_of_a_release_before_2_3_writes_a_uint16_to_64_tensor(tmp_path):
+    """The same fact where a file is written at an old release directly: ``from-torch
+    --release``, ``save``."""
+    import torch
+
+    state = {"model": {"u": torch.from_numpy(np.arange(3, dtype=np.uint64))}}
+    torch.save(state, tmp_path / "u.pt")
+    proc = run_cli("from-torch", tmp_path / "u.pt", tmp_path / "u.mdl", "--release", "2.1")
+    one_line_error(proc, 2, "tensor 'model.u' is uint64", "release 2.1's torch")
+    with pytest.raises(UnsupportedContentError, match=r"release 2\.0's torch does not have"):
+        cm.save(state, tmp_path / "v.mdl", "2.0")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["u.pt"]
+    cm.save(state, tmp_path / "w.mdl", "2.3")
+    assert cm.load(tmp_path / "w.mdl")["model"]["u"].dtype == torch.uint64
 
 
 def test_a_0_4_file_with_a_uint32_tensor_goes_to_2_3_not_2_2(tmp_path):
@@ -105,7 +123,7 @@ def test_a_0_4_file_with_a_uint32_tensor_goes_to_2_3_not_2_2(tmp_path):
     down = _upgrade(src, "2.3", tmp_path / "ok")
     assert verify(src, down)["identical"]
     proc = run_cli("upgrade", src, "--to", "2.2", "--output-dir", tmp_path / "no")
-    one_line_error(proc, 2, "model.n (uint32):", "int64 for uint32")
+    one_line_error(proc, 2, "tensor 'model.n' is uint32", "int64 for uint32")
     assert not (tmp_path / "no").exists()
 
 

@@ -91,6 +91,11 @@ def test_round_trip_through_writers_keeps_the_tree(path, target, tmp_path):
                 write_checkpoint(src, out, target, allow_missing=True)
             assert list(tmp_path.iterdir()) == []
             return
+        if target == "2.0" and path.stem == "dtypes":  # (uint16-64: tests/test_downgrade.py)
+            with pytest.raises(UnsupportedContentError, match="torch does not have"):
+                write_checkpoint(src, out, target, allow_missing=True)
+            assert list(tmp_path.iterdir()) == []
+            return
         write_checkpoint(src, out, target, allow_missing=True)
         legacy_numpy = ckpt.format <= 0.3
         opts = dict(
@@ -619,7 +624,8 @@ def test_big_endian_integers_keep_their_values(tmp_path, release):
     state = {
         "ints": np.array([1, 2, 3], dtype=">i4"),
         "short": np.array([1, -2], dtype=">i2"),
-        "scalar": np.array(7, dtype=">u8"),
+        # (a 1.x reader makes every array a tensor, and 1.x's torch has no uint64: refused)
+        "scalar": np.array(7, dtype=">i8" if release == "1.9" else ">u8"),
         "floats": np.array([1.5, -2.0], dtype=">f8"),
     }
     path = tmp_path / "big_endian.mdl"

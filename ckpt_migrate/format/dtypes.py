@@ -16,6 +16,7 @@ class DType:
     name: str  # torch name without the "torch." prefix
     storage: np.dtype  # dtype of the HDF5 dataset
     rtfx: int | None  # RtFx proto code written by 0.5 (None: the real writer refuses it)
+    since: str | None = None  # the first release whose torch has it (None: every release's)
 
 
 _TABLE = [
@@ -28,9 +29,12 @@ _TABLE = [
     DType("int16", np.dtype("<i2"), 3),
     DType("int8", np.dtype("i1"), None),
     DType("uint8", np.dtype("u1"), 6),
-    DType("uint16", np.dtype("<u2"), 7),
-    DType("uint32", np.dtype("<u4"), 8),
-    DType("uint64", np.dtype("<u8"), 9),
+    # torch has these from 2.3, and release 2.3 is the first to run on it: Model Zoo's
+    # requirements.txt pins torch 2.0.1 / 2.1.1 / 2.2.1 / 2.3.0 at Release_2.0.3 / 2.1.1 /
+    # 2.2.1 / 2.3.1; an older release could not build such a tensor from the stored array.
+    DType("uint16", np.dtype("<u2"), 7, since="2.3"),
+    DType("uint32", np.dtype("<u4"), 8, since="2.3"),
+    DType("uint64", np.dtype("<u8"), 9, since="2.3"),
     DType("bool", np.dtype("bool"), 1),
 ]
 BY_NAME = {d.name: d for d in _TABLE}

@@ -21,7 +21,7 @@ from ckpt_migrate.errors import (
     MissingLeavesError,
     UnsupportedContentError,
 )
-from ckpt_migrate.format import releases
+from ckpt_migrate.format import dtypes, releases
 from ckpt_migrate.format.compare import check_written
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.metadata_cache import GroupNameRoom
@@ -37,6 +37,7 @@ from ckpt_migrate.format.space import new_checkpoint_bound
 from ckpt_migrate.format.tree import (
     DictNode,
     ExternalLeaf,
+    FullTensorLeaf,
     Leaf,
     MissingLeaf,
     NamedTupleNode,
@@ -130,6 +131,20 @@ def prepare(
     return root, notes
 
 
+def _check_dtype(name: str, dtype: str, release: Release, path: Path | None) -> None:
+    """A tensor dtype ``release``'s torch lacks (``DType.since``) is refused: the file would
+    be written, and the release could not load it."""
+    since = dtypes.by_name(dtype).since
+    if since is not None and release.legacy and release.version < releases.get(since).version:
+        raise UnsupportedContentError(
+            path,
+            f"tensor {name!r} is {dtype}, which release {release.name}'s torch does not have "
+            f"(releases before {since} could not load the file)",
+            f"cast it to a signed dtype wide enough for its values (int32 for uint16, int64 "
+            f"for uint32) with the library that wrote it, or write release {since} or later",
+        )
+
+
 def _check_leaf(
     root: Node,
     name: str,
@@ -141,6 +156,11 @@ def _check_leaf(
 ) -> None:
     """Raise if ``release``'s format cannot hold ``leaf``, named ``name`` in ``root``; a
     missing leaf's name goes to ``missing``, a dataset's to ``stored`` (``_check_h5_name``)."""
+    if isinstance(leaf, FullTensorLeaf) or (
+        # (a numpy array stays one at 0.4; the readers of 0.1-0.3 make every array a tensor)
+        isinstance(leaf, TensorLeaf) and (release.format < 0.4 or not leaf.numpy)
+    ):
+        _check_dtype(name, leaf.dtype, release, path)
     if isinstance(leaf, ExternalLeaf):
         raise UnsupportedContentError(
             path,
