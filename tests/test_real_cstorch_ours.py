@@ -45,6 +45,8 @@ def written(tmp_path_factory) -> dict[Path, str]:
             for release in ("1.9", "2.0", "2.3", "2.10"):
                 if src.stem == "scalars_misc" and release != "2.10":
                     continue  # an empty key cannot be a dataset name before 0.5
+                if src.stem == "dtypes" and release in ("1.9", "2.0"):
+                    continue  # uint16-64 tensors: 2.3 and later (tests/test_downgrade.py)
                 dst = out / f"{src.stem}-as-{release}.mdl"
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
