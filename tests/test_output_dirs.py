@@ -86,6 +86,19 @@ def test_an_output_dir_named_like_a_checkpoint_file_is_refused(verb, name, tmp_p
     assert run_cli(verb[0], given, "-o", tmp_path / name, *verb[1:]).returncode == 0
 
 
+@pytest.mark.parametrize("name", ["model.safetensors", "pytorch_model.bin", "config.json"])
+def test_an_export_directory_named_like_a_file_is_refused(name, tmp_path):
+    """``export-hf ckpt model.safetensors`` made a directory ``model.safetensors/``."""
+    src = FIXTURES / "models" / "gpt2-2.0"
+    args = ("--config", src / "params.yaml")
+    proc = run_cli("export-hf", src / "checkpoint_100.mdl", tmp_path / name, *args)
+    instead = str(tmp_path / name.rsplit(".", 1)[0])
+    one_line_error(proc, 2, name, "writes a Hugging Face model directory", f"e.g. {instead}")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / name).mkdir()  # (a directory of that name, existing: the export's own check)
+    one_line_error(run_cli("export-hf", src / "checkpoint_100.mdl", tmp_path / name, *args), 2)
+
+
 def test_force_replaces_an_output_only_with_a_verified_one(tmp_path):
     src = FIXTURES / "release-1.9.mdl"
     out = tmp_path / "out"

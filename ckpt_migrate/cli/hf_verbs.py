@@ -13,6 +13,7 @@ import typer
 
 from ckpt_migrate import cli
 from ckpt_migrate.cli import console, render
+from ckpt_migrate.cli.dir_names import HF_FILE_SUFFIXES, refuse_a_file_name
 from ckpt_migrate.cli.options import FromOpt, JsonOpt, ProgressOpt, QuietOpt
 
 HfModelOpt = Annotated[
@@ -82,6 +83,8 @@ def export_hf_cmd(
 
     Writes config.json and model.safetensors (or shards with model.safetensors.index.json),
     one tensor at a time, the release hops applied on the way."""
+    why = "export-hf writes a Hugging Face model directory (config.json and the weight files)"
+    refuse_a_file_name(output_dir, HF_FILE_SUFFIXES, why)
     with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         out = cli.conversions.export_hf(
             src,

@@ -15,6 +15,7 @@ from typing import Any
 
 from ckpt_migrate.atomic import same_file
 from ckpt_migrate.cli.commands import check_copy_method, check_verify
+from ckpt_migrate.cli.dir_names import CHECKPOINT_SUFFIXES, refuse_a_file_name
 from ckpt_migrate.config.upgrade import ConfigAlongside, ConfigOutcome, upgrade_config_text
 from ckpt_migrate.engine.plan import check
 from ckpt_migrate.engine.upgrade import (
@@ -97,24 +98,10 @@ def upgrade(
         yield res, alongside.run(res) if alongside is not None else None
 
 
-# What a checkpoint file is called, and so what no new output directory is (``-o out.mdl``).
-_FILE_SUFFIXES = (".mdl", ".h5", ".hdf5")
-
-
 def _refuse_a_file_name(output_dir: Path) -> None:
-    """``-o out.mdl``, where nothing is yet, made a directory ``out.mdl/`` holding the output
-    under its source's name; an existing directory (or prefix) of any name is taken."""
-    name = str(output_dir).rstrip("/")
-    if PurePosixPath(name).suffix.lower() in _FILE_SUFFIXES and not (
-        s3.is_url(output_dir) or Path(output_dir).is_dir()
-    ):
-        instead = name[: -len(PurePosixPath(name).suffix)]
-        raise UsageError(
-            output_dir,
-            "is named like a checkpoint file, but --output-dir takes a directory (each output "
-            "keeps its source's name)",
-            f"name a directory, e.g. --output-dir {instead}",
-        )
+    if not s3.is_url(output_dir):  # (a prefix is taken by any name)
+        why = "--output-dir takes a directory (each output keeps its source's name)"
+        refuse_a_file_name(output_dir, CHECKPOINT_SUFFIXES, why, "--output-dir ")
 
 
 def _refuse_a_one_way_config(alongside: ConfigAlongside, path: Path, opts: UpgradeOptions) -> None:
