@@ -55,8 +55,9 @@ def check_file(p: Path) -> None:
 def _fix_for(p: Path, head: bytes) -> str:
     """What to do with a file that is not HDF5, from its first bytes and its name."""
     hf_dir = "`ckpt-migrate import-hf` takes its Hugging Face model directory (with config.json)"
-    # (safetensors: an 8-byte header length, then the JSON header)
-    if p.suffix.lower() == ".safetensors" or head[8:9] == b"{":
+    # (safetensors: an 8-byte little-endian header length, then the JSON header)
+    framed = len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < 1 << 27
+    if p.suffix.lower() == ".safetensors" or framed:
         return f"a safetensors file: {hf_dir}"
     if head[:2] == b"PK" or head[:1] == b"\x80":  # (torch.save's zip format, or a pickle)
         if p.name.startswith("pytorch_model"):
