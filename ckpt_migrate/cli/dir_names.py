@@ -4,7 +4,7 @@ no directory has it yet, with one to use instead (the Python API takes any name 
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ckpt_migrate.errors import UsageError
 
@@ -15,11 +15,9 @@ HF_FILE_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".json", *CHECKPOINT_
 def refuse_a_file_name(given: Path, suffixes: tuple[str, ...], why: str, option: str = "") -> None:
     """Refuse ``given`` (a local directory to create) if its name ends like a file's:
     ``why`` says what the command writes, ``option`` prefixes the name suggested instead."""
-    name = str(given).rstrip("/")
-    suffix = PurePosixPath(name).suffix
-    if suffix.lower() in suffixes and not Path(name).is_dir():
+    if given.suffix.lower() in suffixes and not given.is_dir():
         raise UsageError(
             given,
             f"is named like a file, but {why}",
-            f"name a directory, e.g. {option}{name[: -len(suffix)]}",
+            f"name a directory, e.g. {option}{given.with_suffix('')}",
         )

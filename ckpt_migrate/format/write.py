@@ -135,7 +135,7 @@ def _check_dtype(name: str, dtype: str, release: Release, path: Path | None) -> 
     """A tensor dtype ``release``'s torch lacks (``DType.since``) is refused: the file would
     be written, and the release could not load it."""
     since = dtypes.by_name(dtype).since
-    if since is not None and release.legacy and release.version < releases.get(since).version:
+    if since is not None and release.version < releases.get(since).version:
         raise UnsupportedContentError(
             path,
             f"tensor {name!r} is {dtype}, which release {release.name}'s torch does not have "
