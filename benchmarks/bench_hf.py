@@ -27,9 +27,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import bench_upgrade  # noqa: E402
 
 from ckpt_migrate.format.tree import DataSource, DictNode, TensorLeaf  # noqa: E402
 from ckpt_migrate.format.write import write_checkpoint  # noqa: E402
@@ -124,12 +121,14 @@ def _step(argv: list[str]) -> None:
 
 def measure(*args: str | Path) -> tuple[float, float]:
     """(seconds, peak RSS MiB) of ``bench_hf.py --child ARGS``."""
+    from bench_upgrade import ENV  # (in this process only: the children measure their imports)
+
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, __file__, "--child", *map(str, args)],
         capture_output=True,
         text=True,
-        env=bench_upgrade.ENV,
+        env=ENV,
     )
     if proc.returncode != 0:
         raise SystemExit(f"{args[0]} failed: {proc.stderr}")
@@ -140,7 +139,9 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(sys.argv[2:])
         return
-    bench_upgrade.warm_bytecode()
+    from bench_upgrade import warm_bytecode
+
+    warm_bytecode()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hidden", type=int, default=1280)
     parser.add_argument("--layers", type=int, default=20)
