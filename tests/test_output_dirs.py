@@ -96,7 +96,8 @@ def test_an_export_directory_named_like_a_file_is_refused(name, tmp_path):
     one_line_error(proc, 2, name, "writes a Hugging Face model directory", f"e.g. {instead}")
     assert list(tmp_path.iterdir()) == []
     (tmp_path / name).mkdir()  # (a directory of that name, existing: the export's own check)
-    one_line_error(run_cli("export-hf", src / "checkpoint_100.mdl", tmp_path / name, *args), 2)
+    proc = run_cli("export-hf", src / "checkpoint_100.mdl", tmp_path / name, *args)
+    one_line_error(proc, 2, name, "already exists", "--force")
 
 
 def test_force_replaces_an_output_only_with_a_verified_one(tmp_path):
