@@ -210,3 +210,33 @@ def test_an_output_dir_the_system_will_not_make_says_to_check_the_path(tmp_path)
     shutil.copyfile(REAL / "basic.mdl", src)
     proc = run_cli("upgrade", src, "-o", "/proc/ckpt-migrate-out")
     one_line_error(proc, 5, "write failed (No such file or directory); check the path")
+
+
+@pytest.mark.parametrize(
+    ("verb", "written"),
+    [("to-torch", "basic.pt"), ("from-torch", "basic.mdl"), ("tf-to-h5", "basic.mdl")],
+)
+def test_a_file_output_named_as_a_directory_is_refused(verb, written, tmp_path):
+    """``to-torch ckpt outdir/`` wrote a file named ``outdir`` (typer's ``Path`` dropped the
+    separator), and an existing directory was "already exists; refusing to overwrite it": both
+    are refused by name, with the file to name inside instead; nothing is written. (tf-to-h5
+    is given a directory of no TensorFlow checkpoint: its output is refused first.)"""
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    source = {"to-torch": REAL / "basic.mdl", "tf-to-h5": sources / "basic"}.get(verb)
+    if source is None:
+        source = sources / "basic.pt"
+        assert run_cli("to-torch", REAL / "basic.mdl", source).returncode == 0
+    made = sorted(sources.iterdir())
+    for given, why in [
+        (f"{tmp_path / 'outdir'}/", "ends with a separator"),
+        (str(tmp_path / "exists"), "is a directory"),
+    ]:
+        (tmp_path / "exists").mkdir(exist_ok=True)
+        proc = run_cli(verb, source, given)
+        one_line_error(
+            proc, 2, why, "this command writes one file", f"e.g. {Path(given) / written}"
+        )
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["exists", "sources"]
+        assert list((tmp_path / "exists").iterdir()) == []
+        assert sorted(sources.iterdir()) == made

@@ -1,9 +1,11 @@
-"""Output directories named like files: ``upgrade -o out.mdl`` or ``export-hf ckpt
-model.safetensors`` made a directory of that name. The command line refuses such a name where
-no directory has it yet, with one to use instead (the Python API takes any name it is given)."""
+"""Outputs named as the other kind: ``upgrade -o out.mdl`` or ``export-hf ckpt
+model.safetensors`` made a directory of that name, and ``to-torch ckpt outdir/`` a file named
+``outdir`` (typer's ``Path`` drops the trailing separator). The command line refuses such a name,
+with one to use instead (the Python API takes any name it is given)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ckpt_migrate.errors import UsageError
@@ -21,3 +23,23 @@ def refuse_a_file_name(given: Path, suffixes: tuple[str, ...], why: str, option:
             f"is named like a file, but {why}",
             f"name a directory, e.g. {option}{given.with_suffix('')}",
         )
+
+
+def path(value: str) -> str:
+    """A path argument as typed, its trailing separator kept for ``file_to_write`` (the parser
+    of an argument; its name is what the help shows: ``<path>``)."""
+    return value
+
+
+def file_to_write(given: str, source: Path, suffix: str) -> Path:
+    """The file a converter is to write, as typed: a name ending in a separator, or an existing
+    directory, is refused with a file inside it to name instead (``source``'s stem, ``suffix``)."""
+    path = Path(given)
+    if path.is_dir() or given.endswith(("/", os.sep)):
+        why = "is a directory" if path.is_dir() else "ends with a separator: a directory's name"
+        raise UsageError(
+            path,
+            f"{why}, but this command writes one file",
+            f"name the file to write, e.g. {path / (source.stem + suffix)}",
+        )
+    return path

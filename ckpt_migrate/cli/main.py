@@ -19,6 +19,7 @@ import typer
 from ckpt_migrate import cli
 from ckpt_migrate._version import __version__
 from ckpt_migrate.cli import checks, console, hf_verbs, render, tf_verbs
+from ckpt_migrate.cli.dir_names import file_to_write, path
 from ckpt_migrate.cli.options import (
     AllowMissingOpt,
     CopyMethodOpt,
@@ -96,14 +97,18 @@ def inspect_cmd(
 @app.command("to-torch")
 def to_torch_cmd(
     src: Annotated[Path, typer.Argument(help="Checkpoint to convert.")],
-    dst: Annotated[Path, typer.Argument(help="torch.save file to write (must not exist).")],
+    dst: Annotated[
+        str, typer.Argument(help="torch.save file to write (must not exist).", parser=path)
+    ],
     allow_missing: AllowMissingOpt = False,
     progress_mode: ProgressOpt = "auto",
     quiet: QuietOpt = False,
 ) -> None:
     """Write a plain torch.save file (loadable with torch.load(weights_only=True))."""
     with console.progress(not quiet, progress_mode) as progress:
-        out = cli.commands.to_torch(src, dst, allow_missing=allow_missing, progress=progress)
+        out = cli.commands.to_torch(
+            src, file_to_write(dst, src, ".pt"), allow_missing=allow_missing, progress=progress
+        )
     console.echo(f"wrote {out['output']}")
     for note in out["notes"]:
         console.echo(f"note: {out['output']} {note}", err=True)
@@ -112,7 +117,7 @@ def to_torch_cmd(
 @app.command("from-torch")
 def from_torch_cmd(
     src: Annotated[Path, typer.Argument(help="torch.save file (loaded with weights_only=True).")],
-    dst: Annotated[Path, typer.Argument(help="Checkpoint to write (must not exist).")],
+    dst: Annotated[str, typer.Argument(help="Checkpoint to write (must not exist).", parser=path)],
     release: Annotated[
         str,
         typer.Option(
@@ -125,7 +130,9 @@ def from_torch_cmd(
 ) -> None:
     """Write a torch.save file as a Cerebras H5 checkpoint."""
     with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
-        out = cli.commands.from_torch(src, dst, release, progress=progress)
+        out = cli.commands.from_torch(
+            src, file_to_write(dst, src, ".mdl"), release, progress=progress
+        )
     render.emit_json(out) if as_json else render.from_torch(out)
 
 

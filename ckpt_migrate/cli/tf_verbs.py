@@ -13,6 +13,7 @@ import typer
 
 from ckpt_migrate import cli
 from ckpt_migrate.cli import console, render
+from ckpt_migrate.cli.dir_names import file_to_write, path
 from ckpt_migrate.cli.options import ExcludeOpt, JsonOpt, ProgressOpt, QuietOpt, TfVerifyOpt
 
 
@@ -20,7 +21,9 @@ def tf_to_h5_cmd(
     saver_path: Annotated[
         list[Path], typer.Argument(help="TF checkpoint prefix, .index or directory (1 or more).")
     ],
-    h5_path: Annotated[Path, typer.Argument(help="H5 checkpoint to write (must not exist).")],
+    h5_path: Annotated[
+        str, typer.Argument(help="H5 checkpoint to write (must not exist).", parser=path)
+    ],
     release: Annotated[
         str, typer.Option("--release", "--to", help="Release whose format to write, or auto.")
     ] = "auto",
@@ -35,7 +38,7 @@ def tf_to_h5_cmd(
     with console.progress(not quiet, progress_mode, beside_json=as_json) as progress:
         out = cli.conversions.tf_to_h5(
             saver_path,
-            h5_path,
+            file_to_write(h5_path, saver_path[0], ".mdl"),
             release=release,
             exclude=exclude or [],
             verify=verify,
