@@ -35,8 +35,9 @@ def file_to_write(given: str, source: Path, suffix: str) -> Path:
     """The file a converter is to write, as typed: a name ending in a separator, or an existing
     directory, is refused with a file inside it to name instead (``source``'s stem, ``suffix``)."""
     path = Path(given)
-    if path.is_dir() or given.endswith(("/", os.sep)):
-        why = "is a directory" if path.is_dir() else "ends with a separator: a directory's name"
+    is_dir = os.path.isdir(path)  # (False for a name the system refuses: the writer names it)
+    if is_dir or given.endswith(("/", os.sep)):
+        why = "is a directory" if is_dir else "ends with a separator: a directory's name"
         raise UsageError(
             path,
             f"{why}, but this command writes one file",
