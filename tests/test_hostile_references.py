@@ -1,5 +1,6 @@
 """Checkpoints that point outside themselves are refused before any tensor is read, by every
-entry point, and nothing outside the file ever reaches an output.
+entry point that reads a dataset, and nothing outside the file ever reaches an output (``check``
+and a plan of hops that edit only the root read no dataset, and so follow nothing).
 
 Each hostile file is a real checkpoint (written by ``save``) whose tensor ``model.w`` was
 replaced, with its attributes, by a dataset of the same name, shape and dtype that refers to a
@@ -9,6 +10,7 @@ dataset, or a filter outside the allow-list.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -83,7 +85,9 @@ COMMANDS = {
     # ``check`` reads only the root's release attributes since issue 33 (it follows nothing:
     # tests/test_outline_read.py); ``check --deep`` reads every dataset.
     "check --deep": lambda src, out: ["check", src, "--deep"],
-    "plan": lambda src, out: ["plan", src],
+    # A plan of hops that edit only the root reads the root and the spec (the root's links
+    # checked by its child), not the datasets: ``test_a_plan_of_root_edits_follows_nothing``.
+    "plan": lambda src, out: ["plan", src, "--to", "2.4"],
     "verify": lambda src, out: ["verify", src, src],
     "upgrade": lambda src, out: ["upgrade", src, "--to", "2.10", "--output-dir", out],
     "upgrade-full": lambda src, out: ["upgrade", src, "--output-dir", out, "--verify", "full"],
@@ -108,6 +112,34 @@ def test_every_command_refuses_a_file_that_points_outside(tmp_path, kind, comman
     assert list(out.iterdir()) == []
     assert_no_secret(tmp_path / "in")
     assert_no_secret(out)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_plan_of_root_edits_follows_nothing(tmp_path, kind):
+    """``plan`` of a 2.5 file to 2.10 (hops that edit only the root) reads the root's
+    attributes and its spec, as ``check`` reads the release: no dataset is opened, so nothing
+    outside is read; a root link that is not a hard link (an external link) is refused by
+    name, the links being read by the preflight child. The upgrade it plans refuses the file."""
+    import torch  # (a tensor leaf: its metadata describes it, its dataset is not opened)
+
+    src = tmp_path / "in" / "checkpoint_1.mdl"
+    src.parent.mkdir(parents=True)
+    cm.save({"model": {"w": torch.arange(16, dtype=torch.uint8)}, "step": 3}, src, "2.5")
+    point_outside(src, kind, tmp_path)
+    proc = run_cli("plan", src, "--json")
+    if kind == "external-link":
+        one_line_error(proc, 2, "model.w", WORDS[kind], "was not read")
+    else:
+        assert proc.returncode == 0, proc.stderr
+        plan = json.loads(proc.stdout)
+        assert plan["from"] == "2.5" and plan["datasets_changed"] is False
+        assert plan["tensor_bytes"] is None  # (the leaves' metadata is not read)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_cli("upgrade", src, "--output-dir", out)
+    one_line_error(proc, 2, "model.w", WORDS[kind], "was not read")
+    assert list(out.iterdir()) == []
+    assert_no_secret(tmp_path / "in")
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
+import re
 from pathlib import Path
 
 import h5py
@@ -63,16 +64,50 @@ def test_this_tools_files_and_plans_answer_as_the_full_read(tmp_path, monkeypatc
     src = _ours(tmp_path, "2.5")
     assert commands.inspect(src) == _full_inspect(src, monkeypatch)
     outlined, checked = commands.plan(src, "2.10"), commands.check(src, "2.10")
-    with monkeypatch.context() as m:
-        m.setattr(reader, "read_outline", lambda p, *args: None)
-        full = commands.plan(src, "2.10")
-        with reader.read_checkpoint(src) as ckpt:
-            assert checked["release"] == ckpt.release.name
-    for plan in (outlined, full):
-        plan.pop("free_available")  # (other writers on the disk)
+    full = _full_plan(src, "2.10", monkeypatch)
+    outlined.pop("free_available")
+    with reader.read_checkpoint(src) as ckpt:
+        assert checked["release"] == ckpt.release.name
+    assert outlined.pop("tensor_bytes") is None and full.pop("tensor_bytes") > 0
     assert outlined == full
     assert outlined["hops"] and not outlined["datasets_changed"]
     assert checked["hops"] == [f"{h['from']}→{h['to']}" for h in outlined["hops"]]
+
+
+def _full_plan(src: Path, target: str, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """``plan`` from a read of every leaf (neither the root's nor the outline's)."""
+    from ckpt_migrate.engine import plan as planner
+
+    with monkeypatch.context() as m:
+        m.setattr(reader, "read_outline", lambda p, *args: None)
+        m.setattr(planner, "plan_from_root", lambda *args, **kwargs: None)
+        full = commands.plan(src, target)
+    full.pop("free_available")  # (other writers on the disk)
+    return full
+
+
+@pytest.mark.parametrize("target", ["2.10", "2.5"])
+@pytest.mark.parametrize("src", sorted(REAL.glob("*.mdl")) + REAL_XZ, ids=lambda p: p.name)
+def test_a_plan_of_root_edits_is_the_full_reads_from_the_root_and_spec(src, target, tmp_path):
+    """The real library's files (2.6-2.10), and this tool's: a plan of hops that edit only
+    the root, or none, is read from the root and the spec (``plan_from_root``: no leaf's
+    metadata, 1.1 of the plan's 2.2 s at 150k leaves) and says what the full read's plan
+    says (the family, hops, bytes, warnings), but for the tensors' bytes it did not read."""
+    monkeypatch = pytest.MonkeyPatch()
+    for path in (_unpacked(tmp_path, src), _ours(tmp_path, "2.5")):
+        if path.name.startswith("key_collision"):  # refused alike, from the spec
+            with pytest.raises(CkptError) as full:
+                _full_plan(path, target, monkeypatch)
+            with pytest.raises(CkptError) as planned:
+                commands.plan(path, target)
+            assert str(planned.value) == str(full.value)
+            continue
+        planned = commands.plan(path, target)
+        planned.pop("free_available")
+        assert planned.pop("tensor_bytes") is None
+        full = _full_plan(path, target, monkeypatch)
+        assert full.pop("tensor_bytes") >= 0
+        assert planned == full
 
 
 def test_no_dataset_is_opened(tmp_path, monkeypatch):
@@ -271,7 +306,8 @@ def test_a_leafs_unreadable_metadata_is_named_and_a_strays_is_not_decoded(tmp_pa
 def test_the_parent_reads_through_hdf5_only_what_the_outline_child_tried(tmp_path, monkeypatch):
     """An outline read's parent opens through HDF5 only the root attributes the child tried
     first (``preflight_outline.OUTLINE_NAMES``): ``__spec__`` and the leaves' texts come from
-    the one-pass reader, the plan's in-place bound from the size the reader saw."""
+    the one-pass reader. A plan of root edits reads the release's attributes and ``__spec__``
+    (``SPEC_NAMES``, which its child tried), its in-place bound from the spec's size."""
     from ckpt_migrate.format.h5 import preflight_outline
 
     src = _ours(tmp_path, "2.5")
@@ -286,8 +322,12 @@ def test_the_parent_reads_through_hdf5_only_what_the_outline_child_tried(tmp_pat
 
     monkeypatch.setattr(h5py.h5a, "open", spy)
     assert commands.inspect(src)["leaf_count"] > 0
-    assert commands.plan(src, "2.10", output_dir=tmp_path / "out")["datasets_changed"] is False
     assert opened and set(opened) <= set(preflight_outline.OUTLINE_NAMES), opened
+    opened.clear()  # a plan of root edits: the release's attributes and the spec
+    assert commands.plan(src, "2.10", output_dir=tmp_path / "out")["datasets_changed"] is False
+    versions = {n for n in opened if re.fullmatch(r"__metadata__\.\d+\.version\.__metadata__", n)}
+    assert versions, opened  # (a Trainer's version leaves, which the child tries too)
+    assert "__spec__" in opened and set(opened) - versions <= set(preflight_outline.SPEC_NAMES)
 
 
 @pytest.mark.parametrize("src", sorted(REAL.glob("*.mdl")) + REAL_XZ, ids=lambda p: p.name)

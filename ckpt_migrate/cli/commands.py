@@ -121,9 +121,26 @@ def plan(
     inputs: dict[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """The hops, the family and the disk an upgrade costs, read from the outline
-    (``read_outline``, a legacy file's too) unless the bytes to write depend on what the
-    datasets store and the outline did not measure them."""
+    """The hops, the family and the disk an upgrade costs: where the hops edit only a format
+    0.5 file's root (or it is current), from the root and the spec (``plan_from_root``: the
+    leaves' metadata unread, ``tensor_bytes`` None); else from the outline (``read_outline``,
+    a legacy file's too) unless the bytes to write depend on what the datasets store and the
+    outline did not measure them."""
+    model = (inputs or {}).get("model")
+    found = planner.plan_from_root(
+        Path(path),
+        target,
+        release=source_release,
+        output_dir=output_dir,
+        inputs=inputs,
+    )
+    if found is not None:
+        made, outline = found
+        data = made.to_json()
+        data["model"] = choose_family(outline.root, model).to_json()
+        reading = outline.detected.reading
+        data["warnings"] = [] if reading is None else [reading]
+        return data
     ckpt, made = planner.read_planned(
         Path(path),
         target,
@@ -135,8 +152,7 @@ def plan(
     )
     with ckpt:
         data = made.to_json()
-        choice = choose_family(ckpt.root, (inputs or {}).get("model"))
-        data["model"] = choice.to_json()
+        data["model"] = choose_family(ckpt.root, model).to_json()
         data["warnings"] = list(ckpt.warnings)
         return data
 

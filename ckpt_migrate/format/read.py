@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,15 @@ from ckpt_migrate.format.h5.io import (
     open_read,
 )
 from ckpt_migrate.format.h5.preflight import FIX, Rest, preflight, start
-from ckpt_migrate.format.h5.root import superblock_offset
+from ckpt_migrate.format.h5.root import root_metadata_bytes, superblock_offset
 from ckpt_migrate.format.h5.rootdigest import RootDigest
 from ckpt_migrate.format.h5.sniff import looks_like_format_05
 from ckpt_migrate.format.legacy import read as read_legacy
 from ckpt_migrate.format.legacy.early_spec import EarlySpec
 from ckpt_migrate.format.progress import Progress
-from ckpt_migrate.format.tree import Leaf
+from ckpt_migrate.format.tree import Leaf, Node
 from ckpt_migrate.format.v05 import read as read_v05
+from ckpt_migrate.format.v05.spec import spec_outline
 
 
 def read_checkpoint(
@@ -262,14 +264,58 @@ def read_release(p: Path, release: str | None = None) -> releases.Detected:
             return ckpt.detected
     try:
         with open_read(p) as f:
-            detected = _detect(p, f, release)
-            if detected.format >= 0.5:
-                read_v05.require_success(f, p)
-            if release is not None:
-                return detected
-            return trainer_release.reading(detected, trainer_release.in_file(f, detected))
+            return _root_release(p, f, release)
     except DAMAGED_HDF5 as exc:
         raise damaged(p, exc) from None
+
+
+@dataclass
+class RootOutline:
+    """A format 0.5 file as its root tells it (``read_root_outline``): its release, its tree
+    as the spec names it, every leaf a ``MissingLeaf`` (no leaf's metadata read), the spec's
+    size and the root's own (``root.root_metadata_bytes``)."""
+
+    detected: releases.Detected
+    root: Node
+    spec_bytes: int
+    root_bytes: int
+
+
+def read_root_outline(
+    p: Path, release: str | None, wanted: Callable[[releases.Detected], bool]
+) -> RootOutline | None:
+    """``read_release``'s reading of a format 0.5 file, then its tree from the spec alone, if
+    ``wanted`` of its release (a plan whose hops edit only the root, issue 33), while the
+    preflight child reads the root's links (``preflight(scope="spec")``). None for a legacy
+    file, one not ``wanted``, one the child met a problem in, or whose root has a link that
+    is not a hard link (an external link): a full read then names it. Nothing behind a link
+    is read (``check``'s rule: a dataset's external storage is the upgrade's to refuse)."""
+    check_file(p)
+    found = preflight(p, scope="spec", defer=True)
+    if found is None or found.rest is None:
+        return None
+    try:
+        with open_read(p) as f:
+            detected = _root_release(p, f, release)
+            if detected.format < 0.5 or not wanted(detected):
+                return None
+            root, spec_bytes = spec_outline(f, p)
+            if found.rest.links(p) is None:
+                return None
+            return RootOutline(detected, root, spec_bytes, root_metadata_bytes(f))
+    except DAMAGED_HDF5 as exc:
+        raise damaged(p, exc) from None
+    finally:
+        found.rest.cancel()
+
+
+def _root_release(p: Path, f: h5py.File, release: str | None) -> releases.Detected:
+    detected = _detect(p, f, release)
+    if detected.format >= 0.5:
+        read_v05.require_success(f, p)
+    if release is None:
+        detected = trainer_release.reading(detected, trainer_release.in_file(f, detected))
+    return detected
 
 
 class _WalkFirst:

@@ -72,7 +72,7 @@ from ckpt_migrate.format.h5.walkreads import (
 )
 from ckpt_migrate.format.progress import Progress
 
-Scope = Literal["full", "outline", "storage", "root"]
+Scope = Literal["full", "outline", "storage", "root", "spec"]
 STALL_SECONDS = float(os.environ.get("CKPT_MIGRATE_STALL_SECONDS", "10"))
 FIX = "the file is damaged; use another copy"
 
@@ -104,7 +104,8 @@ def preflight(
     no object behind one, ``"storage"`` the outline, then as its second part what a copy of
     the datasets would carry out of the file, from their headers' bytes (``storagescan``: an
     upgrade that edits only the root), ``"root"`` only the release's root attributes
-    (``preflight_outline.ROOT_NAMES``)
+    (``preflight_outline.ROOT_NAMES``), ``"spec"`` those and the ``__spec__``, then as its
+    second part the root's links (``plan_from_root``)
     (``preflight_outline``: one child; ``Findings.datasets`` is then empty).
 
     Returns what the walk found (``Findings``), or None when a child met a problem it does
@@ -231,7 +232,7 @@ class _Walk:
         try:
             with contextlib.suppress(OSError):  # (gone: the reader names it)
                 walk.identity = file_identity(path)
-            if scope in ("outline", "storage"):
+            if scope in ("outline", "storage", "spec"):
                 walk.links = children.anonymous_file()
             for part in range(workers):
                 walk.facts.append(children.anonymous_file())

@@ -19,6 +19,10 @@ code (``preflight``'s docstring) ends the child, not the command:
   walk. As its second part, the child of a format 0.5 root reads the root's links itself and
   hands them to the parent (``preflight.Rest.links``), which reads the root's attributes on
   the other core meanwhile; links it does not hand over the parent reads itself;
+* ``"spec"`` (``plan`` of a chain that edits only a format 0.5 root): the ``root`` scope's,
+  the root's object info and the ``__spec__`` text; as its second part, the root's links,
+  handed to the parent as the outline's are (a link that is not a hard link is then named by
+  the full read);
 * ``"storage"`` (an upgrade of a chain that edits only the root): the outline's, then, as
   the rest of the second part, every dataset's header scanned for what a copy would carry
   out of the file (``storagescan``: the file's bytes, no HDF5 code run on them), on the second
@@ -53,6 +57,8 @@ ROOT_NAMES = ("__version__", "__cstorch_version__", "__SUCCESS__")
 # And what the outline read reads of the root through HDF5 (``format.read.read_outline``;
 # ``__spec__`` and the leaves' texts are read by ``attrtable``).
 OUTLINE_NAMES = (*ROOT_NAMES, PROVENANCE_ATTR)
+# And what a plan of hops that edit only the root reads (``format.read.read_root_outline``).
+SPEC_NAMES = (*ROOT_NAMES, "__spec__")
 
 
 def walk(path: Path, tick: int, scope: str, links_fd: int | None = None) -> None:
@@ -66,11 +72,11 @@ def walk(path: Path, tick: int, scope: str, links_fd: int | None = None) -> None
     forbid_plugin_loading()
     outline = scope in ("outline", "storage")
     with bounded_metadata_cache(h5py.File(path, "r", locking=False, rdcc_nbytes=0)) as f:
-        if outline:
+        if outline or scope == "spec":
             root_header(f)
             f.id.get_num_objs()
         spec = h5py.h5a.exists(f.id, b"__spec__")
-        wanted = OUTLINE_NAMES if outline else ROOT_NAMES
+        wanted = OUTLINE_NAMES if outline else SPEC_NAMES if scope == "spec" else ROOT_NAMES
         legacy = outline and spec and not h5py.h5a.exists(f.id, b"__SUCCESS__")
         if legacy:
             wanted = (*wanted, "__spec__")  # a legacy root's structure, which its reader reads
@@ -81,7 +87,7 @@ def walk(path: Path, tick: int, scope: str, links_fd: int | None = None) -> None
                 trainer_release.last_entry(f, fmt)
         os.write(tick, b"%s0,0%s" % (FIRST, END))
         addresses = None
-        if outline and not legacy:  # (a legacy outline reads its links at once: ``headerscan``)
+        if (outline and not legacy) or scope == "spec":  # (a legacy outline's: ``headerscan``)
             addresses = _hand_over_links(f, path, tick, links_fd)
         if scope == "storage" and not _scan(f, path, tick, addresses):
             raise RuntimeError("the datasets' storage is for the parent to judge")

@@ -112,6 +112,12 @@ def create_file(path: Path, *, exclusive: bool, attributes: int = 0) -> h5py.Fil
     return bounded_metadata_cache(h5py.File(fid), 0)
 
 
+def root_metadata_bytes(f: h5py.File) -> int:
+    """The root group's header, its attributes' heap and their index, in bytes."""
+    info = h5o.get_info(f.id)
+    return info.hdr.space.total + info.meta_size.attr.index_size + info.meta_size.attr.heap_size
+
+
 def object_address(obj: h5py.Group | h5py.File) -> int:
     return h5o.get_info(obj.id).addr
 

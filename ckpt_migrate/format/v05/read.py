@@ -19,7 +19,6 @@ from ckpt_migrate import jsonfile
 from ckpt_migrate.errors import (
     CkptError,
     CorruptCheckpointError,
-    KeyCollisionError,
     UnsupportedContentError,
 )
 from ckpt_migrate.format import dtypes
@@ -46,9 +45,9 @@ from ckpt_migrate.format.tree import (
     ValueLeaf,
     iter_leaves,
     map_leaves,
-    name_collisions,
 )
 from ckpt_migrate.format.v05 import treespec as treespec_json
+from ckpt_migrate.format.v05.spec import built, read_spec, refuse_collisions
 from ckpt_migrate.format.v05.templates import Templates
 
 _SUFFIX = ".__metadata__"
@@ -106,15 +105,8 @@ def read(
     # Each leaf is decoded as the spec names it, its text let go of by the table: the table
     # and the tree were both whole at once, 30 MB at 150k leaves (issue 33)
     root, shared = _parse_spec(handle, table, decode)
-    collisions = name_collisions(root) if shared else None
-    if collisions:
-        name = sorted(collisions)[0]
-        raise KeyCollisionError(
-            path,
-            f"{len(collisions)} leaf name(s) are shared by several keys, e.g. {name!r}; "
-            "the writer kept only one value for each, so the file cannot be read faithfully",
-            "re-save the state dict from its source without keys whose dotted forms collide",
-        )
+    if shared:
+        refuse_collisions(root, path)
     if reading.links:
         root = _resolve_links(root, reading.links, path)
     if reading.names is not None:
@@ -225,17 +217,9 @@ def _parse_spec(
     leaves share a name (``treespec.parse_named``); its size goes to the handle."""
     spec = None if table is None else table.pop("__spec__", None)
     if not isinstance(spec, treespec_json.Spec):
-        try:
-            spec = treespec_json.Spec.of(attr_text(handle.file().attrs["__spec__"]), handle.path)
-        except (KeyError, TypeError):  # (as an unreadable text)
-            spec = treespec_json.Spec(0, error=treespec_json.Spec.unreadable(handle.path))
+        spec = read_spec(handle.file(), handle.path)
     handle.spec_bytes = spec.nbytes
-    if spec.error is not None:
-        raise spec.error
-    decoded = treespec_json.decode(spec.treespec, handle.path)
-    spec.treespec = None
-    root, shared = treespec_json.build(decoded, handle.path, leaf)
-    return root, shared
+    return built(spec, handle.path, leaf)
 
 
 def leaf_from_text(f: h5py.File, handle: H5Handle, name: str, text: str) -> Leaf | str:
