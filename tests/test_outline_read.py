@@ -110,6 +110,18 @@ def test_a_plan_of_root_edits_is_the_full_reads_from_the_root_and_spec(src, targ
         assert planned == full
 
 
+def test_a_plan_of_root_edits_does_not_judge_the_leaves_the_dry_run_does(tmp_path):
+    """The real 2.10 library's file of a complex numpy array, which this tool does not read:
+    ``plan`` (the root and the spec) gives the hops, and the upgrade's dry run refuses it in
+    one line, as the upgrade does (README, "What each command reads")."""
+    src = REAL_DIR / "refused" / "complex_array.mdl"
+    proc = run_cli("plan", src, "--to", "2.5", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [h["to"] for h in json.loads(proc.stdout)["hops"]][-1] == "2.5"
+    dry = run_cli("upgrade", src, "--to", "2.5", "--dry-run")
+    one_line_error(dry, 2, "complex numpy array", "does not read")
+
+
 def test_no_dataset_is_opened(tmp_path, monkeypatch):
     """h5py opens an object by ``h5o.open``: an outline read makes no such call in this
     process (the full read opens the datasets its preflight child could not vouch for)."""
