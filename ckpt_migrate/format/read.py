@@ -291,6 +291,8 @@ def read_root_outline(
     is not a hard link (an external link): a full read then names it. Nothing behind a link
     is read (``check``'s rule: a dataset's external storage is the upgrade's to refuse)."""
     check_file(p)
+    if not looks_like_format_05(p):  # (no child forked for a legacy file's plan)
+        return None
     found = preflight(p, scope="spec", defer=True)
     if found is None or found.rest is None:
         return None
