@@ -462,6 +462,24 @@ def test_an_export_to_an_existing_file_is_refused_once_with_the_fix(tmp_path):
     assert taken.read_text() == "mine\n"
 
 
+def test_an_export_names_the_source_directory_then_the_config_beside_it(tmp_path):
+    """``export-hf MODEL_DIR out`` said to pass ``--config params.yaml``, and with it said the
+    source was a directory: the directory is said first, then the missing config with the
+    run's own ``params.yaml`` where Model Zoo keeps it, beside the checkpoint (a checkpoint
+    alone: the bare name). Input: Model Zoo's GPT-2 model directory of release 2.0."""
+    src = MODELS / "gpt2-2.0"
+    out = tmp_path / "hf"
+    one_line_error(run_cli("export-hf", src, out), 2, "is a directory", "name a .mdl file")
+    proc = run_cli("export-hf", src / "checkpoint_100.mdl", out)
+    one_line_error(proc, 2, "needs the run's model config", f"--config {src / 'params.yaml'}")
+    alone = tmp_path / "alone" / "checkpoint_100.mdl"
+    alone.parent.mkdir()
+    shutil.copyfile(src / "checkpoint_100.mdl", alone)
+    proc = run_cli("export-hf", alone, out)
+    assert proc.stderr.rstrip().endswith("pass --config params.yaml"), proc.stderr
+    assert not out.exists()
+
+
 def test_force_replaces_a_model_directory_never_the_checkpoints_own(tmp_path):
     """``export-hf CKPT DIR --force`` replaced DIR whatever it held: given the checkpoint's own
     directory, it removed the checkpoint, its params.yaml and the rest. It now replaces only a

@@ -28,6 +28,7 @@ from ckpt_migrate.engine.upgrade import UpgradeOptions, apply_hops
 from ckpt_migrate.errors import MissingLeavesError, UnsupportedContentError, UsageError, require
 from ckpt_migrate.format import provenance, releases
 from ckpt_migrate.format.h5.identity import watch
+from ckpt_migrate.format.h5.io import check_file
 from ckpt_migrate.format.progress import Progress
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.format.tree import DictNode, H5Data, MissingLeaf, TensorLeaf, iter_leaves
@@ -96,13 +97,14 @@ def export(
     start = time.monotonic()
     src, out = Path(checkpoint), Path(output_dir)
     refuse_object_address(src)  # (before the config it would ask for)
+    check_file(src)  # (a model directory: named before the config is asked for)
     check_dtype(dtype)
     max_shard = st.parse_size(shard_size)
     check_output_dir(out, force)
     if config is None:
-        raise UsageError(
-            src, "config.json needs the run's model config", "pass --config params.yaml"
-        )
+        beside = src.parent / "params.yaml"  # (where Model Zoo's runs keep it)
+        shown = beside if beside.is_file() else "params.yaml"
+        raise UsageError(src, "config.json needs the run's model config", f"pass --config {shown}")
     config_text = yaml_edit.read_config(Path(config))
     _loaded_first(config_text, Path(config))
     # (the hops and the mapping's plan are made while the preflight walks the chunk indexes;
