@@ -103,7 +103,7 @@ def convert(args: argparse.Namespace) -> int:
             print(f"{src}: already at release {tgt.name}; nothing to convert")
             return 0
         print(f"{src}: already at release {tgt.name}; only its config is converted")
-        return _write_config(config, args, config_from, tgt, converted=converted)
+        return _write_config(config, args, tgt, converted)
     given = script_inputs(args)  # the options name the side files (or drop them) over the config
     named = "data_iter_dir" in given or "drop_dataloader_state" in given
     side_files = {} if named else dataloader_inputs(config, config_data)
@@ -142,21 +142,21 @@ def convert(args: argparse.Namespace) -> int:
         print(f"error: {result.error}", file=sys.stderr)
         return result.exit_code
     print(f"Checkpoint saved to {result.output}")
-    return _write_config(config, args, config_from, tgt, config_out, converted)
+    return _write_config(config, args, tgt, converted, config_out)
 
 
 def _write_config(
-    config: Path, args: argparse.Namespace, start: str, tgt: Release, out: Path | None = None,
-    converted: ConfigUpgrade | None = None,
-) -> int:  # fmt: skip
-    """``config`` from release ``start`` to ``tgt`` (``converted``, where the caller has it),
-    into ``out`` (default: Model Zoo's name, beside it or in ``--output-dir``)."""
+    config: Path,
+    args: argparse.Namespace,
+    tgt: Release,
+    converted: ConfigUpgrade,
+    out: Path | None = None,
+) -> int:
+    """``converted``, the config ``config`` at ``tgt``, into ``out`` (default: Model Zoo's
+    name, beside it or in ``--output-dir``)."""
     if out is None:
         out = _output_dir(args.output_dir, config.parent) / output_name(config, tgt, ".yaml")
         _refuse_existing(out)
-    if converted is None:
-        text = yaml_edit.read_config(config)
-        converted = upgrade_config_text(text, start, tgt.name, family=args.model, source=config)
     for line in write_upgraded(converted, config, out).lines():
         print(line)
     print(f"Config saved to {out}")
@@ -288,7 +288,9 @@ def convert_config(args: argparse.Namespace) -> int:
     src = parse_format(args.src_fmt, source=True)
     tgt = parse_format(args.tgt_fmt, source=False)
     assert src is not None and tgt is not None
-    return _write_config(config, args, src.name, tgt)
+    text = yaml_edit.read_config(config)
+    converted = upgrade_config_text(text, src.name, tgt.name, family=args.model, source=config)
+    return _write_config(config, args, tgt, converted)
 
 
 def list_converters(args: argparse.Namespace) -> int:

@@ -34,13 +34,13 @@ def path(value: str) -> str:
 def file_to_write(given: str, source: Path, suffix: str) -> Path:
     """The file a converter is to write, as typed: a name ending in a separator, or an existing
     directory, is refused with a file inside it to name instead (``source``'s stem, ``suffix``)."""
-    path = Path(given)
-    is_dir = os.path.isdir(path)  # (False for a name the system refuses: the writer names it)
+    named = Path(given)
+    is_dir = os.path.isdir(named)  # (False for a name the system refuses: the writer names it)
     if is_dir or given.endswith(("/", os.sep)):
         why = "is a directory" if is_dir else "ends with a separator: a directory's name"
         raise UsageError(
-            path,
+            named,
             f"{why}, but this command writes one file",
-            f"name the file to write, e.g. {path / (source.stem + suffix)}",
+            f"name the file to write, e.g. {named / (source.stem + suffix)}",
         )
-    return path
+    return named

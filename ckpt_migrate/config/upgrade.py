@@ -276,8 +276,9 @@ def upgrade_config_file(
 
 
 def write_upgraded(result: ConfigUpgrade, src: Path, dst: Path) -> ConfigUpgrade:
-    """An upgraded config's text into ``dst`` as ``upgrade_config_file`` writes it (``src``:
-    the config it came from, whose permissions it takes)."""
+    """An upgraded config's text into ``dst``: written beside it, fsynced, moved into place,
+    never over an existing file (``src``: the config it came from, whose permissions it
+    takes)."""
     with atomic_output(dst, like=src) as tmp:
         tmp.write_text(result.text, encoding="utf-8", newline="")
     result.output = dst
@@ -425,9 +426,6 @@ class ConfigAlongside:
                     )
                 return ConfigOutcome(result, message=f"already there: {self.output}")
 
-            with atomic_output(self.output, like=self.config) as tmp:
-                tmp.write_text(result.text, encoding="utf-8", newline="")
-            result.output = self.output
-            return ConfigOutcome(result)
+            return ConfigOutcome(write_upgraded(result, self.config, self.output))
         except CkptError as exc:
             return ConfigOutcome(error=f"config: {exc}", exit_code=exc.exit_code)

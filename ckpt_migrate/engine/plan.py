@@ -175,6 +175,7 @@ def make_plan(
         ckpt.path,
         ckpt.detected,
         target,
+        file_bytes,
         (
             _root_metadata_bytes(root_metadata_bytes(ckpt.handle.file()), ckpt.handle.spec_bytes)
             if ckpt.outline and ckpt.handle.spec_bytes is not None  # (every 0.5 read sets it)
@@ -214,7 +215,8 @@ def plan_from_root(
     if found is None:
         return None
     metadata = _root_metadata_bytes(found.root_bytes, found.spec_bytes)
-    plan = _plan(path, found.detected, target, metadata, output_dir, inputs, copy_method)
+    size = path.stat().st_size
+    plan = _plan(path, found.detected, target, size, metadata, output_dir, inputs, copy_method)
     _, plan.leaves, plan.name_chars = sizes(found.root)
     return plan, found
 
@@ -223,6 +225,7 @@ def _plan(
     path: Path,
     detected: releases.Detected,
     target: str,
+    file_bytes: int,
     metadata_bytes: int,
     output_dir: Path | None,
     inputs: dict[str, Any] | None,
@@ -236,7 +239,7 @@ def _plan(
         source_release=src,
         target_release=tgt,
         hops=hops_to(detected, src, tgt),
-        file_bytes=path.stat().st_size,
+        file_bytes=file_bytes,
         tensor_bytes=None,
         output_dir=out_dir,
         free_bytes=free_space(out_dir),

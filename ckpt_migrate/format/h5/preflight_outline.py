@@ -59,6 +59,12 @@ ROOT_NAMES = ("__version__", "__cstorch_version__", "__SUCCESS__")
 OUTLINE_NAMES = (*ROOT_NAMES, PROVENANCE_ATTR)
 # And what a plan of hops that edit only the root reads (``format.read.read_root_outline``).
 SPEC_NAMES = (*ROOT_NAMES, "__spec__")
+_NAMES = {
+    "root": ROOT_NAMES,
+    "spec": SPEC_NAMES,
+    "outline": OUTLINE_NAMES,
+    "storage": OUTLINE_NAMES,
+}
 
 
 def walk(path: Path, tick: int, scope: str, links_fd: int | None = None) -> None:
@@ -76,7 +82,7 @@ def walk(path: Path, tick: int, scope: str, links_fd: int | None = None) -> None
             root_header(f)
             f.id.get_num_objs()
         spec = h5py.h5a.exists(f.id, b"__spec__")
-        wanted = OUTLINE_NAMES if outline else SPEC_NAMES if scope == "spec" else ROOT_NAMES
+        wanted = _NAMES[scope]
         legacy = outline and spec and not h5py.h5a.exists(f.id, b"__SUCCESS__")
         if legacy:
             wanted = (*wanted, "__spec__")  # a legacy root's structure, which its reader reads
