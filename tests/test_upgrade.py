@@ -680,6 +680,8 @@ def test_check_exit_codes(tmp_path):
     assert "2.0 needs upgrading to 2.3" in proc.stdout
     assert proc.returncode == 10
     one_line_error(run_cli("check", newer), 3, str(newer), "2.11.0", "newer than this tool")
+    # (a plan reads the release before the spec: said alike, its preflight child let go of)
+    one_line_error(run_cli("plan", newer), 3, str(newer), "2.11.0", "newer than this tool")
 
 
 def changed_copy(dst: Path, change) -> Path:
