@@ -18,8 +18,8 @@ from ckpt_migrate.engine.extents import METHODS, Choice
 from ckpt_migrate.engine.plan import check as check_file
 from ckpt_migrate.errors import UsageError
 from ckpt_migrate.format import deep_check as deep
-from ckpt_migrate.format import outline, releases
-from ckpt_migrate.format.compare import compare_trees
+from ckpt_migrate.format import headercompare, outline, releases
+from ckpt_migrate.format.compare import Comparison, compare_trees
 from ckpt_migrate.format.deep_check import DeepReport
 from ckpt_migrate.format.h5 import preflight
 from ckpt_migrate.format.h5.identity import watch
@@ -181,24 +181,9 @@ def check_verify(verify: str) -> Verify:
 def verify(
     a: str | Path, b: str | Path, *, allclose: bool = False, progress: Progress | None = None
 ) -> dict[str, Any]:
-    # (each tree is read while the preflight walks its chunk indexes; a tensor read waits).
-    # The second file's walk begins first: its children, forked once the first tree was
-    # built, held it too (311 MiB at 150k tensors, the peak of the command, issue 33). The
-    # first file's map of overlapping data is made before the second tree is read, not beside
-    # it (290 -> 284 MiB).
-    begun = preflight.start(Path(b))
-    try:
-        with read_checkpoint(a, defer_chunks=True, progress=progress) as left:
-            left.ready_to_read()
-            with read_checkpoint(b, defer_chunks=True, progress=progress) as right:
-                right.ready_to_read()  # (its walk's end and map said, not waited on)
-                # (each file as it was once opened: a verdict on a file written meanwhile is
-                # on neither version)
-                unchanged = watch(Path(a), Path(b), voids="the comparison does not hold")
-                found = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
-                unchanged()
-    finally:
-        preflight.cancel_started(begun)  # (the first file refused: the second's walk ends)
+    found = None if allclose else headercompare.compare(Path(a), Path(b), progress)
+    if found is None:
+        found = _verify_walked(Path(a), Path(b), allclose, progress)
     return {
         "left": str(a),
         "right": str(b),
@@ -207,6 +192,30 @@ def verify(
         "identical": not found.differences,
         "differences": [{"name": d.name, "what": d.what} for d in found.differences],
     }
+
+
+def _verify_walked(a: Path, b: Path, allclose: bool, progress: Progress | None) -> Comparison:
+    """``verify`` through HDF5, every dataset of both files tried by the preflight walk first:
+    where the headers do not answer (``headercompare``), and with ``--allclose``."""
+    # (each tree is read while the preflight walks its chunk indexes; a tensor read waits).
+    # The second file's walk begins first: its children, forked once the first tree was
+    # built, held it too (311 MiB at 150k tensors, the peak of the command, issue 33). The
+    # first file's map of overlapping data is made before the second tree is read, not beside
+    # it (290 -> 284 MiB).
+    begun = preflight.start(b)
+    try:
+        with read_checkpoint(a, defer_chunks=True, progress=progress) as left:
+            left.ready_to_read()
+            with read_checkpoint(b, defer_chunks=True, progress=progress) as right:
+                right.ready_to_read()  # (its walk's end and map said, not waited on)
+                # (each file as it was once opened: a verdict on a file written meanwhile is
+                # on neither version)
+                unchanged = watch(a, b, voids="the comparison does not hold")
+                found = compare_trees(left.root, right.root, allclose=allclose, progress=progress)
+                unchanged()
+    finally:
+        preflight.cancel_started(begun)  # (the first file refused: the second's walk ends)
+    return found
 
 
 def step_inputs(

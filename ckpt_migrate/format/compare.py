@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import h5py
 import numpy as np
@@ -213,9 +213,12 @@ def compare_trees(
     rtol: float = 1e-5,
     atol: float = 1e-8,
     progress: Callable[[str, int, int], None] | None = None,
+    stored: StoredAlike | None = None,
 ) -> Comparison:
     """Leaf-by-leaf comparison of two checkpoints (tensors by value with allclose; else by their
     stored bytes where both files store a tensor alike, ``h5.stored``, and by hash otherwise).
+    ``stored``: what tells two tensors stored alike with the same bytes (``StoredAlike``;
+    by default through HDF5, each tensor's chunks checked first).
 
     Returns the differences and the number of tensors compared, and of those found equal
     by their stored bytes. ``progress`` hears of the first checkpoint's tensor bytes compared
@@ -245,7 +248,7 @@ def compare_trees(
     total = sum(ref.leaf.nbytes for ref in iter_leaves(a) if isinstance(ref.leaf, TensorLeaf))
     diffs: list[Difference] = []
     compared = done = 0
-    same_bytes = SameBytes()
+    same_bytes = ThroughHDF5() if stored is None else stored
 
     def pair(name: str, x: Leaf, y: Leaf) -> None:
         nonlocal compared, done
@@ -322,8 +325,19 @@ def _parted(a: Node, b: Node, k: int) -> tuple[dict[str, Leaf | None], AbstractS
     return lb, again
 
 
+class StoredAlike(Protocol):
+    """Whether two tensors are stored alike with the same stored bytes (``equal``), and how
+    many were (``matched``); ``close`` lets go of what it opened."""
+
+    matched: int
+
+    def equal(self, x: TensorLeaf, y: TensorLeaf) -> bool: ...
+
+    def close(self) -> None: ...
+
+
 def _tensor_difference(
-    x: TensorLeaf, y: TensorLeaf, same_bytes: SameBytes, allclose: bool, rtol: float, atol: float
+    x: TensorLeaf, y: TensorLeaf, same_bytes: StoredAlike, allclose: bool, rtol: float, atol: float
 ) -> str | None:
     """What differs between two tensors, None if nothing: by value (``allclose``), else by
     their stored bytes where both files store them alike, else by their data's hash."""
@@ -331,7 +345,7 @@ def _tensor_difference(
         return f"{x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
     if allclose:
         return None if _allclose(x, y, rtol, atol) else "values differ beyond tolerance"
-    if _stored_equal(same_bytes, x, y) or tensor_sha256(x) == tensor_sha256(y):
+    if same_bytes.equal(x, y) or tensor_sha256(x) == tensor_sha256(y):
         return None
     return "tensor data differs"
 
@@ -347,17 +361,20 @@ def _value_difference(x: Leaf, y: Leaf) -> str | None:
     return f"{shown[0]} vs {shown[1]}" if shown[0] != shown[1] else f"{one} vs {two}"
 
 
-def _stored_equal(same_bytes: SameBytes, x: TensorLeaf, y: TensorLeaf) -> bool:
-    """Whether both tensors are datasets stored alike with the same stored bytes. The first's
-    chunks are checked first, as its decoding would check them (``h5.chunks``): a damaged
-    chunk is an error here too, not a match with a copy of it (the second's, listed alike,
-    hold the same bytes)."""
-    a, b = x.data, y.data
-    if not isinstance(a, H5Data) or not isinstance(b, H5Data):
-        return False
-    one, two = a.handle.dataset_id(a.name), b.handle.dataset_id(b.name)
-    check_whole(one, a.handle.path, a.name)
-    return bool(same_bytes.equal(one, a.handle.path, two, b.handle.path))
+class ThroughHDF5(SameBytes):
+    """``StoredAlike`` through HDF5: each dataset opened, the first's chunks checked."""
+
+    def equal(self, x: TensorLeaf, y: TensorLeaf) -> bool:  # type: ignore[override]
+        """Whether both tensors are datasets stored alike with the same stored bytes. The
+        first's chunks are checked first, as its decoding would check them (``h5.chunks``): a
+        damaged chunk is an error here too, not a match with a copy of it (the second's,
+        listed alike, hold the same bytes)."""
+        a, b = x.data, y.data
+        if not isinstance(a, H5Data) or not isinstance(b, H5Data):
+            return False
+        one, two = a.handle.dataset_id(a.name), b.handle.dataset_id(b.name)
+        check_whole(one, a.handle.path, a.name)
+        return bool(self.datasets_equal(one, a.handle.path, two, b.handle.path))
 
 
 def _allclose(x: TensorLeaf, y: TensorLeaf, rtol: float, atol: float) -> bool:

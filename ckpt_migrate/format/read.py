@@ -182,7 +182,7 @@ def read_outline(
     handle.storage = rest if scan else None
     handle.root_digest = RootDigest() if root_digest else None
     handle.progress = progress
-    handle.pending = _WalkFirst(p, f)
+    handle.pending = _WalkFirst(p, f, progress)
 
     def links() -> dict[str, int] | None:
         """The child's, else read here (a link that is not a hard link, or not read: None,
@@ -324,11 +324,11 @@ class _WalkFirst:
     """``H5Handle.pending`` of an outline read: the full preflight walk, run before the
     first dataset is opened; a problem it meets is named by the parent's own checks."""
 
-    def __init__(self, path: Path, f: h5py.File) -> None:
-        self.path, self.f = path, f
+    def __init__(self, path: Path, f: h5py.File, progress: Progress | None = None) -> None:
+        self.path, self.f, self.progress = path, f, progress
 
     def wait(self) -> None:
-        if preflight(self.path) is None:
+        if preflight(self.path, progress=self.progress) is None:
             check_self_contained(self.f, self.path)
             raise CorruptCheckpointError(self.path, "its datasets cannot be read", FIX)
 

@@ -37,9 +37,7 @@ import itertools
 import math
 import os
 import struct
-import zlib
 from array import array
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import h5py
@@ -49,23 +47,28 @@ from h5py import h5d
 from ckpt_migrate.errors import CorruptCheckpointError, UnsupportedContentError
 from ckpt_migrate.format import budgets
 from ckpt_migrate.format.h5 import capi, overlaps
+from ckpt_migrate.format.h5.chunkframes import (
+    DEFLATE,
+    FLETCHER32,
+    HEAD,
+    LZ4,
+    PAST_END,
+    SHUFFLE,
+    chunk_problem,
+    frame_at,
+    too_short,
+)
 from ckpt_migrate.format.h5.identity import hdf5_file, hdf5_identity
-from ckpt_migrate.format.h5.plugins import LZ4_FILTER_ID
 
-DEFLATE, SHUFFLE, FLETCHER32, LZ4 = 1, 2, 3, LZ4_FILTER_ID
 CHECKED_FILTERS = frozenset({DEFLATE, SHUFFLE, FLETCHER32, LZ4})
 _FIX = "the file is damaged; use another copy"
 _UNCHECKABLE = "whose chunks cannot be checked before decoding"
 _REWRITE = "rewrite it with LZ4 (filter 32004) or without compression"
-_FRAME_HEAD = struct.Struct(">QI")
-_BLOCK_HEAD = struct.Struct(">I")
-_HEAD = _FRAME_HEAD.size + _BLOCK_HEAD.size  # a frame's header and its first block's size
 _FIRST_BLOCK = struct.Struct(">QII")  # (the original size, the block size, the first's stored)
 # Index entries from which the checks run on numpy arrays: below, plain Python is faster.
 FEW = 8
 
 Chunks = list[tuple[int, ...]]  # chunk coordinates
-Read = Callable[[int, int], bytes]  # (offset in the chunk, count) -> bytes
 Problem = tuple[tuple[int, ...], str] | None  # (the chunk, why it is refused)
 
 
@@ -88,14 +91,23 @@ class Layout:
         chunks = tuple(dcpl.get_chunk())
         filters = tuple(dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters()))
         size = math.prod(chunks) * dsid.get_type().get_size()
-        why, fix = budgets.chunk_grid_problem(tuple(dsid.shape), chunks, size), budgets.CHUNK_FIX
-        if set(filters) - CHECKED_FILTERS or sum(f in (LZ4, DEFLATE) for f in filters) > 1:
-            why, fix = f"uses the HDF5 filter pipeline {filters}, {_UNCHECKABLE}", _REWRITE
-        if why is not None:
+        layout = cls(tuple(dsid.shape), chunks, size, filters)
+        problem = layout.problem()
+        if problem is not None:
+            why, fix = problem
             raise UnsupportedContentError(
                 filename(dsid), f"dataset {dataset_name(dsid)!r} {why}", fix
             )
-        return cls(tuple(dsid.shape), chunks, size, filters)
+        return layout
+
+    def problem(self) -> tuple[str, str] | None:
+        """(why, the fix) where the chunks cannot be checked before they are decoded: a grid
+        over budget, or a pipeline this module does not check."""
+        filters = self.filters
+        if set(filters) - CHECKED_FILTERS or sum(f in (LZ4, DEFLATE) for f in filters) > 1:
+            return f"uses the HDF5 filter pipeline {filters}, {_UNCHECKABLE}", _REWRITE
+        why = budgets.chunk_grid_problem(self.shape, self.chunks, self.chunk_bytes)
+        return None if why is None else (why, budgets.CHUNK_FIX)
 
     @property
     def strides(self) -> np.ndarray:
@@ -138,14 +150,12 @@ def check_chunks(dsid: h5d.DatasetID, layout: Layout, sl: tuple[slice, ...] = ()
     of the chunks checked, in the order of the chunk index."""
     path = filename(dsid)
     rows = _rows(sl, layout.shape)
-    index = _Index.of(dsid, layout, rows)
-    few = len(index) <= FEW
-    shared = overlaps.shared_starts(dsid)
-    problem = (_few_index_problem if few else _index_problem)(layout, rows, index, shared)
+    index = Index.of(dsid, layout, rows)
+    problem = index_problem(layout, rows, index, overlaps.shared_starts(dsid))
     if problem is None and len(index):
         if layout.filters == (LZ4,) and _userblock(dsid) == 0:
             with hdf5_file(dsid) as fd:  # (the bytes HDF5 decodes, whatever the name is now)
-                problem = (_few_frames_in_file if few else _frames_in_file)(fd, layout, index)
+                problem = frames_problem(fd, layout, index)
         else:
             problem = _stored_chunks(dsid, layout, index)
     if problem is not None:
@@ -154,6 +164,22 @@ def check_chunks(dsid: h5d.DatasetID, layout: Layout, sl: tuple[slice, ...] = ()
             path, f"tensor {dataset_name(dsid)!r}, chunk {where}: {why}", fix
         )
     return [index.where(i) for i in range(len(index))]
+
+
+def index_problem(
+    layout: Layout, rows: tuple[int, int], index: Index, shared: np.ndarray
+) -> Problem:
+    """(chunk, why) the index entries of rows ``[start, stop)`` cannot be the dataset's
+    chunks (``_index_problem``); ``shared``: the starts of the file's overlapping data."""
+    few = len(index) <= FEW
+    return (_few_index_problem if few else _index_problem)(layout, rows, index, shared)
+
+
+def frames_problem(fd: int, layout: Layout, index: Index) -> Problem:
+    """(chunk, why) a chunk of an LZ4-only dataset, read where the index says in the open
+    file ``fd`` (no userblock), is not one whole LZ4 frame of one chunk (``_frames_in_file``)."""
+    few = len(index) <= FEW
+    return (_few_frames_in_file if few else _frames_in_file)(fd, layout, index)
 
 
 def filename(oid: h5py.h5o.ObjectID) -> str:
@@ -195,7 +221,7 @@ def _check_contiguous(dsid: h5d.DatasetID) -> None:
 
 
 @dataclass
-class _Index:
+class Index:
     """The chunk index entries a selection needs (a tensor may have 100,000), as HDF5 lists
     them (``flat``: the coordinates, ``ndim`` a chunk), and as numpy arrays (``arrays``)."""
 
@@ -206,7 +232,7 @@ class _Index:
     masks: array  # bit i set: filter i was skipped for the chunk
 
     @classmethod
-    def of(cls, dsid: h5d.DatasetID, layout: Layout, rows: tuple[int, int]) -> _Index:
+    def of(cls, dsid: h5d.DatasetID, layout: Layout, rows: tuple[int, int]) -> Index:
         coords, offsets, sizes, masks = array("Q"), array("Q"), array("Q"), array("Q")
         low = rows[0] - layout.chunks[0]
 
@@ -236,7 +262,7 @@ class _Index:
 
 
 def _index_problem(
-    layout: Layout, rows: tuple[int, int], index: _Index, shared: np.ndarray
+    layout: Layout, rows: tuple[int, int], index: Index, shared: np.ndarray
 ) -> Problem:
     """(chunk, why) the index entries cannot be the dataset's chunks: off the grid or outside
     the extent, listed twice, missing, unfiltered but not one chunk long, or sharing stored
@@ -262,7 +288,7 @@ def _index_problem(
 
 
 def _few_index_problem(
-    layout: Layout, rows: tuple[int, int], index: _Index, shared: np.ndarray
+    layout: Layout, rows: tuple[int, int], index: Index, shared: np.ndarray
 ) -> Problem:
     """``_index_problem`` of at most :data:`FEW` entries, in plain Python: the same verdicts,
     in the same order. Most tensors of a checkpoint are one chunk, and numpy's fixed cost per
@@ -282,7 +308,7 @@ def _few_index_problem(
     return _moved(index, np.frombuffer(index.offsets, np.uint64), shared) if shared.size else None
 
 
-def _moved(index: _Index, offsets: np.ndarray, shared: np.ndarray) -> Problem:
+def _moved(index: Index, offsets: np.ndarray, shared: np.ndarray) -> Problem:
     """The first entry whose stored bytes start where other data's overlap (``shared``)."""
     moved = np.isin(offsets, shared) if shared.size else None
     if moved is not None and moved.any():
@@ -296,87 +322,72 @@ _TWICE = "is listed twice in the chunk index"
 _MISSING = "is not stored (HDF5 reads the fill value): a writer skipped it or its index is damaged"
 
 
-def _frames_in_file(fd: int, layout: Layout, index: _Index) -> Problem:
+def _frames_in_file(fd: int, layout: Layout, index: Index) -> Problem:
     """The LZ4-only fast path: the first 16 bytes of every chunk (its frame header and first
     block size) read where they lie, checked together; a frame of several blocks (a writer
     with a block size below the chunk's) is walked block by block."""
     _, offsets, all_sizes, masks = index.arrays
     lz4 = np.flatnonzero((masks & 1) == 0)  # the others were checked as unfiltered
-    short = all_sizes[lz4] < _HEAD
+    short = all_sizes[lz4] < HEAD
     if short.any():
         i = int(lz4[_first(short)])
-        return index.where(i), _too_short(int(all_sizes[i]))
-    heads = [os.pread(fd, _HEAD, int(offsets[i])) for i in lz4]
-    ragged = [k for k, head in enumerate(heads) if len(head) != _HEAD]
+        return index.where(i), too_short(int(all_sizes[i]))
+    heads = [os.pread(fd, HEAD, int(offsets[i])) for i in lz4]
+    ragged = [k for k, head in enumerate(heads) if len(head) != HEAD]
     if ragged:
-        return index.where(int(lz4[ragged[0]])), _PAST_END
-    head = np.frombuffer(b"".join(heads), np.uint8).reshape(len(lz4), _HEAD)
+        return index.where(int(lz4[ragged[0]])), PAST_END
+    head = np.frombuffer(b"".join(heads), np.uint8).reshape(len(lz4), HEAD)
     original = head[:, :8].copy().view(">u8").ravel()
     block = head[:, 8:12].copy().view(">u4").ravel().astype(np.uint64)
     packed = head[:, 12:16].copy().view(">u4").ravel().astype(np.uint64)
     sizes = all_sizes[lz4]
     one_block = block >= original
     fine = (original == layout.chunk_bytes) & (block > 0) & one_block
-    fine &= (packed > 0) & (packed <= original) & (sizes == packed + _HEAD)
+    fine &= (packed > 0) & (packed <= original) & (sizes == packed + HEAD)
     for k in np.flatnonzero(~fine):
         i = int(lz4[k])
-        why = _frame_at(fd, int(offsets[i]), int(all_sizes[i]), layout.chunk_bytes)
+        why = frame_at(fd, int(offsets[i]), int(all_sizes[i]), layout.chunk_bytes)
         if why is not None:
             return index.where(i), why
     return None
 
 
-def _few_frames_in_file(fd: int, layout: Layout, index: _Index) -> Problem:
+def _few_frames_in_file(fd: int, layout: Layout, index: Index) -> Problem:
     """``_frames_in_file`` of at most :data:`FEW` entries, in plain Python (as above)."""
     lz4 = [i for i, mask in enumerate(index.masks) if not mask & 1]
     for i in lz4:
-        if index.sizes[i] < _HEAD:
-            return index.where(i), _too_short(index.sizes[i])
-    heads = [os.pread(fd, _HEAD, index.offsets[i]) for i in lz4]
+        if index.sizes[i] < HEAD:
+            return index.where(i), too_short(index.sizes[i])
+    heads = [os.pread(fd, HEAD, index.offsets[i]) for i in lz4]
     for i, head in zip(lz4, heads):
-        if len(head) != _HEAD:
-            return index.where(i), _PAST_END
+        if len(head) != HEAD:
+            return index.where(i), PAST_END
     for i, head in zip(lz4, heads):
         original, block, packed = _FIRST_BLOCK.unpack(head)
         size = index.sizes[i]
         whole = original == layout.chunk_bytes and block >= original and block > 0
-        if whole and 0 < packed <= original and size == packed + _HEAD:
+        if whole and 0 < packed <= original and size == packed + HEAD:
             continue
-        why = _frame_at(fd, index.offsets[i], size, layout.chunk_bytes)
+        why = frame_at(fd, index.offsets[i], size, layout.chunk_bytes)
         if why is not None:
             return index.where(i), why
     return None
 
 
-def _frame_at(fd: int, at: int, stored: int, expected: int) -> str | None:
-    """``frame_problem`` of the frame stored at byte ``at`` of the file ``fd``."""
-    try:
-        return frame_problem(_file_reader(fd, at), stored, expected)
-    except _ShortRead:
-        return _PAST_END
-
-
-_PAST_END = "its LZ4 frame lies past the end of the file"
-
-
-def _too_short(stored: int) -> str:
-    return f"stores {stored} bytes, too few for an LZ4 frame"
-
-
-def _stored_chunks(dsid: h5d.DatasetID, layout: Layout, index: _Index) -> Problem:
+def _stored_chunks(dsid: h5d.DatasetID, layout: Layout, index: Index) -> Problem:
     """Any other pipeline: each chunk read as stored and its filters undone far enough to know
     the length it decodes to (``chunk_problem``)."""
     for i in range(len(index)):
         where = index.where(i)
         with capi.LOCK:
             mask, data = dsid.read_direct_chunk(where)
-        why = chunk_problem(layout, mask, data)
+        why = chunk_problem(layout.active(mask), layout.chunk_bytes, data)
         if why is not None:
             return where, why
     return None
 
 
-def _listed_twice(index: _Index) -> tuple[int, ...]:
+def _listed_twice(index: Index) -> tuple[int, ...]:
     seen: set[tuple[int, ...]] = set()
     for i in range(len(index)):
         where = index.where(i)
@@ -386,80 +397,8 @@ def _listed_twice(index: _Index) -> tuple[int, ...]:
     return ()
 
 
-def _file_reader(fd: int, base: int) -> Read:
-    return lambda at, n: os.pread(fd, n, base + at)
-
-
 def _first(flags: np.ndarray) -> int:
     return int(np.flatnonzero(flags)[0])
-
-
-def chunk_problem(layout: Layout, mask: int, data: bytes) -> str | None:
-    """Why the stored bytes of one chunk do not decode to exactly ``layout.chunk_bytes``: its
-    filters undone in reverse, the length checked at every stage."""
-    active = layout.active(mask)
-    stage = data
-    for k in reversed(range(len(active))):
-        want = layout.chunk_bytes + 4 * active[:k].count(FLETCHER32)  # what filter k was given
-        if active[k] == FLETCHER32:
-            if len(stage) < 4:
-                return f"stores {len(stage)} bytes, too few for its fletcher32 checksum"
-            stage = stage[:-4]
-            if {DEFLATE, LZ4} & set(active[:k]):  # h5py's order: it sums the compressed bytes
-                continue
-        elif active[k] == DEFLATE:
-            out = _inflate(stage, want)
-            if isinstance(out, str):
-                return out
-            stage = out
-        elif active[k] == LZ4:
-            # Only shuffle and fletcher32 can come before LZ4 (``Layout.of``): lengths known.
-            return frame_problem(_reader(stage), len(stage), want)
-        if len(stage) != want:
-            return f"decodes to {len(stage):,} bytes where {want:,} belong"
-    return None
-
-
-def frame_problem(read: Read, stored: int, expected: int) -> str | None:
-    """Why an LZ4 frame of ``stored`` bytes, read through ``read``, does not decode to exactly
-    ``expected`` bytes: its lengths walked as ``H5Zlz4.c`` walks them (module docstring)."""
-    if stored < _FRAME_HEAD.size + _BLOCK_HEAD.size:
-        return _too_short(stored)
-    original, block = _FRAME_HEAD.unpack(_exactly(read, 0, _FRAME_HEAD.size))
-    if original != expected:
-        return f"its LZ4 frame declares {original:,} bytes, the chunk holds {expected:,}"
-    if block == 0:
-        return "its LZ4 frame declares blocks of 0 bytes"
-    block = min(block, original)
-    at, done = _FRAME_HEAD.size, 0
-    while done < original:
-        size = min(block, original - done)
-        if at + _BLOCK_HEAD.size > stored:
-            return f"its LZ4 frame runs past the {stored:,} bytes the chunk index gives it"
-        (packed,) = _BLOCK_HEAD.unpack(_exactly(read, at, _BLOCK_HEAD.size))
-        if not 0 < packed <= size:
-            return f"its LZ4 block at byte {at:,} declares {packed:,} stored bytes for {size:,}"
-        at += _BLOCK_HEAD.size + packed
-        done += size
-    if at != stored:
-        return f"its LZ4 frame ends at byte {at:,} but the chunk index gives it {stored:,} bytes"
-    return None
-
-
-def _reader(data: bytes) -> Read:
-    view = memoryview(data)
-    return lambda at, n: bytes(view[at : at + n])
-
-
-def _exactly(read: Read, at: int, n: int) -> bytes:
-    data = read(at, n)
-    if len(data) != n:
-        raise _ShortRead
-    return data
-
-
-class _ShortRead(Exception):
-    """A frame field lies past the end of the file."""
 
 
 def _first_missing(
@@ -472,18 +411,6 @@ def _first_missing(
 
 def _raw_size(size: int, layout: Layout) -> str:
     return f"stores {size:,} unfiltered bytes, the chunk holds {layout.chunk_bytes:,}"
-
-
-def _inflate(data: bytes, chunk_bytes: int) -> bytes | str:
-    """``data`` inflated, if it is one complete zlib stream of at most ``chunk_bytes``."""
-    inflater = zlib.decompressobj()
-    try:
-        out = inflater.decompress(data, chunk_bytes + 1)
-    except zlib.error as exc:
-        return f"its deflate stream is damaged ({exc})"
-    if not inflater.eof or inflater.unused_data or len(out) > chunk_bytes:
-        return "its deflate stream does not end where the chunk does"
-    return out
 
 
 def _rows(sl: tuple[slice, ...], shape: tuple[int, ...]) -> tuple[int, int]:

@@ -56,6 +56,7 @@ from ckpt_migrate.format.h5.headers import (
     read_header,
 )
 from ckpt_migrate.format.h5.storagescan import Undecided, filter_ids
+from ckpt_migrate.format.h5.storedheader import chunk_keys, number_type
 from ckpt_migrate.format.h5.walkreads import BF16, SHAPE, is_shape
 
 _DATASPACE, _DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS = 0x01, 0x03, 0x07, 0x08, 0x0B
@@ -67,39 +68,8 @@ _KINDS = KeepUnknown(
 _COMPACT, _CONTIGUOUS, _CHUNKED = 0, 1, 2
 _VLEN = 9  # the variable-length datatype class
 _LIMIT = 1 << 10  # continuation blocks of one dataset's header
-_MAX_DEPTH = 64  # levels of a chunk B-tree
 _WINDOW = 64 << 10
 _KEPT = 4096  # distinct messages remembered
-
-
-def _standard_numbers() -> dict[bytes, list[tuple[bytes, np.dtype]]]:
-    """The datatype message of each standard number type and of h5py's bool (its encoding by
-    HDF5, less ``H5Tencode``'s two leading bytes), by its first 8 bytes: class, bit fields
-    and size."""
-    table: dict[bytes, list[tuple[bytes, np.dtype]]] = {}
-    for code in ("f2", "f4", "f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "b1"):
-        for order in "<>":
-            dtype = np.dtype(order + code)
-            message = h5py.h5t.py_create(dtype).encode()[2:]
-            known = table.setdefault(message[:8], [])
-            if all(m != message for m, _ in known):
-                known.append((message, dtype))
-    return table
-
-
-_NUMBERS = _standard_numbers()
-
-
-def number_type(body: bytes, exact: bool) -> np.dtype | None:
-    """The numpy dtype of a datatype message that is a standard number or bool, else None.
-    ``exact``: the message is exactly the type (an attribute's, whose length is its own);
-    otherwise what follows it is the header's padding, zeros."""
-    for message, dtype in _NUMBERS.get(body[:8], ()):
-        if body == message or (
-            not exact and body.startswith(message) and not any(body[len(message) :])
-        ):
-            return dtype
-    return None
 
 
 class HeaderReader:
@@ -203,30 +173,11 @@ class HeaderReader:
     def _chunks(self, root: int, rank: int) -> tuple[int, int]:
         """(bytes stored, end of the last) of the chunks a version-1 B-tree indexes: each
         leaf entry's key holds its chunk's stored size (§III.A.1, node type 1)."""
-        key = 8 + 8 * rank
         total = end = 0
-        todo, seen = [(root, -1)], set()
-        while todo:
-            at, above = todo.pop()
-            if at in seen:
-                raise Undecided("chunk index nodes loop")
-            seen.add(at)
-            head = self.read(at, 24)
-            if head[:5] != b"TREE\x01":
-                raise Undecided(f"no chunk index node at {at}")
-            level, entries = head[5], struct.unpack_from("<H", head, 6)[0]
-            if level > _MAX_DEPTH or (above >= 0 and level != above - 1):
-                raise Undecided("chunk index levels")
-            body = self.read(at + 24, entries * (key + 8) + key)
-            for i in range(entries):
-                pos = i * (key + 8)
-                child = struct.unpack_from("<Q", body, pos + key)[0]
-                if level:
-                    todo.append((child, level))
-                    continue
-                n = struct.unpack_from("<I", body, pos)[0]
-                total += n
-                end = max(end, self.base + child + n)
+        for body, pos, child in chunk_keys(self.read, root, rank):
+            n = struct.unpack_from("<I", body, pos)[0]
+            total += n
+            end = max(end, self.base + child + n)
         return total, end
 
     def _attribute(self, body: bytes, scalars: dict[str, Any]) -> None:

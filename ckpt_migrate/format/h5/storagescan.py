@@ -102,24 +102,32 @@ def _layout_class(body: bytes) -> int:
 
 def filter_ids(body: bytes) -> list[int]:
     """The filter identifiers of a filter pipeline message (versions 1 and 2)."""
+    return [code for code, _, _ in filters(body)]
+
+
+def filters(body: bytes) -> list[tuple[int, int, tuple[int, ...]]]:
+    """(identifier, flags, client data) of each filter of a filter pipeline message (versions
+    1 and 2), as HDF5's ``H5Pget_filter`` gives them (not the optional name)."""
     version, count = body[0], body[1]
     pos = 8 if version == 1 else 2
     if version not in (1, 2):
         raise Undecided(f"filter pipeline message version {version}")
-    ids = []
+    found = []
     for _ in range(count):
         code = struct.unpack_from("<H", body, pos)[0]
-        ids.append(code)
         if version == 1:
-            name_n, _flags, values = struct.unpack_from("<HHH", body, pos + 2)
-            pos += 8 + (name_n + 7) // 8 * 8 + 4 * (values + (values & 1))
+            name_n, flags, values = struct.unpack_from("<HHH", body, pos + 2)
+            at = pos + 8 + (name_n + 7) // 8 * 8
+            pos = at + 4 * (values + (values & 1))
         else:
             name_n = 0
             if code >= 256:
                 name_n = struct.unpack_from("<H", body, pos + 2)[0]
                 pos += 2
-            _flags, values = struct.unpack_from("<HH", body, pos + 2)
-            pos += 6 + name_n + 4 * values
+            flags, values = struct.unpack_from("<HH", body, pos + 2)
+            at = pos + 6 + name_n
+            pos = at + 4 * values
         if pos > len(body):
             raise Undecided("a filter pipeline message runs past its end")
-    return ids
+        found.append((code, flags, struct.unpack_from(f"<{values}I", body, at)))
+    return found

@@ -46,7 +46,15 @@ def copied_pieces(out: h5d.DatasetID, src: h5d.DatasetID) -> Pieces | None:
     chunks = a.get_chunk() if layout == h5d.CHUNKED else None
     if chunks is None or chunks != b.get_chunk() or 0 in shape:
         return None
-    mine, theirs = _index(out), _index(src)
+    return chunk_pieces(_index(out), _index(src), shape, chunks)
+
+
+def chunk_pieces(
+    mine: Index, theirs: Index, shape: tuple[int, ...], chunks: tuple[int, ...]
+) -> Pieces | None:
+    """``copied_pieces`` of two chunked datasets of ``shape`` and ``chunks`` alike, from their
+    indexes (each sorted by chunk offset): None unless ``mine`` covers the grid and both list
+    the same chunks, filter masks and stored sizes."""
     if not _complete(mine, shape, chunks):
         return None
     if [(c, m, n) for c, m, _, n in mine] != [(c, m, n) for c, m, _, n in theirs]:
@@ -56,10 +64,19 @@ def copied_pieces(out: h5d.DatasetID, src: h5d.DatasetID) -> Pieces | None:
 
 def _contiguous(out: h5d.DatasetID, src: h5d.DatasetID, size: int) -> Pieces | None:
     """The one piece of two contiguous datasets of ``size`` bytes, if both store it whole."""
-    at, there = out.get_offset(), src.get_offset()
+    return whole_piece(
+        out.get_offset(), src.get_offset(), size, out.get_storage_size(), src.get_storage_size()
+    )
+
+
+def whole_piece(
+    at: int | None, there: int | None, size: int, stored_here: int, stored_there: int
+) -> Pieces | None:
+    """The one piece of two contiguous datasets of ``size`` bytes stored at ``at`` and
+    ``there``, if both store it whole (``stored_*``: the bytes each stores)."""
     if at is None or there is None or size == 0:
         return None
-    if out.get_storage_size() != size or src.get_storage_size() != size:
+    if stored_here != size or stored_there != size:
         return None
     return [(at, there, size)]
 
@@ -115,7 +132,9 @@ class SameBytes:
         self._fds: dict[Path, int] = {}
         self.matched = 0
 
-    def equal(self, a: h5d.DatasetID, a_path: Path, b: h5d.DatasetID, b_path: Path) -> bool | None:
+    def datasets_equal(
+        self, a: h5d.DatasetID, a_path: Path, b: h5d.DatasetID, b_path: Path
+    ) -> bool | None:
         """True if ``b`` is stored as ``a`` is and its stored bytes are ``a``'s, False if it is
         stored alike with other bytes (they may still decode alike: another LZ4 writer), None
         if it is not stored alike."""

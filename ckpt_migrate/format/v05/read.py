@@ -391,10 +391,10 @@ def _tensor(reading: _Reading, name: str, dtype: str, shape: tuple[int, ...]) ->
         used.add(name)
     elif (known := facts.take(name)) is not None:  # (each leaf's, let go of as it is made)
         used.add(name)
-        _check_storage(known.dtype, known.shape, dtype, shape, reading.handle.path, name)
+        check_storage(known.dtype, known.shape, dtype, shape, reading.handle.path, name)
     else:
         ds = _dataset(reading, name)
-        _check_storage(ds.dtype, ds.shape, dtype, shape, reading.handle.path, name)
+        check_storage(ds.dtype, ds.shape, dtype, shape, reading.handle.path, name)
     return TensorLeaf(dtype, shape, H5Data(reading.handle, name))
 
 
@@ -426,7 +426,19 @@ def _shape(m: dict[str, Any], path: Path, name: str) -> tuple[int, ...]:
         raise CorruptCheckpointError(path, f"tensor {name!r} metadata has no shapes") from None
 
 
-def _check_storage(
+def stored_as_declared(
+    stored_dtype: np.dtype, stored_shape: tuple[int, ...] | None, dtype: str, shape: tuple[int, ...]
+) -> bool:
+    """Whether a dataset of ``stored_dtype`` and ``stored_shape`` holds a tensor its metadata
+    declares of ``dtype`` and ``shape`` (bfloat16 stored as int16, either byte order)."""
+    want = dtypes.by_name(dtype).storage
+    same_dtype = stored_dtype.newbyteorder("<") == want.newbyteorder("<") or (
+        want.kind == "b" and stored_dtype.kind == "b"
+    )
+    return stored_shape == shape and same_dtype
+
+
+def check_storage(
     stored_dtype: np.dtype,
     stored_shape: tuple[int, ...] | None,
     dtype: str,
@@ -434,11 +446,8 @@ def _check_storage(
     path: Path,
     name: str,
 ) -> None:
-    want = dtypes.by_name(dtype).storage
-    same_dtype = stored_dtype.newbyteorder("<") == want.newbyteorder("<") or (
-        want.kind == "b" and stored_dtype.kind == "b"
-    )
-    if stored_shape != shape or not same_dtype:
+    """``CorruptCheckpointError`` unless ``stored_as_declared``."""
+    if not stored_as_declared(stored_dtype, stored_shape, dtype, shape):
         raise CorruptCheckpointError(
             path,
             f"tensor {name!r}: dataset is {stored_dtype}{list(stored_shape or ())}, "
