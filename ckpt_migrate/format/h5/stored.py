@@ -132,9 +132,7 @@ class SameBytes:
         self._fds: dict[Path, int] = {}
         self.matched = 0
 
-    def datasets_equal(
-        self, a: h5d.DatasetID, a_path: Path, b: h5d.DatasetID, b_path: Path
-    ) -> bool | None:
+    def equal(self, a: h5d.DatasetID, a_path: Path, b: h5d.DatasetID, b_path: Path) -> bool | None:
         """True if ``b`` is stored as ``a`` is and its stored bytes are ``a``'s, False if it is
         stored alike with other bytes (they may still decode alike: another LZ4 writer), None
         if it is not stored alike."""
