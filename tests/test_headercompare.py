@@ -176,3 +176,68 @@ def test_a_file_written_meanwhile_voids_the_answer(tmp_path, monkeypatch):
     monkeypatch.setattr(headercompare, "compare_trees", then_replaced)
     with pytest.raises(CkptError, match="the comparison does not hold"):
         commands.verify(src, out)
+
+
+def test_a_root_edits_full_verification_reads_the_headers(tmp_path, monkeypatch):
+    """``upgrade --verify full`` of a root edit (the real 2.6 library's file to 2.10, the
+    real 2.10 library's to 2.5) compares each reused tensor's storage from both headers: no
+    dataset of the source opened through HDF5, and so no full walk of it run."""
+    from conftest import real_2x_files
+
+    from ckpt_migrate.format.h5 import preflight
+
+    (gpt2,) = [p for p in real_2x_files(tmp_path) if p.name.startswith("gpt2-2.6.0")]
+    walks: list[str] = []
+    begin = preflight._Walk.begin
+    monkeypatch.setattr(
+        preflight._Walk,
+        "begin",
+        classmethod(lambda cls, p, scope="full": walks.append(scope) or begin(p, scope)),
+    )
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a dataset opened through HDF5")
+
+    monkeypatch.setattr(H5Handle, "dataset", refused)
+    for src, target in ((gpt2, "2.10"), (REAL / "tied.mdl", "2.5")):
+        opts = UpgradeOptions(target=target, output_dir=tmp_path / target, verify="full")
+        result = upgrade(src, opts)
+        assert (result.status, result.strategy, result.verified) == (
+            "upgraded",
+            "root-edit",
+            "full",
+        ), result.error
+    assert "full" not in walks, walks
+
+
+def test_a_reused_tensors_other_index_is_refused_from_the_headers(tmp_path, monkeypatch):
+    """The stored size of a reused tensor's chunk changed in the output's chunk index after
+    the root edit's copy: ``--verify full`` refuses it, naming the tensor, as through HDF5."""
+    from ckpt_migrate.engine import rootedit
+
+    src = tmp_path / "basic.mdl"
+    shutil.copyfile(REAL / "basic.mdl", src)
+    with h5py.File(src, "r") as f:
+        name = next(n for n in f if f[n].chunks is not None)
+        chunk = f[name].id.get_chunk_info(0).byte_offset
+        key = 8 + 8 * (f[name].ndim + 1)
+    real = rootedit.write
+
+    def write_then_change(ckpt, edit, plan, out, *args, **kwargs):
+        written = real(ckpt, edit, plan, out, *args, **kwargs)
+        data = bytearray(out.tmp.read_bytes())
+        node = data.find(b"TREE\x01\x00\x01\x00")
+        while data[node + 24 + key : node + 32 + key] != chunk.to_bytes(8, "little"):
+            node = data.find(b"TREE\x01\x00\x01\x00", node + 1)
+            assert node >= 0
+        size = int.from_bytes(data[node + 24 : node + 28], "little")
+        data[node + 24 : node + 28] = (size + 1).to_bytes(4, "little")
+        out.tmp.write_bytes(bytes(data))
+        return written
+
+    monkeypatch.setattr(rootedit, "write", write_then_change)
+    opts = UpgradeOptions(target="2.5", output_dir=tmp_path / "out", verify="full")
+    result = upgrade(src, opts)
+    assert result.status == "failed" and result.strategy == "root-edit", result.error
+    assert f"tensor {name!r}: its chunk index differs from its source's" in result.error
+    assert not (tmp_path / "out" / src.name).exists()

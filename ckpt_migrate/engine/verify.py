@@ -38,6 +38,8 @@ from ckpt_migrate.format.compare import (
 from ckpt_migrate.format.h5 import linktable, overlaps
 from ckpt_migrate.format.h5.io import object_addresses, open_read
 from ckpt_migrate.format.h5.stored import Pieces, copied_pieces, first_difference
+from ckpt_migrate.format.h5.storedfile import NotRead, StoredFile
+from ckpt_migrate.format.h5.storedheader import StoredLayout
 from ckpt_migrate.format.progress import Count, Progress
 from ckpt_migrate.format.releases import Release
 from ckpt_migrate.format.tree import H5Data, Node, TensorLeaf, iter_leaves, tied_positions
@@ -176,7 +178,7 @@ def verify_full(
     first: dict[int, str] = {}  # id(leaf) -> its first name: a tied tensor is read once
     spans: dict[Path, list[tuple[int, int, str]]] = {}  # source -> [start, end), tensor name
     hashed, ties = [], []
-    with open_read(tmp) as out:
+    with open_read(tmp) as out, _Headers(out, tmp) as headers:
         for ref in refs:
             leaf = ref.leaf
             assert isinstance(leaf, TensorLeaf)
@@ -190,7 +192,9 @@ def verify_full(
             if reused and not hash_all:
                 data = leaf.data
                 assert isinstance(data, H5Data)
-                pieces = _stored_alike(tmp, ref.name, out[name], data.handle.dataset(data.name))
+                pieces = headers.stored_alike(tmp, ref.name, name, data)
+                if pieces is None:  # (through HDF5, the source's walk first)
+                    pieces = _stored_alike(tmp, ref.name, out[name], data.handle.dataset(data.name))
                 at = spans.setdefault(data.handle.path, [])
                 at.extend((a, b, ref.name) for a, b in merge_spans(pieces))
             else:
@@ -210,6 +214,69 @@ def verify_full(
             written.hashes[name] = written.hashes[first_name]
     for source, each in spans.items():
         done = _compare_stored(tmp, source, each, done, total, progress)
+
+
+class _Headers:
+    """The output's and the sources' datasets read from their headers (``StoredFile``): a
+    reused tensor's storage compared without HDF5 opening either dataset, nor the source's
+    preflight walk run for it (a root edit's source is read as an outline, issue 33)."""
+
+    def __init__(self, out: h5py.File, tmp: Path) -> None:
+        self.out = StoredFile.of(out, tmp)
+        self.sources: dict[int, StoredFile | None] = {}
+
+    def __enter__(self) -> _Headers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for side in (self.out, *self.sources.values()):
+            if side is not None:
+                side.close()
+
+    def stored_alike(
+        self, tmp: Path, name: str, placed: str, data: H5Data
+    ) -> list[tuple[int, int]] | None:
+        """``_stored_alike`` of the output's dataset ``placed`` and the source's of ``data``,
+        from their headers; None where either is not read so."""
+        handle = data.handle
+        if id(handle) not in self.sources:
+            known = handle.addresses() if handle.knows_addresses else None
+            self.sources[id(handle)] = StoredFile.of(handle.file(), handle.path, known)
+        source = self.sources[id(handle)]
+        if self.out is None or source is None:
+            return None
+        try:
+            out, src = self.out.named(placed), source.named(data.name)
+        except NotRead:
+            return None
+        if out.dtype is None or src.dtype is None or out.compact or src.compact:
+            return None
+        if out.dtype != src.dtype or out.shape != src.shape:
+            raise VerificationError(
+                tmp, f"tensor {name!r}: its type or shape differs from its source"
+            )
+        if out.chunks != src.chunks or out.pipeline != src.pipeline:
+            raise VerificationError(
+                tmp, f"tensor {name!r}: its storage layout differs from its source"
+            )
+        index = _listed(out)
+        if index != _listed(src):
+            raise VerificationError(
+                tmp, f"tensor {name!r}: its chunk index differs from its source's"
+            )
+        return [(offset, offset + size) for *_, offset, size in index]
+
+
+def _listed(stored: StoredLayout) -> list[tuple[Any, ...]]:
+    """A dataset's chunk index as ``_stored`` lists it (chunk offset, filter mask, address,
+    size, in the index's order), or a contiguous dataset's one piece (address, size)."""
+    index = stored.entries
+    if index is None:
+        return [] if stored.at is None else [(stored.at, stored.size)]
+    return [
+        (index.where(i), index.masks[i], index.offsets[i], index.sizes[i])
+        for i in range(len(index))
+    ]
 
 
 def _stored(ds: h5py.Dataset) -> tuple[list[tuple[Any, ...]], list[tuple[int, int]]]:

@@ -26,8 +26,6 @@ its own words.
 from __future__ import annotations
 
 import math
-import os
-import struct
 from array import array
 from pathlib import Path
 
@@ -37,22 +35,19 @@ import numpy as np
 from ckpt_migrate.errors import CkptError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.compare import Comparison, ThroughHDF5, compare_trees
-from ckpt_migrate.format.h5 import linktable, overlaps, preflight
+from ckpt_migrate.format.h5 import overlaps, preflight
 from ckpt_migrate.format.h5.chunks import LZ4, Layout, frames_problem, index_problem
 from ckpt_migrate.format.h5.headerfacts import HeaderReader
-from ckpt_migrate.format.h5.headers import HeaderError
 from ckpt_migrate.format.h5.identity import file_identity, watch
 from ckpt_migrate.format.h5.io import H5Handle
-from ckpt_migrate.format.h5.root import superblock_offset
-from ckpt_migrate.format.h5.storagescan import Undecided
 from ckpt_migrate.format.h5.stored import Pieces, chunk_pieces, first_difference, whole_piece
-from ckpt_migrate.format.h5.storedheader import StoredLayout, read_layout
+from ckpt_migrate.format.h5.storedfile import NotRead, StoredFile
+from ckpt_migrate.format.h5.storedheader import StoredLayout
 from ckpt_migrate.format.progress import Count, Progress
 from ckpt_migrate.format.read import read_outline
 from ckpt_migrate.format.tree import H5Data, TensorLeaf
 from ckpt_migrate.format.v05.read import check_storage, stored_as_declared
 
-_UNREAD = (HeaderError, Undecided, struct.error, IndexError, OSError)
 BLOCK = 4 << 20  # bytes compared at once
 
 
@@ -96,53 +91,27 @@ def compare(a: Path, b: Path, progress: Progress | None = None) -> Comparison | 
     return found
 
 
-class _Side:
-    """One file as the headers read it: its descriptor, its links' addresses, a bounded reader
-    of its headers (``HeaderReader``) and the datatype messages met."""
-
-    def __init__(self, handle: H5Handle, addresses: dict[str, int]) -> None:
-        self.handle, self.addresses = handle, addresses
-        self.fd = os.open(handle.path, os.O_RDONLY)
-        self.size = os.fstat(self.fd).st_size
-        self.reader = HeaderReader(self.fd, self.size, 0)
-        self.types: dict[bytes, np.dtype | None] = {}
-
-    @classmethod
-    def of(cls, handle: H5Handle) -> _Side | None:
-        """None where the headers cannot be read here (a userblock, a link table they do
-        not read)."""
-        f = handle.file()
-        if superblock_offset(f) != 0:
-            return None
-        # (a format 0.5 outline's, kept by its read: 27 MB at 150k links, not read twice)
-        known = handle.addresses() if handle.knows_addresses else None
-        addresses = known if known is not None else linktable.of_root(f, handle.path)
-        return None if addresses is None else cls(handle, addresses)
-
-    def layout(self, at: int, reader: HeaderReader | None = None) -> StoredLayout:
-        try:
-            return read_layout((reader or self.reader).read, at, self.types)
-        except _UNREAD:
-            raise NotAnswered from None
-
-    def tensor(self, leaf: TensorLeaf, name: str) -> StoredLayout:
-        """The storage of the dataset of ``leaf``, where it holds what the leaf's metadata
-        declares (``v05.read.stored_as_declared``), else ``NotAnswered``."""
-        at = self.addresses.get(name)
-        if at is None:
+def _tensor(side: StoredFile, leaf: TensorLeaf, name: str) -> StoredLayout:
+    """The storage of the dataset of ``leaf``, where it holds what the leaf's metadata
+    declares (``v05.read.stored_as_declared``), else ``NotAnswered``."""
+    try:
+        found = side.named(name)
+    except NotRead:
+        raise NotAnswered from None
+    if found.dtype is None or found.compact:
+        raise NotAnswered
+    try:
+        if not stored_as_declared(found.dtype, found.shape, leaf.dtype, tuple(leaf.shape)):
             raise NotAnswered
-        found = self.layout(at)
-        if found.dtype is None or found.compact:
-            raise NotAnswered
-        try:
-            if not stored_as_declared(found.dtype, found.shape, leaf.dtype, tuple(leaf.shape)):
-                raise NotAnswered
-        except ValueError:  # (a dtype name the tool does not know: the full read names it)
-            raise NotAnswered from None
-        return found
+    except ValueError:  # (a dtype name the tool does not know: the full read names it)
+        raise NotAnswered from None
+    return found
 
-    def close(self) -> None:
-        os.close(self.fd)
+
+def _side(handle: H5Handle) -> StoredFile | None:
+    # (a format 0.5 outline's links, kept by its read: 27 MB at 150k, not read twice)
+    known = handle.addresses() if handle.knows_addresses else None
+    return StoredFile.of(handle.file(), handle.path, known)
 
 
 class _Pairs:
@@ -156,7 +125,7 @@ class _Pairs:
         self.first = self.second = None
         self.shared: np.ndarray | None = None
         try:
-            self.first, self.second = _Side.of(first.handle), _Side.of(second.handle)
+            self.first, self.second = _side(first.handle), _side(second.handle)
             if self.first is not None:
                 self.shared = self._overlapping(self.first, progress)
         except BaseException:
@@ -208,9 +177,9 @@ class _Pairs:
             raise NotAnswered
         if not isinstance(a, H5Data) or not isinstance(b, H5Data):
             raise NotAnswered
-        if a.handle is not first.handle or b.handle is not second.handle:
+        if a.handle is not self.checkpoints[0].handle or b.handle is not self.checkpoints[1].handle:
             raise NotAnswered
-        one, two = first.tensor(x, a.name), second.tensor(y, b.name)
+        one, two = _tensor(first, x, a.name), _tensor(second, y, b.name)
         self._check(one)
         if 0 in x.shape:  # (no bytes: equal by dtype and shape, and counted as the
             return True  # comparison through HDF5 counts it, with the tensors it hashed)
@@ -247,7 +216,7 @@ class _Pairs:
         if problem is not None:
             raise NotAnswered
 
-    def _overlapping(self, side: _Side, progress: Progress | None) -> np.ndarray | None:
+    def _overlapping(self, side: StoredFile, progress: Progress | None) -> np.ndarray | None:
         """``overlaps.shared_starts`` of the first file, from every object's stored pieces as
         the headers list them (the walk's part) and its metadata's map; None where a header
         does not answer (a group): every pair is then compared through HDF5."""
@@ -258,15 +227,15 @@ class _Pairs:
         for at in objects.tolist():
             count()
             try:
-                found = side.layout(at, reader)
-            except NotAnswered:
+                found = side.at(at, reader)
+            except NotRead:
                 return None
             if found.entries is not None:
                 for start, n in zip(found.entries.offsets, found.entries.sizes, strict=True):
                     data.add(start, start + n)
             elif found.at is not None:
                 data.add(found.at, found.at + found.size)
-        f = side.handle.file()
+        f = self.checkpoints[0].handle.file()
         root = h5py.h5o.get_info(f.id).addr
         overlaps.remember(file_identity(side.fd), data, array("Q", [*objects.tolist(), root]))
         return overlaps.shared_starts(f, progress)
