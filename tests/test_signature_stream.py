@@ -7,13 +7,22 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from conftest import shipped_checkpoints
 
 from ckpt_migrate.errors import CkptError
 from ckpt_migrate.format.compare import same_signature, signature
 from ckpt_migrate.format.read import read_checkpoint
-from ckpt_migrate.format.tree import DictNode, MissingLeaf, NamedTupleNode, SeqNode, ValueLeaf
+from ckpt_migrate.format.tree import (
+    DictNode,
+    MemoryData,
+    MissingLeaf,
+    NamedTupleNode,
+    SeqNode,
+    TensorLeaf,
+    ValueLeaf,
+)
 
 
 def agree(a, b, numpy_as_tensor: bool = False) -> bool:
@@ -44,7 +53,19 @@ def one(v) -> ValueLeaf:
     return ValueLeaf(v)
 
 
+def tied_in_a_list(dtype: str) -> DictNode:
+    """A tensor tied at a list's second and third places: its first place is ``l.1``."""
+    w = TensorLeaf(dtype, (2,), MemoryData(np.zeros(2, dtype)))
+    return DictNode([("l", SeqNode("list", [one(1), w, w]))])
+
+
 CASES = {
+    # (the walk once gave each list item its elder sibling's path plus its index: the tie's
+    # first place read as a later one, its dtype not compared)
+    "a tie's dtype, first placed after a list's first item": (
+        tied_in_a_list("float32"),
+        tied_in_a_list("float64"),
+    ),
     "lengths decide": (
         SeqNode("list", [SeqNode("list", [one(1)]), one(2)]),
         SeqNode("list", [SeqNode("list", [one(1), one(2)])]),

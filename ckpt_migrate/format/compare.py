@@ -125,9 +125,18 @@ def _signature_tokens(
                 yield (node.kind, len(items))
             else:
                 yield ("namedtuple", node.name, len(items))
-            stack.append(((item, (*path, i)) for i, item in enumerate(items)))
+            stack.append(_seq_entries(items, path))
         else:
             yield _leaf_signature(node, path, tied, numpy_as_tensor, False)
+
+
+def _seq_entries(items: list, path: tuple) -> Iterator[tuple[Any, tuple]]:
+    """A sequence's children in ``_signature_tokens``' order, each with its path. (A generator
+    expression there read ``path`` as the loop had last set it, each child's path its elder
+    sibling's plus its index: quadratic in a long list, and a tie first placed after a list's
+    first item was taken for a later place, its dtype and shape not compared.)"""
+    for i, item in enumerate(items):
+        yield item, (*path, i)
 
 
 def _dict_entries(items: list, path: tuple) -> Iterator[tuple[Any, tuple | None]]:
