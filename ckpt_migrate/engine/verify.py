@@ -270,13 +270,9 @@ class _Headers:
 def _listed(stored: StoredLayout) -> list[tuple[Any, ...]]:
     """A dataset's chunk index as ``_stored`` lists it (chunk offset, filter mask, address,
     size, in the index's order), or a contiguous dataset's one piece (address, size)."""
-    index = stored.entries
-    if index is None:
+    if stored.entries is None:
         return [] if stored.at is None else [(stored.at, stored.size)]
-    return [
-        (index.where(i), index.masks[i], index.offsets[i], index.sizes[i])
-        for i in range(len(index))
-    ]
+    return stored.chunk_list()
 
 
 def _stored(ds: h5py.Dataset) -> tuple[list[tuple[Any, ...]], list[tuple[int, int]]]:

@@ -265,16 +265,4 @@ def _pieces(out: StoredLayout, src: StoredLayout) -> Pieces | None:
         return whole_piece(out.at, src.at, size, out.size, src.size)
     if 0 in out.shape or out.entries is None or src.entries is None:
         return None
-    return chunk_pieces(_listed(out), _listed(src), out.shape, out.chunks)
-
-
-def _listed(stored: StoredLayout) -> list[tuple[tuple[int, ...], int, int, int]]:
-    """A chunk index as ``stored._index`` lists it: (offset, mask, address, size), sorted."""
-    index = stored.entries
-    assert index is not None
-    found = [
-        (index.where(i), index.masks[i], index.offsets[i], index.sizes[i])
-        for i in range(len(index))
-    ]
-    found.sort()
-    return found
+    return chunk_pieces(sorted(out.chunk_list()), sorted(src.chunk_list()), out.shape, out.chunks)

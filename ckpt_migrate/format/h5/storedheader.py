@@ -93,6 +93,17 @@ class StoredLayout:
     def filters(self) -> tuple[int, ...]:
         return tuple(code for code, _, _ in self.pipeline)
 
+    def chunk_list(self) -> list[tuple[tuple[int, ...], int, int, int]]:
+        """The chunk index as HDF5's ``chunk_iter`` lists it, in the index's order: (chunk
+        offset, filter mask, address, size) each; empty where not chunked."""
+        index = self.entries
+        if index is None:
+            return []
+        return [
+            (index.where(i), index.masks[i], index.offsets[i], index.sizes[i])
+            for i in range(len(index))
+        ]
+
 
 def read_layout(read: Read, address: int, dtypes: dict[bytes, np.dtype | None]) -> StoredLayout:
     """The ``StoredLayout`` of the dataset whose header is at ``address``; ``dtypes``: the
