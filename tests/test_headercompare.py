@@ -16,7 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, REAL
+from conftest import FIXTURES, REAL, real_2x_files
 
 import ckpt_migrate as cm
 from ckpt_migrate.cli import commands
@@ -38,9 +38,10 @@ def _upgraded(src: Path, target: str, out: Path) -> Path:
 
 
 def _sources(tmp_path: Path, real_layout_19: Path) -> list[tuple[Path, str]]:
-    """Files this tool did not write (and one of its own, with a scheduler and an empty
-    tensor), each with the release to upgrade or downgrade it to: a 2.10 file to 2.3, the
-    others to 2.10."""
+    """Files this tool did not write (the real 2.6-2.10 libraries', Model Zoo's, a 1.9 file
+    laid out as its library wrote it; and one of ours, with a scheduler and an empty tensor),
+    each with the release to upgrade or downgrade it to: a 2.10 file to 2.3, the others to
+    2.10."""
     found = []
     for name in REAL_NAMES:
         found.append((tmp_path / f"{name}.mdl", "2.3"))
@@ -52,6 +53,14 @@ def _sources(tmp_path: Path, real_layout_19: Path) -> list[tuple[Path, str]]:
     shutil.copyfile(FIXTURES / "release-1.9.mdl", found[-1][0])
     found.append((tmp_path / "layout-1.9.mdl", "2.10"))
     shutil.copyfile(real_layout_19, found[-1][0])
+    # (the real 2.6-2.9 libraries': a model and a Trainer's file, and each release's dtypes
+    # and ties; their other cases hold leaves only a full read gives)
+    (tmp_path / "2x").mkdir()
+    found += [(p, "2.10") for p in real_2x_files(tmp_path / "2x")]
+    for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9" / "by-release").glob("*.mdl.xz")):
+        if packed.name.startswith(("dtypes-", "tied-")):
+            found.append((tmp_path / "2x" / packed.name.removesuffix(".xz"), "2.10"))
+            found[-1][0].write_bytes(lzma.decompress(packed.read_bytes()))
     return found
 
 
@@ -182,8 +191,6 @@ def test_a_root_edits_full_verification_reads_the_headers(tmp_path, monkeypatch)
     """``upgrade --verify full`` of a root edit (the real 2.6 library's file to 2.10, the
     real 2.10 library's to 2.5) compares each reused tensor's storage from both headers: no
     dataset of the source opened through HDF5, and so no full walk of it run."""
-    from conftest import real_2x_files
-
     from ckpt_migrate.format.h5 import preflight
 
     (gpt2,) = [p for p in real_2x_files(tmp_path) if p.name.startswith("gpt2-2.6.0")]

@@ -513,9 +513,9 @@ def test_verify_says_each_step_of_both_reads(tmp_path):
     read for the datasets no leaf names, the wait for the chunk indexes' walk and the map of
     overlapping data. Each step now says itself, and ends at 100%; the real 2.6 library's
     file against its upgrade. (Compared from the headers, ``headercompare``: both roots read,
-    the first file's map of overlapping data, the comparison, then the wait for each file's
-    walk, which ran beside it; through HDF5, each file's walk and read in turn:
-    ``test_verify_through_hdf5_says_each_step_of_both_reads``.)"""
+    the first file's datasets' headers and its map of overlapping data, the comparison, then
+    the wait for each file's walk, which ran beside it; through HDF5, each file's walk and
+    read in turn: ``test_verify_through_hdf5_says_each_step_of_both_reads``.)"""
     (src,) = [p for p in real_2x_files(tmp_path) if p.name.startswith("gpt2-2.6.0")]
     assert run("upgrade", src, "-o", tmp_path / "out", "-q").returncode == 0
     proc = run("verify", src, tmp_path / "out" / src.name, "--progress", "plain")
@@ -528,7 +528,9 @@ def test_verify_says_each_step_of_both_reads(tmp_path):
         runs[-1].append(m)
     order = [r[0]["phase"] for r in runs]
     walked = ["walk root", "read", "check indexes"]
-    assert order == ["read root", "check overlaps", "verify", *walked, *walked], order
+    assert order == ["read root", "read headers", "check overlaps", "verify", *walked, *walked], (
+        order
+    )
     for r in runs:
         assert r[0]["done"].split()[0] == "0" and r[-1].string.endswith("(100%)"), r[-1].string
 
@@ -552,11 +554,19 @@ def test_verify_through_hdf5_says_each_step_of_both_reads(tmp_path):
         runs[-1].append(m)
     walked = ["walk root", "read", "check indexes"]
     order = [r[0]["phase"] for r in runs]
-    assert order == ["read root", "check overlaps", "verify", *walked, *walked, "verify"], order
+    assert order == [
+        "read root",
+        "read headers",
+        "check overlaps",
+        "verify",
+        *walked,
+        *walked,
+        "verify",
+    ], order
     for r in runs[:-1]:
         assert r[0]["done"].split()[0] == "0", r[0].string
     for r in runs:
-        assert r[-1].string.endswith("(100%)") or r is runs[2], r[-1].string
+        assert r[-1].string.endswith("(100%)") or r is runs[3], r[-1].string
 
 
 def test_a_root_stage_that_passed_between_two_looks_is_still_told_ended():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import lzma
 import os
+import struct
 from pathlib import Path
 
 import h5py
@@ -148,3 +149,29 @@ def test_what_it_does_not_read_is_left_to_hdf5(tmp_path):
     finally:
         os.close(fd)
     assert found.entries is not None and len(found.entries) == 8
+
+
+def _v1_header(*messages: tuple[int, bytes]) -> bytes:
+    """A version-1 object header at byte 0 holding ``messages`` (type, body), each body
+    padded to 8 bytes, as HDF5 lays them out."""
+    body = b"".join(
+        struct.pack("<HHB3x", kind, len(m) + (-len(m) % 8), 0) + m + bytes(-len(m) % 8)
+        for kind, m in messages
+    )
+    return struct.pack("<BxHII4x", 1, len(messages), 1, len(body)) + body
+
+
+def test_a_chunked_scalar_is_left_to_hdf5():
+    """A header no writer makes (HDF5 refuses to chunk a scalar): a scalar dataspace with a
+    chunked layout of dimensionality 1. Not answered, rather than a chunk index of no
+    dimensions for the comparison to trip over."""
+    f4 = h5py.h5t.py_create(np.dtype("<f4")).encode()[2:]
+    scalar = struct.pack("<BBBx4x", 1, 0, 0)
+    chunked = struct.pack("<BBBQI", 3, 2, 1, (1 << 64) - 1, 4)
+    data = _v1_header((0x01, scalar), (0x03, f4), (0x08, chunked))
+    with pytest.raises(Undecided):
+        read_layout(lambda at, n: data[at : at + n], 0, {})
+    contiguous = struct.pack("<BBQQ", 3, 1, (1 << 64) - 1, 0)
+    read = _v1_header((0x01, scalar), (0x03, f4), (0x08, contiguous))
+    found = read_layout(lambda at, n: read[at : at + n], 0, {})
+    assert (found.shape, found.dtype, found.at, found.chunks) == ((), np.dtype("<f4"), None, None)

@@ -249,6 +249,7 @@ COUNTED_PHASES = {
     "walk root": "attributes and links",
     "indexes": "datasets",
     "overlaps": "objects",
+    "headers": "objects",
     "links": "links",
     "patch": "tensors",
     "write": "tensors",

@@ -49,6 +49,7 @@ from ckpt_migrate.format.tree import H5Data, TensorLeaf
 from ckpt_migrate.format.v05.read import check_storage, stored_as_declared
 
 BLOCK = 4 << 20  # bytes compared at once
+READ_HEADERS = "read headers"  # the progress of the first file's datasets' headers read
 
 
 class NotAnswered(Exception):
@@ -82,7 +83,7 @@ def compare(a: Path, b: Path, progress: Progress | None = None) -> Comparison | 
             with right, _Pairs(left, right, progress) as pairs:
                 found = compare_trees(left.root, right.root, progress=progress, stored=pairs)
                 pairs.walked()
-    except (Abandoned, CkptError):
+    except (Abandoned, CkptError, OSError):  # (a file gone meanwhile: named there too)
         return None
     finally:
         for key in begun:
@@ -122,7 +123,8 @@ class _Pairs:
         self.checkpoints = (first, second)
         self.through = ThroughHDF5()
         self.from_headers = 0
-        self.first = self.second = None
+        self.first: StoredFile | None = None
+        self.second: StoredFile | None = None
         self.shared: np.ndarray | None = None
         try:
             self.first, self.second = _side(first.handle), _side(second.handle)
@@ -223,7 +225,7 @@ class _Pairs:
         data = overlaps.Extents()
         objects = np.unique(np.fromiter(side.addresses.values(), np.uint64, len(side.addresses)))
         reader = HeaderReader(side.fd, side.size, 0)
-        count = Count(progress, "check overlaps", len(objects), 1000)
+        count = Count(progress, READ_HEADERS, len(objects), 1000)
         for at in objects.tolist():
             count()
             try:
@@ -235,6 +237,7 @@ class _Pairs:
                     data.add(start, start + n)
             elif found.at is not None:
                 data.add(found.at, found.at + found.size)
+        count.end()
         f = self.checkpoints[0].handle.file()
         root = h5py.h5o.get_info(f.id).addr
         overlaps.remember(file_identity(side.fd), data, array("Q", [*objects.tolist(), root]))

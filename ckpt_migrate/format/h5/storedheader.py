@@ -38,7 +38,7 @@ _KINDS = KeepUnknown((_DATASPACE, _DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS))
 _COMPACT, _CONTIGUOUS, _CHUNKED = 0, 1, 2
 _TYPES_KEPT = 1024  # distinct datatype messages remembered
 _LIMIT = 1 << 10  # continuation blocks of one dataset's header
-MAX_DEPTH = 64  # levels of a chunk B-tree
+_MAX_DEPTH = 64  # levels of a chunk B-tree
 _NODE_HEAD = 24  # "TREE", type, level, entries used, two sibling addresses
 
 
@@ -136,8 +136,8 @@ def read_layout(read: Read, address: int, dtypes: dict[bytes, np.dtype | None]) 
         at, size = struct.unpack_from("<QQ", layout, 2)
         return StoredLayout(*parts, None, pipeline, None, _at(at), 0 if at == UNDEF else size)
     rank = layout[2] if len(layout) > 2 else 0
-    if layout[1] != _CHUNKED or len(layout) < 11 + 4 * rank or shape is None:
-        raise Undecided("a virtual layout, or a chunked one that is not whole")
+    if layout[1] != _CHUNKED or len(layout) < 11 + 4 * rank or not shape:
+        raise Undecided("a virtual layout, a chunked one that is not whole, or chunked scalar")
     dims = struct.unpack_from(f"<{rank}I", layout, 11)
     if rank != len(shape) + 1 or 0 in dims or (dtype is not None and dims[-1] != dtype.itemsize):
         raise Undecided("a chunk shape that is not the dataset's")
@@ -162,7 +162,7 @@ def chunk_keys(read: Read, root: int, rank: int) -> Iterator[tuple[bytes, int, i
         if head[:5] != b"TREE\x01":
             raise Undecided(f"no chunk index node at {at}")
         level, count = head[5], struct.unpack_from("<H", head, 6)[0]
-        if level > MAX_DEPTH or (above >= 0 and level != above - 1):
+        if level > _MAX_DEPTH or (above >= 0 and level != above - 1):
             raise Undecided("chunk index levels")
         body = read(at + _NODE_HEAD, count * (key + 8) + key)
         children = []
