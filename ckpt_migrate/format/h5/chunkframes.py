@@ -59,7 +59,7 @@ def chunk_problem(active: tuple[int, ...], chunk_bytes: int, data: bytes) -> str
 
 def frame_problem(read: Read, stored: int, expected: int) -> str | None:
     """Why an LZ4 frame of ``stored`` bytes, read through ``read``, does not decode to exactly
-    ``expected`` bytes: its lengths walked as ``H5Zlz4.c`` walks them (module docstring)."""
+    ``expected`` bytes: its lengths walked as ``H5Zlz4.c`` walks them (``h5.chunks``' docstring)."""
     if stored < _FRAME_HEAD.size + _BLOCK_HEAD.size:
         return too_short(stored)
     original, block = _FRAME_HEAD.unpack(_exactly(read, 0, _FRAME_HEAD.size))

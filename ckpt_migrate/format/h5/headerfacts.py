@@ -56,7 +56,7 @@ from ckpt_migrate.format.h5.headers import (
     read_header,
 )
 from ckpt_migrate.format.h5.storagescan import Undecided, filter_ids
-from ckpt_migrate.format.h5.storedheader import chunk_keys, number_type
+from ckpt_migrate.format.h5.storedheader import chunk_keys, dataspace_shape, number_type
 from ckpt_migrate.format.h5.walkreads import BF16, SHAPE, is_shape
 
 _DATASPACE, _DATATYPE, _EXTERNAL, _LAYOUT, _FILTERS = 0x01, 0x03, 0x07, 0x08, 0x0B
@@ -137,7 +137,7 @@ class HeaderReader:
                 if known is None:
                     raise Undecided("not a standard number type")
             elif kind == _DATASPACE:
-                known = (_shape(body),)
+                known = (dataspace_shape(body),)
             elif any(code not in ALLOWED_FILTERS for code in filter_ids(body)):
                 raise Undecided("a filter checkpoints do not use")
             else:
@@ -233,7 +233,7 @@ def _attribute_kind(head: bytes) -> tuple[str, Any]:
     kind = dtype[0] & 0x0F if dtype else -1
     if len(dtype) < 8 or kind not in ALLOWED_TYPE_CLASSES | {_VLEN}:
         raise Undecided("attribute type class")
-    shape = _shape(head[space_at : space_at + space_n])
+    shape = dataspace_shape(head[space_at : space_at + space_n])
     if shape != ():
         number = number_type(dtype, exact=True)
         if name == SHAPE.decode() and shape is not None and is_shape(number, shape):
@@ -250,18 +250,3 @@ def _attribute_kind(head: bytes) -> tuple[str, Any]:
     if number is None and kind == h5py.h5t.ENUM:
         raise Undecided("an enum other than bool")
     return name, number  # (a fixed-length string or opaque bytes: not collected)
-
-
-def _shape(space: bytes) -> tuple[int, ...] | None:
-    """A dataspace message's shape: ``()`` scalar, None null (version 1 or 2)."""
-    if len(space) < 4 or space[0] not in (1, 2):
-        raise Undecided("dataspace message")
-    version, rank = space[0], space[1]
-    if version == 2 and space[3] == 2:
-        return None
-    if version == 2 and space[3] not in (0, 1):
-        raise Undecided("dataspace type")
-    first = 8 if version == 1 else 4
-    if len(space) < first + 8 * rank:
-        raise Undecided("dataspace message runs short")
-    return tuple(struct.unpack_from(f"<{rank}Q", space, first))

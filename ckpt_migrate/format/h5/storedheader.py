@@ -124,7 +124,7 @@ def read_layout(read: Read, address: int, dtypes: dict[bytes, np.dtype | None]) 
         dtype = number_type(type_body, exact=False)
         if len(dtypes) < _TYPES_KEPT:
             dtypes[type_body] = dtype
-    shape = _shape(found[_DATASPACE])
+    shape = dataspace_shape(found[_DATASPACE])
     pipeline = tuple(filters(found[_FILTERS])) if _FILTERS in found else ()
     parts = dtype, shape
     layout = found[_LAYOUT]
@@ -196,7 +196,7 @@ def _at(address: int) -> int | None:
     return None if address == UNDEF else address
 
 
-def _shape(space: bytes) -> tuple[int, ...] | None:
+def dataspace_shape(space: bytes) -> tuple[int, ...] | None:
     """A dataspace message's shape (version 1 or 2): ``()`` scalar, None null."""
     if len(space) < 4 or space[0] not in (1, 2) or (space[0] == 2 and space[3] not in (0, 1, 2)):
         raise Undecided("a dataspace message of another version or type")
