@@ -251,19 +251,14 @@ class _Headers:
             return None
         if out.dtype is None or src.dtype is None or out.compact or src.compact:
             return None
-        if out.dtype != src.dtype or out.shape != src.shape:
-            raise VerificationError(
-                tmp, f"tensor {name!r}: its type or shape differs from its source"
-            )
-        if out.chunks != src.chunks or out.pipeline != src.pipeline:
-            raise VerificationError(
-                tmp, f"tensor {name!r}: its storage layout differs from its source"
-            )
         index = _listed(out)
-        if index != _listed(src):
-            raise VerificationError(
-                tmp, f"tensor {name!r}: its chunk index differs from its source's"
-            )
+        _refuse_unlike(
+            tmp,
+            name,
+            out.dtype == src.dtype and out.shape == src.shape,
+            out.chunks == src.chunks and out.pipeline == src.pipeline,
+            index == _listed(src),
+        )
         return [(offset, offset + size) for *_, offset, size in index]
 
 
@@ -297,14 +292,27 @@ def _stored_alike(
 ) -> list[tuple[int, int]]:
     """Where ``out`` stores its bytes, once its type, shape, filters and chunk index are
     found to be ``src``'s (a copy-patch keeps every reused chunk at its offset)."""
-    if out.id.get_type() != src.id.get_type() or out.shape != src.shape:
-        raise VerificationError(tmp, f"tensor {name!r}: its type or shape differs from its source")
-    if out.chunks != src.chunks or _filters(out) != _filters(src):
-        raise VerificationError(tmp, f"tensor {name!r}: its storage layout differs from its source")
     index, pieces = _stored(out)
-    if index != _stored(src)[0]:
-        raise VerificationError(tmp, f"tensor {name!r}: its chunk index differs from its source's")
+    _refuse_unlike(
+        tmp,
+        name,
+        out.id.get_type() == src.id.get_type() and out.shape == src.shape,
+        out.chunks == src.chunks and _filters(out) == _filters(src),
+        index == _stored(src)[0],
+    )
     return pieces
+
+
+def _refuse_unlike(tmp: Path, name: str, kind: bool, layout: bool, index: bool) -> None:
+    """``VerificationError`` for the first of a reused tensor's type and shape, storage layout
+    and chunk index that is not its source's."""
+    for alike, what in (
+        (kind, "its type or shape differs from its source"),
+        (layout, "its storage layout differs from its source"),
+        (index, "its chunk index differs from its source's"),
+    ):
+        if not alike:
+            raise VerificationError(tmp, f"tensor {name!r}: {what}")
 
 
 COMPARE_BLOCK = 16 << 20
