@@ -219,7 +219,7 @@ def test_a_root_edits_full_verification_reads_the_headers(tmp_path, monkeypatch)
 
 def test_a_reused_tensors_other_index_is_refused_from_the_headers(tmp_path, monkeypatch):
     """The stored size of a reused tensor's chunk changed in the output's chunk index after
-    the root edit's copy: ``--verify full`` refuses it, naming the tensor, as through HDF5."""
+    the root edit's copy and edit: ``--verify full`` refuses it, naming the tensor, as through HDF5."""
     from ckpt_migrate.engine import rootedit
 
     src = tmp_path / "basic.mdl"
@@ -228,23 +228,25 @@ def test_a_reused_tensors_other_index_is_refused_from_the_headers(tmp_path, monk
         name = next(n for n in f if f[n].chunks is not None)
         chunk = f[name].id.get_chunk_info(0).byte_offset
         key = 8 + 8 * (f[name].ndim + 1)
-    real = rootedit.write
+    real = rootedit.edit_root
 
-    def write_then_change(ckpt, edit, plan, out, *args, **kwargs):
-        written = real(ckpt, edit, plan, out, *args, **kwargs)
-        data = bytearray(out.tmp.read_bytes())
+    edited: list[Path] = []
+
+    def edit_then_change(path, edit):
+        real(path, edit)
+        edited.append(path)
+        data = bytearray(path.read_bytes())
         node = data.find(b"TREE\x01\x00\x01\x00")
         while data[node + 24 + key : node + 32 + key] != chunk.to_bytes(8, "little"):
             node = data.find(b"TREE\x01\x00\x01\x00", node + 1)
             assert node >= 0
         size = int.from_bytes(data[node + 24 : node + 28], "little")
         data[node + 24 : node + 28] = (size + 1).to_bytes(4, "little")
-        out.tmp.write_bytes(bytes(data))
-        return written
+        path.write_bytes(bytes(data))
 
-    monkeypatch.setattr(rootedit, "write", write_then_change)
+    monkeypatch.setattr(rootedit, "edit_root", edit_then_change)
     opts = UpgradeOptions(target="2.5", output_dir=tmp_path / "out", verify="full")
     result = upgrade(src, opts)
-    assert result.status == "failed" and result.strategy == "root-edit", result.error
+    assert result.status == "failed" and len(edited) == 1, result.error  # (a root edit)
     assert f"tensor {name!r}: its chunk index differs from its source's" in result.error
     assert not (tmp_path / "out" / src.name).exists()

@@ -268,22 +268,30 @@ def test_an_index_verified_root_edit_keeps_a_count_of_its_tensors_not_their_plac
     tmp_path, monkeypatch
 ):
     """``Written.linked`` (an entry per tensor: 29 MB at 150k) is made only where a check reads
-    it: the tree's re-read, the full verification. Made there, it names every tensor at its
-    first place (a tie's other places not), each the source's dataset of its own name."""
+    it: the tree's re-read, the full verification, each on the edit planned again from a
+    second read of the source once the edit is written (the first let go of its tree before
+    HDF5 rewrote the spec, the peak). Made there, it names every tensor at its first place (a
+    tie's other places not), each the source's dataset of its own name."""
     src = _source(tmp_path / "src.mdl", experts=5)
     edits: list[rootedit.Edit] = []
     real = rootedit.edit_root
     monkeypatch.setattr(
         rootedit, "edit_root", lambda path, edit: edits.append(edit) or real(path, edit)
     )
+    placed: list[rootedit.Edit] = []
+    place_all = rootedit.Edit.place_all
+    monkeypatch.setattr(
+        rootedit.Edit, "place_all", lambda edit: placed.append(edit) or place_all(edit)
+    )
     result, _ = _upgrade(src, tmp_path / "index")
     assert result.strategy == rootedit.STRATEGY and result.tensors == 4 * 5
-    assert edits[-1].linked == set() and edits[-1].tensors == 4 * 5
+    assert edits[-1].linked == set() and edits[-1].tensors == 4 * 5 and not placed
     result, _ = _upgrade(src, tmp_path / "full", verify="full")
-    assert result.verified == "full"
-    linked = edits[-1].linked
+    assert result.verified == "full" and edits[-1].let_go_of
+    assert len(placed) == 1 and placed[0] is not edits[-1]
+    linked = placed[0].linked
     firsts: dict[int, str] = {}  # (each tensor's first place: a tie's others are no dataset)
-    for ref in iter_leaves(edits[-1].root):
+    for ref in iter_leaves(placed[0].root):
         if id(ref.leaf) in linked:
             firsts.setdefault(id(ref.leaf), ref.name)
     names = list(firsts.values())
@@ -350,3 +358,70 @@ def test_a_structure_the_hops_left_alone_is_not_written_again(tmp_path, monkeypa
     assert _logical(out) == _logical(_patched(src, tmp_path / "patch", monkeypatch, "2.6"))
     _upgrade(_source(tmp_path / "src.mdl", experts=2), tmp_path / "ours")
     assert "__spec__" in edits[-1].set
+
+
+@pytest.mark.parametrize("source", ["ours", "trainer-2.9.0"])
+def test_a_root_edits_full_verification_names_the_tensor_whose_stored_byte_changed(
+    tmp_path, monkeypatch, source
+):
+    """One stored byte of a tensor changed in the output after HDF5's edit of its root: the
+    full verification (on the edit planned again from a second read of the source, the first
+    plan's tree let go of before the edit) fails naming that tensor and the byte, exit 4, and
+    publishes nothing; the index verification does not read tensor data."""
+    if source == "ours":
+        src = _source(tmp_path / "src.mdl", experts=5)
+    else:
+        src = tmp_path / f"{source}.mdl"
+        packed = ROOT / "fixtures" / "real-cstorch-2.6-2.9" / f"{source}.mdl.xz"
+        src.write_bytes(lzma.decompress(packed.read_bytes()))
+    with h5py.File(src, "r") as f:
+        chunked = [n for n in f if isinstance(f[n], h5py.Dataset) and f[n].chunks is not None]
+        tensor = chunked[len(chunked) // 2]
+        info = f[tensor].id.get_chunk_info(f[tensor].id.get_num_chunks() - 1)
+    at = info.byte_offset + info.size // 2
+    real = rootedit.edit_root
+
+    def edit_then_flip(path: Path, edit: rootedit.Edit) -> None:
+        real(path, edit)
+        with open(path, "r+b") as fh:
+            fh.seek(at)
+            byte = fh.read(1)
+            fh.seek(at)
+            fh.write(bytes([byte[0] ^ 0x04]))
+
+    monkeypatch.setattr(rootedit, "edit_root", edit_then_flip)
+    out = tmp_path / "out"
+    inputs = {"drop_dataloader_state": True}
+    result = upgrade(src, UpgradeOptions(output_dir=out, verify="full", inputs=inputs))
+    assert (result.status, result.exit_code) == ("failed", 4), result.error
+    assert f"tensor {tensor!r} differs from its source (stored byte at {at:,})" in result.error
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_the_spans_kept_for_the_stored_comparison_merge_as_merge_spans_does():
+    """``storedspans.Spans`` (offsets in arrays, each with its tensor's position) merges as
+    ``splitcopy.merge_spans`` does, touching and overlapping spans together, and finds the
+    first tensor added whose span holds a byte, and every span of a tensor."""
+    from ckpt_migrate.engine.splitcopy import merge_spans
+    from ckpt_migrate.engine.storedspans import Spans
+
+    rng = np.random.default_rng(7)
+    for case in range(200):
+        spans, kept, total = [], Spans(), 0
+        for position in range(int(rng.integers(0, 30))):
+            mine = []
+            for _ in range(int(rng.integers(1, 4))):
+                start = int(rng.integers(0, 2000)) + (1 << 40) * (case % 2)
+                mine.append((start, start + int(rng.integers(1, 80))))
+            spans.extend(mine)
+            merged = merge_spans(list(mine))
+            kept.add(merged, position)
+            total += sum(b - a for a, b in merged)
+        assert list(kept.merged()) == merge_spans(list(spans))
+        assert kept.total() == total
+    kept = Spans()
+    kept.add([(10, 20), (40, 50)], 3)
+    kept.add([(15, 30)], 7)
+    assert (kept.owner(17), kept.owner(25), kept.owner(45)) == (3, 7, 3)
+    assert kept.of(3) == [(10, 20), (40, 50)] and kept.of(7) == [(15, 30)]
+    assert list(Spans().merged()) == [] and Spans().total() == 0

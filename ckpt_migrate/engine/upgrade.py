@@ -330,20 +330,30 @@ def _upgrade_locked(
             full = _reads_back(opts)
 
             def check_metadata(written: Written) -> None:
-                if (
-                    edit is not None
-                    and not full
-                    and rootverify.verify_edit(ckpt.handle, tmp, edit, progress)
-                ):
+                if edit is None:
+                    verify_index(
+                        ckpt,
+                        out_root,
+                        plan.target_release,
+                        tmp,
+                        written,
+                        full=full,
+                        progress=progress,
+                    )
                     return
-                if out_root is None:  # (let go of for the root edit, below)
-                    _verify_planned_again(src, opts, plan, family, tmp, written)
-                    return
-                if edit is not None:  # the tree's re-read checks every tensor's place
-                    edit.place_all()
-                verify_index(
-                    ckpt, out_root, plan.target_release, tmp, written, full=full, progress=progress
-                )
+                root_checked = rootverify.verify_edit(ckpt.handle, tmp, edit, progress)
+                if not root_checked or full:  # (the tree was let go of for the edit, below)
+                    _verify_planned_again(
+                        src,
+                        opts,
+                        plan,
+                        family,
+                        tmp,
+                        written,
+                        index=not root_checked,
+                        full=full,
+                        progress=progress,
+                    )
 
             edit = None
             if before is not None:
@@ -352,10 +362,13 @@ def _upgrade_locked(
             args = (plan, out, record, progress, check_metadata)
             kw: dict[str, Any] = {"read_back": full, "copy_method": opts.copy_method}
             if edit is not None:  # the hops changed no dataset
-                if not full:  # its check needs no tree (``Edit.let_go``): an empty one stands in
-                    ctx = out_root = None
-                    ckpt.root = DictNode([])
-                written = rootedit.write(ckpt, edit, *args, let_go=not full, **kw)
+                # Its check needs no tree (``Edit.let_go``): an empty one stands in. HDF5's
+                # rewrite of the spec is the edit's peak; ``--verify full`` reads the source
+                # again after it (``_verify_planned_again``): 325 MiB at 150k leaves with the
+                # tree kept through it (issue 33).
+                ctx = out_root = None
+                ckpt.root = DictNode([])
+                written = rootedit.write(ckpt, edit, *args, let_go=True, **kw)
             else:
                 if ckpt.handle is not None:  # (the source root's digest is a root edit's)
                     ckpt.handle.root_digest = None
@@ -364,7 +377,7 @@ def _upgrade_locked(
             result.strategy = written.strategy
             result.tensors = written.tensors
             Interrupt.check()
-            if full:  # (a root edit's places were made for ``check_metadata``)
+            if full and edit is None:  # (a root edit's by ``check_metadata``)
                 verify_full(out_root, tmp, written, progress, hash_all=opts.manifest is not None)
             result.verified = "full" if full else "index"
             result.tensor_data = _tensor_data(opts, written)
@@ -413,11 +426,16 @@ def _verify_planned_again(
     family: FamilyChoice,
     tmp: Path,
     written: Written,
+    *,
+    index: bool,
+    full: bool,
+    progress: Progress | None,
 ) -> None:
-    """The tree's re-read of a root edit's output (``verify_index``), where the edit's own
-    check cannot read a root (``rootverify.verify_edit``), against the edit planned again from
-    a second read of the source: the first plan's tree was let go of before the edit
-    (``Edit.let_go``)."""
+    """A root edit's checks that need the tree, against the edit planned again from a second
+    read of the source (the first plan's tree was let go of before the edit: ``Edit.let_go``):
+    ``index``, the tree's re-read of the output (``verify_index``), where the edit's own check
+    cannot read a root (``rootverify.verify_edit``); ``full``, every tensor's stored bytes
+    compared with the source's (``verify_full``)."""
     with read_checkpoint(src, release=opts.source_release, outline=True) as again:
         before = rootedit.snapshot(again.root)
         ctx = apply_hops(again, plan, opts, family)
@@ -427,7 +445,10 @@ def _verify_planned_again(
             raise VerificationError(src, "the source no longer reads as it did; was it modified?")
         edit.place_all()
         written.linked = edit.linked
-        verify_index(again, root, plan.target_release, tmp, written, full=False)
+        if index:
+            verify_index(again, root, plan.target_release, tmp, written, full=full)
+        if full:
+            verify_full(root, tmp, written, progress, hash_all=opts.manifest is not None)
 
 
 def _require_self_contained(ckpt: Checkpoint) -> None:

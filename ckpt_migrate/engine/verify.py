@@ -28,14 +28,15 @@ from ckpt_migrate.atomic import atomic_output, check_output, check_writable, fsy
 from ckpt_migrate.engine.copypatch import Written
 from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import merge_spans
-from ckpt_migrate.errors import CorruptCheckpointError, UsageError, VerificationError
+from ckpt_migrate.engine.storedspans import COMPARE_BLOCK, Spans, compare_stored
+from ckpt_migrate.errors import UsageError, VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.compare import (
     check_written,
     dataset_sha256,
     tensor_sha256,
 )
-from ckpt_migrate.format.h5 import linktable, overlaps
+from ckpt_migrate.format.h5 import linktable
 from ckpt_migrate.format.h5.io import object_addresses, open_read
 from ckpt_migrate.format.h5.stored import Pieces, copied_pieces, first_difference
 from ckpt_migrate.format.h5.storedfile import NotRead, StoredFile
@@ -171,21 +172,23 @@ def verify_full(
     so it decodes to the source's tensor. Neither file is decoded or hashed for it: decoding the
     LZ4 chunks of both files and hashing them took 6 s of a 3 GB upgrade, comparing the stored
     bytes 1 s. The bytes are compared last, in file order, neighbouring tensors' spans read
-    together; what is kept until then is each tensor's merged spans, not its chunk list. Tensors
+    together; what is kept until then is each tensor's merged spans, not its chunk list
+    (``storedspans.Spans``: the offsets and the tensor's position, not its name). Tensors
     written anew, and every tensor with ``hash_all`` (a manifest lists their sha256), are
     decoded and hashed, and compared with their source's hash."""
-    refs = [ref for ref in iter_leaves(root) if written.holds(ref.leaf)]
-    first: dict[int, str] = {}  # id(leaf) -> its first name: a tied tensor is read once
-    spans: dict[Path, list[tuple[int, int, str]]] = {}  # source -> [start, end), tensor name
+    tied = tied_positions(root)  # (a tie is read at its first place only)
+    spans: dict[Path, Spans] = {}  # source -> the spans its tensors' chunks take
     hashed, ties = [], []
     with open_read(tmp) as out, _Headers(out, tmp) as headers:
-        for ref in refs:
+        for position, ref in enumerate(iter_leaves(root)):
             leaf = ref.leaf
-            assert isinstance(leaf, TensorLeaf)
-            if id(leaf) in first:
-                ties.append((ref.name, first[id(leaf)]))
+            if not written.holds(leaf):
                 continue
-            first[id(leaf)] = ref.name
+            assert isinstance(leaf, TensorLeaf)
+            tie = tied.get(id(leaf))
+            if tie is not None and tie.name != ref.name:
+                ties.append((ref.name, tie.name))
+                continue
             name, reused = written.place(ref)
             if id(leaf) in written.proven and not hash_all:
                 continue  # its stored bytes were compared with its source's (verify_index)
@@ -195,11 +198,10 @@ def verify_full(
                 pieces = headers.stored_alike(tmp, ref.name, name, data)
                 if pieces is None:  # (through HDF5, the source's walk first)
                     pieces = _stored_alike(tmp, ref.name, out[name], data.handle.dataset(data.name))
-                at = spans.setdefault(data.handle.path, [])
-                at.extend((a, b, ref.name) for a, b in merge_spans(pieces))
+                spans.setdefault(data.handle.path, Spans()).add(merge_spans(pieces), position)
             else:
                 hashed.append((ref, name))
-        stored = sum(b - a for each in spans.values() for a, b, _ in each)
+        stored = sum(each.total() for each in spans.values())
         total = sum(ref.leaf.nbytes for ref, _ in hashed) + stored
         done = 0
         for ref, name in hashed:
@@ -212,8 +214,12 @@ def verify_full(
     for name, first_name in ties:  # a manifest lists every name of a hashed tensor
         if first_name in written.hashes:
             written.hashes[name] = written.hashes[first_name]
+
+    def name_of(position: int) -> str:
+        return next(islice(iter_leaves(root), position, None)).name
+
     for source, each in spans.items():
-        done = _compare_stored(tmp, source, each, done, total, progress)
+        done = compare_stored(tmp, source, each, name_of, done, total, progress)
 
 
 class _Headers:
@@ -315,60 +321,6 @@ def _refuse_unlike(tmp: Path, name: str, kind: bool, layout: bool, index: bool) 
             raise VerificationError(tmp, f"tensor {name!r}: {what}")
 
 
-COMPARE_BLOCK = 16 << 20
-
-
-def _compare_stored(
-    tmp: Path,
-    source: Path,
-    spans: list[tuple[int, int, str]],
-    done: int,
-    total: int,
-    progress: Progress | None,
-) -> int:
-    """The bytes of ``tmp`` in every span must be ``source``'s at the same offsets; compared in
-    file order, touching spans together, in blocks of ``COMPARE_BLOCK``. Returns ``done`` with
-    the bytes compared added."""
-    a, b = bytearray(COMPARE_BLOCK), bytearray(COMPARE_BLOCK)
-    fd_out, fd_src = os.open(tmp, os.O_RDONLY), os.open(source, os.O_RDONLY)
-    try:
-        for start, end in merge_spans([(lo, hi) for lo, hi, _ in spans]):
-            for pos in range(start, end, COMPARE_BLOCK):
-                n = min(COMPARE_BLOCK, end - pos)
-                _read_exactly(fd_out, a, n, pos, tmp)
-                _read_exactly(fd_src, b, n, pos, source)
-                if not _equal(a, b, n):
-                    at = pos + next(i for i in range(n) if a[i] != b[i])
-                    tensor = next(t for lo, hi, t in spans if lo <= at < hi)
-                    _refuse_overlapping(
-                        source, tensor, [(lo, hi) for lo, hi, t in spans if t == tensor]
-                    )
-                    what = f"differs from its source (stored byte at {at:,})"
-                    raise VerificationError(tmp, f"tensor {tensor!r} {what}")
-                done += n
-                if progress is not None:
-                    progress("verify", done, total)
-    finally:
-        os.close(fd_out)
-        os.close(fd_src)
-    return done
-
-
-def _refuse_overlapping(source: Path, tensor: str, spans: list[tuple[int, int]]) -> None:
-    """A reused tensor stored differently in the output than in ``source``: the source is
-    damaged where its data overlaps its own metadata or other data (a chunk index entry's
-    address moved into the root's attributes, which the root edit rewrote), never the case in a
-    file HDF5 wrote: said so (exit 2), not as a failed verification of this tool's work."""
-    with open_read(source) as f:
-        shared = overlaps.shared_starts(f)
-    if any(np.any((shared >= lo) & (shared < hi)) for lo, hi in spans):
-        raise CorruptCheckpointError(
-            source,
-            f"tensor {tensor!r}: its stored data overlaps other data or the file's metadata",
-            "the file is damaged; use another copy",
-        )
-
-
 class _Copied:
     """Tensors written anew, compared as stored with their sources as they come: every byte of
     each piece of ``tmp`` must be the source's at the piece's offset there (read in source
@@ -420,25 +372,6 @@ class _Copied:
     def close(self) -> None:
         for fd in (self.fd, *self.sources.values()):
             os.close(fd)
-
-
-def _read_exactly(fd: int, buffer: bytearray, n: int, offset: int, path: Path) -> None:
-    view = memoryview(buffer)
-    got = 0
-    while got < n:
-        k = os.preadv(fd, [view[got:n]], offset + got)
-        if k <= 0:
-            at = offset + got
-            raise VerificationError(path, f"ends before the stored data at byte {at:,}")
-        got += k
-
-
-def _equal(a: bytearray, b: bytearray, n: int) -> bool:
-    """Whether the first ``n`` bytes of ``a`` and ``b`` are equal (numpy compares 8 at a time)."""
-    words = n // 8
-    x = np.frombuffer(a, np.uint64, words)
-    y = np.frombuffer(b, np.uint64, words)
-    return bool(np.array_equal(x, y)) and a[words * 8 : n] == b[words * 8 : n]
 
 
 def _check_hash(tmp: Path, name: str, leaf: TensorLeaf, ds: h5py.Dataset, written: Written) -> None:
