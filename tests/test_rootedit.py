@@ -74,6 +74,16 @@ def _source(path: Path, experts: int = 50, release: str = "2.5", params: Any = N
     return path
 
 
+def _ours_or_real(tmp_path: Path, source: str, experts: int) -> Path:
+    """A 2.5 file of ours (``ours``) or the real 2.6-2.9 library's file of that name."""
+    if source == "ours":
+        return _source(tmp_path / "src.mdl", experts=experts)
+    src = tmp_path / f"{source}.mdl"
+    packed = ROOT / "fixtures" / "real-cstorch-2.6-2.9" / f"{source}.mdl.xz"
+    src.write_bytes(lzma.decompress(packed.read_bytes()))
+    return src
+
+
 def _upgrade(src: Path, out: Path, to: str = "2.10", **kw: Any):
     result = upgrade(src, UpgradeOptions(target=to, output_dir=out, **kw))
     assert result.status == "upgraded", result.error
@@ -306,12 +316,7 @@ def test_the_texts_hdf5_is_handed_are_stored_as_h5py_stores_them(tmp_path, monke
     refused: the path taken where the library's own calls cannot be found): on a root this
     tool wrote and on the real 2.9 and 2.6 libraries' roots, their own ``__spec__`` rewritten
     among the texts."""
-    if source == "ours":
-        src = _source(tmp_path / "src.mdl", experts=2)
-    else:
-        src = tmp_path / f"{source}.mdl"
-        packed = ROOT / "fixtures" / "real-cstorch-2.6-2.9" / f"{source}.mdl.xz"
-        src.write_bytes(lzma.decompress(packed.read_bytes()))
+    src = _ours_or_real(tmp_path, source, experts=2)
     with h5py.File(src, "r") as f:
         spec = f.attrs["__spec__"]
     texts = {
@@ -368,12 +373,7 @@ def test_a_root_edits_full_verification_names_the_tensor_whose_stored_byte_chang
     full verification (on the edit planned again from a second read of the source, the first
     plan's tree let go of before the edit) fails naming that tensor and the byte, exit 4, and
     publishes nothing; the index verification does not read tensor data."""
-    if source == "ours":
-        src = _source(tmp_path / "src.mdl", experts=5)
-    else:
-        src = tmp_path / f"{source}.mdl"
-        packed = ROOT / "fixtures" / "real-cstorch-2.6-2.9" / f"{source}.mdl.xz"
-        src.write_bytes(lzma.decompress(packed.read_bytes()))
+    src = _ours_or_real(tmp_path, source, experts=5)
     with h5py.File(src, "r") as f:
         chunked = [n for n in f if isinstance(f[n], h5py.Dataset) and f[n].chunks is not None]
         tensor = chunked[len(chunked) // 2]
