@@ -350,6 +350,45 @@ def test_a_chunk_moved_into_the_root_an_edit_rewrites_is_the_sources_damage(tmp_
     assert not out.exists()  # (made by the run, removed again empty: nothing published)
 
 
+@pytest.mark.parametrize(
+    ("seed", "index", "manifest"),
+    [
+        (52052, 26, False),
+        (52052, 69, False),
+        (52053, 26, False),
+        (52053, 35, False),
+        (52052, 26, True),
+    ],
+)
+def test_a_dataset_header_hdf5_cannot_open_is_the_sources_damage_under_verify_full(
+    tmp_path, seed, index, manifest
+):
+    """Found by ``benchmarks/fuzz_damage.py --wide --seed 52052`` (cases 26 and 69 of seed
+    52052, 26 and 35 of 52053): a real 2.9 or 2.6 library's file whose dataset header is
+    damaged where the header reader does not vouch for it (a float type's exponent, a
+    dataspace's rank). A root edit copies it unread; ``--verify full`` (and ``--manifest``)
+    then opened the output's copy through HDF5 first and ended in an internal ``KeyError``.
+    The source is opened first: its damage is refused as such (exit 2), nothing published."""
+    src, kind, data = fuzz_damage.nth_case(seed, index, tmp_path)
+    assert (src.name, kind) in {
+        ("trainer-2.9.0.mdl", "object_header"),
+        ("gpt2-2.6.0.mdl", "object_header"),
+    }
+    case = tmp_path / "checkpoint_1.mdl"
+    case.write_bytes(data)
+    out = tmp_path / "out"
+    opts = UpgradeOptions(
+        output_dir=out,
+        verify="full",
+        manifest=tmp_path / "m.json" if manifest else None,
+        inputs={"drop_dataloader_state": True},
+    )
+    res = upgrade(case, opts)
+    assert (res.status, res.exit_code) == ("failed", 2), res.error
+    assert f"{case}: HDF5 structures are damaged (" in res.error and "')" not in res.error
+    assert not out.exists() and not (tmp_path / "m.json").exists()
+
+
 def _damage_message_type(path: Path, dataset: str, attr: bytes) -> None:
     """Change the type of ``dataset``'s attribute message named ``attr`` (a version-1 header,
     continuation blocks followed) to one HDF5 does not know, as one damaged pair of bytes."""

@@ -16,6 +16,7 @@ import json
 import os
 from array import array
 from collections.abc import Callable, Iterator
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from ckpt_migrate.format.compare import (
     tensor_sha256,
 )
 from ckpt_migrate.format.h5 import linktable
-from ckpt_migrate.format.h5.io import object_addresses, open_read
+from ckpt_migrate.format.h5.io import DAMAGED_HDF5, object_addresses, open_read
 from ckpt_migrate.format.h5.stored import Pieces, copied_pieces, first_difference
 from ckpt_migrate.format.h5.storedfile import NotRead, StoredFile
 from ckpt_migrate.format.h5.storedheader import StoredLayout
@@ -103,7 +104,7 @@ def verify_index(
                     if full:  # (``verify_full`` reads no tensor twice; 150k ids: 10 MB)
                         written.proven.add(id(leaf))
                 else:
-                    _check_hash(tmp, ref.name, leaf, h5py.Dataset(dsid), written)
+                    _check_hash(tmp, ref.name, leaf, partial(h5py.Dataset, dsid), written)
             elif not full:
                 data = leaf.data
                 assert isinstance(data, H5Data)
@@ -196,8 +197,10 @@ def verify_full(
                 data = leaf.data
                 assert isinstance(data, H5Data)
                 pieces = headers.stored_alike(tmp, ref.name, name, data)
-                if pieces is None:  # (through HDF5, the source's walk first)
-                    pieces = _stored_alike(tmp, ref.name, out[name], data.handle.dataset(data.name))
+                if pieces is None:  # (through HDF5, the source's walk first: it refuses a
+                    # damaged source as such, before the output's copy of its damage is met)
+                    source = data.handle.dataset(data.name)
+                    pieces = _stored_alike(tmp, ref.name, _output_dataset(out, tmp, name), source)
                 spans.setdefault(data.handle.path, Spans()).add(merge_spans(pieces), position)
             else:
                 hashed.append((ref, name))
@@ -207,7 +210,7 @@ def verify_full(
         for ref, name in hashed:
             leaf = ref.leaf
             assert isinstance(leaf, TensorLeaf)
-            _check_hash(tmp, ref.name, leaf, out[name], written)
+            _check_hash(tmp, ref.name, leaf, partial(_output_dataset, out, tmp, name), written)
             done += leaf.nbytes
             if progress is not None:
                 progress("verify", done, total)
@@ -266,6 +269,18 @@ class _Headers:
             index == _listed(src),
         )
         return [(offset, offset + size) for *_, offset, size in index]
+
+
+def _output_dataset(out: h5py.File, tmp: Path, name: str) -> h5py.Dataset:
+    """The output's dataset ``name`` (its source's was opened): one HDF5 cannot open is this
+    run's failure, said as such (a raw ``KeyError`` before: found by ``fuzz_damage --wide``)."""
+    try:
+        obj = out[name]
+    except DAMAGED_HDF5 as exc:
+        raise VerificationError(tmp, f"dataset {name!r} cannot be opened ({exc})") from None
+    if not isinstance(obj, h5py.Dataset):
+        raise VerificationError(tmp, f"{name!r} is not a dataset")
+    return obj
 
 
 def _listed(stored: StoredLayout) -> list[tuple[Any, ...]]:
@@ -374,11 +389,16 @@ class _Copied:
             os.close(fd)
 
 
-def _check_hash(tmp: Path, name: str, leaf: TensorLeaf, ds: h5py.Dataset, written: Written) -> None:
+def _check_hash(
+    tmp: Path, name: str, leaf: TensorLeaf, output: Callable[[], h5py.Dataset], written: Written
+) -> None:
+    """The output's dataset (``output`` opens it) must hash as its source ``leaf`` does; the
+    source is read first, so that its damage is refused as its own."""
     if name in written.hashes:
         return
-    got = dataset_sha256(ds, leaf.dtype)
-    if tensor_sha256(leaf) != got:
+    want = tensor_sha256(leaf)
+    got = dataset_sha256(output(), leaf.dtype)
+    if want != got:
         raise VerificationError(tmp, f"tensor {name!r} differs from its source")
     written.hashes[name] = got
 

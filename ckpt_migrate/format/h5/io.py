@@ -134,7 +134,8 @@ def damaged(path: Path, exc: BaseException) -> CorruptCheckpointError:
 
 
 def _short(exc: BaseException) -> str:
-    text = str(exc).split("(", 1)[-1].rstrip(")") if "(" in str(exc) else str(exc)
+    said = str(exc).strip("'\"")  # (a ``KeyError`` quotes its message)
+    text = said.split("(", 1)[-1].rstrip(")") if "(" in said else said
     return " ".join(text.split())[:200]
 
 
