@@ -389,6 +389,29 @@ def test_a_dataset_header_hdf5_cannot_open_is_the_sources_damage_under_verify_fu
     assert not out.exists() and not (tmp_path / "m.json").exists()
 
 
+def test_a_reused_chunk_past_the_sources_end_is_its_damage_under_verify_full(tmp_path):
+    """Found by ``benchmarks/fuzz_damage.py --wide --seed 52100`` (seed 52101, case 102): a
+    chunk index entry of the real 2.6 library's file moved past the file's end. A root edit
+    copies it unread; ``--verify full`` then read the output's bytes there first and failed
+    as a verification of its own work (exit 4, naming the temporary output). The source is
+    read first: its damage is refused as such, naming the tensor (exit 2)."""
+    src, kind, data = fuzz_damage.nth_case(52101, 102, tmp_path)
+    assert (src.name, kind) == ("gpt2-2.6.0.mdl", "address")
+    case = tmp_path / "checkpoint_1.mdl"
+    case.write_bytes(data)
+    out = tmp_path / "out"
+    res = upgrade(case, UpgradeOptions(output_dir=out, verify="full"))
+    assert (res.status, res.exit_code) == ("failed", 2), res.error
+    assert res.error.startswith(f"{case}: tensor 'model.model.transformer_decoder.layers.0.")
+    assert (
+        f"has stored data that lies past the end of the file (byte 4,331,993 of {len(data):,})"
+        in res.error
+    )
+    assert not out.exists()
+    res = upgrade(case, UpgradeOptions(output_dir=out))  # (the index check reads no data)
+    assert (res.status, res.tensor_data) == ("upgraded", "copied as stored, not decoded")
+
+
 def _damage_message_type(path: Path, dataset: str, attr: bytes) -> None:
     """Change the type of ``dataset``'s attribute message named ``attr`` (a version-1 header,
     continuation blocks followed) to one HDF5 does not know, as one damaged pair of bytes."""

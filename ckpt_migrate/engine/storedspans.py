@@ -82,8 +82,19 @@ def compare_stored(
         for start, end in spans.merged():
             for pos in range(start, end, COMPARE_BLOCK):
                 n = min(COMPARE_BLOCK, end - pos)
-                _read_exactly(fd_out, a, n, pos, tmp)
-                _read_exactly(fd_src, b, n, pos, source)
+                # (the source first: a chunk index entry of its own pointing past its end is
+                # its damage, which the root edit's copy carried)
+                got = _read(fd_src, b, n, pos)
+                if got < n:
+                    tensor = name_of(spans.owner(pos + got))
+                    raise CorruptCheckpointError(
+                        source,
+                        f"tensor {tensor!r} has stored data that lies past the end of the file "
+                        f"(byte {pos + got:,} of {os.fstat(fd_src).st_size:,})",
+                        "the file is damaged; use another copy",
+                    )
+                if _read(fd_out, a, n, pos) < n:
+                    raise VerificationError(tmp, f"ends before the stored data at byte {pos:,}")
                 if not _equal(a, b, n):
                     at = pos + next(i for i in range(n) if a[i] != b[i])
                     position = spans.owner(at)
@@ -115,15 +126,16 @@ def _refuse_overlapping(source: Path, tensor: str, spans: list[tuple[int, int]])
         )
 
 
-def _read_exactly(fd: int, buffer: bytearray, n: int, offset: int, path: Path) -> None:
+def _read(fd: int, buffer: bytearray, n: int, offset: int) -> int:
+    """Read up to ``n`` bytes at ``offset`` into ``buffer``: how many there were."""
     view = memoryview(buffer)
     got = 0
     while got < n:
         k = os.preadv(fd, [view[got:n]], offset + got)
         if k <= 0:
-            at = offset + got
-            raise VerificationError(path, f"ends before the stored data at byte {at:,}")
+            break
         got += k
+    return got
 
 
 def _equal(a: bytearray, b: bytearray, n: int) -> bool:
