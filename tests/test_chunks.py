@@ -14,6 +14,7 @@ import pytest
 from conftest import FIXTURES, REAL, one_line_error, real_2x_files, run_cli
 
 import ckpt_migrate as cm
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.errors import CorruptCheckpointError
 from ckpt_migrate.format.h5.io import read_slab
 from ckpt_migrate.format.h5.metadata import metadata_extents
@@ -231,11 +232,17 @@ def _contiguous_address(path: Path, name: str) -> tuple[int, int]:
     return at, address
 
 
-@pytest.mark.parametrize("target", ["a chunk index node", "an object header", "a local heap"])
+@pytest.mark.parametrize(
+    "target",
+    ["a chunk index node", "an object header", "a local heap", "a freed global heap collection"],
+)
 def test_a_contiguous_address_moved_into_metadata_is_refused(tmp_path, target):
     """A 0-d tensor is a contiguous dataset: its data's address moved into a B-tree node's
     unused entries read zeros with no error (benchmarks/fuzz_damage.py, seed 3002, case 70);
-    into an object header or a group's heap, that structure's bytes."""
+    into an object header or a group's heap, that structure's bytes; into a global heap
+    collection no attribute names any more (HDF5 freed its last object and left its bytes:
+    the real 2.10 library's rewritten spec, ``fuzz_damage --wide`` seed 52100 case 150), the
+    old text's bytes, with no error: found in the gaps between what the map names."""
     src = tmp_path / "checkpoint_1.mdl"
     rng = np.random.default_rng(0)
     cm.save(
@@ -243,6 +250,10 @@ def test_a_contiguous_address_moved_into_metadata_is_refused(tmp_path, target):
         src,
         "2.10",
     )
+    with h5py.File(src, "r+") as f:  # a text of its own collection, then deleted
+        f.attrs["gone"] = "x" * 6000
+    with h5py.File(src, "r+") as f:
+        del f.attrs["gone"]
     at, _ = _contiguous_address(src, "scale")
     data = src.read_bytes()
     with h5py.File(src) as f:
@@ -251,6 +262,7 @@ def test_a_contiguous_address_moved_into_metadata_is_refused(tmp_path, target):
         "a chunk index node": data.index(b"TREE") + 600,
         "an object header": header + 40,
         "a local heap": data.index(b"HEAP") + 8,
+        "a freed global heap collection": data.index(b"x" * 64) + 64,
     }[target]
     _patch(src, at, struct.pack("<Q", inside))
     why = "its data at byte"
@@ -275,6 +287,13 @@ def test_the_metadata_map_never_claims_data(tmp_path):
     assert real
     files = sorted(FIXTURES.rglob("*.mdl")) + sorted(FIXTURES.rglob("*.h5")) + real
     assert len(files) > 20
+    edited = tmp_path / "out"  # a root edit: the real 2.9 library's spec rewritten
+    trainer = next(p for p in real if p.name == "trainer-2.9.0.mdl")
+    res = upgrade(
+        trainer, UpgradeOptions(output_dir=edited, inputs={"drop_dataloader_state": True})
+    )
+    assert res.strategy == "root-edit", res.error
+    files.append(res.output)
     for path in files:
         with h5py.File(path, "r", locking=False) as f:
             assert overlaps.shared_starts(f).size == 0, path

@@ -288,6 +288,35 @@ def test_the_fuzz_benchmarks_wrong_outcomes_are_refused(tmp_path, seed, index, s
         fuzz_damage.tensor_hashes(case)
 
 
+def test_a_step_moved_into_a_freed_spec_collection_is_refused(tmp_path):
+    """Found by ``benchmarks/fuzz_damage.py --wide --seed 52100`` (case 150): a 0-d tensor's
+    address in the real 2.10 library's ``dataloader_map.mdl`` moved into the global heap
+    collection of a ``__spec__`` the library wrote before its last one (no attribute names
+    it; HDF5 left its bytes). Every entry point read a step of 2.5e17 with no error; the
+    collection is now found between the structures the map names, and the data refused."""
+    src, kind, data = fuzz_damage.nth_case(52100, 150, tmp_path)
+    assert (src.name, kind) == ("dataloader_map.mdl", "object_header")
+    case = tmp_path / "checkpoint_1.mdl"
+    case.write_bytes(data)
+    why = r"'optimizer\.state\.1\.step': its data at byte 3284 lies inside other data"
+    with pytest.raises(CorruptCheckpointError, match=why):
+        fuzz_damage.tensor_hashes(case)
+    one_line_error(run_cli("check", "--deep", case), 2, "'optimizer.state.1.step'")
+
+
+def test_a_contiguous_address_past_what_a_file_holds_is_refused_by_verify(tmp_path):
+    """Found by ``benchmarks/fuzz_damage.py --wide --seed 52200`` (seed 52203, case 245): a
+    0-d tensor's address in the real 2.10 library's ``dataloader_map.mdl`` made larger than
+    any file offset. ``verify F F`` compared the pair from the headers and read there: an
+    ``OverflowError``, an internal error. The header comparison leaves such a pair to the
+    comparison through HDF5, which refuses the file (exit 2)."""
+    src, kind, data = fuzz_damage.nth_case(52203, 245, tmp_path)
+    assert (src.name, kind) == ("dataloader_map.mdl", "object_header")
+    case = tmp_path / "checkpoint_1.mdl"
+    case.write_bytes(data)
+    one_line_error(run_cli("verify", case, case), 2, str(case), "HDF5 structures are damaged")
+
+
 def test_a_header_message_too_short_for_its_fields_is_left_to_hdf5s_walk(tmp_path):
     """Found by ``benchmarks/fuzz_damage.py`` (seed 955011, case 95): damage to a dataset's
     unchecksummed header in the real library's ``dataloader_map.mdl`` left a message shorter

@@ -219,7 +219,8 @@ def test_a_root_edits_full_verification_reads_the_headers(tmp_path, monkeypatch)
 
 def test_a_reused_tensors_other_index_is_refused_from_the_headers(tmp_path, monkeypatch):
     """The stored size of a reused tensor's chunk changed in the output's chunk index after
-    the root edit's copy and edit: ``--verify full`` refuses it, naming the tensor, as through HDF5."""
+    the root edit's copy and edit: ``--verify full`` refuses it, naming the tensor, as
+    through HDF5."""
     from ckpt_migrate.engine import rootedit
 
     src = tmp_path / "basic.mdl"

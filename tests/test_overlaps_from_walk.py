@@ -19,7 +19,7 @@ import ckpt_migrate as cm
 from ckpt_migrate.errors import CkptError, CorruptCheckpointError
 from ckpt_migrate.format.h5 import overlaps, preflight
 from ckpt_migrate.format.h5.identity import file_identity
-from ckpt_migrate.format.h5.metadata import metadata_extents
+from ckpt_migrate.format.h5.metadata import metadata_extents, unreferenced_collections
 
 
 def _pairs(starts: np.ndarray, ends: np.ndarray) -> Counter:
@@ -27,9 +27,10 @@ def _pairs(starts: np.ndarray, ends: np.ndarray) -> Counter:
 
 
 def _walked(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter, np.ndarray] | None:
-    """(the stored pieces the children handed over with the metadata they name mapped, the
-    overlap starts the reader then finds without a walk of its own), or None when a child met
-    content the reader refuses (and so handed nothing over)."""
+    """(the stored pieces the children handed over with the metadata they name mapped and the
+    global heap collections between them, the overlap starts the reader then finds without a
+    walk of its own), or None when a child met content the reader refuses (and so handed
+    nothing over)."""
     seen = []
     remember = overlaps.remember
     monkeypatch.setattr(overlaps, "remember", lambda *a: (seen.append(a), remember(*a)))
@@ -44,6 +45,8 @@ def _walked(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Counter, np.nd
     pieces = _pairs(data.starts_array(), data.ends_array())
     with h5py.File(path, "r", locking=False) as f:
         pieces.update(zip(*metadata_extents(f, objects), strict=True))
+        known = np.array(list(pieces), np.uint64).reshape(-1, 2)
+        pieces.update(zip(*unreferenced_collections(f, known[:, 0], known[:, 1]), strict=True))
         with monkeypatch.context() as m:
             m.setattr(overlaps, "_stored_extents", _no_second_walk)
             starts = overlaps.shared_starts(f)

@@ -131,7 +131,10 @@ def _read(fd: int, buffer: bytearray, n: int, offset: int) -> int:
     view = memoryview(buffer)
     got = 0
     while got < n:
-        k = os.preadv(fd, [view[got:n]], offset + got)
+        try:
+            k = os.preadv(fd, [view[got:n]], offset + got)
+        except OverflowError:  # (an offset no file reaches: a damaged address)
+            break
         if k <= 0:
             break
         got += k

@@ -191,7 +191,7 @@ class _Pairs:
         try:
             if first_difference(second.fd, first.fd, pieces, BLOCK) is not None:
                 raise NotAnswered  # (other bytes may decode alike: hashed through HDF5)
-        except OSError:
+        except (OSError, OverflowError):  # (an address past what a file can hold: damage)
             raise NotAnswered from None
         self.from_headers += 1
         return True

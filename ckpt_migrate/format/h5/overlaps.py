@@ -21,7 +21,11 @@ import h5py
 import numpy as np
 
 from ckpt_migrate.format.h5.identity import hdf5_identity
-from ckpt_migrate.format.h5.metadata import metadata_extents, sorted_once
+from ckpt_migrate.format.h5.metadata import (
+    metadata_extents,
+    sorted_once,
+    unreferenced_collections,
+)
 from ckpt_migrate.format.progress import Progress
 
 _SHARED: dict[tuple[int, ...], np.ndarray | _Walked] = {}
@@ -68,6 +72,7 @@ class _Walked:
         starts, ends = metadata_extents(f, self.objects, progress)
         starts.extend(self.data.starts)
         ends.extend(self.data.ends)
+        _with_collections(f, starts, ends)
         return _overlapping(np.frombuffer(starts, np.uint64), np.frombuffer(ends, np.uint64))
 
 
@@ -142,7 +147,18 @@ def _stored_extents(f: h5py.File) -> tuple[np.ndarray, np.ndarray]:
 
     f.id.links.visit(visit, info=True)
     found.extend(*metadata_extents(f, objects))
+    _with_collections(f, found.starts, found.ends)
     return found.starts_array(), found.ends_array()
+
+
+def _with_collections(f: h5py.File, starts: array, ends: array) -> None:
+    """Add to the extents the global heap collections none of them names
+    (``metadata.unreferenced_collections``): data starting inside one is refused too."""
+    more = unreferenced_collections(
+        f, np.frombuffer(starts, np.uint64), np.frombuffer(ends, np.uint64)
+    )
+    starts.extend(more[0])
+    ends.extend(more[1])
 
 
 def _overlapping(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
