@@ -93,8 +93,9 @@ def compare_stored(
                         f"(byte {pos + got:,} of {os.fstat(fd_src).st_size:,})",
                         "the file is damaged; use another copy",
                     )
-                if _read(fd_out, a, n, pos) < n:
-                    raise VerificationError(tmp, f"ends before the stored data at byte {pos:,}")
+                if (mine := _read(fd_out, a, n, pos)) < n:
+                    at = pos + mine
+                    raise VerificationError(tmp, f"ends before the stored data at byte {at:,}")
                 if not _equal(a, b, n):
                     at = pos + next(i for i in range(n) if a[i] != b[i])
                     position = spans.owner(at)

@@ -14,11 +14,13 @@ Only what this module knows is mapped: superblock versions 0–3 with 8-byte off
 object header versions 1 and 2 (read by ``h5.headers``), data layout message version 3,
 version-1 B-trees. Anything else (dense attribute or link storage, the newer chunk indexes, a
 structure that does not parse or whose checksum fails) is left out, so the map can miss metadata
-but never claims data. Every read lies inside the file, all of them together stay under twice its
-size, and the count of structures by what the file's size can hold. Each object is visited once,
-and each node of a group's structures; the nodes of one object (its header's blocks, its chunk
-index) are remembered only while it is read: a set of every node the map had visited was 17.6
-MiB at 150k tensors, the peak of ``verify`` then (issue 33).
+but never claims data. Global heap collections no mapped structure names are found between the
+extents known, by their headers (``unreferenced_collections``). Every read lies inside the
+file, all of them together stay under twice its size, and the count of structures by what the
+file's size can hold. Each object is visited once, and each node of a group's structures; the
+nodes of one object (its header's blocks, its chunk index) are remembered only while it is
+read: a set of every node the map had visited was 17.6 MiB at 150k tensors, the peak of
+``verify`` then (issue 33).
 """
 
 from __future__ import annotations
