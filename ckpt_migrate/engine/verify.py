@@ -39,7 +39,7 @@ from ckpt_migrate.format.compare import (
 )
 from ckpt_migrate.format.h5 import linktable
 from ckpt_migrate.format.h5.io import DAMAGED_HDF5, object_addresses, open_read
-from ckpt_migrate.format.h5.stored import Pieces, copied_pieces, first_difference
+from ckpt_migrate.format.h5.stored import Pieces, copied_pieces, first_difference, pipeline
 from ckpt_migrate.format.h5.storedfile import NotRead, StoredFile
 from ckpt_migrate.format.h5.storedheader import StoredLayout
 from ckpt_migrate.format.progress import Count, Progress
@@ -249,8 +249,7 @@ class _Headers:
         from their headers; None where either is not read so."""
         handle = data.handle
         if id(handle) not in self.sources:
-            known = handle.addresses() if handle.knows_addresses else None
-            self.sources[id(handle)] = StoredFile.of(handle.file(), handle.path, known)
+            self.sources[id(handle)] = StoredFile.of_handle(handle)
         source = self.sources[id(handle)]
         if self.out is None or source is None:
             return None
@@ -303,11 +302,6 @@ def _stored(ds: h5py.Dataset) -> tuple[list[tuple[Any, ...]], list[tuple[int, in
     return index, [(offset, offset + size) for _, _, offset, size in index]
 
 
-def _filters(ds: h5py.Dataset) -> list[tuple[Any, ...]]:
-    dcpl = ds.id.get_create_plist()
-    return [dcpl.get_filter(i)[:3] for i in range(dcpl.get_nfilters())]
-
-
 def _stored_alike(
     tmp: Path, name: str, out: h5py.Dataset, src: h5py.Dataset
 ) -> list[tuple[int, int]]:
@@ -318,7 +312,8 @@ def _stored_alike(
         tmp,
         name,
         out.id.get_type() == src.id.get_type() and out.shape == src.shape,
-        out.chunks == src.chunks and _filters(out) == _filters(src),
+        out.chunks == src.chunks
+        and pipeline(out.id.get_create_plist()) == pipeline(src.id.get_create_plist()),
         index == _stored(src)[0],
     )
     return pieces

@@ -39,7 +39,6 @@ from ckpt_migrate.format.h5 import overlaps, preflight
 from ckpt_migrate.format.h5.chunks import LZ4, Layout, frames_problem, index_problem
 from ckpt_migrate.format.h5.headerfacts import HeaderReader
 from ckpt_migrate.format.h5.identity import file_identity, watch
-from ckpt_migrate.format.h5.io import H5Handle
 from ckpt_migrate.format.h5.stored import Pieces, chunk_pieces, first_difference, whole_piece
 from ckpt_migrate.format.h5.storedfile import NotRead, StoredFile
 from ckpt_migrate.format.h5.storedheader import StoredLayout
@@ -109,12 +108,6 @@ def _tensor(side: StoredFile, leaf: TensorLeaf, name: str) -> StoredLayout:
     return found
 
 
-def _side(handle: H5Handle) -> StoredFile | None:
-    # (a format 0.5 outline's links, kept by its read: 27 MB at 150k, not read twice)
-    known = handle.addresses() if handle.knows_addresses else None
-    return StoredFile.of(handle.file(), handle.path, known)
-
-
 class _Pairs:
     """``compare.StoredAlike`` of two outline reads: each pair from the headers where they
     vouch for it, else through HDF5 (``ThroughHDF5``) once both walks have ended."""
@@ -127,7 +120,8 @@ class _Pairs:
         self.second: StoredFile | None = None
         self.shared: np.ndarray | None = None
         try:
-            self.first, self.second = _side(first.handle), _side(second.handle)
+            self.first = StoredFile.of_handle(first.handle)
+            self.second = StoredFile.of_handle(second.handle)
             if self.first is not None:
                 self.shared = self._overlapping(self.first, progress)
         except BaseException:

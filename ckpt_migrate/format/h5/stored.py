@@ -39,7 +39,7 @@ def copied_pieces(out: h5d.DatasetID, src: h5d.DatasetID) -> Pieces | None:
         return None
     a, b = out.get_create_plist(), src.get_create_plist()
     layout = a.get_layout()
-    if layout != b.get_layout() or _pipeline(a) != _pipeline(b):
+    if layout != b.get_layout() or pipeline(a) != pipeline(b):
         return None
     if layout == h5d.CONTIGUOUS:
         return _contiguous(out, src, math.prod(shape) * kind.get_size())
@@ -81,7 +81,7 @@ def whole_piece(
     return [(at, there, size)]
 
 
-def _pipeline(dcpl: h5py.h5p.PropDCID) -> list[tuple[Any, ...]]:
+def pipeline(dcpl: h5py.h5p.PropDCID) -> list[tuple[Any, ...]]:
     """The filters as comparable data: (id, flags, client data) each, in order."""
     return [dcpl.get_filter(i)[:3] for i in range(dcpl.get_nfilters())]
 

@@ -14,6 +14,7 @@ import numpy as np
 from ckpt_migrate.format.h5 import linktable
 from ckpt_migrate.format.h5.headerfacts import HeaderReader
 from ckpt_migrate.format.h5.headers import HeaderError
+from ckpt_migrate.format.h5.io import H5Handle
 from ckpt_migrate.format.h5.root import superblock_offset
 from ckpt_migrate.format.h5.storagescan import Undecided
 from ckpt_migrate.format.h5.storedheader import StoredLayout, read_layout
@@ -49,6 +50,13 @@ class StoredFile:
             return None
         found = addresses if addresses is not None else linktable.of_root(f, path)
         return None if found is None else cls(path, found)
+
+    @classmethod
+    def of_handle(cls, handle: H5Handle) -> StoredFile | None:
+        """``of`` the file a read holds (a format 0.5 outline's links, kept by its read, are
+        not read twice: 27 MB at 150k)."""
+        known = handle.addresses() if handle.knows_addresses else None
+        return cls.of(handle.file(), handle.path, known)
 
     def at(self, address: int, reader: HeaderReader | None = None) -> StoredLayout:
         """The storage of the dataset whose header is at ``address`` (``reader``: another
