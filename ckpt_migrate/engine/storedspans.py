@@ -14,6 +14,7 @@ import numpy as np
 from ckpt_migrate.errors import CorruptCheckpointError, VerificationError
 from ckpt_migrate.format.h5 import overlaps
 from ckpt_migrate.format.h5.io import open_read
+from ckpt_migrate.format.h5.metadata import union
 from ckpt_migrate.format.progress import Progress
 
 COMPARE_BLOCK = 4 << 20  # (two buffers of it: 16 MiB ones were the peak of a 150k-leaf check)
@@ -44,14 +45,8 @@ class Spans:
 
     def merged(self) -> Iterator[tuple[int, int]]:
         """The spans sorted and merged where they touch or overlap (``splitcopy.merge_spans``)."""
-        starts, ends = self._arrays()
-        if not starts.size:
-            return
-        order = np.argsort(starts, kind="stable")
-        starts, reach = starts[order], np.maximum.accumulate(ends[order])
-        first = np.flatnonzero(np.concatenate(([True], starts[1:] > reach[:-1])))
-        last = np.append(first[1:] - 1, starts.size - 1)
-        yield from zip(starts[first].tolist(), reach[last].tolist())
+        starts, ends = union(*self._arrays())
+        yield from zip(starts.tolist(), ends.tolist(), strict=True)
 
     def owner(self, at: int) -> int:
         """The position of the first tensor added whose span holds byte ``at``."""

@@ -318,18 +318,23 @@ def unreferenced_collections(
     return found_starts, found_ends
 
 
-def _gaps(starts: np.ndarray, ends: np.ndarray, size: int) -> list[tuple[int, int]]:
-    """Where in ``[0, size)`` none of the extents lies (a damaged one may lie past the end)."""
+def union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The extents ``[start, end)`` sorted and merged where they touch or overlap (as
+    ``splitcopy.merge_spans``, in numpy): the starts and ends of the runs."""
     if not len(starts):
-        return [(0, size)]
+        return starts[:0], ends[:0]
     order = np.argsort(starts, kind="stable")
     low, reach = starts[order], np.maximum.accumulate(ends[order])
-    after = np.flatnonzero(low[1:] > reach[:-1])
-    gaps = [(0, int(low[0]))] if low[0] > 0 else []
-    gaps += [(int(reach[i]), int(low[i + 1])) for i in after]
-    if int(reach[-1]) < size:
-        gaps.append((int(reach[-1]), size))
-    return [(lo, min(hi, size)) for lo, hi in gaps if lo < size]
+    first = np.flatnonzero(np.concatenate(([True], low[1:] > reach[:-1])))
+    return low[first], reach[np.append(first[1:] - 1, len(low) - 1)]
+
+
+def _gaps(starts: np.ndarray, ends: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Where in ``[0, size)`` none of the extents lies (a damaged one may lie past the end)."""
+    low, high = union(starts, ends)
+    edges = [0, *np.column_stack((low, high)).ravel().tolist(), size]  # 0, run, run, ..., size
+    pairs = zip(edges[::2], edges[1::2], strict=True)
+    return [(a, min(b, size)) for a, b in pairs if a < min(b, size)]
 
 
 def _collection_length(fd: int, at: int, size: int) -> int | None:

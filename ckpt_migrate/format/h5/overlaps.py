@@ -154,9 +154,10 @@ def _stored_extents(f: h5py.File) -> tuple[np.ndarray, np.ndarray]:
 def _with_collections(f: h5py.File, starts: array, ends: array) -> None:
     """Add to the extents the global heap collections none of them names
     (``metadata.unreferenced_collections``): data starting inside one is refused too."""
-    more = unreferenced_collections(
-        f, np.frombuffer(starts, np.uint64), np.frombuffer(ends, np.uint64)
-    )
+    # (views of the arrays' buffers, let go of before the arrays grow)
+    low, high = np.frombuffer(starts, np.uint64), np.frombuffer(ends, np.uint64)
+    more = unreferenced_collections(f, low, high)
+    del low, high
     starts.extend(more[0])
     ends.extend(more[1])
 
