@@ -418,6 +418,39 @@ def test_a_dataset_header_hdf5_cannot_open_is_the_sources_damage_under_verify_fu
     assert not out.exists() and not (tmp_path / "m.json").exists()
 
 
+def test_an_output_dataset_hdf5_cannot_open_fails_the_verification_naming_it(tmp_path, monkeypatch):
+    """The other side of the case above: the real 2.9 library's file undamaged, and the same
+    damaged header bytes (seed 52052, case 26) put into the root edit's output after HDF5's
+    edit. ``--verify full`` opens the source's dataset, then fails to open the output's: a
+    verification of this run that failed (exit 4), naming the dataset in HDF5's words, and
+    nothing published."""
+    from ckpt_migrate.engine import rootedit
+
+    src, _, damaged = fuzz_damage.nth_case(52052, 26, tmp_path)
+    original = src.read_bytes()
+    changed = [i for i in range(len(original)) if original[i] != damaged[i]]
+    assert 0 < len(changed) <= 4
+    case = tmp_path / "checkpoint_1.mdl"
+    case.write_bytes(original)
+    real = rootedit.edit_root
+
+    def edit_then_damage(path: Path, edit: rootedit.Edit) -> None:
+        real(path, edit)
+        with open(path, "r+b") as fh:  # (a byte copy: the datasets' headers where they were)
+            for i in changed:
+                fh.seek(i)
+                fh.write(damaged[i : i + 1])
+
+    monkeypatch.setattr(rootedit, "edit_root", edit_then_damage)
+    out = tmp_path / "out"
+    opts = UpgradeOptions(output_dir=out, verify="full", inputs={"drop_dataloader_state": True})
+    res = upgrade(case, opts)
+    assert (res.status, res.exit_code) == ("failed", 4), res.error
+    assert "cannot be opened (exponent range out of bounds)" in res.error, res.error
+    assert res.error.startswith(str(out)) and "'" + "Unable" not in res.error
+    assert not out.exists() or not list(out.iterdir())
+
+
 def test_a_reused_chunk_past_the_sources_end_is_its_damage_under_verify_full(tmp_path):
     """Found by ``benchmarks/fuzz_damage.py --wide --seed 52100`` (seed 52101, case 102): a
     chunk index entry of the real 2.6 library's file moved past the file's end. A root edit

@@ -38,7 +38,7 @@ from ckpt_migrate.format.compare import (
     tensor_sha256,
 )
 from ckpt_migrate.format.h5 import linktable
-from ckpt_migrate.format.h5.io import DAMAGED_HDF5, object_addresses, open_read
+from ckpt_migrate.format.h5.io import DAMAGED_HDF5, hdf5_reason, object_addresses, open_read
 from ckpt_migrate.format.h5.stored import Pieces, copied_pieces, first_difference, pipeline
 from ckpt_migrate.format.h5.storedfile import NotRead, StoredFile
 from ckpt_migrate.format.h5.storedheader import StoredLayout
@@ -276,7 +276,8 @@ def _output_dataset(out: h5py.File, tmp: Path, name: str) -> h5py.Dataset:
     try:
         obj = out[name]
     except DAMAGED_HDF5 as exc:
-        raise VerificationError(tmp, f"dataset {name!r} cannot be opened ({exc})") from None
+        why = hdf5_reason(exc)
+        raise VerificationError(tmp, f"dataset {name!r} cannot be opened ({why})") from None
     if not isinstance(obj, h5py.Dataset):
         raise VerificationError(tmp, f"{name!r} is not a dataset")
     return obj

@@ -113,7 +113,7 @@ def _unopenable(path: Path, exc: OSError) -> CkptError:
         )
     return CorruptCheckpointError(
         path,
-        f"HDF5 file cannot be opened ({_short(exc)})",
+        f"HDF5 file cannot be opened ({hdf5_reason(exc)})",
         "the file is probably truncated or corrupted; use another copy",
     )
 
@@ -128,12 +128,13 @@ def damaged(path: Path, exc: BaseException) -> CorruptCheckpointError:
     """A one-line error for a checkpoint whose HDF5 structures cannot be read."""
     return CorruptCheckpointError(
         path,
-        f"HDF5 structures are damaged ({_short(exc)})",
+        f"HDF5 structures are damaged ({hdf5_reason(exc)})",
         "the file is probably truncated or corrupted; use another copy",
     )
 
 
-def _short(exc: BaseException) -> str:
+def hdf5_reason(exc: BaseException) -> str:
+    """HDF5's own words for what it could not do: its message from the first parenthesis."""
     said = str(exc).strip("'\"")  # (a ``KeyError`` quotes its message)
     text = said.split("(", 1)[-1].rstrip(")") if "(" in said else said
     return " ".join(text.split())[:200]
@@ -479,7 +480,7 @@ _PLAIN = frozenset("biufc")
 def _undecodable(path: str | Path, name: str, exc: BaseException) -> CorruptCheckpointError:
     return CorruptCheckpointError(
         path,
-        f"cannot read dataset {name!r} ({_short(exc)})",
+        f"cannot read dataset {name!r} ({hdf5_reason(exc)})",
         "the file may be damaged; use another copy",
     )
 
