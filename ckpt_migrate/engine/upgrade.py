@@ -445,6 +445,9 @@ def _verify_planned_again(
             raise VerificationError(src, "the source no longer reads as it did; was it modified?")
         edit.place_all()
         written.linked = edit.linked
+        # what the checks need is ``linked``: the edit's spec text (27 MB at 150k leaves) and
+        # its snapshot go (a manifest's hashes are kept meanwhile, issue 33)
+        ctx = before = edit = None
         if index:
             verify_index(again, root, plan.target_release, tmp, written, full=full)
         if full:

@@ -5,8 +5,8 @@ must index the same stored chunks as the source, so its bytes are the source's b
 construction. A tensor written anew whose dataset is stored as its source's (its chunks copied
 as stored bytes: ``h5.tensor``) is compared as stored, chunk for chunk and byte for byte
 (``copied_pieces``); any other is decoded and hashed. ``full`` also compares every reused
-tensor's stored bytes with the source's (``verify_full``); with a manifest it hashes every
-tensor of the output and of the source instead, and the manifest lists the hashes.
+tensor's stored bytes with the source's (``verify_full``); with a manifest every tensor's
+source is hashed too, and the manifest lists the hashes.
 """
 
 from __future__ import annotations
@@ -44,7 +44,14 @@ from ckpt_migrate.format.h5.storedfile import NotRead, StoredFile
 from ckpt_migrate.format.h5.storedheader import StoredLayout
 from ckpt_migrate.format.progress import Count, Progress
 from ckpt_migrate.format.releases import Release
-from ckpt_migrate.format.tree import H5Data, Node, TensorLeaf, iter_leaves, tied_positions
+from ckpt_migrate.format.tree import (
+    H5Data,
+    LeafRef,
+    Node,
+    TensorLeaf,
+    iter_leaves,
+    tied_positions,
+)
 
 CHECK, CHECK_EVERY = "check", 256  # the progress of the index check: tensors
 
@@ -175,11 +182,17 @@ def verify_full(
     bytes 1 s. The bytes are compared last, in file order, neighbouring tensors' spans read
     together; what is kept until then is each tensor's merged spans, not its chunk list
     (``storedspans.Spans``: the offsets and the tensor's position, not its name). Tensors
-    written anew, and every tensor with ``hash_all`` (a manifest lists their sha256), are
-    decoded and hashed, and compared with their source's hash."""
+    written anew are decoded and hashed, and compared with their source's hash. With
+    ``hash_all`` (a manifest lists every tensor's sha256) the source of every other tensor is
+    hashed too: stored as its source is, the output's copy decodes to the same bytes (neither
+    decoding it nor mapping the output's overlaps, which its reader would, took half of a
+    150k-tensor manifest's 114 s, issue 33)."""
     tied = tied_positions(root)  # (a tie is read at its first place only)
     spans: dict[Path, Spans] = {}  # source -> the spans its tensors' chunks take
-    hashed, ties = [], []
+    hashed = array("Q")  # the positions of the tensors hashed, in order (not their refs:
+    # 60 MB at 150k tensors), and the output names of those whose output is hashed too
+    anew: dict[int, str] = {}
+    ties, total = [], 0
     with open_read(tmp) as out, _Headers(out, tmp) as headers:
         for position, ref in enumerate(iter_leaves(root)):
             leaf = ref.leaf
@@ -191,9 +204,15 @@ def verify_full(
                 ties.append((ref.name, tie.name))
                 continue
             name, reused = written.place(ref)
-            if id(leaf) in written.proven and not hash_all:
-                continue  # its stored bytes were compared with its source's (verify_index)
-            if reused and not hash_all:
+            proven = id(leaf) in written.proven
+            # stored as its source is, it decodes as its source does: a manifest lists the
+            # source's hash, and the output's copy is neither decoded nor mapped
+            if hash_all or not (reused or proven):
+                hashed.append(position)
+                total += leaf.nbytes
+                if not (reused or proven):
+                    anew[position] = name
+            if reused and not proven:
                 data = leaf.data
                 assert isinstance(data, H5Data)
                 pieces = headers.stored_alike(tmp, ref.name, name, data)
@@ -202,15 +221,13 @@ def verify_full(
                     source = data.handle.dataset(data.name)
                     pieces = _stored_alike(tmp, ref.name, _output_dataset(out, tmp, name), source)
                 spans.setdefault(data.handle.path, Spans()).add(merge_spans(pieces), position)
-            else:
-                hashed.append((ref, name))
-        stored = sum(each.total() for each in spans.values())
-        total = sum(ref.leaf.nbytes for ref, _ in hashed) + stored
+        total += sum(each.total() for each in spans.values())
         done = 0
-        for ref, name in hashed:
+        for ref, name in _at(root, hashed, anew):
             leaf = ref.leaf
             assert isinstance(leaf, TensorLeaf)
-            _check_hash(tmp, ref.name, leaf, partial(_output_dataset, out, tmp, name), written)
+            output = None if name is None else partial(_output_dataset, out, tmp, name)
+            _check_hash(tmp, ref.name, leaf, output, written)
             done += leaf.nbytes
             if progress is not None:
                 progress("verify", done, total)
@@ -223,6 +240,22 @@ def verify_full(
 
     for source, each in spans.items():
         done = compare_stored(tmp, source, each, name_of, done, total, progress)
+
+
+def _at(
+    root: Node, positions: array, names: dict[int, str]
+) -> Iterator[tuple[LeafRef, str | None]]:
+    """The leaves of ``root`` at ``positions`` (ascending), each with its name in ``names``."""
+    if not positions:
+        return
+    wanted = iter(positions)
+    at = next(wanted)
+    for position, ref in enumerate(iter_leaves(root)):
+        if position == at:
+            yield ref, names.get(position)
+            at = next(wanted, -1)
+            if at < 0:
+                return
 
 
 class _Headers:
@@ -386,17 +419,22 @@ class _Copied:
 
 
 def _check_hash(
-    tmp: Path, name: str, leaf: TensorLeaf, output: Callable[[], h5py.Dataset], written: Written
+    tmp: Path,
+    name: str,
+    leaf: TensorLeaf,
+    output: Callable[[], h5py.Dataset] | None,
+    written: Written,
 ) -> None:
     """The output's dataset (``output`` opens it) must hash as its source ``leaf`` does; the
-    source is read first, so that its damage is refused as its own."""
+    source is read first, so that its damage is refused as its own. Without ``output`` (a
+    dataset whose stored bytes are compared with the source's instead) the source's hash is
+    the one kept."""
     if name in written.hashes:
         return
     want = tensor_sha256(leaf)
-    got = dataset_sha256(output(), leaf.dtype)
-    if want != got:
+    if output is not None and dataset_sha256(output(), leaf.dtype) != want:
         raise VerificationError(tmp, f"tensor {name!r} differs from its source")
-    written.hashes[name] = got
+    written.hashes[name] = want
 
 
 def check_manifest(path: Path, force: bool, keep: dict[str, Path | None]) -> None:
@@ -432,6 +470,7 @@ def write_manifest(
         "tensors": written.hashes,
     }
     with atomic_output(path, replace=True) as tmp:
-        tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
+        with tmp.open("w") as fh:  # (in pieces: the whole text was 17 MB at 150k tensors)
+            json.dump(doc, fh, indent=1, sort_keys=True)
         fsync_path(tmp)
         yield
