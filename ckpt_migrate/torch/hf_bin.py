@@ -53,8 +53,6 @@ def bin_files(directory: Path) -> list[Path]:
 def read_bin_directory(directory: Path) -> dict[str, BinTensor]:
     """Every tensor of the directory's ``.bin`` files, memory-mapped (torch's zip format) or
     read whole (its format before 1.6)."""
-    import torch
-
     out: dict[str, BinTensor] = {}
     for path in bin_files(directory):
         try:
@@ -71,6 +69,8 @@ def read_bin_directory(directory: Path) -> dict[str, BinTensor]:
             raise CorruptCheckpointError(path, f"cannot be read by torch.load ({exc})") from None
         if not isinstance(state, dict):
             raise CorruptCheckpointError(path, "does not hold a state dict")
+        import torch  # (imported by the load: a file that cannot be torch's is refused first)
+
         for name, t in state.items():
             if not isinstance(t, torch.Tensor):
                 continue

@@ -36,11 +36,16 @@ class Unreadable(Exception):
 def load(path: Path, each_storage: Callable[[], None] | None = None) -> Any:
     """The object ``path`` holds, loaded on the CPU with ``weights_only=True``.
     ``each_storage``: called as each storage is loaded (torch calls a ``map_location`` that is
-    a function once a storage), the one count of torch's own unpickling there is."""
-    import torch
-
+    a function once a storage), the one count of torch's own unpickling there is. A file
+    that cannot be torch's (by its first bytes) is refused before torch is imported (2.5 s
+    here)."""
     if not Path(path).is_file():  # (a named pipe's read waits for a writer)
         raise Unreadable("not a regular file")
+    not_torchs = _not_torchs(path)
+    if not_torchs is not None:
+        raise not_torchs
+    import torch
+
     try:
         with warnings.catch_warnings():  # (torch's notes on pickle protocols: not the user's)
             warnings.simplefilter("ignore")
@@ -59,18 +64,24 @@ def _counted(each_storage: Callable[[], None]) -> Callable[[Any, str], Any]:
     return on_the_cpu
 
 
+def _not_torchs(path: Path) -> Unreadable | None:
+    """Why ``path`` cannot be a ``torch.save`` file by its first bytes, if it cannot."""
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if not head:
+        return Unreadable("the file is empty")
+    if head != b"PK" and head[:1] != pickle.PROTO:  # (torch.save writes its zip format, or
+        # before 1.6 a pickle of protocol 2 or later, which opens with this opcode)
+        return Unreadable("neither torch's zip format nor a pickle of protocol 2 or later")
+    return None
+
+
 def _failure(path: Path, exc: Exception) -> Refused | Unreadable:
     """Why torch could not load ``path``: what its restricted unpickler refused, or, where
     torch's words are bare (an ``EOFError``, a ``KeyError`` of an opcode's byte, a zip reader's
     assertion, an opcode of bytes that are no pickle), what the file's first bytes say."""
-    with open(path, "rb") as f:
-        head = f.read(2)
-    is_zip = head == b"PK"  # (a zip archive's first bytes, which torch's format is)
-    if not head:
-        return Unreadable("the file is empty")
-    if not is_zip and head[:1] != pickle.PROTO:  # (torch.save writes its zip format, or
-        # before 1.6 a pickle of protocol 2 or later, which opens with this opcode)
-        return Unreadable("neither torch's zip format nor a pickle of protocol 2 or later")
+    with open(path, "rb") as f:  # (its first bytes are torch's: ``_not_torchs``)
+        is_zip = f.read(2) == b"PK"  # (a zip archive's first bytes, which torch's format is)
     if isinstance(exc, pickle.UnpicklingError):
         why = _reason(exc, "WeightsUnpickler error:")
         if why == f"Unsupported operand {pickle.FRAME[0]}":
