@@ -6,7 +6,11 @@ the scripts about two thousand times. This module keeps one server process per t
 that has imported what the command imports when it starts, and forks it once per call: each
 child is a new process with its own pid, argv, working directory, standard streams and exit
 status, which runs the command as ``python -m`` (or ``python SCRIPT``) would from there on,
-exits through the interpreter's own shutdown, and is waited for by the server.
+exits through the interpreter's own shutdown, and is waited for by the server. Once a child
+has imported torch (``from-torch``, ``to-torch``, ``import-hf`` of a ``.bin``: 2.5 s of CPU
+each here), the server imports it too, and the children after start with it, as they start
+with h5py; no command behaves differently for it (the tests that torch is not imported start
+Python themselves).
 
 A server serves only calls made in the environment it started in (but for the name of the
 test pytest keeps there, which the child is given): a variable read when a module is imported
@@ -17,6 +21,8 @@ Python themselves, as before.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import runpy
@@ -116,17 +122,33 @@ def _serve(conn: socket.socket) -> dict:
         head, _, message = data.partition(b"\n")
         while len(message) < int(head):
             message += _recv(conn)
+        said, told = os.pipe()  # (the child says there whether it imported torch)
         pid = os.fork()
         if pid == 0:
             conn.close()
+            os.close(said)
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
                 os.close(fd)
+            atexit.register(_tell_torch, told)
             return json.loads(message)
+        os.close(told)
         for fd in fds:
             os.close(fd)
         _, status = os.waitpid(pid, 0)
         conn.sendall(f"{status}\n".encode())
+        os.set_blocking(said, False)  # (written before the child's exit, if at all; a
+        # process the child forked would keep the pipe open)
+        with contextlib.suppress(BlockingIOError):
+            if os.read(said, 16) == b"torch" and "torch" not in sys.modules:
+                import torch  # noqa: F401
+        os.close(said)
+
+
+def _tell_torch(fd: int) -> None:
+    """(at a child's exit)"""
+    with contextlib.suppress(OSError):
+        os.write(fd, b"torch" if "torch" in sys.modules else b"")
 
 
 def _main() -> None:

@@ -74,3 +74,43 @@ def test_the_child_has_the_tests_own_environment(monkeypatch, tmp_path):
     done = forked_cli.run(["x", "y"], script=probe, cwd=tmp_path, stdin_devnull=True)
     assert done is not None
     assert (done.returncode, done.stdout) == (0, "a name of its own ['x', 'y']\n")
+
+
+def test_once_a_child_imported_torch_the_next_start_with_it(monkeypatch, tmp_path):
+    """A server of its own (a variable of this test's): its children start without torch
+    until one imports it (``to-torch``); the children after start with it, and a torch
+    command answers and writes as started afresh."""
+    monkeypatch.setenv("CKPT_MIGRATE_TEST_SERVER", str(tmp_path))
+    probe = tmp_path / "probe.py"
+    probe.write_text("import sys; print('torch' in sys.modules)\n")
+
+    def has_torch() -> str:
+        done = forked_cli.run([], script=probe, cwd=tmp_path, stdin_devnull=True)
+        assert done is not None and done.returncode == 0
+        return done.stdout.strip()
+
+    assert has_torch() == "False"
+    outputs = []
+    for where in ("forked", "fresh", "forked-again"):
+        real = FIXTURES / "real-cstorch-2.10" / "basic.mdl"
+        argv = ["to-torch", str(real), str(tmp_path / where / "x.pt")]
+        (tmp_path / where).mkdir()
+        if where == "fresh":
+            done = subprocess.run(
+                [sys.executable, "-m", "ckpt_migrate", *argv], capture_output=True, text=True
+            )
+        else:
+            done = forked_cli.run(argv, script=None, cwd=tmp_path, stdin_devnull=True)
+            assert done is not None
+        outputs.append((done.returncode, done.stdout.replace(where, "W"), done.stderr))
+        assert done.returncode == 0, done.stderr
+        assert has_torch() == "True"
+    assert outputs[0] == outputs[1] == outputs[2]
+    import torch
+    from digest import digest
+
+    # (the archive's name inside is its temporary's, random: the contents are compared)
+    forked, fresh = (
+        torch.load(tmp_path / w / "x.pt", weights_only=True) for w in ("forked", "fresh")
+    )
+    assert digest(forked) == digest(fresh)
