@@ -132,7 +132,7 @@ NOT_SAID = {
         "converts its config takes it as --config FILE' (upgrade, upgrade-dir, export-hf and "
         "the scripts; it named ckpt-migrate's upgrade, which the scripts do not have)"
     ),
-    ("--manifest", "ckpt_migrate/engine/verify.py"): (
+    ("--manifest", "ckpt_migrate/engine/manifest.py"): (
         "said only when --manifest was given (upgrade); upgrade-dir writes no manifest"
     ),
 }

@@ -1021,6 +1021,50 @@ def test_manifest_holds_the_sha256_of_each_tensors_raw_bytes(tmp_path):
     assert arrays["model.fc.bias"].dtype == torch.bfloat16
 
 
+def _raw_sha256(t) -> str:
+    """The manifest's hash of a loaded tensor: its little-endian bytes (bf16 as int16)."""
+    import torch
+
+    if isinstance(t, torch.Tensor):
+        t = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+        t = t.contiguous().numpy()
+    return hashlib.sha256(np.ascontiguousarray(t).astype(t.dtype.newbyteorder("<"))).hexdigest()
+
+
+@pytest.mark.parametrize("placed", [True, False], ids=["output-dir", "inplace"])
+def test_a_file_already_at_its_target_gets_the_manifest_asked_for(tmp_path, placed):
+    """``--manifest`` of a file already at the target wrote nothing and said nothing (exit 0).
+    It now lists every tensor of the file it leaves (the source's hard link in the output
+    directory, or the source itself in place), no hop; the real 2.10 library's file, a tie in
+    it."""
+    import torch
+
+    src = tmp_path / "tied.mdl"
+    shutil.copyfile(REAL / "tied.mdl", src)
+    manifest, out = tmp_path / "m.json", tmp_path / "out"
+    where = ("--output-dir", out) if placed else ("--inplace",)
+    proc = run_cli("upgrade", src, *where, "--manifest", manifest, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert only_result(proc)["tensor_data"] == "decoded"
+    doc = json.loads(manifest.read_text())
+    output = out / src.name if placed else src
+    assert (doc["output"], doc["from"], doc["to"], doc["hops"]) == (str(output), "2.10", "2.10", [])
+    assert doc["source_xxh3_128"] == xxh3_file(src)
+    state = flatten(cm.load(output))
+    tensors = {k: v for k, v in state.items() if isinstance(v, (torch.Tensor, np.ndarray))}
+    assert doc["tensors"] == {k: _raw_sha256(v) for k, v in tensors.items()}
+
+
+def test_a_dry_run_of_a_file_already_at_its_target_checks_the_manifest_and_writes_none(tmp_path):
+    src = tmp_path / "basic.mdl"
+    shutil.copyfile(REAL / "basic.mdl", src)
+    proc = run_cli("upgrade", src, "--dry-run", "--manifest", tmp_path / "m.json")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "m.json").exists()
+    proc = run_cli("upgrade", src, "--dry-run", "--manifest", src)
+    one_line_error(proc, 2, "--manifest names the source")
+
+
 # --------------------------------------------------------------------------- 9. provenance
 
 

@@ -17,6 +17,7 @@ from ckpt_migrate.atomic import same_file
 from ckpt_migrate.cli.commands import check_copy_method, check_verify
 from ckpt_migrate.cli.dir_names import CHECKPOINT_SUFFIXES, refuse_a_file_name
 from ckpt_migrate.config.upgrade import ConfigAlongside, ConfigOutcome, upgrade_config_text
+from ckpt_migrate.engine.manifest import manifest_clash
 from ckpt_migrate.engine.plan import check
 from ckpt_migrate.engine.upgrade import (
     Progress,
@@ -25,7 +26,6 @@ from ckpt_migrate.engine.upgrade import (
     check_destination,
 )
 from ckpt_migrate.engine.upgrade import upgrade as upgrade_file
-from ckpt_migrate.engine.verify import manifest_clash
 from ckpt_migrate.errors import CkptError, UsageError
 from ckpt_migrate.format.read import read_checkpoint
 from ckpt_migrate.model_dir import upgrade_dir as dir_upgrade

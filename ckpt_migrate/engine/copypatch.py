@@ -437,3 +437,12 @@ def file_digest(path: Path, cancelled: threading.Event | None = None) -> str:
                 return ""
             h.update(view[:n])
     return h.hexdigest()
+
+
+def verified_copy(src: Path, tmp: Path) -> None:
+    """A copy of ``src`` at ``tmp`` (a file already at its target, placed across filesystems),
+    read back: its xxh3-128 must be the one taken while copying."""
+    copier = SplitCopy(src, tmp)
+    digest = copier.finish()
+    if file_digest(tmp) != digest:
+        raise VerificationError(tmp, f"the copy of {src} differs from it")

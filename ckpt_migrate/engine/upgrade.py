@@ -28,12 +28,13 @@ from ckpt_migrate.atomic import (
     take_place_of,
 )
 from ckpt_migrate.engine import rootedit, rootverify
-from ckpt_migrate.engine.copypatch import Output, Written, file_digest, write
+from ckpt_migrate.engine.copypatch import Output, Written, verified_copy, write
 from ckpt_migrate.engine.destination import backup_path, check_output_dir, output_file, output_path
 from ckpt_migrate.engine.extents import Choice
+from ckpt_migrate.engine.manifest import check_manifest, current_manifest, write_manifest
 from ckpt_migrate.engine.plan import Plan, read_planned
 from ckpt_migrate.engine.splitcopy import SplitCopy
-from ckpt_migrate.engine.verify import check_manifest, verify_full, verify_index, write_manifest
+from ckpt_migrate.engine.verify import verify_full, verify_index
 from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, VerificationError
 from ckpt_migrate.format import provenance
 from ckpt_migrate.format.checkpoint import Checkpoint
@@ -201,19 +202,12 @@ def _place_current(src: Path, opts: UpgradeOptions, result: UpgradeResult) -> No
         return
     if target.exists():  # --force: a verified copy replaces it in one rename
         with atomic_output(target, replace=True, like=src) as tmp:
-            _verified_copy(src, tmp)
+            verified_copy(src, tmp)
         result.placed = "copied"
     else:
-        result.placed = link_or_copy(src, target, _verified_copy)
+        result.placed = link_or_copy(src, target, verified_copy)
     result.output = target
     result.tensor_data = "decoded" if opts.deep_check else "copied as stored, not decoded"
-
-
-def _verified_copy(src: Path, tmp: Path) -> None:
-    copier = SplitCopy(src, tmp)
-    digest = copier.finish()
-    if file_digest(tmp) != digest:
-        raise VerificationError(tmp, f"the copy of {src} differs from it")
 
 
 def _has_destination(opts: UpgradeOptions) -> bool:
@@ -276,8 +270,14 @@ def _upgrade_locked(
             if not ckpt.outline:
                 ckpt.handle.walked()
             result.status, result.warnings = "current", list(ckpt.warnings)  # (--from's too)
-            if opts.output_dir is not None or opts.output is not None:
-                _place_current(src, opts, result)
+            placed = opts.output_dir is not None or opts.output is not None
+            output = _target(src, opts) if placed else src
+            args = (opts.manifest, opts.force, opts.dry_run)
+            with current_manifest(*args, src, output, ckpt, plan, progress):
+                if placed:
+                    _place_current(src, opts, result)
+            if opts.manifest is not None and not opts.dry_run:
+                result.tensor_data = "decoded"
             return
         # A dry run takes every check and hop of the real run and stops before the first byte
         # is written: its changes, warnings and failures are the real run's.
@@ -394,7 +394,7 @@ def _upgrade_locked(
             )
             manifest = contextlib.nullcontext()
             if opts.manifest is not None:  # (written first, in place once the output is)
-                manifest = write_manifest(opts.manifest, src, target, plan, written, record)
+                manifest = write_manifest(opts.manifest, src, target, plan, written.hashes, record)
             with manifest:
                 if opts.inplace:
                     assert backup is not None

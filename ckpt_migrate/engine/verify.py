@@ -12,7 +12,6 @@ source is hashed too, and the manifest lists the hashes.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from array import array
 from collections.abc import Callable, Iterator
@@ -24,13 +23,10 @@ from typing import Any
 import h5py
 import numpy as np
 
-from ckpt_migrate._version import __version__
-from ckpt_migrate.atomic import atomic_output, check_output, check_writable, fsync_path, same_file
 from ckpt_migrate.engine.copypatch import Written
-from ckpt_migrate.engine.plan import Plan
 from ckpt_migrate.engine.splitcopy import merge_spans
 from ckpt_migrate.engine.storedspans import COMPARE_BLOCK, Spans, compare_stored
-from ckpt_migrate.errors import UsageError, VerificationError
+from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.compare import (
     check_written,
@@ -435,42 +431,3 @@ def _check_hash(
     if output is not None and dataset_sha256(output(), leaf.dtype) != want:
         raise VerificationError(tmp, f"tensor {name!r} differs from its source")
     written.hashes[name] = want
-
-
-def check_manifest(path: Path, force: bool, keep: dict[str, Path | None]) -> None:
-    """``--manifest PATH`` before any work: a new file, or a regular file ``--force`` replaces,
-    and never one of the files ``keep`` names (the source, the output, the backup)."""
-    manifest_clash(path, keep)
-    check_output(path, force=force)
-    check_writable(path.parent)  # (else refused only once the upgrade was published)
-
-
-def manifest_clash(path: Path, keep: dict[str, Path | None]) -> None:
-    """Refuse a manifest ``path`` that is one of the files ``keep`` names (what: path)."""
-    for what, other in keep.items():
-        if other is not None and same_file(path, other):
-            raise UsageError(path, f"--manifest names {what}", "name a new file for the manifest")
-
-
-@contextlib.contextmanager
-def write_manifest(
-    path: Path, src: Path, target: Path, plan: Plan, written: Written, record: dict[str, Any]
-) -> Iterator[None]:
-    """The manifest, written and synced before the block (which publishes the output) and
-    moved into place after it: a manifest that cannot be written (a full disk) publishes no
-    output, where the output was published and then the run said it failed."""
-    doc = {
-        "source": str(src),
-        "output": str(target),
-        "source_xxh3_128": record["source_xxh3_128"],
-        "from": plan.source_release.name,
-        "to": plan.target_release.name,
-        "hops": record["hops"],
-        "tool": f"ckpt-migrate {__version__}",
-        "tensors": written.hashes,
-    }
-    with atomic_output(path, replace=True) as tmp:
-        with tmp.open("w") as fh:  # (in pieces: the whole text was 17 MB at 150k tensors)
-            json.dump(doc, fh, indent=1, sort_keys=True)
-        fsync_path(tmp)
-        yield
