@@ -45,7 +45,7 @@ from ckpt_migrate.format.tree import TensorLeaf, iter_leaves
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 KINDS = ("stored_size", "address", "frame_header", "object_header")
 WIDE_KINDS = (*KINDS, "metadata")
-VERBS = ("load", "verify", "check_deep", "upgrade", "upgrade_full")
+VERBS = ("load", "verify", "check_deep", "upgrade", "upgrade_full", "upgrade_manifest")
 FORBIDDEN = ("wrong", "self_different", "internal", "bad_exit")
 
 
@@ -237,11 +237,13 @@ def outcome(verb: str, case: Path, want: dict[str, str] | None, out: Path) -> tu
 
 
 def _upgraded(verb: str, case: Path, want: dict[str, str] | None, out: Path) -> tuple[str, str]:
+    manifest = out / "manifest.json" if verb == "upgrade_manifest" else None
     opts = UpgradeOptions(
         output_dir=out,
         allow_missing=True,
         verify="full" if verb == "upgrade_full" else "index",
         inputs={"drop_dataloader_state": True},  # 1.8/1.9: write, not refuse
+        manifest=manifest,  # (every tensor decoded and hashed: --verify full's checks too)
     )
     try:
         res = upgrade(case, opts)
@@ -256,6 +258,11 @@ def _upgraded(verb: str, case: Path, want: dict[str, str] | None, out: Path) -> 
             if "copied as stored" in (res.tensor_data or ""):
                 return "carried", str(exc)
             return "wrong", f"{res.tensor_data}: {exc}"
+        if manifest is not None:
+            listed = json.loads(manifest.read_text())["tensors"]
+            untrue = sorted(n for n, h in listed.items() if not got[n].endswith(f" {h}"))
+            if untrue or not set(listed) <= set(got):
+                return "wrong", f"the manifest's hashes are not the output's: {untrue[:3]}"
         return _compared(got, want)
     finally:
         for leftover in out.iterdir():
