@@ -193,10 +193,10 @@ def _tensor_data(opts: UpgradeOptions, written: Written) -> str:
     return "copied as stored, not decoded"
 
 
-def _place_current(src: Path, opts: UpgradeOptions, result: UpgradeResult) -> None:
+def _place_current(src: Path, target: Path, opts: UpgradeOptions, result: UpgradeResult) -> None:
     """A file already at the target still belongs in the output directory (as ``upgrade-dir``
-    puts it): a hard link, or a verified copy across filesystems; a dry run only checks."""
-    target = _target(src, opts)
+    puts it, at ``target``): a hard link, or a verified copy across filesystems; a dry run only
+    checks."""
     check_writable(target.parent)
     if opts.dry_run:
         return
@@ -275,7 +275,7 @@ def _upgrade_locked(
             args = (opts.manifest, opts.force, opts.dry_run)
             with current_manifest(*args, src, output, ckpt, plan, progress):
                 if placed:
-                    _place_current(src, opts, result)
+                    _place_current(src, output, opts, result)
             if opts.manifest is not None and not opts.dry_run:
                 result.tensor_data = "decoded"
             return
@@ -447,7 +447,7 @@ def _verify_planned_again(
         written.linked = edit.linked
         # what the checks need is ``linked``: the edit's spec text (27 MB at 150k leaves) and
         # its snapshot go (a manifest's hashes are kept meanwhile, issue 33)
-        ctx = before = edit = None
+        del ctx, before, edit
         if index:
             verify_index(again, root, plan.target_release, tmp, written, full=full)
         if full:
