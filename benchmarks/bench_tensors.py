@@ -11,8 +11,8 @@ process under GNU ``/usr/bin/time`` (wall, CPU of the process and its children, 
 * ``cp --reflink=never SRC DST && sync DST`` and, where the filesystem shares extents,
   ``cp --reflink=always SRC DST``: the yardsticks, in the same run;
 * ``ckpt-migrate upgrade SRC -o OUT --json`` to 2.10 (its JSON says the strategy and the copy
-  method), ``verify SRC OUT`` right after it, the upgrade again with ``--verify full``, and
-  ``upgrade --dry-run``;
+  method), ``verify SRC OUT`` right after it, the upgrade again with ``--verify full`` and
+  with ``--manifest``, and ``upgrade --dry-run``;
 * ``ckpt-migrate inspect``, ``plan --to 2.10``, ``check``.
 
 Medians are reported, with the per-tensor cost of the upgrade and its ratio to the yardsticks.
@@ -79,6 +79,8 @@ def commands(src: Path, work: Path, reflink: bool, release: str) -> dict[str, li
         "verify": [CLI, "verify", str(src), str(out / src.name), "--json", "-q"],
         # the upgrade again, its output's every reused tensor compared as stored with the source
         "verify full": [*up, "--verify", "full", "-o", str(out), "--json"],
+        # and with a manifest: every source tensor decoded and hashed besides
+        "manifest": [*up, "--manifest", str(work / "manifest.json"), "-o", str(out), "--json"],
         "dry-run": [*up, "--dry-run", "--json"],
         "inspect": [CLI, "inspect", str(src), "--json"],
         "plan": [CLI, "plan", str(src), "--to", TARGET, "--json"],
@@ -165,6 +167,7 @@ def one_case(src: Path, shape: MoEShape, work: Path, repeat: int, release: str) 
             if name != "verify":
                 shutil.rmtree(work / "out", ignore_errors=True)
             (work / "copy.mdl").unlink(missing_ok=True)
+            (work / "manifest.json").unlink(missing_ok=True)
             os.sync()
             m = bench_upgrade.run_measured(argv, work)
             # verify: 4 = differences (the upgrade's own __metadata__ entries, recorded in the
@@ -198,10 +201,10 @@ def print_table(rows: list[dict[str, Any]], file: Any = sys.stdout) -> None:
     print(
         "| release | tensors | size | strategy (method) | upgrade s (cpu) | µs/tensor | "
         "× cp+sync | × reflink | upgrade RSS MiB | verify s (MiB) | --verify full s (MiB) | "
-        "dry-run s | inspect s | plan s | check s |",
+        "--manifest s (MiB) | dry-run s | inspect s | plan s | check s |",
         file=file,
     )
-    print("|" + "---|" * 15, file=file)
+    print("|" + "---|" * 16, file=file)
     for r in rows:
         s = {k: f"{v['seconds']:.2f}" for k, v in r.items() if isinstance(v, dict)}
         print(
@@ -212,6 +215,7 @@ def print_table(rows: list[dict[str, Any]], file: Any = sys.stdout) -> None:
             f"{r['upgrade']['rss_mib']:.0f} | "
             f"{s['verify']} ({r['verify']['rss_mib']:.0f}) | "
             f"{s['verify full']} ({r['verify full']['rss_mib']:.0f}) | "
+            f"{s['manifest']} ({r['manifest']['rss_mib']:.0f}) | "
             f"{s['dry-run']} | {s['inspect']} | {s['plan']} | {s['check']} |",
             file=file,
         )
