@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import lzma
 import os
 import re
 import shutil
@@ -1053,6 +1054,38 @@ def test_a_file_already_at_its_target_gets_the_manifest_asked_for(tmp_path, plac
     state = flatten(cm.load(output))
     tensors = {k: v for k, v in state.items() if isinstance(v, (torch.Tensor, np.ndarray))}
     assert doc["tensors"] == {k: _raw_sha256(v) for k, v in tensors.items()}
+
+
+def test_the_manifests_of_files_we_did_not_write_are_their_outputs_hashes(tmp_path):
+    """The real 2.6-2.9 libraries' files up to 2.10 (root edits: hashed at the source, their
+    stored bytes compared), Model Zoo's 2.1 converter outputs up to 2.10, the real 2.10
+    library's tied file down to 2.3: every name the output loads with is listed, with the
+    sha256 of the bytes it loads as."""
+    import torch
+
+    (tmp_path / "2x").mkdir()
+    sources = [(p, "2.10") for p in real_2x_files(tmp_path / "2x")]
+    for packed in sorted((FIXTURES / "modelzoo-2.10-converted").glob("*.mdl.xz")):
+        sources.append((tmp_path / packed.name.removesuffix(".xz"), "2.10"))
+        sources[-1][0].write_bytes(lzma.decompress(packed.read_bytes()))
+    sources.append((REAL / "tied.mdl", "2.3"))
+    strategies = set()
+    for n, (src, target) in enumerate(sources):
+        manifest, out = tmp_path / f"m{n}.json", tmp_path / f"out{n}"
+        options = UpgradeOptions(
+            target=target,
+            output_dir=out,
+            manifest=manifest,
+            inputs={"drop_dataloader_state": True},
+        )
+        result = upgrade(src, options)
+        assert result.error is None, (src.name, result.error)
+        strategies.add(result.strategy)
+        state = flatten(cm.load(out / src.name))
+        loaded = {k: v for k, v in state.items() if isinstance(v, (torch.Tensor, np.ndarray))}
+        listed = json.loads(manifest.read_text())["tensors"]
+        assert listed == {k: _raw_sha256(v) for k, v in loaded.items()}, src.name
+    assert "root-edit" in strategies
 
 
 def test_a_dry_run_of_a_file_already_at_its_target_checks_the_manifest_and_writes_none(tmp_path):
