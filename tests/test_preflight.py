@@ -520,3 +520,32 @@ def test_the_child_tries_by_hdf5_only_the_root_texts_the_reader_reads_by_hdf5(na
             assert b"__spec__" in asked[1]
     finally:
         os.close(tick)
+
+
+def test_a_small_file_is_walked_by_one_child_a_larger_one_by_two(tmp_path, monkeypatch):
+    """Each child forked copies the caller's page tables (a read from a process holding GiBs
+    of tensors paid for each): a file under ``ONE_CHILD_BELOW`` bytes is walked by one child,
+    a larger one by ``WORKERS``, and both walks find the same."""
+    src = tmp_path / "two.h5"
+    with h5py.File(src, "w") as f:
+        for i in range(40):
+            f[f"t{i}"] = np.full(1000, i, dtype=np.float32)
+    forked = []
+    real_fork = children.fork
+
+    def counted() -> int:
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(children, "fork", counted)
+    monkeypatch.setattr(preflight, "WORKERS", 2)
+    found = {}
+    for below, expected in ((src.stat().st_size + 1, 1), (src.stat().st_size, 2)):
+        monkeypatch.setattr(preflight, "ONE_CHILD_BELOW", below)
+        forked.clear()
+        walked = preflight.preflight(src)
+        assert walked is not None and len(forked) == expected
+        found[expected] = (walked.stored, dict(walked.datasets))
+    assert found[1] == found[2] and found[1][0] == 40 * 4000

@@ -113,9 +113,10 @@ def preflight(
     to run once the children survived the same walk, then say what it is. ``defer``: return
     after the walk's first part (the module's docstring).
 
-    The objects are dealt out to :data:`WORKERS` children (one per core, at most two): the walk
-    is HDF5 work on one object at a time. A walk begun by :func:`start` for the same, unchanged
-    file is collected instead (``progress``: told of the first part's objects walked)."""
+    The objects are dealt out to :data:`WORKERS` children (one per core, at most two; one for a
+    file under :data:`ONE_CHILD_BELOW` bytes): the walk is HDF5 work on one object at a time. A
+    walk begun by :func:`start` for the same, unchanged file is collected instead (``progress``:
+    told of the first part's objects walked)."""
     try:
         walk = _early.pop(file_identity(path), None) if scope == "full" else None
     except OSError:  # gone: the reader names it
@@ -226,7 +227,7 @@ class _Walk:
     def _begin(cls, path: Path, scope: Scope) -> _Walk:
         read_end, write_end = os.pipe()
         walk = cls([], read_end, [])
-        workers = WORKERS if scope == "full" else 1
+        workers = _workers(path, scope)
         # (where the other children name the groups they meet, for the first to walk: ``_walk``)
         groups = os.pipe() if workers > 1 else (-1, -1)
         try:
@@ -374,6 +375,14 @@ def _cancel_early() -> None:
 
 
 WORKERS = max(1, min(2, len(os.sched_getaffinity(0))))
+ONE_CHILD_BELOW = 1 << 20  # (each fork copies the page tables of a caller of any size)
+
+
+def _workers(path: Path, scope: Scope) -> int:
+    with contextlib.suppress(OSError):  # (gone: the reader names it)
+        if scope == "full" and os.stat(path).st_size >= ONE_CHILD_BELOW:
+            return WORKERS
+    return 1
 
 
 def _walk(
