@@ -37,39 +37,48 @@ def _upgraded(src: Path, target: str, out: Path) -> Path:
     return out / src.name
 
 
-def _sources(tmp_path: Path, real_layout_19: Path) -> list[tuple[Path, str]]:
+def _sources(tmp_path: Path, real_layout_19: Path, group: str) -> list[tuple[Path, str]]:
     """Files this tool did not write (the real 2.6-2.10 libraries', Model Zoo's, a 1.9 file
     laid out as its library wrote it; and one of ours, with a scheduler and an empty tensor),
     each with the release to upgrade or downgrade it to: a 2.10 file to 2.3, the others to
-    2.10."""
+    2.10. ``group``: one of ``SOURCE_GROUPS`` (a test each, shared out among the workers)."""
     found = []
-    for name in REAL_NAMES:
-        found.append((tmp_path / f"{name}.mdl", "2.3"))
-        shutil.copyfile(REAL / f"{name}.mdl", found[-1][0])
-    for packed in sorted(CONVERTED.glob("*.mdl.xz")):
-        found.append((tmp_path / packed.name.removesuffix(".xz"), "2.10"))
-        found[-1][0].write_bytes(lzma.decompress(packed.read_bytes()))
-    found.append((tmp_path / "release-1.9.mdl", "2.3"))
-    shutil.copyfile(FIXTURES / "release-1.9.mdl", found[-1][0])
-    found.append((tmp_path / "layout-1.9.mdl", "2.10"))
-    shutil.copyfile(real_layout_19, found[-1][0])
-    # (the real 2.6-2.9 libraries': a model and a Trainer's file, and each release's dtypes
-    # and ties; their other cases hold leaves only a full read gives)
-    (tmp_path / "2x").mkdir()
-    found += [(p, "2.10") for p in real_2x_files(tmp_path / "2x")]
-    for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9" / "by-release").glob("*.mdl.xz")):
-        if packed.name.startswith(("dtypes-", "tied-")):
-            found.append((tmp_path / "2x" / packed.name.removesuffix(".xz"), "2.10"))
+    if group == "real 2.10":
+        for name in REAL_NAMES:
+            found.append((tmp_path / f"{name}.mdl", "2.3"))
+            shutil.copyfile(REAL / f"{name}.mdl", found[-1][0])
+    elif group == "model zoo":
+        for packed in sorted(CONVERTED.glob("*.mdl.xz")):
+            found.append((tmp_path / packed.name.removesuffix(".xz"), "2.10"))
             found[-1][0].write_bytes(lzma.decompress(packed.read_bytes()))
+    elif group == "1.9":
+        found.append((tmp_path / "release-1.9.mdl", "2.3"))
+        shutil.copyfile(FIXTURES / "release-1.9.mdl", found[-1][0])
+        found.append((tmp_path / "layout-1.9.mdl", "2.10"))
+        shutil.copyfile(real_layout_19, found[-1][0])
+    else:
+        # (the real 2.6-2.9 libraries': a model and a Trainer's file, and each release's dtypes
+        # and ties; their other cases hold leaves only a full read gives)
+        (tmp_path / "2x").mkdir()
+        found += [(p, "2.10") for p in real_2x_files(tmp_path / "2x")]
+        for packed in sorted((FIXTURES / "real-cstorch-2.6-2.9" / "by-release").glob("*.mdl.xz")):
+            if packed.name.startswith(("dtypes-", "tied-")):
+                found.append((tmp_path / "2x" / packed.name.removesuffix(".xz"), "2.10"))
+                found[-1][0].write_bytes(lzma.decompress(packed.read_bytes()))
     return found
 
 
-def test_it_answers_as_the_comparison_through_hdf5(tmp_path, real_layout_19):
+SOURCE_GROUPS = ("real 2.10", "model zoo", "1.9", "real 2.6-2.9")
+
+
+@pytest.mark.parametrize("group", SOURCE_GROUPS)
+def test_it_answers_as_the_comparison_through_hdf5(group, tmp_path, real_layout_19):
     """Each file against itself and its upgrade (or downgrade), both ways."""
     pairs = []
-    for src, target in _sources(tmp_path, real_layout_19):
+    for src, target in _sources(tmp_path, real_layout_19, group):
         out = _upgraded(src, target, tmp_path / f"to-{target}")
         pairs += [(src, src), (src, out), (out, src)]
+    assert pairs
     for a, b in pairs:
         found = headercompare.compare(a, b)
         assert found is not None, (a, b)
