@@ -15,7 +15,7 @@ from urllib.parse import quote
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, REAL, sha256_file
+from conftest import FIXTURES, REAL, real_2x_files, sha256_file
 from test_upgrade import fixture
 
 import ckpt_migrate as cm
@@ -522,14 +522,24 @@ def test_the_child_tries_by_hdf5_only_the_root_texts_the_reader_reads_by_hdf5(na
         os.close(tick)
 
 
-def test_a_small_file_is_walked_by_one_child_a_larger_one_by_two(tmp_path, monkeypatch):
+def test_one_child_walks_as_two_do_in_a_caller_much_larger_than_the_file(
+    tmp_path, monkeypatch, real_layout_19
+):
     """Each child forked copies the caller's page tables (a read from a process holding GiBs
-    of tensors paid for each): a file under ``ONE_CHILD_BELOW`` bytes is walked by one child,
-    a larger one by ``WORKERS``, and both walks find the same."""
-    src = tmp_path / "two.h5"
-    with h5py.File(src, "w") as f:
+    of tensors paid for each): from a caller ``ONE_CHILD_RATIO`` times the file's size or
+    more, one child walks it, else ``WORKERS``; both walks find the same, on the real 2.10
+    and 2.6-2.9 libraries' files, Model Zoo's converter outputs, a 1.9 file laid out as its
+    library wrote it, and a file of ours."""
+    ours = tmp_path / "ours.h5"
+    with h5py.File(ours, "w") as f:
         for i in range(40):
             f[f"t{i}"] = np.full(1000, i, dtype=np.float32)
+    files = [ours, real_layout_19, REAL / "basic.mdl", REAL / "tied.mdl"]
+    (tmp_path / "2x").mkdir()
+    files += real_2x_files(tmp_path / "2x")
+    for packed in sorted((FIXTURES / "modelzoo-2.10-converted").glob("*.mdl.xz"))[:2]:
+        files.append(tmp_path / packed.name.removesuffix(".xz"))
+        files[-1].write_bytes(lzma.decompress(packed.read_bytes()))
     forked = []
     real_fork = children.fork
 
@@ -541,11 +551,18 @@ def test_a_small_file_is_walked_by_one_child_a_larger_one_by_two(tmp_path, monke
 
     monkeypatch.setattr(children, "fork", counted)
     monkeypatch.setattr(preflight, "WORKERS", 2)
-    found = {}
-    for below, expected in ((src.stat().st_size + 1, 1), (src.stat().st_size, 2)):
-        monkeypatch.setattr(preflight, "ONE_CHILD_BELOW", below)
-        forked.clear()
-        walked = preflight.preflight(src)
-        assert walked is not None and len(forked) == expected
-        found[expected] = (walked.stored, dict(walked.datasets))
-    assert found[1] == found[2] and found[1][0] == 40 * 4000
+    resident = children.resident()
+    assert resident > 16 << 20
+    for path in files:
+        size = path.stat().st_size
+        found = {}
+        # (ratios at which this caller is twice the file's multiple, and half of it: its
+        # memory moves a little as it reads)
+        for ratio, expected in ((resident // size // 2, 1), (resident // size * 2, 2)):
+            monkeypatch.setattr(preflight, "ONE_CHILD_RATIO", ratio)
+            forked.clear()
+            walked = preflight.preflight(path)
+            assert walked is not None and len(forked) == expected, path
+            found[expected] = (walked.stored, dict(walked.datasets))
+        assert found[1] == found[2], path
+        assert found[1][1], path

@@ -90,7 +90,7 @@ def test_a_walk_that_meets_groups_walks_every_object_in_them_once(tmp_path, monk
     src = _grouped(tmp_path / "grouped.h5")
     for workers in (1, 2):
         monkeypatch.setattr(preflight, "WORKERS", workers)
-        monkeypatch.setattr(preflight, "ONE_CHILD_BELOW", 0)  # (this small file too)
+        monkeypatch.setattr(preflight, "ONE_CHILD_RATIO", 1 << 62)  # (this small file too)
         found = preflight.preflight(src)
         assert found is not None
         assert sorted(found.datasets) == [
@@ -119,7 +119,7 @@ def test_an_object_in_two_groups_that_two_children_meet_is_walked_once(tmp_path,
         f["h/x2"] = f["g/x"]  # the same dataset, in the other child's group
         f["h/z"] = np.zeros(3, dtype=np.int32)
     monkeypatch.setattr(preflight, "WORKERS", 2)
-    monkeypatch.setattr(preflight, "ONE_CHILD_BELOW", 0)
+    monkeypatch.setattr(preflight, "ONE_CHILD_RATIO", 1 << 62)
     found = preflight.preflight(src)
     assert found is not None
     assert sorted(found.datasets) in (["g/s/y", "g/x", "h/z"], ["g/s/y", "h/x2", "h/z"])

@@ -113,10 +113,9 @@ def preflight(
     to run once the children survived the same walk, then say what it is. ``defer``: return
     after the walk's first part (the module's docstring).
 
-    The objects are dealt out to :data:`WORKERS` children (one per core, at most two; one for a
-    file under :data:`ONE_CHILD_BELOW` bytes): the walk is HDF5 work on one object at a time. A
-    walk begun by :func:`start` for the same, unchanged file is collected instead (``progress``:
-    told of the first part's objects walked)."""
+    The objects are dealt out to children (``_workers``: one per core, at most two): the walk
+    is HDF5 work on one object at a time. A walk begun by :func:`start` for the same, unchanged
+    file is collected instead (``progress``: told of the first part's objects walked)."""
     try:
         walk = _early.pop(file_identity(path), None) if scope == "full" else None
     except OSError:  # gone: the reader names it
@@ -375,12 +374,13 @@ def _cancel_early() -> None:
 
 
 WORKERS = max(1, min(2, len(os.sched_getaffinity(0))))
-ONE_CHILD_BELOW = 1 << 20  # (each fork copies the page tables of a caller of any size)
+ONE_CHILD_RATIO = 1024  # (a fork copies the caller's page tables: bench_caller_size.py)
 
 
 def _workers(path: Path, scope: Scope) -> int:
+    """One child where the caller holds ``ONE_CHILD_RATIO`` times the file or more."""
     with contextlib.suppress(OSError):  # (gone: the reader names it)
-        if scope == "full" and os.stat(path).st_size >= ONE_CHILD_BELOW:
+        if scope == "full" and os.stat(path).st_size * ONE_CHILD_RATIO > children.resident():
             return WORKERS
     return 1
 
