@@ -11,15 +11,18 @@ arrays with its huge pages turned off, ``NUMPY_MADVISE_HUGEPAGE=0``: in 2 MiB pa
 copies 512 times fewer entries, and torch is not needed):
 
 * ``fork``: one bare ``os.fork()`` whose child exits at once, and the wait for it;
-* ``read``: ``read_checkpoint`` of ``--file`` (default: the real 2.10 library's ``basic.mdl``),
-  structure and metadata, with the walk as shipped (one child for a file under
-  ``preflight.ONE_CHILD_BELOW`` bytes);
-* ``read, 2 children``: the same with the threshold at 0 (every file walked by ``WORKERS``
-  children, as before the threshold).
+* ``1 child`` and ``2 children``: ``read_checkpoint`` (structure and metadata) with the walk
+  by one child and by ``WORKERS`` (``preflight.ONE_CHILD_RATIO`` set to 0 and to infinity);
+* ``shipped``: which of the two the rule as shipped takes for this file in this caller (one
+  child where the caller holds ``ONE_CHILD_RATIO`` times the file's bytes or more).
 
-Medians of ``--repeat`` runs, each size in a fresh process.
+Along both axes: the caller's size, and the file's tensor count (``--tensors``: MoE files of
+2x2 tensors as 2.5 and 1.9 wrote them, beside ``--file``, by default the real 2.10 library's
+``basic.mdl``). A second child shares the walk of a file of many objects; below some size
+its fork costs more than it saves, the more so in a large caller. Medians of ``--repeat``
+runs, each caller size in a fresh process.
 
-    python benchmarks/bench_caller_size.py --sizes 0,1024,4096 --repeat 9
+    python benchmarks/bench_caller_size.py --sizes 0,4096 --tensors 24,96,204 --repeat 9
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -69,20 +73,40 @@ def measure(path: Path, mib: int, repeat: int) -> dict[str, float]:
             out.append(time.perf_counter() - start)
         return out
 
-    found = {"fork": _median_ms(timed(fork)), "read": _median_ms(timed(read))}
-    shipped = preflight.ONE_CHILD_BELOW
-    preflight.ONE_CHILD_BELOW = 0
-    found["read, 2 children"] = _median_ms(timed(read))
-    preflight.ONE_CHILD_BELOW = shipped
+    found = {"fork": _median_ms(timed(fork))}
+    shipped = preflight.ONE_CHILD_RATIO
+    found["shipped"] = preflight._workers(path, "full")
+    for label, ratio in (("1 child", 0), ("2 children", 1 << 62)):
+        preflight.ONE_CHILD_RATIO = ratio
+        found[label] = _median_ms(timed(read))
+    preflight.ONE_CHILD_RATIO = shipped
     rss = int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) >> 10
     found["rss_mib"] = rss
     del held
     return found
 
 
+def _files(counts: list[int], workdir: Path) -> list[tuple[str, Path]]:
+    """MoE checkpoints of about ``counts`` tensors of 2x2 (``moe_checkpoint``), as 2.5 writes
+    them and as 1.9 did: files of tens to hundreds of objects, where the walk of more objects
+    is what a second child shares."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from moe_checkpoint import MoEShape, generate
+
+    found = []
+    for release in ("2.5", "1.9"):
+        for count in counts:
+            shape = MoEShape.for_tensors(count, 2, 2)
+            path = workdir / f"moe-{shape.tensors}-{release}.mdl"
+            generate(path, shape, release)
+            found.append((f"MoE {release}, {shape.tensors} tensors", path))
+    return found
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", default="0,1024,4096", help="MiB the caller holds, comma-separated")
+    ap.add_argument("--sizes", default="0,4096", help="MiB the caller holds, comma-separated")
+    ap.add_argument("--tensors", default="24,96,204", help="MoE files of about these many")
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--file", type=Path, default=DEFAULT_FILE)
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # (a size, in this process)
@@ -90,23 +114,28 @@ def main() -> None:
     if args.one is not None:
         print(json.dumps(measure(args.file, args.one, args.repeat)))
         return
-    print(f"{args.file.name} ({args.file.stat().st_size:,} bytes), median of {args.repeat}, ms")
-    print("| caller holds | caller RSS | fork + exit | read | read, 2 children |")
-    print("|---|---|---|---|---|")
-    for mib in (int(s) for s in args.sizes.split(",")):
-        one = ["--one", str(mib), "--repeat", str(args.repeat), "--file", str(args.file)]
-        done = subprocess.run(
-            [sys.executable, __file__, *one],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0"},
-        )
-        r = json.loads(done.stdout)
-        print(
-            f"| {mib:,} MiB | {r['rss_mib']:,} MiB | {r['fork']} | {r['read']} "
-            f"| {r['read, 2 children']} |"
-        )
+    from ckpt_migrate.format.h5 import preflight
+
+    print(f"median of {args.repeat}, ms; ONE_CHILD_RATIO {preflight.ONE_CHILD_RATIO:,}")
+    print("| file | bytes | caller holds (RSS) | fork + exit | 1 child | 2 children | shipped |")
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        counts = [int(n) for n in args.tensors.split(",") if n]
+        for label, path in [(args.file.name, args.file), *_files(counts, Path(tmp))]:
+            for mib in (int(s) for s in args.sizes.split(",")):
+                one = ["--one", str(mib), "--repeat", str(args.repeat), "--file", str(path)]
+                done = subprocess.run(
+                    [sys.executable, __file__, *one],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    env={**os.environ, "NUMPY_MADVISE_HUGEPAGE": "0"},
+                )
+                r = json.loads(done.stdout)
+                print(
+                    f"| {label} | {path.stat().st_size:,} | {mib:,} MiB ({r['rss_mib']:,} MiB) "
+                    f"| {r['fork']} | {r['1 child']} | {r['2 children']} | {r['shipped']} |"
+                )
 
 
 if __name__ == "__main__":
