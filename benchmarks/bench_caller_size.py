@@ -2,7 +2,7 @@
 """What reading a checkpoint costs inside a large process: the library called from a training
 run that holds its model and optimizer in memory.
 
-Every read forks its preflight children (``format/h5/preflight.py``: HDF5 meets the file in a
+Every read starts its preflight children (``format/h5/preflight.py``: HDF5 meets the file in a
 child first, so that a hostile file cannot crash or hang the caller). A fork copies the
 caller's page tables and the child's exit tears its copy down, so the cost of a read of even a
 tiny file grows with the caller's resident memory. This measures, for callers holding 0 MiB
@@ -13,8 +13,11 @@ copies 512 times fewer entries, and torch is not needed):
 * ``fork``: one bare ``os.fork()`` whose child exits at once, and the wait for it;
 * ``1 child`` and ``2 children``: ``read_checkpoint`` (structure and metadata) with the walk
   by one child and by ``WORKERS`` (``preflight.ONE_CHILD_RATIO`` set to 0 and to infinity);
-* ``shipped``: which of the two the rule as shipped takes for this file in this caller (one
-  child where the caller holds ``ONE_CHILD_RATIO`` times the file's bytes or more).
+* ``1 spawned`` and ``2 spawned``: the same walks by children started as new interpreters
+  (``children.spawn``, as a caller of ``children.SPAWN_RESIDENT`` or more has them);
+* ``shipped``: which the rules as shipped take for this file in this caller (one child where
+  the caller holds ``ONE_CHILD_RATIO`` times the file's bytes or more; spawned from
+  ``SPAWN_RESIDENT`` on).
 
 Along both axes: the caller's size, and the file's tensor count (``--tensors``: MoE files of
 2x2 tensors as 2.5 and 1.9 wrote them, beside ``--file``, by default the real 2.10 library's
@@ -46,10 +49,10 @@ def _median_ms(samples: list[float]) -> float:
 
 
 def measure(path: Path, mib: int, repeat: int) -> dict[str, float]:
-    """In this process: hold ``mib`` MiB, then time the fork and the two reads."""
+    """In this process: hold ``mib`` MiB, then time the fork and the four reads."""
     import numpy as np
 
-    from ckpt_migrate.format.h5 import preflight
+    from ckpt_migrate.format.h5 import children, preflight
     from ckpt_migrate.format.read import read_checkpoint
 
     held = np.ones(mib << 18, dtype=np.float32)  # (every page touched)
@@ -74,12 +77,15 @@ def measure(path: Path, mib: int, repeat: int) -> dict[str, float]:
         return out
 
     found = {"fork": _median_ms(timed(fork))}
-    shipped = preflight.ONE_CHILD_RATIO
-    found["shipped"] = preflight._workers(path, "full")
-    for label, ratio in (("1 child", 0), ("2 children", 1 << 62)):
-        preflight.ONE_CHILD_RATIO = ratio
-        found[label] = _median_ms(timed(read))
-    preflight.ONE_CHILD_RATIO = shipped
+    shipped = preflight.ONE_CHILD_RATIO, children.SPAWN_RESIDENT
+    how = "spawned" if children.resident() >= children.SPAWN_RESIDENT else "forked"
+    found["shipped"] = f"{preflight._workers(path, 'full')} {how}"
+    for how, spawn_from in (("", 1 << 62), (" spawned", 0)):
+        children.SPAWN_RESIDENT = spawn_from
+        for label, ratio in (("1 child", 0), ("2 children", 1 << 62)):
+            preflight.ONE_CHILD_RATIO = ratio
+            found[label + how] = _median_ms(timed(read))
+    preflight.ONE_CHILD_RATIO, children.SPAWN_RESIDENT = shipped
     rss = int(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) >> 10
     found["rss_mib"] = rss
     del held
@@ -114,11 +120,17 @@ def main() -> None:
     if args.one is not None:
         print(json.dumps(measure(args.file, args.one, args.repeat)))
         return
-    from ckpt_migrate.format.h5 import preflight
+    from ckpt_migrate.format.h5 import children, preflight
 
-    print(f"median of {args.repeat}, ms; ONE_CHILD_RATIO {preflight.ONE_CHILD_RATIO:,}")
-    print("| file | bytes | caller holds (RSS) | fork + exit | 1 child | 2 children | shipped |")
-    print("|---|---|---|---|---|---|---|")
+    ratio, spawn_from = preflight.ONE_CHILD_RATIO, children.SPAWN_RESIDENT >> 20
+    print(
+        f"median of {args.repeat}, ms; ONE_CHILD_RATIO {ratio:,}, SPAWN_RESIDENT {spawn_from:,} MiB"
+    )
+    print(
+        "| file | bytes | caller holds (RSS) | fork + exit | 1 child | 2 children "
+        "| 1 spawned | 2 spawned | shipped |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         counts = [int(n) for n in args.tensors.split(",") if n]
         for label, path in [(args.file.name, args.file), *_files(counts, Path(tmp))]:
@@ -134,7 +146,8 @@ def main() -> None:
                 r = json.loads(done.stdout)
                 print(
                     f"| {label} | {path.stat().st_size:,} | {mib:,} MiB ({r['rss_mib']:,} MiB) "
-                    f"| {r['fork']} | {r['1 child']} | {r['2 children']} | {r['shipped']} |"
+                    f"| {r['fork']} | {r['1 child']} | {r['2 children']} "
+                    f"| {r['1 child spawned']} | {r['2 children spawned']} | {r['shipped']} |"
                 )
 
 

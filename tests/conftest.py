@@ -142,6 +142,26 @@ def real_2x_files(tmp_path: Path) -> list[Path]:
     return _unpacked(FIXTURES / "real-cstorch-2.6-2.9", tmp_path)
 
 
+def walk_corpus(tmp_path: Path, layout_19: Path) -> list[Path]:
+    """Files for the preflight walk's tests, most not ours: the real 2.10 library's
+    ``basic.mdl`` and ``tied.mdl`` and its 2.6-2.9 files, two of Model Zoo's converter outputs,
+    ``layout_19`` (``real_layout_19``: a 1.9 file laid out as its library wrote it) and a
+    checkpoint of ours; made under ``tmp_path``."""
+    import numpy as np
+
+    import ckpt_migrate as cm
+
+    ours = tmp_path / "ours.mdl"
+    cm.save({"model": {f"t{i}": np.full(1000, i, dtype=np.float32) for i in range(40)}}, ours)
+    files = [ours, layout_19, REAL / "basic.mdl", REAL / "tied.mdl"]
+    (tmp_path / "2x").mkdir()
+    files += real_2x_files(tmp_path / "2x")
+    for packed in sorted((FIXTURES / "modelzoo-2.10-converted").glob("*.mdl.xz"))[:2]:
+        files.append(tmp_path / packed.name.removesuffix(".xz"))
+        files[-1].write_bytes(lzma.decompress(packed.read_bytes()))
+    return files
+
+
 def _unpacked(directory: Path, tmp_path: Path) -> list[Path]:
     found = []
     for packed in sorted(directory.glob("*.mdl.xz")):

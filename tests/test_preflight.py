@@ -15,7 +15,7 @@ from urllib.parse import quote
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, REAL, real_2x_files, sha256_file
+from conftest import FIXTURES, REAL, sha256_file, walk_corpus
 from test_upgrade import fixture
 
 import ckpt_migrate as cm
@@ -530,16 +530,7 @@ def test_one_child_walks_as_two_do_in_a_caller_much_larger_than_the_file(
     more, one child walks it, else ``WORKERS``; both walks find the same, on the real 2.10
     and 2.6-2.9 libraries' files, Model Zoo's converter outputs, a 1.9 file laid out as its
     library wrote it, and a file of ours."""
-    ours = tmp_path / "ours.h5"
-    with h5py.File(ours, "w") as f:
-        for i in range(40):
-            f[f"t{i}"] = np.full(1000, i, dtype=np.float32)
-    files = [ours, real_layout_19, REAL / "basic.mdl", REAL / "tied.mdl"]
-    (tmp_path / "2x").mkdir()
-    files += real_2x_files(tmp_path / "2x")
-    for packed in sorted((FIXTURES / "modelzoo-2.10-converted").glob("*.mdl.xz"))[:2]:
-        files.append(tmp_path / packed.name.removesuffix(".xz"))
-        files[-1].write_bytes(lzma.decompress(packed.read_bytes()))
+    files = walk_corpus(tmp_path, real_layout_19)
     forked = []
     real_fork = children.fork
 

@@ -63,16 +63,7 @@ class Scan:
                 os.close(write_end)
                 return
             if pid == 0:  # the child: scan its part, hand it over, never return into the caller
-                code = 1
-                try:
-                    children.release()  # (a Ctrl-C ends it here, quietly)
-                    os.close(read_end)
-                    found = _scan(path, theirs, base)
-                    with os.fdopen(write_end, "wb") as out:  # (in ``theirs``' order, unnamed)
-                        out.write(marshal.dumps(found and (list(found[0].values()), found[1])))
-                    code = 0
-                finally:
-                    os._exit(code)
+                children.end_child(lambda: _hand_over(path, theirs, base, write_end), (read_end,))
             self.pid, self.read_end = pid, read_end
             os.close(write_end)
             try:  # (within ``forking``: what ``fork`` held is this thread's to put back)
@@ -132,6 +123,14 @@ class Scan:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         return os.waitpid(pid, 0)[1]
+
+
+def _hand_over(path: Path, datasets: list[tuple[str, int]], base: int, write_end: int) -> None:
+    """(A forked child's scan:) the facts of ``datasets``, in their order and unnamed, and the
+    bytes they store, to ``write_end``."""
+    found = _scan(path, datasets, base)
+    with os.fdopen(write_end, "wb") as out:
+        out.write(marshal.dumps(found and (list(found[0].values()), found[1])))
 
 
 class Later(Deferred):

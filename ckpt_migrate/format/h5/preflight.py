@@ -1,4 +1,4 @@
-"""Read a file's HDF5 metadata once in a forked child before this process touches it.
+"""Read a file's HDF5 metadata once in a child (``children.start``) before this one touches it.
 
 Python checks stop most damaged files with one line (``boundary``, ``budgets``, ``io.damaged``),
 but some damage makes HDF5 itself crash or loop inside its C code, where no exception or budget
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import faulthandler
 import marshal
 import os
 import select
@@ -39,6 +38,7 @@ import signal
 from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -239,25 +239,13 @@ class _Walk:
                 walk.extents.append(children.anonymous_file())
                 if scope == "full":
                     walk.hard_links.append(children.anonymous_file())
-                pid = children.fork()
-                if pid == 0:  # a child: walk, report, and never return into the caller's code
-                    code = 0
-                    try:
-                        children.release()  # (a Ctrl-C ends it here, quietly)
-                        faulthandler.disable()  # a crash here is the finding, reported above
-                        os.close(read_end)
-                        if scope == "full":
-                            groups_fd = groups[1] if part else groups[0]
-                            if workers > 1:
-                                os.close(groups[0] if part else groups[1])
-                            fds = walk.facts[part], walk.extents[part], walk.hard_links[part]
-                            _walk(path, write_end, part, workers, *fds, groups_fd)
-                        else:
-                            preflight_outline.walk(path, write_end, scope, walk.links)
-                    except BaseException:
-                        code = 1  # a Python-level error: the parent's own reading reports it
-                    finally:
-                        os._exit(code)
+                mine, other = (groups[1], groups[0]) if part else groups
+                fds = [write_end, walk.facts[part], walk.extents[part], mine, walk.links]
+                fds.append(walk.hard_links[part] if scope == "full" else -1)
+                pid = children.start(_child, path, (scope, part, workers), fds)
+                if pid == 0:  # a forked child: walk, report, never return into the caller's code
+                    work = partial(_child, path, scope, part, workers, *fds)
+                    children.end_child(work, close=(read_end, other))
                 walk.pids.append(pid)
                 walk.children = len(walk.pids)
                 children.release()
@@ -383,6 +371,16 @@ def _workers(path: Path, scope: Scope) -> int:
         if scope == "full" and os.stat(path).st_size * ONE_CHILD_RATIO > children.resident():
             return WORKERS
     return 1
+
+
+def _child(path: Path, scope: Scope, part: int, parts: int, tick: int, *fds: int) -> None:
+    """A child's walk (forked, or spawned: ``children.start``): ``_walk`` for the full scope,
+    else ``preflight_outline.walk``; ``fds``: the files it writes to (``_Walk._begin``)."""
+    facts, extents, groups, links, hard_links = fds
+    if scope == "full":
+        _walk(path, tick, part, parts, facts, extents, hard_links, groups)
+    else:
+        preflight_outline.walk(path, tick, scope, links)
 
 
 def _walk(
