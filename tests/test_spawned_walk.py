@@ -5,6 +5,7 @@ walk finds, on files we did not write, and is judged, stopped and ended as a for
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import time
@@ -13,12 +14,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import walk_corpus
+from conftest import FIXTURES, walk_corpus
 from test_fuzz import _fuzz_case
 
 from ckpt_migrate.cli import commands
 from ckpt_migrate.errors import CorruptCheckpointError
-from ckpt_migrate.format.h5 import children, preflight
+from ckpt_migrate.format.h5 import children, headerscan, linktable, preflight
+from ckpt_migrate.format.h5.root import root_header
 
 
 @pytest.fixture
@@ -189,3 +191,29 @@ def test_a_spawned_walk_that_makes_no_progress_is_refused_and_ended(tmp_path, mo
         walk.cancel()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_spawned_header_scan_is_the_sequential_one(tmp_path, monkeypatch, made, real_layout_19):
+    """The legacy header scan's second process (``headerscan.Scan``) spawned: its part, handed
+    over unnamed, completes the same facts as one process scanning them all, on a 1.9 file as
+    its library wrote it and the legacy fixtures; ``inspect`` (an outline read, which scans
+    them) answers the same."""
+    legacy = [real_layout_19, *sorted(FIXTURES.glob("release-1.*.mdl"))]
+    legacy += sorted(FIXTURES.glob("release-2.[0-4].mdl"))
+    monkeypatch.setattr(children, "SPAWN_RESIDENT", 0)
+    for path in legacy:
+        with h5py.File(path, "r") as f:
+            at = root_header(f)
+            links = linktable.of_root(f, path)
+        assert at is not None and links is not None, path
+        monkeypatch.setattr(headerscan, "WORKERS", 1)
+        alone = headerscan.scan(path, links, at[1])
+        inspected = commands.inspect(path)
+        monkeypatch.setattr(headerscan, "WORKERS", 2)
+        monkeypatch.setattr(headerscan, "PARALLEL", 1)
+        made["spawn"].clear()
+        shared = headerscan.scan(path, links, at[1])
+        # (as the forked scan's test compares them: the child's part comes back by ``marshal``)
+        assert json.dumps(shared, sort_keys=True) == json.dumps(alone, sort_keys=True), path
+        assert made["spawn"], path
+        assert commands.inspect(path) == inspected, path

@@ -102,10 +102,16 @@ def start(
     or, from :data:`SPAWN_RESIDENT` on or where a fork fails, a new interpreter that runs it
     (:func:`spawn`). Its pid to the parent, with ``interrupt.STOP_SIGNALS`` held until
     :func:`release`."""
-    if resident() < SPAWN_RESIDENT:
+    if not spawns():
         with contextlib.suppress(OSError):  # (no memory to copy this process: spawned)
             return fork()
     return spawn(function, path, args, fds)
+
+
+def spawns() -> bool:
+    """Whether this process is large enough (:data:`SPAWN_RESIDENT`) for :func:`start` to
+    spawn its children."""
+    return resident() >= SPAWN_RESIDENT
 
 
 def spawn(
