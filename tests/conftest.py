@@ -14,8 +14,10 @@ import threading
 from pathlib import Path
 
 import forked_cli
+import numpy as np
 import pytest
 
+import ckpt_migrate as cm
 from ckpt_migrate.format.read import read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,10 +149,6 @@ def walk_corpus(tmp_path: Path, layout_19: Path) -> list[Path]:
     ``basic.mdl`` and ``tied.mdl`` and its 2.6-2.9 files, two of Model Zoo's converter outputs,
     ``layout_19`` (``real_layout_19``: a 1.9 file laid out as its library wrote it) and a
     checkpoint of ours; made under ``tmp_path``."""
-    import numpy as np
-
-    import ckpt_migrate as cm
-
     ours = tmp_path / "ours.mdl"
     cm.save({"model": {f"t{i}": np.full(1000, i, dtype=np.float32) for i in range(40)}}, ours)
     files = [ours, layout_19, REAL / "basic.mdl", REAL / "tied.mdl"]

@@ -18,8 +18,9 @@ import pytest
 from conftest import FIXTURES, walk_corpus
 from test_fuzz import _fuzz_case
 
+from ckpt_migrate import cli
 from ckpt_migrate.cli import commands
-from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.errors import EXIT_IO, CkptIOError, CorruptCheckpointError
 from ckpt_migrate.format.h5 import children, headerscan, linktable, preflight
 from ckpt_migrate.format.h5.root import root_header
 
@@ -116,6 +117,46 @@ def test_a_fork_that_fails_is_a_spawned_walk(tmp_path, monkeypatch, made, real_l
     made["spawn"].clear()
     assert _found(path) == forked
     assert made["spawn"]
+
+
+@pytest.mark.parametrize("code", [errno.ENOMEM, errno.EAGAIN])
+def test_a_read_no_process_can_be_started_for_is_one_line(monkeypatch, real_layout_19, code):
+    """Neither a fork nor a new interpreter (no memory to commit, no process left under the
+    user's limit): the read is refused in one line naming the file, the problem and the fix,
+    with the exit code of an operating-system failure, not an internal error."""
+
+    def refused(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "fork", refused)
+    monkeypatch.setattr(os, "posix_spawn", refused)
+    with pytest.raises(CkptIOError) as caught:
+        commands.inspect(real_layout_19)
+    line = str(caught.value)
+    assert line.startswith(f"{real_layout_19}: no process could be started"), line
+    assert os.strerror(code) in line and "ulimit -u" in line and "\n" not in line
+    assert caught.value.exit_code == EXIT_IO
+
+
+def test_an_upgrade_no_process_can_be_started_for_says_so_in_one_line(
+    tmp_path, monkeypatch, capsys, real_layout_19
+):
+    """The command line begins the walk of an upgrade's file before it parses its options
+    (``cli.begin_reading``): no process to start there leaves it to the command, which says
+    so in one line and exit 5, with no traceback, and writes nothing."""
+
+    def refused(*args, **kwargs):
+        raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+    monkeypatch.setattr(os, "fork", refused)
+    monkeypatch.setattr(os, "posix_spawn", refused)
+    out = tmp_path / "out"
+    code = cli.entry(["upgrade", str(real_layout_19), "--to", "2.10", "--output-dir", str(out)])
+    err = capsys.readouterr().err
+    assert code == EXIT_IO, err
+    assert err.startswith(f"error: {real_layout_19}: no process could be started"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists() or not any(out.iterdir())
 
 
 def _begun(path: Path, monkeypatch) -> preflight._Walk:

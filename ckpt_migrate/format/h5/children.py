@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ckpt_migrate.errors import CkptIOError
 from ckpt_migrate.format.h5 import capi
 from ckpt_migrate.format.h5.plugins import register_lz4
 from ckpt_migrate.interrupt import STOP_SIGNALS
@@ -101,11 +102,19 @@ def start(
     """A child for ``function(path, *args, *fds)``: forked (0 in the child, which then runs it),
     or, from :data:`SPAWN_RESIDENT` on or where a fork fails, a new interpreter that runs it
     (:func:`spawn`). Its pid to the parent, with ``interrupt.STOP_SIGNALS`` held until
-    :func:`release`."""
+    :func:`release`. ``CkptIOError`` where neither can be made (no memory, no process left)."""
     if not spawns():
         with contextlib.suppress(OSError):  # (no memory to copy this process: spawned)
             return fork()
-    return spawn(function, path, args, fds)
+    try:
+        return spawn(function, path, args, fds)
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise CkptIOError(
+            path,
+            f"no process could be started to read its metadata ({why})",
+            "free memory, or raise the limit on processes (ulimit -u), and run it again",
+        ) from None
 
 
 def spawns() -> bool:

@@ -44,7 +44,7 @@ from typing import Literal
 
 import h5py
 
-from ckpt_migrate.errors import CorruptCheckpointError
+from ckpt_migrate.errors import CkptIOError, CorruptCheckpointError
 from ckpt_migrate.format.h5 import children, linktable, overlaps, preflight_outline
 from ckpt_migrate.format.h5.boundary import link_problem
 from ckpt_migrate.format.h5.facts import FromFiles, LinksFile, Shared
@@ -179,8 +179,8 @@ class Rest:
 
 def start(path: Path) -> tuple[int, ...] | None:
     """Begin ``preflight(path)`` now, for a caller that has other work (its imports) to do
-    before it reads ``path``; a file that cannot be opened is left to the reader to name.
-    Returns the walk's key for ``cancel_started`` (None: none begun)."""
+    before it reads ``path``; a file that cannot be opened, or walked for want of a process,
+    is left to the reader to name. Returns the walk's key for ``cancel_started`` (None)."""
     try:
         identity = file_identity(path)
         if not h5py.is_hdf5(str(path)):
@@ -188,7 +188,10 @@ def start(path: Path) -> tuple[int, ...] | None:
     except OSError:
         return None
     if identity not in _early:
-        _early[identity] = _Walk.begin(path)
+        try:
+            _early[identity] = _Walk.begin(path)
+        except CkptIOError:
+            return None
     return identity
 
 
@@ -374,8 +377,7 @@ def _workers(path: Path, scope: Scope) -> int:
 
 
 def _child(path: Path, scope: Scope, part: int, parts: int, tick: int, *fds: int) -> None:
-    """A child's walk (forked, or spawned: ``children.start``): ``_walk`` for the full scope,
-    else ``preflight_outline.walk``; ``fds``: the files it writes to (``_Walk._begin``)."""
+    """A child's walk, forked or spawned (``fds``: the files ``_Walk._begin`` gives it)."""
     facts, extents, groups, links, hard_links = fds
     if scope == "full":
         _walk(path, tick, part, parts, facts, extents, hard_links, groups)
