@@ -74,6 +74,12 @@ class VerificationError(CkptError):
     exit_code = EXIT_VERIFY_FAILED
 
 
+def system_words(exc: OSError) -> str:
+    """What the system says of ``exc``: its code's words (h5py puts HDF5's whole report where
+    they go), else its message."""
+    return os.strerror(exc.errno) if exc.errno else exc.strerror or str(exc)
+
+
 class CkptIOError(CkptError):
     """Disk full, permission denied, or another operating-system failure."""
 
@@ -84,9 +90,7 @@ class CkptIOError(CkptError):
         """``path`` could not be read (its permissions, the disk): never what it holds.
         ``listing``: a directory, also where this user may not even tell it is one."""
         what = "list the directory" if listing or os.path.isdir(path) else "read the file"
-        # (the code's words: h5py puts HDF5's whole report where the system's words go)
-        why = os.strerror(exc.errno) if exc.errno else exc.strerror or str(exc)
-        return cls(path, f"cannot {what} ({why})")
+        return cls(path, f"cannot {what} ({system_words(exc)})")
 
     @classmethod
     def refused(cls, exc: OSError) -> CkptIOError | None:

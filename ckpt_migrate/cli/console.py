@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ckpt_migrate.errors import CkptError, CkptIOError, UsageError
+from ckpt_migrate.errors import CkptError, CkptIOError, UsageError, system_words
 from ckpt_migrate.interrupt import STOP_SIGNALS, Interrupt
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ class _Report:
 def _unwritten(exc: OSError) -> ReaderGone | CkptIOError:
     if exc.errno == errno.EPIPE:
         return ReaderGone()
-    why = os.strerror(exc.errno) if exc.errno else str(exc)
+    why = system_words(exc)
     fix = "free space where it goes, or send it elsewhere"
     return CkptIOError(None, f"cannot write to standard output ({why})", fix)
 

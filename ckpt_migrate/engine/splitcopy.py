@@ -30,7 +30,7 @@ import h5py
 import xxhash
 
 from ckpt_migrate import atomic
-from ckpt_migrate.errors import CkptIOError
+from ckpt_migrate.errors import CkptIOError, system_words
 from ckpt_migrate.format.progress import Progress
 
 # Tests copy in small blocks (slowed by the worker's CKPT_MIGRATE_TEST_WRITE_DELAY each) to
@@ -299,9 +299,8 @@ def _start(argv: list[str], fds: tuple[int, int]) -> subprocess.Popen[str]:
             start_new_session=True,
         )
     except OSError as exc:
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
         raise CkptIOError(
             None,
-            f"cannot start the copy worker with {argv[0]} ({why})",
+            f"cannot start the copy worker with {argv[0]} ({system_words(exc)})",
             "run ckpt-migrate with a Python this user may execute",
         ) from None

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ckpt_migrate.errors import CkptIOError
+from ckpt_migrate.errors import CkptIOError, system_words
 from ckpt_migrate.format.h5 import capi
 from ckpt_migrate.format.h5.plugins import register_lz4
 from ckpt_migrate.interrupt import STOP_SIGNALS
@@ -109,10 +109,9 @@ def start(
     try:
         return spawn(function, path, args, fds)
     except OSError as exc:
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
         raise CkptIOError(
             path,
-            f"no process could be started to read its metadata ({why})",
+            f"no process could be started to read its metadata ({system_words(exc)})",
             "free memory, or raise the limit on processes (ulimit -u), and run it again",
         ) from None
 
