@@ -8,7 +8,10 @@ removed is gone, and (3) every other root attribute is the source's, name and va
 compared as a multiset digest of ``(name, text)`` pairs (``rootdigest``): the source's taken
 by its reader as it read the root (``H5Handle.root_digest``, the edited pairs taken out), the
 output's read in one pass by ``attrtable``, its leaves neither decoded nor kept; re-reading
-the output's tree and comparing it cost three times that (issue 33). Where the source's
+the output's tree and comparing it cost three times that (issue 33). Of the output's root
+only the blocks of its attribute heap that the edit changed are read: every other one is
+vouched for by its bytes and its texts' collections being the source's, as the source's read
+recorded them (``heapblocks``: the check of a 150k-leaf edit 0.93 → 0.40 s). Where the source's
 digest cannot give back an edited pair (a tensor's metadata, whose pair it does not keep),
 the source's root is read again. Attributes that are not
 text (the writer's ``__SUCCESS__`` and any other number) are few, compared by value through
@@ -34,7 +37,7 @@ import numpy as np
 from ckpt_migrate.engine.rootedit import SUCCESS, Edit, Leaves
 from ckpt_migrate.errors import VerificationError
 from ckpt_migrate.format.compare import missing_as_none, signature
-from ckpt_migrate.format.h5 import attrtable, linktable
+from ckpt_migrate.format.h5 import attrtable, heapblocks, linktable
 from ckpt_migrate.format.h5.io import H5Handle, open_read, root_addresses
 from ckpt_migrate.format.h5.rootdigest import RootDigest
 from ckpt_migrate.format.progress import Progress
@@ -83,13 +86,18 @@ class _Pass:
         leaves: Leaves | None = None,
         links: dict[str, int] | None = None,
         progress: Progress | None = None,
+        source: heapblocks.Recorded | None = None,
     ) -> bool:
         """Read ``path``'s root; False when ``attrtable`` cannot. ``leaves``: the edited leaves,
         whose texts are decoded as the reader decodes them and compared with the planned;
-        ``links``: its links' addresses, if the caller has them."""
+        ``links``: its links' addresses, if the caller has them; ``source``: the blocks of the
+        source's root, those left as they were not read again (``heapblocks.Checked``)."""
         self.wanted = {f"{name}.__metadata__" for name in leaves or ()}
+        blocks = None if source is None else heapblocks.Checked(source, self.digest, self.excluded)
         with open_read(path) as f:
-            texts = attrtable.root_texts(f, path, keep=self.keep, progress=progress, phase=CHECK)
+            texts = attrtable.root_texts(
+                f, path, keep=self.keep, progress=progress, phase=CHECK, blocks=blocks
+            )
             if texts is None:
                 return False
             self.values = {name: f.attrs[name] for name in self.digest.other}
@@ -193,7 +201,8 @@ def verify_edit(source: H5Handle, tmp: Path, edit: Edit, progress: Progress | No
     links = _root_links(source, edit)
     before = _source_pass(source, edit, links, progress)
     after = _Pass(edit.edited, written=edit.set)
-    if before is None or not after.read(tmp, edit.leaves, progress=progress):
+    vouched = None if before is None else before.digest.blocks
+    if before is None or not after.read(tmp, edit.leaves, progress=progress, source=vouched):
         return False
     for name in edit.set:
         if not after.held.get(name):

@@ -45,6 +45,7 @@ from h5py import h5o
 from ckpt_migrate.format.h5 import fractalheap
 from ckpt_migrate.format.h5.fractalheap import UNDEF, Unknown
 from ckpt_migrate.format.h5.headers import SHARED, HeaderError, read_header
+from ckpt_migrate.format.h5.heapblocks import Blocks
 from ckpt_migrate.format.h5.root import root_header
 from ckpt_migrate.format.progress import Count, Progress
 
@@ -90,6 +91,8 @@ class HeapFile:
     # the other, so a few suffice (all of them held the leaves' texts twice over, issue 33).
     heaps: OrderedDict[int, Collection] = field(default_factory=OrderedDict)
     visited: set[int] = field(default_factory=set)
+    # Told of each block of a dense root and what its attributes name (``heapblocks``)
+    blocks: Blocks | None = None
 
     def read(self, at: int, n: int) -> bytes:
         if at < 0 or n < 0 or at + n > self.size:
@@ -102,15 +105,21 @@ class HeapFile:
             raise Unknown("short read")
         return data
 
+    def collection_bytes(self, at: int) -> bytes:
+        """The bytes of the global heap collection at ``at`` (``Unknown`` if there is none)."""
+        kept = self.heaps.get(at)
+        return (kept if kept is not None else _collection(self, at))[0]
+
     def heap_text(self, collection: int, index: int, length: int) -> str | None:
         """The string of ``length`` bytes that is object ``index`` of the global heap
         collection at ``collection``, as h5py gives it (to its first NUL, decoded as UTF-8);
         None if the object is shorter. Decoded where the collection's bytes are: a 27 MB
         ``__spec__`` copied three times on its way was most of the peak of a read of 150k
         leaves (issue 33)."""
-        kept = self.heaps.get(collection)
+        kept, loaded = self.heaps.get(collection), None
         if kept is None:
             kept = _collection(self, collection)
+            loaded = kept[0]
             if len(kept[0]) <= HEAP_KEPT_BYTES:
                 self.heaps[collection] = kept
                 if len(self.heaps) > HEAPS_KEPT:
@@ -118,6 +127,8 @@ class HeapFile:
         else:
             self.heaps.move_to_end(collection)
         data, objects = kept
+        if self.blocks is not None:
+            self.blocks.collection(collection, loaded)
         try:
             start, n = objects[index]
         except KeyError:
@@ -135,11 +146,13 @@ def root_texts(
     keep: Keep | None = None,
     progress: Progress | None = None,
     phase: str = "read root",
+    blocks: Blocks | None = None,
 ) -> dict[str, Any] | None:
     """``read_texts`` of the root group of ``f``, opened on ``path`` by HDF5's default driver,
-    when it has as many attributes as HDF5 counts; else None. ``tick`` is called every
-    ``TICK_EVERY`` attributes (the preflight's sign of progress); ``progress`` hears of them
-    as ``phase`` (a root of 150k leaves takes seconds)."""
+    when it has as many attributes as HDF5 counts (those ``blocks`` vouched for among them,
+    not in the table); else None. ``tick`` is called every ``TICK_EVERY`` attributes (the
+    preflight's sign of progress); ``progress`` hears of them as ``phase`` (a root of 150k
+    leaves takes seconds)."""
     at = root_header(f)
     if at is None:
         return None
@@ -148,10 +161,10 @@ def root_texts(
     if progress is not None:
         keep = _counted(keep, counted)
     try:
-        table = read_texts(path, at[0], at[1], tick, keep)
+        table = read_texts(path, at[0], at[1], tick, keep, blocks)
     except OSError:
         return None
-    if table is None or len(table) != count:
+    if table is None or len(table) + (0 if blocks is None else blocks.vouched) != count:
         return None
     counted.end()
     return table
@@ -166,7 +179,12 @@ def _counted(keep: Keep | None, count: Callable[[], None]) -> Keep:
 
 
 def read_texts(
-    path: Path, address: int, base: int = 0, tick: Tick = _nothing, keep: Keep | None = None
+    path: Path,
+    address: int,
+    base: int = 0,
+    tick: Tick = _nothing,
+    keep: Keep | None = None,
+    blocks: Blocks | None = None,
 ) -> dict[str, Any] | None:
     """Every attribute of the object whose header is at ``address`` in ``path`` (relative to
     the superblock's base address ``base``, with 8-byte offsets and lengths): name -> the text
@@ -176,10 +194,16 @@ def read_texts(
     ``keep(name, text or None)``: what the table holds instead of each text, called as each
     is read (after its block's checksum is verified): a reader of 150k leaves keeps what it
     makes of each text, not all the texts at once. Its exceptions pass through; the caller
-    must expect a table of None even after ``keep`` has seen every attribute."""
+    must expect a table of None even after ``keep`` has seen every attribute.
+
+    ``blocks`` (``heapblocks``): told of each block of dense storage, each attribute's name
+    and each text's collection; it may vouch for a block's attributes, which are then neither
+    taken nor in the table."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        f = HeapFile(fd, base, os.fstat(fd).st_size - base, tick)
+        f = HeapFile(fd, base, os.fstat(fd).st_size - base, tick, blocks=blocks)
+        if blocks is not None:
+            blocks.bind(f)
         return _attributes(f, address, tick, keep)
     except Unknown:
         return None
@@ -189,10 +213,13 @@ def read_texts(
 
 def _attributes(f: HeapFile, address: int, tick: Tick, keep: Keep | None) -> dict[str, Any]:
     found: dict[str, Any] = {}
+    told = f.blocks
 
     def take(name: str, value: str | None) -> None:
         if name in found:
             raise Unknown(f"attribute {name!r} twice")
+        if told is not None:
+            told.name(name)
         found[name] = value if keep is None else keep(name, value)
         if len(found) % TICK_EVERY == 0:
             tick()
@@ -228,7 +255,7 @@ def _dense(f: HeapFile, info: bytes, take_at: fractalheap.TakeAt) -> None:
     heap = attribute_heap(info)
     if heap == UNDEF:  # no heap: the attributes are messages of the header (compact)
         return
-    fractalheap.walk(f.read, f.visited, heap, take_at, f.tick)
+    fractalheap.walk(f.read, f.visited, heap, take_at, f.tick, f.blocks)
 
 
 def attribute_heap(info: bytes) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ckpt_migrate.format.h5.lookup3 import lookup3_many
 from ckpt_migrate.format.h5.root import lookup3
@@ -38,6 +39,19 @@ class Unknown(Exception):
     """A structure this reader does not know, or one that contradicts itself."""
 
 
+class Blocks(Protocol):
+    """Told of each verified direct block before and after its objects are taken
+    (``heapblocks``: a record of what each held, or a check that vouches for a block whose
+    bytes a record holds, so that its objects are not taken again)."""
+
+    def known(self, at: int, block: bytes) -> int | None:
+        """The number of objects of the block at ``at`` vouched for (they are not taken), or
+        None (they are)."""
+
+    def taken(self, at: int, block: bytes, objects: int) -> None:
+        """The block at ``at`` had its ``objects`` taken."""
+
+
 def _nothing() -> None:
     pass
 
@@ -48,10 +62,12 @@ def walk(
     heap: int,
     take_at: TakeAt,
     tick: Callable[[], object] = _nothing,
+    blocks: Blocks | None = None,
 ) -> None:
     """Every managed object of the heap whose header is at ``heap``, in address order, to
     ``take_at``, each only after its block's checksum is verified. ``visited``: the blocks
-    read (shared with the caller's other reads, against loops)."""
+    read (shared with the caller's other reads, against loops). ``blocks``: told of each
+    direct block, and may vouch for its objects instead (``Blocks``)."""
     h = read(heap, 146)
     if h[:5] != b"FRHP\0" or struct.unpack_from("<I", h, 142)[0] != lookup3(h[:142]):
         raise Unknown(f"no fractal heap at {heap}")
@@ -60,15 +76,15 @@ def walk(
     width, start, top, bits, _rows, root, rows = struct.unpack_from("<HQQHHQH", h, 110)
     if filters or huge or tiny or width == 0 or not _power_of_two(start) or top < start:
         raise Unknown("a fractal heap with filters, huge or tiny objects")
-    blocks = _Heap(read, visited, tick, heap, width, start, top, (bits + 7) // 8, take_at)
-    blocks.checksum = 4 if flags & 0x02 else 0
+    table = _Heap(read, visited, tick, heap, width, start, top, (bits + 7) // 8, take_at, blocks)
+    table.checksum = 4 if flags & 0x02 else 0
     if rows == 0:
         if root != UNDEF:
-            blocks.direct(root, start)
+            table.direct(root, start)
     else:
-        blocks.indirect(root, rows)
-    blocks.flush()
-    if blocks.taken != managed:
+        table.indirect(root, rows)
+    table.flush()
+    if table.taken != managed:
         raise Unknown("the fractal heap holds objects this reader did not find")
 
 
@@ -90,10 +106,12 @@ class _Heap:
     top: int
     offset_bytes: int
     take_at: TakeAt
+    told: Blocks | None = None
     checksum: int = 0
     blocks: list[bytes] = field(default_factory=list)  # direct blocks to verify
     stored: list[int] = field(default_factory=list)  # and their checksums
-    read_blocks: list[bytes] = field(default_factory=list)  # their objects taken once verified
+    # (address, block): their objects taken once verified
+    read_blocks: list[tuple[int, bytes]] = field(default_factory=list)
     pending: int = 0  # bytes of blocks read since the last flush
     taken: int = 0
 
@@ -106,8 +124,16 @@ class _Heap:
             raise Unknown("a fractal heap direct block: checksum mismatch")
         read_blocks, self.read_blocks, self.blocks, self.stored = self.read_blocks, [], [], []
         self.pending = 0
-        for block in read_blocks:
+        told = self.told
+        for at, block in read_blocks:
+            vouched = None if told is None else told.known(at, block)
+            if vouched is not None:
+                self.taken += vouched
+                continue
+            before = self.taken
             self._objects(block)
+            if told is not None:
+                told.taken(at, block, self.taken - before)
 
     def _objects(self, block: bytes) -> None:
         """Take the objects of a verified direct block, end to end from its header's end."""
@@ -130,7 +156,7 @@ class _Heap:
             self.stored.append(struct.unpack_from("<I", block, head)[0])
             block = block[:head] + bytes(4) + block[head + 4 :]  # (objects lie past it)
             self.blocks.append(block)
-        self.read_blocks.append(block)
+        self.read_blocks.append((at, block))
         self.pending += size
         if self.pending >= BATCH_BYTES:
             self.flush()

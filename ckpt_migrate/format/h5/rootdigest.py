@@ -10,9 +10,14 @@ A pair is a scalar string attribute's name and text, or a name alone for any oth
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import xxhash
 
-_MOD = 1 << 128
+if TYPE_CHECKING:
+    from ckpt_migrate.format.h5.heapblocks import Recorded
+
+MOD = 1 << 128
 _SLICE = 1 << 20  # characters of a text encoded at once
 
 
@@ -49,10 +54,13 @@ class RootDigest:
         self.other: list[str] = []
         self.pairs: dict[str, int] = {}
         self.hashes: set[int] = set()
+        # What each block of a dense root's storage held, as its reader read it
+        # (``heapblocks``): the check of a root edit reads again only the blocks it changed
+        self.blocks: Recorded | None = None
 
     def add(self, name: str, text: str | None, keep_pair: bool = True) -> None:
         value = pair_hash(name, text)
-        self.digest = (self.digest + value) % _MOD
+        self.digest = (self.digest + value) % MOD
         self.count += 1
         if text is None:
             self.other.append(name)
@@ -72,7 +80,7 @@ class RootDigest:
         """The digest of the pairs whose name is not in ``names``; None when one of them was
         added without its pair kept."""
         out = RootDigest()
-        out.digest, out.count = self.digest, self.count
+        out.digest, out.count, out.blocks = self.digest, self.count, self.blocks
         out.other = [n for n in self.other if n not in names]
         for name in names:
             value = self.pairs.get(name)
@@ -80,6 +88,6 @@ class RootDigest:
                 if hash(name) in self.hashes:
                     return None
                 continue
-            out.digest = (out.digest - value) % _MOD
+            out.digest = (out.digest - value) % MOD
             out.count -= 1
         return out

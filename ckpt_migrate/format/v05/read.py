@@ -23,7 +23,7 @@ from ckpt_migrate.errors import (
 )
 from ckpt_migrate.format import dtypes
 from ckpt_migrate.format.h5 import attrs as h5attrs
-from ckpt_migrate.format.h5 import attrtable
+from ckpt_migrate.format.h5 import attrtable, heapblocks
 from ckpt_migrate.format.h5.facts import Facts, OutlineTooShort, link_names
 from ckpt_migrate.format.h5.io import (
     H5Handle,
@@ -83,7 +83,11 @@ def read(
             return treespec_json.Spec.of(text, path)
         return text if pending is None else pending
 
-    table = attrtable.root_texts(f, path, keep=keep, progress=handle.progress)
+    blocks = None if digest is None else heapblocks.Recorded(digest)
+    table = attrtable.root_texts(f, path, keep=keep, progress=handle.progress, blocks=blocks)
+    if blocks is not None:
+        blocks.end()
+        digest.blocks = blocks
     if table is None:
         handle.root_digest = None  # (not every pair was seen)
         if facts.links is not None:

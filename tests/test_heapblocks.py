@@ -1,0 +1,154 @@
+"""A root edit's check reads again only the blocks of the root's attribute heap that the edit
+changed (``format.h5.heapblocks``, issue 33): every other block is vouched for by its bytes
+and its texts' collections being the source's, and a change in either is still found."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import pytest
+from test_rootedit import _source
+from test_rootedit_checks import _corrupting
+
+from ckpt_migrate.engine import rootedit
+from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
+from ckpt_migrate.format.h5 import attrtable, heapblocks
+from ckpt_migrate.format.h5.io import open_read
+from ckpt_migrate.format.h5.rootdigest import RootDigest
+
+pytest.importorskip("torch")
+KEY = "model.experts.150.w1.weight.__metadata__"  # (in a block the edit leaves)
+
+
+@pytest.fixture
+def checks(monkeypatch: pytest.MonkeyPatch) -> list[heapblocks.Checked]:
+    """Every ``Checked`` a root edit's check makes."""
+    made: list[heapblocks.Checked] = []
+    real = heapblocks.Checked.__init__
+
+    def init(self, *a, **k):
+        real(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(heapblocks.Checked, "__init__", init)
+    return made
+
+
+def _upgrade(src: Path, out: Path):
+    return upgrade(src, UpgradeOptions(target="2.10", output_dir=out))
+
+
+def _attributes(path: Path) -> int:
+    with h5py.File(path, "r") as f:
+        return len(f.attrs)
+
+
+def test_the_blocks_the_edit_left_are_vouched_for_not_read(tmp_path, checks):
+    src = _source(tmp_path / "src.mdl", experts=300)
+    result = _upgrade(src, tmp_path / "out")
+    assert result.status == "upgraded" and result.strategy == rootedit.STRATEGY, result.error
+    (check,) = checks
+    count = _attributes(tmp_path / "out" / src.name)
+    # (the edit rewrote the release, the Trainer's list and the provenance record, and wrote
+    # __SUCCESS__ in place: the blocks holding those are read, every other one vouched for)
+    assert count * 0.8 < check.vouched < count, (check.vouched, count)
+    assert check.dirty and not check.dirty & check._seen
+
+
+def test_the_same_output_is_made_and_checked_without_the_blocks(tmp_path, monkeypatch, checks):
+    src = _source(tmp_path / "src.mdl", experts=300)
+    vouched = _upgrade(src, tmp_path / "a")
+    monkeypatch.setattr(heapblocks.Checked, "known", lambda self, at, block: None)
+    read = _upgrade(src, tmp_path / "b")
+    assert vouched.status == read.status == "upgraded"
+    a, b = (tmp_path / d / src.name for d in "ab")
+    assert checks[0].vouched > 0 and checks[1].vouched == 0
+    with h5py.File(a) as fa, h5py.File(b) as fb:
+        assert {k: fa.attrs[k] for k in fa.attrs if k != "__provenance__"} == {
+            k: fb.attrs[k] for k in fb.attrs if k != "__provenance__"
+        }
+
+
+def _flip_a_text(path: Path, name: str) -> None:
+    """Change one character of the text of ``name`` where it lies, in its global heap
+    collection (which has no checksum): the attribute's message, and its block, stay."""
+    with h5py.File(path, "r", locking=False) as f:
+        text = f.attrs[name].encode()
+    raw = path.read_bytes()
+    assert raw.count(text) == 1
+    at = raw.index(text) + text.index(b"float32")
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(b"F")
+
+
+def test_a_text_changed_in_its_collection_under_a_block_left_as_it_was_is_found(
+    tmp_path, monkeypatch, checks
+):
+    src = _source(tmp_path / "src.mdl", experts=300)
+    real = rootedit.edit_root
+
+    def edit(path: Path, edit: rootedit.Edit) -> None:
+        real(path, edit)
+        _flip_a_text(path, KEY)
+
+    monkeypatch.setattr(rootedit, "edit_root", edit)
+    result = _upgrade(src, tmp_path / "out")
+    assert result.status == "failed", result
+    assert "differ from the source" in (result.error or ""), result.error
+    assert not (tmp_path / "out" / src.name).exists()
+    assert checks[0].vouched > 0  # (the other blocks were vouched for)
+
+
+def test_an_attribute_rewritten_in_a_block_the_edit_left_is_found(tmp_path, monkeypatch):
+    src = _source(tmp_path / "src.mdl", experts=300)
+
+    def also(f: h5py.File) -> None:
+        text = json.loads(f.attrs[KEY])
+        text[KEY]["shape"] = [4, 3]
+        f.attrs[KEY] = json.dumps(text)
+
+    _corrupting(monkeypatch, also)
+    result = _upgrade(src, tmp_path / "out")
+    assert result.status == "failed" and "differ from the source" in (result.error or "")
+
+
+def _recorded(path: Path) -> tuple[heapblocks.Recorded, RootDigest]:
+    digest = RootDigest()
+    blocks = heapblocks.Recorded(digest)
+    with open_read(path) as f:
+        table = attrtable.root_texts(f, path, keep=lambda n, t: digest.add(n, t), blocks=blocks)
+    assert table is not None
+    blocks.end()
+    return blocks, digest
+
+
+def test_a_block_is_vouched_for_once_and_only_with_its_own_bytes(tmp_path):
+    """The same file read again with its own record: every block vouched for, the digest and
+    count the full read's; a block seen a second time, or with other bytes, is read."""
+    src = _source(tmp_path / "src.mdl", experts=300)
+    recorded, full = _recorded(src)
+    assert len(recorded.blocks) > 2
+    digest = RootDigest(remember=False)
+    check = heapblocks.Checked(recorded, digest, set())
+    with open_read(src) as f:
+        table = attrtable.root_texts(f, src, keep=lambda n, t: digest.add(n, t), blocks=check)
+        assert table == {} and check.vouched == len(f.attrs) == full.count
+    assert (digest.digest, digest.count, digest.other) == (full.digest, full.count, full.other)
+    at = next(iter(recorded.blocks))
+    assert check.known(at, b"") is None  # (seen)
+    again = heapblocks.Checked(recorded, RootDigest(remember=False), set())
+    assert again.known(at, b"FHDB\0 other bytes") is None and again.vouched == 0
+
+
+def test_the_names_an_edit_writes_mark_their_blocks(tmp_path):
+    src = _source(tmp_path / "src.mdl", experts=300)
+    recorded, _ = _recorded(src)
+    assert recorded.holding(set()) == set()
+    (one,) = recorded.holding({KEY})
+    a, b = recorded.blocks[one].names
+    assert hash(KEY) & 0xFFFFFFFF in recorded.names[a:b]
+    others = heapblocks.Checked(recorded, RootDigest(remember=False), {KEY})
+    assert others.dirty == {one}
