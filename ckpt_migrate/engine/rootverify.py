@@ -204,6 +204,7 @@ def verify_edit(source: H5Handle, tmp: Path, edit: Edit, progress: Progress | No
     vouched = None if before is None else before.digest.blocks
     if before is None or not after.read(tmp, edit.leaves, progress=progress, source=vouched):
         return False
+    before.digest.blocks = vouched = None  # (what follows, a manifest's hashes, is the peak)
     for name in edit.set:
         if not after.held.get(name):
             raise VerificationError(tmp, f"root attribute {name!r} does not hold what was written")
