@@ -1,10 +1,14 @@
-"""A root edit's check reads again only the blocks of the root's attribute heap that the edit
-changed (``format.h5.heapblocks``, issue 33): every other block is vouched for by its bytes
-and its texts' collections being the source's, and a change in either is still found."""
+"""A root edit's check reads again only what the edit changed (issue 33): the blocks of the
+root's attribute heap it rewrote (``format.h5.heapblocks``: every other block is vouched for by
+its bytes and its texts' collections being the source's, and a change in either is still
+found), and the root's links only where their heap is not byte for byte the source's
+(``linktable.same_as``)."""
 
 from __future__ import annotations
 
 import json
+import lzma
+import shutil
 from pathlib import Path
 
 import h5py
@@ -14,9 +18,11 @@ from test_rootedit_checks import _corrupting
 
 from ckpt_migrate.engine import rootedit
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
-from ckpt_migrate.format.h5 import attrtable, heapblocks
+from ckpt_migrate.format.h5 import attrtable, heapblocks, linktable
+from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.io import open_read
 from ckpt_migrate.format.h5.rootdigest import RootDigest
+from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 
 pytest.importorskip("torch")
 KEY = "model.experts.150.w1.weight.__metadata__"  # (in a block the edit leaves)
@@ -53,7 +59,7 @@ def test_the_blocks_the_edit_left_are_vouched_for_not_read(tmp_path, checks):
     count = _attributes(tmp_path / "out" / src.name)
     # (the edit rewrote the release, the Trainer's list and the provenance record, and wrote
     # __SUCCESS__ in place: the blocks holding those are read, every other one vouched for)
-    assert count * 0.8 < check.vouched < count, (check.vouched, count)
+    assert count * 0.5 < check.vouched < count, (check.vouched, count)
     assert check.dirty and not check.dirty & check._seen
 
 
@@ -66,8 +72,9 @@ def test_the_same_output_is_made_and_checked_without_the_blocks(tmp_path, monkey
     a, b = (tmp_path / d / src.name for d in "ab")
     assert checks[0].vouched > 0 and checks[1].vouched == 0
     with h5py.File(a) as fa, h5py.File(b) as fb:
-        assert {k: fa.attrs[k] for k in fa.attrs if k != "__provenance__"} == {
-            k: fb.attrs[k] for k in fb.attrs if k != "__provenance__"
+        # (the provenance record holds the time of each run)
+        assert {k: fa.attrs[k] for k in fa.attrs if k != PROVENANCE_ATTR} == {
+            k: fb.attrs[k] for k in fb.attrs if k != PROVENANCE_ATTR
         }
 
 
@@ -152,3 +159,64 @@ def test_the_names_an_edit_writes_mark_their_blocks(tmp_path):
     assert hash(KEY) & 0xFFFFFFFF in recorded.names[a:b]
     others = heapblocks.Checked(recorded, RootDigest(remember=False), {KEY})
     assert others.dirty == {one}
+    reduced = recorded.without({KEY, "__SUCCESS__"})  # (its names' hashes let go of)
+    assert not reduced.names and len(recorded.names) == len(recorded.blocks and recorded.names)
+    assert reduced.holding({KEY}) == {one} | recorded.holding({"__SUCCESS__"})
+    assert reduced.holding({"model.experts.1.w1.weight.__metadata__"}) == set(reduced.blocks)
+
+
+def test_the_output_links_are_the_sources_where_their_heap_is_its_bytes(tmp_path, monkeypatch):
+    """A root past the cap of creation order (64,511 attributes, made so here from 60) keeps
+    its links in a fractal heap, which the edit leaves: taken as the source's unread
+    (``linktable.same_as``); a heap with one link moved is not the source's, and is read."""
+    with monkeypatch.context() as m:
+        m.setattr(h5root, "MAX_TRACKED_ATTRIBUTES", 60)
+        m.setattr(h5root, "ORDER_HEADROOM", 0)
+        src = _source(tmp_path / "src.mdl", experts=300)
+    read: list[Path] = []
+    real = linktable.of_root
+    monkeypatch.setattr(linktable, "of_root", lambda f, p: read.append(p) or real(f, p))
+    result = _upgrade(src, tmp_path / "out")
+    assert result.status == "upgraded" and read == [], read
+    out = tmp_path / "out" / src.name
+    moved = tmp_path / "moved.mdl"
+    shutil.copyfile(src, moved)
+    with h5py.File(moved, "r+") as f:
+        f.move("model.experts.3.w1.weight", "model.experts.3.w1.moved")
+        f.move("model.experts.3.w1.moved", "model.experts.3.w1.weight")
+    with h5py.File(src) as s, h5py.File(out) as o, h5py.File(moved) as m:
+        assert linktable.same_as(o, out, s, src)
+        assert not linktable.same_as(m, moved, s, src)
+    narrow = _source(tmp_path / "narrow.mdl", experts=300)  # (a symbol table: read)
+    _upgrade(narrow, tmp_path / "narrow")
+    assert len(read) == 1 and read[0].parent == tmp_path / "narrow", read
+
+
+def test_a_root_whose_links_are_not_in_a_heap_is_read(tmp_path):
+    """The real 2.6 library's root (an old-style group: a symbol table) is never the same as
+    anything: its links are read."""
+    packed = Path(__file__).resolve().parents[1] / "fixtures" / "real-cstorch-2.6-2.9"
+    src = tmp_path / "gpt2.mdl"
+    src.write_bytes(lzma.decompress((packed / "gpt2-2.6.0.mdl.xz").read_bytes()))
+    with h5py.File(src) as a, h5py.File(src) as b:
+        assert not linktable.same_as(a, src, b, src)
+        assert linktable.of_root(a, src)
+
+
+def test_a_dataset_moved_in_a_wide_roots_output_is_found(tmp_path, monkeypatch):
+    """The links' heap changed under a root edit: read, and the moved dataset refused."""
+    with monkeypatch.context() as m:
+        m.setattr(h5root, "MAX_TRACKED_ATTRIBUTES", 60)
+        m.setattr(h5root, "ORDER_HEADROOM", 0)
+        src = _source(tmp_path / "src.mdl", experts=300)
+    key = "model.experts.3.w1.weight"
+
+    def also(f: h5py.File) -> None:
+        f.create_dataset("moved", data=f[key][()])
+        f["moved"].attrs.update(dict(f[key].attrs))
+        del f[key]
+        f.move("moved", key)
+
+    _corrupting(monkeypatch, also)
+    result = _upgrade(src, tmp_path / "out")
+    assert result.status == "failed" and not (tmp_path / "out" / src.name).exists()

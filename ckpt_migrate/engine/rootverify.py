@@ -87,11 +87,14 @@ class _Pass:
         links: dict[str, int] | None = None,
         progress: Progress | None = None,
         source: heapblocks.Recorded | None = None,
+        like: tuple[_Pass, H5Handle] | None = None,
     ) -> bool:
         """Read ``path``'s root; False when ``attrtable`` cannot. ``leaves``: the edited leaves,
         whose texts are decoded as the reader decodes them and compared with the planned;
         ``links``: its links' addresses, if the caller has them; ``source``: the blocks of the
-        source's root, those left as they were not read again (``heapblocks.Checked``)."""
+        source's root, those left as they were not read again (``heapblocks.Checked``);
+        ``like``: the source's pass and file, whose links are taken where the root's links lie
+        in the same bytes (``linktable.same_as``)."""
         self.wanted = {f"{name}.__metadata__" for name in leaves or ()}
         blocks = None if source is None else heapblocks.Checked(source, self.digest, self.excluded)
         with open_read(path) as f:
@@ -102,6 +105,8 @@ class _Pass:
                 return False
             self.values = {name: f.attrs[name] for name in self.digest.other}
             self.success = f.attrs.get(SUCCESS)
+            if links is None and like and linktable.same_as(f, path, like[1].file(), like[1].path):
+                links = like[0].links
             if links is None:
                 links = linktable.of_root(f, path)
             self.links = root_addresses(f)[1] if links is None else links
@@ -202,7 +207,10 @@ def verify_edit(source: H5Handle, tmp: Path, edit: Edit, progress: Progress | No
     before = _source_pass(source, edit, links, progress)
     after = _Pass(edit.edited, written=edit.set)
     vouched = None if before is None else before.digest.blocks
-    if before is None or not after.read(tmp, edit.leaves, progress=progress, source=vouched):
+    vouched = vouched if isinstance(vouched, heapblocks.Recorded) else None
+    if before is None or not after.read(
+        tmp, edit.leaves, progress=progress, source=vouched, like=(before, source)
+    ):
         return False
     before.digest.blocks = vouched = None  # (what follows, a manifest's hashes, is the peak)
     for name in edit.set:

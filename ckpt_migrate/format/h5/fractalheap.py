@@ -68,6 +68,32 @@ def walk(
     ``take_at``, each only after its block's checksum is verified. ``visited``: the blocks
     read (shared with the caller's other reads, against loops). ``blocks``: told of each
     direct block, and may vouch for its objects instead (``Blocks``)."""
+    table, managed = _table(read, visited, heap, take_at, tick, blocks)
+    table.grow()
+    table.flush()
+    if table.taken != managed:
+        raise Unknown("the fractal heap holds objects this reader did not find")
+
+
+def extent(read: Read, heap: int) -> list[tuple[int, int]]:
+    """Where the heap whose header is at ``heap`` lies: (address, size) of its header, every
+    indirect block (read, to find the others) and every direct block (not read)."""
+    table, _ = _table(read, set(), heap, lambda block, pos: None)
+    table.listed = [(heap, 146)]
+    table.grow()
+    return table.listed
+
+
+def _table(
+    read: Read,
+    visited: set[int],
+    heap: int,
+    take_at: TakeAt,
+    tick: Callable[[], object] = _nothing,
+    blocks: Blocks | None = None,
+) -> tuple[_Heap, int]:
+    """The heap's doubling table (its blocks not yet read: ``_Heap.grow``) and its count of
+    managed objects."""
     h = read(heap, 146)
     if h[:5] != b"FRHP\0" or struct.unpack_from("<I", h, 142)[0] != lookup3(h[:142]):
         raise Unknown(f"no fractal heap at {heap}")
@@ -78,14 +104,8 @@ def walk(
         raise Unknown("a fractal heap with filters, huge or tiny objects")
     table = _Heap(read, visited, tick, heap, width, start, top, (bits + 7) // 8, take_at, blocks)
     table.checksum = 4 if flags & 0x02 else 0
-    if rows == 0:
-        if root != UNDEF:
-            table.direct(root, start)
-    else:
-        table.indirect(root, rows)
-    table.flush()
-    if table.taken != managed:
-        raise Unknown("the fractal heap holds objects this reader did not find")
+    table.root, table.rows = root, rows
+    return table, managed
 
 
 def _power_of_two(n: int) -> bool:
@@ -108,12 +128,23 @@ class _Heap:
     take_at: TakeAt
     told: Blocks | None = None
     checksum: int = 0
+    root: int = UNDEF
+    rows: int = 0
+    listed: list[tuple[int, int]] | None = None  # (``extent``: the blocks' places, none read)
     blocks: list[bytes] = field(default_factory=list)  # direct blocks to verify
     stored: list[int] = field(default_factory=list)  # and their checksums
     # (address, block): their objects taken once verified
     read_blocks: list[tuple[int, bytes]] = field(default_factory=list)
     pending: int = 0  # bytes of blocks read since the last flush
     taken: int = 0
+
+    def grow(self) -> None:
+        """Read (or, ``listed``, list) the blocks from the root's."""
+        if self.rows == 0:
+            if self.root != UNDEF:
+                self.direct(self.root, self.start)
+        else:
+            self.indirect(self.root, self.rows)
 
     def row_size(self, row: int) -> int:
         return self.start if row == 0 else self.start << (row - 1)
@@ -147,6 +178,9 @@ class _Heap:
             pos += n
 
     def direct(self, at: int, size: int) -> None:
+        if self.listed is not None:
+            self.listed.append((at, size))
+            return
         self.tick()  # a block holds up to about 600 attributes
         block = self.read(at, size)
         head = 5 + 8 + self.offset_bytes
@@ -166,6 +200,8 @@ class _Heap:
         head = 5 + 8 + self.offset_bytes
         n = self.width * rows
         block = self.read(at, head + 8 * n + 4)
+        if self.listed is not None:
+            self.listed.append((at, len(block)))
         if block[:5] != b"FHIB\0" or struct.unpack_from("<Q", block, 5)[0] != self.header:
             raise Unknown(f"no fractal heap indirect block at {at}")
         if struct.unpack_from("<I", block, head + 8 * n)[0] != lookup3(block[: head + 8 * n]):

@@ -76,6 +76,46 @@ def of_root(f: h5py.File, path: Path) -> dict[str, int] | None:
     return found
 
 
+def same_as(output: h5py.File, out_path: Path, source: h5py.File, src_path: Path) -> bool:
+    """Whether the root of ``output`` links through the bytes the root of ``source`` links
+    through: the root's header at the same place, naming the same fractal heap by the same
+    link info message and no other link, and every byte of that heap (its header, indirect
+    and direct blocks) the source's. Its links are then the source's, unread (a root edit's
+    check, ``engine.rootverify``: 0.2 s at 150k links)."""
+    at = root_header(output)
+    if at is None or at != root_header(source):
+        return False
+    try:
+        with contextlib.ExitStack() as stack:
+            reads = []
+            for path in (out_path, src_path):
+                fd = os.open(path, os.O_RDONLY)
+                stack.callback(os.close, fd)
+                reads.append(file_reader(fd, os.fstat(fd).st_size, at[1]))
+            infos = [_only_link_info(read, at[0]) for read in reads]
+            if infos[0] is None or infos[0] != infos[1]:
+                return False
+            heap = _heap_of(infos[0])
+            if heap == UNDEF:
+                return False
+            return all(
+                reads[0](place, n) == reads[1](place, n)
+                for place, n in fractalheap.extent(reads[0], heap)
+            )
+    except (OSError, Unknown, HeaderError, struct.error):
+        return False
+
+
+def _only_link_info(read: Read, address: int) -> bytes | None:
+    """The link info message of the group header at ``address``, if it has no other link
+    message (none in the header, no symbol table)."""
+    header = read_header(read, address, set(), 1 << 10)
+    found = [m for m in header.messages if m.kind in (_LINK_INFO, _LINK, _SYMBOL_TABLE)]
+    if len(found) != 1 or found[0].kind != _LINK_INFO or found[0].flags & SHARED:
+        return None
+    return found[0].body
+
+
 def aliased(addresses: Iterable[int]) -> frozenset[int]:
     """The addresses that occur more than once in ``addresses`` (a link table's: the objects
     more than one name links, hard links; usually none)."""
@@ -153,11 +193,16 @@ def _group(links: _Links, address: int) -> None:
 
 def _dense(links: _Links, info: bytes) -> None:
     """The link messages of the fractal heap a link info message names (none: compact)."""
-    if len(info) < 18 or info[0] != 0:
-        raise Unknown("link info message")
-    heap = struct.unpack_from("<Q", info, 2 + (8 if info[1] & 0x01 else 0))[0]
+    heap = _heap_of(info)
     if heap != UNDEF:
         fractalheap.walk(links.read, links.visited, heap, lambda b, at: _link_at(links, b, at))
+
+
+def _heap_of(info: bytes) -> int:
+    """The fractal heap a link info message names (``UNDEF``: none, the links are compact)."""
+    if len(info) < 18 or info[0] != 0:
+        raise Unknown("link info message")
+    return struct.unpack_from("<Q", info, 2 + (8 if info[1] & 0x01 else 0))[0]
 
 
 def _link_fields(body: bytes, pos: int = 0) -> tuple[int, int, int]:

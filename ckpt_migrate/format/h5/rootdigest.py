@@ -10,12 +10,9 @@ A pair is a scalar string attribute's name and text, or a name alone for any oth
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import xxhash
-
-if TYPE_CHECKING:
-    from ckpt_migrate.format.h5.heapblocks import Recorded
 
 MOD = 1 << 128
 _SLICE = 1 << 20  # characters of a text encoded at once
@@ -42,6 +39,12 @@ def pair_hash(name: str, text: str | bytes | None) -> int:
     return hashed.intdigest()
 
 
+class BlockRecord(Protocol):
+    """What each block of the root's storage held (``heapblocks.Recorded``)."""
+
+    def without(self, names: set[str]) -> Any: ...
+
+
 class RootDigest:
     """The digest and count of the pairs added, the names of those that are not text, and
     (``keep_pairs``) each pair's own digest by name, so that any of them can be taken out; a
@@ -56,7 +59,7 @@ class RootDigest:
         self.hashes: set[int] = set()
         # What each block of a dense root's storage held, as its reader read it
         # (``heapblocks``): the check of a root edit reads again only the blocks it changed
-        self.blocks: Recorded | None = None
+        self.blocks: BlockRecord | None = None
 
     def add(self, name: str, text: str | None, keep_pair: bool = True) -> None:
         value = pair_hash(name, text)
@@ -77,10 +80,12 @@ class RootDigest:
         return value is not None and value == pair_hash(name, text)
 
     def without(self, names: set[str]) -> RootDigest | None:
-        """The digest of the pairs whose name is not in ``names``; None when one of them was
-        added without its pair kept."""
+        """The digest of the pairs whose name is not in ``names`` (and the record of its blocks,
+        those that may hold them marked: ``heapblocks.Recorded.without``); None when one of
+        them was added without its pair kept."""
         out = RootDigest()
-        out.digest, out.count, out.blocks = self.digest, self.count, self.blocks
+        out.digest, out.count = self.digest, self.count
+        out.blocks = None if self.blocks is None else self.blocks.without(names)
         out.other = [n for n in self.other if n not in names]
         for name in names:
             value = self.pairs.get(name)
