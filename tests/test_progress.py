@@ -25,6 +25,7 @@ import pytest
 from conftest import FIXTURES, REAL, one_line_error, real_2x_files
 
 import ckpt_migrate as cm
+from ckpt_migrate.format.progress import Count
 
 SLOW = {
     "CKPT_MIGRATE_TEST_COPY_BLOCK": str(1 << 20),
@@ -584,3 +585,16 @@ def test_a_root_stage_that_passed_between_two_looks_is_still_told_ended():
         ("read", 0, 40),
         ("read", 8, 40),
     ]
+
+
+def test_items_counted_at_once_are_told_as_one_by_one_would_be():
+    """``Count.add`` (a root's attributes vouched for a block at a time, ``heapblocks``)."""
+    told: list[tuple[int, int]] = []
+    count = Count(lambda phase, done, total: told.append((done, total)), "check root", 25, 10)
+    count.add(3)
+    count()
+    count.add(17)  # 4 -> 21: past 10 and 20 at once
+    count.add(0)
+    count.add(4)
+    count.end()
+    assert told == [(0, 25), (10, 25), (20, 25), (25, 25)]

@@ -29,6 +29,16 @@ class Count:
         if self.done % self.every == 0:
             self.progress(self.phase, min(self.done, self.total), self.total)
 
+    def add(self, n: int) -> None:
+        """``n`` items at once, each ``every``-th told as one by one would."""
+        if self.progress is None or n <= 0:
+            return
+        if not self.done:
+            self.progress(self.phase, 0, self.total)
+        start, self.done = self.done, self.done + n
+        for at in range(start - start % self.every + self.every, self.done + 1, self.every):
+            self.progress(self.phase, min(at, self.total), self.total)
+
     def end(self) -> None:
         if self.progress is not None:
             self.progress(self.phase, self.total, self.total)

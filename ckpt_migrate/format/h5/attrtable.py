@@ -160,6 +160,8 @@ def root_texts(
     counted = Count(progress, phase, count, TICK_EVERY)
     if progress is not None:
         keep = _counted(keep, counted)
+        if blocks is not None:
+            blocks.counted = counted.add
     try:
         table = read_texts(path, at[0], at[1], tick, keep, blocks)
     except OSError:

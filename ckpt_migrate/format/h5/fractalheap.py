@@ -68,7 +68,8 @@ def walk(
     ``take_at``, each only after its block's checksum is verified. ``visited``: the blocks
     read (shared with the caller's other reads, against loops). ``blocks``: told of each
     direct block, and may vouch for its objects instead (``Blocks``)."""
-    table, managed = _table(read, visited, heap, take_at, tick, blocks)
+    table, managed = _table(read, visited, heap)
+    table.take_at, table.tick, table.told = take_at, tick, blocks
     table.grow()
     table.flush()
     if table.taken != managed:
@@ -78,22 +79,15 @@ def walk(
 def extent(read: Read, heap: int) -> list[tuple[int, int]]:
     """Where the heap whose header is at ``heap`` lies: (address, size) of its header, every
     indirect block (read, to find the others) and every direct block (not read)."""
-    table, _ = _table(read, set(), heap, lambda block, pos: None)
+    table, _ = _table(read, set(), heap)
     table.listed = [(heap, 146)]
     table.grow()
     return table.listed
 
 
-def _table(
-    read: Read,
-    visited: set[int],
-    heap: int,
-    take_at: TakeAt,
-    tick: Callable[[], object] = _nothing,
-    blocks: Blocks | None = None,
-) -> tuple[_Heap, int]:
-    """The heap's doubling table (its blocks not yet read: ``_Heap.grow``) and its count of
-    managed objects."""
+def _table(read: Read, visited: set[int], heap: int) -> tuple[_Heap, int]:
+    """The doubling table of the heap whose header is at ``heap`` (its blocks not yet read:
+    ``_Heap.grow``) and its count of managed objects."""
     h = read(heap, 146)
     if h[:5] != b"FRHP\0" or struct.unpack_from("<I", h, 142)[0] != lookup3(h[:142]):
         raise Unknown(f"no fractal heap at {heap}")
@@ -102,7 +96,7 @@ def _table(
     width, start, top, bits, _rows, root, rows = struct.unpack_from("<HQQHHQH", h, 110)
     if filters or huge or tiny or width == 0 or not _power_of_two(start) or top < start:
         raise Unknown("a fractal heap with filters, huge or tiny objects")
-    table = _Heap(read, visited, tick, heap, width, start, top, (bits + 7) // 8, take_at, blocks)
+    table = _Heap(read, visited, heap, width, start, top, (bits + 7) // 8)
     table.checksum = 4 if flags & 0x02 else 0
     table.root, table.rows = root, rows
     return table, managed
@@ -119,13 +113,13 @@ class _Heap:
 
     read: Read
     visited: set[int]
-    tick: Callable[[], object]
     header: int
     width: int
     start: int
     top: int
     offset_bytes: int
-    take_at: TakeAt
+    take_at: TakeAt = lambda block, pos: None
+    tick: Callable[[], object] = _nothing
     told: Blocks | None = None
     checksum: int = 0
     root: int = UNDEF

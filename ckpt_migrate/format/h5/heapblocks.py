@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,6 +44,7 @@ class Blocks(fractalheap.Blocks, Protocol):
     """What ``attrtable`` tells of a root's dense storage as it reads it."""
 
     vouched: int  # attributes vouched for, not taken
+    counted: Callable[[int], object] | None  # told of each block's attributes vouched for
 
     def bind(self, source: Source) -> None:
         """The file being read (where a collection's bytes are read from)."""
@@ -74,6 +76,7 @@ class Recorded:
     among the read's 188k passing ones held their memory arenas, 20 MB at 150k leaves."""
 
     vouched = 0
+    counted = None
 
     def __init__(self, digest: RootDigest) -> None:
         self.digest: RootDigest | None = digest
@@ -85,6 +88,7 @@ class Recorded:
         self._in, self._collections = array("Q"), array("Q")
         self._other: dict[int, tuple[str, ...]] = {}  # (a few blocks: ``__SUCCESS__``'s)
         self._start: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self._noted: set[int] = set()
         self._blocks: dict[int, _Block] | None = None
         self.dropped: set[int] = set()  # (``without``)
         self.dropped_for: frozenset[str] | None = None
@@ -98,18 +102,20 @@ class Recorded:
     def collection(self, at: int, data: bytes | None) -> None:
         if data is not None:
             self._collections.extend((at, xxhash.xxh3_64_intdigest(data)))
-        if at not in self._in[self._ends[-1] if self._ends else 0 :]:
+        if at not in self._noted:  # (a set for the block being read, let go of after it)
+            self._noted.add(at)
             self._in.append(at)
 
     def end(self) -> None:
         """The read is over: the digest is let go of (a root edit lets go of the pairs it
         keeps by name before HDF5 rewrites the spec, issue 33)."""
-        self.digest = None
+        self.digest, self._noted = None, set()
 
     def known(self, at: int, block: bytes) -> int | None:
         d = self.digest
         assert d is not None, "the read is over"
         self._start = (d.digest, d.count, len(d.other), len(self.names))
+        self._noted = set()
         return None
 
     def taken(self, at: int, block: bytes, objects: int) -> None:
@@ -192,6 +198,7 @@ class Checked:
         self.blocks, self.collections = source.blocks, source.collections
         self.dirty = source.holding(edited)
         self.vouched = 0
+        self.counted: Callable[[int], object] | None = None
         self._file: Source | None = None
         self._collections: dict[int, int | None] = {}
         self._seen: set[int] = set()
@@ -219,6 +226,8 @@ class Checked:
         d.count += was.count
         d.other.extend(was.other)
         self.vouched += was.count
+        if self.counted is not None:
+            self.counted(was.count)
         return was.count
 
     def taken(self, at: int, block: bytes, objects: int) -> None:
