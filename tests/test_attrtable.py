@@ -218,3 +218,47 @@ def test_a_collection_made_for_one_large_text_is_not_kept(tmp_path, monkeypatch)
     assert _agrees(path) == 301
     kept = seen[-1].heaps.values()
     assert kept and all(len(data) <= attrtable.HEAP_KEPT_BYTES for data, _ in kept)
+
+
+def _hdf5_last_number(f: h5py.File) -> int:
+    root = h5py.h5g.open(f.id, b"/")
+    last = h5py.h5a.get_info(
+        root, index=0, index_type=h5py.h5.INDEX_CRT_ORDER, order=h5py.h5.ITER_DEC
+    )
+    return last.corder
+
+
+@pytest.mark.parametrize("count", [5, 40])  # (compact, and dense: a fractal heap)
+def test_the_next_creation_number_is_read_from_the_roots_attribute_info(tmp_path, count):
+    """One past HDF5's last number, and after the last attribute is deleted still the number
+    HDF5 gives the next one (HDF5's last number then goes back: a root edit's room for new
+    attributes counted from it was too large); a root that does not track the order: None."""
+    from ckpt_migrate.engine import rootedit
+
+    path = tmp_path / "order.h5"
+    with h5py.File(path, "w", libver="latest", track_order=True) as f:
+        for i in range(count):
+            f.attrs[f"a{i}"] = str(i)
+    with h5py.File(path) as f:
+        assert attrtable.next_creation_index(f, path) == _hdf5_last_number(f) + 1 == count
+    with h5py.File(path, "r+") as f:
+        del f.attrs[f"a{count - 1}"]
+        f.attrs["b"] = "new"  # (numbered ``count``)
+        del f.attrs["b"]
+    with h5py.File(path) as f:
+        assert attrtable.next_creation_index(f, path) == count + 1
+        assert _hdf5_last_number(f) == count - 2
+        cap = h5root.MAX_TRACKED_ATTRIBUTES
+        try:
+            h5root.MAX_TRACKED_ATTRIBUTES = count + 4
+            assert rootedit._order_room(f, path, 3) and not rootedit._order_room(f, path, 4)
+            # where this reader cannot tell: HDF5's last number, which leaves room for 5
+            assert attrtable.next_creation_index(f, tmp_path / "missing.h5") is None
+            assert rootedit._order_room(f, tmp_path / "missing.h5", 5)
+        finally:
+            h5root.MAX_TRACKED_ATTRIBUTES = cap
+    plain = tmp_path / "plain.h5"
+    with h5py.File(plain, "w") as f:
+        f.attrs["a"] = "x"
+    with h5py.File(plain) as f:
+        assert attrtable.next_creation_index(f, plain) is None

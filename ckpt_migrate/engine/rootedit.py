@@ -38,6 +38,7 @@ from ckpt_migrate.engine.splitcopy import data_ranges
 from ckpt_migrate.engine.writeback import start_writeback
 from ckpt_migrate.format.checkpoint import Checkpoint
 from ckpt_migrate.format.h5 import attrs as h5attrs
+from ckpt_migrate.format.h5 import attrtable
 from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.h5.io import H5Handle
 from ckpt_migrate.format.h5.rootdigest import RootDigest
@@ -212,19 +213,27 @@ def plan_edit(before: Snapshot, ckpt: Checkpoint, root: Node, release: Release) 
     edit.set["__spec__"] = _UNDECIDED  # (its place in the order they are written)
     edit.set["__cstorch_version__"] = _utf8(release.cstorch_version or f"{release.name}.0")
     # Every attribute set may be a new one, and the provenance record and __SUCCESS__ are.
-    return edit if _order_room(ckpt.handle.file(), len(edit.set) + 2) else None
+    handle = ckpt.handle
+    return edit if _order_room(handle.file(), handle.path, len(edit.set) + 2) else None
 
 
-def _order_room(f: h5py.File, creates: int) -> bool:
-    """Whether the root of ``f`` can take ``creates`` more attributes: a root that tracks their
-    creation order numbers them with 16 bits, and deleted ones keep their numbers taken."""
+def _order_room(f: h5py.File, path: Path, creates: int) -> bool:
+    """Whether the root of ``f`` (open on ``path``) can take ``creates`` more attributes: a
+    root that tracks their creation order numbers them with 16 bits, and deleted ones keep
+    their numbers taken (the next number is the root's, ``attrtable.next_creation_index``;
+    else one past the last attribute's, as HDF5 finds it)."""
     root = h5g.open(f.id, b"/")  # its own flags (a copy-patched file's root is not the first)
     if not root.get_create_plist().get_attr_creation_order() & h5p.CRT_ORDER_TRACKED:
         return True
     if h5o.get_info(root).num_attrs == 0:
         return True
-    last = h5a.get_info(root, index=0, index_type=h5.INDEX_CRT_ORDER, order=h5.ITER_DEC)
-    return last.corder + creates < h5root.MAX_TRACKED_ATTRIBUTES
+    after = None
+    if h5o.get_info(root).addr == h5o.get_info(f.id).addr:  # (the one ``root_header`` reads)
+        after = attrtable.next_creation_index(f, path)
+    if after is None:
+        last = h5a.get_info(root, index=0, index_type=h5.INDEX_CRT_ORDER, order=h5.ITER_DEC)
+        after = last.corder + 1
+    return after - 1 + creates < h5root.MAX_TRACKED_ATTRIBUTES
 
 
 def write(

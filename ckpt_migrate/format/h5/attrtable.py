@@ -172,6 +172,31 @@ def root_texts(
     return table
 
 
+def next_creation_index(f: h5py.File, path: Path) -> int | None:
+    """The creation order number HDF5 gives the next attribute of the root of ``f`` (open on
+    ``path``): its attribute info message's maximum creation index, read from the file's
+    bytes; None where the root does not track the order or this reader cannot tell. HDF5's
+    own look-up of the last number (``H5Aget_info_by_idx`` in decreasing order) first sorts
+    every attribute: 53 ms of a 12k-tensor root edit's 0.6 s (issue 33)."""
+    at = root_header(f)
+    if at is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        heapfile = HeapFile(fd, at[1], os.fstat(fd).st_size - at[1])
+        for kind, body in _messages(heapfile, at[0]):
+            if kind == _ATTRIBUTE_INFO and len(body) >= 4 and body[0] == 0 and body[1] & 0x01:
+                return struct.unpack_from("<H", body, 2)[0]
+        return None
+    except (Unknown, OSError):
+        return None
+    finally:
+        os.close(fd)
+
+
 def _counted(keep: Keep | None, count: Callable[[], None]) -> Keep:
     def counted(name: str, text: str | None) -> Any:
         count()
