@@ -225,10 +225,11 @@ def _order_room(f: h5py.File, path: Path, creates: int) -> bool:
     root = h5g.open(f.id, b"/")  # its own flags (a copy-patched file's root is not the first)
     if not root.get_create_plist().get_attr_creation_order() & h5p.CRT_ORDER_TRACKED:
         return True
-    if h5o.get_info(root).num_attrs == 0:
+    info = h5o.get_info(root)
+    if info.num_attrs == 0:
         return True
     after = None
-    if h5o.get_info(root).addr == h5o.get_info(f.id).addr:  # (the one ``root_header`` reads)
+    if info.addr == h5o.get_info(f.id).addr:  # (the one ``root_header`` reads)
         after = attrtable.next_creation_index(f, path)
     if after is None:
         last = h5a.get_info(root, index=0, index_type=h5.INDEX_CRT_ORDER, order=h5.ITER_DEC)
