@@ -13,7 +13,7 @@ from pathlib import Path
 
 import h5py
 import pytest
-from test_rootedit import _source
+from test_rootedit import _logical, _patched, _source
 from test_rootedit_checks import _corrupting
 
 from ckpt_migrate.engine import rootedit
@@ -78,16 +78,17 @@ def test_the_same_output_is_made_and_checked_without_the_blocks(tmp_path, monkey
         }
 
 
-def _flip_a_text(path: Path, name: str) -> None:
+def _flip_a_text(path: Path, name: str, at: bytes = b"float32") -> None:
     """Change one character of the text of ``name`` where it lies, in its global heap
-    collection (which has no checksum): the attribute's message, and its block, stay."""
+    collection (which has no checksum): the attribute's message, and its block, stay. The
+    character changed is the first of ``at`` in the text (to ``F``)."""
     with h5py.File(path, "r", locking=False) as f:
         text = f.attrs[name].encode()
     raw = path.read_bytes()
     assert raw.count(text) == 1
-    at = raw.index(text) + text.index(b"float32")
+    where = raw.index(text) + text.index(at)
     with open(path, "r+b") as f:
-        f.seek(at)
+        f.seek(where)
         f.write(b"F")
 
 
@@ -221,3 +222,45 @@ def test_a_dataset_moved_in_a_wide_roots_output_is_found(tmp_path, monkeypatch):
     _corrupting(monkeypatch, also)
     result = _upgrade(src, tmp_path / "out")
     assert result.status == "failed" and not (tmp_path / "out" / src.name).exists()
+
+
+CONVERTED = sorted(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "modelzoo-2.10-converted").glob("*.xz")
+)
+
+
+@pytest.mark.parametrize("packed", CONVERTED, ids=lambda p: p.name.split("_")[0])
+def test_model_zoos_converter_outputs_go_down_by_a_checked_root_edit(
+    tmp_path, monkeypatch, checks, packed
+):
+    """Model Zoo's HF → CS outputs (2.1, no ``__metadata__``: ``--from``), upgraded to 2.10 (a
+    rewrite: a root of ours, its attributes in a heap), then taken to 2.5 by a root edit: its
+    check vouches for the blocks the edit left, the output is the copy-patch's, the next
+    creation number is HDF5's own, and a text changed under a block left as it was is found."""
+    src = tmp_path / packed.stem
+    src.write_bytes(lzma.decompress(packed.read_bytes()))
+    up = upgrade(
+        src, UpgradeOptions(target="2.10", output_dir=tmp_path / "up", source_release="2.1")
+    )
+    assert up.status == "upgraded", up.error
+    mid = tmp_path / "up" / src.name
+    with h5py.File(mid) as f:
+        assert attrtable.next_creation_index(f, mid) == len(f.attrs)  # (none deleted)
+    down = upgrade(mid, UpgradeOptions(target="2.5", output_dir=tmp_path / "down"))
+    assert down.status == "upgraded" and down.strategy == rootedit.STRATEGY, down.error
+    (check,) = checks
+    assert 0 < check.vouched < _attributes(tmp_path / "down" / src.name)
+    patched = _patched(mid, tmp_path / "patched", monkeypatch, to="2.5")
+    assert _logical(tmp_path / "down" / src.name) == _logical(patched)
+    with h5py.File(mid) as f:  # a leaf whose block the edit leaves (the first few are edited)
+        names = [n for n in f.attrs if n.endswith(".__metadata__")]
+    real = rootedit.edit_root
+
+    def edit(path: Path, edit: rootedit.Edit) -> None:
+        real(path, edit)
+        _flip_a_text(path, names[len(names) // 2], b'"')
+
+    monkeypatch.setattr(rootedit, "edit_root", edit)
+    bad = upgrade(mid, UpgradeOptions(target="2.5", output_dir=tmp_path / "bad"))
+    assert bad.status == "failed" and "differ from the source" in (bad.error or ""), bad.error
+    assert not (tmp_path / "bad" / src.name).exists()
