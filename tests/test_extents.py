@@ -7,12 +7,14 @@ the refusals run on whatever filesystem the temporary directory is on.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from ckpt_migrate.engine import copypatch, extents
 from ckpt_migrate.engine.extents import Extents, Own, Shared
 from ckpt_migrate.engine.upgrade import UpgradeOptions, upgrade
 from ckpt_migrate.format.h5 import boundary, walkreads
+from ckpt_migrate.format.h5 import root as h5root
 from ckpt_migrate.format.provenance import PROVENANCE_ATTR
 
 TENSORS = 24  # x 1 MiB of float32
@@ -156,6 +159,57 @@ def test_a_clone_upgrade_walks_no_chunk_index_in_its_own_process(on_reflink, mon
     assert_identical(src, out / src.name)
 
 
+def _descriptors() -> set[str]:
+    """This process's open descriptors, once the writeback threads have ended."""
+    for thread in threading.enumerate():
+        if thread.name == "ckpt-migrate writeback":
+            thread.join(30)
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_clones_edit_is_written_back_through_hdf5s_own_descriptor(on_reflink, monkeypatch):
+    """HDF5 truncates the file as it closes it, and XFS writes a file truncated down back at
+    its next release, in that call: the edit's pages are sent on their way by the writeback's
+    thread instead, through a second descriptor of HDF5's own open file (its close then no
+    release), which also switched the root and which the thread closes."""
+    src, out = on_reflink
+    handed: list[tuple[int, int, bytes]] = []
+    real = copypatch.start_writeback
+
+    def spy(file: Path | int) -> None:
+        assert isinstance(file, int)
+        head = os.pread(file, 512, 0)
+        handed.append((os.fstat(file).st_ino, fcntl.fcntl(file, fcntl.F_GETFL), head))
+        real(file)
+
+    monkeypatch.setattr(copypatch, "start_writeback", spy)
+    before = _descriptors()
+    res = upgrade(src, UpgradeOptions(output_dir=out))
+    assert (res.status, res.copy_method) == ("upgraded", "clone"), res.error
+    assert _descriptors() == before  # the kept descriptor closed by the thread
+    ((inode, flags, head),) = handed
+    target = out / src.name
+    assert inode == target.stat().st_ino  # the temporary, published
+    assert flags & os.O_ACCMODE == os.O_RDWR
+    at, size = h5root.root_field(head)  # its superblock already names the new root
+    assert int.from_bytes(head[at : at + size], "little") == _root_address(target)
+    assert_identical(src, target)
+
+
+def test_a_refused_root_switch_closes_the_kept_descriptor(on_reflink, monkeypatch):
+    src, out = on_reflink
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise ValueError("the superblock names root 0x60, expected 0x30")
+
+    monkeypatch.setattr(h5root, "switch_root", refuse)
+    before = _descriptors()
+    res = upgrade(src, UpgradeOptions(output_dir=out))
+    assert res.status == "failed" and "cannot set the new root group" in str(res.error)
+    assert _descriptors() == before
+    assert list(out.iterdir()) == []
+
+
 def test_a_rerun_of_upgrade_dir_knows_a_cloned_output_without_reading_the_source(on_reflink):
     src, out = on_reflink
     for expected in ("upgraded", "already-upgraded"):
@@ -223,6 +277,13 @@ def test_the_plan_says_which_method_will_run(tmp_path):
     assert only_result(proc)["plan"]["copy_method"] == "copy"
     proc = run_cli("upgrade", src, "--copy-method", "share", "--output-dir", tmp_path)
     assert "--copy-method must be auto, clone or copy" in one_line_error(proc, 2)
+
+
+def _root_address(path: Path) -> int:
+    import h5py
+
+    with h5py.File(path, "r", locking=False) as f:
+        return h5root.object_address(f)
 
 
 def _root_attr(path: Path, name: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -83,6 +84,25 @@ def test_switch_root_refuses_a_superblock_naming_another_root(tmp_path: Path):
     with pytest.raises(ValueError, match="no HDF5 superblock"):
         h5root.switch_root(path, 512, old, new)
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("superblock", [0, 3])
+def test_switch_root_through_a_descriptor_it_is_given_leaves_it_open(
+    tmp_path: Path, superblock: int
+):
+    """The engine hands it HDF5's own descriptor, kept past HDF5's close (``copypatch``)."""
+    path = tmp_path / "f.h5"
+    sb, old, new = _make(path, superblock)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        h5root.switch_root(path, sb, old, new, fd=fd)
+        h5root.switch_root(path, sb, new, new, fd=fd)  # (still open: it names ``new`` now)
+        with pytest.raises(ValueError, match="names root"):
+            h5root.switch_root(path, sb, old, new, fd=fd)
+    finally:
+        os.close(fd)
+    with h5py.File(path, "r") as f:
+        assert sorted(f) == ["sub", "w"] and h5root.object_address(f) == new
 
 
 @pytest.mark.parametrize("libver", ["v108", "latest"])

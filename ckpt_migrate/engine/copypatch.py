@@ -222,9 +222,9 @@ def write(
             written.placed, written.linked = placed, linked
             if progress is not None:
                 progress("copy", plan.file_bytes, plan.file_bytes)
-            _patch(tmp, root, release, reused, written, extra, progress, handle)
+            # (the edit's pages go to disk while it is verified: ``_patch``'s ``write_back``)
+            _patch(tmp, root, release, reused, written, extra, progress, handle, write_back=True)
             written.tensors = len(placed) + len(linked)
-            start_writeback(tmp)  # the edit's pages go to disk while it is verified
             check_metadata(written)
             digest = None  # the source's bytes were never read (see extents)
         else:
@@ -377,10 +377,14 @@ def _patch(
     extra: dict[str, str],
     progress: Progress | None,
     source: H5Handle,
+    *,
+    write_back: bool = False,
 ) -> None:
     """Build the new tree in a fresh group of the copied file, linking each reused dataset into
     it under its final name, then make that group the root (see ``h5root``): a new namespace
-    needs no staging of renames, and its attributes are indexed rather than a list."""
+    needs no staging of renames, and its attributes are indexed rather than a list.
+    ``write_back``: start writing the edit's pages to disk once it is made, without waiting
+    for them (``writeback.start_writeback``)."""
     if reused:  # the headers the edit will touch, read ahead together (a clone's are cold)
         addresses = source.addresses()
         prefetch(tmp, [addresses[name] for name in reused.values() if name in addresses])
@@ -392,37 +396,52 @@ def _patch(
     # (1 MiB until the two roots' heaps of names outgrow it: ``GroupNameRoom``; the old root's
     # heap measured in the source, whose bytes it is)
     old_names = root_name_heap(source.file(), local_only=True)
-    with writing(tmp, bounded_metadata_cache(h5py.File(tmp, "r+", locking=False), 0)) as f:
-        superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
-        new_root = h5root.create_fresh_root(f, attributes)
-        at = reused  # (emptied as they are placed: a copy was 12 MB at 150k tensors)
-        room = h5root.names_room(f, attributes, old_names)
-
-        def place(g: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
-            current = at.pop(id(leaf), None)
-            if current is None:
-                written.placed.add(id(leaf))
-                return place_tensor(g, name, leaf)
-            parent = name.rpartition("/")[0]
-            if parent:
-                g.require_group(parent)
-            # A second hard link, not a move: unlinking from the old root (unreachable once
-            # the new one is in the superblock) would rewrite its heap and B-tree for nothing.
-            g.id.links.create_hard(name.encode(), f.id, current.encode())
-            dsid = h5py.h5d.open(g.id, name.encode())
-            h5attrs.delete_all(dsid)
-            written.linked.add(id(leaf))
-            return dsid
-
-        progress_ = _leaf_progress(root, progress, "patch")
-        write_tree(new_root, root, release, extra, progress_, place, room)
-        if at:
-            raise VerificationError(tmp, f"{len(at)} reused dataset(s) were not placed")
-        new_addr = h5root.object_address(new_root)
+    # HDF5 truncates the file as it closes it, down to the end of what it uses, and XFS writes
+    # a file truncated down back at its next release (against the "NULL files" of a crash): at
+    # the deep 12 GB shape, the close of HDF5's descriptor did in 0.1 s what ``write_back``
+    # does on a thread while the output is checked. A second descriptor of that open file
+    # (``kept``) makes HDF5's close no release; the writeback's thread releases it.
+    kept: int | None = None
     try:
-        h5root.switch_root(tmp, superblock_at, old_root, new_addr)
-    except ValueError as exc:
-        raise VerificationError(tmp, f"cannot set the new root group: {exc}") from None
+        with writing(tmp, bounded_metadata_cache(h5py.File(tmp, "r+", locking=False), 0)) as f:
+            superblock_at, old_root = h5root.superblock_offset(f), h5root.object_address(f)
+            new_root = h5root.create_fresh_root(f, attributes)
+            at = reused  # (emptied as they are placed: a copy was 12 MB at 150k tensors)
+            room = h5root.names_room(f, attributes, old_names)
+
+            def place(g: h5py.Group, name: str, leaf: TensorLeaf) -> h5py.h5d.DatasetID:
+                current = at.pop(id(leaf), None)
+                if current is None:
+                    written.placed.add(id(leaf))
+                    return place_tensor(g, name, leaf)
+                parent = name.rpartition("/")[0]
+                if parent:
+                    g.require_group(parent)
+                # A second hard link, not a move: unlinking from the old root (unreachable once
+                # the new one is in the superblock) would rewrite its heap and B-tree for nothing.
+                g.id.links.create_hard(name.encode(), f.id, current.encode())
+                dsid = h5py.h5d.open(g.id, name.encode())
+                h5attrs.delete_all(dsid)
+                written.linked.add(id(leaf))
+                return dsid
+
+            progress_ = _leaf_progress(root, progress, "patch")
+            write_tree(new_root, root, release, extra, progress_, place, room)
+            if at:
+                raise VerificationError(tmp, f"{len(at)} reused dataset(s) were not placed")
+            new_addr = h5root.object_address(new_root)
+            if write_back:
+                kept = os.dup(f.id.get_vfd_handle())
+        try:
+            h5root.switch_root(tmp, superblock_at, old_root, new_addr, fd=kept)
+        except ValueError as exc:
+            raise VerificationError(tmp, f"cannot set the new root group: {exc}") from None
+    except BaseException:
+        if kept is not None:
+            os.close(kept)
+        raise
+    if kept is not None:
+        start_writeback(kept)
 
 
 def file_digest(path: Path, cancelled: threading.Event | None = None) -> str:

@@ -122,12 +122,15 @@ def object_address(obj: h5py.Group | h5py.File) -> int:
     return h5o.get_info(obj.id).addr
 
 
-def switch_root(path: Path, superblock_at: int, old: int, new: int) -> None:
+def switch_root(path: Path, superblock_at: int, old: int, new: int, fd: int | None = None) -> None:
     """Make the group whose object header is at ``new`` the root of the closed file ``path``,
-    whose superblock starts at ``superblock_at`` and names the root ``old``.
+    whose superblock starts at ``superblock_at`` and names the root ``old`` (``fd``: open on it
+    for writing, left open).
 
     Refuses (ValueError) a superblock it does not know or that does not name ``old``."""
-    fd = os.open(path, os.O_RDWR)
+    own = fd is None
+    if fd is None:
+        fd = os.open(path, os.O_RDWR)
     try:
         head = os.pread(fd, 128, superblock_at)
         if head[:8] != SIGNATURE:
@@ -142,7 +145,8 @@ def switch_root(path: Path, superblock_at: int, old: int, new: int) -> None:
             body = head[:at] + new.to_bytes(size, "little")
             os.pwrite(fd, body[at:] + struct.pack("<I", lookup3(body)), superblock_at + at)
     finally:
-        os.close(fd)
+        if own:
+            os.close(fd)
 
 
 def root_field(head: bytes) -> tuple[int, int]:
