@@ -18,9 +18,14 @@ def start_writeback(file: Path | int) -> None:
     on XFS), which the caller's next step need not wait for. A later fsync finds the pages on
     their way. Only a hint: nothing is raised. ``file``: a path, or a descriptor open on the
     file, which the thread closes once the writeback is started."""
-    threading.Thread(
+    thread = threading.Thread(
         target=_write_back, args=(file,), name="ckpt-migrate writeback", daemon=True
-    ).start()
+    )
+    try:
+        thread.start()
+    except RuntimeError:  # (no thread to be had: the fsync writes the pages instead)
+        if isinstance(file, int):
+            os.close(file)
 
 
 def _write_back(file: Path | int) -> None:
