@@ -52,6 +52,11 @@ class Blocks(Protocol):
         """The block at ``at`` had its ``objects`` taken."""
 
 
+# A fractal heap header's size with 8-byte offsets and lengths and no I/O filters (HDF5 File
+# Format Specification 3.0, III.G), its checksum included
+_HEADER_BYTES = 146
+
+
 def _nothing() -> None:
     pass
 
@@ -80,7 +85,7 @@ def extent(read: Read, heap: int) -> list[tuple[int, int]]:
     """Where the heap whose header is at ``heap`` lies: (address, size) of its header, every
     indirect block (read, to find the others) and every direct block (not read)."""
     table, _ = _table(read, set(), heap)
-    table.listed = [(heap, 146)]
+    table.listed = [(heap, _HEADER_BYTES)]
     table.grow()
     return table.listed
 
@@ -88,8 +93,9 @@ def extent(read: Read, heap: int) -> list[tuple[int, int]]:
 def _table(read: Read, visited: set[int], heap: int) -> tuple[_Heap, int]:
     """The doubling table of the heap whose header is at ``heap`` (its blocks not yet read:
     ``_Heap.grow``) and its count of managed objects."""
-    h = read(heap, 146)
-    if h[:5] != b"FRHP\0" or struct.unpack_from("<I", h, 142)[0] != lookup3(h[:142]):
+    h = read(heap, _HEADER_BYTES)
+    end = _HEADER_BYTES - 4  # (its checksum follows)
+    if h[:5] != b"FRHP\0" or struct.unpack_from("<I", h, end)[0] != lookup3(h[:end]):
         raise Unknown(f"no fractal heap at {heap}")
     filters, flags = struct.unpack_from("<HB", h, 7)
     managed, huge, tiny = (struct.unpack_from("<Q", h, at)[0] for at in (70, 86, 102))
